@@ -1,0 +1,86 @@
+// Devices, the step arena, and allocation accounting.
+//
+// Every byte a step needs comes from one of three owners: the parameter slabs
+// (weights, gradients, optimizer slots, state: one allocation each, laid out
+// once at init), the step arena (activations, bump-allocated and reset after
+// each step), or the caller. All of them are allocated through a ct_device,
+// which counts current and peak bytes, so "device memory" is a measured number
+// on every backend. A device can be given a byte limit: an allocation past it
+// fails with CT_ERR_MEMORY instead of succeeding.
+#ifndef CTRAX_CORE_MEMORY_H
+#define CTRAX_CORE_MEMORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ctrax/core/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ct_device_kind { CT_DEVICE_CPU = 0 } ct_device_kind;
+
+typedef struct ct_device {
+    ct_device_kind kind;
+    size_t current_bytes;  // bytes allocated now
+    size_t peak_bytes;     // most bytes ever allocated at once
+    size_t limit_bytes;    // 0 = no limit
+    uint64_t n_allocs;     // allocations made so far (never decreases)
+} ct_device;
+
+// A CPU device with zeroed counters and no limit.
+ct_device ct_device_cpu(void);
+
+// Allocates bytes (64-byte aligned, zeroed) on dev and counts them. Fails with
+// CT_ERR_MEMORY, naming what, if the limit would be passed or malloc fails.
+ct_status ct_device_alloc(ct_device *dev, size_t bytes, const char *what, void **out, ct_error *err);
+// Frees memory from ct_device_alloc; bytes must be the size it was asked for.
+void ct_device_free(ct_device *dev, void *ptr, size_t bytes);
+void ct_device_reset_peak(ct_device *dev);
+
+// The step arena: a bump allocator on a device. During the first step it grows
+// by chaining blocks; ct_arena_reset then merges them into one block as big as
+// the step's high-water mark, so later steps of the same shapes allocate
+// nothing. Alignment is 64 bytes.
+typedef struct ct_arena_block ct_arena_block;
+typedef struct ct_arena {
+    ct_device *dev;
+    ct_arena_block *head;  // current block; older blocks follow ->prev
+    size_t used;           // bytes in use over all blocks
+    size_t high_water;     // most bytes in use since the last reset
+    size_t peak;           // most bytes ever in use
+} ct_arena;
+
+typedef struct ct_arena_mark {
+    ct_arena_block *block;
+    size_t block_used;
+    size_t used;
+} ct_arena_mark;
+
+void ct_arena_init(ct_arena *a, ct_device *dev);
+void ct_arena_free(ct_arena *a);
+// Returns 64-byte aligned, uninitialized memory, or NULL with err set.
+void *ct_arena_alloc(ct_arena *a, size_t bytes, ct_error *err);
+// Like ct_arena_alloc, then zeroed.
+void *ct_arena_calloc(ct_arena *a, size_t bytes, ct_error *err);
+ct_arena_mark ct_arena_get_mark(const ct_arena *a);
+// Frees everything allocated after the mark.
+void ct_arena_reset_to(ct_arena *a, ct_arena_mark mark);
+// Frees everything; merges blocks into one sized for the high-water mark.
+void ct_arena_reset(ct_arena *a);
+// Capacity reserved on the device by the arena, in bytes.
+size_t ct_arena_capacity(const ct_arena *a);
+
+// Bookkeeping allocations (layer structs, names, lists): never on a hot path.
+// They abort through the abort handler when memory runs out, since no caller
+// could go on without them.
+void *ct_malloc(size_t bytes);             // aborts on failure
+void *ct_calloc(size_t n, size_t size);    // aborts on failure
+void *ct_realloc(void *p, size_t bytes);   // aborts on failure
+void ct_free(void *p);
+char *ct_strdup(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

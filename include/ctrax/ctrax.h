@@ -1,0 +1,14 @@
+// The whole public API of ctrax in one include.
+#ifndef CTRAX_CTRAX_H
+#define CTRAX_CTRAX_H
+
+#include "ctrax/core/error.h"
+#include "ctrax/core/log.h"
+#include "ctrax/core/memory.h"
+#include "ctrax/core/rng.h"
+#include "ctrax/core/tensor.h"
+#include "ctrax/layers/combinators.h"
+#include "ctrax/layers/core.h"
+#include "ctrax/layers/layer.h"
+
+#endif

@@ -1,0 +1,81 @@
+// The core layers. Shapes use B = batch, T = sequence length, D = features,
+// V = vocabulary size, H = heads; "..." is any number of leading dims.
+#ifndef CTRAX_LAYERS_CORE_H
+#define CTRAX_LAYERS_CORE_H
+
+#include "ctrax/layers/layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// (..., D) -> (..., n_units): x @ kernel + bias. kernel (D, n_units) is
+// Glorot-uniform, bias zeros; the init key is split into (kernel, bias).
+ct_layer *ct_dense(int n_units);
+ct_layer *ct_dense_no_bias(int n_units);
+// int32 ids (...) -> (..., d_feature); weights (vocab_size, d_feature) are
+// N(0, 1). An id outside [0, vocab_size) is an error naming it.
+ct_layer *ct_embedding(int vocab_size, int d_feature);
+
+// Elementwise activations, (...) -> (...).
+ct_layer *ct_relu(void);
+ct_layer *ct_gelu(void);  // tanh approximation, as Trax
+ct_layer *ct_tanh(void);
+ct_layer *ct_sigmoid(void);
+// Over the last axis.
+ct_layer *ct_log_softmax(void);
+ct_layer *ct_softmax(void);
+// Over the last axis, with learned scale (ones) and bias (zeros).
+ct_layer *ct_layer_norm(float epsilon);
+
+// Zeroes each element with probability rate in training mode and scales the
+// rest by 1/(1-rate); the identity in eval mode. The mask comes from the
+// layer's key, so the same key gives the same mask.
+ct_layer *ct_dropout(float rate);
+
+// (B, T, D) -> (B, T, D) plus a position embedding for t < max_len:
+// learned weights (max_len, D) drawn from N(0, 0.02^2), or fixed sinusoids
+// (Vaswani et al.) with no weights.
+ct_layer *ct_positional_encoding_learned(int max_len);
+ct_layer *ct_positional_encoding_sinusoidal(int max_len);
+// Shifts along axis 1 by n_positions, filling with zeros: (B, T, ...) ->
+// (B, T, ...). Works on int32 and f32.
+ct_layer *ct_shift_right(int n_positions);
+// (d0, ..., dk, ...) -> (d0, ..., dk, rest): keeps the first n_axes_to_keep
+// axes, flattens the rest.
+ct_layer *ct_flatten(int n_axes_to_keep);
+// Mean over axis (negative counts from the end), optionally keeping it.
+ct_layer *ct_mean(int axis, bool keepdims);
+
+// Causal multi-head self-attention, (B, T, D) -> (B, T, D): Dense q, k, v,
+// scaled dot products masked so position t sees positions <= t, softmax,
+// attention dropout, a weighted sum of values, and an output Dense. Built
+// from layers: Serial(Branch(Dense, Dense, Dense), DotProductCausalAttention,
+// Dense).
+ct_layer *ct_causal_attention(int d_model, int n_heads, float dropout);
+// The weightless core: [q, k, v] (B, T, D) each -> (B, T, D), heads split
+// from D.
+ct_layer *ct_dot_product_causal_attention(int n_heads, float dropout);
+
+// ---- Losses and metrics: scalars from (model output, targets[, weights]) --
+// Targets are int32 class ids (..., ) for outputs (..., V).
+
+// [logits, targets, weights] -> sum(ce * w) / sum(w), ce from log_softmax.
+ct_layer *ct_weighted_category_cross_entropy(void);
+// [log_probs, targets, weights] -> sum(-log_probs[target] * w) / sum(w), as
+// Trax's CrossEntropyLoss (the model ends in LogSoftmax).
+ct_layer *ct_cross_entropy_loss(void);
+// [outputs, targets] -> mean(argmax == target).
+ct_layer *ct_category_accuracy(void);
+// [outputs, targets, weights] -> sum((argmax == target) * w) / sum(w).
+ct_layer *ct_weighted_category_accuracy(void);
+// [outputs, targets, weights] (B, T, V), (B, T), (B, T) -> fraction of
+// sequences whose every weighted position is right.
+ct_layer *ct_sequence_accuracy(void);
+// [outputs, targets, weights] f32 of one shape -> sum(w * (o - t)^2) / sum(w).
+ct_layer *ct_l2_loss(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

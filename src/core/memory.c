@@ -1,0 +1,178 @@
+#include "ctrax/core/memory.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CT_ALIGN 64
+#define CT_ARENA_MIN_BLOCK ((size_t)1 << 20)
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+ct_device ct_device_cpu(void) {
+    ct_device dev;
+    memset(&dev, 0, sizeof dev);
+    dev.kind = CT_DEVICE_CPU;
+    return dev;
+}
+
+ct_status ct_device_alloc(ct_device *dev, size_t bytes, const char *what, void **out, ct_error *err) {
+    *out = NULL;
+    if (bytes == 0) return CT_OK;
+    size_t padded = round_up(bytes, CT_ALIGN);
+    if (dev->limit_bytes && dev->current_bytes + padded > dev->limit_bytes)
+        return ct_error_set(err, CT_ERR_MEMORY,
+                            "device memory limit: %s needs %zu bytes, %zu of %zu in use", what,
+                            padded, dev->current_bytes, dev->limit_bytes);
+    void *p = aligned_alloc(CT_ALIGN, padded);
+    if (!p) return ct_error_set(err, CT_ERR_MEMORY, "out of memory allocating %zu bytes for %s", padded, what);
+    memset(p, 0, padded);
+    dev->current_bytes += padded;
+    if (dev->current_bytes > dev->peak_bytes) dev->peak_bytes = dev->current_bytes;
+    dev->n_allocs++;
+    *out = p;
+    return CT_OK;
+}
+
+void ct_device_free(ct_device *dev, void *ptr, size_t bytes) {
+    if (!ptr) return;
+    size_t padded = round_up(bytes, CT_ALIGN);
+    CT_ASSERT(dev->current_bytes >= padded);
+    dev->current_bytes -= padded;
+    free(ptr);
+}
+
+void ct_device_reset_peak(ct_device *dev) { dev->peak_bytes = dev->current_bytes; }
+
+// ---- arena ----------------------------------------------------------------
+
+struct ct_arena_block {
+    ct_arena_block *prev;
+    size_t cap;   // bytes of data
+    size_t used;  // bytes handed out from data
+    size_t alloc_bytes;
+    unsigned char *data;
+};
+
+static ct_status block_new(ct_arena *a, size_t cap, ct_arena_block **out, ct_error *err) {
+    void *mem;
+    size_t header = round_up(sizeof(ct_arena_block), CT_ALIGN);
+    CT_TRY(ct_device_alloc(a->dev, header + cap, "step arena", &mem, err));
+    ct_arena_block *b = mem;
+    b->prev = NULL;
+    b->cap = cap;
+    b->used = 0;
+    b->alloc_bytes = header + cap;
+    b->data = (unsigned char *)mem + header;
+    *out = b;
+    return CT_OK;
+}
+
+static void block_free(ct_arena *a, ct_arena_block *b) { ct_device_free(a->dev, b, b->alloc_bytes); }
+
+void ct_arena_init(ct_arena *a, ct_device *dev) {
+    memset(a, 0, sizeof *a);
+    a->dev = dev;
+}
+
+void ct_arena_free(ct_arena *a) {
+    while (a->head) {
+        ct_arena_block *prev = a->head->prev;
+        block_free(a, a->head);
+        a->head = prev;
+    }
+    a->used = a->high_water = 0;
+}
+
+void *ct_arena_alloc(ct_arena *a, size_t bytes, ct_error *err) {
+    size_t n = round_up(bytes ? bytes : 1, CT_ALIGN);
+    ct_arena_block *b = a->head;
+    if (!b || b->used + n > b->cap) {
+        size_t cap = CT_ARENA_MIN_BLOCK;
+        if (b && 2 * b->cap > cap) cap = 2 * b->cap;
+        if (n > cap) cap = n;
+        ct_arena_block *nb;
+        if (block_new(a, cap, &nb, err) != CT_OK) return NULL;
+        nb->prev = b;
+        a->head = b = nb;
+    }
+    void *p = b->data + b->used;
+    b->used += n;
+    a->used += n;
+    if (a->used > a->high_water) a->high_water = a->used;
+    if (a->used > a->peak) a->peak = a->used;
+    return p;
+}
+
+void *ct_arena_calloc(ct_arena *a, size_t bytes, ct_error *err) {
+    void *p = ct_arena_alloc(a, bytes, err);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+ct_arena_mark ct_arena_get_mark(const ct_arena *a) {
+    ct_arena_mark m = {a->head, a->head ? a->head->used : 0, a->used};
+    return m;
+}
+
+void ct_arena_reset_to(ct_arena *a, ct_arena_mark mark) {
+    // Blocks chained after the mark only exist while the arena is still
+    // growing (the first step); give them back.
+    while (a->head != mark.block) {
+        CT_ASSERT(a->head);
+        ct_arena_block *prev = a->head->prev;
+        block_free(a, a->head);
+        a->head = prev;
+    }
+    if (a->head) a->head->used = mark.block_used;
+    a->used = mark.used;
+}
+
+void ct_arena_reset(ct_arena *a) {
+    if (a->head && a->head->prev) {
+        // The step needed more than one block: replace them with one block
+        // that holds the whole high-water mark, so the next step of the same
+        // shapes allocates nothing.
+        size_t need = a->high_water;
+        ct_arena_free(a);
+        ct_arena_block *b;
+        if (block_new(a, need, &b, NULL) == CT_OK) a->head = b;
+    }
+    if (a->head) a->head->used = 0;
+    a->used = 0;
+    a->high_water = 0;
+}
+
+size_t ct_arena_capacity(const ct_arena *a) {
+    size_t n = 0;
+    for (const ct_arena_block *b = a->head; b; b = b->prev) n += b->cap;
+    return n;
+}
+
+// ---- bookkeeping allocations ---------------------------------------------
+
+void *ct_malloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) ct_abort(__FILE__, __LINE__, "out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *ct_calloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) ct_abort(__FILE__, __LINE__, "out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *ct_realloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) ct_abort(__FILE__, __LINE__, "out of memory reallocating %zu bytes", bytes);
+    return q;
+}
+
+void ct_free(void *p) { free(p); }
+
+char *ct_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = ct_malloc(n);
+    memcpy(d, s, n);
+    return d;
+}

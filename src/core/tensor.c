@@ -1,0 +1,79 @@
+#include "ctrax/core/tensor.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ctrax/core/error.h"
+
+size_t ct_dtype_size(ct_dtype dtype) {
+    switch (dtype) {
+    case CT_DTYPE_F32: return 4;
+    case CT_DTYPE_I32: return 4;
+    case CT_DTYPE_BF16: return 2;
+    }
+    return 0;
+}
+
+const char *ct_dtype_name(ct_dtype dtype) {
+    switch (dtype) {
+    case CT_DTYPE_F32: return "f32";
+    case CT_DTYPE_I32: return "i32";
+    case CT_DTYPE_BF16: return "bf16";
+    }
+    return "?";
+}
+
+ct_tensor ct_tensor_make(ct_dtype dtype, int ndim, const int64_t *shape, void *data) {
+    CT_ASSERT(ndim >= 0 && ndim <= CT_MAX_DIMS);
+    ct_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dtype;
+    t.ndim = ndim;
+    for (int i = 0; i < ndim; i++) t.shape[i] = shape[i];
+    t.data = data;
+    return t;
+}
+
+ct_tensor ct_tensor_1d(ct_dtype dtype, int64_t d0, void *data) {
+    return ct_tensor_make(dtype, 1, (int64_t[]){d0}, data);
+}
+ct_tensor ct_tensor_2d(ct_dtype dtype, int64_t d0, int64_t d1, void *data) {
+    return ct_tensor_make(dtype, 2, (int64_t[]){d0, d1}, data);
+}
+ct_tensor ct_tensor_3d(ct_dtype dtype, int64_t d0, int64_t d1, int64_t d2, void *data) {
+    return ct_tensor_make(dtype, 3, (int64_t[]){d0, d1, d2}, data);
+}
+
+ct_tensor ct_tensor_sig(const ct_tensor *t) {
+    ct_tensor s = *t;
+    s.data = NULL;
+    return s;
+}
+
+int64_t ct_tensor_dims_product(const ct_tensor *t, int from, int to) {
+    int64_t n = 1;
+    for (int i = from; i < to; i++) n *= t->shape[i];
+    return n;
+}
+
+int64_t ct_tensor_numel(const ct_tensor *t) { return ct_tensor_dims_product(t, 0, t->ndim); }
+
+size_t ct_tensor_nbytes(const ct_tensor *t) {
+    return (size_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype);
+}
+
+bool ct_tensor_same_sig(const ct_tensor *a, const ct_tensor *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+char *ct_tensor_sig_str(const ct_tensor *t, char *buf, size_t len) {
+    size_t pos = 0;
+    pos += (size_t)snprintf(buf + pos, len - pos, "(");
+    for (int i = 0; i < t->ndim && pos < len; i++)
+        pos += (size_t)snprintf(buf + pos, len - pos, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+    if (pos < len) snprintf(buf + pos, len - pos, ") %s", ct_dtype_name(t->dtype));
+    return buf;
+}

@@ -1,0 +1,22 @@
+// Matrix products through OpenBLAS (cblas_sgemm), llm.c style: plain arrays,
+// outputs first, shapes in the comment. Backward adds into its outputs.
+#ifndef CTRAX_KERNELS_CPU_MATMUL_H
+#define CTRAX_KERNELS_CPU_MATMUL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+// inp (N, C), weight (C, OC), bias (OC) or NULL -> out (N, OC)
+void ct_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
+                       int64_t C, int64_t OC);
+// dout (N, OC) -> dinp (N, C) += dout W^T (skipped if dinp is NULL),
+// dweight (C, OC) += inp^T dout, dbias (OC) += sum over N of dout (if not NULL)
+void ct_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                        const float *weight, int64_t N, int64_t C, int64_t OC);
+
+// C (M, N) = alpha * op(A) op(B) + beta * C, row-major; op transposes if the
+// flag is set. A thin wrapper so kernels share one call into BLAS.
+void ct_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+#endif

@@ -1,0 +1,558 @@
+// Combinators (Serial, Parallel, Branch, Residual) and the weightless stack
+// layers (Select, Dup, Swap, Drop, Add, Multiply, Concatenate, Split, Fn).
+//
+// Gradient tensors may alias one another (Select and Add hand the same
+// gradient to two inputs), so no layer writes into a grad_out it was given.
+#include "ctrax/layers/combinators.h"
+
+#include <string.h>
+
+// The deepest stack a Serial may build while running its sublayers.
+#define CT_STACK_MAX (2 * CT_LAYER_MAX_IO)
+
+// Replaces the top n_pop items of stack (depth items, top at index 0) by the
+// n_push items of top. Returns the new depth, or -1 if it would overflow.
+static int stack_replace(ct_tensor *stack, int depth, int n_pop, const ct_tensor *top, int n_push) {
+    int new_depth = depth - n_pop + n_push;
+    if (new_depth > CT_STACK_MAX) return -1;
+    memmove(stack + n_push, stack + n_pop, (size_t)(depth - n_pop) * sizeof *stack);
+    memcpy(stack, top, (size_t)n_push * sizeof *stack);
+    return new_depth;
+}
+
+// ---- Serial ------------------------------------------------------------------
+
+static ct_status serial_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
+                             ct_key key, ct_error *err) {
+    ct_tensor stack[CT_STACK_MAX], outs[CT_LAYER_MAX_IO];
+    int depth = l->n_in;
+    memcpy(stack, in, (size_t)depth * sizeof *stack);
+    for (int i = 0; i < l->n_sub; i++) {
+        ct_layer *s = l->sub[i];
+        CT_TRY(ct_layer_init(s, i, ic, stack, outs, ct_key_split(key, (uint32_t)i), err));
+        depth = stack_replace(stack, depth, s->n_in, outs, s->n_out);
+        if (depth < 0)
+            return ct_layer_fail(l, err, CT_ERR_ARG, "init", "stack deeper than %d items", CT_STACK_MAX);
+    }
+    memcpy(out, stack, (size_t)l->n_out * sizeof *out);
+    return CT_OK;
+}
+
+static ct_status serial_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
+                                ct_key key, ct_error *err) {
+    ct_tensor stack[CT_STACK_MAX], outs[CT_LAYER_MAX_IO];
+    int depth = l->n_in;
+    memcpy(stack, in, (size_t)depth * sizeof *stack);
+    for (int i = 0; i < l->n_sub; i++) {
+        ct_layer *s = l->sub[i];
+        CT_TRY(ct_layer_forward(s, c, stack, outs, ct_key_split(key, (uint32_t)i), err));
+        depth = stack_replace(stack, depth, s->n_in, outs, s->n_out);  // checked at init
+    }
+    memcpy(out, stack, (size_t)l->n_out * sizeof *out);
+    return CT_OK;
+}
+
+static ct_status serial_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
+                                 ct_tensor *grad_in, ct_key key, ct_error *err) {
+    ct_tensor stack[CT_STACK_MAX], grads[CT_LAYER_MAX_IO];
+    int depth = l->n_out;
+    memcpy(stack, grad_out, (size_t)depth * sizeof *stack);
+    for (int i = l->n_sub - 1; i >= 0; i--) {
+        ct_layer *s = l->sub[i];
+        CT_TRY(ct_layer_backward(s, c, stack, grads, ct_key_split(key, (uint32_t)i), err));
+        depth = stack_replace(stack, depth, s->n_out, grads, s->n_in);
+    }
+    memcpy(grad_in, stack, (size_t)l->n_in * sizeof *grad_in);
+    return CT_OK;
+}
+
+static const ct_layer_vtable serial_vt = {"Serial", serial_init, serial_forward, serial_backward, NULL};
+
+ct_layer *ct_serial(int n, ct_layer **layers) {
+    // Flatten nested plain Serials (Trax does the same); a Serial that is
+    // shared or renamed (Branch, Residual, a model) keeps its identity.
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        ct_layer *s = layers[i];
+        bool flat = s->vt == &serial_vt && strcmp(s->name, "Serial") == 0 && s->refcount == 1;
+        total += flat ? s->n_sub : 1;
+    }
+    ct_layer **subs = ct_malloc((size_t)(total ? total : 1) * sizeof *subs);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        ct_layer *s = layers[i];
+        if (s->vt == &serial_vt && strcmp(s->name, "Serial") == 0 && s->refcount == 1) {
+            for (int j = 0; j < s->n_sub; j++) subs[k++] = ct_layer_ref(s->sub[j]);
+            ct_layer_free(s);
+        } else {
+            subs[k++] = s;
+        }
+    }
+    // n_in is the deepest the sublayers reach; n_out what is left above it.
+    int running_max = 0, running_total = 0;
+    for (int i = 0; i < total; i++) {
+        running_total += subs[i]->n_in;
+        if (running_total > running_max) running_max = running_total;
+        running_total -= subs[i]->n_out;
+    }
+    ct_layer *l = ct_layer_new(&serial_vt, "Serial", running_max, running_max - running_total, NULL,
+                               subs, total);
+    ct_free(subs);
+    return l;
+}
+
+// ---- Parallel ----------------------------------------------------------------
+
+static ct_status parallel_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
+                               ct_key key, ct_error *err) {
+    int i_in = 0, i_out = 0;
+    for (int i = 0; i < l->n_sub; i++) {
+        ct_layer *s = l->sub[i];
+        CT_TRY(ct_layer_init(s, i, ic, in + i_in, out + i_out, ct_key_split(key, (uint32_t)i), err));
+        i_in += s->n_in;
+        i_out += s->n_out;
+    }
+    return CT_OK;
+}
+
+static ct_status parallel_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
+                                  ct_key key, ct_error *err) {
+    int i_in = 0, i_out = 0;
+    for (int i = 0; i < l->n_sub; i++) {
+        ct_layer *s = l->sub[i];
+        CT_TRY(ct_layer_forward(s, c, in + i_in, out + i_out, ct_key_split(key, (uint32_t)i), err));
+        i_in += s->n_in;
+        i_out += s->n_out;
+    }
+    return CT_OK;
+}
+
+static ct_status parallel_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
+                                   ct_tensor *grad_in, ct_key key, ct_error *err) {
+    // Sublayers push to the tape in order, so they pop in reverse order.
+    int i_in = l->n_in, i_out = l->n_out;
+    for (int i = l->n_sub - 1; i >= 0; i--) {
+        ct_layer *s = l->sub[i];
+        i_in -= s->n_in;
+        i_out -= s->n_out;
+        CT_TRY(ct_layer_backward(s, c, grad_out + i_out, grad_in + i_in, ct_key_split(key, (uint32_t)i),
+                                 err));
+    }
+    return CT_OK;
+}
+
+static const ct_layer_vtable parallel_vt = {"Parallel", parallel_init, parallel_forward,
+                                            parallel_backward, NULL};
+
+ct_layer *ct_parallel(int n, ct_layer **layers) {
+    int n_in = 0, n_out = 0;
+    for (int i = 0; i < n; i++) {
+        n_in += layers[i]->n_in;
+        n_out += layers[i]->n_out;
+    }
+    return ct_layer_new(&parallel_vt, "Parallel", n_in, n_out, NULL, layers, n);
+}
+
+// ---- Branch and Residual -------------------------------------------------------
+
+ct_layer *ct_branch(int n, ct_layer **layers) {
+    // Select copies each sublayer's inputs from the top of the stack.
+    int indices[CT_LAYER_MAX_IO], k = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < layers[i]->n_in; j++) {
+            CT_ASSERT(k < CT_LAYER_MAX_IO);
+            indices[k++] = j;
+        }
+    ct_layer *parts[2] = {ct_select(k, indices, 0), ct_parallel(n, layers)};
+    return ct_layer_rename(ct_serial(2, parts), "Branch");
+}
+
+ct_layer *ct_residual(int n, ct_layer **layers, ct_layer *shortcut) {
+    ct_layer *body = n == 1 ? layers[0] : ct_serial(n, layers);
+    // A missing shortcut is the identity: [x] -> [x].
+    ct_layer *identity = ct_layer_rename(ct_select(1, (int[]){0}, 1), "Identity");
+    ct_layer *branch_parts[2] = {shortcut ? shortcut : identity, body};
+    if (shortcut) ct_layer_free(identity);
+    ct_layer *parts[2] = {ct_branch(2, branch_parts), ct_add()};
+    return ct_layer_rename(ct_serial(2, parts), "Residual");
+}
+
+// ---- Select --------------------------------------------------------------------
+
+typedef struct select_hp {
+    int n_indices;
+    int indices[CT_LAYER_MAX_IO];
+} select_hp;
+
+static ct_status select_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
+                             ct_key key, ct_error *err) {
+    (void)ic, (void)key, (void)err;
+    const select_hp *hp = l->hp;
+    for (int i = 0; i < hp->n_indices; i++) out[i] = in[hp->indices[i]];
+    return CT_OK;
+}
+
+static ct_status select_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
+                                ct_key key, ct_error *err) {
+    (void)key;
+    const select_hp *hp = l->hp;
+    for (int i = 0; i < hp->n_indices; i++) out[i] = in[hp->indices[i]];
+    // The input signatures, for the zero gradients of inputs no output uses.
+    for (int j = 0; j < l->n_in; j++) {
+        ct_tensor sig = ct_tensor_sig(&in[j]);
+        CT_TRY(ct_tape_push(c, &sig, err));
+    }
+    return CT_OK;
+}
+
+static ct_status select_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
+                                 ct_tensor *grad_in, ct_key key, ct_error *err) {
+    (void)key;
+    const select_hp *hp = l->hp;
+    for (int j = l->n_in - 1; j >= 0; j--) grad_in[j] = ct_tape_pop(c);
+    for (int i = 0; i < hp->n_indices; i++) {
+        const ct_tensor *g = &grad_out[i];
+        ct_tensor *acc = &grad_in[hp->indices[i]];
+        if (!g->data) continue;
+        if (!acc->data) {
+            *acc = *g;  // the first gradient for this input: alias it
+            continue;
+        }
+        // A second use of the same input: sum into fresh memory, since
+        // the first gradient may be aliased elsewhere.
+        ct_tensor sum = ct_tensor_sig(acc);
+        CT_TRY(ct_ctx_alloc(c, &sum, err));
+        const float *a = acc->data, *b = g->data;
+        float *s = sum.data;
+        int64_t n = ct_tensor_numel(&sum);
+        for (int64_t k = 0; k < n; k++) s[k] = a[k] + b[k];
+        *acc = sum;
+    }
+    return CT_OK;
+}
+
+static const ct_layer_vtable select_vt = {"Select", select_init, select_forward, select_backward, NULL};
+
+ct_layer *ct_select(int n_indices, const int *indices, int n_in) {
+    CT_ASSERT(n_indices >= 0 && n_indices <= CT_LAYER_MAX_IO);
+    select_hp *hp = ct_calloc(1, sizeof *hp);
+    hp->n_indices = n_indices;
+    int max_index = -1;
+    for (int i = 0; i < n_indices; i++) {
+        CT_ASSERT(indices[i] >= 0);
+        hp->indices[i] = indices[i];
+        if (indices[i] > max_index) max_index = indices[i];
+    }
+    if (n_in == 0) n_in = max_index + 1;
+    CT_ASSERT(n_in > max_index);
+    return ct_layer_new(&select_vt, "Select", n_in, n_indices, hp, NULL, 0);
+}
+
+ct_layer *ct_dup(void) { return ct_layer_rename(ct_select(2, (int[]){0, 0}, 1), "Dup"); }
+ct_layer *ct_swap(void) { return ct_layer_rename(ct_select(2, (int[]){1, 0}, 2), "Swap"); }
+ct_layer *ct_drop(void) { return ct_layer_rename(ct_select(0, NULL, 1), "Drop"); }
+
+// ---- Add and Multiply ------------------------------------------------------------
+
+static ct_status check_same(const ct_layer *l, const ct_tensor *in, ct_error *err) {
+    if (in[0].dtype != CT_DTYPE_F32 || !ct_tensor_same_sig(&in[0], &in[1])) {
+        char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, "init", "inputs %s and %s differ (need two equal f32 shapes)",
+                             ct_tensor_sig_str(&in[0], a, sizeof a), ct_tensor_sig_str(&in[1], b, sizeof b));
+    }
+    return CT_OK;
+}
+
+static ct_status binary_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
+                             ct_key key, ct_error *err) {
+    (void)ic, (void)key;
+    CT_TRY(check_same(l, in, err));
+    out[0] = in[0];
+    return CT_OK;
+}
+
+// out = a + b; (...) x (...) -> (...)
+static ct_status add_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                             ct_error *err) {
+    (void)key;
+    CT_TRY(check_same(l, in, err));
+    out[0] = ct_tensor_sig(&in[0]);
+    CT_TRY(ct_ctx_alloc(c, &out[0], err));
+    const float *a = in[0].data, *b = in[1].data;
+    float *o = out[0].data;
+    int64_t n = ct_tensor_numel(&out[0]);
+    for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i];
+    return CT_OK;
+}
+
+static ct_status add_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
+                              ct_key key, ct_error *err) {
+    (void)l, (void)c, (void)key, (void)err;
+    grad_in[0] = grad_out[0];
+    grad_in[1] = grad_out[0];
+    return CT_OK;
+}
+
+static const ct_layer_vtable add_vt = {"Add", binary_init, add_forward, add_backward, NULL};
+ct_layer *ct_add(void) { return ct_layer_new(&add_vt, "Add", 2, 1, NULL, NULL, 0); }
+
+// out = a * b elementwise
+static ct_status mul_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                             ct_error *err) {
+    (void)key;
+    CT_TRY(check_same(l, in, err));
+    out[0] = ct_tensor_sig(&in[0]);
+    CT_TRY(ct_ctx_alloc(c, &out[0], err));
+    const float *a = in[0].data, *b = in[1].data;
+    float *o = out[0].data;
+    int64_t n = ct_tensor_numel(&out[0]);
+    for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i];
+    CT_TRY(ct_tape_push(c, &in[0], err));
+    return ct_tape_push(c, &in[1], err);
+}
+
+// da = g * b, db = g * a
+static ct_status mul_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
+                              ct_key key, ct_error *err) {
+    (void)l, (void)key;
+    ct_tensor b = ct_tape_pop(c), a = ct_tape_pop(c);
+    if (!grad_out[0].data) {
+        grad_in[0] = ct_tensor_sig(&a);
+        grad_in[1] = ct_tensor_sig(&b);
+        return CT_OK;
+    }
+    grad_in[0] = ct_tensor_sig(&a);
+    grad_in[1] = ct_tensor_sig(&b);
+    CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));
+    CT_TRY(ct_ctx_alloc(c, &grad_in[1], err));
+    const float *g = grad_out[0].data, *pa = a.data, *pb = b.data;
+    float *ga = grad_in[0].data, *gb = grad_in[1].data;
+    int64_t n = ct_tensor_numel(&a);
+    for (int64_t i = 0; i < n; i++) {
+        ga[i] = g[i] * pb[i];
+        gb[i] = g[i] * pa[i];
+    }
+    return CT_OK;
+}
+
+static const ct_layer_vtable mul_vt = {"Multiply", binary_init, mul_forward, mul_backward, NULL};
+ct_layer *ct_multiply(void) { return ct_layer_new(&mul_vt, "Multiply", 2, 1, NULL, NULL, 0); }
+
+// ---- Concatenate and Split ---------------------------------------------------------
+//
+// Both view a tensor as (outer, axis, inner) and copy rows of axis*inner
+// floats between the pieces and the whole.
+
+typedef struct axis_hp {
+    int n_items;
+    int axis;
+} axis_hp;
+
+static int resolve_axis(int axis, int ndim) { return axis < 0 ? axis + ndim : axis; }
+
+// Copies pieces (n of them, each (outer, len[i], inner)) to or from the
+// whole (outer, sum len, inner).
+static void copy_pieces(ct_tensor *pieces, int n, ct_tensor *whole, int axis, bool to_whole) {
+    int64_t outer = ct_tensor_dims_product(whole, 0, axis);
+    int64_t inner = ct_tensor_dims_product(whole, axis + 1, whole->ndim);
+    int64_t total = whole->shape[axis] * inner;
+    float *w = whole->data;
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t pos = 0;
+        for (int i = 0; i < n; i++) {
+            int64_t len = pieces[i].shape[axis] * inner;
+            float *p = (float *)pieces[i].data + o * len;
+            float *q = w + o * total + pos;
+            if (to_whole) memcpy(q, p, (size_t)len * sizeof *q);
+            else memcpy(p, q, (size_t)len * sizeof *q);
+            pos += len;
+        }
+    }
+}
+
+static ct_status concat_shape(const ct_layer *l, const ct_tensor *in, ct_tensor *out, ct_error *err) {
+    const axis_hp *hp = l->hp;
+    int axis = resolve_axis(hp->axis, in[0].ndim);
+    char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
+    if (axis < 0 || axis >= in[0].ndim || in[0].dtype != CT_DTYPE_F32)
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, "init", "axis %d does not fit input 0 %s", hp->axis,
+                             ct_tensor_sig_str(&in[0], a, sizeof a));
+    out[0] = ct_tensor_sig(&in[0]);
+    for (int i = 1; i < hp->n_items; i++) {
+        bool ok = in[i].ndim == in[0].ndim && in[i].dtype == in[0].dtype;
+        for (int d = 0; ok && d < in[0].ndim; d++)
+            if (d != axis && in[i].shape[d] != in[0].shape[d]) ok = false;
+        if (!ok)
+            return ct_layer_fail(l, err, CT_ERR_SHAPE, "init",
+                                 "input %d %s does not match input 0 %s outside axis %d", i,
+                                 ct_tensor_sig_str(&in[i], a, sizeof a),
+                                 ct_tensor_sig_str(&in[0], b, sizeof b), axis);
+        out[0].shape[axis] += in[i].shape[axis];
+    }
+    return CT_OK;
+}
+
+static ct_status concat_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
+                             ct_key key, ct_error *err) {
+    (void)ic, (void)key;
+    return concat_shape(l, in, out, err);
+}
+
+static ct_status concat_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
+                                ct_key key, ct_error *err) {
+    (void)key;
+    const axis_hp *hp = l->hp;
+    CT_TRY(concat_shape(l, in, out, err));
+    CT_TRY(ct_ctx_alloc(c, &out[0], err));
+    ct_tensor pieces[CT_LAYER_MAX_IO];
+    memcpy(pieces, in, (size_t)hp->n_items * sizeof *pieces);
+    int axis = resolve_axis(hp->axis, in[0].ndim);
+    copy_pieces(pieces, hp->n_items, &out[0], axis, true);
+    for (int i = 0; i < hp->n_items; i++) {
+        ct_tensor sig = ct_tensor_sig(&in[i]);
+        CT_TRY(ct_tape_push(c, &sig, err));
+    }
+    return CT_OK;
+}
+
+static ct_status concat_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
+                                 ct_tensor *grad_in, ct_key key, ct_error *err) {
+    (void)key;
+    const axis_hp *hp = l->hp;
+    for (int i = hp->n_items - 1; i >= 0; i--) grad_in[i] = ct_tape_pop(c);
+    if (!grad_out[0].data) return CT_OK;
+    for (int i = 0; i < hp->n_items; i++) CT_TRY(ct_ctx_alloc(c, &grad_in[i], err));
+    ct_tensor whole = grad_out[0];
+    copy_pieces(grad_in, hp->n_items, &whole, resolve_axis(hp->axis, whole.ndim), false);
+    return CT_OK;
+}
+
+static const ct_layer_vtable concat_vt = {"Concatenate", concat_init, concat_forward, concat_backward,
+                                          NULL};
+
+ct_layer *ct_concatenate(int n_items, int axis) {
+    CT_ASSERT(n_items >= 1 && n_items <= CT_LAYER_MAX_IO);
+    axis_hp *hp = ct_calloc(1, sizeof *hp);
+    hp->n_items = n_items;
+    hp->axis = axis;
+    return ct_layer_new(&concat_vt, "Concatenate", n_items, 1, hp, NULL, 0);
+}
+
+static ct_status split_shape(const ct_layer *l, const ct_tensor *in, ct_tensor *out, ct_error *err) {
+    const axis_hp *hp = l->hp;
+    int axis = resolve_axis(hp->axis, in[0].ndim);
+    char a[CT_SIG_STR_MAX];
+    if (axis < 0 || axis >= in[0].ndim || in[0].dtype != CT_DTYPE_F32 ||
+        in[0].shape[axis] % hp->n_items != 0)
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, "init", "cannot split %s into %d parts along axis %d",
+                             ct_tensor_sig_str(&in[0], a, sizeof a), hp->n_items, hp->axis);
+    for (int i = 0; i < hp->n_items; i++) {
+        out[i] = ct_tensor_sig(&in[0]);
+        out[i].shape[axis] /= hp->n_items;
+    }
+    return CT_OK;
+}
+
+static ct_status split_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
+                            ct_key key, ct_error *err) {
+    (void)ic, (void)key;
+    return split_shape(l, in, out, err);
+}
+
+static ct_status split_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
+                               ct_key key, ct_error *err) {
+    (void)key;
+    const axis_hp *hp = l->hp;
+    CT_TRY(split_shape(l, in, out, err));
+    for (int i = 0; i < hp->n_items; i++) CT_TRY(ct_ctx_alloc(c, &out[i], err));
+    ct_tensor whole = in[0];
+    copy_pieces(out, hp->n_items, &whole, resolve_axis(hp->axis, whole.ndim), false);
+    ct_tensor sig = ct_tensor_sig(&in[0]);
+    return ct_tape_push(c, &sig, err);
+}
+
+static ct_status split_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
+                                ct_key key, ct_error *err) {
+    (void)key;
+    const axis_hp *hp = l->hp;
+    grad_in[0] = ct_tape_pop(c);
+    CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));
+    ct_tensor pieces[CT_LAYER_MAX_IO];
+    for (int i = 0; i < hp->n_items; i++) {
+        pieces[i] = grad_out[i];
+        CT_TRY(ct_ctx_grad_or_zeros(c, &pieces[i], err));
+    }
+    copy_pieces(pieces, hp->n_items, &grad_in[0], resolve_axis(hp->axis, grad_in[0].ndim), true);
+    return CT_OK;
+}
+
+static const ct_layer_vtable split_vt = {"Split", split_init, split_forward, split_backward, NULL};
+
+ct_layer *ct_split(int n_items, int axis) {
+    CT_ASSERT(n_items >= 1 && n_items <= CT_LAYER_MAX_IO);
+    axis_hp *hp = ct_calloc(1, sizeof *hp);
+    hp->n_items = n_items;
+    hp->axis = axis;
+    return ct_layer_new(&split_vt, "Split", 1, n_items, hp, NULL, 0);
+}
+
+// ---- Fn: a weightless layer from plain functions -------------------------------------
+
+static ct_status fn_shape(const ct_layer *l, const ct_tensor *in, ct_tensor *out, ct_error *err) {
+    const ct_fn_spec *spec = l->hp;
+    if (spec->shape) {
+        ct_error inner;
+        ct_error_clear(&inner);
+        ct_status st = spec->shape(in, out, spec->user, &inner);
+        if (st != CT_OK) return ct_layer_fail(l, err, st, "shape", "%s", inner.msg);
+    } else {
+        for (int i = 0; i < l->n_out; i++) out[i] = ct_tensor_sig(&in[0]);
+    }
+    return CT_OK;
+}
+
+static ct_status fn_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
+                         ct_key key, ct_error *err) {
+    (void)ic, (void)key;
+    return fn_shape(l, in, out, err);
+}
+
+static ct_status fn_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                            ct_error *err) {
+    (void)key;
+    const ct_fn_spec *spec = l->hp;
+    CT_TRY(fn_shape(l, in, out, err));
+    for (int i = 0; i < l->n_out; i++) CT_TRY(ct_ctx_alloc(c, &out[i], err));
+    spec->forward(in, out, spec->user);
+    for (int i = 0; i < l->n_in; i++) CT_TRY(ct_tape_push(c, &in[i], err));
+    for (int i = 0; i < l->n_out; i++) CT_TRY(ct_tape_push(c, &out[i], err));
+    return CT_OK;
+}
+
+static ct_status fn_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
+                             ct_key key, ct_error *err) {
+    (void)key;
+    const ct_fn_spec *spec = l->hp;
+    ct_tensor in[CT_LAYER_MAX_IO], out[CT_LAYER_MAX_IO], g[CT_LAYER_MAX_IO];
+    for (int i = l->n_out - 1; i >= 0; i--) out[i] = ct_tape_pop(c);
+    for (int i = l->n_in - 1; i >= 0; i--) in[i] = ct_tape_pop(c);
+    for (int i = 0; i < l->n_out; i++) {
+        g[i] = grad_out[i];
+        CT_TRY(ct_ctx_grad_or_zeros(c, &g[i], err));
+    }
+    for (int i = 0; i < l->n_in; i++) {
+        grad_in[i] = ct_tensor_sig(&in[i]);
+        if (in[i].dtype == CT_DTYPE_F32) CT_TRY(ct_ctx_zeros(c, &grad_in[i], err));
+    }
+    if (spec->backward) spec->backward(in, out, g, grad_in, spec->user);
+    return CT_OK;
+}
+
+static const ct_layer_vtable fn_vt = {"Fn", fn_init, fn_forward, fn_backward, NULL};
+
+ct_layer *ct_fn(const ct_fn_spec *spec) {
+    CT_ASSERT(spec && spec->forward && spec->name);
+    ct_fn_spec *copy = ct_malloc(sizeof *copy);
+    *copy = *spec;
+    return ct_layer_new(&fn_vt, spec->name, spec->n_in, spec->n_out, copy, NULL, 0);
+}

@@ -1,0 +1,352 @@
+// The layer base: construction and references, the init pass with paths and
+// shared-layer checks, the run context and tape, and the net (a layer tree
+// bound to its slabs).
+#include "ctrax/layers/layer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CT_PATH_MAX 1024
+
+struct ct_init_ctx {
+    size_t n_weights;  // floats declared so far in the weight slab
+    size_t n_state;    // floats declared so far in the state slab
+    char path[CT_PATH_MAX];
+    size_t path_len;
+};
+
+// ---- construction ----------------------------------------------------------
+
+ct_layer *ct_layer_new(const ct_layer_vtable *vt, const char *name, int n_in, int n_out, void *hp,
+                       ct_layer **sub, int n_sub) {
+    CT_ASSERT(vt && n_in >= 0 && n_out >= 0 && n_in <= CT_LAYER_MAX_IO && n_out <= CT_LAYER_MAX_IO);
+    ct_layer *l = ct_calloc(1, sizeof *l);
+    l->vt = vt;
+    snprintf(l->name, sizeof l->name, "%s", name ? name : vt->type);
+    l->n_in = n_in;
+    l->n_out = n_out;
+    l->hp = hp;
+    l->refcount = 1;
+    if (n_sub > 0) {
+        l->sub = ct_malloc((size_t)n_sub * sizeof *l->sub);
+        for (int i = 0; i < n_sub; i++) {
+            CT_ASSERT(sub[i]);
+            l->sub[i] = sub[i];
+        }
+    }
+    l->n_sub = n_sub;
+    return l;
+}
+
+ct_layer *ct_layer_ref(ct_layer *l) {
+    l->refcount++;
+    return l;
+}
+
+static void free_params(ct_param *p, int n) {
+    for (int i = 0; i < n; i++) ct_free(p[i].full_name);
+    ct_free(p);
+}
+
+void ct_layer_free(ct_layer *l) {
+    if (!l || --l->refcount > 0) return;
+    for (int i = 0; i < l->n_sub; i++) ct_layer_free(l->sub[i]);
+    ct_free(l->sub);
+    if (l->vt->destroy) l->vt->destroy(l);
+    else ct_free(l->hp);
+    free_params(l->weights, l->n_weights);
+    free_params(l->states, l->n_states);
+    ct_free(l->path);
+    ct_free(l);
+}
+
+ct_layer *ct_layer_rename(ct_layer *l, const char *name) {
+    snprintf(l->name, sizeof l->name, "%s", name);
+    return l;
+}
+
+// ---- errors ------------------------------------------------------------------
+
+ct_status ct_layer_fail(const ct_layer *l, ct_error *err, ct_status code, const char *op,
+                        const char *fmt, ...) {
+    if (!err) return code;
+    char msg[CT_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ct_error_set(err, code, "layer %s (%s): %s", l->path ? l->path : l->name, op, msg);
+}
+
+ct_status ct_layer_check_input(const ct_layer *l, const ct_tensor *in_sigs, int i, ct_dtype dtype,
+                               int ndim, ct_error *err) {
+    const ct_tensor *t = &in_sigs[i];
+    char s[CT_SIG_STR_MAX];
+    if (t->dtype != dtype)
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, "init", "input %d is %s, expected dtype %s", i,
+                             ct_tensor_sig_str(t, s, sizeof s), ct_dtype_name(dtype));
+    if (ndim >= 0 && t->ndim != ndim)
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, "init", "input %d is %s, expected rank %d", i,
+                             ct_tensor_sig_str(t, s, sizeof s), ndim);
+    if (ndim < 0 && t->ndim < -ndim)
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, "init", "input %d is %s, expected rank >= %d", i,
+                             ct_tensor_sig_str(t, s, sizeof s), -ndim);
+    return CT_OK;
+}
+
+// ---- init --------------------------------------------------------------------
+
+ct_status ct_layer_init(ct_layer *l, int index, ct_init_ctx *ic, const ct_tensor *in_sigs,
+                        ct_tensor *out_sigs, ct_key key, ct_error *err) {
+    size_t saved_len = ic->path_len;
+    int n = index < 0 ? snprintf(ic->path + saved_len, CT_PATH_MAX - saved_len, "%s%s",
+                                 saved_len ? "/" : "", l->name)
+                      : snprintf(ic->path + saved_len, CT_PATH_MAX - saved_len, "%s%s[%d]",
+                                 saved_len ? "/" : "", l->name, index);
+    if (n < 0 || (size_t)n >= CT_PATH_MAX - saved_len)
+        return ct_error_set(err, CT_ERR_ARG, "layer path longer than %d characters: %s", CT_PATH_MAX,
+                            ic->path);
+    ic->path_len += (size_t)n;
+
+    ct_status st = CT_OK;
+    if (l->initialized) {
+        // A shared layer: its weights exist; its inputs must look the same.
+        for (int i = 0; i < l->n_in; i++) {
+            if (!ct_tensor_same_sig(&in_sigs[i], &l->in_sigs[i])) {
+                char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
+                st = ct_error_set(err, CT_ERR_SHAPE,
+                                  "layer %s (init): input %d is %s, but this layer is shared and "
+                                  "was first used at %s with %s",
+                                  ic->path, i, ct_tensor_sig_str(&in_sigs[i], a, sizeof a), l->path,
+                                  ct_tensor_sig_str(&l->in_sigs[i], b, sizeof b));
+                break;
+            }
+        }
+        if (st == CT_OK)
+            for (int i = 0; i < l->n_out; i++) out_sigs[i] = l->out_sigs[i];
+    } else {
+        ct_free(l->path);
+        l->path = ct_strdup(ic->path);
+        for (int i = 0; i < l->n_in; i++) l->in_sigs[i] = ct_tensor_sig(&in_sigs[i]);
+        l->w_begin = ic->n_weights;
+        l->s_begin = ic->n_state;
+        st = l->vt->init(l, ic, in_sigs, out_sigs, key, err);
+        l->w_end = ic->n_weights;
+        l->s_end = ic->n_state;
+        if (st == CT_OK) {
+            for (int i = 0; i < l->n_out; i++) l->out_sigs[i] = ct_tensor_sig(&out_sigs[i]);
+            l->initialized = true;
+        }
+    }
+    ic->path_len = saved_len;
+    ic->path[saved_len] = '\0';
+    return st;
+}
+
+static int declare(ct_layer *l, ct_init_ctx *ic, ct_param **list, int *count, size_t *cursor,
+                   const char *name, ct_tensor sig, ct_initializer init, ct_key key) {
+    CT_ASSERT(sig.dtype == CT_DTYPE_F32);
+    *list = ct_realloc(*list, (size_t)(*count + 1) * sizeof **list);
+    ct_param *p = &(*list)[*count];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    size_t len = strlen(ic->path) + 1 + strlen(name) + 1;
+    p->full_name = ct_malloc(len);
+    snprintf(p->full_name, len, "%s/%s", ic->path, name);
+    p->sig = ct_tensor_sig(&sig);
+    p->offset = *cursor;
+    p->init = init;
+    p->key = key;
+    *cursor += (size_t)ct_tensor_numel(&sig);
+    (void)l;
+    return (*count)++;
+}
+
+int ct_layer_declare_weight(ct_layer *l, ct_init_ctx *ic, const char *name, ct_tensor sig,
+                            ct_initializer init, ct_key key) {
+    return declare(l, ic, &l->weights, &l->n_weights, &ic->n_weights, name, sig, init, key);
+}
+
+int ct_layer_declare_state(ct_layer *l, ct_init_ctx *ic, const char *name, ct_tensor sig,
+                           ct_initializer init, ct_key key) {
+    return declare(l, ic, &l->states, &l->n_states, &ic->n_state, name, sig, init, key);
+}
+
+// ---- running -----------------------------------------------------------------
+
+void ct_ctx_init(ct_ctx *c, ct_arena *arena) {
+    memset(c, 0, sizeof *c);
+    c->arena = arena;
+    c->record = true;
+}
+
+void ct_ctx_free(ct_ctx *c) {
+    ct_free(c->tape);
+    c->tape = NULL;
+    c->tape_len = c->tape_cap = 0;
+}
+
+ct_status ct_layer_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                           ct_error *err) {
+    return l->vt->forward(l, c, in, out, key, err);
+}
+
+ct_status ct_layer_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
+                            ct_key key, ct_error *err) {
+    return l->vt->backward(l, c, grad_out, grad_in, key, err);
+}
+
+ct_status ct_ctx_alloc(ct_ctx *c, ct_tensor *t, ct_error *err) {
+    t->data = ct_arena_alloc(c->arena, ct_tensor_nbytes(t), err);
+    return t->data ? CT_OK : err ? err->code : CT_ERR_MEMORY;
+}
+
+ct_status ct_ctx_zeros(ct_ctx *c, ct_tensor *t, ct_error *err) {
+    t->data = ct_arena_calloc(c->arena, ct_tensor_nbytes(t), err);
+    return t->data ? CT_OK : err ? err->code : CT_ERR_MEMORY;
+}
+
+ct_status ct_ctx_grad_or_zeros(ct_ctx *c, ct_tensor *g, ct_error *err) {
+    if (g->data) return CT_OK;
+    return ct_ctx_zeros(c, g, err);
+}
+
+ct_status ct_tape_push(ct_ctx *c, const ct_tensor *t, ct_error *err) {
+    (void)err;
+    if (!c->record) return CT_OK;
+    if (c->tape_len == c->tape_cap) {
+        // Grows during the first step only: later steps push as many.
+        c->tape_cap = c->tape_cap ? 2 * c->tape_cap : 64;
+        c->tape = ct_realloc(c->tape, (size_t)c->tape_cap * sizeof *c->tape);
+    }
+    c->tape[c->tape_len++] = *t;
+    return CT_OK;
+}
+
+ct_tensor ct_tape_pop(ct_ctx *c) {
+    CT_ASSERT(c->tape_len > 0);
+    return c->tape[--c->tape_len];
+}
+
+// ---- net -----------------------------------------------------------------------
+
+// Appends the params of every layer in the tree, each layer once.
+static void collect(ct_layer *l, ct_param ***list, int *n, bool states, const ct_layer ***seen,
+                    int *n_seen) {
+    for (int i = 0; i < *n_seen; i++)
+        if ((*seen)[i] == l) return;
+    *seen = ct_realloc(*seen, (size_t)(*n_seen + 1) * sizeof **seen);
+    (*seen)[(*n_seen)++] = l;
+    ct_param *own = states ? l->states : l->weights;
+    int n_own = states ? l->n_states : l->n_weights;
+    if (n_own > 0) {
+        *list = ct_realloc(*list, (size_t)(*n + n_own) * sizeof **list);
+        for (int i = 0; i < n_own; i++) (*list)[(*n)++] = &own[i];
+    }
+    for (int i = 0; i < l->n_sub; i++) collect(l->sub[i], list, n, states, seen, n_seen);
+}
+
+static int by_offset(const void *a, const void *b) {
+    size_t x = (*(ct_param *const *)a)->offset, y = (*(ct_param *const *)b)->offset;
+    return (x > y) - (x < y);
+}
+
+static void fill(float *slab, const ct_param *p) {
+    float *w = slab + p->offset;
+    size_t n = (size_t)ct_tensor_numel(&p->sig);
+    const ct_tensor *s = &p->sig;
+    switch (p->init.kind) {
+    case CT_INIT_ZEROS:
+        memset(w, 0, n * sizeof *w);
+        break;
+    case CT_INIT_ONES:
+        for (size_t i = 0; i < n; i++) w[i] = 1.0f;
+        break;
+    case CT_INIT_GLOROT_UNIFORM: {
+        double fan_out = s->ndim ? (double)s->shape[s->ndim - 1] : 1.0;
+        double fan_in = s->ndim ? (double)n / fan_out : 1.0;
+        float a = p->init.scale * (float)sqrt(6.0 / (fan_in + fan_out));
+        ct_random_uniform(p->key, w, n, -a, a);
+        break;
+    }
+    case CT_INIT_NORMAL:
+        ct_random_normal(p->key, w, n, p->init.scale);
+        break;
+    case CT_INIT_UNIFORM:
+        ct_random_uniform(p->key, w, n, -p->init.scale, p->init.scale);
+        break;
+    }
+}
+
+ct_status ct_net_init(ct_net *net, ct_layer *root, const ct_tensor *in_sigs, int n_in, ct_key key,
+                      ct_device *dev, ct_error *err) {
+    memset(net, 0, sizeof *net);
+    if (n_in != root->n_in)
+        return ct_error_set(err, CT_ERR_ARG, "layer %s takes %d inputs, got %d", root->name,
+                            root->n_in, n_in);
+    net->root = ct_layer_ref(root);
+    net->dev = dev;
+    net->n_in = root->n_in;
+    net->n_out = root->n_out;
+    for (int i = 0; i < n_in; i++) net->in_sigs[i] = ct_tensor_sig(&in_sigs[i]);
+
+    ct_init_ctx *ic = ct_calloc(1, sizeof *ic);
+    ct_status st = ct_layer_init(root, -1, ic, net->in_sigs, net->out_sigs, key, err);
+    net->n_weights = ic->n_weights;
+    net->n_state = ic->n_state;
+    ct_free(ic);
+    if (st != CT_OK) goto fail;
+
+    size_t wbytes = net->n_weights * sizeof(float), sbytes = net->n_state * sizeof(float);
+    if ((st = ct_device_alloc(dev, wbytes, "weight slab", (void **)&net->weights, err)) != CT_OK ||
+        (st = ct_device_alloc(dev, wbytes, "gradient slab", (void **)&net->grads, err)) != CT_OK ||
+        (st = ct_device_alloc(dev, sbytes, "state slab", (void **)&net->state, err)) != CT_OK)
+        goto fail;
+
+    const ct_layer **seen = NULL;
+    int n_seen = 0;
+    collect(root, &net->params, &net->n_params, false, &seen, &n_seen);
+    n_seen = 0;
+    collect(root, &net->state_params, &net->n_state_params, true, &seen, &n_seen);
+    ct_free(seen);
+    qsort(net->params, (size_t)net->n_params, sizeof *net->params, by_offset);
+    qsort(net->state_params, (size_t)net->n_state_params, sizeof *net->state_params, by_offset);
+    for (int i = 0; i < net->n_params; i++) fill(net->weights, net->params[i]);
+    for (int i = 0; i < net->n_state_params; i++) fill(net->state, net->state_params[i]);
+    return CT_OK;
+fail:
+    ct_net_free(net);
+    return st;
+}
+
+void ct_net_free(ct_net *net) {
+    if (!net->root) return;
+    size_t wbytes = net->n_weights * sizeof(float), sbytes = net->n_state * sizeof(float);
+    ct_device_free(net->dev, net->weights, wbytes);
+    ct_device_free(net->dev, net->grads, wbytes);
+    ct_device_free(net->dev, net->state, sbytes);
+    ct_free(net->params);
+    ct_free(net->state_params);
+    ct_layer_free(net->root);
+    memset(net, 0, sizeof *net);
+}
+
+void ct_net_bind(const ct_net *net, ct_ctx *c, bool train) {
+    c->weights = net->weights;
+    c->grads = net->grads;
+    c->state = net->state;
+    c->train = train;
+    c->record = train;
+}
+
+void ct_net_zero_grads(ct_net *net) {
+    if (net->grads) memset(net->grads, 0, net->n_weights * sizeof(float));
+}
+
+const ct_param *ct_net_find_param(const ct_net *net, const char *full_name) {
+    for (int i = 0; i < net->n_params; i++)
+        if (strcmp(net->params[i]->full_name, full_name) == 0) return net->params[i];
+    return NULL;
+}

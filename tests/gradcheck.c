@@ -1,0 +1,186 @@
+#include "gradcheck.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+gradcheck_opts gradcheck_default_opts(void) {
+    gradcheck_opts o = {1e-2, 48, true, 1};
+    return o;
+}
+
+void gradcheck_fill(ct_tensor *t, uint64_t seed, float lo, float hi) {
+    ct_random_uniform(ct_key_from_seed(seed), t->data, (size_t)ct_tensor_numel(t), lo, hi);
+}
+
+typedef struct gc_run {
+    ct_net net;
+    ct_arena arena;
+    ct_ctx ctx;
+    ct_key key;
+    int n_in;
+    ct_tensor in[CT_LAYER_MAX_IO];
+    float *proj[CT_LAYER_MAX_IO];  // r_i, one per f32 output (NULL for others)
+} gc_run;
+
+// L = sum_i <r_i, out_i> in double, in forward-only mode.
+static int loss_at(gc_run *r, double *loss) {
+    ct_tensor out[CT_LAYER_MAX_IO];
+    ct_error err;
+    r->ctx.record = false;
+    ct_status st = ct_layer_forward(r->net.root, &r->ctx, r->in, out, r->key, &err);
+    r->ctx.record = true;
+    if (st != CT_OK) {
+        fprintf(stderr, "gradcheck forward: %s\n", err.msg);
+        ct_arena_reset(&r->arena);
+        return -1;
+    }
+    double s = 0;
+    for (int i = 0; i < r->net.n_out; i++) {
+        if (out[i].dtype != CT_DTYPE_F32) continue;
+        const float *o = out[i].data;
+        for (int64_t k = 0; k < ct_tensor_numel(&out[i]); k++) s += (double)o[k] * r->proj[i][k];
+    }
+    ct_arena_reset(&r->arena);
+    *loss = s;
+    return 0;
+}
+
+// The numeric gradient at element k of x, via central differences.
+static int numeric_at(gc_run *r, float *x, int64_t k, double eps, double *g) {
+    float saved = x[k];
+    double lp, lm;
+    x[k] = (float)(saved + eps);
+    double up = (double)x[k] - saved;
+    if (loss_at(r, &lp)) return -1;
+    x[k] = (float)(saved - eps);
+    double down = saved - (double)x[k];
+    if (loss_at(r, &lm)) return -1;
+    x[k] = saved;
+    *g = (lp - lm) / (up + down);
+    return 0;
+}
+
+// Compares analytic gradient ga with numeric ones at sampled elements of x.
+static double compare(gc_run *r, const char *label, const char *what, float *x, const float *ga,
+                      int64_t n, gradcheck_opts o) {
+    double dd = 0, aa = 0, nn = 0;
+    int m = n < o.max_elems ? (int)n : o.max_elems;
+    for (int s = 0; s < m; s++) {
+        int64_t k = n <= o.max_elems ? s : (int64_t)(ct_random_bits(ct_key_from_seed(o.seed + 99), (uint32_t)s) % (uint64_t)n);
+        double g;
+        if (numeric_at(r, x, k, o.eps, &g)) return -1;
+        double a = ga ? ga[k] : 0.0;
+        dd += (a - g) * (a - g);
+        aa += a * a;
+        nn += g * g;
+    }
+    double denom = sqrt(aa) + sqrt(nn);
+    double rel = sqrt(dd) / (denom > 1e-6 ? denom : 1e-6);
+    printf("  %-28s %-40s rel err %.2e  (|grad| %.3e)\n", label, what, rel, sqrt(aa));
+    return rel;
+}
+
+double gradcheck(const char *label, ct_layer *layer, const ct_tensor *inputs, int n_in,
+                 gradcheck_opts o) {
+    gc_run *r = calloc(1, sizeof *r);
+    ct_device dev = ct_device_cpu();
+    ct_error err;
+    ct_tensor sigs[CT_LAYER_MAX_IO];
+    double worst = 0;
+    for (int i = 0; i < n_in; i++) {
+        sigs[i] = ct_tensor_sig(&inputs[i]);
+        r->in[i] = inputs[i];
+        // A private copy of each f32 input, to perturb.
+        if (inputs[i].dtype == CT_DTYPE_F32) {
+            r->in[i].data = malloc(ct_tensor_nbytes(&inputs[i]));
+            memcpy(r->in[i].data, inputs[i].data, ct_tensor_nbytes(&inputs[i]));
+        }
+    }
+    r->n_in = n_in;
+    r->key = ct_key_from_seed(o.seed + 7);
+    if (ct_net_init(&r->net, layer, sigs, n_in, ct_key_from_seed(o.seed), &dev, &err) != CT_OK) {
+        fprintf(stderr, "gradcheck %s: init: %s\n", label, err.msg);
+        free(r);
+        return -1;
+    }
+    ct_arena_init(&r->arena, &dev);
+    ct_ctx_init(&r->ctx, &r->arena);
+    ct_net_bind(&r->net, &r->ctx, o.train);
+    r->ctx.record = true;
+    for (int i = 0; i < r->net.n_out; i++) {
+        const ct_tensor *s = &r->net.out_sigs[i];
+        if (s->dtype != CT_DTYPE_F32) continue;
+        r->proj[i] = malloc(ct_tensor_nbytes(s) + 4);
+        ct_random_uniform(ct_key_from_seed(o.seed + 1000 + (uint64_t)i), r->proj[i],
+                          (size_t)ct_tensor_numel(s), -1.0f, 1.0f);
+    }
+
+    // Analytic gradients: one forward with the tape, one backward.
+    ct_tensor out[CT_LAYER_MAX_IO], gout[CT_LAYER_MAX_IO], gin[CT_LAYER_MAX_IO];
+    ct_net_zero_grads(&r->net);
+    float **gin_copy = calloc((size_t)n_in, sizeof *gin_copy);
+    float *wgrad = NULL;
+    if (ct_layer_forward(r->net.root, &r->ctx, r->in, out, r->key, &err) != CT_OK) goto failed;
+    for (int i = 0; i < r->net.n_out; i++) {
+        gout[i] = ct_tensor_sig(&out[i]);
+        if (r->proj[i] && ct_tensor_same_sig(&out[i], &r->net.out_sigs[i])) gout[i].data = r->proj[i];
+        else if (out[i].dtype == CT_DTYPE_F32) {
+            fprintf(stderr, "gradcheck %s: output %d shape differs from init\n", label, i);
+            goto failed_quiet;
+        }
+    }
+    if (ct_layer_backward(r->net.root, &r->ctx, gout, gin, r->key, &err) != CT_OK) goto failed;
+    if (r->ctx.tape_len != 0) {
+        fprintf(stderr, "gradcheck %s: tape not empty after backward (%d left)\n", label, r->ctx.tape_len);
+        goto failed_quiet;
+    }
+    for (int i = 0; i < n_in; i++) {
+        if (inputs[i].dtype != CT_DTYPE_F32 || !gin[i].data) continue;
+        if (!ct_tensor_same_sig(&gin[i], &inputs[i])) {
+            fprintf(stderr, "gradcheck %s: gradient of input %d has the wrong shape\n", label, i);
+            goto failed_quiet;
+        }
+        gin_copy[i] = malloc(ct_tensor_nbytes(&inputs[i]));
+        memcpy(gin_copy[i], gin[i].data, ct_tensor_nbytes(&inputs[i]));
+    }
+    wgrad = malloc(r->net.n_weights * sizeof(float) + 4);
+    memcpy(wgrad, r->net.grads, r->net.n_weights * sizeof(float));
+    ct_arena_reset(&r->arena);
+
+    printf("gradcheck %s:\n", label);
+    for (int i = 0; i < n_in; i++) {
+        if (inputs[i].dtype != CT_DTYPE_F32) continue;
+        char what[64];
+        snprintf(what, sizeof what, "input %d", i);
+        double e = compare(r, label, what, r->in[i].data, gin_copy[i], ct_tensor_numel(&inputs[i]), o);
+        if (e < 0) goto failed_quiet;
+        if (e > worst) worst = e;
+    }
+    for (int p = 0; p < r->net.n_params; p++) {
+        const ct_param *pp = r->net.params[p];
+        double e = compare(r, label, pp->full_name, r->net.weights + pp->offset, wgrad + pp->offset,
+                           ct_tensor_numel(&pp->sig), o);
+        if (e < 0) goto failed_quiet;
+        if (e > worst) worst = e;
+    }
+    goto done;
+failed:
+    fprintf(stderr, "gradcheck %s: %s\n", label, err.msg);
+failed_quiet:
+    worst = -1;
+done:
+    for (int i = 0; i < n_in; i++) {
+        free(gin_copy[i]);
+        if (inputs[i].dtype == CT_DTYPE_F32) free(r->in[i].data);
+    }
+    for (int i = 0; i < CT_LAYER_MAX_IO; i++) free(r->proj[i]);
+    free(gin_copy);
+    free(wgrad);
+    ct_ctx_free(&r->ctx);
+    ct_arena_free(&r->arena);
+    ct_net_free(&r->net);
+    free(r);
+    return worst;
+}
