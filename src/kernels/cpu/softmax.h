@@ -1,0 +1,17 @@
+// Softmax and log-softmax over the last axis of (N, C) rows, forward and
+// backward. Backward adds into dinp.
+#ifndef CTRAX_KERNELS_CPU_SOFTMAX_H
+#define CTRAX_KERNELS_CPU_SOFTMAX_H
+
+#include <stdint.h>
+
+// inp (N, C) -> out (N, C), out = exp(x - max) / sum exp(x - max)
+void ct_softmax_forward(float *out, const float *inp, int64_t N, int64_t C);
+// dinp (N, C) += out * (dout - sum(dout * out))
+void ct_softmax_backward(float *dinp, const float *dout, const float *out, int64_t N, int64_t C);
+// inp (N, C) -> out (N, C), out = x - max - log sum exp(x - max)
+void ct_log_softmax_forward(float *out, const float *inp, int64_t N, int64_t C);
+// dinp (N, C) += dout - exp(out) * sum(dout)
+void ct_log_softmax_backward(float *dinp, const float *dout, const float *out, int64_t N, int64_t C);
+
+#endif
