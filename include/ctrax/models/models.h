@@ -1,0 +1,37 @@
+// Models, built only from layers. Each returns a new layer (one reference).
+#ifndef CTRAX_MODELS_MODELS_H
+#define CTRAX_MODELS_MODELS_H
+
+#include "ctrax/layers/layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Trax's MLP: [Flatten if flatten], then Dense(w) for each width, with Relu
+// between them (and after the last if out_activation). (B, ...) -> (B, last).
+ct_layer *ct_mlp(int n_widths, const int *layer_widths, bool out_activation, bool flatten);
+
+typedef struct ct_transformer_lm_params {
+    int vocab_size;     // 256
+    int d_model;        // 512
+    int d_ff;           // 2048
+    int n_layers;       // 6
+    int n_heads;        // 8
+    int max_len;        // 2048
+    float dropout;      // 0.1
+    bool learned_positions;  // false: sinusoidal positions, as Trax's default
+} ct_transformer_lm_params;
+ct_transformer_lm_params ct_transformer_lm_default_params(void);
+
+// Trax's decoder-only TransformerLM, int32 tokens (B, T) -> logits (B, T, V):
+//   ShiftRight(1), Embedding, Dropout, PositionalEncoding,
+//   n_layers x [Residual(LayerNorm, CausalAttention, Dropout),
+//               Residual(LayerNorm, Dense(d_ff), Relu, Dropout, Dense(d_model), Dropout)],
+//   LayerNorm, Dense(vocab_size).
+ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
