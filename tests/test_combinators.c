@@ -155,7 +155,28 @@ static void test_shape_error_names_path(void) {
     ct_layer_free(model);
 }
 
+static void test_layer_in_one_net(void) {
+    ct_layer *d = ct_dense(2);
+    ct_tensor sig = ct_tensor_2d(CT_DTYPE_F32, 2, 3, NULL);
+    ct_device dev = ct_device_cpu();
+    ct_net a, b;
+    ct_error err;
+    CHECK_OK(ct_net_init(&a, d, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+    ct_layer *other = ct_serial(CT_LAYERS(ct_dense(3), ct_layer_ref(d)));
+    CHECK(ct_net_init(&b, other, &sig, 1, ct_key_from_seed(1), &dev, &err) == CT_ERR_STATE);
+    CHECK(strstr(err.msg, "layer Dense is already part of another net") != NULL);
+    ct_net_free(&a);
+    // Once the first net is gone the layer can join another.
+    CHECK_OK(ct_net_init(&b, other, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+    CHECK(b.n_weights == 3 * 3 + 3 + 3 * 2 + 2);
+    ct_net_free(&b);
+    ct_layer_free(other);
+    ct_layer_free(d);
+    CHECK(dev.current_bytes == 0);
+}
+
 int main(void) {
+    test_layer_in_one_net();
     test_gradients();
     test_checker_catches_wrong_backward();
     test_arity();

@@ -280,12 +280,43 @@ static void fill(float *slab, const ct_param *p) {
     }
 }
 
+// The first layer of the tree that is initialized, or NULL.
+static const ct_layer *find_initialized(const ct_layer *l) {
+    if (l->initialized) return l;
+    for (int i = 0; i < l->n_sub; i++) {
+        const ct_layer *found = find_initialized(l->sub[i]);
+        if (found) return found;
+    }
+    return NULL;
+}
+
+// Forgets what init set, so the tree can join a new net.
+static void uninit(ct_layer *l) {
+    if (!l->initialized && !l->path) return;
+    l->initialized = false;
+    free_params(l->weights, l->n_weights);
+    free_params(l->states, l->n_states);
+    l->weights = l->states = NULL;
+    l->n_weights = l->n_states = 0;
+    ct_free(l->path);
+    l->path = NULL;
+    for (int i = 0; i < l->n_sub; i++) uninit(l->sub[i]);
+}
+
 ct_status ct_net_init(ct_net *net, ct_layer *root, const ct_tensor *in_sigs, int n_in, ct_key key,
                       ct_device *dev, ct_error *err) {
     memset(net, 0, sizeof *net);
     if (n_in != root->n_in)
         return ct_error_set(err, CT_ERR_ARG, "layer %s takes %d inputs, got %d", root->name,
                             root->n_in, n_in);
+    // A layer's weights live in one net's slab: a layer in two nets at once
+    // would read the other's slab.
+    const ct_layer *taken = find_initialized(root);
+    if (taken)
+        return ct_error_set(err, CT_ERR_STATE,
+                            "layer %s is already part of another net (free that net or trainer "
+                            "first, or build a new layer)",
+                            taken->path);
     net->root = ct_layer_ref(root);
     net->dev = dev;
     net->n_in = root->n_in;
@@ -329,6 +360,7 @@ void ct_net_free(ct_net *net) {
     ct_device_free(net->dev, net->state, sbytes);
     ct_free(net->params);
     ct_free(net->state_params);
+    uninit(net->root);
     ct_layer_free(net->root);
     memset(net, 0, sizeof *net);
 }

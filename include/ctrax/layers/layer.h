@@ -222,7 +222,9 @@ typedef struct ct_net {
 
 // Runs the init pass of root for in_sigs (n_in of them) with key, allocates
 // the slabs on dev, and fills the weights and state from their initializers.
-// Takes a new reference to root.
+// Takes a new reference to root. A layer belongs to one net at a time: a tree
+// holding a layer already initialized in another live net is refused
+// (CT_ERR_STATE); ct_net_free releases the tree for a new net.
 ct_status ct_net_init(ct_net *net, ct_layer *root, const ct_tensor *in_sigs, int n_in, ct_key key,
                       ct_device *dev, ct_error *err);
 void ct_net_free(ct_net *net);
