@@ -128,10 +128,11 @@ void ct_arena_reset_to(ct_arena *a, ct_arena_mark mark) {
 }
 
 void ct_arena_reset(ct_arena *a) {
-    if (a->head && a->head->prev) {
-        // The step needed more than one block: replace them with one block
-        // that holds the whole high-water mark, so the next step of the same
-        // shapes allocates nothing.
+    if ((a->head && a->head->prev) || ct_arena_capacity(a) < a->high_water) {
+        // The step needed more than one block (perhaps since given back by
+        // ct_arena_reset_to): replace them with one block that holds the
+        // whole high-water mark, so the next step of the same shapes
+        // allocates nothing.
         size_t need = a->high_water;
         ct_arena_free(a);
         ct_arena_block *b;

@@ -1,0 +1,106 @@
+// Core: threefry known answers, keys, tensors, the arena, device accounting,
+// errors.
+#include "check.h"
+#include "ctrax/ctrax.h"
+
+static void test_threefry(void) {
+    // Known-answer vectors of Random123 (kat_vectors, threefry2x32_20).
+    uint32_t out[2];
+    ct_threefry2x32((ct_key){{0, 0}}, 0, 0, out);
+    CHECK(out[0] == 0x6b200159u && out[1] == 0x99ba4efeu);
+    ct_threefry2x32((ct_key){{0xffffffffu, 0xffffffffu}}, 0xffffffffu, 0xffffffffu, out);
+    CHECK(out[0] == 0x1cb996fcu && out[1] == 0xbb002be7u);
+    ct_threefry2x32((ct_key){{0x13198a2eu, 0x03707344u}}, 0x243f6a88u, 0x85a308d3u, out);
+    CHECK(out[0] == 0xc4923a9cu && out[1] == 0x483df7a0u);
+}
+
+static void test_keys(void) {
+    ct_key k = ct_key_from_seed(42);
+    CHECK(k.w[0] == 0 && k.w[1] == 42);
+    ct_key a = ct_key_split(k, 0), b = ct_key_split(k, 1), c = ct_key_fold_in(k, 0);
+    CHECK(memcmp(&a, &b, sizeof a) != 0 && memcmp(&a, &c, sizeof a) != 0);
+    ct_key a2 = ct_key_split(k, 0);
+    CHECK(memcmp(&a, &a2, sizeof a) == 0);
+    float u[10000];
+    ct_random_uniform(a, u, 10000, -1.0f, 1.0f);
+    double mean = 0, lo = 1, hi = -1;
+    for (int i = 0; i < 10000; i++) {
+        mean += u[i] / 10000.0;
+        if (u[i] < lo) lo = u[i];
+        if (u[i] > hi) hi = u[i];
+    }
+    CHECK(lo >= -1.0 && hi < 1.0 && fabs(mean) < 0.03);
+    float nrm[10000];
+    ct_random_normal(b, nrm, 10000, 2.0f);
+    double m = 0, v = 0;
+    for (int i = 0; i < 10000; i++) m += nrm[i] / 10000.0;
+    for (int i = 0; i < 10000; i++) v += (nrm[i] - m) * (nrm[i] - m) / 10000.0;
+    CHECK_MSG(fabs(m) < 0.08 && fabs(sqrt(v) - 2.0) < 0.08, "mean %g std %g", m, sqrt(v));
+}
+
+static void test_tensor(void) {
+    ct_tensor t = ct_tensor_3d(CT_DTYPE_F32, 2, 3, 4, NULL);
+    CHECK(ct_tensor_numel(&t) == 24 && ct_tensor_nbytes(&t) == 96);
+    char s[CT_SIG_STR_MAX];
+    CHECK(strcmp(ct_tensor_sig_str(&t, s, sizeof s), "(2,3,4) f32") == 0);
+    ct_tensor scalar = ct_tensor_make(CT_DTYPE_I32, 0, NULL, NULL);
+    CHECK(ct_tensor_numel(&scalar) == 1);
+    CHECK(strcmp(ct_tensor_sig_str(&scalar, s, sizeof s), "() i32") == 0);
+    CHECK(ct_dtype_size(CT_DTYPE_BF16) == 2);
+}
+
+static void test_arena(void) {
+    ct_device dev = ct_device_cpu();
+    ct_arena a;
+    ct_arena_init(&a, &dev);
+    ct_error err;
+    // First "step": grows past one block.
+    void *p = ct_arena_alloc(&a, 100, &err);
+    CHECK(p && ((uintptr_t)p % 64) == 0);
+    ct_arena_mark m = ct_arena_get_mark(&a);
+    for (int i = 0; i < 5; i++) CHECK(ct_arena_alloc(&a, 700000, &err) != NULL);
+    size_t high = a.high_water;
+    ct_arena_reset_to(&a, m);
+    CHECK(a.used == 128);
+    ct_arena_reset(&a);
+    // One block now holds the whole high-water mark: a second step of the
+    // same sizes takes nothing more from the device.
+    uint64_t allocs = dev.n_allocs;
+    CHECK(ct_arena_capacity(&a) >= high);
+    CHECK(ct_arena_alloc(&a, 100, &err) != NULL);
+    for (int i = 0; i < 5; i++) CHECK(ct_arena_alloc(&a, 700000, &err) != NULL);
+    CHECK(dev.n_allocs == allocs);
+    ct_arena_free(&a);
+    CHECK(dev.current_bytes == 0 && dev.peak_bytes > 0);
+}
+
+static void test_device_limit(void) {
+    ct_device dev = ct_device_cpu();
+    dev.limit_bytes = 1000;
+    void *p;
+    ct_error err;
+    CHECK(ct_device_alloc(&dev, 512, "first", &p, &err) == CT_OK);
+    CHECK(ct_device_alloc(&dev, 600, "second", (void **)&err, &err) == CT_ERR_MEMORY);
+    CHECK(strstr(err.msg, "second needs 640 bytes") != NULL);
+    ct_device_free(&dev, p, 512);
+    CHECK(dev.current_bytes == 0 && dev.peak_bytes == 512);
+}
+
+static void test_errors(void) {
+    ct_error err;
+    CHECK(ct_error_set(&err, CT_ERR_IO, "file %s", "x.bin") == CT_ERR_IO);
+    ct_error_prefix(&err, "loading %d", 3);
+    CHECK(strcmp(err.msg, "loading 3: file x.bin") == 0);
+    CHECK(ct_error_set(NULL, CT_ERR_ARG, "ignored") == CT_ERR_ARG);
+    CHECK(strcmp(ct_status_name(CT_ERR_SHAPE), "shape error") == 0);
+}
+
+int main(void) {
+    test_threefry();
+    test_keys();
+    test_tensor();
+    test_arena();
+    test_device_limit();
+    test_errors();
+    return check_summary("test_core");
+}
