@@ -146,7 +146,7 @@ double gradcheck(const char *label, ct_layer *layer, const ct_tensor *inputs, in
         memcpy(gin_copy[i], gin[i].data, ct_tensor_nbytes(&inputs[i]));
     }
     wgrad = malloc(r->net.n_weights * sizeof(float) + 4);
-    memcpy(wgrad, r->net.grads, r->net.n_weights * sizeof(float));
+    if (r->net.n_weights) memcpy(wgrad, r->net.grads, r->net.n_weights * sizeof(float));
     ct_arena_reset(&r->arena);
 
     printf("gradcheck %s:\n", label);

@@ -342,8 +342,9 @@ ct_status ct_net_init(ct_net *net, ct_layer *root, const ct_tensor *in_sigs, int
     n_seen = 0;
     collect(root, &net->state_params, &net->n_state_params, true, &seen, &n_seen);
     ct_free(seen);
-    qsort(net->params, (size_t)net->n_params, sizeof *net->params, by_offset);
-    qsort(net->state_params, (size_t)net->n_state_params, sizeof *net->state_params, by_offset);
+    if (net->n_params) qsort(net->params, (size_t)net->n_params, sizeof *net->params, by_offset);
+    if (net->n_state_params)
+        qsort(net->state_params, (size_t)net->n_state_params, sizeof *net->state_params, by_offset);
     for (int i = 0; i < net->n_params; i++) fill(net->weights, net->params[i]);
     for (int i = 0; i < net->n_state_params; i++) fill(net->state, net->state_params[i]);
     return CT_OK;

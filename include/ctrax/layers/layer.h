@@ -23,7 +23,7 @@
 //
 // Writing a new layer: one file with a vtable, init, forward, backward, a
 // constructor that calls ct_layer_new, and a gradient-check test
-// (tests/test_gradcheck.c). A weightless layer with one forward/backward
+// (tests/gradcheck.h). A weightless layer with one forward/backward
 // pair of plain functions is simpler still: ct_fn (combinators.h).
 #ifndef CTRAX_LAYERS_LAYER_H
 #define CTRAX_LAYERS_LAYER_H
