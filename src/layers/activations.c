@@ -1,0 +1,104 @@
+// Elementwise activations (Relu, Gelu, Tanh, Sigmoid) and softmaxes over the
+// last axis (LogSoftmax, Softmax), all weightless ct_fn layers: ct_fn saves
+// the input and the output on the tape, and each backward uses the one its
+// kernel needs.
+#include "ctrax/layers/combinators.h"
+#include "ctrax/layers/core.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/softmax.h"
+
+// One activation: its kernels, and whether backward wants the input or the
+// output (the kernels' second argument).
+typedef struct act_ops {
+    void (*forward)(float *out, const float *inp, int64_t N);
+    void (*backward)(float *dinp, const float *saved, const float *dout, int64_t N);
+    bool backward_from_input;
+} act_ops;
+
+static ct_status act_shape(const ct_tensor *in, ct_tensor *out, const void *user, ct_error *err) {
+    (void)user;
+    if (in[0].dtype != CT_DTYPE_F32) {
+        char s[CT_SIG_STR_MAX];
+        return ct_error_set(err, CT_ERR_SHAPE, "input is %s, expected f32",
+                            ct_tensor_sig_str(&in[0], s, sizeof s));
+    }
+    out[0] = ct_tensor_sig(&in[0]);
+    return CT_OK;
+}
+
+static void act_forward(const ct_tensor *in, ct_tensor *out, const void *user) {
+    const act_ops *ops = user;
+    ops->forward(ct_f32(&out[0]), ct_f32(&in[0]), ct_tensor_numel(&in[0]));
+}
+
+static void act_backward(const ct_tensor *in, const ct_tensor *out, const ct_tensor *grad_out,
+                         ct_tensor *grad_in, const void *user) {
+    const act_ops *ops = user;
+    const float *saved = ops->backward_from_input ? ct_f32(&in[0]) : ct_f32(&out[0]);
+    ops->backward(ct_f32(&grad_in[0]), saved, ct_f32(&grad_out[0]), ct_tensor_numel(&in[0]));
+}
+
+static ct_layer *act_new(const char *name, const act_ops *ops) {
+    ct_fn_spec spec = {name, 1, 1, act_shape, act_forward, act_backward, ops};
+    return ct_fn(&spec);
+}
+
+static const act_ops relu_ops = {ct_relu_forward, ct_relu_backward, false};
+static const act_ops gelu_ops = {ct_gelu_forward, ct_gelu_backward, true};
+static const act_ops tanh_ops = {ct_tanh_forward, ct_tanh_backward, false};
+static const act_ops sigmoid_ops = {ct_sigmoid_forward, ct_sigmoid_backward, false};
+
+ct_layer *ct_relu(void) { return act_new("Relu", &relu_ops); }
+ct_layer *ct_gelu(void) { return act_new("Gelu", &gelu_ops); }
+ct_layer *ct_tanh(void) { return act_new("Tanh", &tanh_ops); }
+ct_layer *ct_sigmoid(void) { return act_new("Sigmoid", &sigmoid_ops); }
+
+// ---- softmaxes over the last axis: (..., C) -> (..., C) --------------------
+
+typedef struct softmax_ops {
+    void (*forward)(float *out, const float *inp, int64_t N, int64_t C);
+    void (*backward)(float *dinp, const float *dout, const float *out, int64_t N, int64_t C);
+} softmax_ops;
+
+static ct_status softmax_shape(const ct_tensor *in, ct_tensor *out, const void *user, ct_error *err) {
+    (void)user;
+    if (in[0].dtype != CT_DTYPE_F32 || in[0].ndim < 1) {
+        char s[CT_SIG_STR_MAX];
+        return ct_error_set(err, CT_ERR_SHAPE, "input is %s, expected f32 of rank >= 1",
+                            ct_tensor_sig_str(&in[0], s, sizeof s));
+    }
+    out[0] = ct_tensor_sig(&in[0]);
+    return CT_OK;
+}
+
+// The (N, C) view of a tensor with C its last dim.
+static void rows_of(const ct_tensor *t, int64_t *N, int64_t *C) {
+    *C = t->shape[t->ndim - 1];
+    *N = ct_tensor_dims_product(t, 0, t->ndim - 1);
+}
+
+static void softmax_fn_forward(const ct_tensor *in, ct_tensor *out, const void *user) {
+    const softmax_ops *ops = user;
+    int64_t N, C;
+    rows_of(&in[0], &N, &C);
+    ops->forward(ct_f32(&out[0]), ct_f32(&in[0]), N, C);
+}
+
+static void softmax_fn_backward(const ct_tensor *in, const ct_tensor *out, const ct_tensor *grad_out,
+                                ct_tensor *grad_in, const void *user) {
+    const softmax_ops *ops = user;
+    int64_t N, C;
+    rows_of(&in[0], &N, &C);
+    ops->backward(ct_f32(&grad_in[0]), ct_f32(&grad_out[0]), ct_f32(&out[0]), N, C);
+}
+
+static const softmax_ops log_softmax_ops = {ct_log_softmax_forward, ct_log_softmax_backward};
+static const softmax_ops softmax_ops_ = {ct_softmax_forward, ct_softmax_backward};
+
+static ct_layer *softmax_new(const char *name, const softmax_ops *ops) {
+    ct_fn_spec spec = {name, 1, 1, softmax_shape, softmax_fn_forward, softmax_fn_backward, ops};
+    return ct_fn(&spec);
+}
+
+ct_layer *ct_log_softmax(void) { return softmax_new("LogSoftmax", &log_softmax_ops); }
+ct_layer *ct_softmax(void) { return softmax_new("Softmax", &softmax_ops_); }

@@ -1,0 +1,596 @@
+// Gradient checks and value tests for the core layers: activations,
+// softmaxes, LayerNorm, Dropout, Embedding, positional encodings,
+// ShiftRight, Flatten and Mean.
+#include <omp.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "gradcheck.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/norm.h"
+
+#define TOL 1e-2
+
+static void check_layer(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
+    double e = gradcheck(label, l, in, n_in, gradcheck_default_opts());
+    CHECK_MSG(e >= 0 && e < TOL, "%s: rel err %g", label, e);
+    ct_layer_free(l);
+}
+
+static ct_tensor uniform(ct_tensor t, uint64_t seed, float lo, float hi) {
+    gradcheck_fill(&t, seed, lo, hi);
+    return t;
+}
+
+// A layer bound to a net, with an arena and a ctx, for value tests.
+typedef struct fixture {
+    ct_device dev;
+    ct_net net;
+    ct_arena arena;
+    ct_ctx ctx;
+    ct_error err;
+} fixture;
+
+// Initializes l (the fixture takes its own reference) for the signatures of
+// in; CT_OK or the init error in f->err.
+static ct_status fixture_init(fixture *f, ct_layer *l, const ct_tensor *in, int n_in, bool train) {
+    memset(f, 0, sizeof *f);
+    f->dev = ct_device_cpu();
+    ct_tensor sigs[CT_LAYER_MAX_IO];
+    for (int i = 0; i < n_in; i++) sigs[i] = ct_tensor_sig(&in[i]);
+    ct_arena_init(&f->arena, &f->dev);
+    ct_ctx_init(&f->ctx, &f->arena);
+    ct_status st = ct_net_init(&f->net, l, sigs, n_in, ct_key_from_seed(3), &f->dev, &f->err);
+    if (st == CT_OK) {
+        ct_net_bind(&f->net, &f->ctx, train);
+        f->ctx.record = true;
+    }
+    return st;
+}
+
+static ct_status fixture_forward(fixture *f, const ct_tensor *in, ct_tensor *out, uint64_t key_seed) {
+    return ct_layer_forward(f->net.root, &f->ctx, in, out, ct_key_from_seed(key_seed), &f->err);
+}
+
+static void fixture_free(fixture *f) {
+    ct_ctx_free(&f->ctx);
+    ct_arena_free(&f->arena);
+    ct_net_free(&f->net);
+    CHECK(f->dev.current_bytes == 0);
+}
+
+// ---- gradient checks -----------------------------------------------------------
+
+static void test_activation_gradients(void) {
+    float a[4 * 6], b[4 * 6];
+    ct_tensor x = uniform(ct_tensor_2d(CT_DTYPE_F32, 4, 6, a), 1, -2.0f, 2.0f);
+    check_layer("Gelu", ct_gelu(), &x, 1);
+    check_layer("Tanh", ct_tanh(), &x, 1);
+    check_layer("Sigmoid", ct_sigmoid(), &x, 1);
+
+    // Relu away from its kink: |x| >= 0.1, well beyond the step 1e-2.
+    ct_tensor r = uniform(ct_tensor_2d(CT_DTYPE_F32, 4, 6, b), 2, -1.0f, 1.0f);
+    for (int i = 0; i < 24; i++) b[i] = b[i] < 0 ? b[i] - 0.1f : b[i] + 0.1f;
+    check_layer("Relu", ct_relu(), &r, 1);
+
+    // Several rows, and a rank-3 input whose rows are the last axis.
+    float c[5 * 7], d[2 * 3 * 5];
+    ct_tensor rows = uniform(ct_tensor_2d(CT_DTYPE_F32, 5, 7, c), 3, -2.0f, 2.0f);
+    ct_tensor cube = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 3, 5, d), 4, -2.0f, 2.0f);
+    check_layer("LogSoftmax", ct_log_softmax(), &rows, 1);
+    check_layer("LogSoftmax(rank 3)", ct_log_softmax(), &cube, 1);
+    check_layer("Softmax", ct_softmax(), &rows, 1);
+    check_layer("Softmax(rank 3)", ct_softmax(), &cube, 1);
+}
+
+// gradcheck sees LayerNorm with scale = 1 and bias = 0, where a backward that
+// forgot the scale would pass. This checks input, scale and bias gradients
+// by central differences with random scale and bias.
+static void layer_norm_random_weights_check(void) {
+    float xb[3 * 5];
+    ct_tensor x = uniform(ct_tensor_2d(CT_DTYPE_F32, 3, 5, xb), 11, -1.5f, 1.5f);
+    ct_layer *ln = ct_layer_norm(1e-6f);
+    fixture f;
+    CHECK_OK(fixture_init(&f, ln, &x, 1, true), &f.err);
+    ct_layer_free(ln);
+    ct_random_uniform(ct_key_from_seed(12), f.net.weights, f.net.n_weights, 0.5f, 1.5f);
+    float r[3 * 5], gx[3 * 5], gw[10];
+    ct_random_uniform(ct_key_from_seed(13), r, 15, -1.0f, 1.0f);
+
+    ct_tensor out, gout, gin;
+    ct_net_zero_grads(&f.net);
+    CHECK_OK(fixture_forward(&f, &x, &out, 1), &f.err);
+    gout = ct_tensor_sig(&out);
+    gout.data = r;
+    CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &gout, &gin, ct_key_from_seed(1), &f.err), &f.err);
+    memcpy(gx, gin.data, sizeof gx);
+    memcpy(gw, f.net.grads, sizeof gw);
+    ct_arena_reset(&f.arena);
+
+    // L = <r, out> in double; central differences over every input and weight.
+    f.ctx.record = false;
+    float *targets[2] = {xb, f.net.weights};
+    const float *analytic[2] = {gx, gw};
+    int sizes[2] = {15, 10};
+    double worst = 0;
+    for (int t = 0; t < 2; t++) {
+        double dd = 0, aa = 0, nn = 0;
+        for (int k = 0; k < sizes[t]; k++) {
+            double l[2];
+            float saved = targets[t][k];
+            for (int s = 0; s < 2; s++) {
+                targets[t][k] = saved + (s ? -1e-2f : 1e-2f);
+                CHECK_OK(fixture_forward(&f, &x, &out, 1), &f.err);
+                l[s] = 0;
+                for (int i = 0; i < 15; i++) l[s] += (double)ct_f32(&out)[i] * r[i];
+                ct_arena_reset(&f.arena);
+            }
+            targets[t][k] = saved;
+            double g = (l[0] - l[1]) / 2e-2, a = analytic[t][k];
+            dd += (a - g) * (a - g);
+            aa += a * a;
+            nn += g * g;
+        }
+        double rel = sqrt(dd) / (sqrt(aa) + sqrt(nn));
+        printf("  LayerNorm(random scale/bias) %-10s rel err %.2e\n", t ? "weights" : "input", rel);
+        if (rel > worst) worst = rel;
+    }
+    CHECK_MSG(worst < TOL, "LayerNorm with random scale/bias: rel err %g", worst);
+    fixture_free(&f);
+}
+
+static void test_layer_norm_gradients(void) {
+    float a[4 * 6], b[2 * 3 * 8];
+    ct_tensor x = uniform(ct_tensor_2d(CT_DTYPE_F32, 4, 6, a), 5, -1.0f, 1.0f);
+    ct_tensor y = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 3, 8, b), 6, -2.0f, 2.0f);
+    check_layer("LayerNorm", ct_layer_norm(1e-6f), &x, 1);
+    check_layer("LayerNorm(rank 3)", ct_layer_norm(1e-6f), &y, 1);
+    // Weights in front and behind, so scale and bias see varied gradients.
+    check_layer("Dense-LayerNorm-Dense", ct_serial(CT_LAYERS(ct_dense(6), ct_layer_norm(1e-6f), ct_dense(3))),
+                &x, 1);
+    layer_norm_random_weights_check();
+}
+
+static void test_other_gradients(void) {
+    float a[8 * 16];
+    ct_tensor x = uniform(ct_tensor_2d(CT_DTYPE_F32, 8, 16, a), 7, -1.0f, 1.0f);
+    // Train mode with a fixed key: every forward draws the same mask.
+    check_layer("Dropout(0.5) train", ct_dropout(0.5f), &x, 1);
+
+    // Ids with repeats (3 three times, 0 twice): their rows' gradients add up.
+    int32_t ids[2 * 4] = {0, 3, 3, 1, 4, 3, 0, 2};
+    ct_tensor t = ct_tensor_2d(CT_DTYPE_I32, 2, 4, ids);
+    check_layer("Embedding", ct_embedding(5, 3), &t, 1);
+    check_layer("Embedding-Dense", ct_serial(CT_LAYERS(ct_embedding(5, 3), ct_dense(2))), &t, 1);
+
+    float b[2 * 4 * 3];
+    ct_tensor s = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 4, 3, b), 8, -1.0f, 1.0f);
+    check_layer("PositionalEncoding(learned)", ct_positional_encoding_learned(6), &s, 1);
+    check_layer("PositionalEncoding(sinusoidal)", ct_positional_encoding_sinusoidal(6), &s, 1);
+    check_layer("Dense-PosEnc(sinusoidal)",
+                ct_serial(CT_LAYERS(ct_dense(3), ct_positional_encoding_sinusoidal(4))), &s, 1);
+
+    check_layer("ShiftRight(1) f32", ct_shift_right(1), &s, 1);
+    float c[3 * 5];
+    ct_tensor m = uniform(ct_tensor_2d(CT_DTYPE_F32, 3, 5, c), 9, -1.0f, 1.0f);
+    check_layer("ShiftRight(2) f32 rank 2", ct_shift_right(2), &m, 1);
+    // Int ids: nothing to differentiate; this checks it runs and pops its tape.
+    check_layer("ShiftRight(1) i32", ct_shift_right(1), &t, 1);
+    check_layer("ShiftRight(1)-Embedding", ct_serial(CT_LAYERS(ct_shift_right(1), ct_embedding(5, 3))), &t, 1);
+
+    check_layer("Flatten(1)", ct_flatten(1), &s, 1);
+    check_layer("Flatten(2)", ct_flatten(2), &s, 1);
+    check_layer("Flatten(0)-Dense", ct_serial(CT_LAYERS(ct_flatten(0), ct_dense(2))), &s, 1);
+
+    check_layer("Mean(1, keepdims)", ct_mean(1, true), &s, 1);
+    check_layer("Mean(1)", ct_mean(1, false), &s, 1);
+    check_layer("Mean(-1)", ct_mean(-1, false), &s, 1);
+    check_layer("Mean(0, keepdims)", ct_mean(0, true), &s, 1);
+}
+
+// ---- values ---------------------------------------------------------------------------
+
+// Runs a one-input layer forward (eval mode) and returns its output.
+static ct_tensor run1(fixture *f, ct_layer *l, ct_tensor x) {
+    ct_tensor out;
+    memset(&out, 0, sizeof out);
+    CHECK_OK(fixture_init(f, l, &x, 1, false), &f->err);
+    ct_layer_free(l);
+    CHECK_OK(fixture_forward(f, &x, &out, 1), &f->err);
+    return out;
+}
+
+static void test_activation_values(void) {
+    // gelu(x) = x/2 (1 + tanh(0.7978845608 x (1 + 0.044715 x^2))), in double:
+    // gelu(1) = 0.5 (1 + tanh(0.7978845608 * 1.044715)) = 0.5 (1 + tanh(0.833556))
+    //         = 0.5 * 1.682384 = 0.841192.
+    float xs[6] = {-2.0f, -0.5f, 0.0f, 0.5f, 1.0f, 3.0f};
+    const double want[6] = {-0.04540230591282446, -0.15428599017516514, 0.0,
+                            0.34571400982483486, 0.841191990607477, 2.9963626079181394};
+    fixture f;
+    ct_tensor out = run1(&f, ct_gelu(), ct_tensor_1d(CT_DTYPE_F32, 6, xs));
+    for (int i = 0; i < 6; i++) CHECK_NEAR(ct_f32(&out)[i], want[i], 1e-6);
+    fixture_free(&f);
+
+    out = run1(&f, ct_relu(), ct_tensor_1d(CT_DTYPE_F32, 6, xs));
+    CHECK(ct_f32(&out)[0] == 0.0f && ct_f32(&out)[1] == 0.0f && ct_f32(&out)[2] == 0.0f);
+    CHECK(ct_f32(&out)[3] == 0.5f && ct_f32(&out)[5] == 3.0f);
+    fixture_free(&f);
+
+    out = run1(&f, ct_sigmoid(), ct_tensor_1d(CT_DTYPE_F32, 6, xs));
+    CHECK_NEAR(ct_f32(&out)[2], 0.5, 1e-7);
+    CHECK_NEAR(ct_f32(&out)[0], 1.0 / (1.0 + exp(2.0)), 1e-7);
+    fixture_free(&f);
+
+    out = run1(&f, ct_tanh(), ct_tensor_1d(CT_DTYPE_F32, 6, xs));
+    CHECK_NEAR(ct_f32(&out)[4], tanh(1.0), 1e-7);
+    fixture_free(&f);
+
+    // softmax([0, ln 2]) = [1/3, 2/3]; log_softmax = [-ln 3, ln 2 - ln 3].
+    float p[4] = {0.0f, (float)log(2.0), 5.0f, 5.0f};
+    out = run1(&f, ct_softmax(), ct_tensor_2d(CT_DTYPE_F32, 2, 2, p));
+    CHECK_NEAR(ct_f32(&out)[0], 1.0 / 3.0, 1e-6);
+    CHECK_NEAR(ct_f32(&out)[1], 2.0 / 3.0, 1e-6);
+    CHECK_NEAR(ct_f32(&out)[2], 0.5, 1e-6);
+    fixture_free(&f);
+    out = run1(&f, ct_log_softmax(), ct_tensor_2d(CT_DTYPE_F32, 2, 2, p));
+    CHECK_NEAR(ct_f32(&out)[0], -log(3.0), 1e-6);
+    CHECK_NEAR(ct_f32(&out)[1], log(2.0) - log(3.0), 1e-6);
+    CHECK_NEAR(ct_f32(&out)[3], -log(2.0), 1e-6);
+    fixture_free(&f);
+
+    // An int input is a shape error naming the layer.
+    int32_t ids[2] = {1, 2};
+    ct_tensor it = ct_tensor_1d(CT_DTYPE_I32, 2, ids);
+    ct_layer *g = ct_gelu();
+    CHECK(fixture_init(&f, g, &it, 1, false) == CT_ERR_SHAPE);
+    CHECK(strstr(f.err.msg, "Gelu") && strstr(f.err.msg, "(2) i32"));
+    ct_layer_free(g);
+    fixture_free(&f);
+}
+
+static void test_layer_norm_values(void) {
+    // Row [1, 2, 3, 4]: mean 2.5, biased variance 1.25, rstd = 1/sqrt(1.25 + 1e-6)
+    // = 0.894427, out = (x - 2.5) * rstd = [-1.341641, -0.447214, 0.447214, 1.341641].
+    // Row [2, 2, 2, 2]: variance 0, out = 0 (epsilon keeps it finite).
+    float x[8] = {1, 2, 3, 4, 2, 2, 2, 2};
+    fixture f;
+    ct_tensor out = run1(&f, ct_layer_norm(1e-6f), ct_tensor_2d(CT_DTYPE_F32, 2, 4, x));
+    const double rstd = 0.8944268332292541;
+    const double want[4] = {-1.5 * rstd, -0.5 * rstd, 0.5 * rstd, 1.5 * rstd};
+    for (int i = 0; i < 4; i++) CHECK_NEAR(ct_f32(&out)[i], want[i], 1e-6);
+    for (int i = 4; i < 8; i++) CHECK_NEAR(ct_f32(&out)[i], 0.0, 1e-7);
+    CHECK(ct_net_find_param(&f.net, "LayerNorm/scale") && ct_net_find_param(&f.net, "LayerNorm/bias"));
+    // scale 2 and bias 1 on the first row: 2 * norm + 1.
+    for (int i = 0; i < 4; i++) f.net.weights[i] = 2.0f, f.net.weights[4 + i] = 1.0f;
+    ct_tensor in = ct_tensor_2d(CT_DTYPE_F32, 2, 4, x);
+    CHECK_OK(fixture_forward(&f, &in, &out, 1), &f.err);
+    for (int i = 0; i < 4; i++) CHECK_NEAR(ct_f32(&out)[i], 2.0 * want[i] + 1.0, 1e-6);
+    // A batch of another size runs; another width is an error.
+    ct_tensor three = ct_tensor_2d(CT_DTYPE_F32, 1, 4, x);
+    CHECK_OK(fixture_forward(&f, &three, &out, 1), &f.err);
+    ct_tensor wide = ct_tensor_2d(CT_DTYPE_F32, 2, 3, x);
+    CHECK(fixture_forward(&f, &wide, &out, 1) == CT_ERR_SHAPE);
+    CHECK(strstr(f.err.msg, "LayerNorm (forward)") && strstr(f.err.msg, "(2,3) f32"));
+    fixture_free(&f);
+}
+
+static void test_dropout(void) {
+    // The mask rule: kept iff bits >= ceil(rate * 2^32).
+    CHECK(ct_dropout_threshold(0.5f) == 2147483648u);
+    CHECK(ct_dropout_threshold(0.0f) == 0);
+
+    enum { N = 10000 };
+    float *ones = malloc(N * sizeof *ones);
+    for (int i = 0; i < N; i++) ones[i] = 1.0f;
+    ct_tensor x = ct_tensor_2d(CT_DTYPE_F32, 100, 100, ones);
+    fixture f;
+    ct_layer *l = ct_dropout(0.5f);
+    CHECK_OK(fixture_init(&f, l, &x, 1, true), &f.err);
+    ct_layer_free(l);
+    ct_tensor out, again, other;
+    CHECK_OK(fixture_forward(&f, &x, &out, 42), &f.err);
+    CHECK_OK(fixture_forward(&f, &x, &again, 42), &f.err);
+    CHECK_OK(fixture_forward(&f, &x, &other, 43), &f.err);
+    int zeros = 0, twos = 0, same = 0, differ = 0, by_rule = 0;
+    for (int i = 0; i < N; i++) {
+        float v = ct_f32(&out)[i];
+        zeros += v == 0.0f;
+        twos += v == 2.0f;
+        same += v == ct_f32(&again)[i];
+        differ += v != ct_f32(&other)[i];
+        // Element j's fate is its own bits against 2^31.
+        by_rule += (v != 0.0f) == (ct_random_bits(ct_key_from_seed(42), (uint32_t)i) >= 2147483648u);
+    }
+    CHECK(by_rule == N);
+    printf("dropout(0.5): %d of %d zeroed, %d scaled to 2, %d differ under another key\n", zeros, N, twos,
+           differ);
+    CHECK(zeros > 4700 && zeros < 5300);
+    CHECK(zeros + twos == N);
+    CHECK(same == N);
+    CHECK(differ > 4000);
+
+    // Backward: the same mask, scaled by 2, recomputed from the key.
+    ct_tensor g = ct_tensor_sig(&out), gin;
+    g.data = ones;
+    CHECK_OK(fixture_forward(&f, &x, &out, 42), &f.err);
+    CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, &gin, ct_key_from_seed(42), &f.err), &f.err);
+    int match = 0;
+    for (int i = 0; i < N; i++) match += ct_f32(&gin)[i] == ct_f32(&out)[i];
+    CHECK(match == N);
+    // A zero gradient stays zero (NULL data).
+    ct_tensor gz = ct_tensor_sig(&out);
+    CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &gz, &gin, ct_key_from_seed(42), &f.err), &f.err);
+    CHECK(gin.data == NULL && ct_tensor_same_sig(&gin, &x));
+
+    // Eval mode: the identity, the input itself.
+    f.ctx.train = false;
+    CHECK_OK(fixture_forward(&f, &x, &out, 42), &f.err);
+    CHECK(out.data == x.data && ct_tensor_same_sig(&out, &x));
+    CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, &gin, ct_key_from_seed(42), &f.err), &f.err);
+    CHECK(gin.data == g.data);
+    CHECK(f.ctx.tape_len == 0);
+    fixture_free(&f);
+
+    // Rate 0 in training mode: the identity too.
+    l = ct_dropout(0.0f);
+    CHECK_OK(fixture_init(&f, l, &x, 1, true), &f.err);
+    ct_layer_free(l);
+    CHECK_OK(fixture_forward(&f, &x, &out, 42), &f.err);
+    CHECK(out.data == x.data);
+    fixture_free(&f);
+
+    // Gradients in eval mode (the identity) check out as well.
+    gradcheck_opts o = gradcheck_default_opts();
+    o.train = false;
+    float a[4 * 5];
+    ct_tensor y = uniform(ct_tensor_2d(CT_DTYPE_F32, 4, 5, a), 3, -1.0f, 1.0f);
+    ct_layer *d = ct_dropout(0.5f);
+    double e = gradcheck("Dropout(0.5) eval", d, &y, 1, o);
+    CHECK_MSG(e >= 0 && e < TOL, "Dropout eval: rel err %g", e);
+    ct_layer_free(d);
+    free(ones);
+}
+
+static void test_embedding_values(void) {
+    int32_t ids[6] = {2, 0, 2, 1, 1, 0};
+    ct_tensor t = ct_tensor_2d(CT_DTYPE_I32, 2, 3, ids);
+    fixture f;
+    ct_tensor out = run1(&f, ct_embedding(3, 4), t);
+    CHECK(out.ndim == 3 && out.shape[0] == 2 && out.shape[1] == 3 && out.shape[2] == 4);
+    CHECK(out.dtype == CT_DTYPE_F32);
+    const ct_param *w = ct_net_find_param(&f.net, "Embedding/embedding");
+    CHECK(w && w->sig.shape[0] == 3 && w->sig.shape[1] == 4);
+    const float *table = f.net.weights + (w ? w->offset : 0);
+    int rows_ok = 0;
+    for (int n = 0; n < 6; n++) rows_ok += memcmp(ct_f32(&out) + 4 * n, table + 4 * ids[n], 16) == 0;
+    CHECK(rows_ok == 6);
+
+    // Backward: repeated ids add up; the ids' gradient is a NULL-data i32.
+    f.ctx.train = true;
+    ct_net_zero_grads(&f.net);
+    CHECK_OK(fixture_forward(&f, &t, &out, 1), &f.err);
+    float ones[24];
+    for (int i = 0; i < 24; i++) ones[i] = 1.0f;
+    ct_tensor g = ct_tensor_sig(&out), gin;
+    g.data = ones;
+    CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, &gin, ct_key_from_seed(1), &f.err), &f.err);
+    CHECK(gin.data == NULL && gin.dtype == CT_DTYPE_I32 && ct_tensor_same_sig(&gin, &t));
+    CHECK(f.net.grads[0] == 2.0f && f.net.grads[4] == 2.0f && f.net.grads[8] == 2.0f);
+
+    // An id out of range names itself, its position and the layer.
+    ids[4] = 7;
+    ct_status st = fixture_forward(&f, &t, &out, 1);
+    printf("embedding error: %s\n", f.err.msg);
+    CHECK(st == CT_ERR_ARG);
+    CHECK(strstr(f.err.msg, "layer Embedding (forward)") != NULL);
+    CHECK(strstr(f.err.msg, "id 7 at position (1,1)") != NULL);
+    CHECK(strstr(f.err.msg, "[0, 3)") != NULL);
+    ids[4] = 1;
+    ids[0] = -1;
+    st = fixture_forward(&f, &t, &out, 1);
+    CHECK(st == CT_ERR_ARG && strstr(f.err.msg, "id -1 at position (0,0)") != NULL);
+    fixture_free(&f);
+
+    // f32 input is a shape error at init.
+    float x[2] = {0, 1};
+    ct_tensor ft = ct_tensor_1d(CT_DTYPE_F32, 2, x);
+    ct_layer *e = ct_embedding(3, 4);
+    CHECK(fixture_init(&f, e, &ft, 1, false) == CT_ERR_SHAPE);
+    CHECK(strstr(f.err.msg, "Embedding (init)") != NULL);
+    ct_layer_free(e);
+    fixture_free(&f);
+}
+
+static void test_positional_values(void) {
+    // Zero input: the output is pe itself. D = 4: pe[t] = [sin t, cos t,
+    // sin(t/100), cos(t/100)] (10000^(2/4) = 100).
+    float z[1 * 4 * 4] = {0};
+    fixture f;
+    ct_tensor out = run1(&f, ct_positional_encoding_sinusoidal(8), ct_tensor_3d(CT_DTYPE_F32, 1, 4, 4, z));
+    CHECK(f.net.n_weights == 0);
+    const double t1[4] = {0.8414709848078965, 0.5403023058681398, 0.009999833334166664, 0.9999500004166653};
+    const double t3[4] = {0.1411200080598672, -0.9899924966004454, 0.02999550020249566, 0.9995500337489875};
+    for (int i = 0; i < 4; i++) {
+        CHECK_NEAR(ct_f32(&out)[i], i % 2 ? 1.0 : 0.0, 1e-7);  // t = 0
+        CHECK_NEAR(ct_f32(&out)[4 + i], t1[i], 1e-6);
+        CHECK_NEAR(ct_f32(&out)[12 + i], t3[i], 1e-6);
+    }
+    // Longer than max_len: an error; shorter: fine.
+    float big[1 * 9 * 4] = {0};
+    ct_tensor too_long = ct_tensor_3d(CT_DTYPE_F32, 1, 9, 4, big);
+    CHECK(fixture_forward(&f, &too_long, &out, 1) == CT_ERR_SHAPE);
+    CHECK(strstr(f.err.msg, "PositionalEncoding (forward)") && strstr(f.err.msg, "max_len 8"));
+    ct_tensor shorter = ct_tensor_3d(CT_DTYPE_F32, 2, 2, 4, big);
+    CHECK_OK(fixture_forward(&f, &shorter, &out, 1), &f.err);
+    CHECK_NEAR(ct_f32(&out)[8 + 5], t1[1], 1e-6);  // batch 1, t = 1, c = 1
+    fixture_free(&f);
+
+    // D = 6 at t = 2: frequencies 1, 10000^(-2/6), 10000^(-4/6); x adds on.
+    float x[1 * 3 * 6];
+    for (int i = 0; i < 18; i++) x[i] = 0.5f;
+    out = run1(&f, ct_positional_encoding_sinusoidal(3), ct_tensor_3d(CT_DTYPE_F32, 1, 3, 6, x));
+    const double t2[6] = {0.9092974268256817, -0.4161468365471424, 0.09269850077872725,
+                          0.9956942241237399, 0.0043088560467428125, 0.9999907168366957};
+    for (int i = 0; i < 6; i++) CHECK_NEAR(ct_f32(&out)[12 + i], 0.5 + t2[i], 1e-6);
+    fixture_free(&f);
+
+    // Init with T > max_len fails; learned pe is a weight of (max_len, D).
+    ct_layer *p = ct_positional_encoding_learned(2);
+    ct_tensor sig = ct_tensor_3d(CT_DTYPE_F32, 1, 3, 6, x);
+    CHECK(fixture_init(&f, p, &sig, 1, false) == CT_ERR_SHAPE);
+    ct_layer_free(p);
+    fixture_free(&f);
+    out = run1(&f, ct_positional_encoding_learned(5), ct_tensor_3d(CT_DTYPE_F32, 1, 3, 6, x));
+    const ct_param *w = ct_net_find_param(&f.net, "PositionalEncoding/embedding");
+    CHECK(w && w->sig.shape[0] == 5 && w->sig.shape[1] == 6);
+    if (w) CHECK_NEAR(ct_f32(&out)[7], 0.5 + f.net.weights[w->offset + 7], 1e-7);
+    fixture_free(&f);
+}
+
+static void test_shift_right_values(void) {
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    fixture f;
+    ct_tensor out = run1(&f, ct_shift_right(1), ct_tensor_2d(CT_DTYPE_I32, 2, 4, ids));
+    const int32_t want[8] = {0, 1, 2, 3, 0, 5, 6, 7};
+    CHECK(out.dtype == CT_DTYPE_I32 && memcmp(out.data, want, sizeof want) == 0);
+    // Backward of int ids: a NULL-data gradient with their signature.
+    ct_tensor t = ct_tensor_2d(CT_DTYPE_I32, 2, 4, ids), g, gin;
+    CHECK_OK(fixture_forward(&f, &t, &out, 1), &f.err);
+    g = ct_tensor_sig(&out);
+    CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, &gin, ct_key_from_seed(1), &f.err), &f.err);
+    CHECK(gin.data == NULL && ct_tensor_same_sig(&gin, &t));
+    fixture_free(&f);
+
+    // (1, 3, 2) f32 shifted by 2: [[a, b], [c, d], [e, f]] -> [[0, 0], [0, 0], [a, b]].
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    out = run1(&f, ct_shift_right(2), ct_tensor_3d(CT_DTYPE_F32, 1, 3, 2, x));
+    const float wf[6] = {0, 0, 0, 0, 1, 2};
+    CHECK(memcmp(out.data, wf, sizeof wf) == 0);
+    // The gradient shifts back: dx[t] = g[t + 2].
+    float gv[6] = {10, 20, 30, 40, 50, 60};
+    ct_tensor xt = ct_tensor_3d(CT_DTYPE_F32, 1, 3, 2, x);
+    CHECK_OK(fixture_forward(&f, &xt, &out, 1), &f.err);
+    g = ct_tensor_sig(&out);
+    g.data = gv;
+    CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, &gin, ct_key_from_seed(1), &f.err), &f.err);
+    const float wg[6] = {50, 60, 0, 0, 0, 0};
+    CHECK(gin.data && memcmp(gin.data, wg, sizeof wg) == 0);
+    fixture_free(&f);
+
+    // Shifting by T or more leaves only zeros.
+    out = run1(&f, ct_shift_right(5), ct_tensor_3d(CT_DTYPE_F32, 1, 3, 2, x));
+    int zeros = 0;
+    for (int i = 0; i < 6; i++) zeros += ct_f32(&out)[i] == 0.0f;
+    CHECK(zeros == 6);
+    fixture_free(&f);
+}
+
+static void test_flatten_mean_values(void) {
+    float x[2 * 3 * 4];
+    for (int i = 0; i < 24; i++) x[i] = (float)i;
+    ct_tensor in = ct_tensor_3d(CT_DTYPE_F32, 2, 3, 4, x);
+    fixture f;
+    ct_tensor out = run1(&f, ct_flatten(1), in);
+    CHECK(out.data == x && out.ndim == 2 && out.shape[0] == 2 && out.shape[1] == 12);
+    fixture_free(&f);
+    out = run1(&f, ct_flatten(0), in);
+    CHECK(out.data == x && out.ndim == 1 && out.shape[0] == 24);
+    fixture_free(&f);
+    // Int ids flatten too.
+    int32_t ids[6] = {0};
+    out = run1(&f, ct_flatten(1), ct_tensor_3d(CT_DTYPE_I32, 1, 2, 3, ids));
+    CHECK(out.dtype == CT_DTYPE_I32 && out.ndim == 2 && out.shape[1] == 6);
+    fixture_free(&f);
+    // Keeping as many axes as the rank is Trax's error.
+    ct_layer *l = ct_flatten(3);
+    CHECK(fixture_init(&f, l, &in, 1, false) == CT_ERR_SHAPE);
+    CHECK(strstr(f.err.msg, "Flatten (init)") && strstr(f.err.msg, "(2,3,4) f32"));
+    ct_layer_free(l);
+    fixture_free(&f);
+
+    // Mean over axis 1 of (2, 3, 4): out[b, c] = x[b, 1, c] (arithmetic rows).
+    out = run1(&f, ct_mean(1, false), in);
+    CHECK(out.ndim == 2 && out.shape[0] == 2 && out.shape[1] == 4);
+    CHECK_NEAR(ct_f32(&out)[0], 4.0, 1e-6);
+    CHECK_NEAR(ct_f32(&out)[7], 19.0, 1e-6);
+    fixture_free(&f);
+    out = run1(&f, ct_mean(-1, true), in);
+    CHECK(out.ndim == 3 && out.shape[2] == 1 && out.shape[1] == 3);
+    CHECK_NEAR(ct_f32(&out)[0], 1.5, 1e-6);
+    CHECK_NEAR(ct_f32(&out)[5], 21.5, 1e-6);
+    fixture_free(&f);
+    l = ct_mean(3, false);
+    CHECK(fixture_init(&f, l, &in, 1, false) == CT_ERR_SHAPE);
+    CHECK(strstr(f.err.msg, "Mean (init)") != NULL);
+    ct_layer_free(l);
+    fixture_free(&f);
+}
+
+// Zero (NULL-data) output gradients come back as NULL-data input gradients
+// with the inputs' signatures, and no weight gradient moves.
+static void test_zero_grad_out(void) {
+    float a[2 * 3 * 4];
+    ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 3, 4, a), 21, -1.0f, 1.0f);
+    ct_layer *layers[] = {ct_layer_norm(1e-6f), ct_positional_encoding_learned(4),
+                          ct_positional_encoding_sinusoidal(4), ct_shift_right(1), ct_flatten(1),
+                          ct_mean(1, false), ct_dropout(0.5f)};
+    for (size_t i = 0; i < sizeof layers / sizeof *layers; i++) {
+        fixture f;
+        CHECK_OK(fixture_init(&f, layers[i], &x, 1, true), &f.err);
+        ct_net_zero_grads(&f.net);
+        ct_tensor out, g, gin;
+        CHECK_OK(fixture_forward(&f, &x, &out, 1), &f.err);
+        g = ct_tensor_sig(&out);
+        CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, &gin, ct_key_from_seed(1), &f.err), &f.err);
+        bool zero = true;
+        for (size_t k = 0; k < f.net.n_weights; k++) zero = zero && f.net.grads[k] == 0.0f;
+        CHECK_MSG(gin.data == NULL && ct_tensor_same_sig(&gin, &x) && zero && f.ctx.tape_len == 0,
+                  "%s", layers[i]->name);
+        ct_layer_free(layers[i]);
+        fixture_free(&f);
+    }
+}
+
+// The LayerNorm kernels on rows big enough for threads give bitwise the same
+// result on 1 thread and on 2 (scale and bias gradients sum rows in order).
+static void test_layer_norm_threads(void) {
+    enum { N = 64, C = 1024 };
+    float *buf = malloc(sizeof(float) * (2 * (size_t)N * C + 2 * C));  // x, g, w, b
+    float *x = buf, *g = x + N * C, *w = g + N * C, *b = w + C;
+    ct_random_uniform(ct_key_from_seed(31), x, N * C, -2.0f, 2.0f);
+    ct_random_uniform(ct_key_from_seed(32), g, N * C, -1.0f, 1.0f);
+    ct_random_uniform(ct_key_from_seed(33), w, C, 0.5f, 1.5f);
+    ct_random_uniform(ct_key_from_seed(34), b, C, -0.5f, 0.5f);
+    float *res[2];
+    size_t len = (size_t)2 * N * C + 2 * N + 2 * C;  // out, mean, rstd, dinp, dw, db
+    int saved = omp_get_max_threads();
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        float *r = res[t] = calloc(len, sizeof(float));
+        float *out = r, *mean = out + N * C, *rstd = mean + N, *dx = rstd + N, *dw = dx + N * C, *db = dw + C;
+        ct_layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-6f);
+        ct_layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C);
+    }
+    omp_set_num_threads(saved);
+    CHECK(memcmp(res[0], res[1], len * sizeof(float)) == 0);
+    free(res[0]);
+    free(res[1]);
+    free(buf);
+}
+
+int main(void) {
+    test_activation_gradients();
+    test_layer_norm_gradients();
+    test_other_gradients();
+    test_activation_values();
+    test_layer_norm_values();
+    test_dropout();
+    test_embedding_values();
+    test_positional_values();
+    test_shift_right_values();
+    test_flatten_mean_values();
+    test_zero_grad_out();
+    test_layer_norm_threads();
+    return check_summary("test_layers_core");
+}
