@@ -1,0 +1,96 @@
+#include "kernels/cpu/loss.h"
+
+#include <math.h>
+
+#include "kernels/cpu/softmax.h"
+
+double ct_weight_sum(const float *weights, int64_t N) {
+    double s = 0.0;
+    for (int64_t n = 0; n < N; n++) s += weights[n];
+    return s;
+}
+
+void ct_cross_entropy_forward(float *out, const float *logp, const int32_t *targets, const float *weights,
+                              double wsum, int64_t N, int64_t V) {
+    double s = 0.0;
+    for (int64_t n = 0; n < N; n++)
+        if (weights[n] != 0.0f) s -= (double)logp[n * V + targets[n]] * weights[n];
+    out[0] = (float)(s / wsum);
+}
+
+void ct_cross_entropy_backward(float *dlogp, float dout, const int32_t *targets, const float *weights,
+                               double wsum, int64_t N, int64_t V) {
+    for (int64_t n = 0; n < N; n++) dlogp[n * V + targets[n]] -= (float)((double)dout * weights[n] / wsum);
+}
+
+void ct_category_cross_entropy_forward(float *out, float *logp, const float *logits, const int32_t *targets,
+                                       const float *weights, double wsum, int64_t N, int64_t V) {
+    ct_log_softmax_forward(logp, logits, N, V);
+    ct_cross_entropy_forward(out, logp, targets, weights, wsum, N, V);
+}
+
+void ct_category_cross_entropy_backward(float *dlogits, float dout, const float *logp, const int32_t *targets,
+                                        const float *weights, double wsum, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static) if (N * V > 32768)
+    for (int64_t n = 0; n < N; n++) {
+        float coef = (float)((double)dout * weights[n] / wsum);
+        if (coef == 0.0f) continue;  // a padding position: no gradient
+        const float *lp = logp + n * V;
+        float *dx = dlogits + n * V;
+        for (int64_t c = 0; c < V; c++) dx[c] += coef * expf(lp[c]);
+        dx[targets[n]] -= coef;
+    }
+}
+
+void ct_l2_loss_forward(float *out, const float *outputs, const float *targets, const float *weights,
+                        double wsum, int64_t N) {
+    double s = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+        if (weights[n] == 0.0f) continue;
+        double d = (double)outputs[n] - targets[n];
+        s += weights[n] * d * d;
+    }
+    out[0] = (float)(s / wsum);
+}
+
+void ct_l2_loss_backward(float *doutputs, float dout, const float *outputs, const float *targets,
+                         const float *weights, double wsum, int64_t N) {
+    double k = 2.0 * dout / wsum;
+    for (int64_t n = 0; n < N; n++)
+        doutputs[n] += (float)(k * weights[n] * ((double)outputs[n] - targets[n]));
+}
+
+void ct_argmax_forward(int32_t *out, const float *inp, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static) if (N * V > 32768)
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * V;
+        int64_t best = 0;
+        for (int64_t c = 0; c < V; c++) {
+            if (isnan(x[c])) {
+                best = c;
+                break;
+            }
+            if (x[c] > x[best]) best = c;
+        }
+        out[n] = (int32_t)best;
+    }
+}
+
+double ct_weighted_matches(const int32_t *pred, const int32_t *targets, const float *weights, int64_t N) {
+    double s = 0.0;
+    for (int64_t n = 0; n < N; n++)
+        if (pred[n] == targets[n]) s += weights ? (double)weights[n] : 1.0;
+    return s;
+}
+
+int64_t ct_sequence_matches(const int32_t *pred, const int32_t *targets, const float *weights, int64_t N,
+                            int64_t T) {
+    int64_t count = 0;
+    for (int64_t n = 0; n < N; n++) {
+        int ok = 1;
+        for (int64_t t = 0; t < T && ok; t++)
+            if (weights[n * T + t] != 0.0f && pred[n * T + t] != targets[n * T + t]) ok = 0;
+        count += ok;
+    }
+    return count;
+}

@@ -1,0 +1,390 @@
+// Losses and metrics: values against hand-computed numbers, gradients
+// (hand-computed and by finite differences), NULL-data gradients for targets,
+// weights and metrics, and the errors for bad target ids, zero weight sums
+// and shapes that do not fit.
+//
+// Gradient checks: targets and weights are data and get no gradient by
+// design (losses.c), but gradcheck perturbs every f32 input and would compare
+// their zero gradients with nonzero differences. So each loss is checked
+// inside Serial(Feed, Loss), where Feed is a test layer that passes the model
+// output (and int32 targets) through and appends fixed f32 targets/weights,
+// which are then not inputs of the checked layer.
+#include <stdlib.h>
+
+#include "check.h"
+#include "gradcheck.h"
+
+#define TOL 1e-2
+static const double LN2 = 0.69314718055994531, LN3 = 1.0986122886681098;
+
+// ---- running a layer ---------------------------------------------------------
+
+typedef struct runner {
+    ct_device dev;
+    ct_net net;
+    ct_arena arena;
+    ct_ctx ctx;
+} runner;
+
+static ct_status runner_init(runner *r, ct_layer *l, const ct_tensor *in, int n_in, ct_error *err) {
+    r->dev = ct_device_cpu();
+    ct_tensor sigs[CT_LAYER_MAX_IO];
+    for (int i = 0; i < n_in; i++) sigs[i] = ct_tensor_sig(&in[i]);
+    CT_TRY(ct_net_init(&r->net, l, sigs, n_in, ct_key_from_seed(3), &r->dev, err));
+    ct_arena_init(&r->arena, &r->dev);
+    ct_ctx_init(&r->ctx, &r->arena);
+    ct_net_bind(&r->net, &r->ctx, true);
+    return CT_OK;
+}
+
+static void runner_free(runner *r) {
+    ct_ctx_free(&r->ctx);
+    ct_arena_free(&r->arena);
+    ct_net_free(&r->net);
+}
+
+// Runs l (takes no reference) forward on in; on success writes the scalar to
+// *value and, if grads is not NULL, runs backward with dL/dout = 1 and
+// copies grad_in[0] (numel floats) into grads; null[i] tells whether
+// grad_in[i] came back with NULL data. Returns the status; err has the
+// message.
+static ct_status eval_layer(ct_layer *l, const ct_tensor *in, int n_in, double *value, float *grads, bool *null,
+                            ct_error *err) {
+    runner r;
+    ct_status st = runner_init(&r, l, in, n_in, err);
+    if (st != CT_OK) return st;
+    ct_tensor out[1], gin[3];
+    st = ct_layer_forward(r.net.root, &r.ctx, in, out, ct_key_from_seed(1), err);
+    if (st == CT_OK) {
+        CHECK(out[0].ndim == 0 && out[0].dtype == CT_DTYPE_F32);
+        *value = ct_f32(&out[0])[0];
+        float one = 1.0f;
+        ct_tensor g = ct_tensor_make(CT_DTYPE_F32, 0, NULL, &one);
+        st = ct_layer_backward(r.net.root, &r.ctx, &g, gin, ct_key_from_seed(1), err);
+        CHECK(r.ctx.tape_len == 0);
+        if (st == CT_OK) {
+            for (int i = 0; i < n_in; i++) {
+                CHECK(ct_tensor_same_sig(&gin[i], &in[i]));
+                if (null) null[i] = gin[i].data == NULL;
+            }
+            if (grads && gin[0].data) memcpy(grads, gin[0].data, ct_tensor_nbytes(&in[0]));
+        }
+    }
+    runner_free(&r);
+    return st;
+}
+
+// ---- Feed: [x(, targets)] -> [x(, targets), fixed f32 tensors...] ----------------
+
+typedef struct feed {
+    int n_pass;      // inputs passed through
+    int n_fixed;     // fixed tensors appended
+    ct_tensor fixed[2];
+} feed;
+
+static ct_status feed_shape(const ct_tensor *in, ct_tensor *out, const void *user, ct_error *err) {
+    (void)err;
+    const feed *f = user;
+    for (int i = 0; i < f->n_pass; i++) out[i] = ct_tensor_sig(&in[i]);
+    for (int j = 0; j < f->n_fixed; j++) out[f->n_pass + j] = ct_tensor_sig(&f->fixed[j]);
+    return CT_OK;
+}
+static void feed_forward(const ct_tensor *in, ct_tensor *out, const void *user) {
+    const feed *f = user;
+    for (int i = 0; i < f->n_pass; i++) memcpy(out[i].data, in[i].data, ct_tensor_nbytes(&in[i]));
+    for (int j = 0; j < f->n_fixed; j++)
+        memcpy(out[f->n_pass + j].data, f->fixed[j].data, ct_tensor_nbytes(&f->fixed[j]));
+}
+static void feed_backward(const ct_tensor *in, const ct_tensor *out, const ct_tensor *g, ct_tensor *gin,
+                          const void *user) {
+    (void)out;
+    const feed *f = user;
+    for (int i = 0; i < f->n_pass; i++) {
+        if (in[i].dtype != CT_DTYPE_F32) continue;
+        for (int64_t k = 0; k < ct_tensor_numel(&in[i]); k++) ct_f32(&gin[i])[k] += ct_f32(&g[i])[k];
+    }
+}
+
+static ct_layer *with_feed(const feed *f, ct_layer *loss) {
+    ct_fn_spec spec = {"Feed", f->n_pass, f->n_pass + f->n_fixed, feed_shape, feed_forward, feed_backward, f};
+    return ct_serial(CT_LAYERS(ct_fn(&spec), loss));
+}
+
+// ---- values --------------------------------------------------------------------
+
+static void test_weighted_category_cross_entropy(void) {
+    // logits [[0, 0], [ln3, 0]], targets [0, 1]: ce = [ln2, ln4].
+    float logits[4] = {0, 0, (float)LN3, 0}, w11[2] = {1, 1}, w13[2] = {1, 3}, g[4];
+    int32_t t[2] = {0, 1};
+    ct_tensor in[3] = {ct_tensor_2d(CT_DTYPE_F32, 2, 2, logits), ct_tensor_1d(CT_DTYPE_I32, 2, t),
+                       ct_tensor_1d(CT_DTYPE_F32, 2, w11)};
+    double v;
+    bool null[3];
+    ct_error err;
+    ct_layer *l = ct_weighted_category_cross_entropy();
+    CHECK_OK(eval_layer(l, in, 3, &v, g, null, &err), &err);
+    CHECK_NEAR(v, 1.5 * LN2, 1e-6);
+    // dlogits = w/sum(w) * (softmax - onehot): rows [.5,.5]-[1,0] and [.75,.25]-[0,1], halved.
+    CHECK_NEAR(g[0], -0.25, 1e-6);
+    CHECK_NEAR(g[1], 0.25, 1e-6);
+    CHECK_NEAR(g[2], 0.375, 1e-6);
+    CHECK_NEAR(g[3], -0.375, 1e-6);
+    CHECK(!null[0] && null[1] && null[2]);  // no gradient for targets or weights
+    ct_layer_free(l);
+
+    in[2].data = w13;  // (ln2 + 3 ln4) / 4 = 7/4 ln2
+    l = ct_weighted_category_cross_entropy();
+    CHECK_OK(eval_layer(l, in, 3, &v, g, NULL, &err), &err);
+    CHECK_NEAR(v, 1.75 * LN2, 1e-6);
+    CHECK_NEAR(g[0], -0.125, 1e-6);
+    CHECK_NEAR(g[3], -0.5625, 1e-6);
+    ct_layer_free(l);
+
+    // A weight-0 position adds nothing, even with a huge logit gap.
+    float big[4] = {0, 0, 1e30f, -1e30f}, w10[2] = {1, 0};
+    in[0].data = big, in[2].data = w10;
+    l = ct_weighted_category_cross_entropy();
+    CHECK_OK(eval_layer(l, in, 3, &v, g, NULL, &err), &err);
+    CHECK_NEAR(v, LN2, 1e-6);
+    CHECK(g[2] == 0.0f && g[3] == 0.0f);
+    ct_layer_free(l);
+}
+
+static void test_cross_entropy_loss(void) {
+    float lp[4] = {(float)-LN2, (float)-LN2, (float)log(0.75), (float)log(0.25)}, w[2] = {1, 1}, g[4];
+    int32_t t[2] = {0, 1};
+    ct_tensor in[3] = {ct_tensor_2d(CT_DTYPE_F32, 2, 2, lp), ct_tensor_1d(CT_DTYPE_I32, 2, t),
+                       ct_tensor_1d(CT_DTYPE_F32, 2, w)};
+    double v;
+    bool null[3];
+    ct_error err;
+    ct_layer *l = ct_cross_entropy_loss();
+    CHECK_OK(eval_layer(l, in, 3, &v, g, null, &err), &err);
+    CHECK_NEAR(v, 1.5 * LN2, 1e-6);
+    CHECK(g[0] == -0.5f && g[1] == 0.0f && g[2] == 0.0f && g[3] == -0.5f);
+    CHECK(!null[0] && null[1] && null[2]);
+    ct_layer_free(l);
+}
+
+static void test_accuracies(void) {
+    // argmax rows: [1, 0 (tie: first), 2, 0]
+    float o[12] = {1, 2, 0, 3, 3, 1, 0, 0, 5, 2, 1, 0};
+    int32_t t[4] = {1, 0, 2, 1}, t_tie[4] = {1, 1, 2, 1};
+    float w[4] = {1, 1, 0, 2};
+    ct_tensor in[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, 3, o), ct_tensor_1d(CT_DTYPE_I32, 4, t),
+                       ct_tensor_1d(CT_DTYPE_F32, 4, w)};
+    double v;
+    bool null[3];
+    ct_error err;
+    ct_layer *l = ct_category_accuracy();
+    CHECK_OK(eval_layer(l, in, 2, &v, NULL, null, &err), &err);
+    CHECK_NEAR(v, 0.75, 1e-7);
+    CHECK(null[0] && null[1]);  // metrics: no gradients
+    ct_layer_free(l);
+
+    in[1].data = t_tie;  // the tie [3, 3, 1] is argmax 0, not 1
+    l = ct_category_accuracy();
+    CHECK_OK(eval_layer(l, in, 2, &v, NULL, NULL, &err), &err);
+    CHECK_NEAR(v, 0.5, 1e-7);
+    ct_layer_free(l);
+
+    in[1].data = t;  // matches [1, 1, 1, 0] weighted [1, 1, 0, 2] -> 2/4
+    l = ct_weighted_category_accuracy();
+    CHECK_OK(eval_layer(l, in, 3, &v, NULL, null, &err), &err);
+    CHECK_NEAR(v, 0.5, 1e-7);
+    CHECK(null[0] && null[1] && null[2]);
+    ct_layer_free(l);
+
+    // numpy's argmax takes a NaN as the largest.
+    float nan_row[3] = {1, NAN, 2};
+    int32_t t1[1] = {1};
+    ct_tensor nin[2] = {ct_tensor_2d(CT_DTYPE_F32, 1, 3, nan_row), ct_tensor_1d(CT_DTYPE_I32, 1, t1)};
+    l = ct_category_accuracy();
+    CHECK_OK(eval_layer(l, nin, 2, &v, NULL, NULL, &err), &err);
+    CHECK_NEAR(v, 1.0, 0);
+    ct_layer_free(l);
+}
+
+static void test_sequence_accuracy(void) {
+    // Two sequences of 3 positions over 2 classes. Predictions (argmax):
+    // seq 0 = [0, 1, 1], seq 1 = [1, 1, 0].
+    float o[12] = {2, 1, 0, 1, 0, 3, /**/ 0, 1, 1, 2, 5, 4};
+    int32_t t[6] = {0, 1, 1, /**/ 1, 0, 0};  // seq 1 wrong at position 1
+    float w[6] = {1, 1, 1, 1, 1, 1};
+    ct_tensor in[3] = {ct_tensor_3d(CT_DTYPE_F32, 2, 3, 2, o), ct_tensor_2d(CT_DTYPE_I32, 2, 3, t),
+                       ct_tensor_2d(CT_DTYPE_F32, 2, 3, w)};
+    double v;
+    bool null[3];
+    ct_error err;
+    ct_layer *l = ct_sequence_accuracy();
+    CHECK_OK(eval_layer(l, in, 3, &v, NULL, null, &err), &err);
+    CHECK_NEAR(v, 0.5, 1e-7);
+    CHECK(null[0] && null[1] && null[2]);
+    ct_layer_free(l);
+
+    // The wrong position has weight 0 (padding): both sequences are right.
+    w[4] = 0;
+    l = ct_sequence_accuracy();
+    CHECK_OK(eval_layer(l, in, 3, &v, NULL, NULL, &err), &err);
+    CHECK_NEAR(v, 1.0, 1e-7);
+    ct_layer_free(l);
+
+    // Both wrong.
+    w[4] = 1;
+    t[0] = 1;
+    l = ct_sequence_accuracy();
+    CHECK_OK(eval_layer(l, in, 3, &v, NULL, NULL, &err), &err);
+    CHECK_NEAR(v, 0.0, 1e-7);
+    ct_layer_free(l);
+}
+
+static void test_l2_loss(void) {
+    float o[3] = {1, 2, 3}, t[3] = {0, 2, 5}, w[3] = {1, 1, 2}, g[3];
+    ct_tensor in[3] = {ct_tensor_1d(CT_DTYPE_F32, 3, o), ct_tensor_1d(CT_DTYPE_F32, 3, t),
+                       ct_tensor_1d(CT_DTYPE_F32, 3, w)};
+    double v;
+    bool null[3];
+    ct_error err;
+    ct_layer *l = ct_l2_loss();
+    CHECK_OK(eval_layer(l, in, 3, &v, g, null, &err), &err);
+    CHECK_NEAR(v, 9.0 / 4.0, 1e-7);  // (1 + 0 + 2*4) / 4
+    CHECK_NEAR(g[0], 0.5, 1e-7);     // 2 w (o - t) / sum(w)
+    CHECK_NEAR(g[1], 0.0, 1e-7);
+    CHECK_NEAR(g[2], -2.0, 1e-7);
+    CHECK(!null[0] && null[1] && null[2]);
+    ct_layer_free(l);
+}
+
+// ---- gradients by finite differences --------------------------------------------
+
+static void test_gradchecks(void) {
+    enum { NB = 3, NT = 4, V = 5 };
+    float x[NB * NT * V], w[NB * NT], yt[NB * NT * V], w2[NB * NT * V];
+    int32_t t[NB * NT];
+    ct_tensor xs = ct_tensor_3d(CT_DTYPE_F32, NB, NT, V, x);
+    ct_tensor ws = ct_tensor_2d(CT_DTYPE_F32, NB, NT, w);
+    gradcheck_fill(&xs, 1, -2.0f, 2.0f);
+    gradcheck_fill(&ws, 2, 0.0f, 1.0f);
+    w[3] = 0.0f;  // a padding position
+    for (int i = 0; i < NB * NT; i++) t[i] = (int32_t)((i * 7 + 3) % V);
+    ct_tensor ts = ct_tensor_2d(CT_DTYPE_I32, NB, NT, t);
+    ct_tensor in[2] = {xs, ts};
+    gradcheck_opts o = gradcheck_default_opts();
+
+    feed f = {2, 1, {ws}};
+    ct_layer *l = with_feed(&f, ct_weighted_category_cross_entropy());
+    double e = gradcheck("WeightedCategoryCrossEntropy", l, in, 2, o);
+    printf("  max rel err %.3e\n", e);
+    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
+    ct_layer_free(l);
+
+    l = with_feed(&f, ct_cross_entropy_loss());
+    e = gradcheck("CrossEntropyLoss", l, in, 2, o);
+    printf("  max rel err %.3e\n", e);
+    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
+    ct_layer_free(l);
+
+    ct_tensor ys = ct_tensor_3d(CT_DTYPE_F32, NB, NT, V, yt), w2s = ct_tensor_3d(CT_DTYPE_F32, NB, NT, V, w2);
+    gradcheck_fill(&ys, 3, -1.0f, 1.0f);
+    gradcheck_fill(&w2s, 4, 0.0f, 2.0f);
+    feed f2 = {1, 2, {ys, w2s}};
+    l = with_feed(&f2, ct_l2_loss());
+    e = gradcheck("L2Loss", l, &xs, 1, o);
+    printf("  max rel err %.3e\n", e);
+    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
+    ct_layer_free(l);
+
+    // A model in front of the loss: Dense -> WeightedCategoryCrossEntropy.
+    l = with_feed(&f, ct_weighted_category_cross_entropy());
+    ct_layer *model = ct_serial(CT_LAYERS(ct_dense(V), l));
+    e = gradcheck("Dense -> WeightedCategoryCrossEntropy", model, in, 2, o);
+    printf("  max rel err %.3e\n", e);
+    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
+    ct_layer_free(model);
+}
+
+// ---- errors ---------------------------------------------------------------------
+
+static void expect_error(ct_layer *l, const ct_tensor *in, int n_in, ct_status code, const char *a, const char *b) {
+    double v;
+    ct_error err;
+    ct_error_clear(&err);
+    ct_status st = eval_layer(l, in, n_in, &v, NULL, NULL, &err);
+    printf("error: %s\n", err.msg);
+    CHECK_MSG(st == code, "status %d, want %d", (int)st, (int)code);
+    CHECK_MSG(strstr(err.msg, a) != NULL, "'%s' not in '%s'", a, err.msg);
+    CHECK_MSG(!b || strstr(err.msg, b) != NULL, "'%s' not in '%s'", b, err.msg);
+    ct_layer_free(l);
+}
+
+static void test_errors(void) {
+    float x[4] = {0, 1, 2, 3}, w[2] = {1, 1}, w0[2] = {0, 0}, y[2] = {0, 0};
+    int32_t bad[2] = {0, 2}, neg[2] = {-1, 0};
+    ct_tensor in[3] = {ct_tensor_2d(CT_DTYPE_F32, 2, 2, x), ct_tensor_1d(CT_DTYPE_I32, 2, bad),
+                       ct_tensor_1d(CT_DTYPE_F32, 2, w)};
+    expect_error(ct_weighted_category_cross_entropy(), in, 3, CT_ERR_ARG,
+                 "layer WeightedCategoryCrossEntropy (forward)", "target id 2 at flat index 1");
+    expect_error(ct_cross_entropy_loss(), in, 3, CT_ERR_ARG, "CrossEntropyLoss", "outside [0, 2)");
+    expect_error(ct_category_accuracy(), in, 2, CT_ERR_ARG, "CategoryAccuracy", "target id 2");
+    expect_error(ct_weighted_category_accuracy(), in, 3, CT_ERR_ARG, "WeightedCategoryAccuracy", "target id 2");
+    in[1].data = neg;
+    expect_error(ct_weighted_category_cross_entropy(), in, 3, CT_ERR_ARG, "target id -1 at flat index 0", NULL);
+
+    // Weights that sum to 0, named with the layer.
+    in[1].data = (int32_t[]){0, 1};
+    in[2].data = w0;
+    expect_error(ct_weighted_category_cross_entropy(), in, 3, CT_ERR_ARG, "layer WeightedCategoryCrossEntropy",
+                 "sum of weights (2) f32 is 0");
+    expect_error(ct_cross_entropy_loss(), in, 3, CT_ERR_ARG, "layer CrossEntropyLoss", "sum of weights");
+    expect_error(ct_weighted_category_accuracy(), in, 3, CT_ERR_ARG, "layer WeightedCategoryAccuracy",
+                 "sum of weights");
+    ct_tensor l2in[3] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_1d(CT_DTYPE_F32, 2, y),
+                         ct_tensor_1d(CT_DTYPE_F32, 2, w0)};
+    expect_error(ct_l2_loss(), l2in, 3, CT_ERR_ARG, "layer L2Loss", "sum of weights");
+
+    // Shapes that do not fit, at init.
+    in[2].data = w;
+    ct_tensor t3 = ct_tensor_1d(CT_DTYPE_I32, 3, (int32_t[]){0, 0, 0});
+    ct_tensor shape_in[3] = {in[0], t3, in[2]};
+    expect_error(ct_weighted_category_cross_entropy(), shape_in, 3, CT_ERR_SHAPE, "(init)",
+                 "targets (3) i32 do not fit model output (2,2) f32");
+    ct_tensor f_targets[3] = {in[0], ct_tensor_1d(CT_DTYPE_F32, 2, y), in[2]};
+    expect_error(ct_category_accuracy(), f_targets, 2, CT_ERR_SHAPE, "CategoryAccuracy (init)", "(2) f32");
+    ct_tensor w3[3] = {in[0], in[1], ct_tensor_1d(CT_DTYPE_F32, 3, (float[]){1, 1, 1})};
+    expect_error(ct_weighted_category_accuracy(), w3, 3, CT_ERR_SHAPE, "weights (3) f32 do not match", NULL);
+    ct_tensor l2bad[3] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_1d(CT_DTYPE_F32, 3, (float[]){0, 0, 0}),
+                          l2in[2]};
+    expect_error(ct_l2_loss(), l2bad, 3, CT_ERR_SHAPE, "L2Loss (init)", "targets (3) f32");
+}
+
+// A NULL-data gradient into a loss gives NULL-data gradients out.
+static void test_null_grad_out(void) {
+    float logits[4] = {0, 1, 2, 3}, w[2] = {1, 1};
+    int32_t t[2] = {0, 1};
+    ct_tensor in[3] = {ct_tensor_2d(CT_DTYPE_F32, 2, 2, logits), ct_tensor_1d(CT_DTYPE_I32, 2, t),
+                       ct_tensor_1d(CT_DTYPE_F32, 2, w)};
+    ct_layer *l = ct_weighted_category_cross_entropy();
+    runner r;
+    ct_error err;
+    CHECK_OK(runner_init(&r, l, in, 3, &err), &err);
+    ct_tensor out[1], gin[3];
+    CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, in, out, ct_key_from_seed(1), &err), &err);
+    ct_tensor none = ct_tensor_sig(&out[0]);
+    CHECK_OK(ct_layer_backward(r.net.root, &r.ctx, &none, gin, ct_key_from_seed(1), &err), &err);
+    CHECK(!gin[0].data && !gin[1].data && !gin[2].data);
+    CHECK(ct_tensor_same_sig(&gin[0], &in[0]) && r.ctx.tape_len == 0);
+    runner_free(&r);
+    ct_layer_free(l);
+}
+
+int main(void) {
+    test_weighted_category_cross_entropy();
+    test_cross_entropy_loss();
+    test_accuracies();
+    test_sequence_accuracy();
+    test_l2_loss();
+    test_gradchecks();
+    test_errors();
+    test_null_grad_out();
+    return check_summary("test_losses");
+}
