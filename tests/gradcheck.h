@@ -5,7 +5,7 @@
 // analytic gradients of every f32 input and every weight; central differences
 // (L(x + eps) - L(x - eps)) / 2 eps give the numeric ones, at up to
 // max_elems sampled elements per tensor. The error per tensor is
-// ||analytic - numeric|| / max(||analytic|| + ||numeric||, 1e-6) over the
+// ||analytic - numeric|| / max(||analytic|| + ||numeric||, 0.05) over the
 // sample; each is printed, and the largest is returned.
 #ifndef CTRAX_TESTS_GRADCHECK_H
 #define CTRAX_TESTS_GRADCHECK_H
