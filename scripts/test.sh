@@ -6,7 +6,7 @@
 # runs (a configuration that does not build counts as one failure). Exits 1
 # if anything failed. Both runs happen even when the first fails.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 jobs=${JOBS:-$(nproc)}
 passed=0

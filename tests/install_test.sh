@@ -6,10 +6,11 @@
 #
 #   tests/install_test.sh CMAKE BUILD_DIR CC [EXTRA_FLAGS]
 #
-# EXTRA_FLAGS go to both compiles (a sanitized library needs -fsanitize=...).
+# EXTRA_FLAGS (one word or several) go to both compiles (a sanitized library needs -fsanitize=...).
 set -euo pipefail
 
-cmake=$1 build=$2 cc=$3 extra=${4:-}
+cmake=$1 build=$2 cc=$3
+read -ra extra <<<"${4:-}"
 src=$(cd "$(dirname "$0")" && pwd)/install/main.c
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -27,7 +28,8 @@ fail() {
 
 pc=$(find "$prefix" -name ctrax.pc)
 [[ -n $pc ]] || fail "no ctrax.pc installed"
-export PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+export PKG_CONFIG_PATH
 libdir=$(pkg-config --variable=libdir ctrax)
 for f in "$prefix/bin/ctrax" "$prefix/include/ctrax/ctrax.h" "$libdir/libctrax.a" "$libdir/libctrax.so"; do
     [[ -e $f ]] || fail "$f was not installed"
@@ -35,19 +37,19 @@ done
 echo "installed into $prefix; pkg-config --cflags --libs ctrax: $(pkg-config --cflags --libs ctrax)"
 
 # The public headers must compile as strict C17 with no warnings.
-cflags="-std=c17 -Wall -Wextra -Wpedantic -Werror"
+cflags=(-std=c17 -Wall -Wextra -Wpedantic -Werror "${extra[@]}")
 
 # Shared: what pkg-config gives, nothing else.
 # shellcheck disable=SC2046  # pkg-config output is meant to be split into words
-"$cc" $cflags "$src" -o "$tmp/main_shared" $(pkg-config --cflags --libs ctrax) $extra
+"$cc" "${cflags[@]}" "$src" -o "$tmp/main_shared" $(pkg-config --cflags --libs ctrax)
 readelf -d "$tmp/main_shared" | grep -q 'NEEDED.*libctrax\.so' || fail "main_shared does not load libctrax.so"
 LD_LIBRARY_PATH=$libdir "$tmp/main_shared" || fail "main_shared exited with $?"
 
 # Static: libctrax.a in place of -lctrax, and the private dependencies that
 # pkg-config --static adds (OpenBLAS, OpenMP, libm). The README shows this line.
 # shellcheck disable=SC2046
-"$cc" $cflags "$src" -o "$tmp/main_static" $(pkg-config --cflags ctrax) \
-    $(pkg-config --static --libs ctrax | sed 's/-lctrax/-Wl,-Bstatic -lctrax -Wl,-Bdynamic/') $extra
+"$cc" "${cflags[@]}" "$src" -o "$tmp/main_static" $(pkg-config --cflags ctrax) \
+    $(pkg-config --static --libs ctrax | sed 's/-lctrax/-Wl,-Bstatic -lctrax -Wl,-Bdynamic/')
 if readelf -d "$tmp/main_static" | grep -q 'NEEDED.*libctrax'; then
     fail "main_static still loads libctrax.so"
 fi
