@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The test suite, as `make test` runs it: configure, build and ctest twice,
+#   Release with -Werror              in build/
+#   Debug with ASan + UBSan, -Werror  in build-asan/  (leak checking on)
+# and a last line "make test: N passed, N failed" that adds up the two ctest
+# runs (a configuration that does not build counts as one failure). Exits 1
+# if anything failed. Both runs happen even when the first fails.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+jobs=${JOBS:-$(nproc)}
+passed=0
+failed=0
+status=0
+
+# suite NAME DIR CMAKE_ARGS...
+suite() {
+    local name=$1 dir=$2
+    shift 2
+    echo "== $name: configure and build in $dir/"
+    if ! cmake -S . -B "$dir" "$@" || ! cmake --build "$dir" -j "$jobs"; then
+        echo "== $name: build FAILED"
+        failed=$((failed + 1))
+        status=1
+        return
+    fi
+    echo "== $name: ctest"
+    local log rc line
+    log=$(mktemp)
+    (cd "$dir" && ctest --output-on-failure --no-tests=error) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    # ctest ends with "100% tests passed, 0 tests failed out of 2".
+    line=$(grep -E '[0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
+    rm -f "$log"
+    if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+        passed=$((passed + BASH_REMATCH[2] - BASH_REMATCH[1]))
+        failed=$((failed + BASH_REMATCH[1]))
+    elif ((rc != 0)); then
+        failed=$((failed + 1))  # ctest itself failed (no tests found, ...)
+    fi
+    ((rc == 0)) || status=1
+}
+
+# Read only by the sanitized build.
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+
+suite release build -DCMAKE_BUILD_TYPE=Release -DCTRAX_SANITIZE=OFF -DCTRAX_WERROR=ON
+suite asan build-asan -DCMAKE_BUILD_TYPE=Debug -DCTRAX_SANITIZE=ON -DCTRAX_WERROR=ON
+
+echo "make test: $passed passed, $failed failed"
+exit "$status"
