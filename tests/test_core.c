@@ -1,5 +1,7 @@
 // Core: threefry known answers, keys, tensors, the arena, device accounting,
 // errors.
+#include <setjmp.h>
+
 #include "check.h"
 #include "ctrax/ctrax.h"
 
@@ -95,7 +97,39 @@ static void test_errors(void) {
     CHECK(strcmp(ct_status_name(CT_ERR_SHAPE), "shape error") == 0);
 }
 
+static jmp_buf abort_jump;
+static char abort_msg[256];
+
+static void test_abort_handler_fn(const char *file, int line, const char *msg) {
+    (void)file, (void)line;
+    snprintf(abort_msg, sizeof abort_msg, "%s", msg);
+    longjmp(abort_jump, 1);  // a handler must not return
+}
+
+static void test_abort_handler(void) {
+    ct_set_abort_handler(test_abort_handler_fn);
+    volatile int reached = 0;
+    if (setjmp(abort_jump) == 0) {
+        CT_ASSERT(1 + 1 == 3);
+        reached = 1;
+    }
+    CHECK(!reached);
+    CHECK(strcmp(abort_msg, "assertion failed: 1 + 1 == 3") == 0);
+    ct_set_abort_handler(NULL);  // back to the default
+}
+
+static void test_log_level(void) {
+    ct_log_level old = ct_log_get_level();
+    CHECK(old == CT_LOG_INFO);
+    ct_log_set_level(CT_LOG_OFF);
+    CHECK(ct_log_get_level() == CT_LOG_OFF);
+    ct_log(CT_LOG_ERROR, "not shown: the level is off");
+    ct_log_set_level(old);
+}
+
 int main(void) {
+    test_abort_handler();
+    test_log_level();
     test_threefry();
     test_keys();
     test_tensor();

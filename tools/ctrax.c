@@ -35,7 +35,7 @@ typedef struct train_opts {
 } train_opts;
 
 static train_opts train_defaults(void) {
-    return (train_opts){.steps = 3000,
+    return (train_opts){.steps = 1000,
                         .batch = 32,
                         .seed = 0,
                         .log_every = 100,
