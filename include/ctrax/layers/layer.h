@@ -91,6 +91,15 @@ typedef struct ct_layer_vtable {
                           ct_key key, ct_error *err);
     // Frees l->hp contents if needed (NULL: ct_free(l->hp) is enough).
     void (*destroy)(ct_layer *l);
+    // Reversible layers only (NULL for others). reverse computes the inputs
+    // from the outputs; reverse_and_grad also runs backward on the way (it
+    // recomputes what forward would have saved, with the same key), so no
+    // tape is needed. See include/ctrax/layers/reversible.h.
+    ct_status (*reverse)(ct_layer *l, ct_ctx *c, const ct_tensor *out, ct_tensor *in, ct_key key,
+                         ct_error *err);
+    ct_status (*reverse_and_grad)(ct_layer *l, ct_ctx *c, const ct_tensor *out,
+                                  const ct_tensor *grad_out, ct_tensor *in, ct_tensor *grad_in,
+                                  ct_key key, ct_error *err);
 } ct_layer_vtable;
 
 struct ct_layer {
