@@ -107,8 +107,12 @@ static ct_status attention_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gra
     return CT_OK;
 }
 
-static const ct_layer_vtable attention_vt = {"DotProductCausalAttention", attention_init, attention_forward,
-                                             attention_backward, NULL};
+static const ct_layer_vtable attention_vt = {
+    .type = "DotProductCausalAttention",
+    .init = attention_init,
+    .forward = attention_forward,
+    .backward = attention_backward,
+};
 
 ct_layer *ct_dot_product_causal_attention(int n_heads, float dropout) {
     attention_hp *hp = ct_calloc(1, sizeof *hp);

@@ -66,7 +66,12 @@ static ct_status serial_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_o
     return CT_OK;
 }
 
-static const ct_layer_vtable serial_vt = {"Serial", serial_init, serial_forward, serial_backward, NULL};
+static const ct_layer_vtable serial_vt = {
+    .type = "Serial",
+    .init = serial_init,
+    .forward = serial_forward,
+    .backward = serial_backward,
+};
 
 ct_layer *ct_serial(int n, ct_layer **layers) {
     // Flatten nested plain Serials (Trax does the same); a Serial that is
@@ -141,8 +146,12 @@ static ct_status parallel_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad
     return CT_OK;
 }
 
-static const ct_layer_vtable parallel_vt = {"Parallel", parallel_init, parallel_forward,
-                                            parallel_backward, NULL};
+static const ct_layer_vtable parallel_vt = {
+    .type = "Parallel",
+    .init = parallel_init,
+    .forward = parallel_forward,
+    .backward = parallel_backward,
+};
 
 ct_layer *ct_parallel(int n, ct_layer **layers) {
     int n_in = 0, n_out = 0;
@@ -231,7 +240,12 @@ static ct_status select_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_o
     return CT_OK;
 }
 
-static const ct_layer_vtable select_vt = {"Select", select_init, select_forward, select_backward, NULL};
+static const ct_layer_vtable select_vt = {
+    .type = "Select",
+    .init = select_init,
+    .forward = select_forward,
+    .backward = select_backward,
+};
 
 ct_layer *ct_select(int n_indices, const int *indices, int n_in) {
     CT_ASSERT(n_indices >= 0 && n_indices <= CT_LAYER_MAX_IO);
@@ -293,7 +307,12 @@ static ct_status add_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
     return CT_OK;
 }
 
-static const ct_layer_vtable add_vt = {"Add", binary_init, add_forward, add_backward, NULL};
+static const ct_layer_vtable add_vt = {
+    .type = "Add",
+    .init = binary_init,
+    .forward = add_forward,
+    .backward = add_backward,
+};
 ct_layer *ct_add(void) { return ct_layer_new(&add_vt, "Add", 2, 1, NULL, NULL, 0); }
 
 // out = a * b elementwise
@@ -335,7 +354,12 @@ static ct_status mul_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
     return CT_OK;
 }
 
-static const ct_layer_vtable mul_vt = {"Multiply", binary_init, mul_forward, mul_backward, NULL};
+static const ct_layer_vtable mul_vt = {
+    .type = "Multiply",
+    .init = binary_init,
+    .forward = mul_forward,
+    .backward = mul_backward,
+};
 ct_layer *ct_multiply(void) { return ct_layer_new(&mul_vt, "Multiply", 2, 1, NULL, NULL, 0); }
 
 // ---- Concatenate and Split ---------------------------------------------------------
@@ -427,8 +451,12 @@ static ct_status concat_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_o
     return CT_OK;
 }
 
-static const ct_layer_vtable concat_vt = {"Concatenate", concat_init, concat_forward, concat_backward,
-                                          NULL};
+static const ct_layer_vtable concat_vt = {
+    .type = "Concatenate",
+    .init = concat_init,
+    .forward = concat_forward,
+    .backward = concat_backward,
+};
 
 ct_layer *ct_concatenate(int n_items, int axis) {
     CT_ASSERT(n_items >= 1 && n_items <= CT_LAYER_MAX_IO);
@@ -486,7 +514,12 @@ static ct_status split_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_ou
     return CT_OK;
 }
 
-static const ct_layer_vtable split_vt = {"Split", split_init, split_forward, split_backward, NULL};
+static const ct_layer_vtable split_vt = {
+    .type = "Split",
+    .init = split_init,
+    .forward = split_forward,
+    .backward = split_backward,
+};
 
 ct_layer *ct_split(int n_items, int axis) {
     CT_ASSERT(n_items >= 1 && n_items <= CT_LAYER_MAX_IO);
@@ -548,7 +581,12 @@ static ct_status fn_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, 
     return CT_OK;
 }
 
-static const ct_layer_vtable fn_vt = {"Fn", fn_init, fn_forward, fn_backward, NULL};
+static const ct_layer_vtable fn_vt = {
+    .type = "Fn",
+    .init = fn_init,
+    .forward = fn_forward,
+    .backward = fn_backward,
+};
 
 ct_layer *ct_fn(const ct_fn_spec *spec) {
     CT_ASSERT(spec && spec->forward && spec->name);

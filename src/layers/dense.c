@@ -72,7 +72,12 @@ static ct_status dense_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_ou
     return CT_OK;
 }
 
-static const ct_layer_vtable dense_vt = {"Dense", dense_init, dense_forward, dense_backward, NULL};
+static const ct_layer_vtable dense_vt = {
+    .type = "Dense",
+    .init = dense_init,
+    .forward = dense_forward,
+    .backward = dense_backward,
+};
 
 static ct_layer *dense_new(int n_units, bool use_bias) {
     CT_ASSERT(n_units > 0);

@@ -67,7 +67,12 @@ static ct_status dropout_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_
     return CT_OK;
 }
 
-static const ct_layer_vtable dropout_vt = {"Dropout", dropout_init, dropout_forward, dropout_backward, NULL};
+static const ct_layer_vtable dropout_vt = {
+    .type = "Dropout",
+    .init = dropout_init,
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+};
 
 ct_layer *ct_dropout(float rate) {
     CT_ASSERT(rate >= 0.0f && rate < 1.0f);

@@ -84,8 +84,12 @@ static ct_status embedding_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gra
     return CT_OK;
 }
 
-static const ct_layer_vtable embedding_vt = {"Embedding", embedding_init, embedding_forward,
-                                             embedding_backward, NULL};
+static const ct_layer_vtable embedding_vt = {
+    .type = "Embedding",
+    .init = embedding_init,
+    .forward = embedding_forward,
+    .backward = embedding_backward,
+};
 
 ct_layer *ct_embedding(int vocab_size, int d_feature) {
     CT_ASSERT(vocab_size > 0 && d_feature > 0);

@@ -207,7 +207,8 @@ static ct_status loss_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out
 }
 
 // One vtable per kind, so each layer type carries its own name.
-#define LOSS_VT(kind, name) [kind] = {name, loss_init, loss_forward, loss_backward, NULL}
+#define LOSS_VT(kind, name) \
+    [kind] = {.type = name, .init = loss_init, .forward = loss_forward, .backward = loss_backward}
 static const ct_layer_vtable loss_vts[] = {
     LOSS_VT(LOSS_WEIGHTED_CATEGORY_CE, "WeightedCategoryCrossEntropy"),
     LOSS_VT(LOSS_CROSS_ENTROPY, "CrossEntropyLoss"),

@@ -66,8 +66,12 @@ static ct_status layer_norm_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gr
     return CT_OK;
 }
 
-static const ct_layer_vtable layer_norm_vt = {"LayerNorm", layer_norm_init, layer_norm_forward,
-                                              layer_norm_backward, NULL};
+static const ct_layer_vtable layer_norm_vt = {
+    .type = "LayerNorm",
+    .init = layer_norm_init,
+    .forward = layer_norm_forward,
+    .backward = layer_norm_backward,
+};
 
 ct_layer *ct_layer_norm(float epsilon) {
     CT_ASSERT(epsilon >= 0.0f);

@@ -88,8 +88,13 @@ static void positional_destroy(ct_layer *l) {
     ct_free(hp);
 }
 
-static const ct_layer_vtable positional_vt = {"PositionalEncoding", positional_init, positional_forward,
-                                              positional_backward, positional_destroy};
+static const ct_layer_vtable positional_vt = {
+    .type = "PositionalEncoding",
+    .init = positional_init,
+    .forward = positional_forward,
+    .backward = positional_backward,
+    .destroy = positional_destroy,
+};
 
 static ct_layer *positional_new(int max_len, bool learned) {
     CT_ASSERT(max_len > 0);

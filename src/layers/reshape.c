@@ -55,7 +55,12 @@ static ct_status shift_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_ou
     return CT_OK;
 }
 
-static const ct_layer_vtable shift_vt = {"ShiftRight", shift_init, shift_forward, shift_backward, NULL};
+static const ct_layer_vtable shift_vt = {
+    .type = "ShiftRight",
+    .init = shift_init,
+    .forward = shift_forward,
+    .backward = shift_backward,
+};
 
 ct_layer *ct_shift_right(int n_positions) {
     CT_ASSERT(n_positions >= 0);
@@ -112,7 +117,12 @@ static ct_status flatten_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_
     return CT_OK;
 }
 
-static const ct_layer_vtable flatten_vt = {"Flatten", flatten_init, flatten_forward, flatten_backward, NULL};
+static const ct_layer_vtable flatten_vt = {
+    .type = "Flatten",
+    .init = flatten_init,
+    .forward = flatten_forward,
+    .backward = flatten_backward,
+};
 
 ct_layer *ct_flatten(int n_axes_to_keep) {
     CT_ASSERT(n_axes_to_keep >= 0 && n_axes_to_keep < CT_MAX_DIMS);
@@ -187,7 +197,12 @@ static ct_status mean_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out
     return CT_OK;
 }
 
-static const ct_layer_vtable mean_vt = {"Mean", mean_init, mean_forward, mean_backward, NULL};
+static const ct_layer_vtable mean_vt = {
+    .type = "Mean",
+    .init = mean_init,
+    .forward = mean_forward,
+    .backward = mean_backward,
+};
 
 ct_layer *ct_mean(int axis, bool keepdims) {
     mean_hp *hp = ct_calloc(1, sizeof *hp);
