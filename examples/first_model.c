@@ -17,7 +17,7 @@ int main(void) {
     ct_device cpu = ct_device_cpu();  // counts every byte allocated
     ct_trainer *trainer;
     ct_error err;
-    if (ct_trainer_new(&trainer, model, loss, batch, 3, ct_adam_new(adam), ct_key_from_seed(0), &cpu, &err)) {
+    if (ct_trainer_new(&trainer, model, loss, batch, 3, ct_adam_new(adam), ct_key_from_seed(0), &cpu, NULL, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }

@@ -63,7 +63,7 @@ int main(void) {
     ct_trainer *tr;
     ct_error err;
     CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(1),
-                            &dev, &err),
+                            &dev, NULL, &err),
              &err);
     ct_step_stats stats;
     for (int step = 1; step <= 6; step++) {

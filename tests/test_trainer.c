@@ -31,7 +31,7 @@ static float *train_copy(uint64_t seed, int n_steps, float dropout, size_t *n_we
     ct_error err;
     ct_key key = ct_key_from_seed(seed);
     CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_split(key, 0),
-                            &dev, &err),
+                            &dev, NULL, &err),
              &err);
     ct_step_stats stats = {0};
     for (int step = 1; step <= n_steps; step++) {
@@ -90,7 +90,7 @@ static void test_stats_and_errors(void) {
     ct_trainer *tr;
     ct_error err;
     ct_sgd_params sp = ct_sgd_default_params();
-    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(sp), ct_key_from_seed(1), &dev, &err), &err);
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(sp), ct_key_from_seed(1), &dev, NULL, &err), &err);
     const ct_net *net = ct_trainer_net(tr);
     double w2 = 0;
     for (size_t i = 0; i < net->n_weights; i++) w2 += (double)net->weights[i] * net->weights[i];
@@ -114,7 +114,7 @@ static void test_stats_and_errors(void) {
 
     // A loss that does not leave a scalar is refused.
     ct_layer *not_a_loss = ct_select(1, (int[]){0}, 3);
-    CHECK(ct_trainer_new(&tr, model, not_a_loss, batch, 3, ct_sgd_new(sp), ct_key_from_seed(1), &dev, &err) != CT_OK);
+    CHECK(ct_trainer_new(&tr, model, not_a_loss, batch, 3, ct_sgd_new(sp), ct_key_from_seed(1), &dev, NULL, &err) != CT_OK);
     printf("bad loss: %s\n", err.msg);
     ct_layer_free(not_a_loss);
     ct_layer_free(model);

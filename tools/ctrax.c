@@ -196,7 +196,7 @@ static int run_train(const train_opts *o) {
     ct_key root_key = ct_key_from_seed(o->seed);
     int rc = 1;
     metric metrics[2] = {{"accuracy", {0}}, {"sequence_accuracy", {0}}};
-    if (ct_trainer_new(&trainer, model, loss, batch, 3, ct_adam_new(ap), ct_key_split(root_key, 0), &dev, &err) != CT_OK)
+    if (ct_trainer_new(&trainer, model, loss, batch, 3, ct_adam_new(ap), ct_key_split(root_key, 0), &dev, NULL, &err) != CT_OK)
         goto fail;
     const ct_net *net = ct_trainer_net(trainer);
     ct_tensor logits_sig = ct_tensor_3d(CT_DTYPE_F32, B, T, o->vocab, NULL);

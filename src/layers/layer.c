@@ -195,7 +195,9 @@ ct_status ct_layer_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tenso
 
 ct_status ct_layer_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                             ct_key key, ct_error *err) {
-    return l->vt->backward(l, c, grad_out, grad_in, key, err);
+    CT_TRY(l->vt->backward(l, c, grad_out, grad_in, key, err));
+    if (c->on_weight_grads && l->n_weights > 0) c->on_weight_grads(c->on_weight_grads_user, l);
+    return CT_OK;
 }
 
 ct_status ct_ctx_alloc(ct_ctx *c, ct_tensor *t, ct_error *err) {

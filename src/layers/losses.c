@@ -159,9 +159,11 @@ static ct_status loss_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
             if (n_seq == 0)
                 return ct_layer_fail(l, err, CT_ERR_ARG, "forward", "no sequences: an accuracy over nothing has no value");
             o[0] = (float)((double)ct_sequence_matches(pred.data, targets, weights, n_seq, T) / (double)n_seq);
+            c->loss_weight = (double)n_seq;
         } else {
             double denom = weights ? wsum : (double)N;
             o[0] = (float)(ct_weighted_matches(pred.data, targets, weights, N) / denom);
+            c->loss_weight = denom;
         }
         ct_arena_reset_to(c->arena, mark);
         ct_tensor sig = ct_tensor_sig(&in[0]);
@@ -169,6 +171,10 @@ static ct_status loss_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
         break;
     }
     }
+    // What this scalar averages over, so replicas can combine their values
+    // exactly (see ct_ctx.loss_weight).
+    if (k == LOSS_WEIGHTED_CATEGORY_CE || k == LOSS_CROSS_ENTROPY || k == LOSS_L2)
+        c->loss_weight = weights ? wsum : (double)N;
     // Targets and weights, for backward's gradient signatures (and data).
     for (int i = 1; i < l->n_in; i++) CT_TRY(ct_tape_push(c, &in[i], err));
     return CT_OK;

@@ -1,4 +1,4 @@
-// The single-device Trainer (see trainer.h).
+// The Trainer (see trainer.h): one step over local replicas and processes.
 #include "ctrax/train/trainer.h"
 
 #include <math.h>
@@ -6,36 +6,160 @@
 
 #include "ctrax/layers/combinators.h"
 
+// One local device: its own arena, run context, gradient slab and shard of
+// the batch. Replica 0's gradient slab is the net's.
+typedef struct replica {
+    ct_arena arena;
+    ct_ctx ctx;
+    float *grads;
+    ct_tensor shard[CT_LAYER_MAX_IO];
+    ct_tensor loss_out;
+    double weight;  // what its loss averaged over (ct_ctx.loss_weight)
+    float seed;     // d loss / d (its loss), from the global weight
+    ct_status status;
+    ct_error err;
+} replica;
+
+// Sends gradient buckets to the comm while backward goes on (one local
+// device only): params become ready as backward finishes their layers, in
+// roughly decreasing slab order; a bucket [cursor, sent) is started once
+// every param in it is ready and it holds at least bucket_floats.
+typedef struct bucketer {
+    bool active;
+    int *uses;        // per param: backward uses per step (a layer used twice: 2)
+    int *uses_left;   // per param: backward uses still to come this step
+    bool *ready;      // per param
+    int next_param;   // params [next_param, n) are ready
+    size_t sent;      // floats [sent, n_weights) are started
+    size_t bucket_floats;
+    ct_status status;
+    ct_error err;
+} bucketer;
+
 struct ct_trainer {
     ct_net net;         // Serial(model, loss) bound to its slabs
     ct_layer *model;    // one reference
     ct_optimizer *opt;  // owned
     ct_device *dev;
-    float *slots;             // optimizer slot slab
+    ct_trainer_options opts;
+    int n_global;       // devices over all processes
+    int first_global;   // global index of this process's device 0
+    ct_comm *comm;      // opts.comm, or own_comm
+    ct_comm *own_comm;
+    replica *replicas;  // opts.n_devices of them
+    float *slots;       // optimizer slot slab
     size_t n_slot_floats;
-    size_t *slot_offsets;     // per net.params[i], into slots
-    ct_arena arena;           // training step activations
-    ct_ctx ctx;
-    ct_arena eval_arena;      // predict's activations, kept until the next predict
+    size_t *slot_offsets;  // per net.params[i], into slots
+    ct_range *ranges;      // per net.params[i]: its slab range (for Adasum)
+    float *gather;         // Adasum across processes: every device's gradients
+    size_t gather_floats;
+    bucketer bk;
+    ct_arena eval_arena;  // predict's activations, kept until the next predict
     ct_ctx eval_ctx;
-    float one;                // d loss / d loss, the gradient backward starts from
 };
 
+ct_trainer_options ct_trainer_default_options(void) {
+    return (ct_trainer_options){.n_devices = 1, .comm = NULL, .adasum = false, .bucket_bytes = (size_t)4 << 20};
+}
+
+// ---- buckets -----------------------------------------------------------------
+
+// The index in net.params of a layer's first own weight (params are sorted
+// by offset, and a layer's own weights are contiguous).
+static int first_param_of(const ct_net *net, const ct_layer *l) {
+    size_t off = l->weights[0].offset;
+    int lo = 0, hi = net->n_params - 1;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (net->params[mid]->offset < off) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void count_uses(const ct_net *net, const ct_layer *l, int *uses) {
+    if (l->n_weights > 0) {
+        int p = first_param_of(net, l);
+        for (int i = 0; i < l->n_weights; i++) uses[p + i]++;
+    }
+    for (int i = 0; i < l->n_sub; i++) count_uses(net, l->sub[i], uses);
+}
+
+static void bucket_start(ct_trainer *t, size_t lo, size_t hi) {
+    bucketer *b = &t->bk;
+    if (hi <= lo || b->status != CT_OK) return;
+    b->status = ct_comm_allreduce_start(t->comm, t->net.grads + lo, hi - lo, &b->err);
+}
+
+// A layer finished a backward use: mark its params, start what is complete.
+static void on_weight_grads(void *user, const ct_layer *l) {
+    ct_trainer *t = user;
+    bucketer *b = &t->bk;
+    const ct_net *net = &t->net;
+    int p = first_param_of(net, l);
+    for (int i = 0; i < l->n_weights; i++)
+        if (--b->uses_left[p + i] == 0) b->ready[p + i] = true;
+    while (b->next_param > 0 && b->ready[b->next_param - 1]) b->next_param--;
+    size_t cursor = b->next_param < net->n_params ? net->params[b->next_param]->offset : net->n_weights;
+    if (b->sent - cursor >= b->bucket_floats) {
+        bucket_start(t, cursor, b->sent);
+        b->sent = cursor;
+    }
+}
+
+static void bucketer_reset(ct_trainer *t) {
+    bucketer *b = &t->bk;
+    memcpy(b->uses_left, b->uses, (size_t)t->net.n_params * sizeof *b->uses);
+    memset(b->ready, 0, (size_t)t->net.n_params * sizeof *b->ready);
+    b->next_param = t->net.n_params;
+    b->sent = t->net.n_weights;
+    b->status = CT_OK;
+}
+
+// ---- new / free ----------------------------------------------------------------
+
 ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs, int n_batch,
-                         ct_optimizer *opt, ct_key init_key, ct_device *dev, ct_error *err) {
+                         ct_optimizer *opt, ct_key init_key, ct_device *dev, const ct_trainer_options *opts,
+                         ct_error *err) {
     *out = NULL;
     ct_trainer *t = ct_calloc(1, sizeof *t);
     t->opt = opt;
     t->dev = dev;
     t->model = ct_layer_ref(model);
-    t->one = 1.0f;
-    ct_arena_init(&t->arena, dev);
+    t->opts = opts ? *opts : ct_trainer_default_options();
+    ct_status st = CT_OK;
+    if (t->opts.n_devices < 1 || t->opts.n_devices > CT_MAX_LOCAL_DEVICES) {
+        st = ct_error_set(err, CT_ERR_ARG, "trainer: n_devices is %d, must be 1 to %d", t->opts.n_devices,
+                          CT_MAX_LOCAL_DEVICES);
+        t->opts.n_devices = 1;
+    }
+    int n_local = t->opts.n_devices;
+    t->replicas = ct_calloc((size_t)n_local, sizeof *t->replicas);
+    for (int d = 0; d < n_local; d++) {
+        ct_arena_init(&t->replicas[d].arena, dev);
+        ct_ctx_init(&t->replicas[d].ctx, &t->replicas[d].arena);
+    }
     ct_arena_init(&t->eval_arena, dev);
-    ct_ctx_init(&t->ctx, &t->arena);
     ct_ctx_init(&t->eval_ctx, &t->eval_arena);
+    if (st != CT_OK) goto fail;
+    t->comm = t->opts.comm ? t->opts.comm : (t->own_comm = ct_comm_single_new());
+    t->n_global = n_local * ct_comm_size(t->comm);
+    t->first_global = n_local * ct_comm_rank(t->comm);
 
+    // The net sees one device's share of the batch.
+    ct_tensor sigs[CT_LAYER_MAX_IO];
+    for (int i = 0; i < n_batch && i < CT_LAYER_MAX_IO; i++) {
+        sigs[i] = ct_tensor_sig(&batch_sigs[i]);
+        if (sigs[i].ndim < 1 || sigs[i].shape[0] % n_local != 0) {
+            char a[CT_SIG_STR_MAX];
+            st = ct_error_set(err, CT_ERR_SHAPE, "trainer: batch item %d %s does not split over %d devices along axis 0",
+                              i, ct_tensor_sig_str(&sigs[i], a, sizeof a), n_local);
+            goto fail;
+        }
+        sigs[i].shape[0] /= n_local;
+    }
     ct_layer *root = ct_serial(CT_LAYERS(ct_layer_ref(model), ct_layer_ref(loss)));
-    ct_status st = ct_net_init(&t->net, root, batch_sigs, n_batch, init_key, dev, err);
+    st = ct_net_init(&t->net, root, sigs, n_batch, init_key, dev, err);
     ct_layer_free(root);  // the net holds its own reference
     if (st != CT_OK) goto fail;
     if (t->net.n_out != 1 || t->net.out_sigs[0].ndim != 0 || t->net.out_sigs[0].dtype != CT_DTYPE_F32) {
@@ -43,19 +167,51 @@ ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, cons
                           loss->name);
         goto fail;
     }
+    ct_net *net = &t->net;
+    size_t wbytes = net->n_weights * sizeof(float);
+    for (int d = 0; d < n_local; d++) {
+        replica *r = &t->replicas[d];
+        ct_net_bind(net, &r->ctx, true);
+        if (d == 0) r->grads = net->grads;
+        else if ((st = ct_device_alloc(dev, wbytes, "replica gradient slab", (void **)&r->grads, err)) != CT_OK)
+            goto fail;
+        r->ctx.grads = r->grads;
+    }
+    ct_net_bind(net, &t->eval_ctx, false);
 
     // The slot slab: each weight's slots in slab order.
-    t->slot_offsets = ct_calloc((size_t)t->net.n_params + 1, sizeof *t->slot_offsets);
-    for (int i = 0; i < t->net.n_params; i++) {
+    t->slot_offsets = ct_calloc((size_t)net->n_params + 1, sizeof *t->slot_offsets);
+    t->ranges = ct_calloc((size_t)net->n_params + 1, sizeof *t->ranges);
+    for (int i = 0; i < net->n_params; i++) {
         t->slot_offsets[i] = t->n_slot_floats;
-        t->n_slot_floats += ct_optimizer_slot_floats(opt, &t->net.params[i]->sig);
+        t->n_slot_floats += ct_optimizer_slot_floats(opt, &net->params[i]->sig);
+        t->ranges[i] = (ct_range){net->params[i]->offset, (size_t)ct_tensor_numel(&net->params[i]->sig)};
     }
     st = ct_device_alloc(dev, t->n_slot_floats * sizeof(float), "optimizer slots", (void **)&t->slots, err);
     if (st != CT_OK) goto fail;
-    for (int i = 0; i < t->net.n_params; i++)
-        ct_optimizer_init_slots(opt, &t->net.params[i]->sig, t->slots + t->slot_offsets[i]);
-    ct_net_bind(&t->net, &t->ctx, true);
-    ct_net_bind(&t->net, &t->eval_ctx, false);
+    for (int i = 0; i < net->n_params; i++)
+        ct_optimizer_init_slots(opt, &net->params[i]->sig, t->slots + t->slot_offsets[i]);
+
+    // Overlapped buckets need finished gradients in the net's slab as
+    // backward goes: one local device, and an engine with something to
+    // overlap.
+    if (!t->opts.adasum && n_local == 1 && ct_comm_get_kind(t->comm) == CT_COMM_MPI && net->n_params > 0) {
+        bucketer *b = &t->bk;
+        b->active = true;
+        b->uses = ct_calloc((size_t)net->n_params, sizeof *b->uses);
+        b->uses_left = ct_calloc((size_t)net->n_params, sizeof *b->uses_left);
+        b->ready = ct_calloc((size_t)net->n_params, sizeof *b->ready);
+        b->bucket_floats = t->opts.bucket_bytes / sizeof(float);
+        if (b->bucket_floats == 0) b->bucket_floats = 1;
+        count_uses(net, net->root, b->uses);
+        t->replicas[0].ctx.on_weight_grads = on_weight_grads;
+        t->replicas[0].ctx.on_weight_grads_user = t;
+    }
+    if (t->opts.adasum && ct_comm_size(t->comm) > 1) {
+        t->gather_floats = (size_t)ct_comm_size(t->comm) * n_local * net->n_weights;
+        st = ct_device_alloc(dev, t->gather_floats * sizeof(float), "Adasum gather buffer", (void **)&t->gather, err);
+        if (st != CT_OK) goto fail;
+    }
     *out = t;
     return CT_OK;
 fail:
@@ -65,52 +221,208 @@ fail:
 
 void ct_trainer_free(ct_trainer *t) {
     if (!t) return;
+    size_t wbytes = t->net.n_weights * sizeof(float);
+    for (int d = 0; d < t->opts.n_devices; d++) {
+        replica *r = &t->replicas[d];
+        if (d > 0) ct_device_free(t->dev, r->grads, wbytes);
+        ct_ctx_free(&r->ctx);
+        ct_arena_free(&r->arena);
+    }
+    ct_free(t->replicas);
+    ct_device_free(t->dev, t->gather, t->gather_floats * sizeof(float));
     ct_device_free(t->dev, t->slots, t->n_slot_floats * sizeof(float));
     ct_free(t->slot_offsets);
-    ct_ctx_free(&t->ctx);
+    ct_free(t->ranges);
+    ct_free(t->bk.uses);
+    ct_free(t->bk.uses_left);
+    ct_free(t->bk.ready);
     ct_ctx_free(&t->eval_ctx);
-    ct_arena_free(&t->arena);
     ct_arena_free(&t->eval_arena);
     ct_net_free(&t->net);
     ct_layer_free(t->model);
     ct_optimizer_free(t->opt);
+    ct_comm_free(t->own_comm);
     ct_free(t);
 }
 
-// sqrt(sum x^2) over n floats, accumulated in double in a fixed order.
+// ---- one step ------------------------------------------------------------------
+
+// sum x^2 over n floats, accumulated in double in a fixed order.
 static double sum_squares(const float *x, size_t n) {
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
 }
 
+static ct_status check_batch(const ct_trainer *t, const ct_tensor *batch, ct_error *err) {
+    const ct_net *net = &t->net;
+    int n_local = t->opts.n_devices;
+    for (int i = 0; i < net->n_in; i++) {
+        const ct_tensor *b = &batch[i], *s = &net->in_sigs[i];
+        char a[CT_SIG_STR_MAX], c[CT_SIG_STR_MAX];
+        if (b->dtype != s->dtype || b->ndim != s->ndim)
+            return ct_error_set(err, CT_ERR_SHAPE,
+                                "trainer: batch item %d is %s, the trainer was built for %s per device", i,
+                                ct_tensor_sig_str(b, a, sizeof a), ct_tensor_sig_str(s, c, sizeof c));
+        if (b->shape[0] % n_local != 0 || b->shape[0] != batch[0].shape[0])
+            return ct_error_set(err, CT_ERR_SHAPE,
+                                "trainer: batch item %d %s: its batch size %lld does not split evenly over %d "
+                                "local devices",
+                                i, ct_tensor_sig_str(b, a, sizeof a), (long long)b->shape[0], n_local);
+    }
+    return CT_OK;
+}
+
+static void replica_forward(ct_trainer *t, int d, const ct_tensor *batch, ct_key key) {
+    replica *r = &t->replicas[d];
+    const ct_net *net = &t->net;
+    int n_local = t->opts.n_devices;
+    for (int i = 0; i < net->n_in; i++) {
+        // Rows [d*b, (d+1)*b) of item i: a view, no copy.
+        ct_tensor s = batch[i];
+        int64_t rows = s.shape[0] / n_local;
+        size_t row_bytes = ct_tensor_nbytes(&s) / (size_t)(s.shape[0] ? s.shape[0] : 1);
+        s.shape[0] = rows;
+        s.data = (char *)s.data + (size_t)(d * rows) * row_bytes;
+        r->shard[i] = s;
+    }
+    memset(r->grads, 0, net->n_weights * sizeof(float));
+    r->ctx.tape_len = 0;
+    r->ctx.loss_weight = 0;
+    r->status = ct_layer_forward(net->root, &r->ctx, r->shard, &r->loss_out, key, &r->err);
+    // A loss layer that does not say what it averaged over counts as one.
+    r->weight = r->ctx.loss_weight > 0 ? r->ctx.loss_weight : 1.0;
+}
+
+static void replica_backward(ct_trainer *t, int d, ct_key key) {
+    replica *r = &t->replicas[d];
+    ct_tensor grad_out = ct_tensor_sig(&r->loss_out), grad_in[CT_LAYER_MAX_IO];
+    grad_out.data = &r->seed;
+    r->status = ct_layer_backward(t->net.root, &r->ctx, &grad_out, grad_in, key, &r->err);
+    if (r->status == CT_OK) CT_ASSERT(r->ctx.tape_len == 0);  // every push was popped
+}
+
+// The first failing replica's error, or CT_OK.
+static ct_status replicas_status(ct_trainer *t, ct_error *err) {
+    for (int d = 0; d < t->opts.n_devices; d++) {
+        replica *r = &t->replicas[d];
+        if (r->status != CT_OK) {
+            if (err) *err = r->err;
+            if (t->n_global > 1) ct_error_prefix(err, "device %d", t->first_global + d);
+            return r->status;
+        }
+    }
+    return CT_OK;
+}
+
+// Sums the replicas' gradients into replica 0's (the net's) in device order.
+static void reduce_local(ct_trainer *t) {
+    int n_local = t->opts.n_devices;
+    float *dst = t->net.grads;
+    int64_t n = (int64_t)t->net.n_weights;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) {
+        float s = dst[i];
+        for (int d = 1; d < n_local; d++) s += t->replicas[d].grads[i];
+        dst[i] = s;
+    }
+}
+
+// Adasum over every device of every process, in global device order.
+static ct_status combine_adasum(ct_trainer *t, ct_error *err) {
+    int n_local = t->opts.n_devices, n_proc = ct_comm_size(t->comm);
+    size_t nw = t->net.n_weights;
+    float *vecs_stack[CT_MAX_LOCAL_DEVICES];
+    float **vecs =
+        t->n_global <= CT_MAX_LOCAL_DEVICES ? vecs_stack : ct_malloc((size_t)t->n_global * sizeof *vecs);
+    ct_status st = CT_OK;
+    if (n_proc == 1) {
+        for (int d = 0; d < n_local; d++) vecs[d] = t->replicas[d].grads;
+    } else {
+        // Block d of gather is (n_proc, nw): local device d of every
+        // process; global device g = p * n_local + d.
+        for (int d = 0; d < n_local && st == CT_OK; d++)
+            st = ct_comm_allgather_f32(t->comm, t->replicas[d].grads, t->gather + (size_t)d * n_proc * nw, nw, err);
+        for (int p = 0; p < n_proc; p++)
+            for (int d = 0; d < n_local; d++) vecs[p * n_local + d] = t->gather + ((size_t)d * n_proc + p) * nw;
+    }
+    if (st == CT_OK) {
+        ct_adasum(vecs, t->n_global, t->ranges, t->net.n_params);
+        if (vecs[0] != t->net.grads) memcpy(t->net.grads, vecs[0], nw * sizeof(float));
+    }
+    if (vecs != vecs_stack) ct_free(vecs);
+    return st;
+}
+
+// The mean of the gradients over all devices, into the net's slab.
+static ct_status combine_mean(ct_trainer *t, ct_error *err) {
+    ct_net *net = &t->net;
+    if (t->opts.n_devices > 1) reduce_local(t);
+    if (t->bk.active) {
+        bucket_start(t, 0, t->bk.sent);  // what is left, down to the bottom
+        ct_status st = ct_comm_allreduce_wait(t->comm, t->bk.status == CT_OK ? err : NULL);
+        if (t->bk.status != CT_OK) {
+            if (err) *err = t->bk.err;
+            return t->bk.status;
+        }
+        CT_TRY(st);
+    } else {
+        CT_TRY(ct_comm_allreduce_f32(t->comm, net->grads, net->n_weights, err));
+    }
+    if (t->n_global > 1) {
+        float inv = 1.0f / (float)t->n_global;
+        for (size_t i = 0; i < net->n_weights; i++) net->grads[i] *= inv;
+    }
+    return CT_OK;
+}
+
 ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key, int64_t step, float learning_rate,
                               ct_step_stats *stats, ct_error *err) {
     ct_net *net = &t->net;
-    ct_tensor loss_out, grad_out, grad_in[CT_LAYER_MAX_IO];
-    for (int i = 0; i < net->n_in; i++) {
-        if (batch[i].dtype != net->in_sigs[i].dtype || batch[i].ndim != net->in_sigs[i].ndim) {
-            char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
-            return ct_error_set(err, CT_ERR_SHAPE, "trainer: batch item %d is %s, the trainer was built for %s", i,
-                                ct_tensor_sig_str(&batch[i], a, sizeof a),
-                                ct_tensor_sig_str(&net->in_sigs[i], b, sizeof b));
-        }
+    int n_local = t->opts.n_devices;
+    CT_TRY(check_batch(t, batch, err));
+    ct_key keys[CT_MAX_LOCAL_DEVICES];
+    for (int d = 0; d < n_local; d++) keys[d] = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
+
+    // Forward on every replica (threads when there are several; kernels then
+    // run single-threaded inside each).
+    if (n_local == 1) replica_forward(t, 0, batch, keys[0]);
+    else {
+#pragma omp parallel for num_threads(n_local) schedule(static, 1)
+        for (int d = 0; d < n_local; d++) replica_forward(t, d, batch, keys[d]);
     }
-    ct_net_zero_grads(net);
-    t->ctx.tape_len = 0;
-    ct_status st = ct_layer_forward(net->root, &t->ctx, batch, &loss_out, key, err);
-    if (st == CT_OK) {
-        grad_out = ct_tensor_sig(&loss_out);
-        grad_out.data = &t->one;
-        st = ct_layer_backward(net->root, &t->ctx, &grad_out, grad_in, key, err);
+    ct_status st = replicas_status(t, err);
+
+    // The global weight W and loss, then each replica's backward seed.
+    double sums[2] = {0, 0};  // sum of W_d, sum of L_d * W_d
+    for (int d = 0; d < n_local && st == CT_OK; d++) {
+        replica *r = &t->replicas[d];
+        sums[0] += r->weight;
+        sums[1] += (double)*ct_f32(&r->loss_out) * r->weight;
     }
-    if (st != CT_OK) {
-        ct_arena_reset(&t->arena);
-        return st;
+    // Every process takes part in the collectives, even one that failed, so
+    // a failure cannot leave the others waiting: it sends a NaN.
+    if (st != CT_OK) sums[0] = NAN;
+    ct_status cst = ct_comm_allreduce_f64(t->comm, sums, 2, st == CT_OK ? err : NULL);
+    if (st == CT_OK && cst != CT_OK) st = cst;
+    if (st == CT_OK && !(sums[0] > 0))
+        st = ct_error_set(err, CT_ERR_STATE,
+                          "trainer: a replica failed or the loss weights sum to %g over all devices", sums[0]);
+    if (st != CT_OK) goto done;
+    for (int d = 0; d < n_local; d++)
+        t->replicas[d].seed = (float)((double)t->n_global * t->replicas[d].weight / sums[0]);
+
+    if (t->bk.active) bucketer_reset(t);
+    if (n_local == 1) replica_backward(t, 0, keys[0]);
+    else {
+#pragma omp parallel for num_threads(n_local) schedule(static, 1)
+        for (int d = 0; d < n_local; d++) replica_backward(t, d, keys[d]);
     }
-    CT_ASSERT(t->ctx.tape_len == 0);  // every push was popped
-    float loss = *ct_f32(&loss_out);
-    ct_arena_reset(&t->arena);
+    if ((st = replicas_status(t, err)) != CT_OK) goto done;
+
+    // Combine the gradients over all devices: the mean, or Adasum.
+    st = t->opts.adasum ? combine_adasum(t, err) : combine_mean(t, err);
+    if (st != CT_OK) goto done;
 
     double g2 = sum_squares(net->grads, net->n_weights);
     double w2 = sum_squares(net->weights, net->n_weights);
@@ -120,11 +432,13 @@ ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key,
                             t->slots + t->slot_offsets[i]);
     }
     if (stats) {
-        stats->loss = loss;
+        stats->loss = (float)(sums[1] / sums[0]);
         stats->gradients_l2 = (float)sqrt(g2);
         stats->weights_l2 = (float)sqrt(w2);
     }
-    return CT_OK;
+done:
+    for (int d = 0; d < n_local; d++) ct_arena_reset(&t->replicas[d].arena);
+    return st;
 }
 
 ct_status ct_trainer_predict(ct_trainer *t, const ct_tensor *inputs, ct_tensor *outputs, ct_error *err) {
@@ -135,10 +449,16 @@ ct_status ct_trainer_predict(ct_trainer *t, const ct_tensor *inputs, ct_tensor *
 
 const ct_net *ct_trainer_net(const ct_trainer *t) { return &t->net; }
 ct_layer *ct_trainer_model(const ct_trainer *t) { return t->model; }
+int ct_trainer_local_devices(const ct_trainer *t) { return t->opts.n_devices; }
+int ct_trainer_global_devices(const ct_trainer *t) { return t->n_global; }
 
 float *ct_trainer_slots(const ct_trainer *t, size_t *n_floats) {
     if (n_floats) *n_floats = t->n_slot_floats;
     return t->slots;
 }
 
-size_t ct_trainer_arena_bytes(const ct_trainer *t) { return ct_arena_capacity(&t->arena); }
+size_t ct_trainer_arena_bytes(const ct_trainer *t) {
+    size_t n = 0;
+    for (int d = 0; d < t->opts.n_devices; d++) n += ct_arena_capacity(&t->replicas[d].arena);
+    return n;
+}

@@ -175,6 +175,16 @@ struct ct_ctx {
     bool record;     // forward saves to the tape (needed for backward)
     ct_tensor *tape;
     int tape_len, tape_cap;
+    // Set by loss and metric layers: what their scalar averages over (the
+    // sum of the weights, or the count of items or sequences). Replicas of a
+    // data-parallel step weight their scalars by it, so N devices with B/N
+    // examples each give what one device gives with B.
+    double loss_weight;
+    // Called by ct_layer_backward after a layer with weights of its own has
+    // added its weight gradients (a shared layer: once per use). A trainer
+    // uses it to send finished gradients while backward goes on.
+    void (*on_weight_grads)(void *user, const ct_layer *l);
+    void *on_weight_grads_user;
 };
 
 void ct_ctx_init(ct_ctx *c, ct_arena *arena);

@@ -1,0 +1,91 @@
+// Communication between the replicas of a data-parallel run.
+//
+// One interface, three engines:
+//   single  one replica; every collective is a no-op.
+//   local   n replicas that are threads of one process (ct_comm_local_new
+//           makes the group; each thread uses its own handle). Collectives
+//           meet at a barrier and combine in a fixed order, so results are
+//           the same bits on every run.
+//   mpi     one replica per MPI process (Open MPI); the engine beyond one
+//           machine. Collectives are non-blocking MPI calls waited on with a
+//           deadline: if a peer died or hangs, the wait ends with an error
+//           naming the operation and the rank, and the job is aborted
+//           (MPI_Abort) instead of hanging.
+// A handle is used by one thread at a time. Collectives must be called by
+// every member of the group in the same order.
+#ifndef CTRAX_DIST_COMM_H
+#define CTRAX_DIST_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrax/core/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_comm ct_comm;
+
+typedef enum ct_comm_kind {
+    CT_COMM_SINGLE = 0,
+    CT_COMM_LOCAL = 1,
+    CT_COMM_MPI = 2,
+} ct_comm_kind;
+
+// The single-replica comm.
+ct_comm *ct_comm_single_new(void);
+// A group of n thread replicas: writes n handles into out (handle i is rank
+// i). Free each with ct_comm_free; the group goes with the last one.
+void ct_comm_local_new(int n, ct_comm **out);
+// The MPI comm over MPI_COMM_WORLD. Calls MPI_Init_thread if MPI is not
+// initialized yet (and MPI_Finalize when freed, if it did). timeout_s bounds
+// every collective's wait (0: 300 s).
+ct_status ct_comm_mpi_new(ct_comm **out, double timeout_s, ct_error *err);
+// True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE set).
+int ct_comm_mpi_launched(void);
+void ct_comm_free(ct_comm *c);
+
+ct_comm_kind ct_comm_get_kind(const ct_comm *c);
+int ct_comm_rank(const ct_comm *c);
+int ct_comm_size(const ct_comm *c);
+
+// In place: every member's buf becomes the elementwise sum over members.
+ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_error *err);
+ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_error *err);
+// Every member's out (n floats each, in member order) gets all members' in.
+// out holds size * n floats.
+ct_status ct_comm_allgather_f32(ct_comm *c, const float *in, float *out, size_t n, ct_error *err);
+// root's bytes are copied to every member's buf.
+ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_error *err);
+ct_status ct_comm_barrier(ct_comm *c, ct_error *err);
+
+// ---- Bucketed allreduce that overlaps computation ---------------------------
+//
+// ct_comm_allreduce_start begins summing buf (n floats) and returns at once;
+// ct_comm_allreduce_wait waits for every started sum of this handle. The
+// trainer starts one per layer bucket as soon as backward has finished the
+// bucket's gradients, so the network works while backward goes on. On the
+// single and local engines start does the work itself (nothing to overlap).
+ct_status ct_comm_allreduce_start(ct_comm *c, float *buf, size_t n, ct_error *err);
+ct_status ct_comm_allreduce_wait(ct_comm *c, ct_error *err);
+
+// ---- Adasum ---------------------------------------------------------------
+//
+// Combines k gradient vectors the Adasum way: for two vectors a and b,
+//   (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2)) b
+// (a zero vector leaves the other as it is), dot products in double, applied
+// per tensor: ranges[i] = {offset, length} of tensor i within the vectors.
+// Vectors are combined pairwise in a fixed tree (0+1, 2+3, ..., then the
+// results likewise; an odd one out moves up unchanged), so any k works, not
+// only powers of two. The result is written to vecs[0]; the others are
+// clobbered. Orthogonal vectors add up; equal ones average.
+typedef struct ct_range {
+    size_t offset, length;
+} ct_range;
+void ct_adasum(float **vecs, int k, const ct_range *ranges, int n_ranges);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

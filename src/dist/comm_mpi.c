@@ -1,0 +1,162 @@
+// The MPI engine: non-blocking collectives on a private copy of
+// MPI_COMM_WORLD, each waited on with a deadline so a dead or hung peer ends
+// the wait with an error instead of a hang.
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctrax/core/log.h"
+#include "ctrax/core/memory.h"
+#include "dist/comm_internal.h"
+
+struct mpi_state {
+    MPI_Comm comm;      // our own communicator, errors returned to us
+    double timeout_s;   // longest wait for one collective
+    int finalize;       // we called MPI_Init, so we call MPI_Finalize
+    MPI_Request *pending;  // started bucket allreduces
+    int n_pending, cap_pending;
+};
+
+int ct_comm_mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") != NULL; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ct_status mpi_fail(ct_comm *c, int code, const char *op, ct_error *err) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, msg, &len);
+    return ct_error_set(err, CT_ERR_IO, "MPI %s failed on rank %d of %d: %s", op, c->rank, c->size, msg);
+}
+
+// Waits for n requests until the deadline. Spins on MPI_Testall (MPI makes
+// progress inside it), sleeping a little between tries once the wait is long.
+static ct_status wait_all(ct_comm *c, MPI_Request *reqs, int n, const char *op, ct_error *err) {
+    mpi_state *m = c->mpi;
+    double start = now_s();
+    long tries = 0;
+    for (;;) {
+        int done = 0;
+        int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, op, err);
+        if (done) return CT_OK;
+        if (++tries > 1000) {
+            struct timespec nap = {0, 50 * 1000};
+            nanosleep(&nap, NULL);
+            if (now_s() - start > m->timeout_s) {
+                ct_log(CT_LOG_ERROR, "rank %d: MPI %s did not finish within %.0f s: another rank died or hangs; aborting the job",
+                       c->rank, op, m->timeout_s);
+                return ct_error_set(err, CT_ERR_IO,
+                                    "MPI %s on rank %d of %d did not finish within %.0f s: another rank died or "
+                                    "hangs",
+                                    op, c->rank, c->size, m->timeout_s);
+            }
+        }
+    }
+}
+
+ct_status ct_comm_mpi_new(ct_comm **out, double timeout_s, ct_error *err) {
+    *out = NULL;
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (finalized) return ct_error_set(err, CT_ERR_STATE, "MPI was already finalized in this process");
+    int we_init = 0;
+    if (!initialized) {
+        int provided;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return ct_error_set(err, CT_ERR_IO, "MPI_Init_thread failed (is this run under mpirun?)");
+        we_init = 1;
+    }
+    ct_comm *c = ct_calloc(1, sizeof *c);
+    mpi_state *m = ct_calloc(1, sizeof *m);
+    c->kind = CT_COMM_MPI;
+    c->mpi = m;
+    m->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
+    m->finalize = we_init;
+    MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m->comm, &c->rank);
+    MPI_Comm_size(m->comm, &c->size);
+    *out = c;
+    return CT_OK;
+}
+
+void ct_mpi_free(ct_comm *c) {
+    mpi_state *m = c->mpi;
+    if (!m) return;
+    MPI_Comm_free(&m->comm);
+    if (m->finalize) MPI_Finalize();
+    ct_free(m->pending);
+    ct_free(m);
+}
+
+ct_status ct_mpi_allreduce(ct_comm *c, void *buf, size_t n, int is_f64, ct_error *err) {
+    MPI_Request req;
+    // MPI counts are int: large buffers go in pieces of at most 2^30 elements.
+    size_t step = (size_t)1 << 30, elem = is_f64 ? sizeof(double) : sizeof(float);
+    for (size_t off = 0; off < n; off += step) {
+        int count = (int)(n - off < step ? n - off : step);
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * elem, count, is_f64 ? MPI_DOUBLE : MPI_FLOAT,
+                                MPI_SUM, c->mpi->comm, &req);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", err);
+        CT_TRY(wait_all(c, &req, 1, "allreduce", err));
+    }
+    return CT_OK;
+}
+
+ct_status ct_mpi_allgather_f32(ct_comm *c, const float *in, float *out, size_t n, ct_error *err) {
+    if (n > (size_t)1 << 30) return ct_error_set(err, CT_ERR_ARG, "allgather of %zu floats: more than 2^30", n);
+    MPI_Request req;
+    int rc = MPI_Iallgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c->mpi->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allgather", err);
+    return wait_all(c, &req, 1, "allgather", err);
+}
+
+ct_status ct_mpi_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_error *err) {
+    size_t step = (size_t)1 << 30;
+    for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += step) {
+        int count = (int)(bytes - off < step ? bytes - off : step);
+        MPI_Request req;
+        int rc = MPI_Ibcast((char *)buf + off, count, MPI_BYTE, root, c->mpi->comm, &req);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "broadcast", err);
+        CT_TRY(wait_all(c, &req, 1, "broadcast", err));
+        if (bytes == 0) break;
+    }
+    return CT_OK;
+}
+
+ct_status ct_mpi_barrier(ct_comm *c, ct_error *err) {
+    MPI_Request req;
+    int rc = MPI_Ibarrier(c->mpi->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "barrier", err);
+    return wait_all(c, &req, 1, "barrier", err);
+}
+
+ct_status ct_mpi_allreduce_start(ct_comm *c, float *buf, size_t n, ct_error *err) {
+    mpi_state *m = c->mpi;
+    if (n > (size_t)1 << 30) return ct_error_set(err, CT_ERR_ARG, "bucket of %zu floats: more than 2^30", n);
+    if (m->n_pending == m->cap_pending) {
+        // Grows during the first step only: later steps start as many buckets.
+        m->cap_pending = m->cap_pending ? 2 * m->cap_pending : 64;
+        m->pending = ct_realloc(m->pending, (size_t)m->cap_pending * sizeof *m->pending);
+    }
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, m->comm, &m->pending[m->n_pending]);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce (bucket)", err);
+    m->n_pending++;
+    // Let MPI move the data along while backward goes on.
+    int flag;
+    MPI_Testall(m->n_pending, m->pending, &flag, MPI_STATUSES_IGNORE);
+    return CT_OK;
+}
+
+ct_status ct_mpi_allreduce_wait(ct_comm *c, ct_error *err) {
+    mpi_state *m = c->mpi;
+    ct_status st = wait_all(c, m->pending, m->n_pending, "allreduce (buckets)", err);
+    m->n_pending = 0;
+    return st;
+}

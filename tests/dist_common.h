@@ -1,0 +1,85 @@
+// Shared by the data-parallel tests (test_dist.c in one process,
+// mpi_test_dist.c under mpirun): a small TransformerLM on the copy task with
+// padding-like loss weights, trained for a few steps with given options.
+#ifndef CTRAX_TESTS_DIST_COMMON_H
+#define CTRAX_TESTS_DIST_COMMON_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ctrax/ctrax.h"
+
+enum { DIST_B = 8, DIST_T = 12, DIST_VOCAB = 10 };
+
+// Global batch number `step`: tokens (B, T) and weights (B, T) where each
+// sequence keeps a different number of weighted positions, so the per-device
+// weight sums differ and the global normalization matters.
+static inline void dist_batch(int step, int32_t *tokens, float *weights) {
+    ct_copy_task task = {DIST_VOCAB, 5, false, 11};
+    ct_copy_task_batch(&task, (uint64_t)step, DIST_B, tokens, weights);
+    for (int b = 0; b < DIST_B; b++)
+        for (int t = 0; t < DIST_T; t++)
+            if (t >= DIST_T - b) weights[b * DIST_T + t] = 0.0f;
+}
+
+// Trains for n_steps on rows [row0, row0 + rows) of each global batch; returns
+// a malloc'd copy of the weights (and their count in *n).
+static inline float *dist_train(int n_steps, int row0, int rows, const ct_trainer_options *opts, float *last_loss,
+                                size_t *n) {
+    int32_t tokens[DIST_B * DIST_T];
+    float weights[DIST_B * DIST_T];
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens + row0 * DIST_T),
+                          ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens + row0 * DIST_T),
+                          ct_tensor_2d(CT_DTYPE_F32, rows, DIST_T, weights + row0 * DIST_T)};
+    ct_transformer_lm_params mp = ct_transformer_lm_default_params();
+    mp.vocab_size = DIST_VOCAB;
+    mp.d_model = 16;
+    mp.d_ff = 32;
+    mp.n_layers = 1;
+    mp.n_heads = 2;
+    mp.max_len = DIST_T;
+    mp.dropout = 0.0f;  // dropout masks depend on the device's key
+    ct_layer *model = ct_transformer_lm(mp), *loss = ct_weighted_category_cross_entropy();
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr = NULL;
+    ct_error err;
+    ct_status st = ct_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()),
+                                  ct_key_from_seed(5), &dev, opts, &err);
+    CHECK_MSG(st == CT_OK, "%s", err.msg);
+    float *w = NULL;
+    if (st == CT_OK) {
+        ct_step_stats stats = {0};
+        for (int step = 1; step <= n_steps; step++) {
+            dist_batch(step, tokens, weights);
+            st = ct_trainer_one_step(tr, batch, ct_key_from_seed((uint64_t)step), step, 3e-3f, &stats, &err);
+            CHECK_MSG(st == CT_OK, "step %d: %s", step, err.msg);
+            if (st != CT_OK) break;
+        }
+        const ct_net *net = ct_trainer_net(tr);
+        *n = net->n_weights;
+        w = malloc(net->n_weights * sizeof *w);
+        memcpy(w, net->weights, net->n_weights * sizeof *w);
+        *last_loss = stats.loss;
+    }
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+    return w;
+}
+
+// ||a - b|| / ||a|| over n floats: "equal within a relative tolerance" for
+// a whole weight vector. (Elementwise ratios mislead here: a weight whose
+// true gradient is zero, such as the key projection's bias, moves by Adam's
+// reaction to rounding noise, a few 1e-6 absolute, in every run.)
+static inline double dist_rel_diff(const float *a, const float *b, size_t n) {
+    double dd = 0, aa = 0;
+    for (size_t i = 0; i < n; i++) {
+        dd += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        aa += (double)a[i] * a[i];
+    }
+    return sqrt(dd / (aa > 0 ? aa : 1));
+}
+
+#endif

@@ -1,0 +1,177 @@
+// Data parallelism inside one process: the local (threads) comm engine,
+// Adasum, and the trainer over local replicas against one device.
+#include <pthread.h>
+
+#include "dist_common.h"
+
+// ---- the local engine --------------------------------------------------------------
+
+enum { N_THREADS = 3, LEN = 1001 };
+
+typedef struct member {
+    ct_comm *comm;
+    float buf[LEN];
+    double dbuf[2];
+    float gathered[N_THREADS * 4];
+    char bytes[8];
+    ct_status st;
+} member;
+
+static void *member_run(void *arg) {
+    member *m = arg;
+    int r = ct_comm_rank(m->comm);
+    for (int i = 0; i < LEN; i++) m->buf[i] = (float)(r + 1) * (float)i;
+    m->dbuf[0] = r;
+    m->dbuf[1] = 0.5;
+    float mine[4] = {(float)r, (float)r, (float)r, (float)r};
+    if (r == 1) memcpy(m->bytes, "chosen!", 8);
+    ct_error err;
+    m->st = ct_comm_allreduce_f32(m->comm, m->buf, LEN, &err);
+    if (m->st == CT_OK) m->st = ct_comm_allreduce_f64(m->comm, m->dbuf, 2, &err);
+    if (m->st == CT_OK) m->st = ct_comm_allgather_f32(m->comm, mine, m->gathered, 4, &err);
+    if (m->st == CT_OK) m->st = ct_comm_broadcast(m->comm, m->bytes, 8, 1, &err);
+    if (m->st == CT_OK) m->st = ct_comm_barrier(m->comm, &err);
+    return NULL;
+}
+
+static void test_local_comm(void) {
+    ct_comm *comms[N_THREADS];
+    ct_comm_local_new(N_THREADS, comms);
+    member members[N_THREADS];
+    pthread_t threads[N_THREADS];
+    memset(members, 0, sizeof members);
+    for (int r = 0; r < N_THREADS; r++) {
+        members[r].comm = comms[r];
+        CHECK(ct_comm_rank(comms[r]) == r && ct_comm_size(comms[r]) == N_THREADS);
+        CHECK(ct_comm_get_kind(comms[r]) == CT_COMM_LOCAL);
+        pthread_create(&threads[r], NULL, member_run, &members[r]);
+    }
+    for (int r = 0; r < N_THREADS; r++) pthread_join(threads[r], NULL);
+    for (int r = 0; r < N_THREADS; r++) {
+        member *m = &members[r];
+        CHECK(m->st == CT_OK);
+        bool sums_ok = true;
+        for (int i = 0; i < LEN; i++) sums_ok &= m->buf[i] == 6.0f * (float)i;  // (1 + 2 + 3) i
+        CHECK_MSG(sums_ok, "rank %d: allreduce sums wrong", r);
+        CHECK(m->dbuf[0] == 3.0 && m->dbuf[1] == 1.5);
+        for (int q = 0; q < N_THREADS; q++) CHECK(m->gathered[q * 4] == (float)q && m->gathered[q * 4 + 3] == (float)q);
+        CHECK(strcmp(m->bytes, "chosen!") == 0);
+        ct_comm_free(comms[r]);
+    }
+    // The single engine leaves buffers alone.
+    ct_comm *one = ct_comm_single_new();
+    float x[2] = {1, 2};
+    ct_error err;
+    CHECK(ct_comm_allreduce_f32(one, x, 2, &err) == CT_OK && x[0] == 1 && x[1] == 2);
+    CHECK(ct_comm_broadcast(one, x, 8, 1, &err) == CT_ERR_ARG);
+    ct_comm_free(one);
+}
+
+// ---- Adasum ---------------------------------------------------------------------------
+
+static void test_adasum(void) {
+    enum { D = 8 };
+    ct_range ranges[2] = {{0, 5}, {5, 3}};  // two tensors
+    for (int k = 2; k <= 4; k++) {
+        float v[4][D], *vecs[4];
+        // Orthogonal: each worker owns different coordinates in each tensor.
+        memset(v, 0, sizeof v);
+        float expect_sum[D] = {0};
+        for (int w = 0; w < k; w++) {
+            v[w][w] = (float)(w + 1);          // tensor 0
+            v[w][5 + (w % 3)] = (w < 3) ? 0.5f * (float)(w + 1) : 0.0f;  // tensor 1 (3 coordinates)
+            for (int i = 0; i < D; i++) expect_sum[i] += v[w][i];
+            vecs[w] = v[w];
+        }
+        ct_adasum(vecs, k, ranges, 2);
+        double worst = 0;
+        for (int i = 0; i < D; i++) worst = fmax(worst, fabs(v[0][i] - expect_sum[i]) / fmax(fabs(expect_sum[i]), 1e-6));
+        CHECK_MSG(worst <= 1e-6, "%d orthogonal workers: rel err %g", k, worst);
+        // Parallel (equal) vectors: the mean.
+        float base[D] = {0.3f, -1.2f, 2.0f, 0.7f, -0.1f, 4.0f, -3.0f, 0.25f};
+        for (int w = 0; w < k; w++) {
+            memcpy(v[w], base, sizeof base);
+            vecs[w] = v[w];
+        }
+        ct_adasum(vecs, k, ranges, 2);
+        worst = 0;
+        for (int i = 0; i < D; i++) worst = fmax(worst, fabs(v[0][i] - base[i]) / fabs(base[i]));
+        CHECK_MSG(worst <= 1e-6, "%d parallel workers: rel err %g", k, worst);
+        printf("adasum with %d workers: orthogonal -> sum, parallel -> mean (within 1e-6)\n", k);
+    }
+}
+
+// ---- the trainer over local devices ------------------------------------------------------
+
+static void test_local_devices_match_one(void) {
+    ct_trainer_options one = ct_trainer_default_options(), two = one;
+    two.n_devices = 2;
+    size_t n1, n2;
+    float l1, l2;
+    float *w1 = dist_train(20, 0, DIST_B, &one, &l1, &n1);
+    float *w2 = dist_train(20, 0, DIST_B, &two, &l2, &n2);
+    CHECK(w1 && w2 && n1 == n2);
+    if (w1 && w2) {
+        double rel = dist_rel_diff(w1, w2, n1);
+        printf("20 steps: 1 device x batch %d vs 2 local devices x %d: relative weight difference %.3g, loss %.5f vs %.5f\n",
+               DIST_B, DIST_B / 2, rel, l1, l2);
+        CHECK_MSG(rel <= 1e-5, "max rel diff %g", rel);
+        CHECK_NEAR(l1, l2, 1e-5);
+    }
+    free(w1);
+    free(w2);
+}
+
+static void test_batch_must_split(void) {
+    int32_t tokens[3 * DIST_T] = {0};
+    float weights[3 * DIST_T] = {1};
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, 3, DIST_T, tokens), ct_tensor_2d(CT_DTYPE_I32, 3, DIST_T, tokens),
+                          ct_tensor_2d(CT_DTYPE_F32, 3, DIST_T, weights)};
+    ct_layer *model = ct_serial(CT_LAYERS(ct_embedding(DIST_VOCAB, 4), ct_dense(DIST_VOCAB)));
+    ct_layer *loss = ct_weighted_category_cross_entropy();
+    ct_device dev = ct_device_cpu();
+    ct_trainer_options o = ct_trainer_default_options();
+    o.n_devices = 2;
+    ct_trainer *tr;
+    ct_error err;
+    CHECK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(1), &dev, &o,
+                         &err) == CT_ERR_SHAPE);
+    printf("odd batch: %s\n", err.msg);
+    CHECK(strstr(err.msg, "does not split over 2 devices") != NULL);
+    // Built for 4 rows, then handed 3.
+    ct_tensor four[3] = {ct_tensor_2d(CT_DTYPE_I32, 4, DIST_T, NULL), ct_tensor_2d(CT_DTYPE_I32, 4, DIST_T, NULL),
+                         ct_tensor_2d(CT_DTYPE_F32, 4, DIST_T, NULL)};
+    CHECK_OK(ct_trainer_new(&tr, model, loss, four, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(1), &dev,
+                            &o, &err),
+             &err);
+    ct_step_stats s;
+    CHECK(ct_trainer_one_step(tr, batch, ct_key_from_seed(1), 1, 0.1f, &s, &err) == CT_ERR_SHAPE);
+    printf("odd batch at a step: %s\n", err.msg);
+    CHECK(strstr(err.msg, "does not split evenly over 2 local devices") != NULL);
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
+static void test_adasum_training_converges(void) {
+    // Two local devices combined by Adasum learn the copy task.
+    ct_trainer_options o = ct_trainer_default_options();
+    o.n_devices = 2;
+    o.adasum = true;
+    size_t n;
+    float first, last;
+    free(dist_train(1, 0, DIST_B, &o, &first, &n));
+    free(dist_train(300, 0, DIST_B, &o, &last, &n));
+    printf("adasum, 2 local devices, copy task: loss %.4f at step 1, %.4f at step 300\n", first, last);
+    CHECK_MSG(last < 0.5f * first, "loss %g after 300 steps (first %g)", last, first);
+}
+
+int main(void) {
+    test_local_comm();
+    test_adasum();
+    test_local_devices_match_one();
+    test_batch_must_split();
+    test_adasum_training_converges();
+    return check_summary("test_dist");
+}
