@@ -15,20 +15,29 @@ ct_device ct_device_cpu(void) {
     return dev;
 }
 
+// Replica threads allocate from one device at once (their arenas grow during
+// the first step), so the counters are updated atomically.
 ct_status ct_device_alloc(ct_device *dev, size_t bytes, const char *what, void **out, ct_error *err) {
     *out = NULL;
     if (bytes == 0) return CT_OK;
     size_t padded = round_up(bytes, CT_ALIGN);
-    if (dev->limit_bytes && dev->current_bytes + padded > dev->limit_bytes)
-        return ct_error_set(err, CT_ERR_MEMORY,
-                            "device memory limit: %s needs %zu bytes, %zu of %zu in use", what,
-                            padded, dev->current_bytes, dev->limit_bytes);
+    size_t now = __atomic_add_fetch(&dev->current_bytes, padded, __ATOMIC_RELAXED);
+    if (dev->limit_bytes && now > dev->limit_bytes) {
+        __atomic_sub_fetch(&dev->current_bytes, padded, __ATOMIC_RELAXED);
+        return ct_error_set(err, CT_ERR_MEMORY, "device memory limit: %s needs %zu bytes, %zu of %zu in use", what,
+                            padded, now - padded, dev->limit_bytes);
+    }
     void *p = aligned_alloc(CT_ALIGN, padded);
-    if (!p) return ct_error_set(err, CT_ERR_MEMORY, "out of memory allocating %zu bytes for %s", padded, what);
+    if (!p) {
+        __atomic_sub_fetch(&dev->current_bytes, padded, __ATOMIC_RELAXED);
+        return ct_error_set(err, CT_ERR_MEMORY, "out of memory allocating %zu bytes for %s", padded, what);
+    }
     memset(p, 0, padded);
-    dev->current_bytes += padded;
-    if (dev->current_bytes > dev->peak_bytes) dev->peak_bytes = dev->current_bytes;
-    dev->n_allocs++;
+    size_t peak = __atomic_load_n(&dev->peak_bytes, __ATOMIC_RELAXED);
+    while (now > peak &&
+           !__atomic_compare_exchange_n(&dev->peak_bytes, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    __atomic_add_fetch(&dev->n_allocs, 1, __ATOMIC_RELAXED);
     *out = p;
     return CT_OK;
 }
@@ -36,8 +45,8 @@ ct_status ct_device_alloc(ct_device *dev, size_t bytes, const char *what, void *
 void ct_device_free(ct_device *dev, void *ptr, size_t bytes) {
     if (!ptr) return;
     size_t padded = round_up(bytes, CT_ALIGN);
-    CT_ASSERT(dev->current_bytes >= padded);
-    dev->current_bytes -= padded;
+    size_t before = __atomic_fetch_sub(&dev->current_bytes, padded, __ATOMIC_RELAXED);
+    CT_ASSERT(before >= padded);
     free(ptr);
 }
 

@@ -20,6 +20,7 @@ extern "C" {
 
 typedef enum ct_device_kind { CT_DEVICE_CPU = 0 } ct_device_kind;
 
+// The counters are updated atomically: threads may share a device.
 typedef struct ct_device {
     ct_device_kind kind;
     size_t current_bytes;  // bytes allocated now
