@@ -330,17 +330,28 @@ static void test_errors(void) {
     in[1].data = neg;
     expect_error(ct_weighted_category_cross_entropy(), in, 3, CT_ERR_ARG, "target id -1 at flat index 0", NULL);
 
-    // Weights that sum to 0, named with the layer.
+    // Weights that sum to 0: the weighted mean over nothing is 0, with weight
+    // 0 (so a data-parallel device whose shard is all padding adds nothing)
+    // and a zero gradient; NaN weights are an error naming the layer.
     in[1].data = (int32_t[]){0, 1};
     in[2].data = w0;
-    expect_error(ct_weighted_category_cross_entropy(), in, 3, CT_ERR_ARG, "layer WeightedCategoryCrossEntropy",
-                 "sum of weights (2) f32 is 0");
-    expect_error(ct_cross_entropy_loss(), in, 3, CT_ERR_ARG, "layer CrossEntropyLoss", "sum of weights");
-    expect_error(ct_weighted_category_accuracy(), in, 3, CT_ERR_ARG, "layer WeightedCategoryAccuracy",
-                 "sum of weights");
+    ct_layer *zero_weight[3] = {ct_weighted_category_cross_entropy(), ct_cross_entropy_loss(),
+                                ct_weighted_category_accuracy()};
+    for (int i = 0; i < 3; i++) {
+        double v = -1;
+        float g[4] = {9, 9, 9, 9};
+        ct_error err;
+        CHECK_OK(eval_layer(zero_weight[i], in, 3, &v, g, NULL, &err), &err);
+        CHECK_MSG(v == 0.0, "%s over zero weight: %g", zero_weight[i]->name, v);
+        CHECK(i == 2 || (g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0));
+        ct_layer_free(zero_weight[i]);
+    }
     ct_tensor l2in[3] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_1d(CT_DTYPE_F32, 2, y),
                          ct_tensor_1d(CT_DTYPE_F32, 2, w0)};
-    expect_error(ct_l2_loss(), l2in, 3, CT_ERR_ARG, "layer L2Loss", "sum of weights");
+    float wnan[2] = {1, NAN};
+    l2in[2].data = wnan;
+    expect_error(ct_l2_loss(), l2in, 3, CT_ERR_ARG, "layer L2Loss", "sum of weights (2) f32 is NaN");
+    l2in[2].data = w0;
 
     // Shapes that do not fit, at init.
     in[2].data = w;

@@ -98,14 +98,16 @@ static ct_status check_targets(const ct_layer *l, const ct_tensor *targets, int6
     return CT_OK;
 }
 
-// The sum of weights, which must not be 0 (or NaN).
+// The sum of weights, which must not be NaN. A sum of 0 is allowed: the
+// weighted mean over nothing is taken as 0 with weight 0 (a data-parallel
+// device whose shard is all padding adds nothing); callers that need weight
+// check ct_ctx.loss_weight.
 static ct_status weight_sum(const ct_layer *l, const ct_tensor *weights, double *wsum, ct_error *err) {
     *wsum = ct_weight_sum(weights->data, ct_tensor_numel(weights));
-    if (!(*wsum != 0.0) || isnan(*wsum)) {
+    if (isnan(*wsum)) {
         char a[CT_SIG_STR_MAX];
-        return ct_layer_fail(l, err, CT_ERR_ARG, "forward",
-                             "sum of weights %s is %g: a weighted mean over nothing has no value",
-                             ct_tensor_sig_str(weights, a, sizeof a), *wsum);
+        return ct_layer_fail(l, err, CT_ERR_ARG, "forward", "sum of weights %s is NaN",
+                             ct_tensor_sig_str(weights, a, sizeof a));
     }
     return CT_OK;
 }
@@ -124,23 +126,25 @@ static ct_status loss_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
     if (l->n_in == 3) CT_TRY(weight_sum(l, &in[2], &wsum, err));
     const int32_t *targets = in[1].data;
     const float *weights = l->n_in == 3 ? in[2].data : NULL;
+    // Every weight 0: sum(x * w) is 0 too; divide by 1 to give 0.
+    double denom_w = wsum != 0.0 ? wsum : 1.0;
 
     switch (k) {
     case LOSS_WEIGHTED_CATEGORY_CE: {
         ct_tensor logp = ct_tensor_sig(&in[0]);
         CT_TRY(ct_ctx_alloc(c, &logp, err));
-        ct_category_cross_entropy_forward(o, logp.data, in[0].data, targets, weights, wsum, N, V);
+        ct_category_cross_entropy_forward(o, logp.data, in[0].data, targets, weights, denom_w, N, V);
         CT_TRY(ct_tape_push(c, &logp, err));
         break;
     }
     case LOSS_CROSS_ENTROPY: {
-        ct_cross_entropy_forward(o, in[0].data, targets, weights, wsum, N, V);
+        ct_cross_entropy_forward(o, in[0].data, targets, weights, denom_w, N, V);
         ct_tensor sig = ct_tensor_sig(&in[0]);
         CT_TRY(ct_tape_push(c, &sig, err));
         break;
     }
     case LOSS_L2:
-        ct_l2_loss_forward(o, in[0].data, in[1].data, weights, wsum, N);
+        ct_l2_loss_forward(o, in[0].data, in[1].data, weights, denom_w, N);
         CT_TRY(ct_tape_push(c, &in[0], err));
         break;
     case LOSS_CATEGORY_ACCURACY:
@@ -161,9 +165,8 @@ static ct_status loss_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
             o[0] = (float)((double)ct_sequence_matches(pred.data, targets, weights, n_seq, T) / (double)n_seq);
             c->loss_weight = (double)n_seq;
         } else {
-            double denom = weights ? wsum : (double)N;
-            o[0] = (float)(ct_weighted_matches(pred.data, targets, weights, N) / denom);
-            c->loss_weight = denom;
+            o[0] = (float)(ct_weighted_matches(pred.data, targets, weights, N) / (weights ? denom_w : (double)N));
+            c->loss_weight = weights ? wsum : (double)N;
         }
         ct_arena_reset_to(c->arena, mark);
         ct_tensor sig = ct_tensor_sig(&in[0]);
@@ -192,6 +195,7 @@ static ct_status loss_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out
     float dout = ct_f32(&grad_out[0])[0];
     const ct_tensor *x = &saved[0], *targets = &saved[1], *weights = &saved[2];
     double wsum = ct_weight_sum(weights->data, ct_tensor_numel(weights));  // as forward summed it
+    if (wsum == 0.0) wsum = 1.0;  // every weight 0: the gradient is 0, as forward's value
     int64_t V = x->shape[x->ndim - 1];
     CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
     switch (k) {

@@ -288,10 +288,10 @@ static void replica_forward(ct_trainer *t, int d, const ct_tensor *batch, ct_key
     }
     memset(r->grads, 0, net->n_weights * sizeof(float));
     r->ctx.tape_len = 0;
-    r->ctx.loss_weight = 0;
+    r->ctx.loss_weight = -1;  // "not said"
     r->status = ct_layer_forward(net->root, &r->ctx, r->shard, &r->loss_out, key, &r->err);
     // A loss layer that does not say what it averaged over counts as one.
-    r->weight = r->ctx.loss_weight > 0 ? r->ctx.loss_weight : 1.0;
+    r->weight = r->ctx.loss_weight >= 0 ? r->ctx.loss_weight : 1.0;
 }
 
 static void replica_backward(ct_trainer *t, int d, ct_key key) {

@@ -176,7 +176,8 @@ struct ct_ctx {
     ct_tensor *tape;
     int tape_len, tape_cap;
     // Set by loss and metric layers: what their scalar averages over (the
-    // sum of the weights, or the count of items or sequences). Replicas of a
+    // sum of the weights, or the count of items or sequences; 0 when every
+    // weight is 0, and the scalar is then 0). Replicas of a
     // data-parallel step weight their scalars by it, so N devices with B/N
     // examples each give what one device gives with B.
     double loss_weight;
