@@ -1,5 +1,6 @@
 // Adam with Trax's defaults and decoupled weight decay (see optimizer.h).
 #include <math.h>
+#include <stddef.h>
 
 #include "ctrax/core/memory.h"
 #include "ctrax/optim/optimizer.h"
@@ -26,7 +27,19 @@ static void adam_update(const ct_optimizer *o, int64_t step, float lr, const ct_
     ct_adam_update(w, g, slots, slots + n, n, lr, p->b1, p->b2, p->eps, p->weight_decay_rate, bias1, bias2);
 }
 
-static const ct_optimizer_vtable adam_vt = {"Adam", adam_slot_floats, NULL, adam_update};
+#define F(field) .name = #field, .offset = offsetof(ct_adam_params, field), .kind = CT_OPT_PARAM_FLOAT
+static const ct_optimizer_param adam_param_table[] = {
+    {F(learning_rate)}, {F(b1)}, {F(b2)}, {F(eps)}, {F(weight_decay_rate)},
+};
+#undef F
+
+static const ct_optimizer_vtable adam_vt = {
+    .name = "Adam",
+    .slot_floats = adam_slot_floats,
+    .update = adam_update,
+    .param_table = adam_param_table,
+    .n_param_table = sizeof adam_param_table / sizeof adam_param_table[0],
+};
 
 ct_optimizer *ct_adam_new(ct_adam_params p) {
     ct_optimizer *o = ct_calloc(1, sizeof *o);

@@ -1,6 +1,10 @@
 // The optimizer interface: dispatch to the vtable of each optimizer.
 #include "ctrax/optim/optimizer.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "ctrax/core/memory.h"
 
 void ct_optimizer_free(ct_optimizer *o) {
@@ -18,4 +22,96 @@ void ct_optimizer_init_slots(const ct_optimizer *o, const ct_tensor *sig, float 
 void ct_optimizer_update(const ct_optimizer *o, int64_t step, float learning_rate, const ct_tensor *sig, float *w,
                          const float *g, float *slots) {
     o->vt->update(o, step, learning_rate, sig, w, g, slots);
+}
+
+const char *ct_optimizer_name(const ct_optimizer *o) { return o->vt->name; }
+
+int ct_optimizer_n_params(const ct_optimizer *o) { return o->vt->param_table ? o->vt->n_param_table : 0; }
+
+const char *ct_optimizer_param_name(const ct_optimizer *o, int i) {
+    CT_ASSERT(i >= 0 && i < ct_optimizer_n_params(o));
+    return o->vt->param_table[i].name;
+}
+
+// The entry called name, or NULL with err set to CT_ERR_ARG and a message
+// that lists the known names.
+static const ct_optimizer_param *find_param(const ct_optimizer *o, const char *name, ct_error *err) {
+    int n = ct_optimizer_n_params(o);
+    for (int i = 0; i < n; i++)
+        if (strcmp(o->vt->param_table[i].name, name) == 0) return &o->vt->param_table[i];
+    char known[CT_ERROR_MSG_MAX / 2];
+    size_t len = 0;
+    known[0] = '\0';
+    for (int i = 0; i < n && len < sizeof known; i++)
+        len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", o->vt->param_table[i].name);
+    ct_error_set(err, CT_ERR_ARG, "optimizer %s has no hyperparameter '%s'; known: %s", o->vt->name, name,
+                 n ? known : "(none)");
+    return NULL;
+}
+
+static float read_param(const ct_optimizer *o, const ct_optimizer_param *d) {
+    const char *field = (const char *)o->params + d->offset;
+    switch (d->kind) {
+    case CT_OPT_PARAM_BOOL: {
+        bool b;
+        memcpy(&b, field, sizeof b);
+        return b ? 1.0f : 0.0f;
+    }
+    case CT_OPT_PARAM_INT: {
+        int i;
+        memcpy(&i, field, sizeof i);
+        return (float)i;
+    }
+    case CT_OPT_PARAM_FLOAT:
+    default: {
+        float f;
+        memcpy(&f, field, sizeof f);
+        return f;
+    }
+    }
+}
+
+ct_status ct_optimizer_get_param(const ct_optimizer *o, const char *name, float *value, ct_error *err) {
+    const ct_optimizer_param *d = find_param(o, name, err);
+    if (!d) return CT_ERR_ARG;
+    *value = read_param(o, d);
+    return CT_OK;
+}
+
+ct_status ct_optimizer_set_param(ct_optimizer *o, const char *name, float value, ct_error *err) {
+    const ct_optimizer_param *d = find_param(o, name, err);
+    if (!d) return CT_ERR_ARG;
+    if (!isfinite(value))
+        return ct_error_set(err, CT_ERR_ARG, "optimizer %s: hyperparameter %s = %g is not finite", o->vt->name, name,
+                            (double)value);
+    if (d->kind == CT_OPT_PARAM_BOOL && value != 0.0f && value != 1.0f)
+        return ct_error_set(err, CT_ERR_ARG, "optimizer %s: hyperparameter %s is a boolean (0 or 1), got %g",
+                            o->vt->name, name, (double)value);
+    if (d->kind == CT_OPT_PARAM_INT && (value != floorf(value) || value < (float)d->lo || value > (float)d->hi))
+        return ct_error_set(err, CT_ERR_ARG,
+                            "optimizer %s: hyperparameter %s must be a whole number in [%d, %d], got %g", o->vt->name,
+                            name, d->lo, d->hi, (double)value);
+    if (d->fixed && value != read_param(o, d))
+        return ct_error_set(err, CT_ERR_STATE,
+                            "optimizer %s: hyperparameter %s is fixed when the optimizer is made (it decides the slot "
+                            "layout); it is %g, asked for %g: make a new optimizer",
+                            o->vt->name, name, (double)read_param(o, d), (double)value);
+    char *field = (char *)o->params + d->offset;
+    switch (d->kind) {
+    case CT_OPT_PARAM_BOOL: {
+        bool b = value != 0.0f;
+        memcpy(field, &b, sizeof b);
+        break;
+    }
+    case CT_OPT_PARAM_INT: {
+        int i = (int)value;
+        memcpy(field, &i, sizeof i);
+        break;
+    }
+    case CT_OPT_PARAM_FLOAT:
+    default:
+        memcpy(field, &value, sizeof value);
+        break;
+    }
+    return CT_OK;
 }

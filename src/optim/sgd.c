@@ -1,4 +1,6 @@
 // Plain SGD, as Trax: w -= lr * g; no slots, no weight decay.
+#include <stddef.h>
+
 #include "ctrax/core/memory.h"
 #include "ctrax/optim/optimizer.h"
 #include "kernels/cpu/optim.h"
@@ -16,7 +18,17 @@ static void sgd_update(const ct_optimizer *o, int64_t step, float lr, const ct_t
     ct_sgd_update(w, g, ct_tensor_numel(sig), lr);
 }
 
-static const ct_optimizer_vtable sgd_vt = {"SGD", sgd_slot_floats, NULL, sgd_update};
+static const ct_optimizer_param sgd_param_table[] = {
+    {.name = "learning_rate", .offset = offsetof(ct_sgd_params, learning_rate), .kind = CT_OPT_PARAM_FLOAT},
+};
+
+static const ct_optimizer_vtable sgd_vt = {
+    .name = "SGD",
+    .slot_floats = sgd_slot_floats,
+    .update = sgd_update,
+    .param_table = sgd_param_table,
+    .n_param_table = 1,
+};
 
 ct_optimizer *ct_sgd_new(ct_sgd_params p) {
     ct_optimizer *o = ct_calloc(1, sizeof *o);

@@ -1,0 +1,89 @@
+// SM3 as Trax's newest version (see optimizer.h for the math).
+#include <assert.h>
+#include <stddef.h>
+
+#include "ctrax/core/memory.h"
+#include "ctrax/optim/optimizer.h"
+#include "kernels/cpu/optim.h"
+
+static_assert(sizeof(ct_sm3_momentum_type) == sizeof(int), "momentum_type is read and written as an int");
+
+ct_sm3_params ct_sm3_default_params(void) {
+    return (ct_sm3_params){.learning_rate = 0.01f,
+                           .momentum = 0.9f,
+                           .second_moment_averaging = 1.0f,
+                           .weight_decay = 0.0f,
+                           .momentum_type = CT_SM3_MOMENTUM_EMA};
+}
+
+// The params plus what Trax decides once in its constructor: whether there is
+// a momentum slot and whether to graft. They fix the slot layout, so later
+// changes of momentum or second_moment_averaging do not change them (as in
+// Trax, where only opt_params change).
+typedef struct sm3_state {
+    ct_sm3_params p;  // first, so offsetof(ct_sm3_params, ...) addresses it
+    bool has_momentum;
+    bool graft;
+} sm3_state;
+
+// Floats of one set of accumulators: the covers (sum of the dims) for rank
+// >= 2, a full diagonal otherwise.
+static size_t cover_floats(const ct_tensor *sig) {
+    if (sig->ndim <= 1) return (size_t)ct_tensor_numel(sig);
+    size_t k = 0;
+    for (int d = 0; d < sig->ndim; d++) k += (size_t)sig->shape[d];
+    return k;
+}
+
+// Slots: m (n, with momentum), v (covers), u (covers, with grafting), then
+// for rank >= 2 scratch as big as v and u together.
+static size_t sm3_slot_floats(const ct_optimizer *o, const ct_tensor *sig) {
+    const sm3_state *s = o->params;
+    size_t n = (size_t)ct_tensor_numel(sig), k = cover_floats(sig);
+    size_t sets = s->graft ? 2 : 1;
+    return (s->has_momentum ? n : 0) + sets * k + (sig->ndim >= 2 ? sets * k : 0);
+}
+
+static void sm3_update(const ct_optimizer *o, int64_t step, float lr, const ct_tensor *sig, float *w, const float *g,
+                       float *slots) {
+    (void)step;  // Trax's SM3 ignores the step
+    const sm3_state *s = o->params;
+    size_t n = (size_t)ct_tensor_numel(sig), k = cover_floats(sig);
+    if (n == 0) return;
+    float *m = s->has_momentum ? slots : NULL;
+    float *v = slots + (s->has_momentum ? n : 0);
+    float *u = s->graft ? v + k : NULL;
+    float *scratch = v + (s->graft ? 2 : 1) * k;
+    ct_sm3_update(w, g, m, v, u, scratch, sig->shape, sig->ndim, lr, s->p.momentum, (int)s->p.momentum_type,
+                  s->p.second_moment_averaging, s->p.weight_decay);
+}
+
+#define F(field) .name = #field, .offset = offsetof(ct_sm3_params, field)
+static const ct_optimizer_param sm3_param_table[] = {
+    {F(learning_rate), .kind = CT_OPT_PARAM_FLOAT},
+    {F(momentum), .kind = CT_OPT_PARAM_FLOAT},
+    {F(second_moment_averaging), .kind = CT_OPT_PARAM_FLOAT},
+    {F(weight_decay), .kind = CT_OPT_PARAM_FLOAT},
+    {F(momentum_type), .kind = CT_OPT_PARAM_INT, .lo = CT_SM3_MOMENTUM_EMA, .hi = CT_SM3_MOMENTUM_NESTEROV},
+};
+#undef F
+
+static const ct_optimizer_vtable sm3_vt = {
+    .name = "SM3",
+    .slot_floats = sm3_slot_floats,
+    .update = sm3_update,
+    .param_table = sm3_param_table,
+    .n_param_table = sizeof sm3_param_table / sizeof sm3_param_table[0],
+};
+
+ct_optimizer *ct_sm3_new(ct_sm3_params p) {
+    CT_ASSERT(p.momentum_type >= CT_SM3_MOMENTUM_EMA && p.momentum_type <= CT_SM3_MOMENTUM_NESTEROV);
+    ct_optimizer *o = ct_calloc(1, sizeof *o);
+    sm3_state *s = ct_malloc(sizeof *s);
+    s->p = p;
+    s->has_momentum = p.momentum > 0.0f;
+    s->graft = p.second_moment_averaging != 1.0f;
+    o->vt = &sm3_vt;
+    o->params = s;
+    return o;
+}
