@@ -122,7 +122,70 @@ static void test_stats_and_errors(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// One SGD step on Dense(2) -> L2Loss with the given options; returns the
+// weight change per param in *delta and the stats.
+static void sgd_step(const ct_trainer_options *o, float *delta, size_t *n, ct_step_stats *s, bool *frozen0) {
+    float x[4 * 3], y[4 * 2], w[4 * 2];
+    ct_random_uniform(ct_key_from_seed(8), x, 12, -1, 1);
+    ct_random_uniform(ct_key_from_seed(9), y, 8, -3, 3);
+    for (int i = 0; i < 8; i++) w[i] = 1;
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, 3, x), ct_tensor_2d(CT_DTYPE_F32, 4, 2, y),
+                          ct_tensor_2d(CT_DTYPE_F32, 4, 2, w)};
+    ct_layer *model = ct_serial(CT_LAYERS(ct_dense(3), ct_dense(2))), *loss = ct_l2_loss();
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(1), &dev,
+                            o, &err),
+             &err);
+    const ct_net *net = ct_trainer_net(tr);
+    *n = net->n_weights;
+    memcpy(delta, net->weights, *n * sizeof *delta);
+    CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(2), 1, 0.5f, s, &err), &err);
+    for (size_t i = 0; i < *n; i++) delta[i] = net->weights[i] - delta[i];
+    *frozen0 = ct_trainer_param_frozen(tr, 0);
+    size_t off, cnt;
+    ct_trainer_param_slots(tr, 0, &off, &cnt);
+    CHECK(cnt == 0);  // SGD keeps no slots
+    CHECK(ct_net_find_param(net, "Serial/Dense[0]/kernel") != NULL);  // the model's own names
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+}
+
+static void test_clip_and_freeze(void) {
+    ct_trainer_options o = ct_trainer_default_options();
+    float plain[64], clipped[64], frozen[64];
+    size_t n;
+    ct_step_stats s1, s2, s3;
+    bool f;
+    sgd_step(&o, plain, &n, &s1, &f);
+    CHECK(!f);
+    // Clipping to half the gradient norm halves the SGD step.
+    o.clip_grad_norm = 0.5f * s1.gradients_l2;
+    sgd_step(&o, clipped, &n, &s2, &f);
+    CHECK_NEAR(s2.gradients_l2, s1.gradients_l2, 1e-6);  // reported before clipping
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(clipped[i] - 0.5 * plain[i]));
+    CHECK_MSG(worst < 1e-6, "clipped step differs from half the step by %g", worst);
+    // Freezing the first Dense: its weights stay, the second's move as before.
+    o.clip_grad_norm = 0;
+    const char *frozen_names[] = {"Serial/Dense[0]"};
+    o.frozen = frozen_names;
+    o.n_frozen = 1;
+    sgd_step(&o, frozen, &n, &s3, &f);
+    CHECK(f);
+    size_t first = 3 * 3 + 3;  // Dense[0]: kernel (3,3), bias (3)
+    bool still = true, same = true;
+    for (size_t i = 0; i < first; i++) still &= frozen[i] == 0.0f;
+    for (size_t i = first; i < n; i++) same &= frozen[i] == plain[i];
+    CHECK_MSG(still, "a frozen weight moved");
+    CHECK_MSG(same, "unfrozen weights moved differently");
+    CHECK(s3.gradients_l2 < s1.gradients_l2);  // frozen gradients left out
+}
+
 int main(void) {
+    test_clip_and_freeze();
     test_stats_and_errors();
     test_determinism();
     test_learns();

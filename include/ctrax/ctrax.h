@@ -8,11 +8,13 @@
 #include "ctrax/core/rng.h"
 #include "ctrax/core/tensor.h"
 #include "ctrax/data/synthetic.h"
+#include "ctrax/dist/comm.h"
 #include "ctrax/layers/combinators.h"
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer.h"
 #include "ctrax/models/models.h"
 #include "ctrax/optim/optimizer.h"
+#include "ctrax/optim/schedules.h"
 #include "ctrax/train/trainer.h"
 
 #endif

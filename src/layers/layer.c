@@ -100,11 +100,15 @@ ct_status ct_layer_check_input(const ct_layer *l, const ct_tensor *in_sigs, int 
 
 ct_status ct_layer_init(ct_layer *l, int index, ct_init_ctx *ic, const ct_tensor *in_sigs,
                         ct_tensor *out_sigs, ct_key key, ct_error *err) {
+    // A root is named by its name alone, and so is a child of an unnamed
+    // root (the trainer's Serial(model, loss) is unnamed, so the model's
+    // weights have the same names there as in a net of their own).
     size_t saved_len = ic->path_len;
-    int n = index < 0 ? snprintf(ic->path + saved_len, CT_PATH_MAX - saved_len, "%s%s",
-                                 saved_len ? "/" : "", l->name)
-                      : snprintf(ic->path + saved_len, CT_PATH_MAX - saved_len, "%s%s[%d]",
-                                 saved_len ? "/" : "", l->name, index);
+    int n = index < 0 || saved_len == 0
+                ? snprintf(ic->path + saved_len, CT_PATH_MAX - saved_len, "%s%s",
+                           saved_len ? "/" : "", l->name)
+                : snprintf(ic->path + saved_len, CT_PATH_MAX - saved_len, "%s%s[%d]", "/",
+                           l->name, index);
     if (n < 0 || (size_t)n >= CT_PATH_MAX - saved_len)
         return ct_error_set(err, CT_ERR_ARG, "layer path longer than %d characters: %s", CT_PATH_MAX,
                             ic->path);
@@ -347,6 +351,15 @@ ct_status ct_net_init(ct_net *net, ct_layer *root, const ct_tensor *in_sigs, int
     if (net->n_params) qsort(net->params, (size_t)net->n_params, sizeof *net->params, by_offset);
     if (net->n_state_params)
         qsort(net->state_params, (size_t)net->n_state_params, sizeof *net->state_params, by_offset);
+    // Names are how checkpoints find weights: two the same would be ambiguous.
+    for (int i = 0; i < net->n_params; i++)
+        for (int j = i + 1; j < net->n_params; j++)
+            if (strcmp(net->params[i]->full_name, net->params[j]->full_name) == 0) {
+                st = ct_error_set(err, CT_ERR_ARG,
+                                  "two weights are named %s: rename one of the layers (ct_layer_rename)",
+                                  net->params[i]->full_name);
+                goto fail;
+            }
     for (int i = 0; i < net->n_params; i++) fill(net->weights, net->params[i]);
     for (int i = 0; i < net->n_state_params; i++) fill(net->state, net->state_params[i]);
     return CT_OK;

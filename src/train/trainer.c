@@ -49,7 +49,8 @@ struct ct_trainer {
     replica *replicas;  // opts.n_devices of them
     float *slots;       // optimizer slot slab
     size_t n_slot_floats;
-    size_t *slot_offsets;  // per net.params[i], into slots
+    size_t *slot_offsets;  // per net.params[i], into slots (n_params + 1 entries)
+    bool *frozen;          // per net.params[i]
     ct_range *ranges;      // per net.params[i]: its slab range (for Adasum)
     float *gather;         // Adasum across processes: every device's gradients
     size_t gather_floats;
@@ -59,7 +60,13 @@ struct ct_trainer {
 };
 
 ct_trainer_options ct_trainer_default_options(void) {
-    return (ct_trainer_options){.n_devices = 1, .comm = NULL, .adasum = false, .bucket_bytes = (size_t)4 << 20};
+    return (ct_trainer_options){.n_devices = 1, .bucket_bytes = (size_t)4 << 20};
+}
+
+static bool is_frozen(const ct_trainer_options *o, const char *name) {
+    for (int i = 0; i < o->n_frozen; i++)
+        if (strncmp(name, o->frozen[i], strlen(o->frozen[i])) == 0) return true;
+    return false;
 }
 
 // ---- buckets -----------------------------------------------------------------
@@ -158,7 +165,8 @@ ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, cons
         }
         sigs[i].shape[0] /= n_local;
     }
-    ct_layer *root = ct_serial(CT_LAYERS(ct_layer_ref(model), ct_layer_ref(loss)));
+    // Unnamed, so the model's weights are named as in a net of their own.
+    ct_layer *root = ct_layer_rename(ct_serial(CT_LAYERS(ct_layer_ref(model), ct_layer_ref(loss))), "");
     st = ct_net_init(&t->net, root, sigs, n_batch, init_key, dev, err);
     ct_layer_free(root);  // the net holds its own reference
     if (st != CT_OK) goto fail;
@@ -179,18 +187,21 @@ ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, cons
     }
     ct_net_bind(net, &t->eval_ctx, false);
 
-    // The slot slab: each weight's slots in slab order.
+    // The slot slab: each weight's slots in slab order; frozen weights have none.
     t->slot_offsets = ct_calloc((size_t)net->n_params + 1, sizeof *t->slot_offsets);
+    t->frozen = ct_calloc((size_t)net->n_params + 1, sizeof *t->frozen);
     t->ranges = ct_calloc((size_t)net->n_params + 1, sizeof *t->ranges);
     for (int i = 0; i < net->n_params; i++) {
+        t->frozen[i] = is_frozen(&t->opts, net->params[i]->full_name);
         t->slot_offsets[i] = t->n_slot_floats;
-        t->n_slot_floats += ct_optimizer_slot_floats(opt, &net->params[i]->sig);
+        if (!t->frozen[i]) t->n_slot_floats += ct_optimizer_slot_floats(opt, &net->params[i]->sig);
         t->ranges[i] = (ct_range){net->params[i]->offset, (size_t)ct_tensor_numel(&net->params[i]->sig)};
     }
+    t->slot_offsets[net->n_params] = t->n_slot_floats;
     st = ct_device_alloc(dev, t->n_slot_floats * sizeof(float), "optimizer slots", (void **)&t->slots, err);
     if (st != CT_OK) goto fail;
     for (int i = 0; i < net->n_params; i++)
-        ct_optimizer_init_slots(opt, &net->params[i]->sig, t->slots + t->slot_offsets[i]);
+        if (!t->frozen[i]) ct_optimizer_init_slots(opt, &net->params[i]->sig, t->slots + t->slot_offsets[i]);
 
     // Overlapped buckets need finished gradients in the net's slab as
     // backward goes: one local device, and an engine with something to
@@ -232,6 +243,7 @@ void ct_trainer_free(ct_trainer *t) {
     ct_device_free(t->dev, t->gather, t->gather_floats * sizeof(float));
     ct_device_free(t->dev, t->slots, t->n_slot_floats * sizeof(float));
     ct_free(t->slot_offsets);
+    ct_free(t->frozen);
     ct_free(t->ranges);
     ct_free(t->bk.uses);
     ct_free(t->bk.uses_left);
@@ -424,10 +436,18 @@ ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key,
     st = t->opts.adasum ? combine_adasum(t, err) : combine_mean(t, err);
     if (st != CT_OK) goto done;
 
+    for (int i = 0; i < net->n_params; i++)
+        if (t->frozen[i]) memset(net->grads + t->ranges[i].offset, 0, t->ranges[i].length * sizeof(float));
     double g2 = sum_squares(net->grads, net->n_weights);
     double w2 = sum_squares(net->weights, net->n_weights);
+    if (t->opts.clip_grad_norm > 0) {
+        float factor = ct_clip_factor((float)sqrt(g2), t->opts.clip_grad_norm);
+        if (factor != 1.0f)
+            for (size_t i = 0; i < net->n_weights; i++) net->grads[i] *= factor;
+    }
     for (int i = 0; i < net->n_params; i++) {
         const ct_param *p = net->params[i];
+        if (t->frozen[i]) continue;
         ct_optimizer_update(t->opt, step, learning_rate, &p->sig, net->weights + p->offset, net->grads + p->offset,
                             t->slots + t->slot_offsets[i]);
     }
@@ -456,6 +476,19 @@ float *ct_trainer_slots(const ct_trainer *t, size_t *n_floats) {
     if (n_floats) *n_floats = t->n_slot_floats;
     return t->slots;
 }
+
+void ct_trainer_param_slots(const ct_trainer *t, int i, size_t *offset, size_t *n_floats) {
+    CT_ASSERT(i >= 0 && i < t->net.n_params);
+    *offset = t->slot_offsets[i];
+    *n_floats = t->slot_offsets[i + 1] - t->slot_offsets[i];
+}
+
+bool ct_trainer_param_frozen(const ct_trainer *t, int i) {
+    CT_ASSERT(i >= 0 && i < t->net.n_params);
+    return t->frozen[i];
+}
+
+ct_optimizer *ct_trainer_optimizer(const ct_trainer *t) { return t->opt; }
 
 size_t ct_trainer_arena_bytes(const ct_trainer *t) {
     size_t n = 0;

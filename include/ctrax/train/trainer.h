@@ -48,6 +48,15 @@ typedef struct ct_trainer_options {
     // Gradients go to the comm in buckets of about this many bytes, each
     // started as soon as backward has finished it (one local device only).
     size_t bucket_bytes;  // 4 MiB
+    // Clip the combined gradients to this global L2 norm (Trax's
+    // clip_grad_norm); 0: no clipping.
+    float clip_grad_norm;  // 0
+    // Frozen weights: every weight whose name (its layer path, e.g.
+    // "TransformerLM/Embedding[1]") starts with one of these prefixes gets no
+    // update and no optimizer slots; its gradient is dropped (and left out of
+    // gradients_l2 and clipping). Not copied: must outlive the trainer.
+    const char *const *frozen;  // NULL
+    int n_frozen;               // 0
 } ct_trainer_options;
 ct_trainer_options ct_trainer_default_options(void);
 
@@ -87,8 +96,14 @@ ct_status ct_trainer_predict(ct_trainer *t, const ct_tensor *inputs, ct_tensor *
 // The net (weights, gradients, parameter names) and the model layer.
 const ct_net *ct_trainer_net(const ct_trainer *t);
 ct_layer *ct_trainer_model(const ct_trainer *t);
-// The optimizer slot slab (for checkpoints and tests).
+// The optimizer slot slab (for checkpoints and tests), and where weight i
+// (ct_trainer_net(t)->params[i]) has its slots: offset and count of floats
+// (0 for a frozen weight).
 float *ct_trainer_slots(const ct_trainer *t, size_t *n_floats);
+void ct_trainer_param_slots(const ct_trainer *t, int i, size_t *offset, size_t *n_floats);
+bool ct_trainer_param_frozen(const ct_trainer *t, int i);
+// The optimizer (its hyperparameters are read and set by name).
+ct_optimizer *ct_trainer_optimizer(const ct_trainer *t);
 // Bytes the step arenas reserve (all replicas), after the first step sized them.
 size_t ct_trainer_arena_bytes(const ct_trainer *t);
 // Devices in this process and in all processes.
