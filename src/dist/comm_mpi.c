@@ -6,7 +6,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctrax/core/log.h"
 #include "ctrax/core/memory.h"
 #include "dist/comm_internal.h"
 
@@ -47,14 +46,11 @@ static ct_status wait_all(ct_comm *c, MPI_Request *reqs, int n, const char *op, 
         if (++tries > 1000) {
             struct timespec nap = {0, 50 * 1000};
             nanosleep(&nap, NULL);
-            if (now_s() - start > m->timeout_s) {
-                ct_log(CT_LOG_ERROR, "rank %d: MPI %s did not finish within %.0f s: another rank died or hangs; aborting the job",
-                       c->rank, op, m->timeout_s);
+            if (now_s() - start > m->timeout_s)
                 return ct_error_set(err, CT_ERR_IO,
                                     "MPI %s on rank %d of %d did not finish within %.0f s: another rank died or "
                                     "hangs",
                                     op, c->rank, c->size, m->timeout_s);
-            }
         }
     }
 }
@@ -84,6 +80,10 @@ ct_status ct_comm_mpi_new(ct_comm **out, double timeout_s, ct_error *err) {
     MPI_Comm_size(m->comm, &c->size);
     *out = c;
     return CT_OK;
+}
+
+void ct_comm_abort(ct_comm *c, int code) {
+    if (c && c->kind == CT_COMM_MPI) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 void ct_mpi_free(ct_comm *c) {

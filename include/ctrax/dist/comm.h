@@ -45,6 +45,10 @@ ct_status ct_comm_mpi_new(ct_comm **out, double timeout_s, ct_error *err);
 // True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE set).
 int ct_comm_mpi_launched(void);
 void ct_comm_free(ct_comm *c);
+// Ends every process of the job (MPI_Abort) after a failure that leaves
+// the others unable to go on; a program calls it, the library never does.
+// Does nothing on the single and local engines.
+void ct_comm_abort(ct_comm *c, int code);
 
 ct_comm_kind ct_comm_get_kind(const ct_comm *c);
 int ct_comm_rank(const ct_comm *c);
