@@ -6,6 +6,7 @@
 #include "ctrax/core/log.h"
 #include "ctrax/core/memory.h"
 #include "ctrax/core/rng.h"
+#include "ctrax/config/config.h"
 #include "ctrax/core/tensor.h"
 #include "ctrax/data/synthetic.h"
 #include "ctrax/dist/comm.h"

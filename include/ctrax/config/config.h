@@ -1,0 +1,204 @@
+// Configs in gin syntax, and the registry of configurables.
+//
+// A config is a set of bindings read from gin files and command-line
+// overrides:
+//
+//   # comments run to the end of the line
+//   include 'base.gin'                    # relative to this file's directory
+//   D_MODEL = 512                         # a macro
+//   train.model = @trax.models.TransformerLM
+//   TransformerLM.d_model = %D_MODEL
+//   TransformerLM.dropout = 0.1
+//   eval/TransformerLM.dropout = 0.0      # scoped: used by @eval/TransformerLM
+//   MLP.layer_widths = [128, 64]          # lists [..], tuples (..), dicts {..}
+//   train.checkpoint_highest = 'accuracy' # '..' or ".." strings
+//   train.random_seed = None              # True, False, None
+//
+// Values: ints (decimal or 0x hex, optional sign, _ separators), floats (1.,
+// .5, 1e-4, -2.5E+3), strings with \ escapes, True/False, None, @Name and
+// @Name() references, %MACRO, lists, tuples and dicts, nested; inside
+// brackets a value may run over several lines. `import a.b` lines (gin's
+// Python imports) are accepted and ignored. A later binding of the same
+// Name.param replaces an earlier one; an override (ct_config_set) is never
+// replaced by a file binding, whatever the order of the calls.
+//
+// Names. Every configurable is registered (src/config/registry.c) under its
+// ctrax name, which is Trax's short name (TransformerLM, Adam, multifactor,
+// train). Trax's module-qualified names are accepted too: `trax.<module>.Name`
+// and `<module>.Name` name the configurable Name when <module> is, or lies
+// under, the module Trax defines it in (trax.models.TransformerLM,
+// trax.models.transformer.TransformerLM, models.TransformerLM,
+// trax.optimizers.Adam, trax.layers.CrossEntropyLoss, trax.lr.multifactor,
+// trax.supervised.lr_schedules.multifactor). A name in the wrong module
+// (trax.optimizers.TransformerLM) is an error that gives the right one.
+//
+// Checks. Binding an unknown configurable or parameter, referring to an
+// unknown configurable, or binding a value of the wrong type or range is an
+// error naming the file, line and column and, for names, the closest known
+// one ("did you mean 'd_model'?"). Macros may be defined after their use, so
+// values that go through a macro are checked by ct_config_validate (and by
+// every query). Syntax errors say file:line:col and what was expected.
+// Command-line overrides use the same parser with the source name "--set".
+//
+// Queries. The program asks for each parameter it uses, with the default it
+// uses when the parameter is not bound; every query is recorded, and the
+// operative config (every parameter queried, with the value the program got)
+// can be written as gin text that parses back to the same values. Bindings
+// no query used can be listed (ct_config_binding_at(...).used), so the
+// program can warn about them.
+//
+// Scopes. A name queried as "eval/TransformerLM" sees the bindings of
+// eval/TransformerLM.param first, then of TransformerLM.param (with deeper
+// scopes "a/b/Name": a/b/Name, then a/Name, then Name).
+#ifndef CTRAX_CONFIG_CONFIG_H
+#define CTRAX_CONFIG_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "ctrax/core/error.h"
+#include "ctrax/layers/layer.h"
+#include "ctrax/optim/optimizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_config ct_config;
+
+// ---- Values ----------------------------------------------------------------
+
+typedef enum ct_config_kind {
+    CT_CONFIG_NONE = 0,
+    CT_CONFIG_BOOL,
+    CT_CONFIG_INT,
+    CT_CONFIG_FLOAT,
+    CT_CONFIG_STRING,
+    CT_CONFIG_REFERENCE,  // @Name or @Name(): s is the ctrax name ("scope/Name")
+    CT_CONFIG_MACRO,      // %NAME as written; queries never return one
+    CT_CONFIG_LIST,
+    CT_CONFIG_TUPLE,
+    CT_CONFIG_DICT,  // items: key0, value0, key1, value1, ... (n pairs)
+} ct_config_kind;
+
+// A parsed value, with where it was written. Values returned by queries are
+// owned by the config and live as long as it does.
+typedef struct ct_config_value ct_config_value;
+struct ct_config_value {
+    ct_config_kind kind;
+    const char *file;  // the file, "--set", or "<default>" for a default
+    int line, col;     // 1-based
+    bool b;            // BOOL
+    int64_t i;         // INT
+    double f;          // FLOAT
+    char *s;           // STRING text, REFERENCE name, MACRO name
+    bool call;         // REFERENCE written as @Name()
+    int n;             // LIST, TUPLE: items; DICT: pairs (2n items)
+    ct_config_value *items;
+};
+
+// Name of a kind: "an int", "a string", ...
+const char *ct_config_kind_name(ct_config_kind kind);
+
+// Writes v as gin text (what parses back to v) into a new string; ct_free it.
+char *ct_config_value_to_gin(const ct_config_value *v);
+
+// ---- Building a config -------------------------------------------------------
+
+ct_config *ct_config_new(void);
+void ct_config_free(ct_config *cfg);
+
+// Parses a gin file (and what it includes) and adds its bindings and macros.
+// A missing file, a syntax error, an include cycle or a binding that fails the
+// registry's checks is an error naming the file and line.
+ct_status ct_config_parse_file(ct_config *cfg, const char *path, ct_error *err);
+// Parses len bytes of gin text (NUL bytes are errors, no terminator needed);
+// source names it in errors. Includes are relative to the working directory.
+ct_status ct_config_parse_text(ct_config *cfg, const char *text, size_t len, const char *source,
+                               ct_error *err);
+// A command-line override, `Name.param=value` or `MACRO=value` (any gin
+// statements, in fact), parsed with the source name "--set". Overrides win
+// over file bindings whatever the order of the calls.
+ct_status ct_config_set(ct_config *cfg, const char *text, ct_error *err);
+// Resolves every binding's macros and checks its type and range: call once
+// after the files and overrides, before the queries, to find every error
+// before training starts. An undefined macro or a cycle of macros is an error
+// naming the file and line of its use.
+ct_status ct_config_validate(ct_config *cfg, ct_error *err);
+
+// ---- Queries -----------------------------------------------------------------
+//
+// name is a registered configurable (any of its names; "scope/Name" for a
+// scoped query), param one of its parameters, of the type the getter reads.
+// A parameter that is not bound gives def. A value through macros is
+// resolved. Querying an unregistered name or parameter, or with the getter of
+// another type, is a bug in the program and fails with CT_ERR_STATE. A
+// parameter of a nullable kind bound to None gives def (get_string,
+// get_reference, get_list give NULL). Each query is recorded for the
+// operative config and marks the binding it read as used.
+
+ct_status ct_config_get_int(ct_config *cfg, const char *name, const char *param, int64_t def, int64_t *out,
+                            ct_error *err);
+ct_status ct_config_get_float(ct_config *cfg, const char *name, const char *param, double def, double *out,
+                              ct_error *err);
+ct_status ct_config_get_bool(ct_config *cfg, const char *name, const char *param, bool def, bool *out,
+                             ct_error *err);
+// *out lives as long as cfg; NULL for None (or for def == NULL when unbound).
+ct_status ct_config_get_string(ct_config *cfg, const char *name, const char *param, const char *def,
+                               const char **out, ct_error *err);
+// A list or tuple. def is gin text ("[128, 64]"), or NULL for None. *out
+// lives as long as cfg; NULL for None.
+ct_status ct_config_get_list(ct_config *cfg, const char *name, const char *param, const char *def,
+                             const ct_config_value **out, ct_error *err);
+// A list or tuple of ints: up to max of them into out, their count into *n.
+// More than max, or an item that is not an int, is an error with file and line.
+ct_status ct_config_get_int_list(ct_config *cfg, const char *name, const char *param, const int64_t *def,
+                                 int n_def, int64_t *out, int max, int *n, ct_error *err);
+// The ctrax name ("Adam", "eval/TransformerLM") of the configurable a
+// reference parameter names; def is a name (or NULL for None). *out lives as
+// long as cfg; NULL for None.
+ct_status ct_config_get_reference(ct_config *cfg, const char *name, const char *param, const char *def,
+                                  const char **out, ct_error *err);
+
+// Builds the model (or loss or metric layer: any configurable that is a
+// layer) a reference names, from its bindings: for instance
+//   ct_config_get_reference(cfg, "train", "model", NULL, &m, err);
+//   ct_layer *model = ct_config_build_model(cfg, m, err);
+// Returns a new layer (one reference), or NULL with err set. Its parameters'
+// checks (TransformerLM's d_model divisible by n_heads, ...) name the file
+// and line of the binding.
+ct_layer *ct_config_build_model(ct_config *cfg, const char *name, ct_error *err);
+ct_layer *ct_config_build_layer(ct_config *cfg, const char *name, ct_error *err);
+// Builds the optimizer a reference names ("Adam"). NULL with err set.
+ct_optimizer *ct_config_build_optimizer(ct_config *cfg, const char *name, ct_error *err);
+
+// ---- Bindings and the operative config -----------------------------------------
+
+typedef struct ct_config_binding_info {
+    const char *name;  // ctrax name, with scope: "TransformerLM", "eval/TransformerLM"
+    const char *param;
+    const ct_config_value *value;  // as written (macros unresolved)
+    const char *file;
+    int line;
+    bool used;      // a query read it
+    bool override;  // from ct_config_set
+} ct_config_binding_info;
+
+int ct_config_n_bindings(const ct_config *cfg);
+ct_config_binding_info ct_config_binding_at(const ct_config *cfg, int i);
+
+// The operative config as gin text: every parameter queried, with the value
+// the program got (bound or default), grouped by configurable and sorted, as
+// gin writes it. A new string; ct_free it.
+char *ct_config_operative_text(const ct_config *cfg);
+// Writes it to path (the program writes <output_dir>/config.gin).
+ct_status ct_config_write_operative(const ct_config *cfg, const char *path, ct_error *err);
+
+// Every registered configurable with its kind, Trax module, parameters, types
+// and defaults, as commented gin text. A new string; ct_free it.
+char *ct_config_registry_text(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,137 @@
+// Internals of the config module: the registry's tables, values, the parser's
+// entry points into the config, and a growable string.
+#ifndef CTRAX_CONFIG_INTERNAL_H
+#define CTRAX_CONFIG_INTERNAL_H
+
+#include <stddef.h>
+#include "ctrax/config/config.h"
+
+// ---- The registry (registry.c) ---------------------------------------------------
+
+// The type of a parameter. Struct-backed int, float and bool parameters are C
+// int, float and bool fields.
+typedef enum cfg_type {
+    CFG_INT = 0,
+    CFG_FLOAT,
+    CFG_BOOL,
+    CFG_STRING,
+    CFG_LIST,       // a list or tuple
+    CFG_REFERENCE,  // @Name of one of ref_kinds
+} cfg_type;
+
+// What a configurable builds; a reference parameter accepts a set of kinds.
+typedef enum cfg_kind {
+    CFG_MODEL = 0,  // a layer that is a model
+    CFG_LAYER,      // a loss or metric layer
+    CFG_OPTIMIZER,
+    CFG_SCHEDULE,
+    CFG_INPUT,
+    CFG_SETTINGS,  // settings the program reads (train, Loop)
+    CFG_N_KINDS
+} cfg_kind;
+#define CFG_KIND_BIT(k) (1u << (k))
+
+typedef struct cfg_param {
+    const char *name;
+    cfg_type type;
+    // The default as gin text, or NULL: the field's value in the defaults
+    // struct (struct-backed), else the default the program passes.
+    const char *default_gin;
+    bool has_field;
+    size_t field;  // offset in the params struct when has_field
+    // Numeric range, checked when lo < hi: lo <= v <= hi (v < hi if hi_open).
+    double lo, hi;
+    bool hi_open;
+    bool none_ok;        // None is accepted (queries then give their default)
+    unsigned ref_kinds;  // CFG_REFERENCE: CFG_KIND_BITs accepted
+    const char *doc;
+} cfg_param;
+
+typedef struct cfg_def cfg_def;
+struct cfg_def {
+    const char *name;  // the ctrax name, Trax's short name
+    cfg_kind kind;
+    // Trax modules that define it, space separated ("trax.lr
+    // trax.supervised.lr_schedules"); NULL if Trax has no such name.
+    const char *modules;
+    const cfg_param *params;
+    int n_params;
+    // Struct-backed configurables: a params struct of struct_size bytes,
+    // filled by defaults, then from the config field by field, checked by
+    // check (may be NULL), and handed to new_layer or new_optimizer.
+    size_t struct_size;
+    void (*defaults)(void *p);
+    ct_status (*check)(ct_config *cfg, const char *name, const void *p, ct_error *err);
+    ct_layer *(*new_layer)(const void *p);
+    ct_optimizer *(*new_optimizer)(const void *p);
+    // Other layers: built from the config directly, or made with no
+    // parameters (losses and metrics).
+    ct_layer *(*build_layer)(ct_config *cfg, const char *name, ct_error *err);
+    ct_layer *(*make_layer)(void);
+    const char *doc;
+};
+
+const cfg_def *cfg_registry(int *n);
+const char *cfg_kind_name(cfg_kind k);  // "a model", "an optimizer", ...
+const char *cfg_type_name(cfg_type t);  // "an int", ...
+const cfg_param *cfg_def_param(const cfg_def *d, const char *param);
+
+// ---- Names (config.c) --------------------------------------------------------------
+
+// Looks up a configurable by any of its names (no scope). Returns NULL and
+// writes why (with the closest known name) into why.
+const cfg_def *cfg_lookup(const char *name, char *why, size_t why_len);
+// The closest of n candidate strings to s (case-insensitive optimal string
+// alignment distance), or NULL if n == 0.
+const char *cfg_closest(const char *s, const char *const *cands, int n);
+// The value of name.param as ct_config_get_* would give it, with the
+// registry's default (default_gin, or the field of the defaults struct) when
+// unbound. Records the query.
+ct_status cfg_query_default(ct_config *cfg, const char *name, const char *param, const ct_config_value **out,
+                            ct_error *err);
+// "file:line:col: " of the binding a query of name.param would read, or ""
+// if it is not bound; for checks across parameters.
+void cfg_where(const ct_config *cfg, const char *name, const char *param, char *buf, size_t len);
+
+// ---- Values (value.c) --------------------------------------------------------------
+
+void cfg_value_free(ct_config_value *v);  // frees what v holds, not v
+void cfg_value_copy(ct_config_value *dst, const ct_config_value *src);
+bool cfg_value_has_macro(const ct_config_value *v);
+
+// A growable NUL-terminated string.
+typedef struct cfg_buf {
+    char *s;
+    size_t len, cap;
+} cfg_buf;
+void cfg_buf_put(cfg_buf *b, const char *s, size_t n);
+void cfg_buf_puts(cfg_buf *b, const char *s);
+void cfg_buf_printf(cfg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cfg_buf_value(cfg_buf *b, const ct_config_value *v);  // gin text of v
+
+// ---- The parser (parse.c) and what it calls (config.c) -----------------------------
+
+// Parses text as source (includes relative to the working directory).
+ct_status cfg_parse(ct_config *cfg, const char *text, size_t len, const char *source, bool override,
+                    ct_error *err);
+ct_status cfg_parse_file(ct_config *cfg, const char *path, bool override, ct_error *err);
+// Parses text holding one value (a default: source "<default>").
+ct_status cfg_parse_value(ct_config *cfg, const char *text, const char *source, ct_config_value *out,
+                          ct_error *err);
+
+// Interned source names: the returned pointer lives as long as cfg.
+const char *cfg_intern(ct_config *cfg, const char *s);
+// Include stack for cycle detection (real paths): 0 when pushed, -1 when
+// real_path is already on it (a cycle), -2 when it is max_depth deep.
+int cfg_include_push(ct_config *cfg, const char *real_path, int max_depth);
+void cfg_include_pop(ct_config *cfg);
+// "a.gin -> b.gin -> " of the stack from where real_path first appears.
+void cfg_include_chain(const ct_config *cfg, const char *real_path, cfg_buf *out);
+
+// A statement `key = value`: key is "scope/Name.param" as written, or a macro
+// name. Takes ownership of *value (clears it). Checks names, references and,
+// when no macro is involved, type and range.
+ct_status cfg_bind(ct_config *cfg, const char *key, const char *file, int line, int col, ct_config_value *value,
+                   bool override, ct_error *err);
+
+#endif
