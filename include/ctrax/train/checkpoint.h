@@ -1,0 +1,283 @@
+// Checkpoints: safetensors files, and directories of them written atomically
+// and checked on every load.
+//
+// A checkpoint is a directory <output_dir>/<name>/ that holds
+//
+//   weights.safetensors, slots.safetensors, ...   any number of tensor files
+//   state.json                                    the run's state, as the caller built it
+//   manifest.json                                 every other file with its byte size and
+//                                                 crc32, the step, and the format version
+//
+// and <output_dir>/checkpoint is a one-line text file naming the newest
+// complete checkpoint. The file set is written into <output_dir>/.tmp-<name>-<pid>/,
+// every file and the directory are fsynced, the directory is renamed into place
+// (atomically exchanged with an older checkpoint of the same name), the parent
+// is fsynced, and only then is the pointer replaced (temporary file, fsync,
+// rename, fsync). A process killed at any moment leaves either the old or the
+// new checkpoint complete, and the pointer names a complete one or, in the one
+// window between the two renames of a replacement on a file system without
+// RENAME_EXCHANGE, a missing one, which ct_checkpoint_open_latest falls back
+// from.
+//
+// Loading never writes a byte into a destination before everything is known to
+// be good: every file's size and checksum, every safetensors header, and every
+// requested tensor's presence, dtype and shape. A truncated, corrupted or
+// mismatched checkpoint is an error that names the file and the tensor.
+//
+// manifest.json (format version 1):
+//
+//   {"format": "ctrax-checkpoint", "version": 1, "name": "model_200", "step": 200,
+//    "keep": false, "checksum": "crc32",
+//    "files": [{"name": "weights.safetensors", "bytes": 5160, "crc32": "1c291ca3",
+//               "tensors": {"MLP/Dense[0]/kernel": "9a0b8f1e", ...}},
+//              {"name": "state.json", "bytes": 812, "crc32": "0d4c5a77"}]}
+//
+// crc32 is zlib's (the IEEE 802.3 / gzip polynomial), as 8 lower-case hex
+// digits. A safetensors file also gets one crc32 per tensor (over its data
+// bytes), so that a checksum mismatch can say which tensor was damaged.
+//
+// All functions are for one writer per output directory (the chief process);
+// readers may run at any time.
+#ifndef CTRAX_TRAIN_CHECKPOINT_H
+#define CTRAX_TRAIN_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrax/core/error.h"
+#include "ctrax/core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- safetensors -------------------------------------------------------------
+//
+// The format (https://github.com/huggingface/safetensors): a u64 little-endian
+// header length N, N bytes of JSON
+//   {"<tensor name>": {"dtype": "F32" | "I32" | "BF16", "shape": [d0, ...],
+//                      "data_offsets": [begin, end]}, ...,
+//    "__metadata__": {"<key>": "<string value>", ...}}
+// then the data, with offsets relative to the start of the data. ctrax writes
+// little-endian data, pads the header with spaces so the data starts at an
+// 8-byte aligned file offset, and lays tensors out wider dtypes first so every
+// tensor starts at a multiple of its element size. The data has no holes: the
+// format forbids them (Hugging Face's reader rejects a file with gaps), so
+// tensors are aligned to their element size, not to 8 bytes.
+
+// A tensor with the name it is stored under.
+typedef struct ct_named_tensor {
+    const char *name;
+    ct_tensor tensor;  // data must not be NULL unless the tensor has no elements
+} ct_named_tensor;
+
+// A string key and value (safetensors __metadata__).
+typedef struct ct_kv {
+    const char *key;
+    const char *value;
+} ct_kv;
+
+// Writes a safetensors file at path, atomically: into a temporary file beside
+// it (ct_fs_temp_name), fsync, rename, fsync of the directory. Names must be unique, non-empty and not
+// "__metadata__". meta may be NULL when n_meta is 0.
+ct_status ct_safetensors_write(const char *path, const ct_named_tensor *tensors, int n, const ct_kv *meta, int n_meta,
+                               ct_error *err);
+
+// An opened safetensors file: the file is mapped read-only and its header
+// checked completely: header length against the file size, valid JSON, known
+// dtypes, shapes of at most CT_MAX_DIMS non-negative dims, numel x dtype size
+// == data_offsets end - begin, and offsets that tile the data exactly (in
+// range, no overlap, no gap, nothing after the last tensor). An error names
+// the file and the tensor.
+typedef struct ct_safetensors ct_safetensors;
+
+ct_status ct_safetensors_open(ct_safetensors **out, const char *path, ct_error *err);
+void ct_safetensors_close(ct_safetensors *st);
+
+const char *ct_safetensors_path(const ct_safetensors *st);
+// Tensors in the order of their data in the file, i in [0, count).
+int ct_safetensors_count(const ct_safetensors *st);
+const char *ct_safetensors_name(const ct_safetensors *st, int i);
+// The tensor's dtype, shape and data. The data points into the read-only
+// mapping (valid until close; never write through it). A file ctrax did not
+// write may leave it unaligned for its dtype: memcpy it out in that case.
+ct_tensor ct_safetensors_tensor(const ct_safetensors *st, int i);
+// Index of the tensor called name, -1 if there is none.
+int ct_safetensors_find(const ct_safetensors *st, const char *name);
+// A __metadata__ value, NULL if the key is absent.
+const char *ct_safetensors_metadata(const ct_safetensors *st, const char *key);
+// The whole file as mapped.
+const void *ct_safetensors_bytes(const ct_safetensors *st, size_t *n_bytes);
+
+// ---- writing a checkpoint -------------------------------------------------
+
+#define CT_CHECKPOINT_NAME_MAX 128
+#define CT_CHECKPOINT_FORMAT_VERSION 1
+
+typedef struct ct_checkpoint_options {
+    int64_t step;         // recorded in the manifest; orders checkpoints (newest = largest step)
+    bool keep;            // never removed by ct_checkpoint_prune (permanent, lowest_*, highest_*)
+    bool update_pointer;  // make <output_dir>/checkpoint name this one on commit
+} ct_checkpoint_options;
+
+// step 0, keep false, update_pointer true.
+ct_checkpoint_options ct_checkpoint_default_options(void);
+
+typedef struct ct_checkpoint_writer ct_checkpoint_writer;
+
+// Starts the checkpoint <output_dir>/<name>: creates output_dir if needed,
+// removes temporary directories that dead writers left there, and makes the
+// temporary directory. A name is 1..CT_CHECKPOINT_NAME_MAX-1 characters, has
+// no '/', does not start with '.' and is not "checkpoint". opts NULL means the
+// defaults.
+ct_status ct_checkpoint_writer_begin(ct_checkpoint_writer **out, const char *output_dir, const char *name,
+                                     const ct_checkpoint_options *opts, ct_error *err);
+// Writes a safetensors file of the checkpoint now (and fsyncs it), so the
+// tensors' memory may change as soon as this returns. A file name is a plain
+// name (no '/', no leading '.') used once per checkpoint; "manifest.json" is
+// taken.
+ct_status ct_checkpoint_writer_add_tensors(ct_checkpoint_writer *w, const char *file, const ct_named_tensor *tensors,
+                                           int n, const ct_kv *meta, int n_meta, ct_error *err);
+// Writes any other file of the checkpoint.
+ct_status ct_checkpoint_writer_add_bytes(ct_checkpoint_writer *w, const char *file, const void *data, size_t n,
+                                         ct_error *err);
+// Writes state.json; json must parse as JSON.
+ct_status ct_checkpoint_writer_set_state(ct_checkpoint_writer *w, const char *json, ct_error *err);
+// Writes the manifest, fsyncs, renames the checkpoint into place (replacing
+// a checkpoint of the same name; a directory of that name without a manifest
+// is an error and stays as it is), and updates the pointer if the options say so. Frees
+// w whatever the outcome; on failure the temporary directory is removed and
+// the previous checkpoints are as they were.
+ct_status ct_checkpoint_writer_commit(ct_checkpoint_writer *w, ct_error *err);
+// Gives up: removes the temporary directory and frees w. NULL is a no-op.
+void ct_checkpoint_writer_abort(ct_checkpoint_writer *w);
+
+// ---- reading a checkpoint -------------------------------------------------
+
+// An opened checkpoint. Opening reads the manifest and checks every file it
+// lists: size, crc32, and for .safetensors files the whole header. So once
+// open succeeds, loading can fail only on what the caller asks for.
+typedef struct ct_checkpoint ct_checkpoint;
+
+ct_status ct_checkpoint_open(ct_checkpoint **out, const char *output_dir, const char *name, ct_error *err);
+// Opens the newest complete checkpoint: the one the pointer names if it opens;
+// otherwise (a warning through ct_log says why and which one is used instead)
+// the complete checkpoint with the largest step. *out is NULL with CT_OK when
+// output_dir holds no checkpoint at all (or does not exist); it is an error
+// when it holds checkpoints and none of them opens.
+ct_status ct_checkpoint_open_latest(ct_checkpoint **out, const char *output_dir, ct_error *err);
+void ct_checkpoint_close(ct_checkpoint *c);
+
+const char *ct_checkpoint_name(const ct_checkpoint *c);
+int64_t ct_checkpoint_step(const ct_checkpoint *c);
+bool ct_checkpoint_kept(const ct_checkpoint *c);
+// state.json's text, NUL-terminated; NULL if the checkpoint has none.
+const char *ct_checkpoint_state(const ct_checkpoint *c);
+// A safetensors file of the checkpoint (already checked), NULL if absent.
+const ct_safetensors *ct_checkpoint_tensors(const ct_checkpoint *c, const char *file);
+// The bytes of a file that is not a safetensors file (NUL-terminated; n may
+// be NULL), NULL if absent or a safetensors file.
+const char *ct_checkpoint_file_bytes(const ct_checkpoint *c, const char *file, size_t *n);
+// Number of files and the i-th file's name (manifest order).
+int ct_checkpoint_file_count(const ct_checkpoint *c);
+const char *ct_checkpoint_file_name(const ct_checkpoint *c, int i);
+
+// What happened to one requested tensor.
+typedef enum ct_load_result {
+    CT_LOAD_PENDING = 0,  // matched but not copied (another request failed a strict load)
+    CT_LOAD_LOADED,       // copied into dest
+    CT_LOAD_MISSING,      // the file or the tensor is not in the checkpoint
+    CT_LOAD_MISMATCH,     // present, with another dtype or shape
+} ct_load_result;
+
+// A tensor to load: from file (e.g. "weights.safetensors") the tensor called
+// name, which must have dest's dtype and shape; its bytes go to dest.data.
+typedef struct ct_tensor_request {
+    const char *file;
+    const char *name;
+    ct_tensor dest;
+    ct_load_result result;  // set by the load
+} ct_tensor_request;
+
+typedef enum ct_load_mode {
+    // Resume: every request matches, and every tensor of every file requested
+    // from is requested (a tensor nobody asked for means the model changed).
+    CT_LOAD_EXACT = 0,
+    // Every request matches; the files may hold more.
+    CT_LOAD_STRICT,
+    // Fine-tuning: loads the requests that match by name, dtype and shape,
+    // skips the rest (result says why; a warning lists missing, mismatched and
+    // unused tensors). It is an error only if nothing matches.
+    CT_LOAD_BY_NAME,
+} ct_load_mode;
+
+// Checks every request first and copies only when the mode's conditions all
+// hold, so a failed load leaves every destination as it was. The error names
+// the checkpoint, the file, the tensor and both signatures.
+ct_status ct_checkpoint_load(const ct_checkpoint *c, ct_tensor_request *reqs, int n, ct_load_mode mode, ct_error *err);
+
+// open + load + close. When state_json is not NULL it receives a malloc'ed
+// copy of state.json (NULL if there is none); free() it.
+ct_status ct_checkpoint_read(const char *output_dir, const char *name, ct_tensor_request *reqs, int n,
+                             ct_load_mode mode, char **state_json, ct_error *err);
+
+// The name of the checkpoint ct_checkpoint_open_latest opens (verified the
+// same way); "" if there is none.
+ct_status ct_checkpoint_find_latest(const char *output_dir, char *name, size_t name_cap, ct_error *err);
+
+// ---- listing and retention ------------------------------------------------
+
+typedef struct ct_checkpoint_info {
+    char name[CT_CHECKPOINT_NAME_MAX];
+    int64_t step;
+    bool keep;      // marked kept when written
+    bool complete;  // every listed file present with its size (checksums are not read here)
+} ct_checkpoint_info;
+
+// The checkpoints in output_dir (directories with a ctrax manifest; dot
+// directories are skipped), by step, then name. *infos is malloc'ed (free());
+// a missing output_dir gives none.
+ct_status ct_checkpoint_list(const char *output_dir, ct_checkpoint_info **infos, int *n, ct_error *err);
+
+// Return true to keep a checkpoint (e.g. the permanent ones by step).
+typedef bool (*ct_checkpoint_keep_fn)(const ct_checkpoint_info *info, void *ctx);
+
+// Removes old checkpoints. Kept: those marked keep when written, those keep()
+// accepts (keep may be NULL), the one the pointer names, and of the rest the
+// keep_last with the largest steps (keep_last < 0 keeps all). A checkpoint is
+// removed by renaming it to a dot directory first, so a crash never leaves a
+// half-deleted checkpoint under its name.
+ct_status ct_checkpoint_prune(const char *output_dir, int keep_last, ct_checkpoint_keep_fn keep, void *ctx,
+                              ct_error *err);
+
+// Removes the checkpoint <output_dir>/<name> (the same way prune does). A
+// missing one is fine; a directory without a manifest is an error and stays.
+ct_status ct_checkpoint_remove(const char *output_dir, const char *name, ct_error *err);
+
+// Removes what interrupted writers left in output_dir: the dot directories
+// .tmp-<name>-<pid> and .old-<name>-<pid> and the dot files .<file>.tmp-<pid>
+// of processes no longer running. ct_checkpoint_writer_begin calls it.
+ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err);
+
+// ---- durable file helpers (used by checkpoints and summaries) -------------
+
+// Writes path atomically: the temporary file, fsync, rename, fsync the directory.
+ct_status ct_fs_write_atomic(const char *path, const void *data, size_t n, ct_error *err);
+// The temporary name used for path while it is written: <dir>/.<base>.tmp-<pid>
+// (a dot file, removed by ct_checkpoint_clean_tmp once its writer is gone).
+// Fails (CT_ERR_ARG) when it does not fit in cap.
+ct_status ct_fs_temp_name(char *buf, size_t cap, const char *path, ct_error *err);
+// fsyncs a directory (so renames and creations in it are durable).
+ct_status ct_fs_sync_dir(const char *dir, ct_error *err);
+// mkdir -p.
+ct_status ct_fs_mkdirs(const char *path, ct_error *err);
+// Reads a whole file into a malloc'ed, NUL-terminated buffer (free()).
+ct_status ct_fs_read(const char *path, char **data, size_t *n, ct_error *err);
+// rm -rf (does not follow symlinks). A missing path is not an error.
+ct_status ct_fs_remove_tree(const char *path, ct_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

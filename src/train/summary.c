@@ -1,0 +1,352 @@
+// metrics.jsonl, the bundle of a run's summaries, Trax's log line and the
+// terminal progress line.
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctrax/core/log.h"
+#include "ctrax/train/checkpoint.h"
+#include "ctrax/train/summary.h"
+
+// ---- metrics.jsonl ---------------------------------------------------------
+
+// The shortest decimal that reads back as v: as a float when v is one (most
+// metrics are), else as a double.
+static void format_number(char *buf, size_t cap, double v) {
+    float f = (float)v;
+    if ((double)f == v) {
+        for (int p = 6; p <= 9; p++) {
+            snprintf(buf, cap, "%.*g", p, v);
+            if ((float)strtod(buf, NULL) == f) return;
+        }
+    }
+    for (int p = 15; p <= 17; p++) {
+        snprintf(buf, cap, "%.*g", p, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+// A JSON string literal (quoted, escaped), malloc'ed.
+static char *json_string(const char *s) {
+    cJSON *j = cJSON_CreateString(s);
+    char *out = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return out;
+}
+
+size_t ct_metrics_format_line(char *buf, size_t cap, int64_t step, const char *mode, const char *metric, double value) {
+    char *m = json_string(mode), *k = json_string(metric);
+    char num[64];
+    if (isnan(value)) snprintf(num, sizeof num, "null, \"nonfinite\": \"nan\"");
+    else if (isinf(value)) snprintf(num, sizeof num, "null, \"nonfinite\": \"%s\"", value > 0 ? "inf" : "-inf");
+    else format_number(num, sizeof num, value);
+    int n = snprintf(buf, cap, "{\"step\": %" PRId64 ", \"mode\": %s, \"metric\": %s, \"value\": %s}\n", step,
+                     m ? m : "\"\"", k ? k : "\"\"", num);
+    free(m);
+    free(k);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+struct ct_metrics_writer {
+    int fd;
+    char *path;
+    char *buf;
+    size_t n, cap;
+    bool need_newline;  // the file ends in a line cut short: start on a new line
+};
+
+ct_status ct_metrics_writer_open(ct_metrics_writer **out, const char *path, ct_error *err) {
+    CT_ASSERT(out && path);
+    *out = NULL;
+    ct_metrics_writer *w = calloc(1, sizeof *w);
+    if (!w || !(w->path = strdup(path))) {
+        free(w);
+        return ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+    }
+    w->fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        ct_status s = ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        free(w->path);
+        free(w);
+        return s;
+    }
+    off_t end = lseek(w->fd, 0, SEEK_END);
+    char last = '\n';
+    if (end > 0 && pread(w->fd, &last, 1, end - 1) == 1) w->need_newline = last != '\n';
+    *out = w;
+    return CT_OK;
+}
+
+ct_status ct_metrics_writer_add(ct_metrics_writer *w, int64_t step, const char *mode, const char *metric, double value,
+                                ct_error *err) {
+    CT_ASSERT(w && mode && metric);
+    size_t need = ct_metrics_format_line(NULL, 0, step, mode, metric, value) + (w->need_newline ? 1 : 0);
+    if (w->n + need + 1 > w->cap) {
+        size_t cap = w->cap ? w->cap : 4096;
+        while (cap < w->n + need + 1) cap *= 2;
+        char *b = realloc(w->buf, cap);
+        if (!b) return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", w->path);
+        w->buf = b;
+        w->cap = cap;
+    }
+    if (w->need_newline) {
+        w->buf[w->n++] = '\n';
+        w->need_newline = false;
+    }
+    w->n += ct_metrics_format_line(w->buf + w->n, w->cap - w->n, step, mode, metric, value);
+    return CT_OK;
+}
+
+ct_status ct_metrics_writer_flush(ct_metrics_writer *w, ct_error *err) {
+    CT_ASSERT(w);
+    size_t done = 0;
+    while (done < w->n) {
+        ssize_t k = write(w->fd, w->buf + done, w->n - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+            // Keep what did not go out, to try again.
+            memmove(w->buf, w->buf + done, w->n - done);
+            w->n -= done;
+            return ct_error_set(err, CT_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+        }
+        done += (size_t)k;
+    }
+    w->n = 0;
+    if (fsync(w->fd) != 0) return ct_error_set(err, CT_ERR_IO, "%s: fsync failed: %s", w->path, strerror(errno));
+    return CT_OK;
+}
+
+ct_status ct_metrics_writer_close(ct_metrics_writer *w, ct_error *err) {
+    if (!w) return CT_OK;
+    ct_status s = ct_metrics_writer_flush(w, err);
+    if (close(w->fd) != 0 && s == CT_OK)
+        s = ct_error_set(err, CT_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
+    free(w->buf);
+    free(w->path);
+    free(w);
+    return s;
+}
+
+// The "step" of one line, false if the line is not a metrics object.
+static bool line_step(const char *line, size_t n, int64_t *step) {
+    cJSON *j = cJSON_ParseWithLength(line, n);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step");
+    bool ok = cJSON_IsObject(j) && cJSON_IsNumber(s) && fabs(s->valuedouble) < 9.2e18;
+    if (ok) *step = (int64_t)s->valuedouble;
+    cJSON_Delete(j);
+    return ok;
+}
+
+ct_status ct_metrics_truncate_after(const char *path, int64_t step, int64_t *n_dropped, ct_error *err) {
+    CT_ASSERT(path);
+    if (n_dropped) *n_dropped = 0;
+    if (access(path, F_OK) != 0) return CT_OK;
+    char *text;
+    size_t n;
+    CT_TRY(ct_fs_read(path, &text, &n, err));
+    char *out = malloc(n + 1);
+    if (!out) {
+        free(text);
+        return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
+    }
+    size_t m = 0;
+    int64_t dropped = 0, torn = 0;
+    bool changed = false;
+    for (size_t pos = 0; pos < n;) {
+        const char *nl = memchr(text + pos, '\n', n - pos);
+        size_t len = nl ? (size_t)(nl - (text + pos)) : n - pos;
+        bool blank = true;
+        for (size_t i = 0; i < len; i++) blank = blank && (text[pos + i] == ' ' || text[pos + i] == '\r');
+        int64_t s;
+        if (line_step(text + pos, len, &s)) {
+            if (s <= step) {
+                memcpy(out + m, text + pos, len);
+                m += len;
+                out[m++] = '\n';
+                changed |= !nl;  // a whole line that lost its newline
+            } else dropped++;
+        } else if (!blank) {
+            torn++;
+            dropped++;
+        } else changed = true;
+        pos += len + (nl ? 1 : 0);
+    }
+    free(text);
+    if (torn)
+        ct_log(CT_LOG_WARN, "%s: dropped %" PRId64 " line(s) that do not parse (cut short by a crash?)", path, torn);
+    ct_status s = dropped || changed ? ct_fs_write_atomic(path, out, m, err) : CT_OK;
+    free(out);
+    if (s == CT_OK && n_dropped) *n_dropped = dropped;
+    return s;
+}
+
+// ---- all summaries of a run ------------------------------------------------
+
+const char *ct_summary_mode_name(ct_summary_mode mode) { return mode == CT_SUMMARY_EVAL ? "eval" : "train"; }
+
+struct ct_summary {
+    ct_metrics_writer *metrics;
+    ct_tb_writer *tb[2];
+};
+
+ct_status ct_summary_close(ct_summary *s, ct_error *err) {
+    if (!s) return CT_OK;
+    ct_status st = ct_metrics_writer_close(s->metrics, err);
+    for (int i = 0; i < 2; i++) {
+        ct_status r = ct_tb_writer_close(s->tb[i], st == CT_OK ? err : NULL);
+        if (st == CT_OK) st = r;
+    }
+    free(s);
+    return st;
+}
+
+ct_status ct_summary_open(ct_summary **out, const char *output_dir, int64_t resume_step, ct_error *err) {
+    CT_ASSERT(out && output_dir && resume_step >= 0);
+    *out = NULL;
+    size_t cap = strlen(output_dir) + 32;
+    char *path = malloc(cap);
+    ct_summary *s = calloc(1, sizeof *s);
+    ct_status st = path && s ? CT_OK : ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+    if (st == CT_OK) st = ct_fs_mkdirs(output_dir, err);
+    if (st == CT_OK) {
+        snprintf(path, cap, "%s/metrics.jsonl", output_dir);
+        int64_t dropped = 0;
+        st = ct_metrics_truncate_after(path, resume_step, &dropped, err);
+        if (st == CT_OK && dropped > 0)
+            ct_log(CT_LOG_INFO, "%s: removed %" PRId64 " line(s) past step %" PRId64 ", where the run resumes", path,
+                   dropped, resume_step);
+    }
+    if (st == CT_OK) st = ct_metrics_writer_open(&s->metrics, path, err);
+    for (int i = 0; i < 2 && st == CT_OK; i++) {
+        snprintf(path, cap, "%s/%s", output_dir, ct_summary_mode_name((ct_summary_mode)i));
+        st = ct_tb_writer_open(&s->tb[i], path, err);
+        if (st == CT_OK) st = ct_tb_writer_session_start(s->tb[i], resume_step + 1, err);
+        if (st == CT_OK) st = ct_tb_writer_flush(s->tb[i], err);
+    }
+    free(path);
+    if (st != CT_OK) {
+        ct_summary_close(s, NULL);
+        return st;
+    }
+    *out = s;
+    return CT_OK;
+}
+
+ct_status ct_summary_scalar(ct_summary *s, ct_summary_mode mode, int64_t step, const char *tag, double value,
+                            ct_error *err) {
+    CT_ASSERT(s && tag && (mode == CT_SUMMARY_TRAIN || mode == CT_SUMMARY_EVAL));
+    CT_TRY(ct_metrics_writer_add(s->metrics, step, ct_summary_mode_name(mode), tag, value, err));
+    return ct_tb_writer_scalar(s->tb[mode], tag, step, (float)value, err);
+}
+
+ct_status ct_summary_flush(ct_summary *s, ct_error *err) {
+    CT_ASSERT(s);
+    CT_TRY(ct_metrics_writer_flush(s->metrics, err));
+    for (int i = 0; i < 2; i++) CT_TRY(ct_tb_writer_flush(s->tb[i], err));
+    return CT_OK;
+}
+
+// ---- terminal output ------------------------------------------------------
+
+size_t ct_format_step_line(char *buf, size_t cap, int64_t step, const char *mode, const char *name, int name_width,
+                           double value) {
+    // Trax: 'Step % 6d: %s' % (step, '%s %s | % .8f' % (mode.ljust(5), name.rjust(width), value))
+    int n = snprintf(buf, cap, "Step % 6" PRId64 ": %-5s %*s | % .8f", step, mode, name_width, name, value);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+static int fmt_rate(char *buf, size_t cap, double r) {
+    if (r < 0 || !isfinite(r)) return snprintf(buf, cap, "-");
+    if (r >= 1e6) return snprintf(buf, cap, "%.2fM", r / 1e6);
+    if (r >= 1e3) return snprintf(buf, cap, "%.2fk", r / 1e3);
+    return snprintf(buf, cap, "%.2f", r);
+}
+
+static int fmt_eta(char *buf, size_t cap, double s) {
+    if (s < 0 || !isfinite(s) || s > 1e9) return snprintf(buf, cap, "-");
+    long long t = (long long)(s + 0.5);
+    if (t >= 3600) return snprintf(buf, cap, "%lldh%02lldm%02llds", t / 3600, t / 60 % 60, t % 60);
+    if (t >= 60) return snprintf(buf, cap, "%lldm%02llds", t / 60, t % 60);
+    return snprintf(buf, cap, "%llds", t);
+}
+
+size_t ct_progress_format(char *buf, size_t cap, int64_t step, int64_t total, double loss, double steps_per_s,
+                          double tokens_per_s, double eta_s) {
+    char sps[32], tps[32], eta[32];
+    fmt_rate(sps, sizeof sps, steps_per_s);
+    fmt_rate(tps, sizeof tps, tokens_per_s);
+    fmt_eta(eta, sizeof eta, eta_s);
+    int n = snprintf(buf, cap, "step %" PRId64 "/%" PRId64 " | loss %.4f | %s steps/s | %s tokens/s | ETA %s", step,
+                     total, loss, sps, tps, eta);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+struct ct_progress {
+    FILE *f;
+    bool tty;
+    bool started, drawn;
+    int64_t total, step0, tokens;
+    double t0, last_draw;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+ct_progress *ct_progress_new(FILE *stream, int64_t total_steps) {
+    ct_progress *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->f = stream ? stream : stderr;
+    p->tty = isatty(fileno(p->f)) == 1;
+    p->total = total_steps;
+    return p;
+}
+
+void ct_progress_free(ct_progress *p) { free(p); }
+bool ct_progress_active(const ct_progress *p) { return p && p->tty; }
+
+void ct_progress_update(ct_progress *p, int64_t step, double loss, int64_t tokens) {
+    if (!p || !p->tty) return;
+    double t = now_s();
+    if (!p->started) {
+        // Rates count from here: the work of this first step happened before.
+        p->started = true;
+        p->t0 = t;
+        p->step0 = step;
+        p->tokens = 0;
+    } else p->tokens += tokens;
+    if (p->drawn && t - p->last_draw < 0.1 && step < p->total) return;
+    double dt = t - p->t0;
+    double sps = dt > 0 && step > p->step0 ? (double)(step - p->step0) / dt : -1;
+    double tps = dt > 0 && step > p->step0 ? (double)p->tokens / dt : -1;
+    double eta = sps > 0 ? (double)(p->total - step) / sps : -1;
+    char line[256];
+    ct_progress_format(line, sizeof line, step, p->total, loss, sps, tps, eta);
+    fprintf(p->f, "\r%s\033[K", line);
+    fflush(p->f);
+    p->drawn = true;
+    p->last_draw = t;
+}
+
+void ct_progress_clear(ct_progress *p) {
+    if (!p || !p->tty || !p->drawn) return;
+    fputs("\r\033[K", p->f);
+    fflush(p->f);
+    p->drawn = false;
+}
+
+void ct_progress_finish(ct_progress *p) {
+    if (!p || !p->tty || !p->drawn) return;
+    fputc('\n', p->f);
+    fflush(p->f);
+    p->drawn = false;
+}

@@ -1,0 +1,968 @@
+// safetensors and checkpoints: round trips, an independent reader
+// (tests/read_safetensors.py, numpy), every kind of damage a file can take,
+// writers killed mid-write, the pointer's fallback, and retention.
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "check.h"
+#include "ctrax/core/log.h"
+#include "ctrax/train/checkpoint.h"
+
+static char g_tmp[1024];        // this run's scratch directory
+static char g_tests_dir[1024];  // where the python readers are
+
+// ---- helpers -----------------------------------------------------------------
+
+static void init_dirs(void) {
+    const char *env = getenv("CTRAX_TESTS_DIR");
+    if (env) snprintf(g_tests_dir, sizeof g_tests_dir, "%s", env);
+    else {
+        snprintf(g_tests_dir, sizeof g_tests_dir, "%s", __FILE__);
+        char *slash = strrchr(g_tests_dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(g_tests_dir, sizeof g_tests_dir, "tests");
+    }
+    const char *t = getenv("TMPDIR");
+    snprintf(g_tmp, sizeof g_tmp, "%s/ctrax_test_checkpoint_XXXXXX", t && t[0] ? t : "/tmp");
+    if (!mkdtemp(g_tmp)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+// A path in the scratch directory, in one of 8 rotating buffers: copy it to
+// keep it past the next few calls.
+static const char *tmp_path(const char *rel) {
+    static char buf[8][2048];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmp, rel);
+    return buf[k];
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+static void write_raw(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+static bool exists(const char *path) { return access(path, F_OK) == 0; }
+
+static int python(const char *script, const char *a, const char *b) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/%s' '%s' '%s'", g_tests_dir, script, a, b);
+    fflush(stdout);
+    int rc = system(cmd);
+    return rc == -1 ? -1 : WEXITSTATUS(rc);
+}
+
+// Flips one bit of the byte at offset (from the end when offset < 0).
+static void flip_byte(const char *path, long offset) {
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    struct stat sb;
+    fstat(fd, &sb);
+    off_t at = offset >= 0 ? offset : sb.st_size + offset;
+    unsigned char c;
+    CHECK(pread(fd, &c, 1, at) == 1);
+    c ^= 0x10;
+    CHECK(pwrite(fd, &c, 1, at) == 1);
+    close(fd);
+}
+
+static void truncate_by(const char *path, long n) {
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0);
+    CHECK(truncate(path, sb.st_size - n) == 0);
+}
+
+// stderr into a file while a call runs, to see the warnings it logs.
+typedef struct capture {
+    int saved;
+    FILE *f;
+} capture;
+
+static void capture_begin(capture *c) {
+    fflush(stderr);
+    c->f = tmpfile();
+    c->saved = dup(2);
+    dup2(fileno(c->f), 2);
+}
+
+static char *capture_end(capture *c) {
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    long n = ftell(c->f);
+    char *s = calloc((size_t)n + 1, 1);
+    rewind(c->f);
+    if (fread(s, 1, (size_t)n, c->f) != (size_t)n) s[0] = '\0';
+    fclose(c->f);
+    return s;
+}
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);  // the test's values are exact in bf16
+}
+
+// ---- a standard checkpoint -----------------------------------------------------
+
+typedef struct tspec {
+    const char *file, *name;
+    ct_dtype dtype;
+    int ndim;
+    int64_t shape[3];
+    double start, step;  // value i is start + version + step * i
+} tspec;
+
+static const tspec SPEC[] = {
+    {"weights.safetensors", "Serial/Dense[0]/kernel", CT_DTYPE_F32, 2, {4, 3}, -1.0, 0.5},
+    {"weights.safetensors", "Serial/Dense[0]/bias", CT_DTYPE_F32, 1, {3}, 0.25, 0.25},
+    {"weights.safetensors", "Serial/Embedding/table", CT_DTYPE_BF16, 2, {3, 3}, 1.0, 1.0},
+    {"weights.safetensors", "state/Dropout/counter", CT_DTYPE_I32, 1, {1}, 7.0, 0.0},
+    {"weights.safetensors", "Serial/Dense[1]/kernel", CT_DTYPE_F32, 2, {3, 5}, 2.0, -0.25},
+    {"slots.safetensors", "Serial/Dense[0]/kernel/m", CT_DTYPE_F32, 2, {4, 3}, 0.0, 0.125},
+    {"slots.safetensors", "Serial/Dense[0]/kernel/v", CT_DTYPE_F32, 2, {4, 3}, 3.0, 1.0},
+};
+#define N_SPEC ((int)(sizeof SPEC / sizeof SPEC[0]))
+
+static int64_t spec_numel(const tspec *s) {
+    int64_t n = 1;
+    for (int d = 0; d < s->ndim; d++) n *= s->shape[d];
+    return n;
+}
+
+static void fill(void *buf, const tspec *s, int version, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double v = s->start + version + s->step * (double)i;
+        if (s->dtype == CT_DTYPE_F32) ((float *)buf)[i] = (float)v;
+        else if (s->dtype == CT_DTYPE_I32) ((int32_t *)buf)[i] = (int32_t)v;
+        else ((uint16_t *)buf)[i] = to_bf16((float)v);
+    }
+}
+
+// The arrays of SPEC with a version's values (and room for one big tensor).
+typedef struct tset {
+    void *data[N_SPEC + 1];
+    ct_tensor t[N_SPEC + 1];
+} tset;
+
+static void tset_make(tset *s, int version) {
+    for (int i = 0; i < N_SPEC; i++) {
+        const tspec *sp = &SPEC[i];
+        int64_t n = spec_numel(sp);
+        s->data[i] = calloc((size_t)n, ct_dtype_size(sp->dtype));
+        fill(s->data[i], sp, version, n);
+        s->t[i] = ct_tensor_make(sp->dtype, sp->ndim, sp->shape, s->data[i]);
+    }
+    s->data[N_SPEC] = NULL;
+}
+
+static void tset_free(tset *s) {
+    for (int i = 0; i <= N_SPEC; i++) free(s->data[i]);
+}
+
+// Writes the standard checkpoint `name` holding version's values; big > 0
+// adds a tensor "big" of that many floats to weights.safetensors.
+static ct_status make_ckpt(const char *dir, const char *name, int64_t step, int version, bool keep, bool pointer,
+                           int64_t big, ct_error *err) {
+    tset s;
+    tset_make(&s, version);
+    ct_named_tensor w[N_SPEC + 1], sl[N_SPEC];
+    int nw = 0, ns = 0;
+    for (int i = 0; i < N_SPEC; i++) {
+        if (!strcmp(SPEC[i].file, "weights.safetensors")) w[nw++] = (ct_named_tensor){SPEC[i].name, s.t[i]};
+        else sl[ns++] = (ct_named_tensor){SPEC[i].name, s.t[i]};
+    }
+    if (big > 0) {
+        float *b = malloc((size_t)big * sizeof *b);
+        for (int64_t i = 0; i < big; i++) b[i] = (float)(version + i % 1000);
+        s.data[N_SPEC] = b;
+        w[nw++] = (ct_named_tensor){"big", ct_tensor_1d(CT_DTYPE_F32, big, b)};
+    }
+    ct_checkpoint_options o = ct_checkpoint_default_options();
+    o.step = step;
+    o.keep = keep;
+    o.update_pointer = pointer;
+    ct_checkpoint_writer *cw;
+    char state[128];
+    snprintf(state, sizeof state, "{\"step\": %lld, \"version\": %d}", (long long)step, version);
+    ct_kv meta[] = {{"format", "ctrax"}};
+    ct_status st = ct_checkpoint_writer_begin(&cw, dir, name, &o, err);
+    if (st == CT_OK) {
+        st = ct_checkpoint_writer_add_tensors(cw, "weights.safetensors", w, nw, meta, 1, err);
+        if (st == CT_OK) st = ct_checkpoint_writer_add_tensors(cw, "slots.safetensors", sl, ns, NULL, 0, err);
+        if (st == CT_OK) st = ct_checkpoint_writer_set_state(cw, state, err);
+        if (st == CT_OK) st = ct_checkpoint_writer_commit(cw, err);
+        else ct_checkpoint_writer_abort(cw);
+    }
+    tset_free(&s);
+    return st;
+}
+
+#define SENTINEL (-12345.0f)
+
+// Requests for every SPEC tensor into freshly allocated destinations filled
+// with a sentinel.
+typedef struct rset {
+    ct_tensor_request r[N_SPEC];
+    void *buf[N_SPEC];
+} rset;
+
+static void rset_make(rset *rs) {
+    for (int i = 0; i < N_SPEC; i++) {
+        const tspec *sp = &SPEC[i];
+        int64_t n = spec_numel(sp);
+        size_t bytes = (size_t)n * ct_dtype_size(sp->dtype);
+        rs->buf[i] = malloc(bytes);
+        float s = SENTINEL;
+        for (size_t k = 0; k + 4 <= bytes; k += 4) memcpy((char *)rs->buf[i] + k, &s, 4);
+        if (bytes % 4) memset((char *)rs->buf[i] + bytes - bytes % 4, 0xAB, bytes % 4);
+        rs->r[i] = (ct_tensor_request){sp->file, sp->name, ct_tensor_make(sp->dtype, sp->ndim, sp->shape, rs->buf[i]),
+                                       CT_LOAD_PENDING};
+    }
+}
+
+static void rset_free(rset *rs) {
+    for (int i = 0; i < N_SPEC; i++) free(rs->buf[i]);
+}
+
+// Every destination still holds the sentinel.
+static bool rset_untouched(const rset *rs) {
+    for (int i = 0; i < N_SPEC; i++) {
+        int64_t n = spec_numel(&SPEC[i]);
+        size_t bytes = (size_t)n * ct_dtype_size(SPEC[i].dtype);
+        for (size_t k = 0; k + 4 <= bytes; k += 4) {
+            float v;
+            memcpy(&v, (char *)rs->buf[i] + k, 4);
+            if (v != SENTINEL) return false;
+        }
+    }
+    return true;
+}
+
+// Destination i holds version's values.
+static bool rset_holds(const rset *rs, int i, int version) {
+    const tspec *sp = &SPEC[i];
+    int64_t n = spec_numel(sp);
+    size_t bytes = (size_t)n * ct_dtype_size(sp->dtype);
+    void *want = malloc(bytes);
+    fill(want, sp, version, n);
+    bool ok = memcmp(want, rs->buf[i], bytes) == 0;
+    free(want);
+    return ok;
+}
+
+static bool rset_holds_all(const rset *rs, int version) {
+    for (int i = 0; i < N_SPEC; i++)
+        if (!rset_holds(rs, i, version)) return false;
+    return true;
+}
+
+// A failed read of dir/name: the status, the message naming what it must, and
+// every destination untouched.
+static void expect_read_fails(const char *dir, const char *name, ct_load_mode mode, ct_tensor_request *extra,
+                              const char *must1, const char *must2, const char *must3) {
+    rset rs;
+    rset_make(&rs);
+    ct_error err = {0};
+    ct_status st;
+    if (extra) {
+        ct_tensor_request all[N_SPEC + 1];
+        memcpy(all, rs.r, sizeof rs.r);
+        all[N_SPEC] = *extra;
+        st = ct_checkpoint_read(dir, name, all, N_SPEC + 1, mode, NULL, &err);
+    } else st = ct_checkpoint_read(dir, name, rs.r, N_SPEC, mode, NULL, &err);
+    CHECK_MSG(st != CT_OK, "read of %s/%s should fail", dir, name);
+    const char *must[] = {must1, must2, must3};
+    for (int i = 0; i < 3; i++)
+        if (must[i]) CHECK_MSG(strstr(err.msg, must[i]) != NULL, "message lacks \"%s\": %s", must[i], err.msg);
+    CHECK_MSG(rset_untouched(&rs), "a failed read wrote into a destination (%s)", err.msg);
+    printf("  error as expected: %s\n", err.msg);
+    rset_free(&rs);
+}
+
+// ---- safetensors ---------------------------------------------------------------
+
+static void test_safetensors_roundtrip(void) {
+    // Odd element counts everywhere, so alignment depends on the layout.
+    float a[6], sc = 42.0f, z[7];
+    int32_t b[5];
+    uint16_t c[3];
+    for (int i = 0; i < 6; i++) a[i] = -1.0f + 0.5f * (float)i;
+    for (int i = 0; i < 5; i++) b[i] = -7 + 3 * i;
+    for (int i = 0; i < 3; i++) c[i] = to_bf16(1.0f + 2.0f * (float)i);
+    for (int i = 0; i < 7; i++) z[i] = 100.0f + (float)i;
+    ct_named_tensor t[] = {
+        {"c/bf16", ct_tensor_1d(CT_DTYPE_BF16, 3, c)},  // first in the list, last in the file
+        {"a", ct_tensor_2d(CT_DTYPE_F32, 2, 3, a)},
+        {"b", ct_tensor_1d(CT_DTYPE_I32, 5, b)},
+        {"scalar", ct_tensor_make(CT_DTYPE_F32, 0, NULL, &sc)},
+        {"empty", ct_tensor_2d(CT_DTYPE_F32, 0, 4, NULL)},
+        {"z \"quoted\"", ct_tensor_1d(CT_DTYPE_F32, 7, z)},
+    };
+    ct_kv meta[] = {{"format", "ctrax"}, {"note", "a \"quoted\" value"}};
+    const char *path = tmp_path("t.safetensors");
+    ct_error err = {0};
+    CHECK_OK(ct_safetensors_write(path, t, 6, meta, 2, &err), &err);
+
+    ct_safetensors *st;
+    CHECK_OK(ct_safetensors_open(&st, path, &err), &err);
+    if (!st) return;
+    CHECK(ct_safetensors_count(st) == 6);
+    CHECK(!strcmp(ct_safetensors_metadata(st, "format"), "ctrax"));
+    CHECK(!strcmp(ct_safetensors_metadata(st, "note"), "a \"quoted\" value"));
+    CHECK(ct_safetensors_metadata(st, "nope") == NULL);
+    CHECK(ct_safetensors_find(st, "nope") < 0);
+    size_t size;
+    const unsigned char *bytes = ct_safetensors_bytes(st, &size);
+    uint64_t hlen;
+    memcpy(&hlen, bytes, 8);
+    CHECK((8 + hlen) % 8 == 0);
+    for (int i = 0; i < 6; i++) {
+        int k = ct_safetensors_find(st, t[i].name);
+        CHECK_MSG(k >= 0, "tensor %s", t[i].name);
+        if (k < 0) continue;
+        CHECK(!strcmp(ct_safetensors_name(st, k), t[i].name));
+        ct_tensor r = ct_safetensors_tensor(st, k);
+        CHECK(ct_tensor_same_sig(&r, &t[i].tensor));
+        CHECK_MSG(((uintptr_t)r.data - (uintptr_t)bytes) % ct_dtype_size(r.dtype) == 0, "%s is aligned", t[i].name);
+        if (ct_tensor_nbytes(&r)) CHECK(memcmp(r.data, t[i].tensor.data, ct_tensor_nbytes(&r)) == 0);
+    }
+    // File order: 4-byte dtypes first, in the caller's order, then bf16.
+    CHECK(!strcmp(ct_safetensors_name(st, 0), "a"));
+    CHECK(!strcmp(ct_safetensors_name(st, ct_safetensors_count(st) - 1), "c/bf16"));
+    ct_safetensors_close(st);
+
+    const char *spec = tmp_path("t.spec.json");
+    write_text(spec,
+               "{\"exact\": true, \"metadata\": {\"format\": \"ctrax\", \"note\": \"a \\\"quoted\\\" value\"},"
+               " \"tensors\": {"
+               "\"a\": {\"dtype\": \"F32\", \"shape\": [2, 3], \"start\": -1, \"step\": 0.5},"
+               "\"b\": {\"dtype\": \"I32\", \"shape\": [5], \"start\": -7, \"step\": 3},"
+               "\"c/bf16\": {\"dtype\": \"BF16\", \"shape\": [3], \"start\": 1, \"step\": 2},"
+               "\"scalar\": {\"dtype\": \"F32\", \"shape\": [], \"start\": 42, \"step\": 0},"
+               "\"empty\": {\"dtype\": \"F32\", \"shape\": [0, 4], \"start\": 0, \"step\": 0},"
+               "\"z \\\"quoted\\\"\": {\"dtype\": \"F32\", \"shape\": [7], \"start\": 100, \"step\": 1}}}");
+    CHECK_MSG(python("read_safetensors.py", path, spec) == 0, "numpy reads %s", path);
+
+    // Bad arguments.
+    ct_named_tensor dup[] = {{"x", ct_tensor_1d(CT_DTYPE_F32, 1, a)}, {"x", ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
+    CHECK(ct_safetensors_write(tmp_path("dup.safetensors"), dup, 2, NULL, 0, &err) == CT_ERR_ARG);
+    CHECK(strstr(err.msg, "'x'") != NULL);
+    ct_named_tensor meta_name[] = {{"__metadata__", ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
+    CHECK(ct_safetensors_write(tmp_path("m.safetensors"), meta_name, 1, NULL, 0, &err) == CT_ERR_ARG);
+    ct_named_tensor nodata[] = {{"x", ct_tensor_1d(CT_DTYPE_F32, 3, NULL)}};
+    CHECK(ct_safetensors_write(tmp_path("n.safetensors"), nodata, 1, NULL, 0, &err) == CT_ERR_ARG);
+    CHECK(!exists(tmp_path("dup.safetensors")) && !exists(tmp_path("n.safetensors")));
+}
+
+// A file from a header text and n data bytes.
+static void write_st(const char *path, const char *header, size_t data_bytes) {
+    uint64_t hlen = strlen(header);
+    size_t n = 8 + hlen + data_bytes;
+    unsigned char *buf = calloc(n, 1);
+    memcpy(buf, &hlen, 8);
+    memcpy(buf + 8, header, hlen);
+    write_raw(path, buf, n);
+    free(buf);
+}
+
+static void expect_open_fails(const char *path, const char *must1, const char *must2) {
+    ct_safetensors *st = NULL;
+    ct_error err = {0};
+    ct_status s = ct_safetensors_open(&st, path, &err);
+    CHECK_MSG(s == CT_ERR_FORMAT, "%s should not open (status %d)", path, (int)s);
+    CHECK(st == NULL);
+    CHECK_MSG(strstr(err.msg, path) != NULL, "message names the file: %s", err.msg);
+    if (must1) CHECK_MSG(strstr(err.msg, must1) != NULL, "message lacks \"%s\": %s", must1, err.msg);
+    if (must2) CHECK_MSG(strstr(err.msg, must2) != NULL, "message lacks \"%s\": %s", must2, err.msg);
+    printf("  error as expected: %s\n", err.msg);
+    ct_safetensors_close(st);
+}
+
+static void test_safetensors_damage(void) {
+    const char *p = tmp_path("bad.safetensors");
+    write_raw(p, "abc", 3);
+    expect_open_fails(p, "shorter", NULL);
+    uint64_t huge = 1000;
+    write_raw(p, &huge, 8);
+    expect_open_fails(p, "header length", "truncated");
+    write_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]", 8);
+    expect_open_fails(p, "not valid JSON", NULL);
+    write_st(p, "[1, 2]", 0);
+    expect_open_fails(p, "not a JSON object", NULL);
+    write_st(p, "{\"w\": {\"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8);
+    expect_open_fails(p, "'w'", "F64");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", 8);
+    expect_open_fails(p, "'w'", "needs 12 bytes");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [-2], \"data_offsets\": [0, 8]}}", 8);
+    expect_open_fails(p, "'w'", "shape[0]");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 0]}}", 8);
+    expect_open_fails(p, "'w'", "reversed");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [2]}}", 8);
+    expect_open_fails(p, "'w'", "data_offsets");
+    write_st(p,
+             "{\"u\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+             " \"v\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}",
+             12);
+    expect_open_fails(p, "'u' and 'v' overlap", NULL);
+    write_st(p,
+             "{\"u\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+             " \"v\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 12]}}",
+             12);
+    expect_open_fails(p, "'v'", "unreferenced");
+    write_st(p, "{\"u\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 8);
+    expect_open_fails(p, "after the last tensor 'u'", NULL);
+    write_st(p,
+             "{\"u\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+             " \"u\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
+             8);
+    expect_open_fails(p, "'u' appears twice", NULL);
+    write_st(p, "{\"__metadata__\": {\"k\": 3}}", 0);
+    expect_open_fails(p, "__metadata__", NULL);
+
+    // A good file cut short: the tensor it cuts is named.
+    float x[4] = {1, 2, 3, 4}, y[4] = {5, 6, 7, 8};
+    ct_named_tensor t[] = {{"first", ct_tensor_1d(CT_DTYPE_F32, 4, x)}, {"second", ct_tensor_1d(CT_DTYPE_F32, 4, y)}};
+    ct_error err = {0};
+    CHECK_OK(ct_safetensors_write(p, t, 2, NULL, 0, &err), &err);
+    truncate_by(p, 6);
+    expect_open_fails(p, "'second'", "truncated");
+}
+
+// ---- checkpoints ---------------------------------------------------------------
+
+static void test_checkpoint_roundtrip(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("run1"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "model_1", 1, 1, false, true, 0, &err), &err);
+
+    // The files, the manifest and the pointer as another program sees them.
+    char *text;
+    CHECK_OK(ct_fs_read(tmp_path("run1/checkpoint"), &text, NULL, &err), &err);
+    CHECK(text && !strcmp(text, "model_1\n"));
+    free(text);
+    CHECK_OK(ct_fs_read(tmp_path("run1/model_1/manifest.json"), &text, NULL, &err), &err);
+    cJSON *m = cJSON_Parse(text);
+    free(text);
+    CHECK(m != NULL);
+    CHECK(!strcmp(cJSON_GetObjectItem(m, "format")->valuestring, "ctrax-checkpoint"));
+    CHECK(cJSON_GetObjectItem(m, "version")->valuedouble == 1);
+    CHECK(cJSON_GetObjectItem(m, "step")->valuedouble == 1);
+    int nfiles = 0;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, cJSON_GetObjectItem(m, "files")) {
+        nfiles++;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/model_1/%s", dir, cJSON_GetObjectItem(f, "name")->valuestring);
+        char *data;
+        size_t n;
+        CHECK_OK(ct_fs_read(path, &data, &n, &err), &err);
+        // zlib's crc32 of the file, computed here apart from the writer.
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08lx", crc32(crc32(0, Z_NULL, 0), (const Bytef *)data, (uInt)n));
+        CHECK_MSG(!strcmp(hex, cJSON_GetObjectItem(f, "crc32")->valuestring), "crc32 of %s", path);
+        CHECK(cJSON_GetObjectItem(f, "bytes")->valuedouble == (double)n);
+        free(data);
+    }
+    CHECK(nfiles == 3);
+    cJSON_Delete(m);
+
+    // Read back by name, all of it.
+    rset rs;
+    rset_make(&rs);
+    char *state = NULL;
+    CHECK_OK(ct_checkpoint_read(dir, "model_1", rs.r, N_SPEC, CT_LOAD_EXACT, &state, &err), &err);
+    CHECK(rset_holds_all(&rs, 1));
+    for (int i = 0; i < N_SPEC; i++) CHECK(rs.r[i].result == CT_LOAD_LOADED);
+    CHECK(state && !strcmp(state, "{\"step\": 1, \"version\": 1}"));
+    free(state);
+    rset_free(&rs);
+
+    // The handle API.
+    ct_checkpoint *c;
+    CHECK_OK(ct_checkpoint_open(&c, dir, "model_1", &err), &err);
+    if (c) {
+        CHECK(ct_checkpoint_step(c) == 1 && !ct_checkpoint_kept(c) && !strcmp(ct_checkpoint_name(c), "model_1"));
+        CHECK(ct_checkpoint_file_count(c) == 3);
+        const ct_safetensors *w = ct_checkpoint_tensors(c, "weights.safetensors");
+        CHECK(w && ct_safetensors_count(w) == 5 && !strcmp(ct_safetensors_metadata(w, "format"), "ctrax"));
+        CHECK(ct_checkpoint_tensors(c, "state.json") == NULL && ct_checkpoint_tensors(c, "nope") == NULL);
+        ct_checkpoint_close(c);
+    }
+    char name[CT_CHECKPOINT_NAME_MAX];
+    CHECK_OK(ct_checkpoint_find_latest(dir, name, sizeof name, &err), &err);
+    CHECK(!strcmp(name, "model_1"));
+    CHECK(!exists(tmp_path("run1/.tmp-model_1-0")));
+
+    // numpy finds every tensor by name with its values.
+    const char *spec = tmp_path("run1.spec.json");
+    write_text(spec,
+               "{\"exact\": true, \"metadata\": {\"format\": \"ctrax\"}, \"tensors\": {"
+               "\"Serial/Dense[0]/kernel\": {\"dtype\": \"F32\", \"shape\": [4, 3], \"start\": 0, \"step\": 0.5},"
+               "\"Serial/Dense[0]/bias\": {\"dtype\": \"F32\", \"shape\": [3], \"start\": 1.25, \"step\": 0.25},"
+               "\"Serial/Embedding/table\": {\"dtype\": \"BF16\", \"shape\": [3, 3], \"start\": 2, \"step\": 1},"
+               "\"state/Dropout/counter\": {\"dtype\": \"I32\", \"shape\": [1], \"start\": 8, \"step\": 0},"
+               "\"Serial/Dense[1]/kernel\": {\"dtype\": \"F32\", \"shape\": [3, 5], \"start\": 3, \"step\": -0.25}}}");
+    CHECK_MSG(python("read_safetensors.py", tmp_path("run1/model_1/weights.safetensors"), spec) == 0,
+              "numpy reads the checkpoint's weights");
+
+    // Writing the same name again replaces it whole.
+    CHECK_OK(make_ckpt(dir, "model_1", 1, 5, false, true, 0, &err), &err);
+    rset_make(&rs);
+    CHECK_OK(ct_checkpoint_read(dir, "model_1", rs.r, N_SPEC, CT_LOAD_EXACT, NULL, &err), &err);
+    CHECK(rset_holds_all(&rs, 5));
+    rset_free(&rs);
+    ct_checkpoint_info *infos;
+    int n;
+    CHECK_OK(ct_checkpoint_list(dir, &infos, &n, &err), &err);
+    CHECK(n == 1 && infos[0].complete && infos[0].step == 1);
+    free(infos);
+}
+
+static void test_writer_arguments(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("args"));
+    ct_checkpoint_writer *w = NULL;
+    ct_error err = {0};
+    const char *bad[] = {"", ".hidden", "a/b", "checkpoint", "../up"};
+    for (int i = 0; i < 5; i++) {
+        CHECK_MSG(ct_checkpoint_writer_begin(&w, dir, bad[i], NULL, &err) == CT_ERR_ARG, "name '%s'", bad[i]);
+        CHECK(w == NULL);
+    }
+    CHECK_OK(ct_checkpoint_writer_begin(&w, dir, "ok", NULL, &err), &err);
+    CHECK(ct_checkpoint_writer_set_state(w, "{not json", &err) == CT_ERR_ARG);
+    CHECK(ct_checkpoint_writer_add_bytes(w, "manifest.json", "x", 1, &err) == CT_ERR_ARG);
+    CHECK(ct_checkpoint_writer_add_bytes(w, "../x", "x", 1, &err) == CT_ERR_ARG);
+    CHECK_OK(ct_checkpoint_writer_add_bytes(w, "notes.txt", "hello", 5, &err), &err);
+    CHECK(ct_checkpoint_writer_add_bytes(w, "notes.txt", "again", 5, &err) == CT_ERR_ARG);
+    ct_checkpoint_writer_abort(w);
+    char tmp[2048];
+    snprintf(tmp, sizeof tmp, "%s/.tmp-ok-%ld", dir, (long)getpid());
+    CHECK(!exists(tmp));
+    ct_checkpoint_info *infos;
+    int n;
+    CHECK_OK(ct_checkpoint_list(dir, &infos, &n, &err), &err);
+    CHECK(n == 0);  // aborted: nothing, and no temporary directory either
+    free(infos);
+
+    // A directory of the same name that is not a checkpoint is never replaced
+    // nor removed (TensorBoard's train/ lives beside the checkpoints).
+    char tb[1100];
+    snprintf(tb, sizeof tb, "%s/train", dir);
+    mkdir(tb, 0755);
+    snprintf(tb, sizeof tb, "%s/train/events.out.tfevents.1.host", dir);
+    write_text(tb, "x");
+    CHECK_OK(ct_checkpoint_writer_begin(&w, dir, "train", NULL, &err), &err);
+    CHECK(ct_checkpoint_writer_commit(w, &err) == CT_ERR_IO && strstr(err.msg, "not a checkpoint"));
+    printf("  error as expected: %s\n", err.msg);
+    CHECK(ct_checkpoint_remove(dir, "train", &err) == CT_ERR_IO);
+    CHECK(exists(tb));
+    snprintf(tmp, sizeof tmp, "%s/.tmp-train-%ld", dir, (long)getpid());
+    CHECK(!exists(tmp));
+
+    // Empty and scalar tensors round-trip through a checkpoint (no destination
+    // is needed for no bytes).
+    {
+        float one = 3.5f, got = 0;
+        ct_named_tensor t[] = {{"empty", ct_tensor_2d(CT_DTYPE_F32, 0, 3, NULL)},
+                               {"scalar", ct_tensor_make(CT_DTYPE_F32, 0, NULL, &one)}};
+        CHECK_OK(ct_checkpoint_writer_begin(&w, dir, "tiny", NULL, &err), &err);
+        CHECK_OK(ct_checkpoint_writer_add_tensors(w, "weights.safetensors", t, 2, NULL, 0, &err), &err);
+        CHECK_OK(ct_checkpoint_writer_commit(w, &err), &err);
+        ct_tensor_request r[] = {{"weights.safetensors", "empty", ct_tensor_2d(CT_DTYPE_F32, 0, 3, NULL), 0},
+                                 {"weights.safetensors", "scalar", ct_tensor_make(CT_DTYPE_F32, 0, NULL, &got), 0}};
+        CHECK_OK(ct_checkpoint_read(dir, "tiny", r, 2, CT_LOAD_EXACT, NULL, &err), &err);
+        CHECK(got == 3.5f && r[0].result == CT_LOAD_LOADED);
+    }
+
+    // Any file, read back as bytes; a checkpoint without tensors or state.
+    CHECK_OK(ct_checkpoint_writer_begin(&w, dir, "notes", NULL, &err), &err);
+    CHECK_OK(ct_checkpoint_writer_add_bytes(w, "notes.txt", "hello", 5, &err), &err);
+    CHECK_OK(ct_checkpoint_writer_add_bytes(w, "empty.bin", NULL, 0, &err), &err);
+    CHECK_OK(ct_checkpoint_writer_commit(w, &err), &err);
+    ct_checkpoint *c;
+    CHECK_OK(ct_checkpoint_open(&c, dir, "notes", &err), &err);
+    if (c) {
+        size_t len = 0;
+        const char *b = ct_checkpoint_file_bytes(c, "notes.txt", &len);
+        CHECK(b && len == 5 && !strcmp(b, "hello"));
+        b = ct_checkpoint_file_bytes(c, "empty.bin", &len);
+        CHECK(b && len == 0);
+        CHECK(ct_checkpoint_state(c) == NULL && ct_checkpoint_file_bytes(c, "nope", &len) == NULL && len == 0);
+        ct_checkpoint_close(c);
+    }
+}
+
+static void test_load_errors(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("bad"));
+    ct_error err = {0};
+    const char *names[] = {"m_shape", "m_trunc", "m_flip", "m_hdr", "m_meta", "m_state", "m_nomanifest", "m_trunc2"};
+    for (int i = 0; i < 8; i++) CHECK_OK(make_ckpt(dir, names[i], i + 1, 0, false, true, 0, &err), &err);
+
+    // Wrong shape, wrong dtype, missing tensor, missing file: the bad request
+    // comes last, so a loader copying as it goes would have written the others.
+    float buf[64];
+    for (int i = 0; i < 64; i++) buf[i] = SENTINEL;
+    ct_tensor_request shape = {"weights.safetensors", "Serial/Dense[0]/kernel", ct_tensor_2d(CT_DTYPE_F32, 3, 4, buf),
+                               0};
+    expect_read_fails(dir, "m_shape", CT_LOAD_STRICT, &shape, "weights.safetensors", "'Serial/Dense[0]/kernel'",
+                      "(3,4)");
+    ct_tensor_request dtype = {"weights.safetensors", "Serial/Dense[0]/bias", ct_tensor_1d(CT_DTYPE_I32, 3, buf), 0};
+    expect_read_fails(dir, "m_shape", CT_LOAD_STRICT, &dtype, "weights.safetensors", "'Serial/Dense[0]/bias'", "i32");
+    ct_tensor_request missing = {"weights.safetensors", "Serial/Dense[7]/kernel", ct_tensor_1d(CT_DTYPE_F32, 3, buf),
+                                 0};
+    expect_read_fails(dir, "m_shape", CT_LOAD_STRICT, &missing, "weights.safetensors", "'Serial/Dense[7]/kernel'",
+                      "not in the checkpoint");
+    ct_tensor_request nofile = {"other.safetensors", "x", ct_tensor_1d(CT_DTYPE_F32, 3, buf), 0};
+    expect_read_fails(dir, "m_shape", CT_LOAD_STRICT, &nofile, "other.safetensors", "'x'", NULL);
+    for (int i = 0; i < 64; i++) CHECK(buf[i] == SENTINEL);
+
+    // EXACT with one wrong shape: one problem (not also "not asked for").
+    {
+        rset rs;
+        rset_make(&rs);
+        rs.r[6].dest.shape[0] = 5;
+        ct_status s = ct_checkpoint_read(dir, "m_shape", rs.r, N_SPEC, CT_LOAD_EXACT, NULL, &err);
+        CHECK(s == CT_ERR_SHAPE &&
+              strstr(err.msg, "'Serial/Dense[0]/kernel/v' is (4,3) f32 in the checkpoint, expected (5,3) f32"));
+        CHECK_MSG(!strstr(err.msg, "more problems"), "%s", err.msg);
+        CHECK(rset_untouched(&rs));
+        rset_free(&rs);
+    }
+    // EXACT: a tensor in the file that the model does not have.
+    {
+        rset rs;
+        rset_make(&rs);
+        ct_status s = ct_checkpoint_read(dir, "m_shape", rs.r, N_SPEC - 1, CT_LOAD_EXACT, NULL, &err);
+        CHECK(s != CT_OK && strstr(err.msg, "'Serial/Dense[0]/kernel/v'") && strstr(err.msg, "not asked for"));
+        CHECK(rset_untouched(&rs));
+        printf("  error as expected: %s\n", err.msg);
+        // STRICT takes the subset.
+        CHECK_OK(ct_checkpoint_read(dir, "m_shape", rs.r, N_SPEC - 1, CT_LOAD_STRICT, NULL, &err), &err);
+        for (int i = 0; i < N_SPEC - 1; i++) CHECK(rset_holds(&rs, i, 0));
+        rset_free(&rs);
+    }
+
+    // Truncated: the file and the tensor that is cut.
+    truncate_by(tmp_path("bad/m_trunc/weights.safetensors"), 10);
+    expect_read_fails(dir, "m_trunc", CT_LOAD_STRICT, NULL, "m_trunc/weights.safetensors", "truncated",
+                      "'Serial/Embedding/table'");
+    // Truncated in the header.
+    truncate(tmp_path("bad/m_trunc2/slots.safetensors"), 100);
+    expect_read_fails(dir, "m_trunc2", CT_LOAD_STRICT, NULL, "m_trunc2/slots.safetensors", "truncated", NULL);
+    // One flipped bit in a tensor's data: the checksum names the tensor.
+    flip_byte(tmp_path("bad/m_flip/weights.safetensors"), -3);
+    expect_read_fails(dir, "m_flip", CT_LOAD_STRICT, NULL, "m_flip/weights.safetensors", "crc32",
+                      "corrupt data in tensor 'Serial/Embedding/table'");
+    // A flipped bit that breaks the header's JSON ('{' at byte 8 becomes 'k').
+    flip_byte(tmp_path("bad/m_hdr/slots.safetensors"), 8);
+    expect_read_fails(dir, "m_hdr", CT_LOAD_STRICT, NULL, "m_hdr/slots.safetensors", "not valid JSON", "corrupt");
+    // A flipped bit in the header that still parses ("ctrax" -> "ctbax").
+    {
+        char *data;
+        size_t n;
+        CHECK_OK(ct_fs_read(tmp_path("bad/m_meta/weights.safetensors"), &data, &n, &err), &err);
+        char *at = memmem(data, n, "ctrax", 5);
+        CHECK(at != NULL);
+        long off = at ? (long)(at - data) + 2 : 0;
+        free(data);
+        flip_byte(tmp_path("bad/m_meta/weights.safetensors"), off);
+        expect_read_fails(dir, "m_meta", CT_LOAD_STRICT, NULL, "m_meta/weights.safetensors", "header is corrupt", NULL);
+    }
+    // The state file.
+    flip_byte(tmp_path("bad/m_state/state.json"), 3);
+    expect_read_fails(dir, "m_state", CT_LOAD_STRICT, NULL, "m_state/state.json", "crc32", NULL);
+    // No manifest: incomplete.
+    CHECK(unlink(tmp_path("bad/m_nomanifest/manifest.json")) == 0);
+    expect_read_fails(dir, "m_nomanifest", CT_LOAD_STRICT, NULL, "m_nomanifest", "incomplete", NULL);
+    expect_read_fails(dir, "m_none", CT_LOAD_STRICT, NULL, "m_none", "no such checkpoint", NULL);
+}
+
+static void test_load_by_name(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("ft"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "base", 100, 3, false, true, 0, &err), &err);
+    rset rs;
+    rset_make(&rs);
+    // The fine-tuned model: Dense[1] has another shape, one tensor was renamed.
+    rs.r[4].dest.shape[1] = 7;
+    rs.r[1].name = "Serial/Dense[0]/bias_renamed";
+    capture cap;
+    capture_begin(&cap);
+    ct_status s = ct_checkpoint_read(dir, "base", rs.r, N_SPEC, CT_LOAD_BY_NAME, NULL, &err);
+    char *log = capture_end(&cap);
+    CHECK_OK(s, &err);
+    CHECK(rs.r[0].result == CT_LOAD_LOADED && rset_holds(&rs, 0, 3));
+    CHECK(rs.r[1].result == CT_LOAD_MISSING);
+    CHECK(rs.r[4].result == CT_LOAD_MISMATCH);
+    CHECK(rs.r[2].result == CT_LOAD_LOADED && rs.r[6].result == CT_LOAD_LOADED && rset_holds(&rs, 6, 3));
+    float v;
+    memcpy(&v, rs.buf[4], 4);
+    CHECK(v == SENTINEL);  // skipped: untouched
+    CHECK_MSG(strstr(log, "bias_renamed") && strstr(log, "Serial/Dense[1]/kernel") && strstr(log, "unused"),
+              "the warning lists what was skipped: %s", log);
+    printf("  fine-tuning load logged:\n%s", log);
+    free(log);
+    rset_free(&rs);
+
+    // Nothing matches: an error.
+    float buf[4];
+    ct_tensor_request none = {"weights.safetensors", "nothing", ct_tensor_1d(CT_DTYPE_F32, 4, buf), 0};
+    capture_begin(&cap);
+    s = ct_checkpoint_read(dir, "base", &none, 1, CT_LOAD_BY_NAME, NULL, &err);
+    free(capture_end(&cap));
+    CHECK(s != CT_OK && strstr(err.msg, "none of the 1 requested"));
+}
+
+// The newest checkpoint that loads, and its contents agree with its step.
+static void check_latest_consistent(const char *dir, int64_t min_step) {
+    ct_error err = {0};
+    ct_checkpoint *c = NULL;
+    capture cap;
+    capture_begin(&cap);
+    ct_status s = ct_checkpoint_open_latest(&c, dir, &err);
+    char *log = capture_end(&cap);
+    CHECK_OK(s, &err);
+    CHECK(c != NULL);
+    if (!c) {
+        free(log);
+        return;
+    }
+    int64_t step = ct_checkpoint_step(c);
+    CHECK(step >= min_step);
+    rset rs;
+    rset_make(&rs);
+    // The big tensor of the stress test is left out: STRICT.
+    CHECK_OK(ct_checkpoint_load(c, rs.r, N_SPEC, CT_LOAD_STRICT, &err), &err);
+    CHECK_MSG(rset_holds_all(&rs, (int)step), "checkpoint %s holds step %lld's values", ct_checkpoint_name(c),
+              (long long)step);
+    printf("  latest after the kill: %s (step %lld)%s%s", ct_checkpoint_name(c), (long long)step, log[0] ? "; " : "\n",
+           log);
+    rset_free(&rs);
+    ct_checkpoint_close(c);
+    free(log);
+}
+
+static void test_interrupted_writer(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("kill"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "model_1", 1, 1, false, true, 0, &err), &err);
+
+    // A child that dies after the first file of model_2: SIGKILL, then _exit.
+    for (int how = 0; how < 2; how++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            ct_checkpoint_writer *w;
+            ct_checkpoint_options o = ct_checkpoint_default_options();
+            o.step = 2;
+            float x[3] = {1, 2, 3};
+            ct_named_tensor t[] = {{"x", ct_tensor_1d(CT_DTYPE_F32, 3, x)}};
+            if (ct_checkpoint_writer_begin(&w, dir, how ? "model_1" : "model_2", &o, NULL) != CT_OK) _exit(3);
+            if (ct_checkpoint_writer_add_tensors(w, "weights.safetensors", t, 1, NULL, 0, NULL) != CT_OK) _exit(4);
+            if (how == 0) raise(SIGKILL);
+            _exit(0);
+        }
+        int status;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        CHECK(how == 0 ? WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
+                       : WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        char tmpdir[2048];
+        snprintf(tmpdir, sizeof tmpdir, "%s/.tmp-%s-%ld", dir, how ? "model_1" : "model_2", (long)pid);
+        CHECK_MSG(exists(tmpdir), "the dead writer left %s", tmpdir);
+        char name[CT_CHECKPOINT_NAME_MAX];
+        CHECK_OK(ct_checkpoint_find_latest(dir, name, sizeof name, &err), &err);
+        CHECK(!strcmp(name, "model_1"));
+        check_latest_consistent(dir, 1);
+        // The next writer removes what the dead one left.
+        CHECK_OK(ct_checkpoint_clean_tmp(dir, &err), &err);
+        CHECK(!exists(tmpdir));
+    }
+
+    // Kill writers at arbitrary moments while they write one checkpoint after
+    // another (with retention), each holding a 1 MiB tensor.
+    const int delays_ms[] = {5, 23, 61, 150};
+    for (int k = 0; k < 4; k++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            ct_log_set_level(CT_LOG_OFF);
+            for (int step = 2 + 100 * k;; step++) {
+                char name[64];
+                snprintf(name, sizeof name, "model_%d", step);
+                if (make_ckpt(dir, name, step, step, false, true, 1 << 18, NULL) != CT_OK) _exit(3);
+                if (ct_checkpoint_prune(dir, 2, NULL, NULL, NULL) != CT_OK) _exit(4);
+            }
+        }
+        usleep((useconds_t)delays_ms[k] * 1000);
+        kill(pid, SIGKILL);
+        int status;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        CHECK_MSG(WIFSIGNALED(status), "writer %d was killed (status %d)", k, status);
+        check_latest_consistent(dir, 1);
+    }
+}
+
+static void test_pointer_fallback(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("fallback"));
+    ct_error err = {0};
+    ct_checkpoint *c = NULL;
+    // Nothing there: no checkpoint, no error (also for a missing directory).
+    CHECK_OK(ct_checkpoint_open_latest(&c, tmp_path("does-not-exist"), &err), &err);
+    CHECK(c == NULL);
+    CHECK_OK(make_ckpt(dir, "model_1", 1, 1, false, true, 0, &err), &err);
+    CHECK_OK(make_ckpt(dir, "model_2", 2, 2, false, true, 0, &err), &err);
+    CHECK_OK(make_ckpt(dir, "model_3", 3, 3, false, true, 0, &err), &err);
+    char name[CT_CHECKPOINT_NAME_MAX];
+    CHECK_OK(ct_checkpoint_find_latest(dir, name, sizeof name, &err), &err);
+    CHECK(!strcmp(name, "model_3"));
+
+    // The pointer's checkpoint is corrupt: the newest other one, with a warning.
+    flip_byte(tmp_path("fallback/model_3/slots.safetensors"), -1);
+    capture cap;
+    capture_begin(&cap);
+    CHECK_OK(ct_checkpoint_find_latest(dir, name, sizeof name, &err), &err);
+    char *log = capture_end(&cap);
+    CHECK(!strcmp(name, "model_2"));
+    CHECK_MSG(strstr(log, "'model_3'") && strstr(log, "'model_2'") && strstr(log, "corrupt data in tensor"),
+              "the warning says which and why: %s", log);
+    printf("  fallback logged: %s", log);
+    free(log);
+
+    // The pointer names a checkpoint that is gone.
+    write_text(tmp_path("fallback/checkpoint"), "model_9\n");
+    capture_begin(&cap);
+    CHECK_OK(ct_checkpoint_find_latest(dir, name, sizeof name, &err), &err);
+    free(capture_end(&cap));
+    CHECK(!strcmp(name, "model_2"));
+    // No pointer at all.
+    unlink(tmp_path("fallback/checkpoint"));
+    capture_begin(&cap);
+    CHECK_OK(ct_checkpoint_find_latest(dir, name, sizeof name, &err), &err);
+    log = capture_end(&cap);
+    CHECK(!strcmp(name, "model_2") && strstr(log, "missing"));
+    free(log);
+    // Nothing loads: an error that lists why.
+    truncate_by(tmp_path("fallback/model_2/weights.safetensors"), 1);
+    flip_byte(tmp_path("fallback/model_1/state.json"), 0);
+    capture_begin(&cap);
+    ct_status s = ct_checkpoint_find_latest(dir, name, sizeof name, &err);
+    free(capture_end(&cap));
+    CHECK(s == CT_ERR_FORMAT && name[0] == '\0' && strstr(err.msg, "no checkpoint loads (3 tried)"));
+    printf("  error as expected: %s\n", err.msg);
+}
+
+static bool keep_every_third(const ct_checkpoint_info *info, void *ctx) {
+    (void)ctx;
+    return info->step % 3 == 0;
+}
+
+static bool set_is(const char *dir, const char *const *want, int n_want) {
+    ct_checkpoint_info *infos;
+    int n;
+    ct_error err;
+    if (ct_checkpoint_list(dir, &infos, &n, &err) != CT_OK) return false;
+    bool ok = n == n_want;
+    printf("  kept:");
+    for (int i = 0; i < n; i++) {
+        printf(" %s", infos[i].name);
+        ok = ok && !strcmp(infos[i].name, want[i]);  // by step, then name
+    }
+    printf("\n");
+    free(infos);
+    return ok;
+}
+
+static void test_retention(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("keep"));
+    ct_error err = {0};
+    for (int i = 1; i <= 6; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "model_%d", i);
+        CHECK_OK(make_ckpt(dir, name, i, i, i == 2, true, 0, &err), &err);  // model_2 marked kept
+    }
+    CHECK_OK(make_ckpt(dir, "lowest_loss", 4, 4, true, false, 0, &err), &err);
+    mkdir(tmp_path("keep/not_a_checkpoint"), 0755);  // no manifest: never touched
+    // Regular: 1, 4, 5 (2 is marked, 3 and 6 every third); keep the last 1.
+    CHECK_OK(ct_checkpoint_prune(dir, 1, keep_every_third, NULL, &err), &err);
+    const char *want1[] = {"model_2", "model_3", "lowest_loss", "model_5", "model_6"};
+    CHECK(set_is(dir, want1, 5));
+    CHECK(exists(tmp_path("keep/not_a_checkpoint")));
+    char name[CT_CHECKPOINT_NAME_MAX];
+    CHECK_OK(ct_checkpoint_find_latest(dir, name, sizeof name, &err), &err);
+    CHECK(!strcmp(name, "model_6"));
+
+    // The pointer's checkpoint is kept even when it is not among the last K.
+    char dir2[1024];
+    snprintf(dir2, sizeof dir2, "%s", tmp_path("keep2"));
+    for (int i = 1; i <= 6; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "a_%d", i);
+        CHECK_OK(make_ckpt(dir2, nm, i, i, false, i <= 4, 0, &err), &err);  // pointer stays at a_4
+    }
+    CHECK_OK(ct_checkpoint_prune(dir2, 1, NULL, NULL, &err), &err);
+    const char *want2[] = {"a_4", "a_6"};
+    CHECK(set_is(dir2, want2, 2));
+    CHECK_OK(ct_checkpoint_prune(dir2, 0, NULL, NULL, &err), &err);
+    const char *want3[] = {"a_4"};
+    CHECK(set_is(dir2, want3, 1));
+    // keep_last < 0 keeps everything.
+    CHECK_OK(make_ckpt(dir2, "a_7", 7, 7, false, false, 0, &err), &err);
+    CHECK_OK(ct_checkpoint_prune(dir2, -1, NULL, NULL, &err), &err);
+    const char *want4[] = {"a_4", "a_7"};
+    CHECK(set_is(dir2, want4, 2));
+    // An incomplete checkpoint is listed as such.
+    truncate_by(tmp_path("keep2/a_7/slots.safetensors"), 4);
+    ct_checkpoint_info *infos;
+    int n;
+    CHECK_OK(ct_checkpoint_list(dir2, &infos, &n, &err), &err);
+    CHECK(n == 2 && infos[0].complete && !infos[1].complete);
+    free(infos);
+    CHECK_OK(ct_checkpoint_remove(dir2, "a_7", &err), &err);
+    CHECK(set_is(dir2, want3, 1));
+}
+
+int main(void) {
+    init_dirs();
+    printf("scratch directory %s\n", g_tmp);
+    test_safetensors_roundtrip();
+    test_safetensors_damage();
+    test_checkpoint_roundtrip();
+    test_writer_arguments();
+    test_load_errors();
+    test_load_by_name();
+    test_interrupted_writer();
+    test_pointer_fallback();
+    test_retention();
+    ct_error err;
+    if (!check_failed_) ct_fs_remove_tree(g_tmp, &err);
+    return check_summary("test_checkpoint");
+}

@@ -1,0 +1,364 @@
+// Summaries: metrics.jsonl (parsed back line by line with cJSON, truncation
+// on resume), TensorBoard event files (parsed back by tests/read_tfevents.py,
+// a reader written apart from the writer), Trax's log line and the progress
+// line (drawn on a pseudo-terminal, silent elsewhere).
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ctrax/train/checkpoint.h"
+#include "ctrax/train/summary.h"
+
+static char g_tmp[1024];
+static char g_tests_dir[1024];
+
+static void init_dirs(void) {
+    const char *env = getenv("CTRAX_TESTS_DIR");
+    if (env) snprintf(g_tests_dir, sizeof g_tests_dir, "%s", env);
+    else {
+        snprintf(g_tests_dir, sizeof g_tests_dir, "%s", __FILE__);
+        char *slash = strrchr(g_tests_dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(g_tests_dir, sizeof g_tests_dir, "tests");
+    }
+    const char *t = getenv("TMPDIR");
+    snprintf(g_tmp, sizeof g_tmp, "%s/ctrax_test_summary_XXXXXX", t && t[0] ? t : "/tmp");
+    if (!mkdtemp(g_tmp)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+static const char *tmp_path(const char *rel) {
+    static char buf[8][2048];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmp, rel);
+    return buf[k];
+}
+
+static int python(const char *script, const char *a, const char *b) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/%s' '%s' '%s'", g_tests_dir, script, a, b);
+    fflush(stdout);
+    int rc = system(cmd);
+    return rc == -1 ? -1 : WEXITSTATUS(rc);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+// The event files in dir, sorted; returns how many (paths into out).
+static int event_files(const char *dir, char out[][2048], int max) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < max)
+        if (!strncmp(de->d_name, "events.out.tfevents.", 20)) snprintf(out[n++], 2048, "%s/%s", dir, de->d_name);
+    closedir(d);
+    qsort(out, (size_t)n, 2048, (int (*)(const void *, const void *))strcmp);
+    return n;
+}
+
+// ---- formats ---------------------------------------------------------------
+
+static void test_formats(void) {
+    CHECK(ct_crc32c("123456789", 9) == 0xe3069283u);  // the CRC-32C check value
+    CHECK(ct_crc32c("", 0) == 0);
+
+    char buf[256];
+    ct_format_step_line(buf, sizeof buf, 100, "train", "loss", 4, 2.3456);
+    CHECK_MSG(!strcmp(buf, "Step    100: train loss |  2.34560000"), "[%s]", buf);
+    // Trax pads the mode to 5 and right-justifies names to the longest.
+    ct_format_step_line(buf, sizeof buf, 1, "eval", "accuracy", 12, -0.5);
+    CHECK_MSG(!strcmp(buf, "Step      1: eval      accuracy | -0.50000000"), "[%s]", buf);
+    // The space flag of "% 6d" puts a space before a positive number, as Python does.
+    ct_format_step_line(buf, sizeof buf, 1234567, "train", "WeightedCategoryCrossEntropy", 4, 10.0);
+    CHECK_MSG(!strcmp(buf, "Step  1234567: train WeightedCategoryCrossEntropy |  10.00000000"), "[%s]", buf);
+    printf("  %s\n", buf);
+
+    ct_metrics_format_line(buf, sizeof buf, 100, "train", "metrics/loss", (double)2.3456f);
+    CHECK_MSG(!strcmp(buf, "{\"step\": 100, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": 2.3456}\n"),
+              "[%s]", buf);
+    printf("  %s", buf);
+    ct_metrics_format_line(buf, sizeof buf, 7, "eval", "a\"b\\c", 0.1);
+    CHECK_MSG(!strcmp(buf, "{\"step\": 7, \"mode\": \"eval\", \"metric\": \"a\\\"b\\\\c\", \"value\": 0.1}\n"), "[%s]",
+              buf);
+    ct_metrics_format_line(buf, sizeof buf, 7, "eval", "x", 1.0 / 3.0);
+    CHECK_MSG(strstr(buf, "\"value\": 0.3333333333333333") != NULL, "[%s]", buf);
+    cJSON *j = cJSON_Parse(buf);
+    CHECK(j && cJSON_GetObjectItem(j, "value")->valuedouble == 1.0 / 3.0);  // reads back exactly
+    cJSON_Delete(j);
+    ct_metrics_format_line(buf, sizeof buf, 7, "train", "loss", NAN);
+    CHECK_MSG(
+        !strcmp(buf,
+                "{\"step\": 7, \"mode\": \"train\", \"metric\": \"loss\", \"value\": null, \"nonfinite\": \"nan\"}\n"),
+        "[%s]", buf);
+    ct_metrics_format_line(buf, sizeof buf, 7, "train", "loss", -INFINITY);
+    CHECK(strstr(buf, "\"nonfinite\": \"-inf\"") != NULL);
+    CHECK(ct_metrics_format_line(NULL, 0, 3000000000LL, "train", "x", 1e30) ==
+          strlen("{\"step\": 3000000000, \"mode\": \"train\", \"metric\": \"x\", \"value\": 1e+30}\n"));
+
+    ct_progress_format(buf, sizeof buf, 120, 1000, 2.34561, 8.5, 4350, 103);
+    CHECK_MSG(!strcmp(buf, "step 120/1000 | loss 2.3456 | 8.50 steps/s | 4.35k tokens/s | ETA 1m43s"), "[%s]", buf);
+    printf("  %s\n", buf);
+    ct_progress_format(buf, sizeof buf, 1, 100000, 9.0, -1, -1, -1);
+    CHECK_MSG(!strcmp(buf, "step 1/100000 | loss 9.0000 | - steps/s | - tokens/s | ETA -"), "[%s]", buf);
+    ct_progress_format(buf, sizeof buf, 5, 100000, 1.0, 0.2, 2.5e6, 7322);
+    CHECK_MSG(!strcmp(buf, "step 5/100000 | loss 1.0000 | 0.20 steps/s | 2.50M tokens/s | ETA 2h02m02s"), "[%s]", buf);
+}
+
+// ---- metrics.jsonl ----------------------------------------------------------
+
+// Parses every line of path with cJSON; returns the number of lines, checks
+// that each is an object with step, mode, metric and a value, and that the
+// largest step is max_step.
+static int parse_metrics(const char *path, int64_t max_step) {
+    char *text;
+    size_t n;
+    ct_error err = {0};
+    CHECK_OK(ct_fs_read(path, &text, &n, &err), &err);
+    if (!text) return -1;
+    CHECK(n == 0 || text[n - 1] == '\n');
+    int lines = 0;
+    int64_t top = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        CHECK_MSG(cJSON_IsObject(j), "line %d parses: %s", lines + 1, line);
+        const cJSON *step = cJSON_GetObjectItem(j, "step"), *mode = cJSON_GetObjectItem(j, "mode");
+        const cJSON *metric = cJSON_GetObjectItem(j, "metric"), *value = cJSON_GetObjectItem(j, "value");
+        CHECK(cJSON_IsNumber(step) && cJSON_IsString(mode) && cJSON_IsString(metric) && cJSON_IsNumber(value));
+        if (cJSON_IsNumber(step) && cJSON_IsString(mode) && cJSON_IsNumber(value)) {
+            CHECK(!strcmp(mode->valuestring, "train") || !strcmp(mode->valuestring, "eval"));
+            // The values the test writes: step / 8 for train, -step for eval.
+            double want = !strcmp(mode->valuestring, "train") ? step->valuedouble / 8 : -step->valuedouble;
+            CHECK_MSG(value->valuedouble == want, "line %d: %s", lines + 1, line);
+            if ((int64_t)step->valuedouble > top) top = (int64_t)step->valuedouble;
+        }
+        cJSON_Delete(j);
+        lines++;
+    }
+    CHECK_MSG(top == max_step, "largest step %lld, expected %lld", (long long)top, (long long)max_step);
+    free(text);
+    return lines;
+}
+
+static void test_metrics(void) {
+    const char *path = tmp_path("metrics.jsonl");
+    ct_error err = {0};
+    ct_metrics_writer *w;
+    CHECK_OK(ct_metrics_writer_open(&w, path, &err), &err);
+    for (int s = 1; s <= 10; s++) {
+        CHECK_OK(ct_metrics_writer_add(w, s, "train", "metrics/loss", s / 8.0, &err), &err);
+        if (s % 2 == 0) CHECK_OK(ct_metrics_writer_add(w, s, "eval", "metrics/accuracy", -s, &err), &err);
+        if (s % 3 == 0) CHECK_OK(ct_metrics_writer_flush(w, &err), &err);
+    }
+    CHECK_OK(ct_metrics_writer_close(w, &err), &err);
+    CHECK(parse_metrics(path, 10) == 15);
+    // Appends.
+    CHECK_OK(ct_metrics_writer_open(&w, path, &err), &err);
+    CHECK_OK(ct_metrics_writer_add(w, 11, "train", "metrics/loss", 11 / 8.0, &err), &err);
+    CHECK_OK(ct_metrics_writer_close(w, &err), &err);
+    CHECK(parse_metrics(path, 11) == 16);
+
+    // Resume from step 6: steps 7..11 go (5 train + 2 eval lines).
+    int64_t dropped = -1;
+    CHECK_OK(ct_metrics_truncate_after(path, 6, &dropped, &err), &err);
+    CHECK(dropped == 7);
+    CHECK(parse_metrics(path, 6) == 9);
+    // Nothing past the step: the file is left alone.
+    CHECK_OK(ct_metrics_truncate_after(path, 6, &dropped, &err), &err);
+    CHECK(dropped == 0);
+    CHECK(parse_metrics(path, 6) == 9);
+    // A line cut short by a crash is dropped (a warning says so)...
+    FILE *f = fopen(path, "ab");
+    fputs("{\"step\": 7, \"mode\": \"tr", f);
+    fclose(f);
+    CHECK_OK(ct_metrics_truncate_after(path, 100, &dropped, &err), &err);
+    CHECK(dropped == 1);
+    CHECK(parse_metrics(path, 6) == 9);
+    // ... and a writer opened on such a file starts on a line of its own.
+    f = fopen(path, "ab");
+    fputs("{\"step\": 7, \"mo", f);
+    fclose(f);
+    CHECK_OK(ct_metrics_writer_open(&w, path, &err), &err);
+    CHECK_OK(ct_metrics_writer_add(w, 7, "train", "metrics/loss", 7 / 8.0, &err), &err);
+    CHECK_OK(ct_metrics_writer_close(w, &err), &err);
+    CHECK_OK(ct_metrics_truncate_after(path, 100, &dropped, &err), &err);
+    CHECK(dropped == 1);
+    CHECK(parse_metrics(path, 7) == 10);
+    // A missing file is fine.
+    CHECK_OK(ct_metrics_truncate_after(tmp_path("nope.jsonl"), 1, &dropped, &err), &err);
+    CHECK(dropped == 0 && access(tmp_path("nope.jsonl"), F_OK) != 0);
+}
+
+// ---- TensorBoard ---------------------------------------------------------------
+
+static void test_tensorboard(void) {
+    const char *dir = tmp_path("tb/train");
+    ct_error err = {0};
+    ct_tb_writer *w;
+    CHECK_OK(ct_tb_writer_open(&w, dir, &err), &err);
+    if (!w) return;
+    char path[2048];
+    snprintf(path, sizeof path, "%s", ct_tb_writer_path(w));
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    CHECK_MSG(strstr(path, "/tb/train/events.out.tfevents.") && strstr(path, host), "file name %s", path);
+    // Scalars, a restart marker, a large step and a negative value.
+    char expect[4096];
+    size_t len = (size_t)snprintf(expect, sizeof expect, "{\"session_starts\": [4], \"scalars\": [");
+    for (int s = 1; s <= 5; s++) {
+        float v = 1.0f / (float)s;
+        CHECK_OK(ct_tb_writer_scalar(w, "metrics/loss", s, v, &err), &err);
+        CHECK_OK(ct_tb_writer_scalar(w, "training/learning_rate", s, 0.001f * (float)s, &err), &err);
+        len += (size_t)snprintf(expect + len, sizeof expect - len,
+                                "%s{\"tag\": \"metrics/loss\", \"step\": %d, \"value\": %.9g},"
+                                "{\"tag\": \"training/learning_rate\", \"step\": %d, \"value\": %.9g}",
+                                s > 1 ? "," : "", s, v, s, 0.001f * (float)s);
+        if (s == 3) CHECK_OK(ct_tb_writer_session_start(w, 4, &err), &err);
+    }
+    CHECK_OK(ct_tb_writer_scalar(w, "training/steps per second", 5000000000LL, -2.5f, &err), &err);
+    len += (size_t)snprintf(expect + len, sizeof expect - len,
+                            ",{\"tag\": \"training/steps per second\", \"step\": 5000000000, \"value\": -2.5}]}");
+    CHECK_OK(ct_tb_writer_close(w, &err), &err);
+    const char *exp_path = tmp_path("tb_expect.json");
+    write_text(exp_path, expect);
+    CHECK_MSG(python("read_tfevents.py", path, exp_path) == 0, "the event file reads back: %s", path);
+
+    // A second writer in the same second gets its own file.
+    ct_tb_writer *w1, *w2;
+    CHECK_OK(ct_tb_writer_open(&w1, tmp_path("tb/eval"), &err), &err);
+    CHECK_OK(ct_tb_writer_open(&w2, tmp_path("tb/eval"), &err), &err);
+    CHECK(strcmp(ct_tb_writer_path(w1), ct_tb_writer_path(w2)) != 0);
+    ct_tb_writer_close(w1, &err);
+    ct_tb_writer_close(w2, &err);
+}
+
+// ---- a run's summaries, resumed ------------------------------------------------
+
+static void test_summary_resume(void) {
+    const char *out = tmp_path("run");
+    ct_error err = {0};
+    ct_summary *s;
+    CHECK_OK(ct_summary_open(&s, out, 0, &err), &err);
+    if (!s) return;
+    for (int step = 1; step <= 10; step++) {
+        CHECK_OK(ct_summary_scalar(s, CT_SUMMARY_TRAIN, step, "metrics/loss", step / 8.0, &err), &err);
+        if (step % 5 == 0) CHECK_OK(ct_summary_scalar(s, CT_SUMMARY_EVAL, step, "metrics/accuracy", -step, &err), &err);
+        CHECK_OK(ct_summary_flush(s, &err), &err);
+    }
+    CHECK_OK(ct_summary_close(s, &err), &err);
+    CHECK(parse_metrics(tmp_path("run/metrics.jsonl"), 10) == 12);
+    char files[4][2048];
+    CHECK(event_files(tmp_path("run/train"), files, 4) == 1);
+    const char *exp = tmp_path("run_expect.json");
+    char expect[4096];
+    size_t len = (size_t)snprintf(expect, sizeof expect, "{\"session_starts\": [1], \"scalars\": [");
+    for (int step = 1; step <= 10; step++)
+        len += (size_t)snprintf(expect + len, sizeof expect - len,
+                                "%s{\"tag\": \"metrics/loss\", \"step\": %d, \"value\": %.9g}", step > 1 ? "," : "",
+                                step, step / 8.0);
+    snprintf(expect + len, sizeof expect - len, "]}");
+    write_text(exp, expect);
+    CHECK(python("read_tfevents.py", files[0], exp) == 0);
+
+    // The run died after step 10 and resumes from the checkpoint of step 5.
+    sleep(1);  // a new event file name (one per second and host)
+    CHECK_OK(ct_summary_open(&s, out, 5, &err), &err);
+    if (!s) return;
+    CHECK(parse_metrics(tmp_path("run/metrics.jsonl"), 5) == 6);
+    CHECK_OK(ct_summary_scalar(s, CT_SUMMARY_TRAIN, 6, "metrics/loss", 6 / 8.0, &err), &err);
+    CHECK_OK(ct_summary_scalar(s, CT_SUMMARY_EVAL, 6, "metrics/accuracy", -6, &err), &err);
+    CHECK_OK(ct_summary_close(s, &err), &err);
+    CHECK(parse_metrics(tmp_path("run/metrics.jsonl"), 6) == 8);
+    CHECK(event_files(tmp_path("run/eval"), files, 4) == 2);
+    write_text(exp,
+               "{\"session_starts\": [6], \"scalars\": [{\"tag\": \"metrics/accuracy\", \"step\": 6, \"value\": -6}]}");
+    CHECK(python("read_tfevents.py", files[1], exp) == 0);
+}
+
+// ---- the progress line ---------------------------------------------------------
+
+static void test_progress(void) {
+    // Not a terminal: nothing is written.
+    FILE *f = tmpfile();
+    ct_progress *p = ct_progress_new(f, 10);
+    CHECK(p && !ct_progress_active(p));
+    for (int s = 1; s <= 10; s++) ct_progress_update(p, s, 1.0, 100);
+    ct_progress_clear(p);
+    ct_progress_finish(p);
+    ct_progress_free(p);
+    fflush(f);
+    CHECK(ftell(f) == 0);
+    fclose(f);
+
+    // A pseudo-terminal: the line is drawn with '\r' and erased to the end.
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) {
+        printf("  no pseudo-terminal here: the tty half of the progress test is skipped\n");
+        if (master >= 0) close(master);
+        return;
+    }
+    int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+    CHECK(slave >= 0);
+    struct termios tio;
+    tcgetattr(slave, &tio);
+    cfmakeraw(&tio);
+    tcsetattr(slave, TCSANOW, &tio);
+    FILE *tty = fdopen(slave, "w");
+    p = ct_progress_new(tty, 10);
+    CHECK(ct_progress_active(p));
+    for (int s = 1; s <= 10; s++) {
+        ct_progress_update(p, s, 10.0 / s, 256);
+        usleep(30 * 1000);
+    }
+    ct_progress_clear(p);
+    ct_progress_update(p, 10, 1.0, 0);  // redrawn after a clear
+    ct_progress_finish(p);
+    ct_progress_free(p);
+    fflush(tty);
+    char out[8192];
+    int flags = fcntl(master, F_GETFL);
+    fcntl(master, F_SETFL, flags | O_NONBLOCK);
+    ssize_t n = 0, k;
+    while ((k = read(master, out + n, sizeof out - 1 - (size_t)n)) > 0) n += k;
+    out[n > 0 ? n : 0] = '\0';
+    CHECK_MSG(strstr(out, "\rstep 1/10 | loss 10.0000 | - steps/s | - tokens/s | ETA -\033[K") != NULL,
+              "first draw: %s", out);
+    CHECK_MSG(strstr(out, "\rstep 10/10 | loss 1.0000 | ") != NULL, "last draw: %s", out);
+    CHECK(strstr(out, "tokens/s | ETA 0s\033[K") != NULL);
+    CHECK(strstr(out, "\r\033[K\rstep 10/10") != NULL);  // clear, then redraw
+    CHECK(n > 0 && out[n - 1] == '\n');
+    int draws = 0;
+    for (const char *q = out; (q = strstr(q, "\rstep ")); q++) draws++;
+    CHECK_MSG(draws >= 3 && draws <= 11, "%d draws for 11 updates (at most one per 0.1 s, and the last)", draws);
+    printf("  %d draws on a pseudo-terminal; the last: %s", draws, strrchr(out, '\r') + 1);
+    fclose(tty);
+    close(master);
+}
+
+int main(void) {
+    init_dirs();
+    test_formats();
+    test_metrics();
+    test_tensorboard();
+    test_summary_resume();
+    test_progress();
+    ct_error err;
+    if (!check_failed_) ct_fs_remove_tree(g_tmp, &err);
+    return check_summary("test_summary");
+}
