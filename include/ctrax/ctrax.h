@@ -16,6 +16,8 @@
 #include "ctrax/models/models.h"
 #include "ctrax/optim/optimizer.h"
 #include "ctrax/optim/schedules.h"
+#include "ctrax/train/checkpoint.h"
+#include "ctrax/train/summary.h"
 #include "ctrax/train/trainer.h"
 
 #endif
