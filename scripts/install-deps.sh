@@ -27,6 +27,8 @@ BUILD_PACKAGES=(
     openmpi-bin             # mpirun
     python3
     python3-numpy
+    fortunes                # text for the default config and tests (/usr/share/games/fortunes)
+    dataset-fashion-mnist   # IDX images for the MLP config and tests (/usr/share/datasets/fashion-mnist)
 )
 BENCH_PACKAGES=(
     python3-torch           # reference timings for the benchmarks

@@ -44,7 +44,7 @@ int main(void) {
     counting = 0;
     CHECK_MSG(n_calls == 1, "the malloc wrapper is not active (%ld calls counted)", n_calls);
 
-    ct_copy_task task = {12, 6, false, 3};
+    ct_copy_task task = {12, 6, false, 3, 0};
     int B = 4, T = ct_copy_task_seq_len(&task);
     int32_t tokens[4 * 14];
     float weights[4 * 14];

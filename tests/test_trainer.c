@@ -11,7 +11,7 @@
 // Trains TransformerLM on the copy task for n_steps from seed; returns a
 // malloc'd copy of the final weights.
 static float *train_copy(uint64_t seed, int n_steps, float dropout, size_t *n_weights, float *last_loss) {
-    ct_copy_task task = {10, 5, false, seed};
+    ct_copy_task task = {10, 5, false, seed, 0};
     enum { B = 8, T = 12 };
     int32_t tokens[B * T];
     float weights[B * T];

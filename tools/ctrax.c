@@ -169,8 +169,8 @@ typedef struct metric {
 
 static int run_train(const train_opts *o) {
     ct_error err;
-    ct_copy_task train_task = {o->vocab, o->length, false, o->seed};
-    ct_copy_task eval_task = {o->vocab, o->length, false, o->seed ^ 0x5eedf00dULL};
+    ct_copy_task train_task = {o->vocab, o->length, false, o->seed, 0};
+    ct_copy_task eval_task = {o->vocab, o->length, false, o->seed ^ 0x5eedf00dULL, 0};
     int B = o->batch, T = ct_copy_task_seq_len(&train_task);
 
     int32_t *tokens = malloc((size_t)B * T * sizeof *tokens);

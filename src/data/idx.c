@@ -1,0 +1,247 @@
+// IDX image and label files (MNIST, Fashion-MNIST), plain or gzip (zlib).
+//
+// The format (yann.lecun.com/exdb/mnist): a big-endian magic 0x0000TTNN (TT
+// the element type, 0x08 = unsigned byte; NN the number of dims), NN
+// big-endian uint32 dims, then the elements row-major. Both files are read
+// and checked whole at open.
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "ctrax/core/memory.h"
+#include "data/stream_internal.h"
+
+#define IDX_IMAGES_MAGIC 0x00000803u
+#define IDX_LABELS_MAGIC 0x00000801u
+
+typedef struct idx_data {
+    int64_t n, rows, cols;
+    uint8_t *images;  // n * rows * cols
+    uint8_t *labels;  // n
+    bool scale;
+    int n_classes;
+    int64_t next;
+    float *image;  // rows * cols, the current example
+    int32_t label;
+    float weight;
+} idx_data;
+
+ct_idx_params ct_idx_default_params(void) {
+    ct_idx_params p = {0};
+    p.n_classes = 10;
+    p.scale = true;
+    return p;
+}
+
+// One opened file: tracks the (uncompressed) byte offset for messages.
+typedef struct idx_file {
+    const char *path;
+    const char *what;  // "IDX images" or "IDX labels"
+    gzFile f;
+    size_t offset;
+    bool compressed;
+} idx_file;
+
+// Reads exactly n bytes, or fails naming where the file ended.
+static ct_status idx_read(idx_file *x, void *dst, size_t n, const char *needed_for, ct_error *err) {
+    uint8_t *p = dst;
+    size_t got = 0;
+    while (got < n) {
+        size_t want = n - got > (1u << 30) ? (1u << 30) : n - got;
+        int r = gzread(x->f, p + got, (unsigned)want);
+        if (r < 0) {
+            int code;
+            const char *msg = gzerror(x->f, &code);
+            if (code == Z_BUF_ERROR) break;  // "unexpected end of file": truncated gzip data
+            return ct_error_set(err, CT_ERR_FORMAT, "%s: corrupt gzip data after byte %zu (uncompressed): %s", x->path,
+                                x->offset + got, msg);
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    x->offset += got;
+    if (got < n)
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: truncated at byte %zu%s: %zu more bytes expected for %s (%s)",
+                            x->path, x->offset, x->compressed ? " (uncompressed)" : "", n - got, needed_for, x->what);
+    return CT_OK;
+}
+
+static uint32_t be32(const uint8_t *b) {
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
+}
+
+// Opens path, checks the magic and reads the dims.
+static ct_status idx_open(idx_file *x, const char *path, const char *what, uint32_t magic, uint32_t *dims,
+                          ct_error *err) {
+    x->path = path;
+    x->what = what;
+    x->offset = 0;
+    errno = 0;
+    x->f = gzopen(path, "rb");
+    if (!x->f)
+        return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s (%s)", path, errno ? strerror(errno) : "out of memory",
+                            what);
+    gzbuffer(x->f, 1 << 17);
+    uint8_t b[4];
+    CT_TRY(idx_read(x, b, 4, "the magic number", err));
+    x->compressed = gzdirect(x->f) == 0;
+    uint32_t m = be32(b);
+    if (m != magic)
+        return ct_error_set(err, CT_ERR_FORMAT,
+                            "%s: bad magic 0x%08x at byte 0, expected 0x%08x (%s: type 0x08 = unsigned byte, %u dim%s)",
+                            path, m, magic, what, magic & 0xff, (magic & 0xff) == 1 ? "" : "s");
+    int ndim = (int)(magic & 0xff);
+    for (int i = 0; i < ndim; i++) {
+        size_t at = x->offset;
+        CT_TRY(idx_read(x, b, 4, "the header's dims", err));
+        dims[i] = be32(b);
+        if (dims[i] == 0)
+            return ct_error_set(err, CT_ERR_FORMAT, "%s: dim %d is 0 at byte %zu (%s)", path, i, at, what);
+    }
+    return CT_OK;
+}
+
+// Reads n data bytes and checks that nothing follows.
+static ct_status idx_read_data(idx_file *x, uint8_t *dst, size_t n, const char *desc, ct_error *err) {
+    CT_TRY(idx_read(x, dst, n, desc, err));
+    uint8_t extra;
+    int r = gzread(x->f, &extra, 1);
+    if (r > 0)
+        return ct_error_set(err, CT_ERR_FORMAT,
+                            "%s: unexpected data at byte %zu%s, after the %s its header declares (%s)", x->path,
+                            x->offset, x->compressed ? " (uncompressed)" : "", desc, x->what);
+    if (r < 0) {
+        int code;
+        const char *msg = gzerror(x->f, &code);
+        if (code == Z_BUF_ERROR)
+            return ct_error_set(err, CT_ERR_FORMAT, "%s: gzip stream truncated after byte %zu (uncompressed): %s",
+                                x->path, x->offset, msg);
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: corrupt gzip data after byte %zu (uncompressed): %s", x->path,
+                            x->offset, msg);
+    }
+    return CT_OK;
+}
+
+static void idx_close(idx_file *x) {
+    if (x->f) gzclose(x->f);
+    x->f = NULL;
+}
+
+static ct_status idx_next(ct_stream *s, ct_batch *out, ct_error *err) {
+    (void)err;
+    idx_data *d = s->impl;
+    if (d->next >= d->n) return CT_OK;
+    int64_t px = d->rows * d->cols;
+    const uint8_t *src = d->images + d->next * px;
+    float div = d->scale ? 255.0f : 1.0f;
+    for (int64_t i = 0; i < px; i++) d->image[i] = (float)src[i] / div;
+    d->label = d->labels[d->next];
+    d->weight = 1.0f;
+    d->next++;
+    out->n = 3;
+    out->t[0] = ct_tensor_2d(CT_DTYPE_F32, d->rows, d->cols, d->image);
+    out->t[1] = ct_tensor_make(CT_DTYPE_I32, 0, NULL, &d->label);
+    out->t[2] = ct_tensor_make(CT_DTYPE_F32, 0, NULL, &d->weight);
+    return CT_OK;
+}
+
+static ct_status idx_seek(ct_stream *s, int64_t position, ct_error *err) {
+    (void)err;
+    ((idx_data *)s->impl)->next = position;
+    return CT_OK;
+}
+
+static void idx_free(ct_stream *s) {
+    idx_data *d = s->impl;
+    if (!d) return;
+    ct_free(d->images);
+    ct_free(d->labels);
+    ct_free(d->image);
+    ct_free(d);
+}
+
+static void idx_describe(const ct_stream *s, char *buf, size_t len) {
+    const idx_data *d = s->impl;
+    snprintf(buf, len, "idx(%lld images of %lldx%lld, %s)", (long long)d->n, (long long)d->rows, (long long)d->cols,
+             d->scale ? "scaled to [0,1]" : "0..255");
+}
+
+static const ct_stream_ops idx_ops = {"idx", idx_next, idx_seek, idx_free, idx_describe};
+
+static ct_status idx_load(idx_data *d, const ct_idx_params *p, ct_error *err) {
+    idx_file im = {0}, lb = {0};
+    uint32_t idims[3], ldims[1];
+    ct_status st = idx_open(&im, p->images_path, "IDX images", IDX_IMAGES_MAGIC, idims, err);
+    if (st == CT_OK) {
+        d->n = idims[0];
+        d->rows = idims[1];
+        d->cols = idims[2];
+        char desc[96];
+        snprintf(desc, sizeof desc, "%lld images of %lldx%lld", (long long)d->n, (long long)d->rows,
+                 (long long)d->cols);
+        // Dims are below 2^32 each; the product of three can pass 2^64.
+        if ((double)d->n * (double)d->rows * (double)d->cols > 1e12)
+            st = ct_error_set(err, CT_ERR_FORMAT, "%s: the header declares %s, more than 10^12 bytes (IDX images)",
+                              p->images_path, desc);
+        if (st == CT_OK) {
+            size_t bytes = (size_t)(d->n * d->rows * d->cols);
+            d->images = ct_malloc(bytes);
+            st = idx_read_data(&im, d->images, bytes, desc, err);
+        }
+    }
+    idx_close(&im);
+    if (st != CT_OK) return st;
+    st = idx_open(&lb, p->labels_path, "IDX labels", IDX_LABELS_MAGIC, ldims, err);
+    if (st == CT_OK && (int64_t)ldims[0] != d->n)
+        st = ct_error_set(err, CT_ERR_FORMAT, "%s holds %u labels but %s holds %lld images", p->labels_path, ldims[0],
+                          p->images_path, (long long)d->n);
+    if (st == CT_OK) {
+        d->labels = ct_malloc((size_t)d->n);
+        char desc[64];
+        snprintf(desc, sizeof desc, "%lld labels", (long long)d->n);
+        st = idx_read_data(&lb, d->labels, (size_t)d->n, desc, err);
+    }
+    idx_close(&lb);
+    for (int64_t i = 0; st == CT_OK && p->n_classes > 0 && i < d->n; i++)
+        if (d->labels[i] >= p->n_classes)
+            st = ct_error_set(err, CT_ERR_FORMAT, "%s: label %u at byte %lld is not below n_classes %d (IDX labels)",
+                              p->labels_path, d->labels[i], (long long)(8 + i), p->n_classes);
+    return st;
+}
+
+ct_status ct_idx_stream_new(ct_stream **out, const ct_idx_params *p, ct_error *err) {
+    *out = NULL;
+    CT_STREAM_CHECK(p->images_path && p->images_path[0], err, "idx: no images_path given");
+    CT_STREAM_CHECK(p->labels_path && p->labels_path[0], err, "idx: no labels_path given");
+    CT_STREAM_CHECK(p->n_classes >= 0 && p->n_classes <= 256, err, "idx: n_classes is %d; expected 0..256",
+                    p->n_classes);
+    idx_data *d = ct_calloc(1, sizeof *d);
+    ct_stream *s = ct_stream_alloc(&idx_ops, NULL, d);
+    d->scale = p->scale;
+    d->n_classes = p->n_classes;
+    ct_status st = idx_load(d, p, err);
+    if (st != CT_OK) {
+        ct_stream_free(s);
+        return st;
+    }
+    d->image = ct_malloc((size_t)(d->rows * d->cols) * sizeof *d->image);
+    s->n_out = 3;
+    s->sigs[0] = ct_tensor_2d(CT_DTYPE_F32, d->rows, d->cols, NULL);
+    s->sigs[1] = ct_tensor_make(CT_DTYPE_I32, 0, NULL, NULL);
+    s->sigs[2] = ct_tensor_make(CT_DTYPE_F32, 0, NULL, NULL);
+    s->length = d->n;
+    // The fingerprint covers the shapes and a hash of the labels and the first
+    // image, so MNIST and Fashion-MNIST (same sizes) differ.
+    ct_stream_mix(s, (uint64_t)d->n);
+    ct_stream_mix(s, (uint64_t)d->rows);
+    ct_stream_mix(s, (uint64_t)d->cols);
+    ct_stream_mix(s, d->scale);
+    ct_stream_mix(s, (uint64_t)d->n_classes);
+    uint64_t h = 0;
+    for (int64_t i = 0; i < d->n; i++) h = h * 31 + d->labels[i];
+    for (int64_t i = 0; i < d->rows * d->cols; i++) h = h * 31 + d->images[i];
+    ct_stream_mix(s, h);
+    *out = s;
+    return CT_OK;
+}

@@ -1,0 +1,265 @@
+// Corpus sources: byte-level text and binary token files, cut into chunks of
+// fixed length, with a deterministic train/eval split by hash of the chunk
+// index. ct_token_stream_new (tokens.c) shares this code.
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctrax/core/memory.h"
+#include "data/stream_internal.h"
+
+typedef struct corpus_file {
+    char *path;
+    const uint8_t *data;  // mapped read-only
+    size_t size;          // bytes
+    int64_t first;        // index of its first token in the concatenation
+    int64_t n_tokens;
+} corpus_file;
+
+typedef struct corpus {
+    corpus_file *files;
+    int n_files;
+    int token_bytes;
+    int64_t vocab_size;  // > 0: checked
+    int seq_len;
+    bool shifted;
+    int64_t chunk_len;  // seq_len + shifted
+    ct_data_split split;
+    double eval_fraction;
+    int64_t n_total;  // chunks in the whole corpus
+    int64_t *chunks;  // chunk indices of this split, ascending
+    int64_t n_chunks;
+    int64_t total_tokens;
+    int64_t next;     // position
+    int32_t *tokens;  // chunk_len
+    float *weights;   // seq_len ones
+} corpus;
+
+ct_corpus_params ct_corpus_default_params(void) {
+    ct_corpus_params p = {0};
+    p.seq_len = 128;
+    p.split = CT_DATA_SPLIT_ALL;
+    p.eval_fraction = 0.05;
+    p.skip_binary = true;
+    p.token_bytes = 2;
+    return p;
+}
+
+static const char *kind_name(int token_bytes) {
+    return token_bytes == 1 ? "text" : token_bytes == 2 ? "uint16 tokens" : "uint32 tokens";
+}
+
+// The file holding token t (files[i].first <= t < files[i].first + n).
+static int file_of(const corpus *c, int64_t t) {
+    int lo = 0, hi = c->n_files - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (c->files[mid].first <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static ct_status read_chunk(corpus *c, int64_t chunk, ct_error *err) {
+    int64_t t = chunk * c->chunk_len;
+    int f = file_of(c, t);
+    for (int64_t i = 0; i < c->chunk_len; i++, t++) {
+        while (t >= c->files[f].first + c->files[f].n_tokens) f++;
+        const corpus_file *cf = &c->files[f];
+        size_t at = (size_t)(t - cf->first) * (size_t)c->token_bytes;
+        const uint8_t *p = cf->data + at;
+        uint32_t v = c->token_bytes == 1 ? p[0]
+                     : c->token_bytes == 2
+                         ? (uint32_t)p[0] | (uint32_t)p[1] << 8
+                         : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        if (v > INT32_MAX || (c->vocab_size > 0 && (int64_t)v >= c->vocab_size))
+            return ct_error_set(err, CT_ERR_FORMAT, "%s: token %u at byte %zu is not below vocab_size %lld (%s)",
+                                cf->path, v, at, (long long)(c->vocab_size > 0 ? c->vocab_size : INT32_MAX),
+                                kind_name(c->token_bytes));
+        c->tokens[i] = (int32_t)v;
+    }
+    return CT_OK;
+}
+
+static ct_status corpus_next(ct_stream *s, ct_batch *out, ct_error *err) {
+    corpus *c = s->impl;
+    if (c->next >= c->n_chunks) return CT_OK;
+    CT_TRY(read_chunk(c, c->chunks[c->next], err));
+    c->next++;
+    int T = c->seq_len;
+    out->n = 3;
+    out->t[0] = ct_tensor_1d(CT_DTYPE_I32, T, c->tokens);
+    out->t[1] = ct_tensor_1d(CT_DTYPE_I32, T, c->tokens + (c->shifted ? 1 : 0));
+    out->t[2] = ct_tensor_1d(CT_DTYPE_F32, T, c->weights);
+    return CT_OK;
+}
+
+static ct_status corpus_seek(ct_stream *s, int64_t position, ct_error *err) {
+    (void)err;
+    corpus *c = s->impl;
+    c->next = position;
+    return CT_OK;
+}
+
+static void corpus_free(ct_stream *s) {
+    corpus *c = s->impl;
+    if (!c) return;
+    for (int i = 0; i < c->n_files; i++) {
+        if (c->files[i].data) munmap((void *)c->files[i].data, c->files[i].size);
+        ct_free(c->files[i].path);
+    }
+    ct_free(c->files);
+    ct_free(c->chunks);
+    ct_free(c->tokens);
+    ct_free(c->weights);
+    ct_free(c);
+}
+
+static void corpus_describe(const ct_stream *s, char *buf, size_t len) {
+    const corpus *c = s->impl;
+    const char *split = c->split == CT_DATA_SPLIT_ALL ? "all" : c->split == CT_DATA_SPLIT_TRAIN ? "train" : "eval";
+    snprintf(buf, len, "%s(%d file%s, %lld tokens; %s split: %lld of %lld chunks of %lld)", kind_name(c->token_bytes),
+             c->n_files, c->n_files == 1 ? "" : "s", (long long)c->total_tokens, split, (long long)c->n_chunks,
+             (long long)c->n_total, (long long)c->chunk_len);
+}
+
+static const ct_stream_ops corpus_ops = {"corpus", corpus_next, corpus_seek, corpus_free, corpus_describe};
+
+static ct_status map_file(corpus_file *f, int token_bytes, ct_error *err) {
+    int fd = open(f->path, O_RDONLY);
+    if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return ct_error_set(err, CT_ERR_IO, "%s: cannot stat: %s", f->path, strerror(e));
+    }
+    f->size = (size_t)st.st_size;
+    if (f->size % (size_t)token_bytes != 0) {
+        close(fd);
+        return ct_error_set(err, CT_ERR_FORMAT,
+                            "%s: size %zu bytes is not a multiple of %d (%s): the file is truncated or holds "
+                            "another token width; the last %zu bytes at byte %zu are a partial token",
+                            f->path, f->size, token_bytes, kind_name(token_bytes), f->size % (size_t)token_bytes,
+                            f->size - f->size % (size_t)token_bytes);
+    }
+    f->n_tokens = (int64_t)(f->size / (size_t)token_bytes);
+    if (f->size == 0) {
+        close(fd);
+        return CT_OK;
+    }
+    void *p = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+        return ct_error_set(err, CT_ERR_IO, "%s: cannot map %zu bytes: %s", f->path, f->size, strerror(e));
+    f->data = p;
+    return CT_OK;
+}
+
+ct_status ct_corpus_stream_new(ct_stream **out, const ct_corpus_params *p, int token_bytes, ct_error *err) {
+    *out = NULL;
+    const char *kind = kind_name(token_bytes);
+    CT_STREAM_CHECK(token_bytes == 1 || token_bytes == 2 || token_bytes == 4, err,
+                    "token files: token_bytes is %d; expected 2 (uint16) or 4 (uint32)", token_bytes);
+    CT_STREAM_CHECK(p->seq_len > 0, err, "%s: seq_len is %d; expected > 0", kind, p->seq_len);
+    CT_STREAM_CHECK(p->split == CT_DATA_SPLIT_ALL || p->split == CT_DATA_SPLIT_TRAIN || p->split == CT_DATA_SPLIT_EVAL,
+                    err, "%s: unknown split %d", kind, (int)p->split);
+    CT_STREAM_CHECK(p->eval_fraction >= 0 && p->eval_fraction <= 1, err, "%s: eval_fraction is %g; expected 0..1", kind,
+                    p->eval_fraction);
+
+    char **paths;
+    int n_files;
+    CT_TRY(ct_data_collect_files(p->paths, p->n_paths, token_bytes == 1 && p->skip_binary, &paths, &n_files, err));
+    corpus *c = ct_calloc(1, sizeof *c);
+    c->files = ct_calloc((size_t)n_files, sizeof *c->files);
+    c->n_files = n_files;
+    for (int i = 0; i < n_files; i++) c->files[i].path = paths[i];
+    ct_free(paths);  // the strings now belong to c->files
+    ct_stream *s = ct_stream_alloc(&corpus_ops, NULL, c);
+    c->token_bytes = token_bytes;
+    c->vocab_size = token_bytes == 1 ? 0 : p->vocab_size;
+    c->seq_len = p->seq_len;
+    c->shifted = p->shifted;
+    c->chunk_len = p->seq_len + (p->shifted ? 1 : 0);
+    c->split = p->split;
+    c->eval_fraction = p->eval_fraction;
+
+    ct_status st = CT_OK;
+    for (int i = 0; i < n_files && st == CT_OK; i++) {
+        st = map_file(&c->files[i], token_bytes, err);
+        c->files[i].first = c->total_tokens;
+        c->total_tokens += c->files[i].n_tokens;
+    }
+    if (st == CT_OK) {
+        c->n_total = c->total_tokens / c->chunk_len;
+        if (c->n_total == 0)
+            st = ct_error_set(err, CT_ERR_FORMAT,
+                              "%s: %d file%s (%s%s) hold %lld tokens, fewer than one example of %lld", kind, n_files,
+                              n_files == 1 ? "" : "s", c->files[0].path, n_files > 1 ? ", ..." : "",
+                              (long long)c->total_tokens, (long long)c->chunk_len);
+    }
+    if (st == CT_OK) {
+        // Chunk c is eval when its hash falls below eval_fraction * 2^32.
+        uint64_t threshold = (uint64_t)floor(p->eval_fraction * 4294967296.0);
+        c->chunks = ct_malloc((size_t)c->n_total * sizeof *c->chunks);
+        for (int64_t k = 0; k < c->n_total; k++) {
+            bool eval = ct_stream_hash(p->split_seed, (uint32_t)k, (uint32_t)((uint64_t)k >> 32)) < threshold;
+            if (p->split == CT_DATA_SPLIT_ALL || eval == (p->split == CT_DATA_SPLIT_EVAL)) c->chunks[c->n_chunks++] = k;
+        }
+        if (c->n_chunks == 0)
+            st = ct_error_set(
+                err, CT_ERR_ARG, "%s: the %s split of %s%s is empty (eval_fraction %g of %lld chunks of %lld)", kind,
+                p->split == CT_DATA_SPLIT_EVAL ? "eval" : "train", c->files[0].path, n_files > 1 ? ", ..." : "",
+                p->eval_fraction, (long long)c->n_total, (long long)c->chunk_len);
+    }
+    if (st != CT_OK) {
+        ct_stream_free(s);
+        return st;
+    }
+    c->tokens = ct_malloc((size_t)c->chunk_len * sizeof *c->tokens);
+    c->weights = ct_malloc((size_t)c->seq_len * sizeof *c->weights);
+    for (int i = 0; i < c->seq_len; i++) c->weights[i] = 1.0f;
+
+    s->n_out = 3;
+    s->sigs[0] = ct_tensor_1d(CT_DTYPE_I32, c->seq_len, NULL);
+    s->sigs[1] = ct_tensor_1d(CT_DTYPE_I32, c->seq_len, NULL);
+    s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, c->seq_len, NULL);
+    s->length = c->n_chunks;
+    // The fingerprint covers what decides the items: the files' sizes (not
+    // their paths, so a moved corpus still resumes), widths and the split.
+    ct_stream_mix(s, (uint64_t)token_bytes);
+    ct_stream_mix(s, (uint64_t)n_files);
+    for (int i = 0; i < n_files; i++) ct_stream_mix(s, (uint64_t)c->files[i].size);
+    ct_stream_mix(s, (uint64_t)c->seq_len);
+    ct_stream_mix(s, c->shifted);
+    ct_stream_mix(s, (uint64_t)c->split);
+    uint64_t frac_bits;
+    memcpy(&frac_bits, &p->eval_fraction, sizeof frac_bits);
+    ct_stream_mix(s, frac_bits);
+    ct_stream_mix(s, p->split_seed);
+    ct_stream_mix(s, (uint64_t)c->vocab_size);
+    *out = s;
+    return CT_OK;
+}
+
+ct_status ct_text_stream_new(ct_stream **out, const ct_corpus_params *p, ct_error *err) {
+    return ct_corpus_stream_new(out, p, 1, err);
+}
+
+int ct_corpus_n_files(const ct_stream *s) {
+    return s && s->ops == &corpus_ops ? ((const corpus *)s->impl)->n_files : 0;
+}
+
+const char *ct_corpus_file(const ct_stream *s, int i) {
+    if (!s || s->ops != &corpus_ops) return NULL;
+    const corpus *c = s->impl;
+    return i >= 0 && i < c->n_files ? c->files[i].path : NULL;
+}

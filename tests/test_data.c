@@ -1,0 +1,1246 @@
+// Data streams: each source against hand-built expectations, the
+// transforms, clear errors for bad files, the prefetch thread, and exact
+// resume: a stream restored from a cursor yields the batches the
+// uninterrupted stream yields (every source, with shuffling and prefetch).
+// Ends with a smoke test on Debian's fortunes and Fashion-MNIST packages.
+#define _GNU_SOURCE
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "check.h"
+#include "ctrax/core/rng.h"
+#include "ctrax/data/stream.h"
+#include "ctrax/data/synthetic.h"
+
+static char tmpdir[256];
+
+static const char *tmp_path(const char *name) {
+    static char bufs[8][512];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, 512, "%s/%s", tmpdir, name);
+    return b;
+}
+
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK_MSG(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    if (n) fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+static void write_gz(const char *path, const void *data, size_t n) {
+    gzFile f = gzopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    if (n) gzwrite(f, data, (unsigned)n);
+    gzclose(f);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+// ---- recording batches ------------------------------------------------------------------
+
+// A deep copy of an item, to compare streams.
+typedef struct rec {
+    ct_batch b;
+    void *data[CT_BATCH_MAX_TENSORS];
+} rec;
+
+static rec rec_copy(const ct_batch *b) {
+    rec r;
+    memset(&r, 0, sizeof r);
+    r.b = *b;
+    for (int i = 0; i < b->n; i++) {
+        size_t n = ct_tensor_nbytes(&b->t[i]);
+        r.data[i] = malloc(n ? n : 1);
+        if (n) memcpy(r.data[i], b->t[i].data, n);
+        r.b.t[i].data = r.data[i];
+    }
+    return r;
+}
+
+static void rec_free(rec *r) {
+    for (int i = 0; i < CT_BATCH_MAX_TENSORS; i++) free(r->data[i]);
+}
+
+static bool rec_equal(const rec *a, const rec *b) {
+    if (a->b.n != b->b.n) return false;
+    for (int i = 0; i < a->b.n; i++) {
+        if (!ct_tensor_same_sig(&a->b.t[i], &b->b.t[i])) return false;
+        if (memcmp(a->data[i], b->data[i], ct_tensor_nbytes(&a->b.t[i])) != 0) return false;
+    }
+    return true;
+}
+
+// Takes n items into recs (which may be NULL); returns how many there were.
+static int take(ct_stream *s, int n, rec *recs) {
+    ct_error err;
+    for (int i = 0; i < n; i++) {
+        ct_batch b;
+        ct_status st = ct_stream_next(s, &b, &err);
+        CHECK_MSG(st == CT_OK, "%s", err.msg);
+        if (st != CT_OK || b.n == 0) return i;
+        if (recs) recs[i] = rec_copy(&b);
+    }
+    return n;
+}
+
+// ---- building chains ---------------------------------------------------------------------
+
+typedef ct_stream *(*build_fn)(void);
+
+// The stream *sp after the call that returned st (read only once st is known).
+static ct_stream *must(ct_status st, ct_stream **sp, const ct_error *err) {
+    CHECK_MSG(st == CT_OK, "%s", err->msg);
+    return st == CT_OK ? *sp : NULL;
+}
+
+// Exact resume: take n items, save the cursor, take m more; a fresh stream
+// set to the cursor yields the same m items. Also: seeking the first stream
+// back to the cursor, and restoring a cursor of position 0.
+static void check_resume(const char *label, build_fn build, int n, int m) {
+    ct_error err;
+    ct_stream *a = build();
+    CHECK_MSG(a != NULL, "%s: build failed", label);
+    if (!a) return;
+    rec *first = calloc((size_t)n, sizeof *first), *want = calloc((size_t)m, sizeof *want),
+        *got = calloc((size_t)m, sizeof *got);
+    int na = take(a, n, first);
+    CHECK_MSG(na == n, "%s: only %d of %d items", label, na, n);
+    ct_stream_cursor c = ct_stream_get_cursor(a);
+    CHECK(c.position == n);
+    CHECK(c.fingerprint >= 0 && c.fingerprint < (INT64_C(1) << 53));
+    int nm = take(a, m, want);
+    CHECK_MSG(nm == m, "%s: only %d of %d items after the cursor", label, nm, m);
+
+    ct_stream *b = build();
+    CHECK_OK(ct_stream_set_cursor(b, c, &err), &err);
+    int nb = take(b, m, got);
+    CHECK(nb == m);
+    int same = 0;
+    for (int i = 0; i < nm && i < nb; i++) same += rec_equal(&want[i], &got[i]);
+    CHECK_MSG(same == m, "%s: %d of %d items after restoring position %d are the same", label, same, m, n);
+    for (int i = 0; i < nb; i++) rec_free(&got[i]);
+
+    // The same stream, seeked back.
+    CHECK_OK(ct_stream_set_cursor(a, c, &err), &err);
+    nb = take(a, m, got);
+    same = 0;
+    for (int i = 0; i < nm && i < nb; i++) same += rec_equal(&want[i], &got[i]);
+    CHECK_MSG(same == m, "%s: %d of %d items after seeking back to %d are the same", label, same, m, n);
+    for (int i = 0; i < nb; i++) rec_free(&got[i]);
+
+    // Back to the start.
+    ct_stream_cursor zero = {0, c.fingerprint};
+    CHECK_OK(ct_stream_set_cursor(b, zero, &err), &err);
+    rec *again = calloc((size_t)n, sizeof *again);
+    int n0 = take(b, n, again), same0 = 0;
+    for (int i = 0; i < n0 && i < na; i++) same0 += rec_equal(&first[i], &again[i]);
+    CHECK_MSG(same0 == n, "%s: %d of %d items after restoring position 0 are the same", label, same0, n);
+    for (int i = 0; i < n0; i++) rec_free(&again[i]);
+    free(again);
+    printf("  resume %-40s %d items, cursor {position %lld, fingerprint %lld}: %d of %d identical\n", label, n,
+           (long long)c.position, (long long)c.fingerprint, same, m);
+    for (int i = 0; i < na; i++) rec_free(&first[i]);
+    for (int i = 0; i < nm; i++) rec_free(&want[i]);
+    free(first);
+    free(want);
+    free(got);
+    ct_stream_free(a);
+    ct_stream_free(b);
+}
+
+// Every position: a fresh stream restored to position n (n = 0, step, 2
+// step, ... < total) yields the items n, n+1, n+2 of one uninterrupted run.
+static void check_positions(const char *label, build_fn build, int total, int step) {
+    ct_error err;
+    ct_stream *a = build();
+    if (!a) return;
+    rec *all = calloc((size_t)total + 3, sizeof *all);
+    int n = take(a, total + 3, all), tried = 0, same = 0;
+    ct_stream_cursor c = ct_stream_get_cursor(a);
+    ct_stream_free(a);
+    for (int pos = 0; pos < total; pos += step) {
+        ct_stream *b = build();
+        c.position = pos;
+        CHECK_OK(ct_stream_set_cursor(b, c, &err), &err);
+        rec got[3];
+        int k = take(b, 3, got);
+        int ok = 1;
+        for (int i = 0; i < 3; i++) ok &= pos + i < n ? i < k && rec_equal(&all[pos + i], &got[i]) : i >= k;
+        for (int i = 0; i < k; i++) rec_free(&got[i]);
+        tried++;
+        same += ok;
+        ct_stream_free(b);
+    }
+    CHECK_MSG(same == tried, "%s: %d of %d restored positions right", label, same, tried);
+    printf("  positions %-37s %d restored positions of %d items: %d right\n", label, tried, n, same);
+    for (int i = 0; i < n; i++) rec_free(&all[i]);
+    free(all);
+}
+
+// ---- synthetic sources --------------------------------------------------------------------
+
+static void test_copy(void) {
+    ct_error err;
+    ct_copy_task t = {12, 5, false, 7, 0};
+    ct_stream *s = NULL;
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    CHECK(ct_stream_signature(s, sigs) == 3);
+    CHECK(sigs[0].ndim == 1 && sigs[0].shape[0] == 12 && sigs[2].dtype == CT_DTYPE_F32);
+    CHECK(ct_stream_length(s) == -1);
+    // Example 3, built by hand from the documented scheme: key fold_in(
+    // fold_in(key(seed), 3), 0); draw 0 is the length, draw 1 + k token k.
+    CHECK_OK(ct_stream_seek(s, 3, &err), &err);
+    ct_batch b;
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    ct_key key = ct_key_fold_in(ct_key_fold_in(ct_key_from_seed(7), 3), 0);
+    int32_t want[12];
+    want[0] = want[6] = 0;
+    for (int k = 0; k < 5; k++) {
+        uint32_t bits = ct_random_bits(key, (uint32_t)(1 + k));
+        want[1 + k] = want[7 + k] = 1 + (int32_t)(((uint64_t)bits * 11) >> 32);
+    }
+    CHECK(b.n == 3 && b.t[0].shape[0] == 12);
+    CHECK(memcmp(ct_i32(&b.t[0]), want, sizeof want) == 0);
+    CHECK(memcmp(ct_i32(&b.t[1]), want, sizeof want) == 0);
+    for (int i = 0; i < 12; i++) CHECK(ct_f32(&b.t[2])[i] == (i >= 7 ? 1.0f : 0.0f));
+    // ct_copy_task_batch: batch 1 draws from key fold_in(fold_in(key(seed), 1), 0),
+    // token k of row b from element 5 b + k, as tokens 1 + bits % (vocab - 1).
+    int32_t tokens[2 * 12];
+    float weights[2 * 12];
+    ct_copy_task_batch(&t, 1, 2, tokens, weights);
+    ct_key bkey = ct_key_fold_in(ct_key_fold_in(ct_key_from_seed(7), 1), 0);
+    int rows_ok = 1;
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 5; k++) {
+            int32_t tok = 1 + (int32_t)(ct_random_bits(bkey, (uint32_t)(5 * r + k)) % 11);
+            rows_ok &= tokens[12 * r + 1 + k] == tok && tokens[12 * r + 7 + k] == tok;
+        }
+    CHECK(rows_ok && tokens[12] == 0 && tokens[18] == 0);
+    CHECK(weights[12 + 7] == 1.0f && weights[12 + 6] == 0.0f);
+    ct_stream_free(s);
+
+    // Reverse, variable length: "0 w 0 reverse(w)", lengths in [2, 6].
+    ct_copy_task r = {9, 6, true, 1, 2};
+    CHECK_OK(ct_copy_stream_new(&s, &r, &err), &err);
+    CHECK(ct_stream_signature(s, sigs) == 3 && sigs[0].shape[0] == -1);
+    int seen[7] = {0}, bad = 0;
+    for (int e = 0; e < 200; e++) {
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        int len = (int)b.t[0].shape[0], n = (len - 2) / 2;
+        if (len % 2 || n < 2 || n > 6) {
+            bad++;
+            continue;
+        }
+        seen[n]++;
+        const int32_t *x = ct_i32(&b.t[0]);
+        const float *w = ct_f32(&b.t[2]);
+        if (x[0] != 0 || x[n + 1] != 0) bad++;
+        for (int k = 0; k < n; k++) {
+            if (x[1 + k] < 1 || x[1 + k] >= 9 || x[n + 2 + k] != x[n - k]) bad++;
+            if (w[1 + k] != 0.0f || w[n + 2 + k] != 1.0f) bad++;
+        }
+    }
+    CHECK_MSG(bad == 0, "%d malformed reverse examples", bad);
+    for (int n = 2; n <= 6; n++) CHECK_MSG(seen[n] > 10, "w length %d seen %d times of 200", n, seen[n]);
+    ct_stream_free(s);
+
+    CHECK(ct_copy_stream_new(&s, &(ct_copy_task){1, 5, false, 0, 0}, &err) == CT_ERR_ARG);
+    CHECK(strstr(err.msg, "vocab_size is 1") != NULL);
+    CHECK(s == NULL);
+}
+
+// Decodes the little-endian number of the tokens [from, to) (digit d is token d + 1).
+static uint64_t decode(const int32_t *x, int from, int to, int base, int *bad) {
+    uint64_t v = 0, p = 1;
+    for (int i = from; i < to; i++) {
+        if (x[i] < 1 || x[i] > base) (*bad)++;
+        v += (uint64_t)(x[i] - 1) * p;
+        p *= (uint64_t)base;
+    }
+    if (to - from > 1 && x[to - 1] == 1) (*bad)++;  // a leading zero
+    return v;
+}
+
+static void test_addition(void) {
+    ct_error err;
+    ct_addition_task t = {13, 3, 9, 5};  // base 10: "+" = 11, <S> = 12
+    ct_stream *s;
+    CHECK_OK(ct_addition_stream_new(&s, &t, &err), &err);
+    int bad = 0, longest = 0;
+    int l1_seen[10] = {0}, l2_seen[10] = {0};
+    for (int e = 0; e < 500; e++) {
+        ct_batch b;
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        const int32_t *x = ct_i32(&b.t[0]);
+        const float *w = ct_f32(&b.t[2]);
+        int len = (int)b.t[0].shape[0];
+        if (len > longest) longest = len;
+        int plus = -1, sep = -1;
+        for (int i = 1; i < len; i++) {
+            if (x[i] == 11 && plus < 0) plus = i;
+            if (x[i] == 12 && sep < 0) sep = i;
+        }
+        if (x[0] != 12 || plus < 2 || sep < plus + 2 || sep >= len - 1) {
+            bad++;
+            continue;
+        }
+        int l1 = plus - 1, l2 = sep - plus - 1;
+        // Trax: a = (min-1)/2 = 1; l1 in [1, 1 + (9-1+1)/2) = [1, 5); l2 in [1, 9 - l1 - 1].
+        if (l1 < 1 || l1 > 4 || l2 < 1 || l2 > 9 - l1 - 1) bad++;
+        l1_seen[l1]++;
+        l2_seen[l2 < 10 ? l2 : 9]++;
+        uint64_t a = decode(x, 1, plus, 10, &bad), c = decode(x, plus + 1, sep, 10, &bad),
+                 sum = decode(x, sep + 1, len, 10, &bad);
+        if (a + c != sum) bad++;
+        for (int i = 0; i < len; i++)
+            if (w[i] != (i > sep ? 1.0f : 0.0f)) bad++;
+        if (memcmp(x, ct_i32(&b.t[1]), (size_t)len * 4) != 0) bad++;
+    }
+    CHECK_MSG(bad == 0, "%d malformed addition examples", bad);
+    CHECK(longest <= 2 * 9 + 1);
+    for (int l = 1; l <= 4; l++) CHECK_MSG(l1_seen[l] > 0, "l1 = %d never drawn", l);
+    CHECK(l2_seen[1] > 0 && l2_seen[7] > 0);
+    ct_stream_free(s);
+    // Trax's own check: lengths below 3 are an error.
+    CHECK(ct_addition_stream_new(&s, &(ct_addition_task){13, 2, 9, 0}, &err) == CT_ERR_ARG);
+}
+
+// ---- text and token files --------------------------------------------------------------------
+
+static void test_text(void) {
+    ct_error err;
+    mkdir(tmp_path("text"), 0700);
+    mkdir(tmp_path("text/sub"), 0700);
+    write_file(tmp_path("text/a.txt"), "abcdefghij", 10);
+    write_file(tmp_path("text/sub/b.txt"), "0123456789", 10);
+    write_file(tmp_path("text/.hidden"), "zzz", 3);
+    write_file(tmp_path("text/bin.dat"), "\x00\x00\x00\x02", 4);
+    write_file(tmp_path("text/empty"), "", 0);
+    CHECK(symlink("a.txt", tmp_path("text/c.txt")) == 0);  // the same file again: read once
+
+    const char *dir[] = {tmp_path("text")};
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = dir;
+    p.n_paths = 1;
+    p.seq_len = 4;
+    ct_stream *s;
+    CHECK_OK(ct_text_stream_new(&s, &p, &err), &err);
+    CHECK(ct_corpus_n_files(s) == 2);
+    CHECK(ct_corpus_file(s, 0) && strstr(ct_corpus_file(s, 0), "text/a.txt"));
+    CHECK(ct_corpus_file(s, 1) && strstr(ct_corpus_file(s, 1), "text/sub/b.txt"));
+    // "abcdefghij" + "0123456789" (.hidden, bin.dat, empty and the link
+    // skipped) in chunks of 4: 5 chunks.
+    const char *want[] = {"abcd", "efgh", "ij01", "2345", "6789"};
+    CHECK(ct_stream_length(s) == 5);
+    int ok = 0;
+    for (int i = 0; i < 5; i++) {
+        ct_batch b;
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        int good = b.n == 3 && b.t[0].shape[0] == 4;
+        for (int k = 0; good && k < 4; k++)
+            good = ct_i32(&b.t[0])[k] == want[i][k] && ct_i32(&b.t[1])[k] == want[i][k] && ct_f32(&b.t[2])[k] == 1.0f;
+        ok += good;
+    }
+    CHECK(ok == 5);
+    ct_batch b;
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(b.n == 0);  // finite: the end
+    char desc[256];
+    printf("  %s\n", ct_stream_describe(s, desc, sizeof desc));
+    ct_stream_free(s);
+
+    // Shifted: chunks of 3 + 1 = 4 bytes; inputs [0, 3), targets [1, 4).
+    p.seq_len = 3;
+    p.shifted = true;
+    CHECK_OK(ct_text_stream_new(&s, &p, &err), &err);
+    CHECK(ct_stream_length(s) == 5);
+    CHECK_OK(ct_stream_seek(s, 2, &err), &err);
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(b.t[0].shape[0] == 3 && b.t[1].shape[0] == 3);
+    CHECK(ct_i32(&b.t[0])[0] == 'i' && ct_i32(&b.t[0])[2] == '0' && ct_i32(&b.t[1])[0] == 'j' &&
+          ct_i32(&b.t[1])[2] == '1');
+    ct_stream_free(s);
+
+    // A list of files, in the order given; a binary file named explicitly is kept.
+    const char *list[] = {tmp_path("text/sub/b.txt"), tmp_path("text/a.txt")};
+    p.paths = list;
+    p.n_paths = 2;
+    p.seq_len = 10;
+    p.shifted = false;
+    CHECK_OK(ct_text_stream_new(&s, &p, &err), &err);
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(ct_i32(&b.t[0])[0] == '0' && ct_i32(&b.t[0])[9] == '9');
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(ct_i32(&b.t[0])[0] == 'a');
+    ct_stream_free(s);
+
+    // Errors: a missing file, a directory with nothing in it, too little text.
+    const char *missing[] = {tmp_path("text/nope.txt")};
+    p.paths = missing;
+    p.n_paths = 1;
+    CHECK(ct_text_stream_new(&s, &p, &err) == CT_ERR_IO);
+    CHECK_MSG(strstr(err.msg, "text/nope.txt: cannot open: No such file or directory") != NULL, "%s", err.msg);
+    printf("  missing file: %s\n", err.msg);
+    mkdir(tmp_path("text/void"), 0700);
+    const char *empty_dir[] = {tmp_path("text/void")};
+    p.paths = empty_dir;
+    CHECK(ct_text_stream_new(&s, &p, &err) == CT_ERR_IO);
+    CHECK_MSG(strstr(err.msg, "text/void: no non-empty text files") != NULL, "%s", err.msg);
+    p.paths = dir;
+    p.seq_len = 100;
+    CHECK(ct_text_stream_new(&s, &p, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "hold 20 tokens, fewer than one example of 100") != NULL, "%s", err.msg);
+}
+
+// A corpus whose chunk k (8 bytes) reads "%7d\n" % k, so an example names its chunk.
+static const char *numbered_corpus(int n_chunks) {
+    const char *path = tmp_path("numbered.txt");
+    char *text = malloc((size_t)n_chunks * 8 + 1);
+    for (int k = 0; k < n_chunks; k++) snprintf(text + 8 * k, 9, "%7d\n", k % 10000000);
+    write_file(path, text, (size_t)n_chunks * 8);
+    free(text);
+    return path;
+}
+
+static int chunk_of(const ct_batch *b, int row) {
+    char s[9];
+    const int32_t *x = ct_i32(&b->t[0]) + (int64_t)row * 8;
+    for (int i = 0; i < 8; i++) s[i] = (char)x[i];
+    s[8] = 0;
+    return atoi(s);
+}
+
+static void test_split(void) {
+    ct_error err;
+    enum { N = 1000 };
+    const char *path[] = {numbered_corpus(N)};
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = path;
+    p.n_paths = 1;
+    p.seq_len = 8;
+    p.eval_fraction = 0.2;
+    p.split_seed = 11;
+    int owner[N];
+    memset(owner, 0, sizeof owner);
+    int64_t counts[3] = {0};
+    for (int split = 1; split <= 2; split++) {
+        p.split = (ct_data_split)split;
+        ct_stream *s;
+        CHECK_OK(ct_text_stream_new(&s, &p, &err), &err);
+        counts[split] = ct_stream_length(s);
+        ct_batch b;
+        int prev = -1, sorted = 1;
+        for (;;) {
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            if (b.n == 0) break;
+            int k = chunk_of(&b, 0);
+            sorted &= k > prev;
+            prev = k;
+            if (k >= 0 && k < N) owner[k] |= split;
+        }
+        CHECK(sorted);
+        ct_stream_free(s);
+    }
+    int both = 0, none = 0;
+    for (int k = 0; k < N; k++) {
+        both += owner[k] == 3;
+        none += owner[k] == 0;
+    }
+    CHECK_MSG(both == 0, "%d chunks in both train and eval", both);
+    CHECK_MSG(none == 0, "%d chunks in neither", none);
+    CHECK(counts[1] + counts[2] == N);
+    CHECK_MSG(counts[2] > 150 && counts[2] < 250, "eval holds %lld of %d chunks at fraction 0.2", (long long)counts[2],
+              N);
+    printf("  split of %d chunks at eval_fraction 0.2: train %lld, eval %lld, overlap %d\n", N, (long long)counts[1],
+           (long long)counts[2], both);
+    // eval_fraction 0 leaves the eval split empty: an error that says so.
+    p.split = CT_DATA_SPLIT_EVAL;
+    p.eval_fraction = 0;
+    ct_stream *s;
+    CHECK(ct_text_stream_new(&s, &p, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "the eval split of") && strstr(err.msg, "is empty"), "%s", err.msg);
+}
+
+static void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void test_tokens(void) {
+    ct_error err;
+    uint8_t buf[4 * 40];
+    for (int i = 0; i < 40; i++) put16(buf + 2 * i, (uint16_t)(1000 + 7 * i));
+    write_file(tmp_path("tok16.bin"), buf, 80);
+    for (int i = 0; i < 40; i++) {
+        uint32_t v = 70000u + (uint32_t)i;
+        for (int k = 0; k < 4; k++) buf[4 * i + k] = (uint8_t)(v >> (8 * k));
+    }
+    write_file(tmp_path("tok32.bin"), buf, 160);
+
+    const char *p16[] = {tmp_path("tok16.bin")}, *p32[] = {tmp_path("tok32.bin")};
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = p16;
+    p.n_paths = 1;
+    p.seq_len = 5;
+    p.token_bytes = 2;
+    ct_stream *s;
+    CHECK_OK(ct_token_stream_new(&s, &p, &err), &err);
+    CHECK(ct_stream_length(s) == 8);
+    CHECK_OK(ct_stream_seek(s, 3, &err), &err);
+    ct_batch b;
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    int ok = 1;
+    for (int k = 0; k < 5; k++) ok &= ct_i32(&b.t[0])[k] == 1000 + 7 * (15 + k);
+    CHECK(ok);
+    ct_stream_free(s);
+
+    p.paths = p32;
+    p.token_bytes = 4;
+    p.shifted = true;
+    CHECK_OK(ct_token_stream_new(&s, &p, &err), &err);
+    CHECK(ct_stream_length(s) == 6);  // 40 tokens / 6
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(ct_i32(&b.t[0])[0] == 70000 && ct_i32(&b.t[1])[0] == 70001 && ct_i32(&b.t[1])[4] == 70005);
+    ct_stream_free(s);
+
+    // A vocabulary that the file breaks: token 70012 is chunk 2's first input.
+    p.vocab_size = 70012;
+    CHECK_OK(ct_token_stream_new(&s, &p, &err), &err);
+    CHECK(take(s, 2, NULL) == 2);
+    ct_status st = ct_stream_next(s, &b, &err);
+    CHECK(st == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "tok32.bin: token 70012 at byte 48 is not below vocab_size 70012") != NULL, "%s",
+              err.msg);
+    printf("  bad token: %s\n", err.msg);
+    ct_stream_free(s);
+
+    // An odd size: 81 bytes of uint16 tokens.
+    buf[0] = 1;
+    write_file(tmp_path("odd.bin"), buf, 81);
+    const char *odd[] = {tmp_path("odd.bin")};
+    p.paths = odd;
+    p.token_bytes = 2;
+    p.vocab_size = 0;
+    CHECK(ct_token_stream_new(&s, &p, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "odd.bin: size 81 bytes is not a multiple of 2 (uint16 tokens)") != NULL, "%s", err.msg);
+    printf("  odd token file: %s\n", err.msg);
+    p.token_bytes = 3;
+    CHECK(ct_token_stream_new(&s, &p, &err) == CT_ERR_ARG);
+}
+
+// ---- IDX ------------------------------------------------------------------------------------------
+
+static void be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+// n images of 2x3 (pixel (i, r, c) = 10 i + 3 r + c) and labels i % 4.
+static size_t idx_images(uint8_t *buf, int n) {
+    be32(buf, 0x803);
+    be32(buf + 4, (uint32_t)n);
+    be32(buf + 8, 2);
+    be32(buf + 12, 3);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 6; k++) buf[16 + 6 * i + k] = (uint8_t)(10 * i + k);
+    return 16 + 6 * (size_t)n;
+}
+
+static size_t idx_labels(uint8_t *buf, int n) {
+    be32(buf, 0x801);
+    be32(buf + 4, (uint32_t)n);
+    for (int i = 0; i < n; i++) buf[8 + i] = (uint8_t)(i % 4);
+    return 8 + (size_t)n;
+}
+
+static ct_status open_idx(const char *images, const char *labels, ct_stream **s, ct_error *err) {
+    ct_idx_params p = ct_idx_default_params();
+    p.images_path = images;
+    p.labels_path = labels;
+    return ct_idx_stream_new(s, &p, err);
+}
+
+static void test_idx(void) {
+    ct_error err;
+    uint8_t im[16 + 6 * 5], lb[8 + 5];
+    size_t nim = idx_images(im, 5), nlb = idx_labels(lb, 5);
+    write_file(tmp_path("im"), im, nim);
+    write_file(tmp_path("lb"), lb, nlb);
+    write_gz(tmp_path("im.gz"), im, nim);
+    write_gz(tmp_path("lb.gz"), lb, nlb);
+    for (int gz = 0; gz < 2; gz++) {
+        ct_stream *s;
+        CHECK_OK(open_idx(tmp_path(gz ? "im.gz" : "im"), tmp_path(gz ? "lb.gz" : "lb"), &s, &err), &err);
+        if (!s) continue;
+        CHECK(ct_stream_length(s) == 5);
+        ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+        CHECK(ct_stream_signature(s, sigs) == 3 && sigs[0].ndim == 2 && sigs[0].shape[1] == 3 && sigs[1].ndim == 0);
+        int ok = 0;
+        for (int i = 0; i < 5; i++) {
+            ct_batch b;
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            int good = b.n == 3 && *ct_i32(&b.t[1]) == i % 4 && *ct_f32(&b.t[2]) == 1.0f;
+            for (int k = 0; k < 6; k++) good &= ct_f32(&b.t[0])[k] == (float)(10 * i + k) / 255.0f;
+            ok += good;
+        }
+        CHECK(ok == 5);
+        ct_stream_free(s);
+    }
+
+    ct_stream *s = NULL;
+    // Missing file.
+    CHECK(open_idx(tmp_path("nothere-idx3-ubyte.gz"), tmp_path("lb"), &s, &err) == CT_ERR_IO);
+    CHECK_MSG(strstr(err.msg, "nothere-idx3-ubyte.gz: cannot open: No such file or directory (IDX images)"), "%s",
+              err.msg);
+    // Labels where images belong: bad magic.
+    CHECK(open_idx(tmp_path("lb.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "lb.gz: bad magic 0x00000801 at byte 0, expected 0x00000803 (IDX images"), "%s", err.msg);
+    printf("  bad magic: %s\n", err.msg);
+    // Truncated: the last image is 4 bytes short, plain and gzip.
+    write_file(tmp_path("short"), im, nim - 4);
+    CHECK(open_idx(tmp_path("short"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "short: truncated at byte 42: 4 more bytes expected for 5 images of 2x3 (IDX images)"),
+              "%s", err.msg);
+    printf("  truncated: %s\n", err.msg);
+    write_gz(tmp_path("short.gz"), im, nim - 4);
+    CHECK(open_idx(tmp_path("short.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "short.gz: truncated at byte 42 (uncompressed)"), "%s", err.msg);
+    // A gzip file cut in the middle of its compressed data.
+    {
+        FILE *f = fopen(tmp_path("im.gz"), "rb");
+        uint8_t gz[512];
+        size_t n = f ? fread(gz, 1, sizeof gz, f) : 0;
+        if (f) fclose(f);
+        write_file(tmp_path("cut.gz"), gz, n - 12);
+        CHECK(open_idx(tmp_path("cut.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+        CHECK_MSG(strstr(err.msg, "cut.gz:") && (strstr(err.msg, "truncated") || strstr(err.msg, "corrupt")), "%s",
+                  err.msg);
+        printf("  cut gzip: %s\n", err.msg);
+    }
+    // A header cut short.
+    write_file(tmp_path("hdr"), im, 10);
+    CHECK(open_idx(tmp_path("hdr"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "hdr: truncated at byte 10: 2 more bytes expected for the header's dims"), "%s", err.msg);
+    // Bytes after the data.
+    uint8_t longer[sizeof im + 3];
+    memcpy(longer, im, nim);
+    write_file(tmp_path("long"), longer, nim + 3);
+    CHECK(open_idx(tmp_path("long"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "long: unexpected data at byte 46"), "%s", err.msg);
+    // Counts that disagree.
+    uint8_t lb4[8 + 4];
+    write_file(tmp_path("lb4"), lb4, idx_labels(lb4, 4));
+    CHECK(open_idx(tmp_path("im"), tmp_path("lb4"), &s, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "lb4 holds 4 labels but") && strstr(err.msg, "holds 5 images"), "%s", err.msg);
+    // A label out of range.
+    lb[8 + 3] = 10;
+    write_file(tmp_path("lb10"), lb, nlb);
+    CHECK(open_idx(tmp_path("im"), tmp_path("lb10"), &s, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "lb10: label 10 at byte 11 is not below n_classes 10"), "%s", err.msg);
+    CHECK(s == NULL);
+}
+
+// ---- transforms -----------------------------------------------------------------------------------
+
+static ct_stream *numbered_stream(int n_chunks) {
+    ct_error err;
+    static const char *path[1];
+    path[0] = numbered_corpus(n_chunks);
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = path;
+    p.n_paths = 1;
+    p.seq_len = 8;
+    ct_stream *s;
+    return must(ct_text_stream_new(&s, &p, &err), &s, &err);
+}
+
+static void test_epochs_and_shuffle(void) {
+    ct_error err;
+    enum { N = 50 };
+    ct_stream *s = numbered_stream(N);
+    CHECK_OK(ct_epochs_stream_new(&s, s, true, 3, 2, &err), &err);
+    CHECK(ct_stream_length(s) == 2 * N);
+    int order[2][N], count[2][N];
+    memset(count, 0, sizeof count);
+    for (int e = 0; e < 2; e++)
+        for (int i = 0; i < N; i++) {
+            ct_batch b;
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            order[e][i] = chunk_of(&b, 0);
+            if (order[e][i] >= 0 && order[e][i] < N) count[e][order[e][i]]++;
+        }
+    ct_batch b;
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(b.n == 0);
+    int perm = 1, moved = 0, differ = 0;
+    for (int e = 0; e < 2; e++)
+        for (int k = 0; k < N; k++) perm &= count[e][k] == 1;
+    for (int i = 0; i < N; i++) {
+        moved += order[0][i] != i;
+        differ += order[0][i] != order[1][i];
+    }
+    CHECK_MSG(perm, "an epoch is not a permutation");
+    CHECK(moved > N / 2 && differ > N / 2);
+    ct_stream_free(s);
+
+    // The shuffle buffer over a finite stream: a permutation, drain included.
+    for (int k = 1; k <= 64; k *= 4) {
+        s = numbered_stream(N);
+        CHECK_OK(ct_shuffle_stream_new(&s, s, k, 9, &err), &err);
+        int seen[N], displaced = 0, n = 0;
+        memset(seen, 0, sizeof seen);
+        for (;;) {
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            if (b.n == 0) break;
+            int c = chunk_of(&b, 0);
+            if (c >= 0 && c < N) seen[c]++;
+            displaced += c != n;
+            n++;
+        }
+        int all = n == N;
+        for (int i = 0; i < N; i++) all &= seen[i] == 1;
+        CHECK_MSG(all, "shuffle buffer %d: not a permutation of the %d items (%d out)", k, N, n);
+        CHECK(k == 1 ? displaced == 0 : displaced > N / 3);
+        ct_stream_free(s);
+    }
+
+    // Truncate: cut dim 0.
+    ct_copy_task t = {10, 8, false, 1, 0};
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK_OK(ct_truncate_stream_new(&s, s, 5, &err), &err);
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    ct_stream_signature(s, sigs);
+    CHECK(sigs[0].shape[0] == 5);
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(b.t[0].shape[0] == 5 && b.t[2].shape[0] == 5 && ct_i32(&b.t[0])[0] == 0);
+    ct_stream_free(s);
+
+    // Transforms that cannot be built free what they were given (ASan checks).
+    s = numbered_stream(N);
+    CHECK(ct_shuffle_stream_new(&s, s, 0, 1, &err) == CT_ERR_ARG && s == NULL);
+    CHECK(ct_copy_stream_new(&s, &t, &err) == CT_OK);
+    CHECK(ct_epochs_stream_new(&s, s, true, 1, 0, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "epochs: the copy stream is endless"), "%s", err.msg);
+}
+
+static void test_batch(void) {
+    ct_error err;
+    // Variable lengths padded to a multiple of 8; padding carries weight 0.
+    ct_copy_task t = {10, 6, false, 4, 1};
+    ct_stream *ex, *s;
+    CHECK_OK(ct_copy_stream_new(&ex, &t, &err), &err);
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 4;
+    bp.pad_to_multiple = 8;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    ct_stream_signature(s, sigs);
+    CHECK(sigs[0].ndim == 2 && sigs[0].shape[0] == 4 && sigs[0].shape[1] == -1);
+    int bad = 0, pads = 0;
+    for (int i = 0; i < 5; i++) {
+        ct_batch b;
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        int64_t L = b.t[0].shape[1];
+        int64_t longest = 0;
+        for (int r = 0; r < 4; r++) {
+            ct_batch e;
+            CHECK_OK(ct_stream_next(ex, &e, &err), &err);
+            int64_t len = e.t[0].shape[0];
+            if (len > longest) longest = len;
+            for (int64_t k = 0; k < L; k++) {
+                int32_t tok = ct_i32(&b.t[0])[r * L + k];
+                float w = ct_f32(&b.t[2])[r * L + k];
+                if (k < len)
+                    bad += tok != ct_i32(&e.t[0])[k] || w != ct_f32(&e.t[2])[k];
+                else {
+                    bad += tok != 0 || w != 0.0f;
+                    pads++;
+                }
+            }
+        }
+        bad += L % 8 != 0 || L < longest || L >= longest + 8;
+    }
+    CHECK_MSG(bad == 0, "%d wrong values in padded batches", bad);
+    CHECK(pads > 0);
+    ct_stream_free(s);
+    ct_stream_free(ex);
+
+    // A fixed length; boundaries.
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    bp.length = 20;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    ct_stream_signature(s, sigs);
+    CHECK(sigs[0].shape[1] == 20 && sigs[2].shape[1] == 20 && sigs[2].dtype == CT_DTYPE_F32);
+    ct_batch b;
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(b.t[0].shape[1] == 20);
+    ct_stream_free(s);
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    bp.length = 8;  // examples reach 14 tokens
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    ct_status st = CT_OK;
+    for (int i = 0; i < 10 && st == CT_OK; i++) st = ct_stream_next(s, &b, &err);
+    CHECK(st == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(err.msg, "longer than length 8 (truncate first)"), "%s", err.msg);
+    ct_stream_free(s);
+    int64_t bounds[] = {6, 10, 14};
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    bp.length = 0;
+    bp.boundaries = bounds;
+    bp.n_boundaries = 3;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    int shapes_ok = 1;
+    for (int i = 0; i < 20; i++) {
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        int64_t L = b.t[0].shape[1];
+        shapes_ok &= L == 6 || L == 10 || L == 14;
+    }
+    CHECK(shapes_ok);
+    ct_stream_free(s);
+
+    // The remainder of a finite stream: dropped, or padded with weight-0 rows.
+    for (int pad = 0; pad < 2; pad++) {
+        s = numbered_stream(10);
+        bp = ct_batch_default_params();
+        bp.batch_size = 4;
+        bp.pad_remainder = pad;
+        CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+        CHECK(ct_stream_length(s) == (pad ? 3 : 2));
+        int n = take(s, 10, NULL);
+        CHECK(n == (pad ? 3 : 2));
+        if (pad) {
+            CHECK_OK(ct_stream_seek(s, 2, &err), &err);
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            CHECK(chunk_of(&b, 0) == 8 && chunk_of(&b, 1) == 9);
+            float wsum = 0;
+            int zero_tokens = 1;
+            for (int k = 0; k < 32; k++) wsum += ct_f32(&b.t[2])[k];
+            for (int k = 16; k < 32; k++) zero_tokens &= ct_i32(&b.t[0])[k] == 0;
+            CHECK(wsum == 16.0f && zero_tokens);
+        }
+        ct_stream_free(s);
+    }
+
+    // Bucketing: each window's examples come out once, in batches of similar length.
+    ct_stream *plain;
+    CHECK_OK(ct_copy_stream_new(&plain, &t, &err), &err);
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    bp = ct_batch_default_params();
+    bp.batch_size = 4;
+    bp.bucket_window = 5;
+    bp.seed = 2;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    int lengths_in_window[20], got_lengths[7 * 3] = {0}, want_lengths[7 * 3] = {0};
+    int64_t spread = 0, unbucketed_spread = 0;
+    for (int w = 0; w < 3; w++) {
+        for (int i = 0; i < 20; i++) {
+            CHECK_OK(ct_stream_next(plain, &b, &err), &err);
+            lengths_in_window[i] = (int)(b.t[0].shape[0] - 2) / 2;
+            want_lengths[w * 7 + lengths_in_window[i]]++;
+        }
+        for (int i = 0; i < 5; i++) {
+            int lo = 99, hi = 0, ulo = 99, uhi = 0;
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            for (int r = 0; r < 4; r++) {
+                // The row's w length: its weights count it.
+                int n = 0;
+                for (int64_t k = 0; k < b.t[2].shape[1]; k++) n += ct_f32(&b.t[2])[r * b.t[2].shape[1] + k] == 1.0f;
+                got_lengths[w * 7 + n]++;
+                lo = n < lo ? n : lo;
+                hi = n > hi ? n : hi;
+                int u = lengths_in_window[4 * i + r];
+                ulo = u < ulo ? u : ulo;
+                uhi = u > uhi ? u : uhi;
+            }
+            spread += hi - lo;
+            unbucketed_spread += uhi - ulo;
+        }
+    }
+    CHECK_MSG(memcmp(got_lengths, want_lengths, sizeof want_lengths) == 0, "bucketed windows lost or gained examples");
+    CHECK_MSG(spread * 2 < unbucketed_spread, "bucketing: length spread %lld vs %lld without", (long long)spread,
+              (long long)unbucketed_spread);
+    printf("  bucketing: summed length spread within batches %lld (unbucketed %lld)\n", (long long)spread,
+           (long long)unbucketed_spread);
+    ct_stream_free(s);
+    ct_stream_free(plain);
+}
+
+static void test_weights(void) {
+    ct_error err;
+    // mask_id 0 zeroes the weights of 0 targets (the copy task's separators).
+    ct_copy_task t = {10, 3, false, 1, 0};
+    ct_stream *s;
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK_OK(ct_weights_stream_new(&s, s, 0, &err), &err);
+    ct_batch b;
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    const float *w = ct_f32(&b.t[2]);
+    CHECK(w[0] == 0 && w[4] == 0 && w[5] == 1 && w[7] == 1);
+    ct_stream_free(s);
+}
+
+// ---- resume ------------------------------------------------------------------------------------------
+
+static ct_stream *chain_copy(void) {
+    ct_error err;
+    ct_stream *s;
+    ct_copy_task t = {16, 5, false, 3, 0};
+    if (ct_copy_stream_new(&s, &t, &err) != CT_OK) return NULL;
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 3;
+    return must(ct_batch_stream_new(&s, s, &bp, &err), &s, &err);
+}
+
+static ct_stream *chain_reverse_shuffled(void) {
+    ct_error err;
+    ct_stream *s;
+    ct_copy_task t = {16, 7, true, 5, 2};
+    if (ct_copy_stream_new(&s, &t, &err) != CT_OK) return NULL;
+    if (ct_shuffle_stream_new(&s, s, 16, 1, &err) != CT_OK) return NULL;
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 4;
+    bp.length = 16;
+    if (ct_batch_stream_new(&s, s, &bp, &err) != CT_OK) return NULL;
+    return must(ct_prefetch_stream_new(&s, s, 3, &err), &s, &err);
+}
+
+static ct_stream *chain_addition_bucketed(void) {
+    ct_error err;
+    ct_stream *s;
+    ct_addition_task t = {13, 3, 12, 8};
+    if (ct_addition_stream_new(&s, &t, &err) != CT_OK) return NULL;
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 4;
+    bp.bucket_window = 3;
+    bp.pad_to_multiple = 4;
+    bp.seed = 5;
+    return must(ct_batch_stream_new(&s, s, &bp, &err), &s, &err);
+}
+
+// The LM chain on text: train split, shuffled epochs, a shuffle buffer, batches, prefetch.
+static ct_stream *chain_text(void) {
+    ct_error err;
+    static const char *path[1];
+    path[0] = tmp_path("numbered.txt");
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = path;
+    p.n_paths = 1;
+    p.seq_len = 8;
+    p.split = CT_DATA_SPLIT_TRAIN;
+    p.eval_fraction = 0.1;
+    ct_stream *s;
+    if (ct_text_stream_new(&s, &p, &err) != CT_OK) return NULL;
+    if (ct_epochs_stream_new(&s, s, true, 21, 0, &err) != CT_OK) return NULL;
+    if (ct_shuffle_stream_new(&s, s, 32, 22, &err) != CT_OK) return NULL;
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 8;
+    if (ct_batch_stream_new(&s, s, &bp, &err) != CT_OK) return NULL;
+    return must(ct_prefetch_stream_new(&s, s, 2, &err), &s, &err);
+}
+
+// One epoch through a shuffle buffer: restores inside the drain.
+static ct_stream *chain_text_draining(void) {
+    ct_error err;
+    static const char *path[1];
+    path[0] = tmp_path("numbered.txt");
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = path;
+    p.n_paths = 1;
+    p.seq_len = 8;
+    ct_stream *s;
+    if (ct_text_stream_new(&s, &p, &err) != CT_OK) return NULL;
+    if (ct_epochs_stream_new(&s, s, false, 0, 1, &err) != CT_OK) return NULL;
+    return must(ct_shuffle_stream_new(&s, s, 64, 4, &err), &s, &err);
+}
+
+static ct_stream *chain_tokens(void) {
+    ct_error err;
+    static const char *path[1];
+    path[0] = tmp_path("tok16.bin");
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = path;
+    p.n_paths = 1;
+    p.seq_len = 3;
+    p.token_bytes = 2;
+    ct_stream *s;
+    if (ct_token_stream_new(&s, &p, &err) != CT_OK) return NULL;
+    if (ct_epochs_stream_new(&s, s, true, 1, 0, &err) != CT_OK) return NULL;
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 5;
+    return must(ct_batch_stream_new(&s, s, &bp, &err), &s, &err);
+}
+
+static ct_stream *chain_idx(void) {
+    ct_error err;
+    ct_stream *s;
+    if (open_idx(tmp_path("im.gz"), tmp_path("lb.gz"), &s, &err) != CT_OK) return NULL;
+    if (ct_epochs_stream_new(&s, s, true, 6, 0, &err) != CT_OK) return NULL;
+    if (ct_shuffle_stream_new(&s, s, 3, 7, &err) != CT_OK) return NULL;
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 2;
+    if (ct_batch_stream_new(&s, s, &bp, &err) != CT_OK) return NULL;
+    return must(ct_prefetch_stream_new(&s, s, 2, &err), &s, &err);
+}
+
+static void test_resume(void) {
+    numbered_corpus(300);
+    check_resume("copy, batch", chain_copy, 7, 9);
+    check_resume("reverse, shuffle buffer, batch, prefetch", chain_reverse_shuffled, 13, 20);
+    check_resume("addition, bucketed batches", chain_addition_bucketed, 5, 11);  // mid-window
+    check_resume("text, epochs, shuffle, batch, prefetch", chain_text, 40, 50);  // past an epoch
+    check_resume("text, one epoch, shuffle buffer draining", chain_text_draining, 270, 30);
+    check_resume("tokens, epochs, batch", chain_tokens, 6, 8);
+    check_resume("idx, epochs, shuffle, batch, prefetch", chain_idx, 11, 12);
+    check_positions("text, epochs, shuffle, batch, prefetch", chain_text, 90, 1);
+    check_positions("text, one epoch, shuffle buffer draining", chain_text_draining, 300, 1);
+    check_positions("addition, bucketed batches", chain_addition_bucketed, 40, 1);
+    check_positions("idx, epochs, shuffle, batch, prefetch", chain_idx, 30, 1);
+
+    // A cursor from a different pipeline is refused.
+    ct_error err;
+    ct_stream *a = chain_copy(), *b = chain_text();
+    if (a && b) {
+        ct_stream_cursor c = ct_stream_get_cursor(a);
+        CHECK(ct_stream_set_cursor(b, c, &err) == CT_ERR_STATE);
+        CHECK_MSG(strstr(err.msg, "was saved by a different stream"), "%s", err.msg);
+    }
+    ct_stream_free(a);
+    ct_stream_free(b);
+
+    // Prefetch changes nothing: the same items as the chain without it, and
+    // a cursor taken with prefetch restores into the chain without it.
+    ct_stream *with = chain_text(), *without;
+    {
+        // Build the chain again without prefetch.
+        static const char *path[1];
+        path[0] = tmp_path("numbered.txt");
+        ct_corpus_params p = ct_corpus_default_params();
+        p.paths = path;
+        p.n_paths = 1;
+        p.seq_len = 8;
+        p.split = CT_DATA_SPLIT_TRAIN;
+        p.eval_fraction = 0.1;
+        CHECK_OK(ct_text_stream_new(&without, &p, &err), &err);
+        CHECK_OK(ct_epochs_stream_new(&without, without, true, 21, 0, &err), &err);
+        CHECK_OK(ct_shuffle_stream_new(&without, without, 32, 22, &err), &err);
+        ct_batch_params bp = ct_batch_default_params();
+        bp.batch_size = 8;
+        CHECK_OK(ct_batch_stream_new(&without, without, &bp, &err), &err);
+    }
+    enum { M = 60 };
+    rec x[M], y[M];
+    int nx = take(with, M, x), ny = take(without, M, y), same = 0;
+    for (int i = 0; i < M && i < nx && i < ny; i++) same += rec_equal(&x[i], &y[i]);
+    CHECK_MSG(same == M, "prefetch changed items: %d of %d the same", same, M);
+    ct_stream_cursor c = ct_stream_get_cursor(with);
+    ct_stream *fresh = chain_text();
+    CHECK_OK(ct_stream_set_cursor(without, c, &err), &err);
+    CHECK_OK(ct_stream_set_cursor(fresh, c, &err), &err);
+    for (int i = 0; i < nx; i++) rec_free(&x[i]);
+    for (int i = 0; i < ny; i++) rec_free(&y[i]);
+    nx = take(fresh, 10, x);
+    ny = take(without, 10, y);
+    same = 0;
+    for (int i = 0; i < 10 && i < nx && i < ny; i++) same += rec_equal(&x[i], &y[i]);
+    CHECK(same == 10);
+    for (int i = 0; i < nx; i++) rec_free(&x[i]);
+    for (int i = 0; i < ny; i++) rec_free(&y[i]);
+    printf("  prefetch: %d batches identical with and without it; cursor moves between them\n", M);
+    ct_stream_free(with);
+    ct_stream_free(without);
+    ct_stream_free(fresh);
+}
+
+// The prefetch thread: an error arrives at the item it belongs to; freeing
+// with the ring full, while the worker waits, and right after a seek exits
+// cleanly (ASan and leak checks; TSan in a thread-sanitizer build).
+static void test_prefetch(void) {
+    ct_error err;
+    const char *path[] = {tmp_path("tok32.bin")};
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = path;
+    p.n_paths = 1;
+    p.seq_len = 4;
+    p.token_bytes = 4;
+    p.vocab_size = 70020;  // chunk 5 (tokens 70020..) is bad
+    ct_stream *s;
+    CHECK_OK(ct_token_stream_new(&s, &p, &err), &err);
+    CHECK_OK(ct_prefetch_stream_new(&s, s, 4, &err), &err);
+    int n = 0;
+    ct_status st = CT_OK;
+    ct_batch b;
+    while (n < 20) {
+        st = ct_stream_next(s, &b, &err);
+        if (st != CT_OK || b.n == 0) break;
+        n++;
+    }
+    CHECK(st == CT_ERR_FORMAT && n == 5);
+    CHECK_MSG(strstr(err.msg, "token 70020 at byte 80"), "%s", err.msg);
+    CHECK(ct_stream_get_cursor(s).position == 5);
+    CHECK(ct_stream_next(s, &b, &err) == CT_ERR_FORMAT);  // it stays failed
+    CHECK_OK(ct_stream_seek(s, 2, &err), &err);           // until a seek
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(ct_i32(&b.t[0])[0] == 70008);
+    ct_stream_free(s);
+
+    // Free while the worker waits on a full ring, many times.
+    for (int i = 0; i < 20; i++) {
+        ct_copy_task t = {10, 4, false, (uint64_t)i, 0};
+        CHECK(ct_copy_stream_new(&s, &t, &err) == CT_OK);
+        CHECK(ct_prefetch_stream_new(&s, s, 1 + i % 3, &err) == CT_OK);
+        take(s, i % 4, NULL);
+        if (i % 2) CHECK(ct_stream_seek(s, 100, &err) == CT_OK);
+        ct_stream_free(s);
+    }
+    // An end: a finite stream through prefetch ends where it would.
+    s = numbered_stream(7);
+    CHECK_OK(ct_prefetch_stream_new(&s, s, 3, &err), &err);
+    CHECK(take(s, 20, NULL) == 7);
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(b.n == 0);
+    ct_stream_free(s);
+    CHECK(ct_prefetch_stream_new(&s, numbered_stream(3), 0, &err) == CT_ERR_ARG);
+}
+
+// ---- the Debian packages -----------------------------------------------------------------------
+
+static void test_real_files(void) {
+    ct_error err;
+    const char *fortunes = "/usr/share/games/fortunes";
+    struct stat st;
+    if (stat(fortunes, &st) != 0) {
+        printf("  SKIPPED fortunes: %s is missing (scripts/install-deps.sh installs the fortunes package)\n", fortunes);
+    } else {
+        const char *dir[] = {fortunes};
+        ct_corpus_params p = ct_corpus_default_params();
+        p.paths = dir;
+        p.n_paths = 1;
+        p.seq_len = 128;
+        int64_t n[3] = {0};
+        for (int split = 0; split <= 2; split++) {
+            p.split = (ct_data_split)split;
+            ct_stream *s;
+            CHECK_OK(ct_text_stream_new(&s, &p, &err), &err);
+            if (!s) continue;
+            n[split] = ct_stream_length(s);
+            if (split == CT_DATA_SPLIT_TRAIN) {
+                int dat = 0, u8 = 0;
+                for (int i = 0; i < ct_corpus_n_files(s); i++) {
+                    const char *f = ct_corpus_file(s, i);
+                    dat += strlen(f) > 4 && strcmp(f + strlen(f) - 4, ".dat") == 0;
+                    u8 += strlen(f) > 3 && strcmp(f + strlen(f) - 3, ".u8") == 0;
+                }
+                CHECK_MSG(dat == 0 && u8 == 0, "%d .dat index files and %d .u8 links read as text", dat, u8);
+                CHECK(ct_corpus_n_files(s) >= 10);
+                CHECK_OK(ct_epochs_stream_new(&s, s, true, 1, 0, &err), &err);
+                ct_batch_params bp = ct_batch_default_params();
+                bp.batch_size = 8;
+                CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+                CHECK_OK(ct_prefetch_stream_new(&s, s, 2, &err), &err);
+                ct_batch b;
+                CHECK_OK(ct_stream_next(s, &b, &err), &err);
+                int64_t letters = 0, total = ct_tensor_numel(&b.t[0]);
+                for (int64_t k = 0; k < total; k++) {
+                    int32_t c = ct_i32(&b.t[0])[k];
+                    letters += (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == ' ';
+                }
+                CHECK_MSG(letters * 10 > total * 7, "only %lld of %lld bytes are letters or spaces", (long long)letters,
+                          (long long)total);
+                char desc[512];
+                printf("  fortunes: %s\n", ct_stream_describe(s, desc, sizeof desc));
+                printf("  fortunes sample: \"");
+                for (int k = 0; k < 60; k++) {
+                    int32_t c = ct_i32(&b.t[0])[k];
+                    putchar(c == '\n' ? '|' : c >= 32 && c < 127 ? c : '?');
+                }
+                printf("\"\n");
+            }
+            ct_stream_free(s);
+        }
+        CHECK(n[1] + n[2] == n[0] && n[2] > 0);
+        printf("  fortunes: %lld chunks of 128 bytes, train %lld, eval %lld\n", (long long)n[0], (long long)n[1],
+               (long long)n[2]);
+    }
+
+    const char *images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz",
+               *labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+    if (stat(images, &st) != 0) {
+        printf("  SKIPPED fashion-mnist: %s is missing (scripts/install-deps.sh installs dataset-fashion-mnist)\n",
+               images);
+        return;
+    }
+    ct_stream *s;
+    CHECK_OK(open_idx(images, labels, &s, &err), &err);
+    if (!s) return;
+    CHECK(ct_stream_length(s) == 10000);
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    ct_stream_signature(s, sigs);
+    CHECK(sigs[0].shape[0] == 28 && sigs[0].shape[1] == 28);
+    int per_class[10] = {0};
+    double mean = 0;
+    for (int i = 0; i < 10000; i++) {
+        ct_batch b;
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        int l = *ct_i32(&b.t[1]);
+        if (l >= 0 && l < 10) per_class[l]++;
+        if (i < 100)
+            for (int k = 0; k < 784; k++) mean += ct_f32(&b.t[0])[k];
+    }
+    int balanced = 1;
+    for (int c = 0; c < 10; c++) balanced &= per_class[c] == 1000;
+    CHECK_MSG(balanced, "Fashion-MNIST's test set has 1000 images per class");
+    mean /= 100 * 784;
+    CHECK(mean > 0.1 && mean < 0.6);
+    printf("  fashion-mnist t10k: 10000 images of 28x28, 1000 per class, mean pixel %.3f\n", mean);
+    ct_stream_free(s);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ctrax_test_data_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    printf("copy and reverse\n");
+    test_copy();
+    printf("addition\n");
+    test_addition();
+    printf("text\n");
+    test_text();
+    printf("train/eval split\n");
+    test_split();
+    printf("token files\n");
+    test_tokens();
+    printf("idx\n");
+    test_idx();
+    printf("epochs, shuffle buffer, truncate\n");
+    test_epochs_and_shuffle();
+    printf("batch, padding, bucketing\n");
+    test_batch();
+    printf("loss weights\n");
+    test_weights();
+    printf("resume\n");
+    test_resume();
+    printf("prefetch\n");
+    test_prefetch();
+    printf("Debian's fortunes and Fashion-MNIST\n");
+    test_real_files();
+    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return check_summary("test_data");
+}
