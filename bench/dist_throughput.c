@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
     }
     int rank = comm ? ct_comm_rank(comm) : 0, n_proc = comm ? ct_comm_size(comm) : 1;
     enum { GLOBAL_B = 32 };
-    ct_copy_task task = {16, 16, false, 1};
+    ct_copy_task task = {16, 16, false, 1, 0};
     int T = ct_copy_task_seq_len(&task), B = GLOBAL_B / n_proc;
     int32_t *tokens = malloc((size_t)GLOBAL_B * T * sizeof *tokens);
     float *weights = malloc((size_t)GLOBAL_B * T * sizeof *weights);

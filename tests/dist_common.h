@@ -16,7 +16,7 @@ enum { DIST_B = 8, DIST_T = 12, DIST_VOCAB = 10 };
 // sequence keeps a different number of weighted positions, so the per-device
 // weight sums differ and the global normalization matters.
 static inline void dist_batch(int step, int32_t *tokens, float *weights) {
-    ct_copy_task task = {DIST_VOCAB, 5, false, 11};
+    ct_copy_task task = {DIST_VOCAB, 5, false, 11, 0};
     ct_copy_task_batch(&task, (uint64_t)step, DIST_B, tokens, weights);
     for (int b = 0; b < DIST_B; b++)
         for (int t = 0; t < DIST_T; t++)
