@@ -1,0 +1,168 @@
+// The training Loop: tasks, evals, checkpoints, summaries, and exact resume.
+//
+// Trax's Loop semantics (../shared/SEMANTICS.md), with its flaws fixed:
+//   - Steps are 1-based: the first update is step 1. Schedules, checkpoint
+//     names and the checkpoint_at / eval_at / permanent_checkpoint_at
+//     predicates see that number. By default a checkpoint is written and an
+//     eval run at step 1 and every n_steps_per_checkpoint (100) steps.
+//   - A checkpoint is also written when run ends (Trax loses up to 99 steps),
+//     and when a stop is requested (SIGINT/SIGTERM through opts.stop).
+//   - A checkpoint holds everything needed to continue bit for bit: weights,
+//     state, optimizer slots and hyperparameters, the step, the loop's key,
+//     every task's data cursor, the history and the operative config. A
+//     run pointed at a directory with a checkpoint resumes from the newest
+//     complete one, and the steps it then takes are the ones the
+//     uninterrupted run would have taken (same weights, bit for bit).
+//   - Evals are averaged over all batches, devices and processes, weighted by
+//     what each metric averages over (tokens, for a weighted loss); Trax
+//     averages per batch and per host.
+//   - No task drops its first batch.
+//
+// Files in the output directory (only the chief, process 0, writes):
+//   model_<step>/            checkpoints (the newest keep_last are kept, and
+//   lowest_<metric>/         the permanent and best ones), each with
+//   highest_<metric>/          weights.safetensors  weights and state by layer path
+//   checkpoint                 slots.safetensors    optimizer slots, one flat
+//                                                   tensor per weight
+//                              state.json           step, keys, cursors, history, ...
+//   metrics.jsonl, train/ and eval/ TensorBoard event files
+//   config.gin               the operative config, when the caller gives one
+//
+// Every step the step key is ct_key_fold_in(loop key, step), so a resumed
+// run draws the same dropout masks as the uninterrupted one.
+#ifndef CTRAX_TRAIN_LOOP_H
+#define CTRAX_TRAIN_LOOP_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "ctrax/core/error.h"
+#include "ctrax/data/stream.h"
+#include "ctrax/layers/layer.h"
+#include "ctrax/optim/optimizer.h"
+#include "ctrax/optim/schedules.h"
+#include "ctrax/train/trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// A training task: where batches come from, the loss, the optimizer and the
+// learning-rate schedule. Streams and schedules are not owned (they must
+// outlive the loop); the loop takes a reference to the loss and ownership of
+// the optimizer. Each batch of the stream is the global batch: every process
+// takes its own rows of it (process p of P: rows [p B/P, (p+1) B/P)).
+typedef struct ct_train_task {
+    ct_stream *stream;
+    ct_layer *loss;
+    ct_optimizer *optimizer;
+    const ct_schedule *lr_schedule;  // NULL: the optimizer's own learning rate
+    const char *loss_name;           // history/summaries: "metrics/<loss_name>"; NULL: the loss layer's name
+} ct_train_task;
+
+// An evaluation: n_batches batches of the stream, each metric layer applied
+// to [model output, the batch's other tensors...]. The metric layers are
+// weightless scalars (losses and accuracies); names default to the layers'.
+#define CT_EVAL_MAX_METRICS 16
+typedef struct ct_eval_task {
+    ct_stream *stream;
+    ct_layer *metrics[CT_EVAL_MAX_METRICS];
+    const char *metric_names[CT_EVAL_MAX_METRICS];
+    int n_metrics;
+    int n_batches;  // 1
+} ct_eval_task;
+
+typedef bool (*ct_step_predicate)(int64_t step, void *user);
+
+// Called around steps and checkpoints (Trax's callbacks, plus on_checkpoint).
+typedef struct ct_loop_callback {
+    void (*on_step_begin)(int64_t step, void *user);
+    void (*on_step_end)(int64_t step, void *user);
+    void (*on_checkpoint)(const char *name, int64_t step, void *user);
+    void *user;
+} ct_loop_callback;
+
+#define CT_LOOP_MAX_TASKS 8
+#define CT_LOOP_MAX_CALLBACKS 8
+
+typedef struct ct_loop_options {
+    const char *output_dir;  // NULL: no checkpoints, no summaries
+    int64_t n_steps_per_checkpoint;            // 100
+    int64_t n_steps_per_permanent_checkpoint;  // 0: none
+    // Override the default cadences (NULL: the defaults above).
+    ct_step_predicate checkpoint_at;
+    ct_step_predicate eval_at;
+    ct_step_predicate permanent_checkpoint_at;
+    void *predicate_user;
+    // Which train task step s uses (NULL: task 0 always). The tasks share the
+    // model, its weights and the optimizer slots of task 0's trainer, and
+    // must share the loss layer; they differ in stream and schedule.
+    int (*which_task)(int64_t step, void *user);
+    void *which_task_user;
+    // After each eval, write lowest_<metric> / highest_<metric> when that
+    // eval metric reaches a new best (ties count). NULL: off.
+    const char *checkpoint_low_metric;
+    const char *checkpoint_high_metric;
+    int keep_last;      // regular checkpoints kept: 2
+    bool restore;       // resume from output_dir's newest checkpoint: true
+    uint64_t seed;      // the loop's key (init, dropout): 0
+    ct_trainer_options trainer;  // devices, comm, clipping, frozen weights
+    ct_device *device;  // counts the trainer's bytes; NULL: the loop's own CPU device
+    // Set (by a signal handler) to stop after the current step with a
+    // checkpoint; run then returns CT_OK with ct_loop_stopped true.
+    volatile sig_atomic_t *stop;
+    const char *config_text;  // the operative config, saved in checkpoints and config.gin
+    FILE *log;                // Trax-style step lines ("Step    100: train loss | ..."); NULL: none
+    FILE *progress;           // a live progress line when this is a terminal; NULL: none
+    int64_t tokens_per_batch; // for tokens/s on the progress line (0: not shown)
+    ct_loop_callback callbacks[CT_LOOP_MAX_CALLBACKS];
+    int n_callbacks;
+} ct_loop_options;
+ct_loop_options ct_loop_default_options(void);
+
+typedef struct ct_loop ct_loop;
+
+// Builds the trainer for model and task 0 (batch signatures from task 0's
+// stream), then, if opts.restore and output_dir holds a checkpoint, loads
+// the newest complete one (and logs which); otherwise starts at step 0.
+// Takes references to model and the layers of the tasks, ownership of the
+// optimizers.
+ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks, int n_tasks,
+                      const ct_eval_task *eval, const ct_loop_options *opts, ct_error *err);
+void ct_loop_free(ct_loop *loop);
+
+// Runs until the loop's step reaches n_steps (a total, as Trax's
+// Loop.run(n_steps) counts from the restored step), then writes a final
+// checkpoint if the last step did not.
+ct_status ct_loop_run(ct_loop *loop, int64_t n_steps, ct_error *err);
+// Runs the eval task now and records its metrics for the current step.
+ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err);
+// Writes a checkpoint of the current step now.
+ct_status ct_loop_save_checkpoint(ct_loop *loop, ct_error *err);
+
+int64_t ct_loop_step(const ct_loop *loop);
+bool ct_loop_stopped(const ct_loop *loop);
+// The checkpoint the loop resumed from ("" if it started fresh).
+const char *ct_loop_restored_from(const ct_loop *loop);
+ct_trainer *ct_loop_trainer(const ct_loop *loop);
+
+// History: (mode, metric, step, value), in the order recorded.
+typedef struct ct_history_entry {
+    char mode[8];  // "train" or "eval"
+    char metric[64];
+    int64_t step;
+    double value;
+} ct_history_entry;
+const ct_history_entry *ct_loop_history(const ct_loop *loop, int *n);
+// The last value of (mode, metric), or NAN.
+double ct_loop_last_value(const ct_loop *loop, const char *mode, const char *metric);
+
+// Loads only the weights of another run's checkpoint (fine-tuning): every
+// weight of this loop's model that has a tensor of the same name, dtype and
+// shape there; the rest keep their values (a warning lists them).
+ct_status ct_loop_load_weights(ct_loop *loop, const char *checkpoint_dir, const char *name, ct_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

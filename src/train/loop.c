@@ -1,0 +1,721 @@
+// The training Loop (see loop.h).
+#include "ctrax/train/loop.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctrax/core/log.h"
+#include "ctrax/train/checkpoint.h"
+#include "ctrax/train/summary.h"
+
+#define LOOP_STATE_FORMAT "ctrax-loop"
+#define LOOP_STATE_VERSION 1
+
+struct ct_loop {
+    ct_loop_options opts;
+    ct_device own_dev;
+    ct_device *dev;
+    ct_layer *model;  // one reference
+    ct_train_task tasks[CT_LOOP_MAX_TASKS];
+    int n_tasks;
+    ct_eval_task eval;
+    bool has_eval;
+    ct_net metric_nets[CT_EVAL_MAX_METRICS];  // initialized at the first eval
+    bool metrics_ready;
+    ct_arena metric_arena;
+    ct_ctx metric_ctx;
+    ct_trainer *trainer;
+    ct_key key;
+    int64_t step;
+    int rank, n_proc;
+    ct_comm *comm;  // opts.trainer.comm, or NULL
+
+    ct_history_entry *history;
+    int n_history, cap_history;
+    ct_summary *summary;  // the chief's, when there is an output dir
+    ct_progress *progress;
+    char restored_from[CT_CHECKPOINT_NAME_MAX];
+    bool stopped;
+    int64_t last_checkpoint_step;  // -1: none this run
+    bool have_low, have_high;
+    double best_low, best_high;
+
+    // Training metrics since the last log.
+    double loss_sum;
+    int64_t loss_count;
+    double log_time;
+    int64_t log_step;
+    ct_step_stats last_stats;
+    float last_lr;
+};
+
+ct_loop_options ct_loop_default_options(void) {
+    ct_loop_options o;
+    memset(&o, 0, sizeof o);
+    o.n_steps_per_checkpoint = 100;
+    o.keep_last = 2;
+    o.restore = true;
+    o.trainer = ct_trainer_default_options();
+    return o;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static bool is_chief(const ct_loop *l) { return l->rank == 0; }
+
+// ---- cadences ------------------------------------------------------------------
+
+static bool checkpoint_at(const ct_loop *l, int64_t step) {
+    if (l->opts.checkpoint_at) return l->opts.checkpoint_at(step, l->opts.predicate_user);
+    return step == 1 || (l->opts.n_steps_per_checkpoint > 0 && step % l->opts.n_steps_per_checkpoint == 0);
+}
+
+static bool eval_at(const ct_loop *l, int64_t step) {
+    if (l->opts.eval_at) return l->opts.eval_at(step, l->opts.predicate_user);
+    return step == 1 || (l->opts.n_steps_per_checkpoint > 0 && step % l->opts.n_steps_per_checkpoint == 0);
+}
+
+static bool permanent_at(const ct_loop *l, int64_t step) {
+    if (l->opts.permanent_checkpoint_at) return l->opts.permanent_checkpoint_at(step, l->opts.predicate_user);
+    return l->opts.n_steps_per_permanent_checkpoint > 0 && step % l->opts.n_steps_per_permanent_checkpoint == 0;
+}
+
+static int task_at(const ct_loop *l, int64_t step) {
+    if (!l->opts.which_task) return 0;
+    int t = l->opts.which_task(step, l->opts.which_task_user);
+    return t >= 0 && t < l->n_tasks ? t : 0;
+}
+
+// ---- history and summaries ---------------------------------------------------------
+
+static ct_status record(ct_loop *l, const char *mode, const char *metric, double value, ct_error *err) {
+    if (l->n_history == l->cap_history) {
+        l->cap_history = l->cap_history ? 2 * l->cap_history : 256;
+        l->history = ct_realloc(l->history, (size_t)l->cap_history * sizeof *l->history);
+    }
+    ct_history_entry *e = &l->history[l->n_history++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->mode, sizeof e->mode, "%s", mode);
+    snprintf(e->metric, sizeof e->metric, "%s", metric);
+    e->step = l->step;
+    e->value = value;
+    if (l->summary)
+        CT_TRY(ct_summary_scalar(l->summary, strcmp(mode, "eval") == 0 ? CT_SUMMARY_EVAL : CT_SUMMARY_TRAIN, l->step,
+                                 metric, value, err));
+    return CT_OK;
+}
+
+// A Trax-style line "Step    100: train loss |  2.34560000" on opts.log.
+static void log_line(ct_loop *l, const char *mode, const char *name, double value) {
+    if (!l->opts.log || !is_chief(l)) return;
+    char buf[256];
+    ct_progress_clear(l->progress);
+    ct_format_step_line(buf, sizeof buf, l->step, mode, name, 0, value);
+    fputs(buf, l->opts.log);
+    fputc('\n', l->opts.log);
+    fflush(l->opts.log);
+}
+
+const ct_history_entry *ct_loop_history(const ct_loop *loop, int *n) {
+    *n = loop->n_history;
+    return loop->history;
+}
+
+double ct_loop_last_value(const ct_loop *loop, const char *mode, const char *metric) {
+    for (int i = loop->n_history - 1; i >= 0; i--)
+        if (!strcmp(loop->history[i].mode, mode) && !strcmp(loop->history[i].metric, metric))
+            return loop->history[i].value;
+    return NAN;
+}
+
+// ---- batches -------------------------------------------------------------------------
+
+// This process's rows of a global batch: rows [p B/P, (p+1) B/P) of every
+// tensor (a view).
+static ct_status local_rows(const ct_loop *l, const ct_batch *global, ct_tensor *out, ct_error *err) {
+    for (int i = 0; i < global->n; i++) {
+        ct_tensor t = global->t[i];
+        if (t.ndim < 1 || t.shape[0] % l->n_proc != 0) {
+            char s[CT_SIG_STR_MAX];
+            return ct_error_set(err, CT_ERR_SHAPE, "loop: batch item %d %s does not split over %d processes", i,
+                                ct_tensor_sig_str(&t, s, sizeof s), l->n_proc);
+        }
+        int64_t rows = t.shape[0] / l->n_proc;
+        size_t row_bytes = t.shape[0] ? ct_tensor_nbytes(&t) / (size_t)t.shape[0] : 0;
+        t.shape[0] = rows;
+        t.data = (char *)t.data + (size_t)(l->rank * rows) * row_bytes;
+        out[i] = t;
+    }
+    return CT_OK;
+}
+
+static ct_status next_batch(ct_loop *l, ct_stream *s, const char *what, ct_batch *b, ct_error *err) {
+    CT_TRY(ct_stream_next(s, b, err));
+    if (b->n == 0) return ct_error_set(err, CT_ERR_STATE, "loop: the %s stream ran out of data at step %lld", what,
+                                       (long long)l->step);
+    return CT_OK;
+}
+
+// ---- checkpoints ------------------------------------------------------------------------
+
+// The weights and state of the net, named by their layer paths.
+static ct_named_tensor *weight_tensors(const ct_net *net, int *n) {
+    *n = net->n_params + net->n_state_params;
+    ct_named_tensor *t = ct_calloc((size_t)*n + 1, sizeof *t);
+    for (int i = 0; i < net->n_params; i++) {
+        t[i].name = net->params[i]->full_name;
+        t[i].tensor = net->params[i]->sig;
+        t[i].tensor.data = net->weights + net->params[i]->offset;
+    }
+    for (int i = 0; i < net->n_state_params; i++) {
+        ct_named_tensor *s = &t[net->n_params + i];
+        s->name = net->state_params[i]->full_name;
+        s->tensor = net->state_params[i]->sig;
+        s->tensor.data = net->state + net->state_params[i]->offset;
+    }
+    return t;
+}
+
+// Each weight's optimizer slots as one flat tensor named like the weight.
+static ct_named_tensor *slot_tensors(const ct_trainer *tr, int *n) {
+    const ct_net *net = ct_trainer_net(tr);
+    float *slots = ct_trainer_slots(tr, NULL);
+    ct_named_tensor *t = ct_calloc((size_t)net->n_params + 1, sizeof *t);
+    *n = 0;
+    for (int i = 0; i < net->n_params; i++) {
+        size_t off, cnt;
+        ct_trainer_param_slots(tr, i, &off, &cnt);
+        if (cnt == 0) continue;
+        t[*n].name = net->params[i]->full_name;
+        t[*n].tensor = ct_tensor_1d(CT_DTYPE_F32, (int64_t)cnt, slots + off);
+        (*n)++;
+    }
+    return t;
+}
+
+static cJSON *cursor_json(ct_stream_cursor c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "position", (double)c.position);
+    cJSON_AddNumberToObject(o, "fingerprint", (double)c.fingerprint);
+    return o;
+}
+
+static char *state_json(const ct_loop *l) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", LOOP_STATE_FORMAT);
+    cJSON_AddNumberToObject(root, "version", LOOP_STATE_VERSION);
+    cJSON_AddNumberToObject(root, "step", (double)l->step);
+    cJSON_AddNumberToObject(root, "seed", (double)l->opts.seed);
+    cJSON *key = cJSON_AddArrayToObject(root, "key");
+    cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[0]));
+    cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[1]));
+    cJSON *tasks = cJSON_AddArrayToObject(root, "train_cursors");
+    for (int i = 0; i < l->n_tasks; i++) cJSON_AddItemToArray(tasks, cursor_json(ct_stream_get_cursor(l->tasks[i].stream)));
+    if (l->has_eval) cJSON_AddItemToObject(root, "eval_cursor", cursor_json(ct_stream_get_cursor(l->eval.stream)));
+    const ct_optimizer *opt = ct_trainer_optimizer(l->trainer);
+    cJSON *o = cJSON_AddObjectToObject(root, "optimizer");
+    cJSON_AddStringToObject(o, "name", ct_optimizer_name(opt));
+    cJSON *params = cJSON_AddObjectToObject(o, "params");
+    for (int i = 0; i < ct_optimizer_n_params(opt); i++) {
+        float v = 0;
+        const char *name = ct_optimizer_param_name(opt, i);
+        if (ct_optimizer_get_param(opt, name, &v, NULL) == CT_OK) cJSON_AddNumberToObject(params, name, v);
+    }
+    cJSON *best = cJSON_AddObjectToObject(root, "best");
+    if (l->have_low) cJSON_AddNumberToObject(best, "low", l->best_low);
+    if (l->have_high) cJSON_AddNumberToObject(best, "high", l->best_high);
+    cJSON *hist = cJSON_AddArrayToObject(root, "history");
+    for (int i = 0; i < l->n_history; i++) {
+        const ct_history_entry *e = &l->history[i];
+        cJSON *row = cJSON_CreateArray();
+        cJSON_AddItemToArray(row, cJSON_CreateString(e->mode));
+        cJSON_AddItemToArray(row, cJSON_CreateString(e->metric));
+        cJSON_AddItemToArray(row, cJSON_CreateNumber((double)e->step));
+        // JSON has no NaN: a non-finite value is written as null.
+        cJSON_AddItemToArray(row, isfinite(e->value) ? cJSON_CreateNumber(e->value) : cJSON_CreateNull());
+        cJSON_AddItemToArray(hist, row);
+    }
+    const ct_net *net = ct_trainer_net(l->trainer);
+    cJSON_AddNumberToObject(root, "n_weights", (double)net->n_weights);
+    cJSON_AddNumberToObject(root, "devices", ct_trainer_global_devices(l->trainer));
+    if (l->opts.config_text) cJSON_AddStringToObject(root, "config", l->opts.config_text);
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, ct_error *err) {
+    if (!l->opts.output_dir) return CT_OK;
+    if (is_chief(l)) {
+        ct_checkpoint_options co = ct_checkpoint_default_options();
+        co.step = l->step;
+        co.keep = keep;
+        ct_checkpoint_writer *w;
+        CT_TRY(ct_checkpoint_writer_begin(&w, l->opts.output_dir, name, &co, err));
+        int nw, ns;
+        ct_named_tensor *wt = weight_tensors(ct_trainer_net(l->trainer), &nw);
+        ct_named_tensor *st = slot_tensors(l->trainer, &ns);
+        ct_kv meta[1] = {{"optimizer", ct_optimizer_name(ct_trainer_optimizer(l->trainer))}};
+        char *json = state_json(l);
+        ct_status s = ct_checkpoint_writer_add_tensors(w, "weights.safetensors", wt, nw, NULL, 0, err);
+        if (s == CT_OK) s = ct_checkpoint_writer_add_tensors(w, "slots.safetensors", st, ns, meta, 1, err);
+        if (s == CT_OK && l->opts.config_text)
+            s = ct_checkpoint_writer_add_bytes(w, "config.gin", l->opts.config_text, strlen(l->opts.config_text), err);
+        if (s == CT_OK) s = ct_checkpoint_writer_set_state(w, json, err);
+        if (s == CT_OK) s = ct_checkpoint_writer_commit(w, err);
+        else ct_checkpoint_writer_abort(w);
+        cJSON_free(json);
+        ct_free(wt);
+        ct_free(st);
+        if (s == CT_OK) s = ct_checkpoint_prune(l->opts.output_dir, l->opts.keep_last, NULL, NULL, err);
+        if (s != CT_OK) return ct_error_prefix(err, "loop: writing checkpoint %s at step %lld", name, (long long)l->step);
+    }
+    for (int i = 0; i < l->opts.n_callbacks; i++)
+        if (l->opts.callbacks[i].on_checkpoint) l->opts.callbacks[i].on_checkpoint(name, l->step, l->opts.callbacks[i].user);
+    return CT_OK;
+}
+
+ct_status ct_loop_save_checkpoint(ct_loop *loop, ct_error *err) {
+    char name[CT_CHECKPOINT_NAME_MAX];
+    snprintf(name, sizeof name, "model_%lld", (long long)loop->step);
+    CT_TRY(write_checkpoint(loop, name, permanent_at(loop, loop->step), err));
+    loop->last_checkpoint_step = loop->step;
+    return CT_OK;
+}
+
+static ct_status json_cursor(const cJSON *o, ct_stream_cursor *c, const char *what, const char *ckpt, ct_error *err) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "position");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "fingerprint");
+    if (!cJSON_IsNumber(p) || !cJSON_IsNumber(f))
+        return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json has no valid %s cursor", ckpt, what);
+    c->position = (int64_t)p->valuedouble;
+    c->fingerprint = (int64_t)f->valuedouble;
+    return CT_OK;
+}
+
+// Puts the loop in the state of a checkpoint: weights, state, slots,
+// optimizer hyperparameters, step, key, cursors, history, bests.
+static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err) {
+    const char *name = ct_checkpoint_name(c);
+    const char *json = ct_checkpoint_state(c);
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    if (!root) return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json is missing or not JSON", name);
+    ct_status st = CT_OK;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step");
+    const cJSON *key = cJSON_GetObjectItemCaseSensitive(root, "key");
+    const cJSON *cursors = cJSON_GetObjectItemCaseSensitive(root, "train_cursors");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, LOOP_STATE_FORMAT) || !cJSON_IsNumber(ver) ||
+        ver->valueint != LOOP_STATE_VERSION || !cJSON_IsNumber(step) || !cJSON_IsArray(key) ||
+        cJSON_GetArraySize(key) != 2 || !cJSON_IsArray(cursors) || cJSON_GetArraySize(cursors) != l->n_tasks) {
+        st = ct_error_set(err, CT_ERR_FORMAT,
+                          "checkpoint %s: state.json is not a ctrax loop state of version %d with %d train task(s)",
+                          name, LOOP_STATE_VERSION, l->n_tasks);
+        goto done;
+    }
+
+    // Tensors first: a failed load leaves every destination as it was.
+    const ct_net *net = ct_trainer_net(l->trainer);
+    int nw, ns;
+    ct_named_tensor *wt = weight_tensors(net, &nw);
+    ct_named_tensor *sl = slot_tensors(l->trainer, &ns);
+    ct_tensor_request *reqs = ct_calloc((size_t)(nw + ns) + 1, sizeof *reqs);
+    for (int i = 0; i < nw; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
+    for (int i = 0; i < ns; i++) reqs[nw + i] = (ct_tensor_request){"slots.safetensors", sl[i].name, sl[i].tensor, 0};
+    st = ct_checkpoint_load(c, reqs, nw + ns, CT_LOAD_EXACT, err);
+    ct_free(reqs);
+    ct_free(wt);
+    ct_free(sl);
+    if (st != CT_OK) goto done;
+
+    ct_optimizer *opt = ct_trainer_optimizer(l->trainer);
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    const cJSON *oname = cJSON_GetObjectItemCaseSensitive(o, "name");
+    if (!cJSON_IsString(oname) || strcmp(oname->valuestring, ct_optimizer_name(opt))) {
+        st = ct_error_set(err, CT_ERR_STATE, "checkpoint %s was trained with optimizer %s, this run uses %s", name,
+                          cJSON_IsString(oname) ? oname->valuestring : "?", ct_optimizer_name(opt));
+        goto done;
+    }
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(o, "params")) {
+        if (cJSON_IsNumber(p) && (st = ct_optimizer_set_param(opt, p->string, (float)p->valuedouble, err)) != CT_OK) {
+            ct_error_prefix(err, "checkpoint %s", name);
+            goto done;
+        }
+    }
+    for (int i = 0; i < l->n_tasks; i++) {
+        ct_stream_cursor cur;
+        if ((st = json_cursor(cJSON_GetArrayItem(cursors, i), &cur, "train", name, err)) != CT_OK ||
+            (st = ct_stream_set_cursor(l->tasks[i].stream, cur, err)) != CT_OK)
+            goto done;
+    }
+    const cJSON *ec = cJSON_GetObjectItemCaseSensitive(root, "eval_cursor");
+    if (l->has_eval && ec) {
+        ct_stream_cursor cur;
+        if ((st = json_cursor(ec, &cur, "eval", name, err)) != CT_OK ||
+            (st = ct_stream_set_cursor(l->eval.stream, cur, err)) != CT_OK)
+            goto done;
+    }
+    l->step = (int64_t)step->valuedouble;
+    l->key.w[0] = (uint32_t)cJSON_GetArrayItem(key, 0)->valuedouble;
+    l->key.w[1] = (uint32_t)cJSON_GetArrayItem(key, 1)->valuedouble;
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(root, "best");
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(best, "low"), *hi = cJSON_GetObjectItemCaseSensitive(best, "high");
+    if ((l->have_low = cJSON_IsNumber(lo))) l->best_low = lo->valuedouble;
+    if ((l->have_high = cJSON_IsNumber(hi))) l->best_high = hi->valuedouble;
+    l->n_history = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(root, "history")) {
+        const cJSON *m = cJSON_GetArrayItem(row, 0), *k = cJSON_GetArrayItem(row, 1), *s = cJSON_GetArrayItem(row, 2),
+                    *v = cJSON_GetArrayItem(row, 3);
+        if (!cJSON_IsString(m) || !cJSON_IsString(k) || !cJSON_IsNumber(s)) continue;
+        int64_t saved = l->step;
+        l->step = (int64_t)s->valuedouble;
+        record(l, m->valuestring, k->valuestring, cJSON_IsNumber(v) ? v->valuedouble : NAN, NULL);
+        l->step = saved;
+    }
+done:
+    cJSON_Delete(root);
+    return st;
+}
+
+// Finds the newest complete checkpoint (the chief decides, everyone loads
+// the same one) and restores it.
+static ct_status restore_latest(ct_loop *l, ct_error *err) {
+    char name[CT_CHECKPOINT_NAME_MAX] = "";
+    ct_status st = CT_OK;
+    if (is_chief(l)) st = ct_checkpoint_find_latest(l->opts.output_dir, name, sizeof name, err);
+    if (l->comm) {
+        double ok = st == CT_OK;
+        CT_TRY(ct_comm_allreduce_f64(l->comm, &ok, 1, err));  // every rank learns whether the chief failed
+        if (st == CT_OK && ok < l->n_proc) return ct_error_set(err, CT_ERR_IO, "loop: the chief could not find a checkpoint");
+        CT_TRY(ct_comm_broadcast(l->comm, name, sizeof name, 0, err));
+    }
+    CT_TRY(st);
+    if (!name[0]) return CT_OK;
+    ct_checkpoint *c;
+    CT_TRY(ct_checkpoint_open(&c, l->opts.output_dir, name, err));
+    st = restore_from(l, c, err);
+    ct_checkpoint_close(c);
+    if (st != CT_OK) return ct_error_prefix(err, "loop: resuming from %s/%s", l->opts.output_dir, name);
+    snprintf(l->restored_from, sizeof l->restored_from, "%s", name);
+    l->last_checkpoint_step = l->step;
+    if (is_chief(l))
+        ct_log(CT_LOG_INFO, "resuming from checkpoint %s/%s at step %lld", l->opts.output_dir, name, (long long)l->step);
+    return CT_OK;
+}
+
+ct_status ct_loop_load_weights(ct_loop *loop, const char *checkpoint_dir, const char *name, ct_error *err) {
+    ct_checkpoint *c;
+    CT_TRY(ct_checkpoint_open(&c, checkpoint_dir, name, err));
+    int nw;
+    ct_named_tensor *wt = weight_tensors(ct_trainer_net(loop->trainer), &nw);
+    ct_tensor_request *reqs = ct_calloc((size_t)nw + 1, sizeof *reqs);
+    for (int i = 0; i < nw; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
+    ct_status st = ct_checkpoint_load(c, reqs, nw, CT_LOAD_BY_NAME, err);
+    ct_free(reqs);
+    ct_free(wt);
+    ct_checkpoint_close(c);
+    return st;
+}
+
+// ---- evals -------------------------------------------------------------------------------
+
+static ct_status init_metrics(ct_loop *l, const ct_tensor *outputs, int n_out, const ct_tensor *batch, int n_batch,
+                              ct_error *err) {
+    ct_tensor sigs[CT_LAYER_MAX_IO];
+    int n = 0;
+    for (int i = 0; i < n_out; i++) sigs[n++] = ct_tensor_sig(&outputs[i]);
+    for (int i = l->model->n_in; i < n_batch && n < CT_LAYER_MAX_IO; i++) sigs[n++] = ct_tensor_sig(&batch[i]);
+    for (int m = 0; m < l->eval.n_metrics; m++) {
+        ct_layer *layer = l->eval.metrics[m];
+        if (layer->n_in > n)
+            return ct_error_set(err, CT_ERR_ARG, "eval: metric %s takes %d inputs, the model and batch give %d",
+                                layer->name, layer->n_in, n);
+        CT_TRY(ct_net_init(&l->metric_nets[m], layer, sigs, layer->n_in, ct_key_from_seed(0), l->dev, err));
+        if (l->metric_nets[m].n_weights || l->metric_nets[m].n_out != 1 || l->metric_nets[m].out_sigs[0].ndim != 0)
+            return ct_error_set(err, CT_ERR_ARG, "eval: metric %s must be weightless and give one scalar", layer->name);
+    }
+    l->metrics_ready = true;
+    return CT_OK;
+}
+
+ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err) {
+    ct_loop *l = loop;
+    if (!l->has_eval) return CT_OK;
+    // sums[2m] = sum of value * weight, sums[2m+1] = sum of weight.
+    double sums[2 * CT_EVAL_MAX_METRICS] = {0};
+    for (int b = 0; b < l->eval.n_batches; b++) {
+        ct_batch global;
+        ct_tensor batch[CT_BATCH_MAX_TENSORS], outputs[CT_LAYER_MAX_IO];
+        CT_TRY(next_batch(l, l->eval.stream, "eval", &global, err));
+        CT_TRY(local_rows(l, &global, batch, err));
+        CT_TRY(ct_trainer_predict(l->trainer, batch, outputs, err));
+        if (!l->metrics_ready) CT_TRY(init_metrics(l, outputs, l->model->n_out, batch, global.n, err));
+        ct_tensor in[CT_LAYER_MAX_IO];
+        int n = 0;
+        for (int i = 0; i < l->model->n_out; i++) in[n++] = outputs[i];
+        for (int i = l->model->n_in; i < global.n; i++) in[n++] = batch[i];
+        for (int m = 0; m < l->eval.n_metrics; m++) {
+            ct_tensor value;
+            ct_net_bind(&l->metric_nets[m], &l->metric_ctx, false);
+            l->metric_ctx.loss_weight = -1;
+            ct_status st = ct_layer_forward(l->metric_nets[m].root, &l->metric_ctx, in, &value, l->key, err);
+            if (st != CT_OK) {
+                ct_arena_reset(&l->metric_arena);
+                return st;
+            }
+            double w = l->metric_ctx.loss_weight >= 0 ? l->metric_ctx.loss_weight : 1.0;
+            sums[2 * m] += (double)*ct_f32(&value) * w;
+            sums[2 * m + 1] += w;
+        }
+        ct_arena_reset(&l->metric_arena);
+    }
+    if (l->comm) CT_TRY(ct_comm_allreduce_f64(l->comm, sums, (size_t)(2 * l->eval.n_metrics), err));
+    for (int m = 0; m < l->eval.n_metrics; m++) {
+        double value = sums[2 * m + 1] > 0 ? sums[2 * m] / sums[2 * m + 1] : NAN;
+        const char *name = l->eval.metric_names[m] ? l->eval.metric_names[m] : l->eval.metrics[m]->name;
+        char tag[96];
+        snprintf(tag, sizeof tag, "metrics/%s", name);
+        CT_TRY(record(l, "eval", tag, value, err));
+        log_line(l, "eval", name, value);
+        // New bests (ties count, as Trax).
+        char ckpt[CT_CHECKPOINT_NAME_MAX];
+        if (l->opts.checkpoint_low_metric && !strcmp(l->opts.checkpoint_low_metric, name) &&
+            (!l->have_low || value <= l->best_low)) {
+            l->have_low = true;
+            l->best_low = value;
+            snprintf(ckpt, sizeof ckpt, "lowest_%s", name);
+            CT_TRY(write_checkpoint(l, ckpt, true, err));
+        }
+        if (l->opts.checkpoint_high_metric && !strcmp(l->opts.checkpoint_high_metric, name) &&
+            (!l->have_high || value >= l->best_high)) {
+            l->have_high = true;
+            l->best_high = value;
+            snprintf(ckpt, sizeof ckpt, "highest_%s", name);
+            CT_TRY(write_checkpoint(l, ckpt, true, err));
+        }
+    }
+    if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
+    return CT_OK;
+}
+
+// ---- new / free ----------------------------------------------------------------------------
+
+ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks, int n_tasks,
+                      const ct_eval_task *eval, const ct_loop_options *opts, ct_error *err) {
+    *out = NULL;
+    if (n_tasks < 1 || n_tasks > CT_LOOP_MAX_TASKS)
+        return ct_error_set(err, CT_ERR_ARG, "loop: %d train tasks (1 to %d)", n_tasks, CT_LOOP_MAX_TASKS);
+    for (int i = 0; i < n_tasks; i++)
+        if (!tasks[i].stream || !tasks[i].loss || (i == 0 && !tasks[i].optimizer))
+            return ct_error_set(err, CT_ERR_ARG, "loop: train task %d needs a stream, a loss%s", i,
+                                i == 0 ? " and an optimizer" : "");
+    if (eval && (eval->n_metrics < 1 || eval->n_metrics > CT_EVAL_MAX_METRICS || !eval->stream))
+        return ct_error_set(err, CT_ERR_ARG, "loop: the eval task needs a stream and 1 to %d metrics",
+                            CT_EVAL_MAX_METRICS);
+    ct_loop *l = ct_calloc(1, sizeof *l);
+    l->opts = opts ? *opts : ct_loop_default_options();
+    l->own_dev = ct_device_cpu();
+    l->dev = l->opts.device ? l->opts.device : &l->own_dev;
+    l->model = ct_layer_ref(model);
+    l->n_tasks = n_tasks;
+    for (int i = 0; i < n_tasks; i++) {
+        l->tasks[i] = tasks[i];
+        l->tasks[i].loss = ct_layer_ref(tasks[i].loss);
+        if (i > 0) {
+            // One trainer serves every task: it has task 0's loss and optimizer.
+            ct_optimizer_free(l->tasks[i].optimizer);
+            l->tasks[i].optimizer = NULL;
+        }
+    }
+    if (eval) {
+        l->eval = *eval;
+        l->has_eval = true;
+        if (l->eval.n_batches < 1) l->eval.n_batches = 1;
+        for (int m = 0; m < l->eval.n_metrics; m++) ct_layer_ref(l->eval.metrics[m]);
+    }
+    ct_arena_init(&l->metric_arena, l->dev);
+    ct_ctx_init(&l->metric_ctx, &l->metric_arena);
+    l->comm = l->opts.trainer.comm;
+    l->rank = l->comm ? ct_comm_rank(l->comm) : 0;
+    l->n_proc = l->comm ? ct_comm_size(l->comm) : 1;
+    l->key = ct_key_from_seed(l->opts.seed);
+    l->last_checkpoint_step = -1;
+    ct_optimizer *opt = l->tasks[0].optimizer;
+    l->tasks[0].optimizer = NULL;  // the trainer owns it from here
+    ct_status st = CT_OK;
+    for (int i = 1; i < n_tasks && st == CT_OK; i++)
+        if (tasks[i].loss != tasks[0].loss)
+            st = ct_error_set(err, CT_ERR_ARG, "loop: train task %d has its own loss layer; tasks share task 0's", i);
+    if (st != CT_OK) {
+        ct_optimizer_free(opt);
+        goto fail;
+    }
+
+    // The trainer, for the shapes of task 0's first batch (then the stream
+    // goes back to where it was).
+    ct_batch first;
+    ct_tensor local[CT_BATCH_MAX_TENSORS];
+    ct_stream_cursor start = ct_stream_get_cursor(l->tasks[0].stream);
+    if ((st = next_batch(l, l->tasks[0].stream, "train", &first, err)) != CT_OK ||
+        (st = local_rows(l, &first, local, err)) != CT_OK) {
+        ct_optimizer_free(opt);
+        goto fail;
+    }
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    for (int i = 0; i < first.n; i++) sigs[i] = ct_tensor_sig(&local[i]);
+    st = ct_trainer_new(&l->trainer, model, l->tasks[0].loss, sigs, first.n, opt,
+                        ct_key_split(l->key, 0), l->dev, &l->opts.trainer, err);
+    if (st != CT_OK) goto fail;
+    if ((st = ct_stream_set_cursor(l->tasks[0].stream, start, err)) != CT_OK) goto fail;
+
+    if (l->opts.output_dir && l->opts.restore && (st = restore_latest(l, err)) != CT_OK) goto fail;
+    if (l->opts.output_dir && is_chief(l)) {
+        if ((st = ct_summary_open(&l->summary, l->opts.output_dir, l->step, err)) != CT_OK) goto fail;
+        if (l->opts.config_text) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/config.gin", l->opts.output_dir);
+            if ((st = ct_fs_write_atomic(path, l->opts.config_text, strlen(l->opts.config_text), err)) != CT_OK)
+                goto fail;
+        }
+    }
+    *out = l;
+    return CT_OK;
+fail:
+    ct_loop_free(l);
+    return st;
+}
+
+void ct_loop_free(ct_loop *loop) {
+    if (!loop) return;
+    ct_loop *l = loop;
+    ct_summary_close(l->summary, NULL);
+    ct_progress_free(l->progress);
+    for (int m = 0; m < CT_EVAL_MAX_METRICS; m++) ct_net_free(&l->metric_nets[m]);
+    if (l->has_eval)
+        for (int m = 0; m < l->eval.n_metrics; m++) ct_layer_free(l->eval.metrics[m]);
+    ct_ctx_free(&l->metric_ctx);
+    ct_arena_free(&l->metric_arena);
+    ct_trainer_free(l->trainer);
+    for (int i = 0; i < l->n_tasks; i++) {
+        ct_layer_free(l->tasks[i].loss);
+        ct_optimizer_free(l->tasks[i].optimizer);
+    }
+    ct_layer_free(l->model);
+    ct_free(l->history);
+    ct_free(l);
+}
+
+// ---- run ---------------------------------------------------------------------------------------
+
+// Logs the training metrics averaged since the last log (Trax's
+// _log_training_progress).
+static ct_status log_training(ct_loop *l, ct_error *err) {
+    if (l->loss_count == 0) return CT_OK;
+    double now = now_s(), loss = l->loss_sum / (double)l->loss_count;
+    double steps_per_s = (double)(l->step - l->log_step) / (now - l->log_time > 1e-9 ? now - l->log_time : 1e-9);
+    const ct_train_task *task = &l->tasks[task_at(l, l->step)];
+    const char *loss_name = task->loss_name ? task->loss_name : task->loss->name;
+    char tag[96];
+    snprintf(tag, sizeof tag, "metrics/%s", loss_name);
+    CT_TRY(record(l, "train", tag, loss, err));
+    CT_TRY(record(l, "train", "training/learning_rate", l->last_lr, err));
+    CT_TRY(record(l, "train", "training/steps per second", steps_per_s, err));
+    CT_TRY(record(l, "train", "training/gradients_l2", l->last_stats.gradients_l2, err));
+    CT_TRY(record(l, "train", "training/weights_l2", l->last_stats.weights_l2, err));
+    CT_TRY(record(l, "train", "training/loss", l->last_stats.loss, err));
+    if (l->opts.log && is_chief(l)) {
+        ct_progress_clear(l->progress);
+        fprintf(l->opts.log, "Step %6lld: Ran %lld train steps in %.2f secs\n", (long long)l->step,
+                (long long)(l->step - l->log_step), now - l->log_time);
+    }
+    log_line(l, "train", loss_name, loss);
+    l->loss_sum = 0;
+    l->loss_count = 0;
+    l->log_time = now;
+    l->log_step = l->step;
+    return CT_OK;
+}
+
+static ct_status one_step(ct_loop *l, ct_error *err) {
+    l->step++;
+    for (int i = 0; i < l->opts.n_callbacks; i++)
+        if (l->opts.callbacks[i].on_step_begin) l->opts.callbacks[i].on_step_begin(l->step, l->opts.callbacks[i].user);
+    ct_train_task *task = &l->tasks[task_at(l, l->step)];
+    ct_batch global;
+    ct_tensor batch[CT_BATCH_MAX_TENSORS];
+    CT_TRY(next_batch(l, task->stream, "train", &global, err));
+    CT_TRY(local_rows(l, &global, batch, err));
+    // Every step's learning rate comes from the schedule (Trax: it overrides
+    // opt_params.learning_rate).
+    float lr = 0;
+    if (task->lr_schedule) lr = ct_schedule_value(task->lr_schedule, l->step);
+    else CT_TRY(ct_optimizer_get_param(ct_trainer_optimizer(l->trainer), "learning_rate", &lr, err));
+    ct_key step_key = ct_key_fold_in(ct_key_split(l->key, 1), (uint32_t)l->step);
+    ct_status st = ct_trainer_one_step(l->trainer, batch, step_key, l->step, lr, &l->last_stats, err);
+    if (st != CT_OK) return ct_error_prefix(err, "step %lld", (long long)l->step);
+    l->last_lr = lr;
+    l->loss_sum += l->last_stats.loss;
+    l->loss_count++;
+    if (l->progress)
+        ct_progress_update(l->progress, l->step, l->last_stats.loss, l->opts.tokens_per_batch * (l->step - l->log_step));
+    for (int i = 0; i < l->opts.n_callbacks; i++)
+        if (l->opts.callbacks[i].on_step_end) l->opts.callbacks[i].on_step_end(l->step, l->opts.callbacks[i].user);
+    return CT_OK;
+}
+
+// Every process must agree to stop, or the others would wait in the next
+// step's collectives.
+static bool stop_requested(ct_loop *l) {
+    double stop = l->opts.stop && *l->opts.stop;
+    if (l->comm) ct_comm_allreduce_f64(l->comm, &stop, 1, NULL);
+    return stop > 0;
+}
+
+ct_status ct_loop_run(ct_loop *loop, int64_t n_steps, ct_error *err) {
+    ct_loop *l = loop;
+    l->stopped = false;
+    l->log_time = now_s();
+    l->log_step = l->step;
+    if (l->opts.progress && is_chief(l) && !l->progress) l->progress = ct_progress_new(l->opts.progress, n_steps);
+    while (l->step < n_steps) {
+        CT_TRY(one_step(l, err));
+        bool evaluate = eval_at(l, l->step), save = checkpoint_at(l, l->step) || permanent_at(l, l->step);
+        if (evaluate) {
+            CT_TRY(log_training(l, err));
+            CT_TRY(ct_loop_run_evals(l, err));
+        }
+        if (stop_requested(l)) {
+            l->stopped = true;
+            save = true;
+        }
+        if (save) CT_TRY(ct_loop_save_checkpoint(l, err));
+        if (l->stopped) {
+            if (is_chief(l)) ct_log(CT_LOG_INFO, "stopped at step %lld on request; checkpoint written", (long long)l->step);
+            break;
+        }
+    }
+    // Trax saves nothing at the end of run; ctrax does, so no step is lost.
+    if (l->last_checkpoint_step != l->step) {
+        if (l->loss_count) CT_TRY(log_training(l, err));
+        CT_TRY(ct_loop_save_checkpoint(l, err));
+    }
+    if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
+    if (l->progress) ct_progress_finish(l->progress);
+    return CT_OK;
+}
+
+int64_t ct_loop_step(const ct_loop *loop) { return loop->step; }
+bool ct_loop_stopped(const ct_loop *loop) { return loop->stopped; }
+const char *ct_loop_restored_from(const ct_loop *loop) { return loop->restored_from; }
+ct_trainer *ct_loop_trainer(const ct_loop *loop) { return loop->trainer; }

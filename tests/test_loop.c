@@ -1,0 +1,325 @@
+// The training Loop: checkpoints and files, exact resume, best checkpoints
+// (Trax's lowest/highest test), stopping on request, a final checkpoint,
+// several tasks, and loading weights by name.
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ctrax/ctrax.h"
+#include "ctrax/train/loop.h"
+
+enum { VOCAB = 10, LEN = 4, B = 4 };
+
+// A shuffled copy-task stream of batches.
+static ct_stream *copy_batches(uint64_t seed) {
+    ct_copy_task t = {VOCAB, LEN, false, seed, 0};
+    ct_stream *s;
+    ct_error err;
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK_OK(ct_shuffle_stream_new(&s, s, 16, seed + 1, &err), &err);
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = B;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    return s;
+}
+
+static ct_layer *small_lm(float dropout) {
+    ct_transformer_lm_params p = ct_transformer_lm_default_params();
+    p.vocab_size = VOCAB;
+    p.d_model = 16;
+    p.d_ff = 32;
+    p.n_layers = 1;
+    p.n_heads = 2;
+    p.max_len = 2 * LEN + 2;
+    p.dropout = dropout;
+    return ct_transformer_lm(p);
+}
+
+static char *temp_dir(const char *tag) {
+    char *d = malloc(256);
+    snprintf(d, 256, "/tmp/ctrax_test_loop_%s_%d", tag, (int)getpid());
+    ct_fs_remove_tree(d, NULL);
+    return d;
+}
+
+static bool exists(const char *dir, const char *name) {
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+// A run: model, one task, an eval task with two metrics.
+typedef struct run {
+    ct_stream *train, *eval;
+    ct_layer *model, *loss, *metric_loss, *metric_acc;
+    ct_schedule *schedule;
+    ct_loop *loop;
+} run;
+
+static ct_status run_new(run *r, const char *dir, ct_loop_options o, ct_error *err) {
+    memset(r, 0, sizeof *r);
+    r->train = copy_batches(1);
+    r->eval = copy_batches(99);
+    r->model = small_lm(0.1f);  // dropout on: resume must redraw the same masks
+    r->loss = ct_weighted_category_cross_entropy();
+    r->metric_loss = ct_weighted_category_cross_entropy();
+    r->metric_acc = ct_weighted_category_accuracy();
+    CHECK_OK(ct_schedule_warmup(5, 3e-3, &r->schedule, err), err);
+    ct_train_task task = {r->train, r->loss, ct_adam_new(ct_adam_default_params()), r->schedule, "loss"};
+    ct_eval_task ev = {.stream = r->eval, .n_metrics = 2, .n_batches = 2};
+    ev.metrics[0] = r->metric_loss;
+    ev.metrics[1] = r->metric_acc;
+    ev.metric_names[0] = "loss";
+    ev.metric_names[1] = "accuracy";
+    o.output_dir = dir;
+    o.seed = 7;
+    return ct_loop_new(&r->loop, r->model, &task, 1, &ev, &o, err);
+}
+
+static void run_free(run *r) {
+    ct_loop_free(r->loop);
+    ct_stream_free(r->train);
+    ct_stream_free(r->eval);
+    ct_layer_free(r->model);
+    ct_layer_free(r->loss);
+    ct_layer_free(r->metric_loss);
+    ct_layer_free(r->metric_acc);
+    ct_schedule_free(r->schedule);
+}
+
+// Copies of the weights and slots.
+static void snapshot(const ct_loop *loop, float **w, size_t *nw, float **s, size_t *ns) {
+    ct_trainer *tr = ct_loop_trainer(loop);
+    const ct_net *net = ct_trainer_net(tr);
+    float *slots = ct_trainer_slots(tr, ns);
+    *nw = net->n_weights;
+    *w = malloc(*nw * sizeof **w + 4);
+    memcpy(*w, net->weights, *nw * sizeof **w);
+    *s = malloc(*ns * sizeof **s + 4);
+    memcpy(*s, slots, *ns * sizeof **s);
+}
+
+static void test_files_and_resume(void) {
+    char *a = temp_dir("a"), *b = temp_dir("b");
+    ct_loop_options o = ct_loop_default_options();
+    o.n_steps_per_checkpoint = 5;
+    ct_error err;
+    run r;
+
+    // Uninterrupted: 20 steps.
+    CHECK_OK(run_new(&r, a, o, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 20, &err), &err);
+    CHECK(ct_loop_step(r.loop) == 20);
+    float *w1, *s1;
+    size_t nw1, ns1;
+    snapshot(r.loop, &w1, &nw1, &s1, &ns1);
+    int n_hist;
+    const ct_history_entry *h = ct_loop_history(r.loop, &n_hist);
+    CHECK(n_hist > 0);
+    double eval_loss = ct_loop_last_value(r.loop, "eval", "metrics/loss");
+    CHECK(isfinite(eval_loss));
+    (void)h;
+    run_free(&r);
+    // Checkpoints at 1, 5, ..., 20: the last two regular ones are kept.
+    CHECK(exists(a, "model_20/weights.safetensors") && exists(a, "model_20/slots.safetensors"));
+    CHECK(exists(a, "model_15/state.json") && !exists(a, "model_5") && !exists(a, "model_1"));
+    CHECK(exists(a, "checkpoint") && exists(a, "metrics.jsonl") && exists(a, "train") && exists(a, "eval"));
+
+    // Interrupted: 13 steps (last checkpoint at 10, plus the final one at
+    // 13), then the newest is removed as if the run had died at step 12.
+    CHECK_OK(run_new(&r, b, o, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 13, &err), &err);
+    run_free(&r);
+    CHECK(exists(b, "model_13"));
+    CHECK_OK(ct_checkpoint_remove(b, "model_13", &err), &err);
+    // The pointer now names a missing checkpoint: resume falls back to model_10.
+    CHECK_OK(run_new(&r, b, o, &err), &err);
+    CHECK(strcmp(ct_loop_restored_from(r.loop), "model_10") == 0);
+    CHECK(ct_loop_step(r.loop) == 10);
+    CHECK_OK(ct_loop_run(r.loop, 20, &err), &err);
+    float *w2, *s2;
+    size_t nw2, ns2;
+    snapshot(r.loop, &w2, &nw2, &s2, &ns2);
+    CHECK(nw1 == nw2 && ns1 == ns2);
+    CHECK_MSG(memcmp(w1, w2, nw1 * sizeof *w1) == 0, "resumed weights differ from the uninterrupted run's");
+    CHECK_MSG(memcmp(s1, s2, ns1 * sizeof *s1) == 0, "resumed optimizer slots differ");
+    CHECK(ct_loop_last_value(r.loop, "eval", "metrics/loss") == eval_loss);
+    printf("resume: 20 steps straight vs 10 + resumed 10: weights and slots bitwise equal (%zu + %zu floats)\n", nw1,
+           ns1);
+    run_free(&r);
+
+    // metrics.jsonl of the resumed run has each (step, mode, metric) once.
+    char path[512];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", b);
+    char *text;
+    size_t n;
+    CHECK_OK(ct_fs_read(path, &text, &n, &err), &err);
+    int lines = 0, eval20 = 0;
+    for (char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        lines++;
+        if (!strncmp(p, "{\"step\": 20, \"mode\": \"eval\", \"metric\": \"metrics/loss\"", 53)) eval20++;
+    }
+    CHECK_MSG(eval20 == 1, "eval loss at step 20 logged %d times", eval20);
+    printf("metrics.jsonl after resume: %d lines\n", lines);
+    free(text);
+    // Starting over on purpose ignores the checkpoints (and the metrics of
+    // the old run).
+    o.restore = false;
+    CHECK_OK(run_new(&r, b, o, &err), &err);
+    CHECK(ct_loop_step(r.loop) == 0 && ct_loop_restored_from(r.loop)[0] == 0);
+    run_free(&r);
+
+    free(w1), free(w2), free(s1), free(s2);
+    ct_fs_remove_tree(a, NULL);
+    ct_fs_remove_tree(b, NULL);
+    free(a), free(b);
+}
+
+// ---- Trax's lowest/highest test --------------------------------------------------
+
+// A metric that only falls: 1/calls, whatever its inputs.
+static void falling_fwd(const ct_tensor *in, ct_tensor *out, const void *user) {
+    (void)in;
+    int *calls = (int *)user;
+    ct_f32(&out[0])[0] = 1.0f / (float)++*calls;
+}
+static ct_status scalar_shape(const ct_tensor *in, ct_tensor *out, const void *user, ct_error *err) {
+    (void)in, (void)user, (void)err;
+    out[0] = ct_tensor_make(CT_DTYPE_F32, 0, NULL, NULL);
+    return CT_OK;
+}
+
+typedef struct ckpt_counts {
+    int lowest, highest, regular;
+} ckpt_counts;
+
+static void count_checkpoint(const char *name, int64_t step, void *user) {
+    (void)step;
+    ckpt_counts *c = user;
+    if (!strncmp(name, "lowest_", 7)) c->lowest++;
+    else if (!strncmp(name, "highest_", 8)) c->highest++;
+    else c->regular++;
+}
+
+static bool every_2(int64_t step, void *user) {
+    (void)user;
+    return step % 2 == 0;
+}
+
+static void test_best_checkpoints(void) {
+    char *dir = temp_dir("best");
+    int calls = 0;
+    ct_fn_spec spec = {"Falling", 3, 1, scalar_shape, falling_fwd, NULL, &calls};
+    ct_stream *train = copy_batches(1), *eval = copy_batches(2);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy(), *metric = ct_fn(&spec);
+    ct_train_task task = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL};
+    ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 1};
+    ev.metrics[0] = metric;
+    ev.metric_names[0] = "falling";
+    ckpt_counts counts = {0, 0, 0};
+    ct_loop_options o = ct_loop_default_options();
+    o.output_dir = dir;
+    o.eval_at = every_2;
+    o.checkpoint_low_metric = "falling";
+    o.checkpoint_high_metric = "falling";
+    o.callbacks[0] = (ct_loop_callback){.on_checkpoint = count_checkpoint, .user = &counts};
+    o.n_callbacks = 1;
+    ct_loop *loop;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, &ev, &o, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 10, &err), &err);
+    printf("best checkpoints over 10 steps, eval every 2: lowest %d, highest %d\n", counts.lowest, counts.highest);
+    CHECK(counts.lowest == 5 && counts.highest == 1);
+    CHECK(exists(dir, "lowest_falling") && exists(dir, "highest_falling"));
+    ct_loop_free(loop);
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
+    ct_fs_remove_tree(dir, NULL);
+    free(dir);
+}
+
+// ---- stop, final checkpoint, tasks, fine-tuning -----------------------------------------
+
+static volatile sig_atomic_t stop_flag;
+static void stop_at_7(int64_t step, void *user) {
+    (void)user;
+    if (step == 7) stop_flag = 1;
+}
+
+static int alternate(int64_t step, void *user) {
+    (void)user;
+    return (int)(step % 2);
+}
+
+static void test_stop_final_tasks_finetune(void) {
+    char *dir = temp_dir("stop"), *dir2 = temp_dir("tune");
+    ct_stream *train = copy_batches(1), *other = copy_batches(5);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
+    ct_train_task tasks[2] = {{train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL},
+                              {other, loss, NULL, NULL, NULL}};
+    ct_loop_options o = ct_loop_default_options();
+    o.output_dir = dir;
+    o.n_steps_per_checkpoint = 100;
+    o.stop = &stop_flag;
+    o.which_task = alternate;
+    o.callbacks[0] = (ct_loop_callback){.on_step_end = stop_at_7};
+    o.n_callbacks = 1;
+    ct_loop *loop;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, tasks, 2, NULL, &o, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 50, &err), &err);
+    CHECK(ct_loop_stopped(loop) && ct_loop_step(loop) == 7);
+    CHECK(exists(dir, "model_7"));
+    // Both tasks took batches: 4 of task 1 (odd steps), 3 of task 0.
+    ct_stream_cursor c0 = ct_stream_get_cursor(train), c1 = ct_stream_get_cursor(other);
+    CHECK_MSG(c0.position == 3 && c1.position == 4, "task cursors %lld and %lld", (long long)c0.position,
+              (long long)c1.position);
+    ct_loop_free(loop);
+    stop_flag = 0;
+
+    // Going on to step 9 (not on the cadence) still ends with a checkpoint.
+    tasks[0].optimizer = ct_adam_new(ct_adam_default_params());  // the last loop owned the first
+    CHECK_OK(ct_loop_new(&loop, model, tasks, 2, NULL, &o, &err), &err);
+    CHECK(ct_loop_step(loop) == 7);
+    o.n_callbacks = 0;
+    CHECK_OK(ct_loop_run(loop, 9, &err), &err);
+    CHECK(exists(dir, "model_9") && !ct_loop_stopped(loop));
+    float w9 = ct_trainer_net(ct_loop_trainer(loop))->weights[0];
+    ct_loop_free(loop);
+
+    // A tasks' loss of its own is refused.
+    ct_layer *other_loss = ct_weighted_category_cross_entropy();
+    ct_train_task bad[2] = {{train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL},
+                            {other, other_loss, NULL, NULL, NULL}};
+    CHECK(ct_loop_new(&loop, model, bad, 2, NULL, &o, &err) == CT_ERR_ARG);
+    printf("tasks with two losses: %s\n", err.msg);
+    ct_layer_free(other_loss);
+
+    // Fine-tuning: a fresh run in another directory takes model_9's weights.
+    o = ct_loop_default_options();
+    o.output_dir = dir2;
+    ct_train_task one = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL};
+    CHECK_OK(ct_loop_new(&loop, model, &one, 1, NULL, &o, &err), &err);
+    CHECK(ct_trainer_net(ct_loop_trainer(loop))->weights[0] != w9);
+    CHECK_OK(ct_loop_load_weights(loop, dir, "model_9", &err), &err);
+    CHECK(ct_trainer_net(ct_loop_trainer(loop))->weights[0] == w9);
+    ct_loop_free(loop);
+
+    ct_stream_free(train);
+    ct_stream_free(other);
+    ct_layer_free(model), ct_layer_free(loss);
+    ct_fs_remove_tree(dir, NULL);
+    ct_fs_remove_tree(dir2, NULL);
+    free(dir), free(dir2);
+}
+
+int main(void) {
+    ct_log_set_level(CT_LOG_WARN);
+    test_files_and_resume();
+    test_best_checkpoints();
+    test_stop_final_tasks_finetune();
+    return check_summary("test_loop");
+}
