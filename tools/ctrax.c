@@ -1,89 +1,67 @@
 // ctrax: the command-line trainer.
 //
-//   ctrax train [options]   train TransformerLM on the synthetic copy task
+//   ctrax train CONFIG [--set 'Name.param=value']... [--output-dir DIR] [--steps N]
+//                      [--devices N] [--restart]
 //
 // Exit codes: 0 done, 1 error, 2 bad usage.
 #include <errno.h>
+#include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "ctrax/ctrax.h"
-#include "ctrax/data/synthetic.h"
-#include "ctrax/models/models.h"
-#include "ctrax/optim/optimizer.h"
-#include "ctrax/train/trainer.h"
+#include "ctrax/train/loop.h"
 
 #define EXIT_USAGE 2
+#define MAX_SETS 64
 
-// ---- options ------------------------------------------------------------------
+// Set by SIGINT/SIGTERM: the loop finishes its step, writes a checkpoint and
+// returns (a program global, not the library's).
+static volatile sig_atomic_t stop_requested;
 
-typedef struct train_opts {
-    long steps;
-    int batch;
-    unsigned long long seed;
-    long log_every;
-    long eval_every;
-    int eval_batches;
-    double lr;
-    long warmup;
-    int d_model, d_ff, n_layers, n_heads;
-    double dropout;
-    int vocab, length;
-    double stop_at;  // stop once held-out sequence accuracy reaches this (0: never)
-} train_opts;
-
-static train_opts train_defaults(void) {
-    return (train_opts){.steps = 1000,
-                        .batch = 32,
-                        .seed = 0,
-                        .log_every = 100,
-                        .eval_every = 100,
-                        .eval_batches = 8,
-                        .lr = 2e-3,
-                        .warmup = 100,
-                        .d_model = 64,
-                        .d_ff = 128,
-                        .n_layers = 2,
-                        .n_heads = 4,
-                        .dropout = 0.0,
-                        .vocab = 16,
-                        .length = 16,
-                        .stop_at = 0.0};
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
 }
+
+// ---- train ------------------------------------------------------------------------
+
+typedef struct train_args {
+    const char *config;
+    const char *sets[MAX_SETS];
+    int n_sets;
+    const char *output_dir;
+    long steps;    // -1: the config's train.steps
+    int devices;   // 0: the config's train.n_devices
+    bool restart;  // ignore checkpoints in the output dir
+} train_args;
 
 static void train_usage(FILE *f) {
-    train_opts d = train_defaults();
     fprintf(f,
-            "usage: ctrax train [options]\n"
+            "usage: ctrax train CONFIG [options]\n"
             "\n"
-            "Trains a TransformerLM on the synthetic copy task (sequences \"0 w 0 w\",\n"
-            "loss on the second w) and reports loss and accuracy on held-out sequences.\n"
+            "Trains the model a gin config describes (configs/ has examples), with evals,\n"
+            "checkpoints and summaries in the output directory. A directory that holds a\n"
+            "checkpoint is resumed from its newest complete one, exactly where it stopped.\n"
+            "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits.\n"
+            "Under `mpirun -np M`, each process trains on its share of every batch.\n"
             "\n"
-            "options (defaults in brackets):\n"
-            "  --steps N          training steps [%ld]\n"
-            "  --batch N          sequences per batch [%d]\n"
-            "  --seed N           seed for init, data and dropout [%llu]\n"
-            "  --log-every N      print training loss every N steps [%ld]\n"
-            "  --eval-every N     evaluate on held-out data every N steps [%ld]\n"
-            "  --eval-batches N   held-out batches per evaluation [%d]\n"
-            "  --lr X             Adam learning rate after warm-up [%g]\n"
-            "  --warmup N         linear warm-up steps [%ld]\n"
-            "  --d-model N        model width [%d]\n"
-            "  --d-ff N           feed-forward width [%d]\n"
-            "  --layers N         decoder blocks [%d]\n"
-            "  --heads N          attention heads [%d]\n"
-            "  --dropout X        dropout rate [%g]\n"
-            "  --vocab N          vocabulary size (0 is the separator) [%d]\n"
-            "  --length N         length of the sequence to copy [%d]\n"
-            "  --stop-at X        stop when held-out sequence accuracy >= X [off]\n"
-            "  -h, --help         show this help\n",
-            d.steps, d.batch, d.seed, d.log_every, d.eval_every, d.eval_batches, d.lr, d.warmup, d.d_model, d.d_ff,
-            d.n_layers, d.n_heads, d.dropout, d.vocab, d.length);
+            "options:\n"
+            "  --set 'Name.param=value'  override a binding (repeatable), e.g. --set 'train.steps=500'\n"
+            "  --output-dir DIR          where checkpoints and metrics go [runs/<config name>]\n"
+            "  --steps N                 train until step N (overrides train.steps)\n"
+            "  --devices N               local replicas (threads) splitting each batch (train.n_devices)\n"
+            "  --restart                 start from step 0 even if DIR holds checkpoints\n"
+            "  -h, --help                show this help\n"
+            "\n"
+            "Output: runs/NAME/model_<step>/ (weights.safetensors, slots.safetensors, state.json),\n"
+            "metrics.jsonl, train/ and eval/ TensorBoard event files, config.gin (the operative config).\n");
 }
 
-static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
+static int parse_long_arg(const char *opt, const char *s, long lo, long hi, long *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -95,192 +73,261 @@ static int parse_long(const char *opt, const char *s, long lo, long hi, long *ou
     return 0;
 }
 
-static int parse_double(const char *opt, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "ctrax train: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-// Returns 0, or EXIT_USAGE after printing what is wrong; 1 for --help.
-static int parse_train(int argc, char **argv, train_opts *o) {
-    *o = train_defaults();
+// 0 ok, 1 --help shown, EXIT_USAGE after a message.
+static int parse_train_args(int argc, char **argv, train_args *a) {
+    memset(a, 0, sizeof *a);
+    a->steps = -1;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             train_usage(stdout);
             return 1;
         }
+        if (!strcmp(s, "--restart")) {
+            a->restart = true;
+            continue;
+        }
+        if (s[0] != '-') {
+            if (a->config) {
+                fprintf(stderr, "ctrax train: one config file, got '%s' and '%s'\n", a->config, s);
+                return EXIT_USAGE;
+            }
+            a->config = s;
+            continue;
+        }
         if (i + 1 >= argc) {
-            fprintf(stderr, "ctrax train: unknown option or missing value: '%s' (see ctrax train --help)\n", a);
+            fprintf(stderr, "ctrax train: unknown option or missing value: '%s' (see ctrax train --help)\n", s);
             return EXIT_USAGE;
         }
         const char *v = argv[++i];
         long n;
-        int bad = 0;
-        if (!strcmp(a, "--steps")) bad = parse_long(a, v, 0, 1L << 40, &o->steps);
-        else if (!strcmp(a, "--batch")) bad = parse_long(a, v, 1, 1 << 20, &n), o->batch = (int)n;
-        else if (!strcmp(a, "--seed")) bad = parse_long(a, v, 0, 1L << 62, &n), o->seed = (unsigned long long)n;
-        else if (!strcmp(a, "--log-every")) bad = parse_long(a, v, 1, 1L << 40, &o->log_every);
-        else if (!strcmp(a, "--eval-every")) bad = parse_long(a, v, 1, 1L << 40, &o->eval_every);
-        else if (!strcmp(a, "--eval-batches")) bad = parse_long(a, v, 1, 1 << 20, &n), o->eval_batches = (int)n;
-        else if (!strcmp(a, "--lr")) bad = parse_double(a, v, 0, 10, &o->lr);
-        else if (!strcmp(a, "--warmup")) bad = parse_long(a, v, 0, 1L << 40, &o->warmup);
-        else if (!strcmp(a, "--d-model")) bad = parse_long(a, v, 1, 1 << 16, &n), o->d_model = (int)n;
-        else if (!strcmp(a, "--d-ff")) bad = parse_long(a, v, 1, 1 << 18, &n), o->d_ff = (int)n;
-        else if (!strcmp(a, "--layers")) bad = parse_long(a, v, 0, 1024, &n), o->n_layers = (int)n;
-        else if (!strcmp(a, "--heads")) bad = parse_long(a, v, 1, 1024, &n), o->n_heads = (int)n;
-        else if (!strcmp(a, "--dropout")) bad = parse_double(a, v, 0, 0.99, &o->dropout);
-        else if (!strcmp(a, "--vocab")) bad = parse_long(a, v, 2, 1 << 24, &n), o->vocab = (int)n;
-        else if (!strcmp(a, "--length")) bad = parse_long(a, v, 1, 1 << 16, &n), o->length = (int)n;
-        else if (!strcmp(a, "--stop-at")) bad = parse_double(a, v, 0, 1, &o->stop_at);
-        else {
-            fprintf(stderr, "ctrax train: unknown option '%s' (see ctrax train --help)\n", a);
+        if (!strcmp(s, "--set")) {
+            if (a->n_sets == MAX_SETS) {
+                fprintf(stderr, "ctrax train: more than %d --set options\n", MAX_SETS);
+                return EXIT_USAGE;
+            }
+            a->sets[a->n_sets++] = v;
+        } else if (!strcmp(s, "--output-dir")) {
+            a->output_dir = v;
+        } else if (!strcmp(s, "--steps")) {
+            if (parse_long_arg(s, v, 0, 1L << 40, &a->steps)) return EXIT_USAGE;
+        } else if (!strcmp(s, "--devices")) {
+            if (parse_long_arg(s, v, 1, CT_MAX_LOCAL_DEVICES, &n)) return EXIT_USAGE;
+            a->devices = (int)n;
+        } else {
+            fprintf(stderr, "ctrax train: unknown option '%s' (see ctrax train --help)\n", s);
             return EXIT_USAGE;
         }
-        if (bad) return EXIT_USAGE;
     }
-    if (o->d_model % o->n_heads) {
-        fprintf(stderr, "ctrax train: --d-model %d does not divide by --heads %d\n", o->d_model, o->n_heads);
+    if (!a->config) {
+        fprintf(stderr, "ctrax train: which config? (ctrax train CONFIG; configs/ has examples)\n");
         return EXIT_USAGE;
     }
     return 0;
 }
 
-// ---- train ----------------------------------------------------------------------
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+// Evals at step 1 and every train.eval_frequency steps (Trax's default).
+static bool eval_every(int64_t step, void *user) {
+    int64_t every = *(const int64_t *)user;
+    return step == 1 || (every > 0 && step % every == 0);
 }
 
-// A weightless metric layer initialized for the model's output and the
-// targets and weights.
-typedef struct metric {
-    const char *name;
-    ct_net net;
-} metric;
+// Everything a training run builds, freed together.
+typedef struct train_run {
+    ct_config *cfg;
+    ct_comm *comm;
+    ct_layer *model, *loss;
+    ct_optimizer *opt;
+    ct_schedule *schedule;
+    ct_stream *train, *eval;
+    ct_layer *metrics[CT_EVAL_MAX_METRICS];
+    const char *metric_names[CT_EVAL_MAX_METRICS];
+    int n_metrics;
+    int64_t eval_frequency, eval_steps;
+    ct_loop *loop;
+    char *config_text;
+    char output_dir[4096];
+} train_run;
 
-static int run_train(const train_opts *o) {
-    ct_error err;
-    ct_copy_task train_task = {o->vocab, o->length, false, o->seed, 0};
-    ct_copy_task eval_task = {o->vocab, o->length, false, o->seed ^ 0x5eedf00dULL, 0};
-    int B = o->batch, T = ct_copy_task_seq_len(&train_task);
+static void train_run_free(train_run *r) {
+    ct_loop_free(r->loop);
+    for (int i = 0; i < r->n_metrics; i++) ct_layer_free(r->metrics[i]);
+    ct_stream_free(r->train);
+    ct_stream_free(r->eval);
+    ct_schedule_free(r->schedule);
+    ct_optimizer_free(r->opt);
+    ct_layer_free(r->model);
+    ct_layer_free(r->loss);
+    ct_free(r->config_text);
+    ct_config_free(r->cfg);
+    ct_comm_free(r->comm);
+}
 
-    int32_t *tokens = malloc((size_t)B * T * sizeof *tokens);
-    float *weights = malloc((size_t)B * T * sizeof *weights);
-    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, B, T, tokens), ct_tensor_2d(CT_DTYPE_I32, B, T, tokens),
-                          ct_tensor_2d(CT_DTYPE_F32, B, T, weights)};
+// Reads the config and builds model, loss, optimizer, schedule, streams and
+// metrics. Every setting is queried here, before training, so the operative
+// config is complete and every config error shows before step 1.
+static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o, int64_t *steps, ct_error *err) {
+    r->cfg = ct_config_new();
+    CT_TRY(ct_config_parse_file(r->cfg, a->config, err));
+    for (int i = 0; i < a->n_sets; i++) CT_TRY(ct_config_set(r->cfg, a->sets[i], err));
+    CT_TRY(ct_config_validate(r->cfg, err));
 
-    ct_transformer_lm_params mp = ct_transformer_lm_default_params();
-    mp.vocab_size = o->vocab;
-    mp.d_model = o->d_model;
-    mp.d_ff = o->d_ff;
-    mp.n_layers = o->n_layers;
-    mp.n_heads = o->n_heads;
-    mp.max_len = T;
-    mp.dropout = (float)o->dropout;
-    ct_layer *model = ct_transformer_lm(mp);
-    ct_layer *loss = ct_weighted_category_cross_entropy();
-    ct_adam_params ap = ct_adam_default_params();
-    ap.learning_rate = (float)o->lr;
+    const char *model_name, *loss_name, *opt_name, *sched_name, *inputs_name;
+    int64_t n_steps, batch_size, seed, devices, keep, per_ckpt, per_permanent;
+    double clip;
+    bool adasum;
+    const char *high, *low;
+    ct_config *c = r->cfg;
+    CT_TRY(ct_config_get_reference(c, "train", "model", NULL, &model_name, err));
+    CT_TRY(ct_config_get_reference(c, "train", "loss_fn", "WeightedCategoryCrossEntropy", &loss_name, err));
+    CT_TRY(ct_config_get_reference(c, "train", "optimizer", "Adam", &opt_name, err));
+    CT_TRY(ct_config_get_reference(c, "train", "lr_schedule_fn", NULL, &sched_name, err));
+    CT_TRY(ct_config_get_reference(c, "train", "inputs", NULL, &inputs_name, err));
+    CT_TRY(ct_config_get_int(c, "train", "steps", 1000, &n_steps, err));
+    CT_TRY(ct_config_get_int(c, "train", "batch_size", 32, &batch_size, err));
+    CT_TRY(ct_config_get_int(c, "train", "eval_frequency", 100, &r->eval_frequency, err));
+    CT_TRY(ct_config_get_int(c, "train", "eval_steps", 10, &r->eval_steps, err));
+    CT_TRY(ct_config_get_int(c, "train", "random_seed", 0, &seed, err));
+    CT_TRY(ct_config_get_int(c, "train", "n_devices", 1, &devices, err));
+    CT_TRY(ct_config_get_bool(c, "train", "adasum", false, &adasum, err));
+    CT_TRY(ct_config_get_float(c, "train", "clip_grad_norm", 0.0, &clip, err));
+    CT_TRY(ct_config_get_int(c, "train", "keep_checkpoints", 2, &keep, err));
+    CT_TRY(ct_config_get_string(c, "train", "checkpoint_highest", NULL, &high, err));
+    CT_TRY(ct_config_get_string(c, "train", "checkpoint_lowest", NULL, &low, err));
+    CT_TRY(ct_config_get_int(c, "Loop", "n_steps_per_checkpoint", 100, &per_ckpt, err));
+    CT_TRY(ct_config_get_int(c, "Loop", "n_steps_per_permanent_checkpoint", 0, &per_permanent, err));
+    if (!model_name) return ct_error_set(err, CT_ERR_ARG, "%s: no model: bind train.model = @SomeModel", a->config);
+    if (!inputs_name)
+        return ct_error_set(err, CT_ERR_ARG, "%s: no data: bind train.inputs = @SomeInputs", a->config);
 
-    ct_device dev = ct_device_cpu();
-    ct_trainer *trainer = NULL;
-    ct_key root_key = ct_key_from_seed(o->seed);
-    int rc = 1;
-    metric metrics[2] = {{"accuracy", {0}}, {"sequence_accuracy", {0}}};
-    if (ct_trainer_new(&trainer, model, loss, batch, 3, ct_adam_new(ap), ct_key_split(root_key, 0), &dev, NULL, &err) != CT_OK)
-        goto fail;
-    const ct_net *net = ct_trainer_net(trainer);
-    ct_tensor logits_sig = ct_tensor_3d(CT_DTYPE_F32, B, T, o->vocab, NULL);
-    ct_tensor metric_sigs[3] = {logits_sig, ct_tensor_sig(&batch[1]), ct_tensor_sig(&batch[2])};
-    ct_layer *acc = ct_weighted_category_accuracy(), *seq_acc = ct_sequence_accuracy();
-    ct_status st = ct_net_init(&metrics[0].net, acc, metric_sigs, 3, root_key, &dev, &err);
-    if (st == CT_OK) st = ct_net_init(&metrics[1].net, seq_acc, metric_sigs, 3, root_key, &dev, &err);
-    ct_layer_free(acc);
-    ct_layer_free(seq_acc);
-    if (st != CT_OK) goto fail;
+    if (!(r->model = ct_config_build_model(c, model_name, err))) return err->code;
+    if (!(r->loss = ct_config_build_layer(c, loss_name, err))) return err->code;
+    if (!(r->opt = ct_config_build_optimizer(c, opt_name, err))) return err->code;
+    if (sched_name && !(r->schedule = ct_config_build_schedule(c, sched_name, err))) return err->code;
+    CT_TRY(ct_config_build_inputs(c, inputs_name, batch_size, (uint64_t)seed, &r->train, &r->eval, err));
 
-    printf("TransformerLM: %d layers, d_model %d, d_ff %d, %d heads, vocab %d, sequence %d; %zu weights (%.2f MiB)\n",
-           o->n_layers, o->d_model, o->d_ff, o->n_heads, o->vocab, T, net->n_weights,
-           (double)net->n_weights * 4 / (1 << 20));
-    printf("copy task: batch %d, Adam lr %g with %ld warm-up steps, %ld steps\n", B, o->lr, o->warmup, o->steps);
-    fflush(stdout);
-
-    ct_arena metric_arena;
-    ct_arena_init(&metric_arena, &dev);
-    ct_ctx metric_ctx;
-    ct_ctx_init(&metric_ctx, &metric_arena);
-    metric_ctx.record = false;
-
-    double t0 = now_seconds(), loss_sum = 0;
-    long loss_count = 0;
-    for (long step = 1; step <= o->steps; step++) {
-        ct_copy_task_batch(&train_task, (uint64_t)step, B, tokens, weights);
-        double lr = o->lr * (o->warmup > 0 && step <= o->warmup ? (double)step / (double)o->warmup : 1.0);
-        ct_step_stats stats;
-        if (ct_trainer_one_step(trainer, batch, ct_key_fold_in(ct_key_split(root_key, 1), (uint32_t)step), step,
-                                (float)lr, &stats, &err) != CT_OK)
-            goto fail_loop;
-        loss_sum += stats.loss;
-        loss_count++;
-        if (step % o->log_every == 0 || step == o->steps) {
-            printf("Step %6ld: train loss | %.4f   (gradients_l2 %.3f, weights_l2 %.2f, %.1f steps/s)\n", step,
-                   loss_sum / (double)loss_count, stats.gradients_l2, stats.weights_l2,
-                   (double)step / (now_seconds() - t0));
-            loss_sum = 0;
-            loss_count = 0;
-            fflush(stdout);
+    // Eval metrics: train.metrics, or the loss and its accuracy.
+    const ct_config_value *list;
+    CT_TRY(ct_config_get_list(c, "train", "metrics", NULL, &list, err));
+    if (list) {
+        if (list->n > CT_EVAL_MAX_METRICS)
+            return ct_error_set(err, CT_ERR_ARG, "%s:%d: train.metrics has %d metrics, at most %d", list->file,
+                                list->line, list->n, CT_EVAL_MAX_METRICS);
+        for (int i = 0; i < list->n; i++) {
+            const ct_config_value *it = &list->items[i];
+            if (it->kind != CT_CONFIG_REFERENCE)
+                return ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: train.metrics[%d] must be a @reference to a metric",
+                                    it->file, it->line, it->col, i);
+            if (!(r->metrics[i] = ct_config_build_layer(c, it->s, err))) return err->code;
+            r->metric_names[i] = r->metrics[i]->name;
+            r->n_metrics++;
         }
-        if (step % o->eval_every == 0 || step == o->steps) {
-            double sums[2] = {0, 0};
-            for (int e = 0; e < o->eval_batches; e++) {
-                ct_copy_task_batch(&eval_task, (uint64_t)e, B, tokens, weights);
-                ct_tensor logits;
-                if (ct_trainer_predict(trainer, batch, &logits, &err) != CT_OK) goto fail_loop;
-                ct_tensor in[3] = {logits, batch[1], batch[2]};
-                for (int m = 0; m < 2; m++) {
-                    ct_tensor value;
-                    ct_net_bind(&metrics[m].net, &metric_ctx, false);
-                    if (ct_layer_forward(metrics[m].net.root, &metric_ctx, in, &value, root_key, &err) != CT_OK)
-                        goto fail_loop;
-                    sums[m] += *ct_f32(&value);
-                }
-                ct_arena_reset(&metric_arena);
-            }
-            double accuracy = sums[0] / o->eval_batches, seq_accuracy = sums[1] / o->eval_batches;
-            printf("Step %6ld: eval  accuracy | %.4f   sequence_accuracy | %.4f   (%d held-out sequences, %.1f s)\n",
-                   step, accuracy, seq_accuracy, o->eval_batches * B, now_seconds() - t0);
-            fflush(stdout);
-            if (o->stop_at > 0 && seq_accuracy >= o->stop_at) {
-                printf("reached sequence accuracy %.4f >= %g at step %ld in %.1f s\n", seq_accuracy, o->stop_at, step,
-                       now_seconds() - t0);
-                break;
-            }
+    } else {
+        // The loss again (a layer belongs to one net: a new instance) and,
+        // for a classifier's loss, its weighted accuracy.
+        if (!(r->metrics[0] = ct_config_build_layer(c, loss_name, err))) return err->code;
+        r->metric_names[0] = "loss";
+        r->n_metrics = 1;
+        if (r->loss->n_in == 3 && strcmp(loss_name, "L2Loss") != 0) {
+            r->metrics[1] = ct_weighted_category_accuracy();
+            r->metric_names[1] = "accuracy";
+            r->n_metrics = 2;
         }
     }
-    printf("peak device memory: %.2f MiB (step arena %.2f MiB)\n", (double)dev.peak_bytes / (1 << 20),
-           (double)ct_trainer_arena_bytes(trainer) / (1 << 20));
+
+    if (a->output_dir) snprintf(r->output_dir, sizeof r->output_dir, "%s", a->output_dir);
+    else {
+        char copy[4096];
+        snprintf(copy, sizeof copy, "%s", a->config);
+        char *base = basename(copy), *dot = strrchr(base, '.');
+        if (dot) *dot = '\0';
+        snprintf(r->output_dir, sizeof r->output_dir, "runs/%s", base);
+    }
+    r->config_text = ct_config_operative_text(c);
+    for (int i = 0; i < ct_config_n_bindings(c); i++) {
+        ct_config_binding_info b = ct_config_binding_at(c, i);
+        if (!b.used) ct_log(CT_LOG_WARN, "%s:%d: %s.%s is bound but this program never reads it", b.file, b.line, b.name, b.param);
+    }
+
+    *steps = a->steps >= 0 ? a->steps : n_steps;
+    *o = ct_loop_default_options();
+    o->output_dir = r->output_dir;
+    o->n_steps_per_checkpoint = per_ckpt;
+    o->n_steps_per_permanent_checkpoint = per_permanent;
+    o->keep_last = (int)keep;
+    o->restore = !a->restart;
+    o->seed = (uint64_t)seed;
+    o->checkpoint_low_metric = low;
+    o->checkpoint_high_metric = high;
+    o->trainer.n_devices = a->devices ? a->devices : (int)devices;
+    o->trainer.adasum = adasum;
+    o->trainer.clip_grad_norm = (float)clip;
+    o->trainer.comm = r->comm;
+    o->stop = &stop_requested;
+    o->config_text = r->config_text;
+    o->log = stdout;
+    o->progress = stderr;
+    o->eval_at = eval_every;
+    o->predicate_user = &r->eval_frequency;
+    return CT_OK;
+}
+
+static int run_train(const train_args *a) {
+    train_run r;
+    memset(&r, 0, sizeof r);
+    ct_error err;
+    ct_error_clear(&err);
+    ct_loop_options o;
+    int64_t steps = 0;
+    int rc = 1;
+    if (ct_comm_mpi_launched() && ct_comm_mpi_new(&r.comm, 0, &err) != CT_OK) goto done;
+    int rank = r.comm ? ct_comm_rank(r.comm) : 0;
+    if (rank != 0) ct_log_set_level(CT_LOG_ERROR);  // the chief speaks for the job
+    if (build_run(&r, a, &o, &steps, &err) != CT_OK) goto done;
+    if (rank != 0) o.log = o.progress = NULL;
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    int n_sig = ct_stream_signature(r.train, sigs);
+    o.tokens_per_batch = n_sig > 0 ? ct_tensor_numel(&sigs[0]) : 0;
+
+    ct_train_task task = {r.train, r.loss, r.opt, r.schedule, NULL};
+    r.opt = NULL;  // the loop owns it
+    ct_eval_task ev = {.stream = r.eval, .n_metrics = r.n_metrics, .n_batches = (int)r.eval_steps};
+    for (int i = 0; i < r.n_metrics; i++) {
+        ev.metrics[i] = r.metrics[i];
+        ev.metric_names[i] = r.metric_names[i];
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    if (ct_loop_new(&r.loop, r.model, &task, 1, r.eval_steps > 0 ? &ev : NULL, &o, &err) != CT_OK) goto done;
+    if (rank == 0) {
+        const ct_net *net = ct_trainer_net(ct_loop_trainer(r.loop));
+        char desc[512];
+        ct_stream_describe(r.train, desc, sizeof desc);
+        printf("%s: %s, %zu weights (%.2f MiB); %d device(s) x %d process(es); output %s\n", a->config, r.model->name,
+               net->n_weights, (double)net->n_weights * 4 / (1 << 20), o.trainer.n_devices,
+               r.comm ? ct_comm_size(r.comm) : 1, r.output_dir);
+        printf("data: %s\n", desc);
+        if (ct_loop_restored_from(r.loop)[0])
+            printf("resuming from %s/%s at step %lld\n", r.output_dir, ct_loop_restored_from(r.loop),
+                   (long long)ct_loop_step(r.loop));
+        fflush(stdout);
+    }
+    if (ct_loop_run(r.loop, steps, &err) != CT_OK) goto done;
+    if (rank == 0) {
+        if (ct_loop_stopped(r.loop))
+            printf("stopped at step %lld; checkpoint written. Run the same command to continue.\n",
+                   (long long)ct_loop_step(r.loop));
+        else
+            printf("done: step %lld; checkpoints, metrics.jsonl and TensorBoard files in %s\n",
+                   (long long)ct_loop_step(r.loop), r.output_dir);
+    }
     rc = 0;
-fail_loop:
-    ct_ctx_free(&metric_ctx);
-    ct_arena_free(&metric_arena);
-fail:
-    if (rc) fprintf(stderr, "ctrax train: %s\n", err.msg);
-    ct_net_free(&metrics[0].net);
-    ct_net_free(&metrics[1].net);
-    ct_trainer_free(trainer);
-    ct_layer_free(model);
-    ct_layer_free(loss);
-    free(tokens);
-    free(weights);
+done:
+    if (rc) {
+        fprintf(stderr, "ctrax train: %s\n", err.msg);
+        if (r.comm && ct_comm_size(r.comm) > 1) ct_comm_abort(r.comm, 1);  // the others cannot go on alone
+    }
+    train_run_free(&r);
     return rc;
 }
 
@@ -291,9 +338,9 @@ static void usage(FILE *f) {
             "usage: ctrax COMMAND [options]\n"
             "\n"
             "commands:\n"
-            "  train    train TransformerLM on the synthetic copy task\n"
+            "  train CONFIG   train a model described by a gin config (configs/ has examples)\n"
             "\n"
-            "ctrax COMMAND --help shows a command's options.\n");
+            "ctrax COMMAND --help shows a command's options. Exit codes: 0 done, 1 error, 2 bad usage.\n");
 }
 
 int main(int argc, char **argv) {
@@ -306,11 +353,11 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "train")) {
-        train_opts o;
-        int r = parse_train(argc - 2, argv + 2, &o);
+        train_args a;
+        int r = parse_train_args(argc - 2, argv + 2, &a);
         if (r == 1) return 0;
         if (r) return r;
-        return run_train(&o);
+        return run_train(&a);
     }
     fprintf(stderr, "ctrax: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
