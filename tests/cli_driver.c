@@ -1,0 +1,179 @@
+// A driver for the ctrax subcommands of tools/cmd_*.c, run by
+// tests/test_cli_tools.sh:
+//
+//   cli_driver make-run DIR VOCAB STEPS
+//       trains a small TransformerLM (vocabulary VOCAB) on the copy task for
+//       STEPS steps with the Loop, built from a gin config whose operative
+//       text the checkpoints keep; checkpoints and evals every 2 steps. Then
+//       checks `sample --temperature 0` against the model run once over the
+//       whole sampled text: at every generated position the argmax of the
+//       logits must be the byte sampled there.
+//   cli_driver info|plot|sample|eval ARGS...
+//       runs the command as `ctrax COMMAND ARGS...` would, and exits with its code.
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "commands.h"
+#include "ctrax/ctrax.h"
+#include "ctrax/train/loop.h"
+
+enum { LEN = 4, BATCH = 4 };
+
+static const char *config_fmt =
+    "# a small copy-task language model (tests/cli_driver.c)\n"
+    "train.model = @TransformerLM\n"
+    "TransformerLM.vocab_size = %d\n"
+    "TransformerLM.d_model = 16\n"
+    "TransformerLM.d_ff = 32\n"
+    "TransformerLM.n_layers = 1\n"
+    "TransformerLM.n_heads = 2\n"
+    "TransformerLM.max_len = %d\n"
+    "TransformerLM.dropout = 0.1\n"
+    "train.loss_fn = @WeightedCategoryCrossEntropy()\n"
+    "train.optimizer = @Adam\n"
+    "Adam.learning_rate = 0.01\n"
+    "train.metrics = [@WeightedCategoryAccuracy, @SequenceAccuracy]\n"
+    "train.batch_size = %d\n"
+    "train.eval_steps = 2\n"
+    "train.random_seed = 3\n";
+
+static ct_stream *copy_batches(int vocab, uint64_t seed) {
+    ct_copy_task t = {vocab, LEN, false, seed, 0};
+    ct_stream *s;
+    ct_error err;
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = BATCH;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    return s;
+}
+
+// Runs `sample ARGS` in this process with stdout sent to a file; returns its
+// exit code and the bytes it wrote (malloc'ed) in *out, *n.
+static int run_sample_captured(int argc, char **argv, char **out, size_t *n) {
+    char path[] = "/tmp/ctrax_cli_driver_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO);
+    dup2(fd, STDOUT_FILENO);
+    int rc = ctrax_cmd_sample(argc, argv);
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    close(fd);
+    ct_error err;
+    CHECK_OK(ct_fs_read(path, out, n, &err), &err);
+    unlink(path);
+    return rc;
+}
+
+// Greedy sampling must agree with one forward pass over the sampled text.
+static void check_greedy(ct_loop *loop, const char *dir, int vocab) {
+    char *argv[] = {"sample", (char *)dir, "--temperature", "0", "--length", "9", "--raw", NULL};
+    char *text = NULL;
+    size_t n = 0;
+    int rc = run_sample_captured(7, argv, &text, &n);
+    CHECK_MSG(rc == 0 && n == 9, "sample exited %d with %zu bytes", rc, n);
+    if (rc != 0 || n != 9) {
+        free(text);
+        return;
+    }
+    // Positions 0..8 of the text, one forward: the logits at t predict byte t.
+    int32_t tokens[9];
+    for (int t = 0; t < 9; t++) tokens[t] = (unsigned char)text[t];
+    ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 1, 9, tokens), logits;
+    ct_error err;
+    CHECK_OK(ct_trainer_predict(ct_loop_trainer(loop), &in, &logits, &err), &err);
+    int matches = 0;
+    for (int t = 0; t < 9; t++) {
+        const float *row = ct_f32(&logits) + (size_t)t * (size_t)vocab;
+        int best = 0;
+        for (int v = 1; v < vocab; v++)
+            if (row[v] > row[best]) best = v;
+        // Lengths differ between the two runs, so BLAS may round differently:
+        // a byte within 1e-4 of the best logit counts as the argmax.
+        matches += best == tokens[t] || row[tokens[t]] >= row[best] - 1e-4f;
+    }
+    printf("greedy check (vocab %d): %d of 9 sampled bytes are the argmax of one forward pass\n", vocab, matches);
+    CHECK(matches == 9);
+    free(text);
+}
+
+static int make_run(const char *dir, int vocab, int steps) {
+    ct_error err = {0};
+    char text[2048];
+    snprintf(text, sizeof text, config_fmt, vocab, 2 * LEN + 2, BATCH);
+    ct_config *cfg = ct_config_new();
+    CHECK_OK(ct_config_parse_text(cfg, text, strlen(text), "cli_driver.gin", &err), &err);
+    CHECK_OK(ct_config_validate(cfg, &err), &err);
+    const char *m = NULL, *l = NULL, *o = NULL;
+    int64_t batch, eval_steps, seed;
+    const ct_config_value *metrics;
+    CHECK_OK(ct_config_get_reference(cfg, "train", "model", NULL, &m, &err), &err);
+    CHECK_OK(ct_config_get_reference(cfg, "train", "loss_fn", NULL, &l, &err), &err);
+    CHECK_OK(ct_config_get_reference(cfg, "train", "optimizer", NULL, &o, &err), &err);
+    CHECK_OK(ct_config_get_list(cfg, "train", "metrics", NULL, &metrics, &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "train", "batch_size", 32, &batch, &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "train", "eval_steps", 10, &eval_steps, &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "train", "random_seed", 0, &seed, &err), &err);
+    ct_layer *model = ct_config_build_model(cfg, m, &err);
+    ct_layer *loss = ct_config_build_layer(cfg, l, &err);
+    ct_layer *metric_loss = ct_config_build_layer(cfg, l, &err);
+    ct_layer *acc = ct_config_build_layer(cfg, metrics->items[0].s, &err);
+    ct_layer *seq_acc = ct_config_build_layer(cfg, metrics->items[1].s, &err);
+    ct_optimizer *opt = ct_config_build_optimizer(cfg, o, &err);
+    CHECK_MSG(model && loss && metric_loss && acc && seq_acc && opt, "%s", err.msg);
+    char *operative = ct_config_operative_text(cfg);
+
+    ct_stream *train = copy_batches(vocab, 1), *eval = copy_batches(vocab, 2);
+    ct_train_task task = {train, loss, opt, NULL, "loss"};
+    ct_eval_task ev = {.stream = eval, .n_metrics = 3, .n_batches = (int)eval_steps};
+    ev.metrics[0] = metric_loss;
+    ev.metrics[1] = acc;
+    ev.metrics[2] = seq_acc;
+    ev.metric_names[0] = "loss";
+    ev.metric_names[1] = "accuracy";
+    ev.metric_names[2] = "sequence_accuracy";
+    ct_loop_options lo = ct_loop_default_options();
+    lo.output_dir = dir;
+    lo.n_steps_per_checkpoint = 2;
+    lo.seed = (uint64_t)seed;
+    lo.config_text = operative;
+    ct_loop *loop = NULL;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, &ev, &lo, &err), &err);
+    if (loop) {
+        CHECK_OK(ct_loop_run(loop, steps, &err), &err);
+        printf("trained %s: vocab %d, %lld steps, %zu weights; eval loss %.4f, accuracy %.4f\n", dir, vocab,
+               (long long)ct_loop_step(loop), ct_trainer_net(ct_loop_trainer(loop))->n_weights,
+               ct_loop_last_value(loop, "eval", "metrics/loss"), ct_loop_last_value(loop, "eval", "metrics/accuracy"));
+        check_greedy(loop, dir, vocab);
+    }
+    ct_loop_free(loop);
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    ct_layer_free(metric_loss);
+    ct_layer_free(acc);
+    ct_layer_free(seq_acc);
+    ct_free(operative);
+    ct_config_free(cfg);
+    return check_summary("cli_driver make-run");
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 5 && !strcmp(argv[1], "make-run")) return make_run(argv[2], atoi(argv[3]), atoi(argv[4]));
+    if (argc >= 2) {
+        if (!strcmp(argv[1], "info")) return ctrax_cmd_info(argc - 1, argv + 1);
+        if (!strcmp(argv[1], "plot")) return ctrax_cmd_plot(argc - 1, argv + 1);
+        if (!strcmp(argv[1], "sample")) return ctrax_cmd_sample(argc - 1, argv + 1);
+        if (!strcmp(argv[1], "eval")) return ctrax_cmd_eval(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "usage: cli_driver make-run DIR VOCAB STEPS | cli_driver info|plot|sample|eval ARGS...\n");
+    return 2;
+}

@@ -1,0 +1,168 @@
+// Helpers the ctrax subcommands share: options, numbers, checkpoints.
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "commands.h"
+
+int ctrax_opt_value(const char *cmd, int argc, char **argv, int *i, const char *opt, const char **value) {
+    const char *a = argv[*i];
+    size_t n = strlen(opt);
+    if (strncmp(a, opt, n) != 0) return 0;
+    if (a[n] == '=' && opt[1] == '-') {
+        *value = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0') return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "ctrax %s: %s needs a value (see ctrax %s --help)\n", cmd, opt, cmd);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+int ctrax_parse_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "ctrax %s: %s expects an integer in [%lld, %lld], got '%s'\n", cmd, opt, (long long)lo,
+                (long long)hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int ctrax_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "ctrax %s: %s expects a number in [%g, %g], got '%s'\n", cmd, opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int ctrax_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ctrax %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see ctrax %s --help)\n", cmd);
+    va_end(ap);
+    return CTRAX_EXIT_USAGE;
+}
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, ct_checkpoint **out,
+                          char **output_dir) {
+    *out = NULL;
+    if (output_dir) *output_dir = NULL;
+    ct_error err = {0};
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "ctrax %s: %s: %s\n", cmd, path,
+                access(path, F_OK) != 0 ? "no such directory" : "not a directory");
+        return CTRAX_EXIT_ERROR;
+    }
+    // dir and base: where the checkpoint lives and its name (base NULL: the newest).
+    size_t len = strlen(path);
+    char *dir = malloc(len + 1);
+    memcpy(dir, path, len + 1);
+    while (len > 1 && dir[len - 1] == '/') dir[--len] = '\0';
+    const char *base = name;
+    char manifest[4096];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
+    if (!name && is_file(manifest)) {
+        // path is a checkpoint directory: split it into its parent and name.
+        char *abs = realpath(dir, NULL);
+        if (!abs) {
+            fprintf(stderr, "ctrax %s: %s: %s\n", cmd, path, strerror(errno));
+            free(dir);
+            return CTRAX_EXIT_ERROR;
+        }
+        free(dir);
+        dir = abs;
+        char *slash = strrchr(dir, '/');
+        if (slash == dir) {  // "/name": the parent is "/"
+            size_t n = strlen(dir);
+            dir = realloc(dir, n + 2);
+            memmove(dir + 1, dir, n + 1);
+            slash = dir + 1;
+        }
+        *slash = '\0';
+        base = slash + 1;
+    }
+    ct_status st = base ? ct_checkpoint_open(out, dir, base, &err) : ct_checkpoint_open_latest(out, dir, &err);
+    if (st != CT_OK) {
+        fprintf(stderr, "ctrax %s: %s\n", cmd, err.msg);
+        free(dir);
+        return CTRAX_EXIT_ERROR;
+    }
+    if (!*out) {
+        fprintf(stderr,
+                "ctrax %s: %s holds no checkpoint (give a training run's output directory, or a checkpoint "
+                "directory such as %s/model_100)\n",
+                cmd, path, path);
+        free(dir);
+        return CTRAX_EXIT_ERROR;
+    }
+    if (output_dir) *output_dir = dir;
+    else free(dir);
+    return CTRAX_EXIT_OK;
+}
+
+char *ctrax_checkpoint_config(const ct_checkpoint *c, const char **source) {
+    size_t n = 0;
+    const char *text = ct_checkpoint_file_bytes(c, "config.gin", &n);
+    if (text) {
+        if (source) *source = "config.gin";
+        char *copy = malloc(n + 1);
+        memcpy(copy, text, n);
+        copy[n] = '\0';
+        return copy;
+    }
+    const char *state = ct_checkpoint_state(c);
+    cJSON *root = state ? cJSON_Parse(state) : NULL;
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+    char *copy = cJSON_IsString(cfg) ? strdup(cfg->valuestring) : NULL;
+    cJSON_Delete(root);
+    if (source) *source = copy ? "state.json" : NULL;
+    return copy;
+}
+
+char *ctrax_format_count(int64_t n, char *buf, size_t cap) {
+    char digits[32];
+    snprintf(digits, sizeof digits, "%lld", (long long)(n < 0 ? -n : n));
+    size_t nd = strlen(digits), o = 0;
+    char tmp[48];
+    if (n < 0) tmp[o++] = '-';
+    for (size_t i = 0; i < nd; i++) {
+        if (i > 0 && (nd - i) % 3 == 0) tmp[o++] = ',';
+        tmp[o++] = digits[i];
+    }
+    tmp[o] = '\0';
+    snprintf(buf, cap, "%s", tmp);
+    return buf;
+}
+
+char *ctrax_format_bytes(double bytes, char *buf, size_t cap) {
+    if (bytes < 1024) snprintf(buf, cap, "%.0f B", bytes);
+    else if (bytes < 1024.0 * 1024) snprintf(buf, cap, "%.1f KiB", bytes / 1024);
+    else if (bytes < 1024.0 * 1024 * 1024) snprintf(buf, cap, "%.1f MiB", bytes / (1024.0 * 1024));
+    else snprintf(buf, cap, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    return buf;
+}

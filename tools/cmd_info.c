@@ -1,0 +1,222 @@
+// ctrax info: what a checkpoint holds.
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "ctrax/core/memory.h"
+#include "ctrax/core/tensor.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrax info CHECKPOINT_DIR_OR_OUTPUT_DIR [--name NAME]\n"
+            "\n"
+            "Shows what a checkpoint holds: its step, parameter count, every tensor\n"
+            "(name, dtype, shape), the optimizer and its hyperparameters, the last\n"
+            "metrics and the config it was trained with. Given a training run's output\n"
+            "directory, shows its newest complete checkpoint and lists the others.\n"
+            "\n"
+            "options:\n"
+            "  --name NAME   the checkpoint NAME of the output directory (model_200,\n"
+            "                lowest_loss, ...) instead of the newest\n"
+            "  -h, --help    show this help\n");
+}
+
+// "[10, 16]"
+static char *shape_str(const ct_tensor *t, char *buf, size_t cap) {
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < t->ndim && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+    return buf;
+}
+
+// The safetensors name of a dtype.
+static const char *st_dtype(ct_dtype d) {
+    switch (d) {
+    case CT_DTYPE_F32: return "F32";
+    case CT_DTYPE_I32: return "I32";
+    case CT_DTYPE_BF16: return "BF16";
+    }
+    return "?";
+}
+
+static int64_t total_elements(const ct_safetensors *st, size_t *bytes) {
+    int64_t n = 0;
+    *bytes = 0;
+    for (int i = 0; st && i < ct_safetensors_count(st); i++) {
+        ct_tensor t = ct_safetensors_tensor(st, i);
+        n += ct_tensor_numel(&t);
+        *bytes += ct_tensor_nbytes(&t);
+    }
+    return n;
+}
+
+static void print_optimizer(const ct_checkpoint *c, const cJSON *state) {
+    const ct_safetensors *slots = ct_checkpoint_tensors(c, "slots.safetensors");
+    const char *name = slots ? ct_safetensors_metadata(slots, "optimizer") : NULL;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(state, "optimizer");
+    const cJSON *oname = cJSON_GetObjectItemCaseSensitive(o, "name");
+    if (!name && cJSON_IsString(oname)) name = oname->valuestring;
+    printf("optimizer    %s", name ? name : "(not recorded)");
+    const cJSON *p;
+    int k = 0;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(o, "params")) {
+        if (cJSON_IsNumber(p)) printf("%s%s %.6g", k++ ? ", " : ": ", p->string, p->valuedouble);
+    }
+    if (slots) {
+        size_t bytes;
+        char a[32], b[32];
+        int64_t n = total_elements(slots, &bytes);
+        printf("; slots %s floats in %d tensors (%s)", ctrax_format_count(n, a, sizeof a),
+               ct_safetensors_count(slots), ctrax_format_bytes((double)bytes, b, sizeof b));
+    }
+    printf("\n");
+}
+
+// The last value of each (mode, metric) of state.json's history, metrics/* only.
+#define MAX_SHOWN 64
+static void print_last_metrics(const cJSON *state) {
+    const cJSON *last[MAX_SHOWN];  // the last row of each (mode, metric), in order of first appearance
+    int n = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(state, "history")) {
+        const cJSON *mode = cJSON_GetArrayItem(row, 0), *metric = cJSON_GetArrayItem(row, 1);
+        if (!cJSON_IsString(mode) || !cJSON_IsString(metric) || !cJSON_IsNumber(cJSON_GetArrayItem(row, 2)) ||
+            strncmp(metric->valuestring, "metrics/", 8) != 0)
+            continue;
+        int k = 0;
+        while (k < n && (strcmp(cJSON_GetArrayItem(last[k], 0)->valuestring, mode->valuestring) ||
+                         strcmp(cJSON_GetArrayItem(last[k], 1)->valuestring, metric->valuestring)))
+            k++;
+        if (k == n && n == MAX_SHOWN) continue;
+        if (k == n) n++;
+        last[k] = row;
+    }
+    for (int k = 0; k < n; k++) {
+        const cJSON *value = cJSON_GetArrayItem(last[k], 3);
+        printf("%s %-5s %s = ", k ? "            " : "last metrics", cJSON_GetArrayItem(last[k], 0)->valuestring,
+               cJSON_GetArrayItem(last[k], 1)->valuestring + 8);
+        if (cJSON_IsNumber(value)) printf("%.6g", value->valuedouble);
+        else printf("nan");
+        printf(" (step %lld)\n", (long long)cJSON_GetArrayItem(last[k], 2)->valuedouble);
+    }
+}
+
+static void print_checkpoint_list(const char *dir, const char *current) {
+    ct_checkpoint_info *infos = NULL;
+    int n = 0;
+    ct_error err;
+    if (ct_checkpoint_list(dir, &infos, &n, &err) != CT_OK || n <= 1) {
+        free(infos);
+        return;
+    }
+    printf("checkpoints ");
+    for (int i = 0; i < n; i++)
+        printf(" %s (step %lld%s%s%s)%s", infos[i].name, (long long)infos[i].step, infos[i].keep ? ", kept" : "",
+               infos[i].complete ? "" : ", INCOMPLETE", strcmp(infos[i].name, current) ? "" : ", shown here",
+               i + 1 < n ? "," : "\n");
+    free(infos);
+}
+
+static int info(const char *path, const char *name) {
+    ct_checkpoint *c;
+    char *dir;
+    int rc = ctrax_open_checkpoint("info", path, name, &c, &dir);
+    if (rc) return rc;
+    const char *state_text = ct_checkpoint_state(c);
+    cJSON *state = state_text ? cJSON_Parse(state_text) : NULL;
+
+    printf("checkpoint   %s/%s\n", dir, ct_checkpoint_name(c));
+    printf("step         %lld\n", (long long)ct_checkpoint_step(c));
+    if (ct_checkpoint_kept(c)) printf("kept         yes (permanent or best: never pruned)\n");
+    print_checkpoint_list(dir, ct_checkpoint_name(c));
+
+    const ct_safetensors *w = ct_checkpoint_tensors(c, "weights.safetensors");
+    char a[32], b[32];
+    if (w) {
+        size_t bytes;
+        int64_t n = total_elements(w, &bytes);
+        printf("parameters   %s in %d tensors (%s)\n", ctrax_format_count(n, a, sizeof a), ct_safetensors_count(w),
+               ctrax_format_bytes((double)bytes, b, sizeof b));
+    } else {
+        printf("parameters   (no weights.safetensors)\n");
+    }
+    print_optimizer(c, state);
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(state, "seed");
+    const cJSON *devices = cJSON_GetObjectItemCaseSensitive(state, "devices");
+    if (cJSON_IsNumber(seed)) printf("seed         %.0f\n", seed->valuedouble);
+    if (cJSON_IsNumber(devices)) printf("devices      %.0f\n", devices->valuedouble);
+    print_last_metrics(state);
+    printf("files       ");
+    for (int i = 0; i < ct_checkpoint_file_count(c); i++) {
+        const char *f = ct_checkpoint_file_name(c, i);
+        const ct_safetensors *st = ct_checkpoint_tensors(c, f);
+        size_t n = 0;
+        if (st) ct_safetensors_bytes(st, &n);
+        else ct_checkpoint_file_bytes(c, f, &n);
+        printf(" %s (%s)%s", f, ctrax_format_bytes((double)n, b, sizeof b),
+               i + 1 < ct_checkpoint_file_count(c) ? "," : "");
+    }
+    printf("\n");
+
+    // Every tensor of every safetensors file but the slots (one flat tensor
+    // per weight, named like it: the line above sums them).
+    for (int f = 0; f < ct_checkpoint_file_count(c); f++) {
+        const char *file = ct_checkpoint_file_name(c, f);
+        const ct_safetensors *st = ct_checkpoint_tensors(c, file);
+        if (!st || !strcmp(file, "slots.safetensors")) continue;
+        int n = ct_safetensors_count(st);
+        printf("\ntensors (%s): %d\n", file, n);
+        printf("  %-5s  %-16s  %10s  %s\n", "dtype", "shape", "elements", "name");
+        for (int i = 0; i < n; i++) {
+            ct_tensor t = ct_safetensors_tensor(st, i);
+            char s[CT_SIG_STR_MAX];
+            printf("  %-5s  %-16s  %10s  %s\n", st_dtype(t.dtype), shape_str(&t, s, sizeof s),
+                   ctrax_format_count(ct_tensor_numel(&t), a, sizeof a), ct_safetensors_name(st, i));
+        }
+    }
+
+    const char *source = NULL;
+    char *config = ctrax_checkpoint_config(c, &source);
+    if (config) {
+        printf("\nconfig (%s):\n", source);
+        // Indented, line by line.
+        for (char *line = config, *next; line && *line; line = next) {
+            next = strchr(line, '\n');
+            if (next) *next++ = '\0';
+            printf(*line ? "  %s\n" : "%s\n", line);
+        }
+    } else {
+        printf("\nconfig: none saved (the run gave the Loop no config text)\n");
+    }
+    free(config);
+    cJSON_Delete(state);
+    ct_checkpoint_close(c);
+    free(dir);
+    return CTRAX_EXIT_OK;
+}
+
+int ctrax_cmd_info(int argc, char **argv) {
+    const char *path = NULL, *name = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return CTRAX_EXIT_OK;
+        }
+        int r = ctrax_opt_value("info", argc, argv, &i, "--name", &v);
+        if (r < 0) return CTRAX_EXIT_USAGE;
+        if (r > 0) {
+            name = v;
+            continue;
+        }
+        if (a[0] == '-' && a[1]) return ctrax_usage_error("info", "unknown option '%s'", a);
+        if (path) return ctrax_usage_error("info", "one checkpoint at a time ('%s' and '%s')", path, a);
+        path = a;
+    }
+    if (!path) return ctrax_usage_error("info", "missing CHECKPOINT_DIR_OR_OUTPUT_DIR");
+    return info(path, name);
+}

@@ -1,0 +1,559 @@
+// ctrax plot: an SVG of the train and eval curves in metrics.jsonl.
+//
+// The SVG is written by hand: one panel per metric, each with its axes, tick
+// labels, grid, a legend and one polyline per mode (train, eval) through the
+// finite values in step order. Values that are null in metrics.jsonl (NaN or
+// infinite) are left out of the line and marked with a red cross at the top
+// of the panel. Each polyline carries data-metric, data-mode and data-points
+// attributes, so a test (or a script) can find the curves without rendering.
+#include <cjson/cJSON.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "commands.h"
+#include "ctrax/train/checkpoint.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrax plot METRICS_JSONL_OR_OUTPUT_DIR [-o OUT.svg] [--metrics a,b]\n"
+            "\n"
+            "Draws the loss and metric curves of a training run (its metrics.jsonl) as an\n"
+            "SVG: one panel per metric, the train and eval values against the step.\n"
+            "\n"
+            "options:\n"
+            "  -o, --output FILE   where to write the SVG; '-' is stdout\n"
+            "                      [metrics.svg beside metrics.jsonl]\n"
+            "  --metrics a,b       the metrics to draw, by name ('loss' or 'metrics/loss');\n"
+            "                      'all' draws every metric, training/* too [every metrics/*]\n"
+            "  -h, --help          show this help\n");
+}
+
+// ---- reading metrics.jsonl --------------------------------------------------------
+
+typedef struct point {
+    int64_t step;
+    double value;  // NAN for null
+} point;
+
+typedef struct series {
+    char *metric, *mode;
+    point *p;
+    int n, cap;
+} series;
+
+typedef struct metrics {
+    series *s;
+    int n, cap;
+} metrics;
+
+static series *find_series(metrics *m, const char *metric, const char *mode, bool create) {
+    for (int i = 0; i < m->n; i++)
+        if (!strcmp(m->s[i].metric, metric) && !strcmp(m->s[i].mode, mode)) return &m->s[i];
+    if (!create) return NULL;
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 16;
+        m->s = realloc(m->s, (size_t)m->cap * sizeof *m->s);
+    }
+    series *s = &m->s[m->n++];
+    memset(s, 0, sizeof *s);
+    s->metric = strdup(metric);
+    s->mode = strdup(mode);
+    return s;
+}
+
+static void metrics_free(metrics *m) {
+    for (int i = 0; i < m->n; i++) {
+        free(m->s[i].metric);
+        free(m->s[i].mode);
+        free(m->s[i].p);
+    }
+    free(m->s);
+}
+
+typedef struct tagged {
+    point p;
+    int index;  // the order lines came in
+} tagged;
+
+static int cmp_tagged(const void *a, const void *b) {
+    const tagged *x = a, *y = b;
+    if (x->p.step != y->p.step) return x->p.step < y->p.step ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+// Sorts by step, keeping the last value written for a step (a resumed run
+// may have written a step twice before metrics.jsonl was truncated).
+static void sort_series(series *s) {
+    tagged *t = malloc((size_t)(s->n ? s->n : 1) * sizeof *t);
+    for (int i = 0; i < s->n; i++) t[i] = (tagged){s->p[i], i};
+    qsort(t, (size_t)s->n, sizeof *t, cmp_tagged);
+    int n = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (n > 0 && s->p[n - 1].step == t[i].p.step) s->p[n - 1] = t[i].p;
+        else s->p[n++] = t[i].p;
+    }
+    s->n = n;
+    free(t);
+}
+
+// Reads path into m; lines that are not metrics lines are skipped with a
+// warning (the last one may be cut short while a run writes it).
+static int read_metrics(const char *path, metrics *m) {
+    char *text;
+    size_t len;
+    ct_error err;
+    if (ct_fs_read(path, &text, &len, &err) != CT_OK) {
+        fprintf(stderr, "ctrax plot: %s\n", err.msg);
+        return CTRAX_EXIT_ERROR;
+    }
+    int line_no = 0, skipped = 0, first_bad = 0;
+    for (char *line = text, *next; line < text + len; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        else next = text + len;
+        line_no++;
+        if (strspn(line, " \t\r") == strlen(line)) continue;
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
+        const cJSON *mode = cJSON_GetObjectItemCaseSensitive(o, "mode");
+        const cJSON *metric = cJSON_GetObjectItemCaseSensitive(o, "metric");
+        const cJSON *value = cJSON_GetObjectItemCaseSensitive(o, "value");
+        if (!cJSON_IsNumber(step) || !cJSON_IsString(mode) || !cJSON_IsString(metric) ||
+            !(cJSON_IsNumber(value) || cJSON_IsNull(value))) {
+            if (!skipped++) first_bad = line_no;
+            cJSON_Delete(o);
+            continue;
+        }
+        series *s = find_series(m, metric->valuestring, mode->valuestring, true);
+        if (s->n == s->cap) {
+            s->cap = s->cap ? 2 * s->cap : 64;
+            s->p = realloc(s->p, (size_t)s->cap * sizeof *s->p);
+        }
+        s->p[s->n++] = (point){(int64_t)step->valuedouble, cJSON_IsNumber(value) ? value->valuedouble : NAN};
+        cJSON_Delete(o);
+    }
+    free(text);
+    if (skipped)
+        fprintf(stderr, "ctrax plot: %s: skipped %d line(s) that are not metrics lines (the first: line %d)\n", path,
+                skipped, first_bad);
+    for (int i = 0; i < m->n; i++) sort_series(&m->s[i]);
+    return CTRAX_EXIT_OK;
+}
+
+// ---- choosing the panels ------------------------------------------------------------
+
+typedef struct names {
+    const char **v;
+    int n, cap;
+} names;
+
+static bool names_has(const names *ns, const char *s) {
+    for (int i = 0; i < ns->n; i++)
+        if (!strcmp(ns->v[i], s)) return true;
+    return false;
+}
+
+static void names_add(names *ns, const char *s) {
+    if (names_has(ns, s)) return;
+    if (ns->n == ns->cap) {
+        ns->cap = ns->cap ? 2 * ns->cap : 16;
+        ns->v = realloc(ns->v, (size_t)ns->cap * sizeof *ns->v);
+    }
+    ns->v[ns->n++] = s;
+}
+
+static bool metric_known(const metrics *m, const char *name) {
+    for (int i = 0; i < m->n; i++)
+        if (!strcmp(m->s[i].metric, name)) return true;
+    return false;
+}
+
+// The panels: the requested metrics, or every metrics/* one (loss first).
+static int choose_panels(const metrics *m, const char *request, const char *path, names *out) {
+    if (!request) {
+        if (metric_known(m, "metrics/loss")) names_add(out, "metrics/loss");
+        for (int i = 0; i < m->n; i++)
+            if (!strncmp(m->s[i].metric, "metrics/", 8)) names_add(out, m->s[i].metric);
+        if (out->n == 0) {
+            fprintf(stderr, "ctrax plot: %s has no metrics/* values%s\n", path,
+                    m->n ? " (--metrics all draws the others)" : "");
+            return CTRAX_EXIT_ERROR;
+        }
+        return CTRAX_EXIT_OK;
+    }
+    if (!strcmp(request, "all")) {
+        for (int i = 0; i < m->n; i++) names_add(out, m->s[i].metric);
+        if (out->n == 0) {
+            fprintf(stderr, "ctrax plot: %s holds no metrics\n", path);
+            return CTRAX_EXIT_ERROR;
+        }
+        return CTRAX_EXIT_OK;
+    }
+    const char *p = request;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char want[256];
+        snprintf(want, sizeof want, "%.*s", (int)(len < 200 ? len : 200), p);
+        char prefixed[300];
+        snprintf(prefixed, sizeof prefixed, "metrics/%s", want);
+        const char *found = NULL;
+        for (int i = 0; i < m->n && !found; i++)
+            if (!strcmp(m->s[i].metric, want)) found = m->s[i].metric;
+        for (int i = 0; i < m->n && !found; i++)
+            if (!strcmp(m->s[i].metric, prefixed)) found = m->s[i].metric;
+        if (!found) {
+            fprintf(stderr, "ctrax plot: %s has no metric '%s'; it has:", path, want);
+            names all = {0};
+            for (int i = 0; i < m->n; i++) names_add(&all, m->s[i].metric);
+            for (int i = 0; i < all.n; i++) fprintf(stderr, " %s", all.v[i]);
+            fprintf(stderr, "\n");
+            free(all.v);
+            return CTRAX_EXIT_ERROR;
+        }
+        names_add(out, found);
+        p += len;
+        if (*p == ',') p++;
+    }
+    return CTRAX_EXIT_OK;
+}
+
+// ---- SVG ------------------------------------------------------------------------------
+
+typedef struct buf {
+    char *s;
+    size_t n, cap;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) return;
+        if (b->s && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        b->cap = (b->cap + (size_t)k + 1) * 2;
+        b->s = realloc(b->s, b->cap);
+    }
+}
+
+// Text as XML character data or an attribute value: markup characters
+// escaped, control characters (which XML 1.0 forbids) and bytes that are not
+// valid UTF-8 replaced by '?'.
+static void put_text(buf *b, const char *s) {
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        unsigned c = *u;
+        int extra = c >= 0xf0 && c < 0xf5 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 && c < 0xe0 ? 1 : 0;
+        if (c >= 0x80) {
+            bool ok = c < 0xf5 && extra > 0;
+            for (int k = 1; ok && k <= extra; k++) ok = (u[k] & 0xc0) == 0x80;
+            if (ok) {
+                put(b, "%.*s", extra + 1, (const char *)u);
+                u += extra + 1;
+            } else {
+                put(b, "?");
+                u++;
+            }
+            continue;
+        }
+        switch (c) {
+        case '&': put(b, "&amp;"); break;
+        case '<': put(b, "&lt;"); break;
+        case '>': put(b, "&gt;"); break;
+        case '"': put(b, "&quot;"); break;
+        case '\'': put(b, "&apos;"); break;
+        default: put(b, "%c", c < 0x20 || c == 0x7f ? '?' : (char)c);
+        }
+        u++;
+    }
+}
+
+// Ticks at multiples of a 1, 2 or 5 step, about `target` of them in [lo, hi].
+typedef struct ticks {
+    double first, step;
+    int n;
+} ticks;
+
+static ticks nice_ticks(double lo, double hi, int target, bool integer) {
+    ticks t = {lo, 1, 1};
+    double range = hi - lo;
+    if (!(range > 0)) return t;
+    double raw = range / target, mag = pow(10, floor(log10(raw))), r = raw / mag;
+    t.step = (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
+    if (integer && t.step < 1) t.step = 1;
+    t.first = ceil(lo / t.step - 1e-9) * t.step;
+    double n = floor((hi - t.first) / t.step + 1e-9) + 1;
+    if (!isfinite(t.first) || !(n >= 1 && n <= 50)) return (ticks){lo, 1, 1};  // values near the limits of a double
+    t.n = (int)n;
+    return t;
+}
+
+static void tick_label(char *s, size_t cap, double v, double step) {
+    if (fabs(v) < step * 1e-9) v = 0;  // no "-0" or "1e-17"
+    double a = fabs(v);
+    if (a != 0 && (a >= 1e6 || a < 1e-4)) {
+        snprintf(s, cap, "%.3g", v);
+        return;
+    }
+    int decimals = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
+    if (decimals > 8) decimals = 8;
+    snprintf(s, cap, "%.*f", decimals, v);
+}
+
+static const char *mode_color(const char *mode, int index) {
+    static const char *other[] = {"#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+    if (!strcmp(mode, "train")) return "#1f77b4";
+    if (!strcmp(mode, "eval")) return "#ff7f0e";
+    return other[index % 5];
+}
+
+enum { PANEL_W = 520, PANEL_H = 320, PAD_L = 72, PAD_R = 20, PAD_T = 40, PAD_B = 46, HEADER = 46, GAP = 16 };
+#define MARKERS_UP_TO 60  // points per series drawn as dots as well
+
+static void draw_panel(buf *b, const metrics *m, const char *metric, double ox, double oy) {
+    const double pw = PANEL_W - PAD_L - PAD_R, ph = PANEL_H - PAD_T - PAD_B;
+    const double x0 = ox + PAD_L, y0 = oy + PAD_T;  // top left of the plot area
+    // Ranges over every mode's finite values.
+    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+    const series *ss[32];
+    int ns = 0;
+    for (int i = 0; i < m->n && ns < 32; i++) {
+        const series *s = &m->s[i];
+        if (strcmp(s->metric, metric)) continue;
+        ss[ns++] = s;
+        for (int k = 0; k < s->n; k++) {
+            xmin = fmin(xmin, (double)s->p[k].step);
+            xmax = fmax(xmax, (double)s->p[k].step);
+            if (isfinite(s->p[k].value)) {
+                ymin = fmin(ymin, s->p[k].value);
+                ymax = fmax(ymax, s->p[k].value);
+            }
+        }
+    }
+    if (!(xmin <= xmax)) xmin = 0, xmax = 1;
+    if (xmin == xmax) xmin -= 1, xmax += 1;
+    if (!(ymin <= ymax)) ymin = 0, ymax = 1;
+    // A margin of 5% (10% of the value for a flat line); halves keep
+    // differences of values near the limits of a double finite.
+    double d = ymin == ymax ? (fabs(ymin) > 0 ? fabs(ymin) * 0.1 : 1) : (ymax / 2 - ymin / 2) * 0.1;
+    ymin = fmax(ymin - d, -DBL_MAX);
+    ymax = fmin(ymax + d, DBL_MAX);
+#define PX(step) (x0 + ((double)(step) - xmin) / (xmax - xmin) * pw)
+#define PY(v) (y0 + ph - ((v) / 2 - ymin / 2) / (ymax / 2 - ymin / 2) * ph)
+
+    put(b, "<g class=\"panel\" data-metric=\"");
+    put_text(b, metric);
+    put(b, "\">\n");
+    put(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#dddddd\"/>\n", ox, oy,
+        PANEL_W, PANEL_H);
+    put(b, "<text class=\"panel-title\" x=\"%.1f\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">", x0, oy + 22);
+    put_text(b, metric);
+    put(b, "</text>\n");
+
+    // Grid and tick labels.
+    ticks tx = nice_ticks(xmin, xmax, 6, true), ty = nice_ticks(ymin, ymax, 6, false);
+    put(b, "<g class=\"grid\" stroke=\"#e4e4e4\" stroke-width=\"1\">\n");
+    for (int i = 0; i < tx.n; i++) {
+        double x = PX(tx.first + i * tx.step);
+        put(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", x, y0, x, y0 + ph);
+    }
+    for (int i = 0; i < ty.n; i++) {
+        double y = PY(ty.first + i * ty.step);
+        put(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", x0, y, x0 + pw, y);
+    }
+    put(b, "</g>\n");
+    put(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#555555\"/>\n", x0, y0,
+        pw, ph);
+    put(b, "<g class=\"x-ticks\" font-size=\"11\" text-anchor=\"middle\" fill=\"#333333\">\n");
+    for (int i = 0; i < tx.n; i++) {
+        char s[48];
+        double v = tx.first + i * tx.step;
+        tick_label(s, sizeof s, v, tx.step);
+        put(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", PX(v), y0 + ph + 16, s);
+    }
+    put(b, "</g>\n<g class=\"y-ticks\" font-size=\"11\" text-anchor=\"end\" fill=\"#333333\">\n");
+    for (int i = 0; i < ty.n; i++) {
+        char s[48];
+        double v = ty.first + i * ty.step;
+        tick_label(s, sizeof s, v, ty.step);
+        put(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", x0 - 6, PY(v) + 4, s);
+    }
+    put(b, "</g>\n");
+    put(b, "<text class=\"x-label\" x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">step</text>\n",
+        x0 + pw / 2, y0 + ph + 36);
+
+    // The curves: a polyline per mode, dots where there are few points, and
+    // crosses for values that are not finite.
+    for (int k = 0; k < ns; k++) {
+        const series *s = ss[k];
+        const char *color = mode_color(s->mode, k);
+        int finite = 0;
+        for (int i = 0; i < s->n; i++) finite += isfinite(s->p[i].value) != 0;
+        put(b, "<polyline class=\"curve\" data-metric=\"");
+        put_text(b, metric);
+        put(b, "\" data-mode=\"");
+        put_text(b, s->mode);
+        put(b,
+            "\" data-points=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" stroke-linejoin=\"round\" "
+            "points=\"",
+            finite, color);
+        int j = 0;
+        for (int i = 0; i < s->n; i++)
+            if (isfinite(s->p[i].value)) put(b, "%s%.1f,%.1f", j++ ? " " : "", PX(s->p[i].step), PY(s->p[i].value));
+        put(b, "\"/>\n");
+        if (finite <= MARKERS_UP_TO) {
+            put(b, "<g class=\"markers\" fill=\"%s\">\n", color);
+            for (int i = 0; i < s->n; i++)
+                if (isfinite(s->p[i].value))
+                    put(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\"/>\n", PX(s->p[i].step), PY(s->p[i].value));
+            put(b, "</g>\n");
+        }
+        if (finite < s->n) {
+            put(b, "<g class=\"nonfinite\" stroke=\"#d62728\" stroke-width=\"1.5\">\n");
+            for (int i = 0; i < s->n; i++) {
+                if (isfinite(s->p[i].value)) continue;
+                double x = PX(s->p[i].step), y = y0 + 6;
+                put(b, "<path d=\"M%.1f %.1fl6 6m0 -6l-6 6\"><title>step %lld: not finite</title></path>\n", x - 3,
+                    y - 3, (long long)s->p[i].step);
+            }
+            put(b, "</g>\n");
+        }
+    }
+    // Legend, top right: a line and "mode (n)" per curve.
+    double lx = ox + PANEL_W - PAD_R;
+    for (int k = ns - 1; k >= 0; k--) {
+        char label[96];
+        snprintf(label, sizeof label, "%s (%d)", ss[k]->mode, ss[k]->n);
+        double w = 7.0 * (double)strlen(label) + 26;
+        lx -= w;
+        put(b, "<g class=\"legend\"><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+               "stroke-width=\"2.5\"/><text x=\"%.1f\" y=\"%.1f\" font-size=\"12\">",
+            lx, oy + 18, lx + 16, oy + 18, mode_color(ss[k]->mode, k), lx + 20, oy + 22);
+        put_text(b, label);
+        put(b, "</text></g>\n");
+    }
+    put(b, "</g>\n");
+#undef PX
+#undef PY
+}
+
+static char *render_svg(const metrics *m, const names *panels, const char *title) {
+    int cols = panels->n > 1 ? 2 : 1, rows = (panels->n + cols - 1) / cols;
+    int width = GAP + cols * (PANEL_W + GAP), height = HEADER + rows * (PANEL_H + GAP);
+    buf b = {0};
+    put(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    put(&b,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+        "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+        width, height, width, height);
+    put(&b, "<title>");
+    put_text(&b, title);
+    put(&b, "</title>\n<rect width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width, height);
+    put(&b, "<text class=\"title\" x=\"%d\" y=\"30\" font-size=\"18\" text-anchor=\"middle\">", width / 2);
+    put_text(&b, title);
+    put(&b, "</text>\n");
+    for (int i = 0; i < panels->n; i++)
+        draw_panel(&b, m, panels->v[i], GAP + (i % cols) * (PANEL_W + GAP), HEADER + (i / cols) * (PANEL_H + GAP));
+    put(&b, "</svg>\n");
+    return b.s;
+}
+
+// ---- the command ---------------------------------------------------------------------
+
+static bool is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int plot(const char *input, const char *output, const char *request) {
+    char jsonl[4096], out_path[4096];
+    if (is_dir(input)) snprintf(jsonl, sizeof jsonl, "%s/metrics.jsonl", input);
+    else snprintf(jsonl, sizeof jsonl, "%s", input);
+    if (!output) {
+        const char *slash = strrchr(jsonl, '/');
+        if (slash) snprintf(out_path, sizeof out_path, "%.*s/metrics.svg", (int)(slash - jsonl), jsonl);
+        else snprintf(out_path, sizeof out_path, "metrics.svg");
+        output = out_path;
+    }
+    metrics m = {0};
+    names panels = {0};
+    int rc = read_metrics(jsonl, &m);
+    if (rc == CTRAX_EXIT_OK) rc = choose_panels(&m, request, jsonl, &panels);
+    if (rc != CTRAX_EXIT_OK) goto done;
+
+    char title[4200];
+    snprintf(title, sizeof title, "ctrax: %s", jsonl);
+    char *svg = render_svg(&m, &panels, title);
+    bool to_stdout = !strcmp(output, "-");
+    ct_error err;
+    if (to_stdout) {
+        fputs(svg, stdout);
+        if (fflush(stdout) != 0) {
+            fprintf(stderr, "ctrax plot: writing to stdout failed\n");
+            rc = CTRAX_EXIT_ERROR;
+        }
+    } else if (ct_fs_write_atomic(output, svg, strlen(svg), &err) != CT_OK) {
+        fprintf(stderr, "ctrax plot: %s\n", err.msg);
+        rc = CTRAX_EXIT_ERROR;
+    }
+    free(svg);
+    if (rc == CTRAX_EXIT_OK) {
+        // What was drawn, on stdout unless the SVG went there.
+        FILE *f = to_stdout ? stderr : stdout;
+        fprintf(f, "wrote %s: %d panel(s)\n", to_stdout ? "the SVG to stdout" : output, panels.n);
+        for (int i = 0; i < panels.n; i++) {
+            fprintf(f, "  %s:", panels.v[i]);
+            for (int k = 0; k < m.n; k++)
+                if (!strcmp(m.s[k].metric, panels.v[i]))
+                    fprintf(f, " %s %d point(s), steps %lld to %lld;", m.s[k].mode, m.s[k].n,
+                            (long long)(m.s[k].n ? m.s[k].p[0].step : 0),
+                            (long long)(m.s[k].n ? m.s[k].p[m.s[k].n - 1].step : 0));
+            fprintf(f, "\n");
+        }
+    }
+done:
+    free(panels.v);
+    metrics_free(&m);
+    return rc;
+}
+
+int ctrax_cmd_plot(int argc, char **argv) {
+    const char *input = NULL, *output = NULL, *request = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return CTRAX_EXIT_OK;
+        }
+        int r;
+        if ((r = ctrax_opt_value("plot", argc, argv, &i, "-o", &v)) ||
+            (r = ctrax_opt_value("plot", argc, argv, &i, "--output", &v))) {
+            if (r < 0) return CTRAX_EXIT_USAGE;
+            output = v;
+            continue;
+        }
+        if ((r = ctrax_opt_value("plot", argc, argv, &i, "--metrics", &v))) {
+            if (r < 0) return CTRAX_EXIT_USAGE;
+            if (!v[0] || v[0] == ',' || strstr(v, ",,") || v[strlen(v) - 1] == ',')
+                return ctrax_usage_error("plot", "--metrics expects names separated by commas, got '%s'", v);
+            request = v;
+            continue;
+        }
+        if (a[0] == '-' && a[1]) return ctrax_usage_error("plot", "unknown option '%s'", a);
+        if (input) return ctrax_usage_error("plot", "one metrics file at a time ('%s' and '%s')", input, a);
+        input = a;
+    }
+    if (!input) return ctrax_usage_error("plot", "missing METRICS_JSONL_OR_OUTPUT_DIR");
+    if (output && !output[0]) return ctrax_usage_error("plot", "-o expects a file name");
+    return plot(input, output, request);
+}

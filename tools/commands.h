@@ -1,0 +1,67 @@
+// The subcommands of the ctrax program, one file each (tools/cmd_<name>.c),
+// and the few helpers they share (tools/cmd_common.c).
+//
+// Each command takes its own argv (argv[0] is the command's name, "info"),
+// prints its usage to stdout and returns 0 for --help, and returns
+//   CTRAX_EXIT_OK     0  done
+//   CTRAX_EXIT_ERROR  1  an error (a missing or damaged checkpoint, a bad config, ...)
+//   CTRAX_EXIT_USAGE  2  bad usage, with a message on stderr
+// Results go to stdout, progress and errors to stderr.
+#ifndef CTRAX_TOOLS_COMMANDS_H
+#define CTRAX_TOOLS_COMMANDS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrax/train/checkpoint.h"
+
+#define CTRAX_EXIT_OK 0
+#define CTRAX_EXIT_ERROR 1
+#define CTRAX_EXIT_USAGE 2
+
+// ctrax info CHECKPOINT_DIR_OR_OUTPUT_DIR [--name NAME]
+//   step, parameter count, tensors, optimizer, last metrics and config of a checkpoint.
+int ctrax_cmd_info(int argc, char **argv);
+// ctrax plot METRICS_JSONL_OR_OUTPUT_DIR [-o OUT.svg] [--metrics a,b]
+//   an SVG of the train and eval curves in metrics.jsonl.
+int ctrax_cmd_plot(int argc, char **argv);
+// ctrax sample OUTPUT_DIR [--prompt TEXT] [--length N] [--temperature T] [--top-k K] [--seed S]
+//   text from a byte-level language model checkpoint.
+int ctrax_cmd_sample(int argc, char **argv);
+// ctrax eval OUTPUT_DIR [--steps N]
+//   the eval metrics of a checkpoint on the config's eval stream.
+int ctrax_cmd_eval(int argc, char **argv);
+
+// ---- helpers shared by the commands (tools/cmd_common.c) -----------------------
+
+// Matches argv[*i] against an option that takes a value, written "--opt V" or
+// "--opt=V" (short options only as "-o V"). Returns 1 with *value set (and *i
+// moved past a separate value), 0 if argv[*i] is another option, -1 after
+// printing "CMD: OPT needs a value" to stderr.
+int ctrax_opt_value(const char *cmd, int argc, char **argv, int *i, const char *opt, const char **value);
+// Parses an integer in [lo, hi] / a finite number in [lo, hi] given for opt;
+// on failure prints "CMD: OPT expects ..." to stderr and returns -1.
+int ctrax_parse_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
+int ctrax_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+// Prints "CMD: MSG (see ctrax CMD --help)" to stderr; returns CTRAX_EXIT_USAGE.
+int ctrax_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Opens a checkpoint given as a path: with a name, <path>/<name>; else path
+// itself when it is a checkpoint directory (it holds manifest.json); else the
+// newest complete checkpoint of the output directory path. On failure prints
+// the reason to stderr ("CMD: ...") and returns CTRAX_EXIT_ERROR; the caller
+// closes *out. *output_dir (if not NULL) gets the directory the checkpoint
+// lives in (malloc'ed; free()).
+int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, ct_checkpoint **out,
+                          char **output_dir);
+// The config a checkpoint was trained with: its config.gin file, else
+// state.json's "config". A malloc'ed copy (free()), or NULL if it has none;
+// *source (if not NULL) names where it came from ("config.gin", "state.json").
+char *ctrax_checkpoint_config(const ct_checkpoint *c, const char **source);
+// n with thousands separators ("1,234,567") into buf; returns buf.
+char *ctrax_format_count(int64_t n, char *buf, size_t cap);
+// A byte count as "812 B", "5.0 KiB", "1.2 MiB" into buf; returns buf.
+char *ctrax_format_bytes(double bytes, char *buf, size_t cap);
+
+#endif
