@@ -166,3 +166,43 @@ char *ctrax_format_bytes(double bytes, char *buf, size_t cap) {
     else snprintf(buf, cap, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
     return buf;
 }
+
+// The name an eval metric is reported under: Trax's names for the usual ones.
+static const char *metric_name(const char *configurable) {
+    static const char *const table[][2] = {
+        {"WeightedCategoryAccuracy", "accuracy"}, {"CategoryAccuracy", "accuracy"},
+        {"SequenceAccuracy", "sequence_accuracy"}, {"WeightedCategoryCrossEntropy", "cross_entropy"},
+        {"CrossEntropyLoss", "cross_entropy"},     {"L2Loss", "l2_loss"},
+    };
+    const char *slash = strrchr(configurable, '/');  // "eval/Name": the name
+    const char *base = slash ? slash + 1 : configurable;
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+        if (!strcmp(base, table[i][0])) return table[i][1];
+    return base;
+}
+
+ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task *ev, ct_error *err) {
+    const ct_config_value *list = NULL;
+    CT_TRY(ct_config_get_list(cfg, "train", "metrics", "[@WeightedCategoryAccuracy]", &list, err));
+    ev->n_metrics = 0;
+    // The loss again (a layer belongs to one net: a new instance), as "loss".
+    if (!(ev->metrics[0] = ct_config_build_layer(cfg, loss_name, err))) return err->code;
+    ev->metric_names[0] = "loss";
+    ev->n_metrics = 1;
+    for (int i = 0; list && i < list->n; i++) {
+        const ct_config_value *item = &list->items[i];
+        if (item->kind != CT_CONFIG_REFERENCE)
+            return ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: train.metrics[%d] is %s, not a reference to a metric",
+                                item->file, item->line, item->col, i, ct_config_kind_name(item->kind));
+        const char *name = metric_name(item->s);
+        bool seen = false;
+        for (int m = 0; m < ev->n_metrics; m++) seen |= !strcmp(ev->metric_names[m], name);
+        if (seen) continue;
+        if (ev->n_metrics == CT_EVAL_MAX_METRICS)
+            return ct_error_set(err, CT_ERR_ARG, "%s:%d: train.metrics: at most %d metrics", item->file, item->line,
+                                CT_EVAL_MAX_METRICS - 1);
+        if (!(ev->metrics[ev->n_metrics] = ct_config_build_layer(cfg, item->s, err))) return err->code;
+        ev->metric_names[ev->n_metrics++] = name;
+    }
+    return CT_OK;
+}

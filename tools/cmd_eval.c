@@ -41,20 +41,6 @@ static void usage(FILE *f) {
             "  -h, --help    show this help\n");
 }
 
-// The name an eval metric is reported under: Trax's names for the usual ones.
-static const char *metric_name(const char *configurable) {
-    static const char *const table[][2] = {
-        {"WeightedCategoryAccuracy", "accuracy"}, {"CategoryAccuracy", "accuracy"},
-        {"SequenceAccuracy", "sequence_accuracy"}, {"WeightedCategoryCrossEntropy", "cross_entropy"},
-        {"CrossEntropyLoss", "cross_entropy"},     {"L2Loss", "l2_loss"},
-    };
-    const char *slash = strrchr(configurable, '/');  // "eval/Name": the name
-    const char *base = slash ? slash + 1 : configurable;
-    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
-        if (!strcmp(base, table[i][0])) return table[i][1];
-    return base;
-}
-
 typedef struct eval_opts {
     const char *path, *name;
     int64_t steps;  // 0: the config's
@@ -98,11 +84,9 @@ static int evaluate(const eval_opts *o) {
 
     // What train used: model, loss, metrics, inputs, batch size, seed, eval steps.
     const char *model_name = NULL, *loss_name = NULL, *inputs_name = NULL;
-    const ct_config_value *metric_list = NULL;
     int64_t batch_size = 0, seed = 0, eval_steps = 0;
     if (ct_config_get_reference(cfg, "train", "model", NULL, &model_name, &err) != CT_OK ||
         ct_config_get_reference(cfg, "train", "loss_fn", "WeightedCategoryCrossEntropy", &loss_name, &err) != CT_OK ||
-        ct_config_get_list(cfg, "train", "metrics", "[@WeightedCategoryAccuracy]", &metric_list, &err) != CT_OK ||
         ct_config_get_reference(cfg, "train", "inputs", NULL, &inputs_name, &err) != CT_OK ||
         ct_config_get_int(cfg, "train", "batch_size", 32, &batch_size, &err) != CT_OK ||
         ct_config_get_int(cfg, "train", "random_seed", 0, &seed, &err) != CT_OK ||
@@ -143,28 +127,9 @@ static int evaluate(const eval_opts *o) {
     }
     ev.stream = eval;
     ev.n_batches = (int)eval_steps;
-    if (!(ev.metrics[0] = ct_config_build_layer(cfg, loss_name, &err))) {
-        fail("building the loss", &err);
+    if (ctrax_eval_metrics(cfg, loss_name, &ev, &err) != CT_OK) {
+        fail("building the metrics", &err);
         goto done;
-    }
-    ev.metric_names[0] = "loss";
-    ev.n_metrics = 1;
-    for (int i = 0; metric_list && i < metric_list->n; i++) {
-        const ct_config_value *item = &metric_list->items[i];
-        if (item->kind != CT_CONFIG_REFERENCE) {
-            fprintf(stderr, "ctrax eval: %s:%d:%d: train.metrics[%d] is %s, not a reference to a metric\n",
-                    item->file, item->line, item->col, i, ct_config_kind_name(item->kind));
-            goto done;
-        }
-        const char *name = metric_name(item->s);
-        bool seen = false;
-        for (int m = 0; m < ev.n_metrics; m++) seen |= !strcmp(ev.metric_names[m], name);
-        if (seen || ev.n_metrics == CT_EVAL_MAX_METRICS) continue;
-        if (!(ev.metrics[ev.n_metrics] = ct_config_build_layer(cfg, item->s, &err))) {
-            fail("building the metrics", &err);
-            goto done;
-        }
-        ev.metric_names[ev.n_metrics++] = name;
     }
 
     ct_train_task task = {.stream = train, .loss = loss, .optimizer = ct_sgd_new(ct_sgd_default_params())};

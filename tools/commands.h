@@ -14,7 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctrax/config/config.h"
 #include "ctrax/train/checkpoint.h"
+#include "ctrax/train/loop.h"
 
 #define CTRAX_EXIT_OK 0
 #define CTRAX_EXIT_ERROR 1
@@ -63,5 +65,13 @@ char *ctrax_checkpoint_config(const ct_checkpoint *c, const char **source);
 char *ctrax_format_count(int64_t n, char *buf, size_t cap);
 // A byte count as "812 B", "5.0 KiB", "1.2 MiB" into buf; returns buf.
 char *ctrax_format_bytes(double bytes, char *buf, size_t cap);
+
+// The eval metrics of a training config, the same for `train` and `eval`:
+// the loss (train.loss_fn, reported as "loss"), then each of train.metrics
+// (default [@WeightedCategoryAccuracy]) under Trax's name for it
+// (WeightedCategoryAccuracy -> "accuracy", SequenceAccuracy ->
+// "sequence_accuracy", ...), each once. Fills ev->metrics, metric_names and
+// n_metrics; the caller frees the layers.
+ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task *ev, ct_error *err);
 
 #endif

@@ -12,10 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "ctrax/ctrax.h"
 #include "ctrax/train/loop.h"
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE CTRAX_EXIT_USAGE
 #define MAX_SETS 64
 
 // Set by SIGINT/SIGTERM: the loop finishes its step, writes a checkpoint and
@@ -206,34 +207,14 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     if (sched_name && !(r->schedule = ct_config_build_schedule(c, sched_name, err))) return err->code;
     CT_TRY(ct_config_build_inputs(c, inputs_name, batch_size, (uint64_t)seed, &r->train, &r->eval, err));
 
-    // Eval metrics: train.metrics, or the loss and its accuracy.
-    const ct_config_value *list;
-    CT_TRY(ct_config_get_list(c, "train", "metrics", NULL, &list, err));
-    if (list) {
-        if (list->n > CT_EVAL_MAX_METRICS)
-            return ct_error_set(err, CT_ERR_ARG, "%s:%d: train.metrics has %d metrics, at most %d", list->file,
-                                list->line, list->n, CT_EVAL_MAX_METRICS);
-        for (int i = 0; i < list->n; i++) {
-            const ct_config_value *it = &list->items[i];
-            if (it->kind != CT_CONFIG_REFERENCE)
-                return ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: train.metrics[%d] must be a @reference to a metric",
-                                    it->file, it->line, it->col, i);
-            if (!(r->metrics[i] = ct_config_build_layer(c, it->s, err))) return err->code;
-            r->metric_names[i] = r->metrics[i]->name;
-            r->n_metrics++;
-        }
-    } else {
-        // The loss again (a layer belongs to one net: a new instance) and,
-        // for a classifier's loss, its weighted accuracy.
-        if (!(r->metrics[0] = ct_config_build_layer(c, loss_name, err))) return err->code;
-        r->metric_names[0] = "loss";
-        r->n_metrics = 1;
-        if (r->loss->n_in == 3 && strcmp(loss_name, "L2Loss") != 0) {
-            r->metrics[1] = ct_weighted_category_accuracy();
-            r->metric_names[1] = "accuracy";
-            r->n_metrics = 2;
-        }
+    // Eval metrics, as `ctrax eval` reads them.
+    ct_eval_task ev = {0};
+    CT_TRY(ctrax_eval_metrics(c, loss_name, &ev, err));
+    for (int i = 0; i < ev.n_metrics; i++) {
+        r->metrics[i] = ev.metrics[i];
+        r->metric_names[i] = ev.metric_names[i];
     }
+    r->n_metrics = ev.n_metrics;
 
     if (a->output_dir) snprintf(r->output_dir, sizeof r->output_dir, "%s", a->output_dir);
     else {
@@ -338,7 +319,11 @@ static void usage(FILE *f) {
             "usage: ctrax COMMAND [options]\n"
             "\n"
             "commands:\n"
-            "  train CONFIG   train a model described by a gin config (configs/ has examples)\n"
+            "  train CONFIG        train a model described by a gin config (configs/ has examples)\n"
+            "  eval OUTPUT_DIR     metrics of a run's newest checkpoint on its eval data\n"
+            "  sample OUTPUT_DIR   text from a byte-level language model's checkpoint\n"
+            "  info PATH           what a checkpoint holds: step, parameters, tensors, config\n"
+            "  plot PATH           an SVG of the loss and metric curves in metrics.jsonl\n"
             "\n"
             "ctrax COMMAND --help shows a command's options. Exit codes: 0 done, 1 error, 2 bad usage.\n");
 }
@@ -348,18 +333,23 @@ int main(int argc, char **argv) {
         usage(stderr);
         return EXIT_USAGE;
     }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(argv[1], "train")) {
+    if (!strcmp(cmd, "train")) {
         train_args a;
         int r = parse_train_args(argc - 2, argv + 2, &a);
         if (r == 1) return 0;
         if (r) return r;
         return run_train(&a);
     }
-    fprintf(stderr, "ctrax: unknown command '%s'\n\n", argv[1]);
+    if (!strcmp(cmd, "eval")) return ctrax_cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sample")) return ctrax_cmd_sample(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return ctrax_cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plot")) return ctrax_cmd_plot(argc - 1, argv + 1);
+    fprintf(stderr, "ctrax: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return EXIT_USAGE;
 }
