@@ -1,17 +1,20 @@
 // Gin configs and the registry: parsing every value type, Trax's names,
 // includes and macros, overrides, the errors (each naming file and line),
-// the operative config round trip, building models and optimizers from a
-// config, and a fuzz-ish pass over prefixes and mutations of valid configs.
+// the operative config round trip, building models, optimizers, schedules
+// and inputs from a config, and a fuzz-ish pass over prefixes and mutations
+// of valid configs.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "ctrax/config/config.h"
 #include "ctrax/core/memory.h"
 #include "ctrax/models/models.h"
+#include "ctrax/train/loop.h"
 
 static char config_dir[4096];
 
@@ -641,6 +644,962 @@ static void test_operative_round_trip(void) {
     ct_config_free(cfg);
 }
 
+// ---- Optimizers from a config ---------------------------------------------------------------
+
+static ct_config *parse_cfg(const char *source, const char *text, ct_error *err) {
+    ct_config *cfg = ct_config_new();
+    CHECK_OK(ct_config_parse_text(cfg, text, strlen(text), source, err), err);
+    CHECK_OK(ct_config_validate(cfg, err), err);
+    return cfg;
+}
+
+static void expect_opt_param(const ct_optimizer *o, const char *param, float want) {
+    ct_error err = {0};
+    float v = -1;
+    CHECK_OK(ct_optimizer_get_param(o, param, &v, &err), &err);
+    CHECK_MSG(v == want, "%s.%s = %g, want %g", ct_optimizer_name(o), param, (double)v, (double)want);
+}
+
+static void test_optimizers(void) {
+    const char *text =
+        "trax.optimizers.Momentum.mass = 0.8\n"
+        "Momentum.nesterov = False\n"
+        "optimizers.RMSProp.gamma = 0.95\n"
+        "Adafactor.decay_rate = 0.7\n"
+        "Adafactor.factored = False\n"
+        "Adafactor.momentum_in_bfloat16 = False  # Trax's, at the value ctrax implements\n"
+        "Adafactor.weight_decay_n_steps = 0\n"
+        "SM3.momentum = 0.5\n"
+        "SM3.momentum_type = 3\n"
+        "train.optimizer = @trax.optimizers.SM3\n";
+    ct_error err = {0};
+    ct_config *cfg = parse_cfg("opt.gin", text, &err);
+    struct {
+        const char *ref, *name, *param;
+        float want;
+        const char *other;  // an unbound parameter: its default
+        float other_default;
+    } cases[] = {
+        {"Momentum", "Momentum", "mass", 0.8f, "learning_rate", ct_momentum_default_params().learning_rate},
+        {"trax.optimizers.Momentum", "Momentum", "nesterov", 0.0f, "weight_decay_rate",
+         ct_momentum_default_params().weight_decay_rate},
+        {"RMSProp", "RMSProp", "gamma", 0.95f, "eps", ct_rmsprop_default_params().eps},
+        {"Adafactor", "Adafactor", "decay_rate", 0.7f, "epsilon2", ct_adafactor_default_params().epsilon2},
+        {"trax.optimizers.Adafactor", "Adafactor", "factored", 0.0f, "do_clipping", 1.0f},
+        {"SM3", "SM3", "momentum", 0.5f, "second_moment_averaging", ct_sm3_default_params().second_moment_averaging},
+        {"SM3", "SM3", "momentum_type", 3.0f, "learning_rate", ct_sm3_default_params().learning_rate},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ct_optimizer *o = ct_config_build_optimizer(cfg, cases[k].ref, &err);
+        CHECK_MSG(o != NULL, "%s: %s", cases[k].ref, err.msg);
+        if (!o) continue;
+        CHECK(!strcmp(ct_optimizer_name(o), cases[k].name));
+        expect_opt_param(o, cases[k].param, cases[k].want);
+        expect_opt_param(o, cases[k].other, cases[k].other_default);
+        printf("  %s from opt.gin: %s = %g, %s = %g (default)\n", cases[k].ref, cases[k].param,
+               (double)cases[k].want, cases[k].other, (double)cases[k].other_default);
+        ct_optimizer_free(o);
+    }
+    const char *ref = NULL;
+    CHECK_OK(ct_config_get_reference(cfg, "train", "optimizer", NULL, &ref, &err), &err);
+    ct_optimizer *o = ref ? ct_config_build_optimizer(cfg, ref, &err) : NULL;
+    CHECK(o && !strcmp(ct_optimizer_name(o), "SM3"));
+    if (o) ct_optimizer_free(o);
+    char *op = ct_config_operative_text(cfg);
+    CHECK(strstr(op, "Momentum.mass = 0.8\n") && strstr(op, "SM3.momentum_type = 3\n") &&
+          strstr(op, "Adafactor.momentum_in_bfloat16 = False\n") && strstr(op, "RMSProp.learning_rate = 0.001\n"));
+    ct_free(op);
+    ct_config_free(cfg);
+
+    // Trax's Adafactor parameters ctrax does not implement: only their
+    // neutral values load.
+    const char *bf16 = "Adafactor.do_momentum = True\nAdafactor.momentum_in_bfloat16 = True\n";
+    cfg = parse_cfg("bf.gin", bf16, &err);
+    CHECK(ct_config_build_optimizer(cfg, "Adafactor", &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "bf.gin:2:1") && strstr(err.msg, "not supported"), "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    cfg = parse_cfg("wd.gin", "\nAdafactor.weight_decay_n_steps = 100\n", &err);
+    CHECK(ct_config_build_optimizer(cfg, "Adafactor", &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "wd.gin:2:1") && strstr(err.msg, "weight_decay_n_steps = 100"), "%s", err.msg);
+    ct_config_free(cfg);
+    EXPECT_ERROR("e.gin", "SM3.momentum_type = 4\n", "e.gin:1:1", "must be <= 3");
+    EXPECT_ERROR("e.gin", "RMSProp.gamma = 1.5\n", "e.gin:1:1", "must be <= 1");
+    EXPECT_ERROR("e.gin", "Momentum.nesterov = 1\n", "e.gin:1:1", "expects a bool");
+    EXPECT_ERROR("e.gin", "Adafactor.beta2 = 0.9\n", "e.gin:1:1", "did you mean 'beta1'");
+
+    char *reg = ct_config_registry_text();
+    CHECK(strstr(reg, "Momentum.mass = 0.9") && strstr(reg, "RMSProp.gamma = 0.9") &&
+          strstr(reg, "Adafactor.decay_rate = 0.8") && strstr(reg, "SM3.momentum_type = 1"));
+    ct_free(reg);
+}
+
+// ---- Schedules from a config ----------------------------------------------------------------
+
+// a and b give the same rate at every step tried, and describe themselves alike.
+static void same_schedule(const ct_schedule *a, const ct_schedule *b, const char *what) {
+    static const int64_t steps[] = {1, 2, 3, 9, 10, 11, 100, 399, 400, 401, 500, 999, 1000, 1001, 3000, 10000, 20000,
+                                    123457};
+    int same = 0, n = (int)(sizeof steps / sizeof steps[0]);
+    for (int i = 0; i < n; i++) {
+        float x = ct_schedule_value(a, steps[i]), y = ct_schedule_value(b, steps[i]);
+        CHECK_MSG(x == y, "%s at step %lld: %.9g from the config, %.9g direct", what, (long long)steps[i], (double)x,
+                  (double)y);
+        same += x == y;
+    }
+    char da[512], db[512];
+    ct_schedule_describe(a, da, sizeof da);
+    ct_schedule_describe(b, db, sizeof db);
+    CHECK_MSG(!strcmp(da, db), "%s vs %s", da, db);
+    printf("  %s: %d/%d steps equal; at 1, 10, 1000: %.6g %.6g %.6g\n", da, same, n, (double)ct_schedule_value(a, 1),
+           (double)ct_schedule_value(a, 10), (double)ct_schedule_value(a, 1000));
+}
+
+// Builds train.lr_schedule_fn of text and compares it with direct.
+static void check_schedule(const char *text, ct_schedule *direct, const char *what) {
+    ct_error err = {0};
+    ct_config *cfg = parse_cfg("lr.gin", text, &err);
+    const char *ref = NULL;
+    CHECK_OK(ct_config_get_reference(cfg, "train", "lr_schedule_fn", NULL, &ref, &err), &err);
+    ct_schedule *s = ref ? ct_config_build_schedule(cfg, ref, &err) : NULL;
+    CHECK_MSG(s != NULL && direct != NULL, "%s: %s", what, err.msg);
+    if (s && direct) same_schedule(s, direct, what);
+    ct_schedule_free(s);
+    ct_schedule_free(direct);
+    ct_config_free(cfg);
+}
+
+static void test_schedules(void) {
+    ct_error err = {0};
+    ct_schedule *d = NULL;
+    // Trax's defaults, spelled both ways Trax spells the module.
+    ct_multifactor_params mp = ct_multifactor_default_params();
+    CHECK_OK(ct_schedule_multifactor(&mp, &d, &err), &err);
+    check_schedule("train.lr_schedule_fn = @trax.lr.multifactor\n", d, "multifactor defaults");
+    mp.factors = "constant * linear_warmup * rsqrt_decay * decay_every";
+    mp.constant = 0.5;
+    mp.warmup_steps = 100;
+    mp.decay_factor = 0.9;
+    mp.steps_per_decay = 1000;
+    mp.minimum = 1e-4;
+    CHECK_OK(ct_schedule_multifactor(&mp, &d, &err), &err);
+    check_schedule("train.lr_schedule_fn = @trax.supervised.lr_schedules.multifactor\n"
+                   "multifactor.factors = 'constant * linear_warmup * rsqrt_decay * decay_every'\n"
+                   "multifactor.constant = 0.5\n"
+                   "multifactor.warmup_steps = 100\n"
+                   "multifactor.decay_factor = 0.9\n"
+                   "multifactor.steps_per_decay = 1000\n"
+                   "multifactor.minimum = 1e-4\n",
+                   d, "multifactor with decay_every");
+    mp = ct_multifactor_default_params();
+    mp.factors = "two_constants * cosine_decay";
+    mp.constant = 0.2;
+    mp.second_constant = 0.05;
+    mp.second_constant_step = 500;
+    mp.steps_per_cycle = 3000;
+    mp.warmup_steps = 10;
+    CHECK_OK(ct_schedule_multifactor(&mp, &d, &err), &err);
+    check_schedule("train.lr_schedule_fn = @multifactor\n"
+                   "multifactor.factors = 'two_constants * cosine_decay'\n"
+                   "multifactor.constant = 0.2\n"
+                   "multifactor.second_constant = 0.05\n"
+                   "multifactor.second_constant_step = 500\n"
+                   "multifactor.steps_per_cycle = 3000\n"
+                   "multifactor.warmup_steps = 10\n",
+                   d, "multifactor with two_constants and cosine_decay");
+    CHECK_OK(ct_schedule_warmup(9, 0.01, &d, &err), &err);
+    check_schedule("train.lr_schedule_fn = @trax.lr.warmup\nwarmup.n_warmup_steps = 9\nwarmup.max_value = 0.01\n", d,
+                   "warmup");
+    CHECK_OK(ct_schedule_warmup_and_rsqrt_decay(400, 0.001, &d, &err), &err);
+    check_schedule("train.lr_schedule_fn = @warmup_and_rsqrt_decay\n"
+                   "warmup_and_rsqrt_decay.n_warmup_steps = 400\n"
+                   "warmup_and_rsqrt_decay.max_value = 0.001\n",
+                   d, "warmup_and_rsqrt_decay");
+    CHECK_OK(ct_schedule_constant(0.3, &d, &err), &err);
+    check_schedule("train.lr_schedule_fn = @trax.supervised.lr_schedules.constant\nconstant.value = 0.3\n", d,
+                   "constant");
+
+    // The operative config lists multifactor's defaults, which are Trax's.
+    ct_config *cfg = ct_config_new();
+    ct_schedule *s = ct_config_build_schedule(cfg, "multifactor", &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
+    ct_schedule_free(s);
+    char *op = ct_config_operative_text(cfg);
+    CHECK(strstr(op, "multifactor.factors = 'constant * linear_warmup * rsqrt_decay'\n") &&
+          strstr(op, "multifactor.constant = 0.1\n") && strstr(op, "multifactor.warmup_steps = 400\n") &&
+          strstr(op, "multifactor.second_constant_step = 10000\n") && strstr(op, "multifactor.minimum = 0.0\n"));
+    ct_free(op);
+    ct_config_free(cfg);
+
+    // Errors: a required parameter unbound; a parameter the constructor
+    // refuses, at its binding; not a schedule.
+    cfg = parse_cfg("s.gin", "warmup.n_warmup_steps = 5\n", &err);
+    CHECK(ct_config_build_schedule(cfg, "warmup", &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "warmup.max_value is not set"), "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    CHECK(ct_config_build_schedule(cfg, "constant", &err) == NULL && strstr(err.msg, "constant.value is not set"));
+    CHECK(ct_config_build_schedule(cfg, "Adam", &err) == NULL && strstr(err.msg, "not a learning-rate schedule"));
+    ct_config_free(cfg);
+    cfg = parse_cfg("s.gin", "multifactor.warmup_steps = 10\nmultifactor.factors = 'constant * bogus'\n", &err);
+    CHECK(ct_config_build_schedule(cfg, "multifactor", &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "s.gin:2:1") && strstr(err.msg, "unknown factor 'bogus'"), "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    cfg = parse_cfg("s.gin", "multifactor.constant = 1.0\nmultifactor.warmup_steps = 0\n", &err);
+    CHECK(ct_config_build_schedule(cfg, "multifactor", &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "s.gin:2:1") && strstr(err.msg, "warmup_steps > 0"), "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    EXPECT_ERROR("e.gin", "multifactor.steps_per_decay = 0\n", "e.gin:1:1", "must be >= 1");
+
+    char *reg = ct_config_registry_text();
+    CHECK(strstr(reg, "multifactor.warmup_steps = 400") && strstr(reg, "# warmup.max_value = (required") &&
+          strstr(reg, "multifactor.factors = 'constant * linear_warmup * rsqrt_decay'"));
+    ct_free(reg);
+}
+
+// ---- Settings ----------------------------------------------------------------------------------
+
+static void test_settings(void) {
+    ct_error err = {0};
+    ct_config *cfg = parse_cfg("set.gin",
+                               "train.n_devices = 4\ntrain.adasum = True\ntrain.clip_grad_norm = 1.5\n"
+                               "train.keep_checkpoints = 3\ntrain.eval_steps = 7\n",
+                               &err);
+    int64_t i = 0;
+    double f = 0;
+    bool b = false;
+    CHECK_OK(ct_config_get_int(cfg, "train", "n_devices", 1, &i, &err), &err);
+    CHECK(i == 4);
+    CHECK_OK(ct_config_get_bool(cfg, "train", "adasum", false, &b, &err), &err);
+    CHECK(b);
+    CHECK_OK(ct_config_get_float(cfg, "train", "clip_grad_norm", 0.0, &f, &err), &err);
+    CHECK(f == 1.5);
+    CHECK_OK(ct_config_get_int(cfg, "train", "keep_checkpoints", 2, &i, &err), &err);
+    CHECK(i == 3);
+    CHECK_OK(ct_config_get_int(cfg, "train", "eval_steps", 1, &i, &err), &err);
+    CHECK(i == 7);
+    ct_config_free(cfg);
+    cfg = parse_cfg("set.gin", "train.clip_grad_norm = None\n", &err);
+    CHECK_OK(ct_config_get_float(cfg, "train", "clip_grad_norm", 0.0, &f, &err), &err);
+    CHECK(f == 0.0);  // None: off
+    CHECK_OK(ct_config_get_int(cfg, "train", "n_devices", 1, &i, &err), &err);
+    CHECK(i == 1);
+    ct_config_free(cfg);
+    EXPECT_ERROR("e.gin", "train.n_devices = 0\n", "e.gin:1:1", "must be >= 1");
+    EXPECT_ERROR("e.gin", "train.n_devices = 65\n", "e.gin:1:1", "must be <= 64");
+    EXPECT_ERROR("e.gin", "train.keep_checkpoints = 0\n", "e.gin:1:1", "must be >= 1");
+    EXPECT_ERROR("e.gin", "train.clip_grad_norm = -1.0\n", "e.gin:1:1", "must be >= 0");
+    EXPECT_ERROR("e.gin", "train.adasum = 'yes'\n", "e.gin:1:1", "expects a bool");
+}
+
+// ---- Inputs ------------------------------------------------------------------------------------
+
+// An LM batch: inputs and targets int32 (B, T), weights f32 (B, T).
+static bool is_lm_batch(const ct_batch *b, int64_t B, int64_t T) {
+    bool ok = b->n == 3 && b->t[0].dtype == CT_DTYPE_I32 && b->t[1].dtype == CT_DTYPE_I32 &&
+              b->t[2].dtype == CT_DTYPE_F32;
+    for (int i = 0; ok && i < 3; i++)
+        ok = b->t[i].ndim == 2 && b->t[i].shape[0] == B && b->t[i].shape[1] == T && b->t[i].data != NULL;
+    if (!ok && b->n >= 1)
+        fprintf(stderr, "  batch: n %d, t[0] %s rank %d (%lld, %lld); want (%lld, %lld)\n", b->n,
+                ct_dtype_name(b->t[0].dtype), b->t[0].ndim, (long long)b->t[0].shape[0],
+                (long long)b->t[0].shape[1], (long long)B, (long long)T);
+    return ok;
+}
+
+static bool batches_equal(const ct_batch *a, const ct_batch *b) {
+    if (a->n != b->n) return false;
+    for (int i = 0; i < a->n; i++) {
+        if (a->t[i].dtype != b->t[i].dtype || a->t[i].ndim != b->t[i].ndim) return false;
+        for (int d = 0; d < a->t[i].ndim; d++)
+            if (a->t[i].shape[d] != b->t[i].shape[d]) return false;
+        if (memcmp(a->t[i].data, b->t[i].data, ct_tensor_nbytes(&a->t[i]))) return false;
+    }
+    return true;
+}
+
+// Builds text's inputs `name` twice, with seeds a and b: 1 if their first
+// train (or eval) batches are equal, 0 if not, -1 on an error.
+static int same_first_batch(const char *text, const char *name, int64_t B, uint64_t a, uint64_t b, bool eval) {
+    ct_error err = {0};
+    ct_config *cfg = parse_cfg("same.gin", text, &err);
+    ct_stream *t1, *e1, *t2, *e2;
+    int r = -1;
+    if (ct_config_build_inputs(cfg, name, B, a, &t1, &e1, &err) == CT_OK) {
+        if (ct_config_build_inputs(cfg, name, B, b, &t2, &e2, &err) == CT_OK) {
+            ct_batch x, y;
+            if (ct_stream_next(eval ? e1 : t1, &x, &err) == CT_OK && ct_stream_next(eval ? e2 : t2, &y, &err) == CT_OK)
+                r = batches_equal(&x, &y);
+            ct_stream_free(t2);
+            ct_stream_free(e2);
+        }
+        ct_stream_free(t1);
+        ct_stream_free(e1);
+    }
+    CHECK_MSG(r >= 0, "%s", err.msg);
+    ct_config_free(cfg);
+    return r;
+}
+
+// Checks a copy-task row "0 w 0 w" (w reversed with reverse) padded with
+// zeros: returns the length of w, or -1 if the row is wrong.
+static int copy_row(const int32_t *x, const int32_t *y, const float *w, int64_t T, int vocab, bool reverse) {
+    int n = 0;
+    for (int64_t k = 0; k < T; k++) n += w[k] == 1.0f;
+    if (2 * n + 2 > T || x[0] != 0 || x[n + 1] != 0) return -1;
+    for (int64_t k = 0; k < T; k++) {
+        if (x[k] != y[k] || x[k] < 0 || x[k] >= vocab) return -1;
+        if (w[k] != (k >= n + 2 && k < 2 * n + 2 ? 1.0f : 0.0f)) return -1;
+        if (k >= 2 * n + 2 && x[k] != 0) return -1;  // padding
+    }
+    for (int k = 0; k < n; k++) {
+        if (x[1 + k] < 1) return -1;
+        if (x[n + 2 + k] != x[1 + (reverse ? n - 1 - k : k)]) return -1;
+    }
+    return n;
+}
+
+// Checks an addition row "<S> x + y <S> (x+y)" (digits little-endian, token
+// d + 1), padded with zeros: returns its unpadded length, or -1.
+static int addition_row(const int32_t *x, const float *w, int64_t T, int vocab) {
+    int base = vocab - 3, plus = vocab - 2, sep = vocab - 1;
+    int64_t k = 0;
+    if (x[k++] != sep) return -1;
+    long long a = 0, b = 0, c = 0, p = 1;
+    for (; k < T && x[k] != plus; k++, p *= base) {
+        if (x[k] < 1 || x[k] > base || w[k] != 0.0f) return -1;
+        a += (x[k] - 1) * p;
+    }
+    if (k++ >= T) return -1;
+    for (p = 1; k < T && x[k] != sep; k++, p *= base) b += (x[k] - 1) * p;
+    if (k++ >= T) return -1;
+    for (p = 1; k < T && x[k] != 0; k++, p *= base) {
+        if (w[k] != 1.0f) return -1;
+        c += (x[k] - 1) * p;
+    }
+    int len = (int)k;
+    for (; k < T; k++)
+        if (x[k] != 0 || w[k] != 0.0f) return -1;
+    return a + b == c ? len : -1;
+}
+
+static void test_synthetic_inputs(void) {
+    ct_error err = {0};
+    // Trax's copy task: w of 1..5 tokens in training, 8..9 in eval.
+    const char *copy = "train.inputs = @trax.data.sequence_copy_inputs\n"
+                       "sequence_copy_inputs.vocab_size = 10\n"
+                       "CopyInputs.train_length = 6  # the alias\n"
+                       "sequence_copy_inputs.eval_min_length = 8\n"
+                       "sequence_copy_inputs.eval_max_length = 10\n";
+    for (int reverse = 0; reverse < 2; reverse++) {
+        char text[1024];
+        snprintf(text, sizeof text, "%sCopyInputs.reverse = %s\n", copy, reverse ? "True" : "False");
+        ct_config *cfg = parse_cfg("copy.gin", text, &err);
+        const char *ref = NULL;
+        CHECK_OK(ct_config_get_reference(cfg, "train", "inputs", NULL, &ref, &err), &err);
+        CHECK(ref && !strcmp(ref, "sequence_copy_inputs"));
+        ct_stream *train = NULL, *eval = NULL;
+        CHECK_OK(ct_config_build_inputs(cfg, ref ? ref : "?", 4, 1, &train, &eval, &err), &err);
+        if (!train || !eval) {
+            ct_config_free(cfg);
+            continue;
+        }
+        int seen_train[32] = {0}, seen_eval[32] = {0}, bad = 0;
+        for (int step = 0; step < 16; step++) {
+            ct_batch b;
+            CHECK_OK(ct_stream_next(train, &b, &err), &err);
+            CHECK(is_lm_batch(&b, 4, 12));  // padded to 2 * 5 + 2
+            for (int r = 0; r < 4 && b.n == 3; r++) {
+                int n = copy_row((int32_t *)b.t[0].data + r * 12, (int32_t *)b.t[1].data + r * 12,
+                                 (float *)b.t[2].data + r * 12, 12, 10, reverse);
+                if (n >= 1 && n <= 5) seen_train[n]++;
+                else bad++;
+            }
+            CHECK_OK(ct_stream_next(eval, &b, &err), &err);
+            CHECK(is_lm_batch(&b, 4, 20));  // padded to 2 * 9 + 2
+            for (int r = 0; r < 4 && b.n == 3; r++) {
+                int n = copy_row((int32_t *)b.t[0].data + r * 20, (int32_t *)b.t[1].data + r * 20,
+                                 (float *)b.t[2].data + r * 20, 20, 10, reverse);
+                if (n >= 8 && n <= 9) seen_eval[n]++;
+                else bad++;
+            }
+        }
+        CHECK(bad == 0);
+        int lengths = 0;
+        for (int n = 1; n <= 5; n++) lengths += seen_train[n] > 0;
+        CHECK(lengths == 5 && seen_eval[8] > 0 && seen_eval[9] > 0);
+        char d1[512], d2[512];
+        printf("  copy (reverse %d): %d train lengths of w seen in 64 rows, eval w 8: %d, 9: %d, no bad rows: %d\n"
+               "    train: %s\n    eval: %s\n",
+               reverse, lengths, seen_eval[8], seen_eval[9], bad == 0, ct_stream_describe(train, d1, sizeof d1),
+               ct_stream_describe(eval, d2, sizeof d2));
+        ct_stream_free(train);
+        ct_stream_free(eval);
+        ct_config_free(cfg);
+    }
+    CHECK(same_first_batch(copy, "sequence_copy_inputs", 4, 7, 7, false) == 1);
+    CHECK(same_first_batch(copy, "CopyInputs", 4, 7, 7, true) == 1);
+    CHECK(same_first_batch(copy, "sequence_copy_inputs", 4, 7, 8, false) == 0);
+    CHECK(same_first_batch(copy, "sequence_copy_inputs", 4, 7, 8, true) == 0);
+
+    // pad_to_multiple rounds the fixed length up (Trax's default is 32).
+    {
+        char text[1024];
+        snprintf(text, sizeof text, "%ssequence_copy_inputs.pad_to_multiple = 8\n", copy);
+        ct_config *cfg = parse_cfg("copy.gin", text, &err);
+        ct_stream *train = NULL, *eval = NULL;
+        CHECK_OK(ct_config_build_inputs(cfg, "CopyInputs", 2, 1, &train, &eval, &err), &err);
+        ct_batch b;
+        if (train && ct_stream_next(train, &b, &err) == CT_OK) CHECK(is_lm_batch(&b, 2, 16));
+        if (eval && ct_stream_next(eval, &b, &err) == CT_OK) CHECK(is_lm_batch(&b, 2, 24));
+        ct_stream_free(train);
+        ct_stream_free(eval);
+        ct_config_free(cfg);
+    }
+
+    // Trax's addition task: numbers of 3..5 digits in training, 6..8 in eval.
+    const char *add = "train.inputs = @trax.data.addition_inputs\n"
+                      "addition_inputs.vocab_size = 13\n"
+                      "addition_inputs.train_length = 5\n"
+                      "addition_inputs.eval_min_length = 6\n"
+                      "addition_inputs.eval_max_length = 8\n";
+    for (int pad = 1; pad <= 32; pad += 31) {
+        char text[1024];
+        snprintf(text, sizeof text, "%saddition_inputs.pad_to_multiple = %d\n", add, pad);
+        ct_config *cfg = parse_cfg("add.gin", text, &err);
+        ct_stream *train = NULL, *eval = NULL;
+        CHECK_OK(ct_config_build_inputs(cfg, "trax.data.addition_inputs", 8, 3, &train, &eval, &err), &err);
+        int64_t tt = pad == 1 ? 11 : 32, et = pad == 1 ? 17 : 32;  // 2 * max + 1, or 32
+        int bad = 0, longest_train = 0, longest_eval = 0;
+        for (int step = 0; step < 8 && train && eval; step++) {
+            ct_batch b;
+            CHECK_OK(ct_stream_next(train, &b, &err), &err);
+            CHECK(is_lm_batch(&b, 8, tt));
+            for (int r = 0; r < 8 && b.n == 3; r++) {
+                int len = addition_row((int32_t *)b.t[0].data + r * tt, (float *)b.t[2].data + r * tt, tt, 13);
+                bad += len < 0 || memcmp((int32_t *)b.t[0].data + r * tt, (int32_t *)b.t[1].data + r * tt,
+                                         (size_t)tt * 4);
+                if (len > longest_train) longest_train = len;
+            }
+            CHECK_OK(ct_stream_next(eval, &b, &err), &err);
+            CHECK(is_lm_batch(&b, 8, et));
+            for (int r = 0; r < 8 && b.n == 3; r++) {
+                int len = addition_row((int32_t *)b.t[0].data + r * et, (float *)b.t[2].data + r * et, et, 13);
+                bad += len < 0;
+                if (len > longest_eval) longest_eval = len;
+            }
+        }
+        CHECK(bad == 0 && longest_train <= 11 && longest_eval > longest_train && longest_eval <= 17);
+        printf("  addition (pad_to_multiple %d): train (8, %lld), eval (8, %lld), longest example %d / %d, sums "
+               "right: %d\n",
+               pad, (long long)tt, (long long)et, longest_train, longest_eval, bad == 0);
+        ct_stream_free(train);
+        ct_stream_free(eval);
+        ct_config_free(cfg);
+    }
+    CHECK(same_first_batch(add, "addition_inputs", 4, 5, 5, false) == 1);
+    CHECK(same_first_batch(add, "addition_inputs", 4, 5, 6, false) == 0);
+
+    // Errors: a required parameter, an empty eval range, not an input, a
+    // batch size out of range.
+    ct_stream *t = NULL, *e = NULL;
+    ct_config *cfg = parse_cfg("c.gin", "sequence_copy_inputs.train_length = 6\n", &err);
+    CHECK(ct_config_build_inputs(cfg, "CopyInputs", 4, 1, &t, &e, &err) == CT_ERR_ARG && !t && !e);
+    CHECK_MSG(strstr(err.msg, "sequence_copy_inputs.vocab_size is not set"), "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    CHECK(ct_config_build_inputs(cfg, "Adam", 4, 1, &t, &e, &err) == CT_ERR_ARG && strstr(err.msg, "not an input"));
+    ct_config_free(cfg);
+    cfg = parse_cfg("c.gin",
+                    "sequence_copy_inputs.vocab_size = 10\nsequence_copy_inputs.train_length = 6\n"
+                    "sequence_copy_inputs.eval_min_length = 8\nsequence_copy_inputs.eval_max_length = 8\n",
+                    &err);
+    CHECK(ct_config_build_inputs(cfg, "sequence_copy_inputs", 4, 1, &t, &e, &err) == CT_ERR_ARG && !t && !e);
+    CHECK_MSG(strstr(err.msg, "c.gin:4:1") && strstr(err.msg, "eval_max_length 8 must be > eval_min_length 8"), "%s",
+              err.msg);
+    printf("  error: %s\n", err.msg);
+    CHECK(ct_config_build_inputs(cfg, "sequence_copy_inputs", 0, 1, &t, &e, &err) == CT_ERR_ARG &&
+          strstr(err.msg, "batch_size 0"));
+    ct_config_free(cfg);
+    EXPECT_ERROR("e.gin", "addition_inputs.vocab_size = 4\n", "e.gin:1:1", "must be >= 5");
+    EXPECT_ERROR("e.gin", "CopyInputs.vocab_sise = 4\n", "e.gin:1:1", "did you mean 'vocab_size'");
+    EXPECT_ERROR("e.gin", "train.inputs = @CopyInput\n", "e.gin:1:16", "did you mean 'CopyInputs'");
+    EXPECT_ERROR("e.gin", "train.inputs = @Adam\n", "e.gin:1:1", "expects a reference to an input stream");
+    char *reg = ct_config_registry_text();
+    CHECK(strstr(reg, "# sequence_copy_inputs: an input stream (Trax: trax.data.sequence_copy_inputs)") &&
+          strstr(reg, "also called: CopyInputs") && strstr(reg, "# sequence_copy_inputs.vocab_size = (required") &&
+          strstr(reg, "sequence_copy_inputs.reverse = False") && strstr(reg, "IDXInputs.shuffle = True"));
+    ct_free(reg);
+}
+
+// ---- Inputs from files ------------------------------------------------------------------------
+
+static char tmp_dir[256];
+static char *tmp_file(const char *name) {
+    static char buf[4][512];
+    static int k;
+    char *b = buf[k++ % 4];
+    snprintf(b, sizeof buf[0], "%s/%s", tmp_dir, name);
+    return b;
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK_MSG(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    CHECK(fwrite(data, 1, n, f) == n);
+    fclose(f);
+}
+
+static void make_tmp_dir(void) {
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/ctrax_test_config_inputs_XXXXXX");
+    CHECK(mkdtemp(tmp_dir) != NULL);
+}
+
+static void remove_tmp(const char *const *names, int n) {
+    for (int i = 0; i < n; i++) remove(tmp_file(names[i]));  // files first, then their directories
+    rmdir(tmp_dir);
+}
+
+// Byte text that never repeats a 16-byte chunk: an LCG over printable bytes.
+static void write_text(const char *path, size_t n, uint32_t seed) {
+    char *t = malloc(n);
+    uint32_t x = seed;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        t[i] = (char)(' ' + (x >> 24) % 95);
+    }
+    write_bytes(path, t, n);
+    free(t);
+}
+
+// Is row (T int32) one of the n rows of rows?
+static bool has_row(const int32_t *rows, int n, const int32_t *row, int64_t T) {
+    for (int i = 0; i < n; i++)
+        if (!memcmp(rows + i * T, row, (size_t)T * sizeof *row)) return true;
+    return false;
+}
+
+static void test_text_inputs(void) {
+    make_tmp_dir();
+    mkdir(tmp_file("corpus"), 0755);
+    mkdir(tmp_file("corpus/sub"), 0755);
+    write_text(tmp_file("corpus/a.txt"), 3000, 1);
+    write_text(tmp_file("corpus/sub/b.txt"), 2000, 2);
+    ct_error err = {0};
+    char text[2048];
+    snprintf(text, sizeof text,
+             "train.inputs = @TextInputs\n"
+             "TextInputs.paths = ['%s']\n"
+             "TextInputs.seq_len = 16\n"
+             "TextInputs.eval_fraction = 0.25\n",
+             tmp_file("corpus"));
+    ct_config *cfg = parse_cfg("text.gin", text, &err);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK_OK(ct_config_build_inputs(cfg, "TextInputs", 8, 1, &train, &eval, &err), &err);
+    if (train && eval) {
+        // 5000 bytes: 312 chunks of 16, about a quarter of them eval.
+        int32_t train_rows[8 * 16 * 4];
+        int n_train = 0, overlap = 0, all_ones = 1, shifted_like = 1;
+        for (int step = 0; step < 4; step++) {
+            ct_batch b;
+            CHECK_OK(ct_stream_next(train, &b, &err), &err);
+            CHECK(is_lm_batch(&b, 8, 16));
+            if (b.n != 3) break;
+            CHECK(!memcmp(b.t[0].data, b.t[1].data, 8 * 16 * 4));  // not shifted: targets are the inputs
+            for (int k = 0; k < 8 * 16; k++) all_ones &= ((float *)b.t[2].data)[k] == 1.0f;
+            memcpy(train_rows + n_train * 16, b.t[0].data, 8 * 16 * 4);
+            n_train += 8;
+        }
+        // Eval never runs out (it repeats its chunks in order) and never
+        // holds a training chunk.
+        int eval_batches = 0;
+        for (int step = 0; step < 20; step++) {
+            ct_batch b;
+            CHECK_OK(ct_stream_next(eval, &b, &err), &err);
+            if (!is_lm_batch(&b, 8, 16)) break;
+            eval_batches++;
+            for (int r = 0; r < 8; r++) overlap += has_row(train_rows, n_train, (int32_t *)b.t[0].data + r * 16, 16);
+        }
+        (void)shifted_like;
+        CHECK(all_ones && overlap == 0 && eval_batches == 20);
+        char d1[512], d2[512];
+        printf("  text: train (8, 16) x 4, eval %d batches (more than its chunks), %d shared rows\n    train: %s\n"
+               "    eval: %s\n",
+               eval_batches, overlap, ct_stream_describe(train, d1, sizeof d1),
+               ct_stream_describe(eval, d2, sizeof d2));
+    }
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_config_free(cfg);
+    CHECK(same_first_batch(text, "TextInputs", 8, 3, 3, false) == 1);
+    CHECK(same_first_batch(text, "TextInputs", 8, 3, 4, false) == 0);  // the seed shuffles training
+    CHECK(same_first_batch(text, "TextInputs", 8, 3, 4, true) == 1);   // eval is in order, whatever the seed
+
+    // shifted: targets are the inputs moved left by one; a shuffle buffer
+    // instead of full permutations; paths relative to the working directory.
+    char cwd[4096];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    CHECK(chdir(tmp_dir) == 0);
+    const char *rel = "TextInputs.paths = ['corpus/sub', 'corpus/a.txt']\nTextInputs.seq_len = 16\n"
+                      "TextInputs.shifted = True\nTextInputs.shuffle_buffer = 32\n";
+    cfg = parse_cfg("rel.gin", rel, &err);
+    CHECK_OK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err), &err);
+    if (train) {
+        ct_batch b;
+        CHECK_OK(ct_stream_next(train, &b, &err), &err);
+        CHECK(is_lm_batch(&b, 4, 16));
+        const int32_t *x = b.t[0].data, *y = b.t[1].data;
+        int ok = 1;
+        for (int r = 0; r < 4; r++)
+            for (int k = 0; k + 1 < 16; k++) ok &= y[r * 16 + k] == x[r * 16 + k + 1];
+        CHECK(ok);
+        char d[512];
+        printf("  text, relative paths, shifted: %s\n", ct_stream_describe(train, d, sizeof d));
+    }
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_config_free(cfg);
+    CHECK(same_first_batch(rel, "TextInputs", 4, 9, 9, false) == 1);
+    // eval_fraction 0: no eval stream.
+    cfg = parse_cfg("rel.gin", "TextInputs.paths = ['corpus']\nTextInputs.eval_fraction = 0\n", &err);
+    CHECK_OK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err), &err);
+    CHECK(train != NULL && eval == NULL);
+    ct_stream_free(train);
+    ct_config_free(cfg);
+    CHECK(chdir(cwd) == 0);
+
+    // A missing path: the file and the config line that names it.
+    snprintf(text, sizeof text,
+             "TextInputs.seq_len = 16\nTextInputs.paths = [\n    '%s',\n    'no/such/file.txt',\n]\n",
+             tmp_file("corpus"));
+    cfg = parse_cfg("miss.gin", text, &err);
+    CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) == CT_ERR_IO && !train && !eval);
+    CHECK_MSG(strstr(err.msg, "miss.gin:4:5") && strstr(err.msg, "TextInputs.paths[1]") &&
+                  strstr(err.msg, "'no/such/file.txt'") && strstr(err.msg, "No such file"),
+              "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    cfg = parse_cfg("miss.gin", "TextInputs.paths = [3]\n", &err);
+    CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "miss.gin:1:21") && strstr(err.msg, "paths[0] must be a string"), "%s", err.msg);
+    ct_config_free(cfg);
+    cfg = parse_cfg("miss.gin", "TextInputs.seq_len = 16\n", &err);
+    CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "TextInputs.paths is not set"), "%s", err.msg);
+    ct_config_free(cfg);
+    // Too little text for one example: the stream's error, after the config line.
+    snprintf(text, sizeof text, "\nTextInputs.paths = ['%s']\nTextInputs.seq_len = 100000\n", tmp_file("corpus"));
+    cfg = parse_cfg("short.gin", text, &err);
+    CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) != CT_OK);
+    CHECK_MSG(strstr(err.msg, "short.gin:2:") && strstr(err.msg, "fewer than one example"), "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    const char *names[] = {"corpus/sub/b.txt", "corpus/a.txt", "corpus/sub", "corpus"};
+    remove_tmp(names, 4);
+}
+
+static void test_token_inputs(void) {
+    make_tmp_dir();
+    // 1001 uint16 tokens, token i = 7 i mod 50, little-endian.
+    uint8_t bytes[2002];
+    for (int i = 0; i < 1001; i++) {
+        int v = (7 * i) % 50;
+        bytes[2 * i] = (uint8_t)v;
+        bytes[2 * i + 1] = 0;
+    }
+    write_bytes(tmp_file("tokens.bin"), bytes, sizeof bytes);
+    ct_error err = {0};
+    char text[2048];
+    snprintf(text, sizeof text,
+             "TokenInputs.paths = ['%s']\nTokenInputs.token_bytes = 2\nTokenInputs.vocab_size = 50\n"
+             "TokenInputs.seq_len = 10\nTokenInputs.eval_fraction = 0.2\n",
+             tmp_file("tokens.bin"));
+    ct_config *cfg = parse_cfg("tok.gin", text, &err);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK_OK(ct_config_build_inputs(cfg, "TokenInputs", 4, 1, &train, &eval, &err), &err);
+    if (train && eval) {
+        int ok = 1;
+        ct_batch tb, eb;
+        CHECK_OK(ct_stream_next(train, &tb, &err), &err);
+        CHECK(is_lm_batch(&tb, 4, 10));
+        for (int r = 0; r < 4 && tb.n == 3; r++)
+            for (int k = 0; k + 1 < 10; k++) {
+                const int32_t *x = (const int32_t *)tb.t[0].data + r * 10;
+                ok &= x[k + 1] == (x[k] + 7) % 50;
+            }
+        CHECK(ok);
+        CHECK_OK(ct_stream_next(eval, &eb, &err), &err);
+        CHECK(is_lm_batch(&eb, 4, 10));
+        CHECK(!batches_equal(&tb, &eb));
+        char d[512];
+        printf("  tokens: consecutive tokens in every row: %d; eval: %s\n", ok, ct_stream_describe(eval, d, sizeof d));
+    }
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_config_free(cfg);
+    CHECK(same_first_batch(text, "TokenInputs", 4, 2, 2, false) == 1);
+    CHECK(same_first_batch(text, "TokenInputs", 4, 2, 3, false) == 0);
+
+    // Errors: a token width that does not exist, one the file does not fit,
+    // a token out of the vocabulary, a missing file.
+    struct {
+        const char *binding, *want1, *want2;
+    } bad[] = {
+        {"TokenInputs.token_bytes = 3", "bad.gin:2:1", "token_bytes must be 2 (uint16) or 4 (uint32), got 3"},
+        {"TokenInputs.token_bytes = 4", "bad.gin:1:", "size 2002 bytes is not a multiple of 4"},
+    };
+    for (int k = 0; k < 2; k++) {
+        snprintf(text, sizeof text, "TokenInputs.paths = ['%s']\n%s\nTokenInputs.seq_len = 10\n",
+                 tmp_file("tokens.bin"), bad[k].binding);
+        cfg = parse_cfg("bad.gin", text, &err);
+        CHECK(ct_config_build_inputs(cfg, "TokenInputs", 4, 1, &train, &eval, &err) != CT_OK && !train && !eval);
+        CHECK_MSG(strstr(err.msg, bad[k].want1) && strstr(err.msg, bad[k].want2) &&
+                      (k == 0 || strstr(err.msg, "tokens.bin")),
+                  "%s", err.msg);
+        printf("  error: %s\n", err.msg);
+        ct_config_free(cfg);
+    }
+    // Tokens are checked against vocab_size as they are read.
+    snprintf(text, sizeof text, "TokenInputs.paths = ['%s']\nTokenInputs.vocab_size = 20\nTokenInputs.seq_len = 10\n",
+             tmp_file("tokens.bin"));
+    cfg = parse_cfg("bad.gin", text, &err);
+    CHECK_OK(ct_config_build_inputs(cfg, "TokenInputs", 4, 1, &train, &eval, &err), &err);
+    if (train) {
+        ct_batch b;
+        CHECK(ct_stream_next(eval, &b, &err) == CT_ERR_FORMAT);
+        CHECK_MSG(strstr(err.msg, "tokens.bin: token") && strstr(err.msg, "is not below vocab_size 20"), "%s", err.msg);
+        printf("  error: %s\n", err.msg);
+    }
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_config_free(cfg);
+    snprintf(text, sizeof text, "TokenInputs.paths = ['%s']\n", tmp_file("nothere.bin"));
+    cfg = parse_cfg("bad.gin", text, &err);
+    CHECK(ct_config_build_inputs(cfg, "TokenInputs", 4, 1, &train, &eval, &err) == CT_ERR_IO);
+    CHECK_MSG(strstr(err.msg, "bad.gin:1:22") && strstr(err.msg, "nothere.bin") && strstr(err.msg, "No such file"),
+              "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    EXPECT_ERROR("e.gin", "TokenInputs.token_bytes = 8\n", "e.gin:1:1", "must be <= 4");
+    const char *names[] = {"tokens.bin"};
+    remove_tmp(names, 1);
+}
+
+// IDX files: n images of 28x28 (pixel j of image i is (31 i + j) mod 256)
+// and n labels (i + first) mod 10.
+static void write_idx(const char *images, const char *labels, int n, int first) {
+    size_t ni = 16 + (size_t)n * 784, nl = 8 + (size_t)n;
+    uint8_t *im = calloc(ni, 1), *lb = calloc(nl, 1);
+    const uint8_t him[] = {0, 0, 8, 3, 0, 0, 0, (uint8_t)n, 0, 0, 0, 28, 0, 0, 0, 28};
+    const uint8_t hlb[] = {0, 0, 8, 1, 0, 0, 0, (uint8_t)n};
+    memcpy(im, him, sizeof him);
+    memcpy(lb, hlb, sizeof hlb);
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < 784; j++) im[16 + (size_t)i * 784 + (size_t)j] = (uint8_t)((31 * i + j) & 255);
+        lb[8 + i] = (uint8_t)((i + first) % 10);
+    }
+    write_bytes(images, im, ni);
+    write_bytes(labels, lb, nl);
+    free(im);
+    free(lb);
+}
+
+// An IDX batch: images f32 (B, 28, 28), labels int32 (B), weights f32 (B).
+static bool is_idx_batch(const ct_batch *b, int64_t B) {
+    return b->n == 3 && b->t[0].dtype == CT_DTYPE_F32 && b->t[0].ndim == 3 && b->t[0].shape[0] == B &&
+           b->t[0].shape[1] == 28 && b->t[0].shape[2] == 28 && b->t[1].dtype == CT_DTYPE_I32 && b->t[1].ndim == 1 &&
+           b->t[1].shape[0] == B && b->t[2].dtype == CT_DTYPE_F32 && b->t[2].ndim == 1 && b->t[2].shape[0] == B;
+}
+
+static void test_idx_inputs(void) {
+    make_tmp_dir();
+    write_idx(tmp_file("train-images"), tmp_file("train-labels"), 10, 0);
+    write_idx(tmp_file("eval-images"), tmp_file("eval-labels"), 6, 5);
+    ct_error err = {0};
+    char text[4096];
+    snprintf(text, sizeof text,
+             "train.inputs = @IDXInputs\n"
+             "IDXInputs.train_images = '%s'\nIDXInputs.train_labels = '%s'\n"
+             "IDXInputs.eval_images = '%s'\nIDXInputs.eval_labels = '%s'\n",
+             tmp_file("train-images"), tmp_file("train-labels"), tmp_file("eval-images"), tmp_file("eval-labels"));
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        char t2[4200];
+        snprintf(t2, sizeof t2, "%sIDXInputs.shuffle = %s\n", text, shuffle ? "True" : "False");
+        ct_config *cfg = parse_cfg("idx.gin", t2, &err);
+        ct_stream *train = NULL, *eval = NULL;
+        CHECK_OK(ct_config_build_inputs(cfg, "IDXInputs", 4, 1, &train, &eval, &err), &err);
+        if (train && eval) {
+            ct_batch b;
+            int ok = 1, in_order = 1;
+            for (int step = 0; step < 5; step++) {  // 20 examples: two epochs of 10
+                CHECK_OK(ct_stream_next(train, &b, &err), &err);
+                CHECK(is_idx_batch(&b, 4));
+                if (b.n != 3) break;
+                const float *x = b.t[0].data, *w = b.t[2].data;
+                const int32_t *y = b.t[1].data;
+                for (int r = 0; r < 4; r++) {
+                    int i = y[r];  // label i is image i
+                    ok &= i >= 0 && i < 10 && w[r] == 1.0f;
+                    for (int j = 0; j < 784; j += 97) ok &= x[r * 784 + j] == (float)((31 * i + j) & 255) / 255.0f;
+                    in_order &= i == (step * 4 + r) % 10;
+                }
+            }
+            CHECK(ok && in_order == !shuffle);
+            int eval_ok = 1;
+            for (int step = 0; step < 4; step++) {  // 16 examples: eval's 6, in order, repeated
+                CHECK_OK(ct_stream_next(eval, &b, &err), &err);
+                CHECK(is_idx_batch(&b, 4));
+                if (b.n != 3) break;
+                for (int r = 0; r < 4; r++) eval_ok &= ((int32_t *)b.t[1].data)[r] == ((step * 4 + r) % 6 + 5) % 10;
+            }
+            CHECK(eval_ok);
+            char d1[512], d2[512];
+            printf("  idx (shuffle %d): images (4, 28, 28), labels (4,), weights (4,); pixels right: %d, train in file "
+                   "order: %d, eval in order: %d\n    train: %s\n    eval: %s\n",
+                   shuffle, ok, in_order, eval_ok, ct_stream_describe(train, d1, sizeof d1),
+                   ct_stream_describe(eval, d2, sizeof d2));
+        }
+        ct_stream_free(train);
+        ct_stream_free(eval);
+        ct_config_free(cfg);
+    }
+    CHECK(same_first_batch(text, "IDXInputs", 4, 1, 1, false) == 1);
+    CHECK(same_first_batch(text, "IDXInputs", 4, 1, 2, false) == 0);
+    CHECK(same_first_batch(text, "IDXInputs", 4, 1, 2, true) == 1);
+    {
+        // Train and eval differ.
+        ct_config *cfg = parse_cfg("idx.gin", text, &err);
+        ct_stream *train = NULL, *eval = NULL;
+        CHECK_OK(ct_config_build_inputs(cfg, "IDXInputs", 4, 1, &train, &eval, &err), &err);
+        ct_batch a, b;
+        if (train && eval && ct_stream_next(train, &a, &err) == CT_OK && ct_stream_next(eval, &b, &err) == CT_OK)
+            CHECK(!batches_equal(&a, &b));
+        ct_stream_free(train);
+        ct_stream_free(eval);
+        ct_config_free(cfg);
+    }
+
+    // Errors: a missing file at its config line; labels given as images (the
+    // stream's error, after the config line); a required path unbound.
+    snprintf(text, sizeof text,
+             "IDXInputs.train_images = '%s'\nIDXInputs.train_labels = '%s'\n"
+             "IDXInputs.eval_images = '%s'\nIDXInputs.eval_labels = '%s'\n",
+             tmp_file("train-images"), tmp_file("train-labels"), tmp_file("eval-images"), tmp_file("no-labels"));
+    ct_config *cfg = parse_cfg("idx.gin", text, &err);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK(ct_config_build_inputs(cfg, "IDXInputs", 4, 1, &train, &eval, &err) == CT_ERR_IO && !train && !eval);
+    CHECK_MSG(strstr(err.msg, "idx.gin:4:25") && strstr(err.msg, "IDXInputs.eval_labels") &&
+                  strstr(err.msg, "no-labels") && strstr(err.msg, "No such file"),
+              "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    snprintf(text, sizeof text,
+             "IDXInputs.train_images = '%s'\nIDXInputs.train_labels = '%s'\n"
+             "IDXInputs.eval_images = '%s'\nIDXInputs.eval_labels = '%s'\n",
+             tmp_file("train-labels"), tmp_file("train-labels"), tmp_file("eval-images"), tmp_file("eval-labels"));
+    cfg = parse_cfg("idx.gin", text, &err);
+    CHECK(ct_config_build_inputs(cfg, "IDXInputs", 4, 1, &train, &eval, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "idx.gin:1:") && strstr(err.msg, "bad magic"), "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    cfg = parse_cfg("idx.gin", "IDXInputs.n_classes = 10\n", &err);
+    CHECK(ct_config_build_inputs(cfg, "IDXInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "IDXInputs.train_images is not set"), "%s", err.msg);
+    ct_config_free(cfg);
+    const char *names[] = {"train-images", "train-labels", "eval-images", "eval-labels"};
+    remove_tmp(names, 4);
+}
+
+// ---- A whole run from one config ----------------------------------------------------------------
+
+// copy_run.gin describes a run: every piece builds from it, and the Loop
+// trains and evaluates with them.
+static void test_whole_run(void) {
+    ct_error err = {0};
+    ct_config *cfg = ct_config_new();
+    CHECK_OK(ct_config_parse_file(cfg, config_path("copy_run.gin"), &err), &err);
+    CHECK_OK(ct_config_validate(cfg, &err), &err);
+    const char *model_ref = NULL, *inputs_ref = NULL, *opt_ref = NULL, *lr_ref = NULL, *loss_ref = NULL;
+    const ct_config_value *metrics = NULL;
+    int64_t batch_size = 0, seed = 0, steps = 0, eval_steps = 0, n_devices = 0, keep = 0;
+    double clip = 0;
+    bool adasum = true;
+    CHECK_OK(ct_config_get_reference(cfg, "train", "model", NULL, &model_ref, &err), &err);
+    CHECK_OK(ct_config_get_reference(cfg, "train", "inputs", NULL, &inputs_ref, &err), &err);
+    CHECK_OK(ct_config_get_reference(cfg, "train", "optimizer", "Adam", &opt_ref, &err), &err);
+    CHECK_OK(ct_config_get_reference(cfg, "train", "lr_schedule_fn", NULL, &lr_ref, &err), &err);
+    CHECK_OK(ct_config_get_reference(cfg, "train", "loss_fn", "WeightedCategoryCrossEntropy", &loss_ref, &err), &err);
+    CHECK_OK(ct_config_get_list(cfg, "train", "metrics", NULL, &metrics, &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "train", "batch_size", 32, &batch_size, &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "train", "random_seed", 0, &seed, &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "train", "steps", 100, &steps, &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "train", "eval_steps", 1, &eval_steps, &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "train", "n_devices", 1, &n_devices, &err), &err);
+    CHECK_OK(ct_config_get_bool(cfg, "train", "adasum", false, &adasum, &err), &err);
+    CHECK_OK(ct_config_get_float(cfg, "train", "clip_grad_norm", 0.0, &clip, &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "train", "keep_checkpoints", 2, &keep, &err), &err);
+    CHECK(model_ref && inputs_ref && opt_ref && lr_ref && loss_ref && metrics && metrics->n == 2);
+    if (!(model_ref && inputs_ref && opt_ref && lr_ref && loss_ref && metrics && metrics->n == 2)) {
+        ct_config_free(cfg);
+        return;
+    }
+    ct_layer *model = ct_config_build_model(cfg, model_ref, &err);
+    CHECK_MSG(model != NULL, "%s", err.msg);
+    ct_layer *loss = ct_config_build_layer(cfg, loss_ref, &err);
+    ct_layer *m0 = ct_config_build_layer(cfg, metrics->items[0].s, &err);
+    ct_layer *m1 = ct_config_build_layer(cfg, metrics->items[1].s, &err);
+    ct_optimizer *opt = ct_config_build_optimizer(cfg, opt_ref, &err);
+    CHECK_MSG(opt != NULL, "%s", err.msg);
+    ct_schedule *lr = ct_config_build_schedule(cfg, lr_ref, &err);
+    CHECK_MSG(lr != NULL, "%s", err.msg);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK_OK(ct_config_build_inputs(cfg, inputs_ref, batch_size, (uint64_t)seed, &train, &eval, &err), &err);
+    if (model && loss && m0 && m1 && opt && lr && train && eval) {
+        ct_train_task task = {train, loss, opt, lr, "loss"};
+        opt = NULL;  // the loop owns it
+        ct_eval_task ev = {.stream = eval, .n_metrics = 2, .n_batches = (int)eval_steps};
+        ev.metrics[0] = m0;
+        ev.metrics[1] = m1;
+        ev.metric_names[0] = "loss";
+        ev.metric_names[1] = "accuracy";
+        ct_loop_options o = ct_loop_default_options();
+        o.seed = (uint64_t)seed;
+        o.keep_last = (int)keep;
+        o.trainer.n_devices = (int)n_devices;
+        o.trainer.adasum = adasum;
+        o.trainer.clip_grad_norm = (float)clip;
+        ct_loop *loop = NULL;
+        CHECK_OK(ct_loop_new(&loop, model, &task, 1, &ev, &o, &err), &err);
+        if (loop) {
+            CHECK_OK(ct_loop_run(loop, steps, &err), &err);
+            double train_loss = ct_loop_last_value(loop, "train", "metrics/loss");
+            double eval_loss = ct_loop_last_value(loop, "eval", "metrics/loss");
+            double eval_acc = ct_loop_last_value(loop, "eval", "metrics/accuracy");
+            printf("  copy_run.gin: %lld steps, train loss %.4f, eval loss %.4f, eval accuracy %.4f (ln 8 = %.4f)\n",
+                   (long long)ct_loop_step(loop), train_loss, eval_loss, eval_acc, log(8.0));
+            CHECK(ct_loop_step(loop) == 3 && isfinite(train_loss) && isfinite(eval_loss) && eval_acc >= 0 &&
+                  eval_acc <= 1);
+            ct_loop_free(loop);
+        }
+    }
+    ct_optimizer_free(opt);
+    ct_schedule_free(lr);
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    if (model) ct_layer_free(model);
+    if (loss) ct_layer_free(loss);
+    if (m0) ct_layer_free(m0);
+    if (m1) ct_layer_free(m1);
+    // Every binding of the run was used.
+    for (int k = 0; k < ct_config_n_bindings(cfg); k++) {
+        ct_config_binding_info b = ct_config_binding_at(cfg, k);
+        CHECK_MSG(b.used || !strcmp(b.name, "eval/TransformerLM"), "%s.%s (%s:%d) unused", b.name, b.param, b.file,
+                  b.line);
+    }
+    ct_config_free(cfg);
+}
+
 // ---- Fuzz-ish: prefixes and mutations ------------------------------------------------------
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -752,6 +1711,14 @@ int main(void) {
     test_errors();
     test_build();
     test_operative_round_trip();
+    test_optimizers();
+    test_schedules();
+    test_settings();
+    test_synthetic_inputs();
+    test_text_inputs();
+    test_token_inputs();
+    test_idx_inputs();
+    test_whole_run();
     test_fuzz();
     return check_summary("test_config");
 }

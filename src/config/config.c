@@ -203,6 +203,28 @@ static bool module_matches(const char *mods, const char *module, size_t len) {
     return false;
 }
 
+// Is w one of the space-separated words of list (NULL: none)?
+static bool has_word(const char *list, const char *w) {
+    size_t wl = strlen(w);
+    for (const char *a = list; a && *a;) {
+        size_t al = strcspn(a, " ");
+        if (al == wl && !memcmp(a, w, wl)) return true;
+        a += al;
+        while (*a == ' ') a++;
+    }
+    return false;
+}
+
+static int count_words(const char *list) {
+    int n = 0;
+    for (const char *a = list; a && *a;) {
+        a += strcspn(a, " ");
+        while (*a == ' ') a++;
+        n++;
+    }
+    return n;
+}
+
 const cfg_def *cfg_lookup(const char *name, char *why, size_t why_len) {
     int n;
     const cfg_def *defs = cfg_registry(&n);
@@ -210,12 +232,28 @@ const cfg_def *cfg_lookup(const char *name, char *why, size_t why_len) {
     const char *short_name = dot ? dot + 1 : name;
     const cfg_def *d = NULL;
     for (int i = 0; i < n && !d; i++)
-        if (!strcmp(defs[i].name, short_name)) d = &defs[i];
+        if (!strcmp(defs[i].name, short_name) || has_word(defs[i].aliases, short_name)) d = &defs[i];
     if (!d) {
-        const char **names = ct_malloc((size_t)n * sizeof *names);
-        for (int i = 0; i < n; i++) names[i] = defs[i].name;
-        const char *c = cfg_closest(short_name, names, n);
+        // Candidates: every name and alias.
+        int n_names = n;
+        for (int i = 0; i < n; i++) n_names += count_words(defs[i].aliases);
+        const char **names = ct_malloc((size_t)n_names * sizeof *names);
+        char **alias_names = ct_malloc((size_t)n_names * sizeof *alias_names);
+        int k = 0, n_alias = 0;
+        for (int i = 0; i < n; i++) {
+            names[k++] = defs[i].name;
+            for (const char *a = defs[i].aliases; a && *a;) {
+                size_t al = strcspn(a, " ");
+                alias_names[n_alias] = dup_n(a, al);
+                names[k++] = alias_names[n_alias++];
+                a += al;
+                while (*a == ' ') a++;
+            }
+        }
+        const char *c = cfg_closest(short_name, names, k);
         fmt_into(why, why_len, "unknown configurable '%.100s' (did you mean '%s'?)", name, c ? c : "?");
+        for (int i = 0; i < n_alias; i++) ct_free(alias_names[i]);
+        ct_free(alias_names);
         ct_free(names);
         return NULL;
     }
@@ -358,19 +396,19 @@ static bool check_value(const cfg_param *p, const ct_config_value *v, char *why,
     if (p->type == CFG_INT || p->type == CFG_FLOAT) {
         if (p->lo < p->hi) {
             if (x < p->lo) {
-                fmt_into(why, len, "must be >= %g, got %s", p->lo, text);
+                fmt_into(why, len, "must be >= %.10g, got %s", p->lo, text);
                 return false;
             }
             if (x > p->hi || (p->hi_open && x >= p->hi)) {
-                fmt_into(why, len, "must be %s %g, got %s", p->hi_open ? "<" : "<=", p->hi, text);
+                fmt_into(why, len, "must be %s %.10g, got %s", p->hi_open ? "<" : "<=", p->hi, text);
                 return false;
             }
         }
-        if (p->type == CFG_INT && p->has_field && (x > INT_MAX || x < INT_MIN)) {
+        if (p->type == CFG_INT && p->has_field && p->field_size == sizeof(int) && (x > INT_MAX || x < INT_MIN)) {
             fmt_into(why, len, "must fit in a C int, got %s", text);
             return false;
         }
-        if (p->type == CFG_FLOAT && p->has_field && fabs(x) > 3.4e38) {
+        if (p->type == CFG_FLOAT && p->has_field && p->field_size == sizeof(float) && fabs(x) > 3.4e38) {
             fmt_into(why, len, "must fit in a float, got %s", text);
             return false;
         }
@@ -801,12 +839,85 @@ static double float_as_decimal(float f) {
     return strtod(s, NULL);
 }
 
+// The value of p's field in the params struct at buf: a new value (a string
+// is copied).
+static ct_config_value field_value(const cfg_param *p, const unsigned char *buf) {
+    ct_config_value v = {0};
+    const unsigned char *f = buf + p->field;
+    if (p->type == CFG_INT && p->field_size == sizeof(int64_t)) {
+        int64_t x;
+        memcpy(&x, f, sizeof x);
+        v.kind = CT_CONFIG_INT;
+        v.i = x;
+    } else if (p->type == CFG_INT) {
+        CT_ASSERT(p->field_size == sizeof(int));
+        int x;
+        memcpy(&x, f, sizeof x);
+        v.kind = CT_CONFIG_INT;
+        v.i = x;
+    } else if (p->type == CFG_FLOAT && p->field_size == sizeof(double)) {
+        double x;
+        memcpy(&x, f, sizeof x);
+        v.kind = CT_CONFIG_FLOAT;
+        v.f = x;
+    } else if (p->type == CFG_FLOAT) {
+        CT_ASSERT(p->field_size == sizeof(float));
+        float x;
+        memcpy(&x, f, sizeof x);
+        v.kind = CT_CONFIG_FLOAT;
+        v.f = float_as_decimal(x);
+    } else if (p->type == CFG_BOOL) {
+        CT_ASSERT(p->field_size == sizeof(bool));
+        bool x;
+        memcpy(&x, f, sizeof x);
+        v.kind = CT_CONFIG_BOOL;
+        v.b = x;
+    } else {
+        CT_ASSERT(p->type == CFG_STRING && p->field_size == sizeof(const char *));
+        const char *x;
+        memcpy(&x, f, sizeof x);
+        v.kind = x ? CT_CONFIG_STRING : CT_CONFIG_NONE;
+        v.s = x ? dup_str(x) : NULL;
+    }
+    return v;
+}
+
+// Writes v (of p's type, not None) into p's field of the struct at buf. A
+// string field points at v's text.
+static void set_field(const cfg_param *p, unsigned char *buf, const ct_config_value *v) {
+    unsigned char *f = buf + p->field;
+    if (p->type == CFG_INT && p->field_size == sizeof(int64_t)) {
+        memcpy(f, &v->i, sizeof v->i);
+    } else if (p->type == CFG_INT) {
+        int x = (int)v->i;
+        memcpy(f, &x, sizeof x);
+    } else if (p->type == CFG_FLOAT && p->field_size == sizeof(double)) {
+        memcpy(f, &v->f, sizeof v->f);
+    } else if (p->type == CFG_FLOAT) {
+        float x = (float)v->f;
+        memcpy(f, &x, sizeof x);
+    } else if (p->type == CFG_BOOL) {
+        memcpy(f, &v->b, sizeof v->b);
+    } else {
+        const char *x = v->s;
+        memcpy(f, &x, sizeof x);
+    }
+}
+
 ct_status cfg_query_default(ct_config *cfg, const char *name, const char *param, const ct_config_value **out,
                             ct_error *err) {
     char *scope;
     const cfg_def *d;
     const cfg_param *p;
     CT_TRY(query_target(name, param, &scope, &d, &p, err));
+    if (p->required && !lookup_binding(cfg, scope, d, p)) {
+        char *full = scoped_name(scope, d->name);
+        ct_free(scope);
+        ct_status st = ct_error_set(err, CT_ERR_ARG, "%s.%s is not set and has no default: bind it in the config",
+                                    full, p->name);
+        ct_free(full);
+        return st;
+    }
     ct_free(scope);
     ct_config_value dv = default_value(cfg, CT_CONFIG_NONE);
     if (p->default_gin) {
@@ -820,25 +931,10 @@ ct_status cfg_query_default(ct_config *cfg, const char *name, const char *param,
         alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
         CT_ASSERT(d->struct_size <= sizeof buf);
         d->defaults(buf);
-        if (p->type == CFG_INT) {
-            int x;
-            memcpy(&x, buf + p->field, sizeof x);
-            dv.kind = CT_CONFIG_INT;
-            dv.i = x;
-        } else if (p->type == CFG_FLOAT) {
-            float x;
-            memcpy(&x, buf + p->field, sizeof x);
-            dv.kind = CT_CONFIG_FLOAT;
-            dv.f = float_as_decimal(x);
-        } else if (p->type == CFG_BOOL) {
-            bool x;
-            memcpy(&x, buf + p->field, sizeof x);
-            dv.kind = CT_CONFIG_BOOL;
-            dv.b = x;
-        } else {
-            CT_ASSERT(!"struct fields are int, float or bool");
-        }
-    } else {
+        ct_config_value v = field_value(p, buf);
+        v.file = dv.file;
+        dv = v;
+    } else if (!p->required) {
         return ct_error_set(err, CT_ERR_STATE, "%s.%s has no default in the registry", d->name, p->name);
     }
     return query(cfg, name, param, p->type, &dv, out, err);
@@ -867,18 +963,8 @@ static ct_status fill_struct(ct_config *cfg, const char *name, const cfg_def *d,
         if (!p->has_field) continue;
         const ct_config_value *v;
         CT_TRY(cfg_query_default(cfg, name, p->name, &v, err));
-        unsigned char *f = (unsigned char *)buf + p->field;
         if (v->kind == CT_CONFIG_NONE) continue;  // keeps the default
-        if (p->type == CFG_INT) {
-            int x = (int)v->i;
-            memcpy(f, &x, sizeof x);
-        } else if (p->type == CFG_FLOAT) {
-            float x = (float)v->f;
-            memcpy(f, &x, sizeof x);
-        } else if (p->type == CFG_BOOL) {
-            bool x = v->b;
-            memcpy(f, &x, sizeof x);
-        }
+        set_field(p, buf, v);
     }
     return d->check ? d->check(cfg, name, buf, err) : CT_OK;
 }
@@ -932,6 +1018,70 @@ ct_optimizer *ct_config_build_optimizer(ct_config *cfg, const char *name, ct_err
     alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
     if (fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
     return d->new_optimizer(buf);
+}
+
+// The parameter of d a constructor's message is about: the first whose name
+// is a word of msg (multifactor's factor errors blame factors).
+static const cfg_param *blame(const cfg_def *d, const char *msg) {
+    const cfg_param *factors = cfg_def_param(d, "factors");
+    if (factors && (strstr(msg, "factor '") || strstr(msg, " factors"))) return factors;
+    for (int i = 0; i < d->n_params; i++) {
+        const char *name = d->params[i].name;
+        size_t n = strlen(name);
+        for (const char *m = strstr(msg, name); m; m = strstr(m + 1, name)) {
+            bool start = m == msg || !(isalnum((unsigned char)m[-1]) || m[-1] == '_');
+            bool end = !(isalnum((unsigned char)m[n]) || m[n] == '_');
+            if (start && end) return &d->params[i];
+        }
+    }
+    return NULL;
+}
+
+ct_schedule *ct_config_build_schedule(ct_config *cfg, const char *name, ct_error *err) {
+    const cfg_def *d = builder_target(name, err);
+    if (!d) return NULL;
+    if (d->kind != CFG_SCHEDULE || !d->new_schedule) {
+        ct_error_set(err, CT_ERR_ARG, "%s is %s, not a learning-rate schedule", name, cfg_kind_name(d->kind));
+        return NULL;
+    }
+    alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
+    if (fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
+    ct_schedule *s = NULL;
+    if (d->new_schedule(buf, &s, err) != CT_OK) {
+        // Say where the parameter the constructor refused is bound (its
+        // message names the schedule).
+        const cfg_param *p = err ? blame(d, err->msg) : NULL;
+        char where[300] = "";
+        if (p) cfg_where(cfg, name, p->name, where, sizeof where);
+        size_t n = strlen(where);
+        if (n >= 2) {
+            where[n - 2] = '\0';  // ct_error_prefix adds the ": "
+            ct_error_prefix(err, "%s", where);
+        }
+        return NULL;
+    }
+    return s;
+}
+
+ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch_size, uint64_t seed,
+                                 ct_stream **train, ct_stream **eval, ct_error *err) {
+    *train = NULL;
+    *eval = NULL;
+    const cfg_def *d = builder_target(name, err);
+    if (!d) return CT_ERR_ARG;
+    if (d->kind != CFG_INPUT || !d->build_inputs)
+        return ct_error_set(err, CT_ERR_ARG, "%s is %s, not an input", name, cfg_kind_name(d->kind));
+    if (batch_size < 1 || batch_size > (1 << 24))
+        return ct_error_set(err, CT_ERR_ARG, "%s: batch_size %lld is out of range (1 to 2^24)", name,
+                            (long long)batch_size);
+    ct_status st = d->build_inputs(cfg, name, (int)batch_size, seed, train, eval, err);
+    if (st != CT_OK) {
+        ct_stream_free(*train);
+        ct_stream_free(*eval);
+        *train = NULL;
+        *eval = NULL;
+    }
+    return st;
 }
 
 // ---- Bindings and the operative config ------------------------------------------------------
@@ -1001,6 +1151,7 @@ char *ct_config_registry_text(void) {
         if (d->modules) cfg_buf_printf(&b, " (Trax: %.*s.%s)", (int)strcspn(d->modules, " "), d->modules, d->name);
         cfg_buf_puts(&b, "\n");
         if (d->doc) cfg_buf_printf(&b, "#   %s\n", d->doc);
+        if (d->aliases) cfg_buf_printf(&b, "#   also called: %s\n", d->aliases);
         alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
         if (d->defaults) d->defaults(buf);
         for (int j = 0; j < d->n_params; j++) {
@@ -1009,30 +1160,20 @@ char *ct_config_registry_text(void) {
             cfg_buf_printf(&tail, "  # %s", cfg_type_name(p->type));
             if (p->none_ok) cfg_buf_puts(&tail, " or None");
             if (p->lo < p->hi) {
-                if (isinf(p->hi)) cfg_buf_printf(&tail, ", >= %g", p->lo);
-                else cfg_buf_printf(&tail, ", in [%g, %g%s", p->lo, p->hi, p->hi_open ? ")" : "]");
+                if (isinf(p->hi)) cfg_buf_printf(&tail, ", >= %.10g", p->lo);
+                else cfg_buf_printf(&tail, ", in [%.10g, %.10g%s", p->lo, p->hi, p->hi_open ? ")" : "]");
             }
             if (p->doc) cfg_buf_printf(&tail, "; %s", p->doc);
-            if (p->default_gin) {
+            if (p->required) {
+                cfg_buf_printf(&b, "# %s.%s = (required: no default)%s\n", d->name, p->name, tail.s);
+            } else if (p->default_gin) {
                 cfg_buf_printf(&b, "%s.%s = %s%s\n", d->name, p->name, p->default_gin, tail.s);
             } else if (p->has_field && d->defaults) {
-                ct_config_value v = {0};
-                if (p->type == CFG_INT) {
-                    int x;
-                    memcpy(&x, buf + p->field, sizeof x);
-                    v = (ct_config_value){.kind = CT_CONFIG_INT, .i = x};
-                } else if (p->type == CFG_FLOAT) {
-                    float x;
-                    memcpy(&x, buf + p->field, sizeof x);
-                    v = (ct_config_value){.kind = CT_CONFIG_FLOAT, .f = float_as_decimal(x)};
-                } else {
-                    bool x;
-                    memcpy(&x, buf + p->field, sizeof x);
-                    v = (ct_config_value){.kind = CT_CONFIG_BOOL, .b = x};
-                }
+                ct_config_value v = field_value(p, buf);
                 cfg_buf_printf(&b, "%s.%s = ", d->name, p->name);
                 cfg_buf_value(&b, &v);
                 cfg_buf_printf(&b, "%s\n", tail.s);
+                cfg_value_free(&v);
             } else {
                 cfg_buf_printf(&b, "# %s.%s = (the program's default)%s\n", d->name, p->name, tail.s);
             }

@@ -4,12 +4,17 @@
 #define CTRAX_CONFIG_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "ctrax/config/config.h"
+#include "ctrax/data/stream.h"
+#include "ctrax/optim/schedules.h"
 
 // ---- The registry (registry.c) ---------------------------------------------------
 
-// The type of a parameter. Struct-backed int, float and bool parameters are C
-// int, float and bool fields.
+// The type of a parameter. Struct-backed parameters are fields of a params
+// struct: an int is a C int (field_size 4, enums too) or int64_t (8), a float
+// a float (4) or double (8), a bool a bool, a string a const char * that
+// points into the config (it lives as long as the config does).
 typedef enum cfg_type {
     CFG_INT = 0,
     CFG_FLOAT,
@@ -38,7 +43,10 @@ typedef struct cfg_param {
     // struct (struct-backed), else the default the program passes.
     const char *default_gin;
     bool has_field;
-    size_t field;  // offset in the params struct when has_field
+    size_t field;       // offset in the params struct when has_field
+    size_t field_size;  // sizeof the field (see cfg_type)
+    // No default: a builder fails when it is not bound (Trax's gin.REQUIRED).
+    bool required;
     // Numeric range, checked when lo < hi: lo <= v <= hi (v < hi if hi_open).
     double lo, hi;
     bool hi_open;
@@ -50,6 +58,9 @@ typedef struct cfg_param {
 typedef struct cfg_def cfg_def;
 struct cfg_def {
     const char *name;  // the ctrax name, Trax's short name
+    // Other names of it, space separated ("CopyInputs"), or NULL; bindings
+    // and references through an alias are written with the name.
+    const char *aliases;
     cfg_kind kind;
     // Trax modules that define it, space separated ("trax.lr
     // trax.supervised.lr_schedules"); NULL if Trax has no such name.
@@ -58,12 +69,18 @@ struct cfg_def {
     int n_params;
     // Struct-backed configurables: a params struct of struct_size bytes,
     // filled by defaults, then from the config field by field, checked by
-    // check (may be NULL), and handed to new_layer or new_optimizer.
+    // check (may be NULL), and handed to new_layer, new_optimizer or
+    // new_schedule.
     size_t struct_size;
     void (*defaults)(void *p);
     ct_status (*check)(ct_config *cfg, const char *name, const void *p, ct_error *err);
     ct_layer *(*new_layer)(const void *p);
     ct_optimizer *(*new_optimizer)(const void *p);
+    ct_status (*new_schedule)(const void *p, ct_schedule **out, ct_error *err);
+    // Inputs: the train and eval streams of batches (see
+    // ct_config_build_inputs), from the config directly.
+    ct_status (*build_inputs)(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
+                              ct_stream **eval, ct_error *err);
     // Other layers: built from the config directly, or made with no
     // parameters (losses and metrics).
     ct_layer *(*build_layer)(ct_config *cfg, const char *name, ct_error *err);
@@ -86,12 +103,26 @@ const cfg_def *cfg_lookup(const char *name, char *why, size_t why_len);
 const char *cfg_closest(const char *s, const char *const *cands, int n);
 // The value of name.param as ct_config_get_* would give it, with the
 // registry's default (default_gin, or the field of the defaults struct) when
-// unbound. Records the query.
+// unbound. Records the query. A required parameter that is not bound is an
+// error (CT_ERR_ARG) that says so.
 ct_status cfg_query_default(ct_config *cfg, const char *name, const char *param, const ct_config_value **out,
                             ct_error *err);
 // "file:line:col: " of the binding a query of name.param would read, or ""
 // if it is not bound; for checks across parameters.
 void cfg_where(const ct_config *cfg, const char *name, const char *param, char *buf, size_t len);
+
+// ---- Input builders (inputs.c), named by the registry's input entries ----------------------
+
+ct_status cfg_build_copy_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
+                                ct_stream **eval, ct_error *err);
+ct_status cfg_build_addition_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
+                                    ct_stream **train, ct_stream **eval, ct_error *err);
+ct_status cfg_build_text_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
+                                ct_stream **eval, ct_error *err);
+ct_status cfg_build_token_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
+                                 ct_stream **train, ct_stream **eval, ct_error *err);
+ct_status cfg_build_idx_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
+                               ct_stream **eval, ct_error *err);
 
 // ---- Values (value.c) --------------------------------------------------------------
 

@@ -30,7 +30,9 @@
 // trax.models.transformer.TransformerLM, models.TransformerLM,
 // trax.optimizers.Adam, trax.layers.CrossEntropyLoss, trax.lr.multifactor,
 // trax.supervised.lr_schedules.multifactor). A name in the wrong module
-// (trax.optimizers.TransformerLM) is an error that gives the right one.
+// (trax.optimizers.TransformerLM) is an error that gives the right one. A few
+// configurables also answer to an alias (CopyInputs is sequence_copy_inputs);
+// the operative config writes the name.
 //
 // Checks. Binding an unknown configurable or parameter, referring to an
 // unknown configurable, or binding a value of the wrong type or range is an
@@ -57,8 +59,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ctrax/core/error.h"
+#include "ctrax/data/stream.h"
 #include "ctrax/layers/layer.h"
 #include "ctrax/optim/optimizer.h"
+#include "ctrax/optim/schedules.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -169,8 +173,57 @@ ct_status ct_config_get_reference(ct_config *cfg, const char *name, const char *
 // and line of the binding.
 ct_layer *ct_config_build_model(ct_config *cfg, const char *name, ct_error *err);
 ct_layer *ct_config_build_layer(ct_config *cfg, const char *name, ct_error *err);
-// Builds the optimizer a reference names ("Adam"). NULL with err set.
+// Builds the optimizer a reference names ("Adam", "Momentum", "RMSProp",
+// "Adafactor", "SM3", "SGD"), its unbound parameters from its
+// ct_*_default_params. NULL with err set.
 ct_optimizer *ct_config_build_optimizer(ct_config *cfg, const char *name, ct_error *err);
+
+// Builds the learning-rate schedule a reference names, e.g.
+//   ct_config_get_reference(cfg, "train", "lr_schedule_fn", "multifactor", &s, err);
+//   ct_schedule *lr = ct_config_build_schedule(cfg, s, err);
+// constant(value), warmup(n_warmup_steps, max_value) and
+// warmup_and_rsqrt_decay(n_warmup_steps, max_value) have no defaults, as in
+// Trax: an unbound parameter is an error. multifactor's unbound parameters
+// take Trax's defaults (ct_multifactor_default_params). A parameter the
+// constructor refuses (an unknown factor) is an error naming the file and
+// line of its binding. Free it with ct_schedule_free; NULL with err set.
+ct_schedule *ct_config_build_schedule(ct_config *cfg, const char *name, ct_error *err);
+
+// Builds the train and eval streams of the input configurable name names
+// (train.inputs), batches of batch_size examples. Both are endless: train
+// repeats its data in shuffled epochs (seeded by seed) or is synthetic;
+// eval repeats finite eval data in epochs, in order, so evals never run out.
+// Both are deterministic functions of the config and seed. Each batch is
+// the tuple the models and losses take:
+//   language tasks   inputs int32 (B, T), targets int32 (B, T), weights f32 (B, T)
+//   IDX images       images f32 (B, rows, cols), labels int32 (B), weights f32 (B)
+// Variable-length synthetic data is padded (with weight 0) to one fixed
+// length, the longest the task makes, so every batch has the same shape.
+// The inputs (Trax's names where Trax has the same thing):
+//   sequence_copy_inputs (alias CopyInputs), trax.data.sequence_copy_inputs:
+//       vocab_size, train_length, eval_min_length, eval_max_length, reverse,
+//       pad_to_multiple. As Trax: "0 w 0 w" with w of 1..train_length-1
+//       tokens in training, eval_min_length..eval_max_length-1 in eval.
+//   addition_inputs, trax.data.addition_inputs: vocab_size, train_length,
+//       eval_min_length, eval_max_length, pad_to_multiple. Numbers of up to
+//       train_length digits in training (min 3), eval_min_length..
+//       eval_max_length in eval.
+//   TextInputs: byte-level text (vocabulary 256) from paths (files and
+//       directories), chunks of seq_len, a train/eval split by eval_fraction
+//       and split_seed; shuffle_buffer, shifted (see ct_corpus_params).
+//   TokenInputs: binary token files: paths, token_bytes (2 or 4),
+//       vocab_size, seq_len, eval_fraction, split_seed, shuffle_buffer, shifted.
+//   IDXInputs: train_images, train_labels, eval_images, eval_labels (IDX
+//       files, .gz or plain: MNIST, Fashion-MNIST), n_classes, shuffle.
+// With eval_fraction 0 (TextInputs, TokenInputs) there is no eval data and
+// *eval is NULL. Paths are relative to the working directory. A missing file
+// is an error naming the file and the config line that names it; a bad file
+// is an error naming the file and byte, after the config line (a token file's
+// tokens are checked against vocab_size as they are read, so that error
+// comes from ct_stream_next). batch_size is 1 to 2^24. On failure both
+// streams are NULL.
+ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch_size, uint64_t seed,
+                                 ct_stream **train, ct_stream **eval, ct_error *err);
 
 // ---- Bindings and the operative config -----------------------------------------
 

@@ -1,0 +1,258 @@
+// The input builders the registry's input entries name: each reads its
+// parameters from the config and chains the data streams of src/data into an
+// endless train stream and an endless eval stream of batches.
+//
+//   synthetic   source(train seed) -> batch(B, padded to the longest length)
+//               source(eval seed)  -> batch(B, padded to the longest length)
+//   files       source(train split) -> epochs(forever, shuffled) -> batch(B)
+//               (or epochs in order -> shuffle buffer(K) -> batch(B))
+//               source(eval split)  -> epochs(forever, in order) -> batch(B)
+//
+// The train and eval seeds are drawn from the run's seed (so the two differ
+// and both follow the seed); a file split depends only on split_seed.
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config/internal.h"
+#include "ctrax/core/memory.h"
+#include "ctrax/core/rng.h"
+#include "ctrax/data/stream.h"
+#include "ctrax/data/synthetic.h"
+
+#define MAX_PATHS 4096
+
+enum { SEED_TRAIN = 1, SEED_EVAL = 2 };
+
+// The seed of one stream (SEED_TRAIN, SEED_EVAL) of a run with this seed.
+static uint64_t stream_seed(uint64_t seed, uint32_t which) {
+    ct_key k = ct_key_fold_in(ct_key_from_seed(seed), which);
+    return ((uint64_t)k.w[0] << 32) | k.w[1];
+}
+
+// "file:line:col: " of a value written in a config, "" for a default.
+static void value_where(const ct_config_value *v, char *buf, size_t len) {
+    if (v->line > 0) snprintf(buf, len, "%s:%d:%d: ", v->file, v->line, v->col);
+    else buf[0] = '\0';
+}
+
+// An int parameter (the registry's range keeps it within a C int).
+static ct_status get_int(ct_config *cfg, const char *name, const char *param, int *out, ct_error *err) {
+    const ct_config_value *v;
+    CT_TRY(cfg_query_default(cfg, name, param, &v, err));
+    *out = (int)v->i;
+    return CT_OK;
+}
+
+static ct_status get_bool(ct_config *cfg, const char *name, const char *param, bool *out, ct_error *err) {
+    const ct_config_value *v;
+    CT_TRY(cfg_query_default(cfg, name, param, &v, err));
+    *out = v->b;
+    return CT_OK;
+}
+
+// A path a config names, which must exist: else an error naming the file and
+// the config line (what a stream would say has no config line).
+static ct_status check_path(const ct_config_value *v, const char *name, const char *what, ct_error *err) {
+    struct stat st;
+    if (stat(v->s, &st) == 0) return CT_OK;
+    int e = errno;
+    char where[300];
+    value_where(v, where, sizeof where);
+    return ct_error_set(err, CT_ERR_IO, "%s%s.%s: '%s': %s", where, name, what, v->s, strerror(e));
+}
+
+static ct_status batch(ct_stream **s, int batch_size, int64_t length, ct_error *err) {
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = batch_size;
+    bp.length = length;
+    return ct_batch_stream_new(s, *s, &bp, err);
+}
+
+static int64_t round_up(int64_t n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// ---- synthetic ---------------------------------------------------------------------------
+
+ct_status cfg_build_copy_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
+                                ct_stream **eval, ct_error *err) {
+    int vocab_size, train_length, eval_min, eval_max, pad;
+    bool reverse;
+    CT_TRY(get_int(cfg, name, "vocab_size", &vocab_size, err));
+    CT_TRY(get_int(cfg, name, "train_length", &train_length, err));
+    CT_TRY(get_int(cfg, name, "eval_min_length", &eval_min, err));
+    CT_TRY(get_int(cfg, name, "eval_max_length", &eval_max, err));
+    CT_TRY(get_bool(cfg, name, "reverse", &reverse, err));
+    CT_TRY(get_int(cfg, name, "pad_to_multiple", &pad, err));
+    if (eval_max <= eval_min) {
+        char where[300];
+        cfg_where(cfg, name, "eval_max_length", where, sizeof where);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s: eval_max_length %d must be > eval_min_length %d (eval w has eval_min_length.."
+                            "eval_max_length-1 tokens, as in Trax)",
+                            where, name, eval_max, eval_min);
+    }
+    // As Trax: training w has 1..train_length-1 tokens, eval w
+    // eval_min_length..eval_max_length-1.
+    ct_copy_task tt = {.vocab_size = vocab_size, .length = train_length - 1, .reverse = reverse,
+                       .seed = stream_seed(seed, SEED_TRAIN), .min_length = 1};
+    ct_copy_task et = {.vocab_size = vocab_size, .length = eval_max - 1, .reverse = reverse,
+                       .seed = stream_seed(seed, SEED_EVAL), .min_length = eval_min};
+    ct_status st = ct_copy_stream_new(train, &tt, err);
+    if (st == CT_OK) st = batch(train, batch_size, round_up(ct_copy_task_seq_len(&tt), pad), err);
+    if (st == CT_OK) st = ct_copy_stream_new(eval, &et, err);
+    if (st == CT_OK) st = batch(eval, batch_size, round_up(ct_copy_task_seq_len(&et), pad), err);
+    return st == CT_OK ? CT_OK : ct_error_prefix(err, "%s", name);
+}
+
+ct_status cfg_build_addition_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
+                                    ct_stream **train, ct_stream **eval, ct_error *err) {
+    int vocab_size, train_length, eval_min, eval_max, pad;
+    CT_TRY(get_int(cfg, name, "vocab_size", &vocab_size, err));
+    CT_TRY(get_int(cfg, name, "train_length", &train_length, err));
+    CT_TRY(get_int(cfg, name, "eval_min_length", &eval_min, err));
+    CT_TRY(get_int(cfg, name, "eval_max_length", &eval_max, err));
+    CT_TRY(get_int(cfg, name, "pad_to_multiple", &pad, err));
+    if (eval_max < eval_min) {
+        char where[300];
+        cfg_where(cfg, name, "eval_max_length", where, sizeof where);
+        return ct_error_set(err, CT_ERR_ARG, "%s%s: eval_max_length %d must be >= eval_min_length %d", where, name,
+                            eval_max, eval_min);
+    }
+    // As Trax: training lengths 3..train_length.
+    ct_addition_task tt = {.vocab_size = vocab_size, .min_length = 3, .max_length = train_length,
+                           .seed = stream_seed(seed, SEED_TRAIN)};
+    ct_addition_task et = {.vocab_size = vocab_size, .min_length = eval_min, .max_length = eval_max,
+                           .seed = stream_seed(seed, SEED_EVAL)};
+    ct_status st = ct_addition_stream_new(train, &tt, err);
+    if (st == CT_OK) st = batch(train, batch_size, round_up(2 * (int64_t)train_length + 1, pad), err);
+    if (st == CT_OK) st = ct_addition_stream_new(eval, &et, err);
+    if (st == CT_OK) st = batch(eval, batch_size, round_up(2 * (int64_t)eval_max + 1, pad), err);
+    return st == CT_OK ? CT_OK : ct_error_prefix(err, "%s", name);
+}
+
+// ---- files -----------------------------------------------------------------------------------
+
+// The train pipeline over a finite source: shuffled epochs, or epochs in
+// order through a shuffle buffer.
+static ct_status train_pipeline(ct_stream **s, bool shuffle, int shuffle_buffer, uint64_t seed, int batch_size,
+                                ct_error *err) {
+    uint64_t ts = stream_seed(seed, SEED_TRAIN);
+    CT_TRY(ct_epochs_stream_new(s, *s, shuffle && shuffle_buffer == 0, ts, 0, err));
+    if (shuffle && shuffle_buffer > 0) CT_TRY(ct_shuffle_stream_new(s, *s, shuffle_buffer, ts, err));
+    return batch(s, batch_size, 0, err);
+}
+
+static ct_status eval_pipeline(ct_stream **s, int batch_size, ct_error *err) {
+    CT_TRY(ct_epochs_stream_new(s, *s, false, 0, 0, err));
+    return batch(s, batch_size, 0, err);
+}
+
+// TextInputs (text) and TokenInputs.
+static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int batch_size, uint64_t seed,
+                               ct_stream **train, ct_stream **eval, ct_error *err) {
+    const ct_config_value *paths, *frac, *split_seed, *vocab_size = NULL;
+    int seq_len, shuffle_buffer, token_bytes = 1;
+    bool shifted;
+    CT_TRY(cfg_query_default(cfg, name, "paths", &paths, err));
+    CT_TRY(get_int(cfg, name, "seq_len", &seq_len, err));
+    CT_TRY(cfg_query_default(cfg, name, "eval_fraction", &frac, err));
+    CT_TRY(cfg_query_default(cfg, name, "split_seed", &split_seed, err));
+    CT_TRY(get_int(cfg, name, "shuffle_buffer", &shuffle_buffer, err));
+    CT_TRY(get_bool(cfg, name, "shifted", &shifted, err));
+    if (!text) {
+        CT_TRY(get_int(cfg, name, "token_bytes", &token_bytes, err));
+        CT_TRY(cfg_query_default(cfg, name, "vocab_size", &vocab_size, err));
+        if (token_bytes != 2 && token_bytes != 4) {
+            char where[300];
+            cfg_where(cfg, name, "token_bytes", where, sizeof where);
+            return ct_error_set(err, CT_ERR_ARG, "%s%s.token_bytes must be 2 (uint16) or 4 (uint32), got %d", where,
+                                name, token_bytes);
+        }
+    }
+    char where[300];
+    value_where(paths, where, sizeof where);
+    if (paths->n < 1 || paths->n > MAX_PATHS)
+        return ct_error_set(err, CT_ERR_ARG, "%s%s.paths must list 1 to %d files or directories, got %d", where, name,
+                            MAX_PATHS, paths->n);
+    const char **list = ct_malloc((size_t)paths->n * sizeof *list);
+    ct_status st = CT_OK;
+    for (int i = 0; i < paths->n && st == CT_OK; i++) {
+        const ct_config_value *it = &paths->items[i];
+        if (it->kind != CT_CONFIG_STRING) {
+            char iw[300];
+            value_where(it, iw, sizeof iw);
+            char *t = ct_config_value_to_gin(it);
+            st = ct_error_set(err, CT_ERR_ARG, "%s%s.paths[%d] must be a string (a file or directory), got %.60s", iw,
+                              name, i, t);
+            ct_free(t);
+            break;
+        }
+        char what[32];
+        snprintf(what, sizeof what, "paths[%d]", i);
+        st = check_path(it, name, what, err);
+        list[i] = it->s;
+    }
+    if (st == CT_OK) {
+        ct_corpus_params p = ct_corpus_default_params();
+        p.paths = list;
+        p.n_paths = paths->n;
+        p.seq_len = seq_len;
+        p.shifted = shifted;
+        p.eval_fraction = frac->f;
+        p.split_seed = (uint64_t)split_seed->i;
+        p.token_bytes = token_bytes;
+        p.vocab_size = vocab_size ? vocab_size->i : 0;
+        p.split = CT_DATA_SPLIT_TRAIN;
+        st = text ? ct_text_stream_new(train, &p, err) : ct_token_stream_new(train, &p, err);
+        if (st == CT_OK) st = train_pipeline(train, true, shuffle_buffer, seed, batch_size, err);
+        if (st == CT_OK && p.eval_fraction > 0) {
+            p.split = CT_DATA_SPLIT_EVAL;
+            st = text ? ct_text_stream_new(eval, &p, err) : ct_token_stream_new(eval, &p, err);
+            if (st == CT_OK) st = eval_pipeline(eval, batch_size, err);
+        }
+        if (st != CT_OK) ct_error_prefix(err, "%s%s", where, name);
+    }
+    ct_free(list);
+    return st;
+}
+
+ct_status cfg_build_text_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
+                                ct_stream **eval, ct_error *err) {
+    return corpus_inputs(cfg, name, true, batch_size, seed, train, eval, err);
+}
+
+ct_status cfg_build_token_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
+                                 ct_stream **train, ct_stream **eval, ct_error *err) {
+    return corpus_inputs(cfg, name, false, batch_size, seed, train, eval, err);
+}
+
+// One IDX stream from the images and labels parameters named.
+static ct_status idx_source(ct_config *cfg, const char *name, const char *images, const char *labels, int n_classes,
+                            ct_stream **out, ct_error *err) {
+    const ct_config_value *iv, *lv;
+    CT_TRY(cfg_query_default(cfg, name, images, &iv, err));
+    CT_TRY(cfg_query_default(cfg, name, labels, &lv, err));
+    CT_TRY(check_path(iv, name, images, err));
+    CT_TRY(check_path(lv, name, labels, err));
+    ct_idx_params p = ct_idx_default_params();
+    p.images_path = iv->s;
+    p.labels_path = lv->s;
+    p.n_classes = n_classes;
+    if (ct_idx_stream_new(out, &p, err) == CT_OK) return CT_OK;
+    char where[300];
+    value_where(iv, where, sizeof where);
+    return ct_error_prefix(err, "%s%s.%s", where, name, images);
+}
+
+ct_status cfg_build_idx_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
+                               ct_stream **eval, ct_error *err) {
+    int n_classes;
+    bool shuffle;
+    CT_TRY(get_int(cfg, name, "n_classes", &n_classes, err));
+    CT_TRY(get_bool(cfg, name, "shuffle", &shuffle, err));
+    CT_TRY(idx_source(cfg, name, "train_images", "train_labels", n_classes, train, err));
+    CT_TRY(train_pipeline(train, shuffle, 0, seed, batch_size, err));
+    CT_TRY(idx_source(cfg, name, "eval_images", "eval_labels", n_classes, eval, err));
+    return eval_pipeline(eval, batch_size, err);
+}
