@@ -16,20 +16,29 @@ export OMP_NUM_THREADS=2
     { cat "$work/straight.log"; echo "resume_test: 0 passed, 1 failed"; exit 1; }
 tail -n 2 "$work/straight.log"
 
-# Kill after a different delay each time; resume until step 200 is reached.
+# Kill each run once it has passed a target step (then after a short
+# random delay, so some kills land inside a checkpoint write), resuming each
+# time; the targets spread the kills over the run.
 kills=0
-for delay in 0.7 0.45 1.1 0.3 0.9; do
+latest() { sed -n 's/^model_\([0-9]*\)$/\1/p' "$work/killed/checkpoint" 2>/dev/null; }
+for target in 20 60 100 140 180; do
     "$ctrax" train "$config" --output-dir "$work/killed" >>"$work/killed.log" 2>&1 &
     pid=$!
-    sleep "$delay"
+    for _ in $(seq 600); do  # at most 60 s
+        step=$(latest)
+        if [[ -n $step && $step -ge $target ]] || ! kill -0 "$pid" 2>/dev/null; then break; fi
+        sleep 0.1
+    done
+    sleep "0.0$((RANDOM % 10))"
     if kill -9 "$pid" 2>/dev/null; then kills=$((kills + 1)); fi
     wait "$pid" 2>/dev/null
-    grep -o 'resuming from [^ ]* at step [0-9]*' "$work/killed.log" | tail -n 1
+    echo "killed near step $target (newest checkpoint then: model_$(latest))"
 done
 # The last resume runs to the end.
 "$ctrax" train "$config" --output-dir "$work/killed" >>"$work/killed.log" 2>&1 ||
     { tail -n 20 "$work/killed.log"; echo "resume_test: 0 passed, 1 failed"; exit 1; }
-grep -o 'resuming from [^ ]* at step [0-9]*' "$work/killed.log" | tail -n 1
+grep -o 'resuming from [^ ]* at step [0-9]*' "$work/killed.log" | sed 's|.*/||' | tr '\n' ' '
+echo
 echo "killed $kills times with SIGKILL"
 
 fail=0

@@ -19,13 +19,6 @@
 #include "ctrax/train/loop.h"
 #include "ctrax/train/summary.h"
 
-// The input registry's builder, being added to ctrax/config/config.h in
-// parallel. Until it lands this weak declaration lets eval build (and say
-// that this build has no input registry); delete it once config.h declares
-// the function.
-ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
-                                 ct_stream **eval, ct_error *err) __attribute__((weak));
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ctrax eval OUTPUT_DIR [--steps N] [--name NAME]\n"
@@ -104,12 +97,7 @@ static int evaluate(const eval_opts *o) {
     }
     if (o->steps > 0) eval_steps = o->steps;
     if (eval_steps < 1) eval_steps = 1;
-    if (!ct_config_build_inputs) {
-        fprintf(stderr, "ctrax eval: this build of ctrax has no input registry (ct_config_build_inputs), so it "
-                        "cannot make the eval stream\n");
-        goto done;
-    }
-    if (ct_config_build_inputs(cfg, inputs_name, (int)batch_size, (uint64_t)seed, &train, &eval, &err) != CT_OK) {
+    if (ct_config_build_inputs(cfg, inputs_name, batch_size, (uint64_t)seed, &train, &eval, &err) != CT_OK) {
         fail("building the inputs", &err);
         goto done;
     }

@@ -270,7 +270,7 @@ static int run_train(const train_args *a) {
     int n_sig = ct_stream_signature(r.train, sigs);
     o.tokens_per_batch = n_sig > 0 ? ct_tensor_numel(&sigs[0]) : 0;
 
-    ct_train_task task = {r.train, r.loss, r.opt, r.schedule, NULL};
+    ct_train_task task = {r.train, r.loss, r.opt, r.schedule, "loss"};  // train and eval both log metrics/loss
     r.opt = NULL;  // the loop owns it
     ct_eval_task ev = {.stream = r.eval, .n_metrics = r.n_metrics, .n_batches = (int)r.eval_steps};
     for (int i = 0; i < r.n_metrics; i++) {

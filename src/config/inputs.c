@@ -76,14 +76,21 @@ static int64_t round_up(int64_t n, int multiple) { return (n + multiple - 1) / m
 
 ct_status cfg_build_copy_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
                                 ct_stream **eval, ct_error *err) {
-    int vocab_size, train_length, eval_min, eval_max, pad;
+    int vocab_size, train_length, train_min, eval_min, eval_max, pad;
     bool reverse;
     CT_TRY(get_int(cfg, name, "vocab_size", &vocab_size, err));
     CT_TRY(get_int(cfg, name, "train_length", &train_length, err));
+    CT_TRY(get_int(cfg, name, "train_min_length", &train_min, err));
     CT_TRY(get_int(cfg, name, "eval_min_length", &eval_min, err));
     CT_TRY(get_int(cfg, name, "eval_max_length", &eval_max, err));
     CT_TRY(get_bool(cfg, name, "reverse", &reverse, err));
     CT_TRY(get_int(cfg, name, "pad_to_multiple", &pad, err));
+    if (train_min >= train_length) {
+        char where[300];
+        cfg_where(cfg, name, "train_min_length", where, sizeof where);
+        return ct_error_set(err, CT_ERR_ARG, "%s%s: train_min_length %d must be < train_length %d", where, name,
+                            train_min, train_length);
+    }
     if (eval_max <= eval_min) {
         char where[300];
         cfg_where(cfg, name, "eval_max_length", where, sizeof where);
@@ -92,10 +99,10 @@ ct_status cfg_build_copy_inputs(ct_config *cfg, const char *name, int batch_size
                             "eval_max_length-1 tokens, as in Trax)",
                             where, name, eval_max, eval_min);
     }
-    // As Trax: training w has 1..train_length-1 tokens, eval w
-    // eval_min_length..eval_max_length-1.
+    // As Trax: training w has train_min_length (1 in Trax)..train_length-1
+    // tokens, eval w eval_min_length..eval_max_length-1.
     ct_copy_task tt = {.vocab_size = vocab_size, .length = train_length - 1, .reverse = reverse,
-                       .seed = stream_seed(seed, SEED_TRAIN), .min_length = 1};
+                       .seed = stream_seed(seed, SEED_TRAIN), .min_length = train_min};
     ct_copy_task et = {.vocab_size = vocab_size, .length = eval_max - 1, .reverse = reverse,
                        .seed = stream_seed(seed, SEED_EVAL), .min_length = eval_min};
     ct_status st = ct_copy_stream_new(train, &tt, err);

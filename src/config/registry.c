@@ -314,6 +314,8 @@ static const cfg_param constant_params[] = {
 static const cfg_param copy_inputs_params[] = {
     REQUIRED_INT("vocab_size", 2, 1 << 30, "tokens 0..vocab_size-1; 0 is the separator"),
     REQUIRED_INT("train_length", 2, 1 << 20, "training w has 1..train_length-1 tokens (as Trax)"),
+    {.name = "train_min_length", .type = CFG_INT, .default_gin = "1", RANGE(1, 1 << 20),
+     .doc = "the shortest training w (ctrax's; Trax's is always 1)"},
     REQUIRED_INT("eval_min_length", 1, 1 << 20, "eval w has eval_min_length..eval_max_length-1 tokens (as Trax)"),
     REQUIRED_INT("eval_max_length", 2, 1 << 20, "must be > eval_min_length"),
     {.name = "reverse", .type = CFG_BOOL, .default_gin = "False", .doc = "the second w reversed"},
