@@ -51,5 +51,27 @@ for f in weights.safetensors slots.safetensors; do
     fi
 done
 if ((kills == 0)); then echo "FAIL: no run was killed (too fast?)"; fail=1; fi
+
+# SIGINT and SIGTERM finish the step, write a checkpoint of it and exit 0.
+for sig in INT TERM; do
+    rm -rf "$work/signal"
+    "$ctrax" train "$config" --output-dir "$work/signal" >"$work/signal.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+        [[ -f $work/signal/checkpoint ]] && break
+        sleep 0.1
+    done
+    kill -s "$sig" "$pid"
+    wait "$pid"
+    rc=$?
+    stopped=$(sed -n 's/^stopped at step \([0-9]*\);.*/\1/p' "$work/signal.log")
+    if ((rc != 0)) || [[ -z $stopped ]] || [[ ! -f $work/signal/model_$stopped/state.json ]]; then
+        echo "FAIL: SIG$sig: exit $rc, stopped at '${stopped}', checkpoint model_${stopped} missing?"
+        tail -n 5 "$work/signal.log"
+        fail=1
+    else
+        echo "SIG$sig: exit 0, stopped at step $stopped with checkpoint model_$stopped"
+    fi
+done
 if ((fail)); then echo "resume_test: 0 passed, 1 failed"; exit 1; fi
 echo "resume_test: 1 passed, 0 failed"
