@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "ctrax/layers/reversible.h"
+#include "ctrax/models/models.h"
 #include "gradcheck.h"
 
 #define TOL 1e-2
@@ -333,8 +334,50 @@ static void test_errors(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// ReformerLM: Trax's layer order, arity, names, and gradients through the
+// whole model (tokens in, logits out).
+static void test_reformer_lm(void) {
+    ct_reformer_lm_params p = ct_reformer_lm_default_params();
+    p.vocab_size = 7;
+    p.d_model = 8;
+    p.d_ff = 12;
+    p.n_layers = 2;
+    p.n_heads = 2;
+    p.max_len = 8;
+    p.dropout = 0.1f;
+    ct_layer *m = ct_reformer_lm(p);
+    CHECK(m->n_in == 1 && m->n_out == 1 && strcmp(m->name, "ReformerLM") == 0);
+    const char *order[] = {"ShiftRight", "Embedding", "Dropout", "PositionalEncoding", "Dup", "ReversibleSerial",
+                           "Concatenate", "LayerNorm", "Dropout", "Dense"};
+    CHECK(m->n_sub == 10);
+    for (int i = 0; i < m->n_sub && i < 10; i++)
+        CHECK_MSG(strncmp(m->sub[i]->name, order[i], strlen(order[i])) == 0, "sublayer %d is %s", i, m->sub[i]->name);
+    ct_layer *rs = m->sub[5];
+    CHECK(rs->n_sub == 4 * p.n_layers && ct_layer_is_reversible(rs));
+    CHECK(strcmp(rs->sub[0]->name, "ReversibleHalfResidualAttn") == 0);
+    CHECK(strcmp(rs->sub[2]->name, "ReversibleHalfResidualFF") == 0);
+    CHECK(strcmp(rs->sub[3]->vt->type, "ReversibleSwap") == 0);
+
+    int32_t tokens[2 * 6] = {1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 1};
+    ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 2, 6, tokens);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    ct_tensor sig = ct_tensor_sig(&in);
+    CHECK_OK(ct_net_init(&net, m, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+    CHECK(net.out_sigs[0].ndim == 3 && net.out_sigs[0].shape[2] == 7);
+    CHECK(ct_net_find_param(&net, "ReformerLM/ReversibleSerial[5]/ReversibleHalfResidualAttn[0]/Serial[0]/"
+                                  "CausalAttention[1]/Dense[2]/kernel") != NULL);
+    CHECK(ct_net_find_param(&net, "ReformerLM/Dense[9]/kernel")->sig.shape[0] == 2 * p.d_model);
+    ct_net_free(&net);
+    check_grad("ReformerLM(2 layers)", m, &in, 1);
+    ct_layer_free(m);
+    CHECK(dev.current_bytes == 0);
+}
+
 int main(void) {
     test_errors();
+    test_reformer_lm();
     test_gradients();
     test_reverse();
     test_deep_reconstruction();

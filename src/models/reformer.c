@@ -25,9 +25,9 @@ static int decoder_block(const ct_reformer_lm_params *p, ct_layer **out) {
     ct_layer *ff = ct_reversible_half_residual(CT_LAYERS(ct_layer_norm(1e-6f), ct_dense(p->d_ff),
                                                          ct_dropout(p->dropout), ct_gelu(),
                                                          ct_dense(p->d_model), ct_dropout(p->dropout)));
-    out[0] = ct_layer_rename(attn, "ReversibleHalfResidualDecoderAttn");
+    out[0] = ct_layer_rename(attn, "ReversibleHalfResidualAttn");
     out[1] = ct_reversible_swap();
-    out[2] = ct_layer_rename(ff, "ReversibleHalfResidualDecoderFF");
+    out[2] = ct_layer_rename(ff, "ReversibleHalfResidualFF");
     out[3] = ct_reversible_swap();
     return 4;
 }

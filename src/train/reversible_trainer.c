@@ -568,6 +568,11 @@ ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model
     uint32_t path[RT_PATH_MAX];
     if ((st = flatten(t->net.root, path, 0, true, &leaves, err)) != CT_OK) goto fail;
     make_units(t, &leaves);
+    if (t->units[t->n_units - 1].kind != RT_LOSS) {
+        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: the last layer must be a standard loss, not "
+                          "reversible (%s)", loss->name);
+        goto fail;
+    }
     if ((st = plan_units(t, err)) != CT_OK) goto fail;
     ct_free(leaves.v);
 
@@ -668,7 +673,11 @@ static void stage_post(ct_reversible_trainer *t, int k) {
     const rt_unit *u = &t->units[turn->unit];
     rt_stage s = stage_of(t, k);
     rt_copy w = {s.w, t->net.weights + u->w_begin, u->w_end - u->w_begin};
-    rt_copy slots = {s.s, t->slots + u->slot_begin, turn->backward ? u->slot_end - u->slot_begin : 0};
+    // Slots only for a turn that updates (not a forward, nor a backward whose
+    // update waits for the global norm).
+    bool defer = t->opt.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL;
+    bool update = turn->backward && !defer;
+    rt_copy slots = {s.s, t->slots + u->slot_begin, update ? u->slot_end - u->slot_begin : 0};
     prefetch_post(&t->pf, w, slots);
 }
 
