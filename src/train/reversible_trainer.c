@@ -1,0 +1,1026 @@
+// The memory-efficient ReversibleTrainer (see reversible_trainer.h).
+//
+// Device memory during a step, all on t->dev:
+//   stage[2]   the weights (and, when updating, the slots) of the layer whose
+//              turn it is and of the next one (copy_weights only);
+//   grad_buf   the gradient of the layer whose turn it is;
+//   the pool   buffers for the items on the data stack and its gradient
+//              stack, reference-counted (an item that passes through a layer
+//              unchanged shares its buffer), reused from step to step;
+//   the arena  one layer's activations: reset after every layer, once the
+//              layer's results have been moved into pool buffers.
+// None of it depends on the number of layers, except the inputs standard
+// layers keep from forward to backward (one set per block).
+#include "ctrax/train/reversible_trainer.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctrax/core/log.h"
+#include "ctrax/layers/combinators.h"
+#include "ctrax/layers/reversible.h"
+
+#define RT_STACK_MAX (2 * CT_LAYER_MAX_IO)
+#define RT_PATH_MAX 32
+
+typedef enum rt_kind { RT_STANDARD, RT_REVERSIBLE, RT_LOSS } rt_kind;
+
+// A layer the trainer runs itself, with its place in Serial(model, loss).
+typedef struct rt_leaf {
+    ct_layer *layer;  // owned by the net's tree
+    int depth;
+    uint32_t path[RT_PATH_MAX];  // child indices from the root
+    ct_key key;                  // this step's key: the root key split along path
+} rt_leaf;
+
+// An item on the data or gradient stack. buf is its pool buffer, or -1 when
+// the data is the caller's batch or NULL (a zero gradient).
+typedef struct rt_item {
+    ct_tensor t;
+    int buf;
+} rt_item;
+
+// One trainer layer.
+typedef struct rt_unit {
+    rt_kind kind;
+    rt_leaf *leaves;
+    int n_leaves;
+    int n_in, n_out;
+    size_t w_begin, w_end;        // weight slab range, in floats
+    size_t s_begin, s_end;        // state slab range
+    size_t slot_begin, slot_end;  // slot slab range
+    int p_begin, p_end;           // its weights in net.params
+    char *desc;
+    int stat;                     // index of its first stat, or -1
+    rt_item saved[CT_LAYER_MAX_IO];  // standard: the inputs, kept from forward to backward
+    float *state_before, *state_after;  // reversible with state: host copies
+} rt_unit;
+
+typedef struct rt_buf {
+    void *data;
+    size_t bytes;
+    int refs;
+} rt_buf;
+
+// Where a turn's weights and slots are: a device staging pair (copy_weights)
+// or the host slabs themselves.
+typedef struct rt_stage {
+    float *w, *s;
+} rt_stage;
+
+typedef struct rt_copy {
+    float *dst;
+    const float *src;
+    size_t n;
+} rt_copy;
+
+// The helper thread that stages the next turn's range. Without a thread,
+// posting a job runs it at once.
+typedef struct rt_prefetch {
+    bool threaded;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rt_copy jobs[2];
+    bool pending, quit;
+} rt_prefetch;
+
+// A turn of one step: a layer's forward, or its update (loss and backward).
+typedef struct rt_turn {
+    int unit;
+    bool backward;  // the loss layer or a backward turn: stage the slots too
+} rt_turn;
+
+struct ct_reversible_trainer {
+    ct_reversible_trainer_options opt;
+    ct_device host;  // weights, state, slots: see ct_reversible_trainer_host
+    ct_net net;
+    ct_layer *model;
+    ct_optimizer *optim;
+    ct_device *dev;
+    float *slots;
+    size_t n_slot_floats;
+    size_t *slot_offsets;  // per net.params[i]; [n_params] = n_slot_floats
+    float *host_grads;     // CT_CLIP_GLOBAL only
+
+    rt_unit *units;
+    int n_units;
+    rt_turn *turns;
+    int n_turns;
+    size_t max_w, max_slots;  // floats of the largest layer
+
+    ct_arena arena;
+    ct_ctx ctx;
+    rt_stage stage[2];
+    float *grad_buf;
+    rt_buf *pool;
+    int n_pool;
+    rt_prefetch pf;
+
+    rt_item vals[RT_STACK_MAX], grads[RT_STACK_MAX];
+    int depth;
+    const ct_tensor *batch;
+    int n_batch;
+
+    ct_layer_stat *stats;
+    int n_stats;
+    float one;
+};
+
+ct_reversible_trainer_options ct_reversible_trainer_default_options(void) {
+    return (ct_reversible_trainer_options){.copy_weights = false,
+                                           .prefetch = true,
+                                           .free_device_each_step = false,
+                                           .clip_grad_norm = 0.0f,
+                                           .clip_mode = CT_CLIP_GLOBAL,
+                                           .log_every = 100};
+}
+
+// A slab pointer for code that indexes by global slab offsets
+// (ct_weight(c, l, i) = c->weights + offset) over a buffer that holds only
+// the range starting at begin. Computed on integers: the pointer lies
+// outside the buffer, and only begin.. offsets are ever read through it.
+static float *rebase(float *buf, size_t begin) {
+    return (float *)((uintptr_t)buf - begin * sizeof(float));
+}
+
+static double sum_squares(const float *x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+// ---- prefetch thread --------------------------------------------------------
+
+static void run_copies(const rt_copy *jobs) {
+    for (int i = 0; i < 2; i++)
+        if (jobs[i].n) memcpy(jobs[i].dst, jobs[i].src, jobs[i].n * sizeof(float));
+}
+
+static void *prefetch_main(void *arg) {
+    rt_prefetch *pf = arg;
+    pthread_mutex_lock(&pf->mu);
+    for (;;) {
+        while (!pf->pending && !pf->quit) pthread_cond_wait(&pf->cv, &pf->mu);
+        if (pf->quit) break;
+        rt_copy jobs[2] = {pf->jobs[0], pf->jobs[1]};
+        pthread_mutex_unlock(&pf->mu);
+        run_copies(jobs);
+        pthread_mutex_lock(&pf->mu);
+        pf->pending = false;
+        pthread_cond_broadcast(&pf->cv);
+    }
+    pthread_mutex_unlock(&pf->mu);
+    return NULL;
+}
+
+static void prefetch_start(rt_prefetch *pf, bool threaded) {
+    memset(pf, 0, sizeof *pf);
+    pf->threaded = threaded;
+    if (!threaded) return;
+    pthread_mutex_init(&pf->mu, NULL);
+    pthread_cond_init(&pf->cv, NULL);
+    if (pthread_create(&pf->thread, NULL, prefetch_main, pf) != 0) {
+        // No thread: copy in the caller, which gives the same results.
+        pthread_mutex_destroy(&pf->mu);
+        pthread_cond_destroy(&pf->cv);
+        pf->threaded = false;
+        ct_log(CT_LOG_WARN, "reversible trainer: no prefetch thread, staging copies run in turn");
+    }
+}
+
+static void prefetch_wait(rt_prefetch *pf) {
+    if (!pf->threaded) return;
+    pthread_mutex_lock(&pf->mu);
+    while (pf->pending) pthread_cond_wait(&pf->cv, &pf->mu);
+    pthread_mutex_unlock(&pf->mu);
+}
+
+static void prefetch_post(rt_prefetch *pf, rt_copy a, rt_copy b) {
+    rt_copy jobs[2] = {a, b};
+    if (!pf->threaded) {
+        run_copies(jobs);
+        return;
+    }
+    pthread_mutex_lock(&pf->mu);
+    CT_ASSERT(!pf->pending);
+    pf->jobs[0] = a;
+    pf->jobs[1] = b;
+    pf->pending = true;
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+}
+
+static void prefetch_stop(rt_prefetch *pf) {
+    if (!pf->threaded) return;
+    pthread_mutex_lock(&pf->mu);
+    pf->quit = true;
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+    pthread_join(pf->thread, NULL);
+    pthread_mutex_destroy(&pf->mu);
+    pthread_cond_destroy(&pf->cv);
+    pf->threaded = false;
+}
+
+// ---- the stack-item pool -------------------------------------------------------
+
+static ct_status pool_acquire(ct_reversible_trainer *t, size_t bytes, int *out, ct_error *err) {
+    for (int i = 0; i < t->n_pool; i++)
+        if (t->pool[i].refs == 0 && t->pool[i].bytes == bytes) {
+            t->pool[i].refs = 1;
+            *out = i;
+            return CT_OK;
+        }
+    void *data;
+    CT_TRY(ct_device_alloc(t->dev, bytes, "reversible trainer stack item", &data, err));
+    // Grows during the first step only: later steps reuse the buffers.
+    t->pool = ct_realloc(t->pool, (size_t)(t->n_pool + 1) * sizeof *t->pool);
+    t->pool[t->n_pool] = (rt_buf){data, bytes, 1};
+    *out = t->n_pool++;
+    return CT_OK;
+}
+
+static void pool_release(ct_reversible_trainer *t, int buf) {
+    if (buf < 0) return;
+    CT_ASSERT(t->pool[buf].refs > 0);
+    t->pool[buf].refs--;
+}
+
+static void pool_free_all(ct_reversible_trainer *t) {
+    for (int i = 0; i < t->n_pool; i++) ct_device_free(t->dev, t->pool[i].data, t->pool[i].bytes);
+    ct_free(t->pool);
+    t->pool = NULL;
+    t->n_pool = 0;
+}
+
+static bool inside(const void *p, const void *base, size_t bytes) {
+    return (const char *)p >= (const char *)base && (const char *)p < (const char *)base + bytes;
+}
+
+// Turns a layer's results into stack items: data already in a live pool
+// buffer or in the batch is shared; anything else (the arena) is copied
+// into a pool buffer, since the arena is about to be reset. Results that
+// repeat one another share one copy.
+static ct_status adopt(ct_reversible_trainer *t, const ct_tensor *res, int n, rt_item *items, ct_error *err) {
+    for (int i = 0; i < n; i++) {
+        items[i] = (rt_item){res[i], -1};
+        const void *p = res[i].data;
+        size_t bytes = ct_tensor_nbytes(&res[i]);
+        if (!p || bytes == 0) continue;
+        int found = -2;
+        for (int j = 0; j < i && found == -2; j++)
+            if (res[j].data == p && items[j].buf >= 0 && ct_tensor_nbytes(&res[j]) >= bytes) {
+                found = items[j].buf;
+                items[i].t.data = items[j].t.data;
+            }
+        for (int b = 0; b < t->n_pool && found == -2; b++)
+            if (t->pool[b].refs > 0 && inside(p, t->pool[b].data, t->pool[b].bytes)) found = b;
+        for (int b = 0; b < t->n_batch && found == -2; b++)
+            if (inside(p, t->batch[b].data, ct_tensor_nbytes(&t->batch[b]))) found = -1;
+        if (found >= 0) {
+            t->pool[found].refs++;
+            items[i].buf = found;
+            continue;
+        }
+        if (found == -1) continue;
+        int b;
+        ct_status st = pool_acquire(t, bytes, &b, err);
+        if (st != CT_OK) {
+            for (int j = 0; j < i; j++) pool_release(t, items[j].buf);
+            return st;
+        }
+        memcpy(t->pool[b].data, p, bytes);
+        items[i].t.data = t->pool[b].data;
+        items[i].buf = b;
+    }
+    return CT_OK;
+}
+
+// Replaces the top n_pop items of stack (depth items, top at 0) by n_push.
+static void items_replace(rt_item *stack, int depth, int n_pop, const rt_item *top, int n_push) {
+    CT_ASSERT(depth - n_pop + n_push <= RT_STACK_MAX);
+    memmove(stack + n_push, stack + n_pop, (size_t)(depth - n_pop) * sizeof *stack);
+    memcpy(stack, top, (size_t)n_push * sizeof *stack);
+}
+
+// ---- building: leaves and units ------------------------------------------------
+
+static bool contains_reversible(const ct_layer *l) {
+    if (ct_layer_is_reversible(l)) return true;
+    for (int i = 0; i < l->n_sub; i++)
+        if (contains_reversible(l->sub[i])) return true;
+    return false;
+}
+
+// Serial and ReversibleSerial run their sublayers in order over the stack,
+// so a run of their sublayers is the same computation (Branch and Residual
+// are Serials too).
+static bool runs_in_order(const ct_layer *l) {
+    return strcmp(l->vt->type, "Serial") == 0 || strcmp(l->vt->type, "ReversibleSerial") == 0;
+}
+
+typedef struct leaf_list {
+    rt_leaf *v;
+    int n;
+} leaf_list;
+
+static ct_status flatten(ct_layer *l, uint32_t *path, int depth, bool root, leaf_list *out, ct_error *err) {
+    if (root || (runs_in_order(l) && contains_reversible(l))) {
+        if (depth >= RT_PATH_MAX)
+            return ct_error_set(err, CT_ERR_ARG, "reversible trainer: layer %s is nested deeper than %d",
+                                l->path, RT_PATH_MAX);
+        for (int i = 0; i < l->n_sub; i++) {
+            path[depth] = (uint32_t)i;
+            CT_TRY(flatten(l->sub[i], path, depth + 1, false, out, err));
+        }
+        return CT_OK;
+    }
+    out->v = ct_realloc(out->v, (size_t)(out->n + 1) * sizeof *out->v);
+    rt_leaf *leaf = &out->v[out->n++];
+    memset(leaf, 0, sizeof *leaf);
+    leaf->layer = l;
+    leaf->depth = depth;
+    memcpy(leaf->path, path, (size_t)depth * sizeof *path);
+    return CT_OK;
+}
+
+// Every weight reachable from l must lie in [begin, end): a weight shared
+// with another trainer layer would be outside this layer's staged range.
+static ct_status check_owned(const ct_layer *l, size_t begin, size_t end, int unit, ct_error *err) {
+    for (int i = 0; i < l->n_weights; i++) {
+        size_t off = l->weights[i].offset;
+        if (off < begin || off >= end)
+            return ct_error_set(err, CT_ERR_ARG,
+                                "reversible trainer: weight %s is shared between trainer layer %d and "
+                                "another one (weights may be shared only within one layer)",
+                                l->weights[i].full_name, unit);
+    }
+    for (int i = 0; i < l->n_sub; i++) CT_TRY(check_owned(l->sub[i], begin, end, unit, err));
+    return CT_OK;
+}
+
+static char *describe(const rt_unit *u) {
+    const char *kind = u->kind == RT_STANDARD ? "standard" : u->kind == RT_REVERSIBLE ? "reversible" : "loss";
+    size_t len = strlen(kind) + 3;
+    for (int i = 0; i < u->n_leaves; i++) {
+        const ct_layer *l = u->leaves[i].layer;
+        len += strlen(u->kind == RT_REVERSIBLE ? l->path : l->name) + 2;
+    }
+    char *s = ct_malloc(len);
+    int n = snprintf(s, len, "%s:", kind);
+    for (int i = 0; i < u->n_leaves; i++) {
+        const ct_layer *l = u->leaves[i].layer;
+        n += snprintf(s + n, len - (size_t)n, "%s %s", i ? "," : "", u->kind == RT_REVERSIBLE ? l->path : l->name);
+    }
+    return s;
+}
+
+static void add_unit(ct_reversible_trainer *t, rt_kind kind, const rt_leaf *leaves, int n) {
+    t->units = ct_realloc(t->units, (size_t)(t->n_units + 1) * sizeof *t->units);
+    rt_unit *u = &t->units[t->n_units++];
+    memset(u, 0, sizeof *u);
+    u->kind = kind;
+    u->n_leaves = n;
+    if (n) {
+        u->leaves = ct_malloc((size_t)n * sizeof *u->leaves);
+        memcpy(u->leaves, leaves, (size_t)n * sizeof *leaves);
+    }
+    u->stat = -1;
+}
+
+// Groups leaves into units as Trax's extract_reversible_blocks: a block is
+// the standard leaves before a run of reversible ones, then that run; the
+// standard leaves after the last reversible one join the loss.
+static void make_units(ct_reversible_trainer *t, const leaf_list *leaves) {
+    int i = 0;
+    while (i < leaves->n) {
+        int std_begin = i;
+        while (i < leaves->n && !ct_layer_is_reversible(leaves->v[i].layer)) i++;
+        if (i == leaves->n) {
+            add_unit(t, RT_LOSS, leaves->v + std_begin, i - std_begin);
+            return;
+        }
+        add_unit(t, RT_STANDARD, leaves->v + std_begin, i - std_begin);
+        while (i < leaves->n && ct_layer_is_reversible(leaves->v[i].layer)) add_unit(t, RT_REVERSIBLE, leaves->v + i++, 1);
+    }
+}
+
+// Lays out ranges, stack arity and stats of every unit; checks the stack
+// stays within bounds and no weight is shared between units.
+static ct_status plan_units(ct_reversible_trainer *t, ct_error *err) {
+    const ct_net *net = &t->net;
+    int depth = net->n_in, n_stats = 0;
+    size_t w_cursor = 0, s_cursor = 0;
+    for (int k = 0; k < t->n_units; k++) {
+        rt_unit *u = &t->units[k];
+        // Arity: the deepest the leaves reach, as a Serial's.
+        int running_max = 0, running = 0;
+        for (int i = 0; i < u->n_leaves; i++) {
+            running += u->leaves[i].layer->n_in;
+            if (running > running_max) running_max = running;
+            running -= u->leaves[i].layer->n_out;
+        }
+        // The stack inside the layer, starting from its n_in items.
+        for (int i = 0, used = 0; i < u->n_leaves; i++) {
+            used += u->leaves[i].layer->n_in - u->leaves[i].layer->n_out;
+            if (running_max - used > RT_STACK_MAX)
+                return ct_error_set(err, CT_ERR_ARG, "reversible trainer: layer %d builds a stack deeper than %d",
+                                    k, RT_STACK_MAX);
+        }
+        u->n_in = running_max;
+        u->n_out = running_max - running;
+        if (u->n_in > CT_LAYER_MAX_IO || u->n_out > CT_LAYER_MAX_IO || u->n_in > depth ||
+            depth - u->n_in + u->n_out > RT_STACK_MAX)
+            return ct_error_set(err, CT_ERR_ARG, "reversible trainer: layer %d (%d in, %d out) does not fit the "
+                                "stack of %d items", k, u->n_in, u->n_out, depth);
+        depth += u->n_out - u->n_in;
+
+        u->w_begin = u->w_end = w_cursor;
+        u->s_begin = u->s_end = s_cursor;
+        if (u->n_leaves) {
+            u->w_begin = u->leaves[0].layer->w_begin;
+            u->s_begin = u->leaves[0].layer->s_begin;
+            for (int i = 0; i < u->n_leaves; i++) {
+                const ct_layer *l = u->leaves[i].layer;
+                if (l->w_begin < u->w_begin) u->w_begin = l->w_begin;
+                if (l->w_end > u->w_end) u->w_end = l->w_end;
+                if (l->s_begin < u->s_begin) u->s_begin = l->s_begin;
+                if (l->s_end > u->s_end) u->s_end = l->s_end;
+            }
+            if (u->w_begin < w_cursor || u->s_begin < s_cursor)
+                return ct_error_set(err, CT_ERR_ARG,
+                                    "reversible trainer: layer %d (%s) shares weights or state with an earlier "
+                                    "layer", k, u->leaves[0].layer->path);
+            for (int i = 0; i < u->n_leaves; i++) CT_TRY(check_owned(u->leaves[i].layer, u->w_begin, u->w_end, k, err));
+            w_cursor = u->w_end;
+            s_cursor = u->s_end;
+        }
+        u->p_begin = u->p_end = 0;
+        while (u->p_begin < net->n_params && net->params[u->p_begin]->offset < u->w_begin) u->p_begin++;
+        u->p_end = u->p_begin;
+        while (u->p_end < net->n_params && net->params[u->p_end]->offset < u->w_end) u->p_end++;
+        u->slot_begin = t->slot_offsets[u->p_begin];
+        u->slot_end = t->slot_offsets[u->p_end];
+        if (u->w_end - u->w_begin > t->max_w) t->max_w = u->w_end - u->w_begin;
+        if (u->slot_end - u->slot_begin > t->max_slots) t->max_slots = u->slot_end - u->slot_begin;
+        if (u->kind == RT_REVERSIBLE && u->s_end > u->s_begin) {
+            size_t n = u->s_end - u->s_begin;
+            u->state_before = ct_calloc(n, sizeof(float));
+            u->state_after = ct_calloc(n, sizeof(float));
+        }
+        if (u->p_end > u->p_begin) {
+            u->stat = n_stats;
+            n_stats += 2;
+        }
+        if (u->kind == RT_LOSS) {
+            if (u->stat < 0) u->stat = n_stats;
+            n_stats++;
+        }
+        u->desc = describe(u);
+    }
+    if (w_cursor != net->n_weights)
+        return ct_error_set(err, CT_ERR_ARG, "reversible trainer: the layers cover %zu of %zu weights", w_cursor,
+                            net->n_weights);
+    t->stats = ct_calloc((size_t)(n_stats ? n_stats : 1), sizeof *t->stats);
+    t->n_stats = n_stats;
+    for (int k = 0; k < t->n_units; k++) {
+        rt_unit *u = &t->units[k];
+        if (u->stat < 0) continue;
+        int s = u->stat;
+        if (u->p_end > u->p_begin) {
+            snprintf(t->stats[s++].name, sizeof t->stats[0].name, "layer%d/gradients_l2", k);
+            snprintf(t->stats[s++].name, sizeof t->stats[0].name, "layer%d/weights_l2", k);
+        }
+        if (u->kind == RT_LOSS) snprintf(t->stats[s].name, sizeof t->stats[0].name, "layer%d/loss", k);
+    }
+    // The turns: forward through all but the loss, the loss, backward.
+    int L = t->n_units;
+    t->turns = ct_malloc((size_t)(2 * L) * sizeof *t->turns);
+    t->n_turns = 0;
+    for (int k = 0; k < L - 1; k++) t->turns[t->n_turns++] = (rt_turn){k, false};
+    t->turns[t->n_turns++] = (rt_turn){L - 1, true};
+    for (int k = L - 2; k >= 0; k--) t->turns[t->n_turns++] = (rt_turn){k, true};
+    return CT_OK;
+}
+
+// ---- construction ------------------------------------------------------------------
+
+ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model, ct_layer *loss,
+                                    const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt,
+                                    ct_key init_key, ct_device *dev,
+                                    const ct_reversible_trainer_options *opts, ct_error *err) {
+    *out = NULL;
+    ct_reversible_trainer *t = ct_calloc(1, sizeof *t);
+    t->opt = opts ? *opts : ct_reversible_trainer_default_options();
+    t->host = ct_device_cpu();
+    t->optim = opt;
+    t->dev = dev;
+    t->model = ct_layer_ref(model);
+    t->one = 1.0f;
+    ct_arena_init(&t->arena, dev);
+    ct_ctx_init(&t->ctx, &t->arena);
+    prefetch_start(&t->pf, false);
+    ct_status st;
+    leaf_list leaves = {NULL, 0};
+    if (!(t->opt.clip_grad_norm >= 0.0f) ||
+        (t->opt.clip_mode != CT_CLIP_GLOBAL && t->opt.clip_mode != CT_CLIP_PER_LAYER)) {
+        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: clip_grad_norm %g or clip mode %d is invalid",
+                          (double)t->opt.clip_grad_norm, (int)t->opt.clip_mode);
+        goto fail;
+    }
+
+    // The standard Trainer's net, on the host. Gradients live on the
+    // device one layer at a time, so the net's gradient slab goes at once.
+    // Unnamed, as the standard Trainer's: the weights have the model's own names.
+    ct_layer *root = ct_layer_rename(ct_serial(CT_LAYERS(ct_layer_ref(model), ct_layer_ref(loss))), "");
+    st = ct_net_init(&t->net, root, batch_sigs, n_batch, init_key, &t->host, err);
+    ct_layer_free(root);
+    if (st != CT_OK) goto fail;
+    ct_device_free(&t->host, t->net.grads, t->net.n_weights * sizeof(float));
+    t->net.grads = NULL;
+    if (t->net.n_out != 1 || t->net.out_sigs[0].ndim != 0 || t->net.out_sigs[0].dtype != CT_DTYPE_F32) {
+        st = ct_error_set(err, CT_ERR_SHAPE,
+                          "reversible trainer: the loss layer %s must leave one f32 scalar on the stack", loss->name);
+        goto fail;
+    }
+
+    // The slot slab, laid out as the standard Trainer's.
+    t->slot_offsets = ct_calloc((size_t)t->net.n_params + 1, sizeof *t->slot_offsets);
+    for (int i = 0; i < t->net.n_params; i++) {
+        t->slot_offsets[i] = t->n_slot_floats;
+        t->n_slot_floats += ct_optimizer_slot_floats(opt, &t->net.params[i]->sig);
+    }
+    t->slot_offsets[t->net.n_params] = t->n_slot_floats;
+    st = ct_device_alloc(&t->host, t->n_slot_floats * sizeof(float), "optimizer slots", (void **)&t->slots, err);
+    if (st != CT_OK) goto fail;
+    for (int i = 0; i < t->net.n_params; i++)
+        ct_optimizer_init_slots(opt, &t->net.params[i]->sig, t->slots + t->slot_offsets[i]);
+    if (t->opt.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL) {
+        st = ct_device_alloc(&t->host, t->net.n_weights * sizeof(float), "gradient slab (global clipping)",
+                             (void **)&t->host_grads, err);
+        if (st != CT_OK) goto fail;
+    }
+
+    uint32_t path[RT_PATH_MAX];
+    if ((st = flatten(t->net.root, path, 0, true, &leaves, err)) != CT_OK) goto fail;
+    make_units(t, &leaves);
+    if (t->units[t->n_units - 1].kind != RT_LOSS) {
+        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: the last layer must be a standard loss, not "
+                          "reversible (%s)", loss->name);
+        goto fail;
+    }
+    if ((st = plan_units(t, err)) != CT_OK) goto fail;
+    ct_free(leaves.v);
+
+    t->ctx.state = t->net.state;
+    t->ctx.train = true;
+    prefetch_start(&t->pf, t->opt.copy_weights && t->opt.prefetch);
+    *out = t;
+    return CT_OK;
+fail:
+    ct_free(leaves.v);
+    ct_reversible_trainer_free(t);
+    return st;
+}
+
+ct_status ct_reversible_trainer_new_blocks(ct_reversible_trainer **out, const ct_reversible_block *blocks,
+                                           int n_blocks, ct_layer *loss, const ct_tensor *batch_sigs,
+                                           int n_batch, ct_optimizer *opt, ct_key init_key, ct_device *dev,
+                                           const ct_reversible_trainer_options *opts, ct_error *err) {
+    int n = 0;
+    for (int b = 0; b < n_blocks; b++) n += blocks[b].n_std + blocks[b].n_rev;
+    ct_layer **layers = ct_malloc((size_t)(n ? n : 1) * sizeof *layers);
+    n = 0;
+    for (int b = 0; b < n_blocks; b++) {
+        for (int i = 0; i < blocks[b].n_std; i++) layers[n++] = ct_layer_ref(blocks[b].std[i]);
+        for (int i = 0; i < blocks[b].n_rev; i++) layers[n++] = ct_layer_ref(blocks[b].rev[i]);
+    }
+    ct_layer *model = ct_serial(n, layers);
+    ct_free(layers);
+    ct_status st = ct_reversible_trainer_new(out, model, loss, batch_sigs, n_batch, opt, init_key, dev, opts, err);
+    ct_layer_free(model);
+    return st;
+}
+
+// Gives back every device buffer (the next step allocates them again).
+static void free_device_buffers(ct_reversible_trainer *t) {
+    for (int b = 0; b < 2; b++) {
+        ct_device_free(t->dev, t->stage[b].w, t->max_w * sizeof(float));
+        ct_device_free(t->dev, t->stage[b].s, t->max_slots * sizeof(float));
+        t->stage[b].w = t->stage[b].s = NULL;
+    }
+    ct_device_free(t->dev, t->grad_buf, t->max_w * sizeof(float));
+    t->grad_buf = NULL;
+    pool_free_all(t);
+    ct_arena_free(&t->arena);
+}
+
+void ct_reversible_trainer_free(ct_reversible_trainer *t) {
+    if (!t) return;
+    prefetch_stop(&t->pf);
+    free_device_buffers(t);
+    for (int k = 0; k < t->n_units; k++) {
+        ct_free(t->units[k].leaves);
+        ct_free(t->units[k].desc);
+        ct_free(t->units[k].state_before);
+        ct_free(t->units[k].state_after);
+    }
+    ct_free(t->units);
+    ct_free(t->turns);
+    ct_free(t->stats);
+    ct_device_free(&t->host, t->slots, t->n_slot_floats * sizeof(float));
+    ct_device_free(&t->host, t->host_grads, t->net.n_weights * sizeof(float));
+    ct_free(t->slot_offsets);
+    ct_ctx_free(&t->ctx);
+    ct_net_free(&t->net);
+    ct_layer_free(t->model);
+    ct_optimizer_free(t->optim);
+    ct_free(t);
+}
+
+// ---- one step ------------------------------------------------------------------------
+
+static ct_status ensure_device_buffers(ct_reversible_trainer *t, ct_error *err) {
+    if (t->opt.copy_weights)
+        for (int b = 0; b < 2; b++) {
+            if (!t->stage[b].w)
+                CT_TRY(ct_device_alloc(t->dev, t->max_w * sizeof(float), "staged layer weights",
+                                       (void **)&t->stage[b].w, err));
+            if (!t->stage[b].s)
+                CT_TRY(ct_device_alloc(t->dev, t->max_slots * sizeof(float), "staged layer optimizer slots",
+                                       (void **)&t->stage[b].s, err));
+        }
+    if (!t->grad_buf)
+        CT_TRY(ct_device_alloc(t->dev, t->max_w * sizeof(float), "layer gradients", (void **)&t->grad_buf, err));
+    return CT_OK;
+}
+
+// Where turn k's weights and slots are.
+static rt_stage stage_of(const ct_reversible_trainer *t, int k) {
+    const rt_unit *u = &t->units[t->turns[k].unit];
+    if (!t->opt.copy_weights) return (rt_stage){t->net.weights + u->w_begin, t->slots + u->slot_begin};
+    return t->stage[k % 2];
+}
+
+// Starts staging turn k's range into its buffer.
+static void stage_post(ct_reversible_trainer *t, int k) {
+    if (!t->opt.copy_weights) return;
+    const rt_turn *turn = &t->turns[k];
+    const rt_unit *u = &t->units[turn->unit];
+    rt_stage s = stage_of(t, k);
+    rt_copy w = {s.w, t->net.weights + u->w_begin, u->w_end - u->w_begin};
+    // Slots only for a turn that updates (not a forward, nor a backward whose
+    // update waits for the global norm).
+    bool defer = t->opt.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL;
+    bool update = turn->backward && !defer;
+    rt_copy slots = {s.s, t->slots + u->slot_begin, update ? u->slot_end - u->slot_begin : 0};
+    prefetch_post(&t->pf, w, slots);
+}
+
+// Binds the ctx to unit u's staged weights and the gradient buffer (zeroed
+// for a turn that computes gradients).
+static void bind_unit(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, bool grads) {
+    t->ctx.weights = rebase(s.w, u->w_begin);
+    t->ctx.grads = rebase(t->grad_buf, u->w_begin);
+    t->ctx.state = t->net.state;
+    t->ctx.train = true;
+    t->ctx.tape_len = 0;
+    if (grads && u->w_end > u->w_begin) memset(t->grad_buf, 0, (u->w_end - u->w_begin) * sizeof(float));
+}
+
+static ct_status leaves_forward(rt_unit *u, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_error *err) {
+    ct_tensor stack[RT_STACK_MAX], outs[CT_LAYER_MAX_IO];
+    int depth = u->n_in;
+    memcpy(stack, in, (size_t)depth * sizeof *stack);
+    for (int i = 0; i < u->n_leaves; i++) {
+        const rt_leaf *leaf = &u->leaves[i];
+        ct_layer *l = leaf->layer;
+        CT_TRY(ct_layer_forward(l, c, stack, outs, leaf->key, err));
+        memmove(stack + l->n_out, stack + l->n_in, (size_t)(depth - l->n_in) * sizeof *stack);
+        memcpy(stack, outs, (size_t)l->n_out * sizeof *stack);
+        depth += l->n_out - l->n_in;
+    }
+    memcpy(out, stack, (size_t)u->n_out * sizeof *out);
+    return CT_OK;
+}
+
+static ct_status leaves_backward(rt_unit *u, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
+                                 ct_error *err) {
+    ct_tensor stack[RT_STACK_MAX], grads[CT_LAYER_MAX_IO];
+    int depth = u->n_out;
+    memcpy(stack, grad_out, (size_t)depth * sizeof *stack);
+    for (int i = u->n_leaves - 1; i >= 0; i--) {
+        const rt_leaf *leaf = &u->leaves[i];
+        ct_layer *l = leaf->layer;
+        CT_TRY(ct_layer_backward(l, c, stack, grads, leaf->key, err));
+        memmove(stack + l->n_in, stack + l->n_out, (size_t)(depth - l->n_out) * sizeof *stack);
+        memcpy(stack, grads, (size_t)l->n_in * sizeof *stack);
+        depth += l->n_in - l->n_out;
+    }
+    memcpy(grad_in, stack, (size_t)u->n_in * sizeof *grad_in);
+    return CT_OK;
+}
+
+static void tensors_of(const rt_item *items, int n, ct_tensor *out) {
+    for (int i = 0; i < n; i++) out[i] = items[i].t;
+}
+
+static void copy_state(ct_reversible_trainer *t, const rt_unit *u, float *dst, bool to_slab) {
+    size_t n = u->s_end - u->s_begin;
+    if (!n || !dst) return;
+    if (to_slab) memcpy(t->net.state + u->s_begin, dst, n * sizeof(float));
+    else memcpy(dst, t->net.state + u->s_begin, n * sizeof(float));
+}
+
+// Forward of a standard or reversible layer, without a tape.
+static ct_status forward_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, ct_error *err) {
+    ct_ctx *c = &t->ctx;
+    bind_unit(t, u, s, false);
+    c->record = false;
+    ct_tensor in[CT_LAYER_MAX_IO], out[CT_LAYER_MAX_IO];
+    tensors_of(t->vals, u->n_in, in);
+    if (u->kind == RT_STANDARD)
+        for (int i = 0; i < u->n_in; i++) {
+            u->saved[i] = t->vals[i];
+            if (u->saved[i].buf >= 0) t->pool[u->saved[i].buf].refs++;
+        }
+    copy_state(t, u, u->state_before, false);
+    ct_status st = u->kind == RT_REVERSIBLE ? ct_layer_forward(u->leaves[0].layer, c, in, out, u->leaves[0].key, err)
+                                            : leaves_forward(u, c, in, out, err);
+    copy_state(t, u, u->state_after, false);
+    rt_item items[CT_LAYER_MAX_IO];
+    if (st == CT_OK) st = adopt(t, out, u->n_out, items, err);
+    ct_arena_reset(&t->arena);
+    if (st != CT_OK) return st;
+    for (int i = 0; i < u->n_in; i++) pool_release(t, t->vals[i].buf);
+    items_replace(t->vals, t->depth, u->n_in, items, u->n_out);
+    t->depth += u->n_out - u->n_in;
+    return CT_OK;
+}
+
+// The loss layer's forward and backward; its input gradients start the
+// gradient stack.
+static ct_status loss_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, float *loss, ct_error *err) {
+    ct_ctx *c = &t->ctx;
+    bind_unit(t, u, s, true);
+    c->record = true;
+    ct_tensor in[CT_LAYER_MAX_IO], out, gout, gin[CT_LAYER_MAX_IO];
+    tensors_of(t->vals, u->n_in, in);
+    ct_status st = leaves_forward(u, c, in, &out, err);
+    if (st == CT_OK) {
+        *loss = *ct_f32(&out);
+        gout = ct_tensor_sig(&out);
+        gout.data = &t->one;
+        st = leaves_backward(u, c, &gout, gin, err);
+    }
+    rt_item items[CT_LAYER_MAX_IO];
+    if (st == CT_OK) st = adopt(t, gin, u->n_in, items, err);
+    ct_arena_reset(&t->arena);
+    if (st != CT_OK) return st;
+    CT_ASSERT(c->tape_len == 0);
+    memcpy(t->grads, items, (size_t)u->n_in * sizeof *items);
+    for (int i = u->n_in; i < t->depth; i++) t->grads[i] = (rt_item){ct_tensor_sig(&t->vals[i].t), -1};
+    return CT_OK;
+}
+
+// Backward of a reversible layer (reverse_and_grad) or a standard one (its
+// forward again from the kept inputs, with the tape, then backward).
+static ct_status backward_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, ct_error *err) {
+    ct_ctx *c = &t->ctx;
+    bind_unit(t, u, s, true);
+    c->record = true;
+    ct_tensor out[CT_LAYER_MAX_IO], gout[CT_LAYER_MAX_IO], in[CT_LAYER_MAX_IO], gin[CT_LAYER_MAX_IO];
+    tensors_of(t->vals, u->n_out, out);
+    tensors_of(t->grads, u->n_out, gout);
+    ct_status st;
+    if (u->kind == RT_REVERSIBLE) {
+        copy_state(t, u, u->state_before, true);  // the recomputation sees the state of the forward
+        st = ct_layer_reverse_and_grad(u->leaves[0].layer, c, out, gout, in, gin, u->leaves[0].key, err);
+        copy_state(t, u, u->state_after, true);
+    } else {
+        tensors_of(u->saved, u->n_in, in);
+        ct_tensor recomputed[CT_LAYER_MAX_IO];
+        st = leaves_forward(u, c, in, recomputed, err);
+        if (st == CT_OK) st = leaves_backward(u, c, gout, gin, err);
+    }
+    rt_item vitems[CT_LAYER_MAX_IO], gitems[CT_LAYER_MAX_IO];
+    if (st == CT_OK && u->kind == RT_REVERSIBLE) st = adopt(t, in, u->n_in, vitems, err);
+    if (st == CT_OK) {
+        st = adopt(t, gin, u->n_in, gitems, err);
+        if (st != CT_OK && u->kind == RT_REVERSIBLE)
+            for (int i = 0; i < u->n_in; i++) pool_release(t, vitems[i].buf);
+    }
+    ct_arena_reset(&t->arena);
+    if (st != CT_OK) return st;
+    CT_ASSERT(c->tape_len == 0);
+    if (u->kind == RT_STANDARD) {
+        // The kept inputs go back on the stack, with their references.
+        memcpy(vitems, u->saved, (size_t)u->n_in * sizeof *vitems);
+        for (int i = 0; i < u->n_in; i++) u->saved[i].buf = -1;
+    }
+    for (int i = 0; i < u->n_out; i++) {
+        pool_release(t, t->vals[i].buf);
+        pool_release(t, t->grads[i].buf);
+    }
+    items_replace(t->vals, t->depth, u->n_out, vitems, u->n_in);
+    items_replace(t->grads, t->depth, u->n_out, gitems, u->n_in);
+    t->depth += u->n_in - u->n_out;
+    return CT_OK;
+}
+
+// Norms of unit u's gradient (in grad_buf) and weights, then, unless the
+// update waits for the global norm, its optimizer update and the write-back.
+static void update_unit(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, int64_t step, float lr,
+                        double *g2, double *w2, bool defer) {
+    size_t nw = u->w_end - u->w_begin;
+    *g2 = sum_squares(t->grad_buf, nw);
+    *w2 = sum_squares(s.w, nw);
+    if (defer) {
+        memcpy(t->host_grads + u->w_begin, t->grad_buf, nw * sizeof(float));
+        return;
+    }
+    if (t->opt.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_PER_LAYER) {
+        double norm = sqrt(*g2);
+        if (norm > t->opt.clip_grad_norm) {
+            float scale = (float)(t->opt.clip_grad_norm / norm);
+            for (size_t i = 0; i < nw; i++) t->grad_buf[i] *= scale;
+        }
+    }
+    for (int p = u->p_begin; p < u->p_end; p++) {
+        const ct_param *param = t->net.params[p];
+        size_t off = param->offset - u->w_begin;
+        ct_optimizer_update(t->optim, step, lr, &param->sig, s.w + off, t->grad_buf + off,
+                            s.s + (t->slot_offsets[p] - u->slot_begin));
+    }
+    if (t->opt.copy_weights) {
+        memcpy(t->net.weights + u->w_begin, s.w, nw * sizeof(float));
+        memcpy(t->slots + u->slot_begin, s.s, (u->slot_end - u->slot_begin) * sizeof(float));
+    }
+}
+
+// CT_CLIP_GLOBAL's second pass: every layer's update with its gradient
+// scaled by min(1, clip / global norm).
+static void deferred_updates(ct_reversible_trainer *t, int64_t step, float lr, double global_norm) {
+    float scale = global_norm > t->opt.clip_grad_norm ? (float)(t->opt.clip_grad_norm / global_norm) : 1.0f;
+    for (int k = 0; k < t->n_units; k++) {
+        const rt_unit *u = &t->units[k];
+        size_t nw = u->w_end - u->w_begin, ns = u->slot_end - u->slot_begin;
+        if (!nw) continue;
+        rt_stage s = {t->net.weights + u->w_begin, t->slots + u->slot_begin};
+        if (t->opt.copy_weights) {
+            s = t->stage[0];
+            memcpy(s.w, t->net.weights + u->w_begin, nw * sizeof(float));
+            memcpy(s.s, t->slots + u->slot_begin, ns * sizeof(float));
+        }
+        for (size_t i = 0; i < nw; i++) t->grad_buf[i] = t->host_grads[u->w_begin + i] * scale;
+        for (int p = u->p_begin; p < u->p_end; p++) {
+            const ct_param *param = t->net.params[p];
+            size_t off = param->offset - u->w_begin;
+            ct_optimizer_update(t->optim, step, lr, &param->sig, s.w + off, t->grad_buf + off,
+                                s.s + (t->slot_offsets[p] - u->slot_begin));
+        }
+        if (t->opt.copy_weights) {
+            memcpy(t->net.weights + u->w_begin, s.w, nw * sizeof(float));
+            memcpy(t->slots + u->slot_begin, s.s, ns * sizeof(float));
+        }
+    }
+}
+
+static double rss_mib(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1.0;
+    long pages_total = 0, pages_resident = 0;
+    int n = fscanf(f, "%ld %ld", &pages_total, &pages_resident);
+    fclose(f);
+    if (n != 2) return -1.0;
+    return (double)pages_resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+static void log_memory(const ct_reversible_trainer *t, int64_t step, const char *when) {
+    if (t->opt.log_every <= 0 || step % t->opt.log_every != 1 % t->opt.log_every) return;
+    ct_log(CT_LOG_INFO,
+           "reversible trainer step %lld, %s: host memory (RSS) %.1f MiB; host slabs %.1f MiB; device %.1f MiB "
+           "now, %.1f MiB peak",
+           (long long)step, when, rss_mib(), (double)t->host.current_bytes / 1048576.0,
+           (double)t->dev->current_bytes / 1048576.0, (double)t->dev->peak_bytes / 1048576.0);
+}
+
+// Drops every stack item and kept input (after a failure or at the end).
+static void clear_stacks(ct_reversible_trainer *t) {
+    for (int i = 0; i < t->n_pool; i++) t->pool[i].refs = 0;
+    for (int k = 0; k < t->n_units; k++)
+        for (int i = 0; i < CT_LAYER_MAX_IO; i++) t->units[k].saved[i].buf = -1;
+    t->depth = 0;
+    t->ctx.tape_len = 0;
+    ct_arena_reset(&t->arena);
+}
+
+static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, float *loss, double *g2,
+                           double *w2, ct_error *err) {
+    bool defer = t->opt.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL;
+    stage_post(t, 0);
+    for (int k = 0; k < t->n_turns; k++) {
+        prefetch_wait(&t->pf);
+        if (k + 1 < t->n_turns) stage_post(t, k + 1);
+        rt_unit *u = &t->units[t->turns[k].unit];
+        rt_stage s = stage_of(t, k);
+        ct_status st;
+        if (!t->turns[k].backward) st = forward_turn(t, u, s, err);
+        else if (u->kind == RT_LOSS) st = loss_turn(t, u, s, loss, err);
+        else st = backward_turn(t, u, s, err);
+        if (st != CT_OK) {
+            prefetch_wait(&t->pf);
+            return st;
+        }
+        if (u->kind == RT_LOSS) log_memory(t, step, "loss layer done");
+        if (!t->turns[k].backward) continue;
+        double ug2 = 0, uw2 = 0;
+        if (u->p_end > u->p_begin) update_unit(t, u, s, step, lr, &ug2, &uw2, defer);
+        *g2 += ug2;
+        *w2 += uw2;
+        if (u->stat >= 0) {
+            int i = u->stat;
+            if (u->p_end > u->p_begin) {
+                t->stats[i++].value = (float)sqrt(ug2);
+                t->stats[i++].value = (float)sqrt(uw2);
+            }
+            if (u->kind == RT_LOSS) t->stats[i].value = *loss;
+        }
+    }
+    if (defer) deferred_updates(t, step, lr, sqrt(*g2));
+    return CT_OK;
+}
+
+ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tensor *batch, ct_key key,
+                                         int64_t step, float learning_rate, ct_step_stats *stats,
+                                         ct_error *err) {
+    const ct_net *net = &t->net;
+    for (int i = 0; i < net->n_in; i++) {
+        if (batch[i].dtype != net->in_sigs[i].dtype || batch[i].ndim != net->in_sigs[i].ndim) {
+            char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
+            return ct_error_set(err, CT_ERR_SHAPE,
+                                "reversible trainer: batch item %d is %s, the trainer was built for %s", i,
+                                ct_tensor_sig_str(&batch[i], a, sizeof a),
+                                ct_tensor_sig_str(&net->in_sigs[i], b, sizeof b));
+        }
+    }
+    log_memory(t, step, "forward");
+    // Each leaf's key: the one it would get inside Serial(model, loss).
+    for (int k = 0; k < t->n_units; k++)
+        for (int i = 0; i < t->units[k].n_leaves; i++) {
+            rt_leaf *leaf = &t->units[k].leaves[i];
+            leaf->key = key;
+            for (int d = 0; d < leaf->depth; d++) leaf->key = ct_key_split(leaf->key, leaf->path[d]);
+        }
+    ct_status st = ensure_device_buffers(t, err);
+    float loss = 0.0f;
+    double g2 = 0.0, w2 = 0.0;
+    if (st == CT_OK) {
+        t->batch = batch;
+        t->n_batch = net->n_in;
+        t->depth = net->n_in;
+        for (int i = 0; i < net->n_in; i++) t->vals[i] = (rt_item){batch[i], -1};
+        st = run_turns(t, step, learning_rate, &loss, &g2, &w2, err);
+    }
+    clear_stacks(t);
+    t->batch = NULL;
+    t->n_batch = 0;
+    if (t->opt.free_device_each_step) free_device_buffers(t);
+    if (st != CT_OK) return st;
+    log_memory(t, step, "backward done");
+    if (stats) {
+        stats->loss = loss;
+        stats->gradients_l2 = (float)sqrt(g2);
+        stats->weights_l2 = (float)sqrt(w2);
+    }
+    return CT_OK;
+}
+
+// ---- accessors -------------------------------------------------------------------------
+
+const ct_layer_stat *ct_reversible_trainer_layer_stats(const ct_reversible_trainer *t, int *n) {
+    if (n) *n = t->n_stats;
+    return t->stats;
+}
+
+int ct_reversible_trainer_n_layers(const ct_reversible_trainer *t) { return t->n_units; }
+
+const char *ct_reversible_trainer_layer_desc(const ct_reversible_trainer *t, int i) {
+    CT_ASSERT(i >= 0 && i < t->n_units);
+    return t->units[i].desc;
+}
+
+const ct_net *ct_reversible_trainer_net(const ct_reversible_trainer *t) { return &t->net; }
+ct_layer *ct_reversible_trainer_model(const ct_reversible_trainer *t) { return t->model; }
+
+float *ct_reversible_trainer_slots(const ct_reversible_trainer *t, size_t *n_floats) {
+    if (n_floats) *n_floats = t->n_slot_floats;
+    return t->slots;
+}
+
+const ct_device *ct_reversible_trainer_host(const ct_reversible_trainer *t) { return &t->host; }

@@ -1,0 +1,385 @@
+// Reversible layers: gradient checks of forward/backward; reverse rebuilds
+// the inputs and reverse_and_grad gives the inputs, input gradients and
+// weight gradients of forward + backward (same key, dropout on); inputs
+// without gradients pass through; a 64-block ReversibleSerial rebuilds its
+// inputs within 1e-4 (error printed per depth); init errors.
+#include <stdlib.h>
+
+#include "check.h"
+#include "ctrax/layers/reversible.h"
+#include "ctrax/models/models.h"
+#include "gradcheck.h"
+
+#define TOL 1e-2
+
+static void check_grad(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
+    double e = gradcheck(label, l, in, n_in, gradcheck_default_opts());
+    CHECK_MSG(e >= 0 && e < TOL, "%s: rel err %g", label, e);
+    printf("  => %s: max rel err %.2e\n", label, e);
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > m || d != d) m = d != d ? INFINITY : d;
+    }
+    return m;
+}
+
+static float *copy_of(const ct_tensor *t) {
+    if (!t->data) return NULL;
+    float *c = malloc(ct_tensor_nbytes(t));
+    memcpy(c, t->data, ct_tensor_nbytes(t));
+    return c;
+}
+
+// The layers under test, each built fresh (a layer belongs to one net).
+static ct_layer *half_dense(int d) { return ct_reversible_half_residual(CT_LAYERS(ct_dense(d))); }
+
+// f(x, ids) = Dense(x) + Embedding(ids): a context item that takes no gradient.
+static ct_layer *half_with_ids(int d, int vocab) {
+    return ct_reversible_half_residual(
+        CT_LAYERS(ct_parallel(CT_LAYERS(ct_dense(d), ct_embedding(vocab, d))), ct_add()));
+}
+
+static ct_layer *reformer_block_layers(int d, int d_ff, int heads, float dropout, ct_layer **out) {
+    out[0] = ct_reversible_half_residual(CT_LAYERS(ct_layer_norm(1e-6f), ct_causal_attention(d, heads, dropout)));
+    out[1] = ct_reversible_swap();
+    out[2] = ct_reversible_half_residual(CT_LAYERS(ct_layer_norm(1e-6f), ct_dense(d_ff), ct_dropout(dropout),
+                                                   ct_gelu(), ct_dense(d), ct_dropout(dropout)));
+    out[3] = ct_reversible_swap();
+    return out[0];
+}
+
+static ct_layer *reformer_serial(int n_blocks, int d, int d_ff, int heads, float dropout) {
+    ct_layer **l = malloc((size_t)(4 * n_blocks) * sizeof *l);
+    for (int b = 0; b < n_blocks; b++) reformer_block_layers(d, d_ff, heads, dropout, l + 4 * b);
+    ct_layer *s = ct_reversible_serial(4 * n_blocks, l);
+    free(l);
+    return s;
+}
+
+static void test_gradients(void) {
+    enum { N = 4, D = 6 };
+    float a[N * D], b[N * D];
+    int32_t ids[N] = {0, 3, 6, 3};
+    ct_tensor acc = ct_tensor_2d(CT_DTYPE_F32, N, D, a), ctx = ct_tensor_2d(CT_DTYPE_F32, N, D, b);
+    gradcheck_fill(&acc, 1, -1, 1);
+    gradcheck_fill(&ctx, 2, -1, 1);
+    ct_tensor two[2] = {acc, ctx};
+    ct_tensor three[3] = {acc, ctx, ct_tensor_1d(CT_DTYPE_I32, N, ids)};
+
+    ct_layer *l = half_dense(D);
+    check_grad("HalfResidual(Dense)", l, two, 2);
+    ct_layer_free(l);
+    l = ct_reversible_half_residual(CT_LAYERS(ct_dense(D), ct_dropout(0.3f)));
+    check_grad("HalfResidual(Dense, Dropout)", l, two, 2);
+    ct_layer_free(l);
+    l = half_with_ids(D, 7);
+    check_grad("HalfResidual(int context)", l, three, 3);
+    ct_layer_free(l);
+    // f leaves two outputs; the second is dropped (and gets a zero gradient).
+    l = ct_reversible_half_residual(CT_LAYERS(ct_branch(CT_LAYERS(ct_dense(D), ct_dense(3)))));
+    check_grad("HalfResidual(dropped output)", l, two, 2);
+    ct_layer_free(l);
+    l = ct_reversible_swap();
+    check_grad("ReversibleSwap", l, two, 2);
+    ct_layer_free(l);
+    l = ct_reversible_serial(CT_LAYERS(half_dense(D), ct_reversible_swap(),
+                                       ct_reversible_half_residual(CT_LAYERS(ct_dense(D), ct_dropout(0.2f))),
+                                       ct_reversible_swap()));
+    check_grad("ReversibleSerial(2 halves)", l, two, 2);
+    ct_layer_free(l);
+
+    // Attention as the residual function, on (B, T, D).
+    float x[2 * 5 * 8], y[2 * 5 * 8];
+    ct_tensor seq[2] = {ct_tensor_3d(CT_DTYPE_F32, 2, 5, 8, x), ct_tensor_3d(CT_DTYPE_F32, 2, 5, 8, y)};
+    gradcheck_fill(&seq[0], 3, -1, 1);
+    gradcheck_fill(&seq[1], 4, -1, 1);
+    l = ct_reversible_half_residual(CT_LAYERS(ct_layer_norm(1e-6f), ct_causal_attention(8, 2, 0.1f)));
+    check_grad("HalfResidual(LayerNorm, CausalAttention)", l, seq, 2);
+    ct_layer_free(l);
+    l = reformer_serial(2, 8, 16, 2, 0.1f);
+    check_grad("ReversibleSerial(2 Reformer blocks)", l, seq, 2);
+    ct_layer_free(l);
+}
+
+// forward (tape) + backward with random output gradients, then reverse and
+// reverse_and_grad from the outputs: inputs, input gradients and weight
+// gradients must agree.
+static void check_reverse(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    ct_tensor sigs[CT_LAYER_MAX_IO];
+    for (int i = 0; i < n_in; i++) sigs[i] = ct_tensor_sig(&in[i]);
+    CHECK_OK(ct_net_init(&net, l, sigs, n_in, ct_key_from_seed(5), &dev, &err), &err);
+    ct_arena arena;
+    ct_arena_init(&arena, &dev);
+    ct_ctx c;
+    ct_ctx_init(&c, &arena);
+    ct_net_bind(&net, &c, true);
+    ct_key key = ct_key_from_seed(9);
+    int n_out = net.n_out;
+
+    ct_tensor out[CT_LAYER_MAX_IO], gout[CT_LAYER_MAX_IO], gin[CT_LAYER_MAX_IO];
+    CHECK_OK(ct_layer_forward(l, &c, in, out, key, &err), &err);
+    float *gbuf[CT_LAYER_MAX_IO] = {0}, *gin_ref[CT_LAYER_MAX_IO] = {0};
+    for (int i = 0; i < n_out; i++) {
+        gout[i] = ct_tensor_sig(&out[i]);
+        if (out[i].dtype != CT_DTYPE_F32) continue;
+        gbuf[i] = malloc(ct_tensor_nbytes(&out[i]));
+        ct_random_uniform(ct_key_from_seed(100 + (uint64_t)i), gbuf[i], (size_t)ct_tensor_numel(&out[i]), -1, 1);
+        gout[i].data = gbuf[i];
+    }
+    ct_net_zero_grads(&net);
+    CHECK_OK(ct_layer_backward(l, &c, gout, gin, key, &err), &err);
+    CHECK(c.tape_len == 0);
+    for (int i = 0; i < n_in; i++) gin_ref[i] = copy_of(&gin[i]);
+    float *wgrad_ref = malloc(net.n_weights * sizeof(float) + 4);
+    if (net.n_weights) memcpy(wgrad_ref, net.grads, net.n_weights * sizeof(float));
+
+    // reverse: inputs from outputs.
+    ct_tensor rin[CT_LAYER_MAX_IO], rin2[CT_LAYER_MAX_IO], rgin[CT_LAYER_MAX_IO];
+    c.record = false;
+    CHECK_OK(ct_layer_reverse(l, &c, out, rin, key, &err), &err);
+    c.record = true;
+    double e_in = 0, e_in2 = 0, e_gin = 0, e_w;
+    for (int i = 0; i < n_in; i++) {
+        CHECK(ct_tensor_same_sig(&rin[i], &in[i]));
+        if (in[i].dtype == CT_DTYPE_F32) {
+            double e = max_abs_diff(rin[i].data, in[i].data, ct_tensor_numel(&in[i]));
+            if (e > e_in) e_in = e;
+        } else {
+            CHECK(memcmp(rin[i].data, in[i].data, ct_tensor_nbytes(&in[i])) == 0);
+        }
+    }
+    // reverse_and_grad: inputs, input gradients, weight gradients.
+    ct_net_zero_grads(&net);
+    CHECK_OK(ct_layer_reverse_and_grad(l, &c, out, gout, rin2, rgin, key, &err), &err);
+    CHECK(c.tape_len == 0);
+    for (int i = 0; i < n_in; i++) {
+        if (in[i].dtype == CT_DTYPE_F32) {
+            double e = max_abs_diff(rin2[i].data, in[i].data, ct_tensor_numel(&in[i]));
+            if (e > e_in2) e_in2 = e;
+            CHECK_MSG(rgin[i].data && gin_ref[i], "%s: input %d has no gradient", label, i);
+            if (rgin[i].data && gin_ref[i]) {
+                e = max_abs_diff(rgin[i].data, gin_ref[i], ct_tensor_numel(&in[i]));
+                if (e > e_gin) e_gin = e;
+            }
+        } else {
+            CHECK_MSG(!rgin[i].data && !gin_ref[i], "%s: int input %d got a gradient", label, i);
+            CHECK(ct_tensor_same_sig(&rgin[i], &in[i]));
+        }
+    }
+    e_w = max_abs_diff(net.grads, wgrad_ref, (int64_t)net.n_weights);
+    // Rebuilt inputs differ from the originals by rounding, and gradients
+    // computed from them by as much relative to their size.
+    double scale = 1.0;
+    for (size_t i = 0; i < net.n_weights; i++) scale = fmax(scale, fabs(wgrad_ref[i]));
+    printf("reverse %-40s |x - reverse(f(x))| %.2e, reverse_and_grad: inputs %.2e, input grads %.2e, "
+           "weight grads %.2e (max |weight grad| %.1f)\n",
+           label, e_in, e_in2, e_gin, e_w, scale);
+    CHECK_MSG(e_in <= 1e-5 && e_in2 <= 1e-5, "%s: inputs rebuilt with error %g / %g", label, e_in, e_in2);
+    CHECK_MSG(e_gin <= 1e-5 * scale && e_w <= 1e-5 * scale, "%s: gradients differ by %g / %g", label, e_gin, e_w);
+
+    for (int i = 0; i < CT_LAYER_MAX_IO; i++) {
+        free(gbuf[i]);
+        free(gin_ref[i]);
+    }
+    free(wgrad_ref);
+    ct_ctx_free(&c);
+    ct_arena_free(&arena);
+    ct_net_free(&net);
+    ct_layer_free(l);
+    CHECK(dev.current_bytes == 0);
+}
+
+static void test_reverse(void) {
+    enum { N = 4, D = 6 };
+    float a[N * D], b[N * D];
+    int32_t ids[N] = {1, 2, 0, 6};
+    ct_tensor two[2] = {ct_tensor_2d(CT_DTYPE_F32, N, D, a), ct_tensor_2d(CT_DTYPE_F32, N, D, b)};
+    gradcheck_fill(&two[0], 1, -1, 1);
+    gradcheck_fill(&two[1], 2, -1, 1);
+    ct_tensor three[3] = {two[0], two[1], ct_tensor_1d(CT_DTYPE_I32, N, ids)};
+    check_reverse("HalfResidual(Dense)", half_dense(D), two, 2);
+    check_reverse("HalfResidual(Dense, Dropout)",
+                  ct_reversible_half_residual(CT_LAYERS(ct_dense(D), ct_dropout(0.4f))), two, 2);
+    check_reverse("HalfResidual(int context)", half_with_ids(D, 7), three, 3);
+    check_reverse("HalfResidual(dropped output)",
+                  ct_reversible_half_residual(CT_LAYERS(ct_branch(CT_LAYERS(ct_dense(D), ct_dense(3))))), two, 2);
+    check_reverse("ReversibleSwap", ct_reversible_swap(), two, 2);
+    float x[2 * 6 * 8], y[2 * 6 * 8];
+    ct_tensor seq[2] = {ct_tensor_3d(CT_DTYPE_F32, 2, 6, 8, x), ct_tensor_3d(CT_DTYPE_F32, 2, 6, 8, y)};
+    gradcheck_fill(&seq[0], 3, -1, 1);
+    gradcheck_fill(&seq[1], 4, -1, 1);
+    check_reverse("ReversibleSerial(3 Reformer blocks)", reformer_serial(3, 8, 16, 2, 0.2f), seq, 2);
+    // An int item carried through a ReversibleSerial: [acc, x, ids] ->
+    // [acc + f(x, ids), x, ids] -> swap -> [x + g(acc', ids), acc', ids].
+    check_reverse("ReversibleSerial(int item carried)",
+                  ct_reversible_serial(CT_LAYERS(half_with_ids(D, 7), ct_reversible_swap(), half_with_ids(D, 7))),
+                  three, 3);
+}
+
+// A ReversibleSerial of 64 Reformer blocks (attention and feed-forward
+// halves, dropout on) rebuilds its inputs from its outputs; the error is
+// measured for stacks of 1, 2, 4, ..., 64 blocks. Each half-residual
+// rounds once at the size of the activations (|x| grows to about 20 here,
+// where a float's ulp is 2e-6), and the residual functions carry those
+// errors on, so the error grows with depth and with activation size: at
+// (B,T,D) = (2,16,16) the 64-block error is 1.2e-4, here it is below 1e-4.
+static void test_deep_reconstruction(void) {
+    enum { NB = 64, B = 2, T = 64, D = 32 };
+    ct_layer *rs = reformer_serial(NB, D, 2 * D, 2, 0.1f);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    float x1[B * T * D], x2[B * T * D];
+    ct_tensor in[2] = {ct_tensor_3d(CT_DTYPE_F32, B, T, D, x1), ct_tensor_3d(CT_DTYPE_F32, B, T, D, x2)};
+    gradcheck_fill(&in[0], 21, -1, 1);
+    gradcheck_fill(&in[1], 22, -1, 1);
+    ct_tensor sigs[2] = {ct_tensor_sig(&in[0]), ct_tensor_sig(&in[1])};
+    CHECK_OK(ct_net_init(&net, rs, sigs, 2, ct_key_from_seed(1), &dev, &err), &err);
+    ct_arena arena;
+    ct_arena_init(&arena, &dev);
+    ct_ctx c;
+    ct_ctx_init(&c, &arena);
+    ct_net_bind(&net, &c, true);
+    c.record = false;
+    ct_key key = ct_key_from_seed(2);
+
+    // Forward block by block (sublayer i gets split(key, i), as inside the
+    // ReversibleSerial), keeping the stack after each block.
+    const int64_t n = B * T * D;
+    float *after = malloc((size_t)(NB + 1) * 2 * (size_t)n * sizeof(float));
+    memcpy(after, x1, (size_t)n * sizeof(float));
+    memcpy(after + n, x2, (size_t)n * sizeof(float));
+    ct_tensor stack[2] = {in[0], in[1]}, next[2];
+    for (int i = 0; i < 4 * NB; i++) {
+        CHECK_OK(ct_layer_forward(rs->sub[i], &c, stack, next, ct_key_split(key, (uint32_t)i), &err), &err);
+        stack[0] = next[0];
+        stack[1] = next[1];
+        if (i % 4 == 3) {
+            float *dst = after + (size_t)(i / 4 + 1) * 2 * (size_t)n;
+            memcpy(dst, stack[0].data, (size_t)n * sizeof(float));
+            memcpy(dst + n, stack[1].data, (size_t)n * sizeof(float));
+        }
+    }
+    // The whole ReversibleSerial gives the same outputs, and its reverse the
+    // same inputs as the walk below.
+    ct_tensor whole[2], back[2];
+    CHECK_OK(ct_layer_forward(rs, &c, in, whole, key, &err), &err);
+    CHECK(memcmp(whole[0].data, after + (size_t)NB * 2 * (size_t)n, (size_t)n * sizeof(float)) == 0);
+    CHECK_OK(ct_layer_reverse(rs, &c, whole, back, key, &err), &err);
+    double whole_err = fmax(max_abs_diff(back[0].data, x1, n), max_abs_diff(back[1].data, x2, n));
+    ct_arena_reset(&arena);
+
+    double magnitude = 0;
+    for (int64_t i = 0; i < 2 * n; i++) magnitude = fmax(magnitude, fabs(after[(size_t)NB * 2 * (size_t)n + (size_t)i]));
+    printf("64-block ReversibleSerial, (B,T,D) = (%d,%d,%d) x 2, dropout 0.1; max |activation| at the top %.2f\n",
+           B, T, D, magnitude);
+    printf("  depth  max |x - rebuilt x|\n");
+    for (int depth = 1; depth <= NB; depth *= 2) {
+        // Reverse blocks depth-1 .. 0 from the stack after `depth` blocks.
+        ct_tensor s[2] = {ct_tensor_3d(CT_DTYPE_F32, B, T, D, after + (size_t)depth * 2 * (size_t)n),
+                          ct_tensor_3d(CT_DTYPE_F32, B, T, D, after + ((size_t)depth * 2 + 1) * (size_t)n)};
+        for (int i = 4 * depth - 1; i >= 0; i--) {
+            ct_tensor prev[2];
+            CHECK_OK(ct_layer_reverse(rs->sub[i], &c, s, prev, ct_key_split(key, (uint32_t)i), &err), &err);
+            s[0] = prev[0];
+            s[1] = prev[1];
+        }
+        double e = fmax(max_abs_diff(s[0].data, x1, n), max_abs_diff(s[1].data, x2, n));
+        printf("  %5d  %.3e\n", depth, e);
+        CHECK_MSG(e <= 1e-4, "depth %d: inputs rebuilt with max abs error %g", depth, e);
+        if (depth == NB) CHECK_MSG(e == whole_err, "ReversibleSerial.reverse %g vs walk %g", whole_err, e);
+        ct_arena_reset(&arena);
+    }
+    free(after);
+    ct_ctx_free(&c);
+    ct_arena_free(&arena);
+    ct_net_free(&net);
+    ct_layer_free(rs);
+}
+
+static void test_errors(void) {
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    ct_tensor sigs[2] = {ct_tensor_2d(CT_DTYPE_F32, 4, 6, NULL), ct_tensor_2d(CT_DTYPE_F32, 4, 6, NULL)};
+    // A residual of the wrong width.
+    ct_layer *l = ct_reversible_half_residual(CT_LAYERS(ct_dense(5)));
+    CHECK(ct_net_init(&net, l, sigs, 2, ct_key_from_seed(1), &dev, &err) == CT_ERR_SHAPE);
+    printf("half-residual error: %s\n", err.msg);
+    CHECK(strstr(err.msg, "ReversibleHalfResidual") && strstr(err.msg, "(4,6) f32") && strstr(err.msg, "(4,5) f32"));
+    ct_layer_free(l);
+    // A ReversibleSerial with a layer that cannot run in reverse.
+    l = ct_reversible_serial(CT_LAYERS(half_dense(6), ct_swap()));
+    CHECK(ct_net_init(&net, l, sigs, 2, ct_key_from_seed(1), &dev, &err) == CT_ERR_ARG);
+    printf("reversible serial error: %s\n", err.msg);
+    CHECK(strstr(err.msg, "sublayer 1 (Swap) is not reversible") != NULL);
+    ct_layer_free(l);
+    // Arity.
+    l = half_with_ids(6, 7);
+    CHECK(l->n_in == 3 && l->n_out == 3 && ct_layer_is_reversible(l));
+    ct_layer_free(l);
+    l = ct_reversible_serial(CT_LAYERS(half_dense(6), ct_reversible_swap()));
+    CHECK(l->n_in == 2 && l->n_out == 2 && ct_layer_is_reversible(l));
+    ct_layer_free(l);
+    l = ct_dense(3);
+    CHECK(!ct_layer_is_reversible(l));
+    ct_layer_free(l);
+    CHECK(dev.current_bytes == 0);
+}
+
+// ReformerLM: Trax's layer order, arity, names, and gradients through the
+// whole model (tokens in, logits out).
+static void test_reformer_lm(void) {
+    ct_reformer_lm_params p = ct_reformer_lm_default_params();
+    p.vocab_size = 7;
+    p.d_model = 8;
+    p.d_ff = 12;
+    p.n_layers = 2;
+    p.n_heads = 2;
+    p.max_len = 8;
+    p.dropout = 0.1f;
+    ct_layer *m = ct_reformer_lm(p);
+    CHECK(m->n_in == 1 && m->n_out == 1 && strcmp(m->name, "ReformerLM") == 0);
+    const char *order[] = {"ShiftRight", "Embedding", "Dropout", "PositionalEncoding", "Dup", "ReversibleSerial",
+                           "Concatenate", "LayerNorm", "Dropout", "Dense"};
+    CHECK(m->n_sub == 10);
+    for (int i = 0; i < m->n_sub && i < 10; i++)
+        CHECK_MSG(strncmp(m->sub[i]->name, order[i], strlen(order[i])) == 0, "sublayer %d is %s", i, m->sub[i]->name);
+    ct_layer *rs = m->sub[5];
+    CHECK(rs->n_sub == 4 * p.n_layers && ct_layer_is_reversible(rs));
+    CHECK(strcmp(rs->sub[0]->name, "ReversibleHalfResidualAttn") == 0);
+    CHECK(strcmp(rs->sub[2]->name, "ReversibleHalfResidualFF") == 0);
+    CHECK(strcmp(rs->sub[3]->vt->type, "ReversibleSwap") == 0);
+
+    int32_t tokens[2 * 6] = {1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 1};
+    ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 2, 6, tokens);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    ct_tensor sig = ct_tensor_sig(&in);
+    CHECK_OK(ct_net_init(&net, m, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+    CHECK(net.out_sigs[0].ndim == 3 && net.out_sigs[0].shape[2] == 7);
+    CHECK(ct_net_find_param(&net, "ReformerLM/ReversibleSerial[5]/ReversibleHalfResidualAttn[0]/Serial[0]/"
+                                  "CausalAttention[1]/Dense[2]/kernel") != NULL);
+    CHECK(ct_net_find_param(&net, "ReformerLM/Dense[9]/kernel")->sig.shape[0] == 2 * p.d_model);
+    ct_net_free(&net);
+    check_grad("ReformerLM(2 layers)", m, &in, 1);
+    ct_layer_free(m);
+    CHECK(dev.current_bytes == 0);
+}
+
+int main(void) {
+    test_errors();
+    test_reformer_lm();
+    test_gradients();
+    test_reverse();
+    test_deep_reconstruction();
+    return check_summary("test_reversible");
+}

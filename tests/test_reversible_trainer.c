@@ -1,0 +1,654 @@
+// The ReversibleTrainer against the standard Trainer: Trax's equivalence
+// tests ported (the basic model, two steps with the second at learning rate
+// 0.02; the two-block model with a middle standard layer, three steps),
+// ReformerLM with dropout, staging options (copy, prefetch thread, freeing
+// device buffers) bitwise equal to zero-copy, the per-layer stats, layer
+// state restored for the recomputation, gradient clipping (global: equal to
+// the standard update; per layer: Trax's, different), shared weights
+// refused, and a 64-layer ReformerLM that trains under a device byte limit
+// the standard trainer cannot train under.
+//
+// The Adafactor variant of the equivalence tests needs ct_adafactor_new
+// (being written in parallel): build with -DCTRAX_TEST_ADAFACTOR to run it.
+#include <stdlib.h>
+
+#include "check.h"
+#include "ctrax/ctrax.h"
+#include "ctrax/layers/reversible.h"
+#include "ctrax/train/reversible_trainer.h"
+
+#define WEIGHT_TOL 1e-5
+
+typedef void (*model_fn)(ct_layer **model, ct_layer **loss);
+typedef ct_optimizer *(*optimizer_fn)(void);
+
+static ct_optimizer *adam(void) { return ct_adam_new(ct_adam_default_params()); }
+static ct_optimizer *sgd(void) { return ct_sgd_new(ct_sgd_default_params()); }
+#ifdef CTRAX_TEST_ADAFACTOR
+static ct_optimizer *adafactor(void) { return ct_adafactor_new(ct_adafactor_default_params()); }
+#endif
+
+static ct_layer *half(ct_layer *a, ct_layer *b) {
+    return b ? ct_reversible_half_residual(CT_LAYERS(a, b)) : ct_reversible_half_residual(CT_LAYERS(a));
+}
+
+static ct_layer *trax_loss(void) {
+    return ct_serial(CT_LAYERS(ct_concatenate(2, -1), ct_dense(19), ct_dropout(0.3f), ct_log_softmax(),
+                               ct_cross_entropy_loss()));
+}
+
+// Trax's test_run_reversible_same_as_default_basic.
+static void basic_model(ct_layer **model, ct_layer **loss) {
+    ct_layer *first = ct_serial(CT_LAYERS(ct_embedding(9, 4), ct_dropout(0.5f), ct_dup()));
+    *model = ct_serial(CT_LAYERS(first, half(ct_dense(4), ct_dropout(0.2f)), ct_reversible_swap(),
+                                 half(ct_dropout(0.5f), ct_dense(4)), ct_reversible_swap()));
+    *loss = trax_loss();
+}
+
+// Trax's test_run_reversible_same_as_default_extended.
+static void extended_model(ct_layer **model, ct_layer **loss) {
+    ct_layer *first = ct_serial(CT_LAYERS(ct_embedding(9, 4), ct_dropout(0.5f), ct_dup()));
+    ct_layer *mid = ct_serial(CT_LAYERS(ct_add(), ct_dense(4), ct_dup()));
+    *model = ct_serial(CT_LAYERS(first, half(ct_dense(4), ct_dropout(0.2f)), ct_reversible_swap(),
+                                 half(ct_dropout(0.5f), ct_dense(4)), ct_reversible_swap(), mid,
+                                 half(ct_dense(4), ct_dropout(0.3f)), ct_reversible_swap()));
+    *loss = trax_loss();
+}
+
+static ct_reformer_lm_params small_reformer(int n_layers) {
+    ct_reformer_lm_params p = ct_reformer_lm_default_params();
+    p.vocab_size = 11;
+    p.d_model = 8;
+    p.d_ff = 16;
+    p.n_layers = n_layers;
+    p.n_heads = 2;
+    p.max_len = 64;
+    p.dropout = 0.1f;
+    return p;
+}
+
+static void reformer_model(ct_layer **model, ct_layer **loss) {
+    *model = ct_reformer_lm(small_reformer(2));
+    *loss = ct_weighted_category_cross_entropy();
+}
+
+// A weightless layer with state: out = x + count; each training-mode
+// forward adds 1 to count. A recomputation that did not start from the
+// state of the forward would see count + 1.
+static ct_status counter_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                              ct_error *err) {
+    (void)err;
+    ct_layer_declare_state(l, ic, "count", ct_tensor_1d(CT_DTYPE_F32, 1, NULL), (ct_initializer){CT_INIT_ZEROS, 0},
+                           key);
+    out[0] = ct_tensor_sig(&in[0]);
+    return CT_OK;
+}
+static ct_status counter_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                                 ct_error *err) {
+    (void)key;
+    out[0] = ct_tensor_sig(&in[0]);
+    CT_TRY(ct_ctx_alloc(c, &out[0], err));
+    float *count = ct_state(c, l, 0);
+    for (int64_t i = 0; i < ct_tensor_numel(&in[0]); i++) ct_f32(&out[0])[i] = ct_f32(&in[0])[i] + *count;
+    if (c->train) *count += 1.0f;
+    return CT_OK;
+}
+static ct_status counter_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
+                                  ct_key key, ct_error *err) {
+    (void)l, (void)c, (void)key, (void)err;
+    grad_in[0] = grad_out[0];
+    return CT_OK;
+}
+static const ct_layer_vtable counter_vt = {
+    .type = "Counter", .init = counter_init, .forward = counter_forward, .backward = counter_backward};
+
+static void stateful_model(ct_layer **model, ct_layer **loss) {
+    ct_layer *counter = ct_layer_new(&counter_vt, "Counter", 1, 1, NULL, NULL, 0);
+    *model = ct_serial(CT_LAYERS(ct_embedding(9, 4), ct_dup(), half(ct_dense(4), counter), ct_reversible_swap()));
+    *loss = ct_serial(CT_LAYERS(ct_concatenate(2, -1), ct_dense(19), ct_log_softmax(), ct_cross_entropy_loss()));
+}
+
+// The batch of Trax's tests: inputs arange(8) as (2, 4), targets 2 * inputs,
+// weights ones.
+typedef struct trax_batch {
+    int32_t inputs[8], targets[8];
+    float weights[8];
+    ct_tensor t[3];
+} trax_batch;
+
+static void trax_batch_init(trax_batch *b) {
+    for (int i = 0; i < 8; i++) {
+        b->inputs[i] = i;
+        b->targets[i] = 2 * i;
+        b->weights[i] = 1.0f;
+    }
+    b->t[0] = ct_tensor_2d(CT_DTYPE_I32, 2, 4, b->inputs);
+    b->t[1] = ct_tensor_2d(CT_DTYPE_I32, 2, 4, b->targets);
+    b->t[2] = ct_tensor_2d(CT_DTYPE_F32, 2, 4, b->weights);
+}
+
+// A copy-task batch for ReformerLM: tokens (B, T) as inputs and targets.
+typedef struct copy_batch {
+    int32_t *tokens;
+    float *weights;
+    ct_tensor t[3];
+} copy_batch;
+
+static void copy_batch_init(copy_batch *b, int vocab, int length, int batch, uint64_t index) {
+    ct_copy_task task = {vocab, length, false, 5, 0};
+    int T = ct_copy_task_seq_len(&task);
+    b->tokens = malloc((size_t)(batch * T) * sizeof *b->tokens);
+    b->weights = malloc((size_t)(batch * T) * sizeof *b->weights);
+    ct_copy_task_batch(&task, index, batch, b->tokens, b->weights);
+    b->t[0] = ct_tensor_2d(CT_DTYPE_I32, batch, T, b->tokens);
+    b->t[1] = ct_tensor_2d(CT_DTYPE_I32, batch, T, b->tokens);
+    b->t[2] = ct_tensor_2d(CT_DTYPE_F32, batch, T, b->weights);
+}
+
+static void copy_batch_free(copy_batch *b) {
+    free(b->tokens);
+    free(b->weights);
+}
+
+// What a run leaves: weights, state and slots, with the weight names.
+typedef struct result {
+    size_t n_w, n_state, n_slots;
+    float *w, *state, *slots;
+    int n_params;
+    char **names;
+    ct_step_stats last;
+    float losses[8];
+} result;
+
+static void result_take(result *r, const ct_net *net, const float *slots, size_t n_slots) {
+    r->n_w = net->n_weights;
+    r->n_state = net->n_state;
+    r->n_slots = n_slots;
+    r->w = malloc(r->n_w * sizeof(float) + 4);
+    r->state = malloc(r->n_state * sizeof(float) + 4);
+    r->slots = malloc(r->n_slots * sizeof(float) + 4);
+    memcpy(r->w, net->weights, r->n_w * sizeof(float));
+    if (r->n_state) memcpy(r->state, net->state, r->n_state * sizeof(float));
+    if (r->n_slots) memcpy(r->slots, slots, r->n_slots * sizeof(float));
+    r->n_params = net->n_params;
+    r->names = malloc((size_t)r->n_params * sizeof *r->names + 1);
+    for (int i = 0; i < r->n_params; i++) r->names[i] = strdup(net->params[i]->full_name);
+}
+
+static void result_free(result *r) {
+    free(r->w);
+    free(r->state);
+    free(r->slots);
+    for (int i = 0; i < r->n_params; i++) free(r->names[i]);
+    free(r->names);
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > m || d != d) m = d != d ? INFINITY : d;
+    }
+    return m;
+}
+
+typedef struct run_spec {
+    model_fn model;
+    optimizer_fn opt;
+    const ct_tensor *batch;
+    int n_batch;
+    int n_steps;
+    const float *lrs;       // per step
+    const uint64_t *seeds;  // per step key
+    uint64_t init_seed;
+    float clip;             // standard trainer only: lr scaled by min(1, clip/|g|) from clip_norms
+    const float *clip_norms;
+} run_spec;
+
+static int run_standard(const run_spec *s, result *r) {
+    ct_layer *model, *loss;
+    s->model(&model, &loss);
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr;
+    ct_error err;
+    ct_status st = ct_trainer_new(&tr, model, loss, s->batch, s->n_batch, s->opt(), ct_key_from_seed(s->init_seed),
+                                  &dev, NULL, &err);
+    CHECK_OK(st, &err);
+    if (st != CT_OK) return -1;
+    for (int i = 0; i < s->n_steps; i++) {
+        float lr = s->lrs[i];
+        if (s->clip > 0 && s->clip_norms[i] > s->clip) lr *= s->clip / s->clip_norms[i];
+        CHECK_OK(ct_trainer_one_step(tr, s->batch, ct_key_from_seed(s->seeds[i]), i + 1, lr, &r->last, &err), &err);
+        r->losses[i] = r->last.loss;
+    }
+    size_t n_slots;
+    float *slots = ct_trainer_slots(tr, &n_slots);
+    result_take(r, ct_trainer_net(tr), slots, n_slots);
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+    return 0;
+}
+
+static int run_reversible(const run_spec *s, const ct_reversible_trainer_options *o, result *r, ct_device *dev_out,
+                          float *grad_norms) {
+    ct_layer *model, *loss;
+    s->model(&model, &loss);
+    ct_device dev = ct_device_cpu();
+    ct_reversible_trainer *tr;
+    ct_error err;
+    ct_status st = ct_reversible_trainer_new(&tr, model, loss, s->batch, s->n_batch, s->opt(),
+                                             ct_key_from_seed(s->init_seed), &dev, o, &err);
+    CHECK_OK(st, &err);
+    if (st != CT_OK) return -1;
+    for (int i = 0; i < s->n_steps; i++) {
+        CHECK_OK(ct_reversible_trainer_one_step(tr, s->batch, ct_key_from_seed(s->seeds[i]), i + 1, s->lrs[i],
+                                                &r->last, &err),
+                 &err);
+        r->losses[i] = r->last.loss;
+        if (grad_norms) grad_norms[i] = r->last.gradients_l2;
+    }
+    size_t n_slots;
+    float *slots = ct_reversible_trainer_slots(tr, &n_slots);
+    result_take(r, ct_reversible_trainer_net(tr), slots, n_slots);
+    if (dev_out) *dev_out = dev;
+    ct_reversible_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+    return 0;
+}
+
+// Same names, same layout; returns the largest weight difference.
+static double compare(const char *label, const result *a, const result *b) {
+    CHECK(a->n_w == b->n_w && a->n_slots == b->n_slots && a->n_state == b->n_state && a->n_params == b->n_params);
+    if (a->n_w != b->n_w || a->n_params != b->n_params || a->n_slots != b->n_slots) return INFINITY;
+    for (int i = 0; i < a->n_params; i++) CHECK(strcmp(a->names[i], b->names[i]) == 0);
+    double dw = max_abs_diff(a->w, b->w, a->n_w);
+    double ds = max_abs_diff(a->slots, b->slots, a->n_slots);
+    double dst = max_abs_diff(a->state, b->state, a->n_state);
+    printf("%-46s max |w diff| %.2e, max |slot diff| %.2e, state diff %.2e, loss %.6f vs %.6f (%d weights)\n", label,
+           dw, ds, dst, a->last.loss, b->last.loss, a->n_params);
+    return dw;
+}
+
+static void check_same_as_standard(const char *label, const run_spec *s) {
+    result std_r = {0}, rev_r = {0};
+    if (run_standard(s, &std_r) || run_reversible(s, NULL, &rev_r, NULL, NULL)) return;
+    double d = compare(label, &std_r, &rev_r);
+    CHECK_MSG(d <= WEIGHT_TOL, "%s: weights differ by %g", label, d);
+    CHECK_MSG(max_abs_diff(std_r.state, rev_r.state, std_r.n_state) == 0, "%s: state differs", label);
+    for (int i = 0; i < s->n_steps; i++) CHECK_NEAR(std_r.losses[i], rev_r.losses[i], 1e-5);
+    CHECK_NEAR(std_r.last.gradients_l2, rev_r.last.gradients_l2, 1e-5 * (1 + std_r.last.gradients_l2));
+    CHECK_NEAR(std_r.last.weights_l2, rev_r.last.weights_l2, 1e-5 * (1 + std_r.last.weights_l2));
+    // Something was learned (the test would pass trivially otherwise).
+    result_free(&std_r);
+    result_free(&rev_r);
+}
+
+static const uint64_t trax_seeds[3] = {7, 8, 9};
+
+static void test_trax_equivalence(optimizer_fn opt, float default_lr, const char *name) {
+    trax_batch b;
+    trax_batch_init(&b);
+    // Trax's first step uses the optimizer's own learning rate.
+    float lrs[3] = {default_lr, 0.02f, 0.03f};
+    char label[96];
+    run_spec s = {basic_model, opt, b.t, 3, 2, lrs, trax_seeds, 12, 0, NULL};
+    snprintf(label, sizeof label, "basic model, %s, 2 steps", name);
+    check_same_as_standard(label, &s);
+    s.model = extended_model;
+    s.n_steps = 3;
+    snprintf(label, sizeof label, "two blocks + middle layer, %s, 3 steps", name);
+    check_same_as_standard(label, &s);
+}
+
+static void test_blocks_api(void) {
+    // The blocks form is the same trainer as Serial(std..., rev..., ...).
+    trax_batch b;
+    trax_batch_init(&b);
+    float lrs[2] = {1e-4f, 0.02f};
+    run_spec s = {basic_model, adam, b.t, 3, 2, lrs, trax_seeds, 12, 0, NULL};
+    result std_r = {0};
+    if (run_standard(&s, &std_r)) return;
+    ct_layer *std_layers[3] = {ct_embedding(9, 4), ct_dropout(0.5f), ct_dup()};
+    ct_layer *rev_layers[4] = {half(ct_dense(4), ct_dropout(0.2f)), ct_reversible_swap(),
+                               half(ct_dropout(0.5f), ct_dense(4)), ct_reversible_swap()};
+    ct_reversible_block block = {3, std_layers, 4, rev_layers};
+    ct_layer *loss = trax_loss();
+    ct_device dev = ct_device_cpu();
+    ct_reversible_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_reversible_trainer_new_blocks(&tr, &block, 1, loss, b.t, 3, adam(), ct_key_from_seed(12), &dev, NULL,
+                                              &err),
+             &err);
+    result rev_r = {0};
+    for (int i = 0; i < 2; i++)
+        CHECK_OK(ct_reversible_trainer_one_step(tr, b.t, ct_key_from_seed(trax_seeds[i]), i + 1, lrs[i], &rev_r.last,
+                                                &err),
+                 &err);
+    CHECK(ct_reversible_trainer_n_layers(tr) == 6);
+    for (int i = 0; i < ct_reversible_trainer_n_layers(tr); i++)
+        printf("  layer%d: %s\n", i, ct_reversible_trainer_layer_desc(tr, i));
+    CHECK(strcmp(ct_reversible_trainer_layer_desc(tr, 0), "standard: Embedding, Dropout, Dup") == 0);
+    CHECK(strncmp(ct_reversible_trainer_layer_desc(tr, 1), "reversible: Serial/ReversibleHalfResidual[3]",
+                  60) == 0);
+    CHECK(strcmp(ct_reversible_trainer_layer_desc(tr, 5), "loss: Serial") == 0);
+    size_t n_slots;
+    float *slots = ct_reversible_trainer_slots(tr, &n_slots);
+    result_take(&rev_r, ct_reversible_trainer_net(tr), slots, n_slots);
+    double d = compare("blocks API, basic model, Adam, 2 steps", &std_r, &rev_r);
+    CHECK_MSG(d <= WEIGHT_TOL, "blocks API: weights differ by %g", d);
+    ct_reversible_trainer_free(tr);
+    for (int i = 0; i < 3; i++) ct_layer_free(std_layers[i]);
+    for (int i = 0; i < 4; i++) ct_layer_free(rev_layers[i]);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+    result_free(&std_r);
+    result_free(&rev_r);
+}
+
+static void test_reformer_equivalence(void) {
+    // Dropout 0.1 everywhere, nested Serial/ReversibleSerial: the keys
+    // follow the layers' paths, so the masks (and weights) match.
+    copy_batch b;
+    copy_batch_init(&b, 11, 3, 2, 1);
+    float lrs[3] = {1e-3f, 1e-3f, 2e-3f};
+    run_spec s = {reformer_model, adam, b.t, 3, 3, lrs, trax_seeds, 3, 0, NULL};
+    check_same_as_standard("ReformerLM(2 layers, dropout 0.1), Adam, 3 steps", &s);
+    copy_batch_free(&b);
+}
+
+static void test_state(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    float lrs[3] = {1e-2f, 1e-2f, 1e-2f};
+    run_spec s = {stateful_model, adam, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL};
+    result std_r = {0}, rev_r = {0};
+    if (run_standard(&s, &std_r) || run_reversible(&s, NULL, &rev_r, NULL, NULL)) return;
+    double d = compare("layer with state (counter), 3 steps", &std_r, &rev_r);
+    CHECK_MSG(d <= WEIGHT_TOL, "stateful: weights differ by %g", d);
+    CHECK(std_r.n_state == 1 && rev_r.n_state == 1);
+    if (std_r.n_state == 1 && rev_r.n_state == 1) {
+        printf("counter state after 3 steps: standard %g, reversible %g\n", std_r.state[0], rev_r.state[0]);
+        CHECK(std_r.state[0] == 3.0f && rev_r.state[0] == 3.0f);
+    }
+    result_free(&std_r);
+    result_free(&rev_r);
+}
+
+static void test_options(void) {
+    // Every staging variant gives bitwise the same weights as zero-copy.
+    copy_batch b;
+    copy_batch_init(&b, 11, 3, 2, 2);
+    float lrs[2] = {1e-3f, 1e-3f};
+    run_spec s = {reformer_model, adam, b.t, 3, 2, lrs, trax_seeds, 4, 0, NULL};
+    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
+    result base = {0};
+    ct_device dev_zero, dev;
+    if (run_reversible(&s, &o, &base, &dev_zero, NULL)) return;
+    const char *names[3] = {"copy_weights + prefetch thread", "copy_weights, no thread", "copy + free each step"};
+    for (int v = 0; v < 3; v++) {
+        o = ct_reversible_trainer_default_options();
+        o.copy_weights = true;
+        o.prefetch = v == 0 || v == 2;
+        o.free_device_each_step = v == 2;
+        result r = {0};
+        if (run_reversible(&s, &o, &r, &dev, NULL)) continue;
+        CHECK_MSG(memcmp(r.w, base.w, base.n_w * sizeof(float)) == 0, "%s: weights differ from zero-copy", names[v]);
+        CHECK_MSG(memcmp(r.slots, base.slots, base.n_slots * sizeof(float)) == 0, "%s: slots differ", names[v]);
+        printf("%-32s weights and slots bitwise equal to zero-copy; device peak %zu bytes (zero-copy %zu), %llu "
+               "device allocations (zero-copy %llu)\n",
+               names[v], dev.peak_bytes, dev_zero.peak_bytes, (unsigned long long)dev.n_allocs,
+               (unsigned long long)dev_zero.n_allocs);
+        // Staged copies take device memory zero-copy does not.
+        CHECK(dev.peak_bytes > dev_zero.peak_bytes);
+        if (v == 2) CHECK(dev.n_allocs > dev_zero.n_allocs);  // allocated again each step
+        result_free(&r);
+    }
+    result_free(&base);
+
+    // Freeing at each step leaves nothing on the device between steps.
+    ct_layer *model, *loss;
+    reformer_model(&model, &loss);
+    dev = ct_device_cpu();
+    ct_reversible_trainer *tr;
+    ct_error err;
+    o = ct_reversible_trainer_default_options();
+    o.free_device_each_step = true;
+    CHECK_OK(ct_reversible_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err), &err);
+    CHECK(dev.current_bytes == 0);
+    CHECK_OK(ct_reversible_trainer_one_step(tr, b.t, ct_key_from_seed(2), 1, 1e-3f, NULL, &err), &err);
+    CHECK_MSG(dev.current_bytes == 0, "%zu bytes left on the device", dev.current_bytes);
+    CHECK(dev.peak_bytes > 0);
+    const ct_device *host = ct_reversible_trainer_host(tr);
+    const ct_net *net = ct_reversible_trainer_net(tr);
+    size_t n_slots;
+    ct_reversible_trainer_slots(tr, &n_slots);
+    // The host holds weights, state and slots, and no gradient slab.
+    CHECK(net->grads == NULL);
+    size_t expect = ((net->n_weights * 4 + 63) / 64 + (n_slots * 4 + 63) / 64) * 64;
+    CHECK_MSG(host->current_bytes == expect + (net->n_state ? (net->n_state * 4 + 63) / 64 * 64 : 0),
+              "host bytes %zu, weights + slots %zu", host->current_bytes, expect);
+    ct_reversible_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    copy_batch_free(&b);
+}
+
+static void test_stats(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    ct_layer *model, *loss;
+    basic_model(&model, &loss);
+    ct_device dev = ct_device_cpu();
+    ct_reversible_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_reversible_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(12), &dev, NULL, &err), &err);
+    ct_step_stats st;
+    ct_log_set_level(CT_LOG_INFO);  // step 1 logs host memory (RSS), as every 100th step does
+    CHECK_OK(ct_reversible_trainer_one_step(tr, b.t, ct_key_from_seed(7), 1, 1e-3f, &st, &err), &err);
+    ct_log_set_level(CT_LOG_WARN);
+    int n;
+    const ct_layer_stat *stats = ct_reversible_trainer_layer_stats(tr, &n);
+    // Layers: 0 standard, 1 half, 2 swap, 3 half, 4 swap, 5 loss; the swaps
+    // have no weights but take their index.
+    const char *expect[] = {"layer0/gradients_l2", "layer0/weights_l2", "layer1/gradients_l2", "layer1/weights_l2",
+                            "layer3/gradients_l2", "layer3/weights_l2", "layer5/gradients_l2", "layer5/weights_l2",
+                            "layer5/loss"};
+    CHECK(n == 9);
+    double g2 = 0, w2 = 0;
+    for (int i = 0; i < n && i < 9; i++) {
+        printf("  %-22s %.6f\n", stats[i].name, stats[i].value);
+        CHECK_MSG(strcmp(stats[i].name, expect[i]) == 0, "stat %d is %s, expected %s", i, stats[i].name, expect[i]);
+        if (strstr(stats[i].name, "gradients_l2")) g2 += (double)stats[i].value * stats[i].value;
+        if (strstr(stats[i].name, "weights_l2")) w2 += (double)stats[i].value * stats[i].value;
+    }
+    CHECK(n >= 9 && stats[8].value == st.loss);
+    CHECK_NEAR(sqrt(g2), st.gradients_l2, 1e-5 * st.gradients_l2);
+    CHECK_NEAR(sqrt(w2), st.weights_l2, 1e-5 * st.weights_l2);
+    // A batch of the wrong dtype is refused as by the standard trainer.
+    ct_tensor bad[3] = {b.t[2], b.t[1], b.t[2]};
+    CHECK(ct_reversible_trainer_one_step(tr, bad, ct_key_from_seed(7), 2, 1e-3f, &st, &err) == CT_ERR_SHAPE);
+    printf("bad batch: %s\n", err.msg);
+    ct_reversible_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
+static void test_clipping(void) {
+    // SGD: global clipping is the update lr * min(1, c/|g|) * g, which the
+    // standard trainer gives with its learning rate scaled by that factor.
+    trax_batch b;
+    trax_batch_init(&b);
+    float lrs[3] = {0.5f, 0.5f, 0.5f}, norms[3];
+    run_spec s = {extended_model, sgd, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL};
+    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
+    result unclipped = {0}, global = {0}, per_layer = {0}, std_r = {0};
+    if (run_reversible(&s, &o, &unclipped, NULL, norms)) return;
+    float clip = 0.5f * norms[0];  // binds at every step
+    o.clip_grad_norm = clip;
+    o.clip_mode = CT_CLIP_GLOBAL;
+    if (run_reversible(&s, &o, &global, NULL, norms)) return;
+    s.clip = clip;
+    s.clip_norms = norms;
+    if (run_standard(&s, &std_r)) return;
+    printf("gradient norms %.4f %.4f %.4f, clipped to %.4f\n", norms[0], norms[1], norms[2], clip);
+    double d = compare("global clipping vs standard (SGD)", &std_r, &global);
+    CHECK_MSG(d <= WEIGHT_TOL, "global clipping: weights differ by %g", d);
+    o.clip_mode = CT_CLIP_PER_LAYER;
+    s.clip = 0;
+    if (run_reversible(&s, &o, &per_layer, NULL, NULL)) return;
+    double d_pl = max_abs_diff(per_layer.w, global.w, global.n_w);
+    double d_un = max_abs_diff(unclipped.w, global.w, global.n_w);
+    printf("per-layer (Trax) clipping differs from global by %.3e (unclipped differs by %.3e)\n", d_pl, d_un);
+    CHECK(d_pl > 1e-3 && d_un > 1e-3);
+    result_free(&unclipped);
+    result_free(&global);
+    result_free(&per_layer);
+    result_free(&std_r);
+}
+
+static void test_shared_weights_refused(void) {
+    // One Dense in the first standard layer and in the loss layer.
+    float x[8], y[8], w[8];
+    for (int i = 0; i < 8; i++) x[i] = y[i] = w[i] = 1.0f;
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 2, 4, x), ct_tensor_2d(CT_DTYPE_F32, 2, 4, y),
+                          ct_tensor_2d(CT_DTYPE_F32, 2, 4, w)};
+    ct_layer *shared = ct_dense(4);
+    ct_layer *model = ct_serial(CT_LAYERS(shared, ct_dup(), half(ct_dense(4), NULL), ct_reversible_swap()));
+    ct_layer *loss = ct_serial(CT_LAYERS(ct_add(), ct_layer_ref(shared), ct_l2_loss()));
+    ct_device dev = ct_device_cpu();
+    ct_reversible_trainer *tr;
+    ct_error err;
+    CHECK(ct_reversible_trainer_new(&tr, model, loss, batch, 3, sgd(), ct_key_from_seed(1), &dev, NULL, &err) ==
+          CT_ERR_ARG);
+    printf("shared weights: %s\n", err.msg);
+    CHECK(strstr(err.msg, "Dense[0]/kernel is shared between trainer layer 3") != NULL);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
+static void test_no_reversible_layers(void) {
+    // A plain model: one standard layer and the loss.
+    float x[8], y[8], w[8];
+    ct_random_uniform(ct_key_from_seed(3), x, 8, -1, 1);
+    for (int i = 0; i < 8; i++) y[i] = 0.5f * x[i], w[i] = 1.0f;
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 2, 4, x), ct_tensor_2d(CT_DTYPE_F32, 2, 4, y),
+                          ct_tensor_2d(CT_DTYPE_F32, 2, 4, w)};
+    ct_layer *model = ct_mlp(2, (int[]){8, 4}, false, false), *loss = ct_l2_loss();
+    ct_device dev = ct_device_cpu();
+    ct_reversible_trainer *rt;
+    ct_trainer *st;
+    ct_error err;
+    ct_step_stats a, b;
+    CHECK_OK(ct_reversible_trainer_new(&rt, model, loss, batch, 3, adam(), ct_key_from_seed(1), &dev, NULL, &err), &err);
+    // No reversible layer: everything is the loss layer, as in Trax.
+    CHECK(ct_reversible_trainer_n_layers(rt) == 1);
+    for (int i = 1; i <= 3; i++) CHECK_OK(ct_reversible_trainer_one_step(rt, batch, ct_key_from_seed(2), i, 1e-2f, &a, &err), &err);
+    float *w1 = malloc(ct_reversible_trainer_net(rt)->n_weights * sizeof(float));
+    memcpy(w1, ct_reversible_trainer_net(rt)->weights, ct_reversible_trainer_net(rt)->n_weights * sizeof(float));
+    ct_reversible_trainer_free(rt);
+    CHECK_OK(ct_trainer_new(&st, model, loss, batch, 3, adam(), ct_key_from_seed(1), &dev, NULL, &err), &err);
+    for (int i = 1; i <= 3; i++) CHECK_OK(ct_trainer_one_step(st, batch, ct_key_from_seed(2), i, 1e-2f, &b, &err), &err);
+    double d = max_abs_diff(w1, ct_trainer_net(st)->weights, ct_trainer_net(st)->n_weights);
+    printf("MLP without reversible layers: max |w diff| %.2e, loss %.6f vs %.6f\n", d, a.loss, b.loss);
+    CHECK(d <= WEIGHT_TOL);
+    free(w1);
+    ct_trainer_free(st);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
+// Device peak of the reversible trainer for a small ReformerLM of the given
+// depth over two steps (copy_weights, so staged weights count).
+static size_t reversible_peak(int n_layers, const copy_batch *b, int n_steps, size_t limit, float *last_loss) {
+    ct_layer *model = ct_reformer_lm(small_reformer(n_layers)), *loss = ct_weighted_category_cross_entropy();
+    ct_device dev = ct_device_cpu();
+    dev.limit_bytes = limit;
+    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
+    o.copy_weights = true;
+    ct_reversible_trainer *tr;
+    ct_error err;
+    ct_step_stats st = {0};
+    ct_status status = ct_reversible_trainer_new(&tr, model, loss, b->t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err);
+    CHECK_OK(status, &err);
+    for (int i = 1; i <= n_steps && status == CT_OK; i++)
+        CHECK_OK(ct_reversible_trainer_one_step(tr, b->t, ct_key_from_seed(10 + (uint64_t)i), i, 1e-3f, &st, &err),
+                 &err);
+    if (last_loss) *last_loss = st.loss;
+    if (status == CT_OK) ct_reversible_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    return dev.peak_bytes;
+}
+
+static void test_memory_limit(void) {
+    // A 64-layer ReformerLM (d_model 8, 2 heads) on (2, 64) tokens.
+    copy_batch b;
+    copy_batch_init(&b, 11, 31, 2, 1);
+    size_t p4 = reversible_peak(4, &b, 2, 0, NULL), p16 = reversible_peak(16, &b, 2, 0, NULL);
+    size_t p64 = reversible_peak(64, &b, 2, 0, NULL);
+    printf("reversible trainer device peak: depth 4 %zu, depth 16 %zu, depth 64 %zu bytes\n", p4, p16, p64);
+    CHECK_MSG(p64 == p4 && p16 == p4, "device peak grows with depth: %zu -> %zu", p4, p64);
+
+    // The standard trainer on the same model: slabs W plus activations A.
+    ct_layer *model = ct_reformer_lm(small_reformer(64)), *loss = ct_weighted_category_cross_entropy();
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, NULL, &err), &err);
+    size_t slabs = dev.current_bytes;
+    CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(11), 1, 1e-3f, NULL, &err), &err);
+    size_t activations = ct_trainer_arena_bytes(tr);
+    ct_trainer_free(tr);
+    // The limit: what the reversible trainer needs, well below the standard
+    // trainer's activations alone.
+    size_t limit = p64 + p64 / 8;
+    printf("standard trainer: slabs %zu bytes + activations %zu bytes (peak %zu); limit %zu bytes\n", slabs,
+           activations, dev.peak_bytes, limit);
+    CHECK(activations > 2 * limit);
+    // Under the limit (plus room for its own slabs) the standard trainer
+    // runs out of memory for activations...
+    dev = ct_device_cpu();
+    dev.limit_bytes = slabs + limit;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, NULL, &err), &err);
+    ct_status st = ct_trainer_one_step(tr, b.t, ct_key_from_seed(11), 1, 1e-3f, NULL, &err);
+    CHECK(st == CT_ERR_MEMORY);
+    printf("standard trainer under %zu + %zu bytes: %s: %s\n", slabs, limit, ct_status_name(st), err.msg);
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    // ...while the reversible trainer trains under the limit alone.
+    float first, last;
+    reversible_peak(64, &b, 1, limit, &first);
+    size_t peak = reversible_peak(64, &b, 4, limit, &last);
+    printf("reversible trainer under %zu bytes: peak %zu bytes, loss %.4f after 1 step, %.4f after 4\n", limit, peak,
+           first, last);
+    CHECK(peak <= limit && isfinite(last));
+    copy_batch_free(&b);
+}
+
+int main(void) {
+    ct_log_set_level(CT_LOG_WARN);  // test_stats shows the memory log once
+    test_trax_equivalence(adam, ct_adam_default_params().learning_rate, "Adam");
+#ifdef CTRAX_TEST_ADAFACTOR
+    test_trax_equivalence(adafactor, ct_adafactor_default_params().learning_rate, "Adafactor");
+#else
+    printf("Adafactor equivalence: skipped (build with -DCTRAX_TEST_ADAFACTOR once ct_adafactor_new exists)\n");
+#endif
+    test_blocks_api();
+    test_reformer_equivalence();
+    test_state();
+    test_stats();
+    test_options();
+    test_clipping();
+    test_shared_weights_refused();
+    test_no_reversible_layers();
+    test_memory_limit();
+    return check_summary("test_reversible_trainer");
+}
