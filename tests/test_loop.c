@@ -92,7 +92,7 @@ static void run_free(run *r) {
 // Copies of the weights and slots.
 static void snapshot(const ct_loop *loop, float **w, size_t *nw, float **s, size_t *ns) {
     ct_trainer *tr = ct_loop_trainer(loop);
-    const ct_net *net = ct_trainer_net(tr);
+    const ct_net *net = ct_loop_net(loop);
     float *slots = ct_trainer_slots(tr, ns);
     *nw = net->n_weights;
     *w = malloc(*nw * sizeof **w + 4);
@@ -316,10 +316,81 @@ static void test_stop_final_tasks_finetune(void) {
     free(dir), free(dir2);
 }
 
+// ---- switching trainers across a restore ------------------------------------------
+
+static ct_layer *small_reformer(void) {
+    ct_reformer_lm_params p = ct_reformer_lm_default_params();
+    p.vocab_size = VOCAB;
+    p.d_model = 8;
+    p.d_ff = 16;
+    p.n_layers = 2;
+    p.n_heads = 2;
+    p.max_len = 2 * LEN + 2;
+    p.dropout = 0;
+    return ct_reformer_lm(p);
+}
+
+// Trains a ReformerLM in dir up to step `to`, with the standard or the
+// memory-efficient trainer, resuming what is there; returns the weights.
+static float *reformer_run(const char *dir, int64_t to, bool memory_efficient, size_t *n) {
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_reformer(), *loss = ct_weighted_category_cross_entropy();
+    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL};
+    ct_loop_options o = ct_loop_default_options();
+    o.output_dir = dir;
+    o.n_steps_per_checkpoint = 5;
+    o.use_memory_efficient_trainer = memory_efficient;
+    ct_loop *loop;
+    ct_error err;
+    float *w = NULL;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
+    if (loop) {
+        CHECK_OK(ct_loop_run(loop, to, &err), &err);
+        const ct_net *net = ct_loop_net(loop);
+        *n = net->n_weights;
+        w = malloc(*n * sizeof *w);
+        memcpy(w, net->weights, *n * sizeof *w);
+        ct_loop_free(loop);
+    }
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(loss);
+    return w;
+}
+
+static void test_switch_trainers(void) {
+    char *a = temp_dir("std"), *b = temp_dir("switch"), *c = temp_dir("eff");
+    size_t n1, n2, n3;
+    float *std = reformer_run(a, 10, false, &n1);
+    // 5 standard steps, then 5 memory-efficient ones from its checkpoint.
+    free(reformer_run(b, 5, false, &n2));
+    float *sw = reformer_run(b, 10, true, &n2);
+    // 5 memory-efficient, then 5 standard.
+    free(reformer_run(c, 5, true, &n3));
+    float *back = reformer_run(c, 10, false, &n3);
+    CHECK(std && sw && back && n1 == n2 && n1 == n3);
+    if (std && sw && back) {
+        double d1 = 0, d2 = 0, norm = 0;
+        for (size_t i = 0; i < n1; i++) {
+            d1 += ((double)std[i] - sw[i]) * ((double)std[i] - sw[i]);
+            d2 += ((double)std[i] - back[i]) * ((double)std[i] - back[i]);
+            norm += (double)std[i] * std[i];
+        }
+        d1 = sqrt(d1 / norm), d2 = sqrt(d2 / norm);
+        printf("ReformerLM, 10 steps: standard vs standard->memory-efficient %.2e, vs memory-efficient->standard "
+               "%.2e (relative)\n",
+               d1, d2);
+        CHECK(d1 < 1e-5 && d2 < 1e-5);
+    }
+    free(std), free(sw), free(back);
+    ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL), ct_fs_remove_tree(c, NULL);
+    free(a), free(b), free(c);
+}
+
 int main(void) {
     ct_log_set_level(CT_LOG_WARN);
     test_files_and_resume();
     test_best_checkpoints();
     test_stop_final_tasks_finetune();
+    test_switch_trainers();
     return check_summary("test_loop");
 }

@@ -130,7 +130,7 @@ static int evaluate(const eval_opts *o) {
         goto done;
     }
     // The checkpoint's weights and state, every one by name, into the trainer's net.
-    const ct_net *net = ct_trainer_net(ct_loop_trainer(loop));
+    const ct_net *net = ct_loop_net(loop);
     int n_req = net->n_params + net->n_state_params;
     reqs = calloc((size_t)n_req + 1, sizeof *reqs);
     for (int i = 0; i < net->n_params; i++) {

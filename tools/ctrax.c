@@ -176,7 +176,7 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     const char *model_name, *loss_name, *opt_name, *sched_name, *inputs_name;
     int64_t n_steps, batch_size, seed, devices, keep, per_ckpt, per_permanent;
     double clip;
-    bool adasum;
+    bool adasum, memory_efficient;
     const char *high, *low;
     ct_config *c = r->cfg;
     CT_TRY(ct_config_get_reference(c, "train", "model", NULL, &model_name, err));
@@ -191,6 +191,7 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     CT_TRY(ct_config_get_int(c, "train", "random_seed", 0, &seed, err));
     CT_TRY(ct_config_get_int(c, "train", "n_devices", 1, &devices, err));
     CT_TRY(ct_config_get_bool(c, "train", "adasum", false, &adasum, err));
+    CT_TRY(ct_config_get_bool(c, "train", "use_memory_efficient_trainer", false, &memory_efficient, err));
     CT_TRY(ct_config_get_float(c, "train", "clip_grad_norm", 0.0, &clip, err));
     CT_TRY(ct_config_get_int(c, "train", "keep_checkpoints", 2, &keep, err));
     CT_TRY(ct_config_get_string(c, "train", "checkpoint_highest", NULL, &high, err));
@@ -242,6 +243,7 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     o->checkpoint_high_metric = high;
     o->trainer.n_devices = a->devices ? a->devices : (int)devices;
     o->trainer.adasum = adasum;
+    o->use_memory_efficient_trainer = memory_efficient;
     o->trainer.clip_grad_norm = (float)clip;
     o->trainer.comm = r->comm;
     o->stop = &stop_requested;
@@ -281,11 +283,12 @@ static int run_train(const train_args *a) {
     signal(SIGTERM, on_signal);
     if (ct_loop_new(&r.loop, r.model, &task, 1, r.eval_steps > 0 ? &ev : NULL, &o, &err) != CT_OK) goto done;
     if (rank == 0) {
-        const ct_net *net = ct_trainer_net(ct_loop_trainer(r.loop));
+        const ct_net *net = ct_loop_net(r.loop);
         char desc[512];
         ct_stream_describe(r.train, desc, sizeof desc);
-        printf("%s: %s, %zu weights (%.2f MiB); %d device(s) x %d process(es); output %s\n", a->config, r.model->name,
-               net->n_weights, (double)net->n_weights * 4 / (1 << 20), o.trainer.n_devices,
+        printf("%s: %s, %zu weights (%.2f MiB); %s trainer, %d device(s) x %d process(es); output %s\n", a->config,
+               r.model->name, net->n_weights, (double)net->n_weights * 4 / (1 << 20),
+               o.use_memory_efficient_trainer ? "memory-efficient" : "standard", o.trainer.n_devices,
                r.comm ? ct_comm_size(r.comm) : 1, r.output_dir);
         printf("data: %s\n", desc);
         if (ct_loop_restored_from(r.loop)[0])

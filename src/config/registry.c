@@ -96,6 +96,39 @@ static const cfg_param transformer_lm_params[] = {
      .doc = "learned positional embeddings instead of sinusoids (ctrax's)"},
 };
 
+static void reformer_lm_defaults(void *p) { *(ct_reformer_lm_params *)p = ct_reformer_lm_default_params(); }
+static ct_layer *reformer_lm_new(const void *p) { return ct_reformer_lm(*(const ct_reformer_lm_params *)p); }
+
+static ct_status reformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
+    const ct_reformer_lm_params *p = vp;
+    if (p->d_model % p->n_heads == 0) return CT_OK;
+    char where[300];
+    cfg_where(cfg, name, "n_heads", where, sizeof where);
+    if (!where[0]) cfg_where(cfg, name, "d_model", where, sizeof where);
+    return ct_error_set(err, CT_ERR_ARG, "%s%s: d_model %d does not divide by n_heads %d", where, name, p->d_model,
+                        p->n_heads);
+}
+
+// Trax's ReformerLM(vocab_size, d_model, d_ff, d_attention_key,
+// d_attention_value, n_layers, n_heads, dropout, max_len, attention_type,
+// ...): ctrax's attention is always full causal attention, so only these.
+static const cfg_param reformer_lm_params[] = {
+    {.name = "vocab_size", .type = CFG_INT, FIELD(ct_reformer_lm_params, vocab_size), AT_LEAST(1),
+     .doc = "tokens are 0..vocab_size-1"},
+    {.name = "d_model", .type = CFG_INT, FIELD(ct_reformer_lm_params, d_model), AT_LEAST(1),
+     .doc = "width of each of the two reversible halves"},
+    {.name = "d_ff", .type = CFG_INT, FIELD(ct_reformer_lm_params, d_ff), AT_LEAST(1),
+     .doc = "width of the feed-forward layers"},
+    {.name = "n_layers", .type = CFG_INT, FIELD(ct_reformer_lm_params, n_layers), AT_LEAST(0),
+     .doc = "reversible decoder blocks"},
+    {.name = "n_heads", .type = CFG_INT, FIELD(ct_reformer_lm_params, n_heads), AT_LEAST(1),
+     .doc = "attention heads; must divide d_model"},
+    {.name = "max_len", .type = CFG_INT, FIELD(ct_reformer_lm_params, max_len), AT_LEAST(1),
+     .doc = "longest sequence the positional encoding covers"},
+    {.name = "dropout", .type = CFG_FLOAT, FIELD(ct_reformer_lm_params, dropout), UNIT_OPEN,
+     .doc = "dropout rate everywhere"},
+};
+
 // Trax's MLP(layer_widths=(128, 64), activation_fn=Relu, out_activation=False,
 // flatten=True, mode); the activation is always Relu.
 static const cfg_param mlp_params[] = {
@@ -423,6 +456,10 @@ static const cfg_def registry[] = {
      .struct_size = sizeof(ct_transformer_lm_params), .defaults = transformer_lm_defaults,
      .check = transformer_lm_check, .new_layer = transformer_lm_new,
      .doc = "decoder-only Transformer language model: int32 tokens (B, T) -> logits (B, T, vocab_size)"},
+    {.name = "ReformerLM", .kind = CFG_MODEL, .modules = "trax.models trax.models.reformer",
+     PARAMS(reformer_lm_params), .struct_size = sizeof(ct_reformer_lm_params), .defaults = reformer_lm_defaults,
+     .check = reformer_lm_check, .new_layer = reformer_lm_new,
+     .doc = "reversible decoder-only language model: int32 tokens (B, T) -> logits (B, T, vocab_size)"},
     {.name = "MLP", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(mlp_params), .build_layer = build_mlp,
      .doc = "Dense layers with Relu between them: (B, ...) -> (B, last width)"},
 

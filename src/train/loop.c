@@ -10,6 +10,7 @@
 
 #include "ctrax/core/log.h"
 #include "ctrax/train/checkpoint.h"
+#include "ctrax/train/reversible_trainer.h"
 #include "ctrax/train/summary.h"
 
 #define LOOP_STATE_FORMAT "ctrax-loop"
@@ -26,9 +27,13 @@ struct ct_loop {
     bool has_eval;
     ct_net metric_nets[CT_EVAL_MAX_METRICS];  // initialized at the first eval
     bool metrics_ready;
-    ct_arena metric_arena;
+    ct_arena metric_arena;  // evals: the model's outputs and the metrics
     ct_ctx metric_ctx;
+    ct_ctx model_ctx;       // evals: the model on the trainer's net, eval mode
+    // One of the two trainers; both lay out and name weights and slots alike,
+    // so their checkpoints are interchangeable.
     ct_trainer *trainer;
+    ct_reversible_trainer *rtrainer;
     ct_key key;
     int64_t step;
     int rank, n_proc;
@@ -52,6 +57,32 @@ struct ct_loop {
     ct_step_stats last_stats;
     float last_lr;
 };
+
+// ---- the trainer, either kind ---------------------------------------------------------
+
+static const ct_net *lt_net(const ct_loop *l) {
+    return l->trainer ? ct_trainer_net(l->trainer) : ct_reversible_trainer_net(l->rtrainer);
+}
+
+static float *lt_slots(const ct_loop *l, size_t *n) {
+    return l->trainer ? ct_trainer_slots(l->trainer, n) : ct_reversible_trainer_slots(l->rtrainer, n);
+}
+
+static void lt_param_slots(const ct_loop *l, int i, size_t *off, size_t *n) {
+    if (l->trainer) ct_trainer_param_slots(l->trainer, i, off, n);
+    else ct_reversible_trainer_param_slots(l->rtrainer, i, off, n);
+}
+
+static ct_optimizer *lt_optimizer(const ct_loop *l) {
+    return l->trainer ? ct_trainer_optimizer(l->trainer) : ct_reversible_trainer_optimizer(l->rtrainer);
+}
+
+static ct_status lt_one_step(ct_loop *l, const ct_tensor *batch, ct_key key, int64_t step, float lr, ct_error *err) {
+    if (l->trainer) return ct_trainer_one_step(l->trainer, batch, key, step, lr, &l->last_stats, err);
+    return ct_reversible_trainer_one_step(l->rtrainer, batch, key, step, lr, &l->last_stats, err);
+}
+
+static int lt_devices(const ct_loop *l) { return l->trainer ? ct_trainer_global_devices(l->trainer) : 1; }
 
 ct_loop_options ct_loop_default_options(void) {
     ct_loop_options o;
@@ -185,14 +216,14 @@ static ct_named_tensor *weight_tensors(const ct_net *net, int *n) {
 }
 
 // Each weight's optimizer slots as one flat tensor named like the weight.
-static ct_named_tensor *slot_tensors(const ct_trainer *tr, int *n) {
-    const ct_net *net = ct_trainer_net(tr);
-    float *slots = ct_trainer_slots(tr, NULL);
+static ct_named_tensor *slot_tensors(const ct_loop *l, int *n) {
+    const ct_net *net = lt_net(l);
+    float *slots = lt_slots(l, NULL);
     ct_named_tensor *t = ct_calloc((size_t)net->n_params + 1, sizeof *t);
     *n = 0;
     for (int i = 0; i < net->n_params; i++) {
         size_t off, cnt;
-        ct_trainer_param_slots(tr, i, &off, &cnt);
+        lt_param_slots(l, i, &off, &cnt);
         if (cnt == 0) continue;
         t[*n].name = net->params[i]->full_name;
         t[*n].tensor = ct_tensor_1d(CT_DTYPE_F32, (int64_t)cnt, slots + off);
@@ -220,7 +251,7 @@ static char *state_json(const ct_loop *l) {
     cJSON *tasks = cJSON_AddArrayToObject(root, "train_cursors");
     for (int i = 0; i < l->n_tasks; i++) cJSON_AddItemToArray(tasks, cursor_json(ct_stream_get_cursor(l->tasks[i].stream)));
     if (l->has_eval) cJSON_AddItemToObject(root, "eval_cursor", cursor_json(ct_stream_get_cursor(l->eval.stream)));
-    const ct_optimizer *opt = ct_trainer_optimizer(l->trainer);
+    const ct_optimizer *opt = lt_optimizer(l);
     cJSON *o = cJSON_AddObjectToObject(root, "optimizer");
     cJSON_AddStringToObject(o, "name", ct_optimizer_name(opt));
     cJSON *params = cJSON_AddObjectToObject(o, "params");
@@ -243,9 +274,9 @@ static char *state_json(const ct_loop *l) {
         cJSON_AddItemToArray(row, isfinite(e->value) ? cJSON_CreateNumber(e->value) : cJSON_CreateNull());
         cJSON_AddItemToArray(hist, row);
     }
-    const ct_net *net = ct_trainer_net(l->trainer);
-    cJSON_AddNumberToObject(root, "n_weights", (double)net->n_weights);
-    cJSON_AddNumberToObject(root, "devices", ct_trainer_global_devices(l->trainer));
+    cJSON_AddNumberToObject(root, "n_weights", (double)lt_net(l)->n_weights);
+    cJSON_AddNumberToObject(root, "devices", lt_devices(l));
+    cJSON_AddStringToObject(root, "trainer", l->trainer ? "standard" : "memory_efficient");
     if (l->opts.config_text) cJSON_AddStringToObject(root, "config", l->opts.config_text);
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
@@ -261,9 +292,9 @@ static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, ct_er
         ct_checkpoint_writer *w;
         CT_TRY(ct_checkpoint_writer_begin(&w, l->opts.output_dir, name, &co, err));
         int nw, ns;
-        ct_named_tensor *wt = weight_tensors(ct_trainer_net(l->trainer), &nw);
-        ct_named_tensor *st = slot_tensors(l->trainer, &ns);
-        ct_kv meta[1] = {{"optimizer", ct_optimizer_name(ct_trainer_optimizer(l->trainer))}};
+        ct_named_tensor *wt = weight_tensors(lt_net(l), &nw);
+        ct_named_tensor *st = slot_tensors(l, &ns);
+        ct_kv meta[1] = {{"optimizer", ct_optimizer_name(lt_optimizer(l))}};
         char *json = state_json(l);
         ct_status s = ct_checkpoint_writer_add_tensors(w, "weights.safetensors", wt, nw, NULL, 0, err);
         if (s == CT_OK) s = ct_checkpoint_writer_add_tensors(w, "slots.safetensors", st, ns, meta, 1, err);
@@ -324,10 +355,10 @@ static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     }
 
     // Tensors first: a failed load leaves every destination as it was.
-    const ct_net *net = ct_trainer_net(l->trainer);
+    const ct_net *net = lt_net(l);
     int nw, ns;
     ct_named_tensor *wt = weight_tensors(net, &nw);
-    ct_named_tensor *sl = slot_tensors(l->trainer, &ns);
+    ct_named_tensor *sl = slot_tensors(l, &ns);
     ct_tensor_request *reqs = ct_calloc((size_t)(nw + ns) + 1, sizeof *reqs);
     for (int i = 0; i < nw; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
     for (int i = 0; i < ns; i++) reqs[nw + i] = (ct_tensor_request){"slots.safetensors", sl[i].name, sl[i].tensor, 0};
@@ -337,7 +368,7 @@ static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     ct_free(sl);
     if (st != CT_OK) goto done;
 
-    ct_optimizer *opt = ct_trainer_optimizer(l->trainer);
+    ct_optimizer *opt = lt_optimizer(l);
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     const cJSON *oname = cJSON_GetObjectItemCaseSensitive(o, "name");
     if (!cJSON_IsString(oname) || strcmp(oname->valuestring, ct_optimizer_name(opt))) {
@@ -418,7 +449,7 @@ ct_status ct_loop_load_weights(ct_loop *loop, const char *checkpoint_dir, const 
     ct_checkpoint *c;
     CT_TRY(ct_checkpoint_open(&c, checkpoint_dir, name, err));
     int nw;
-    ct_named_tensor *wt = weight_tensors(ct_trainer_net(loop->trainer), &nw);
+    ct_named_tensor *wt = weight_tensors(lt_net(loop), &nw);
     ct_tensor_request *reqs = ct_calloc((size_t)nw + 1, sizeof *reqs);
     for (int i = 0; i < nw; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
     ct_status st = ct_checkpoint_load(c, reqs, nw, CT_LOAD_BY_NAME, err);
@@ -459,7 +490,9 @@ ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err) {
         ct_tensor batch[CT_BATCH_MAX_TENSORS], outputs[CT_LAYER_MAX_IO];
         CT_TRY(next_batch(l, l->eval.stream, "eval", &global, err));
         CT_TRY(local_rows(l, &global, batch, err));
-        CT_TRY(ct_trainer_predict(l->trainer, batch, outputs, err));
+        // The model alone on the trainer's weights, in eval mode (dropout off).
+        ct_net_bind(lt_net(l), &l->model_ctx, false);
+        CT_TRY(ct_layer_forward(l->model, &l->model_ctx, batch, outputs, l->key, err));
         if (!l->metrics_ready) CT_TRY(init_metrics(l, outputs, l->model->n_out, batch, global.n, err));
         ct_tensor in[CT_LAYER_MAX_IO];
         int n = 0;
@@ -546,6 +579,7 @@ ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks
     }
     ct_arena_init(&l->metric_arena, l->dev);
     ct_ctx_init(&l->metric_ctx, &l->metric_arena);
+    ct_ctx_init(&l->model_ctx, &l->metric_arena);
     l->comm = l->opts.trainer.comm;
     l->rank = l->comm ? ct_comm_rank(l->comm) : 0;
     l->n_proc = l->comm ? ct_comm_size(l->comm) : 1;
@@ -574,8 +608,22 @@ ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks
     }
     ct_tensor sigs[CT_BATCH_MAX_TENSORS];
     for (int i = 0; i < first.n; i++) sigs[i] = ct_tensor_sig(&local[i]);
-    st = ct_trainer_new(&l->trainer, model, l->tasks[0].loss, sigs, first.n, opt,
-                        ct_key_split(l->key, 0), l->dev, &l->opts.trainer, err);
+    if (l->opts.use_memory_efficient_trainer) {
+        if (l->opts.trainer.n_devices > 1 || l->comm || l->opts.trainer.adasum || l->opts.trainer.n_frozen) {
+            ct_optimizer_free(opt);
+            st = ct_error_set(err, CT_ERR_ARG,
+                              "loop: the memory-efficient trainer runs on one device, without Adasum or frozen "
+                              "weights (for now)");
+            goto fail;
+        }
+        ct_reversible_trainer_options ro = ct_reversible_trainer_default_options();
+        ro.clip_grad_norm = l->opts.trainer.clip_grad_norm;
+        st = ct_reversible_trainer_new(&l->rtrainer, model, l->tasks[0].loss, sigs, first.n, opt,
+                                       ct_key_split(l->key, 0), l->dev, &ro, err);
+    } else {
+        st = ct_trainer_new(&l->trainer, model, l->tasks[0].loss, sigs, first.n, opt, ct_key_split(l->key, 0), l->dev,
+                            &l->opts.trainer, err);
+    }
     if (st != CT_OK) goto fail;
     if ((st = ct_stream_set_cursor(l->tasks[0].stream, start, err)) != CT_OK) goto fail;
 
@@ -605,8 +653,10 @@ void ct_loop_free(ct_loop *loop) {
     if (l->has_eval)
         for (int m = 0; m < l->eval.n_metrics; m++) ct_layer_free(l->eval.metrics[m]);
     ct_ctx_free(&l->metric_ctx);
+    ct_ctx_free(&l->model_ctx);
     ct_arena_free(&l->metric_arena);
     ct_trainer_free(l->trainer);
+    ct_reversible_trainer_free(l->rtrainer);
     for (int i = 0; i < l->n_tasks; i++) {
         ct_layer_free(l->tasks[i].loss);
         ct_optimizer_free(l->tasks[i].optimizer);
@@ -660,9 +710,9 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
     // opt_params.learning_rate).
     float lr = 0;
     if (task->lr_schedule) lr = ct_schedule_value(task->lr_schedule, l->step);
-    else CT_TRY(ct_optimizer_get_param(ct_trainer_optimizer(l->trainer), "learning_rate", &lr, err));
+    else CT_TRY(ct_optimizer_get_param(lt_optimizer(l), "learning_rate", &lr, err));
     ct_key step_key = ct_key_fold_in(ct_key_split(l->key, 1), (uint32_t)l->step);
-    ct_status st = ct_trainer_one_step(l->trainer, batch, step_key, l->step, lr, &l->last_stats, err);
+    ct_status st = lt_one_step(l, batch, step_key, l->step, lr, err);
     if (st != CT_OK) return ct_error_prefix(err, "step %lld", (long long)l->step);
     l->last_lr = lr;
     l->loss_sum += l->last_stats.loss;
@@ -719,3 +769,4 @@ int64_t ct_loop_step(const ct_loop *loop) { return loop->step; }
 bool ct_loop_stopped(const ct_loop *loop) { return loop->stopped; }
 const char *ct_loop_restored_from(const ct_loop *loop) { return loop->restored_from; }
 ct_trainer *ct_loop_trainer(const ct_loop *loop) { return loop->trainer; }
+const ct_net *ct_loop_net(const ct_loop *loop) { return lt_net(loop); }

@@ -1024,3 +1024,11 @@ float *ct_reversible_trainer_slots(const ct_reversible_trainer *t, size_t *n_flo
 }
 
 const ct_device *ct_reversible_trainer_host(const ct_reversible_trainer *t) { return &t->host; }
+
+void ct_reversible_trainer_param_slots(const ct_reversible_trainer *t, int i, size_t *offset, size_t *n_floats) {
+    CT_ASSERT(i >= 0 && i < t->net.n_params);
+    *offset = t->slot_offsets[i];
+    *n_floats = (i + 1 < t->net.n_params ? t->slot_offsets[i + 1] : t->n_slot_floats) - t->slot_offsets[i];
+}
+
+ct_optimizer *ct_reversible_trainer_optimizer(const ct_reversible_trainer *t) { return t->optim; }

@@ -107,6 +107,11 @@ typedef struct ct_loop_options {
     bool restore;       // resume from output_dir's newest checkpoint: true
     uint64_t seed;      // the loop's key (init, dropout): 0
     ct_trainer_options trainer;  // devices, comm, clipping, frozen weights
+    // The memory-efficient (reversible) trainer instead of the standard one:
+    // weights and slots on the host, one layer at a time on the device. Its
+    // checkpoints are the standard trainer's, so a run can switch trainers
+    // across a restore. One device, no Adasum, no frozen weights (for now).
+    bool use_memory_efficient_trainer;
     ct_device *device;  // counts the trainer's bytes; NULL: the loop's own CPU device
     // Set (by a signal handler) to stop after the current step with a
     // checkpoint; run then returns CT_OK with ct_loop_stopped true.
@@ -144,7 +149,10 @@ int64_t ct_loop_step(const ct_loop *loop);
 bool ct_loop_stopped(const ct_loop *loop);
 // The checkpoint the loop resumed from ("" if it started fresh).
 const char *ct_loop_restored_from(const ct_loop *loop);
+// The standard trainer (NULL with the memory-efficient one), and the net
+// (weights, names) of whichever trainer runs.
 ct_trainer *ct_loop_trainer(const ct_loop *loop);
+const ct_net *ct_loop_net(const ct_loop *loop);
 
 // History: (mode, metric, step, value), in the order recorded.
 typedef struct ct_history_entry {

@@ -149,6 +149,10 @@ const char *ct_reversible_trainer_layer_desc(const ct_reversible_trainer *t, int
 const ct_net *ct_reversible_trainer_net(const ct_reversible_trainer *t);
 ct_layer *ct_reversible_trainer_model(const ct_reversible_trainer *t);
 float *ct_reversible_trainer_slots(const ct_reversible_trainer *t, size_t *n_floats);
+// Where weight i (ct_reversible_trainer_net(t)->params[i]) has its slots,
+// as ct_trainer_param_slots; and the optimizer every layer uses.
+void ct_reversible_trainer_param_slots(const ct_reversible_trainer *t, int i, size_t *offset, size_t *n_floats);
+ct_optimizer *ct_reversible_trainer_optimizer(const ct_reversible_trainer *t);
 // The host device: bytes of weights, state, slots (and the gradient slab
 // of CT_CLIP_GLOBAL).
 const ct_device *ct_reversible_trainer_host(const ct_reversible_trainer *t);
