@@ -1,6 +1,7 @@
 # The two commands of the README, and the steps they are made of.
 #
-#   make train    install missing packages, build (Release, build/), run ./build/ctrax train
+#   make train    install missing packages, build (Release, build/), train the default
+#                 config (a ReformerLM on Debian's fortunes), then print a sample of its text
 #   make test     install missing packages, build and test Release (build/) and
 #                 ASan+UBSan Debug (build-asan/); ends with "make test: N passed, N failed"
 #   make install PREFIX=/usr/local    library, headers, ctrax.pc, the ctrax program
@@ -26,8 +27,12 @@ build: deps
 	cmake -S . -B build $(CMAKE_RELEASE)
 	cmake --build build -j $(JOBS)
 
+DEFAULT_CONFIG = configs/fortunes_reformer.gin
+DEFAULT_RUN = runs/fortunes_reformer
+
 train: build
-	./build/ctrax train
+	./build/ctrax train $(DEFAULT_CONFIG) --output-dir $(DEFAULT_RUN)
+	./build/ctrax sample $(DEFAULT_RUN) --prompt 'The ' --length 400 --temperature 0.8 --seed 1
 
 test: deps
 	@JOBS=$(JOBS) bash scripts/test.sh

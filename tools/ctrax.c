@@ -56,6 +56,7 @@ static void train_usage(FILE *f) {
             "  --steps N                 train until step N (overrides train.steps)\n"
             "  --devices N               local replicas (threads) splitting each batch (train.n_devices)\n"
             "  --restart                 start from step 0 even if DIR holds checkpoints\n"
+            "  --configurables           list every name a config can bind, with its parameters\n"
             "  -h, --help                show this help\n"
             "\n"
             "Output: runs/NAME/model_<step>/ (weights.safetensors, slots.safetensors, state.json),\n"
@@ -82,6 +83,12 @@ static int parse_train_args(int argc, char **argv, train_args *a) {
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             train_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(s, "--configurables")) {
+            char *text = ct_config_registry_text();
+            fputs(text, stdout);
+            ct_free(text);
             return 1;
         }
         if (!strcmp(s, "--restart")) {
