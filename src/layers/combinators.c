@@ -5,24 +5,13 @@
 // gradient to two inputs), so no layer writes into a grad_out it was given.
 #include "ctrax/layers/combinators.h"
 
+#include "layers/stack.h"
+
 #include <string.h>
-
-// The deepest stack a Serial may build while running its sublayers.
-#define CT_STACK_MAX (2 * CT_LAYER_MAX_IO)
-
-// Replaces the top n_pop items of stack (depth items, top at index 0) by the
-// n_push items of top. Returns the new depth, or -1 if it would overflow.
-static int stack_replace(ct_tensor *stack, int depth, int n_pop, const ct_tensor *top, int n_push) {
-    int new_depth = depth - n_pop + n_push;
-    if (new_depth > CT_STACK_MAX) return -1;
-    memmove(stack + n_push, stack + n_pop, (size_t)(depth - n_pop) * sizeof *stack);
-    memcpy(stack, top, (size_t)n_push * sizeof *stack);
-    return new_depth;
-}
 
 // ---- Serial ------------------------------------------------------------------
 
-static ct_status serial_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
+ct_status ct_serial_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
                              ct_key key, ct_error *err) {
     ct_tensor stack[CT_STACK_MAX], outs[CT_LAYER_MAX_IO];
     int depth = l->n_in;
@@ -30,7 +19,7 @@ static ct_status serial_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, 
     for (int i = 0; i < l->n_sub; i++) {
         ct_layer *s = l->sub[i];
         CT_TRY(ct_layer_init(s, i, ic, stack, outs, ct_key_split(key, (uint32_t)i), err));
-        depth = stack_replace(stack, depth, s->n_in, outs, s->n_out);
+        depth = ct_stack_replace(stack, depth, s->n_in, outs, s->n_out);
         if (depth < 0)
             return ct_layer_fail(l, err, CT_ERR_ARG, "init", "stack deeper than %d items", CT_STACK_MAX);
     }
@@ -38,7 +27,7 @@ static ct_status serial_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, 
     return CT_OK;
 }
 
-static ct_status serial_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
+ct_status ct_serial_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
                                 ct_key key, ct_error *err) {
     ct_tensor stack[CT_STACK_MAX], outs[CT_LAYER_MAX_IO];
     int depth = l->n_in;
@@ -46,13 +35,13 @@ static ct_status serial_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_
     for (int i = 0; i < l->n_sub; i++) {
         ct_layer *s = l->sub[i];
         CT_TRY(ct_layer_forward(s, c, stack, outs, ct_key_split(key, (uint32_t)i), err));
-        depth = stack_replace(stack, depth, s->n_in, outs, s->n_out);  // checked at init
+        depth = ct_stack_replace(stack, depth, s->n_in, outs, s->n_out);  // checked at init
     }
     memcpy(out, stack, (size_t)l->n_out * sizeof *out);
     return CT_OK;
 }
 
-static ct_status serial_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
+ct_status ct_serial_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
                                  ct_tensor *grad_in, ct_key key, ct_error *err) {
     ct_tensor stack[CT_STACK_MAX], grads[CT_LAYER_MAX_IO];
     int depth = l->n_out;
@@ -60,7 +49,7 @@ static ct_status serial_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_o
     for (int i = l->n_sub - 1; i >= 0; i--) {
         ct_layer *s = l->sub[i];
         CT_TRY(ct_layer_backward(s, c, stack, grads, ct_key_split(key, (uint32_t)i), err));
-        depth = stack_replace(stack, depth, s->n_out, grads, s->n_in);
+        depth = ct_stack_replace(stack, depth, s->n_out, grads, s->n_in);
     }
     memcpy(grad_in, stack, (size_t)l->n_in * sizeof *grad_in);
     return CT_OK;
@@ -68,9 +57,9 @@ static ct_status serial_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_o
 
 static const ct_layer_vtable serial_vt = {
     .type = "Serial",
-    .init = serial_init,
-    .forward = serial_forward,
-    .backward = serial_backward,
+    .init = ct_serial_init,
+    .forward = ct_serial_forward,
+    .backward = ct_serial_backward,
 };
 
 ct_layer *ct_serial(int n, ct_layer **layers) {

@@ -6,9 +6,7 @@
 #include <string.h>
 
 #include "ctrax/layers/combinators.h"
-
-// The deepest stack ReversibleSerial builds (as Serial's).
-#define REV_STACK_MAX (2 * CT_LAYER_MAX_IO)
+#include "layers/stack.h"
 
 bool ct_layer_is_reversible(const ct_layer *l) { return l->vt->reverse_and_grad != NULL; }
 
@@ -233,73 +231,26 @@ ct_layer *ct_reversible_swap(void) {
 
 // ---- ReversibleSerial -------------------------------------------------------------
 
-// Replaces the top n_pop items of stack (depth items, top at index 0) by the
-// n_push items of top; returns the new depth (init checked it fits).
-static int stack_replace(ct_tensor *stack, int depth, int n_pop, const ct_tensor *top, int n_push) {
-    int new_depth = depth - n_pop + n_push;
-    CT_ASSERT(new_depth <= REV_STACK_MAX);
-    memmove(stack + n_push, stack + n_pop, (size_t)(depth - n_pop) * sizeof *stack);
-    memcpy(stack, top, (size_t)n_push * sizeof *stack);
-    return new_depth;
-}
-
 static ct_status rserial_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
                               ct_key key, ct_error *err) {
-    ct_tensor stack[REV_STACK_MAX], outs[CT_LAYER_MAX_IO];
-    int depth = l->n_in;
-    memcpy(stack, in, (size_t)depth * sizeof *stack);
-    for (int i = 0; i < l->n_sub; i++) {
-        ct_layer *s = l->sub[i];
-        if (!ct_layer_is_reversible(s))
+    for (int i = 0; i < l->n_sub; i++)
+        if (!ct_layer_is_reversible(l->sub[i]))
             return ct_layer_fail(l, err, CT_ERR_ARG, "init", "sublayer %d (%s) is not reversible", i,
-                                 s->name);
-        CT_TRY(ct_layer_init(s, i, ic, stack, outs, ct_key_split(key, (uint32_t)i), err));
-        int new_depth = depth - s->n_in + s->n_out;
-        if (new_depth > REV_STACK_MAX)
-            return ct_layer_fail(l, err, CT_ERR_ARG, "init", "stack deeper than %d items", REV_STACK_MAX);
-        depth = stack_replace(stack, depth, s->n_in, outs, s->n_out);
-    }
-    memcpy(out, stack, (size_t)l->n_out * sizeof *out);
-    return CT_OK;
+                                 l->sub[i]->name);
+    return ct_serial_init(l, ic, in, out, key, err);
 }
 
-static ct_status rserial_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
-                                 ct_key key, ct_error *err) {
-    ct_tensor stack[REV_STACK_MAX], outs[CT_LAYER_MAX_IO];
-    int depth = l->n_in;
-    memcpy(stack, in, (size_t)depth * sizeof *stack);
-    for (int i = 0; i < l->n_sub; i++) {
-        ct_layer *s = l->sub[i];
-        CT_TRY(ct_layer_forward(s, c, stack, outs, ct_key_split(key, (uint32_t)i), err));
-        depth = stack_replace(stack, depth, s->n_in, outs, s->n_out);
-    }
-    memcpy(out, stack, (size_t)l->n_out * sizeof *out);
-    return CT_OK;
-}
-
-static ct_status rserial_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
-                                  ct_key key, ct_error *err) {
-    ct_tensor stack[REV_STACK_MAX], grads[CT_LAYER_MAX_IO];
-    int depth = l->n_out;
-    memcpy(stack, grad_out, (size_t)depth * sizeof *stack);
-    for (int i = l->n_sub - 1; i >= 0; i--) {
-        ct_layer *s = l->sub[i];
-        CT_TRY(ct_layer_backward(s, c, stack, grads, ct_key_split(key, (uint32_t)i), err));
-        depth = stack_replace(stack, depth, s->n_out, grads, s->n_in);
-    }
-    memcpy(grad_in, stack, (size_t)l->n_in * sizeof *grad_in);
-    return CT_OK;
-}
+// Forward and backward are Serial's (layers/stack.h).
 
 static ct_status rserial_reverse(ct_layer *l, ct_ctx *c, const ct_tensor *out, ct_tensor *in, ct_key key,
                                  ct_error *err) {
-    ct_tensor stack[REV_STACK_MAX], ins[CT_LAYER_MAX_IO];
+    ct_tensor stack[CT_STACK_MAX], ins[CT_LAYER_MAX_IO];
     int depth = l->n_out;
     memcpy(stack, out, (size_t)depth * sizeof *stack);
     for (int i = l->n_sub - 1; i >= 0; i--) {
         ct_layer *s = l->sub[i];
         CT_TRY(ct_layer_reverse(s, c, stack, ins, ct_key_split(key, (uint32_t)i), err));
-        depth = stack_replace(stack, depth, s->n_out, ins, s->n_in);
+        depth = ct_stack_replace(stack, depth, s->n_out, ins, s->n_in);
     }
     memcpy(in, stack, (size_t)l->n_in * sizeof *in);
     return CT_OK;
@@ -308,15 +259,15 @@ static ct_status rserial_reverse(ct_layer *l, ct_ctx *c, const ct_tensor *out, c
 static ct_status rserial_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tensor *out,
                                           const ct_tensor *grad_out, ct_tensor *in, ct_tensor *grad_in,
                                           ct_key key, ct_error *err) {
-    ct_tensor vals[REV_STACK_MAX], grads[REV_STACK_MAX], ins[CT_LAYER_MAX_IO], gins[CT_LAYER_MAX_IO];
+    ct_tensor vals[CT_STACK_MAX], grads[CT_STACK_MAX], ins[CT_LAYER_MAX_IO], gins[CT_LAYER_MAX_IO];
     int depth = l->n_out;
     memcpy(vals, out, (size_t)depth * sizeof *vals);
     memcpy(grads, grad_out, (size_t)depth * sizeof *grads);
     for (int i = l->n_sub - 1; i >= 0; i--) {
         ct_layer *s = l->sub[i];
         CT_TRY(ct_layer_reverse_and_grad(s, c, vals, grads, ins, gins, ct_key_split(key, (uint32_t)i), err));
-        stack_replace(vals, depth, s->n_out, ins, s->n_in);
-        depth = stack_replace(grads, depth, s->n_out, gins, s->n_in);
+        ct_stack_replace(vals, depth, s->n_out, ins, s->n_in);
+        depth = ct_stack_replace(grads, depth, s->n_out, gins, s->n_in);
     }
     memcpy(in, vals, (size_t)l->n_in * sizeof *in);
     memcpy(grad_in, grads, (size_t)l->n_in * sizeof *grad_in);
@@ -326,8 +277,8 @@ static ct_status rserial_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tenso
 static const ct_layer_vtable rserial_vt = {
     .type = "ReversibleSerial",
     .init = rserial_init,
-    .forward = rserial_forward,
-    .backward = rserial_backward,
+    .forward = ct_serial_forward,
+    .backward = ct_serial_backward,
     .reverse = rserial_reverse,
     .reverse_and_grad = rserial_reverse_and_grad,
 };
