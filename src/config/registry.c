@@ -63,14 +63,19 @@ const char *cfg_type_name(cfg_type t) {
 static void transformer_lm_defaults(void *p) { *(ct_transformer_lm_params *)p = ct_transformer_lm_default_params(); }
 static ct_layer *transformer_lm_new(const void *p) { return ct_transformer_lm(*(const ct_transformer_lm_params *)p); }
 
-static ct_status transformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
-    const ct_transformer_lm_params *p = vp;
-    if (p->d_model % p->n_heads == 0) return CT_OK;
+// d_model must divide by n_heads; the error points at the binding.
+static ct_status check_heads(ct_config *cfg, const char *name, int d_model, int n_heads, ct_error *err) {
+    if (d_model % n_heads == 0) return CT_OK;
     char where[300];
     cfg_where(cfg, name, "n_heads", where, sizeof where);
     if (!where[0]) cfg_where(cfg, name, "d_model", where, sizeof where);
-    return ct_error_set(err, CT_ERR_ARG, "%s%s: d_model %d does not divide by n_heads %d", where, name, p->d_model,
-                        p->n_heads);
+    return ct_error_set(err, CT_ERR_ARG, "%s%s: d_model %d does not divide by n_heads %d", where, name, d_model,
+                        n_heads);
+}
+
+static ct_status transformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
+    const ct_transformer_lm_params *p = vp;
+    return check_heads(cfg, name, p->d_model, p->n_heads, err);
 }
 
 // Trax's TransformerLM(vocab_size, d_model, d_ff, n_layers, n_heads, dropout,
@@ -101,12 +106,7 @@ static ct_layer *reformer_lm_new(const void *p) { return ct_reformer_lm(*(const 
 
 static ct_status reformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
     const ct_reformer_lm_params *p = vp;
-    if (p->d_model % p->n_heads == 0) return CT_OK;
-    char where[300];
-    cfg_where(cfg, name, "n_heads", where, sizeof where);
-    if (!where[0]) cfg_where(cfg, name, "d_model", where, sizeof where);
-    return ct_error_set(err, CT_ERR_ARG, "%s%s: d_model %d does not divide by n_heads %d", where, name, p->d_model,
-                        p->n_heads);
+    return check_heads(cfg, name, p->d_model, p->n_heads, err);
 }
 
 // Trax's ReformerLM(vocab_size, d_model, d_ff, d_attention_key,
