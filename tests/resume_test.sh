@@ -15,6 +15,11 @@ export OMP_NUM_THREADS=2
 "$ctrax" train "$config" --output-dir "$work/straight" >"$work/straight.log" 2>&1 ||
     { cat "$work/straight.log"; echo "resume_test: 0 passed, 1 failed"; exit 1; }
 tail -n 2 "$work/straight.log"
+# The operative config the run saved builds the model again: sample and eval read it.
+"$ctrax" sample "$work/straight" --prompt 'A ' --length 20 --seed 1 >"$work/sample.txt" 2>"$work/sample.err" &&
+    "$ctrax" eval "$work/straight" --steps 1 >"$work/eval.txt" 2>&1 ||
+    { cat "$work/sample.err" "$work/eval.txt"; echo "resume_test: 0 passed, 1 failed"; exit 1; }
+echo "sample from the run: $(head -c 40 "$work/sample.txt")"
 
 # Kill each run once it has passed a target step (then after a short
 # random delay, so some kills land inside a checkpoint write), resuming each

@@ -443,7 +443,8 @@ static const cfg_param train_params[] = {
 // Trax's TrainTask/Loop checkpoint periods.
 static const cfg_param loop_params[] = {
     {.name = "n_steps_per_checkpoint", .type = CFG_INT, AT_LEAST(1)},
-    {.name = "n_steps_per_permanent_checkpoint", .type = CFG_INT, AT_LEAST(1), .none_ok = true},
+    {.name = "n_steps_per_permanent_checkpoint", .type = CFG_INT, AT_LEAST(0), .none_ok = true,
+     .doc = "0 or None: no permanent checkpoints"},
 };
 
 // ---- The table ----------------------------------------------------------------------------
