@@ -1,7 +1,13 @@
-// The MPI engine: non-blocking collectives on a private copy of
-// MPI_COMM_WORLD, each waited on with a deadline so a dead or hung peer ends
-// the wait with an error instead of a hang.
+// The MPI engine, on a private copy of MPI_COMM_WORLD. Every wait has a
+// deadline, so a dead or hung peer ends the job with a message instead of a
+// hang: the bucket allreduces that overlap backward are non-blocking and
+// polled against the deadline (an error returned); the plain allreduce is
+// MPI's blocking one, which Open MPI runs with faster algorithms than its
+// non-blocking one, watched by a thread that calls the abort handler when
+// the deadline passes (a blocked MPI call cannot return an error).
+#include <stdbool.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,6 +21,14 @@ struct mpi_state {
     int finalize;       // we called MPI_Init, so we call MPI_Finalize
     MPI_Request *pending;  // started bucket allreduces
     int n_pending, cap_pending;
+    // The watchdog of blocking calls: armed with a deadline around each one.
+    pthread_t watchdog;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool armed, quit;
+    double deadline;
+    const char *op;
+    int rank, size;
 };
 
 int ct_comm_mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") != NULL; }
@@ -23,6 +37,39 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *watchdog_main(void *arg) {
+    mpi_state *m = arg;
+    pthread_mutex_lock(&m->mu);
+    while (!m->quit) {
+        if (!m->armed) {
+            pthread_cond_wait(&m->cv, &m->mu);
+            continue;
+        }
+        double left = m->deadline - now_s();
+        if (left <= 0)
+            ct_abort(__FILE__, __LINE__,
+                     "MPI %s on rank %d of %d did not finish within %.0f s: another rank died or hangs", m->op,
+                     m->rank, m->size, m->timeout_s);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double until = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + left;
+        ts.tv_sec = (time_t)until;
+        ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+static void watch(mpi_state *m, const char *op) {
+    pthread_mutex_lock(&m->mu);
+    m->armed = op != NULL;
+    m->op = op;
+    m->deadline = now_s() + m->timeout_s;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
 }
 
 static ct_status mpi_fail(ct_comm *c, int code, const char *op, ct_error *err) {
@@ -78,6 +125,15 @@ ct_status ct_comm_mpi_new(ct_comm **out, double timeout_s, ct_error *err) {
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->comm, &c->rank);
     MPI_Comm_size(m->comm, &c->size);
+    m->rank = c->rank;
+    m->size = c->size;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_create(&m->watchdog, NULL, watchdog_main, m);
     *out = c;
     return CT_OK;
 }
@@ -89,6 +145,13 @@ void ct_comm_abort(ct_comm *c, int code) {
 void ct_mpi_free(ct_comm *c) {
     mpi_state *m = c->mpi;
     if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->quit = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->watchdog, NULL);
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
     MPI_Comm_free(&m->comm);
     if (m->finalize) MPI_Finalize();
     ct_free(m->pending);
@@ -96,15 +159,15 @@ void ct_mpi_free(ct_comm *c) {
 }
 
 ct_status ct_mpi_allreduce(ct_comm *c, void *buf, size_t n, int is_f64, ct_error *err) {
-    MPI_Request req;
     // MPI counts are int: large buffers go in pieces of at most 2^30 elements.
     size_t step = (size_t)1 << 30, elem = is_f64 ? sizeof(double) : sizeof(float);
     for (size_t off = 0; off < n; off += step) {
         int count = (int)(n - off < step ? n - off : step);
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * elem, count, is_f64 ? MPI_DOUBLE : MPI_FLOAT,
-                                MPI_SUM, c->mpi->comm, &req);
+        watch(c->mpi, "allreduce");
+        int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, count, is_f64 ? MPI_DOUBLE : MPI_FLOAT,
+                               MPI_SUM, c->mpi->comm);
+        watch(c->mpi, NULL);
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", err);
-        CT_TRY(wait_all(c, &req, 1, "allreduce", err));
     }
     return CT_OK;
 }

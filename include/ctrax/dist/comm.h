@@ -7,10 +7,12 @@
 //           meet at a barrier and combine in a fixed order, so results are
 //           the same bits on every run.
 //   mpi     one replica per MPI process (Open MPI); the engine beyond one
-//           machine. Collectives are non-blocking MPI calls waited on with a
-//           deadline: if a peer died or hangs, the wait ends with an error
-//           naming the operation and the rank, and the job is aborted
-//           (MPI_Abort) instead of hanging.
+//           machine. Every wait has a deadline: the bucket allreduces are
+//           non-blocking and polled, and end with an error naming the
+//           operation and the rank; the plain allreduce is MPI's blocking one
+//           (faster in Open MPI than its non-blocking one), watched by a
+//           thread that calls the abort handler at the deadline. Either way a
+//           dead or hung peer stops the job with a message, never a hang.
 // A handle is used by one thread at a time. Collectives must be called by
 // every member of the group in the same order.
 #ifndef CTRAX_DIST_COMM_H
