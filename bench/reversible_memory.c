@@ -3,9 +3,14 @@
 // host memory (RSS) and step time. bench/torch_reversible_memory.py runs it
 // for each depth and trainer next to PyTorch and prints the table.
 //
-//   bench_reversible_memory --trainer standard|reversible --depth N
+//   bench_reversible_memory --trainer standard|reversible|both --depth N
 //       [--steps S] [--batch 8] [--seq 512] [--d-model 256] [--d-ff 1024]
 //       [--heads 4] [--vocab 256] [--copy-weights] [--limit-gib G]
+//
+// --trainer both builds the two trainers in one process and runs their
+// steps alternately (standard, reversible, standard, ...), so that both see
+// the same load on a shared machine; it reports the per-step CPU times and
+// their ratios (memory figures come from the single-trainer runs).
 //
 // --limit-gib sets the device's byte limit: a trainer that needs more fails
 // with CT_ERR_MEMORY, which is reported as {"error": ...} (exit code 0), so a
@@ -17,6 +22,7 @@
 // over steps 2..S
 // (the device's peak is reset after step 1), as is the RSS peak (VmHWM,
 // reset through /proc/self/clear_refs after step 1).
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +60,9 @@ static int parse(int argc, char **argv, args *a) {
         else if (strcmp(k, "--limit-gib") == 0) a->limit_gib = atof(v);
         else return -1;
     }
-    bool standard = strcmp(a->trainer, "standard") == 0;
-    if ((!standard && strcmp(a->trainer, "reversible") != 0) || a->steps < 2 || a->depth < 0) return -1;
+    bool known = strcmp(a->trainer, "standard") == 0 || strcmp(a->trainer, "reversible") == 0 ||
+                 strcmp(a->trainer, "both") == 0;
+    if (!known || a->steps < 2 || a->depth < 0) return -1;
     return 0;
 }
 
@@ -101,17 +108,85 @@ static int report_error(const args *a, const char *when, const ct_error *err, co
     return err->code == CT_ERR_MEMORY ? 0 : 1;
 }
 
+static int by_value(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+// --trainer both: alternate steps of the two trainers on the same model.
+static int run_both(const args *a, ct_reformer_lm_params p, const ct_tensor *batch) {
+    ct_layer *model_s = ct_reformer_lm(p), *model_r = ct_reformer_lm(p), *loss = ct_weighted_category_cross_entropy();
+    ct_layer *loss_r = ct_weighted_category_cross_entropy();
+    ct_device dev_s = ct_device_cpu(), dev_r = ct_device_cpu();
+    ct_error err;
+    ct_trainer *st;
+    ct_reversible_trainer *rt;
+    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
+    o.copy_weights = a->copy_weights;
+    if (ct_trainer_new(&st, model_s, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(1),
+                       &dev_s, &err) != CT_OK ||
+        ct_reversible_trainer_new(&rt, model_r, loss_r, batch, 3, ct_adam_new(ct_adam_default_params()),
+                                  ct_key_from_seed(1), &dev_r, &o, &err) != CT_OK) {
+        fprintf(stderr, "init: %s\n", err.msg);
+        return 1;
+    }
+    double cpu_s[64], cpu_r[64], ratio[64];
+    int n = 0;
+    bool same_loss = true;
+    for (int step = 1; step <= a->steps && step <= 64; step++) {
+        ct_key key = ct_key_fold_in(ct_key_from_seed(2), (uint32_t)step);
+        ct_step_stats ss, sr;
+        double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        if (ct_trainer_one_step(st, batch, key, step, 1e-4f, &ss, &err) != CT_OK) break;
+        double c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        if (ct_reversible_trainer_one_step(rt, batch, key, step, 1e-4f, &sr, &err) != CT_OK) break;
+        double c2 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        same_loss = same_loss && fabsf(ss.loss - sr.loss) <= 1e-4f * (1.0f + fabsf(ss.loss));
+        fprintf(stderr, "  both depth %d step %d: standard cpu %.2f s, reversible cpu %.2f s, loss %.4f / %.4f\n",
+                a->depth, step, c1 - c0, c2 - c1, ss.loss, sr.loss);
+        if (step == 1) continue;
+        cpu_s[n] = c1 - c0;
+        cpu_r[n] = c2 - c1;
+        ratio[n] = cpu_r[n] / cpu_s[n];
+        n++;
+    }
+    if (n < 1) {
+        fprintf(stderr, "step: %s\n", err.msg);
+        return 1;
+    }
+    double sorted[64];
+    memcpy(sorted, ratio, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, by_value);
+    double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    printf("{\"impl\": \"ctrax\", \"trainer\": \"both\", \"depth\": %d, \"steps\": %d, \"ratios\": [", a->depth,
+           a->steps);
+    for (int i = 0; i < n; i++) printf("%s%.3f", i ? ", " : "", ratio[i]);
+    printf("], \"standard_cpu_s\": [");
+    for (int i = 0; i < n; i++) printf("%s%.3f", i ? ", " : "", cpu_s[i]);
+    printf("], \"reversible_cpu_s\": [");
+    for (int i = 0; i < n; i++) printf("%s%.3f", i ? ", " : "", cpu_r[i]);
+    printf("], \"median_ratio\": %.3f, \"same_loss\": %s}\n", median, same_loss ? "true" : "false");
+    ct_trainer_free(st);
+    ct_reversible_trainer_free(rt);
+    ct_layer_free(model_s);
+    ct_layer_free(model_r);
+    ct_layer_free(loss);
+    ct_layer_free(loss_r);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     args a;
     if (parse(argc, argv, &a)) {
         fprintf(stderr,
-                "usage: %s --trainer standard|reversible --depth N [--steps S>=2] [--batch B] [--seq T] "
+                "usage: %s --trainer standard|reversible|both --depth N [--steps S>=2] [--batch B] [--seq T] "
                 "[--d-model D] [--d-ff F] [--heads H] [--vocab V] [--copy-weights] [--limit-gib G]\n",
                 argv[0]);
         return 2;
     }
     ct_log_set_level(CT_LOG_WARN);
     bool standard = strcmp(a.trainer, "standard") == 0;
+    bool both = strcmp(a.trainer, "both") == 0;
     ct_reformer_lm_params p = ct_reformer_lm_default_params();
     p.vocab_size = a.vocab;
     p.d_model = a.d_model;
@@ -133,6 +208,14 @@ int main(int argc, char **argv) {
     ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, a.batch, a.seq, tokens),
                           ct_tensor_2d(CT_DTYPE_I32, a.batch, a.seq, tokens),
                           ct_tensor_2d(CT_DTYPE_F32, a.batch, a.seq, weights)};
+    if (both) {
+        int rc = run_both(&a, p, batch);
+        ct_layer_free(model);
+        ct_layer_free(loss);
+        free(tokens);
+        free(weights);
+        return rc;
+    }
     ct_device dev = ct_device_cpu();
     dev.limit_bytes = (size_t)(a.limit_gib * 1073741824.0);
     ct_error err;
