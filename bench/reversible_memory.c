@@ -124,7 +124,7 @@ static int run_both(const args *a, ct_reformer_lm_params p, const ct_tensor *bat
     ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
     o.copy_weights = a->copy_weights;
     if (ct_trainer_new(&st, model_s, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(1),
-                       &dev_s, &err) != CT_OK ||
+                       &dev_s, NULL, &err) != CT_OK ||
         ct_reversible_trainer_new(&rt, model_r, loss_r, batch, 3, ct_adam_new(ct_adam_default_params()),
                                   ct_key_from_seed(1), &dev_r, &o, &err) != CT_OK) {
         fprintf(stderr, "init: %s\n", err.msg);
