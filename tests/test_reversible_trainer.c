@@ -7,9 +7,7 @@
 // the standard update; per layer: Trax's, different), shared weights
 // refused, and a 64-layer ReformerLM that trains under a device byte limit
 // the standard trainer cannot train under.
-//
-// The Adafactor variant of the equivalence tests needs ct_adafactor_new
-// (being written in parallel): build with -DCTRAX_TEST_ADAFACTOR to run it.
+// The equivalence tests run with Adam and with Adafactor.
 #include <stdlib.h>
 
 #include "check.h"
@@ -24,9 +22,7 @@ typedef ct_optimizer *(*optimizer_fn)(void);
 
 static ct_optimizer *adam(void) { return ct_adam_new(ct_adam_default_params()); }
 static ct_optimizer *sgd(void) { return ct_sgd_new(ct_sgd_default_params()); }
-#ifdef CTRAX_TEST_ADAFACTOR
 static ct_optimizer *adafactor(void) { return ct_adafactor_new(ct_adafactor_default_params()); }
-#endif
 
 static ct_layer *half(ct_layer *a, ct_layer *b) {
     return b ? ct_reversible_half_residual(CT_LAYERS(a, b)) : ct_reversible_half_residual(CT_LAYERS(a));
@@ -636,11 +632,7 @@ static void test_memory_limit(void) {
 int main(void) {
     ct_log_set_level(CT_LOG_WARN);  // test_stats shows the memory log once
     test_trax_equivalence(adam, ct_adam_default_params().learning_rate, "Adam");
-#ifdef CTRAX_TEST_ADAFACTOR
     test_trax_equivalence(adafactor, ct_adafactor_default_params().learning_rate, "Adafactor");
-#else
-    printf("Adafactor equivalence: skipped (build with -DCTRAX_TEST_ADAFACTOR once ct_adafactor_new exists)\n");
-#endif
     test_blocks_api();
     test_reformer_equivalence();
     test_state();
