@@ -39,18 +39,17 @@ static const char *config_fmt =
     "train.metrics = [@WeightedCategoryAccuracy, @SequenceAccuracy]\n"
     "train.batch_size = %d\n"
     "train.eval_steps = 2\n"
-    "train.random_seed = 3\n";
+    "train.random_seed = 3\n"
+    "train.inputs = @sequence_copy_inputs\n"
+    "sequence_copy_inputs.vocab_size = %d\n"
+    "sequence_copy_inputs.train_length = 5\n"
+    "sequence_copy_inputs.train_min_length = 4\n"
+    "sequence_copy_inputs.eval_min_length = 4\n"
+    "sequence_copy_inputs.eval_max_length = 5\n";
 
-static ct_stream *copy_batches(int vocab, uint64_t seed) {
-    ct_copy_task t = {vocab, LEN, false, seed, 0};
-    ct_stream *s;
-    ct_error err;
-    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
-    ct_batch_params bp = ct_batch_default_params();
-    bp.batch_size = BATCH;
-    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
-    return s;
-}
+// The Loop evaluates once, at the last step, so its eval stream starts at
+// its beginning, as `ctrax eval`'s does: the two must print the same numbers.
+static bool at_last(int64_t step, void *user) { return step == *(const int64_t *)user; }
 
 // Runs `sample ARGS` in this process with stdout sent to a file; returns its
 // exit code and the bytes it wrote (malloc'ed) in *out, *n.
@@ -73,7 +72,7 @@ static int run_sample_captured(int argc, char **argv, char **out, size_t *n) {
 }
 
 // Greedy sampling must agree with one forward pass over the sampled text.
-static void check_greedy(ct_loop *loop, const char *dir, int vocab) {
+static void check_greedy(ct_loop *loop, ct_layer *model, const char *dir, int vocab) {
     char *argv[] = {"sample", (char *)dir, "--temperature", "0", "--length", "9", "--raw", NULL};
     char *text = NULL;
     size_t n = 0;
@@ -88,7 +87,14 @@ static void check_greedy(ct_loop *loop, const char *dir, int vocab) {
     for (int t = 0; t < 9; t++) tokens[t] = (unsigned char)text[t];
     ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 1, 9, tokens), logits;
     ct_error err;
-    CHECK_OK(ct_trainer_predict(ct_loop_trainer(loop), &in, &logits, &err), &err);
+    // The model alone on the run's weights, eval mode.
+    ct_device dev = ct_device_cpu();
+    ct_arena arena;
+    ct_arena_init(&arena, &dev);
+    ct_ctx ctx;
+    ct_ctx_init(&ctx, &arena);
+    ct_net_bind(ct_loop_net(loop), &ctx, false);
+    CHECK_OK(ct_layer_forward(model, &ctx, &in, &logits, ct_key_from_seed(0), &err), &err);
     int matches = 0;
     for (int t = 0; t < 9; t++) {
         const float *row = ct_f32(&logits) + (size_t)t * (size_t)vocab;
@@ -101,22 +107,25 @@ static void check_greedy(ct_loop *loop, const char *dir, int vocab) {
     }
     printf("greedy check (vocab %d): %d of 9 sampled bytes are the argmax of one forward pass\n", vocab, matches);
     CHECK(matches == 9);
+    ct_ctx_free(&ctx);
+    ct_arena_free(&arena);
     free(text);
 }
 
 static int make_run(const char *dir, int vocab, int steps) {
     ct_error err = {0};
     char text[2048];
-    snprintf(text, sizeof text, config_fmt, vocab, 2 * LEN + 2, BATCH);
+    snprintf(text, sizeof text, config_fmt, vocab, 2 * LEN + 2, BATCH, vocab);
     ct_config *cfg = ct_config_new();
     CHECK_OK(ct_config_parse_text(cfg, text, strlen(text), "cli_driver.gin", &err), &err);
     CHECK_OK(ct_config_validate(cfg, &err), &err);
-    const char *m = NULL, *l = NULL, *o = NULL;
+    const char *m = NULL, *l = NULL, *o = NULL, *in = NULL;
     int64_t batch, eval_steps, seed;
     const ct_config_value *metrics;
     CHECK_OK(ct_config_get_reference(cfg, "train", "model", NULL, &m, &err), &err);
     CHECK_OK(ct_config_get_reference(cfg, "train", "loss_fn", NULL, &l, &err), &err);
     CHECK_OK(ct_config_get_reference(cfg, "train", "optimizer", NULL, &o, &err), &err);
+    CHECK_OK(ct_config_get_reference(cfg, "train", "inputs", NULL, &in, &err), &err);
     CHECK_OK(ct_config_get_list(cfg, "train", "metrics", NULL, &metrics, &err), &err);
     CHECK_OK(ct_config_get_int(cfg, "train", "batch_size", 32, &batch, &err), &err);
     CHECK_OK(ct_config_get_int(cfg, "train", "eval_steps", 10, &eval_steps, &err), &err);
@@ -128,9 +137,11 @@ static int make_run(const char *dir, int vocab, int steps) {
     ct_layer *seq_acc = ct_config_build_layer(cfg, metrics->items[1].s, &err);
     ct_optimizer *opt = ct_config_build_optimizer(cfg, o, &err);
     CHECK_MSG(model && loss && metric_loss && acc && seq_acc && opt, "%s", err.msg);
-    char *operative = ct_config_operative_text(cfg);
 
-    ct_stream *train = copy_batches(vocab, 1), *eval = copy_batches(vocab, 2);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK_OK(ct_config_build_inputs(cfg, in, batch, (uint64_t)seed, &train, &eval, &err), &err);
+    // After every query: the operative config holds all the run read.
+    char *operative = ct_config_operative_text(cfg);
     ct_train_task task = {train, loss, opt, NULL, "loss"};
     ct_eval_task ev = {.stream = eval, .n_metrics = 3, .n_batches = (int)eval_steps};
     ev.metrics[0] = metric_loss;
@@ -144,14 +155,19 @@ static int make_run(const char *dir, int vocab, int steps) {
     lo.n_steps_per_checkpoint = 2;
     lo.seed = (uint64_t)seed;
     lo.config_text = operative;
+    int64_t last = steps;
+    lo.eval_at = at_last;
+    lo.predicate_user = &last;
     ct_loop *loop = NULL;
     CHECK_OK(ct_loop_new(&loop, model, &task, 1, &ev, &lo, &err), &err);
     if (loop) {
         CHECK_OK(ct_loop_run(loop, steps, &err), &err);
-        printf("trained %s: vocab %d, %lld steps, %zu weights; eval loss %.4f, accuracy %.4f\n", dir, vocab,
-               (long long)ct_loop_step(loop), ct_trainer_net(ct_loop_trainer(loop))->n_weights,
-               ct_loop_last_value(loop, "eval", "metrics/loss"), ct_loop_last_value(loop, "eval", "metrics/accuracy"));
-        check_greedy(loop, dir, vocab);
+        printf("trained %s: vocab %d, %lld steps, %zu weights\n", dir, vocab, (long long)ct_loop_step(loop),
+               ct_loop_net(loop)->n_weights);
+        printf("loop eval: loss % .8f accuracy % .8f sequence_accuracy % .8f\n",
+               ct_loop_last_value(loop, "eval", "metrics/loss"), ct_loop_last_value(loop, "eval", "metrics/accuracy"),
+               ct_loop_last_value(loop, "eval", "metrics/sequence_accuracy"));
+        check_greedy(loop, model, dir, vocab);
     }
     ct_loop_free(loop);
     ct_stream_free(train);

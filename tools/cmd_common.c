@@ -206,3 +206,28 @@ ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task
     }
     return CT_OK;
 }
+
+ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c, const char *dir) {
+    const char *source;
+    char *text = ctrax_checkpoint_config(c, &source);
+    if (!text) {
+        fprintf(stderr, "ctrax %s: checkpoint %s/%s holds no config, so the model and data are unknown\n", cmd, dir,
+                ct_checkpoint_name(c));
+        return NULL;
+    }
+    // Errors name the file as "<dir>/<checkpoint>/config.gin:line:col"
+    // (the config keeps its own copy of the name).
+    size_t len = strlen(dir) + strlen(ct_checkpoint_name(c)) + strlen(source) + 3;
+    char *name = malloc(len);
+    snprintf(name, len, "%s/%s/%s", dir, ct_checkpoint_name(c), source);
+    ct_config *cfg = ct_config_new();
+    ct_error err = {0};
+    if (ct_config_parse_text(cfg, text, strlen(text), name, &err) != CT_OK || ct_config_validate(cfg, &err) != CT_OK) {
+        fprintf(stderr, "ctrax %s: the checkpoint's config: %s\n", cmd, err.msg);
+        ct_config_free(cfg);
+        cfg = NULL;
+    }
+    free(name);
+    free(text);
+    return cfg;
+}

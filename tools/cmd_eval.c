@@ -46,7 +46,7 @@ static int fail(const char *what, const ct_error *err) {
 
 static int evaluate(const eval_opts *o) {
     ct_checkpoint *c = NULL;
-    char *dir = NULL, *config_text = NULL, *source_name = NULL;
+    char *dir = NULL;
     ct_config *cfg = NULL;
     ct_layer *model = NULL, *loss = NULL;
     ct_stream *train = NULL, *eval = NULL;
@@ -58,22 +58,7 @@ static int evaluate(const eval_opts *o) {
     if (rc) return rc;
     rc = CTRAX_EXIT_ERROR;
 
-    const char *source;
-    config_text = ctrax_checkpoint_config(c, &source);
-    if (!config_text) {
-        fprintf(stderr, "ctrax eval: checkpoint %s/%s holds no config, so the model and data are unknown\n", dir,
-                ct_checkpoint_name(c));
-        goto done;
-    }
-    size_t name_len = strlen(dir) + strlen(ct_checkpoint_name(c)) + strlen(source) + 3;
-    source_name = malloc(name_len);
-    snprintf(source_name, name_len, "%s/%s/%s", dir, ct_checkpoint_name(c), source);
-    cfg = ct_config_new();
-    if (ct_config_parse_text(cfg, config_text, strlen(config_text), source_name, &err) != CT_OK ||
-        ct_config_validate(cfg, &err) != CT_OK) {
-        fail("the checkpoint's config", &err);
-        goto done;
-    }
+    if (!(cfg = ctrax_checkpoint_parse_config("eval", c, dir))) goto done;
 
     // What train used: model, loss, metrics, inputs, batch size, seed, eval steps.
     const char *model_name = NULL, *loss_name = NULL, *inputs_name = NULL;
@@ -92,7 +77,7 @@ static int evaluate(const eval_opts *o) {
                           : !inputs_name ? "train.inputs"
                                          : NULL;
     if (missing) {
-        fprintf(stderr, "ctrax eval: %s binds no %s\n", source_name, missing);
+        fprintf(stderr, "ctrax eval: the config of %s/%s binds no %s\n", dir, ct_checkpoint_name(c), missing);
         goto done;
     }
     if (o->steps > 0) eval_steps = o->steps;
@@ -175,8 +160,6 @@ done:
     ct_stream_free(eval);
     ct_config_free(cfg);
     free(reqs);
-    free(source_name);
-    free(config_text);
     ct_checkpoint_close(c);
     free(dir);
     return rc;

@@ -139,7 +139,7 @@ static int fail(const char *what, const ct_error *err) {
 
 static int sample(const sample_opts *o) {
     ct_checkpoint *c = NULL;
-    char *dir = NULL, *config_text = NULL, *source_name = NULL;
+    char *dir = NULL;
     ct_config *cfg = NULL;
     ct_layer *model = NULL;
     ct_net net = {0};
@@ -156,29 +156,14 @@ static int sample(const sample_opts *o) {
     rc = CTRAX_EXIT_ERROR;
 
     // The model, from the config it was trained with.
-    const char *source;
-    config_text = ctrax_checkpoint_config(c, &source);
-    if (!config_text) {
-        fprintf(stderr, "ctrax sample: checkpoint %s/%s holds no config, so the model is unknown\n", dir,
-                ct_checkpoint_name(c));
-        goto done;
-    }
-    size_t name_len = strlen(dir) + strlen(ct_checkpoint_name(c)) + strlen(source) + 3;
-    source_name = malloc(name_len);
-    snprintf(source_name, name_len, "%s/%s/%s", dir, ct_checkpoint_name(c), source);
-    cfg = ct_config_new();
-    if (ct_config_parse_text(cfg, config_text, strlen(config_text), source_name, &err) != CT_OK ||
-        ct_config_validate(cfg, &err) != CT_OK) {
-        fail("the checkpoint's config", &err);
-        goto done;
-    }
+    if (!(cfg = ctrax_checkpoint_parse_config("sample", c, dir))) goto done;
     const char *model_name = NULL;
     if (ct_config_get_reference(cfg, "train", "model", NULL, &model_name, &err) != CT_OK) {
         fail("the checkpoint's config", &err);
         goto done;
     }
     if (!model_name) {
-        fprintf(stderr, "ctrax sample: %s binds no train.model\n", source_name);
+        fprintf(stderr, "ctrax sample: the config of %s/%s binds no train.model\n", dir, ct_checkpoint_name(c));
         goto done;
     }
     if (!(model = ct_config_build_model(cfg, model_name, &err))) {
@@ -303,8 +288,6 @@ done:
     free(tokens);
     free(window);
     free(scratch);
-    free(source_name);
-    free(config_text);
     ct_checkpoint_close(c);
     free(dir);
     return rc;

@@ -61,6 +61,9 @@ int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, c
 // state.json's "config". A malloc'ed copy (free()), or NULL if it has none;
 // *source (if not NULL) names where it came from ("config.gin", "state.json").
 char *ctrax_checkpoint_config(const ct_checkpoint *c, const char **source);
+// That config parsed and validated (errors name <dir>/<checkpoint>/config.gin
+// and the line); NULL after a message on stderr. ct_config_free it.
+ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c, const char *dir);
 // n with thousands separators ("1,234,567") into buf; returns buf.
 char *ctrax_format_count(int64_t n, char *buf, size_t cap);
 // A byte count as "812 B", "5.0 KiB", "1.2 MiB" into buf; returns buf.
