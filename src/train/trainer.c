@@ -55,8 +55,6 @@ struct ct_trainer {
     float *gather;         // Adasum across processes: every device's gradients
     size_t gather_floats;
     bucketer bk;
-    ct_arena eval_arena;  // predict's activations, kept until the next predict
-    ct_ctx eval_ctx;
 };
 
 ct_trainer_options ct_trainer_default_options(void) {
@@ -146,8 +144,6 @@ ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, cons
         ct_arena_init(&t->replicas[d].arena, dev);
         ct_ctx_init(&t->replicas[d].ctx, &t->replicas[d].arena);
     }
-    ct_arena_init(&t->eval_arena, dev);
-    ct_ctx_init(&t->eval_ctx, &t->eval_arena);
     if (st != CT_OK) goto fail;
     t->comm = t->opts.comm ? t->opts.comm : (t->own_comm = ct_comm_single_new());
     t->n_global = n_local * ct_comm_size(t->comm);
@@ -185,7 +181,6 @@ ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, cons
             goto fail;
         r->ctx.grads = r->grads;
     }
-    ct_net_bind(net, &t->eval_ctx, false);
 
     // The slot slab: each weight's slots in slab order; frozen weights have none.
     t->slot_offsets = ct_calloc((size_t)net->n_params + 1, sizeof *t->slot_offsets);
@@ -248,8 +243,6 @@ void ct_trainer_free(ct_trainer *t) {
     ct_free(t->bk.uses);
     ct_free(t->bk.uses_left);
     ct_free(t->bk.ready);
-    ct_ctx_free(&t->eval_ctx);
-    ct_arena_free(&t->eval_arena);
     ct_net_free(&t->net);
     ct_layer_free(t->model);
     ct_optimizer_free(t->opt);
@@ -459,12 +452,6 @@ ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key,
 done:
     for (int d = 0; d < n_local; d++) ct_arena_reset(&t->replicas[d].arena);
     return st;
-}
-
-ct_status ct_trainer_predict(ct_trainer *t, const ct_tensor *inputs, ct_tensor *outputs, ct_error *err) {
-    ct_arena_reset(&t->eval_arena);
-    t->eval_ctx.tape_len = 0;
-    return ct_layer_forward(t->model, &t->eval_ctx, inputs, outputs, ct_key_from_seed(0), err);
 }
 
 const ct_net *ct_trainer_net(const ct_trainer *t) { return &t->net; }

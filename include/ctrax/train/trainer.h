@@ -88,10 +88,9 @@ void ct_trainer_free(ct_trainer *t);
 ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key, int64_t step, float learning_rate,
                               ct_step_stats *stats, ct_error *err);
 
-// Runs the model alone in eval mode (dropout off) on its n_in inputs and
-// writes its outputs. They live in the trainer's eval arena until the next
-// call of ct_trainer_predict.
-ct_status ct_trainer_predict(ct_trainer *t, const ct_tensor *inputs, ct_tensor *outputs, ct_error *err);
+// To run the model alone (evals, sampling): bind a ct_ctx to
+// ct_trainer_net(t) with ct_net_bind(net, ctx, false) and call
+// ct_layer_forward on ct_trainer_model(t), as the Loop does.
 
 // The net (weights, gradients, parameter names) and the model layer.
 const ct_net *ct_trainer_net(const ct_trainer *t);
