@@ -14,6 +14,20 @@ static void test_threefry(void) {
     CHECK(out[0] == 0x1cb996fcu && out[1] == 0xbb002be7u);
     ct_threefry2x32((ct_key){{0x13198a2eu, 0x03707344u}}, 0x243f6a88u, 0x85a308d3u, out);
     CHECK(out[0] == 0xc4923a9cu && out[1] == 0x483df7a0u);
+    // The vector form gives ct_random_bits's numbers, over whole lanes, a
+    // tail, and counters that wrap past 2^32.
+    ct_key key = ct_key_from_seed(7);
+    const uint32_t starts[3] = {0u, 5u, 0xfffffff0u};
+    const size_t lengths[4] = {0, 3, 16, 77};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 4; b++) {
+            uint32_t bits[77];
+            ct_random_bits_block(key, starts[a], lengths[b], bits);
+            int same = 0;
+            for (size_t i = 0; i < lengths[b]; i++) same += bits[i] == ct_random_bits(key, starts[a] + (uint32_t)i);
+            CHECK_MSG(same == (int)lengths[b], "block from %u, %zu long: %d of %zu equal", starts[a], lengths[b], same,
+                      lengths[b]);
+        }
 }
 
 static void test_keys(void) {

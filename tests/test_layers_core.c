@@ -8,6 +8,7 @@
 #include "gradcheck.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/norm.h"
+#include "kernels/cpu/vmath.h"
 
 #define TOL 1e-2
 
@@ -211,6 +212,40 @@ static void test_activation_values(void) {
     ct_tensor out = run1(&f, ct_gelu(), ct_tensor_1d(CT_DTYPE_F32, 6, xs));
     for (int i = 0; i < 6; i++) CHECK_NEAR(ct_f32(&out)[i], want[i], 1e-6);
     fixture_free(&f);
+
+    // The GELU kernels (their own vectorized tanh) against double, over
+    // [-12, 12]: value and derivative.
+    enum { N_SWEEP = 24001 };
+    float *sx = malloc(N_SWEEP * sizeof *sx), *sy = malloc(N_SWEEP * sizeof *sy);
+    float *ones = malloc(N_SWEEP * sizeof *ones), *sd = calloc(N_SWEEP, sizeof *sd);
+    for (int i = 0; i < N_SWEEP; i++) {
+        sx[i] = -12.0f + 0.001f * (float)i;
+        ones[i] = 1.0f;
+    }
+    ct_gelu_forward(sy, sx, N_SWEEP);
+    ct_gelu_backward(sd, sx, ones, N_SWEEP);
+    double worst_y = 0, worst_d = 0;
+    for (int i = 0; i < N_SWEEP; i++) {
+        double x = sx[i], s = 0.7978845608, c = 0.044715, t = tanh(s * (x + c * x * x * x));
+        double y = 0.5 * x * (1 + t), d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * s * (1 + 3 * c * x * x);
+        worst_y = fmax(worst_y, fabs(sy[i] - y) / (1 + fabs(y)));
+        worst_d = fmax(worst_d, fabs(sd[i] - d));
+    }
+    printf("gelu kernels over [-12, 12]: worst value error %.2g (relative to 1 + |y|), derivative %.2g\n", worst_y,
+           worst_d);
+    CHECK_MSG(worst_y < 1e-6 && worst_d < 1e-6, "gelu errors %g, %g", worst_y, worst_d);
+    free(sx);
+    free(sy);
+    free(ones);
+    free(sd);
+    // Their exp (also the attention softmax's), against double over [-87, 0].
+    double worst_exp = 0;
+    for (int i = 0; i <= 870000; i++) {
+        float x = -0.0001f * (float)i;
+        worst_exp = fmax(worst_exp, fabs(ct_vexp_nonpos(x) - exp(x)) / exp(x));
+    }
+    printf("ct_vexp_nonpos over [-87, 0]: worst relative error %.2g\n", worst_exp);
+    CHECK_MSG(worst_exp < 3e-7, "exp error %g", worst_exp);  // 2.5 ulp
 
     out = run1(&f, ct_relu(), ct_tensor_1d(CT_DTYPE_F32, 6, xs));
     CHECK(ct_f32(&out)[0] == 0.0f && ct_f32(&out)[1] == 0.0f && ct_f32(&out)[2] == 0.0f);

@@ -1,6 +1,7 @@
 #include "ctrax/core/rng.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "ctrax/core/error.h"
 
@@ -25,6 +26,42 @@ void ct_threefry2x32(ct_key key, uint32_t c0, uint32_t c1, uint32_t out[2]) {
     }
     out[0] = x0;
     out[1] = x1;
+}
+
+// ct_random_bits for 16 counters at once: the rounds of ct_threefry2x32 on
+// GCC vector types, which compile to SSE, AVX2 or AVX-512 instructions
+// (target_clones picks the widest this CPU has when the program loads).
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+#define CT_RNG_LANES 16
+#define THREEFRY_ROUND(r)                   \
+    x0 += x1;                               \
+    x1 = (x1 << (r)) | (x1 >> (32 - (r)));  \
+    x1 ^= x0;
+#define THREEFRY_INJECT(a, b, block) \
+    x0 += ks[a];                     \
+    x1 += ks[b] + (uint32_t)(block);
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void random_bits_lanes(const uint32_t ks[3], uint32_t j0, uint32_t *out) {
+    const u32x16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    u32x16 x0 = iota + (j0 + ks[0]), x1 = (u32x16){0} + (2u + ks[1]);
+    THREEFRY_ROUND(13) THREEFRY_ROUND(15) THREEFRY_ROUND(26) THREEFRY_ROUND(6) THREEFRY_INJECT(1, 2, 1)
+    THREEFRY_ROUND(17) THREEFRY_ROUND(29) THREEFRY_ROUND(16) THREEFRY_ROUND(24) THREEFRY_INJECT(2, 0, 2)
+    THREEFRY_ROUND(13) THREEFRY_ROUND(15) THREEFRY_ROUND(26) THREEFRY_ROUND(6) THREEFRY_INJECT(0, 1, 3)
+    THREEFRY_ROUND(17) THREEFRY_ROUND(29) THREEFRY_ROUND(16) THREEFRY_ROUND(24) THREEFRY_INJECT(1, 2, 4)
+    THREEFRY_ROUND(13) THREEFRY_ROUND(15) THREEFRY_ROUND(26) THREEFRY_ROUND(6) THREEFRY_INJECT(2, 0, 5)
+    memcpy(out, &x0, sizeof x0);
+}
+
+void ct_random_bits_block(ct_key key, uint32_t j0, size_t n, uint32_t *out) {
+    const uint32_t ks[3] = {key.w[0], key.w[1], 0x1BD11BDAu ^ key.w[0] ^ key.w[1]};
+    size_t i = 0;
+    for (; i + CT_RNG_LANES <= n; i += CT_RNG_LANES) random_bits_lanes(ks, j0 + (uint32_t)i, out + i);
+    if (i < n) {
+        uint32_t tail[CT_RNG_LANES];
+        random_bits_lanes(ks, j0 + (uint32_t)i, tail);
+        for (size_t k = 0; i + k < n; k++) out[i + k] = tail[k];
+    }
 }
 
 ct_key ct_key_from_seed(uint64_t seed) {

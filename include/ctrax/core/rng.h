@@ -40,6 +40,9 @@ static inline uint32_t ct_random_bits(ct_key key, uint32_t j) {
     ct_threefry2x32(key, j, 2u, out);
     return out[0];
 }
+// ct_random_bits(key, j0 + i) for i in [0, n), into out: the same numbers,
+// several times faster (vector code). Counters wrap modulo 2^32.
+void ct_random_bits_block(ct_key key, uint32_t j0, size_t n, uint32_t *out);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,8 @@
 
 #include <math.h>
 
+#include "kernels/cpu/vmath.h"
+
 // Elementwise work is cheap; threads only pay off for big tensors.
 #define CT_ELEMWISE_PARALLEL_MIN 65536
 
@@ -18,25 +20,56 @@ void ct_relu_backward(float *dinp, const float *out, const float *dout, int64_t 
     for (int64_t i = 0; i < N; i++) dinp[i] += out[i] > 0.0f ? dout[i] : 0.0f;
 }
 
-void ct_gelu_forward(float *out, const float *inp, int64_t N) {
-#pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN)
-    for (int64_t i = 0; i < N; i++) {
-        float x = inp[i];
-        out[i] = x * 0.5f * (1.0f + tanhf(x * GELU_SCALE * (1.0f + GELU_CUBE * x * x)));
+// tanh for GELU, vectorizable: with e = exp(-2|u|), tanh(|u|) =
+// (1 - e) / (1 + e), and 1 - tanh^2 = 4 e / (1 + e)^2 (without the
+// cancellation of 1 - t * t). GELU's value and derivative come out within
+// 1e-6 of double's (tests check it over [-12, 12]), closer than with glibc's
+// tanhf, which, called per element, was a fifth of a transformer's training
+// step.
+static inline float gelu_tanh(float u, float *sech2) {
+    float e = ct_vexp_nonpos(-2.0f * fabsf(u));
+    float inv = 1.0f / (1.0f + e);
+    float t = (1.0f - e) * inv;
+    *sech2 = 4.0f * e * inv * inv;
+    return u < 0.0f ? -t : t;
+}
+
+// Elementwise chunks of GELU, compiled for the widest vectors this CPU has.
+#define GELU_CHUNK 4096
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void gelu_forward_chunk(float *out, const float *inp, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i], sech2;
+        out[i] = x * 0.5f * (1.0f + gelu_tanh(x * GELU_SCALE * (1.0f + GELU_CUBE * x * x), &sech2));
     }
 }
 
 // With u = s * (x + c x^3) and t = tanh(u):
 // d/dx [0.5 x (1 + t)] = 0.5 (1 + t) + 0.5 x (1 - t^2) s (1 + 3 c x^2)
-void ct_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t N) {
-#pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN)
-    for (int64_t i = 0; i < N; i++) {
-        float x = inp[i];
-        float t = tanhf(x * GELU_SCALE * (1.0f + GELU_CUBE * x * x));
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void gelu_backward_chunk(float *dinp, const float *inp, const float *dout, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i], sech2;  // 1 - t^2
+        float t = gelu_tanh(x * GELU_SCALE * (1.0f + GELU_CUBE * x * x), &sech2);
         float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-        float d = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+        float d = 0.5f * (1.0f + t) + 0.5f * x * sech2 * du;
         dinp[i] += dout[i] * d;
     }
+}
+
+void ct_gelu_forward(float *out, const float *inp, int64_t N) {
+#pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN)
+    for (int64_t c = 0; c < N; c += GELU_CHUNK)
+        gelu_forward_chunk(out + c, inp + c, N - c < GELU_CHUNK ? N - c : GELU_CHUNK);
+}
+
+void ct_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t N) {
+#pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN)
+    for (int64_t c = 0; c < N; c += GELU_CHUNK)
+        gelu_backward_chunk(dinp + c, inp + c, dout + c, N - c < GELU_CHUNK ? N - c : GELU_CHUNK);
 }
 
 void ct_tanh_forward(float *out, const float *inp, int64_t N) {
@@ -74,16 +107,28 @@ uint64_t ct_dropout_threshold(float rate) {
     return (uint64_t)ceil((double)rate * 4294967296.0);
 }
 
+// Masks are drawn DROPOUT_CHUNK counters at a time (vector threefry).
+#define DROPOUT_CHUNK 256
+
 void ct_dropout_forward(float *out, const float *inp, ct_key key, uint64_t threshold, float scale,
                         int64_t N) {
 #pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN / 8)
-    for (int64_t i = 0; i < N; i++)
-        out[i] = ct_random_bits(key, (uint32_t)i) >= threshold ? inp[i] * scale : 0.0f;
+    for (int64_t c = 0; c < N; c += DROPOUT_CHUNK) {
+        uint32_t bits[DROPOUT_CHUNK];
+        int64_t n = N - c < DROPOUT_CHUNK ? N - c : DROPOUT_CHUNK;
+        ct_random_bits_block(key, (uint32_t)c, (size_t)n, bits);
+        for (int64_t i = 0; i < n; i++) out[c + i] = bits[i] >= threshold ? inp[c + i] * scale : 0.0f;
+    }
 }
 
 void ct_dropout_backward(float *dinp, const float *dout, ct_key key, uint64_t threshold, float scale,
                          int64_t N) {
 #pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN / 8)
-    for (int64_t i = 0; i < N; i++)
-        if (ct_random_bits(key, (uint32_t)i) >= threshold) dinp[i] += dout[i] * scale;
+    for (int64_t c = 0; c < N; c += DROPOUT_CHUNK) {
+        uint32_t bits[DROPOUT_CHUNK];
+        int64_t n = N - c < DROPOUT_CHUNK ? N - c : DROPOUT_CHUNK;
+        ct_random_bits_block(key, (uint32_t)c, (size_t)n, bits);
+        for (int64_t i = 0; i < n; i++)
+            if (bits[i] >= threshold) dinp[c + i] += dout[c + i] * scale;
+    }
 }

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/vmath.h"
 
 int ct_attention_n_slots(void) {
     int n = omp_get_max_threads();
@@ -20,9 +21,31 @@ int64_t ct_attention_scratch_floats(int64_t T, float dropout, bool backward) {
 // bits >= ceil(rate * 2^32); rate * 2^32 is exact in double.
 static uint64_t drop_threshold(float rate) { return (uint64_t)ceil((double)rate * 4294967296.0); }
 
-// The dropout factor of element j: 0 or 1 / (1 - rate).
-static inline float drop_factor(ct_key key, int64_t j, uint64_t threshold, float scale) {
-    return ct_random_bits(key, (uint32_t)j) >= threshold ? scale : 0.0f;
+// Dropout factors (0 or 1 / (1 - rate)) of elements j0 .. j0 + n - 1, n <=
+// DROP_CHUNK: the masks are drawn a chunk at a time (vector threefry).
+#define DROP_CHUNK 256
+static void drop_factors(ct_key key, int64_t j0, int64_t n, uint64_t threshold, float scale, float *f) {
+    uint32_t bits[DROP_CHUNK];
+    ct_random_bits_block(key, (uint32_t)j0, (size_t)n, bits);
+    for (int64_t i = 0; i < n; i++) f[i] = bits[i] >= threshold ? scale : 0.0f;
+}
+
+// Softmax over row[0 .. n), zeros in row[n .. T): one row of the causal
+// attention probabilities, compiled for the widest vectors this CPU has.
+// The max is exact in any order; the sum is in double, in order.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void causal_softmax_row(float *row, int64_t n, int64_t T) {
+    float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
+    for (int64_t s = 0; s < n; s++) maxv = row[s] > maxv ? row[s] : maxv;
+#pragma omp simd
+    for (int64_t s = 0; s < n; s++) row[s] = ct_vexp_nonpos(row[s] - maxv);
+    double sum = 0.0;
+    for (int64_t s = 0; s < n; s++) sum += row[s];
+    float inv = (float)(1.0 / sum);  // sum >= 1: the max term is exp(0)
+#pragma omp simd
+    for (int64_t s = 0; s < n; s++) row[s] *= inv;
+    for (int64_t s = n; s < T; s++) row[s] = 0.0f;
 }
 
 void ct_attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
@@ -42,25 +65,18 @@ void ct_attention_forward(float *out, float *att, const float *q, const float *k
         float *A = att + bh * T * T;
         // A = q k^T / sqrt(hs), then a causal softmax over each row.
         ct_sgemm(false, true, T, T, hs, scale, qh, C, kh, C, 0.0f, A, T);
-        for (int64_t t = 0; t < T; t++) {
-            float *row = A + t * T;
-            float maxv = -INFINITY;
-            for (int64_t s = 0; s <= t; s++) maxv = fmaxf(maxv, row[s]);
-            double sum = 0.0;
-            for (int64_t s = 0; s <= t; s++) {
-                row[s] = expf(row[s] - maxv);
-                sum += row[s];
-            }
-            float inv = (float)(1.0 / sum);  // sum >= 1: the max term is exp(0)
-            for (int64_t s = 0; s <= t; s++) row[s] *= inv;
-            for (int64_t s = t + 1; s < T; s++) row[s] = 0.0f;
-        }
+        for (int64_t t = 0; t < T; t++) causal_softmax_row(A + t * T, t + 1, T);
         const float *P = A;
         if (dropout > 0.0f) {
             float *D = scratch + (int64_t)omp_get_thread_num() * per_slot;
             for (int64_t t = 0; t < T; t++) {
                 const int64_t j0 = bh * T * T + t * T;
-                for (int64_t s = 0; s <= t; s++) D[t * T + s] = A[t * T + s] * drop_factor(key, j0 + s, threshold, drop_scale);
+                for (int64_t s0 = 0; s0 <= t; s0 += DROP_CHUNK) {
+                    float f[DROP_CHUNK];
+                    int64_t n = t + 1 - s0 < DROP_CHUNK ? t + 1 - s0 : DROP_CHUNK;
+                    drop_factors(key, j0 + s0, n, threshold, drop_scale, f);
+                    for (int64_t i = 0; i < n; i++) D[t * T + s0 + i] = A[t * T + s0 + i] * f[i];
+                }
                 for (int64_t s = t + 1; s < T; s++) D[t * T + s] = 0.0f;
             }
             P = D;
@@ -96,10 +112,14 @@ void ct_attention_backward(float *dq, float *dk, float *dv, float *scratch, int 
             float *D = G + T * T;
             for (int64_t t = 0; t < T; t++) {
                 const int64_t j0 = bh * T * T + t * T;
-                for (int64_t s = 0; s <= t; s++) {
-                    float f = drop_factor(key, j0 + s, threshold, drop_scale);
-                    D[t * T + s] = A[t * T + s] * f;
-                    G[t * T + s] *= f;
+                for (int64_t s0 = 0; s0 <= t; s0 += DROP_CHUNK) {
+                    float f[DROP_CHUNK];
+                    int64_t n = t + 1 - s0 < DROP_CHUNK ? t + 1 - s0 : DROP_CHUNK;
+                    drop_factors(key, j0 + s0, n, threshold, drop_scale, f);
+                    for (int64_t i = 0; i < n; i++) {
+                        D[t * T + s0 + i] = A[t * T + s0 + i] * f[i];
+                        G[t * T + s0 + i] *= f[i];
+                    }
                 }
                 for (int64_t s = t + 1; s < T; s++) D[t * T + s] = 0.0f;
             }

@@ -1,0 +1,33 @@
+// Float math written as straight-line code the compiler vectorizes (libm's
+// expf and tanhf are calls, one element at a time). Inline, for loops under
+// `#pragma omp simd` in functions compiled per vector width
+// (target_clones).
+#ifndef CTRAX_KERNELS_CPU_VMATH_H
+#define CTRAX_KERNELS_CPU_VMATH_H
+
+#include <stdint.h>
+
+// exp(x) for x <= 0, Cephes' expf: n = round(x / ln 2) (by the 1.5 * 2^23
+// trick, no rounding call), r = x - n ln 2 with ln 2 in two parts, a
+// degree-6 polynomial in r, and 2^n put into the exponent bits. Within 2
+// ulp of expf; x below -87 gives exp(-87) ~ 1.6e-38 (still a normal float)
+// instead of a smaller number or 0. NaN gives NaN.
+static inline float ct_vexp_nonpos(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } scale = {.i = ((int32_t)n + 127) << 23};
+    return p * scale.f;
+}
+
+#endif
