@@ -485,7 +485,7 @@ static void test_clipping(void) {
     result unclipped = {0}, global = {0}, per_layer = {0}, std_r = {0};
     if (run_reversible(&s, &o, &unclipped, NULL, norms)) return;
     float clip = 0.5f * norms[0];  // binds at every step
-    o.clip_grad_norm = clip;
+    o.common.clip_grad_norm = clip;
     o.clip_mode = CT_CLIP_GLOBAL;
     if (run_reversible(&s, &o, &global, NULL, norms)) return;
     s.clip = clip;

@@ -82,7 +82,9 @@ static ct_status lt_one_step(ct_loop *l, const ct_tensor *batch, ct_key key, int
     return ct_reversible_trainer_one_step(l->rtrainer, batch, key, step, lr, &l->last_stats, err);
 }
 
-static int lt_devices(const ct_loop *l) { return l->trainer ? ct_trainer_global_devices(l->trainer) : 1; }
+static int lt_devices(const ct_loop *l) {
+    return l->trainer ? ct_trainer_global_devices(l->trainer) : ct_reversible_trainer_global_devices(l->rtrainer);
+}
 
 ct_loop_options ct_loop_default_options(void) {
     ct_loop_options o;
@@ -609,15 +611,8 @@ ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks
     ct_tensor sigs[CT_BATCH_MAX_TENSORS];
     for (int i = 0; i < first.n; i++) sigs[i] = ct_tensor_sig(&local[i]);
     if (l->opts.use_memory_efficient_trainer) {
-        if (l->opts.trainer.n_devices > 1 || l->comm || l->opts.trainer.adasum || l->opts.trainer.n_frozen) {
-            ct_optimizer_free(opt);
-            st = ct_error_set(err, CT_ERR_ARG,
-                              "loop: the memory-efficient trainer runs on one device, without Adasum or frozen "
-                              "weights (for now)");
-            goto fail;
-        }
         ct_reversible_trainer_options ro = ct_reversible_trainer_default_options();
-        ro.clip_grad_norm = l->opts.trainer.clip_grad_norm;
+        ro.common = l->opts.trainer;
         st = ct_reversible_trainer_new(&l->rtrainer, model, l->tasks[0].loss, sigs, first.n, opt,
                                        ct_key_split(l->key, 0), l->dev, &ro, err);
     } else {

@@ -2,13 +2,17 @@
 //
 // Device memory during a step, all on t->dev:
 //   stage[2]   the weights (and, when updating, the slots) of the layer whose
-//              turn it is and of the next one (copy_weights only);
-//   grad_buf   the gradient of the layer whose turn it is;
-//   the pool   buffers for the items on the data stack and its gradient
-//              stack, reference-counted (an item that passes through a layer
-//              unchanged shares its buffer), reused from step to step;
-//   the arena  one layer's activations: reset after every layer, once the
-//              layer's results have been moved into pool buffers.
+//              turn it is and of the next one (copy_weights only), shared by
+//              the local replicas;
+//   per local replica:
+//     grad_buf   the gradient of the layer whose turn it is;
+//     the pool   buffers for the items on its data stack and gradient
+//                stack, reference-counted (an item that passes through a
+//                layer unchanged shares its buffer), reused from step to step;
+//     the arena  one layer's activations: reset after every layer, once the
+//                layer's results have been moved into pool buffers;
+//   gather     Adasum over processes only: every device's gradient of one
+//              layer.
 // None of it depends on the number of layers, except the inputs standard
 // layers keep from forward to backward (one set per block).
 #include "ctrax/train/reversible_trainer.h"
@@ -34,7 +38,6 @@ typedef struct rt_leaf {
     ct_layer *layer;  // owned by the net's tree
     int depth;
     uint32_t path[RT_PATH_MAX];  // child indices from the root
-    ct_key key;                  // this step's key: the root key split along path
 } rt_leaf;
 
 // An item on the data or gradient stack. buf is its pool buffer, or -1 when
@@ -54,10 +57,9 @@ typedef struct rt_unit {
     size_t s_begin, s_end;        // state slab range
     size_t slot_begin, slot_end;  // slot slab range
     int p_begin, p_end;           // its weights in net.params
+    ct_range *ranges;             // per weight: its range in the layer's gradient (Adasum)
     char *desc;
     int stat;                     // index of its first stat, or -1
-    rt_item saved[CT_LAYER_MAX_IO];  // standard: the inputs, kept from forward to backward
-    float *state_before, *state_after;  // reversible with state: host copies
 } rt_unit;
 
 typedef struct rt_buf {
@@ -65,6 +67,28 @@ typedef struct rt_buf {
     size_t bytes;
     int refs;
 } rt_buf;
+
+// One local device: what a turn runs on. Turns run on every replica at
+// once (threads), each on its own rows of the batch with its own key.
+typedef struct rt_replica {
+    ct_arena arena;
+    ct_ctx ctx;
+    float *grad_buf;  // the gradient of the layer whose turn it is
+    rt_buf *pool;
+    int n_pool;
+    rt_item vals[RT_STACK_MAX], grads[RT_STACK_MAX];
+    int depth;
+    ct_tensor shard[CT_LAYER_MAX_IO];  // its rows of the batch
+    ct_key key;                        // this step's key for this device
+    rt_item *saved;  // [n_units][CT_LAYER_MAX_IO]: a standard layer's inputs, kept from forward to backward
+    float *state;    // the state slab it runs on: the net's (device 0) or its own copy
+    float *state_before, *state_after;  // state slabs around each reversible layer's forward
+    ct_tensor loss_out;
+    double weight;  // what its loss averaged over (ct_ctx.loss_weight)
+    float seed;     // d loss / d (its loss), from the global weight
+    ct_status status;
+    ct_error err;
+} rt_replica;
 
 // Where a turn's weights and slots are: a device staging pair (copy_weights)
 // or the host slabs themselves.
@@ -105,6 +129,7 @@ struct ct_reversible_trainer {
     float *slots;
     size_t n_slot_floats;
     size_t *slot_offsets;  // per net.params[i]; [n_params] = n_slot_floats
+    bool *frozen;          // per net.params[i]
     float *host_grads;     // CT_CLIP_GLOBAL only
 
     rt_unit *units;
@@ -113,29 +138,29 @@ struct ct_reversible_trainer {
     int n_turns;
     size_t max_w, max_slots;  // floats of the largest layer
 
-    ct_arena arena;
-    ct_ctx ctx;
-    rt_stage stage[2];
-    float *grad_buf;
-    rt_buf *pool;
-    int n_pool;
-    rt_prefetch pf;
+    int n_local;            // local replicas (common.n_devices)
+    rt_replica *replicas;   // n_local
+    ct_comm *comm;          // common.comm, or own_comm
+    ct_comm *own_comm;
+    int n_global;           // devices over all processes
+    int first_global;       // global index of this process's device 0
+    float *gather;          // Adasum over processes: (n_local, n_proc, max_w)
+    size_t gather_floats;
 
-    rt_item vals[RT_STACK_MAX], grads[RT_STACK_MAX];
-    int depth;
-    const ct_tensor *batch;
+    rt_stage stage[2];
+    rt_prefetch pf;
+    const ct_tensor *batch;  // this step's (local) batch
     int n_batch;
 
     ct_layer_stat *stats;
     int n_stats;
-    float one;
 };
 
 ct_reversible_trainer_options ct_reversible_trainer_default_options(void) {
-    return (ct_reversible_trainer_options){.copy_weights = false,
+    return (ct_reversible_trainer_options){.common = ct_trainer_default_options(),
+                                           .copy_weights = false,
                                            .prefetch = true,
                                            .free_device_each_step = false,
-                                           .clip_grad_norm = 0.0f,
                                            .clip_mode = CT_CLIP_GLOBAL,
                                            .log_every = 100};
 }
@@ -229,33 +254,33 @@ static void prefetch_stop(rt_prefetch *pf) {
 
 // ---- the stack-item pool -------------------------------------------------------
 
-static ct_status pool_acquire(ct_reversible_trainer *t, size_t bytes, int *out, ct_error *err) {
-    for (int i = 0; i < t->n_pool; i++)
-        if (t->pool[i].refs == 0 && t->pool[i].bytes == bytes) {
-            t->pool[i].refs = 1;
+static ct_status pool_acquire(ct_reversible_trainer *t, rt_replica *r, size_t bytes, int *out, ct_error *err) {
+    for (int i = 0; i < r->n_pool; i++)
+        if (r->pool[i].refs == 0 && r->pool[i].bytes == bytes) {
+            r->pool[i].refs = 1;
             *out = i;
             return CT_OK;
         }
     void *data;
     CT_TRY(ct_device_alloc(t->dev, bytes, "reversible trainer stack item", &data, err));
     // Grows during the first step only: later steps reuse the buffers.
-    t->pool = ct_realloc(t->pool, (size_t)(t->n_pool + 1) * sizeof *t->pool);
-    t->pool[t->n_pool] = (rt_buf){data, bytes, 1};
-    *out = t->n_pool++;
+    r->pool = ct_realloc(r->pool, (size_t)(r->n_pool + 1) * sizeof *r->pool);
+    r->pool[r->n_pool] = (rt_buf){data, bytes, 1};
+    *out = r->n_pool++;
     return CT_OK;
 }
 
-static void pool_release(ct_reversible_trainer *t, int buf) {
+static void pool_release(rt_replica *r, int buf) {
     if (buf < 0) return;
-    CT_ASSERT(t->pool[buf].refs > 0);
-    t->pool[buf].refs--;
+    CT_ASSERT(r->pool[buf].refs > 0);
+    r->pool[buf].refs--;
 }
 
-static void pool_free_all(ct_reversible_trainer *t) {
-    for (int i = 0; i < t->n_pool; i++) ct_device_free(t->dev, t->pool[i].data, t->pool[i].bytes);
-    ct_free(t->pool);
-    t->pool = NULL;
-    t->n_pool = 0;
+static void pool_free_all(ct_reversible_trainer *t, rt_replica *r) {
+    for (int i = 0; i < r->n_pool; i++) ct_device_free(t->dev, r->pool[i].data, r->pool[i].bytes);
+    ct_free(r->pool);
+    r->pool = NULL;
+    r->n_pool = 0;
 }
 
 static bool inside(const void *p, const void *base, size_t bytes) {
@@ -263,10 +288,11 @@ static bool inside(const void *p, const void *base, size_t bytes) {
 }
 
 // Turns a layer's results into stack items: data already in a live pool
-// buffer or in the batch is shared; anything else (the arena) is copied
-// into a pool buffer, since the arena is about to be reset. Results that
-// repeat one another share one copy.
-static ct_status adopt(ct_reversible_trainer *t, const ct_tensor *res, int n, rt_item *items, ct_error *err) {
+// buffer or in the replica's rows of the batch is shared; anything else
+// (the arena) is copied into a pool buffer, since the arena is about to be
+// reset. Results that repeat one another share one copy.
+static ct_status adopt(ct_reversible_trainer *t, rt_replica *r, const ct_tensor *res, int n, rt_item *items,
+                       ct_error *err) {
     for (int i = 0; i < n; i++) {
         items[i] = (rt_item){res[i], -1};
         const void *p = res[i].data;
@@ -278,24 +304,24 @@ static ct_status adopt(ct_reversible_trainer *t, const ct_tensor *res, int n, rt
                 found = items[j].buf;
                 items[i].t.data = items[j].t.data;
             }
-        for (int b = 0; b < t->n_pool && found == -2; b++)
-            if (t->pool[b].refs > 0 && inside(p, t->pool[b].data, t->pool[b].bytes)) found = b;
+        for (int b = 0; b < r->n_pool && found == -2; b++)
+            if (r->pool[b].refs > 0 && inside(p, r->pool[b].data, r->pool[b].bytes)) found = b;
         for (int b = 0; b < t->n_batch && found == -2; b++)
-            if (inside(p, t->batch[b].data, ct_tensor_nbytes(&t->batch[b]))) found = -1;
+            if (inside(p, r->shard[b].data, ct_tensor_nbytes(&r->shard[b]))) found = -1;
         if (found >= 0) {
-            t->pool[found].refs++;
+            r->pool[found].refs++;
             items[i].buf = found;
             continue;
         }
         if (found == -1) continue;
         int b;
-        ct_status st = pool_acquire(t, bytes, &b, err);
+        ct_status st = pool_acquire(t, r, bytes, &b, err);
         if (st != CT_OK) {
-            for (int j = 0; j < i; j++) pool_release(t, items[j].buf);
+            for (int j = 0; j < i; j++) pool_release(r, items[j].buf);
             return st;
         }
-        memcpy(t->pool[b].data, p, bytes);
-        items[i].t.data = t->pool[b].data;
+        memcpy(r->pool[b].data, p, bytes);
+        items[i].t.data = r->pool[b].data;
         items[i].buf = b;
     }
     return CT_OK;
@@ -468,11 +494,11 @@ static ct_status plan_units(ct_reversible_trainer *t, ct_error *err) {
         u->slot_end = t->slot_offsets[u->p_end];
         if (u->w_end - u->w_begin > t->max_w) t->max_w = u->w_end - u->w_begin;
         if (u->slot_end - u->slot_begin > t->max_slots) t->max_slots = u->slot_end - u->slot_begin;
-        if (u->kind == RT_REVERSIBLE && u->s_end > u->s_begin) {
-            size_t n = u->s_end - u->s_begin;
-            u->state_before = ct_calloc(n, sizeof(float));
-            u->state_after = ct_calloc(n, sizeof(float));
-        }
+        int n_own = u->p_end - u->p_begin;
+        u->ranges = ct_calloc((size_t)(n_own ? n_own : 1), sizeof *u->ranges);
+        for (int p = u->p_begin; p < u->p_end; p++)
+            u->ranges[p - u->p_begin] = (ct_range){net->params[p]->offset - u->w_begin,
+                                                   (size_t)ct_tensor_numel(&net->params[p]->sig)};
         if (u->p_end > u->p_begin) {
             u->stat = n_stats;
             n_stats += 2;
@@ -510,6 +536,26 @@ static ct_status plan_units(ct_reversible_trainer *t, ct_error *err) {
 
 // ---- construction ------------------------------------------------------------------
 
+// Replica r's rows of the batch (views), and its keys: the step key split by
+// its global device index when there are several devices, as the standard
+// Trainer's.
+static void replica_begin_step(ct_reversible_trainer *t, rt_replica *r, int d, const ct_tensor *batch, ct_key key) {
+    for (int i = 0; i < t->n_batch; i++) {
+        ct_tensor sh = batch[i];
+        int64_t rows = sh.shape[0] / t->n_local;
+        size_t row_bytes = ct_tensor_nbytes(&sh) / (size_t)(sh.shape[0] ? sh.shape[0] : 1);
+        sh.shape[0] = rows;
+        sh.data = (char *)sh.data + (size_t)(d * rows) * row_bytes;
+        r->shard[i] = sh;
+    }
+    r->key = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
+    r->depth = t->n_batch;
+    for (int i = 0; i < t->n_batch; i++) r->vals[i] = (rt_item){r->shard[i], -1};
+    // Device 0 runs on the net's state; the others on a copy of it.
+    if (d > 0 && t->net.n_state) memcpy(r->state, t->net.state, t->net.n_state * sizeof(float));
+    r->status = CT_OK;
+}
+
 ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model, ct_layer *loss,
                                     const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt,
                                     ct_key init_key, ct_device *dev,
@@ -517,28 +563,55 @@ ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model
     *out = NULL;
     ct_reversible_trainer *t = ct_calloc(1, sizeof *t);
     t->opt = opts ? *opts : ct_reversible_trainer_default_options();
+    const ct_trainer_options *common = &t->opt.common;
     t->host = ct_device_cpu();
     t->optim = opt;
     t->dev = dev;
     t->model = ct_layer_ref(model);
-    t->one = 1.0f;
-    ct_arena_init(&t->arena, dev);
-    ct_ctx_init(&t->ctx, &t->arena);
     prefetch_start(&t->pf, false);
-    ct_status st;
+    ct_status st = CT_OK;
     leaf_list leaves = {NULL, 0};
-    if (!(t->opt.clip_grad_norm >= 0.0f) ||
+    t->n_local = common->n_devices;
+    if (t->n_local < 1 || t->n_local > CT_MAX_LOCAL_DEVICES) {
+        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: n_devices is %d, must be 1 to %d", t->n_local,
+                          CT_MAX_LOCAL_DEVICES);
+        t->n_local = 1;
+    }
+    t->replicas = ct_calloc((size_t)t->n_local, sizeof *t->replicas);
+    for (int d = 0; d < t->n_local; d++) {
+        ct_arena_init(&t->replicas[d].arena, dev);
+        ct_ctx_init(&t->replicas[d].ctx, &t->replicas[d].arena);
+    }
+    if (st != CT_OK) goto fail;
+    if (!(common->clip_grad_norm >= 0.0f) ||
         (t->opt.clip_mode != CT_CLIP_GLOBAL && t->opt.clip_mode != CT_CLIP_PER_LAYER)) {
         st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: clip_grad_norm %g or clip mode %d is invalid",
-                          (double)t->opt.clip_grad_norm, (int)t->opt.clip_mode);
+                          (double)common->clip_grad_norm, (int)t->opt.clip_mode);
         goto fail;
+    }
+    t->comm = common->comm ? common->comm : (t->own_comm = ct_comm_single_new());
+    t->n_global = t->n_local * ct_comm_size(t->comm);
+    t->first_global = t->n_local * ct_comm_rank(t->comm);
+
+    // The net sees one device's share of the batch.
+    ct_tensor sigs[CT_LAYER_MAX_IO];
+    for (int i = 0; i < n_batch && i < CT_LAYER_MAX_IO; i++) {
+        sigs[i] = ct_tensor_sig(&batch_sigs[i]);
+        if (sigs[i].ndim < 1 || sigs[i].shape[0] % t->n_local != 0) {
+            char a[CT_SIG_STR_MAX];
+            st = ct_error_set(err, CT_ERR_SHAPE,
+                              "reversible trainer: batch item %d %s does not split over %d devices along axis 0", i,
+                              ct_tensor_sig_str(&sigs[i], a, sizeof a), t->n_local);
+            goto fail;
+        }
+        sigs[i].shape[0] /= t->n_local;
     }
 
     // The standard Trainer's net, on the host. Gradients live on the
     // device one layer at a time, so the net's gradient slab goes at once.
     // Unnamed, as the standard Trainer's: the weights have the model's own names.
     ct_layer *root = ct_layer_rename(ct_serial(CT_LAYERS(ct_layer_ref(model), ct_layer_ref(loss))), "");
-    st = ct_net_init(&t->net, root, batch_sigs, n_batch, init_key, &t->host, err);
+    st = ct_net_init(&t->net, root, sigs, n_batch, init_key, &t->host, err);
     ct_layer_free(root);
     if (st != CT_OK) goto fail;
     ct_device_free(&t->host, t->net.grads, t->net.n_weights * sizeof(float));
@@ -549,18 +622,20 @@ ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model
         goto fail;
     }
 
-    // The slot slab, laid out as the standard Trainer's.
+    // The slot slab, laid out as the standard Trainer's: frozen weights have none.
     t->slot_offsets = ct_calloc((size_t)t->net.n_params + 1, sizeof *t->slot_offsets);
+    t->frozen = ct_calloc((size_t)t->net.n_params + 1, sizeof *t->frozen);
     for (int i = 0; i < t->net.n_params; i++) {
+        t->frozen[i] = ct_trainer_options_frozen(common, t->net.params[i]->full_name);
         t->slot_offsets[i] = t->n_slot_floats;
-        t->n_slot_floats += ct_optimizer_slot_floats(opt, &t->net.params[i]->sig);
+        if (!t->frozen[i]) t->n_slot_floats += ct_optimizer_slot_floats(opt, &t->net.params[i]->sig);
     }
     t->slot_offsets[t->net.n_params] = t->n_slot_floats;
     st = ct_device_alloc(&t->host, t->n_slot_floats * sizeof(float), "optimizer slots", (void **)&t->slots, err);
     if (st != CT_OK) goto fail;
     for (int i = 0; i < t->net.n_params; i++)
-        ct_optimizer_init_slots(opt, &t->net.params[i]->sig, t->slots + t->slot_offsets[i]);
-    if (t->opt.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL) {
+        if (!t->frozen[i]) ct_optimizer_init_slots(opt, &t->net.params[i]->sig, t->slots + t->slot_offsets[i]);
+    if (common->clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL) {
         st = ct_device_alloc(&t->host, t->net.n_weights * sizeof(float), "gradient slab (global clipping)",
                              (void **)&t->host_grads, err);
         if (st != CT_OK) goto fail;
@@ -576,9 +651,28 @@ ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model
     }
     if ((st = plan_units(t, err)) != CT_OK) goto fail;
     ct_free(leaves.v);
+    leaves.v = NULL;
 
-    t->ctx.state = t->net.state;
-    t->ctx.train = true;
+    size_t n_state = t->net.n_state;
+    for (int d = 0; d < t->n_local; d++) {
+        rt_replica *r = &t->replicas[d];
+        r->saved = ct_malloc((size_t)t->n_units * CT_LAYER_MAX_IO * sizeof *r->saved);
+        for (int i = 0; i < t->n_units * CT_LAYER_MAX_IO; i++) r->saved[i].buf = -1;
+        r->state = t->net.state;
+        if (n_state) {
+            if (d > 0) r->state = ct_calloc(n_state, sizeof(float));
+            r->state_before = ct_calloc(n_state, sizeof(float));
+            r->state_after = ct_calloc(n_state, sizeof(float));
+        }
+        r->ctx.state = r->state;
+        r->ctx.train = true;
+    }
+    if (common->adasum && ct_comm_size(t->comm) > 1) {
+        t->gather_floats = (size_t)ct_comm_size(t->comm) * (size_t)t->n_local * t->max_w;
+        st = ct_device_alloc(dev, t->gather_floats * sizeof(float), "Adasum gather buffer (one layer)",
+                             (void **)&t->gather, err);
+        if (st != CT_OK) goto fail;
+    }
     prefetch_start(&t->pf, t->opt.copy_weights && t->opt.prefetch);
     *out = t;
     return CT_OK;
@@ -614,32 +708,45 @@ static void free_device_buffers(ct_reversible_trainer *t) {
         ct_device_free(t->dev, t->stage[b].s, t->max_slots * sizeof(float));
         t->stage[b].w = t->stage[b].s = NULL;
     }
-    ct_device_free(t->dev, t->grad_buf, t->max_w * sizeof(float));
-    t->grad_buf = NULL;
-    pool_free_all(t);
-    ct_arena_free(&t->arena);
+    for (int d = 0; d < t->n_local; d++) {
+        rt_replica *r = &t->replicas[d];
+        ct_device_free(t->dev, r->grad_buf, t->max_w * sizeof(float));
+        r->grad_buf = NULL;
+        pool_free_all(t, r);
+        ct_arena_free(&r->arena);
+    }
 }
 
 void ct_reversible_trainer_free(ct_reversible_trainer *t) {
     if (!t) return;
     prefetch_stop(&t->pf);
-    free_device_buffers(t);
+    if (t->replicas) free_device_buffers(t);
+    for (int d = 0; t->replicas && d < t->n_local; d++) {
+        rt_replica *r = &t->replicas[d];
+        ct_ctx_free(&r->ctx);
+        ct_free(r->saved);
+        if (d > 0) ct_free(r->state);
+        ct_free(r->state_before);
+        ct_free(r->state_after);
+    }
+    ct_free(t->replicas);
     for (int k = 0; k < t->n_units; k++) {
         ct_free(t->units[k].leaves);
+        ct_free(t->units[k].ranges);
         ct_free(t->units[k].desc);
-        ct_free(t->units[k].state_before);
-        ct_free(t->units[k].state_after);
     }
     ct_free(t->units);
     ct_free(t->turns);
     ct_free(t->stats);
+    ct_device_free(t->dev, t->gather, t->gather_floats * sizeof(float));
     ct_device_free(&t->host, t->slots, t->n_slot_floats * sizeof(float));
     ct_device_free(&t->host, t->host_grads, t->net.n_weights * sizeof(float));
     ct_free(t->slot_offsets);
-    ct_ctx_free(&t->ctx);
+    ct_free(t->frozen);
     ct_net_free(&t->net);
     ct_layer_free(t->model);
     ct_optimizer_free(t->optim);
+    ct_comm_free(t->own_comm);
     ct_free(t);
 }
 
@@ -655,9 +762,15 @@ static ct_status ensure_device_buffers(ct_reversible_trainer *t, ct_error *err) 
                 CT_TRY(ct_device_alloc(t->dev, t->max_slots * sizeof(float), "staged layer optimizer slots",
                                        (void **)&t->stage[b].s, err));
         }
-    if (!t->grad_buf)
-        CT_TRY(ct_device_alloc(t->dev, t->max_w * sizeof(float), "layer gradients", (void **)&t->grad_buf, err));
+    for (int d = 0; d < t->n_local; d++)
+        if (!t->replicas[d].grad_buf)
+            CT_TRY(ct_device_alloc(t->dev, t->max_w * sizeof(float), "layer gradients",
+                                   (void **)&t->replicas[d].grad_buf, err));
     return CT_OK;
+}
+
+static bool defers_updates(const ct_reversible_trainer *t) {
+    return t->opt.common.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL;
 }
 
 // Where turn k's weights and slots are.
@@ -676,31 +789,39 @@ static void stage_post(ct_reversible_trainer *t, int k) {
     rt_copy w = {s.w, t->net.weights + u->w_begin, u->w_end - u->w_begin};
     // Slots only for a turn that updates (not a forward, nor a backward whose
     // update waits for the global norm).
-    bool defer = t->opt.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL;
-    bool update = turn->backward && !defer;
+    bool update = turn->backward && !defers_updates(t);
     rt_copy slots = {s.s, t->slots + u->slot_begin, update ? u->slot_end - u->slot_begin : 0};
     prefetch_post(&t->pf, w, slots);
 }
 
-// Binds the ctx to unit u's staged weights and the gradient buffer (zeroed
-// for a turn that computes gradients).
-static void bind_unit(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, bool grads) {
-    t->ctx.weights = rebase(s.w, u->w_begin);
-    t->ctx.grads = rebase(t->grad_buf, u->w_begin);
-    t->ctx.state = t->net.state;
-    t->ctx.train = true;
-    t->ctx.tape_len = 0;
-    if (grads && u->w_end > u->w_begin) memset(t->grad_buf, 0, (u->w_end - u->w_begin) * sizeof(float));
+// Binds replica r's ctx to unit u's staged weights and its gradient buffer
+// (zeroed for a turn that computes gradients).
+static void bind_unit(rt_replica *r, const rt_unit *u, rt_stage s, bool grads) {
+    r->ctx.weights = rebase(s.w, u->w_begin);
+    r->ctx.grads = rebase(r->grad_buf, u->w_begin);
+    r->ctx.state = r->state;
+    r->ctx.train = true;
+    r->ctx.record = grads;
+    r->ctx.tape_len = 0;
+    if (grads && u->w_end > u->w_begin) memset(r->grad_buf, 0, (u->w_end - u->w_begin) * sizeof(float));
 }
 
-static ct_status leaves_forward(rt_unit *u, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_error *err) {
+// The key a leaf gets inside Serial(model, loss) from the replica's key.
+static ct_key leaf_key(const rt_replica *r, const rt_leaf *leaf) {
+    ct_key k = r->key;
+    for (int d = 0; d < leaf->depth; d++) k = ct_key_split(k, leaf->path[d]);
+    return k;
+}
+
+static ct_status leaves_forward(const rt_replica *r, rt_unit *u, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
+                                ct_error *err) {
     ct_tensor stack[RT_STACK_MAX], outs[CT_LAYER_MAX_IO];
     int depth = u->n_in;
     memcpy(stack, in, (size_t)depth * sizeof *stack);
     for (int i = 0; i < u->n_leaves; i++) {
         const rt_leaf *leaf = &u->leaves[i];
         ct_layer *l = leaf->layer;
-        CT_TRY(ct_layer_forward(l, c, stack, outs, leaf->key, err));
+        CT_TRY(ct_layer_forward(l, c, stack, outs, leaf_key(r, leaf), err));
         memmove(stack + l->n_out, stack + l->n_in, (size_t)(depth - l->n_in) * sizeof *stack);
         memcpy(stack, outs, (size_t)l->n_out * sizeof *stack);
         depth += l->n_out - l->n_in;
@@ -709,15 +830,15 @@ static ct_status leaves_forward(rt_unit *u, ct_ctx *c, const ct_tensor *in, ct_t
     return CT_OK;
 }
 
-static ct_status leaves_backward(rt_unit *u, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
-                                 ct_error *err) {
+static ct_status leaves_backward(const rt_replica *r, rt_unit *u, ct_ctx *c, const ct_tensor *grad_out,
+                                 ct_tensor *grad_in, ct_error *err) {
     ct_tensor stack[RT_STACK_MAX], grads[CT_LAYER_MAX_IO];
     int depth = u->n_out;
     memcpy(stack, grad_out, (size_t)depth * sizeof *stack);
     for (int i = u->n_leaves - 1; i >= 0; i--) {
         const rt_leaf *leaf = &u->leaves[i];
         ct_layer *l = leaf->layer;
-        CT_TRY(ct_layer_backward(l, c, stack, grads, leaf->key, err));
+        CT_TRY(ct_layer_backward(l, c, stack, grads, leaf_key(r, leaf), err));
         memmove(stack + l->n_in, stack + l->n_out, (size_t)(depth - l->n_out) * sizeof *stack);
         memcpy(stack, grads, (size_t)l->n_in * sizeof *stack);
         depth += l->n_in - l->n_out;
@@ -730,133 +851,266 @@ static void tensors_of(const rt_item *items, int n, ct_tensor *out) {
     for (int i = 0; i < n; i++) out[i] = items[i].t;
 }
 
-static void copy_state(ct_reversible_trainer *t, const rt_unit *u, float *dst, bool to_slab) {
+// Copies unit u's range of the state between the replica's state slab and
+// one of its saved slabs.
+static void copy_state(const rt_replica *r, const rt_unit *u, float *saved, bool to_state) {
     size_t n = u->s_end - u->s_begin;
-    if (!n || !dst) return;
-    if (to_slab) memcpy(t->net.state + u->s_begin, dst, n * sizeof(float));
-    else memcpy(dst, t->net.state + u->s_begin, n * sizeof(float));
+    if (!n) return;
+    if (to_state) memcpy(r->state + u->s_begin, saved + u->s_begin, n * sizeof(float));
+    else memcpy(saved + u->s_begin, r->state + u->s_begin, n * sizeof(float));
 }
 
 // Forward of a standard or reversible layer, without a tape.
-static ct_status forward_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, ct_error *err) {
-    ct_ctx *c = &t->ctx;
-    bind_unit(t, u, s, false);
-    c->record = false;
+static ct_status forward_turn(ct_reversible_trainer *t, rt_replica *r, rt_unit *u, rt_stage s, ct_error *err) {
+    ct_ctx *c = &r->ctx;
+    bind_unit(r, u, s, false);
     ct_tensor in[CT_LAYER_MAX_IO], out[CT_LAYER_MAX_IO];
-    tensors_of(t->vals, u->n_in, in);
+    tensors_of(r->vals, u->n_in, in);
+    rt_item *saved = r->saved + (u - t->units) * CT_LAYER_MAX_IO;
     if (u->kind == RT_STANDARD)
         for (int i = 0; i < u->n_in; i++) {
-            u->saved[i] = t->vals[i];
-            if (u->saved[i].buf >= 0) t->pool[u->saved[i].buf].refs++;
+            saved[i] = r->vals[i];
+            if (saved[i].buf >= 0) r->pool[saved[i].buf].refs++;
         }
-    copy_state(t, u, u->state_before, false);
-    ct_status st = u->kind == RT_REVERSIBLE ? ct_layer_forward(u->leaves[0].layer, c, in, out, u->leaves[0].key, err)
-                                            : leaves_forward(u, c, in, out, err);
-    copy_state(t, u, u->state_after, false);
+    bool keep_state = u->kind == RT_REVERSIBLE && r->state_before;
+    if (keep_state) copy_state(r, u, r->state_before, false);
+    ct_status st = u->kind == RT_REVERSIBLE
+                       ? ct_layer_forward(u->leaves[0].layer, c, in, out, leaf_key(r, &u->leaves[0]), err)
+                       : leaves_forward(r, u, c, in, out, err);
+    if (keep_state) copy_state(r, u, r->state_after, false);
     rt_item items[CT_LAYER_MAX_IO];
-    if (st == CT_OK) st = adopt(t, out, u->n_out, items, err);
-    ct_arena_reset(&t->arena);
+    if (st == CT_OK) st = adopt(t, r, out, u->n_out, items, err);
+    ct_arena_reset(&r->arena);
     if (st != CT_OK) return st;
-    for (int i = 0; i < u->n_in; i++) pool_release(t, t->vals[i].buf);
-    items_replace(t->vals, t->depth, u->n_in, items, u->n_out);
-    t->depth += u->n_out - u->n_in;
+    for (int i = 0; i < u->n_in; i++) pool_release(r, r->vals[i].buf);
+    items_replace(r->vals, r->depth, u->n_in, items, u->n_out);
+    r->depth += u->n_out - u->n_in;
     return CT_OK;
 }
 
-// The loss layer's forward and backward; its input gradients start the
+// The loss layer's forward, with the tape: the loss and what it averaged
+// over. Its backward waits for the global weight.
+static ct_status loss_forward(rt_replica *r, rt_unit *u, rt_stage s, ct_error *err) {
+    ct_ctx *c = &r->ctx;
+    bind_unit(r, u, s, true);
+    c->loss_weight = -1;  // "not said"
+    ct_tensor in[CT_LAYER_MAX_IO];
+    tensors_of(r->vals, u->n_in, in);
+    CT_TRY(leaves_forward(r, u, c, in, &r->loss_out, err));
+    // A loss layer that does not say what it averaged over counts as one.
+    r->weight = c->loss_weight >= 0 ? c->loss_weight : 1.0;
+    return CT_OK;
+}
+
+// The loss layer's backward from the seed; its input gradients start the
 // gradient stack.
-static ct_status loss_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, float *loss, ct_error *err) {
-    ct_ctx *c = &t->ctx;
-    bind_unit(t, u, s, true);
-    c->record = true;
-    ct_tensor in[CT_LAYER_MAX_IO], out, gout, gin[CT_LAYER_MAX_IO];
-    tensors_of(t->vals, u->n_in, in);
-    ct_status st = leaves_forward(u, c, in, &out, err);
-    if (st == CT_OK) {
-        *loss = *ct_f32(&out);
-        gout = ct_tensor_sig(&out);
-        gout.data = &t->one;
-        st = leaves_backward(u, c, &gout, gin, err);
-    }
+static ct_status loss_backward(ct_reversible_trainer *t, rt_replica *r, rt_unit *u, ct_error *err) {
+    ct_ctx *c = &r->ctx;
+    ct_tensor gout = ct_tensor_sig(&r->loss_out), gin[CT_LAYER_MAX_IO];
+    gout.data = &r->seed;
+    ct_status st = leaves_backward(r, u, c, &gout, gin, err);
     rt_item items[CT_LAYER_MAX_IO];
-    if (st == CT_OK) st = adopt(t, gin, u->n_in, items, err);
-    ct_arena_reset(&t->arena);
+    if (st == CT_OK) st = adopt(t, r, gin, u->n_in, items, err);
+    ct_arena_reset(&r->arena);
     if (st != CT_OK) return st;
     CT_ASSERT(c->tape_len == 0);
-    memcpy(t->grads, items, (size_t)u->n_in * sizeof *items);
-    for (int i = u->n_in; i < t->depth; i++) t->grads[i] = (rt_item){ct_tensor_sig(&t->vals[i].t), -1};
+    memcpy(r->grads, items, (size_t)u->n_in * sizeof *items);
+    for (int i = u->n_in; i < r->depth; i++) r->grads[i] = (rt_item){ct_tensor_sig(&r->vals[i].t), -1};
     return CT_OK;
 }
 
 // Backward of a reversible layer (reverse_and_grad) or a standard one (its
 // forward again from the kept inputs, with the tape, then backward).
-static ct_status backward_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, ct_error *err) {
-    ct_ctx *c = &t->ctx;
-    bind_unit(t, u, s, true);
-    c->record = true;
+static ct_status backward_turn(ct_reversible_trainer *t, rt_replica *r, rt_unit *u, rt_stage s, ct_error *err) {
+    ct_ctx *c = &r->ctx;
+    bind_unit(r, u, s, true);
     ct_tensor out[CT_LAYER_MAX_IO], gout[CT_LAYER_MAX_IO], in[CT_LAYER_MAX_IO], gin[CT_LAYER_MAX_IO];
-    tensors_of(t->vals, u->n_out, out);
-    tensors_of(t->grads, u->n_out, gout);
+    tensors_of(r->vals, u->n_out, out);
+    tensors_of(r->grads, u->n_out, gout);
+    rt_item *saved = r->saved + (u - t->units) * CT_LAYER_MAX_IO;
     ct_status st;
     if (u->kind == RT_REVERSIBLE) {
-        copy_state(t, u, u->state_before, true);  // the recomputation sees the state of the forward
-        st = ct_layer_reverse_and_grad(u->leaves[0].layer, c, out, gout, in, gin, u->leaves[0].key, err);
-        copy_state(t, u, u->state_after, true);
+        bool keep_state = r->state_before != NULL;
+        if (keep_state) copy_state(r, u, r->state_before, true);  // the recomputation sees the state of the forward
+        st = ct_layer_reverse_and_grad(u->leaves[0].layer, c, out, gout, in, gin, leaf_key(r, &u->leaves[0]), err);
+        if (keep_state) copy_state(r, u, r->state_after, true);
     } else {
-        tensors_of(u->saved, u->n_in, in);
+        tensors_of(saved, u->n_in, in);
         ct_tensor recomputed[CT_LAYER_MAX_IO];
-        st = leaves_forward(u, c, in, recomputed, err);
-        if (st == CT_OK) st = leaves_backward(u, c, gout, gin, err);
+        st = leaves_forward(r, u, c, in, recomputed, err);
+        if (st == CT_OK) st = leaves_backward(r, u, c, gout, gin, err);
     }
     rt_item vitems[CT_LAYER_MAX_IO], gitems[CT_LAYER_MAX_IO];
-    if (st == CT_OK && u->kind == RT_REVERSIBLE) st = adopt(t, in, u->n_in, vitems, err);
+    if (st == CT_OK && u->kind == RT_REVERSIBLE) st = adopt(t, r, in, u->n_in, vitems, err);
     if (st == CT_OK) {
-        st = adopt(t, gin, u->n_in, gitems, err);
+        st = adopt(t, r, gin, u->n_in, gitems, err);
         if (st != CT_OK && u->kind == RT_REVERSIBLE)
-            for (int i = 0; i < u->n_in; i++) pool_release(t, vitems[i].buf);
+            for (int i = 0; i < u->n_in; i++) pool_release(r, vitems[i].buf);
     }
-    ct_arena_reset(&t->arena);
+    ct_arena_reset(&r->arena);
     if (st != CT_OK) return st;
     CT_ASSERT(c->tape_len == 0);
     if (u->kind == RT_STANDARD) {
         // The kept inputs go back on the stack, with their references.
-        memcpy(vitems, u->saved, (size_t)u->n_in * sizeof *vitems);
-        for (int i = 0; i < u->n_in; i++) u->saved[i].buf = -1;
+        memcpy(vitems, saved, (size_t)u->n_in * sizeof *vitems);
+        for (int i = 0; i < u->n_in; i++) saved[i].buf = -1;
     }
     for (int i = 0; i < u->n_out; i++) {
-        pool_release(t, t->vals[i].buf);
-        pool_release(t, t->grads[i].buf);
+        pool_release(r, r->vals[i].buf);
+        pool_release(r, r->grads[i].buf);
     }
-    items_replace(t->vals, t->depth, u->n_out, vitems, u->n_in);
-    items_replace(t->grads, t->depth, u->n_out, gitems, u->n_in);
-    t->depth += u->n_in - u->n_out;
+    items_replace(r->vals, r->depth, u->n_out, vitems, u->n_in);
+    items_replace(r->grads, r->depth, u->n_out, gitems, u->n_in);
+    r->depth += u->n_in - u->n_out;
     return CT_OK;
 }
 
-// Norms of unit u's gradient (in grad_buf) and weights, then, unless the
-// update waits for the global norm, its optimizer update and the write-back.
-static void update_unit(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, int64_t step, float lr,
-                        double *g2, double *w2, bool defer) {
-    size_t nw = u->w_end - u->w_begin;
-    *g2 = sum_squares(t->grad_buf, nw);
-    *w2 = sum_squares(s.w, nw);
-    if (defer) {
-        memcpy(t->host_grads + u->w_begin, t->grad_buf, nw * sizeof(float));
-        return;
+// What one turn does on one replica.
+typedef enum rt_phase { RT_FORWARD, RT_LOSS_FORWARD, RT_LOSS_BACKWARD, RT_BACKWARD } rt_phase;
+
+static void replica_turn(ct_reversible_trainer *t, int d, rt_phase phase, rt_unit *u, rt_stage s) {
+    rt_replica *r = &t->replicas[d];
+    switch (phase) {
+    case RT_FORWARD: r->status = forward_turn(t, r, u, s, &r->err); break;
+    case RT_LOSS_FORWARD: r->status = loss_forward(r, u, s, &r->err); break;
+    case RT_LOSS_BACKWARD: r->status = loss_backward(t, r, u, &r->err); break;
+    case RT_BACKWARD: r->status = backward_turn(t, r, u, s, &r->err); break;
     }
-    if (t->opt.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_PER_LAYER) {
-        double norm = sqrt(*g2);
-        if (norm > t->opt.clip_grad_norm) {
-            float scale = (float)(t->opt.clip_grad_norm / norm);
-            for (size_t i = 0; i < nw; i++) t->grad_buf[i] *= scale;
+}
+
+// Runs a phase of unit u's turn on every local replica (threads when there
+// are several; kernels then run single-threaded inside each). Returns the
+// first failing replica's error.
+static ct_status run_replicas(ct_reversible_trainer *t, rt_phase phase, rt_unit *u, rt_stage s, ct_error *err) {
+    if (t->n_local == 1) replica_turn(t, 0, phase, u, s);
+    else {
+#pragma omp parallel for num_threads(t->n_local) schedule(static, 1)
+        for (int d = 0; d < t->n_local; d++) replica_turn(t, d, phase, u, s);
+    }
+    for (int d = 0; d < t->n_local; d++) {
+        rt_replica *r = &t->replicas[d];
+        if (r->status != CT_OK) {
+            if (err) *err = r->err;
+            if (t->n_global > 1) ct_error_prefix(err, "device %d", t->first_global + d);
+            return r->status;
         }
     }
+    return CT_OK;
+}
+
+// The loss turn: forward on every device, the global weight W over every
+// device of every process, then backward with each device's seed
+// n_global * W_d / W (as the standard Trainer). *loss gets the loss over the
+// global batch.
+static ct_status loss_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, float *loss, ct_error *err) {
+    ct_status st = run_replicas(t, RT_LOSS_FORWARD, u, s, err);
+    double sums[2] = {0, 0};  // sum of W_d, sum of L_d * W_d
+    for (int d = 0; d < t->n_local && st == CT_OK; d++) {
+        const rt_replica *r = &t->replicas[d];
+        sums[0] += r->weight;
+        sums[1] += (double)*ct_f32(&r->loss_out) * r->weight;
+    }
+    // Every process takes part in the sum, even one that failed, so a
+    // failure cannot leave the others waiting: it sends a NaN.
+    if (st != CT_OK) sums[0] = NAN;
+    ct_status cst = ct_comm_allreduce_f64(t->comm, sums, 2, st == CT_OK ? err : NULL);
+    if (st == CT_OK && cst != CT_OK) st = cst;
+    if (st == CT_OK && !(sums[0] > 0))
+        st = ct_error_set(err, CT_ERR_STATE,
+                          "reversible trainer: a device failed or the loss weights sum to %g over all devices",
+                          sums[0]);
+    if (st != CT_OK) return st;
+    for (int d = 0; d < t->n_local; d++)
+        t->replicas[d].seed = (float)((double)t->n_global * t->replicas[d].weight / sums[0]);
+    *loss = (float)(sums[1] / sums[0]);
+    return run_replicas(t, RT_LOSS_BACKWARD, u, s, err);
+}
+
+// Unit u's gradient over every device of every process, into device 0's
+// gradient buffer: the mean (local replicas summed in device order, then
+// the processes' sums added, then divided by the device count; the
+// standard Trainer's arithmetic), or Adasum.
+static ct_status combine_grads(ct_reversible_trainer *t, const rt_unit *u, ct_error *err) {
+    size_t nw = u->w_end - u->w_begin;
+    float *dst = t->replicas[0].grad_buf;
+    if (t->opt.common.adasum) {
+        int n_proc = ct_comm_size(t->comm), n_local = t->n_local;
+        float *vecs_stack[CT_MAX_LOCAL_DEVICES];
+        float **vecs =
+            t->n_global <= CT_MAX_LOCAL_DEVICES ? vecs_stack : ct_malloc((size_t)t->n_global * sizeof *vecs);
+        ct_status st = CT_OK;
+        if (n_proc == 1) {
+            for (int d = 0; d < n_local; d++) vecs[d] = t->replicas[d].grad_buf;
+        } else {
+            // Block d of gather is (n_proc, nw): local device d of every
+            // process; global device g = p * n_local + d.
+            for (int d = 0; d < n_local && st == CT_OK; d++)
+                st = ct_comm_allgather_f32(t->comm, t->replicas[d].grad_buf, t->gather + (size_t)d * n_proc * nw, nw,
+                                           err);
+            for (int p = 0; p < n_proc; p++)
+                for (int d = 0; d < n_local; d++) vecs[p * n_local + d] = t->gather + ((size_t)d * n_proc + p) * nw;
+        }
+        if (st == CT_OK) {
+            ct_adasum(vecs, t->n_global, u->ranges, u->p_end - u->p_begin);
+            if (vecs[0] != dst) memcpy(dst, vecs[0], nw * sizeof(float));
+        }
+        if (vecs != vecs_stack) ct_free(vecs);
+        return st;
+    }
+    if (t->n_local > 1) {
+        int64_t n = (int64_t)nw;
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) {
+            float sum = dst[i];
+            for (int d = 1; d < t->n_local; d++) sum += t->replicas[d].grad_buf[i];
+            dst[i] = sum;
+        }
+    }
+    CT_TRY(ct_comm_allreduce_f32(t->comm, dst, nw, err));
+    if (t->n_global > 1) {
+        float inv = 1.0f / (float)t->n_global;
+        for (size_t i = 0; i < nw; i++) dst[i] *= inv;
+    }
+    return CT_OK;
+}
+
+// Applies the optimizer to unit u's weights (staged in s) from grad
+// (unit-relative), skipping frozen weights.
+static void apply_updates(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, float *grad, int64_t step,
+                          float lr) {
     for (int p = u->p_begin; p < u->p_end; p++) {
+        if (t->frozen[p]) continue;
         const ct_param *param = t->net.params[p];
         size_t off = param->offset - u->w_begin;
-        ct_optimizer_update(t->optim, step, lr, &param->sig, s.w + off, t->grad_buf + off,
+        ct_optimizer_update(t->optim, step, lr, &param->sig, s.w + off, grad + off,
                             s.s + (t->slot_offsets[p] - u->slot_begin));
     }
+}
+
+// Norms of unit u's combined gradient (in device 0's buffer; frozen weights'
+// gradients dropped first) and weights, then, unless the update waits for
+// the global norm, its optimizer update and the write-back.
+static void update_unit(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, int64_t step, float lr,
+                        double *g2, double *w2) {
+    size_t nw = u->w_end - u->w_begin;
+    float *grad = t->replicas[0].grad_buf;
+    for (int p = u->p_begin; p < u->p_end; p++)
+        if (t->frozen[p]) memset(grad + u->ranges[p - u->p_begin].offset, 0, u->ranges[p - u->p_begin].length * sizeof(float));
+    *g2 = sum_squares(grad, nw);
+    *w2 = sum_squares(s.w, nw);
+    if (defers_updates(t)) {
+        memcpy(t->host_grads + u->w_begin, grad, nw * sizeof(float));
+        return;
+    }
+    float clip = t->opt.common.clip_grad_norm;
+    if (clip > 0.0f && t->opt.clip_mode == CT_CLIP_PER_LAYER) {
+        double norm = sqrt(*g2);
+        if (norm > clip) {
+            float scale = (float)(clip / norm);
+            for (size_t i = 0; i < nw; i++) grad[i] *= scale;
+        }
+    }
+    apply_updates(t, u, s, grad, step, lr);
     if (t->opt.copy_weights) {
         memcpy(t->net.weights + u->w_begin, s.w, nw * sizeof(float));
         memcpy(t->slots + u->slot_begin, s.s, (u->slot_end - u->slot_begin) * sizeof(float));
@@ -866,7 +1120,9 @@ static void update_unit(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, 
 // CT_CLIP_GLOBAL's second pass: every layer's update with its gradient
 // scaled by min(1, clip / global norm).
 static void deferred_updates(ct_reversible_trainer *t, int64_t step, float lr, double global_norm) {
-    float scale = global_norm > t->opt.clip_grad_norm ? (float)(t->opt.clip_grad_norm / global_norm) : 1.0f;
+    float clip = t->opt.common.clip_grad_norm;
+    float scale = global_norm > clip ? (float)(clip / global_norm) : 1.0f;
+    float *grad = t->replicas[0].grad_buf;
     for (int k = 0; k < t->n_units; k++) {
         const rt_unit *u = &t->units[k];
         size_t nw = u->w_end - u->w_begin, ns = u->slot_end - u->slot_begin;
@@ -877,13 +1133,8 @@ static void deferred_updates(ct_reversible_trainer *t, int64_t step, float lr, d
             memcpy(s.w, t->net.weights + u->w_begin, nw * sizeof(float));
             memcpy(s.s, t->slots + u->slot_begin, ns * sizeof(float));
         }
-        for (size_t i = 0; i < nw; i++) t->grad_buf[i] = t->host_grads[u->w_begin + i] * scale;
-        for (int p = u->p_begin; p < u->p_end; p++) {
-            const ct_param *param = t->net.params[p];
-            size_t off = param->offset - u->w_begin;
-            ct_optimizer_update(t->optim, step, lr, &param->sig, s.w + off, t->grad_buf + off,
-                                s.s + (t->slot_offsets[p] - u->slot_begin));
-        }
+        for (size_t i = 0; i < nw; i++) grad[i] = t->host_grads[u->w_begin + i] * scale;
+        apply_updates(t, u, s, grad, step, lr);
         if (t->opt.copy_weights) {
             memcpy(t->net.weights + u->w_begin, s.w, nw * sizeof(float));
             memcpy(t->slots + u->slot_begin, s.s, ns * sizeof(float));
@@ -912,17 +1163,18 @@ static void log_memory(const ct_reversible_trainer *t, int64_t step, const char 
 
 // Drops every stack item and kept input (after a failure or at the end).
 static void clear_stacks(ct_reversible_trainer *t) {
-    for (int i = 0; i < t->n_pool; i++) t->pool[i].refs = 0;
-    for (int k = 0; k < t->n_units; k++)
-        for (int i = 0; i < CT_LAYER_MAX_IO; i++) t->units[k].saved[i].buf = -1;
-    t->depth = 0;
-    t->ctx.tape_len = 0;
-    ct_arena_reset(&t->arena);
+    for (int d = 0; d < t->n_local; d++) {
+        rt_replica *r = &t->replicas[d];
+        for (int i = 0; i < r->n_pool; i++) r->pool[i].refs = 0;
+        for (int i = 0; i < t->n_units * CT_LAYER_MAX_IO; i++) r->saved[i].buf = -1;
+        r->depth = 0;
+        r->ctx.tape_len = 0;
+        ct_arena_reset(&r->arena);
+    }
 }
 
 static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, float *loss, double *g2,
                            double *w2, ct_error *err) {
-    bool defer = t->opt.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL;
     stage_post(t, 0);
     for (int k = 0; k < t->n_turns; k++) {
         prefetch_wait(&t->pf);
@@ -930,9 +1182,12 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, flo
         rt_unit *u = &t->units[t->turns[k].unit];
         rt_stage s = stage_of(t, k);
         ct_status st;
-        if (!t->turns[k].backward) st = forward_turn(t, u, s, err);
+        if (!t->turns[k].backward) st = run_replicas(t, RT_FORWARD, u, s, err);
         else if (u->kind == RT_LOSS) st = loss_turn(t, u, s, loss, err);
-        else st = backward_turn(t, u, s, err);
+        else st = run_replicas(t, RT_BACKWARD, u, s, err);
+        // Each layer's gradient is combined before its update, so every
+        // process updates alike.
+        if (st == CT_OK && t->turns[k].backward && u->p_end > u->p_begin) st = combine_grads(t, u, err);
         if (st != CT_OK) {
             prefetch_wait(&t->pf);
             return st;
@@ -940,7 +1195,7 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, flo
         if (u->kind == RT_LOSS) log_memory(t, step, "loss layer done");
         if (!t->turns[k].backward) continue;
         double ug2 = 0, uw2 = 0;
-        if (u->p_end > u->p_begin) update_unit(t, u, s, step, lr, &ug2, &uw2, defer);
+        if (u->p_end > u->p_begin) update_unit(t, u, s, step, lr, &ug2, &uw2);
         *g2 += ug2;
         *w2 += uw2;
         if (u->stat >= 0) {
@@ -952,7 +1207,7 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, flo
             if (u->kind == RT_LOSS) t->stats[i].value = *loss;
         }
     }
-    if (defer) deferred_updates(t, step, lr, sqrt(*g2));
+    if (defers_updates(t)) deferred_updates(t, step, lr, sqrt(*g2));
     return CT_OK;
 }
 
@@ -961,30 +1216,26 @@ ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tens
                                          ct_error *err) {
     const ct_net *net = &t->net;
     for (int i = 0; i < net->n_in; i++) {
-        if (batch[i].dtype != net->in_sigs[i].dtype || batch[i].ndim != net->in_sigs[i].ndim) {
-            char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
+        const ct_tensor *b = &batch[i], *sig = &net->in_sigs[i];
+        char a[CT_SIG_STR_MAX], c[CT_SIG_STR_MAX];
+        if (b->dtype != sig->dtype || b->ndim != sig->ndim)
             return ct_error_set(err, CT_ERR_SHAPE,
-                                "reversible trainer: batch item %d is %s, the trainer was built for %s", i,
-                                ct_tensor_sig_str(&batch[i], a, sizeof a),
-                                ct_tensor_sig_str(&net->in_sigs[i], b, sizeof b));
-        }
+                                "reversible trainer: batch item %d is %s, the trainer was built for %s per device", i,
+                                ct_tensor_sig_str(b, a, sizeof a), ct_tensor_sig_str(sig, c, sizeof c));
+        if (b->shape[0] % t->n_local != 0 || b->shape[0] != batch[0].shape[0])
+            return ct_error_set(err, CT_ERR_SHAPE,
+                                "reversible trainer: batch item %d %s: its batch size %lld does not split evenly "
+                                "over %d local devices",
+                                i, ct_tensor_sig_str(b, a, sizeof a), (long long)b->shape[0], t->n_local);
     }
     log_memory(t, step, "forward");
-    // Each leaf's key: the one it would get inside Serial(model, loss).
-    for (int k = 0; k < t->n_units; k++)
-        for (int i = 0; i < t->units[k].n_leaves; i++) {
-            rt_leaf *leaf = &t->units[k].leaves[i];
-            leaf->key = key;
-            for (int d = 0; d < leaf->depth; d++) leaf->key = ct_key_split(leaf->key, leaf->path[d]);
-        }
     ct_status st = ensure_device_buffers(t, err);
     float loss = 0.0f;
     double g2 = 0.0, w2 = 0.0;
     if (st == CT_OK) {
         t->batch = batch;
         t->n_batch = net->n_in;
-        t->depth = net->n_in;
-        for (int i = 0; i < net->n_in; i++) t->vals[i] = (rt_item){batch[i], -1};
+        for (int d = 0; d < t->n_local; d++) replica_begin_step(t, &t->replicas[d], d, batch, key);
         st = run_turns(t, step, learning_rate, &loss, &g2, &w2, err);
     }
     clear_stacks(t);
@@ -1017,6 +1268,8 @@ const char *ct_reversible_trainer_layer_desc(const ct_reversible_trainer *t, int
 
 const ct_net *ct_reversible_trainer_net(const ct_reversible_trainer *t) { return &t->net; }
 ct_layer *ct_reversible_trainer_model(const ct_reversible_trainer *t) { return t->model; }
+int ct_reversible_trainer_local_devices(const ct_reversible_trainer *t) { return t->n_local; }
+int ct_reversible_trainer_global_devices(const ct_reversible_trainer *t) { return t->n_global; }
 
 float *ct_reversible_trainer_slots(const ct_reversible_trainer *t, size_t *n_floats) {
     if (n_floats) *n_floats = t->n_slot_floats;
@@ -1028,7 +1281,12 @@ const ct_device *ct_reversible_trainer_host(const ct_reversible_trainer *t) { re
 void ct_reversible_trainer_param_slots(const ct_reversible_trainer *t, int i, size_t *offset, size_t *n_floats) {
     CT_ASSERT(i >= 0 && i < t->net.n_params);
     *offset = t->slot_offsets[i];
-    *n_floats = (i + 1 < t->net.n_params ? t->slot_offsets[i + 1] : t->n_slot_floats) - t->slot_offsets[i];
+    *n_floats = t->slot_offsets[i + 1] - t->slot_offsets[i];
+}
+
+bool ct_reversible_trainer_param_frozen(const ct_reversible_trainer *t, int i) {
+    CT_ASSERT(i >= 0 && i < t->net.n_params);
+    return t->frozen[i];
 }
 
 ct_optimizer *ct_reversible_trainer_optimizer(const ct_reversible_trainer *t) { return t->optim; }

@@ -61,7 +61,7 @@ ct_trainer_options ct_trainer_default_options(void) {
     return (ct_trainer_options){.n_devices = 1, .bucket_bytes = (size_t)4 << 20};
 }
 
-static bool is_frozen(const ct_trainer_options *o, const char *name) {
+bool ct_trainer_options_frozen(const ct_trainer_options *o, const char *name) {
     for (int i = 0; i < o->n_frozen; i++)
         if (strncmp(name, o->frozen[i], strlen(o->frozen[i])) == 0) return true;
     return false;
@@ -187,7 +187,7 @@ ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, cons
     t->frozen = ct_calloc((size_t)net->n_params + 1, sizeof *t->frozen);
     t->ranges = ct_calloc((size_t)net->n_params + 1, sizeof *t->ranges);
     for (int i = 0; i < net->n_params; i++) {
-        t->frozen[i] = is_frozen(&t->opts, net->params[i]->full_name);
+        t->frozen[i] = ct_trainer_options_frozen(&t->opts, net->params[i]->full_name);
         t->slot_offsets[i] = t->n_slot_floats;
         if (!t->frozen[i]) t->n_slot_floats += ct_optimizer_slot_floats(opt, &net->params[i]->sig);
         t->ranges[i] = (ct_range){net->params[i]->offset, (size_t)ct_tensor_numel(&net->params[i]->sig)};

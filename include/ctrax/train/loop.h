@@ -106,11 +106,11 @@ typedef struct ct_loop_options {
     int keep_last;      // regular checkpoints kept: 2
     bool restore;       // resume from output_dir's newest checkpoint: true
     uint64_t seed;      // the loop's key (init, dropout): 0
-    ct_trainer_options trainer;  // devices, comm, clipping, frozen weights
+    ct_trainer_options trainer;  // devices, comm, Adasum, clipping, frozen weights (either trainer)
     // The memory-efficient (reversible) trainer instead of the standard one:
-    // weights and slots on the host, one layer at a time on the device. Its
-    // checkpoints are the standard trainer's, so a run can switch trainers
-    // across a restore. One device, no Adasum, no frozen weights (for now).
+    // weights and slots on the host, one layer at a time on the device, with
+    // the same trainer options. Its checkpoints are the standard trainer's,
+    // so a run can switch trainers across a restore.
     bool use_memory_efficient_trainer;
     ct_device *device;  // counts the trainer's bytes; NULL: the loop's own CPU device
     // Set (by a signal handler) to stop after the current step with a

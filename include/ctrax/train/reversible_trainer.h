@@ -49,6 +49,19 @@
 // hyperparameters (slots live in the slot slab), so one instance serves
 // every layer.
 //
+// Devices (common.n_devices, common.comm), as the standard Trainer: the
+// batch is split over the local replicas (threads, each with its own
+// arena, gradient buffer, stack items and key) and over processes; each
+// turn runs on every replica at once against the one staged copy of the
+// layer's weights; a layer's gradient is combined over every device of
+// every process (summed over the local replicas in device order, then one
+// allreduce over the processes, then divided by the device count; or
+// Adasum) before that layer's update, so every process makes the same
+// update. The loss is normalized by the global weight, as the standard
+// Trainer's: N devices with B/N examples each give the update of one device
+// with B. Layer state follows device 0 (other replicas run on their own
+// copy of it), as Trax keeps the first replica's state.
+//
 // Gradient clipping (clip_grad_norm > 0): CT_CLIP_GLOBAL scales every
 // gradient by min(1, clip / global norm), as a standard trainer would; the
 // global norm is known only after the last layer's backward, so this mode
@@ -79,14 +92,17 @@ typedef enum ct_clip_mode {
 } ct_clip_mode;
 
 typedef struct ct_reversible_trainer_options {
+    // What both trainers take, with the same meaning: local devices, the
+    // process comm (MPI), Adasum, clip_grad_norm and frozen weights.
+    // bucket_bytes is unused: each layer's gradient is one bucket.
+    ct_trainer_options common;
     bool copy_weights;           // false: zero-copy staging (CPU); true: copy each layer's
                                  // weights and slots into device buffers and back
     bool prefetch;               // true: a helper thread copies the next layer's range while
                                  // the current one runs (copy_weights only)
     bool free_device_each_step;  // give every device buffer back at the end of each step
                                  // (Trax's free_accelerators_on_step)
-    float clip_grad_norm;        // 0: no clipping
-    ct_clip_mode clip_mode;      // CT_CLIP_GLOBAL
+    ct_clip_mode clip_mode;      // CT_CLIP_GLOBAL (when common.clip_grad_norm > 0)
     int log_every;               // log host memory (RSS) when step % log_every == 1 (100); 0: never
 } ct_reversible_trainer_options;
 ct_reversible_trainer_options ct_reversible_trainer_default_options(void);
@@ -152,6 +168,11 @@ float *ct_reversible_trainer_slots(const ct_reversible_trainer *t, size_t *n_flo
 // Where weight i (ct_reversible_trainer_net(t)->params[i]) has its slots,
 // as ct_trainer_param_slots; and the optimizer every layer uses.
 void ct_reversible_trainer_param_slots(const ct_reversible_trainer *t, int i, size_t *offset, size_t *n_floats);
+// Whether weight i is frozen (common.frozen): no update, no slots.
+bool ct_reversible_trainer_param_frozen(const ct_reversible_trainer *t, int i);
+// Local replicas, and devices over all processes.
+int ct_reversible_trainer_local_devices(const ct_reversible_trainer *t);
+int ct_reversible_trainer_global_devices(const ct_reversible_trainer *t);
 ct_optimizer *ct_reversible_trainer_optimizer(const ct_reversible_trainer *t);
 // The host device: bytes of weights, state, slots (and the gradient slab
 // of CT_CLIP_GLOBAL).

@@ -59,6 +59,8 @@ typedef struct ct_trainer_options {
     int n_frozen;               // 0
 } ct_trainer_options;
 ct_trainer_options ct_trainer_default_options(void);
+// Whether options o freeze the weight of this full name (a prefix matches).
+bool ct_trainer_options_frozen(const ct_trainer_options *o, const char *name);
 
 // What one step reports, as Trax's trainer: the loss (over the global
 // batch), the global L2 norm of the combined gradients (before any clipping)
