@@ -23,50 +23,89 @@ static inline void dist_batch(int step, int32_t *tokens, float *weights) {
             if (t >= DIST_T - b) weights[b * DIST_T + t] = 0.0f;
 }
 
+// Which trainer and model dist_train_with runs.
+typedef enum dist_run {
+    DIST_STANDARD_TRANSFORMER,  // ct_trainer, TransformerLM
+    DIST_STANDARD_REFORMER,     // ct_trainer, ReformerLM
+    DIST_REVERSIBLE_REFORMER,   // ct_reversible_trainer, ReformerLM
+} dist_run;
+
 // Trains for n_steps on rows [row0, row0 + rows) of each global batch; returns
 // a malloc'd copy of the weights (and their count in *n).
-static inline float *dist_train(int n_steps, int row0, int rows, const ct_trainer_options *opts, float *last_loss,
-                                size_t *n) {
+static inline float *dist_train_with(dist_run run, int n_steps, int row0, int rows, const ct_trainer_options *opts,
+                                     float *last_loss, size_t *n) {
     int32_t tokens[DIST_B * DIST_T];
     float weights[DIST_B * DIST_T];
     ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens + row0 * DIST_T),
                           ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens + row0 * DIST_T),
                           ct_tensor_2d(CT_DTYPE_F32, rows, DIST_T, weights + row0 * DIST_T)};
-    ct_transformer_lm_params mp = ct_transformer_lm_default_params();
-    mp.vocab_size = DIST_VOCAB;
-    mp.d_model = 16;
-    mp.d_ff = 32;
-    mp.n_layers = 1;
-    mp.n_heads = 2;
-    mp.max_len = DIST_T;
-    mp.dropout = 0.0f;  // dropout masks depend on the device's key
-    ct_layer *model = ct_transformer_lm(mp), *loss = ct_weighted_category_cross_entropy();
+    ct_layer *model;
+    if (run == DIST_STANDARD_TRANSFORMER) {
+        ct_transformer_lm_params mp = ct_transformer_lm_default_params();
+        mp.vocab_size = DIST_VOCAB;
+        mp.d_model = 16;
+        mp.d_ff = 32;
+        mp.n_layers = 1;
+        mp.n_heads = 2;
+        mp.max_len = DIST_T;
+        mp.dropout = 0.0f;  // dropout masks depend on the device's key
+        model = ct_transformer_lm(mp);
+    } else {
+        ct_reformer_lm_params mp = ct_reformer_lm_default_params();
+        mp.vocab_size = DIST_VOCAB;
+        mp.d_model = 8;
+        mp.d_ff = 16;
+        mp.n_layers = 2;
+        mp.n_heads = 2;
+        mp.max_len = DIST_T;
+        mp.dropout = 0.0f;
+        model = ct_reformer_lm(mp);
+    }
+    ct_layer *loss = ct_weighted_category_cross_entropy();
     ct_device dev = ct_device_cpu();
     ct_trainer *tr = NULL;
+    ct_reversible_trainer *rtr = NULL;
     ct_error err;
-    ct_status st = ct_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()),
-                                  ct_key_from_seed(5), &dev, opts, &err);
+    ct_optimizer *adam = ct_adam_new(ct_adam_default_params());
+    ct_status st;
+    if (run == DIST_REVERSIBLE_REFORMER) {
+        ct_reversible_trainer_options ro = ct_reversible_trainer_default_options();
+        ro.common = *opts;
+        ro.log_every = 0;
+        st = ct_reversible_trainer_new(&rtr, model, loss, batch, 3, adam, ct_key_from_seed(5), &dev, &ro, &err);
+    } else {
+        st = ct_trainer_new(&tr, model, loss, batch, 3, adam, ct_key_from_seed(5), &dev, opts, &err);
+    }
     CHECK_MSG(st == CT_OK, "%s", err.msg);
     float *w = NULL;
     if (st == CT_OK) {
         ct_step_stats stats = {0};
         for (int step = 1; step <= n_steps; step++) {
             dist_batch(step, tokens, weights);
-            st = ct_trainer_one_step(tr, batch, ct_key_from_seed((uint64_t)step), step, 3e-3f, &stats, &err);
+            ct_key key = ct_key_from_seed((uint64_t)step);
+            st = rtr ? ct_reversible_trainer_one_step(rtr, batch, key, step, 3e-3f, &stats, &err)
+                     : ct_trainer_one_step(tr, batch, key, step, 3e-3f, &stats, &err);
             CHECK_MSG(st == CT_OK, "step %d: %s", step, err.msg);
             if (st != CT_OK) break;
         }
-        const ct_net *net = ct_trainer_net(tr);
+        const ct_net *net = rtr ? ct_reversible_trainer_net(rtr) : ct_trainer_net(tr);
         *n = net->n_weights;
         w = malloc(net->n_weights * sizeof *w);
         memcpy(w, net->weights, net->n_weights * sizeof *w);
         *last_loss = stats.loss;
     }
     ct_trainer_free(tr);
+    ct_reversible_trainer_free(rtr);
     ct_layer_free(model);
     ct_layer_free(loss);
     CHECK(dev.current_bytes == 0);
     return w;
+}
+
+// The standard Trainer on TransformerLM.
+static inline float *dist_train(int n_steps, int row0, int rows, const ct_trainer_options *opts, float *last_loss,
+                                size_t *n) {
+    return dist_train_with(DIST_STANDARD_TRANSFORMER, n_steps, row0, rows, opts, last_loss, n);
 }
 
 // ||a - b|| / ||a|| over n floats: "equal within a relative tolerance" for

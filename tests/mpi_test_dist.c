@@ -82,6 +82,40 @@ static void test_adasum_over_ranks(void) {
     free(all);
 }
 
+// The memory-efficient trainer over ranks (x local devices) against the
+// standard trainer on one device with the whole batch; and its Adasum over
+// ranks against the standard trainer's.
+static void compare_reversible(int n_local, bool adasum) {
+    ct_trainer_options one = ct_trainer_default_options(), many = one;
+    many.comm = comm;
+    many.n_devices = n_local;
+    many.adasum = adasum;
+    int rows = DIST_B / size;
+    size_t n1, n2;
+    float l1, l2;
+    float *ref = adasum ? dist_train_with(DIST_STANDARD_REFORMER, 20, rank * rows, rows, &many, &l1, &n1)
+                        : dist_train_with(DIST_STANDARD_REFORMER, 20, 0, DIST_B, &one, &l1, &n1);
+    float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 20, rank * rows, rows, &many, &l2, &n2);
+    CHECK(ref && w && n1 == n2);
+    if (ref && w && n1 == n2) {
+        double rel = dist_rel_diff(ref, w, n1);
+        if (rank == 0)
+            printf("ReformerLM, 20 steps, memory-efficient trainer on %d ranks x %d devices%s vs standard %s: relative "
+                   "weight difference %.3g, loss %.5f vs %.5f\n",
+                   size, n_local, adasum ? " (Adasum)" : "", adasum ? "(same devices, Adasum)" : "on 1 device",
+                   rel, l2, l1);
+        CHECK_MSG(rel <= 1e-5, "rel diff %g", rel);
+        // Every rank ends with the same weights.
+        float *all = malloc(n2 * (size_t)size * sizeof *all);
+        ct_error err;
+        CHECK_OK(ct_comm_allgather_f32(comm, w, all, n2, &err), &err);
+        for (int r = 1; r < size; r++) CHECK(memcmp(all, all + (size_t)r * n2, n2 * sizeof *all) == 0);
+        free(all);
+    }
+    free(ref);
+    free(w);
+}
+
 int main(void) {
     ct_error err;
     if (ct_comm_mpi_new(&comm, 60, &err) != CT_OK) {
@@ -96,6 +130,9 @@ int main(void) {
     compare("MPI, small buckets", 1, 4096);
     compare("MPI x local devices", 2, 0);
     test_adasum_over_ranks();
+    compare_reversible(1, false);
+    compare_reversible(2, false);
+    compare_reversible(2, true);
     // Every rank's verdict: the job fails if any rank failed.
     double failed = check_failed_;
     ct_comm_allreduce_f64(comm, &failed, 1, &err);

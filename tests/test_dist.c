@@ -167,11 +167,103 @@ static void test_adasum_training_converges(void) {
     CHECK_MSG(last < 0.5f * first, "loss %g after 300 steps (first %g)", last, first);
 }
 
+// ---- the memory-efficient trainer over local devices ----------------------------------
+
+static double rel_to(const float *ref, const float *w, size_t n_ref, size_t n) {
+    CHECK(ref && w && n_ref == n);
+    return ref && w && n_ref == n ? dist_rel_diff(ref, w, n) : INFINITY;
+}
+
+static void test_reversible_local_devices(void) {
+    // ReformerLM, dropout off, uneven loss weights: the standard trainer on
+    // one device with the whole batch, against the reversible trainer on
+    // one device and on 2 and 4 local devices.
+    ct_trainer_options one = ct_trainer_default_options();
+    size_t n_ref, n;
+    float l_ref, l;
+    float *ref = dist_train_with(DIST_STANDARD_REFORMER, 20, 0, DIST_B, &one, &l_ref, &n_ref);
+    const int devices[3] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        ct_trainer_options o = one;
+        o.n_devices = devices[i];
+        float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 20, 0, DIST_B, &o, &l, &n);
+        double rel = rel_to(ref, w, n_ref, n);
+        printf("ReformerLM, 20 steps: memory-efficient trainer on %d local device(s) x batch %d vs standard on 1 x %d: "
+               "relative weight difference %.3g, loss %.5f vs %.5f\n",
+               devices[i], DIST_B / devices[i], DIST_B, rel, l, l_ref);
+        CHECK_MSG(rel <= 1e-5, "%d devices: rel diff %g", devices[i], rel);
+        CHECK_NEAR(l, l_ref, 1e-5);
+        free(w);
+    }
+    free(ref);
+
+    // Adasum over 2 local devices: each layer's gradients combined alone
+    // are the standard trainer's per-tensor Adasum.
+    ct_trainer_options ada = one;
+    ada.n_devices = 2;
+    ada.adasum = true;
+    ref = dist_train_with(DIST_STANDARD_REFORMER, 20, 0, DIST_B, &ada, &l_ref, &n_ref);
+    float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 20, 0, DIST_B, &ada, &l, &n);
+    double rel = rel_to(ref, w, n_ref, n);
+    printf("ReformerLM, 20 steps, Adasum over 2 local devices: memory-efficient vs standard relative weight difference "
+           "%.3g\n", rel);
+    CHECK_MSG(rel <= 1e-5, "adasum: rel diff %g", rel);
+    free(ref);
+    free(w);
+
+    // Frozen weights (the embedding), on 2 devices: no update in either trainer.
+    const char *frozen[1] = {"ReformerLM/Embedding"};
+    ct_trainer_options fr = one;
+    fr.n_devices = 2;
+    fr.frozen = frozen;
+    fr.n_frozen = 1;
+    float *init = dist_train_with(DIST_REVERSIBLE_REFORMER, 0, 0, DIST_B, &fr, &l, &n);
+    ref = dist_train_with(DIST_STANDARD_REFORMER, 20, 0, DIST_B, &fr, &l_ref, &n_ref);
+    w = dist_train_with(DIST_REVERSIBLE_REFORMER, 20, 0, DIST_B, &fr, &l, &n);
+    rel = rel_to(ref, w, n_ref, n);
+    size_t unchanged = 0;
+    for (size_t i = 0; w && init && i < n; i++) unchanged += w[i] == init[i];
+    printf("ReformerLM, 20 steps, embedding frozen, 2 devices: memory-efficient vs standard %.3g; %zu of %zu weights "
+           "unchanged\n", rel, unchanged, n);
+    CHECK_MSG(rel <= 1e-5, "frozen: rel diff %g", rel);
+    CHECK(unchanged >= (size_t)DIST_VOCAB * 8);  // the (vocab, d_model) table at least
+    free(init);
+    free(ref);
+    free(w);
+}
+
+static void test_reversible_batch_must_split(void) {
+    ct_reformer_lm_params mp = ct_reformer_lm_default_params();
+    mp.vocab_size = DIST_VOCAB;
+    mp.d_model = 8;
+    mp.d_ff = 16;
+    mp.n_layers = 1;
+    mp.n_heads = 2;
+    mp.max_len = DIST_T;
+    ct_layer *model = ct_reformer_lm(mp), *loss = ct_weighted_category_cross_entropy();
+    ct_tensor three[3] = {ct_tensor_2d(CT_DTYPE_I32, 3, DIST_T, NULL), ct_tensor_2d(CT_DTYPE_I32, 3, DIST_T, NULL),
+                          ct_tensor_2d(CT_DTYPE_F32, 3, DIST_T, NULL)};
+    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
+    o.common.n_devices = 2;
+    ct_device dev = ct_device_cpu();
+    ct_reversible_trainer *tr;
+    ct_error err;
+    CHECK(ct_reversible_trainer_new(&tr, model, loss, three, 3, ct_sgd_new(ct_sgd_default_params()),
+                                    ct_key_from_seed(1), &dev, &o, &err) == CT_ERR_SHAPE);
+    printf("memory-efficient trainer, odd batch: %s\n", err.msg);
+    CHECK(strstr(err.msg, "does not split over 2 devices") != NULL);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
 int main(void) {
     test_local_comm();
     test_adasum();
     test_local_devices_match_one();
     test_batch_must_split();
     test_adasum_training_converges();
+    test_reversible_local_devices();
+    test_reversible_batch_must_split();
     return check_summary("test_dist");
 }
