@@ -331,8 +331,9 @@ static ct_layer *small_reformer(void) {
 }
 
 // Trains a ReformerLM in dir up to step `to`, with the standard or the
-// memory-efficient trainer, resuming what is there; returns the weights.
-static float *reformer_run(const char *dir, int64_t to, bool memory_efficient, size_t *n) {
+// memory-efficient trainer on n_devices local devices, resuming what is
+// there; returns the weights.
+static float *reformer_run(const char *dir, int64_t to, bool memory_efficient, int n_devices, size_t *n) {
     ct_stream *train = copy_batches(1);
     ct_layer *model = small_reformer(), *loss = ct_weighted_category_cross_entropy();
     ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL};
@@ -340,6 +341,7 @@ static float *reformer_run(const char *dir, int64_t to, bool memory_efficient, s
     o.output_dir = dir;
     o.n_steps_per_checkpoint = 5;
     o.use_memory_efficient_trainer = memory_efficient;
+    o.trainer.n_devices = n_devices;
     ct_loop *loop;
     ct_error err;
     float *w = NULL;
@@ -358,32 +360,36 @@ static float *reformer_run(const char *dir, int64_t to, bool memory_efficient, s
 }
 
 static void test_switch_trainers(void) {
-    char *a = temp_dir("std"), *b = temp_dir("switch"), *c = temp_dir("eff");
-    size_t n1, n2, n3;
-    float *std = reformer_run(a, 10, false, &n1);
+    char *a = temp_dir("std"), *b = temp_dir("switch"), *c = temp_dir("eff"), *d = temp_dir("eff2");
+    size_t n1, n2, n3, n4;
+    float *std = reformer_run(a, 10, false, 1, &n1);
     // 5 standard steps, then 5 memory-efficient ones from its checkpoint.
-    free(reformer_run(b, 5, false, &n2));
-    float *sw = reformer_run(b, 10, true, &n2);
+    free(reformer_run(b, 5, false, 1, &n2));
+    float *sw = reformer_run(b, 10, true, 1, &n2);
     // 5 memory-efficient, then 5 standard.
-    free(reformer_run(c, 5, true, &n3));
-    float *back = reformer_run(c, 10, false, &n3);
-    CHECK(std && sw && back && n1 == n2 && n1 == n3);
-    if (std && sw && back) {
-        double d1 = 0, d2 = 0, norm = 0;
+    free(reformer_run(c, 5, true, 1, &n3));
+    float *back = reformer_run(c, 10, false, 1, &n3);
+    // Memory-efficient on 2 local devices, 5 steps, then 5 more resumed.
+    free(reformer_run(d, 5, true, 2, &n4));
+    float *two = reformer_run(d, 10, true, 2, &n4);
+    CHECK(std && sw && back && two && n1 == n2 && n1 == n3 && n1 == n4);
+    if (std && sw && back && two && n1 == n2 && n1 == n3 && n1 == n4) {
+        double d1 = 0, d2 = 0, d3 = 0, norm = 0;
         for (size_t i = 0; i < n1; i++) {
             d1 += ((double)std[i] - sw[i]) * ((double)std[i] - sw[i]);
             d2 += ((double)std[i] - back[i]) * ((double)std[i] - back[i]);
+            d3 += ((double)std[i] - two[i]) * ((double)std[i] - two[i]);
             norm += (double)std[i] * std[i];
         }
-        d1 = sqrt(d1 / norm), d2 = sqrt(d2 / norm);
+        d1 = sqrt(d1 / norm), d2 = sqrt(d2 / norm), d3 = sqrt(d3 / norm);
         printf("ReformerLM, 10 steps: standard vs standard->memory-efficient %.2e, vs memory-efficient->standard "
-               "%.2e (relative)\n",
-               d1, d2);
-        CHECK(d1 < 1e-5 && d2 < 1e-5);
+               "%.2e, vs memory-efficient on 2 devices, resumed at 5: %.2e (relative)\n",
+               d1, d2, d3);
+        CHECK(d1 < 1e-5 && d2 < 1e-5 && d3 < 1e-5);
     }
-    free(std), free(sw), free(back);
-    ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL), ct_fs_remove_tree(c, NULL);
-    free(a), free(b), free(c);
+    free(std), free(sw), free(back), free(two);
+    ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL), ct_fs_remove_tree(c, NULL), ct_fs_remove_tree(d, NULL);
+    free(a), free(b), free(c), free(d);
 }
 
 int main(void) {

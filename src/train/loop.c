@@ -14,7 +14,7 @@
 #include "ctrax/train/summary.h"
 
 #define LOOP_STATE_FORMAT "ctrax-loop"
-#define LOOP_STATE_VERSION 1
+#define LOOP_STATE_VERSION 2  // 2: cursors as decimal strings
 
 struct ct_loop {
     ct_loop_options opts;
@@ -234,10 +234,16 @@ static ct_named_tensor *slot_tensors(const ct_loop *l, int *n) {
     return t;
 }
 
+// Cursor fields are decimal strings: cJSON prints numbers with 15
+// significant digits whenever that reads back within a relative epsilon, so
+// an integer above 10^15 (most fingerprints) would come back off by a few.
 static cJSON *cursor_json(ct_stream_cursor c) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "position", (double)c.position);
-    cJSON_AddNumberToObject(o, "fingerprint", (double)c.fingerprint);
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", (long long)c.position);
+    cJSON_AddStringToObject(o, "position", buf);
+    snprintf(buf, sizeof buf, "%lld", (long long)c.fingerprint);
+    cJSON_AddStringToObject(o, "fingerprint", buf);
     return o;
 }
 
@@ -325,12 +331,19 @@ ct_status ct_loop_save_checkpoint(ct_loop *loop, ct_error *err) {
 }
 
 static ct_status json_cursor(const cJSON *o, ct_stream_cursor *c, const char *what, const char *ckpt, ct_error *err) {
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "position");
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "fingerprint");
-    if (!cJSON_IsNumber(p) || !cJSON_IsNumber(f))
-        return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json has no valid %s cursor", ckpt, what);
-    c->position = (int64_t)p->valuedouble;
-    c->fingerprint = (int64_t)f->valuedouble;
+    const cJSON *fields[2] = {cJSON_GetObjectItemCaseSensitive(o, "position"),
+                              cJSON_GetObjectItemCaseSensitive(o, "fingerprint")};
+    int64_t values[2];
+    for (int i = 0; i < 2; i++) {
+        char *end = NULL;
+        long long v = cJSON_IsString(fields[i]) ? strtoll(fields[i]->valuestring, &end, 10) : -1;
+        if (!end || end == fields[i]->valuestring || *end || v < 0)
+            return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json has no valid %s cursor (%s)", ckpt,
+                                what, i == 0 ? "position" : "fingerprint");
+        values[i] = v;
+    }
+    c->position = values[0];
+    c->fingerprint = values[1];
     return CT_OK;
 }
 

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Data-parallel training through the ctrax program with the memory-efficient
+# trainer: one process, one process with 2 local devices, `mpirun -np 2`,
+# and `mpirun -np 2` with 2 devices each (stopped at step 10 and resumed)
+# end with the same weights (within 1e-5 relative); only rank 0 writes.
+#   mpi_train_test.sh CTRAX CONFIG MPIRUN [MPIRUN ARGS...]
+set -uo pipefail
+ctrax=$1
+config=$2
+shift 2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1
+fail() { echo "FAIL: $*"; echo "mpi_train_test: 0 passed, 1 failed"; exit 1; }
+run() {  # NAME COMMAND...: runs it, its output in NAME.log
+    local name=$1
+    shift
+    "$@" >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name exited $?"; }
+    grep -E "^Step +20:|devices" "$work/$name.log" | head -3 | sed "s/^/  $name: /"
+}
+run one "$ctrax" train "$config" --output-dir "$work/one"
+run local2 "$ctrax" train "$config" --output-dir "$work/local2" --devices 2
+run mpi2 "$@" -np 2 "$ctrax" train "$config" --output-dir "$work/mpi2"
+run mpi2x2_half "$@" -np 2 "$ctrax" train "$config" --output-dir "$work/mpi2x2" --devices 2 --steps 10
+run mpi2x2 "$@" -np 2 "$ctrax" train "$config" --output-dir "$work/mpi2x2" --devices 2
+grep -q "resum" "$work/mpi2x2.log" || fail "the second mpi2x2 run did not resume: $(head -5 "$work/mpi2x2.log")"
+
+/usr/bin/python3 - "$work" <<'PY' || fail "weights differ"
+import json, struct, sys
+import numpy as np
+
+def weights(run):
+    with open(f"{sys.argv[1]}/{run}/model_20/weights.safetensors", "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    data = raw[8 + n:]
+    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], "<f4") for k, v in header.items()}
+
+ref = weights("one")
+flat = np.concatenate([ref[k] for k in sorted(ref)])
+ok = True
+for run in ["local2", "mpi2", "mpi2x2"]:
+    w = weights(run)
+    if sorted(w) != sorted(ref):
+        print(f"{run}: other tensor names"); ok = False; continue
+    d = np.concatenate([w[k] - ref[k] for k in sorted(ref)])
+    rel = float(np.linalg.norm(d.astype(np.float64)) / np.linalg.norm(flat.astype(np.float64)))
+    print(f"  {run}: relative weight difference to one process, one device: {rel:.3g}")
+    ok &= rel <= 1e-5
+sys.exit(0 if ok else 1)
+PY
+# Only rank 0 writes: one metrics line per eval, not one per rank.
+evals=$(grep -c '"eval' "$work/mpi2/metrics.jsonl" || true)
+evals_one=$(grep -c '"eval' "$work/one/metrics.jsonl" || true)
+[[ $evals == "$evals_one" ]] || fail "metrics.jsonl has $evals eval lines under mpirun, $evals_one in one process"
+echo "mpi_train_test: 1 passed, 0 failed"
