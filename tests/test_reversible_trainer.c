@@ -199,6 +199,7 @@ typedef struct run_spec {
     uint64_t init_seed;
     float clip;             // standard trainer only: lr scaled by min(1, clip/|g|) from clip_norms
     const float *clip_norms;
+    int n_devices;          // local devices (0: 1)
 } run_spec;
 
 static int run_standard(const run_spec *s, result *r) {
@@ -207,8 +208,10 @@ static int run_standard(const run_spec *s, result *r) {
     ct_device dev = ct_device_cpu();
     ct_trainer *tr;
     ct_error err;
+    ct_trainer_options o = ct_trainer_default_options();
+    o.n_devices = s->n_devices ? s->n_devices : 1;
     ct_status st = ct_trainer_new(&tr, model, loss, s->batch, s->n_batch, s->opt(), ct_key_from_seed(s->init_seed),
-                                  &dev, NULL, &err);
+                                  &dev, &o, &err);
     CHECK_OK(st, &err);
     if (st != CT_OK) return -1;
     for (int i = 0; i < s->n_steps; i++) {
@@ -234,8 +237,10 @@ static int run_reversible(const run_spec *s, const ct_reversible_trainer_options
     ct_device dev = ct_device_cpu();
     ct_reversible_trainer *tr;
     ct_error err;
+    ct_reversible_trainer_options opts = o ? *o : ct_reversible_trainer_default_options();
+    if (s->n_devices) opts.common.n_devices = s->n_devices;
     ct_status st = ct_reversible_trainer_new(&tr, model, loss, s->batch, s->n_batch, s->opt(),
-                                             ct_key_from_seed(s->init_seed), &dev, o, &err);
+                                             ct_key_from_seed(s->init_seed), &dev, &opts, &err);
     CHECK_OK(st, &err);
     if (st != CT_OK) return -1;
     for (int i = 0; i < s->n_steps; i++) {
@@ -291,7 +296,7 @@ static void test_trax_equivalence(optimizer_fn opt, float default_lr, const char
     // Trax's first step uses the optimizer's own learning rate.
     float lrs[3] = {default_lr, 0.02f, 0.03f};
     char label[96];
-    run_spec s = {basic_model, opt, b.t, 3, 2, lrs, trax_seeds, 12, 0, NULL};
+    run_spec s = {basic_model, opt, b.t, 3, 2, lrs, trax_seeds, 12, 0, NULL, 0};
     snprintf(label, sizeof label, "basic model, %s, 2 steps", name);
     check_same_as_standard(label, &s);
     s.model = extended_model;
@@ -305,7 +310,7 @@ static void test_blocks_api(void) {
     trax_batch b;
     trax_batch_init(&b);
     float lrs[2] = {1e-4f, 0.02f};
-    run_spec s = {basic_model, adam, b.t, 3, 2, lrs, trax_seeds, 12, 0, NULL};
+    run_spec s = {basic_model, adam, b.t, 3, 2, lrs, trax_seeds, 12, 0, NULL, 0};
     result std_r = {0};
     if (run_standard(&s, &std_r)) return;
     ct_layer *std_layers[3] = {ct_embedding(9, 4), ct_dropout(0.5f), ct_dup()};
@@ -351,7 +356,7 @@ static void test_reformer_equivalence(void) {
     copy_batch b;
     copy_batch_init(&b, 11, 3, 2, 1);
     float lrs[3] = {1e-3f, 1e-3f, 2e-3f};
-    run_spec s = {reformer_model, adam, b.t, 3, 3, lrs, trax_seeds, 3, 0, NULL};
+    run_spec s = {reformer_model, adam, b.t, 3, 3, lrs, trax_seeds, 3, 0, NULL, 0};
     check_same_as_standard("ReformerLM(2 layers, dropout 0.1), Adam, 3 steps", &s);
     copy_batch_free(&b);
 }
@@ -360,7 +365,7 @@ static void test_state(void) {
     trax_batch b;
     trax_batch_init(&b);
     float lrs[3] = {1e-2f, 1e-2f, 1e-2f};
-    run_spec s = {stateful_model, adam, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL};
+    run_spec s = {stateful_model, adam, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL, 0};
     result std_r = {0}, rev_r = {0};
     if (run_standard(&s, &std_r) || run_reversible(&s, NULL, &rev_r, NULL, NULL)) return;
     double d = compare("layer with state (counter), 3 steps", &std_r, &rev_r);
@@ -372,6 +377,15 @@ static void test_state(void) {
     }
     result_free(&std_r);
     result_free(&rev_r);
+    // On 2 local devices (each its own row of the batch): the state is
+    // device 0's, counted once per step, and the weights still match.
+    s.n_devices = 2;
+    if (run_standard(&s, &std_r) || run_reversible(&s, NULL, &rev_r, NULL, NULL)) return;
+    d = compare("layer with state (counter), 2 devices, 3 steps", &std_r, &rev_r);
+    CHECK_MSG(d <= WEIGHT_TOL, "stateful, 2 devices: weights differ by %g", d);
+    CHECK(std_r.n_state == 1 && rev_r.n_state == 1 && std_r.state[0] == 3.0f && rev_r.state[0] == 3.0f);
+    result_free(&std_r);
+    result_free(&rev_r);
 }
 
 static void test_options(void) {
@@ -379,7 +393,7 @@ static void test_options(void) {
     copy_batch b;
     copy_batch_init(&b, 11, 3, 2, 2);
     float lrs[2] = {1e-3f, 1e-3f};
-    run_spec s = {reformer_model, adam, b.t, 3, 2, lrs, trax_seeds, 4, 0, NULL};
+    run_spec s = {reformer_model, adam, b.t, 3, 2, lrs, trax_seeds, 4, 0, NULL, 0};
     ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
     result base = {0};
     ct_device dev_zero, dev;
@@ -480,7 +494,7 @@ static void test_clipping(void) {
     trax_batch b;
     trax_batch_init(&b);
     float lrs[3] = {0.5f, 0.5f, 0.5f}, norms[3];
-    run_spec s = {extended_model, sgd, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL};
+    run_spec s = {extended_model, sgd, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL, 0};
     ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
     result unclipped = {0}, global = {0}, per_layer = {0}, std_r = {0};
     if (run_reversible(&s, &o, &unclipped, NULL, norms)) return;

@@ -12,6 +12,7 @@ typedef struct replica {
     ct_arena arena;
     ct_ctx ctx;
     float *grads;
+    float *state;  // the state slab it runs on: the net's (device 0) or its own copy
     ct_tensor shard[CT_LAYER_MAX_IO];
     ct_tensor loss_out;
     double weight;  // what its loss averaged over (ct_ctx.loss_weight)
@@ -180,6 +181,10 @@ ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, cons
         else if ((st = ct_device_alloc(dev, wbytes, "replica gradient slab", (void **)&r->grads, err)) != CT_OK)
             goto fail;
         r->ctx.grads = r->grads;
+        // Layer state follows device 0, as Trax keeps the first replica's;
+        // the others run on a copy, so no two threads write one slab.
+        r->state = d > 0 && net->n_state ? ct_calloc(net->n_state, sizeof(float)) : net->state;
+        r->ctx.state = r->state;
     }
 
     // The slot slab: each weight's slots in slab order; frozen weights have none.
@@ -231,6 +236,7 @@ void ct_trainer_free(ct_trainer *t) {
     for (int d = 0; d < t->opts.n_devices; d++) {
         replica *r = &t->replicas[d];
         if (d > 0) ct_device_free(t->dev, r->grads, wbytes);
+        if (d > 0 && r->state != t->net.state) ct_free(r->state);
         ct_ctx_free(&r->ctx);
         ct_arena_free(&r->arena);
     }
@@ -292,6 +298,7 @@ static void replica_forward(ct_trainer *t, int d, const ct_tensor *batch, ct_key
         r->shard[i] = s;
     }
     memset(r->grads, 0, net->n_weights * sizeof(float));
+    if (d > 0 && net->n_state) memcpy(r->state, net->state, net->n_state * sizeof(float));
     r->ctx.tape_len = 0;
     r->ctx.loss_weight = -1;  // "not said"
     r->status = ct_layer_forward(net->root, &r->ctx, r->shard, &r->loss_out, key, &r->err);
