@@ -3,7 +3,7 @@
 #   make train    install missing packages, build (Release, build/), train the default
 #                 config (a ReformerLM on Debian's fortunes), then print a sample of its text
 #   make test     install missing packages, build and test Release (build/) and
-#                 ASan+UBSan Debug (build-asan/); ends with "make test: N passed, N failed"
+#                 ASan+UBSan at -O2 -g (build-asan/); ends with "make test: N passed, N failed"
 #   make install PREFIX=/usr/local    library, headers, ctrax.pc, the ctrax program
 #   make bench-deps                   what the benchmarks need besides (python3-torch)
 #

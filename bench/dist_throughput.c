@@ -1,11 +1,14 @@
 // Training throughput of the default LM (TransformerLM on the copy task, as
-// `ctrax train` runs it) in one data-parallel layout, in tokens per second.
-//   bench_dist_throughput DEVICES STEPS          one process
-//   mpirun -np 2 bench_dist_throughput 1 STEPS   two processes
+// `ctrax train` runs it) in one data-parallel layout, in tokens per second;
+// or, with `memory-efficient`, a ReformerLM of the same sizes with the
+// memory-efficient (reversible) trainer.
+//   bench_dist_throughput DEVICES STEPS [standard|memory-efficient]          one process
+//   mpirun -np 2 bench_dist_throughput 1 STEPS [standard|memory-efficient]   two processes
 // The global batch is 32 sequences however it is split. bench/run_dist.sh
-// runs the three layouts of issue 6 and prints their ratios.
+// runs the three layouts of issue 6 for both trainers and prints their ratios.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "ctrax/ctrax.h"
@@ -17,8 +20,9 @@ static double now_s(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: bench_dist_throughput DEVICES STEPS\n");
+    bool memory_efficient = argc == 4 && strcmp(argv[3], "memory-efficient") == 0;
+    if (argc < 3 || argc > 4 || (argc == 4 && !memory_efficient && strcmp(argv[3], "standard") != 0)) {
+        fprintf(stderr, "usage: bench_dist_throughput DEVICES STEPS [standard|memory-efficient]\n");
         return 2;
     }
     int n_local = atoi(argv[1]), steps = atoi(argv[2]);
@@ -37,22 +41,46 @@ int main(int argc, char **argv) {
     ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, B, T, tokens + rank * B * T),
                           ct_tensor_2d(CT_DTYPE_I32, B, T, tokens + rank * B * T),
                           ct_tensor_2d(CT_DTYPE_F32, B, T, weights + rank * B * T)};
-    ct_transformer_lm_params mp = ct_transformer_lm_default_params();
-    mp.vocab_size = 16;
-    mp.d_model = 64;
-    mp.d_ff = 128;
-    mp.n_layers = 2;
-    mp.n_heads = 4;
-    mp.max_len = T;
-    mp.dropout = 0;
-    ct_layer *model = ct_transformer_lm(mp), *loss = ct_weighted_category_cross_entropy();
+    ct_layer *model;
+    if (memory_efficient) {
+        ct_reformer_lm_params mp = ct_reformer_lm_default_params();
+        mp.vocab_size = 16;
+        mp.d_model = 64;
+        mp.d_ff = 128;
+        mp.n_layers = 2;
+        mp.n_heads = 4;
+        mp.max_len = T;
+        mp.dropout = 0;
+        model = ct_reformer_lm(mp);
+    } else {
+        ct_transformer_lm_params mp = ct_transformer_lm_default_params();
+        mp.vocab_size = 16;
+        mp.d_model = 64;
+        mp.d_ff = 128;
+        mp.n_layers = 2;
+        mp.n_heads = 4;
+        mp.max_len = T;
+        mp.dropout = 0;
+        model = ct_transformer_lm(mp);
+    }
+    ct_layer *loss = ct_weighted_category_cross_entropy();
     ct_device dev = ct_device_cpu();
     ct_trainer_options o = ct_trainer_default_options();
     o.n_devices = n_local;
     o.comm = comm;
-    ct_trainer *tr;
-    if (ct_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(0), &dev,
-                       &o, &err) != CT_OK) {
+    ct_trainer *tr = NULL;
+    ct_reversible_trainer *rtr = NULL;
+    ct_optimizer *adam = ct_adam_new(ct_adam_default_params());
+    ct_status st;
+    if (memory_efficient) {
+        ct_reversible_trainer_options ro = ct_reversible_trainer_default_options();
+        ro.common = o;
+        ro.log_every = 0;
+        st = ct_reversible_trainer_new(&rtr, model, loss, batch, 3, adam, ct_key_from_seed(0), &dev, &ro, &err);
+    } else {
+        st = ct_trainer_new(&tr, model, loss, batch, 3, adam, ct_key_from_seed(0), &dev, &o, &err);
+    }
+    if (st != CT_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
@@ -62,7 +90,10 @@ int main(int argc, char **argv) {
     for (int step = 1; step <= warmup + steps; step++) {
         if (step == warmup + 1) t0 = now_s();
         ct_copy_task_batch(&task, (uint64_t)step, GLOBAL_B, tokens, weights);
-        if (ct_trainer_one_step(tr, batch, ct_key_from_seed((uint64_t)step), step, 1e-3f, &s, &err) != CT_OK) {
+        ct_key key = ct_key_from_seed((uint64_t)step);
+        st = rtr ? ct_reversible_trainer_one_step(rtr, batch, key, step, 1e-3f, &s, &err)
+                 : ct_trainer_one_step(tr, batch, key, step, 1e-3f, &s, &err);
+        if (st != CT_OK) {
             fprintf(stderr, "%s\n", err.msg);
             ct_comm_abort(comm, 1);
             return 1;
@@ -70,9 +101,12 @@ int main(int argc, char **argv) {
     }
     double dt = now_s() - t0;
     if (rank == 0)
-        printf("tokens/s %.0f  (%d process(es) x %d device(s), %d steps of %d x %d tokens, %.2f s, loss %.3f)\n",
-               (double)steps * GLOBAL_B * T / dt, n_proc, n_local, steps, GLOBAL_B, T, dt, s.loss);
+        printf("tokens/s %.0f  (%s trainer, %d process(es) x %d device(s), %d steps of %d x %d tokens, %.2f s, "
+               "loss %.3f)\n",
+               (double)steps * GLOBAL_B * T / dt, memory_efficient ? "memory-efficient" : "standard", n_proc, n_local,
+               steps, GLOBAL_B, T, dt, s.loss);
     ct_trainer_free(tr);
+    ct_reversible_trainer_free(rtr);
     ct_layer_free(model);
     ct_layer_free(loss);
     free(tokens);

@@ -2,7 +2,8 @@
 # Issue 6's benchmarks, in one run:
 #   1. allreduce bandwidth: ctrax comm vs raw MPI_Allreduce, 1 MB to 256 MB
 #   2. training throughput of the default LM: 1 process x 2 threads,
-#      1 process x 2 local devices, mpirun -np 2 x 1 thread
+#      1 process x 2 local devices, mpirun -np 2 x 1 thread; with the
+#      standard trainer (TransformerLM) and the memory-efficient one (ReformerLM)
 # Usage: bash bench/run_dist.sh [BUILD_DIR] (default build/; run `make` first).
 set -euo pipefail
 build=${1:-build}
@@ -13,7 +14,6 @@ echo "== allreduce bandwidth (2 processes)"
 OMP_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/bench_allreduce"
 
 echo
-echo "== training throughput, default LM, global batch 32, $steps steps"
 # Runs one layout, shows its line, and leaves its tokens/s in $rate.
 measure() {
     local out
@@ -21,13 +21,17 @@ measure() {
     echo "$out"
     rate=$(sed -n 's/^tokens\/s \([0-9.]*\).*/\1/p' <<<"$out" | tail -n 1)
 }
-measure env OMP_NUM_THREADS=2 "$build/bench_dist_throughput" 1 "$steps"; threads=$rate
-measure env OMP_NUM_THREADS=2 "$build/bench_dist_throughput" 2 "$steps"; devices=$rate
-measure env OMP_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/bench_dist_throughput" 1 "$steps"; mpi=$rate
-echo
-awk -v t="$threads" -v d="$devices" -v m="$mpi" 'BEGIN {
-    printf "%-34s %12s %8s\n", "layout", "tokens/s", "ratio"
-    printf "%-34s %12.0f %8.3f\n", "1 process x 2 threads", t, 1
-    printf "%-34s %12.0f %8.3f\n", "1 process x 2 local devices", d, d / t
-    printf "%-34s %12.0f %8.3f\n", "mpirun -np 2 x 1 thread", m, m / t
-}'
+for trainer in standard memory-efficient; do
+    echo
+    echo "== training throughput, $trainer trainer, global batch 32, $steps steps"
+    measure env OMP_NUM_THREADS=2 "$build/bench_dist_throughput" 1 "$steps" $trainer; threads=$rate
+    measure env OMP_NUM_THREADS=2 "$build/bench_dist_throughput" 2 "$steps" $trainer; devices=$rate
+    measure env OMP_NUM_THREADS=1 "${mpirun[@]}" -np 2 "$build/bench_dist_throughput" 1 "$steps" $trainer; mpi=$rate
+    echo
+    awk -v t="$threads" -v d="$devices" -v m="$mpi" -v tr="$trainer" 'BEGIN {
+        printf "%-50s %12s %8s\n", "layout (" tr " trainer)", "tokens/s", "ratio"
+        printf "%-50s %12.0f %8.3f\n", "1 process x 2 threads", t, 1
+        printf "%-50s %12.0f %8.3f\n", "1 process x 2 local devices", d, d / t
+        printf "%-50s %12.0f %8.3f\n", "mpirun -np 2 x 1 thread", m, m / t
+    }'
+done
