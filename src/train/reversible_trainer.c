@@ -1034,28 +1034,10 @@ static ct_status combine_grads(ct_reversible_trainer *t, const rt_unit *u, ct_er
     size_t nw = u->w_end - u->w_begin;
     float *dst = t->replicas[0].grad_buf;
     if (t->opt.common.adasum) {
-        int n_proc = ct_comm_size(t->comm), n_local = t->n_local;
-        float *vecs_stack[CT_MAX_LOCAL_DEVICES];
-        float **vecs =
-            t->n_global <= CT_MAX_LOCAL_DEVICES ? vecs_stack : ct_malloc((size_t)t->n_global * sizeof *vecs);
-        ct_status st = CT_OK;
-        if (n_proc == 1) {
-            for (int d = 0; d < n_local; d++) vecs[d] = t->replicas[d].grad_buf;
-        } else {
-            // Block d of gather is (n_proc, nw): local device d of every
-            // process; global device g = p * n_local + d.
-            for (int d = 0; d < n_local && st == CT_OK; d++)
-                st = ct_comm_allgather_f32(t->comm, t->replicas[d].grad_buf, t->gather + (size_t)d * n_proc * nw, nw,
-                                           err);
-            for (int p = 0; p < n_proc; p++)
-                for (int d = 0; d < n_local; d++) vecs[p * n_local + d] = t->gather + ((size_t)d * n_proc + p) * nw;
-        }
-        if (st == CT_OK) {
-            ct_adasum(vecs, t->n_global, u->ranges, u->p_end - u->p_begin);
-            if (vecs[0] != dst) memcpy(dst, vecs[0], nw * sizeof(float));
-        }
-        if (vecs != vecs_stack) ct_free(vecs);
-        return st;
+        float *local[CT_MAX_LOCAL_DEVICES];
+        for (int d = 0; d < t->n_local; d++) local[d] = t->replicas[d].grad_buf;
+        return ct_adasum_devices(t->comm, local, t->n_local, nw, u->ranges, u->p_end - u->p_begin, t->gather, dst,
+                                 err);
     }
     if (t->n_local > 1) {
         int64_t n = (int64_t)nw;

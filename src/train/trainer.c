@@ -342,28 +342,10 @@ static void reduce_local(ct_trainer *t) {
 
 // Adasum over every device of every process, in global device order.
 static ct_status combine_adasum(ct_trainer *t, ct_error *err) {
-    int n_local = t->opts.n_devices, n_proc = ct_comm_size(t->comm);
-    size_t nw = t->net.n_weights;
-    float *vecs_stack[CT_MAX_LOCAL_DEVICES];
-    float **vecs =
-        t->n_global <= CT_MAX_LOCAL_DEVICES ? vecs_stack : ct_malloc((size_t)t->n_global * sizeof *vecs);
-    ct_status st = CT_OK;
-    if (n_proc == 1) {
-        for (int d = 0; d < n_local; d++) vecs[d] = t->replicas[d].grads;
-    } else {
-        // Block d of gather is (n_proc, nw): local device d of every
-        // process; global device g = p * n_local + d.
-        for (int d = 0; d < n_local && st == CT_OK; d++)
-            st = ct_comm_allgather_f32(t->comm, t->replicas[d].grads, t->gather + (size_t)d * n_proc * nw, nw, err);
-        for (int p = 0; p < n_proc; p++)
-            for (int d = 0; d < n_local; d++) vecs[p * n_local + d] = t->gather + ((size_t)d * n_proc + p) * nw;
-    }
-    if (st == CT_OK) {
-        ct_adasum(vecs, t->n_global, t->ranges, t->net.n_params);
-        if (vecs[0] != t->net.grads) memcpy(t->net.grads, vecs[0], nw * sizeof(float));
-    }
-    if (vecs != vecs_stack) ct_free(vecs);
-    return st;
+    float *local[CT_MAX_LOCAL_DEVICES];
+    for (int d = 0; d < t->opts.n_devices; d++) local[d] = t->replicas[d].grads;
+    return ct_adasum_devices(t->comm, local, t->opts.n_devices, t->net.n_weights, t->ranges, t->net.n_params,
+                             t->gather, t->net.grads, err);
 }
 
 // The mean of the gradients over all devices, into the net's slab.

@@ -90,6 +90,13 @@ typedef struct ct_range {
     size_t offset, length;
 } ct_range;
 void ct_adasum(float **vecs, int k, const ct_range *ranges, int n_ranges);
+// Adasum over every device of every process of comm, in global device order
+// (device p * n_local + d is process p's local device d): local[d] holds
+// local device d's n floats. With several processes the vectors are first
+// gathered into gather (n_local * size * n floats; else unused). The result
+// goes to out (which may be local[0]); local vectors may be clobbered.
+ct_status ct_adasum_devices(ct_comm *comm, float *const *local, int n_local, size_t n, const ct_range *ranges,
+                            int n_ranges, float *gather, float *out, ct_error *err);
 
 #ifdef __cplusplus
 }
