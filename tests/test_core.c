@@ -63,6 +63,14 @@ static void test_tensor(void) {
     CHECK(ct_tensor_numel(&scalar) == 1);
     CHECK(strcmp(ct_tensor_sig_str(&scalar, s, sizeof s), "() i32") == 0);
     CHECK(ct_dtype_size(CT_DTYPE_BF16) == 2);
+    // Part 2 of 3 along axis 0 of a (6, 2) tensor: rows 4 and 5, a view.
+    int32_t rows[12];
+    for (int i = 0; i < 12; i++) rows[i] = i;
+    ct_tensor whole = ct_tensor_2d(CT_DTYPE_I32, 6, 2, rows);
+    ct_tensor part = ct_tensor_split_rows(&whole, 3, 2);
+    CHECK(part.shape[0] == 2 && part.shape[1] == 2 && ct_i32(&part) == rows + 8 && ct_i32(&part)[3] == 11);
+    ct_tensor sig = ct_tensor_sig(&whole);
+    CHECK(ct_tensor_split_rows(&sig, 2, 1).data == NULL && ct_tensor_split_rows(&sig, 2, 1).shape[0] == 3);
 }
 
 static void test_arena(void) {

@@ -50,6 +50,16 @@ ct_tensor ct_tensor_sig(const ct_tensor *t) {
     return s;
 }
 
+ct_tensor ct_tensor_split_rows(const ct_tensor *t, int n_parts, int part) {
+    CT_ASSERT(t->ndim >= 1 && n_parts >= 1 && part >= 0 && part < n_parts && t->shape[0] % n_parts == 0);
+    ct_tensor s = *t;
+    int64_t rows = t->shape[0] / n_parts;
+    size_t row_bytes = t->shape[0] ? ct_tensor_nbytes(t) / (size_t)t->shape[0] : 0;
+    s.shape[0] = rows;
+    if (s.data) s.data = (char *)s.data + (size_t)(part * rows) * row_bytes;
+    return s;
+}
+
 int64_t ct_tensor_dims_product(const ct_tensor *t, int from, int to) {
     int64_t n = 1;
     for (int i = from; i < to; i++) n *= t->shape[i];

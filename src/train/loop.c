@@ -181,11 +181,7 @@ static ct_status local_rows(const ct_loop *l, const ct_batch *global, ct_tensor 
             return ct_error_set(err, CT_ERR_SHAPE, "loop: batch item %d %s does not split over %d processes", i,
                                 ct_tensor_sig_str(&t, s, sizeof s), l->n_proc);
         }
-        int64_t rows = t.shape[0] / l->n_proc;
-        size_t row_bytes = t.shape[0] ? ct_tensor_nbytes(&t) / (size_t)t.shape[0] : 0;
-        t.shape[0] = rows;
-        t.data = (char *)t.data + (size_t)(l->rank * rows) * row_bytes;
-        out[i] = t;
+        out[i] = ct_tensor_split_rows(&t, l->n_proc, l->rank);
     }
     return CT_OK;
 }

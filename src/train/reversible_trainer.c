@@ -27,6 +27,7 @@
 #include "ctrax/core/log.h"
 #include "ctrax/layers/combinators.h"
 #include "ctrax/layers/reversible.h"
+#include "train/train_internal.h"
 
 #define RT_STACK_MAX (2 * CT_LAYER_MAX_IO)
 #define RT_PATH_MAX 32
@@ -540,14 +541,7 @@ static ct_status plan_units(ct_reversible_trainer *t, ct_error *err) {
 // its global device index when there are several devices, as the standard
 // Trainer's.
 static void replica_begin_step(ct_reversible_trainer *t, rt_replica *r, int d, const ct_tensor *batch, ct_key key) {
-    for (int i = 0; i < t->n_batch; i++) {
-        ct_tensor sh = batch[i];
-        int64_t rows = sh.shape[0] / t->n_local;
-        size_t row_bytes = ct_tensor_nbytes(&sh) / (size_t)(sh.shape[0] ? sh.shape[0] : 1);
-        sh.shape[0] = rows;
-        sh.data = (char *)sh.data + (size_t)(d * rows) * row_bytes;
-        r->shard[i] = sh;
-    }
+    for (int i = 0; i < t->n_batch; i++) r->shard[i] = ct_tensor_split_rows(&batch[i], t->n_local, d);
     r->key = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
     r->depth = t->n_batch;
     for (int i = 0; i < t->n_batch; i++) r->vals[i] = (rt_item){r->shard[i], -1};
@@ -595,17 +589,8 @@ ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model
 
     // The net sees one device's share of the batch.
     ct_tensor sigs[CT_LAYER_MAX_IO];
-    for (int i = 0; i < n_batch && i < CT_LAYER_MAX_IO; i++) {
-        sigs[i] = ct_tensor_sig(&batch_sigs[i]);
-        if (sigs[i].ndim < 1 || sigs[i].shape[0] % t->n_local != 0) {
-            char a[CT_SIG_STR_MAX];
-            st = ct_error_set(err, CT_ERR_SHAPE,
-                              "reversible trainer: batch item %d %s does not split over %d devices along axis 0", i,
-                              ct_tensor_sig_str(&sigs[i], a, sizeof a), t->n_local);
-            goto fail;
-        }
-        sigs[i].shape[0] /= t->n_local;
-    }
+    if ((st = ct_train_device_sigs("reversible trainer", batch_sigs, n_batch, t->n_local, sigs, err)) != CT_OK)
+        goto fail;
 
     // The standard Trainer's net, on the host. Gradients live on the
     // device one layer at a time, so the net's gradient slab goes at once.
@@ -1197,19 +1182,7 @@ ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tens
                                          int64_t step, float learning_rate, ct_step_stats *stats,
                                          ct_error *err) {
     const ct_net *net = &t->net;
-    for (int i = 0; i < net->n_in; i++) {
-        const ct_tensor *b = &batch[i], *sig = &net->in_sigs[i];
-        char a[CT_SIG_STR_MAX], c[CT_SIG_STR_MAX];
-        if (b->dtype != sig->dtype || b->ndim != sig->ndim)
-            return ct_error_set(err, CT_ERR_SHAPE,
-                                "reversible trainer: batch item %d is %s, the trainer was built for %s per device", i,
-                                ct_tensor_sig_str(b, a, sizeof a), ct_tensor_sig_str(sig, c, sizeof c));
-        if (b->shape[0] % t->n_local != 0 || b->shape[0] != batch[0].shape[0])
-            return ct_error_set(err, CT_ERR_SHAPE,
-                                "reversible trainer: batch item %d %s: its batch size %lld does not split evenly "
-                                "over %d local devices",
-                                i, ct_tensor_sig_str(b, a, sizeof a), (long long)b->shape[0], t->n_local);
-    }
+    CT_TRY(ct_train_check_batch("reversible trainer", net, batch, t->n_local, err));
     log_memory(t, step, "forward");
     ct_status st = ensure_device_buffers(t, err);
     float loss = 0.0f;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ctrax/layers/combinators.h"
+#include "train/train_internal.h"
 
 // One local device: its own arena, run context, gradient slab and shard of
 // the batch. Replica 0's gradient slab is the net's.
@@ -122,6 +123,23 @@ static void bucketer_reset(ct_trainer *t) {
     b->status = CT_OK;
 }
 
+// ---- the batch over local devices (shared with the ReversibleTrainer) ------------
+
+ct_status ct_train_device_sigs(const char *who, const ct_tensor *batch_sigs, int n_batch, int n_local, ct_tensor *sigs,
+                               ct_error *err) {
+    for (int i = 0; i < n_batch && i < CT_LAYER_MAX_IO; i++) {
+        const ct_tensor *b = &batch_sigs[i];
+        if (b->ndim < 1 || b->shape[0] % n_local != 0) {
+            char a[CT_SIG_STR_MAX];
+            return ct_error_set(err, CT_ERR_SHAPE, "%s: batch item %d %s does not split over %d devices along axis 0",
+                                who, i, ct_tensor_sig_str(b, a, sizeof a), n_local);
+        }
+        sigs[i] = ct_tensor_split_rows(b, n_local, 0);
+        sigs[i].data = NULL;
+    }
+    return CT_OK;
+}
+
 // ---- new / free ----------------------------------------------------------------
 
 ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs, int n_batch,
@@ -152,16 +170,7 @@ ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, cons
 
     // The net sees one device's share of the batch.
     ct_tensor sigs[CT_LAYER_MAX_IO];
-    for (int i = 0; i < n_batch && i < CT_LAYER_MAX_IO; i++) {
-        sigs[i] = ct_tensor_sig(&batch_sigs[i]);
-        if (sigs[i].ndim < 1 || sigs[i].shape[0] % n_local != 0) {
-            char a[CT_SIG_STR_MAX];
-            st = ct_error_set(err, CT_ERR_SHAPE, "trainer: batch item %d %s does not split over %d devices along axis 0",
-                              i, ct_tensor_sig_str(&sigs[i], a, sizeof a), n_local);
-            goto fail;
-        }
-        sigs[i].shape[0] /= n_local;
-    }
+    if ((st = ct_train_device_sigs("trainer", batch_sigs, n_batch, n_local, sigs, err)) != CT_OK) goto fail;
     // Unnamed, so the model's weights are named as in a net of their own.
     ct_layer *root = ct_layer_rename(ct_serial(CT_LAYERS(ct_layer_ref(model), ct_layer_ref(loss))), "");
     st = ct_net_init(&t->net, root, sigs, n_batch, init_key, dev, err);
@@ -265,21 +274,18 @@ static double sum_squares(const float *x, size_t n) {
     return s;
 }
 
-static ct_status check_batch(const ct_trainer *t, const ct_tensor *batch, ct_error *err) {
-    const ct_net *net = &t->net;
-    int n_local = t->opts.n_devices;
+ct_status ct_train_check_batch(const char *who, const ct_net *net, const ct_tensor *batch, int n_local,
+                               ct_error *err) {
     for (int i = 0; i < net->n_in; i++) {
         const ct_tensor *b = &batch[i], *s = &net->in_sigs[i];
         char a[CT_SIG_STR_MAX], c[CT_SIG_STR_MAX];
         if (b->dtype != s->dtype || b->ndim != s->ndim)
-            return ct_error_set(err, CT_ERR_SHAPE,
-                                "trainer: batch item %d is %s, the trainer was built for %s per device", i,
-                                ct_tensor_sig_str(b, a, sizeof a), ct_tensor_sig_str(s, c, sizeof c));
+            return ct_error_set(err, CT_ERR_SHAPE, "%s: batch item %d is %s, the trainer was built for %s per device",
+                                who, i, ct_tensor_sig_str(b, a, sizeof a), ct_tensor_sig_str(s, c, sizeof c));
         if (b->shape[0] % n_local != 0 || b->shape[0] != batch[0].shape[0])
             return ct_error_set(err, CT_ERR_SHAPE,
-                                "trainer: batch item %d %s: its batch size %lld does not split evenly over %d "
-                                "local devices",
-                                i, ct_tensor_sig_str(b, a, sizeof a), (long long)b->shape[0], n_local);
+                                "%s: batch item %d %s: its batch size %lld does not split evenly over %d local devices",
+                                who, i, ct_tensor_sig_str(b, a, sizeof a), (long long)b->shape[0], n_local);
     }
     return CT_OK;
 }
@@ -288,15 +294,7 @@ static void replica_forward(ct_trainer *t, int d, const ct_tensor *batch, ct_key
     replica *r = &t->replicas[d];
     const ct_net *net = &t->net;
     int n_local = t->opts.n_devices;
-    for (int i = 0; i < net->n_in; i++) {
-        // Rows [d*b, (d+1)*b) of item i: a view, no copy.
-        ct_tensor s = batch[i];
-        int64_t rows = s.shape[0] / n_local;
-        size_t row_bytes = ct_tensor_nbytes(&s) / (size_t)(s.shape[0] ? s.shape[0] : 1);
-        s.shape[0] = rows;
-        s.data = (char *)s.data + (size_t)(d * rows) * row_bytes;
-        r->shard[i] = s;
-    }
+    for (int i = 0; i < net->n_in; i++) r->shard[i] = ct_tensor_split_rows(&batch[i], n_local, d);
     memset(r->grads, 0, net->n_weights * sizeof(float));
     if (d > 0 && net->n_state) memcpy(r->state, net->state, net->n_state * sizeof(float));
     r->ctx.tape_len = 0;
@@ -374,7 +372,7 @@ ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key,
                               ct_step_stats *stats, ct_error *err) {
     ct_net *net = &t->net;
     int n_local = t->opts.n_devices;
-    CT_TRY(check_batch(t, batch, err));
+    CT_TRY(ct_train_check_batch("trainer", net, batch, n_local, err));
     ct_key keys[CT_MAX_LOCAL_DEVICES];
     for (int d = 0; d < n_local; d++) keys[d] = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
 

@@ -41,6 +41,11 @@ ct_tensor ct_tensor_2d(ct_dtype dtype, int64_t d0, int64_t d1, void *data);
 ct_tensor ct_tensor_3d(ct_dtype dtype, int64_t d0, int64_t d1, int64_t d2, void *data);
 // The signature of t: same dtype and shape, data NULL.
 ct_tensor ct_tensor_sig(const ct_tensor *t);
+// Part `part` of n_parts equal parts of t along axis 0: rows
+// [part * b, (part + 1) * b) with b = shape[0] / n_parts, a view (no copy; a
+// signature stays a signature). t must have rank >= 1 and shape[0] divisible
+// by n_parts.
+ct_tensor ct_tensor_split_rows(const ct_tensor *t, int n_parts, int part);
 
 int64_t ct_tensor_numel(const ct_tensor *t);
 size_t ct_tensor_nbytes(const ct_tensor *t);
