@@ -31,9 +31,10 @@ typedef enum dist_run {
 } dist_run;
 
 // Trains for n_steps on rows [row0, row0 + rows) of each global batch; returns
-// a malloc'd copy of the weights (and their count in *n).
-static inline float *dist_train_with(dist_run run, int n_steps, int row0, int rows, const ct_trainer_options *opts,
-                                     float *last_loss, size_t *n) {
+// a malloc'd copy of the weights (and their count in *n). The ReformerLM has
+// the given dropout rate (the TransformerLM none).
+static inline float *dist_train_with(dist_run run, float dropout, int n_steps, int row0, int rows,
+                                     const ct_trainer_options *opts, float *last_loss, size_t *n) {
     int32_t tokens[DIST_B * DIST_T];
     float weights[DIST_B * DIST_T];
     ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens + row0 * DIST_T),
@@ -58,7 +59,7 @@ static inline float *dist_train_with(dist_run run, int n_steps, int row0, int ro
         mp.n_layers = 2;
         mp.n_heads = 2;
         mp.max_len = DIST_T;
-        mp.dropout = 0.0f;
+        mp.dropout = dropout;
         model = ct_reformer_lm(mp);
     }
     ct_layer *loss = ct_weighted_category_cross_entropy();
@@ -105,7 +106,7 @@ static inline float *dist_train_with(dist_run run, int n_steps, int row0, int ro
 // The standard Trainer on TransformerLM.
 static inline float *dist_train(int n_steps, int row0, int rows, const ct_trainer_options *opts, float *last_loss,
                                 size_t *n) {
-    return dist_train_with(DIST_STANDARD_TRANSFORMER, n_steps, row0, rows, opts, last_loss, n);
+    return dist_train_with(DIST_STANDARD_TRANSFORMER, 0.0f, n_steps, row0, rows, opts, last_loss, n);
 }
 
 // ||a - b|| / ||a|| over n floats: "equal within a relative tolerance" for

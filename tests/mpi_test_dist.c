@@ -1,6 +1,8 @@
 // Data parallelism across processes, run under `mpirun -np 2` (see
 // CMakeLists.txt): the MPI comm engine, and the trainer over ranks against
 // one device with the whole batch.
+#include <time.h>
+
 #include "dist_common.h"
 
 static ct_comm *comm;
@@ -93,9 +95,9 @@ static void compare_reversible(int n_local, bool adasum) {
     int rows = DIST_B / size;
     size_t n1, n2;
     float l1, l2;
-    float *ref = adasum ? dist_train_with(DIST_STANDARD_REFORMER, 20, rank * rows, rows, &many, &l1, &n1)
-                        : dist_train_with(DIST_STANDARD_REFORMER, 20, 0, DIST_B, &one, &l1, &n1);
-    float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 20, rank * rows, rows, &many, &l2, &n2);
+    float *ref = adasum ? dist_train_with(DIST_STANDARD_REFORMER, 0.0f, 20, rank * rows, rows, &many, &l1, &n1)
+                        : dist_train_with(DIST_STANDARD_REFORMER, 0.0f, 20, 0, DIST_B, &one, &l1, &n1);
+    float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 0.0f, 20, rank * rows, rows, &many, &l2, &n2);
     CHECK(ref && w && n1 == n2);
     if (ref && w && n1 == n2) {
         double rel = dist_rel_diff(ref, w, n1);
@@ -116,6 +118,83 @@ static void compare_reversible(int n_local, bool adasum) {
     free(w);
 }
 
+// A layer that fails in backward on the rank that sets fail_rank: the
+// identity otherwise.
+static int fail_rank = -1;
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static ct_status flaky_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                            ct_error *err) {
+    (void)l, (void)ic, (void)key, (void)err;
+    out[0] = ct_tensor_sig(&in[0]);
+    return CT_OK;
+}
+static ct_status flaky_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                               ct_error *err) {
+    (void)l, (void)c, (void)key, (void)err;
+    out[0] = in[0];
+    return CT_OK;
+}
+static ct_status flaky_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in, ct_key key,
+                                ct_error *err) {
+    (void)c, (void)key;
+    if (rank == fail_rank) return ct_layer_fail(l, err, CT_ERR_STATE, "backward", "fails on purpose on rank %d", rank);
+    grad_in[0] = grad_out[0];
+    return CT_OK;
+}
+static const ct_layer_vtable flaky_vt = {
+    .type = "Flaky", .init = flaky_init, .forward = flaky_forward, .backward = flaky_backward};
+
+// The memory-efficient trainer over ranks: a layer that fails in the
+// backward pass of one rank stops every rank at that layer, each with an
+// error, long before the comm's deadline (no rank waits on the other).
+static void test_reversible_failure_stops_all(void) {
+    int32_t tokens[DIST_B * DIST_T] = {0};
+    float weights[DIST_B * DIST_T];
+    for (int i = 0; i < DIST_B * DIST_T; i++) weights[i] = 1.0f;
+    int rows = DIST_B / size;
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens), ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens),
+                          ct_tensor_2d(CT_DTYPE_F32, rows, DIST_T, weights)};
+    ct_layer *flaky = ct_layer_new(&flaky_vt, "Flaky", 1, 1, NULL, NULL, 0);
+    ct_layer *model = ct_serial(CT_LAYERS(
+        ct_embedding(DIST_VOCAB, 8), ct_dup(),
+        ct_reversible_half_residual(CT_LAYERS(ct_dense(8))), ct_reversible_swap(),
+        ct_reversible_half_residual(CT_LAYERS(ct_dense(8), flaky)), ct_reversible_swap(), ct_concatenate(2, -1),
+        ct_dense(DIST_VOCAB)));
+    ct_layer *loss = ct_weighted_category_cross_entropy();
+    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
+    o.common.comm = comm;
+    o.log_every = 0;
+    ct_device dev = ct_device_cpu();
+    ct_reversible_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_reversible_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()),
+                                       ct_key_from_seed(1), &dev, &o, &err),
+             &err);
+    ct_step_stats s;
+    CHECK_OK(ct_reversible_trainer_one_step(tr, batch, ct_key_from_seed(1), 1, 1e-3f, &s, &err), &err);
+    fail_rank = size - 1;
+    double t0 = now_s();
+    ct_status st = ct_reversible_trainer_one_step(tr, batch, ct_key_from_seed(2), 2, 1e-3f, &s, &err);
+    double dt = now_s() - t0;
+    fail_rank = -1;
+    CHECK(st != CT_OK);
+    if (rank == size - 1) CHECK_MSG(strstr(err.msg, "fails on purpose") != NULL, "rank %d: %s", rank, err.msg);
+    else CHECK_MSG(strstr(err.msg, "another process failed") != NULL, "rank %d: %s", rank, err.msg);
+    CHECK_MSG(dt < 10.0, "rank %d took %.1f s to stop", rank, dt);  // the comm's deadline is 60 s
+    printf("rank %d, memory-efficient trainer, a layer failing on rank %d: stopped in %.3f s: %s\n", rank, size - 1,
+           dt, err.msg);
+    // Both go on from the same place: the next step works on every rank.
+    CHECK_OK(ct_reversible_trainer_one_step(tr, batch, ct_key_from_seed(3), 3, 1e-3f, &s, &err), &err);
+    ct_reversible_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
 int main(void) {
     ct_error err;
     if (ct_comm_mpi_new(&comm, 60, &err) != CT_OK) {
@@ -133,6 +212,7 @@ int main(void) {
     compare_reversible(1, false);
     compare_reversible(2, false);
     compare_reversible(2, true);
+    test_reversible_failure_stops_all();
     // Every rank's verdict: the job fails if any rank failed.
     double failed = check_failed_;
     ct_comm_allreduce_f64(comm, &failed, 1, &err);

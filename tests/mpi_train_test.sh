@@ -2,7 +2,7 @@
 # Data-parallel training through the ctrax program with the memory-efficient
 # trainer: one process, one process with 2 local devices, `mpirun -np 2`,
 # and `mpirun -np 2` with 2 devices each (stopped at step 10 and resumed)
-# end with the same weights (within 1e-5 relative); only rank 0 writes.
+# end with the same weights (within 1e-7 relative); only rank 0 writes.
 #   mpi_train_test.sh CTRAX CONFIG MPIRUN [MPIRUN ARGS...]
 set -uo pipefail
 ctrax=$1
@@ -16,13 +16,19 @@ run() {  # NAME COMMAND...: runs it, its output in NAME.log
     local name=$1
     shift
     "$@" >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name exited $?"; }
-    grep -E "^Step +20:|devices" "$work/$name.log" | head -3 | sed "s/^/  $name: /"
+    grep -E "^Step +20:|trainer," "$work/$name.log" | head -4 | sed "s/^/  $name: /"
 }
+# Which trainer, on how many devices and processes, the program says it ran.
+says() { grep -q "memory-efficient trainer, $2" "$work/$1.log" || fail "$1 did not run the memory-efficient trainer on $2"; }
 run one "$ctrax" train "$config" --output-dir "$work/one"
 run local2 "$ctrax" train "$config" --output-dir "$work/local2" --devices 2
 run mpi2 "$@" -np 2 "$ctrax" train "$config" --output-dir "$work/mpi2"
 run mpi2x2_half "$@" -np 2 "$ctrax" train "$config" --output-dir "$work/mpi2x2" --devices 2 --steps 10
 run mpi2x2 "$@" -np 2 "$ctrax" train "$config" --output-dir "$work/mpi2x2" --devices 2
+says one "1 device(s) x 1 process(es)"
+says local2 "2 device(s) x 1 process(es)"
+says mpi2 "1 device(s) x 2 process(es)"
+says mpi2x2 "2 device(s) x 2 process(es)"
 grep -q "resum" "$work/mpi2x2.log" || fail "the second mpi2x2 run did not resume: $(head -5 "$work/mpi2x2.log")"
 
 /usr/bin/python3 - "$work" <<'PY' || fail "weights differ"
@@ -48,7 +54,9 @@ for run in ["local2", "mpi2", "mpi2x2"]:
     d = np.concatenate([w[k] - ref[k] for k in sorted(ref)])
     rel = float(np.linalg.norm(d.astype(np.float64)) / np.linalg.norm(flat.astype(np.float64)))
     print(f"  {run}: relative weight difference to one process, one device: {rel:.3g}")
-    ok &= rel <= 1e-5
+    # Same arithmetic but for summation order: about 1e-8. (A gradient off
+    # by the device count, under Adam, moves the weights by a few 1e-6.)
+    ok &= rel <= 1e-7
 sys.exit(0 if ok else 1)
 PY
 # Only rank 0 writes: one metrics line per eval, not one per rank.

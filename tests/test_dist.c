@@ -181,12 +181,12 @@ static void test_reversible_local_devices(void) {
     ct_trainer_options one = ct_trainer_default_options();
     size_t n_ref, n;
     float l_ref, l;
-    float *ref = dist_train_with(DIST_STANDARD_REFORMER, 20, 0, DIST_B, &one, &l_ref, &n_ref);
+    float *ref = dist_train_with(DIST_STANDARD_REFORMER, 0.0f, 20, 0, DIST_B, &one, &l_ref, &n_ref);
     const int devices[3] = {1, 2, 4};
     for (int i = 0; i < 3; i++) {
         ct_trainer_options o = one;
         o.n_devices = devices[i];
-        float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 20, 0, DIST_B, &o, &l, &n);
+        float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 0.0f, 20, 0, DIST_B, &o, &l, &n);
         double rel = rel_to(ref, w, n_ref, n);
         printf("ReformerLM, 20 steps: memory-efficient trainer on %d local device(s) x batch %d vs standard on 1 x %d: "
                "relative weight difference %.3g, loss %.5f vs %.5f\n",
@@ -202,8 +202,8 @@ static void test_reversible_local_devices(void) {
     ct_trainer_options ada = one;
     ada.n_devices = 2;
     ada.adasum = true;
-    ref = dist_train_with(DIST_STANDARD_REFORMER, 20, 0, DIST_B, &ada, &l_ref, &n_ref);
-    float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 20, 0, DIST_B, &ada, &l, &n);
+    ref = dist_train_with(DIST_STANDARD_REFORMER, 0.0f, 20, 0, DIST_B, &ada, &l_ref, &n_ref);
+    float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 0.0f, 20, 0, DIST_B, &ada, &l, &n);
     double rel = rel_to(ref, w, n_ref, n);
     printf("ReformerLM, 20 steps, Adasum over 2 local devices: memory-efficient vs standard relative weight difference "
            "%.3g\n", rel);
@@ -211,19 +211,35 @@ static void test_reversible_local_devices(void) {
     free(ref);
     free(w);
 
-    // Frozen weights (the embedding), on 2 devices: no update in either trainer.
+    // Dropout 0.1 on 2 devices: each device draws its masks from its own key
+    // (the step key split by its index), in both trainers alike.
+    ct_trainer_options two = one;
+    two.n_devices = 2;
+    ref = dist_train_with(DIST_STANDARD_REFORMER, 0.1f, 20, 0, DIST_B, &two, &l_ref, &n_ref);
+    w = dist_train_with(DIST_REVERSIBLE_REFORMER, 0.1f, 20, 0, DIST_B, &two, &l, &n);
+    rel = rel_to(ref, w, n_ref, n);
+    printf("ReformerLM, 20 steps, dropout 0.1, 2 local devices: memory-efficient vs standard relative weight "
+           "difference %.3g\n", rel);
+    CHECK_MSG(rel <= 1e-5, "dropout: rel diff %g", rel);
+    free(ref);
+    free(w);
+
+    // Frozen weights (the embedding), on 2 devices, with the gradient
+    // clipped to a global norm that frozen gradients must not count in: no
+    // update in either trainer, and the same updates elsewhere.
     const char *frozen[1] = {"ReformerLM/Embedding"};
     ct_trainer_options fr = one;
     fr.n_devices = 2;
     fr.frozen = frozen;
     fr.n_frozen = 1;
-    float *init = dist_train_with(DIST_REVERSIBLE_REFORMER, 0, 0, DIST_B, &fr, &l, &n);
-    ref = dist_train_with(DIST_STANDARD_REFORMER, 20, 0, DIST_B, &fr, &l_ref, &n_ref);
-    w = dist_train_with(DIST_REVERSIBLE_REFORMER, 20, 0, DIST_B, &fr, &l, &n);
+    fr.clip_grad_norm = 0.05f;
+    float *init = dist_train_with(DIST_REVERSIBLE_REFORMER, 0.0f, 0, 0, DIST_B, &fr, &l, &n);
+    ref = dist_train_with(DIST_STANDARD_REFORMER, 0.0f, 20, 0, DIST_B, &fr, &l_ref, &n_ref);
+    w = dist_train_with(DIST_REVERSIBLE_REFORMER, 0.0f, 20, 0, DIST_B, &fr, &l, &n);
     rel = rel_to(ref, w, n_ref, n);
     size_t unchanged = 0;
     for (size_t i = 0; w && init && i < n; i++) unchanged += w[i] == init[i];
-    printf("ReformerLM, 20 steps, embedding frozen, 2 devices: memory-efficient vs standard %.3g; %zu of %zu weights "
+    printf("ReformerLM, 20 steps, embedding frozen, clip 0.05, 2 devices: memory-efficient vs standard %.3g; %zu of %zu weights "
            "unchanged\n", rel, unchanged, n);
     CHECK_MSG(rel <= 1e-5, "frozen: rel diff %g", rel);
     CHECK(unchanged >= (size_t)DIST_VOCAB * 8);  // the (vocab, d_model) table at least

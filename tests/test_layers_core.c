@@ -246,6 +246,14 @@ static void test_activation_values(void) {
     }
     printf("ct_vexp_nonpos over [-87, 0]: worst relative error %.2g\n", worst_exp);
     CHECK_MSG(worst_exp < 3e-7, "exp error %g", worst_exp);  // 2.5 ulp
+    CHECK(ct_vexp_nonpos(-88.0f) == 0.0f && ct_vexp_nonpos(-INFINITY) == 0.0f && isnan(ct_vexp_nonpos(NAN)));
+    // Far out, GELU is the identity or 0, with derivative 1 or 0.
+    float far_x[4] = {1e12f, -1e12f, 1e15f, -1e15f}, far_y[4], far_d[4] = {0}, far_g[4] = {1, 1, 1, 1};
+    ct_gelu_forward(far_y, far_x, 4);
+    ct_gelu_backward(far_d, far_x, far_g, 4);
+    CHECK(far_y[0] == 1e12f && far_y[1] == 0.0f && far_y[2] == 1e15f && far_y[3] == 0.0f);
+    CHECK_MSG(far_d[0] == 1.0f && far_d[1] == 0.0f && far_d[2] == 1.0f && far_d[3] == 0.0f,
+              "gelu' far out: %g %g %g %g", far_d[0], far_d[1], far_d[2], far_d[3]);
 
     out = run1(&f, ct_relu(), ct_tensor_1d(CT_DTYPE_F32, 6, xs));
     CHECK(ct_f32(&out)[0] == 0.0f && ct_f32(&out)[1] == 0.0f && ct_f32(&out)[2] == 0.0f);

@@ -98,9 +98,14 @@ static ct_status counter_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_
 static const ct_layer_vtable counter_vt = {
     .type = "Counter", .init = counter_init, .forward = counter_forward, .backward = counter_backward};
 
+// Counters in a standard layer (after the embedding) and in a reversible
+// one: each must count one forward per step, though both layers' forwards
+// run again in backward.
 static void stateful_model(ct_layer **model, ct_layer **loss) {
     ct_layer *counter = ct_layer_new(&counter_vt, "Counter", 1, 1, NULL, NULL, 0);
-    *model = ct_serial(CT_LAYERS(ct_embedding(9, 4), ct_dup(), half(ct_dense(4), counter), ct_reversible_swap()));
+    ct_layer *std_counter = ct_layer_new(&counter_vt, "Counter", 1, 1, NULL, NULL, 0);
+    *model = ct_serial(CT_LAYERS(ct_embedding(9, 4), std_counter, ct_dup(), half(ct_dense(4), counter),
+                                 ct_reversible_swap()));
     *loss = ct_serial(CT_LAYERS(ct_concatenate(2, -1), ct_dense(19), ct_log_softmax(), ct_cross_entropy_loss()));
 }
 
@@ -370,10 +375,11 @@ static void test_state(void) {
     if (run_standard(&s, &std_r) || run_reversible(&s, NULL, &rev_r, NULL, NULL)) return;
     double d = compare("layer with state (counter), 3 steps", &std_r, &rev_r);
     CHECK_MSG(d <= WEIGHT_TOL, "stateful: weights differ by %g", d);
-    CHECK(std_r.n_state == 1 && rev_r.n_state == 1);
-    if (std_r.n_state == 1 && rev_r.n_state == 1) {
-        printf("counter state after 3 steps: standard %g, reversible %g\n", std_r.state[0], rev_r.state[0]);
-        CHECK(std_r.state[0] == 3.0f && rev_r.state[0] == 3.0f);
+    CHECK(std_r.n_state == 2 && rev_r.n_state == 2);
+    if (std_r.n_state == 2 && rev_r.n_state == 2) {
+        printf("counter states after 3 steps: standard %g, %g; reversible %g, %g\n", std_r.state[0], std_r.state[1],
+               rev_r.state[0], rev_r.state[1]);
+        CHECK(std_r.state[0] == 3.0f && std_r.state[1] == 3.0f && rev_r.state[0] == 3.0f && rev_r.state[1] == 3.0f);
     }
     result_free(&std_r);
     result_free(&rev_r);
@@ -383,7 +389,8 @@ static void test_state(void) {
     if (run_standard(&s, &std_r) || run_reversible(&s, NULL, &rev_r, NULL, NULL)) return;
     d = compare("layer with state (counter), 2 devices, 3 steps", &std_r, &rev_r);
     CHECK_MSG(d <= WEIGHT_TOL, "stateful, 2 devices: weights differ by %g", d);
-    CHECK(std_r.n_state == 1 && rev_r.n_state == 1 && std_r.state[0] == 3.0f && rev_r.state[0] == 3.0f);
+    CHECK(std_r.n_state == 2 && rev_r.n_state == 2 && std_r.state[0] == 3.0f && rev_r.state[0] == 3.0f &&
+          std_r.state[1] == 3.0f && rev_r.state[1] == 3.0f);
     result_free(&std_r);
     result_free(&rev_r);
 }

@@ -83,7 +83,7 @@ typedef struct rt_replica {
     ct_key key;                        // this step's key for this device
     rt_item *saved;  // [n_units][CT_LAYER_MAX_IO]: a standard layer's inputs, kept from forward to backward
     float *state;    // the state slab it runs on: the net's (device 0) or its own copy
-    float *state_before, *state_after;  // state slabs around each reversible layer's forward
+    float *state_before, *state_after;  // state slabs around each layer's forward (for its recomputation)
     ct_tensor loss_out;
     double weight;  // what its loss averaged over (ct_ctx.loss_weight)
     float seed;     // d loss / d (its loss), from the global weight
@@ -652,12 +652,8 @@ ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model
         r->ctx.state = r->state;
         r->ctx.train = true;
     }
-    if (common->adasum && ct_comm_size(t->comm) > 1) {
+    if (common->adasum && ct_comm_size(t->comm) > 1)
         t->gather_floats = (size_t)ct_comm_size(t->comm) * (size_t)t->n_local * t->max_w;
-        st = ct_device_alloc(dev, t->gather_floats * sizeof(float), "Adasum gather buffer (one layer)",
-                             (void **)&t->gather, err);
-        if (st != CT_OK) goto fail;
-    }
     prefetch_start(&t->pf, t->opt.copy_weights && t->opt.prefetch);
     *out = t;
     return CT_OK;
@@ -693,6 +689,8 @@ static void free_device_buffers(ct_reversible_trainer *t) {
         ct_device_free(t->dev, t->stage[b].s, t->max_slots * sizeof(float));
         t->stage[b].w = t->stage[b].s = NULL;
     }
+    ct_device_free(t->dev, t->gather, t->gather_floats * sizeof(float));
+    t->gather = NULL;
     for (int d = 0; d < t->n_local; d++) {
         rt_replica *r = &t->replicas[d];
         ct_device_free(t->dev, r->grad_buf, t->max_w * sizeof(float));
@@ -723,7 +721,6 @@ void ct_reversible_trainer_free(ct_reversible_trainer *t) {
     ct_free(t->units);
     ct_free(t->turns);
     ct_free(t->stats);
-    ct_device_free(t->dev, t->gather, t->gather_floats * sizeof(float));
     ct_device_free(&t->host, t->slots, t->n_slot_floats * sizeof(float));
     ct_device_free(&t->host, t->host_grads, t->net.n_weights * sizeof(float));
     ct_free(t->slot_offsets);
@@ -747,6 +744,9 @@ static ct_status ensure_device_buffers(ct_reversible_trainer *t, ct_error *err) 
                 CT_TRY(ct_device_alloc(t->dev, t->max_slots * sizeof(float), "staged layer optimizer slots",
                                        (void **)&t->stage[b].s, err));
         }
+    if (t->gather_floats && !t->gather)
+        CT_TRY(ct_device_alloc(t->dev, t->gather_floats * sizeof(float), "Adasum gather buffer (one layer)",
+                               (void **)&t->gather, err));
     for (int d = 0; d < t->n_local; d++)
         if (!t->replicas[d].grad_buf)
             CT_TRY(ct_device_alloc(t->dev, t->max_w * sizeof(float), "layer gradients",
@@ -857,7 +857,9 @@ static ct_status forward_turn(ct_reversible_trainer *t, rt_replica *r, rt_unit *
             saved[i] = r->vals[i];
             if (saved[i].buf >= 0) r->pool[saved[i].buf].refs++;
         }
-    bool keep_state = u->kind == RT_REVERSIBLE && r->state_before;
+    // The state before and after this forward, for the recomputation in
+    // backward to start from and to leave behind.
+    bool keep_state = r->state_before != NULL;
     if (keep_state) copy_state(r, u, r->state_before, false);
     ct_status st = u->kind == RT_REVERSIBLE
                        ? ct_layer_forward(u->leaves[0].layer, c, in, out, leaf_key(r, &u->leaves[0]), err)
@@ -914,17 +916,19 @@ static ct_status backward_turn(ct_reversible_trainer *t, rt_replica *r, rt_unit 
     tensors_of(r->grads, u->n_out, gout);
     rt_item *saved = r->saved + (u - t->units) * CT_LAYER_MAX_IO;
     ct_status st;
+    // The recomputation sees the state of the forward and leaves the state
+    // the forward left.
+    bool keep_state = r->state_before != NULL;
+    if (keep_state) copy_state(r, u, r->state_before, true);
     if (u->kind == RT_REVERSIBLE) {
-        bool keep_state = r->state_before != NULL;
-        if (keep_state) copy_state(r, u, r->state_before, true);  // the recomputation sees the state of the forward
         st = ct_layer_reverse_and_grad(u->leaves[0].layer, c, out, gout, in, gin, leaf_key(r, &u->leaves[0]), err);
-        if (keep_state) copy_state(r, u, r->state_after, true);
     } else {
         tensors_of(saved, u->n_in, in);
         ct_tensor recomputed[CT_LAYER_MAX_IO];
         st = leaves_forward(r, u, c, in, recomputed, err);
         if (st == CT_OK) st = leaves_backward(r, u, c, gout, gin, err);
     }
+    if (keep_state) copy_state(r, u, r->state_after, true);
     rt_item vitems[CT_LAYER_MAX_IO], gitems[CT_LAYER_MAX_IO];
     if (st == CT_OK && u->kind == RT_REVERSIBLE) st = adopt(t, r, in, u->n_in, vitems, err);
     if (st == CT_OK) {
@@ -987,16 +991,18 @@ static ct_status run_replicas(ct_reversible_trainer *t, rt_phase phase, rt_unit 
 // device of every process, then backward with each device's seed
 // n_global * W_d / W (as the standard Trainer). *loss gets the loss over the
 // global batch.
-static ct_status loss_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, float *loss, ct_error *err) {
-    ct_status st = run_replicas(t, RT_LOSS_FORWARD, u, s, err);
+static ct_status loss_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, ct_status failed, float *loss,
+                          ct_error *err) {
+    ct_status st = failed != CT_OK ? failed : run_replicas(t, RT_LOSS_FORWARD, u, s, err);
     double sums[2] = {0, 0};  // sum of W_d, sum of L_d * W_d
     for (int d = 0; d < t->n_local && st == CT_OK; d++) {
         const rt_replica *r = &t->replicas[d];
         sums[0] += r->weight;
         sums[1] += (double)*ct_f32(&r->loss_out) * r->weight;
     }
-    // Every process takes part in the sum, even one that failed, so a
-    // failure cannot leave the others waiting: it sends a NaN.
+    // Every process takes part in the sum, even one that failed (here or in
+    // an earlier layer), so a failure cannot leave the others waiting: it
+    // sends a NaN, and every process stops here.
     if (st != CT_OK) sums[0] = NAN;
     ct_status cst = ct_comm_allreduce_f64(t->comm, sums, 2, st == CT_OK ? err : NULL);
     if (st == CT_OK && cst != CT_OK) st = cst;
@@ -1140,42 +1146,65 @@ static void clear_stacks(ct_reversible_trainer *t) {
     }
 }
 
-static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, float *loss, double *g2,
-                           double *w2, ct_error *err) {
+// Runs the step's turns. A failure on this process (failed, or in a turn)
+// stops the computing, but the process still joins the step's next
+// collective (the loss layer's weight sum, or the failure flag each layer
+// sends before its gradients are combined), where every process learns of
+// it and returns; so no process is left waiting on another.
+static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, ct_status failed, float *loss,
+                           double *g2, double *w2, ct_error *err) {
+    bool many_processes = ct_comm_size(t->comm) > 1;
+    ct_status st = CT_OK;
     stage_post(t, 0);
-    for (int k = 0; k < t->n_turns; k++) {
+    for (int k = 0; k < t->n_turns && st == CT_OK; k++) {
         prefetch_wait(&t->pf);
         if (k + 1 < t->n_turns) stage_post(t, k + 1);
-        rt_unit *u = &t->units[t->turns[k].unit];
+        int unit = t->turns[k].unit;
+        rt_unit *u = &t->units[unit];
         rt_stage s = stage_of(t, k);
-        ct_status st;
-        if (!t->turns[k].backward) st = run_replicas(t, RT_FORWARD, u, s, err);
-        else if (u->kind == RT_LOSS) st = loss_turn(t, u, s, loss, err);
-        else st = run_replicas(t, RT_BACKWARD, u, s, err);
+        bool backward = t->turns[k].backward, has_weights = u->p_end > u->p_begin;
+        if (u->kind == RT_LOSS) {
+            if ((st = loss_turn(t, u, s, failed, loss, err)) != CT_OK) break;
+            log_memory(t, step, "loss layer done");
+        } else if (failed == CT_OK) {
+            failed = run_replicas(t, backward ? RT_BACKWARD : RT_FORWARD, u, s, err);
+            if (failed != CT_OK && !many_processes) st = failed;
+        }
+        if (!backward || st != CT_OK) continue;
+        if (has_weights && many_processes) {
+            // Each layer's gradients are combined over processes: first every
+            // process says whether it failed.
+            double flag = failed != CT_OK ? 1.0 : 0.0;
+            ct_status cst = ct_comm_allreduce_f64(t->comm, &flag, 1, failed == CT_OK ? err : NULL);
+            if (failed != CT_OK) st = failed;
+            else if (cst != CT_OK) st = cst;
+            else if (flag > 0)
+                st = ct_error_set(err, CT_ERR_STATE,
+                                  "reversible trainer: a device of another process failed (its error is in that "
+                                  "process's output); stopped before layer %d's update", unit);
+            if (st != CT_OK) continue;
+        }
+        if (failed != CT_OK) continue;  // this process stops at the next collective
         // Each layer's gradient is combined before its update, so every
         // process updates alike.
-        if (st == CT_OK && t->turns[k].backward && u->p_end > u->p_begin) st = combine_grads(t, u, err);
-        if (st != CT_OK) {
-            prefetch_wait(&t->pf);
-            return st;
-        }
-        if (u->kind == RT_LOSS) log_memory(t, step, "loss layer done");
-        if (!t->turns[k].backward) continue;
+        if (has_weights && (st = combine_grads(t, u, err)) != CT_OK) continue;
         double ug2 = 0, uw2 = 0;
-        if (u->p_end > u->p_begin) update_unit(t, u, s, step, lr, &ug2, &uw2);
+        if (has_weights) update_unit(t, u, s, step, lr, &ug2, &uw2);
         *g2 += ug2;
         *w2 += uw2;
         if (u->stat >= 0) {
             int i = u->stat;
-            if (u->p_end > u->p_begin) {
+            if (has_weights) {
                 t->stats[i++].value = (float)sqrt(ug2);
                 t->stats[i++].value = (float)sqrt(uw2);
             }
             if (u->kind == RT_LOSS) t->stats[i].value = *loss;
         }
     }
-    if (defers_updates(t)) deferred_updates(t, step, lr, sqrt(*g2));
-    return CT_OK;
+    prefetch_wait(&t->pf);
+    if (st == CT_OK) st = failed;  // a failure after the step's last collective
+    if (st == CT_OK && defers_updates(t)) deferred_updates(t, step, lr, sqrt(*g2));
+    return st;
 }
 
 ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tensor *batch, ct_key key,
@@ -1184,15 +1213,14 @@ ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tens
     const ct_net *net = &t->net;
     CT_TRY(ct_train_check_batch("reversible trainer", net, batch, t->n_local, err));
     log_memory(t, step, "forward");
+    // A failure here still goes through the turns, to the first collective.
     ct_status st = ensure_device_buffers(t, err);
     float loss = 0.0f;
     double g2 = 0.0, w2 = 0.0;
-    if (st == CT_OK) {
-        t->batch = batch;
-        t->n_batch = net->n_in;
-        for (int d = 0; d < t->n_local; d++) replica_begin_step(t, &t->replicas[d], d, batch, key);
-        st = run_turns(t, step, learning_rate, &loss, &g2, &w2, err);
-    }
+    t->batch = batch;
+    t->n_batch = net->n_in;
+    for (int d = 0; d < t->n_local; d++) replica_begin_step(t, &t->replicas[d], d, batch, key);
+    st = run_turns(t, step, learning_rate, st, &loss, &g2, &w2, err);
     clear_stacks(t);
     t->batch = NULL;
     t->n_batch = 0;

@@ -296,7 +296,6 @@ static void replica_forward(ct_trainer *t, int d, const ct_tensor *batch, ct_key
     int n_local = t->opts.n_devices;
     for (int i = 0; i < net->n_in; i++) r->shard[i] = ct_tensor_split_rows(&batch[i], n_local, d);
     memset(r->grads, 0, net->n_weights * sizeof(float));
-    if (d > 0 && net->n_state) memcpy(r->state, net->state, net->n_state * sizeof(float));
     r->ctx.tape_len = 0;
     r->ctx.loss_weight = -1;  // "not said"
     r->status = ct_layer_forward(net->root, &r->ctx, r->shard, &r->loss_out, key, &r->err);
@@ -376,6 +375,10 @@ ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key,
     ct_key keys[CT_MAX_LOCAL_DEVICES];
     for (int d = 0; d < n_local; d++) keys[d] = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
 
+    // The other replicas start from device 0's state (copied before the
+    // threads start: device 0's forward writes it).
+    for (int d = 1; d < n_local && net->n_state; d++)
+        memcpy(t->replicas[d].state, net->state, net->n_state * sizeof(float));
     // Forward on every replica (threads when there are several; kernels then
     // run single-threaded inside each).
     if (n_local == 1) replica_forward(t, 0, batch, keys[0]);

@@ -24,9 +24,11 @@
 //
 // Memory: weights, state and optimizer slots live on the host (a device the
 // trainer owns, ct_reversible_trainer_host). The accelerator `dev` holds only
-// one layer's gradient, one layer's staged weights and slots (twice: the
-// next layer's copy overlaps the current layer's work), the stack items and
-// one layer's activations; so its peak does not grow with depth. On CPU the
+// one layer's staged weights and slots (twice: the next layer's copy
+// overlaps the current layer's work) and, per local device, one layer's
+// gradient, the stack items and one layer's activations (and, for Adasum
+// over processes, every device's gradient of one layer); so its peak does
+// not grow with depth. On CPU the
 // staging is zero-copy by default (the layer runs on the host slab);
 // copy_weights stages real copies.
 //

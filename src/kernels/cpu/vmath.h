@@ -10,10 +10,11 @@
 // exp(x) for x <= 0, Cephes' expf: n = round(x / ln 2) (by the 1.5 * 2^23
 // trick, no rounding call), r = x - n ln 2 with ln 2 in two parts, a
 // degree-6 polynomial in r, and 2^n put into the exponent bits. Within 2
-// ulp of expf; x below -87 gives exp(-87) ~ 1.6e-38 (still a normal float)
-// instead of a smaller number or 0. NaN gives NaN.
+// ulp of expf down to -87; below, 0 (expf's results there are denormals or
+// 0). NaN gives NaN.
 static inline float ct_vexp_nonpos(float x) {
-    x = x < -87.0f ? -87.0f : x;
+    float x_in = x;
+    x = x < -87.0f ? -87.0f : x;  // keeps 2^n a normal float
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693359375f - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -27,7 +28,7 @@ static inline float ct_vexp_nonpos(float x) {
         int32_t i;
         float f;
     } scale = {.i = ((int32_t)n + 127) << 23};
-    return p * scale.f;
+    return x_in < -87.0f ? 0.0f : p * scale.f;
 }
 
 #endif
