@@ -14,7 +14,7 @@
 // 0). NaN gives NaN.
 static inline float ct_vexp_nonpos(float x) {
     float x_in = x;
-    x = x < -87.0f ? -87.0f : x;  // keeps 2^n a normal float
+    x = x >= -87.0f ? x : -87.0f;  // keeps 2^n a normal float (and n finite for a NaN)
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693359375f - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -27,8 +27,8 @@ static inline float ct_vexp_nonpos(float x) {
     union {
         int32_t i;
         float f;
-    } scale = {.i = ((int32_t)n + 127) << 23};
-    return x_in < -87.0f ? 0.0f : p * scale.f;
+    } scale = {.i = (int32_t)((uint32_t)((int32_t)n + 127) << 23)};
+    return x_in >= -87.0f ? p * scale.f : x_in < -87.0f ? 0.0f : x_in;  // the last: NaN
 }
 
 #endif
