@@ -149,9 +149,10 @@ static const ct_layer_vtable flaky_vt = {
     .type = "Flaky", .init = flaky_init, .forward = flaky_forward, .backward = flaky_backward};
 
 // The memory-efficient trainer over ranks: a layer that fails in the
-// backward pass of one rank stops every rank at that layer, each with an
-// error, long before the comm's deadline (no rank waits on the other).
-static void test_reversible_failure_stops_all(void) {
+// backward pass of one rank (in a reversible layer, or in the loss layer)
+// stops every rank at that layer, each with an error, long before the
+// comm's deadline (no rank waits on the other).
+static void test_reversible_failure_stops_all(bool in_loss_layer) {
     int32_t tokens[DIST_B * DIST_T] = {0};
     float weights[DIST_B * DIST_T];
     for (int i = 0; i < DIST_B * DIST_T; i++) weights[i] = 1.0f;
@@ -159,11 +160,12 @@ static void test_reversible_failure_stops_all(void) {
     ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens), ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens),
                           ct_tensor_2d(CT_DTYPE_F32, rows, DIST_T, weights)};
     ct_layer *flaky = ct_layer_new(&flaky_vt, "Flaky", 1, 1, NULL, NULL, 0);
-    ct_layer *model = ct_serial(CT_LAYERS(
-        ct_embedding(DIST_VOCAB, 8), ct_dup(),
-        ct_reversible_half_residual(CT_LAYERS(ct_dense(8))), ct_reversible_swap(),
-        ct_reversible_half_residual(CT_LAYERS(ct_dense(8), flaky)), ct_reversible_swap(), ct_concatenate(2, -1),
-        ct_dense(DIST_VOCAB)));
+    ct_layer *last_half = in_loss_layer ? ct_reversible_half_residual(CT_LAYERS(ct_dense(8)))
+                                        : ct_reversible_half_residual(CT_LAYERS(ct_dense(8), flaky));
+    ct_layer *head = in_loss_layer ? ct_serial(CT_LAYERS(ct_dense(DIST_VOCAB), flaky)) : ct_dense(DIST_VOCAB);
+    ct_layer *model = ct_serial(CT_LAYERS(ct_embedding(DIST_VOCAB, 8), ct_dup(),
+                                          ct_reversible_half_residual(CT_LAYERS(ct_dense(8))), ct_reversible_swap(),
+                                          last_half, ct_reversible_swap(), ct_concatenate(2, -1), head));
     ct_layer *loss = ct_weighted_category_cross_entropy();
     ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
     o.common.comm = comm;
@@ -185,8 +187,8 @@ static void test_reversible_failure_stops_all(void) {
     if (rank == size - 1) CHECK_MSG(strstr(err.msg, "fails on purpose") != NULL, "rank %d: %s", rank, err.msg);
     else CHECK_MSG(strstr(err.msg, "another process failed") != NULL, "rank %d: %s", rank, err.msg);
     CHECK_MSG(dt < 10.0, "rank %d took %.1f s to stop", rank, dt);  // the comm's deadline is 60 s
-    printf("rank %d, memory-efficient trainer, a layer failing on rank %d: stopped in %.3f s: %s\n", rank, size - 1,
-           dt, err.msg);
+    printf("rank %d, memory-efficient trainer, a layer failing on rank %d (%s): stopped in %.3f s: %s\n", rank,
+           size - 1, in_loss_layer ? "in the loss layer" : "in a reversible layer", dt, err.msg);
     // Both go on from the same place: the next step works on every rank.
     CHECK_OK(ct_reversible_trainer_one_step(tr, batch, ct_key_from_seed(3), 3, 1e-3f, &s, &err), &err);
     ct_reversible_trainer_free(tr);
@@ -212,7 +214,8 @@ int main(void) {
     compare_reversible(1, false);
     compare_reversible(2, false);
     compare_reversible(2, true);
-    test_reversible_failure_stops_all();
+    test_reversible_failure_stops_all(false);
+    test_reversible_failure_stops_all(true);
     // Every rank's verdict: the job fails if any rank failed.
     double failed = check_failed_;
     ct_comm_allreduce_f64(comm, &failed, 1, &err);

@@ -987,12 +987,15 @@ static ct_status run_replicas(ct_reversible_trainer *t, rt_phase phase, rt_unit 
     return CT_OK;
 }
 
-// The loss turn: forward on every device, the global weight W over every
-// device of every process, then backward with each device's seed
-// n_global * W_d / W (as the standard Trainer). *loss gets the loss over the
-// global batch.
-static ct_status loss_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, ct_status failed, float *loss,
-                          ct_error *err) {
+// The loss turn's first half: forward on every device (unless this process
+// already failed), then the global weight W over every device of every
+// process and each device's backward seed n_global * W_d / W (as the
+// standard Trainer). *loss gets the loss over the global batch. Every
+// process takes part in the sum, even one that failed (here or in an
+// earlier layer), so a failure cannot leave the others waiting: it sends a
+// NaN, and every process stops here.
+static ct_status loss_forward_and_sum(ct_reversible_trainer *t, rt_unit *u, rt_stage s, ct_status failed,
+                                      float *loss, ct_error *err) {
     ct_status st = failed != CT_OK ? failed : run_replicas(t, RT_LOSS_FORWARD, u, s, err);
     double sums[2] = {0, 0};  // sum of W_d, sum of L_d * W_d
     for (int d = 0; d < t->n_local && st == CT_OK; d++) {
@@ -1000,9 +1003,6 @@ static ct_status loss_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, ct_
         sums[0] += r->weight;
         sums[1] += (double)*ct_f32(&r->loss_out) * r->weight;
     }
-    // Every process takes part in the sum, even one that failed (here or in
-    // an earlier layer), so a failure cannot leave the others waiting: it
-    // sends a NaN, and every process stops here.
     if (st != CT_OK) sums[0] = NAN;
     ct_status cst = ct_comm_allreduce_f64(t->comm, sums, 2, st == CT_OK ? err : NULL);
     if (st == CT_OK && cst != CT_OK) st = cst;
@@ -1014,7 +1014,7 @@ static ct_status loss_turn(ct_reversible_trainer *t, rt_unit *u, rt_stage s, ct_
     for (int d = 0; d < t->n_local; d++)
         t->replicas[d].seed = (float)((double)t->n_global * t->replicas[d].weight / sums[0]);
     *loss = (float)(sums[1] / sums[0]);
-    return run_replicas(t, RT_LOSS_BACKWARD, u, s, err);
+    return CT_OK;
 }
 
 // Unit u's gradient over every device of every process, into device 0's
@@ -1163,13 +1163,13 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, ct_
         rt_unit *u = &t->units[unit];
         rt_stage s = stage_of(t, k);
         bool backward = t->turns[k].backward, has_weights = u->p_end > u->p_begin;
-        if (u->kind == RT_LOSS) {
-            if ((st = loss_turn(t, u, s, failed, loss, err)) != CT_OK) break;
-            log_memory(t, step, "loss layer done");
-        } else if (failed == CT_OK) {
-            failed = run_replicas(t, backward ? RT_BACKWARD : RT_FORWARD, u, s, err);
+        rt_phase phase = !backward ? RT_FORWARD : u->kind == RT_LOSS ? RT_LOSS_BACKWARD : RT_BACKWARD;
+        if (u->kind == RT_LOSS && (st = loss_forward_and_sum(t, u, s, failed, loss, err)) != CT_OK) break;
+        if (failed == CT_OK) {
+            failed = run_replicas(t, phase, u, s, err);
             if (failed != CT_OK && !many_processes) st = failed;
         }
+        if (u->kind == RT_LOSS && st == CT_OK) log_memory(t, step, "loss layer done");
         if (!backward || st != CT_OK) continue;
         if (has_weights && many_processes) {
             // Each layer's gradients are combined over processes: first every
