@@ -148,28 +148,42 @@ static ct_status flaky_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_ou
 static const ct_layer_vtable flaky_vt = {
     .type = "Flaky", .init = flaky_init, .forward = flaky_forward, .backward = flaky_backward};
 
+// Where test_reversible_failure_stops_all puts the failing layer.
+typedef enum fail_where {
+    FAIL_IN_REVERSIBLE,  // inside a reversible layer's residual function
+    FAIL_IN_LOSS,        // in the loss layer (the standard layers after the last reversible one)
+    FAIL_IN_FIRST,       // in the first layer, which has no weights, with global clipping: after the
+                         // last layer whose gradients are combined, before the deferred updates
+} fail_where;
+
 // The memory-efficient trainer over ranks: a layer that fails in the
-// backward pass of one rank (in a reversible layer, or in the loss layer)
-// stops every rank at that layer, each with an error, long before the
-// comm's deadline (no rank waits on the other).
-static void test_reversible_failure_stops_all(bool in_loss_layer) {
+// backward pass of one rank stops every rank in the same place, each with an
+// error, long before the comm's deadline (no rank waits on the other), and
+// every rank keeps the same weights.
+static void test_reversible_failure_stops_all(fail_where where) {
+    enum { D = 8 };
     int32_t tokens[DIST_B * DIST_T] = {0};
-    float weights[DIST_B * DIST_T];
+    float weights[DIST_B * DIST_T], features[DIST_B * DIST_T * D];
     for (int i = 0; i < DIST_B * DIST_T; i++) weights[i] = 1.0f;
+    for (int i = 0; i < DIST_B * DIST_T * D; i++) features[i] = (float)(i % 7) * 0.1f;
     int rows = DIST_B / size;
     ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens), ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens),
                           ct_tensor_2d(CT_DTYPE_F32, rows, DIST_T, weights)};
     ct_layer *flaky = ct_layer_new(&flaky_vt, "Flaky", 1, 1, NULL, NULL, 0);
-    ct_layer *last_half = in_loss_layer ? ct_reversible_half_residual(CT_LAYERS(ct_dense(8)))
-                                        : ct_reversible_half_residual(CT_LAYERS(ct_dense(8), flaky));
-    ct_layer *head = in_loss_layer ? ct_serial(CT_LAYERS(ct_dense(DIST_VOCAB), flaky)) : ct_dense(DIST_VOCAB);
-    ct_layer *model = ct_serial(CT_LAYERS(ct_embedding(DIST_VOCAB, 8), ct_dup(),
-                                          ct_reversible_half_residual(CT_LAYERS(ct_dense(8))), ct_reversible_swap(),
-                                          last_half, ct_reversible_swap(), ct_concatenate(2, -1), head));
+    ct_layer *first = where == FAIL_IN_FIRST ? ct_serial(CT_LAYERS(flaky, ct_dup())) : ct_serial(CT_LAYERS(
+                                                   ct_embedding(DIST_VOCAB, D), ct_dup()));
+    if (where == FAIL_IN_FIRST) batch[0] = ct_tensor_3d(CT_DTYPE_F32, rows, DIST_T, D, features);
+    ct_layer *last_half = where == FAIL_IN_REVERSIBLE ? ct_reversible_half_residual(CT_LAYERS(ct_dense(D), flaky))
+                                                      : ct_reversible_half_residual(CT_LAYERS(ct_dense(D)));
+    ct_layer *head = where == FAIL_IN_LOSS ? ct_serial(CT_LAYERS(ct_dense(DIST_VOCAB), flaky)) : ct_dense(DIST_VOCAB);
+    ct_layer *model = ct_serial(CT_LAYERS(first, ct_reversible_half_residual(CT_LAYERS(ct_dense(D))),
+                                          ct_reversible_swap(), last_half, ct_reversible_swap(),
+                                          ct_concatenate(2, -1), head));
     ct_layer *loss = ct_weighted_category_cross_entropy();
     ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
     o.common.comm = comm;
     o.log_every = 0;
+    if (where == FAIL_IN_FIRST) o.common.clip_grad_norm = 0.01f;  // global: updates deferred to the end
     ct_device dev = ct_device_cpu();
     ct_reversible_trainer *tr;
     ct_error err;
@@ -187,10 +201,19 @@ static void test_reversible_failure_stops_all(bool in_loss_layer) {
     if (rank == size - 1) CHECK_MSG(strstr(err.msg, "fails on purpose") != NULL, "rank %d: %s", rank, err.msg);
     else CHECK_MSG(strstr(err.msg, "another process failed") != NULL, "rank %d: %s", rank, err.msg);
     CHECK_MSG(dt < 10.0, "rank %d took %.1f s to stop", rank, dt);  // the comm's deadline is 60 s
+    static const char *const names[3] = {"in a reversible layer", "in the loss layer",
+                                         "in the first layer, global clipping"};
     printf("rank %d, memory-efficient trainer, a layer failing on rank %d (%s): stopped in %.3f s: %s\n", rank,
-           size - 1, in_loss_layer ? "in the loss layer" : "in a reversible layer", dt, err.msg);
-    // Both go on from the same place: the next step works on every rank.
+           size - 1, names[where], dt, err.msg);
+    // Every rank goes on from the same weights: the next step works everywhere.
     CHECK_OK(ct_reversible_trainer_one_step(tr, batch, ct_key_from_seed(3), 3, 1e-3f, &s, &err), &err);
+    const ct_net *net = ct_reversible_trainer_net(tr);
+    float *all = malloc(net->n_weights * (size_t)size * sizeof *all);
+    CHECK_OK(ct_comm_allgather_f32(comm, net->weights, all, net->n_weights, &err), &err);
+    for (int r = 1; r < size; r++)
+        CHECK_MSG(memcmp(all, all + (size_t)r * net->n_weights, net->n_weights * sizeof *all) == 0,
+                  "%s: rank %d's weights differ from rank 0's", names[where], r);
+    free(all);
     ct_reversible_trainer_free(tr);
     ct_layer_free(model);
     ct_layer_free(loss);
@@ -214,8 +237,9 @@ int main(void) {
     compare_reversible(1, false);
     compare_reversible(2, false);
     compare_reversible(2, true);
-    test_reversible_failure_stops_all(false);
-    test_reversible_failure_stops_all(true);
+    test_reversible_failure_stops_all(FAIL_IN_REVERSIBLE);
+    test_reversible_failure_stops_all(FAIL_IN_LOSS);
+    test_reversible_failure_stops_all(FAIL_IN_FIRST);
     // Every rank's verdict: the job fails if any rank failed.
     double failed = check_failed_;
     ct_comm_allreduce_f64(comm, &failed, 1, &err);

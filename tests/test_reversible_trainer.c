@@ -449,6 +449,22 @@ static void test_options(void) {
     CHECK_MSG(host->current_bytes == expect + (net->n_state ? (net->n_state * 4 + 63) / 64 * 64 : 0),
               "host bytes %zu, weights + slots %zu", host->current_bytes, expect);
     ct_reversible_trainer_free(tr);
+
+    // No room on the device for the staging buffers: each step fails with
+    // the device's error (and nothing is copied into buffers it lacks).
+    dev = ct_device_cpu();
+    dev.limit_bytes = 64;
+    o = ct_reversible_trainer_default_options();
+    o.copy_weights = true;
+    CHECK_OK(ct_reversible_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err), &err);
+    for (int i = 0; i < 2; i++) {
+        ct_status st = ct_reversible_trainer_one_step(tr, b.t, ct_key_from_seed(2), 1, 1e-3f, NULL, &err);
+        CHECK_MSG(st == CT_ERR_MEMORY && strstr(err.msg, "device memory limit"), "step under a 64-byte device: %s",
+                  err.msg);
+    }
+    printf("copy_weights under a 64-byte device: %s\n", err.msg);
+    ct_reversible_trainer_free(tr);
+    CHECK(dev.current_bytes == 0);
     ct_layer_free(model);
     ct_layer_free(loss);
     copy_batch_free(&b);
