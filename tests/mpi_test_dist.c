@@ -220,6 +220,61 @@ static void test_reversible_failure_stops_all(fail_where where) {
     CHECK(dev.current_bytes == 0);
 }
 
+// The standard trainer over ranks, with small overlapped buckets (or two
+// local devices, which combine after backward): a layer that fails in one
+// rank's backward stops both ranks before the update, each with an error,
+// long before the comm's deadline; the failing rank starts the buckets it
+// did not reach, so the other's allreduces complete.
+static void test_standard_failure_stops_all(int n_local) {
+    int32_t tokens[DIST_B * DIST_T] = {0};
+    float weights[DIST_B * DIST_T];
+    for (int i = 0; i < DIST_B * DIST_T; i++) weights[i] = 1.0f;
+    int rows = DIST_B / size;
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens), ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens),
+                          ct_tensor_2d(CT_DTYPE_F32, rows, DIST_T, weights)};
+    ct_layer *flaky = ct_layer_new(&flaky_vt, "Flaky", 1, 1, NULL, NULL, 0);
+    // The failure comes halfway through backward: the dense layers after it
+    // have finished (and sent their buckets), the ones before it have not.
+    ct_layer *model = ct_serial(CT_LAYERS(ct_embedding(DIST_VOCAB, 8), ct_dense(8), ct_dense(8), flaky, ct_dense(8),
+                                          ct_dense(DIST_VOCAB)));
+    ct_layer *loss = ct_weighted_category_cross_entropy();
+    ct_trainer_options o = ct_trainer_default_options();
+    o.comm = comm;
+    o.n_devices = n_local;
+    o.bucket_bytes = 64;  // a bucket per layer or so
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(1),
+                            &dev, &o, &err),
+             &err);
+    ct_step_stats s;
+    CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(1), 1, 1e-3f, &s, &err), &err);
+    fail_rank = size - 1;
+    double t0 = now_s();
+    ct_status st = ct_trainer_one_step(tr, batch, ct_key_from_seed(2), 2, 1e-3f, &s, &err);
+    double dt = now_s() - t0;
+    fail_rank = -1;
+    CHECK(st != CT_OK);
+    if (rank == size - 1) CHECK_MSG(strstr(err.msg, "fails on purpose") != NULL, "rank %d: %s", rank, err.msg);
+    else CHECK_MSG(strstr(err.msg, "another process failed") != NULL, "rank %d: %s", rank, err.msg);
+    CHECK_MSG(dt < 10.0, "rank %d took %.1f s to stop", rank, dt);
+    printf("rank %d, standard trainer, %d device(s) per rank, a layer failing in rank %d's backward: stopped in "
+           "%.3f s: %s\n", rank, n_local, size - 1, dt, err.msg);
+    CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(3), 3, 1e-3f, &s, &err), &err);
+    const ct_net *net = ct_trainer_net(tr);
+    float *all = malloc(net->n_weights * (size_t)size * sizeof *all);
+    CHECK_OK(ct_comm_allgather_f32(comm, net->weights, all, net->n_weights, &err), &err);
+    for (int r = 1; r < size; r++)
+        CHECK_MSG(memcmp(all, all + (size_t)r * net->n_weights, net->n_weights * sizeof *all) == 0,
+                  "standard trainer: rank %d's weights differ from rank 0's", r);
+    free(all);
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
 int main(void) {
     ct_error err;
     if (ct_comm_mpi_new(&comm, 60, &err) != CT_OK) {
@@ -240,6 +295,8 @@ int main(void) {
     test_reversible_failure_stops_all(FAIL_IN_REVERSIBLE);
     test_reversible_failure_stops_all(FAIL_IN_LOSS);
     test_reversible_failure_stops_all(FAIL_IN_FIRST);
+    test_standard_failure_stops_all(1);
+    test_standard_failure_stops_all(2);
     // Every rank's verdict: the job fails if any rank failed.
     double failed = check_failed_;
     ct_comm_allreduce_f64(comm, &failed, 1, &err);

@@ -1146,25 +1146,6 @@ static void clear_stacks(ct_reversible_trainer *t) {
     }
 }
 
-// Every process says whether it failed (one f64 allreduce); each returns
-// its own error, or, where it did not fail, an error saying another process
-// did (before layer `unit`'s update; -1: at the end of the step), or CT_OK
-// when none failed.
-static ct_status agree_on_failure(ct_reversible_trainer *t, ct_status failed, int unit, ct_error *err) {
-    double flag = failed != CT_OK ? 1.0 : 0.0;
-    ct_status cst = ct_comm_allreduce_f64(t->comm, &flag, 1, failed == CT_OK ? err : NULL);
-    if (failed != CT_OK) return failed;
-    if (cst != CT_OK) return cst;
-    if (flag == 0) return CT_OK;
-    if (unit < 0)
-        return ct_error_set(err, CT_ERR_STATE,
-                            "reversible trainer: a device of another process failed (its error is in that process's "
-                            "output); stopped at the end of the step");
-    return ct_error_set(err, CT_ERR_STATE,
-                        "reversible trainer: a device of another process failed (its error is in that process's "
-                        "output); stopped before layer %d's update", unit);
-}
-
 // Runs the step's turns. A failure on this process (failed, or in a turn)
 // stops the computing, but the process still joins the step's next
 // collective (the loss layer's weight sum, or the failure flag each layer
@@ -1194,7 +1175,11 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, ct_
         if (!backward || st != CT_OK) continue;
         // Each layer's gradients are combined over processes: first every
         // process says whether it failed.
-        if (has_weights && many_processes && (st = agree_on_failure(t, failed, unit, err)) != CT_OK) continue;
+        if (has_weights && many_processes) {
+            char where[48];
+            snprintf(where, sizeof where, "before layer %d's update", unit);
+            if ((st = ct_train_agree_on_failure(t->comm, failed, "reversible trainer", where, err)) != CT_OK) continue;
+        }
         if (failed != CT_OK) continue;  // this process stops at the next collective
         // Each layer's gradient is combined before its update, so every
         // process updates alike.
@@ -1215,7 +1200,8 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, ct_
     prefetch_wait(&t->pf);
     // A failure after the last layer with weights: every process learns of
     // it before any applies the deferred (globally clipped) updates.
-    if (st == CT_OK && many_processes) st = agree_on_failure(t, failed, -1, err);
+    if (st == CT_OK && many_processes)
+        st = ct_train_agree_on_failure(t->comm, failed, "reversible trainer", "at the end of the step", err);
     if (st == CT_OK) st = failed;
     if (st == CT_OK && defers_updates(t)) deferred_updates(t, step, lr, sqrt(*g2));
     return st;

@@ -34,6 +34,12 @@ typedef struct bucketer {
     int next_param;   // params [next_param, n) are ready
     size_t sent;      // floats [sent, n_weights) are started
     size_t bucket_floats;
+    // The buckets one step starts, in order (recorded in the first step that
+    // completes; the same every step): a process whose backward fails starts
+    // the ones it did not reach, so the others' collectives find theirs.
+    ct_range *plan;
+    int n_plan, n_started;
+    bool planned;
     ct_status status;
     ct_error err;
 } bucketer;
@@ -95,6 +101,11 @@ static void count_uses(const ct_net *net, const ct_layer *l, int *uses) {
 static void bucket_start(ct_trainer *t, size_t lo, size_t hi) {
     bucketer *b = &t->bk;
     if (hi <= lo || b->status != CT_OK) return;
+    if (!b->planned) {
+        b->plan = ct_realloc(b->plan, (size_t)(b->n_plan + 1) * sizeof *b->plan);
+        b->plan[b->n_plan++] = (ct_range){lo, hi - lo};
+    }
+    b->n_started++;
     b->status = ct_comm_allreduce_start(t->comm, t->net.grads + lo, hi - lo, &b->err);
 }
 
@@ -120,6 +131,8 @@ static void bucketer_reset(ct_trainer *t) {
     memset(b->ready, 0, (size_t)t->net.n_params * sizeof *b->ready);
     b->next_param = t->net.n_params;
     b->sent = t->net.n_weights;
+    b->n_started = 0;
+    if (!b->planned) b->n_plan = 0;  // a step that did not complete leaves no plan
     b->status = CT_OK;
 }
 
@@ -138,6 +151,18 @@ ct_status ct_train_device_sigs(const char *who, const ct_tensor *batch_sigs, int
         sigs[i].data = NULL;
     }
     return CT_OK;
+}
+
+ct_status ct_train_agree_on_failure(ct_comm *comm, ct_status failed, const char *who, const char *where,
+                                    ct_error *err) {
+    double flag = failed != CT_OK ? 1.0 : 0.0;
+    ct_status cst = ct_comm_allreduce_f64(comm, &flag, 1, failed == CT_OK ? err : NULL);
+    if (failed != CT_OK) return failed;
+    if (cst != CT_OK) return cst;
+    if (flag == 0) return CT_OK;
+    return ct_error_set(err, CT_ERR_STATE,
+                        "%s: a device of another process failed (its error is in that process's output); stopped %s",
+                        who, where);
 }
 
 // ---- new / free ----------------------------------------------------------------
@@ -258,6 +283,7 @@ void ct_trainer_free(ct_trainer *t) {
     ct_free(t->bk.uses);
     ct_free(t->bk.uses_left);
     ct_free(t->bk.ready);
+    ct_free(t->bk.plan);
     ct_net_free(&t->net);
     ct_layer_free(t->model);
     ct_optimizer_free(t->opt);
@@ -357,6 +383,7 @@ static ct_status combine_mean(ct_trainer *t, ct_error *err) {
             return t->bk.status;
         }
         CT_TRY(st);
+        t->bk.planned = true;
     } else {
         CT_TRY(ct_comm_allreduce_f32(t->comm, net->grads, net->n_weights, err));
     }
@@ -413,10 +440,26 @@ ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key,
 #pragma omp parallel for num_threads(n_local) schedule(static, 1)
         for (int d = 0; d < n_local; d++) replica_backward(t, d, keys[d]);
     }
-    if ((st = replicas_status(t, err)) != CT_OK) goto done;
-
-    // Combine the gradients over all devices: the mean, or Adasum.
-    st = t->opts.adasum ? combine_adasum(t, err) : combine_mean(t, err);
+    // Combine the gradients over all devices: the mean, or Adasum. After a
+    // failure here, with other processes, this process still takes part in
+    // the combine (with whatever gradients it has), then every process
+    // learns of the failure before any updates.
+    ct_status failed = replicas_status(t, err);
+    bool many_processes = ct_comm_size(t->comm) > 1;
+    if (failed == CT_OK) st = t->opts.adasum ? combine_adasum(t, err) : combine_mean(t, err);
+    else if (!many_processes) st = failed;
+    else if (!t->bk.active) st = t->opts.adasum ? combine_adasum(t, NULL) : combine_mean(t, NULL);
+    else if (t->bk.planned) {
+        // Start the buckets the others start, then wait for them all.
+        for (int i = t->bk.n_started; i < t->bk.n_plan; i++)
+            bucket_start(t, t->bk.plan[i].offset, t->bk.plan[i].offset + t->bk.plan[i].length);
+        st = ct_comm_allreduce_wait(t->comm, NULL);
+    } else {
+        st = failed;  // the first step: no plan of the buckets yet; the others stop at the comm's deadline
+    }
+    if (st == CT_OK && many_processes)
+        st = ct_train_agree_on_failure(t->comm, failed, "trainer", "before the update", err);
+    if (st == CT_OK) st = failed;
     if (st != CT_OK) goto done;
 
     for (int i = 0; i < net->n_params; i++)
