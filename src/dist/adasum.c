@@ -35,7 +35,9 @@ void ct_adasum(float **vecs, int k, const ct_range *ranges, int n_ranges) {
 ct_status ct_adasum_devices(ct_comm *comm, float *const *local, int n_local, size_t n, const ct_range *ranges,
                             int n_ranges, float *gather, float *out, ct_error *err) {
     int n_proc = ct_comm_size(comm), n_global = n_proc * n_local;
-    float **vecs = ct_malloc((size_t)n_global * sizeof *vecs);
+    // No allocation per call for up to 64 devices (a step allocates nothing).
+    float *vecs_stack[64];
+    float **vecs = n_global <= 64 ? vecs_stack : ct_malloc((size_t)n_global * sizeof *vecs);
     ct_status st = CT_OK;
     if (n_proc == 1) {
         for (int d = 0; d < n_local; d++) vecs[d] = local[d];
@@ -50,6 +52,6 @@ ct_status ct_adasum_devices(ct_comm *comm, float *const *local, int n_local, siz
         ct_adasum(vecs, n_global, ranges, n_ranges);
         if (vecs[0] != out) memcpy(out, vecs[0], n * sizeof(float));
     }
-    ct_free(vecs);
+    if (vecs != vecs_stack) ct_free(vecs);
     return st;
 }
