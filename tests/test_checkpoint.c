@@ -13,40 +13,10 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "ctrax/core/log.h"
 #include "ctrax/train/checkpoint.h"
 
-static char g_tmp[1024];        // this run's scratch directory
-static char g_tests_dir[1024];  // where the python readers are
-
-// ---- helpers -----------------------------------------------------------------
-
-static void init_dirs(void) {
-    const char *env = getenv("CTRAX_TESTS_DIR");
-    if (env) snprintf(g_tests_dir, sizeof g_tests_dir, "%s", env);
-    else {
-        snprintf(g_tests_dir, sizeof g_tests_dir, "%s", __FILE__);
-        char *slash = strrchr(g_tests_dir, '/');
-        if (slash) *slash = '\0';
-        else snprintf(g_tests_dir, sizeof g_tests_dir, "tests");
-    }
-    const char *t = getenv("TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/ctrax_test_checkpoint_XXXXXX", t && t[0] ? t : "/tmp");
-    if (!mkdtemp(g_tmp)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-}
-
-// A path in the scratch directory, in one of 8 rotating buffers: copy it to
-// keep it past the next few calls.
-static const char *tmp_path(const char *rel) {
-    static char buf[8][2048];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmp, rel);
-    return buf[k];
-}
 
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
@@ -951,7 +921,7 @@ static void test_retention(void) {
 }
 
 int main(void) {
-    init_dirs();
+    scratch_init("test_checkpoint");
     printf("scratch directory %s\n", g_tmp);
     test_safetensors_roundtrip();
     test_safetensors_damage();

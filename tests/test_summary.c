@@ -13,36 +13,10 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "ctrax/train/checkpoint.h"
 #include "ctrax/train/summary.h"
 
-static char g_tmp[1024];
-static char g_tests_dir[1024];
-
-static void init_dirs(void) {
-    const char *env = getenv("CTRAX_TESTS_DIR");
-    if (env) snprintf(g_tests_dir, sizeof g_tests_dir, "%s", env);
-    else {
-        snprintf(g_tests_dir, sizeof g_tests_dir, "%s", __FILE__);
-        char *slash = strrchr(g_tests_dir, '/');
-        if (slash) *slash = '\0';
-        else snprintf(g_tests_dir, sizeof g_tests_dir, "tests");
-    }
-    const char *t = getenv("TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/ctrax_test_summary_XXXXXX", t && t[0] ? t : "/tmp");
-    if (!mkdtemp(g_tmp)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-}
-
-static const char *tmp_path(const char *rel) {
-    static char buf[8][2048];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmp, rel);
-    return buf[k];
-}
 
 static int python(const char *script, const char *a, const char *b) {
     char cmd[8192];
@@ -352,7 +326,7 @@ static void test_progress(void) {
 }
 
 int main(void) {
-    init_dirs();
+    scratch_init("test_summary");
     test_formats();
     test_metrics();
     test_tensorboard();
