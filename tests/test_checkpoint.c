@@ -17,7 +17,6 @@
 #include "ctrax/core/log.h"
 #include "ctrax/train/checkpoint.h"
 
-
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL);

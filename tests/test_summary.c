@@ -17,7 +17,6 @@
 #include "ctrax/train/checkpoint.h"
 #include "ctrax/train/summary.h"
 
-
 static int python(const char *script, const char *a, const char *b) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/%s' '%s' '%s'", g_tests_dir, script, a, b);
