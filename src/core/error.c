@@ -68,6 +68,7 @@ const char *ct_status_name(ct_status code) {
     case CT_ERR_IO: return "i/o error";
     case CT_ERR_FORMAT: return "format error";
     case CT_ERR_STATE: return "invalid state";
+    case CT_ERR_NONFINITE: return "non-finite value";
     }
     return "unknown status";
 }

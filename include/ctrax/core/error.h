@@ -23,6 +23,7 @@ typedef enum ct_status {
     CT_ERR_IO,      // a file could not be read or written
     CT_ERR_FORMAT,  // a file or stream holds something malformed
     CT_ERR_STATE,   // the call is not valid in the object's current state
+    CT_ERR_NONFINITE,  // a loss, gradient or weight went NaN or infinite (nothing was updated)
 } ct_status;
 
 #define CT_ERROR_MSG_MAX 512

@@ -107,6 +107,12 @@ typedef struct ct_loop_options {
     bool restore;       // resume from output_dir's newest checkpoint: true
     uint64_t seed;      // the loop's key (init, dropout): 0
     ct_trainer_options trainer;  // devices, comm, Adasum, clipping, frozen weights (either trainer)
+    // A step whose loss or gradients are not finite (the trainer then updates
+    // nothing and fails with CT_ERR_NONFINITE, naming the step and the first
+    // layer that went non-finite): false stops the run with that error (the
+    // checkpoints on disk are all finite); true skips the step and counts it
+    // (training/skipped_steps in the metrics). Trax has no such check.
+    bool skip_nonfinite;
     // The memory-efficient (reversible) trainer instead of the standard one:
     // weights and slots on the host, one layer at a time on the device, with
     // the same trainer options. Its checkpoints are the standard trainer's,
