@@ -14,7 +14,9 @@
 #include "ctrax/train/summary.h"
 
 #define LOOP_STATE_FORMAT "ctrax-loop"
-#define LOOP_STATE_VERSION 2  // 2: cursors as decimal strings
+// 2: cursors as decimal strings; 3: the training metrics since the last log,
+// skipped steps, and exact (decimal string) bests. Version 2 still loads.
+#define LOOP_STATE_VERSION 3
 
 struct ct_loop {
     ct_loop_options opts;
@@ -49,9 +51,12 @@ struct ct_loop {
     bool have_low, have_high;
     double best_low, best_high;
 
-    // Training metrics since the last log.
+    // Training metrics since the last log. They are saved in checkpoints, so a
+    // resumed run logs the same averages as an uninterrupted one.
     double loss_sum;
     int64_t loss_count;
+    int64_t skipped_steps;  // non-finite steps skipped (opts.skip_nonfinite), in all
+
     double log_time;
     int64_t log_step;
     ct_step_stats last_stats;
@@ -243,6 +248,17 @@ static cJSON *cursor_json(ct_stream_cursor c) {
     return o;
 }
 
+// A double as the shortest JSON number that reads back exactly (%.17g; cJSON
+// would print 15 digits whenever they read back within a relative epsilon,
+// and a resumed run must continue from the very same sums and bests). JSON
+// has no NaN: a non-finite value is null.
+static cJSON *exact_number(double v) {
+    if (!isfinite(v)) return cJSON_CreateNull();
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    return cJSON_CreateRaw(buf);
+}
+
 static char *state_json(const ct_loop *l) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", LOOP_STATE_FORMAT);
@@ -265,8 +281,12 @@ static char *state_json(const ct_loop *l) {
         if (ct_optimizer_get_param(opt, name, &v, NULL) == CT_OK) cJSON_AddNumberToObject(params, name, v);
     }
     cJSON *best = cJSON_AddObjectToObject(root, "best");
-    if (l->have_low) cJSON_AddNumberToObject(best, "low", l->best_low);
-    if (l->have_high) cJSON_AddNumberToObject(best, "high", l->best_high);
+    if (l->have_low) cJSON_AddItemToObject(best, "low", exact_number(l->best_low));
+    if (l->have_high) cJSON_AddItemToObject(best, "high", exact_number(l->best_high));
+    cJSON *since_log = cJSON_AddObjectToObject(root, "train_since_log");
+    cJSON_AddItemToObject(since_log, "loss_sum", exact_number(l->loss_sum));
+    cJSON_AddNumberToObject(since_log, "loss_count", (double)l->loss_count);
+    cJSON_AddNumberToObject(root, "skipped_steps", (double)l->skipped_steps);
     cJSON *hist = cJSON_AddArrayToObject(root, "history");
     for (int i = 0; i < l->n_history; i++) {
         const ct_history_entry *e = &l->history[i];
@@ -274,8 +294,7 @@ static char *state_json(const ct_loop *l) {
         cJSON_AddItemToArray(row, cJSON_CreateString(e->mode));
         cJSON_AddItemToArray(row, cJSON_CreateString(e->metric));
         cJSON_AddItemToArray(row, cJSON_CreateNumber((double)e->step));
-        // JSON has no NaN: a non-finite value is written as null.
-        cJSON_AddItemToArray(row, isfinite(e->value) ? cJSON_CreateNumber(e->value) : cJSON_CreateNull());
+        cJSON_AddItemToArray(row, exact_number(e->value));
         cJSON_AddItemToArray(hist, row);
     }
     cJSON_AddNumberToObject(root, "n_weights", (double)lt_net(l)->n_weights);
@@ -287,8 +306,49 @@ static char *state_json(const ct_loop *l) {
     return s;
 }
 
+// Index of the first non-finite float of x[0..n), or n. Integer bit tests, so
+// the loop vectorizes and costs one pass over the memory.
+static size_t first_nonfinite(const float *x, size_t n) {
+    const size_t block = 4096;
+    for (size_t b = 0; b < n; b += block) {
+        size_t e = b + block < n ? b + block : n;
+        uint32_t bad = 0;
+        for (size_t i = b; i < e; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            bad |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        if (bad)
+            for (size_t i = b; i < e; i++)
+                if (!isfinite(x[i])) return i;
+    }
+    return n;
+}
+
+// Every checkpoint on disk holds finite weights and slots, so the newest one
+// is always a good place to resume from (pruning can then never leave only
+// NaN). Every process checks: their weights are the same, so all agree.
+static ct_status check_finite(const ct_loop *l, ct_error *err) {
+    const ct_net *net = lt_net(l);
+    size_t n_slots;
+    const float *slots = lt_slots(l, &n_slots);
+    for (int i = 0; i < net->n_params; i++) {
+        const ct_param *p = net->params[i];
+        size_t off, cnt, numel = (size_t)ct_tensor_numel(&p->sig), bad = first_nonfinite(net->weights + p->offset, numel);
+        if (bad < numel)
+            return ct_error_set(err, CT_ERR_NONFINITE, "weight %s is %g at element %zu after step %lld", p->full_name,
+                                (double)net->weights[p->offset + bad], bad, (long long)l->step);
+        lt_param_slots(l, i, &off, &cnt);
+        if ((bad = first_nonfinite(slots + off, cnt)) < cnt)
+            return ct_error_set(err, CT_ERR_NONFINITE, "optimizer slot of %s is %g at element %zu after step %lld",
+                                p->full_name, (double)slots[off + bad], bad, (long long)l->step);
+    }
+    return CT_OK;
+}
+
 static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, ct_error *err) {
     if (!l->opts.output_dir) return CT_OK;
+    if (check_finite(l, err) != CT_OK) return ct_error_prefix(err, "loop: no checkpoint %s written", name);
     if (is_chief(l)) {
         ct_checkpoint_options co = ct_checkpoint_default_options();
         co.step = l->step;
@@ -343,8 +403,82 @@ static ct_status json_cursor(const cJSON *o, ct_stream_cursor *c, const char *wh
     return CT_OK;
 }
 
+// Reading state.json: every field is checked (type and range) before it is
+// used, and an error names the checkpoint and the field. Steps and counts are
+// integers in [0, 2^53): doubles hold them exactly, and nothing converts an
+// out-of-range double to an integer.
+#define STATE_INT_MAX 9007199254740992.0  // 2^53
+
+static bool json_count(const cJSON *j, double max, int64_t *v) {
+    if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble <= max) || j->valuedouble != floor(j->valuedouble))
+        return false;
+    *v = (int64_t)j->valuedouble;
+    return true;
+}
+
+// A number, or null for a non-finite one (exact_number writes both).
+static bool json_value(const cJSON *j, double *v) {
+    if (cJSON_IsNull(j)) *v = NAN;
+    else if (cJSON_IsNumber(j)) *v = j->valuedouble;
+    else return false;
+    return true;
+}
+
+static ct_status bad_field(ct_error *err, const char *ckpt, const char *field, const char *expected) {
+    return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json: \"%s\" is missing or not %s", ckpt, field,
+                        expected);
+}
+
+// The optimizer's hyperparameters: an object of name -> number, names the
+// optimizer knows.
+static ct_status restore_optimizer(ct_loop *l, const cJSON *o, const char *name, ct_error *err) {
+    ct_optimizer *opt = lt_optimizer(l);
+    const cJSON *oname = cJSON_GetObjectItemCaseSensitive(o, "name");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "params");
+    if (!cJSON_IsString(oname)) return bad_field(err, name, "optimizer.name", "a string");
+    if (strcmp(oname->valuestring, ct_optimizer_name(opt)))
+        return ct_error_set(err, CT_ERR_STATE, "checkpoint %s was trained with optimizer %s, this run uses %s", name,
+                            oname->valuestring, ct_optimizer_name(opt));
+    if (!cJSON_IsObject(params)) return bad_field(err, name, "optimizer.params", "an object");
+    const cJSON *p;
+    cJSON_ArrayForEach(p, params) {
+        if (!cJSON_IsNumber(p) || !isfinite(p->valuedouble))
+            return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json: optimizer.params.%s is not a finite number",
+                                name, p->string);
+        if (ct_optimizer_set_param(opt, p->string, (float)p->valuedouble, err) != CT_OK)
+            return ct_error_prefix(err, "checkpoint %s: state.json: optimizer.params", name);
+    }
+    return CT_OK;
+}
+
+static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name, ct_error *err) {
+    if (!cJSON_IsArray(hist)) return bad_field(err, name, "history", "an array");
+    l->n_history = 0;
+    int i = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, hist) {
+        const cJSON *m = cJSON_GetArrayItem(row, 0), *k = cJSON_GetArrayItem(row, 1), *s = cJSON_GetArrayItem(row, 2),
+                    *v = cJSON_GetArrayItem(row, 3);
+        int64_t step;
+        double value;
+        if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != 4 || !cJSON_IsString(m) || !cJSON_IsString(k) ||
+            !json_count(s, STATE_INT_MAX, &step) || !json_value(v, &value))
+            return ct_error_set(err, CT_ERR_FORMAT,
+                                "checkpoint %s: state.json: history[%d] is not [mode, metric, step, value]", name, i);
+        int64_t saved = l->step;
+        l->step = step;
+        record(l, m->valuestring, k->valuestring, value, NULL);  // no summary is open yet
+        l->step = saved;
+        i++;
+    }
+    return CT_OK;
+}
+
 // Puts the loop in the state of a checkpoint: weights, state, slots,
-// optimizer hyperparameters, step, key, cursors, history, bests.
+// optimizer hyperparameters, step, key, cursors, history, bests, and the
+// training metrics since the last log. state.json is checked whole before
+// anything is loaded; a failure after that (a tensor, an optimizer
+// parameter) fails ct_loop_new, which then frees the loop.
 static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err) {
     const char *name = ct_checkpoint_name(c);
     const char *json = ct_checkpoint_state(c);
@@ -353,19 +487,56 @@ static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     ct_status st = CT_OK;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
-    const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step");
     const cJSON *key = cJSON_GetObjectItemCaseSensitive(root, "key");
     const cJSON *cursors = cJSON_GetObjectItemCaseSensitive(root, "train_cursors");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, LOOP_STATE_FORMAT) || !cJSON_IsNumber(ver) ||
-        ver->valueint != LOOP_STATE_VERSION || !cJSON_IsNumber(step) || !cJSON_IsArray(key) ||
-        cJSON_GetArraySize(key) != 2 || !cJSON_IsArray(cursors) || cJSON_GetArraySize(cursors) != l->n_tasks) {
-        st = ct_error_set(err, CT_ERR_FORMAT,
-                          "checkpoint %s: state.json is not a ctrax loop state of version %d with %d train task(s)",
-                          name, LOOP_STATE_VERSION, l->n_tasks);
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(root, "best");
+    int64_t version, step, key_words[2], loss_count = 0, skipped = 0;
+    double loss_sum = 0, best_low = 0, best_high = 0;
+    if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, LOOP_STATE_FORMAT) ||
+        !json_count(ver, 1e9, &version) || version < 2 || version > LOOP_STATE_VERSION) {
+        st = ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json is not a ctrax loop state of version 2 to %d",
+                          name, LOOP_STATE_VERSION);
         goto done;
     }
+    if (!json_count(cJSON_GetObjectItemCaseSensitive(root, "step"), STATE_INT_MAX, &step)) {
+        st = bad_field(err, name, "step", "an integer from 0 to 2^53");
+        goto done;
+    }
+    if (!cJSON_IsArray(key) || cJSON_GetArraySize(key) != 2 || !json_count(cJSON_GetArrayItem(key, 0), UINT32_MAX, &key_words[0]) ||
+        !json_count(cJSON_GetArrayItem(key, 1), UINT32_MAX, &key_words[1])) {
+        st = bad_field(err, name, "key", "two integers from 0 to 2^32 - 1");
+        goto done;
+    }
+    if (!cJSON_IsArray(cursors) || cJSON_GetArraySize(cursors) != l->n_tasks) {
+        st = ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json: \"train_cursors\" is not an array of %d cursor(s)",
+                          name, l->n_tasks);
+        goto done;
+    }
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(best, "low"), *hi = cJSON_GetObjectItemCaseSensitive(best, "high");
+    if (!cJSON_IsObject(best) || (lo && !json_value(lo, &best_low)) || (hi && !json_value(hi, &best_high))) {
+        st = bad_field(err, name, "best", "an object of numbers");
+        goto done;
+    }
+    if (version >= 3) {
+        const cJSON *since = cJSON_GetObjectItemCaseSensitive(root, "train_since_log");
+        if (!json_value(cJSON_GetObjectItemCaseSensitive(since, "loss_sum"), &loss_sum) ||
+            !json_count(cJSON_GetObjectItemCaseSensitive(since, "loss_count"), STATE_INT_MAX, &loss_count) ||
+            loss_count > step) {
+            st = bad_field(err, name, "train_since_log", "{loss_sum, loss_count} with a count up to the step");
+            goto done;
+        }
+        if (!json_count(cJSON_GetObjectItemCaseSensitive(root, "skipped_steps"), (double)step, &skipped)) {
+            st = bad_field(err, name, "skipped_steps", "an integer from 0 to the step");
+            goto done;
+        }
+    }
+    ct_stream_cursor train_cur[CT_LOOP_MAX_TASKS], eval_cur;
+    for (int i = 0; i < l->n_tasks; i++)
+        if ((st = json_cursor(cJSON_GetArrayItem(cursors, i), &train_cur[i], "train", name, err)) != CT_OK) goto done;
+    const cJSON *ec = cJSON_GetObjectItemCaseSensitive(root, "eval_cursor");
+    if (l->has_eval && ec && (st = json_cursor(ec, &eval_cur, "eval", name, err)) != CT_OK) goto done;
 
-    // Tensors first: a failed load leaves every destination as it was.
+    // Tensors: a failed load leaves every destination as it was.
     const ct_net *net = lt_net(l);
     int nw, ns;
     ct_named_tensor *wt = weight_tensors(net, &nw);
@@ -379,52 +550,21 @@ static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     ct_free(sl);
     if (st != CT_OK) goto done;
 
-    ct_optimizer *opt = lt_optimizer(l);
-    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
-    const cJSON *oname = cJSON_GetObjectItemCaseSensitive(o, "name");
-    if (!cJSON_IsString(oname) || strcmp(oname->valuestring, ct_optimizer_name(opt))) {
-        st = ct_error_set(err, CT_ERR_STATE, "checkpoint %s was trained with optimizer %s, this run uses %s", name,
-                          cJSON_IsString(oname) ? oname->valuestring : "?", ct_optimizer_name(opt));
-        goto done;
-    }
-    const cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(o, "params")) {
-        if (cJSON_IsNumber(p) && (st = ct_optimizer_set_param(opt, p->string, (float)p->valuedouble, err)) != CT_OK) {
-            ct_error_prefix(err, "checkpoint %s", name);
-            goto done;
-        }
-    }
-    for (int i = 0; i < l->n_tasks; i++) {
-        ct_stream_cursor cur;
-        if ((st = json_cursor(cJSON_GetArrayItem(cursors, i), &cur, "train", name, err)) != CT_OK ||
-            (st = ct_stream_set_cursor(l->tasks[i].stream, cur, err)) != CT_OK)
-            goto done;
-    }
-    const cJSON *ec = cJSON_GetObjectItemCaseSensitive(root, "eval_cursor");
-    if (l->has_eval && ec) {
-        ct_stream_cursor cur;
-        if ((st = json_cursor(ec, &cur, "eval", name, err)) != CT_OK ||
-            (st = ct_stream_set_cursor(l->eval.stream, cur, err)) != CT_OK)
-            goto done;
-    }
-    l->step = (int64_t)step->valuedouble;
-    l->key.w[0] = (uint32_t)cJSON_GetArrayItem(key, 0)->valuedouble;
-    l->key.w[1] = (uint32_t)cJSON_GetArrayItem(key, 1)->valuedouble;
-    const cJSON *best = cJSON_GetObjectItemCaseSensitive(root, "best");
-    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(best, "low"), *hi = cJSON_GetObjectItemCaseSensitive(best, "high");
-    if ((l->have_low = cJSON_IsNumber(lo))) l->best_low = lo->valuedouble;
-    if ((l->have_high = cJSON_IsNumber(hi))) l->best_high = hi->valuedouble;
-    l->n_history = 0;
-    const cJSON *row;
-    cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(root, "history")) {
-        const cJSON *m = cJSON_GetArrayItem(row, 0), *k = cJSON_GetArrayItem(row, 1), *s = cJSON_GetArrayItem(row, 2),
-                    *v = cJSON_GetArrayItem(row, 3);
-        if (!cJSON_IsString(m) || !cJSON_IsString(k) || !cJSON_IsNumber(s)) continue;
-        int64_t saved = l->step;
-        l->step = (int64_t)s->valuedouble;
-        record(l, m->valuestring, k->valuestring, cJSON_IsNumber(v) ? v->valuedouble : NAN, NULL);
-        l->step = saved;
-    }
+    if ((st = restore_optimizer(l, cJSON_GetObjectItemCaseSensitive(root, "optimizer"), name, err)) != CT_OK) goto done;
+    for (int i = 0; i < l->n_tasks; i++)
+        if ((st = ct_stream_set_cursor(l->tasks[i].stream, train_cur[i], err)) != CT_OK) goto done;
+    if (l->has_eval && ec && (st = ct_stream_set_cursor(l->eval.stream, eval_cur, err)) != CT_OK) goto done;
+    if ((st = restore_history(l, cJSON_GetObjectItemCaseSensitive(root, "history"), name, err)) != CT_OK) goto done;
+    l->step = step;
+    l->key.w[0] = (uint32_t)key_words[0];
+    l->key.w[1] = (uint32_t)key_words[1];
+    l->have_low = lo != NULL;
+    l->best_low = best_low;
+    l->have_high = hi != NULL;
+    l->best_high = best_high;
+    l->loss_sum = loss_sum;
+    l->loss_count = loss_count;
+    l->skipped_steps = skipped;
 done:
     cJSON_Delete(root);
     return st;
@@ -555,18 +695,32 @@ ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err) {
 
 // ---- new / free ----------------------------------------------------------------------------
 
+// ct_loop_new owns the tasks' optimizers on every path, failures included.
+static ct_status refuse_tasks(const ct_train_task *tasks, int n_tasks, ct_error *err) {
+    for (int i = 0; tasks && i < n_tasks && i < CT_LOOP_MAX_TASKS; i++) ct_optimizer_free(tasks[i].optimizer);
+    return err ? err->code : CT_ERR_ARG;
+}
+
 ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks, int n_tasks,
                       const ct_eval_task *eval, const ct_loop_options *opts, ct_error *err) {
     *out = NULL;
-    if (n_tasks < 1 || n_tasks > CT_LOOP_MAX_TASKS)
-        return ct_error_set(err, CT_ERR_ARG, "loop: %d train tasks (1 to %d)", n_tasks, CT_LOOP_MAX_TASKS);
+    ct_error arg_err;
+    if (!err) err = &arg_err;
+    if (n_tasks < 1 || n_tasks > CT_LOOP_MAX_TASKS) {
+        ct_error_set(err, CT_ERR_ARG, "loop: %d train tasks (1 to %d)", n_tasks, CT_LOOP_MAX_TASKS);
+        return refuse_tasks(tasks, n_tasks, err);
+    }
     for (int i = 0; i < n_tasks; i++)
-        if (!tasks[i].stream || !tasks[i].loss || (i == 0 && !tasks[i].optimizer))
-            return ct_error_set(err, CT_ERR_ARG, "loop: train task %d needs a stream, a loss%s", i,
-                                i == 0 ? " and an optimizer" : "");
-    if (eval && (eval->n_metrics < 1 || eval->n_metrics > CT_EVAL_MAX_METRICS || !eval->stream))
-        return ct_error_set(err, CT_ERR_ARG, "loop: the eval task needs a stream and 1 to %d metrics",
-                            CT_EVAL_MAX_METRICS);
+        if (!tasks[i].stream || !tasks[i].loss || (i == 0 && !tasks[i].optimizer)) {
+            ct_error_set(err, CT_ERR_ARG, "loop: train task %d needs a stream, a loss%s", i,
+                         i == 0 ? " and an optimizer" : "");
+            return refuse_tasks(tasks, n_tasks, err);
+        }
+    if (eval && (eval->n_metrics < 1 || eval->n_metrics > CT_EVAL_MAX_METRICS || !eval->stream)) {
+        ct_error_set(err, CT_ERR_ARG, "loop: the eval task needs a stream (%s) and 1 to %d metrics (%d)",
+                     eval->stream ? "given" : "none", CT_EVAL_MAX_METRICS, eval->n_metrics);
+        return refuse_tasks(tasks, n_tasks, err);
+    }
     ct_loop *l = ct_calloc(1, sizeof *l);
     l->opts = opts ? *opts : ct_loop_default_options();
     l->own_dev = ct_device_cpu();
@@ -675,8 +829,9 @@ void ct_loop_free(ct_loop *loop) {
 // Logs the training metrics averaged since the last log (Trax's
 // _log_training_progress).
 static ct_status log_training(ct_loop *l, ct_error *err) {
-    if (l->loss_count == 0) return CT_OK;
-    double now = now_s(), loss = l->loss_sum / (double)l->loss_count;
+    if (l->loss_count == 0 && l->step == l->log_step) return CT_OK;
+    // Every step since the last log may have been skipped (non-finite): NaN.
+    double now = now_s(), loss = l->loss_count ? l->loss_sum / (double)l->loss_count : NAN;
     double steps_per_s = (double)(l->step - l->log_step) / (now - l->log_time > 1e-9 ? now - l->log_time : 1e-9);
     const ct_train_task *task = &l->tasks[task_at(l, l->step)];
     const char *loss_name = task->loss_name ? task->loss_name : task->loss->name;
@@ -688,6 +843,7 @@ static ct_status log_training(ct_loop *l, ct_error *err) {
     CT_TRY(record(l, "train", "training/gradients_l2", l->last_stats.gradients_l2, err));
     CT_TRY(record(l, "train", "training/weights_l2", l->last_stats.weights_l2, err));
     CT_TRY(record(l, "train", "training/loss", l->last_stats.loss, err));
+    if (l->opts.skip_nonfinite) CT_TRY(record(l, "train", "training/skipped_steps", (double)l->skipped_steps, err));
     if (l->opts.log && is_chief(l)) {
         ct_progress_clear(l->progress);
         fprintf(l->opts.log, "Step %6lld: Ran %lld train steps in %.2f secs\n", (long long)l->step,
@@ -716,11 +872,24 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
     if (task->lr_schedule) lr = ct_schedule_value(task->lr_schedule, l->step);
     else CT_TRY(ct_optimizer_get_param(lt_optimizer(l), "learning_rate", &lr, err));
     ct_key step_key = ct_key_fold_in(ct_key_split(l->key, 1), (uint32_t)l->step);
-    ct_status st = lt_one_step(l, batch, step_key, l->step, lr, err);
-    if (st != CT_OK) return ct_error_prefix(err, "step %lld", (long long)l->step);
+    ct_error step_err;
+    ct_status st = lt_one_step(l, batch, step_key, l->step, lr, &step_err);
+    if (st != CT_OK && err) *err = step_err;
     l->last_lr = lr;
-    l->loss_sum += l->last_stats.loss;
-    l->loss_count++;
+    if (st == CT_ERR_NONFINITE && l->opts.skip_nonfinite) {
+        // The trainer updated nothing; the step and its batch are spent.
+        l->skipped_steps++;
+        if (is_chief(l)) {
+            ct_progress_clear(l->progress);
+            ct_log(CT_LOG_WARN, "step %lld skipped (%lld so far): %s", (long long)l->step, (long long)l->skipped_steps,
+                   step_err.msg);
+        }
+    } else if (st != CT_OK) {
+        return ct_error_prefix(err, "step %lld", (long long)l->step);
+    } else {
+        l->loss_sum += l->last_stats.loss;
+        l->loss_count++;
+    }
     if (l->progress)
         ct_progress_update(l->progress, l->step, l->last_stats.loss, l->opts.tokens_per_batch * (l->step - l->log_step));
     for (int i = 0; i < l->opts.n_callbacks; i++)
@@ -745,10 +914,11 @@ ct_status ct_loop_run(ct_loop *loop, int64_t n_steps, ct_error *err) {
     while (l->step < n_steps) {
         CT_TRY(one_step(l, err));
         bool evaluate = eval_at(l, l->step), save = checkpoint_at(l, l->step) || permanent_at(l, l->step);
-        if (evaluate) {
-            CT_TRY(log_training(l, err));
-            CT_TRY(ct_loop_run_evals(l, err));
-        }
+        // The last step logs too, before its checkpoint: what a checkpoint
+        // holds of the metrics since the last log is then exactly what a
+        // resumed run must go on averaging.
+        if (evaluate || l->step == n_steps) CT_TRY(log_training(l, err));
+        if (evaluate) CT_TRY(ct_loop_run_evals(l, err));
         if (stop_requested(l)) {
             l->stopped = true;
             save = true;
@@ -760,10 +930,7 @@ ct_status ct_loop_run(ct_loop *loop, int64_t n_steps, ct_error *err) {
         }
     }
     // Trax saves nothing at the end of run; ctrax does, so no step is lost.
-    if (l->last_checkpoint_step != l->step) {
-        if (l->loss_count) CT_TRY(log_training(l, err));
-        CT_TRY(ct_loop_save_checkpoint(l, err));
-    }
+    if (l->last_checkpoint_step != l->step) CT_TRY(ct_loop_save_checkpoint(l, err));
     if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
     if (l->progress) ct_progress_finish(l->progress);
     return CT_OK;

@@ -137,7 +137,7 @@ typedef struct ct_loop ct_loop;
 // stream), then, if opts.restore and output_dir holds a checkpoint, loads
 // the newest complete one (and logs which); otherwise starts at step 0.
 // Takes references to model and the layers of the tasks, ownership of the
-// optimizers.
+// optimizers (on every path: a failure frees them too).
 ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks, int n_tasks,
                       const ct_eval_task *eval, const ct_loop_options *opts, ct_error *err);
 void ct_loop_free(ct_loop *loop);
