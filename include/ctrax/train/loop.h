@@ -9,10 +9,20 @@
 //     and when a stop is requested (SIGINT/SIGTERM through opts.stop).
 //   - A checkpoint holds everything needed to continue bit for bit: weights,
 //     state, optimizer slots and hyperparameters, the step, the loop's key,
-//     every task's data cursor, the history and the operative config. A
-//     run pointed at a directory with a checkpoint resumes from the newest
-//     complete one, and the steps it then takes are the ones the
-//     uninterrupted run would have taken (same weights, bit for bit).
+//     every task's data cursor, the history, the training metrics since the
+//     last log and the operative config. A run pointed at a directory with a
+//     checkpoint resumes from the newest complete one, and the steps it then
+//     takes are the ones the uninterrupted run would have taken (same
+//     weights, bit for bit), and it logs the same metrics (metrics.jsonl and
+//     TensorBoard, apart from steps per second).
+//   - A step whose loss or gradients are NaN or infinite updates nothing; the
+//     run stops with CT_ERR_NONFINITE naming the step and the first layer
+//     that went non-finite, or, with opts.skip_nonfinite, skips the step and
+//     counts it (training/skipped_steps). A checkpoint is written only when
+//     every weight and slot is finite, so the checkpoints on disk (and the
+//     one a resume picks) are always good ones. Trax checks nothing here.
+//   - The training metrics (metrics/<loss>, training/*) are logged at every
+//     eval step and at the last step of run, averaged since the last log.
 //   - Evals are averaged over all batches, devices and processes, weighted by
 //     what each metric averages over (tokens, for a weighted loss); Trax
 //     averages per batch and per host.
