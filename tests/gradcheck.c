@@ -23,7 +23,8 @@ typedef struct gc_run {
     ct_key key;
     int n_in;
     ct_tensor in[CT_LAYER_MAX_IO];
-    float *proj[CT_LAYER_MAX_IO];  // r_i, one per f32 output (NULL for others)
+    float *proj[CT_LAYER_MAX_IO];       // r_i, one per f32 output (NULL for others)
+    float *proj_copy[CT_LAYER_MAX_IO];  // to see that backward leaves them alone
 } gc_run;
 
 // L = sum_i <r_i, out_i> in double, in forward-only mode.
@@ -87,6 +88,65 @@ static double compare(gc_run *r, const char *label, const char *what, float *x, 
     return rel;
 }
 
+// One forward with the tape and one backward from dL/dout_i = r_i, adding
+// into the gradient slab; gin gets the input gradients (in the arena).
+static int backward_pass(gc_run *r, const char *label, ct_tensor *gin) {
+    ct_tensor out[CT_LAYER_MAX_IO], gout[CT_LAYER_MAX_IO];
+    ct_error err;
+    if (ct_layer_forward(r->net.root, &r->ctx, r->in, out, r->key, &err) != CT_OK) {
+        fprintf(stderr, "gradcheck %s: forward: %s\n", label, err.msg);
+        return -1;
+    }
+    for (int i = 0; i < r->net.n_out; i++) {
+        gout[i] = ct_tensor_sig(&out[i]);
+        if (r->proj[i] && ct_tensor_same_sig(&out[i], &r->net.out_sigs[i])) gout[i].data = r->proj[i];
+        else if (out[i].dtype == CT_DTYPE_F32) {
+            fprintf(stderr, "gradcheck %s: output %d shape differs from init\n", label, i);
+            return -1;
+        }
+    }
+    if (ct_layer_backward(r->net.root, &r->ctx, gout, gin, r->key, &err) != CT_OK) {
+        fprintf(stderr, "gradcheck %s: backward: %s\n", label, err.msg);
+        return -1;
+    }
+    if (r->ctx.tape_len != 0) {
+        fprintf(stderr, "gradcheck %s: tape not empty after backward (%d left)\n", label, r->ctx.tape_len);
+        return -1;
+    }
+    // Gradients may alias each other, so no layer writes into a grad_out.
+    for (int i = 0; i < r->net.n_out; i++)
+        if (r->proj[i] && memcmp(r->proj[i], r->proj_copy[i], ct_tensor_nbytes(&r->net.out_sigs[i])) != 0) {
+            fprintf(stderr, "gradcheck %s: backward wrote into the gradient of output %d\n", label, i);
+            return -1;
+        }
+    return 0;
+}
+
+// After two passes from g0 the slab must hold g0 + 2 g, where g = wgrad is
+// what the first pass added: the error per weight as compare's, the largest
+// printed with its weight's name.
+static double accumulation_error(const gc_run *r, const char *label, const float *g0, const float *wgrad) {
+    double worst = 0;
+    const char *worst_name = "";
+    for (int p = 0; p < r->net.n_params; p++) {
+        const ct_param *pp = r->net.params[p];
+        double dd = 0, aa = 0, bb = 0;
+        for (int64_t k = (int64_t)pp->offset; k < (int64_t)pp->offset + ct_tensor_numel(&pp->sig); k++) {
+            double got = (double)r->net.grads[k] - g0[k], want = 2.0 * wgrad[k];
+            dd += (got - want) * (got - want);
+            aa += got * got;
+            bb += want * want;
+        }
+        double denom = sqrt(aa) + sqrt(bb);
+        double rel = sqrt(dd) / (denom > GRADCHECK_FLOOR ? denom : GRADCHECK_FLOOR);
+        if (rel >= worst) worst = rel, worst_name = pp->full_name;
+    }
+    char what[256];
+    snprintf(what, sizeof what, "weights: 2 backwards add 2 g (worst %s)", worst_name);
+    printf("  %-28s %-40s rel err %.2e\n", label, what, worst);
+    return worst;
+}
+
 double gradcheck(const char *label, ct_layer *layer, const ct_tensor *inputs, int n_in,
                  gradcheck_opts o) {
     gc_run *r = calloc(1, sizeof *r);
@@ -107,6 +167,8 @@ double gradcheck(const char *label, ct_layer *layer, const ct_tensor *inputs, in
     r->key = ct_key_from_seed(o.seed + 7);
     if (ct_net_init(&r->net, layer, sigs, n_in, ct_key_from_seed(o.seed), &dev, &err) != CT_OK) {
         fprintf(stderr, "gradcheck %s: init: %s\n", label, err.msg);
+        for (int i = 0; i < n_in; i++)
+            if (inputs[i].dtype == CT_DTYPE_F32) free(r->in[i].data);
         free(r);
         return -1;
     }
@@ -118,29 +180,24 @@ double gradcheck(const char *label, ct_layer *layer, const ct_tensor *inputs, in
         const ct_tensor *s = &r->net.out_sigs[i];
         if (s->dtype != CT_DTYPE_F32) continue;
         r->proj[i] = malloc(ct_tensor_nbytes(s) + 4);
+        r->proj_copy[i] = malloc(ct_tensor_nbytes(s) + 4);
         ct_random_uniform(ct_key_from_seed(o.seed + 1000 + (uint64_t)i), r->proj[i],
                           (size_t)ct_tensor_numel(s), -1.0f, 1.0f);
+        memcpy(r->proj_copy[i], r->proj[i], ct_tensor_nbytes(s));
     }
 
-    // Analytic gradients: one forward with the tape, one backward.
-    ct_tensor out[CT_LAYER_MAX_IO], gout[CT_LAYER_MAX_IO], gin[CT_LAYER_MAX_IO];
-    ct_net_zero_grads(&r->net);
+    // Analytic gradients. The gradient slab starts at known random values g0,
+    // not at zero: backward adds into it (fan-out and shared weights rely on
+    // +=), so a layer that writes its gradient with = leaves g - g0 where the
+    // numeric check expects g. A second forward and backward must then add g
+    // once more.
+    ct_tensor gin[CT_LAYER_MAX_IO];
     float **gin_copy = calloc((size_t)n_in, sizeof *gin_copy);
-    float *wgrad = NULL;
-    if (ct_layer_forward(r->net.root, &r->ctx, r->in, out, r->key, &err) != CT_OK) goto failed;
-    for (int i = 0; i < r->net.n_out; i++) {
-        gout[i] = ct_tensor_sig(&out[i]);
-        if (r->proj[i] && ct_tensor_same_sig(&out[i], &r->net.out_sigs[i])) gout[i].data = r->proj[i];
-        else if (out[i].dtype == CT_DTYPE_F32) {
-            fprintf(stderr, "gradcheck %s: output %d shape differs from init\n", label, i);
-            goto failed_quiet;
-        }
-    }
-    if (ct_layer_backward(r->net.root, &r->ctx, gout, gin, r->key, &err) != CT_OK) goto failed;
-    if (r->ctx.tape_len != 0) {
-        fprintf(stderr, "gradcheck %s: tape not empty after backward (%d left)\n", label, r->ctx.tape_len);
-        goto failed_quiet;
-    }
+    float *wgrad = malloc(r->net.n_weights * sizeof(float) + 4);
+    float *g0 = malloc(r->net.n_weights * sizeof(float) + 4);
+    ct_random_uniform(ct_key_from_seed(o.seed + 2000), g0, r->net.n_weights, -1.0f, 1.0f);
+    if (r->net.n_weights) memcpy(r->net.grads, g0, r->net.n_weights * sizeof(float));
+    if (backward_pass(r, label, gin)) goto failed_quiet;
     for (int i = 0; i < n_in; i++) {
         if (inputs[i].dtype != CT_DTYPE_F32 || !gin[i].data) continue;
         if (!ct_tensor_same_sig(&gin[i], &inputs[i])) {
@@ -150,11 +207,16 @@ double gradcheck(const char *label, ct_layer *layer, const ct_tensor *inputs, in
         gin_copy[i] = malloc(ct_tensor_nbytes(&inputs[i]));
         memcpy(gin_copy[i], gin[i].data, ct_tensor_nbytes(&inputs[i]));
     }
-    wgrad = malloc(r->net.n_weights * sizeof(float) + 4);
-    if (r->net.n_weights) memcpy(wgrad, r->net.grads, r->net.n_weights * sizeof(float));
+    for (size_t k = 0; k < r->net.n_weights; k++) wgrad[k] = (float)((double)r->net.grads[k] - g0[k]);
+    ct_arena_reset(&r->arena);
+    if (backward_pass(r, label, gin)) goto failed_quiet;
     ct_arena_reset(&r->arena);
 
     printf("gradcheck %s:\n", label);
+    if (r->net.n_params) {
+        double e = accumulation_error(r, label, g0, wgrad);
+        if (e > worst) worst = e;
+    }
     for (int i = 0; i < n_in; i++) {
         if (inputs[i].dtype != CT_DTYPE_F32) continue;
         char what[64];
@@ -171,8 +233,6 @@ double gradcheck(const char *label, ct_layer *layer, const ct_tensor *inputs, in
         if (e > worst) worst = e;
     }
     goto done;
-failed:
-    fprintf(stderr, "gradcheck %s: %s\n", label, err.msg);
 failed_quiet:
     worst = -1;
 done:
@@ -180,9 +240,10 @@ done:
         free(gin_copy[i]);
         if (inputs[i].dtype == CT_DTYPE_F32) free(r->in[i].data);
     }
-    for (int i = 0; i < CT_LAYER_MAX_IO; i++) free(r->proj[i]);
+    for (int i = 0; i < CT_LAYER_MAX_IO; i++) free(r->proj[i]), free(r->proj_copy[i]);
     free(gin_copy);
     free(wgrad);
+    free(g0);
     ct_ctx_free(&r->ctx);
     ct_arena_free(&r->arena);
     ct_net_free(&r->net);

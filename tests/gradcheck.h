@@ -2,7 +2,11 @@
 //
 // The loss is L = sum_i <r_i, out_i> with fixed random r_i over the layer's
 // f32 outputs, so dL/dout_i = r_i. Backward with those gradients gives the
-// analytic gradients of every f32 input and every weight; central differences
+// analytic gradients of every f32 input and every weight. Backward must add
+// into the weight gradients, so the gradient slab starts at random values g0
+// (the analytic gradient is what backward added), and a second forward and
+// backward must leave g0 + 2 g (an error per weight, as below, printed as
+// one line); backward must not write into the r_i. Central differences
 // (L(x + eps) - L(x - eps)) / 2 eps give the numeric ones, at up to
 // max_elems sampled elements per tensor. The error per tensor is
 // ||analytic - numeric|| / max(||analytic|| + ||numeric||, 0.05) over the
