@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -798,6 +799,75 @@ static void test_interrupted_writer(void) {
     }
 }
 
+// ct_fs_write_atomic replaces a file, never rewrites it: a reader that opened
+// the old file keeps reading the old bytes, the path then names another
+// inode, and a writer that dies midway (killed by SIGXFSZ at a file size
+// limit, or failing with EFBIG) leaves the old file whole.
+static void test_atomic_replace(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s", tmp_path("atomic.bin"));
+    ct_error err = {0};
+    static const char old[] = "the old contents, which must survive\n";
+    size_t n_old = sizeof old - 1, n_new = 1 << 20;
+    unsigned char *big = malloc(n_new);
+    for (size_t i = 0; i < n_new; i++) big[i] = (unsigned char)(i * 2654435761u >> 24);
+    CHECK_OK(ct_fs_write_atomic(path, old, n_old, &err), &err);
+
+    struct stat before, after, held;
+    CHECK(stat(path, &before) == 0);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    CHECK_OK(ct_fs_write_atomic(path, big, n_new, &err), &err);
+    CHECK(stat(path, &after) == 0);
+    CHECK_MSG(after.st_ino != before.st_ino, "%s was rewritten in place (inode %llu before and after)", path,
+              (unsigned long long)after.st_ino);
+    char back[sizeof old];
+    CHECK(fstat(fd, &held) == 0);
+    ssize_t k = pread(fd, back, sizeof back, 0);
+    CHECK_MSG(held.st_size == (off_t)n_old && k == (ssize_t)n_old && memcmp(back, old, n_old) == 0,
+              "a reader of the old %s saw it change (%lld bytes now)", path, (long long)held.st_size);
+    close(fd);
+    char *text;
+    size_t n;
+    CHECK_OK(ct_fs_read(path, &text, &n, &err), &err);
+    CHECK(n == n_new && memcmp(text, big, n_new) == 0);
+    free(text);
+
+    CHECK_OK(ct_fs_write_atomic(path, old, n_old, &err), &err);
+    for (int how = 0; how < 2; how++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            // The writer may write 64 KiB of the 1 MiB, then dies (SIGXFSZ) or
+            // gets EFBIG (SIGXFSZ ignored).
+            struct rlimit lim = {1 << 16, 1 << 16};
+            if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(3);
+            if (how == 1) signal(SIGXFSZ, SIG_IGN);
+            ct_error e = {0};
+            _exit(ct_fs_write_atomic(path, big, n_new, &e) == CT_OK ? 0 : 2);
+        }
+        int status;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        if (how == 0)
+            CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ, "the writer was not killed by SIGXFSZ (status %d)",
+                      status);
+        else
+            CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 2, "the writer did not fail (status %d)", status);
+        CHECK_OK(ct_fs_read(path, &text, &n, &err), &err);
+        CHECK_MSG(n == n_old && memcmp(text, old, n_old) == 0,
+                  "after a writer %s midway, %s holds %zu bytes, not the old %zu", how ? "failed" : "died", path, n,
+                  n_old);
+        free(text);
+        // What the dead writer left is its temporary file, never the target.
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s/.atomic.bin.tmp-%ld", g_tmp, (long)pid);
+        if (how == 1) CHECK_MSG(!exists(tmp), "the failed writer left %s", tmp);
+        unlink(tmp);
+    }
+    free(big);
+    unlink(path);
+}
+
 static void test_pointer_fallback(void) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", tmp_path("fallback"));
@@ -929,6 +999,7 @@ int main(void) {
     test_load_errors();
     test_load_by_name();
     test_interrupted_writer();
+    test_atomic_replace();
     test_pointer_fallback();
     test_retention();
     ct_error err;

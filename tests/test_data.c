@@ -893,6 +893,45 @@ static void test_weights(void) {
     const float *w = ct_f32(&b.t[2]);
     CHECK(w[0] == 0 && w[4] == 0 && w[5] == 1 && w[7] == 1);
     ct_stream_free(s);
+
+    // The copy task's weights are already 0 at its separators; a token file
+    // has weights 1 everywhere, so only the mask can zero them. With mask id
+    // 0 (the padding id), a weight is 0 exactly where the target is 0; with
+    // -1 nothing is masked; with 5 exactly the 5s are.
+    enum { T = 6, N_EX = 4 };
+    uint8_t buf[2 * T * N_EX];
+    int32_t tok[T * N_EX];
+    for (int i = 0; i < T * N_EX; i++) {
+        tok[i] = i % 3 == 1 || i == T * N_EX - 1 ? 0 : 1 + (5 * i) % 9;
+        put16(buf + 2 * i, (uint16_t)tok[i]);
+    }
+    write_file(tmp_path("pad0.bin"), buf, sizeof buf);
+    const char *paths[] = {tmp_path("pad0.bin")};
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = paths;
+    p.n_paths = 1;
+    p.seq_len = T;
+    p.token_bytes = 2;
+    const int mask_ids[] = {0, -1, 5};
+    for (int m = 0; m < 3; m++) {
+        CHECK_OK(ct_token_stream_new(&s, &p, &err), &err);
+        ct_batch_params bp = ct_batch_default_params();
+        bp.batch_size = N_EX;
+        CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+        CHECK_OK(ct_weights_stream_new(&s, s, mask_ids[m], &err), &err);
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        CHECK(b.n == 3 && ct_tensor_numel(&b.t[2]) == T * N_EX);
+        int wrong = 0, first = -1, zeros = 0;
+        for (int i = 0; i < T * N_EX; i++) {
+            float want = mask_ids[m] >= 0 && tok[i] == mask_ids[m] ? 0.0f : 1.0f;
+            zeros += want == 0;
+            if (ct_i32(&b.t[1])[i] != tok[i] || ct_f32(&b.t[2])[i] != want) wrong++, first = first < 0 ? i : first;
+        }
+        CHECK_MSG(wrong == 0, "mask id %d: %d of %d weights wrong, the first at %d (target %d, weight %g)", mask_ids[m],
+                  wrong, T * N_EX, first, first >= 0 ? tok[first] : 0, first >= 0 ? ct_f32(&b.t[2])[first] : 0.0);
+        CHECK(mask_ids[m] < 0 ? zeros == 0 : zeros > 0);
+        ct_stream_free(s);
+    }
 }
 
 // ---- resume ------------------------------------------------------------------------------------------

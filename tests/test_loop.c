@@ -177,6 +177,244 @@ static void test_files_and_resume(void) {
     free(a), free(b);
 }
 
+// ---- the checkpoint of step 1 ----------------------------------------------------
+
+// A copy of the weights after step 1, taken by a callback.
+typedef struct first_step {
+    const ct_loop *loop;
+    float *w;
+    size_t n;
+    int64_t saved[8];  // steps of the checkpoints written
+    char names[8][32];
+    int n_saved;
+} first_step;
+
+static void keep_step_1(int64_t step, void *user) {
+    first_step *f = user;
+    if (step != 1 || f->w) return;
+    const ct_net *net = ct_loop_net(f->loop);
+    f->n = net->n_weights;
+    f->w = malloc(f->n * sizeof *f->w + 4);
+    memcpy(f->w, net->weights, f->n * sizeof *f->w);
+}
+
+static void note_checkpoint(const char *name, int64_t step, void *user) {
+    first_step *f = user;
+    if (f->n_saved < 8) {
+        f->saved[f->n_saved] = step;
+        snprintf(f->names[f->n_saved], sizeof f->names[0], "%s", name);
+    }
+    f->n_saved++;
+}
+
+// Reads checkpoint `name`'s weights into w (laid out as net's slab).
+static ct_status checkpoint_weights(const char *dir, const char *name, const ct_net *net, float *w, ct_error *err) {
+    ct_tensor_request *reqs = calloc((size_t)net->n_params, sizeof *reqs);
+    for (int p = 0; p < net->n_params; p++) {
+        const ct_param *pp = net->params[p];
+        reqs[p].file = "weights.safetensors";
+        reqs[p].name = pp->full_name;
+        reqs[p].dest = pp->sig;
+        reqs[p].dest.data = w + pp->offset;
+    }
+    ct_status st = ct_checkpoint_read(dir, name, reqs, net->n_params, CT_LOAD_STRICT, NULL, err);
+    free(reqs);
+    return st;
+}
+
+// With the default cadence (every 100 steps, and step 1), a run of 4 steps
+// writes model_1 with the weights after step 1, and model_4 at the end;
+// keep_last 10 keeps both, so the test sees what was written, not what
+// pruning left. The eval of step 1 is there too.
+static void test_first_checkpoint(void) {
+    char *dir = temp_dir("first");
+    ct_loop_options o = ct_loop_default_options();
+    o.keep_last = 10;
+    first_step f = {0};
+    o.callbacks[0] = (ct_loop_callback){.on_step_end = keep_step_1, .on_checkpoint = note_checkpoint, .user = &f};
+    o.n_callbacks = 1;
+    ct_error err;
+    run r;
+    CHECK_OK(run_new(&r, dir, o, &err), &err);
+    f.loop = r.loop;
+    float *w0 = malloc(ct_loop_net(r.loop)->n_weights * sizeof *w0 + 4);
+    memcpy(w0, ct_loop_net(r.loop)->weights, ct_loop_net(r.loop)->n_weights * sizeof *w0);
+    CHECK_OK(ct_loop_run(r.loop, 4, &err), &err);
+    CHECK_MSG(f.n_saved == 2 && f.saved[0] == 1 && !strcmp(f.names[0], "model_1") && f.saved[1] == 4 &&
+                  !strcmp(f.names[1], "model_4"),
+              "checkpoints written: %d, the first %s at step %lld (expected model_1 at step 1, then model_4)",
+              f.n_saved, f.n_saved ? f.names[0] : "none", f.n_saved ? (long long)f.saved[0] : -1LL);
+    CHECK_MSG(exists(dir, "model_1/weights.safetensors"), "no checkpoint model_1 after a run of 4 steps");
+    int n_hist, eval1 = 0;
+    const ct_history_entry *h = ct_loop_history(r.loop, &n_hist);
+    for (int i = 0; i < n_hist; i++) eval1 += !strcmp(h[i].mode, "eval") && h[i].step == 1;
+    CHECK_MSG(eval1 == 2, "%d eval metrics recorded at step 1, expected 2", eval1);
+
+    // model_1 holds the weights of step 1: not the initial ones, not step 4's.
+    const ct_net *net = ct_loop_net(r.loop);
+    float *w1 = calloc(net->n_weights + 1, sizeof *w1);
+    CHECK(f.w && f.n == net->n_weights);
+    if (f.w && f.n == net->n_weights && exists(dir, "model_1")) {
+        CHECK_OK(checkpoint_weights(dir, "model_1", net, w1, &err), &err);
+        CHECK_MSG(memcmp(w1, f.w, f.n * sizeof *w1) == 0, "model_1 does not hold the weights after step 1");
+        CHECK(memcmp(w1, w0, f.n * sizeof *w1) != 0 && memcmp(w1, net->weights, f.n * sizeof *w1) != 0);
+        ct_checkpoint *c;
+        CHECK_OK(ct_checkpoint_open(&c, dir, "model_1", &err), &err);
+        CHECK(ct_checkpoint_step(c) == 1);
+        ct_checkpoint_close(c);
+    }
+    run_free(&r);
+    free(w0), free(w1), free(f.w);
+    ct_fs_remove_tree(dir, NULL);
+    free(dir);
+}
+
+// ---- step keys -------------------------------------------------------------------
+
+// Every step gets its own key, fold_in(split(loop key, 1), step) (loop.h),
+// so dropout masks differ from step to step and a resume redraws them.
+
+static bool every_step(int64_t step, void *user) {
+    (void)step, (void)user;
+    return true;
+}
+
+// B examples of LEN tokens in a token file, repeated forever in order and
+// batched by B: every batch is the same batch.
+static ct_stream *same_batch_forever(const char *dir, ct_error *err) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokens.bin", dir);
+    uint16_t tok[B * LEN];
+    for (int i = 0; i < B * LEN; i++) tok[i] = (uint16_t)(1 + (7 * i) % (VOCAB - 1));
+    CHECK_OK(ct_fs_mkdirs(dir, err), err);
+    CHECK_OK(ct_fs_write_atomic(path, tok, sizeof tok, err), err);
+    const char *paths[1] = {path};
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = paths;
+    p.n_paths = 1;
+    p.seq_len = LEN;
+    p.token_bytes = 2;
+    ct_stream *s;
+    CHECK_OK(ct_token_stream_new(&s, &p, err), err);
+    CHECK_OK(ct_epochs_stream_new(&s, s, false, 0, 0, err), err);
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = B;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, err), err);
+    return s;
+}
+
+// The train loss of steps 1..n on one batch with a learning rate of 0: the
+// weights never change, so only the dropout masks can make two steps differ.
+static void frozen_losses(const char *dir, float dropout, int n, double *loss) {
+    ct_error err;
+    ct_stream *train = same_batch_forever(dir, &err);
+    ct_layer *model = small_lm(dropout), *l = ct_weighted_category_cross_entropy();
+    ct_schedule *zero;
+    CHECK_OK(ct_schedule_constant(0.0, &zero, &err), &err);
+    ct_train_task task = {train, l, ct_sgd_new(ct_sgd_default_params()), zero, "loss"};
+    ct_loop_options o = ct_loop_default_options();
+    o.eval_at = every_step;  // logs each step's train loss on its own
+    o.seed = 3;
+    ct_loop *loop;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
+    for (int i = 0; i < n; i++) loss[i] = NAN;
+    CHECK_OK(ct_loop_run(loop, n, &err), &err);
+    int n_hist;
+    const ct_history_entry *h = ct_loop_history(loop, &n_hist);
+    for (int i = 0; i < n_hist; i++)
+        if (!strcmp(h[i].mode, "train") && !strcmp(h[i].metric, "metrics/loss") && h[i].step >= 1 && h[i].step <= n)
+            loss[h[i].step - 1] = h[i].value;
+    ct_loop_free(loop);
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(l);
+    ct_schedule_free(zero);
+}
+
+// The Loop's weights after n steps against a trainer driven by hand with the
+// keys loop.h promises: fold_in(split(key, 1), s) for step s, where key comes
+// from the seed and the trainer's init key is split(key, 0). With constant
+// = true the hand-driven trainer uses split(key, 1) at every step instead.
+static float *trainer_by_hand(uint64_t seed, int n, bool constant, size_t *nw) {
+    ct_error err;
+    ct_stream *s = copy_batches(1);
+    ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
+    ct_batch b;
+    ct_stream_cursor start = ct_stream_get_cursor(s);
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    for (int i = 0; i < b.n; i++) sigs[i] = ct_tensor_sig(&b.t[i]);
+    CHECK_OK(ct_stream_set_cursor(s, start, &err), &err);
+    ct_key key = ct_key_from_seed(seed);
+    ct_device dev = ct_device_cpu();
+    ct_trainer *t;
+    CHECK_OK(ct_trainer_new(&t, model, l, sigs, b.n, ct_sgd_new(ct_sgd_default_params()), ct_key_split(key, 0), &dev,
+                            NULL, &err),
+             &err);
+    for (int step = 1; step <= n; step++) {
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        ct_key k = constant ? ct_key_split(key, 1) : ct_key_fold_in(ct_key_split(key, 1), (uint32_t)step);
+        ct_step_stats stats;
+        CHECK_OK(ct_trainer_one_step(t, b.t, k, step, ct_sgd_default_params().learning_rate, &stats, &err), &err);
+    }
+    const ct_net *net = ct_trainer_net(t);
+    *nw = net->n_weights;
+    float *w = malloc(*nw * sizeof *w + 4);
+    memcpy(w, net->weights, *nw * sizeof *w);
+    ct_trainer_free(t);
+    ct_stream_free(s);
+    ct_layer_free(model), ct_layer_free(l);
+    return w;
+}
+
+static void test_step_keys(void) {
+    // Dropout on, one batch, weights frozen: each step's loss is its own.
+    enum { N = 4 };
+    char *dir = temp_dir("keys");
+    double with[N], without[N];
+    frozen_losses(dir, 0.3f, N, with);
+    frozen_losses(dir, 0.0f, N, without);
+    printf("loss of one batch at steps 1..%d, weights frozen: with dropout", N);
+    for (int i = 0; i < N; i++) printf(" %.6f", with[i]);
+    printf("; without %.6f\n", without[0]);
+    for (int i = 0; i < N; i++) {
+        CHECK_MSG(isfinite(with[i]) && isfinite(without[i]), "no train loss logged at step %d", i + 1);
+        // Without dropout the steps agree: the setup really repeats one batch.
+        CHECK_MSG(without[i] == without[0], "without dropout, step %d's loss %.9g differs from step 1's %.9g", i + 1,
+                  without[i], without[0]);
+        for (int j = 0; j < i; j++)
+            CHECK_MSG(with[i] != with[j], "steps %d and %d drew the same dropout masks (loss %.9g)", j + 1, i + 1,
+                      with[i]);
+    }
+    ct_fs_remove_tree(dir, NULL);
+    free(dir);
+
+    // The keys themselves: the Loop's run equals a trainer given
+    // fold_in(split(key, 1), s) by hand, bit for bit.
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
+    ct_train_task task = {train, l, ct_sgd_new(ct_sgd_default_params()), NULL, NULL};
+    ct_loop_options o = ct_loop_default_options();
+    o.seed = 11;
+    ct_loop *loop;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 3, &err), &err);
+    size_t n_by_hand, n_constant;
+    float *by_hand = trainer_by_hand(11, 3, false, &n_by_hand), *constant = trainer_by_hand(11, 3, true, &n_constant);
+    const ct_net *net = ct_loop_net(loop);
+    CHECK(n_by_hand == net->n_weights && n_constant == net->n_weights);
+    if (n_by_hand == net->n_weights && n_constant == net->n_weights) {
+        CHECK_MSG(memcmp(net->weights, by_hand, n_by_hand * sizeof *by_hand) == 0,
+                  "the Loop's 3 steps differ from a trainer given fold_in(split(key, 1), step) at each step");
+        // The check can tell: one key for every step gives other weights.
+        CHECK(memcmp(by_hand, constant, n_by_hand * sizeof *by_hand) != 0);
+    }
+    free(by_hand), free(constant);
+    ct_loop_free(loop);
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(l);
+}
+
 // ---- Trax's lowest/highest test --------------------------------------------------
 
 // A metric that only falls: 1/calls, whatever its inputs.
@@ -230,8 +468,12 @@ static void test_best_checkpoints(void) {
     ct_error err;
     CHECK_OK(ct_loop_new(&loop, model, &task, 1, &ev, &o, &err), &err);
     CHECK_OK(ct_loop_run(loop, 10, &err), &err);
-    printf("best checkpoints over 10 steps, eval every 2: lowest %d, highest %d\n", counts.lowest, counts.highest);
+    printf("best checkpoints over 10 steps, eval every 2: lowest %d, highest %d, regular %d\n", counts.lowest,
+           counts.highest, counts.regular);
     CHECK(counts.lowest == 5 && counts.highest == 1);
+    // Regular ones at step 1 and at the end (step 10): the default cadence is
+    // every 100 steps.
+    CHECK_MSG(counts.regular == 2, "%d regular checkpoints, expected 2 (steps 1 and 10)", counts.regular);
     CHECK(exists(dir, "lowest_falling") && exists(dir, "highest_falling"));
     ct_loop_free(loop);
     ct_stream_free(train);
@@ -395,6 +637,8 @@ static void test_switch_trainers(void) {
 int main(void) {
     ct_log_set_level(CT_LOG_WARN);
     test_files_and_resume();
+    test_first_checkpoint();
+    test_step_keys();
     test_best_checkpoints();
     test_stop_final_tasks_finetune();
     test_switch_trainers();
