@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../src/core/json.h"  // relative: cli_driver builds this file without src/ on its include path
 #include "commands.h"
 
 int ctrax_opt_value(const char *cmd, int argc, char **argv, int *i, const char *opt, const char **value) {
@@ -135,8 +136,9 @@ char *ctrax_checkpoint_config(const ct_checkpoint *c, const char **source) {
         copy[n] = '\0';
         return copy;
     }
-    const char *state = ct_checkpoint_state(c);
-    cJSON *root = state ? cJSON_Parse(state) : NULL;
+    size_t state_len = 0;
+    const char *state = ct_checkpoint_file_bytes(c, "state.json", &state_len);
+    cJSON *root = state ? ct_json_parse(state, state_len, "state.json", NULL) : NULL;
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
     char *copy = cJSON_IsString(cfg) ? strdup(cfg->valuestring) : NULL;
     cJSON_Delete(root);

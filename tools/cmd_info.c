@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/json.h"  // relative: cli_driver builds this file without src/ on its include path
 #include "commands.h"
 #include "ctrax/core/memory.h"
 #include "ctrax/core/tensor.h"
@@ -61,11 +62,13 @@ static void print_optimizer(const ct_checkpoint *c, const cJSON *state) {
     const cJSON *oname = cJSON_GetObjectItemCaseSensitive(o, "name");
     if (!name && cJSON_IsString(oname)) name = oname->valuestring;
     printf("optimizer    %s", name ? name : "(not recorded)");
-    const cJSON *p;
+    const cJSON *p, *params = cJSON_GetObjectItemCaseSensitive(o, "params");
     int k = 0;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(o, "params")) {
-        if (cJSON_IsNumber(p)) printf("%s%s %.6g", k++ ? ", " : ": ", p->string, p->valuedouble);
-    }
+    // Only an object's members have names ("params": [1] has none).
+    if (cJSON_IsObject(params))
+        cJSON_ArrayForEach(p, params) {
+            if (cJSON_IsNumber(p)) printf("%s%s %.6g", k++ ? ", " : ": ", p->string, p->valuedouble);
+        }
     if (slots) {
         size_t bytes;
         char a[32], b[32];
@@ -101,7 +104,7 @@ static void print_last_metrics(const cJSON *state) {
                cJSON_GetArrayItem(last[k], 1)->valuestring + 8);
         if (cJSON_IsNumber(value)) printf("%.6g", value->valuedouble);
         else printf("nan");
-        printf(" (step %lld)\n", (long long)cJSON_GetArrayItem(last[k], 2)->valuedouble);
+        printf(" (step %.0f)\n", cJSON_GetArrayItem(last[k], 2)->valuedouble);  // a double: any value prints
     }
 }
 
@@ -126,8 +129,10 @@ static int info(const char *path, const char *name) {
     char *dir;
     int rc = ctrax_open_checkpoint("info", path, name, &c, &dir);
     if (rc) return rc;
-    const char *state_text = ct_checkpoint_state(c);
-    cJSON *state = state_text ? cJSON_Parse(state_text) : NULL;
+    // ct_checkpoint_open has checked that state.json parses (keys unique).
+    size_t state_len = 0;
+    const char *state_text = ct_checkpoint_file_bytes(c, "state.json", &state_len);
+    cJSON *state = state_text ? ct_json_parse(state_text, state_len, "state.json", NULL) : NULL;
 
     printf("checkpoint   %s/%s\n", dir, ct_checkpoint_name(c));
     printf("step         %lld\n", (long long)ct_checkpoint_step(c));

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../src/core/json.h"  // relative: cli_driver builds this file without src/ on its include path
 #include "commands.h"
 #include "ctrax/train/checkpoint.h"
 
@@ -112,20 +113,29 @@ static int read_metrics(const char *path, metrics *m) {
         return CTRAX_EXIT_ERROR;
     }
     int line_no = 0, skipped = 0, first_bad = 0;
+    char first_why[CT_ERROR_MSG_MAX] = "";
     for (char *line = text, *next; line < text + len; line = next) {
-        next = strchr(line, '\n');
+        next = memchr(line, '\n', (size_t)(text + len - line));  // a NUL in the file must not end the scan
         if (next) *next++ = '\0';
         else next = text + len;
         line_no++;
-        if (strspn(line, " \t\r") == strlen(line)) continue;
-        cJSON *o = cJSON_Parse(line);
+        size_t n = strlen(line);
+        if (strspn(line, " \t\r") == n) continue;
+        char what[4200];
+        snprintf(what, sizeof what, "%s:%d", path, line_no);
+        ct_error perr = {0};
+        cJSON *o = ct_json_parse(line, n, what, &perr);
         const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
         const cJSON *mode = cJSON_GetObjectItemCaseSensitive(o, "mode");
         const cJSON *metric = cJSON_GetObjectItemCaseSensitive(o, "metric");
         const cJSON *value = cJSON_GetObjectItemCaseSensitive(o, "value");
-        if (!cJSON_IsNumber(step) || !cJSON_IsString(mode) || !cJSON_IsString(metric) ||
-            !(cJSON_IsNumber(value) || cJSON_IsNull(value))) {
-            if (!skipped++) first_bad = line_no;
+        // A step beyond int64 (or 2^53, where doubles stop being exact) is no step.
+        if (!cJSON_IsNumber(step) || !(fabs(step->valuedouble) <= 9007199254740992.0) || !cJSON_IsString(mode) ||
+            !cJSON_IsString(metric) || !(cJSON_IsNumber(value) || cJSON_IsNull(value))) {
+            if (!skipped++) {
+                first_bad = line_no;
+                snprintf(first_why, sizeof first_why, "%s", o ? "not a metrics line" : perr.msg);
+            }
             cJSON_Delete(o);
             continue;
         }
@@ -139,8 +149,8 @@ static int read_metrics(const char *path, metrics *m) {
     }
     free(text);
     if (skipped)
-        fprintf(stderr, "ctrax plot: %s: skipped %d line(s) that are not metrics lines (the first: line %d)\n", path,
-                skipped, first_bad);
+        fprintf(stderr, "ctrax plot: %s: skipped %d line(s) that are not metrics lines (the first: line %d: %s)\n",
+                path, skipped, first_bad, first_why);
     for (int i = 0; i < m->n; i++) sort_series(&m->s[i]);
     return CTRAX_EXIT_OK;
 }

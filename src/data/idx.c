@@ -5,8 +5,11 @@
 // big-endian uint32 dims, then the elements row-major. Both files are read
 // and checked whole at open.
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "ctrax/core/memory.h"
@@ -41,7 +44,15 @@ typedef struct idx_file {
     gzFile f;
     size_t offset;
     bool compressed;
+    uint64_t file_size;  // on disk (compressed or not)
 } idx_file;
+
+// Deflate's best case is about 1032 bytes out per byte in (zlib's FAQ): a
+// gzip file cannot hold more than this many times its size.
+#define GZIP_MAX_RATIO 1032
+// Data is read into memory in pieces of at most this, so that what a header
+// declares is allocated only as far as the file really holds it.
+#define IDX_READ_PIECE ((size_t)64 << 20)
 
 // Reads exactly n bytes, or fails naming where the file ended.
 static ct_status idx_read(idx_file *x, void *dst, size_t n, const char *needed_for, ct_error *err) {
@@ -77,11 +88,24 @@ static ct_status idx_open(idx_file *x, const char *path, const char *what, uint3
     x->path = path;
     x->what = what;
     x->offset = 0;
+    // A regular file only: its size bounds what is read (/dev/zero would
+    // not end; O_NONBLOCK keeps a fifo's open from waiting for a writer).
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s (%s)", path, strerror(errno), what);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return ct_error_set(err, CT_ERR_IO, "%s: not a regular file (a directory, device or fifo): refusing it (%s)",
+                            path, what);
+    }
+    x->file_size = (uint64_t)sb.st_size;
     errno = 0;
-    x->f = gzopen(path, "rb");
-    if (!x->f)
+    x->f = gzdopen(fd, "rb");  // closes fd with gzclose
+    if (!x->f) {
+        close(fd);
         return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s (%s)", path, errno ? strerror(errno) : "out of memory",
                             what);
+    }
     gzbuffer(x->f, 1 << 17);
     uint8_t b[4];
     CT_TRY(idx_read(x, b, 4, "the magic number", err));
@@ -102,9 +126,44 @@ static ct_status idx_open(idx_file *x, const char *path, const char *what, uint3
     return CT_OK;
 }
 
-// Reads n data bytes and checks that nothing follows.
-static ct_status idx_read_data(idx_file *x, uint8_t *dst, size_t n, const char *desc, ct_error *err) {
-    CT_TRY(idx_read(x, dst, n, desc, err));
+// Whether the file can hold n data bytes after its header: exactly for a
+// plain file, within deflate's best ratio for a gzip one. Checked before any
+// allocation: a 16-byte header may declare 800 GB of images.
+static ct_status idx_check_size(const idx_file *x, uint64_t n, const char *desc, ct_error *err) {
+    uint64_t header = x->offset;  // the header has been read: offset is its length
+    // The same words as when the read itself finds the end or more data.
+    if (!x->compressed && x->file_size < header + n)
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: truncated at byte %llu: %llu more bytes expected for %s (%s)",
+                            x->path, (unsigned long long)x->file_size,
+                            (unsigned long long)(header + n - x->file_size), desc, x->what);
+    if (!x->compressed && x->file_size > header + n)
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: unexpected data at byte %llu, after the %s its header declares (%s)",
+                            x->path, (unsigned long long)(header + n), desc, x->what);
+    if (x->compressed && (n + header) / GZIP_MAX_RATIO > x->file_size)
+        return ct_error_set(err, CT_ERR_FORMAT,
+                            "%s: the header declares %s (%llu bytes), more than a %llu-byte gzip file can hold "
+                            "(deflate gives at most %dx): truncated or corrupt (%s)",
+                            x->path, desc, (unsigned long long)n, (unsigned long long)x->file_size, GZIP_MAX_RATIO,
+                            x->what);
+    return CT_OK;
+}
+
+// Reads n data bytes into *dst (ct_malloc'ed here, growing as the data
+// arrives: a gzip file is checked only as it is inflated) and checks that
+// nothing follows.
+static ct_status idx_read_data(idx_file *x, uint8_t **dst, size_t n, const char *desc, ct_error *err) {
+    CT_TRY(idx_check_size(x, n, desc, err));
+    size_t have = 0, cap = n < IDX_READ_PIECE ? n : IDX_READ_PIECE;
+    *dst = ct_malloc(cap);
+    while (have < n) {
+        if (have == cap) {
+            cap = n - cap < cap ? n : 2 * cap;
+            *dst = ct_realloc(*dst, cap);
+        }
+        size_t piece = cap - have;
+        CT_TRY(idx_read(x, *dst + have, piece, desc, err));
+        have += piece;
+    }
     uint8_t extra;
     int r = gzread(x->f, &extra, 1);
     if (r > 0)
@@ -184,11 +243,7 @@ static ct_status idx_load(idx_data *d, const ct_idx_params *p, ct_error *err) {
         if ((double)d->n * (double)d->rows * (double)d->cols > 1e12)
             st = ct_error_set(err, CT_ERR_FORMAT, "%s: the header declares %s, more than 10^12 bytes (IDX images)",
                               p->images_path, desc);
-        if (st == CT_OK) {
-            size_t bytes = (size_t)(d->n * d->rows * d->cols);
-            d->images = ct_malloc(bytes);
-            st = idx_read_data(&im, d->images, bytes, desc, err);
-        }
+        if (st == CT_OK) st = idx_read_data(&im, &d->images, (size_t)(d->n * d->rows * d->cols), desc, err);
     }
     idx_close(&im);
     if (st != CT_OK) return st;
@@ -197,10 +252,9 @@ static ct_status idx_load(idx_data *d, const ct_idx_params *p, ct_error *err) {
         st = ct_error_set(err, CT_ERR_FORMAT, "%s holds %u labels but %s holds %lld images", p->labels_path, ldims[0],
                           p->images_path, (long long)d->n);
     if (st == CT_OK) {
-        d->labels = ct_malloc((size_t)d->n);
         char desc[64];
         snprintf(desc, sizeof desc, "%lld labels", (long long)d->n);
-        st = idx_read_data(&lb, d->labels, (size_t)d->n, desc, err);
+        st = idx_read_data(&lb, &d->labels, (size_t)d->n, desc, err);
     }
     idx_close(&lb);
     for (int64_t i = 0; st == CT_OK && p->n_classes > 0 && i < d->n; i++)

@@ -133,13 +133,21 @@ static void corpus_describe(const ct_stream *s, char *buf, size_t len) {
 static const ct_stream_ops corpus_ops = {"corpus", corpus_next, corpus_seek, corpus_free, corpus_describe};
 
 static ct_status map_file(corpus_file *f, int token_bytes, ct_error *err) {
-    int fd = open(f->path, O_RDONLY);
+    // O_NONBLOCK: opening a fifo must not wait for a writer (it is refused below).
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
         return ct_error_set(err, CT_ERR_IO, "%s: cannot stat: %s", f->path, strerror(e));
+    }
+    // Only a regular file's size is what mapping it gives: a device (a link to
+    // /dev/zero) or a fifo is refused, not read as an empty or endless corpus.
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return ct_error_set(err, CT_ERR_IO, "%s: not a regular file (a device or fifo): refusing to read it (%s)",
+                            f->path, kind_name(token_bytes));
     }
     f->size = (size_t)st.st_size;
     if (f->size % (size_t)token_bytes != 0) {

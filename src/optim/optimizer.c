@@ -1,10 +1,12 @@
 // The optimizer interface: dispatch to the vtable of each optimizer.
 #include "ctrax/optim/optimizer.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "ctrax/core/memory.h"
 
 void ct_optimizer_free(ct_optimizer *o) {
@@ -37,6 +39,10 @@ const char *ct_optimizer_param_name(const ct_optimizer *o, int i) {
 // that lists the known names.
 static const ct_optimizer_param *find_param(const ct_optimizer *o, const char *name, ct_error *err) {
     int n = ct_optimizer_n_params(o);
+    if (!name) {  // e.g. a member of a JSON array where an object was expected
+        ct_error_set(err, CT_ERR_ARG, "optimizer %s: a hyperparameter without a name", o->vt->name);
+        return NULL;
+    }
     for (int i = 0; i < n; i++)
         if (strcmp(o->vt->param_table[i].name, name) == 0) return &o->vt->param_table[i];
     char known[CT_ERROR_MSG_MAX / 2];
@@ -78,9 +84,9 @@ ct_status ct_optimizer_get_param(const ct_optimizer *o, const char *name, float 
     return CT_OK;
 }
 
-ct_status ct_optimizer_set_param(ct_optimizer *o, const char *name, float value, ct_error *err) {
-    const ct_optimizer_param *d = find_param(o, name, err);
-    if (!d) return CT_ERR_ARG;
+// Whether value may be written to d (err says why not).
+static ct_status check_value(const ct_optimizer *o, const ct_optimizer_param *d, const char *name, float value,
+                             ct_error *err) {
     if (!isfinite(value))
         return ct_error_set(err, CT_ERR_ARG, "optimizer %s: hyperparameter %s = %g is not finite", o->vt->name, name,
                             (double)value);
@@ -96,6 +102,10 @@ ct_status ct_optimizer_set_param(ct_optimizer *o, const char *name, float value,
                             "optimizer %s: hyperparameter %s is fixed when the optimizer is made (it decides the slot "
                             "layout); it is %g, asked for %g: make a new optimizer",
                             o->vt->name, name, (double)read_param(o, d), (double)value);
+    return CT_OK;
+}
+
+static void write_param(ct_optimizer *o, const ct_optimizer_param *d, float value) {
     char *field = (char *)o->params + d->offset;
     switch (d->kind) {
     case CT_OPT_PARAM_BOOL: {
@@ -112,6 +122,55 @@ ct_status ct_optimizer_set_param(ct_optimizer *o, const char *name, float value,
     default:
         memcpy(field, &value, sizeof value);
         break;
+    }
+}
+
+ct_status ct_optimizer_set_param(ct_optimizer *o, const char *name, float value, ct_error *err) {
+    const ct_optimizer_param *d = find_param(o, name, err);
+    if (!d) return CT_ERR_ARG;
+    CT_TRY(check_value(o, d, name, value, err));
+    write_param(o, d, value);
+    return CT_OK;
+}
+
+// A JSON number as a float: finite and within float's range (converting a
+// double beyond it is undefined behavior, not infinity).
+static bool json_float(const cJSON *j, float *out) {
+    if (!cJSON_IsNumber(j)) return false;
+    double v = j->valuedouble;
+    if (!isfinite(v) || fabs(v) > (double)FLT_MAX) return false;
+    *out = (float)v;
+    return true;
+}
+
+ct_status ct_optimizer_restore_json(ct_optimizer *o, const cJSON *optimizer, const char *what, ct_error *err) {
+    if (!cJSON_IsObject(optimizer))
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: \"optimizer\" is missing or not an object", what);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(optimizer, "name");
+    if (!cJSON_IsString(name))
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: optimizer.name is missing or not a string", what);
+    if (strcmp(name->valuestring, o->vt->name))
+        return ct_error_set(err, CT_ERR_STATE, "%s: trained with optimizer %s (optimizer.name), this run uses %s",
+                            what, name->valuestring, o->vt->name);
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(optimizer, "params");
+    if (!cJSON_IsObject(params))
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: optimizer.params is missing or not an object", what);
+    // Everything checked first: a bad field leaves o as it was.
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *p;
+        cJSON_ArrayForEach(p, params) {
+            float v;
+            if (!json_float(p, &v))
+                return ct_error_set(err, CT_ERR_FORMAT, "%s: optimizer.params.%s is not a finite number in float range",
+                                    what, p->string);
+            const ct_optimizer_param *d = find_param(o, p->string, err);
+            ct_status s = d ? check_value(o, d, p->string, v, err) : CT_ERR_ARG;
+            if (s != CT_OK) {
+                ct_error_prefix(err, "%s: optimizer.params.%s", what, p->string);
+                return s;
+            }
+            if (pass == 1) write_param(o, d, v);
+        }
     }
     return CT_OK;
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/json.h"
 #include "ctrax/core/log.h"
 #include "ctrax/train/checkpoint.h"
 
@@ -24,6 +25,13 @@
 #define STATE "state.json"
 #define POINTER "checkpoint"
 #define FORMAT_NAME "ctrax-checkpoint"
+// Read limits per kind of file: far above what ctrax writes, far below what
+// would exhaust memory. The pointer holds one name; a manifest lists a few
+// files with a crc32 per tensor.
+#define POINTER_MAX 4096
+#define MANIFEST_MAX ((size_t)64 << 20)
+// A manifest lists the files of one checkpoint (ctrax writes four).
+#define MANIFEST_FILES_MAX 1024
 
 // ---- small helpers --------------------------------------------------------
 
@@ -55,8 +63,13 @@ static uint32_t crc_update(uint32_t crc, const void *data, size_t n) {
 static uint32_t crc_bytes(const void *data, size_t n) { return crc_update((uint32_t)crc32(0L, Z_NULL, 0), data, n); }
 
 static ct_status crc_file(const char *path, uint32_t *crc, ct_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return ct_error_set(err, CT_ERR_IO, "%s: not a regular file", path);
+    }
     static const size_t cap = 1 << 20;
     unsigned char *buf = malloc(cap);
     if (!buf) {
@@ -188,8 +201,22 @@ static ct_status write_fd_all(int fd, const void *data, size_t n, const char *pa
 
 ct_status ct_fs_write_atomic(const char *path, const void *data, size_t n, ct_error *err) {
     char tmp[PATH_CAP], dir[PATH_CAP];
+    // The rename below would put a regular file in place of whatever is at
+    // path: /dev/null (as root), a fifo a reader waits on, a symlink to a
+    // device. Only a regular file (or a new path) is replaced.
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return ct_error_set(err, CT_ERR_IO, "%s: exists and is not a regular file (%s): not writing over it", path,
+                            S_ISDIR(sb.st_mode)                         ? "a directory"
+                            : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                            : S_ISFIFO(sb.st_mode)                       ? "a fifo"
+                                                                         : "a socket or other special file");
     CT_TRY(ct_fs_temp_name(tmp, sizeof tmp, path, err));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // A leftover of this pid's is ours to replace; O_EXCL | O_NOFOLLOW then
+    // makes sure the data goes to a new file, never through a planted link.
+    if (unlink(tmp) != 0 && errno != ENOENT)
+        return ct_error_set(err, CT_ERR_IO, "%s: cannot remove the old temporary file: %s", tmp, strerror(errno));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     ct_status st = write_fd_all(fd, data, n, tmp, err);
     if (st == CT_OK && fsync(fd) != 0) st = ct_error_set(err, CT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
@@ -204,24 +231,29 @@ ct_status ct_fs_write_atomic(const char *path, const void *data, size_t n, ct_er
     return ct_fs_sync_dir(dir, err);
 }
 
-ct_status ct_fs_read(const char *path, char **data, size_t *n, ct_error *err) {
+ct_status ct_fs_read_max(const char *path, size_t max, char **data, size_t *n, ct_error *err) {
     *data = NULL;
     if (n) *n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a fifo must not wait for a writer (it is refused below).
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap + 1);
-    ct_status st = buf ? CT_OK : ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
-    while (st == CT_OK) {
-        if (len == cap) {
-            char *b = realloc(buf, 2 * cap + 1);
-            if (!b) {
-                st = ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
+    // Only a regular file has a size to trust: /dev/zero (or a link to it)
+    // would be read until memory runs out, a fifo or a terminal forever.
+    struct stat sb;
+    ct_status st = CT_OK;
+    if (fstat(fd, &sb) != 0) st = ct_error_set(err, CT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = ct_error_set(err, CT_ERR_IO, "%s: not a regular file (a directory, device or fifo): refusing to read it",
+                          path);
+    else if (sb.st_size < 0 || (uint64_t)sb.st_size > max)
+        st = ct_error_set(err, CT_ERR_FORMAT, "%s: %lld bytes, more than the %zu such a file may hold", path,
+                          (long long)sb.st_size, max);
+    size_t cap = st == CT_OK ? (size_t)sb.st_size : 0, len = 0;
+    char *buf = st == CT_OK ? malloc(cap + 1) : NULL;
+    if (st == CT_OK && !buf) st = ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory for %zu bytes", path, cap);
+    // Read what fstat reported; a file that grew meanwhile is read up to that
+    // size (and shows up as a size or checksum mismatch where one is known).
+    while (st == CT_OK && len < cap) {
         ssize_t k = read(fd, buf + len, cap - len);
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) st = ct_error_set(err, CT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
@@ -237,6 +269,10 @@ ct_status ct_fs_read(const char *path, char **data, size_t *n, ct_error *err) {
     *data = buf;
     if (n) *n = len;
     return CT_OK;
+}
+
+ct_status ct_fs_read(const char *path, char **data, size_t *n, ct_error *err) {
+    return ct_fs_read_max(path, CT_FS_READ_MAX, data, n, err);
 }
 
 static int remove_entry(const char *fpath, const struct stat *sb, int type, struct FTW *ftw) {
@@ -312,6 +348,7 @@ static ct_status manifest_parse_file(const cJSON *j, mfile *f, const char *path,
     if (!f->tensor_names || !f->tensor_crcs) return ct_error_set(err, CT_ERR_MEMORY, "out of memory");
     const cJSON *t;
     cJSON_ArrayForEach(t, tensors) {
+        CT_ASSERT(f->n_tensors < n);
         uint32_t c;
         if (!crc_parse(t, &c))
             return ct_error_set(err, CT_ERR_FORMAT, "%s: file '%s': tensor '%s' has no valid crc32", path, f->name,
@@ -329,16 +366,22 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
     char path[PATH_CAP];
     CT_TRY(join(path, ckpt_dir, MANIFEST, err));
     char *text = NULL;
-    ct_status st = ct_fs_read(path, &text, NULL, err);
+    size_t len;
+    ct_status st = ct_fs_read_max(path, MANIFEST_MAX, &text, &len, err);
     if (st != CT_OK) {
         ct_error_prefix(err, "incomplete checkpoint (no manifest)");
         return st;
     }
-    cJSON *root = cJSON_Parse(text);
+    ct_error jerr;
+    cJSON *root = ct_json_parse(text, len, path, &jerr);
     free(text);
+    if (!root) {
+        if (err) *err = jerr;
+        return jerr.code;
+    }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return ct_error_set(err, CT_ERR_FORMAT, "%s: not valid JSON", path);
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: not a JSON object", path);
     }
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");
@@ -356,6 +399,9 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
         st = ct_error_set(err, CT_ERR_FORMAT, "%s: no valid \"name\"", path);
     else if (!json_u64(step, &s)) st = ct_error_set(err, CT_ERR_FORMAT, "%s: no valid \"step\"", path);
     else if (!cJSON_IsArray(files)) st = ct_error_set(err, CT_ERR_FORMAT, "%s: no \"files\" array", path);
+    else if (cJSON_GetArraySize(files) > MANIFEST_FILES_MAX)
+        st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"files\" lists %d files, more than %d", path,
+                          cJSON_GetArraySize(files), MANIFEST_FILES_MAX);
     if (st == CT_OK) {
         snprintf(m->name, sizeof m->name, "%s", name->valuestring);
         m->step = (int64_t)s;
@@ -366,8 +412,14 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
         const cJSON *f;
         cJSON_ArrayForEach(f, files) {
             if (st != CT_OK) break;
+            CT_ASSERT(m->n_files < n);
             st = manifest_parse_file(f, &m->files[m->n_files++], path, err);
         }
+        // One name, one file: the checks and the loads must see the same one.
+        for (int i = 0; st == CT_OK && i < m->n_files; i++)
+            for (int k = 0; st == CT_OK && k < i; k++)
+                if (!strcmp(m->files[i].name, m->files[k].name))
+                    st = ct_error_set(err, CT_ERR_FORMAT, "%s: file '%s' is listed twice", path, m->files[i].name);
     }
     cJSON_Delete(root);
     if (st != CT_OK) manifest_free(m);
@@ -491,8 +543,10 @@ ct_status ct_checkpoint_writer_add_bytes(ct_checkpoint_writer *w, const char *fi
 
 ct_status ct_checkpoint_writer_set_state(ct_checkpoint_writer *w, const char *json, ct_error *err) {
     CT_ASSERT(w && json);
-    cJSON *j = cJSON_Parse(json);
-    if (!j) return ct_error_set(err, CT_ERR_ARG, "checkpoint %s: the state is not valid JSON", w->name);
+    // What ct_checkpoint_open will accept: one parser for writing and reading.
+    ct_error jerr;
+    cJSON *j = ct_json_parse(json, strlen(json), STATE, &jerr);
+    if (!j) return ct_error_set(err, CT_ERR_ARG, "checkpoint %s: the state: %s", w->name, jerr.msg);
     cJSON_Delete(j);
     return ct_checkpoint_writer_add_bytes(w, STATE, json, strlen(json), err);
 }
@@ -699,7 +753,15 @@ static ct_status open_safetensors_file(cfile *cf, const mfile *f, const char *pa
 }
 
 static ct_status open_plain_file(cfile *cf, const mfile *f, const char *path, ct_error *err) {
-    CT_TRY(ct_fs_read(path, &cf->data, &cf->n, err));
+    // Never more than the manifest says: a size that differs is reported as
+    // such, before anything is allocated.
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size != f->bytes)
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: %lld bytes but the manifest says %" PRIu64 ": %s", path,
+                            (long long)sb.st_size, f->bytes,
+                            (uint64_t)sb.st_size < f->bytes ? "truncated" : "the file changed");
+    CT_TRY(ct_fs_read_max(path, f->bytes < CT_FS_READ_MAX ? (size_t)f->bytes : CT_FS_READ_MAX, &cf->data, &cf->n,
+                          err));
     uint32_t crc = crc_bytes(cf->data, cf->n);
     if (cf->n != f->bytes)
         return ct_error_set(err, CT_ERR_FORMAT, "%s: %zu bytes but the manifest says %" PRIu64 ": %s", path, cf->n,
@@ -742,7 +804,20 @@ ct_status ct_checkpoint_open(ct_checkpoint **out, const char *output_dir, const 
             s = ends_with(f->name, ".safetensors") ? open_safetensors_file(cf, f, path, err)
                                                    : open_plain_file(cf, f, path, err);
     }
-    if (s == CT_OK) c->state = ct_checkpoint_file_bytes(c, STATE, NULL);
+    if (s == CT_OK) {
+        // state.json is parsed by several readers (resume, info, eval): it
+        // must say the same thing to each, so duplicate keys are refused here.
+        size_t n = 0;
+        c->state = ct_checkpoint_file_bytes(c, STATE, &n);
+        char path[PATH_CAP];
+        ct_error jerr;
+        cJSON *j = NULL;
+        if (c->state && (s = join(path, c->dir, STATE, err)) == CT_OK && !(j = ct_json_parse(c->state, n, path, &jerr))) {
+            if (err) *err = jerr;
+            s = jerr.code;
+        }
+        cJSON_Delete(j);
+    }
     manifest_free(&m);
     if (s != CT_OK) {
         ct_checkpoint_close(c);
@@ -871,7 +946,7 @@ static ct_status read_pointer(const char *output_dir, char name[CT_CHECKPOINT_NA
     char *text;
     size_t n;
     if (access(path, F_OK) != 0) return CT_OK;
-    CT_TRY(ct_fs_read(path, &text, &n, err));
+    CT_TRY(ct_fs_read_max(path, POINTER_MAX, &text, &n, err));
     while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ')) text[--n] = '\0';
     ct_status s = CT_OK;
     if (check_ckpt_name(text, NULL) != CT_OK)

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "ctrax/train/checkpoint.h"
 
 // The data is written and mapped as it is in memory.
@@ -339,6 +340,9 @@ static ct_status parse_entry(ct_safetensors *st, const cJSON *j, st_entry *e, ct
 
 static ct_status parse_metadata(ct_safetensors *st, const cJSON *m, ct_error *err) {
     if (!cJSON_IsObject(m)) return ct_error_set(err, CT_ERR_FORMAT, "%s: \"__metadata__\" is not an object", st->path);
+    // ct_json_parse refuses a second "__metadata__"; meta_kv is sized for one.
+    if (st->meta_kv)
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: \"__metadata__\" appears twice in the header", st->path);
     int n = cJSON_GetArraySize(m);
     st->meta_kv = calloc((size_t)(2 * n + 1), sizeof *st->meta_kv);
     if (!st->meta_kv) return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", st->path);
@@ -347,6 +351,7 @@ static ct_status parse_metadata(ct_safetensors *st, const cJSON *m, ct_error *er
         if (!cJSON_IsString(kv))
             return ct_error_set(err, CT_ERR_FORMAT, "%s: \"__metadata__\" value of '%s' is not a string", st->path,
                                 kv->string);
+        CT_ASSERT(st->n_meta < n);
         int i = st->n_meta++;
         st->meta_kv[2 * i] = strdup(kv->string);
         st->meta_kv[2 * i + 1] = strdup(kv->valuestring);
@@ -418,19 +423,14 @@ static ct_status parse_header(ct_safetensors *st, ct_error *err) {
     if (hlen > ST_HEADER_MAX || hlen < 2)
         return ct_error_set(err, CT_ERR_FORMAT, "%s: header length %" PRIu64 " is not plausible", st->path, hlen);
     const char *h = (const char *)st->map + 8;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &end, false);
+    // Duplicate keys are refused: one tensor name must not mean two tensors.
+    ct_error jerr;
+    cJSON *root = ct_json_parse(h, (size_t)hlen, st->path, &jerr);
     if (!root) {
-        size_t at = end ? (size_t)(end - h) : 0;
-        return ct_error_set(err, CT_ERR_FORMAT, "%s: the header is not valid JSON (at byte %zu of %" PRIu64 ")",
-                            st->path, at, hlen);
+        if (err) *err = jerr;
+        return jerr.code;
     }
     ct_status s = CT_OK;
-    for (const char *p = end; p < h + hlen; p++)
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '\0') {
-            s = ct_error_set(err, CT_ERR_FORMAT, "%s: the header has bytes after its JSON object", st->path);
-            break;
-        }
     if (s == CT_OK && !cJSON_IsObject(root))
         s = ct_error_set(err, CT_ERR_FORMAT, "%s: the header is not a JSON object", st->path);
     if (s == CT_OK) {
@@ -442,6 +442,7 @@ static ct_status parse_header(ct_safetensors *st, ct_error *err) {
             if (s != CT_OK) break;
             if (!strcmp(j->string, "__metadata__")) s = parse_metadata(st, j, err);
             else {
+                CT_ASSERT(st->n < n);  // st->e holds one entry per member
                 s = parse_entry(st, j, &st->e[st->n], err);
                 if (s == CT_OK) st->n++;
             }
@@ -461,7 +462,8 @@ ct_status ct_safetensors_open(ct_safetensors **out, const char *path, ct_error *
         free(st);
         return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a fifo must not wait for a writer (it is refused below).
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         ct_safetensors_close(st);
         return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -469,7 +471,9 @@ ct_status ct_safetensors_open(ct_safetensors **out, const char *path, ct_error *
     struct stat sb;
     ct_status s = CT_OK;
     if (fstat(fd, &sb) != 0) s = ct_error_set(err, CT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode)) s = ct_error_set(err, CT_ERR_IO, "%s: not a regular file", path);
+    else if (!S_ISREG(sb.st_mode))
+        s = ct_error_set(err, CT_ERR_IO, "%s: not a regular file (a directory, device or fifo): refusing to read it",
+                         path);
     if (s == CT_OK) {
         st->size = (size_t)sb.st_size;
         if (st->size > 0) {

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "ctrax/core/log.h"
 #include "ctrax/train/checkpoint.h"
 #include "ctrax/train/summary.h"
@@ -134,9 +135,10 @@ ct_status ct_metrics_writer_close(ct_metrics_writer *w, ct_error *err) {
     return s;
 }
 
-// The "step" of one line, false if the line is not a metrics object.
+// The "step" of one line, false if the line is not a metrics object (a line
+// with a key twice is not one either: ct_json_parse refuses it).
 static bool line_step(const char *line, size_t n, int64_t *step) {
-    cJSON *j = cJSON_ParseWithLength(line, n);
+    cJSON *j = ct_json_parse(line, n, "metrics.jsonl", NULL);
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step");
     bool ok = cJSON_IsObject(j) && cJSON_IsNumber(s) && fabs(s->valuedouble) < 9.2e18;
     if (ok) *step = (int64_t)s->valuedouble;

@@ -262,7 +262,10 @@ ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err);
 
 // ---- durable file helpers (used by checkpoints and summaries) -------------
 
-// Writes path atomically: the temporary file, fsync, rename, fsync the directory.
+// Writes path atomically: a new temporary file (never one through a link),
+// fsync, rename over path, fsync the directory. An existing path that is not
+// a regular file (a directory, device, fifo, or a symlink to one) is refused
+// (CT_ERR_IO): the rename would replace it with a file.
 ct_status ct_fs_write_atomic(const char *path, const void *data, size_t n, ct_error *err);
 // The temporary name used for path while it is written: <dir>/.<base>.tmp-<pid>
 // (a dot file, removed by ct_checkpoint_clean_tmp once its writer is gone).
@@ -272,7 +275,13 @@ ct_status ct_fs_temp_name(char *buf, size_t cap, const char *path, ct_error *err
 ct_status ct_fs_sync_dir(const char *dir, ct_error *err);
 // mkdir -p.
 ct_status ct_fs_mkdirs(const char *path, ct_error *err);
-// Reads a whole file into a malloc'ed, NUL-terminated buffer (free()).
+// Reads a whole regular file into a malloc'ed, NUL-terminated buffer
+// (free()); n (may be NULL) gets its length. What is not a regular file (a
+// directory, device, fifo, or a symlink to one) is refused (CT_ERR_IO), and so
+// is a file of more than max bytes (CT_ERR_FORMAT); the read is bounded by the
+// size fstat reports. ct_fs_read's max is CT_FS_READ_MAX.
+#define CT_FS_READ_MAX ((size_t)1 << 30)
+ct_status ct_fs_read_max(const char *path, size_t max, char **data, size_t *n, ct_error *err);
 ct_status ct_fs_read(const char *path, char **data, size_t *n, ct_error *err);
 // rm -rf (does not follow symlinks). A missing path is not an error.
 ct_status ct_fs_remove_tree(const char *path, ct_error *err);

@@ -1,0 +1,89 @@
+// ct_json_parse: cJSON, then a check that no object holds a key twice.
+#include "core/json.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Where the path to an object is too long for the buffer it is cut short.
+#define PATH_MAX_CHARS 256
+
+static int cmp_key(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+// Appends ".key" or "[i]" to path (cut short when it does not fit).
+static void path_push(char *path, const cJSON *parent, const cJSON *child, int index) {
+    size_t len = strlen(path);
+    if (len + 1 >= PATH_MAX_CHARS) return;
+    if (cJSON_IsObject(parent)) snprintf(path + len, PATH_MAX_CHARS - len, "%s%s", len ? "." : "", child->string);
+    else snprintf(path + len, PATH_MAX_CHARS - len, "[%d]", index);
+}
+
+// Checks j and everything below it. Keys are sorted per object (n log n: a
+// 100 MB safetensors header may hold a million keys). The depth is bounded by
+// cJSON's nesting limit (CJSON_NESTING_LIMIT, 1000).
+static ct_status check_unique(const cJSON *j, char *path, const char *what, ct_error *err) {
+    if (!cJSON_IsObject(j) && !cJSON_IsArray(j)) return CT_OK;
+    if (cJSON_IsObject(j)) {
+        int n = cJSON_GetArraySize(j);
+        if (n > 1) {
+            const char **keys = malloc((size_t)n * sizeof *keys);
+            if (!keys) return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory checking the JSON", what);
+            int k = 0;
+            const cJSON *c;
+            cJSON_ArrayForEach(c, j) keys[k++] = c->string;
+            qsort(keys, (size_t)n, sizeof *keys, cmp_key);
+            for (int i = 1; i < n; i++)
+                if (!strcmp(keys[i - 1], keys[i])) {
+                    ct_status s = ct_error_set(err, CT_ERR_FORMAT, "%s: key '%s' appears twice in the %s%s", what,
+                                               keys[i], path[0] ? "object at " : "top-level object", path);
+                    free(keys);
+                    return s;
+                }
+            free(keys);
+        }
+    }
+    size_t len = strlen(path);
+    int i = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, j) {
+        path_push(path, j, c, i++);
+        ct_status s = check_unique(c, path, what, err);
+        path[len] = '\0';
+        if (s != CT_OK) return s;
+    }
+    return CT_OK;
+}
+
+cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *err) {
+    if (!what) what = "JSON";
+    const char *end = NULL;
+    cJSON *root = text ? cJSON_ParseWithLengthOpts(text, len, &end, false) : NULL;
+    if (!root) {
+        // cJSON leaves end at the failure (or at the start when it gave up at once).
+        size_t at = text && end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        int line = 1, col = 1;
+        for (size_t i = 0; i < at; i++) {
+            if (text[i] == '\n') line++, col = 1;
+            else col++;
+        }
+        ct_error_set(err, CT_ERR_FORMAT, "%s: not valid JSON (line %d, column %d)", what, line, col);
+        return NULL;
+    }
+    for (const char *p = end; p < text + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            size_t at = (size_t)(p - text);
+            int line = 1;
+            for (size_t i = 0; i < at; i++) line += text[i] == '\n';
+            ct_error_set(err, CT_ERR_FORMAT, "%s: more after the JSON value (line %d, byte %zu)", what, line, at);
+            cJSON_Delete(root);
+            return NULL;
+        }
+    char path[PATH_MAX_CHARS] = "";
+    if (check_unique(root, path, what, err) != CT_OK) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}

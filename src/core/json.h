@@ -1,0 +1,42 @@
+// The one JSON parser for what ctrax reads from files (internal).
+//
+// cJSON accepts an object that holds the same key twice, and lookups then
+// see one of the two while code that walks the members sees both: a
+// checkpoint's state.json or a safetensors header could say one thing to
+// one reader and another to the next (safetensors' __metadata__ twice
+// once overflowed an array). Every JSON file ctrax reads goes through
+// ct_json_parse, which refuses that.
+#ifndef CTRAX_CORE_JSON_H
+#define CTRAX_CORE_JSON_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ctrax/core/error.h"
+
+// Parses len bytes of text (NUL-terminated or not) as one JSON value, with
+// nothing but whitespace after it, and checks that no object anywhere in it
+// holds a key twice. what names the file for errors ("run/model_2/state.json",
+// "metrics.jsonl:12"). Returns the tree (cJSON_Delete it), or NULL with
+// CT_ERR_FORMAT: "<what>: not valid JSON (line L, column C)" or "<what>: key
+// 'k' appears twice in the object at <path>"; CT_ERR_MEMORY when out of
+// memory. err may be NULL.
+cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *err);
+
+// ---- fields of ctrax's own files ---------------------------------------------
+
+struct ct_optimizer;
+
+// Restores the hyperparameters of a checkpoint's state.json "optimizer"
+// object, {"name": "<optimizer>", "params": {"<hyperparameter>": <number>,
+// ...}}: the name must be o's, "params" an object of numbers, each a known
+// hyperparameter with a valid value (finite, a float, 0 or 1 for a
+// boolean, a whole number in range for an enum, unchanged for a fixed one).
+// Everything is checked before anything is set, so on failure o is as it
+// was. Errors name what (the state.json's path) and the field
+// ("optimizer.params.b1"). Implemented in src/optim/optimizer.c.
+ct_status ct_optimizer_restore_json(struct ct_optimizer *o, const cJSON *optimizer, const char *what,
+                                    ct_error *err);
+
+#endif
