@@ -192,14 +192,89 @@ void ct_ctx_free(ct_ctx *c) {
     c->tape_len = c->tape_cap = 0;
 }
 
+// ---- anomaly mode: the first non-finite value -------------------------------
+
+// The index of the first NaN or Inf of x[0..n), or n.
+static int64_t first_nonfinite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
+// The first of t[0..n) (f32 with data) holding a NaN or Inf: its index, with
+// the element in *at; -1 if none.
+static int find_nonfinite(const ct_tensor *t, int n, int64_t *at) {
+    for (int i = 0; i < n; i++) {
+        if (t[i].dtype != CT_DTYPE_F32 || !t[i].data) continue;
+        int64_t numel = ct_tensor_numel(&t[i]);
+        *at = first_nonfinite(t[i].data, numel);
+        if (*at < numel) return i;
+    }
+    return -1;
+}
+
+// A value for a message: NaN without its sign bit, which printf shows
+// ("-nan") though it means nothing.
+static double shown(float v) { return isnan(v) ? fabs((double)v) : (double)v; }
+
+static const char *path_of(const ct_layer *l) { return l->path && l->path[0] ? l->path : l->name; }
+
+// "<what> i of <l> (<note>): <value> at element k" for the first non-finite
+// tensor of t[0..n), or CT_OK.
+static ct_status check_tensors(const ct_layer *l, const char *what, const char *note, const ct_tensor *t, int n,
+                               ct_error *err) {
+    int64_t at = 0;
+    int i = find_nonfinite(t, n, &at);
+    if (i < 0) return CT_OK;
+    return ct_error_set(err, CT_ERR_NONFINITE, "%s %d of %s (%s): %g at element %lld", what, i, path_of(l), note,
+                        shown(ct_f32(&t[i])[at]), (long long)at);
+}
+
+// A layer's outputs went non-finite from finite inputs: its weights are the
+// first suspect, so the message says whether they are finite.
+static ct_status check_forward(const ct_layer *l, const ct_ctx *c, const ct_tensor *out, ct_error *err) {
+    int64_t at = 0;
+    if (find_nonfinite(out, l->n_out, &at) < 0) return CT_OK;
+    char note[CT_ERROR_MSG_MAX / 2];
+    snprintf(note, sizeof note, "inputs finite");
+    for (int w = 0; w < l->n_weights; w++) {
+        const ct_param *p = &l->weights[w];
+        int64_t numel = ct_tensor_numel(&p->sig), bad = first_nonfinite(ct_weight(c, l, w), numel);
+        if (bad < numel) {
+            snprintf(note, sizeof note, "inputs finite; its weight %s is %g at element %lld", p->full_name,
+                     shown(ct_weight(c, l, w)[bad]), (long long)bad);
+            break;
+        }
+    }
+    return check_tensors(l, "forward output", note, out, l->n_out, err);
+}
+
+// Backward: the layer's own weight gradients (added into by this use), then
+// its input gradients.
+ct_status ct_ctx_check_grads(const ct_ctx *c, const ct_layer *l, const ct_tensor *grad_in, ct_error *err) {
+    if (!c->check_finite) return CT_OK;
+    for (int w = 0; w < l->n_weights && c->grads; w++) {
+        const ct_param *p = &l->weights[w];
+        const float *g = ct_weight_grad(c, l, w);
+        int64_t numel = ct_tensor_numel(&p->sig), bad = first_nonfinite(g, numel);
+        if (bad < numel)
+            return ct_error_set(err, CT_ERR_NONFINITE,
+                                "backward: weight gradient of %s (output gradients finite): %g at element %lld",
+                                p->full_name, shown(g[bad]), (long long)bad);
+    }
+    return check_tensors(l, "backward: input gradient", "output gradients finite", grad_in, l->n_in, err);
+}
+
 ct_status ct_layer_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
                            ct_error *err) {
-    return l->vt->forward(l, c, in, out, key, err);
+    CT_TRY(l->vt->forward(l, c, in, out, key, err));
+    return c->check_finite ? check_forward(l, c, out, err) : CT_OK;
 }
 
 ct_status ct_layer_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                             ct_key key, ct_error *err) {
     CT_TRY(l->vt->backward(l, c, grad_out, grad_in, key, err));
+    if (c->check_finite) CT_TRY(ct_ctx_check_grads(c, l, grad_in, err));
     if (c->on_weight_grads && l->n_weights > 0) c->on_weight_grads(c->on_weight_grads_user, l);
     return CT_OK;
 }

@@ -155,6 +155,12 @@ struct ct_reversible_trainer {
 
     ct_layer_stat *stats;
     int n_stats;
+
+    // A step gone non-finite: the turn where it was found (the loss turn for
+    // the loss), and the loss or that layer's squared gradient norm.
+    int nf_turn;
+    bool nf_loss;
+    double nf_value;
 };
 
 ct_reversible_trainer_options ct_reversible_trainer_default_options(void) {
@@ -173,6 +179,10 @@ ct_reversible_trainer_options ct_reversible_trainer_default_options(void) {
 static float *rebase(float *buf, size_t begin) {
     return (float *)((uintptr_t)buf - begin * sizeof(float));
 }
+
+// A value for a message: NaN without its sign bit, which printf shows
+// ("-nan") though it means nothing.
+static double shown(double v) { return isnan(v) ? fabs(v) : v; }
 
 static double sum_squares(const float *x, size_t n) {
     double s = 0.0;
@@ -881,6 +891,10 @@ static ct_status loss_forward(rt_replica *r, rt_unit *u, rt_stage s, ct_error *e
     ct_ctx *c = &r->ctx;
     bind_unit(r, u, s, true);
     c->loss_weight = -1;  // "not said"
+    // Not needed by backward (the tape has what it needs), but with it
+    // state_before holds the whole state as the step found it, to put back
+    // after a non-finite step.
+    if (r->state_before) copy_state(r, u, r->state_before, false);
     ct_tensor in[CT_LAYER_MAX_IO];
     tensors_of(r->vals, u->n_in, in);
     CT_TRY(leaves_forward(r, u, c, in, &r->loss_out, err));
@@ -922,6 +936,9 @@ static ct_status backward_turn(ct_reversible_trainer *t, rt_replica *r, rt_unit 
     if (keep_state) copy_state(r, u, r->state_before, true);
     if (u->kind == RT_REVERSIBLE) {
         st = ct_layer_reverse_and_grad(u->leaves[0].layer, c, out, gout, in, gin, leaf_key(r, &u->leaves[0]), err);
+        // Its sublayers were checked inside (ct_layer_forward/backward); not
+        // the sum it makes of their gradients.
+        if (st == CT_OK && c->check_finite) st = ct_ctx_check_grads(c, u->leaves[0].layer, gin, err);
     } else {
         tensors_of(saved, u->n_in, in);
         ct_tensor recomputed[CT_LAYER_MAX_IO];
@@ -1011,9 +1028,16 @@ static ct_status loss_forward_and_sum(ct_reversible_trainer *t, rt_unit *u, rt_s
                           "reversible trainer: a device failed or the loss weights sum to %g over all devices",
                           sums[0]);
     if (st != CT_OK) return st;
+    *loss = (float)(sums[1] / sums[0]);
+    // The loss over every device of every process: each process stops here
+    // alike, before any backward or update.
+    if (!isfinite(sums[1] / sums[0])) {
+        t->nf_loss = true;
+        t->nf_value = sums[1] / sums[0];
+        return ct_error_set(err, CT_ERR_NONFINITE, "non-finite loss (%g)", shown(t->nf_value));
+    }
     for (int d = 0; d < t->n_local; d++)
         t->replicas[d].seed = (float)((double)t->n_global * t->replicas[d].weight / sums[0]);
-    *loss = (float)(sums[1] / sums[0]);
     return CT_OK;
 }
 
@@ -1062,18 +1086,22 @@ static void apply_updates(ct_reversible_trainer *t, const rt_unit *u, rt_stage s
 
 // Norms of unit u's combined gradient (in device 0's buffer; frozen weights'
 // gradients dropped first) and weights, then, unless the update waits for
-// the global norm, its optimizer update and the write-back.
-static void update_unit(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, int64_t step, float lr,
-                        double *g2, double *w2) {
+// the global norm, its optimizer update and the write-back. A non-finite
+// gradient norm (the same on every process: the gradient is combined)
+// stops it before the update with CT_ERR_NONFINITE: the norm is computed
+// anyway, so a healthy step checks nothing more.
+static ct_status update_unit(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, int64_t step, float lr,
+                             double *g2, double *w2) {
     size_t nw = u->w_end - u->w_begin;
     float *grad = t->replicas[0].grad_buf;
     for (int p = u->p_begin; p < u->p_end; p++)
         if (t->frozen[p]) memset(grad + u->ranges[p - u->p_begin].offset, 0, u->ranges[p - u->p_begin].length * sizeof(float));
     *g2 = sum_squares(grad, nw);
+    if (!isfinite(*g2)) return CT_ERR_NONFINITE;
     *w2 = sum_squares(s.w, nw);
     if (defers_updates(t)) {
         memcpy(t->host_grads + u->w_begin, grad, nw * sizeof(float));
-        return;
+        return CT_OK;
     }
     float clip = t->opt.common.clip_grad_norm;
     if (clip > 0.0f && t->opt.clip_mode == CT_CLIP_PER_LAYER) {
@@ -1088,6 +1116,7 @@ static void update_unit(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, 
         memcpy(t->net.weights + u->w_begin, s.w, nw * sizeof(float));
         memcpy(t->slots + u->slot_begin, s.s, (u->slot_end - u->slot_begin) * sizeof(float));
     }
+    return CT_OK;
 }
 
 // CT_CLIP_GLOBAL's second pass: every layer's update with its gradient
@@ -1166,7 +1195,10 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, ct_
         rt_stage s = stage_of(t, k);
         bool backward = t->turns[k].backward, has_weights = u->p_end > u->p_begin;
         rt_phase phase = !backward ? RT_FORWARD : u->kind == RT_LOSS ? RT_LOSS_BACKWARD : RT_BACKWARD;
-        if (u->kind == RT_LOSS && (st = loss_forward_and_sum(t, u, s, failed, loss, err)) != CT_OK) break;
+        if (u->kind == RT_LOSS && (st = loss_forward_and_sum(t, u, s, failed, loss, err)) != CT_OK) {
+            if (st == CT_ERR_NONFINITE) t->nf_turn = k;
+            break;
+        }
         if (failed == CT_OK) {
             failed = run_replicas(t, phase, u, s, err);
             if (failed != CT_OK && !many_processes) st = failed;
@@ -1185,7 +1217,11 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, ct_
         // process updates alike.
         if (has_weights && (st = combine_grads(t, u, err)) != CT_OK) continue;
         double ug2 = 0, uw2 = 0;
-        if (has_weights) update_unit(t, u, s, step, lr, &ug2, &uw2);
+        if (has_weights && (st = update_unit(t, u, s, step, lr, &ug2, &uw2)) != CT_OK) {
+            t->nf_turn = k;
+            t->nf_value = ug2;
+            continue;
+        }
         *g2 += ug2;
         *w2 += uw2;
         if (u->stat >= 0) {
@@ -1207,6 +1243,97 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, ct_
     return st;
 }
 
+// The first replica, in device order, whose turn failed in the checking
+// re-run, described into found (its layer, or why the re-run itself
+// failed). False if every replica finished.
+static bool first_finding(const ct_reversible_trainer *t, ct_error *found) {
+    for (int d = 0; d < t->n_local; d++) {
+        const rt_replica *r = &t->replicas[d];
+        if (r->status == CT_OK) continue;
+        char dev[32] = "";
+        if (t->n_global > 1) snprintf(dev, sizeof dev, " (device %d)", t->first_global + d);
+        *found = r->err;
+        ct_error_prefix(found, "%s%s", r->status == CT_ERR_NONFINITE ? "first non-finite value" : "the checking re-run failed",
+                        dev);
+        return true;
+    }
+    return false;
+}
+
+// Puts back the state as the step found it: replica 0 runs on the net's
+// state, and its state_before holds each layer's range as it was before
+// that layer's forward (the loss layer's too), which changes no other
+// layer's range. Every forward ran before any non-finite value is found.
+static void restore_state(ct_reversible_trainer *t) {
+    if (t->net.n_state) memcpy(t->net.state, t->replicas[0].state_before, t->net.n_state * sizeof(float));
+}
+
+// The step went non-finite at turn t->nf_turn (its loss, or a layer's
+// combined gradient): the state goes back to what the step found, and turns
+// 0..nf_turn run again on the same batch, keys and state in anomaly mode
+// (ct_ctx.check_finite), with no collective and no update, to find the
+// first layer whose output or gradient went non-finite. Each process
+// decided alike from combined values and names what its own devices found.
+static ct_status nonfinite_step(ct_reversible_trainer *t, const ct_tensor *batch, ct_key key, ct_error *err) {
+    const rt_unit *bad = &t->units[t->turns[t->nf_turn].unit];
+    ct_error found;
+    ct_error_set(&found, CT_ERR_NONFINITE, "every layer's outputs and gradients on this process's devices are "
+                                           "finite: the non-finite value came from combining them (an overflow in "
+                                           "the sum over devices) or from another process's devices");
+    // Layers after the bad one already made their update (fused updates:
+    // each as its backward ends), and the re-run sees their new weights.
+    int first_updated = -1, last_updated = -1;
+    if (!t->nf_loss && !defers_updates(t))
+        for (int k = (int)(bad - t->units) + 1; k < t->n_units; k++)
+            if (t->units[k].p_end > t->units[k].p_begin) {
+                if (first_updated < 0) first_updated = k;
+                last_updated = k;
+            }
+    clear_stacks(t);
+    restore_state(t);
+    ct_status st = CT_OK;  // becomes the first finding
+    for (int i = 0; i < t->n_batch && st == CT_OK; i++) {
+        const ct_tensor *b = &batch[i];
+        if (b->dtype != CT_DTYPE_F32) continue;
+        int64_t n = ct_tensor_numel(b), k = 0;
+        while (k < n && isfinite(ct_f32(b)[k])) k++;
+        if (k < n)  // a NaN in the data is no layer's doing
+            st = ct_error_set(&found, CT_ERR_NONFINITE, "batch item %d is %g at element %lld", i,
+                              shown(ct_f32(b)[k]), (long long)k);
+    }
+    for (int d = 0; d < t->n_local && st == CT_OK; d++) {
+        replica_begin_step(t, &t->replicas[d], d, batch, key);
+        t->replicas[d].ctx.check_finite = true;
+    }
+    for (int k = 0; k <= t->nf_turn && st == CT_OK; k++) {
+        stage_post(t, k);
+        prefetch_wait(&t->pf);
+        rt_unit *u = &t->units[t->turns[k].unit];
+        rt_stage s = stage_of(t, k);
+        if (u->kind == RT_LOSS) {
+            // The seeds are the failed step's: backward runs only when its
+            // loss was finite, so they were computed.
+            st = run_replicas(t, RT_LOSS_FORWARD, u, s, NULL);
+            if (st == CT_OK && !t->nf_loss) st = run_replicas(t, RT_LOSS_BACKWARD, u, s, NULL);
+        } else {
+            st = run_replicas(t, t->turns[k].backward ? RT_BACKWARD : RT_FORWARD, u, s, NULL);
+        }
+        if (st != CT_OK) first_finding(t, &found);
+    }
+    for (int d = 0; d < t->n_local; d++) t->replicas[d].ctx.check_finite = false;
+    clear_stacks(t);
+    restore_state(t);
+    if (t->nf_loss) return ct_error_set(err, CT_ERR_NONFINITE, "non-finite loss (%g): %s", shown(t->nf_value), found.msg);
+    char updated[96] = "";
+    if (first_updated >= 0 && first_updated == last_updated)
+        snprintf(updated, sizeof updated, ", after this step had updated trainer layer %d", first_updated);
+    else if (first_updated >= 0)
+        snprintf(updated, sizeof updated, ", after this step had updated trainer layers %d to %d", first_updated,
+                 last_updated);
+    return ct_error_set(err, CT_ERR_NONFINITE, "non-finite gradient (L2 norm %g) in trainer layer %d%s: %s",
+                        shown(sqrt(t->nf_value)), (int)(bad - t->units), updated, found.msg);
+}
+
 ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tensor *batch, ct_key key,
                                          int64_t step, float learning_rate, ct_step_stats *stats,
                                          ct_error *err) {
@@ -1220,7 +1347,10 @@ ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tens
     t->batch = batch;
     t->n_batch = net->n_in;
     for (int d = 0; d < t->n_local; d++) replica_begin_step(t, &t->replicas[d], d, batch, key);
+    t->nf_turn = -1;
+    t->nf_loss = false;
     st = run_turns(t, step, learning_rate, st, &loss, &g2, &w2, err);
+    if (st == CT_ERR_NONFINITE && t->nf_turn >= 0) st = nonfinite_step(t, batch, key, err);
     clear_stacks(t);
     t->batch = NULL;
     t->n_batch = 0;

@@ -2,6 +2,7 @@
 #include "ctrax/train/trainer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ctrax/layers/combinators.h"
@@ -62,6 +63,7 @@ struct ct_trainer {
     ct_range *ranges;      // per net.params[i]: its slab range (for Adasum)
     float *gather;         // Adasum across processes: every device's gradients
     size_t gather_floats;
+    float *state_before;   // the state slab as the step found it (put back after a non-finite step)
     bucketer bk;
 };
 
@@ -252,6 +254,11 @@ ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, cons
         t->replicas[0].ctx.on_weight_grads = on_weight_grads;
         t->replicas[0].ctx.on_weight_grads_user = t;
     }
+    if (net->n_state) {
+        st = ct_device_alloc(dev, net->n_state * sizeof(float), "state before the step", (void **)&t->state_before,
+                             err);
+        if (st != CT_OK) goto fail;
+    }
     if (t->opts.adasum && ct_comm_size(t->comm) > 1) {
         t->gather_floats = (size_t)ct_comm_size(t->comm) * n_local * net->n_weights;
         st = ct_device_alloc(dev, t->gather_floats * sizeof(float), "Adasum gather buffer", (void **)&t->gather, err);
@@ -277,6 +284,7 @@ void ct_trainer_free(ct_trainer *t) {
     ct_free(t->replicas);
     ct_device_free(t->dev, t->gather, t->gather_floats * sizeof(float));
     ct_device_free(t->dev, t->slots, t->n_slot_floats * sizeof(float));
+    ct_device_free(t->dev, t->state_before, t->net.n_state * sizeof(float));
     ct_free(t->slot_offsets);
     ct_free(t->frozen);
     ct_free(t->ranges);
@@ -290,6 +298,10 @@ void ct_trainer_free(ct_trainer *t) {
     ct_comm_free(t->own_comm);
     ct_free(t);
 }
+
+// A value for a message: NaN without its sign bit, which printf shows
+// ("-nan") though it means nothing.
+static double shown(double v) { return isnan(v) ? fabs(v) : v; }
 
 // ---- one step ------------------------------------------------------------------
 
@@ -394,6 +406,104 @@ static ct_status combine_mean(ct_trainer *t, ct_error *err) {
     return CT_OK;
 }
 
+// Forward on every replica (threads when there are several; kernels then
+// run single-threaded inside each).
+static void forward_all(ct_trainer *t, const ct_tensor *batch, const ct_key *keys) {
+    int n_local = t->opts.n_devices;
+    // The other replicas start from device 0's state (copied before the
+    // threads start: device 0's forward writes it).
+    for (int d = 1; d < n_local && t->net.n_state; d++)
+        memcpy(t->replicas[d].state, t->net.state, t->net.n_state * sizeof(float));
+    if (n_local == 1) replica_forward(t, 0, batch, keys[0]);
+    else {
+#pragma omp parallel for num_threads(n_local) schedule(static, 1)
+        for (int d = 0; d < n_local; d++) replica_forward(t, d, batch, keys[d]);
+    }
+}
+
+static void backward_all(ct_trainer *t, const ct_key *keys) {
+    int n_local = t->opts.n_devices;
+    if (n_local == 1) replica_backward(t, 0, keys[0]);
+    else {
+#pragma omp parallel for num_threads(n_local) schedule(static, 1)
+        for (int d = 0; d < n_local; d++) replica_backward(t, d, keys[d]);
+    }
+}
+
+// After a pass of the checking re-run: the first replica, in device order,
+// whose pass failed, described into found (its layer, or why the re-run
+// itself failed). False if every replica finished.
+static bool first_finding(const ct_trainer *t, ct_error *found) {
+    for (int d = 0; d < t->opts.n_devices; d++) {
+        const replica *r = &t->replicas[d];
+        if (r->status == CT_OK) continue;
+        char dev[32] = "";
+        if (t->n_global > 1) snprintf(dev, sizeof dev, " (device %d)", t->first_global + d);
+        *found = r->err;
+        ct_error_prefix(found, "%s%s", r->status == CT_ERR_NONFINITE ? "first non-finite value" : "the checking re-run failed",
+                        dev);
+        return true;
+    }
+    return false;
+}
+
+// The step went non-finite (its loss, or, with grads, its combined
+// gradient): nothing was updated; the state goes back to what the step
+// found, and the step runs again on the same batch, keys and state in
+// anomaly mode (ct_ctx.check_finite) to find the first layer whose output
+// or gradient went non-finite, forward first, then backward. Local only (no
+// collectives): every process decided alike from combined values, and each
+// names what its own devices found. Weights, slots and state are left as
+// before the step.
+static ct_status nonfinite_step(ct_trainer *t, const ct_tensor *batch, const ct_key *keys, bool grads, double value,
+                                ct_error *err) {
+    ct_net *net = &t->net;
+    int n_local = t->opts.n_devices;
+    ct_error found;
+    ct_error_set(&found, CT_ERR_NONFINITE, "every layer's outputs and gradients on this process's devices are finite: the "
+                                  "non-finite value came from combining them (an overflow in the sum over "
+                                  "devices) or from another process's devices");
+    if (net->n_state) memcpy(net->state, t->state_before, net->n_state * sizeof(float));
+    // A NaN in the data is no layer's doing.
+    bool bad_batch = false;
+    for (int i = 0; i < net->n_in && !bad_batch; i++) {
+        const ct_tensor *b = &batch[i];
+        if (b->dtype != CT_DTYPE_F32) continue;
+        int64_t n = ct_tensor_numel(b);
+        for (int64_t k = 0; k < n; k++)
+            if (!isfinite(ct_f32(b)[k])) {
+                ct_error_set(&found, CT_ERR_NONFINITE, "batch item %d is %g at element %lld", i,
+                             shown(ct_f32(b)[k]), (long long)k);
+                bad_batch = true;
+                break;
+            }
+    }
+    // The re-run sends no gradient buckets: the other processes are not in it.
+    void (*on_grads)(void *, const ct_layer *) = t->replicas[0].ctx.on_weight_grads;
+    for (int d = 0; d < n_local; d++) {
+        ct_arena_reset(&t->replicas[d].arena);
+        t->replicas[d].ctx.check_finite = true;
+        t->replicas[d].ctx.on_weight_grads = NULL;
+    }
+    if (!bad_batch) {
+        forward_all(t, batch, keys);
+        // The seeds are the failed step's (backward runs only when its loss
+        // was finite, so they were computed).
+        if (!first_finding(t, &found) && grads) {
+            backward_all(t, keys);
+            first_finding(t, &found);
+        }
+    }
+    for (int d = 0; d < n_local; d++) {
+        t->replicas[d].ctx.check_finite = false;
+        t->replicas[d].ctx.on_weight_grads = on_grads;
+    }
+    if (net->n_state) memcpy(net->state, t->state_before, net->n_state * sizeof(float));
+    if (grads)
+        return ct_error_set(err, CT_ERR_NONFINITE, "non-finite gradient (global L2 norm %g): %s", shown(sqrt(value)), found.msg);
+    return ct_error_set(err, CT_ERR_NONFINITE, "non-finite loss (%g): %s", shown(value), found.msg);
+}
+
 ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key, int64_t step, float learning_rate,
                               ct_step_stats *stats, ct_error *err) {
     ct_net *net = &t->net;
@@ -401,18 +511,10 @@ ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key,
     CT_TRY(ct_train_check_batch("trainer", net, batch, n_local, err));
     ct_key keys[CT_MAX_LOCAL_DEVICES];
     for (int d = 0; d < n_local; d++) keys[d] = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
+    // A non-finite step puts the state back (layers write it in forward).
+    if (net->n_state) memcpy(t->state_before, net->state, net->n_state * sizeof(float));
 
-    // The other replicas start from device 0's state (copied before the
-    // threads start: device 0's forward writes it).
-    for (int d = 1; d < n_local && net->n_state; d++)
-        memcpy(t->replicas[d].state, net->state, net->n_state * sizeof(float));
-    // Forward on every replica (threads when there are several; kernels then
-    // run single-threaded inside each).
-    if (n_local == 1) replica_forward(t, 0, batch, keys[0]);
-    else {
-#pragma omp parallel for num_threads(n_local) schedule(static, 1)
-        for (int d = 0; d < n_local; d++) replica_forward(t, d, batch, keys[d]);
-    }
+    forward_all(t, batch, keys);
     ct_status st = replicas_status(t, err);
 
     // The global weight W and loss, then each replica's backward seed.
@@ -431,15 +533,17 @@ ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key,
         st = ct_error_set(err, CT_ERR_STATE,
                           "trainer: a replica failed or the loss weights sum to %g over all devices", sums[0]);
     if (st != CT_OK) goto done;
+    // The loss over every device of every process: each process stops here
+    // alike, before any backward or collective of gradients.
+    if (!isfinite(sums[1] / sums[0])) {
+        st = nonfinite_step(t, batch, keys, false, sums[1] / sums[0], err);
+        goto done;
+    }
     for (int d = 0; d < n_local; d++)
         t->replicas[d].seed = (float)((double)t->n_global * t->replicas[d].weight / sums[0]);
 
     if (t->bk.active) bucketer_reset(t);
-    if (n_local == 1) replica_backward(t, 0, keys[0]);
-    else {
-#pragma omp parallel for num_threads(n_local) schedule(static, 1)
-        for (int d = 0; d < n_local; d++) replica_backward(t, d, keys[d]);
-    }
+    backward_all(t, keys);
     // Combine the gradients over all devices: the mean, or Adasum. After a
     // failure here, with other processes, this process still takes part in
     // the combine (with whatever gradients it has), then every process
@@ -465,6 +569,14 @@ ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key,
     for (int i = 0; i < net->n_params; i++)
         if (t->frozen[i]) memset(net->grads + t->ranges[i].offset, 0, t->ranges[i].length * sizeof(float));
     double g2 = sum_squares(net->grads, net->n_weights);
+    // The combined gradient is the same on every process, so all stop here
+    // alike; a non-finite value makes g2 non-finite (finite floats cannot
+    // overflow a double sum of squares), so a healthy step checks nothing
+    // more.
+    if (!isfinite(g2)) {
+        st = nonfinite_step(t, batch, keys, true, g2, err);
+        goto done;
+    }
     double w2 = sum_squares(net->weights, net->n_weights);
     if (t->opts.clip_grad_norm > 0) {
         float factor = ct_clip_factor((float)sqrt(g2), t->opts.clip_grad_norm);

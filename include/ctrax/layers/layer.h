@@ -186,6 +186,15 @@ struct ct_ctx {
     // uses it to send finished gradients while backward goes on.
     void (*on_weight_grads)(void *user, const ct_layer *l);
     void *on_weight_grads_user;
+    // Anomaly mode (PyTorch's detect_anomaly): ct_layer_forward checks each
+    // layer's f32 outputs, and ct_layer_backward its input gradients and
+    // its own weight gradients, and the first that holds a NaN or Inf fails
+    // with CT_ERR_NONFINITE naming the layer by path. Sublayers return
+    // before their parent is checked, so the layer named is the innermost
+    // one whose inputs were finite but whose outputs were not. A pass over
+    // every output: the trainers set it only to re-run a step whose loss or
+    // gradient went non-finite, never on a healthy step.
+    bool check_finite;
 };
 
 void ct_ctx_init(ct_ctx *c, ct_arena *arena);
@@ -206,6 +215,13 @@ static inline float *ct_weight_grad(const ct_ctx *c, const ct_layer *l, int i) {
 static inline float *ct_state(const ct_ctx *c, const ct_layer *l, int i) {
     return c->state + l->states[i].offset;
 }
+
+// Anomaly mode's backward check, for a layer run by another entry point than
+// ct_layer_backward (a trainer's reverse_and_grad): when c->check_finite,
+// fails with CT_ERR_NONFINITE if one of l's own weight gradients or
+// grad_in[0..l->n_in) holds a NaN or Inf, naming which and where. CT_OK
+// otherwise.
+ct_status ct_ctx_check_grads(const ct_ctx *c, const ct_layer *l, const ct_tensor *grad_in, ct_error *err);
 
 // Allocates data for t (whose dtype and shape are set) from the arena.
 ct_status ct_ctx_alloc(ct_ctx *c, ct_tensor *t, ct_error *err);

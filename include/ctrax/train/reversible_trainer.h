@@ -142,6 +142,33 @@ void ct_reversible_trainer_free(ct_reversible_trainer *t);
 // loss and the global gradient and weight norms (the sums over all layers).
 // A step that fails in its backward pass leaves the layers already updated
 // updated.
+//
+// Non-finite values (CT_ERR_NONFINITE; judged on values combined over every
+// device and process, so every process stops at the same place):
+// - a NaN or Inf loss is known after the forward pass, before any backward
+//   or update: the step updates nothing (weights, slots and state bitwise
+//   as before it);
+// - each layer's combined gradient is checked before that layer's update
+//   (its L2 norm is computed anyway: no cost on a healthy step), and a
+//   non-finite one stops the step there. With CT_CLIP_GLOBAL clipping
+//   (clip_grad_norm > 0) every update waits for the last gradient, so
+//   nothing was updated. With fused updates (no clipping, or
+//   CT_CLIP_PER_LAYER), the layers after the bad one in the model (whose
+//   backward came first) have already made this step's update: undoing it
+//   would need a second copy of their weights and slots, the memory this
+//   trainer exists to save. Those updates are kept, and the message says
+//   which trainer layers made them ("non-finite gradient (L2 norm nan) in
+//   trainer layer 2, after this step had updated trainer layers 3 to 5:
+//   ..."); the slots and weights of the bad layer and of the layers before
+//   it are as before the step, and the layer state of every layer is put
+//   back. A caller that needs a step to update nothing or all uses
+//   CT_CLIP_GLOBAL.
+// Then, only on failure, the failed turns run again on the same batch, keys
+// and restored state in anomaly mode (ct_ctx.check_finite), with no
+// collective and no update, to name the first layer, by path, whose
+// forward output or backward gradient went non-finite, as
+// ct_trainer_one_step does (after a fused partial update, the re-run sees
+// the updated layers' new weights).
 ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tensor *batch, ct_key key,
                                          int64_t step, float learning_rate, ct_step_stats *stats,
                                          ct_error *err);

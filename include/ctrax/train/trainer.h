@@ -87,6 +87,20 @@ void ct_trainer_free(ct_trainer *t);
 // device g of the global order gets ct_key_split(key, g)); step is passed to
 // the optimizer; the learning rate overrides the optimizer's own. The batch
 // dimension (axis 0 of every item) must divide by the local device count.
+//
+// A loss or gradient that goes NaN or Inf (judged after combining over every
+// device and process, so every process decides alike) fails the step with
+// CT_ERR_NONFINITE, and the step updates nothing: weights, optimizer slots
+// and layer state are bitwise as before it. The checks cost nothing on a
+// healthy step (the loss and gradients_l2 are computed anyway). Only on
+// failure, the step runs again on the same batch, keys and state in anomaly
+// mode (ct_ctx.check_finite) to name the first layer, by path, whose
+// output or gradient went non-finite, e.g. "non-finite loss (nan): first
+// non-finite value: forward output 0 of TransformerLM/Serial[3]/Dense
+// (inputs finite): inf at element 7" or "non-finite gradient (global L2
+// norm nan): first non-finite value: backward: weight gradient of
+// Model/Dense[1]/kernel ...". With several devices the message says which;
+// each process names what its own devices found.
 ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key, int64_t step, float learning_rate,
                               ct_step_stats *stats, ct_error *err);
 
