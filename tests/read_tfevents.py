@@ -83,12 +83,17 @@ def fields(buf):
     return out
 
 
-def records(path):
+def records(path, tail_ok=False):
+    """The data of each TFRecord of path. With tail_ok, a record cut short at
+    the end of the file (a writer killed mid-write) ends the file, as
+    TensorBoard's reader treats it; a checksum mismatch fails either way."""
     with open(path, "rb") as f:
         raw = f.read()
     i = 0
     while i < len(raw):
         if i + 12 > len(raw):
+            if tail_ok:
+                return
             fail(f"truncated record header at byte {i}")
         head = raw[i : i + 8]
         (n,) = struct.unpack("<Q", head)
@@ -97,6 +102,8 @@ def records(path):
             fail(f"length crc mismatch at byte {i}")
         data = raw[i + 12 : i + 12 + n]
         if len(data) != n or i + 16 + n > len(raw):
+            if tail_ok:
+                return
             fail(f"truncated record at byte {i}")
         (dcrc,) = struct.unpack("<I", raw[i + 12 + n : i + 16 + n])
         if dcrc != masked(data):
@@ -130,6 +137,43 @@ def event(data):
         else:
             fail(f"unexpected Event field {field} (wire {wire})")
     return e
+
+
+def event_files(logdir):
+    """The event files of a TensorBoard log directory, in the order
+    TensorBoard loads them (by name)."""
+    import os
+
+    return [os.path.join(logdir, n) for n in sorted(os.listdir(logdir)) if "tfevents" in n]
+
+
+def tensorboard_scalars(logdir):
+    """What TensorBoard shows for logdir: {tag: [(step, value), ...]} after
+    its SessionLog START semantics (EventAccumulator with
+    purge_orphaned_data): the event files are read in name order, and a START
+    event at step s discards every scalar read so far with step >= s, of every
+    tag. Also returns counts: files, starts, purged scalars, truncated tails."""
+    shown, stats = {}, {"files": 0, "starts": 0, "purged": 0, "truncated": 0}
+    for path in event_files(logdir):
+        stats["files"] += 1
+        with open(path, "rb") as f:
+            size = len(f.read())
+        end = 0
+        for data in records(path, tail_ok=True):
+            end += 16 + len(data)
+            e = event(data)
+            if "session_log" in e and e["session_log"].get(1) == 1:
+                stats["starts"] += 1
+                s = e.get("step", 0)
+                for tag, rows in shown.items():
+                    kept = [r for r in rows if r[0] < s]
+                    stats["purged"] += len(rows) - len(kept)
+                    shown[tag] = kept
+            for tag, value in e["scalars"]:
+                shown.setdefault(tag, []).append((e.get("step", 0), value))
+        if end != size:
+            stats["truncated"] += 1
+    return shown, stats
 
 
 def main():
