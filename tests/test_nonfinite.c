@@ -8,7 +8,7 @@
 // The cases: SGD at a learning rate of 1e6 (the layer named is checked
 // against a forward run layer by layer here); a Dense mid-model with a huge
 // kernel (on one device, on two, and on only the second device's rows);
-// a layer that makes NaN only in backward, in its input gradient or in its
+// a NaN in the batch; a layer that makes NaN only in backward, in its input gradient or in its
 // weight gradient; the same in the ReversibleTrainer, with fused and with
 // deferred (CT_CLIP_GLOBAL) updates, zero-copy and copied staging, one and
 // two devices.
@@ -538,7 +538,39 @@ static void test_reversible_backward_nan(bool low, bool deferred, int n_devices)
     CHECK(dev.current_bytes == 0);
 }
 
+// A NaN in the data is named as such, not blamed on the first layer.
+static void test_nan_in_batch(void) {
+    batch b;
+    batch_init(&b, 6);
+    b.x[5] = NAN;
+    ct_layer *model = ct_serial(CT_LAYERS(ct_dense(8), ct_dense(1)));
+    ct_layer *loss = ct_l2_loss();
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(1), &dev,
+                            NULL, &err),
+             &err);
+    ct_step_stats s;
+    CHECK(std_step(tr, &b, 1, 1e-2f, &s, &err) == CT_ERR_NONFINITE);
+    printf("NaN in the batch: %s\n", err.msg);
+    CHECK(contains(err.msg, "non-finite loss (nan): batch item 0 is nan at element 5"));
+    ct_trainer_free(tr);
+
+    rev_model m = rev_model_new(PROBE_HEALTHY, PROBE_HEALTHY);
+    ct_reversible_trainer *rt = rev_new(&m, &b, 1, false, false, &dev);
+    CHECK(rev_step(rt, &b, 1, 1e-2f, &err) == CT_ERR_NONFINITE);
+    printf("NaN in the batch (reversible): %s\n", err.msg);
+    CHECK(contains(err.msg, "non-finite loss (nan): batch item 0 is nan at element 5"));
+    ct_reversible_trainer_free(rt);
+    rev_model_free(&m);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
 int main(void) {
+    test_nan_in_batch();
     test_huge_learning_rate(1);
     test_huge_learning_rate(2);
     test_huge_weight(1, -1);

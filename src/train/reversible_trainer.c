@@ -1280,14 +1280,16 @@ static ct_status nonfinite_step(ct_reversible_trainer *t, const ct_tensor *batch
     ct_error_set(&found, CT_ERR_NONFINITE, "every layer's outputs and gradients on this process's devices are "
                                            "finite: the non-finite value came from combining them (an overflow in "
                                            "the sum over devices) or from another process's devices");
-    // Layers after the bad one already made their update (fused updates:
-    // each as its backward ends), and the re-run sees their new weights.
+    // Layers after the bad one with weights not frozen already made their
+    // update (fused updates: each as its backward ends), and the re-run sees
+    // their new weights.
     int first_updated = -1, last_updated = -1;
-    if (!t->nf_loss && !defers_updates(t))
-        for (int k = (int)(bad - t->units) + 1; k < t->n_units; k++)
-            if (t->units[k].p_end > t->units[k].p_begin) {
+    for (int k = (int)(bad - t->units) + 1; k < t->n_units && !t->nf_loss && !defers_updates(t); k++)
+        for (int p = t->units[k].p_begin; p < t->units[k].p_end; p++)
+            if (!t->frozen[p]) {
                 if (first_updated < 0) first_updated = k;
                 last_updated = k;
+                break;
             }
     clear_stacks(t);
     restore_state(t);
