@@ -124,6 +124,23 @@ static void print_checkpoint_list(const char *dir, const char *current) {
     free(infos);
 }
 
+// The optimizer part of state.json as ctrax writes it: {"name": string,
+// "params": {name: number, ...}}. NULL if it is, else the field that is not.
+static const char *bad_optimizer_field(const cJSON *state) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(state, "optimizer");
+    if (!o) return NULL;  // an older or foreign state: nothing to show
+    if (!cJSON_IsObject(o)) return "optimizer";
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    if (name && !cJSON_IsString(name)) return "optimizer.name";
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "params"), *p;
+    if (!params) return NULL;
+    if (!cJSON_IsObject(params)) return "optimizer.params";
+    cJSON_ArrayForEach(p, params) {
+        if (!cJSON_IsNumber(p)) return "optimizer.params (a value that is not a number)";
+    }
+    return NULL;
+}
+
 static int info(const char *path, const char *name) {
     ct_checkpoint *c;
     char *dir;
@@ -133,6 +150,15 @@ static int info(const char *path, const char *name) {
     size_t state_len = 0;
     const char *state_text = ct_checkpoint_file_bytes(c, "state.json", &state_len);
     cJSON *state = state_text ? ct_json_parse(state_text, state_len, "state.json", NULL) : NULL;
+    const char *bad = bad_optimizer_field(state);
+    if (bad) {
+        // A damaged checkpoint is an error, as `ctrax train` would find on resuming.
+        fprintf(stderr, "ctrax info: %s/%s/state.json: %s is not what ctrax writes\n", dir, ct_checkpoint_name(c), bad);
+        cJSON_Delete(state);
+        ct_checkpoint_close(c);
+        free(dir);
+        return CTRAX_EXIT_ERROR;
+    }
 
     printf("checkpoint   %s/%s\n", dir, ct_checkpoint_name(c));
     printf("step         %lld\n", (long long)ct_checkpoint_step(c));

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Hostile files through the program (issue 10): a damaged checkpoint (with
+# its manifest made consistent, so the reader gets past the checksums), a
+# link to /dev/zero where a file is read, an IDX header declaring 800 GB, and
+# `plot -o` aimed at a device, a fifo or a directory. Each must exit 1 with a
+# message naming the file (and key or field), without a sanitizer report,
+# leaving every checkpoint byte for byte as it was.
+#   cli_hostile_test.sh CTRAX
+set -uo pipefail
+ctrax=$1
+src=$(cd "$(dirname "$0")/.." && pwd)
+py=/usr/bin/python3
+work=$(mktemp -d /tmp/ctrax_cli_hostile_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+
+# The checkpoints of a run: every regular file's sha256 and every link's
+# target (a link to /dev/zero is not read).
+ckpt_state() {
+    (cd "$1" && find . -path './model_*' -o -name checkpoint | sort | while read -r f; do
+        if [[ -L $f ]]; then echo "link $f -> $(readlink "$f")"
+        elif [[ -f $f ]]; then sha256sum "$f"
+        fi
+    done)
+}
+
+# expect NAME DIR WANT_EXIT PATTERN... -- COMMAND...: COMMAND exits WANT_EXIT,
+# its output has every PATTERN (fixed strings), no sanitizer report, and DIR's
+# checkpoints are unchanged.
+expect() {
+    local name=$1 dir=$2 want=$3
+    shift 3
+    local patterns=()
+    while [[ $1 != -- ]]; do patterns+=("$1"); shift; done
+    shift
+    local before after out rc
+    before=$(ckpt_state "$dir")
+    out=$(timeout 120 "$@" 2>&1)
+    rc=$?
+    after=$(ckpt_state "$dir")
+    local why=""
+    ((rc == want)) || why="exit $rc, want $want"
+    for p in "${patterns[@]}"; do
+        grep -qF -- "$p" <<<"$out" || why="$why; no '$p'"
+    done
+    if grep -qE "AddressSanitizer|LeakSanitizer|runtime error:|UndefinedBehaviorSanitizer" <<<"$out"; then
+        why="$why; a sanitizer report"
+    fi
+    [[ $before == "$after" ]] || why="$why; the checkpoints changed"
+    if [[ -z $why ]]; then
+        ok "$name: exit $rc: $(grep -F -- "${patterns[0]}" <<<"$out" | head -n 1 | cut -c1-240)"
+    else
+        bad "$name: $why; output:"
+        echo "$out" | tail -n 8
+    fi
+}
+
+# ---- a small run, and one copy of it per case with only its newest checkpoint ------
+cfg=$src/tests/configs/copy_run.gin
+if ! "$ctrax" train "$cfg" --output-dir "$work/base" --steps 2 >"$work/base.log" 2>&1; then
+    bad "training the base run"
+    cat "$work/base.log"
+    echo "cli_hostile_test: $pass passed, $fail failed"
+    exit 1
+fi
+latest=$(head -n 1 "$work/base/checkpoint")
+# A copy whose only checkpoint is the newest: resuming cannot fall back to an
+# older one, so a damaged newest one must stop the run.
+fresh() {
+    local d=$work/$1
+    cp -a "$work/base" "$d"
+    for c in "$d"/model_*; do [[ $(basename "$c") == "$latest" ]] || rm -rf "$c"; done
+    echo "$d"
+}
+# fix_manifest CKPT_DIR FILE: the manifest's bytes and crc32 of FILE match what is there now.
+fix_manifest() {
+    "$py" - "$1" "$2" <<'EOF'
+import json, sys, zlib
+d, name = sys.argv[1], sys.argv[2]
+data = open(f"{d}/{name}", "rb").read()
+m = json.load(open(f"{d}/manifest.json"))
+for f in m["files"]:
+    if f["name"] == name:
+        f["bytes"] = len(data)
+        f["crc32"] = "%08x" % (zlib.crc32(data) & 0xffffffff)
+        f.pop("tensors", None)
+open(f"{d}/manifest.json", "w").write(json.dumps(m, indent=2))
+EOF
+}
+# Resuming: `"${resume[@]}" DIR`.
+resume=("$ctrax" train "$cfg" --steps 4 --output-dir)
+
+# 1. The 64-byte safetensors file with "__metadata__" twice (it wrote past an array).
+d=$(fresh dup_meta)
+"$py" - "$d/$latest/slots.safetensors" <<'EOF'
+import struct, sys
+h = b'{"__metadata__":{"a":"b"},"__metadata__":{"c":"d"}}'
+h += b" " * (0x38 - len(h))
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h)
+EOF
+fix_manifest "$d/$latest" slots.safetensors
+expect "info: __metadata__ twice" "$d" 1 "slots.safetensors" "'__metadata__' appears twice" -- "$ctrax" info "$d"
+expect "train: __metadata__ twice" "$d" 1 "slots.safetensors" "'__metadata__' appears twice" -- "${resume[@]}" "$d"
+
+# 2. state.json with optimizer "params": [1] (NULL into strcmp).
+d=$(fresh params_array)
+"$py" - "$d/$latest/state.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["optimizer"]["params"] = [1]
+open(sys.argv[1], "w").write(json.dumps(s))
+EOF
+fix_manifest "$d/$latest" state.json
+expect "info: optimizer.params [1]" "$d" 1 "$latest/state.json" "optimizer.params" -- "$ctrax" info "$d"
+expect "train: optimizer.params [1]" "$d" 1 "state.json" "optimizer.params" -- "${resume[@]}" "$d"
+
+# 3. state.json with a key twice: every reader must see one state.
+d=$(fresh dup_state)
+"$py" - "$d/$latest/state.json" <<'EOF'
+import sys
+t = open(sys.argv[1]).read()
+i = t.index("{") + 1
+open(sys.argv[1], "w").write(t[:i] + '"step": 1e300, ' + t[i:])
+EOF
+fix_manifest "$d/$latest" state.json
+expect "info: state.json key twice" "$d" 1 "$latest/state.json" "'step' appears twice" -- "$ctrax" info "$d"
+expect "train: state.json key twice" "$d" 1 "$latest/state.json" "'step' appears twice" -- "${resume[@]}" "$d"
+
+# 4. state.json, config.gin and manifest.json as links to /dev/zero: refused, not read.
+for f in state.json config.gin manifest.json; do
+    d=$(fresh "zero_${f%%.*}")
+    rm -f "$d/$latest/$f"
+    ln -s /dev/zero "$d/$latest/$f"
+    expect "info: $f -> /dev/zero" "$d" 1 "$latest/$f" "not a regular file" -- "$ctrax" info "$d"
+    expect "train: $f -> /dev/zero" "$d" 1 "$latest/$f" "not a regular file" -- "${resume[@]}" "$d"
+done
+# The pointer as a link to /dev/zero: the newest checkpoint is found without it.
+d=$(fresh zero_pointer)
+rm -f "$d/checkpoint"
+ln -s /dev/zero "$d/checkpoint"
+expect "info: pointer -> /dev/zero" "$d" 0 "$latest" -- "$ctrax" info "$d"
+
+# 5. plot: /dev/zero as the metrics file, and outputs that are not regular files.
+expect "plot /dev/zero" "$work/base" 1 "/dev/zero" "not a regular file" -- "$ctrax" plot /dev/zero -o "$work/z.svg"
+ln -s /dev/null "$work/null.svg"
+expect "plot -o link to /dev/null" "$work/base" 1 "null.svg" "not a regular file" -- "$ctrax" plot "$work/base" -o "$work/null.svg"
+if [[ -L $work/null.svg && $(readlink "$work/null.svg") == /dev/null && -c /dev/null ]]; then ok "the link and /dev/null are as they were"; else bad "null.svg or /dev/null changed"; fi
+mkfifo "$work/out.fifo"
+expect "plot -o fifo" "$work/base" 1 "out.fifo" "fifo" -- "$ctrax" plot "$work/base" -o "$work/out.fifo"
+if [[ -p $work/out.fifo ]]; then ok "the fifo is still a fifo"; else bad "out.fifo was replaced"; fi
+mkdir "$work/out.dir"
+expect "plot -o directory" "$work/base" 1 "out.dir" "directory" -- "$ctrax" plot "$work/base" -o "$work/out.dir"
+# A regular file is still replaced (by a new file renamed over it).
+echo old >"$work/old.svg"
+expect "plot -o regular file" "$work/base" 0 "wrote $work/old.svg" -- "$ctrax" plot "$work/base" -o "$work/old.svg"
+if grep -q "<svg" "$work/old.svg"; then ok "old.svg holds the SVG"; else bad "old.svg was not written"; fi
+
+# 6. An IDX header declaring 200 x 65536 x 65536 images in 16 bytes of file.
+"$py" - "$work/huge-images" "$work/labels" <<'EOF'
+import struct, sys
+open(sys.argv[1], "wb").write(struct.pack(">IIII", 0x803, 200, 65536, 65536))
+open(sys.argv[2], "wb").write(struct.pack(">II", 0x801, 200) + bytes(200))
+EOF
+cat >"$work/idx.gin" <<EOF
+train.model = @MLP
+train.inputs = @IDXInputs
+train.steps = 2
+train.batch_size = 2
+MLP.layer_widths = [4, 10]
+MLP.flatten = True
+IDXInputs.train_images = '$work/huge-images'
+IDXInputs.train_labels = '$work/labels'
+IDXInputs.eval_images = '$work/huge-images'
+IDXInputs.eval_labels = '$work/labels'
+EOF
+# Into a run directory that holds a checkpoint: the error comes before anything is touched.
+d=$(fresh idx_run)
+expect "train: IDX 800 GB header" "$d" 1 "huge-images" "200 images of 65536x65536" -- "$ctrax" train "$work/idx.gin" --output-dir "$d"
+
+echo "cli_hostile_test: $pass passed, $fail failed"
+((fail == 0))
