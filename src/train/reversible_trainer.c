@@ -1332,8 +1332,11 @@ static ct_status nonfinite_step(ct_reversible_trainer *t, const ct_tensor *batch
     else if (first_updated >= 0)
         snprintf(updated, sizeof updated, ", after this step had updated trainer layers %d to %d", first_updated,
                  last_updated);
-    return ct_error_set(err, CT_ERR_NONFINITE, "non-finite gradient (L2 norm %g) in trainer layer %d%s: %s",
-                        shown(sqrt(t->nf_value)), (int)(bad - t->units), updated, found.msg);
+    // CT_ERR_NONFINITE promises that nothing was updated (a Loop may skip
+    // such a step); a partly applied step is a failed state instead.
+    return ct_error_set(err, first_updated >= 0 ? CT_ERR_STATE : CT_ERR_NONFINITE,
+                        "non-finite gradient (L2 norm %g) in trainer layer %d%s: %s", shown(sqrt(t->nf_value)),
+                        (int)(bad - t->units), updated, found.msg);
 }
 
 ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tensor *batch, ct_key key,

@@ -161,8 +161,10 @@ void ct_reversible_trainer_free(ct_reversible_trainer *t);
 //   trainer layer 2, after this step had updated trainer layers 3 to 5:
 //   ..."); the slots and weights of the bad layer and of the layers before
 //   it are as before the step, and the layer state of every layer is put
-//   back. A caller that needs a step to update nothing or all uses
-//   CT_CLIP_GLOBAL.
+//   back. Such a partly applied step fails with CT_ERR_STATE, not
+//   CT_ERR_NONFINITE (which always means nothing was updated), so a Loop
+//   told to skip non-finite steps stops there instead. A caller that needs
+//   a step to update nothing or all uses CT_CLIP_GLOBAL.
 // Then, only on failure, the failed turns run again on the same batch, keys
 // and restored state in anomaly mode (ct_ctx.check_finite), with no
 // collective and no update, to name the first layer, by path, whose
