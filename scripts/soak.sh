@@ -23,7 +23,7 @@
 #   PYTHON       a Python 3 with numpy [/usr/bin/python3]
 #
 # The delays are random in [0, startup + twice the time of the steps each kill
-# should cover], the steps left shared among the kills left (plus two shares),
+# should cover], the steps left shared among the kills left (plus three shares),
 # so the kills spread over the whole run and land in startup (restore,
 # metrics.jsonl truncation), steps, evals, metric flushes and checkpoint writes.
 set -uo pipefail
@@ -48,7 +48,7 @@ timing=${SOAK_TIMING:-'per.second|secs?\b|seconds|elapsed'}
 "$python" -c 'import numpy' 2>/dev/null || { echo "soak: $python has no numpy (set PYTHON)" >&2; exit 2; }
 steps_args=()
 if [[ -n ${SOAK_STEPS:-} ]]; then
-    [[ $SOAK_STEPS =~ ^[0-9]{1,7}$ ]] || { echo "soak: SOAK_STEPS=$SOAK_STEPS is not a step count" >&2; exit 2; }
+    [[ $SOAK_STEPS =~ ^[1-9][0-9]{0,6}$ ]] || { echo "soak: SOAK_STEPS=$SOAK_STEPS is not a step count (1 or more)" >&2; exit 2; }
     steps_args=(--steps "$SOAK_STEPS")
 fi
 if [[ -n ${SOAK_WORK:-} ]]; then
@@ -78,7 +78,7 @@ t0=$(now_ms)
     { tail -n 20 "$work/straight.log"; echo "soak: FAIL: the uninterrupted run failed"; exit 1; }
 straight_ms=$(($(now_ms) - t0))
 last=$(sed -n 's/^done: step \([0-9]*\);.*/\1/p' "$work/straight.log")
-[[ -n $last && -d $work/straight/model_$last ]] ||
+[[ -n $last && $last -ge 1 && -d $work/straight/model_$last ]] ||
     { tail -n 5 "$work/straight.log"; echo "soak: FAIL: no final checkpoint in the uninterrupted run"; exit 1; }
 t0=$(now_ms)
 "$ctrax" train "$config" --output-dir "$work/probe" --steps 1 >"$work/probe.log" 2>&1 ||
@@ -193,8 +193,8 @@ while :; do
         ((rc == 0)) || { tail -n 20 "$log"; echo "soak: FAIL: the last resume exited $rc"; exit 1; }
         break
     fi
-    # The steps left, shared among the kills left (and two more shares).
-    share=$(((last - ckpt) / (wanted - kills + 2)))
+    # The steps left, shared among the kills left (and three more shares).
+    share=$(((last - ckpt) / (wanted - kills + 3)))
     ((share > 0)) || share=1
     upper=$((start_ms + 2 * share * step_us / 1000))
     ((upper > 0)) || upper=1
@@ -208,14 +208,23 @@ while :; do
     wait "$pid" 2>/dev/null
     rc=$?
     alive=$(($(now_ms) - t0))
+    # A run killed before it printed where it resumed restored the newest
+    # checkpoint there was when it started.
     resumed=$(sed -n 's/.*resuming from .* at step \([0-9]*\).*/\1/p' "$log" | head -n 1)
-    resumed=${resumed:-0}
+    resumed=${resumed:-$ckpt}
     if ((rc == 137)); then
         kills=$((kills + 1))
         where "$pid" "$log" "$resumed" "$fds"
         phases[$kind]=$((${phases[$kind]:-0} + 1))
         printf 'kill %2d after %s s: resumed at step %d, reached step %d: %s\n' "$kills" "$(secs "$alive")" \
             "$resumed" "$reached" "$phase"
+        # The machine got faster than the uninterrupted run measured (it is
+        # shared): the steps go faster than that, so shorten the delays (never
+        # lengthen them, which could let the run finish before enough kills).
+        if ((reached > resumed && alive > start_ms)); then
+            seen=$(((alive - start_ms) * 1000 / (reached - resumed)))
+            if ((seen >= 1 && seen < step_us)); then step_us=$seen; fi
+        fi
     elif ((rc == 0)); then
         pid=
         echo "run $attempts finished (step $last) before its kill, after $kills kills"
@@ -228,8 +237,10 @@ while :; do
     fi
     pid=
 done
-resumes=$(grep -ho 'resuming from [^ ]* at step [0-9]*' "$work"/run_*.log | sed 's|.*/||' | tr '\n' ' ')
-echo "resumed from: $resumes"
+echo "resumed from, start by start (- for a fresh start): $(for ((i = 1; i <= attempts; i++)); do
+    from=$(sed -n 's|.*resuming from .*/\([^/ ]*\) at step .*|\1|p' "$work/run_$i.log" | head -n 1)
+    echo "${from:--}"
+done | tr '\n' ' ')"
 echo "kills landed: $kills in $attempts starts (wanted >= $wanted), by phase:"
 for p in "${!phases[@]}"; do printf '  %3d  %s\n' "${phases[$p]}" "$p"; done | sort -k1,1nr
 
