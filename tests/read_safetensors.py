@@ -9,6 +9,9 @@ must hold start + step * arange(numel) (in its dtype, reshaped), the file's
 __metadata__ must equal "metadata", and with "exact" the file holds no other
 tensor. The layout is checked as Hugging Face's reader checks it (offsets tile
 the data with no gap) plus ctrax's alignment promises. Exits 0 when all holds.
+
+scripts/soak.sh imports it: bitwise_diff(a, b) compares two files tensor by
+tensor, bit for bit.
 """
 import json
 import struct

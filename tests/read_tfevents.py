@@ -10,8 +10,12 @@ non-decreasing; the scalar events are exactly EXPECT["scalars"] (a list of
 {"tag", "step", "value"}, in order, values compared as float32); the
 SessionLog START events are at EXPECT["session_starts"] (steps, in order).
 Exits 0 when all holds.
+
+scripts/soak.sh imports it: tensorboard_scalars(logdir) is what TensorBoard
+shows of a log directory after its SessionLog START semantics.
 """
 import json
+import os
 import struct
 import sys
 import time
@@ -142,8 +146,6 @@ def event(data):
 def event_files(logdir):
     """The event files of a TensorBoard log directory, in the order
     TensorBoard loads them (by name)."""
-    import os
-
     return [os.path.join(logdir, n) for n in sorted(os.listdir(logdir)) if "tfevents" in n]
 
 
