@@ -22,10 +22,16 @@
 #   SOAK_TIMING  a Python regex: the metrics it matches are timing rows [per.second|secs?\b|seconds|elapsed]
 #   PYTHON       a Python 3 with numpy [/usr/bin/python3]
 #
-# The delays are random in [0, startup + twice the time of the steps each kill
-# should cover], the steps left shared among the kills left (plus three shares),
-# so the kills spread over the whole run and land in startup (restore,
-# metrics.jsonl truncation), steps, evals, metric flushes and checkpoint writes.
+# Where the kills land: each start picks a random step t past the newest
+# checkpoint (up to twice the steps left shared among the kills left, plus
+# two shares, and never past the last checkpoint before the end), waits for
+# the first checkpoint at or past t, then sleeps a random delay of up to one
+# checkpoint interval's worth of time (as the uninterrupted run took it), so
+# the kill lands anywhere in the next interval: steps, an eval, the metric
+# flush, the next checkpoint write. One start in eight is instead killed a
+# random moment into its startup (restore, metrics.jsonl truncation, first
+# steps). Progress is counted in steps, not seconds, so a machine that gets
+# faster or slower under the soak (it is shared) changes nothing.
 set -uo pipefail
 
 usage() {
@@ -87,7 +93,10 @@ start_ms=$(($(now_ms) - t0))
 rm -rf "$work/probe"
 step_us=$(((straight_ms > start_ms ? straight_ms - start_ms : 1) * 1000 / last))
 ((step_us > 0)) || step_us=1
-echo "uninterrupted: $last steps in $(secs "$straight_ms") s; a start (and one step) takes $(secs "$start_ms") s"
+gap=$(sed -n 's/^Loop\.n_steps_per_checkpoint = \([0-9]*\)$/\1/p' "$work/straight/config.gin")
+[[ $gap =~ ^[0-9]+$ ]] && ((gap >= 1)) || gap=1
+echo "uninterrupted: $last steps in $(secs "$straight_ms") s, a checkpoint every $gap;" \
+    "a start (and one step) takes $(secs "$start_ms") s"
 
 # ---- the run killed at random ---------------------------------------------------------------
 run=$work/killed
@@ -174,6 +183,27 @@ where() {
     phase="training steps after model_$ckpt"
 }
 
+# wait_for_checkpoint STEP: waits until run $pid has a checkpoint at or past
+# STEP (returns 0 then, with its step in seen, or when the run has exited:
+# the caller reads its status), at most patience_ms; 1 if it made no such
+# progress in that time.
+patience_ms=$((60000 + 20 * straight_ms))
+wait_for_checkpoint() {
+    local line until=$(($(now_ms) + patience_ms))
+    while kill -0 "$pid" 2>/dev/null; do
+        line=
+        read -r line 2>/dev/null <"$run/checkpoint"
+        line=${line#model_}
+        if [[ $line =~ ^[0-9]+$ ]] && ((line >= $1)); then
+            seen=$line
+            return 0
+        fi
+        if (($(now_ms) > until)); then return 1; fi
+        sleep 0.01
+    done
+    return 0
+}
+
 kills=0
 attempts=0
 declare -A phases
@@ -193,15 +223,27 @@ while :; do
         ((rc == 0)) || { tail -n 20 "$log"; echo "soak: FAIL: the last resume exited $rc"; exit 1; }
         break
     fi
-    # The steps left, shared among the kills left (and three more shares).
-    share=$(((last - ckpt) / (wanted - kills + 3)))
-    ((share > 0)) || share=1
-    upper=$((start_ms + 2 * share * step_us / 1000))
-    ((upper > 0)) || upper=1
-    delay=$((((RANDOM << 15) | RANDOM) % upper))
+    # A step to wait for: up to twice the steps left shared among the kills
+    # left (and two more shares), before the last checkpoint interval.
+    share=$(((last - ckpt) / (wanted - kills + 2)))
+    span=$((2 * share - gap))
+    ((span >= 1)) || span=1
+    target=$((ckpt + 1 + ((RANDOM << 15) | RANDOM) % span))
+    if ((target > last - gap)); then target=$((last - gap)); fi
+    if ((target <= ckpt || RANDOM % 8 == 0)); then
+        target=  # killed in its startup
+        delay=$((((RANDOM << 15) | RANDOM) % (start_ms + 1)))
+    else
+        delay=$((((RANDOM << 15) | RANDOM) % (gap * step_us / 1000 + 1)))
+    fi
     t0=$(now_ms)
+    seen=
     "$ctrax" train "$config" --output-dir "$run" "${steps_args[@]}" >"$log" 2>&1 &
     pid=$!
+    if [[ -n $target ]] && ! wait_for_checkpoint "$target"; then
+        echo "soak: FAIL: run $attempts got no checkpoint at or past step $target in $((patience_ms / 1000)) s"
+        exit 1
+    fi
     sleep "$(secs "$delay")"
     fds=$(ls -l "/proc/$pid/fd" 2>/dev/null)
     kill -9 "$pid" 2>/dev/null
@@ -215,16 +257,17 @@ while :; do
     if ((rc == 137)); then
         kills=$((kills + 1))
         where "$pid" "$log" "$resumed" "$fds"
+        # Between checkpoints, the clock tells more: the checkpoint seen,
+        # then the delay at the uninterrupted run's pace (within the interval).
+        if [[ $kind == "training steps" && -n $seen ]]; then
+            est=$((seen + delay * 1000 / step_us))
+            ((est > reached)) || est=$((reached + 1))
+            ((est <= reached + gap)) || est=$((reached + gap))
+            phase="$phase (about step $est by the clock)"
+        fi
         phases[$kind]=$((${phases[$kind]:-0} + 1))
         printf 'kill %2d after %s s: resumed at step %d, reached step %d: %s\n' "$kills" "$(secs "$alive")" \
             "$resumed" "$reached" "$phase"
-        # The machine got faster than the uninterrupted run measured (it is
-        # shared): the steps go faster than that, so shorten the delays (never
-        # lengthen them, which could let the run finish before enough kills).
-        if ((reached > resumed && alive > start_ms)); then
-            seen=$(((alive - start_ms) * 1000 / (reached - resumed)))
-            if ((seen >= 1 && seen < step_us)); then step_us=$seen; fi
-        fi
     elif ((rc == 0)); then
         pid=
         echo "run $attempts finished (step $last) before its kill, after $kills kills"
