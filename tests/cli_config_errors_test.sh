@@ -42,6 +42,65 @@ $base"
 expect missing_data_file 1 "missing_data_file.gin:3" "train.model = @TransformerLM
 train.inputs = @TextInputs
 TextInputs.paths = ['/no/such/corpus']"
+
+# Budgets before allocation: a model or batch that cannot fit exits 1 within
+# seconds, naming the setting and the bytes, before anything big is built.
+# It runs under a 3 GiB memory guard, so a real attempt would die otherwise
+# (killed, or "out of memory"): `ulimit -v`, or under AddressSanitizer (whose
+# shadow memory needs terabytes of address space) its hard RSS limit.
+guard_kb=$((3 * 1024 * 1024))
+# (The probe's subshell waits for the program, so a crash is reported to /dev/null.)
+if (ulimit -v $guard_kb && "$ctrax" --help; r=$?; exit $r) >/dev/null 2>&1; then asan=0; else asan=1; fi
+run_guarded() {
+    if ((asan)); then
+        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}hard_rss_limit_mb=3072" timeout 30 "$ctrax" "$@"
+    else
+        (ulimit -v $guard_kb && timeout 30 "$ctrax" "$@")
+    fi
+}
+# expect_budget NAME PATTERN CONFIG [ARGS...]
+expect_budget() {
+    local name=$1 pattern=$2 config=$3
+    shift 3
+    local start=$SECONDS
+    out=$(run_guarded train "$config" --output-dir "$work/out" "$@" 2>&1)
+    rc=$?
+    local took=$((SECONDS - start))
+    if ((rc == 1 && took <= 10)) && grep -qF -- "$pattern" <<<"$out" &&
+        grep -qE '[0-9.]+ (KiB|MiB|GiB|TiB|PiB|EiB)' <<<"$out" && ! grep -qiE 'out of memory|Sanitizer' <<<"$out"; then
+        pass=$((pass + 1))
+        echo "ok   $name: exit $rc in ${took}s: $(grep -F -- "$pattern" <<<"$out" | head -n 1)"
+    else
+        fail=$((fail + 1))
+        echo "FAIL $name: exit $rc in ${took}s (want 1 within 10 s), no '$pattern' and a byte figure in:"
+        echo "$out" | head -n 5
+    fi
+}
+copy="$(dirname "$0")/../configs/copy.gin"
+printf '%s\n' "train.model = @ReformerLM" "train.inputs = @sequence_copy_inputs" "sequence_copy_inputs.vocab_size = 8" \
+    "sequence_copy_inputs.train_length = 5" "sequence_copy_inputs.eval_min_length = 4" \
+    "sequence_copy_inputs.eval_max_length = 5" "ReformerLM.n_layers = 100000000" >"$work/reformer_layers.gin"
+expect_budget reformer_layers "reformer_layers.gin:7:1: ReformerLM.n_layers = 100000000: the model's weights, gradients" \
+    "$work/reformer_layers.gin"
+expect_budget batch_size "--set:1:1: train.batch_size = 16777216: one step's activations need about" "$copy" \
+    --set 'train.batch_size=16777216'
+expect_budget max_len "--set:1:1: TransformerLM.max_len = 2147483647: the model's weights" "$copy" \
+    --set 'TransformerLM.max_len = 2147483647'
+expect_budget example_length "--set:1:1: sequence_copy_inputs.train_length = 1000000: one example's activations" \
+    "$copy" --set 'sequence_copy_inputs.train_length = 1000000' --set 'train.batch_size = 1'
+# Text inputs with no eval split, and evals asked for: both settings named.
+printf 'one line of text, and another line of text\n%.0s' {1..20} >"$work/corpus.txt"
+expect eval_fraction 1 "eval_fraction.gin:3:1: TextInputs.eval_fraction = 0 holds out no eval data, but" \
+    "train.model = @TransformerLM
+train.inputs = @TextInputs
+TextInputs.eval_fraction = 0
+TextInputs.paths = ['$work/corpus.txt']
+TextInputs.seq_len = 8
+train.eval_steps = 2
+TransformerLM.max_len = 8"
+grep -qF "eval_fraction.gin:6:1: train.eval_steps = 2 asks for evals" <<<"$out" ||
+    { fail=$((fail + 1)); echo "FAIL eval_fraction: train.eval_steps not named"; }
+
 "$ctrax" train "$work/no_such_config.gin" >"$work/out.txt" 2>&1
 rc=$?
 if ((rc == 1)) && grep -q "no_such_config.gin" "$work/out.txt"; then pass=$((pass + 1)); echo "ok   missing config file: exit 1"; else fail=$((fail + 1)); echo "FAIL missing config: exit $rc"; cat "$work/out.txt"; fi

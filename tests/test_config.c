@@ -13,6 +13,7 @@
 #include "check.h"
 #include "ctrax/config/config.h"
 #include "ctrax/core/memory.h"
+#include "ctrax/layers/core.h"
 #include "ctrax/models/models.h"
 #include "ctrax/train/loop.h"
 
@@ -1701,6 +1702,249 @@ static void test_fuzz(void) {
     for (int k = 0; k < 3; k++) free(texts[k]);
 }
 
+// ---- Memory budgets ------------------------------------------------------------------------
+
+// A config from text, named `source` in errors.
+static ct_config *config_text(const char *source, const char *text, ct_error *err) {
+    ct_config *cfg = ct_config_new();
+    CHECK_OK(ct_config_parse_text(cfg, text, strlen(text), source, err), err);
+    CHECK_OK(ct_config_validate(cfg, err), err);
+    return cfg;
+}
+
+// The estimate of a small run against what a trainer really holds: the
+// planned weights are the net's exactly; the model's bytes (weights,
+// gradients, Adam's slots) are the device's slabs within their 64-byte
+// padding, plus the sinusoid table (host_floats, not on the device); and
+// one step's activations are at most what the step's arena reserved (an
+// estimate from below refuses nothing that fits) but not far below it.
+static void check_estimate(const char *what, const char *text, const char *model_name, double host_floats,
+                           int batch_size) {
+    ct_error err = {0};
+    ct_config *cfg = config_text("budget.gin", text, &err);
+    ct_config_run_shape run = {.model = model_name, .optimizer = "Adam", .inputs = "sequence_copy_inputs",
+                               .batch_size = batch_size, .n_devices = 1};
+    ct_config_memory mem;
+    CHECK_OK(ct_config_check_memory(cfg, &run, &mem, &err), &err);
+    CHECK(mem.example_length > 0 && mem.limit_bytes > 0);
+    ct_layer *model = ct_config_build_model(cfg, model_name, &err);
+    ct_layer *loss = ct_config_build_layer(cfg, "WeightedCategoryCrossEntropy", &err);
+    ct_optimizer *opt = ct_config_build_optimizer(cfg, "Adam", &err);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK_OK(ct_config_build_inputs(cfg, "sequence_copy_inputs", batch_size, 1, &train, &eval, &err), &err);
+    CHECK(model && loss && opt);
+    ct_batch b;
+    CHECK_OK(ct_stream_next(train, &b, &err), &err);
+    CHECK(b.t[0].shape[1] == mem.example_length);  // the length the budget used is the stream's
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr = NULL;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, b.n, opt, ct_key_from_seed(1), &dev, NULL, &err), &err);
+    const ct_net *net = ct_trainer_net(tr);
+    CHECK_MSG(mem.weights == (double)net->n_weights, "%s: planned %.0f weights, the net has %zu", what, mem.weights,
+              net->n_weights);
+    double on_device = mem.model_bytes - 4.0 * host_floats;
+    CHECK_MSG(on_device <= (double)dev.current_bytes && on_device > (double)dev.current_bytes - 64.0 * 3 * net->n_params,
+              "%s: planned %.0f model bytes on the device, it holds %zu", what, on_device, dev.current_bytes);
+    CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(2), 1, 1e-3f, NULL, &err), &err);
+    // After the first step the arena is one block of the step's high-water
+    // mark (at least 1 MiB: the sizes here are chosen to pass it).
+    double arena = (double)ct_trainer_arena_bytes(tr);
+    CHECK(arena > 1 << 20);
+    CHECK_MSG(mem.activation_bytes > 0 && mem.activation_bytes <= arena && mem.activation_bytes >= arena / 4,
+              "%s: planned %.0f activation bytes, the step's arena holds %.0f", what, mem.activation_bytes, arena);
+    printf("  %s: %.0f weights; model %.0f bytes (device %zu); activations %.0f bytes (arena %.0f)\n", what,
+           mem.weights, mem.model_bytes, dev.current_bytes, mem.activation_bytes, arena);
+    ct_trainer_free(tr);
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    ct_config_free(cfg);
+}
+
+#define COPY_INPUTS(len)                                                                    \
+    "sequence_copy_inputs.vocab_size = 8\nsequence_copy_inputs.train_length = " #len "\n" \
+    "sequence_copy_inputs.eval_min_length = 4\nsequence_copy_inputs.eval_max_length = 5\n"
+
+// ct_config_check_memory on text: the status, and the message must hold
+// every one of the needles.
+static void expect_budget(const char *text, ct_config_run_shape run, ct_status want, const char *const *needles) {
+    ct_error err = {0};
+    ct_config *cfg = config_text("big.gin", text, &err);
+    ct_status st = ct_config_check_memory(cfg, &run, NULL, &err);
+    CHECK_MSG(st == want, "got %s (%s), want %s", ct_status_name(st), err.msg, ct_status_name(want));
+    for (int i = 0; needles[i]; i++) CHECK_MSG(strstr(err.msg, needles[i]), "no '%s' in: %s", needles[i], err.msg);
+    if (st != CT_OK) printf("  refused: %s\n", err.msg);
+    ct_config_free(cfg);
+}
+
+static void test_memory_budget(void) {
+    // The estimate against real trainers.
+    check_estimate("TransformerLM (learned positions)",
+                   "TransformerLM.vocab_size = 8\nTransformerLM.d_model = 16\nTransformerLM.d_ff = 32\n"
+                   "TransformerLM.n_layers = 2\nTransformerLM.n_heads = 2\nTransformerLM.max_len = 16\n"
+                   "TransformerLM.dropout = 0.0\nTransformerLM.learned_positions = True\n" COPY_INPUTS(5),
+                   "TransformerLM", 0, 96);
+    check_estimate("ReformerLM",
+                   "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
+                   "ReformerLM.n_layers = 3\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
+                   "ReformerLM.dropout = 0.0\n" COPY_INPUTS(9),
+                   "ReformerLM", 18 * 16, 48);
+    // MLP: its plan counts the input width as 1 (the data decide it).
+    {
+        ct_error err = {0};
+        ct_config *cfg = config_text("mlp.gin", "MLP.layer_widths = [8, 5, 3]\n", &err);
+        ct_config_run_shape run = {.model = "MLP", .optimizer = "SGD", .batch_size = 2};
+        ct_config_memory mem;
+        CHECK_OK(ct_config_check_memory(cfg, &run, &mem, &err), &err);
+        ct_layer *mlp = ct_config_build_model(cfg, "MLP", &err);
+        CHECK(mlp != NULL);
+        float x[2] = {0};
+        ct_tensor in = ct_tensor_2d(CT_DTYPE_F32, 2, 1, x);
+        ct_device dev = ct_device_cpu();
+        ct_net net;
+        CHECK_OK(ct_net_init(&net, mlp, &in, 1, ct_key_from_seed(1), &dev, &err), &err);
+        CHECK_MSG(mem.weights == (double)net.n_weights, "MLP: planned %.0f weights, the net has %zu", mem.weights,
+                  net.n_weights);
+        ct_net_free(&net);
+        ct_layer_free(mlp);
+        ct_config_free(cfg);
+    }
+
+    // Runs that cannot fit, refused from the settings, naming the setting
+    // that makes them big, where it is bound, and the bytes.
+    const char *tlm = "train.model = @TransformerLM\nTransformerLM.vocab_size = 8\nTransformerLM.d_model = 16\n"
+                      "TransformerLM.d_ff = 32\nTransformerLM.n_layers = 2\nTransformerLM.n_heads = 2\n"
+                      "TransformerLM.max_len = 16\n" COPY_INPUTS(5);
+    ct_config_run_shape run = {.model = "TransformerLM", .optimizer = "Adam", .inputs = "sequence_copy_inputs",
+                               .batch_size = 4};
+    char text[2048];
+    snprintf(text, sizeof text, "%sTransformerLM.n_layers = 100000000\n", tlm);
+    expect_budget(text, run, CT_ERR_MEMORY,
+                  (const char *[]){"big.gin:12:1: TransformerLM.n_layers = 100000000",
+                                   "weights, gradients, optimizer slots and positional table need about",
+                                   "TiB (2.22e+11 weights)", "this machine has", NULL});
+    snprintf(text, sizeof text, "%sTransformerLM.n_layers = 100000000\nTransformerLM.learned_positions = True\n",
+             tlm);
+    expect_budget(text, run, CT_ERR_MEMORY,
+                  (const char *[]){"weights, gradients and optimizer slots need about", NULL});
+    // The memory-efficient trainer keeps no gradient slab.
+    run.memory_efficient = true;
+    expect_budget(text, run, CT_ERR_MEMORY, (const char *[]){"the model's weights and optimizer slots need", NULL});
+    run.memory_efficient = false;
+    // d_model is what makes this one big, not the (bound) n_layers.
+    snprintf(text, sizeof text, "%sTransformerLM.d_model = 4000000\nTransformerLM.n_heads = 1\n", tlm);
+    expect_budget(text, run, CT_ERR_MEMORY, (const char *[]){"big.gin:12:1: TransformerLM.d_model = 4000000", NULL});
+    snprintf(text, sizeof text, "%sTransformerLM.max_len = 2147483647\n", tlm);
+    expect_budget(text, run, CT_ERR_MEMORY,
+                  (const char *[]){"TransformerLM.max_len = 2147483647", "positional table alone 128.0 GiB", NULL});
+    // A batch: its activations (B x T tokens).
+    snprintf(text, sizeof text, "%strain.batch_size = 16777216\n", tlm);
+    run.batch_size = 16777216;
+    expect_budget(text, run, CT_ERR_MEMORY,
+                  (const char *[]){"big.gin:12:1: train.batch_size = 16777216", "one step's activations need about",
+                                   "(16777216 x 10 tokens)", NULL});
+    // Processes split the batch: each holds its share.
+    run.n_processes = 1 << 20;
+    expect_budget(text, run, CT_OK, (const char *[]){NULL});
+    run.n_processes = 0;
+    // An example too long for memory on its own (attention grows with T^2).
+    snprintf(text, sizeof text, "%ssequence_copy_inputs.train_length = 1000000\n", tlm);
+    run.batch_size = 1;
+    expect_budget(text, run, CT_ERR_MEMORY,
+                  (const char *[]){"big.gin:12:1: sequence_copy_inputs.train_length = 1000000", "one example's", NULL});
+    // Rows of a matrix product past the BLAS's int: 2^24 x 256 tokens; over
+    // 4 devices each has 2^30 rows, which the BLAS takes (then memory says no).
+    snprintf(text, sizeof text, "%ssequence_copy_inputs.train_length = 128\n", tlm);
+    run.batch_size = 1 << 24;
+    expect_budget(text, run, CT_ERR_ARG, (const char *[]){"train.batch_size = 16777216: a device's share", "BLAS", NULL});
+    run.n_devices = 4;
+    expect_budget(text, run, CT_ERR_MEMORY, (const char *[]){"16777216 x 256 tokens", NULL});
+    run.n_devices = 1;
+    // The device's limit, when smaller than the machine.
+    run.batch_size = 4;
+    run.device_limit_bytes = 4096;
+    expect_budget(tlm, run, CT_ERR_MEMORY, (const char *[]){"the device's limit is 4.0 KiB", NULL});
+    run.device_limit_bytes = 0;
+    expect_budget(tlm, run, CT_OK, (const char *[]){NULL});
+
+    // The builder refuses a model whose weights alone cannot fit, before
+    // building a layer of it (10^8 blocks would take minutes and gigabytes).
+    {
+        ct_error err = {0};
+        ct_config *cfg = config_text("big.gin", "ReformerLM.n_layers = 100000000\n", &err);
+        ct_layer *m = ct_config_build_model(cfg, "ReformerLM", &err);
+        CHECK(m == NULL && err.code == CT_ERR_MEMORY);
+        CHECK_MSG(strstr(err.msg, "big.gin:1:1: ReformerLM.n_layers = 100000000: the model's weights"), "%s", err.msg);
+        if (m) ct_layer_free(m);
+        ct_config_free(cfg);
+    }
+
+    // The library: a net's slabs are refused before any is allocated.
+    {
+        ct_error err = {0};
+        ct_device dev = ct_device_cpu();
+        ct_net net;
+        float x[64] = {0};
+        ct_tensor in = ct_tensor_2d(CT_DTYPE_F32, 1, 64, x);
+        ct_layer *huge = ct_dense(1 << 30);  // 65 x 2^30 weights: 520 GiB of slabs
+        ct_status st = ct_net_init(&net, huge, &in, 1, ct_key_from_seed(1), &dev, &err);
+        CHECK_MSG(st == CT_ERR_MEMORY && strstr(err.msg, "model Dense") && strstr(err.msg, "520.0 GiB") &&
+                      strstr(err.msg, "this machine has"),
+                  "%s", err.msg);
+        CHECK(dev.n_allocs == 0 && dev.current_bytes == 0);
+        printf("  ct_net_init: %s\n", err.msg);
+        ct_layer *small = ct_dense(64);
+        dev.limit_bytes = 1000;
+        st = ct_net_init(&net, small, &in, 1, ct_key_from_seed(1), &dev, &err);
+        CHECK_MSG(st == CT_ERR_MEMORY && strstr(err.msg, "device memory limit") && strstr(err.msg, "model Dense"),
+                  "%s", err.msg);
+        CHECK(dev.n_allocs == 0 && dev.current_bytes == 0);
+        dev.limit_bytes = 0;
+        CHECK_OK(ct_net_init(&net, small, &in, 1, ct_key_from_seed(1), &dev, &err), &err);  // the tree is free again
+        ct_net_free(&net);
+        ct_layer_free(small);
+        ct_layer_free(huge);
+
+        // A device allocation above the machine's memory, before malloc.
+        uint64_t allocs = dev.n_allocs;
+        size_t machine = ct_machine_memory_bytes();
+        CHECK(machine > 0 && ct_machine_available_bytes() <= machine);
+        void *p = NULL;
+        st = ct_device_alloc(&dev, machine + 1, "a huge buffer", &p, &err);
+        CHECK_MSG(st == CT_ERR_MEMORY && p == NULL && strstr(err.msg, "a huge buffer") &&
+                      strstr(err.msg, "this machine has"),
+                  "%s", err.msg);
+        st = ct_device_alloc(&dev, SIZE_MAX, "everything", &p, &err);
+        CHECK(st == CT_ERR_MEMORY && p == NULL);
+        CHECK(dev.n_allocs == allocs && dev.current_bytes == 0);
+    }
+    char b[32];
+    CHECK(!strcmp(ct_format_bytes(812, b, sizeof b), "812 B"));
+    CHECK(!strcmp(ct_format_bytes(1536, b, sizeof b), "1.5 KiB"));
+    CHECK(!strcmp(ct_format_bytes(12.3 * 1099511627776.0, b, sizeof b), "12.3 TiB"));
+    CHECK(!strcmp(ct_format_bytes(1e300, b, sizeof b), "8.27e+275 YiB"));
+}
+
+// train.skip_nonfinite_steps: registered (bool, default False, documented).
+static void test_skip_nonfinite_setting(void) {
+    char *reg = ct_config_registry_text();
+    CHECK_MSG(strstr(reg, "train.skip_nonfinite_steps = False  # a bool; skip a step whose loss or gradients are "
+                          "NaN/Inf and count it, instead of stopping"),
+              "registry text lacks train.skip_nonfinite_steps");
+    ct_free(reg);
+    ct_error err = {0};
+    ct_config *cfg = config_text("s.gin", "train.skip_nonfinite_steps = True\n", &err);
+    bool skip = false;
+    CHECK_OK(ct_config_get_bool(cfg, "train", "skip_nonfinite_steps", false, &skip, &err), &err);
+    CHECK(skip);
+    ct_config_free(cfg);
+    cfg = ct_config_new();
+    const char *bad = "train.skip_nonfinite_steps = 1\n";
+    CHECK(ct_config_parse_text(cfg, bad, strlen(bad), "s.gin", &err) == CT_ERR_ARG && strstr(err.msg, "s.gin:1"));
+    ct_config_free(cfg);
+}
+
 int main(void) {
     find_config_dir();
     printf("configs in %s\n", config_dir);
@@ -1719,6 +1963,8 @@ int main(void) {
     test_token_inputs();
     test_idx_inputs();
     test_whole_run();
+    test_memory_budget();
+    test_skip_nonfinite_setting();
     test_fuzz();
     return check_summary("test_config");
 }

@@ -183,7 +183,7 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     const char *model_name, *loss_name, *opt_name, *sched_name, *inputs_name;
     int64_t n_steps, batch_size, seed, devices, keep, per_ckpt, per_permanent;
     double clip;
-    bool adasum, memory_efficient;
+    bool adasum, memory_efficient, skip_nonfinite;
     const char *high, *low;
     ct_config *c = r->cfg;
     CT_TRY(ct_config_get_reference(c, "train", "model", NULL, &model_name, err));
@@ -201,6 +201,7 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     CT_TRY(ct_config_get_bool(c, "train", "use_memory_efficient_trainer", false, &memory_efficient, err));
     CT_TRY(ct_config_get_float(c, "train", "clip_grad_norm", 0.0, &clip, err));
     CT_TRY(ct_config_get_int(c, "train", "keep_checkpoints", 2, &keep, err));
+    CT_TRY(ct_config_get_bool(c, "train", "skip_nonfinite_steps", false, &skip_nonfinite, err));
     CT_TRY(ct_config_get_string(c, "train", "checkpoint_highest", NULL, &high, err));
     CT_TRY(ct_config_get_string(c, "train", "checkpoint_lowest", NULL, &low, err));
     CT_TRY(ct_config_get_int(c, "Loop", "n_steps_per_checkpoint", 100, &per_ckpt, err));
@@ -209,11 +210,30 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     if (!inputs_name)
         return ct_error_set(err, CT_ERR_ARG, "%s: no data: bind train.inputs = @SomeInputs", a->config);
 
+    // The memory budget, from the settings alone, before anything big is
+    // built: a model or batch that cannot fit is refused here, naming the
+    // setting and the bytes, not by the kernel's OOM killer later.
+    ct_config_run_shape shape = {.model = model_name, .optimizer = opt_name, .inputs = inputs_name,
+                                 .batch_size = batch_size, .n_devices = a->devices ? a->devices : (int)devices,
+                                 .n_processes = r->comm ? ct_comm_size(r->comm) : 1,
+                                 .memory_efficient = memory_efficient};
+    CT_TRY(ct_config_check_memory(c, &shape, NULL, err));
+
     if (!(r->model = ct_config_build_model(c, model_name, err))) return err->code;
     if (!(r->loss = ct_config_build_layer(c, loss_name, err))) return err->code;
     if (!(r->opt = ct_config_build_optimizer(c, opt_name, err))) return err->code;
     if (sched_name && !(r->schedule = ct_config_build_schedule(c, sched_name, err))) return err->code;
     CT_TRY(ct_config_build_inputs(c, inputs_name, batch_size, (uint64_t)seed, &r->train, &r->eval, err));
+    if (!r->eval && r->eval_steps > 0) {
+        // Inputs with no held-out data (eval_fraction 0) and evals asked for.
+        char wf[300], we[300];
+        ct_config_where(c, inputs_name, "eval_fraction", wf, sizeof wf);
+        ct_config_where(c, "train", "eval_steps", we, sizeof we);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s.eval_fraction = 0 holds out no eval data, but %strain.eval_steps = %lld asks for "
+                            "evals: set train.eval_steps = 0, or an eval_fraction above 0",
+                            wf, inputs_name, we, (long long)r->eval_steps);
+    }
 
     // Eval metrics, as `ctrax eval` reads them.
     ct_eval_task ev = {0};
@@ -251,6 +271,7 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     o->trainer.n_devices = a->devices ? a->devices : (int)devices;
     o->trainer.adasum = adasum;
     o->use_memory_efficient_trainer = memory_efficient;
+    o->skip_nonfinite = skip_nonfinite;
     o->trainer.clip_grad_norm = (float)clip;
     o->trainer.comm = r->comm;
     o->stop = &stop_requested;

@@ -940,6 +940,10 @@ ct_status cfg_query_default(ct_config *cfg, const char *name, const char *param,
     return query(cfg, name, param, p->type, &dv, out, err);
 }
 
+void ct_config_where(const ct_config *cfg, const char *name, const char *param, char *buf, size_t len) {
+    cfg_where(cfg, name, param, buf, len);
+}
+
 void cfg_where(const ct_config *cfg, const char *name, const char *param, char *buf, size_t len) {
     buf[0] = '\0';
     char *scope;
@@ -955,7 +959,7 @@ void cfg_where(const ct_config *cfg, const char *name, const char *param, char *
 
 // Fills a struct-backed configurable's params struct from its defaults and
 // the config, and runs its check.
-static ct_status fill_struct(ct_config *cfg, const char *name, const cfg_def *d, void *buf, ct_error *err) {
+ct_status cfg_fill_struct(ct_config *cfg, const char *name, const cfg_def *d, void *buf, ct_error *err) {
     CT_ASSERT(d->struct_size <= MAX_STRUCT_BYTES);
     d->defaults(buf);
     for (int i = 0; i < d->n_params; i++) {
@@ -988,11 +992,17 @@ static ct_layer *build_layer(ct_config *cfg, const char *name, bool model_only, 
                      model_only ? "a model" : "a layer");
         return NULL;
     }
-    if (d->build_layer) return d->build_layer(cfg, name, err);
+    // A model too big for the machine is refused before its layer tree is
+    // built (a tree of 10^8 blocks would itself run out of memory).
+    if (d->build_layer) {
+        if (d->plan && cfg_check_model_memory(cfg, name, d, NULL, err) != CT_OK) return NULL;
+        return d->build_layer(cfg, name, err);
+    }
     if (d->make_layer) return d->make_layer();
     if (d->new_layer) {
         alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
-        if (fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
+        if (cfg_fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
+        if (d->plan && cfg_check_model_memory(cfg, name, d, buf, err) != CT_OK) return NULL;
         return d->new_layer(buf);
     }
     ct_error_set(err, CT_ERR_STATE, "%s has no builder yet", d->name);
@@ -1016,7 +1026,7 @@ ct_optimizer *ct_config_build_optimizer(ct_config *cfg, const char *name, ct_err
         return NULL;
     }
     alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
-    if (fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
+    if (cfg_fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
     return d->new_optimizer(buf);
 }
 
@@ -1045,7 +1055,7 @@ ct_schedule *ct_config_build_schedule(ct_config *cfg, const char *name, ct_error
         return NULL;
     }
     alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
-    if (fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
+    if (cfg_fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
     ct_schedule *s = NULL;
     if (d->new_schedule(buf, &s, err) != CT_OK) {
         // Say where the parameter the constructor refused is bound (its

@@ -138,6 +138,41 @@ ct_status cfg_build_addition_inputs(ct_config *cfg, const char *name, int batch_
     return st == CT_OK ? CT_OK : ct_error_prefix(err, "%s", name);
 }
 
+// ---- example lengths (for the memory budget) ---------------------------------------------------
+
+// Each length below is the one the builder above gives its train batches
+// (the synthetic ones pad every batch to the longest example).
+ct_status cfg_inputs_length(ct_config *cfg, const char *name, int64_t *length, const char **param, ct_error *err) {
+    *length = 0;
+    *param = NULL;
+    char scope_free[256];
+    snprintf(scope_free, sizeof scope_free, "%s", name);
+    char *slash = strrchr(scope_free, '/');
+    const char *base = slash ? slash + 1 : scope_free;
+    char why[256];
+    const cfg_def *d = cfg_lookup(base, why, sizeof why);
+    if (!d || d->kind != CFG_INPUT) return CT_OK;  // the builder says what is wrong
+    int train_length, pad;
+    if (d->build_inputs == cfg_build_copy_inputs) {
+        CT_TRY(get_int(cfg, name, "train_length", &train_length, err));
+        CT_TRY(get_int(cfg, name, "pad_to_multiple", &pad, err));
+        ct_copy_task tt = {.length = train_length - 1};
+        *length = round_up(ct_copy_task_seq_len(&tt), pad);
+        *param = "train_length";
+    } else if (d->build_inputs == cfg_build_addition_inputs) {
+        CT_TRY(get_int(cfg, name, "train_length", &train_length, err));
+        CT_TRY(get_int(cfg, name, "pad_to_multiple", &pad, err));
+        *length = round_up(2 * (int64_t)train_length + 1, pad);
+        *param = "train_length";
+    } else if (d->build_inputs == cfg_build_text_inputs || d->build_inputs == cfg_build_token_inputs) {
+        int seq_len;
+        CT_TRY(get_int(cfg, name, "seq_len", &seq_len, err));
+        *length = seq_len;
+        *param = "seq_len";
+    }
+    return CT_OK;
+}
+
 // ---- files -----------------------------------------------------------------------------------
 
 // The train pipeline over a finite source: shuffled epochs, or epochs in

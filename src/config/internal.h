@@ -55,6 +55,26 @@ typedef struct cfg_param {
     const char *doc;
 } cfg_param;
 
+// What a model needs, from its settings alone (src/config/budget.c): its
+// weights as groups of equal shapes (so an optimizer can say how many slot
+// floats each takes), memory it keeps outside the slabs, and its
+// activations per example of T tokens, counted from below (the tensors its
+// layers keep for backward), so an estimate never refuses a run that fits.
+#define CFG_PLAN_MAX_GROUPS 16
+typedef struct cfg_plan {
+    struct {
+        int ndim;          // 1 or 2
+        int64_t shape[2];  // each dim a setting (at most a C int)
+        double count;      // how many weights of this shape
+    } w[CFG_PLAN_MAX_GROUPS];
+    int n_w;
+    double host_floats;  // kept with the layers, not in a slab (sinusoid tables)
+    // Activation floats of one example of T tokens: per_token * T +
+    // per_token_sq * T^2 (attention probabilities) + per_example.
+    double act_per_token, act_per_token_sq, act_per_example;
+    bool uses_length;  // a sequence model: its batches are (B, T) tokens
+} cfg_plan;
+
 typedef struct cfg_def cfg_def;
 struct cfg_def {
     const char *name;  // the ctrax name, Trax's short name
@@ -85,6 +105,11 @@ struct cfg_def {
     // parameters (losses and metrics).
     ct_layer *(*build_layer)(ct_config *cfg, const char *name, ct_error *err);
     ct_layer *(*make_layer)(void);
+    // Models: what the model needs (see cfg_plan), from the params struct p
+    // (NULL for a model built from the config directly), for the standard
+    // or the memory-efficient trainer. NULL: no estimate.
+    ct_status (*plan)(ct_config *cfg, const char *name, const void *p, bool memory_efficient, cfg_plan *out,
+                      ct_error *err);
     const char *doc;
 };
 
@@ -111,7 +136,30 @@ ct_status cfg_query_default(ct_config *cfg, const char *name, const char *param,
 // if it is not bound; for checks across parameters.
 void cfg_where(const ct_config *cfg, const char *name, const char *param, char *buf, size_t len);
 
+// Fills a struct-backed configurable's params struct (buf, d->struct_size
+// bytes) from its defaults and the config, and runs its check.
+ct_status cfg_fill_struct(ct_config *cfg, const char *name, const cfg_def *d, void *buf, ct_error *err);
+
+// ---- Memory budgets (budget.c) ----------------------------------------------------------------
+
+// The plans of the registry's models.
+ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *p, bool memory_efficient,
+                                  cfg_plan *out, ct_error *err);
+ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *p, bool memory_efficient,
+                               cfg_plan *out, ct_error *err);
+ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *p, bool memory_efficient, cfg_plan *out,
+                       ct_error *err);
+// Refuses (CT_ERR_MEMORY, naming the setting that makes it large and the
+// bytes) a model whose weights and gradients alone cannot fit in the
+// machine's memory, before it is built; p is its filled params struct.
+ct_status cfg_check_model_memory(ct_config *cfg, const char *name, const cfg_def *d, const void *p, ct_error *err);
+
 // ---- Input builders (inputs.c), named by the registry's input entries ----------------------
+
+// The length T of the training examples the input name makes, from its
+// settings, and the parameter that sets it; 0 and NULL when the data decide
+// (IDX images).
+ct_status cfg_inputs_length(ct_config *cfg, const char *name, int64_t *length, const char **param, ct_error *err);
 
 ct_status cfg_build_copy_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
                                 ct_stream **eval, ct_error *err);

@@ -438,6 +438,8 @@ static const cfg_param train_params[] = {
     {.name = "clip_grad_norm", .type = CFG_FLOAT, AT_LEAST(0), .none_ok = true,
      .doc = "clip gradients to this global L2 norm; None: no clipping"},
     {.name = "keep_checkpoints", .type = CFG_INT, AT_LEAST(1), .doc = "regular checkpoints kept"},
+    {.name = "skip_nonfinite_steps", .type = CFG_BOOL, .default_gin = "False",
+     .doc = "skip a step whose loss or gradients are NaN/Inf and count it, instead of stopping"},
 };
 
 // Trax's TrainTask/Loop checkpoint periods.
@@ -455,13 +457,13 @@ static const cfg_param loop_params[] = {
 static const cfg_def registry[] = {
     {.name = "TransformerLM", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(transformer_lm_params),
      .struct_size = sizeof(ct_transformer_lm_params), .defaults = transformer_lm_defaults,
-     .check = transformer_lm_check, .new_layer = transformer_lm_new,
+     .check = transformer_lm_check, .new_layer = transformer_lm_new, .plan = cfg_plan_transformer_lm,
      .doc = "decoder-only Transformer language model: int32 tokens (B, T) -> logits (B, T, vocab_size)"},
     {.name = "ReformerLM", .kind = CFG_MODEL, .modules = "trax.models trax.models.reformer",
      PARAMS(reformer_lm_params), .struct_size = sizeof(ct_reformer_lm_params), .defaults = reformer_lm_defaults,
-     .check = reformer_lm_check, .new_layer = reformer_lm_new,
+     .check = reformer_lm_check, .new_layer = reformer_lm_new, .plan = cfg_plan_reformer_lm,
      .doc = "reversible decoder-only language model: int32 tokens (B, T) -> logits (B, T, vocab_size)"},
-    {.name = "MLP", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(mlp_params), .build_layer = build_mlp,
+    {.name = "MLP", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(mlp_params), .build_layer = build_mlp, .plan = cfg_plan_mlp,
      .doc = "Dense layers with Relu between them: (B, ...) -> (B, last width)"},
 
     {.name = "SGD", .kind = CFG_OPTIMIZER, .modules = "trax.optimizers", PARAMS(sgd_params),

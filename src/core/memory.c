@@ -1,7 +1,10 @@
 #include "ctrax/core/memory.h"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CT_ALIGN 64
 #define CT_ARENA_MIN_BLOCK ((size_t)1 << 20)
@@ -15,17 +18,105 @@ ct_device ct_device_cpu(void) {
     return dev;
 }
 
+// ---- the machine's memory ---------------------------------------------------
+
+// The value of a "Key:   123 kB" line of /proc/meminfo, in bytes; 0 if
+// unknown. read(2) into a stack buffer, no stdio: it runs inside
+// ct_device_alloc, which must not allocate anything else (test_noalloc).
+static size_t meminfo_bytes(const char *key) {
+    char buf[8192];
+    int fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
+        if (r <= 0) break;
+        n += (size_t)r;
+        if (n == sizeof buf - 1) break;
+    }
+    close(fd);
+    buf[n] = '\0';
+    size_t klen = strlen(key);
+    for (const char *line = buf; *line;) {
+        if (!strncmp(line, key, klen) && line[klen] == ':') {
+            unsigned long long kb = strtoull(line + klen + 1, NULL, 10);
+            return kb > SIZE_MAX / 1024 ? SIZE_MAX : (size_t)kb * 1024;
+        }
+        const char *nl = strchr(line, '\n');
+        if (!nl) break;
+        line = nl + 1;
+    }
+    return 0;
+}
+
+size_t ct_machine_memory_bytes(void) {
+    // Read once: MemTotal does not change while a process runs. Threads may
+    // race to fill it; they all store the same value.
+    static size_t cached = SIZE_MAX;
+    size_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v == SIZE_MAX) {
+        v = meminfo_bytes("MemTotal");
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+size_t ct_machine_available_bytes(void) { return meminfo_bytes("MemAvailable"); }
+
+char *ct_format_bytes(double bytes, char *buf, size_t len) {
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+    if (!(bytes >= 1024.0)) {  // also NaN and negatives
+        snprintf(buf, len, "%.0f B", bytes);
+        return buf;
+    }
+    int u = -1;
+    while (bytes >= 1024.0 && u < 7) {
+        bytes /= 1024.0;
+        u++;
+    }
+    if (bytes >= 10000.0) snprintf(buf, len, "%.3g %s", bytes, units[u]);  // past YiB
+    else snprintf(buf, len, "%.1f %s", bytes, units[u]);
+    return buf;
+}
+
+ct_status ct_device_check_room(const ct_device *dev, double bytes, const char *what, ct_error *err) {
+    double used = (double)__atomic_load_n(&dev->current_bytes, __ATOMIC_RELAXED);
+    char need[32], have[32];
+    ct_format_bytes(bytes, need, sizeof need);
+    if (dev->limit_bytes && used + bytes > (double)dev->limit_bytes)
+        return ct_error_set(err, CT_ERR_MEMORY, "device memory limit: %s needs %s (%.0f bytes), %.0f of %zu in use",
+                            what, need, bytes, used, dev->limit_bytes);
+    size_t machine = ct_machine_memory_bytes();
+    if (machine && used + bytes > (double)machine)
+        return ct_error_set(err, CT_ERR_MEMORY, "%s needs %s (%.0f bytes)%s; this machine has %s", what, need, bytes,
+                            used > 0 ? ", on top of what the device holds" : "",
+                            ct_format_bytes((double)machine, have, sizeof have));
+    return CT_OK;
+}
+
+// ---- devices -----------------------------------------------------------------
+
 // Replica threads allocate from one device at once (their arenas grow during
 // the first step), so the counters are updated atomically.
 ct_status ct_device_alloc(ct_device *dev, size_t bytes, const char *what, void **out, ct_error *err) {
     *out = NULL;
     if (bytes == 0) return CT_OK;
+    if (bytes > SIZE_MAX - CT_ALIGN)
+        return ct_error_set(err, CT_ERR_MEMORY, "%s needs %zu bytes, more than an address space holds", what, bytes);
     size_t padded = round_up(bytes, CT_ALIGN);
     size_t now = __atomic_add_fetch(&dev->current_bytes, padded, __ATOMIC_RELAXED);
     if (dev->limit_bytes && now > dev->limit_bytes) {
         __atomic_sub_fetch(&dev->current_bytes, padded, __ATOMIC_RELAXED);
         return ct_error_set(err, CT_ERR_MEMORY, "device memory limit: %s needs %zu bytes, %zu of %zu in use", what,
                             padded, now - padded, dev->limit_bytes);
+    }
+    size_t machine = ct_machine_memory_bytes();
+    if (machine && (now > machine || now < padded)) {
+        __atomic_sub_fetch(&dev->current_bytes, padded, __ATOMIC_RELAXED);
+        char need[32], have[32];
+        return ct_error_set(err, CT_ERR_MEMORY, "%s needs %s (%zu bytes), %zu in use on the device; this machine has %s",
+                            what, ct_format_bytes((double)padded, need, sizeof need), padded, now - padded,
+                            ct_format_bytes((double)machine, have, sizeof have));
     }
     void *p = aligned_alloc(CT_ALIGN, padded);
     if (!p) {

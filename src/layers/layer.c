@@ -411,18 +411,36 @@ ct_status ct_net_init(ct_net *net, ct_layer *root, const ct_tensor *in_sigs, int
     ct_free(ic);
     if (st != CT_OK) goto fail;
 
-    size_t wbytes = net->n_weights * sizeof(float), sbytes = net->n_state * sizeof(float);
-    if ((st = ct_device_alloc(dev, wbytes, "weight slab", (void **)&net->weights, err)) != CT_OK ||
-        (st = ct_device_alloc(dev, wbytes, "gradient slab", (void **)&net->grads, err)) != CT_OK ||
-        (st = ct_device_alloc(dev, sbytes, "state slab", (void **)&net->state, err)) != CT_OK)
-        goto fail;
-
     const ct_layer **seen = NULL;
     int n_seen = 0;
     collect(root, &net->params, &net->n_params, false, &seen, &n_seen);
     n_seen = 0;
     collect(root, &net->state_params, &net->n_state_params, true, &seen, &n_seen);
     ct_free(seen);
+
+    // The slabs' budget, before any is allocated: the counts summed again in
+    // double (a size_t sum that wrapped while layers declared their weights
+    // would give slabs too small for them), then all three slabs checked
+    // against the device's limit and the machine's memory together.
+    double n_w = 0, n_s = 0;
+    for (int i = 0; i < net->n_params; i++) n_w += (double)ct_tensor_numel(&net->params[i]->sig);
+    for (int i = 0; i < net->n_state_params; i++) n_s += (double)ct_tensor_numel(&net->state_params[i]->sig);
+    double slab_bytes = (2 * n_w + n_s) * sizeof(float);
+    char what[200];
+    snprintf(what, sizeof what, "model %.80s (%.0f weights; its weight, gradient and state slabs)", root->name, n_w);
+    if (n_w != (double)net->n_weights || n_s != (double)net->n_state || slab_bytes > (double)(SIZE_MAX / 2)) {
+        char b[32];
+        st = ct_error_set(err, CT_ERR_MEMORY, "%s needs %s, more than an address space holds", what,
+                          ct_format_bytes(slab_bytes, b, sizeof b));
+        net->n_weights = net->n_state = 0;  // the slabs were never allocated: free none
+        goto fail;
+    }
+    if ((st = ct_device_check_room(dev, slab_bytes, what, err)) != CT_OK) goto fail;
+    size_t wbytes = net->n_weights * sizeof(float), sbytes = net->n_state * sizeof(float);
+    if ((st = ct_device_alloc(dev, wbytes, "weight slab", (void **)&net->weights, err)) != CT_OK ||
+        (st = ct_device_alloc(dev, wbytes, "gradient slab", (void **)&net->grads, err)) != CT_OK ||
+        (st = ct_device_alloc(dev, sbytes, "state slab", (void **)&net->state, err)) != CT_OK)
+        goto fail;
     if (net->n_params) qsort(net->params, (size_t)net->n_params, sizeof *net->params, by_offset);
     if (net->n_state_params)
         qsort(net->state_params, (size_t)net->n_state_params, sizeof *net->state_params, by_offset);

@@ -170,7 +170,10 @@ ct_status ct_config_get_reference(ct_config *cfg, const char *name, const char *
 //   ct_layer *model = ct_config_build_model(cfg, m, err);
 // Returns a new layer (one reference), or NULL with err set. Its parameters'
 // checks (TransformerLM's d_model divisible by n_heads, ...) name the file
-// and line of the binding.
+// and line of the binding. A model whose weights and gradients alone cannot
+// fit in the machine's memory is refused before any of it is built
+// (CT_ERR_MEMORY, naming the setting that makes it large and the bytes; see
+// ct_config_check_memory for the whole run's budget).
 ct_layer *ct_config_build_model(ct_config *cfg, const char *name, ct_error *err);
 ct_layer *ct_config_build_layer(ct_config *cfg, const char *name, ct_error *err);
 // Builds the optimizer a reference names ("Adam", "Momentum", "RMSProp",
@@ -224,6 +227,55 @@ ct_schedule *ct_config_build_schedule(ct_config *cfg, const char *name, ct_error
 // streams are NULL.
 ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch_size, uint64_t seed,
                                  ct_stream **train, ct_stream **eval, ct_error *err);
+
+// ---- Memory budget -------------------------------------------------------------
+//
+// What a training run would need, estimated from the settings alone before
+// anything is built or allocated, and checked against the device's limit
+// and the machine's physical memory (ct_machine_memory_bytes: MemTotal, not
+// MemAvailable, so the answer does not change with the page cache; a run
+// above it cannot be held at once whatever else happens). The estimate
+// counts from below (weights, a gradient slab per local device, the
+// optimizer's slots, positional tables; the activations the layers keep
+// for backward, the attention probabilities among them), in double, so
+// nothing overflows and nothing that fits is refused.
+
+typedef struct ct_config_run_shape {
+    const char *model;      // the model's name (train.model); required
+    const char *optimizer;  // its optimizer (train.optimizer); NULL: no slots counted
+    const char *inputs;     // its inputs (train.inputs); NULL: no activations counted
+    int64_t batch_size;     // examples per step over all devices and processes
+    int n_devices;          // local replicas splitting the batch (0 means 1)
+    int n_processes;        // processes splitting the batch, each with its own copy (0 means 1)
+    bool memory_efficient;  // the reversible trainer: one layer's activations at a time
+    size_t device_limit_bytes;  // the device's byte limit (ct_device.limit_bytes); 0: none
+} ct_config_run_shape;
+
+typedef struct ct_config_memory {
+    double weights;           // floats in the weight slab
+    double model_bytes;       // weights, gradients, optimizer slots and tables, on this process
+    double activation_bytes;  // one step's activations on this process (0: not estimated)
+    int64_t example_length;   // T, tokens per training example (0: unknown or not a sequence model)
+    double limit_bytes;       // what the sum was checked against (0: no limit known)
+} ct_config_memory;
+
+// Fills *out (may be NULL) and checks the sum against the limits: CT_OK, or
+// CT_ERR_MEMORY with an error that names the setting that makes the sum
+// large, where it is bound, and the bytes, e.g.
+//   run.gin:3:1: ReformerLM.n_layers = 100000000: the model's weights,
+//   gradients and optimizer slots need about 72.8 TiB; this machine has 23.4 GiB
+//   --set:1:1: train.batch_size = 16777216: one step's activations need about
+//   3.1 TiB (16777216 x 34 tokens); this machine has 23.4 GiB
+// A batch whose matrix products would pass the BLAS's int rows (batch share
+// x T > 2^31 - 1) is CT_ERR_ARG naming the setting. Settings are queried as
+// the builders query them (they appear in the operative config) and errors
+// of the builders' own checks (d_model and n_heads, ...) come out first.
+ct_status ct_config_check_memory(ct_config *cfg, const ct_config_run_shape *run, ct_config_memory *out,
+                                 ct_error *err);
+
+// "file:line:col: " of the binding a query of name.param reads, or "" when
+// it is not bound: for a program's errors about settings it checks itself.
+void ct_config_where(const ct_config *cfg, const char *name, const char *param, char *buf, size_t len);
 
 // ---- Bindings and the operative config -----------------------------------------
 

@@ -33,8 +33,30 @@ typedef struct ct_device {
 ct_device ct_device_cpu(void);
 
 // Allocates bytes (64-byte aligned, zeroed) on dev and counts them. Fails with
-// CT_ERR_MEMORY, naming what, if the limit would be passed or malloc fails.
+// CT_ERR_MEMORY, naming what and the bytes, before calling malloc if the
+// device's total would pass its limit or the machine's physical memory (a
+// CPU device lives in RAM: more than all of it can only end in swapping or
+// the kernel's OOM killer, since the memory is zeroed, so touched, at once),
+// and if malloc fails.
 ct_status ct_device_alloc(ct_device *dev, size_t bytes, const char *what, void **out, ct_error *err);
+
+// Can dev take `bytes` more (its limit, the machine's memory)? CT_OK, or
+// CT_ERR_MEMORY with a message naming what and the bytes, as
+// ct_device_alloc's. For callers that make several allocations together
+// (a net's slabs) and want to refuse all of them before the first.
+ct_status ct_device_check_room(const ct_device *dev, double bytes, const char *what, ct_error *err);
+
+// The machine's physical memory (MemTotal of /proc/meminfo, read once), in
+// bytes; 0 if unknown. Budgets compare against it rather than MemAvailable:
+// it does not move with the page cache or other processes, so a run that
+// fits today fits tomorrow, and nothing larger can ever be held at once.
+size_t ct_machine_memory_bytes(void);
+// MemAvailable of /proc/meminfo now (what the kernel can give without
+// swapping), in bytes; 0 if unknown. For warnings, not refusals.
+size_t ct_machine_available_bytes(void);
+// bytes as "812 B", "5.0 KiB", "12.3 TiB" (binary units, one decimal) into
+// buf; returns buf. Any double, however large.
+char *ct_format_bytes(double bytes, char *buf, size_t len);
 // Frees memory from ct_device_alloc; bytes must be the size it was asked for.
 void ct_device_free(ct_device *dev, void *ptr, size_t bytes);
 void ct_device_reset_peak(ct_device *dev);

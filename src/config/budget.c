@@ -1,0 +1,392 @@
+// Memory budgets before allocation: what a model and a training step need,
+// from the settings alone, checked against the device's limit and the
+// machine's memory before anything is built. A model of 10^8 layers or a
+// batch of 2^24 examples is refused here, naming the setting and the bytes,
+// instead of running out of memory (or being killed by the kernel) halfway
+// through building it.
+//
+// Everything is counted in double: products of settings (n_layers x d_model^2,
+// batch x T^2 x heads) pass 2^64 long before they pass a double's range, and
+// an estimate needs no more than a double's 15 digits.
+//
+// The counts follow the models' code (src/models/): tests/test_config.c
+// builds small models and checks that the planned weights equal the net's,
+// so a model that changes without its plan fails there.
+#include <limits.h>
+#include <math.h>
+#include <stdalign.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config/internal.h"
+#include "ctrax/core/memory.h"
+#include "ctrax/models/models.h"
+#include "ctrax/optim/optimizer.h"
+
+#define PLAN_MAX_STRUCT_BYTES 512
+#define F32 4.0  // bytes per float
+
+// ---- Plans -----------------------------------------------------------------------------------
+
+// count weights of shape (r) (c == 0) or (r, c); equal shapes share a group.
+static void add_w(cfg_plan *p, int64_t r, int64_t c, double count) {
+    int ndim = c ? 2 : 1;
+    for (int i = 0; i < p->n_w; i++)
+        if (p->w[i].ndim == ndim && p->w[i].shape[0] == r && p->w[i].shape[1] == c) {
+            p->w[i].count += count;
+            return;
+        }
+    CT_ASSERT(p->n_w < CFG_PLAN_MAX_GROUPS);
+    p->w[p->n_w].ndim = ndim;
+    p->w[p->n_w].shape[0] = r;
+    p->w[p->n_w].shape[1] = c;
+    p->w[p->n_w].count = count;
+    p->n_w++;
+}
+
+static void layer_norm(cfg_plan *p, int64_t d, double n) { add_w(p, d, 0, 2 * n); }  // scale, bias
+static void dense(cfg_plan *p, int64_t in, int64_t out, double n) {
+    add_w(p, in, out, n);  // kernel
+    add_w(p, out, 0, n);   // bias
+}
+
+// A decoder block's weights, both models: LayerNorm + CausalAttention (q, k,
+// v and output Dense(d_model)), LayerNorm + Dense(d_ff) + Dense(d_model).
+static void decoder_blocks(cfg_plan *p, int64_t d, int64_t ff, double n) {
+    layer_norm(p, d, 2 * n);
+    dense(p, d, d, 4 * n);
+    dense(p, d, ff, n);
+    dense(p, ff, d, n);
+}
+
+// What a block keeps per token for backward, counted from below: LayerNorm
+// outputs, q, k, v, the attention output and its projection, the residual
+// sum (8 x d_model), the two d_ff activations; the attention probabilities
+// are n_heads x T per token.
+static double block_act_per_token(int64_t d, int64_t ff) { return 8.0 * (double)d + 2.0 * (double)ff; }
+
+ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *vp, bool memory_efficient,
+                                  cfg_plan *out, ct_error *err) {
+    (void)cfg, (void)name, (void)err;
+    // A TransformerLM has no reversible layers, so the memory-efficient
+    // trainer runs it as one unit: all its activations at once either way.
+    (void)memory_efficient;
+    const ct_transformer_lm_params *m = vp;
+    memset(out, 0, sizeof *out);
+    double layers = m->n_layers;
+    add_w(out, m->vocab_size, m->d_model, 1);  // embedding
+    if (m->learned_positions) add_w(out, m->max_len, m->d_model, 1);
+    else out->host_floats = (double)m->max_len * (double)m->d_model;  // the sinusoid table
+    decoder_blocks(out, m->d_model, m->d_ff, layers);
+    layer_norm(out, m->d_model, 1);
+    dense(out, m->d_model, m->vocab_size, 1);
+    // Embedding, positions, final LayerNorm; logits and their log-softmax.
+    out->act_per_token = layers * block_act_per_token(m->d_model, m->d_ff) + 3.0 * m->d_model + 2.0 * m->vocab_size;
+    out->act_per_token_sq = layers * m->n_heads;
+    out->uses_length = true;
+    return CT_OK;
+}
+
+ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp, bool memory_efficient,
+                               cfg_plan *out, ct_error *err) {
+    (void)cfg, (void)name, (void)err;
+    const ct_reformer_lm_params *m = vp;
+    memset(out, 0, sizeof *out);
+    double layers = m->n_layers;
+    add_w(out, m->vocab_size, m->d_model, 1);
+    out->host_floats = (double)m->max_len * (double)m->d_model;  // sinusoids, before the halves split
+    decoder_blocks(out, m->d_model, m->d_ff, layers);
+    layer_norm(out, 2 * (int64_t)m->d_model, 1);  // over both halves, concatenated
+    dense(out, 2 * (int64_t)m->d_model, m->vocab_size, 1);
+    // The memory-efficient trainer holds one reversible layer's activations
+    // at a time; the standard one keeps every layer's.
+    double held = memory_efficient ? 1.0 : layers;
+    if (m->n_layers == 0) held = 0;
+    out->act_per_token = held * block_act_per_token(m->d_model, m->d_ff) + 6.0 * m->d_model + 2.0 * m->vocab_size;
+    out->act_per_token_sq = held * m->n_heads;
+    out->uses_length = true;
+    return CT_OK;
+}
+
+// The MLP's input width is the data's (28 x 28 for MNIST), unknown until the
+// stream is built: counted as 1, from below. Widths the builder would refuse
+// are left out (the builder says why).
+ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *vp, bool memory_efficient, cfg_plan *out,
+                       ct_error *err) {
+    (void)vp, (void)memory_efficient;
+    memset(out, 0, sizeof *out);
+    const ct_config_value *widths;
+    CT_TRY(cfg_query_default(cfg, name, "layer_widths", &widths, err));
+    int64_t prev = 1;
+    for (int i = 0; widths && i < widths->n; i++) {
+        const ct_config_value *it = &widths->items[i];
+        if (it->kind != CT_CONFIG_INT || it->i < 1 || it->i > (1 << 24)) continue;
+        if (out->n_w + 2 > CFG_PLAN_MAX_GROUPS) {
+            // Many distinct shapes: fold the rest into flat groups (the
+            // optimizer's factored slots then count from above, by a little).
+            add_w(out, prev * it->i + it->i, 0, 1);
+        } else {
+            dense(out, prev, it->i, 1);
+        }
+        out->act_per_example += 2.0 * (double)it->i;  // Dense output, Relu output
+        prev = it->i;
+    }
+    return CT_OK;
+}
+
+// ---- Totals ----------------------------------------------------------------------------------
+
+typedef struct totals {
+    double weights;  // floats
+    double slots;    // floats
+    double host;     // floats
+} totals;
+
+static totals plan_totals(const cfg_plan *p, const ct_optimizer *opt) {
+    totals t = {0, 0, p->host_floats};
+    for (int i = 0; i < p->n_w; i++) {
+        double numel = (double)p->w[i].shape[0] * (p->w[i].ndim == 2 ? (double)p->w[i].shape[1] : 1.0);
+        t.weights += numel * p->w[i].count;
+        if (opt && p->w[i].count > 0) {
+            ct_tensor sig = p->w[i].ndim == 2 ? ct_tensor_2d(CT_DTYPE_F32, p->w[i].shape[0], p->w[i].shape[1], NULL)
+                                              : ct_tensor_1d(CT_DTYPE_F32, p->w[i].shape[0], NULL);
+            t.slots += (double)ct_optimizer_slot_floats(opt, &sig) * p->w[i].count;
+        }
+    }
+    return t;
+}
+
+// What the run's trainer holds for the model on this process: weights, a
+// gradient slab per local device (the memory-efficient trainer keeps one
+// layer's gradients at a time: none counted), the optimizer's slots and the
+// tables kept with the layers. Without a run (run == NULL, a builder's
+// check): weights and tables alone.
+static double model_bytes(const totals *t, const ct_config_run_shape *run) {
+    if (!run) return F32 * (t->weights + t->host);
+    int n_dev = run->n_devices > 0 ? run->n_devices : 1;
+    double grads = run->memory_efficient ? 0 : (double)n_dev * t->weights;
+    return F32 * (t->weights + grads + t->slots + t->host);
+}
+
+// The plan of the model d (params struct p, NULL for a model built from the
+// config directly) under run (NULL: as a builder sees it).
+static ct_status model_need(ct_config *cfg, const char *name, const cfg_def *d, const void *p,
+                            const ct_config_run_shape *run, const ct_optimizer *opt, cfg_plan *plan, double *bytes,
+                            totals *tot, ct_error *err) {
+    CT_TRY(d->plan(cfg, name, p, run && run->memory_efficient, plan, err));
+    totals t = plan_totals(plan, opt);
+    if (tot) *tot = t;
+    *bytes = model_bytes(&t, run);
+    return CT_OK;
+}
+
+// ---- Errors ----------------------------------------------------------------------------------
+
+typedef struct limit {
+    double bytes;  // 0: none
+    bool device;   // the device's limit (else the machine's memory)
+} limit;
+
+// The smaller of the device's limit (when it applies) and the machine's memory.
+static limit limit_for(const ct_config_run_shape *run, bool device_applies) {
+    limit l = {(double)ct_machine_memory_bytes(), false};
+    if (run && device_applies && run->device_limit_bytes &&
+        (l.bytes == 0 || (double)run->device_limit_bytes < l.bytes)) {
+        l.bytes = (double)run->device_limit_bytes;
+        l.device = true;
+    }
+    return l;
+}
+
+static void limit_text(limit l, char *buf, size_t len) {
+    char b[32];
+    ct_format_bytes(l.bytes, b, sizeof b);
+    if (l.device) snprintf(buf, len, "the device's limit is %s", b);
+    else snprintf(buf, len, "this machine has %s", b);
+}
+
+// "file:line:col: Name.param = value" (" (its default)" when unbound) of the
+// setting blamed; value is its text, or NULL to read it from the config.
+static void setting_text(ct_config *cfg, const char *name, const char *param, const char *value, char *buf,
+                         size_t len) {
+    char where[300];
+    cfg_where(cfg, name, param, where, sizeof where);
+    const ct_config_value *v;
+    char *text = NULL;
+    if (!value && cfg_query_default(cfg, name, param, &v, NULL) == CT_OK) text = ct_config_value_to_gin(v);
+    snprintf(buf, len, "%s%s.%s = %.60s%s", where, name, param, value ? value : text ? text : "?",
+             where[0] || value ? "" : " (its default)");
+    ct_free(text);
+}
+
+static void batch_size_text(ct_config *cfg, const ct_config_run_shape *run, char *buf, size_t len) {
+    char v[32];
+    snprintf(v, sizeof v, "%lld", (long long)run->batch_size);
+    setting_text(cfg, "train", "batch_size", v, buf, len);
+}
+
+// The int parameter of the struct-backed model d whose binding makes the
+// model big: the one that, put back to its default, shrinks it the most.
+// NULL when no bound parameter does (the defaults themselves are big).
+static const cfg_param *blame_model(ct_config *cfg, const char *name, const cfg_def *d, const void *p,
+                                    const ct_config_run_shape *run, const ct_optimizer *opt, double bytes) {
+    if (!p || !d->defaults) return NULL;
+    CT_ASSERT(d->struct_size <= PLAN_MAX_STRUCT_BYTES);
+    alignas(max_align_t) unsigned char def[PLAN_MAX_STRUCT_BYTES], alt[PLAN_MAX_STRUCT_BYTES];
+    d->defaults(def);
+    const cfg_param *best = NULL;
+    double best_cut = 0;
+    for (int i = 0; i < d->n_params; i++) {
+        const cfg_param *q = &d->params[i];
+        if (!q->has_field || q->type != CFG_INT) continue;
+        char where[300];
+        cfg_where(cfg, name, q->name, where, sizeof where);
+        if (!where[0]) continue;  // a default is nobody's doing
+        memcpy(alt, p, d->struct_size);
+        memcpy(alt + q->field, def + q->field, q->field_size);
+        cfg_plan plan;
+        double alt_bytes;
+        if (model_need(cfg, name, d, alt, run, opt, &plan, &alt_bytes, NULL, NULL) != CT_OK) continue;
+        if (bytes - alt_bytes > best_cut) {
+            best_cut = bytes - alt_bytes;
+            best = q;
+        }
+    }
+    return best;
+}
+
+// The error for a model of `bytes` over l.
+static ct_status refuse_model(ct_config *cfg, const char *name, const cfg_def *d, const void *p,
+                              const ct_config_run_shape *run, const ct_optimizer *opt, const totals *t, double bytes,
+                              limit l, ct_error *err) {
+    const cfg_param *q = blame_model(cfg, name, d, p, run, opt, bytes);
+    char setting[400], lim[80], need[32];
+    if (q) setting_text(cfg, name, q->name, NULL, setting, sizeof setting);
+    else if (!p) setting_text(cfg, name, d->params[0].name, NULL, setting, sizeof setting);  // MLP.layer_widths
+    else snprintf(setting, sizeof setting, "%s (its settings together)", name);
+    limit_text(l, lim, sizeof lim);
+    ct_format_bytes(bytes, need, sizeof need);
+    const char *what = !run                  ? "weights"
+                       : run->memory_efficient ? "weights, optimizer slots"
+                                               : "weights, gradients, optimizer slots";
+    // Name the positional table when it is what is big (max_len x d_model).
+    char table[96] = "";
+    if (F32 * t->host > bytes / 2) {
+        char tb[32];
+        snprintf(table, sizeof table, "; the positional table alone %s", ct_format_bytes(F32 * t->host, tb, sizeof tb));
+    }
+    // "weights, gradients, optimizer slots" -> "weights, gradients and
+    // optimizer slots", or "... slots and positional table".
+    char list[160];
+    const char *last = strrchr(what, ',');
+    if (t->host > 0) snprintf(list, sizeof list, "%s and positional table", what);
+    else if (last) snprintf(list, sizeof list, "%.*s and%s", (int)(last - what), what, last + 1);
+    else snprintf(list, sizeof list, "%s", what);
+    return ct_error_set(err, CT_ERR_MEMORY, "%s: the model's %s need about %s (%.3g weights%s); %s", setting, list,
+                        need, t->weights, table, lim);
+}
+
+ct_status cfg_check_model_memory(ct_config *cfg, const char *name, const cfg_def *d, const void *p, ct_error *err) {
+    cfg_plan plan;
+    totals t;
+    double bytes;
+    CT_TRY(model_need(cfg, name, d, p, NULL, NULL, &plan, &bytes, &t, err));
+    limit l = limit_for(NULL, false);
+    if (l.bytes > 0 && bytes > l.bytes) return refuse_model(cfg, name, d, p, NULL, NULL, &t, bytes, l, err);
+    return CT_OK;
+}
+
+// ---- The run's budget --------------------------------------------------------------------------
+
+static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const cfg_def *d, const void *p,
+                           const ct_optimizer *opt, ct_config_memory *mem, ct_error *err) {
+    cfg_plan plan;
+    totals t;
+    double mbytes;
+    CT_TRY(model_need(cfg, run->model, d, p, run, opt, &plan, &mbytes, &t, err));
+    mem->weights = t.weights;
+    mem->model_bytes = mbytes;
+    // The model first: with the standard trainer it all sits on the device;
+    // the memory-efficient one keeps it in host memory.
+    limit lm = limit_for(run, !run->memory_efficient);
+    if (lm.bytes > 0 && mbytes > lm.bytes) return refuse_model(cfg, run->model, d, p, run, opt, &t, mbytes, lm, err);
+
+    // Then one step's activations, for this process's share of the batch.
+    int64_t length = 0;
+    const char *length_param = NULL;
+    if (run->inputs) CT_TRY(cfg_inputs_length(cfg, run->inputs, &length, &length_param, err));
+    if (plan.uses_length && length <= 0) return CT_OK;  // the data decide T: nothing to estimate
+    mem->example_length = plan.uses_length ? length : 0;
+    double T = plan.uses_length ? (double)length : 0;
+    int n_proc = run->n_processes > 0 ? run->n_processes : 1, n_dev = run->n_devices > 0 ? run->n_devices : 1;
+    double share = ceil((double)run->batch_size / n_proc);
+    // The matrix products take their rows (a device's examples x T) as the
+    // BLAS's int.
+    double rows = ceil(share / n_dev) * (T > 0 ? T : 1);
+    if (rows > INT_MAX) {
+        char setting[400];
+        batch_size_text(cfg, run, setting, sizeof setting);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s: a device's share of the batch is %.0f rows (%.0f examples x %.0f tokens) in one "
+                            "matrix product, more than the BLAS's int holds (%d)",
+                            setting, rows, ceil(share / n_dev), T > 0 ? T : 1, INT_MAX);
+    }
+    double per_example = F32 * (plan.act_per_token * T + plan.act_per_token_sq * T * T + plan.act_per_example);
+    double act = share * per_example;
+    mem->activation_bytes = act;
+    // The memory-efficient trainer's device holds activations only; the
+    // machine holds everything.
+    limit la = limit_for(run, true);
+    double need = run->memory_efficient && la.device ? act : mbytes + act;
+    if (la.bytes > 0 && need > la.bytes) {
+        char setting[400], lim[80], b[32], m[32], tail[160] = "";
+        limit_text(la, lim, sizeof lim);
+        if (need > act) snprintf(tail, sizeof tail, " on top of the model's %s", ct_format_bytes(mbytes, m, sizeof m));
+        double one = need - act + per_example;
+        if (one > la.bytes && length_param) {
+            // One example is already too big: its length is the setting.
+            setting_text(cfg, run->inputs, length_param, NULL, setting, sizeof setting);
+            return ct_error_set(err, CT_ERR_MEMORY,
+                                "%s: one example's activations need about %s (%.0f tokens; attention grows with "
+                                "their square)%s; %s",
+                                setting, ct_format_bytes(per_example, b, sizeof b), T, tail, lim);
+        }
+        batch_size_text(cfg, run, setting, sizeof setting);
+        char shape[96];
+        if (T > 0) snprintf(shape, sizeof shape, "%.0f x %.0f tokens", share, T);
+        else snprintf(shape, sizeof shape, "%.0f examples", share);
+        return ct_error_set(err, CT_ERR_MEMORY, "%s: one step's activations need about %s (%s)%s; %s", setting,
+                            ct_format_bytes(act, b, sizeof b), shape, tail, lim);
+    }
+    return CT_OK;
+}
+
+ct_status ct_config_check_memory(ct_config *cfg, const ct_config_run_shape *run, ct_config_memory *out,
+                                 ct_error *err) {
+    ct_config_memory mem = {0};
+    if (out) *out = mem;
+    if (!run || !run->model) return ct_error_set(err, CT_ERR_ARG, "ct_config_check_memory: no model named");
+    if (run->batch_size < 1)
+        return ct_error_set(err, CT_ERR_ARG, "ct_config_check_memory: batch_size %lld is not positive",
+                            (long long)run->batch_size);
+    const char *slash = strrchr(run->model, '/');
+    char why[CT_ERROR_MSG_MAX / 2];
+    const cfg_def *d = cfg_lookup(slash ? slash + 1 : run->model, why, sizeof why);
+    if (!d) return ct_error_set(err, CT_ERR_ARG, "%s", why);
+    if (d->kind != CFG_MODEL) return ct_error_set(err, CT_ERR_ARG, "%s is %s, not a model", run->model, cfg_kind_name(d->kind));
+    if (!d->plan) return CT_OK;  // no estimate for it: nothing refused
+    alignas(max_align_t) unsigned char buf[PLAN_MAX_STRUCT_BYTES];
+    const void *p = NULL;
+    if (d->new_layer) {
+        CT_ASSERT(d->struct_size <= sizeof buf);
+        CT_TRY(cfg_fill_struct(cfg, run->model, d, buf, err));
+        p = buf;
+    }
+    ct_optimizer *opt = NULL;
+    if (run->optimizer && !(opt = ct_config_build_optimizer(cfg, run->optimizer, err))) return err ? err->code : CT_ERR_ARG;
+    ct_status st = check_run(cfg, run, d, p, opt, &mem, err);
+    ct_optimizer_free(opt);
+    mem.limit_bytes = limit_for(run, true).bytes;
+    if (out) *out = mem;
+    return st;
+}
