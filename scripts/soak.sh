@@ -259,7 +259,10 @@ while :; do
         where "$pid" "$log" "$resumed" "$fds"
         # Between checkpoints, the clock tells more: the checkpoint seen,
         # then the delay at the uninterrupted run's pace (within the interval).
-        if [[ $kind == "training steps" && -n $seen ]]; then
+        if [[ $kind == "training steps" && -z $target ]]; then
+            kind="startup"
+            phase="startup or the first steps after model_$reached (summaries open)"
+        elif [[ $kind == "training steps" && -n $seen ]]; then
             est=$((seen + delay * 1000 / step_us))
             ((est > reached)) || est=$((reached + 1))
             ((est <= reached + gap)) || est=$((reached + gap))
