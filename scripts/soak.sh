@@ -12,7 +12,7 @@
 # difference, 2 on bad usage.
 #
 #   scripts/soak.sh [KILLS] [SEED]      KILLS >= 1 (default 20); SEED seeds the
-#                                       random delays (default: from the clock)
+#                                       random steps and delays (default: the clock)
 # Environment:
 #   CTRAX        the ctrax program [build/ctrax]
 #   SOAK_CONFIG  the gin config [tests/configs/soak.gin]
