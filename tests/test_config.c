@@ -1868,6 +1868,13 @@ static void test_memory_budget(void) {
     run.device_limit_bytes = 0;
     expect_budget(tlm, run, CT_OK, (const char *[]){NULL});
 
+    // Layer counts the constructors keep in a C int.
+    snprintf(text, sizeof text, "%sTransformerLM.n_layers = 2147483647\n", tlm);
+    expect_budget(text, run, CT_ERR_ARG,
+                  (const char *[]){"big.gin:12:1: TransformerLM.n_layers = 2147483647", "C int", NULL});
+    expect_budget("ReformerLM.n_layers = 536870912\n", (ct_config_run_shape){.model = "ReformerLM", .batch_size = 1},
+                  CT_ERR_ARG, (const char *[]){"big.gin:1:1: ReformerLM.n_layers = 536870912: its 4 x n_layers layers", NULL});
+
     // The builder refuses a model whose weights alone cannot fit, before
     // building a layer of it (10^8 blocks would take minutes and gigabytes).
     {

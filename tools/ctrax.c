@@ -217,7 +217,16 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
                                  .batch_size = batch_size, .n_devices = a->devices ? a->devices : (int)devices,
                                  .n_processes = r->comm ? ct_comm_size(r->comm) : 1,
                                  .memory_efficient = memory_efficient};
-    CT_TRY(ct_config_check_memory(c, &shape, NULL, err));
+    ct_config_memory mem;
+    CT_TRY(ct_config_check_memory(c, &shape, &mem, err));
+    // Refusals compare with physical memory (it does not move); what is
+    // free now only warns: the page cache gives way, other programs may not.
+    double avail = (double)ct_machine_available_bytes(), need = mem.model_bytes + mem.activation_bytes;
+    if (avail > 0 && need > avail) {
+        char n[32], f[32];
+        ct_log(CT_LOG_WARN, "%s: this run needs about %s; %s of memory is available now", a->config,
+               ct_format_bytes(need, n, sizeof n), ct_format_bytes(avail, f, sizeof f));
+    }
 
     if (!(r->model = ct_config_build_model(c, model_name, err))) return err->code;
     if (!(r->loss = ct_config_build_layer(c, loss_name, err))) return err->code;

@@ -145,10 +145,8 @@ ct_status cfg_build_addition_inputs(ct_config *cfg, const char *name, int batch_
 ct_status cfg_inputs_length(ct_config *cfg, const char *name, int64_t *length, const char **param, ct_error *err) {
     *length = 0;
     *param = NULL;
-    char scope_free[256];
-    snprintf(scope_free, sizeof scope_free, "%s", name);
-    char *slash = strrchr(scope_free, '/');
-    const char *base = slash ? slash + 1 : scope_free;
+    const char *slash = strrchr(name, '/');  // "scope/Name"
+    const char *base = slash ? slash + 1 : name;
     char why[256];
     const cfg_def *d = cfg_lookup(base, why, sizeof why);
     if (!d || d->kind != CFG_INPUT) return CT_OK;  // the builder says what is wrong

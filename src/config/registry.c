@@ -15,6 +15,7 @@
 // Inputs name a builder (src/config/inputs.c) that reads the parameters
 // listed here. Parameters whose default is NULL and that have no field take
 // the default the program passes to ct_config_get_* (settings).
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -73,8 +74,25 @@ static ct_status check_heads(ct_config *cfg, const char *name, int d_model, int 
                         n_heads);
 }
 
+// The model's constructor counts its layers in a C int (n_layers + 7 for
+// TransformerLM, 4 x n_layers for ReformerLM): a count past INT_MAX is an
+// error naming the setting, whatever the memory budget says.
+static ct_status check_layer_count(ct_config *cfg, const char *name, int n_layers, int per_block, int extra,
+                                   ct_error *err) {
+    if ((int64_t)n_layers * per_block + extra <= INT_MAX) return CT_OK;
+    char where[300];
+    cfg_where(cfg, name, "n_layers", where, sizeof where);
+    char count[64];
+    if (per_block == 1) snprintf(count, sizeof count, "n_layers + %d", extra);
+    else if (extra == 0) snprintf(count, sizeof count, "%d x n_layers", per_block);
+    else snprintf(count, sizeof count, "%d x n_layers + %d", per_block, extra);
+    return ct_error_set(err, CT_ERR_ARG, "%s%s.n_layers = %d: its %s layers do not fit a C int (n_layers at most %d)",
+                        where, name, n_layers, count, (INT_MAX - extra) / per_block);
+}
+
 static ct_status transformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
     const ct_transformer_lm_params *p = vp;
+    CT_TRY(check_layer_count(cfg, name, p->n_layers, 1, 7, err));
     return check_heads(cfg, name, p->d_model, p->n_heads, err);
 }
 
@@ -106,6 +124,7 @@ static ct_layer *reformer_lm_new(const void *p) { return ct_reformer_lm(*(const 
 
 static ct_status reformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
     const ct_reformer_lm_params *p = vp;
+    CT_TRY(check_layer_count(cfg, name, p->n_layers, 4, 0, err));
     return check_heads(cfg, name, p->d_model, p->n_heads, err);
 }
 
