@@ -1743,7 +1743,8 @@ static void check_estimate(const char *what, const char *text, const char *model
     CHECK_MSG(mem.weights == (double)net->n_weights, "%s: planned %.0f weights, the net has %zu", what, mem.weights,
               net->n_weights);
     double on_device = mem.model_bytes - 4.0 * host_floats;
-    CHECK_MSG(on_device <= (double)dev.current_bytes && on_device > (double)dev.current_bytes - 64.0 * 3 * net->n_params,
+    CHECK_MSG(on_device <= (double)dev.current_bytes &&
+                  on_device > (double)dev.current_bytes - 64.0 * 3 * net->n_params,
               "%s: planned %.0f model bytes on the device, it holds %zu", what, on_device, dev.current_bytes);
     CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(2), 1, 1e-3f, NULL, &err), &err);
     // After the first step the arena is one block of the step's high-water
@@ -1857,7 +1858,8 @@ static void test_memory_budget(void) {
     // 4 devices each has 2^30 rows, which the BLAS takes (then memory says no).
     snprintf(text, sizeof text, "%ssequence_copy_inputs.train_length = 128\n", tlm);
     run.batch_size = 1 << 24;
-    expect_budget(text, run, CT_ERR_ARG, (const char *[]){"train.batch_size = 16777216: a device's share", "BLAS", NULL});
+    expect_budget(text, run, CT_ERR_ARG,
+                  (const char *[]){"train.batch_size = 16777216: a device's share", "BLAS", NULL});
     run.n_devices = 4;
     expect_budget(text, run, CT_ERR_MEMORY, (const char *[]){"16777216 x 256 tokens", NULL});
     run.n_devices = 1;
@@ -1873,7 +1875,8 @@ static void test_memory_budget(void) {
     expect_budget(text, run, CT_ERR_ARG,
                   (const char *[]){"big.gin:12:1: TransformerLM.n_layers = 2147483647", "C int", NULL});
     expect_budget("ReformerLM.n_layers = 536870912\n", (ct_config_run_shape){.model = "ReformerLM", .batch_size = 1},
-                  CT_ERR_ARG, (const char *[]){"big.gin:1:1: ReformerLM.n_layers = 536870912: its 4 x n_layers layers", NULL});
+                  CT_ERR_ARG,
+                  (const char *[]){"big.gin:1:1: ReformerLM.n_layers = 536870912: its 4 x n_layers layers", NULL});
 
     // The builder refuses a model whose weights alone cannot fit, before
     // building a layer of it (10^8 blocks would take minutes and gigabytes).

@@ -373,7 +373,8 @@ ct_status ct_config_check_memory(ct_config *cfg, const ct_config_run_shape *run,
     char why[CT_ERROR_MSG_MAX / 2];
     const cfg_def *d = cfg_lookup(slash ? slash + 1 : run->model, why, sizeof why);
     if (!d) return ct_error_set(err, CT_ERR_ARG, "%s", why);
-    if (d->kind != CFG_MODEL) return ct_error_set(err, CT_ERR_ARG, "%s is %s, not a model", run->model, cfg_kind_name(d->kind));
+    if (d->kind != CFG_MODEL)
+        return ct_error_set(err, CT_ERR_ARG, "%s is %s, not a model", run->model, cfg_kind_name(d->kind));
     if (!d->plan) return CT_OK;  // no estimate for it: nothing refused
     alignas(max_align_t) unsigned char buf[PLAN_MAX_STRUCT_BYTES];
     const void *p = NULL;
@@ -383,7 +384,8 @@ ct_status ct_config_check_memory(ct_config *cfg, const ct_config_run_shape *run,
         p = buf;
     }
     ct_optimizer *opt = NULL;
-    if (run->optimizer && !(opt = ct_config_build_optimizer(cfg, run->optimizer, err))) return err ? err->code : CT_ERR_ARG;
+    if (run->optimizer && !(opt = ct_config_build_optimizer(cfg, run->optimizer, err)))
+        return err ? err->code : CT_ERR_ARG;
     ct_status st = check_run(cfg, run, d, p, opt, &mem, err);
     ct_optimizer_free(opt);
     mem.limit_bytes = limit_for(run, true).bytes;

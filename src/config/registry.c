@@ -482,7 +482,8 @@ static const cfg_def registry[] = {
      PARAMS(reformer_lm_params), .struct_size = sizeof(ct_reformer_lm_params), .defaults = reformer_lm_defaults,
      .check = reformer_lm_check, .new_layer = reformer_lm_new, .plan = cfg_plan_reformer_lm,
      .doc = "reversible decoder-only language model: int32 tokens (B, T) -> logits (B, T, vocab_size)"},
-    {.name = "MLP", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(mlp_params), .build_layer = build_mlp, .plan = cfg_plan_mlp,
+    {.name = "MLP", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(mlp_params), .build_layer = build_mlp,
+     .plan = cfg_plan_mlp,
      .doc = "Dense layers with Relu between them: (B, ...) -> (B, last width)"},
 
     {.name = "SGD", .kind = CFG_OPTIMIZER, .modules = "trax.optimizers", PARAMS(sgd_params),

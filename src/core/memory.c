@@ -114,8 +114,9 @@ ct_status ct_device_alloc(ct_device *dev, size_t bytes, const char *what, void *
     if (machine && (now > machine || now < padded)) {
         __atomic_sub_fetch(&dev->current_bytes, padded, __ATOMIC_RELAXED);
         char need[32], have[32];
-        return ct_error_set(err, CT_ERR_MEMORY, "%s needs %s (%zu bytes), %zu in use on the device; this machine has %s",
-                            what, ct_format_bytes((double)padded, need, sizeof need), padded, now - padded,
+        return ct_error_set(err, CT_ERR_MEMORY,
+                            "%s needs %s (%zu bytes), %zu in use on the device; this machine has %s", what,
+                            ct_format_bytes((double)padded, need, sizeof need), padded, now - padded,
                             ct_format_bytes((double)machine, have, sizeof have));
     }
     void *p = aligned_alloc(CT_ALIGN, padded);
