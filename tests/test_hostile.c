@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "ctrax/data/stream.h"
 #include "ctrax/optim/optimizer.h"
+#include "optim/internal.h"
 #include "ctrax/train/checkpoint.h"
 #include "scratch.h"
 

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/json.h"
+#include "optim/internal.h"
 #include "ctrax/core/memory.h"
 
 void ct_optimizer_free(ct_optimizer *o) {

@@ -12,6 +12,8 @@
 #include "ctrax/train/checkpoint.h"
 #include "ctrax/train/reversible_trainer.h"
 #include "ctrax/train/summary.h"
+#include "core/json.h"
+#include "optim/internal.h"
 
 #define LOOP_STATE_FORMAT "ctrax-loop"
 // 2: cursors as decimal strings; 3: the training metrics since the last log,
@@ -429,28 +431,6 @@ static ct_status bad_field(ct_error *err, const char *ckpt, const char *field, c
                         expected);
 }
 
-// The optimizer's hyperparameters: an object of name -> number, names the
-// optimizer knows.
-static ct_status restore_optimizer(ct_loop *l, const cJSON *o, const char *name, ct_error *err) {
-    ct_optimizer *opt = lt_optimizer(l);
-    const cJSON *oname = cJSON_GetObjectItemCaseSensitive(o, "name");
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "params");
-    if (!cJSON_IsString(oname)) return bad_field(err, name, "optimizer.name", "a string");
-    if (strcmp(oname->valuestring, ct_optimizer_name(opt)))
-        return ct_error_set(err, CT_ERR_STATE, "checkpoint %s was trained with optimizer %s, this run uses %s", name,
-                            oname->valuestring, ct_optimizer_name(opt));
-    if (!cJSON_IsObject(params)) return bad_field(err, name, "optimizer.params", "an object");
-    const cJSON *p;
-    cJSON_ArrayForEach(p, params) {
-        if (!cJSON_IsNumber(p) || !isfinite(p->valuedouble))
-            return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json: optimizer.params.%s is not a finite number",
-                                name, p->string);
-        if (ct_optimizer_set_param(opt, p->string, (float)p->valuedouble, err) != CT_OK)
-            return ct_error_prefix(err, "checkpoint %s: state.json: optimizer.params", name);
-    }
-    return CT_OK;
-}
-
 static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name, ct_error *err) {
     if (!cJSON_IsArray(hist)) return bad_field(err, name, "history", "an array");
     l->n_history = 0;
@@ -482,8 +462,11 @@ static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name
 static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err) {
     const char *name = ct_checkpoint_name(c);
     const char *json = ct_checkpoint_state(c);
-    cJSON *root = json ? cJSON_Parse(json) : NULL;
-    if (!root) return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json is missing or not JSON", name);
+    char what[CT_CHECKPOINT_NAME_MAX + 16];
+    snprintf(what, sizeof what, "%s/state.json", name);
+    if (!json) return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s has no state.json", name);
+    cJSON *root = ct_json_parse(json, strlen(json), what, err);
+    if (!root) return err ? err->code : CT_ERR_FORMAT;
     ct_status st = CT_OK;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
@@ -550,7 +533,8 @@ static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     ct_free(sl);
     if (st != CT_OK) goto done;
 
-    if ((st = restore_optimizer(l, cJSON_GetObjectItemCaseSensitive(root, "optimizer"), name, err)) != CT_OK) goto done;
+    st = ct_optimizer_restore_json(lt_optimizer(l), cJSON_GetObjectItemCaseSensitive(root, "optimizer"), what, err);
+    if (st != CT_OK) goto done;
     for (int i = 0; i < l->n_tasks; i++)
         if ((st = ct_stream_set_cursor(l->tasks[i].stream, train_cur[i], err)) != CT_OK) goto done;
     if (l->has_eval && ec && (st = ct_stream_set_cursor(l->eval.stream, eval_cur, err)) != CT_OK) goto done;
