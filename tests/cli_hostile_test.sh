@@ -129,6 +129,35 @@ fix_manifest "$d/$latest" state.json
 expect "info: state.json key twice" "$d" 1 "$latest/state.json" "'step' appears twice" -- "$ctrax" info "$d"
 expect "train: state.json key twice" "$d" 1 "$latest/state.json" "'step' appears twice" -- "${resume[@]}" "$d"
 
+# 3b. state.json fields out of range (a step of -1 or 1e300 once reached an
+# out-of-range float-to-integer conversion and an assertion): each refused,
+# naming the field. edit_state DIR PYTHON-STATEMENT (on the dict s).
+edit_state() {
+    "$py" -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+exec(sys.argv[2])
+open(sys.argv[1], "w").write(json.dumps(s))' "$1/$latest/state.json" "$2"
+    fix_manifest "$1/$latest" state.json
+}
+while IFS='|' read -r case edit field; do
+    d=$(fresh "state_$case")
+    edit_state "$d" "$edit"
+    # info shows the manifest's step and reads none of these fields: it must
+    # just not trip over them.
+    expect "info: state.json $case" "$d" 0 "step" -- "$ctrax" info "$d"
+    expect "train: state.json $case" "$d" 1 "state.json" "$field" -- "${resume[@]}" "$d"
+done <<'CASES'
+step_negative|s["step"] = -1|"step"
+step_huge|s["step"] = 1e300|"step"
+step_fraction|s["step"] = 2.5|"step"
+key_range|s["key"] = [2**33, 0]|"key"
+key_short|s["key"] = [1]|"key"
+history_row|s["history"] = [["train", "metrics/loss", -5, 1.0]]|history[0]
+loss_count|s["train_since_log"]["loss_count"] = 10**6|"train_since_log"
+param_huge|s["optimizer"]["params"]["learning_rate"] = 1e300|optimizer.params.learning_rate
+cursor|s["train_cursors"] = [{"position": "-3", "fingerprint": "1"}]|train cursor
+CASES
+
 # 4. state.json, config.gin and manifest.json as links to /dev/zero: refused, not read.
 for f in state.json config.gin manifest.json; do
     d=$(fresh "zero_${f%%.*}")
