@@ -27,6 +27,8 @@ BUILD_PACKAGES=(
     openmpi-bin             # mpirun
     python3
     python3-numpy
+    clang                   # libFuzzer harnesses of fuzz/ (make test runs them briefly)
+    libclang-rt-14-dev      # libFuzzer and clang's sanitizer runtimes
     fortunes                # text for the default config and tests (/usr/share/games/fortunes)
     dataset-fashion-mnist   # IDX images for the MLP config and tests (/usr/share/datasets/fashion-mnist)
 )
