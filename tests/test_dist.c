@@ -36,7 +36,8 @@ static void *member_run(void *arg) {
 
 static void test_local_comm(void) {
     ct_comm *comms[N_THREADS];
-    ct_comm_local_new(N_THREADS, comms);
+    ct_error err;
+    CHECK_OK(ct_comm_local_new(comms, N_THREADS, &err), &err);
     member members[N_THREADS];
     pthread_t threads[N_THREADS];
     memset(members, 0, sizeof members);
@@ -61,7 +62,6 @@ static void test_local_comm(void) {
     // The single engine leaves buffers alone.
     ct_comm *one = ct_comm_single_new();
     float x[2] = {1, 2};
-    ct_error err;
     CHECK(ct_comm_allreduce_f32(one, x, 2, &err) == CT_OK && x[0] == 1 && x[1] == 2);
     CHECK(ct_comm_broadcast(one, x, 8, 1, &err) == CT_ERR_ARG);
     ct_comm_free(one);

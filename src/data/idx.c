@@ -24,7 +24,6 @@ typedef struct idx_data {
     uint8_t *labels;  // n
     bool scale;
     int n_classes;
-    int64_t next;
     float *image;  // rows * cols, the current example
     int32_t label;
     float weight;
@@ -190,34 +189,19 @@ static void idx_close(idx_file *x) {
 static ct_status idx_next(ct_stream *s, ct_batch *out, ct_error *err) {
     (void)err;
     idx_data *d = s->impl;
-    if (d->next >= d->n) return CT_OK;
+    int64_t i = s->position;
+    if (i >= d->n) return CT_OK;
     int64_t px = d->rows * d->cols;
-    const uint8_t *src = d->images + d->next * px;
+    const uint8_t *src = d->images + i * px;
     float div = d->scale ? 255.0f : 1.0f;
     for (int64_t i = 0; i < px; i++) d->image[i] = (float)src[i] / div;
-    d->label = d->labels[d->next];
+    d->label = d->labels[i];
     d->weight = 1.0f;
-    d->next++;
     out->n = 3;
     out->t[0] = ct_tensor_2d(CT_DTYPE_F32, d->rows, d->cols, d->image);
     out->t[1] = ct_tensor_make(CT_DTYPE_I32, 0, NULL, &d->label);
     out->t[2] = ct_tensor_make(CT_DTYPE_F32, 0, NULL, &d->weight);
     return CT_OK;
-}
-
-static ct_status idx_seek(ct_stream *s, int64_t position, ct_error *err) {
-    (void)err;
-    ((idx_data *)s->impl)->next = position;
-    return CT_OK;
-}
-
-static void idx_free(ct_stream *s) {
-    idx_data *d = s->impl;
-    if (!d) return;
-    ct_free(d->images);
-    ct_free(d->labels);
-    ct_free(d->image);
-    ct_free(d);
 }
 
 static void idx_describe(const ct_stream *s, char *buf, size_t len) {
@@ -226,7 +210,15 @@ static void idx_describe(const ct_stream *s, char *buf, size_t len) {
              d->scale ? "scaled to [0,1]" : "0..255");
 }
 
-static const ct_stream_ops idx_ops = {"idx", idx_next, idx_seek, idx_free, idx_describe};
+static void idx_free(ct_stream *s) {
+    idx_data *d = s->impl;
+    ct_free(d->images);
+    ct_free(d->labels);
+    ct_free(d->image);
+    ct_free(d);
+}
+
+static const ct_stream_ops idx_ops = {"idx", idx_next, NULL, idx_free, idx_describe};
 
 static ct_status idx_load(idx_data *d, const ct_idx_params *p, ct_error *err) {
     idx_file im = {0}, lb = {0};

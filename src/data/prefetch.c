@@ -59,15 +59,21 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static void stop_worker(prefetch *pf) {
-    if (!pf->running) return;
+// Tells the worker that the caller released the slot it held, or that it
+// must stop.
+static void tell_worker(prefetch *pf, bool stop) {
     pthread_mutex_lock(&pf->mu);
-    pf->stop = true;
+    pf->held = -1;
+    pf->stop = stop;
     pthread_cond_broadcast(&pf->cv);
     pthread_mutex_unlock(&pf->mu);
+}
+
+static void stop_worker(prefetch *pf) {
+    if (!pf->running) return;
+    tell_worker(pf, true);
     pthread_join(pf->thread, NULL);
-    pf->running = false;
-    pf->stop = false;
+    pf->running = pf->stop = false;
 }
 
 static void reset_ring(prefetch *pf) {
@@ -88,9 +94,8 @@ static ct_status prefetch_next(ct_stream *s, ct_batch *out, ct_error *err) {
         if (rc != 0) return ct_error_set(err, CT_ERR_STATE, "prefetch: cannot start its thread: %s", strerror(rc));
         pf->running = true;
     }
+    tell_worker(pf, false);  // the item handed out last is released
     pthread_mutex_lock(&pf->mu);
-    pf->held = -1;  // the item handed out last is released
-    pthread_cond_broadcast(&pf->cv);
     while (pf->filled == 0) pthread_cond_wait(&pf->cv, &pf->mu);
     slot *sl = &pf->ring[pf->head];
     pf->held = pf->head;
@@ -118,7 +123,6 @@ static void prefetch_free(ct_stream *s) {
     prefetch *pf = s->impl;
     stop_worker(pf);
     for (int i = 0; i < pf->n; i++) ct_item_free(&pf->ring[i].item);
-    ct_free(pf->ring);
     pthread_mutex_destroy(&pf->mu);
     pthread_cond_destroy(&pf->cv);
     ct_free(pf);
@@ -137,17 +141,15 @@ ct_status ct_prefetch_stream_new(ct_stream **out, ct_stream *inner, int n_ahead,
         ct_stream_free(inner);
         return ct_error_set(err, CT_ERR_ARG, "prefetch: n_ahead is %d; expected 1..1024", n_ahead);
     }
-    prefetch *pf = ct_calloc(1, sizeof *pf);
+    char *at = ct_calloc(1, ct_round16(sizeof(prefetch)) + (size_t)(n_ahead + 1) * sizeof(slot));
+    prefetch *pf = ct_carve(&at, sizeof *pf);
     pf->n = n_ahead + 1;
-    pf->ring = ct_calloc((size_t)pf->n, sizeof *pf->ring);
+    pf->ring = ct_carve(&at, (size_t)pf->n * sizeof *pf->ring);
     pf->inner = inner;
     pthread_mutex_init(&pf->mu, NULL);
     pthread_cond_init(&pf->cv, NULL);
     reset_ring(pf);
-    ct_stream *s = ct_stream_alloc(&prefetch_ops, inner, pf);
-    s->n_out = inner->n_out;
-    memcpy(s->sigs, inner->sigs, sizeof s->sigs);
-    s->length = inner->length;
+    ct_stream *s = ct_stream_wrap(&prefetch_ops, inner, pf);
     // Prefetching changes nothing a cursor depends on: a cursor saved with
     // prefetch restores without it and the other way round.
     s->fingerprint = inner->fingerprint;

@@ -26,6 +26,14 @@ ct_stream *ct_stream_alloc(const ct_stream_ops *ops, ct_stream *inner, void *imp
     return s;
 }
 
+ct_stream *ct_stream_wrap(const ct_stream_ops *ops, ct_stream *inner, void *impl) {
+    ct_stream *s = ct_stream_alloc(ops, inner, impl);
+    s->n_out = inner->n_out;
+    memcpy(s->sigs, inner->sigs, sizeof s->sigs);
+    s->length = inner->length;
+    return s;
+}
+
 void ct_stream_mix(ct_stream *s, uint64_t value) {
     // FNV-1a over the 8 little-endian bytes of value.
     for (int i = 0; i < 8; i++) {
@@ -51,7 +59,10 @@ uint32_t ct_stream_hash(uint64_t seed, uint32_t a, uint32_t b) {
 void ct_stream_free(ct_stream *s) {
     while (s) {
         ct_stream *inner = s->inner;
-        if (s->ops->free_impl) s->ops->free_impl(s);
+        if (s->ops->free_impl)
+            s->ops->free_impl(s);
+        else
+            ct_free(s->impl);
         ct_free(s);
         s = inner;
     }
@@ -76,7 +87,7 @@ ct_status ct_stream_seek(ct_stream *s, int64_t position, ct_error *err) {
         return ct_error_set(err, CT_ERR_ARG, "%s stream: cannot seek to position %lld", s->ops->name,
                             (long long)position);
     if (s->length >= 0 && position > s->length) position = s->length;
-    CT_TRY(s->ops->seek(s, position, err));
+    if (s->ops->seek) CT_TRY(s->ops->seek(s, position, err));
     s->position = position;
     return CT_OK;
 }

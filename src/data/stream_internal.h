@@ -12,12 +12,15 @@
 
 // A stage. next writes the next item (out->n == 0 at the end); seek puts the
 // stage in the state it has after yielding `position` items. The public
-// wrappers keep ct_stream.position.
+// wrappers keep ct_stream.position, which a stage whose whole state is its
+// position (a source, epochs) reads instead of keeping a copy.
 typedef struct ct_stream_ops {
     const char *name;
     ct_status (*next)(ct_stream *s, ct_batch *out, ct_error *err);
+    // NULL: the stage's state is ct_stream.position alone; nothing to do.
     ct_status (*seek)(ct_stream *s, int64_t position, ct_error *err);
-    // Frees impl (not inner, which ct_stream_free frees). May be NULL.
+    // Frees impl (not inner, which ct_stream_free frees). NULL: impl is one
+    // allocation (its arrays after the struct), freed with ct_free.
     void (*free_impl)(ct_stream *s);
     // Writes the stage's own part of the description ("batch(32)").
     void (*describe)(const ct_stream *s, char *buf, size_t len);
@@ -38,6 +41,19 @@ struct ct_stream {
 // inner's; the caller fills n_out, sigs, length and mixes its parameters into
 // the fingerprint with ct_stream_mix.
 ct_stream *ct_stream_alloc(const ct_stream_ops *ops, ct_stream *inner, void *impl);
+// ct_stream_alloc for a transform that keeps inner's items as they are:
+// n_out, sigs and length are inner's (the caller changes what differs).
+ct_stream *ct_stream_wrap(const ct_stream_ops *ops, ct_stream *inner, void *impl);
+
+// An impl and its fixed-size arrays in one zeroed block, so that one ct_free
+// (free_impl NULL) frees them all: the block is ct_round16(sizeof impl) plus
+// ct_round16 of each array; ct_carve hands out the arrays in turn.
+static inline size_t ct_round16(size_t bytes) { return (bytes + 15) & ~(size_t)15; }
+static inline void *ct_carve(char **at, size_t bytes) {
+    void *p = *at;
+    *at += ct_round16(bytes);
+    return p;
+}
 void ct_stream_mix(ct_stream *s, uint64_t value);
 void ct_stream_mix_str(ct_stream *s, const char *str);
 

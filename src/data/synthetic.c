@@ -64,25 +64,29 @@ void ct_copy_task_batch(const ct_copy_task *t, uint64_t index, int batch, int32_
 typedef struct synth {
     ct_copy_task copy;
     ct_addition_task add;
-    int64_t next;
-    int32_t *seq;
-    float *w;
-    int *scratch;
+    int32_t *seq;  // the current example: tokens,
+    float *w;      // its loss weights
+    int *scratch;  // addition's digits
 } synth;
 
-static ct_status synth_seek(ct_stream *s, int64_t position, ct_error *err) {
-    (void)err;
-    ((synth *)s->impl)->next = position;
-    return CT_OK;
-}
-
-static void synth_free(ct_stream *s) {
-    synth *x = s->impl;
-    if (!x) return;
-    ct_free(x->seq);
-    ct_free(x->w);
-    ct_free(x->scratch);
-    ct_free(x);
+// A synthetic source of examples of at most max_len tokens (all of exactly
+// max_len when fixed), with n_scratch ints of scratch; impl and arrays are
+// one block. The caller mixes its task into the fingerprint.
+static ct_stream *synth_new(const ct_stream_ops *ops, int max_len, bool fixed, size_t n_scratch, synth **x) {
+    size_t head = ct_round16(sizeof **x), seq = ct_round16((size_t)max_len * sizeof(int32_t));
+    char *at = ct_calloc(1, head + 2 * seq + ct_round16(n_scratch * sizeof(int)));
+    *x = (synth *)at;
+    at += head;
+    (*x)->seq = ct_carve(&at, (size_t)max_len * sizeof(int32_t));
+    (*x)->w = ct_carve(&at, (size_t)max_len * sizeof(float));
+    (*x)->scratch = ct_carve(&at, n_scratch * sizeof(int));
+    ct_stream *s = ct_stream_alloc(ops, NULL, *x);
+    int64_t L = fixed ? max_len : -1;
+    s->n_out = 3;
+    s->sigs[0] = ct_tensor_1d(CT_DTYPE_I32, L, NULL);
+    s->sigs[1] = ct_tensor_1d(CT_DTYPE_I32, L, NULL);
+    s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, L, NULL);
+    return s;
 }
 
 static void emit(ct_batch *out, synth *x, int len) {
@@ -95,7 +99,7 @@ static void emit(ct_batch *out, synth *x, int len) {
 static ct_status copy_next(ct_stream *s, ct_batch *out, ct_error *err) {
     (void)err;
     synth *x = s->impl;
-    int len = copy_example(&x->copy, (uint64_t)x->next++, x->seq, x->w);
+    int len = copy_example(&x->copy, (uint64_t)s->position, x->seq, x->w);
     emit(out, x, len);
     return CT_OK;
 }
@@ -110,7 +114,7 @@ static void copy_describe(const ct_stream *s, char *buf, size_t len) {
                  t->length, (unsigned long long)t->seed);
 }
 
-static const ct_stream_ops copy_ops = {"copy", copy_next, synth_seek, synth_free, copy_describe};
+static const ct_stream_ops copy_ops = {"copy", copy_next, NULL, NULL, copy_describe};
 
 ct_status ct_copy_stream_new(ct_stream **out, const ct_copy_task *t, ct_error *err) {
     *out = NULL;
@@ -118,18 +122,10 @@ ct_status ct_copy_stream_new(ct_stream **out, const ct_copy_task *t, ct_error *e
     CT_STREAM_CHECK(t->length >= 1, err, "copy task: length is %d; expected >= 1", t->length);
     CT_STREAM_CHECK(t->min_length >= 0 && t->min_length <= t->length, err,
                     "copy task: min_length is %d; expected 0 (fixed) or 1..length (%d)", t->min_length, t->length);
-    synth *x = ct_calloc(1, sizeof *x);
-    x->copy = *t;
-    int max_len = ct_copy_task_seq_len(t);
-    x->seq = ct_malloc((size_t)max_len * sizeof *x->seq);
-    x->w = ct_malloc((size_t)max_len * sizeof *x->w);
-    ct_stream *s = ct_stream_alloc(&copy_ops, NULL, x);
+    synth *x;
     bool fixed = t->min_length == 0 || t->min_length == t->length;
-    int64_t L = fixed ? max_len : -1;
-    s->n_out = 3;
-    s->sigs[0] = ct_tensor_1d(CT_DTYPE_I32, L, NULL);
-    s->sigs[1] = ct_tensor_1d(CT_DTYPE_I32, L, NULL);
-    s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, L, NULL);
+    ct_stream *s = synth_new(&copy_ops, ct_copy_task_seq_len(t), fixed, 0, &x);
+    x->copy = *t;
     ct_stream_mix(s, (uint64_t)t->vocab_size);
     ct_stream_mix(s, (uint64_t)t->length);
     ct_stream_mix(s, t->reverse);
@@ -186,7 +182,7 @@ static int addition_example(const ct_addition_task *t, uint64_t i, int32_t *seq,
 static ct_status addition_next(ct_stream *s, ct_batch *out, ct_error *err) {
     (void)err;
     synth *x = s->impl;
-    int len = addition_example(&x->add, (uint64_t)x->next++, x->seq, x->w, x->scratch);
+    int len = addition_example(&x->add, (uint64_t)s->position, x->seq, x->w, x->scratch);
     emit(out, x, len);
     return CT_OK;
 }
@@ -197,7 +193,7 @@ static void addition_describe(const ct_stream *s, char *buf, size_t len) {
              t->min_length, t->max_length, (unsigned long long)t->seed);
 }
 
-static const ct_stream_ops addition_ops = {"addition", addition_next, synth_seek, synth_free, addition_describe};
+static const ct_stream_ops addition_ops = {"addition", addition_next, NULL, NULL, addition_describe};
 
 ct_status ct_addition_stream_new(ct_stream **out, const ct_addition_task *t, ct_error *err) {
     *out = NULL;
@@ -207,17 +203,9 @@ ct_status ct_addition_stream_new(ct_stream **out, const ct_addition_task *t, ct_
                     "addition task: lengths %d..%d; expected 3 <= min_length <= max_length", t->min_length,
                     t->max_length);
     CT_STREAM_CHECK(t->max_length <= 100000, err, "addition task: max_length %d is too long", t->max_length);
-    synth *x = ct_calloc(1, sizeof *x);
+    synth *x;
+    ct_stream *s = synth_new(&addition_ops, 2 * t->max_length + 1, false, 3 * ((size_t)t->max_length + 1), &x);
     x->add = *t;
-    int max_len = 2 * t->max_length + 1;
-    x->seq = ct_malloc((size_t)max_len * sizeof *x->seq);
-    x->w = ct_malloc((size_t)max_len * sizeof *x->w);
-    x->scratch = ct_malloc(3 * ((size_t)t->max_length + 1) * sizeof *x->scratch);
-    ct_stream *s = ct_stream_alloc(&addition_ops, NULL, x);
-    s->n_out = 3;
-    s->sigs[0] = ct_tensor_1d(CT_DTYPE_I32, -1, NULL);
-    s->sigs[1] = ct_tensor_1d(CT_DTYPE_I32, -1, NULL);
-    s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, -1, NULL);
     ct_stream_mix(s, (uint64_t)t->vocab_size);
     ct_stream_mix(s, (uint64_t)t->min_length);
     ct_stream_mix(s, (uint64_t)t->max_length);

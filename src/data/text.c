@@ -35,8 +35,7 @@ typedef struct corpus {
     int64_t *chunks;  // chunk indices of this split, ascending
     int64_t n_chunks;
     int64_t total_tokens;
-    int64_t next;     // position
-    int32_t *tokens;  // chunk_len
+    int32_t *tokens;  // chunk_len, then (in the same block)
     float *weights;   // seq_len ones
 } corpus;
 
@@ -90,9 +89,8 @@ static ct_status read_chunk(corpus *c, int64_t chunk, ct_error *err) {
 
 static ct_status corpus_next(ct_stream *s, ct_batch *out, ct_error *err) {
     corpus *c = s->impl;
-    if (c->next >= c->n_chunks) return CT_OK;
-    CT_TRY(read_chunk(c, c->chunks[c->next], err));
-    c->next++;
+    if (s->position >= c->n_chunks) return CT_OK;
+    CT_TRY(read_chunk(c, c->chunks[s->position], err));
     int T = c->seq_len;
     out->n = 3;
     out->t[0] = ct_tensor_1d(CT_DTYPE_I32, T, c->tokens);
@@ -101,16 +99,8 @@ static ct_status corpus_next(ct_stream *s, ct_batch *out, ct_error *err) {
     return CT_OK;
 }
 
-static ct_status corpus_seek(ct_stream *s, int64_t position, ct_error *err) {
-    (void)err;
-    corpus *c = s->impl;
-    c->next = position;
-    return CT_OK;
-}
-
 static void corpus_free(ct_stream *s) {
     corpus *c = s->impl;
-    if (!c) return;
     for (int i = 0; i < c->n_files; i++) {
         if (c->files[i].data) munmap((void *)c->files[i].data, c->files[i].size);
         ct_free(c->files[i].path);
@@ -118,7 +108,6 @@ static void corpus_free(ct_stream *s) {
     ct_free(c->files);
     ct_free(c->chunks);
     ct_free(c->tokens);
-    ct_free(c->weights);
     ct_free(c);
 }
 
@@ -130,7 +119,7 @@ static void corpus_describe(const ct_stream *s, char *buf, size_t len) {
              (long long)c->n_total, (long long)c->chunk_len);
 }
 
-static const ct_stream_ops corpus_ops = {"corpus", corpus_next, corpus_seek, corpus_free, corpus_describe};
+static const ct_stream_ops corpus_ops = {"corpus", corpus_next, NULL, corpus_free, corpus_describe};
 
 static ct_status map_file(corpus_file *f, int token_bytes, ct_error *err) {
     // O_NONBLOCK: opening a fifo must not wait for a writer (it is refused below).
@@ -172,6 +161,66 @@ static ct_status map_file(corpus_file *f, int token_bytes, ct_error *err) {
     return CT_OK;
 }
 
+// Maps every file and counts the chunks of the whole corpus.
+static ct_status corpus_map(corpus *c, const char *kind, ct_error *err) {
+    for (int i = 0; i < c->n_files; i++) {
+        CT_TRY(map_file(&c->files[i], c->token_bytes, err));
+        c->files[i].first = c->total_tokens;
+        c->total_tokens += c->files[i].n_tokens;
+    }
+    c->n_total = c->total_tokens / c->chunk_len;
+    if (c->n_total == 0)
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: %d file%s (%s%s) hold %lld tokens, fewer than one example of %lld",
+                            kind, c->n_files, c->n_files == 1 ? "" : "s", c->files[0].path,
+                            c->n_files > 1 ? ", ..." : "", (long long)c->total_tokens, (long long)c->chunk_len);
+    return CT_OK;
+}
+
+// The chunks of p's split: chunk k is eval when its hash falls below
+// eval_fraction * 2^32.
+static ct_status corpus_split(corpus *c, const ct_corpus_params *p, const char *kind, ct_error *err) {
+    uint64_t threshold = (uint64_t)floor(p->eval_fraction * 4294967296.0);
+    c->chunks = ct_malloc((size_t)c->n_total * sizeof *c->chunks);
+    for (int64_t k = 0; k < c->n_total; k++) {
+        bool eval = ct_stream_hash(p->split_seed, (uint32_t)k, (uint32_t)((uint64_t)k >> 32)) < threshold;
+        if (p->split == CT_DATA_SPLIT_ALL || eval == (p->split == CT_DATA_SPLIT_EVAL)) c->chunks[c->n_chunks++] = k;
+    }
+    if (c->n_chunks == 0)
+        return ct_error_set(err, CT_ERR_ARG, "%s: the %s split of %s%s is empty (eval_fraction %g of %lld chunks of %lld)",
+                            kind, p->split == CT_DATA_SPLIT_EVAL ? "eval" : "train", c->files[0].path,
+                            c->n_files > 1 ? ", ..." : "", p->eval_fraction, (long long)c->n_total,
+                            (long long)c->chunk_len);
+    return CT_OK;
+}
+
+// The item buffers, the signature and the fingerprint of a loaded corpus.
+static void corpus_finish(ct_stream *s, const ct_corpus_params *p) {
+    corpus *c = s->impl;
+    size_t tokens = (size_t)c->chunk_len * sizeof *c->tokens;
+    char *at = ct_malloc(ct_round16(tokens) + (size_t)c->seq_len * sizeof *c->weights);
+    c->tokens = ct_carve(&at, tokens);
+    c->weights = ct_carve(&at, (size_t)c->seq_len * sizeof *c->weights);
+    for (int i = 0; i < c->seq_len; i++) c->weights[i] = 1.0f;
+    s->n_out = 3;
+    s->sigs[0] = ct_tensor_1d(CT_DTYPE_I32, c->seq_len, NULL);
+    s->sigs[1] = ct_tensor_1d(CT_DTYPE_I32, c->seq_len, NULL);
+    s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, c->seq_len, NULL);
+    s->length = c->n_chunks;
+    // The fingerprint covers what decides the items: the files' sizes (not
+    // their paths, so a moved corpus still resumes), widths and the split.
+    ct_stream_mix(s, (uint64_t)c->token_bytes);
+    ct_stream_mix(s, (uint64_t)c->n_files);
+    for (int i = 0; i < c->n_files; i++) ct_stream_mix(s, (uint64_t)c->files[i].size);
+    ct_stream_mix(s, (uint64_t)c->seq_len);
+    ct_stream_mix(s, c->shifted);
+    ct_stream_mix(s, (uint64_t)c->split);
+    uint64_t frac_bits;
+    memcpy(&frac_bits, &p->eval_fraction, sizeof frac_bits);
+    ct_stream_mix(s, frac_bits);
+    ct_stream_mix(s, p->split_seed);
+    ct_stream_mix(s, (uint64_t)c->vocab_size);
+}
+
 ct_status ct_corpus_stream_new(ct_stream **out, const ct_corpus_params *p, int token_bytes, ct_error *err) {
     *out = NULL;
     const char *kind = kind_name(token_bytes);
@@ -182,7 +231,6 @@ ct_status ct_corpus_stream_new(ct_stream **out, const ct_corpus_params *p, int t
                     err, "%s: unknown split %d", kind, (int)p->split);
     CT_STREAM_CHECK(p->eval_fraction >= 0 && p->eval_fraction <= 1, err, "%s: eval_fraction is %g; expected 0..1", kind,
                     p->eval_fraction);
-
     char **paths;
     int n_files;
     CT_TRY(ct_data_collect_files(p->paths, p->n_paths, token_bytes == 1 && p->skip_binary, &paths, &n_files, err));
@@ -199,61 +247,13 @@ ct_status ct_corpus_stream_new(ct_stream **out, const ct_corpus_params *p, int t
     c->chunk_len = p->seq_len + (p->shifted ? 1 : 0);
     c->split = p->split;
     c->eval_fraction = p->eval_fraction;
-
-    ct_status st = CT_OK;
-    for (int i = 0; i < n_files && st == CT_OK; i++) {
-        st = map_file(&c->files[i], token_bytes, err);
-        c->files[i].first = c->total_tokens;
-        c->total_tokens += c->files[i].n_tokens;
-    }
-    if (st == CT_OK) {
-        c->n_total = c->total_tokens / c->chunk_len;
-        if (c->n_total == 0)
-            st = ct_error_set(err, CT_ERR_FORMAT,
-                              "%s: %d file%s (%s%s) hold %lld tokens, fewer than one example of %lld", kind, n_files,
-                              n_files == 1 ? "" : "s", c->files[0].path, n_files > 1 ? ", ..." : "",
-                              (long long)c->total_tokens, (long long)c->chunk_len);
-    }
-    if (st == CT_OK) {
-        // Chunk c is eval when its hash falls below eval_fraction * 2^32.
-        uint64_t threshold = (uint64_t)floor(p->eval_fraction * 4294967296.0);
-        c->chunks = ct_malloc((size_t)c->n_total * sizeof *c->chunks);
-        for (int64_t k = 0; k < c->n_total; k++) {
-            bool eval = ct_stream_hash(p->split_seed, (uint32_t)k, (uint32_t)((uint64_t)k >> 32)) < threshold;
-            if (p->split == CT_DATA_SPLIT_ALL || eval == (p->split == CT_DATA_SPLIT_EVAL)) c->chunks[c->n_chunks++] = k;
-        }
-        if (c->n_chunks == 0)
-            st = ct_error_set(
-                err, CT_ERR_ARG, "%s: the %s split of %s%s is empty (eval_fraction %g of %lld chunks of %lld)", kind,
-                p->split == CT_DATA_SPLIT_EVAL ? "eval" : "train", c->files[0].path, n_files > 1 ? ", ..." : "",
-                p->eval_fraction, (long long)c->n_total, (long long)c->chunk_len);
-    }
+    ct_status st = corpus_map(c, kind, err);
+    if (st == CT_OK) st = corpus_split(c, p, kind, err);
     if (st != CT_OK) {
         ct_stream_free(s);
         return st;
     }
-    c->tokens = ct_malloc((size_t)c->chunk_len * sizeof *c->tokens);
-    c->weights = ct_malloc((size_t)c->seq_len * sizeof *c->weights);
-    for (int i = 0; i < c->seq_len; i++) c->weights[i] = 1.0f;
-
-    s->n_out = 3;
-    s->sigs[0] = ct_tensor_1d(CT_DTYPE_I32, c->seq_len, NULL);
-    s->sigs[1] = ct_tensor_1d(CT_DTYPE_I32, c->seq_len, NULL);
-    s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, c->seq_len, NULL);
-    s->length = c->n_chunks;
-    // The fingerprint covers what decides the items: the files' sizes (not
-    // their paths, so a moved corpus still resumes), widths and the split.
-    ct_stream_mix(s, (uint64_t)token_bytes);
-    ct_stream_mix(s, (uint64_t)n_files);
-    for (int i = 0; i < n_files; i++) ct_stream_mix(s, (uint64_t)c->files[i].size);
-    ct_stream_mix(s, (uint64_t)c->seq_len);
-    ct_stream_mix(s, c->shifted);
-    ct_stream_mix(s, (uint64_t)c->split);
-    uint64_t frac_bits;
-    memcpy(&frac_bits, &p->eval_fraction, sizeof frac_bits);
-    ct_stream_mix(s, frac_bits);
-    ct_stream_mix(s, p->split_seed);
-    ct_stream_mix(s, (uint64_t)c->vocab_size);
+    corpus_finish(s, p);
     *out = s;
     return CT_OK;
 }

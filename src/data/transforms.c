@@ -40,8 +40,7 @@ typedef struct epochs {
     uint64_t seed;
     int64_t n_epochs;  // 0: forever
     int64_t n;         // items per epoch
-    int64_t next;
-    int64_t *perm;  // the permutation of epoch perm_epoch
+    int64_t *perm;     // the permutation of epoch perm_epoch (in the same block)
     int64_t perm_epoch;
 } epochs;
 
@@ -60,24 +59,11 @@ static void epoch_permutation(epochs *e, int64_t epoch) {
 
 static ct_status epochs_next(ct_stream *s, ct_batch *out, ct_error *err) {
     epochs *e = s->impl;
-    if (e->n_epochs > 0 && e->next >= e->n_epochs * e->n) return CT_OK;
-    int64_t epoch = e->next / e->n, k = e->next % e->n;
+    int64_t p = s->position;
+    if (e->n_epochs > 0 && p >= e->n_epochs * e->n) return CT_OK;
+    int64_t epoch = p / e->n, k = p % e->n;
     if (e->shuffle && e->perm_epoch != epoch) epoch_permutation(e, epoch);
-    CT_TRY(read_at(s->inner, e->shuffle ? e->perm[k] : k, out, err));
-    e->next++;
-    return CT_OK;
-}
-
-static ct_status epochs_seek(ct_stream *s, int64_t position, ct_error *err) {
-    (void)err;
-    ((epochs *)s->impl)->next = position;
-    return CT_OK;
-}
-
-static void epochs_free(ct_stream *s) {
-    epochs *e = s->impl;
-    ct_free(e->perm);
-    ct_free(e);
+    return read_at(s->inner, e->shuffle ? e->perm[k] : k, out, err);
 }
 
 static void epochs_describe(const ct_stream *s, char *buf, size_t len) {
@@ -90,7 +76,7 @@ static void epochs_describe(const ct_stream *s, char *buf, size_t len) {
         snprintf(buf, len, "epochs(%s)", n);
 }
 
-static const ct_stream_ops epochs_ops = {"epochs", epochs_next, epochs_seek, epochs_free, epochs_describe};
+static const ct_stream_ops epochs_ops = {"epochs", epochs_next, NULL, NULL, epochs_describe};
 
 ct_status ct_epochs_stream_new(ct_stream **out, ct_stream *inner, bool shuffle, uint64_t seed, int64_t n_epochs,
                                ct_error *err) {
@@ -102,16 +88,16 @@ ct_status ct_epochs_stream_new(ct_stream **out, ct_stream *inner, bool shuffle, 
                    inner->ops->name, (long long)inner->length);
     CT_STAGE_CHECK(n_epochs >= 0, inner, err, "epochs: n_epochs is %lld; expected >= 0 (0: forever)",
                    (long long)n_epochs);
-    epochs *e = ct_calloc(1, sizeof *e);
+    size_t perm = shuffle ? (size_t)inner->length * sizeof(int64_t) : 0;
+    char *at = ct_calloc(1, ct_round16(sizeof(epochs)) + perm);
+    epochs *e = ct_carve(&at, sizeof *e);
+    e->perm = ct_carve(&at, perm);
     e->shuffle = shuffle;
     e->seed = seed;
     e->n_epochs = n_epochs;
     e->n = inner->length;
     e->perm_epoch = -1;
-    if (shuffle) e->perm = ct_malloc((size_t)e->n * sizeof *e->perm);
-    ct_stream *s = ct_stream_alloc(&epochs_ops, inner, e);
-    s->n_out = inner->n_out;
-    memcpy(s->sigs, inner->sigs, sizeof s->sigs);
+    ct_stream *s = ct_stream_wrap(&epochs_ops, inner, e);
     s->length = n_epochs > 0 ? n_epochs * e->n : -1;
     ct_stream_mix(s, shuffle);
     ct_stream_mix(s, seed);
@@ -131,22 +117,18 @@ ct_status ct_epochs_stream_new(ct_stream **out, ct_stream *inner, bool shuffle, 
 // every slot is known (about F ln F hashes), replays the hashes of the drain
 // (at most F), then reads the items.
 
-typedef struct fetch_order {
-    int64_t source;
-    int slot;
-} fetch_order;
-
-static int compare_fetch(const void *a, const void *b) {
-    const fetch_order *x = a, *y = b;
-    return (x->source > y->source) - (x->source < y->source);
+static int compare_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
 }
 
 typedef struct shuffle {
     int k;  // buffer size
     uint64_t seed;
-    ct_item *slots;      // k
-    int64_t *source;     // k: inner index held by each slot (seek only)
-    fetch_order *fetch;  // k: the slots by source (seek only)
+    ct_item *slots;   // k
+    int64_t *source;  // k: inner index held by each slot (seek only)
+    int64_t *sorted;  // k: those indices in ascending order (seek only)
+    int *slot_of;     // k: the slot holding sorted[i] (seek only)
     int count;           // items in the buffer
     int fill;            // F, the initial fill (known once filled)
     bool filled;
@@ -230,16 +212,18 @@ static ct_status shuffle_seek(ct_stream *s, int64_t p, ct_error *err) {
         sh->source[j] = sh->source[count];
     }
     // Read in inner's order: an epochs stage below then builds each epoch's
-    // permutation once, not once per switch between two epochs.
-    for (int i = 0; i < count; i++) {
-        sh->fetch[i].source = sh->source[i];
-        sh->fetch[i].slot = i;
+    // permutation once, not once per switch between two epochs. The slots
+    // hold distinct items, so each sorted index is one slot's.
+    memcpy(sh->sorted, sh->source, (size_t)count * sizeof *sh->sorted);
+    if (count > 1) qsort(sh->sorted, (size_t)count, sizeof *sh->sorted, compare_i64);
+    for (int j = 0; j < count; j++) {
+        const int64_t *at = bsearch(&sh->source[j], sh->sorted, (size_t)count, sizeof *sh->sorted, compare_i64);
+        sh->slot_of[at - sh->sorted] = j;
     }
-    if (count > 1) qsort(sh->fetch, (size_t)count, sizeof *sh->fetch, compare_fetch);
     for (int i = 0; i < count; i++) {
         ct_batch b;
-        CT_TRY(read_at(s->inner, sh->fetch[i].source, &b, err));
-        ct_item_copy(&sh->slots[sh->fetch[i].slot], &b);
+        CT_TRY(read_at(s->inner, sh->sorted[i], &b, err));
+        ct_item_copy(&sh->slots[sh->slot_of[i]], &b);
     }
     sh->count = count;
     sh->fill = fill;
@@ -248,14 +232,16 @@ static ct_status shuffle_seek(ct_stream *s, int64_t p, ct_error *err) {
     return ct_stream_seek(s->inner, inner_next, err);
 }
 
+// Frees n staged items, the item handed out and the impl block holding them.
+static void free_staged(void *impl, ct_item *staged, int n, ct_item *out) {
+    for (int i = 0; i < n; i++) ct_item_free(&staged[i]);
+    ct_item_free(out);
+    ct_free(impl);
+}
+
 static void shuffle_free(ct_stream *s) {
     shuffle *sh = s->impl;
-    for (int i = 0; i < sh->k; i++) ct_item_free(&sh->slots[i]);
-    ct_item_free(&sh->out);
-    ct_free(sh->slots);
-    ct_free(sh->source);
-    ct_free(sh->fetch);
-    ct_free(sh);
+    free_staged(sh, sh->slots, sh->k, &sh->out);
 }
 
 static void shuffle_describe(const ct_stream *s, char *buf, size_t len) {
@@ -270,16 +256,17 @@ ct_status ct_shuffle_stream_new(ct_stream **out, ct_stream *inner, int buffer_si
     CT_ASSERT(inner);
     CT_STAGE_CHECK(buffer_size >= 1 && buffer_size <= (1 << 24), inner, err,
                    "shuffle: buffer_size is %d; expected 1..2^24", buffer_size);
-    shuffle *sh = ct_calloc(1, sizeof *sh);
+    size_t k = (size_t)buffer_size;
+    char *at = ct_calloc(1, ct_round16(sizeof(shuffle)) + ct_round16(k * sizeof(ct_item)) +
+                                2 * ct_round16(k * sizeof(int64_t)) + k * sizeof(int));
+    shuffle *sh = ct_carve(&at, sizeof *sh);
+    sh->slots = ct_carve(&at, k * sizeof *sh->slots);
+    sh->source = ct_carve(&at, k * sizeof *sh->source);
+    sh->sorted = ct_carve(&at, k * sizeof *sh->sorted);
+    sh->slot_of = ct_carve(&at, k * sizeof *sh->slot_of);
     sh->k = buffer_size;
     sh->seed = seed;
-    sh->slots = ct_calloc((size_t)buffer_size, sizeof *sh->slots);
-    sh->source = ct_calloc((size_t)buffer_size, sizeof *sh->source);
-    sh->fetch = ct_calloc((size_t)buffer_size, sizeof *sh->fetch);
-    ct_stream *s = ct_stream_alloc(&shuffle_ops, inner, sh);
-    s->n_out = inner->n_out;
-    memcpy(s->sigs, inner->sigs, sizeof s->sigs);
-    s->length = inner->length;
+    ct_stream *s = ct_stream_wrap(&shuffle_ops, inner, sh);
     ct_stream_mix(s, (uint64_t)buffer_size);
     ct_stream_mix(s, seed);
     *out = s;
@@ -301,13 +288,11 @@ static ct_status pass_seek(ct_stream *s, int64_t position, ct_error *err) {
     return ct_stream_seek(s->inner, position, err);
 }
 
-static void free_impl(ct_stream *s) { ct_free(s->impl); }
-
 static void truncate_describe(const ct_stream *s, char *buf, size_t len) {
     snprintf(buf, len, "truncate(%lld)", (long long)*(const int64_t *)s->impl);
 }
 
-static const ct_stream_ops truncate_ops = {"truncate", truncate_next, pass_seek, free_impl, truncate_describe};
+static const ct_stream_ops truncate_ops = {"truncate", truncate_next, pass_seek, NULL, truncate_describe};
 
 ct_status ct_truncate_stream_new(ct_stream **out, ct_stream *inner, int64_t max_len, ct_error *err) {
     *out = NULL;
@@ -315,12 +300,9 @@ ct_status ct_truncate_stream_new(ct_stream **out, ct_stream *inner, int64_t max_
     CT_STAGE_CHECK(max_len >= 1, inner, err, "truncate: max_len is %lld; expected >= 1", (long long)max_len);
     int64_t *m = ct_malloc(sizeof *m);
     *m = max_len;
-    ct_stream *s = ct_stream_alloc(&truncate_ops, inner, m);
-    s->n_out = inner->n_out;
-    memcpy(s->sigs, inner->sigs, sizeof s->sigs);
+    ct_stream *s = ct_stream_wrap(&truncate_ops, inner, m);
     for (int i = 0; i < s->n_out; i++)
         if (s->sigs[i].ndim >= 1 && s->sigs[i].shape[0] > max_len) s->sigs[i].shape[0] = max_len;
-    s->length = inner->length;
     ct_stream_mix(s, (uint64_t)max_len);
     *out = s;
     return CT_OK;
@@ -350,6 +332,15 @@ typedef struct batcher {
     bool loaded;
     ct_item out;
 } batcher;
+
+// (B, ...) from (...).
+static ct_tensor batched_sig(ct_tensor sig, int64_t B) {
+    ct_tensor o = sig;
+    o.ndim = sig.ndim + 1;
+    o.shape[0] = B;
+    for (int d = 0; d < sig.ndim; d++) o.shape[d + 1] = sig.shape[d];
+    return o;
+}
 
 static int64_t example_length(const batcher *bt, const ct_batch *b) {
     int64_t len = 0;
@@ -465,11 +456,7 @@ static ct_status batch_next(ct_stream *s, ct_batch *out, ct_error *err) {
             }
             CT_TRY(padded_length(bt, longest, &sig.shape[0], err));
         }
-        // (B, ...) from (...).
-        sigs[i] = sig;
-        sigs[i].ndim = sig.ndim + 1;
-        sigs[i].shape[0] = B;
-        for (int d = 0; d < sig.ndim; d++) sigs[i].shape[d + 1] = sig.shape[d];
+        sigs[i] = batched_sig(sig, B);
     }
     ct_item_shape(&bt->out, s->n_out, sigs);  // zeroed: padding and missing rows are 0
     for (int i = 0; i < s->n_out; i++) {
@@ -503,15 +490,7 @@ static ct_status batch_seek(ct_stream *s, int64_t position, ct_error *err) {
 
 static void batch_free(ct_stream *s) {
     batcher *bt = s->impl;
-    int cap = bt->w * bt->p.batch_size;
-    for (int i = 0; i < cap; i++) ct_item_free(&bt->staged[i]);
-    ct_item_free(&bt->out);
-    ct_free(bt->staged);
-    ct_free(bt->lengths);
-    ct_free(bt->sorted);
-    ct_free(bt->order);
-    ct_free(bt->boundaries);
-    ct_free(bt);
+    free_staged(bt, bt->staged, bt->w * bt->p.batch_size, &bt->out);
 }
 
 static void batch_describe(const ct_stream *s, char *buf, size_t len) {
@@ -539,58 +518,70 @@ ct_batch_params ct_batch_default_params(void) {
     return p;
 }
 
+// The checks of ct_batch_stream_new, before anything is allocated.
+static ct_status batch_check(const ct_stream *inner, const ct_batch_params *p, ct_error *err) {
+    CT_STREAM_CHECK(p->batch_size >= 1, err, "batch: batch_size is %d; expected >= 1", p->batch_size);
+    CT_STREAM_CHECK(p->bucket_window >= 0 &&
+                        (int64_t)p->batch_size * (p->bucket_window ? p->bucket_window : 1) <= (1 << 24),
+                    err, "batch: batch_size %d x bucket_window %d is out of range (at most 2^24 examples)",
+                    p->batch_size, p->bucket_window);
+    CT_STREAM_CHECK(p->length >= 0, err, "batch: length is %lld; expected >= 0 (0: no fixed length)",
+                    (long long)p->length);
+    CT_STREAM_CHECK(p->n_boundaries >= 0 && (p->n_boundaries == 0 || p->boundaries), err,
+                    "batch: %d boundaries but no array", p->n_boundaries);
+    for (int i = 0; i < p->n_boundaries; i++)
+        CT_STREAM_CHECK(p->boundaries[i] >= 1 && (i == 0 || p->boundaries[i] > p->boundaries[i - 1]), err,
+                        "batch: boundaries must be positive and ascending (boundary %d is %lld)", i,
+                        (long long)p->boundaries[i]);
+    CT_STREAM_CHECK(p->pad_to_multiple >= 0, err, "batch: pad_to_multiple is %d; expected >= 0", p->pad_to_multiple);
+    CT_STREAM_CHECK(inner->n_out >= 1, err, "batch: the %s stream yields no tensors", inner->ops->name);
+    for (int i = 0; i < inner->n_out; i++) {
+        const ct_tensor *sig = &inner->sigs[i];
+        CT_STREAM_CHECK(sig->ndim < CT_MAX_DIMS, err, "batch: tensor %d has %d dims; a batch adds one (at most %d)", i,
+                        sig->ndim, CT_MAX_DIMS);
+        for (int d = 1; d < sig->ndim; d++)
+            CT_STREAM_CHECK(sig->shape[d] >= 0, err,
+                            "batch: tensor %d varies in dim %d; only dim 0 (the sequence) may vary", i, d);
+    }
+    return CT_OK;
+}
+
+// The batcher and its arrays (sized by the window), one block.
+static batcher *batcher_new(const ct_batch_params *p) {
+    int w = p->bucket_window > 0 ? p->bucket_window : 1;
+    size_t cap = (size_t)w * (size_t)p->batch_size, nb = (size_t)p->n_boundaries;
+    char *at = ct_calloc(1, ct_round16(sizeof(batcher)) + ct_round16(cap * sizeof(ct_item)) +
+                                ct_round16(cap * sizeof(by_length)) + ct_round16(cap * sizeof(int)) +
+                                ct_round16((size_t)w * sizeof(int)) + nb * sizeof(int64_t));
+    batcher *bt = ct_carve(&at, sizeof *bt);
+    bt->staged = ct_carve(&at, cap * sizeof *bt->staged);
+    bt->lengths = ct_carve(&at, cap * sizeof *bt->lengths);
+    bt->sorted = ct_carve(&at, cap * sizeof *bt->sorted);
+    bt->order = ct_carve(&at, (size_t)w * sizeof *bt->order);
+    bt->boundaries = ct_carve(&at, nb * sizeof *bt->boundaries);
+    if (nb) memcpy(bt->boundaries, p->boundaries, nb * sizeof *bt->boundaries);
+    bt->p = *p;
+    bt->p.boundaries = bt->boundaries;
+    bt->w = w;
+    return bt;
+}
+
 ct_status ct_batch_stream_new(ct_stream **out, ct_stream *inner, const ct_batch_params *p, ct_error *err) {
     *out = NULL;
     CT_ASSERT(inner && p);
-    CT_STAGE_CHECK(p->batch_size >= 1, inner, err, "batch: batch_size is %d; expected >= 1", p->batch_size);
-    CT_STAGE_CHECK(
-        p->bucket_window >= 0 && (int64_t)p->batch_size * (p->bucket_window ? p->bucket_window : 1) <= (1 << 24), inner,
-        err, "batch: batch_size %d x bucket_window %d is out of range (at most 2^24 examples)", p->batch_size,
-        p->bucket_window);
-    CT_STAGE_CHECK(p->length >= 0, inner, err, "batch: length is %lld; expected >= 0 (0: no fixed length)",
-                   (long long)p->length);
-    CT_STAGE_CHECK(p->n_boundaries >= 0 && (p->n_boundaries == 0 || p->boundaries), inner, err,
-                   "batch: %d boundaries but no array", p->n_boundaries);
-    for (int i = 0; i < p->n_boundaries; i++)
-        CT_STAGE_CHECK(p->boundaries[i] >= 1 && (i == 0 || p->boundaries[i] > p->boundaries[i - 1]), inner, err,
-                       "batch: boundaries must be positive and ascending (boundary %d is %lld)", i,
-                       (long long)p->boundaries[i]);
-    CT_STAGE_CHECK(p->pad_to_multiple >= 0, inner, err, "batch: pad_to_multiple is %d; expected >= 0",
-                   p->pad_to_multiple);
-    CT_STAGE_CHECK(inner->n_out >= 1, inner, err, "batch: the %s stream yields no tensors", inner->ops->name);
-    for (int i = 0; i < inner->n_out; i++) {
-        const ct_tensor *sig = &inner->sigs[i];
-        CT_STAGE_CHECK(sig->ndim < CT_MAX_DIMS, inner, err,
-                       "batch: tensor %d has %d dims; a batch adds one (at most %d)", i, sig->ndim, CT_MAX_DIMS);
-        for (int d = 1; d < sig->ndim; d++)
-            CT_STAGE_CHECK(sig->shape[d] >= 0, inner, err,
-                           "batch: tensor %d varies in dim %d; only dim 0 (the sequence) may vary", i, d);
+    ct_status st = batch_check(inner, p, err);
+    if (st != CT_OK) {
+        ct_stream_free(inner);  // owned on every path
+        return st;
     }
-    batcher *bt = ct_calloc(1, sizeof *bt);
-    bt->p = *p;
-    if (p->n_boundaries > 0) {
-        bt->boundaries = ct_malloc((size_t)p->n_boundaries * sizeof *bt->boundaries);
-        memcpy(bt->boundaries, p->boundaries, (size_t)p->n_boundaries * sizeof *bt->boundaries);
-    }
-    bt->p.boundaries = bt->boundaries;
-    bt->w = p->bucket_window > 0 ? p->bucket_window : 1;
-    int cap = bt->w * p->batch_size;
-    bt->staged = ct_calloc((size_t)cap, sizeof *bt->staged);
-    bt->lengths = ct_calloc((size_t)cap, sizeof *bt->lengths);
-    bt->sorted = ct_calloc((size_t)cap, sizeof *bt->sorted);
-    bt->order = ct_calloc((size_t)bt->w, sizeof *bt->order);
-    ct_stream *s = ct_stream_alloc(&batch_ops, inner, bt);
-    s->n_out = inner->n_out;
+    batcher *bt = batcher_new(p);
+    ct_stream *s = ct_stream_wrap(&batch_ops, inner, bt);
     for (int i = 0; i < inner->n_out; i++) {
         ct_tensor sig = inner->sigs[i];
         bt->in_sigs[i] = sig;
         bt->varying[i] = sig.ndim >= 1 && sig.shape[0] < 0;
-        ct_tensor o = sig;
-        o.ndim = sig.ndim + 1;
-        o.shape[0] = p->batch_size;
-        for (int d = 0; d < sig.ndim; d++) o.shape[d + 1] = sig.shape[d];
-        if (bt->varying[i]) o.shape[1] = p->length > 0 ? p->length : -1;
-        s->sigs[i] = o;
+        s->sigs[i] = batched_sig(sig, p->batch_size);
+        if (bt->varying[i]) s->sigs[i].shape[1] = p->length > 0 ? p->length : -1;
     }
     if (inner->length >= 0)
         s->length =
@@ -665,13 +656,10 @@ ct_status ct_weights_stream_new(ct_stream **out, ct_stream *inner, int mask_id, 
                    ct_dtype_name(inner->sigs[1].dtype));
     weighter *wt = ct_calloc(1, sizeof *wt);
     wt->mask_id = mask_id;
-    ct_stream *s = ct_stream_alloc(&weights_ops, inner, wt);
+    ct_stream *s = ct_stream_wrap(&weights_ops, inner, wt);
     s->n_out = 3;
-    s->sigs[0] = inner->sigs[0];
-    s->sigs[1] = inner->sigs[1];
     s->sigs[2] = inner->sigs[1];
     s->sigs[2].dtype = CT_DTYPE_F32;
-    s->length = inner->length;
     ct_stream_mix(s, (uint64_t)(int64_t)mask_id);
     *out = s;
     return CT_OK;

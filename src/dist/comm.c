@@ -12,14 +12,20 @@ ct_comm *ct_comm_single_new(void) {
     return c;
 }
 
-void ct_comm_local_new(int n, ct_comm **out) {
-    CT_ASSERT(n >= 1);
+ct_status ct_comm_local_new(ct_comm **out, int n, ct_error *err) {
+    if (n < 1 || n > CT_COMM_LOCAL_MAX)
+        return ct_error_set(err, CT_ERR_ARG, "local comm: %d replicas; expected 1..%d", n, CT_COMM_LOCAL_MAX);
+    for (int i = 0; i < n; i++) out[i] = NULL;
     local_group *g = ct_calloc(1, sizeof *g);
+    int rc = pthread_barrier_init(&g->barrier, NULL, (unsigned)n);
+    if (rc != 0) {
+        ct_free(g);
+        return ct_error_set(err, CT_ERR_STATE, "local comm: cannot make a barrier for %d threads: %s", n, strerror(rc));
+    }
     g->n = n;
     g->refs = n;
     g->slots = ct_calloc((size_t)n, sizeof *g->slots);
     pthread_mutex_init(&g->mu, NULL);
-    pthread_barrier_init(&g->barrier, NULL, (unsigned)n);
     for (int i = 0; i < n; i++) {
         ct_comm *c = ct_calloc(1, sizeof *c);
         c->kind = CT_COMM_LOCAL;
@@ -28,6 +34,7 @@ void ct_comm_local_new(int n, ct_comm **out) {
         c->group = g;
         out[i] = c;
     }
+    return CT_OK;
 }
 
 void ct_comm_free(ct_comm *c) {
@@ -100,23 +107,17 @@ static void local_broadcast(ct_comm *c, void *buf, size_t bytes, int root) {
 
 // ---- dispatch --------------------------------------------------------------------
 
-ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_error *err) {
+static ct_status allreduce(ct_comm *c, void *buf, size_t n, int is_f64, ct_error *err) {
     switch (c->kind) {
     case CT_COMM_SINGLE: return CT_OK;
-    case CT_COMM_LOCAL: local_allreduce(c, buf, n, 0); return CT_OK;
-    case CT_COMM_MPI: return ct_mpi_allreduce(c, buf, n, 0, err);
+    case CT_COMM_LOCAL: local_allreduce(c, buf, n, is_f64); return CT_OK;
+    case CT_COMM_MPI: return ct_mpi_allreduce(c, buf, n, is_f64, err);
     }
     return CT_OK;
 }
 
-ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_error *err) {
-    switch (c->kind) {
-    case CT_COMM_SINGLE: return CT_OK;
-    case CT_COMM_LOCAL: local_allreduce(c, buf, n, 1); return CT_OK;
-    case CT_COMM_MPI: return ct_mpi_allreduce(c, buf, n, 1, err);
-    }
-    return CT_OK;
-}
+ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_error *err) { return allreduce(c, buf, n, 0, err); }
+ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_error *err) { return allreduce(c, buf, n, 1, err); }
 
 ct_status ct_comm_allgather_f32(ct_comm *c, const float *in, float *out, size_t n, ct_error *err) {
     switch (c->kind) {

@@ -63,14 +63,18 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
-static void watch(mpi_state *m, const char *op) {
+// Arms the watchdog for op (NULL: disarms it); quit ends its thread.
+static void tell_watchdog(mpi_state *m, const char *op, bool quit) {
     pthread_mutex_lock(&m->mu);
     m->armed = op != NULL;
     m->op = op;
     m->deadline = now_s() + m->timeout_s;
+    m->quit = quit;
     pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
 }
+
+static void watch(mpi_state *m, const char *op) { tell_watchdog(m, op, false); }
 
 static ct_status mpi_fail(ct_comm *c, int code, const char *op, ct_error *err) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -102,6 +106,29 @@ static ct_status wait_all(ct_comm *c, MPI_Request *reqs, int n, const char *op, 
     }
 }
 
+// Our communicator and the watchdog's thread; on failure, undoes what it made.
+static ct_status mpi_state_init(mpi_state *m, int *rank, int *size, ct_error *err) {
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+    if (rc != MPI_SUCCESS) return ct_error_set(err, CT_ERR_IO, "MPI_Comm_dup of MPI_COMM_WORLD failed (error %d)", rc);
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m->comm, rank);
+    MPI_Comm_size(m->comm, size);
+    m->rank = *rank;
+    m->size = *size;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&m->mu, NULL);
+    rc = pthread_create(&m->watchdog, NULL, watchdog_main, m);
+    if (rc == 0) return CT_OK;
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
+    MPI_Comm_free(&m->comm);
+    return ct_error_set(err, CT_ERR_STATE, "MPI comm: cannot start the watchdog thread: %s", strerror(rc));
+}
+
 ct_status ct_comm_mpi_new(ct_comm **out, double timeout_s, ct_error *err) {
     *out = NULL;
     int initialized = 0, finalized = 0;
@@ -121,19 +148,13 @@ ct_status ct_comm_mpi_new(ct_comm **out, double timeout_s, ct_error *err) {
     c->mpi = m;
     m->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
     m->finalize = we_init;
-    MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
-    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(m->comm, &c->rank);
-    MPI_Comm_size(m->comm, &c->size);
-    m->rank = c->rank;
-    m->size = c->size;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&m->mu, NULL);
-    pthread_create(&m->watchdog, NULL, watchdog_main, m);
+    ct_status st = mpi_state_init(m, &c->rank, &c->size, err);
+    if (st != CT_OK) {
+        if (we_init) MPI_Finalize();
+        ct_free(m);
+        ct_free(c);
+        return st;
+    }
     *out = c;
     return CT_OK;
 }
@@ -145,10 +166,7 @@ void ct_comm_abort(ct_comm *c, int code) {
 void ct_mpi_free(ct_comm *c) {
     mpi_state *m = c->mpi;
     if (!m) return;
-    pthread_mutex_lock(&m->mu);
-    m->quit = true;
-    pthread_cond_signal(&m->cv);
-    pthread_mutex_unlock(&m->mu);
+    tell_watchdog(m, NULL, true);
     pthread_join(m->watchdog, NULL);
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);

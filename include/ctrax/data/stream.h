@@ -7,8 +7,11 @@
 // and for IDX images
 //   (image f32 (rows, cols), label int32 (), weight f32 ());
 // the batch transform stacks B of them into (B, T) / (B, rows, cols) / (B,).
-// A chain is built from the source up; each transform takes ownership of the
-// stream it wraps (also when it fails: then that stream is freed), so
+// Constructors follow the rule of ctrax/ctrax.h: *out is NULL on failure and
+// nothing is left allocated. A chain is built from the source up; each
+// transform takes ownership of the stream it wraps on every path (when it
+// fails, whether on an argument or later, it has freed that stream and every
+// stream below it), so a chain needs no cleanup on its error paths:
 //
 //   ct_stream *s;
 //   CT_TRY(ct_text_stream_new(&s, &text_params, err));
@@ -180,7 +183,10 @@ ct_idx_params ct_idx_default_params(void);
 ct_status ct_idx_stream_new(ct_stream **out, const ct_idx_params *p, ct_error *err);
 
 // ---- transforms ------------------------------------------------------------------
-// Each takes ownership of inner (also on failure) and replaces *out.
+// Each takes ownership of inner on every path: on success the new stage frees
+// it with itself; on failure it is freed before the call returns, and *out
+// is NULL. inner must not be NULL (a programmer error: CT_ASSERT). The new
+// stage borrows nothing.
 
 // Repeats a finite stream of N items for n_epochs (0: forever); with shuffle,
 // each epoch is its own permutation, drawn from (seed, epoch) by Fisher-Yates.

@@ -35,14 +35,21 @@ typedef enum ct_comm_kind {
     CT_COMM_MPI = 2,
 } ct_comm_kind;
 
-// The single-replica comm.
+// Constructors follow the rule of ctrax/ctrax.h: the caller owns what they
+// make (free with ct_comm_free); on failure nothing is left allocated and
+// the out handles are NULL.
+
+// The single-replica comm. Cannot fail (out of memory aborts).
 ct_comm *ct_comm_single_new(void);
-// A group of n thread replicas: writes n handles into out (handle i is rank
-// i). Free each with ct_comm_free; the group goes with the last one.
-void ct_comm_local_new(int n, ct_comm **out);
+// A group of n thread replicas, 1..CT_COMM_LOCAL_MAX: writes n handles into
+// out[0..n) (handle i is rank i). Free each with ct_comm_free; the group goes
+// with the last one. CT_ERR_ARG for n out of range, CT_ERR_STATE when the
+// group's barrier cannot be made.
+#define CT_COMM_LOCAL_MAX 1024
+ct_status ct_comm_local_new(ct_comm **out, int n, ct_error *err);
 // The MPI comm over MPI_COMM_WORLD. Calls MPI_Init_thread if MPI is not
-// initialized yet (and MPI_Finalize when freed, if it did). timeout_s bounds
-// every collective's wait (0: 300 s).
+// initialized yet (and MPI_Finalize when freed, or when this call fails
+// after it, if it did). timeout_s bounds every collective's wait (0: 300 s).
 ct_status ct_comm_mpi_new(ct_comm **out, double timeout_s, ct_error *err);
 // True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE set).
 int ct_comm_mpi_launched(void);
