@@ -39,23 +39,19 @@ static ct_status train_settings(ct_config *c, ct_error *err) {
     CT_TRY(ct_config_get_int(c, "Loop", "n_steps_per_checkpoint", 100, &i64, err));
     CT_TRY(ct_config_get_int(c, "Loop", "n_steps_per_permanent_checkpoint", 0, &i64, err));
 
-    if (model_name) {
-        ct_layer *model = ct_config_build_model(c, model_name, err);
-        if (!model) return err->code;
-        ct_layer_free(model);
-    }
-    ct_layer *loss = ct_config_build_layer(c, loss_name, err);
-    if (!loss) return err->code;
+    ct_layer *model = NULL, *loss = NULL;
+    ct_optimizer *opt = NULL;
+    ct_schedule *schedule = NULL;
+    ct_status st = CT_OK;
+    if (model_name) st = ct_config_build_model(c, model_name, &model, err);
+    if (st == CT_OK) st = ct_config_build_layer(c, loss_name, &loss, err);
+    if (st == CT_OK) st = ct_config_build_optimizer(c, opt_name, &opt, err);
+    if (st == CT_OK && sched_name) st = ct_config_build_schedule(c, sched_name, &schedule, err);
+    ct_layer_free(model);
     ct_layer_free(loss);
-    ct_optimizer *opt = ct_config_build_optimizer(c, opt_name, err);
-    if (!opt) return err->code;
     ct_optimizer_free(opt);
-    if (sched_name) {
-        ct_schedule *s = ct_config_build_schedule(c, sched_name, err);
-        if (!s) return err->code;
-        ct_schedule_free(s);
-    }
-    return CT_OK;
+    ct_schedule_free(schedule);
+    return st;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
