@@ -14,8 +14,24 @@
 #include "ctrax/config/config.h"
 #include "ctrax/core/memory.h"
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/layer_author.h"
 #include "ctrax/models/models.h"
 #include "ctrax/train/loop.h"
+
+// The builders return a status and write the object to *out, NULL on every
+// failure: these wrappers check that rule and give the object or NULL.
+#define BUILDER(kind, T)                                                       \
+    static T *build_##kind(ct_config *cfg, const char *name, ct_error *err) { \
+        T *out = (T *)&out; /* not NULL: a failure must clear it */            \
+        ct_status st = ct_config_build_##kind(cfg, name, &out, err);           \
+        CHECK((st == CT_OK) == (out != NULL));                                 \
+        return st == CT_OK ? out : NULL;                                       \
+    }
+BUILDER(model, ct_layer)
+BUILDER(layer, ct_layer)
+BUILDER(optimizer, ct_optimizer)
+BUILDER(schedule, ct_schedule)
+#undef BUILDER
 
 static char config_dir[4096];
 
@@ -305,12 +321,12 @@ static void test_trax_names(void) {
     const char *layers[] = {"WeightedCategoryCrossEntropy", "CrossEntropyLoss", "CategoryAccuracy",
                             "WeightedCategoryAccuracy", "SequenceAccuracy", "L2Loss", "trax.layers.L2Loss"};
     for (int k = 0; k < 7; k++) {
-        ct_layer *l = ct_config_build_layer(cfg, layers[k], &err);
+        ct_layer *l = build_layer(cfg, layers[k], &err);
         CHECK_MSG(l != NULL, "%s: %s", layers[k], err.msg);
         if (l) ct_layer_free(l);
     }
-    CHECK(ct_config_build_model(cfg, "L2Loss", &err) == NULL && strstr(err.msg, "not a model"));
-    CHECK(ct_config_build_optimizer(cfg, "TransformerLM", &err) == NULL && strstr(err.msg, "not an optimizer"));
+    CHECK(build_model(cfg, "L2Loss", &err) == NULL && strstr(err.msg, "not a model"));
+    CHECK(build_optimizer(cfg, "TransformerLM", &err) == NULL && strstr(err.msg, "not an optimizer"));
     ct_config_free(cfg);
 
     // A name in the wrong Trax module says where it lives.
@@ -319,7 +335,10 @@ static void test_trax_names(void) {
 
     char *reg = ct_config_registry_text();
     CHECK(strstr(reg, "TransformerLM.d_model = 512") && strstr(reg, "Adam.b2 = 0.999") &&
-          strstr(reg, "MLP.layer_widths = [128, 64]") && strstr(reg, "# train.steps = (the program's default)"));
+          strstr(reg, "MLP.layer_widths = [128, 64]") && strstr(reg, "\ntrain.steps = 1000  #") &&
+          strstr(reg, "\ntrain.optimizer = @Adam  #") && strstr(reg, "\nLoop.n_steps_per_checkpoint = 100  #"));
+    // Every setting's default comes from its list: none is left to the program.
+    CHECK(!strstr(reg, "(the program's default)"));
     ct_free(reg);
 }
 
@@ -482,7 +501,7 @@ static void test_build(void) {
     ct_config *cfg = load_lm(&err);
     const char *model_name = NULL, *opt_name = NULL;
     CHECK_OK(ct_config_get_reference(cfg, "train", "model", NULL, &model_name, &err), &err);
-    ct_layer *model = model_name ? ct_config_build_model(cfg, model_name, &err) : NULL;
+    ct_layer *model = model_name ? build_model(cfg, model_name, &err) : NULL;
     CHECK_MSG(model != NULL, "%s", err.msg);
     if (model) {
         int32_t tokens[2 * 8] = {0};
@@ -504,7 +523,7 @@ static void test_build(void) {
         ct_layer_free(model);
     }
     CHECK_OK(ct_config_get_reference(cfg, "train", "optimizer", NULL, &opt_name, &err), &err);
-    ct_optimizer *opt = opt_name ? ct_config_build_optimizer(cfg, opt_name, &err) : NULL;
+    ct_optimizer *opt = opt_name ? build_optimizer(cfg, opt_name, &err) : NULL;
     CHECK_MSG(opt != NULL, "%s", err.msg);
     if (opt) {
         const ct_adam_params *p = opt->params;
@@ -514,12 +533,12 @@ static void test_build(void) {
         ct_optimizer_free(opt);
     }
     // The scoped model: dropout 0 in eval/, everything else shared.
-    ct_layer *eval_model = ct_config_build_model(cfg, "eval/TransformerLM", &err);
+    ct_layer *eval_model = build_model(cfg, "eval/TransformerLM", &err);
     CHECK_MSG(eval_model != NULL, "%s", err.msg);
     if (eval_model) ct_layer_free(eval_model);
 
     // MLP from (64, 32,) on (2, 3, 4) inputs: Flatten, Dense(64), Relu, Dense(32).
-    ct_layer *mlp = ct_config_build_model(cfg, "MLP", &err);
+    ct_layer *mlp = build_model(cfg, "MLP", &err);
     CHECK_MSG(mlp != NULL, "%s", err.msg);
     if (mlp) {
         float x[2 * 3 * 4] = {0};
@@ -532,17 +551,17 @@ static void test_build(void) {
         ct_net_free(&net);
         ct_layer_free(mlp);
     }
-    ct_optimizer *sgd = ct_config_build_optimizer(cfg, "trax.optimizers.SGD", &err);
+    ct_optimizer *sgd = build_optimizer(cfg, "trax.optimizers.SGD", &err);
     CHECK(sgd && ((const ct_sgd_params *)sgd->params)->learning_rate == ct_sgd_default_params().learning_rate);
     if (sgd) ct_optimizer_free(sgd);
     ct_config_free(cfg);
 
     // The registry's defaults are the C structs' defaults.
     cfg = ct_config_new();
-    model = ct_config_build_model(cfg, "TransformerLM", &err);
+    model = build_model(cfg, "TransformerLM", &err);
     CHECK_MSG(model != NULL, "%s", err.msg);
     if (model) ct_layer_free(model);
-    opt = ct_config_build_optimizer(cfg, "Adam", &err);
+    opt = build_optimizer(cfg, "Adam", &err);
     if (opt) ct_optimizer_free(opt);
     char *op = ct_config_operative_text(cfg);
     ct_transformer_lm_params d = ct_transformer_lm_default_params();
@@ -558,10 +577,10 @@ static void test_build(void) {
     const char *bad = "TransformerLM.d_model = 30\n\nTransformerLM.n_heads = 4\nMLP.layer_widths = [8,\n  0]\n";
     cfg = ct_config_new();
     CHECK_OK(ct_config_parse_text(cfg, bad, strlen(bad), "bad.gin", &err), &err);
-    CHECK(ct_config_build_model(cfg, "TransformerLM", &err) == NULL);
+    CHECK(build_model(cfg, "TransformerLM", &err) == NULL);
     CHECK_MSG(strstr(err.msg, "bad.gin:3:1") && strstr(err.msg, "does not divide"), "%s", err.msg);
     printf("  error: %s\n", err.msg);
-    CHECK(ct_config_build_model(cfg, "MLP", &err) == NULL);
+    CHECK(build_model(cfg, "MLP", &err) == NULL);
     CHECK_MSG(strstr(err.msg, "bad.gin:5:3") && strstr(err.msg, "layer_widths[1]"), "%s", err.msg);
     printf("  error: %s\n", err.msg);
     ct_config_free(cfg);
@@ -592,14 +611,14 @@ static void program_queries(ct_config *cfg, ct_error *err) {
     CHECK_OK(ct_config_get_int(cfg, "multifactor", "warmup_steps", 400, &i, err), err);
     CHECK_OK(ct_config_get_int(cfg, "Loop", "n_steps_per_checkpoint", 100, &i, err), err);
     if (m) {
-        ct_layer *model = ct_config_build_model(cfg, m, err);
+        ct_layer *model = build_model(cfg, m, err);
         CHECK_MSG(model != NULL, "%s", err->msg);
         if (model) ct_layer_free(model);
     }
-    ct_layer *eval_model = ct_config_build_model(cfg, "eval/TransformerLM", err);
+    ct_layer *eval_model = build_model(cfg, "eval/TransformerLM", err);
     if (eval_model) ct_layer_free(eval_model);
     if (o) {
-        ct_optimizer *opt = ct_config_build_optimizer(cfg, o, err);
+        ct_optimizer *opt = build_optimizer(cfg, o, err);
         CHECK_MSG(opt != NULL, "%s", err->msg);
         if (opt) ct_optimizer_free(opt);
     }
@@ -691,7 +710,7 @@ static void test_optimizers(void) {
         {"SM3", "SM3", "momentum_type", 3.0f, "learning_rate", ct_sm3_default_params().learning_rate},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        ct_optimizer *o = ct_config_build_optimizer(cfg, cases[k].ref, &err);
+        ct_optimizer *o = build_optimizer(cfg, cases[k].ref, &err);
         CHECK_MSG(o != NULL, "%s: %s", cases[k].ref, err.msg);
         if (!o) continue;
         CHECK(!strcmp(ct_optimizer_name(o), cases[k].name));
@@ -703,7 +722,7 @@ static void test_optimizers(void) {
     }
     const char *ref = NULL;
     CHECK_OK(ct_config_get_reference(cfg, "train", "optimizer", NULL, &ref, &err), &err);
-    ct_optimizer *o = ref ? ct_config_build_optimizer(cfg, ref, &err) : NULL;
+    ct_optimizer *o = ref ? build_optimizer(cfg, ref, &err) : NULL;
     CHECK(o && !strcmp(ct_optimizer_name(o), "SM3"));
     if (o) ct_optimizer_free(o);
     char *op = ct_config_operative_text(cfg);
@@ -716,12 +735,12 @@ static void test_optimizers(void) {
     // neutral values load.
     const char *bf16 = "Adafactor.do_momentum = True\nAdafactor.momentum_in_bfloat16 = True\n";
     cfg = parse_cfg("bf.gin", bf16, &err);
-    CHECK(ct_config_build_optimizer(cfg, "Adafactor", &err) == NULL);
+    CHECK(build_optimizer(cfg, "Adafactor", &err) == NULL);
     CHECK_MSG(strstr(err.msg, "bf.gin:2:1") && strstr(err.msg, "not supported"), "%s", err.msg);
     printf("  error: %s\n", err.msg);
     ct_config_free(cfg);
     cfg = parse_cfg("wd.gin", "\nAdafactor.weight_decay_n_steps = 100\n", &err);
-    CHECK(ct_config_build_optimizer(cfg, "Adafactor", &err) == NULL);
+    CHECK(build_optimizer(cfg, "Adafactor", &err) == NULL);
     CHECK_MSG(strstr(err.msg, "wd.gin:2:1") && strstr(err.msg, "weight_decay_n_steps = 100"), "%s", err.msg);
     ct_config_free(cfg);
     EXPECT_ERROR("e.gin", "SM3.momentum_type = 4\n", "e.gin:1:1", "must be <= 3");
@@ -762,7 +781,7 @@ static void check_schedule(const char *text, ct_schedule *direct, const char *wh
     ct_config *cfg = parse_cfg("lr.gin", text, &err);
     const char *ref = NULL;
     CHECK_OK(ct_config_get_reference(cfg, "train", "lr_schedule_fn", NULL, &ref, &err), &err);
-    ct_schedule *s = ref ? ct_config_build_schedule(cfg, ref, &err) : NULL;
+    ct_schedule *s = ref ? build_schedule(cfg, ref, &err) : NULL;
     CHECK_MSG(s != NULL && direct != NULL, "%s: %s", what, err.msg);
     if (s && direct) same_schedule(s, direct, what);
     ct_schedule_free(s);
@@ -822,7 +841,7 @@ static void test_schedules(void) {
 
     // The operative config lists multifactor's defaults, which are Trax's.
     ct_config *cfg = ct_config_new();
-    ct_schedule *s = ct_config_build_schedule(cfg, "multifactor", &err);
+    ct_schedule *s = build_schedule(cfg, "multifactor", &err);
     CHECK_MSG(s != NULL, "%s", err.msg);
     ct_schedule_free(s);
     char *op = ct_config_operative_text(cfg);
@@ -835,19 +854,19 @@ static void test_schedules(void) {
     // Errors: a required parameter unbound; a parameter the constructor
     // refuses, at its binding; not a schedule.
     cfg = parse_cfg("s.gin", "warmup.n_warmup_steps = 5\n", &err);
-    CHECK(ct_config_build_schedule(cfg, "warmup", &err) == NULL);
+    CHECK(build_schedule(cfg, "warmup", &err) == NULL);
     CHECK_MSG(strstr(err.msg, "warmup.max_value is not set"), "%s", err.msg);
     printf("  error: %s\n", err.msg);
-    CHECK(ct_config_build_schedule(cfg, "constant", &err) == NULL && strstr(err.msg, "constant.value is not set"));
-    CHECK(ct_config_build_schedule(cfg, "Adam", &err) == NULL && strstr(err.msg, "not a learning-rate schedule"));
+    CHECK(build_schedule(cfg, "constant", &err) == NULL && strstr(err.msg, "constant.value is not set"));
+    CHECK(build_schedule(cfg, "Adam", &err) == NULL && strstr(err.msg, "not a learning-rate schedule"));
     ct_config_free(cfg);
     cfg = parse_cfg("s.gin", "multifactor.warmup_steps = 10\nmultifactor.factors = 'constant * bogus'\n", &err);
-    CHECK(ct_config_build_schedule(cfg, "multifactor", &err) == NULL);
+    CHECK(build_schedule(cfg, "multifactor", &err) == NULL);
     CHECK_MSG(strstr(err.msg, "s.gin:2:1") && strstr(err.msg, "unknown factor 'bogus'"), "%s", err.msg);
     printf("  error: %s\n", err.msg);
     ct_config_free(cfg);
     cfg = parse_cfg("s.gin", "multifactor.constant = 1.0\nmultifactor.warmup_steps = 0\n", &err);
-    CHECK(ct_config_build_schedule(cfg, "multifactor", &err) == NULL);
+    CHECK(build_schedule(cfg, "multifactor", &err) == NULL);
     CHECK_MSG(strstr(err.msg, "s.gin:2:1") && strstr(err.msg, "warmup_steps > 0"), "%s", err.msg);
     printf("  error: %s\n", err.msg);
     ct_config_free(cfg);
@@ -1545,19 +1564,19 @@ static void test_whole_run(void) {
         ct_config_free(cfg);
         return;
     }
-    ct_layer *model = ct_config_build_model(cfg, model_ref, &err);
+    ct_layer *model = build_model(cfg, model_ref, &err);
     CHECK_MSG(model != NULL, "%s", err.msg);
-    ct_layer *loss = ct_config_build_layer(cfg, loss_ref, &err);
-    ct_layer *m0 = ct_config_build_layer(cfg, metrics->items[0].s, &err);
-    ct_layer *m1 = ct_config_build_layer(cfg, metrics->items[1].s, &err);
-    ct_optimizer *opt = ct_config_build_optimizer(cfg, opt_ref, &err);
+    ct_layer *loss = build_layer(cfg, loss_ref, &err);
+    ct_layer *m0 = build_layer(cfg, metrics->items[0].s, &err);
+    ct_layer *m1 = build_layer(cfg, metrics->items[1].s, &err);
+    ct_optimizer *opt = build_optimizer(cfg, opt_ref, &err);
     CHECK_MSG(opt != NULL, "%s", err.msg);
-    ct_schedule *lr = ct_config_build_schedule(cfg, lr_ref, &err);
+    ct_schedule *lr = build_schedule(cfg, lr_ref, &err);
     CHECK_MSG(lr != NULL, "%s", err.msg);
     ct_stream *train = NULL, *eval = NULL;
     CHECK_OK(ct_config_build_inputs(cfg, inputs_ref, batch_size, (uint64_t)seed, &train, &eval, &err), &err);
     if (model && loss && m0 && m1 && opt && lr && train && eval) {
-        ct_train_task task = {train, loss, opt, lr, "loss"};
+        ct_train_task task = {.stream = train, .loss = loss, .optimizer = opt, .lr_schedule = lr, .loss_name = "loss"};
         opt = NULL;  // the loop owns it
         ct_eval_task ev = {.stream = eval, .n_metrics = 2, .n_batches = (int)eval_steps};
         ev.metrics[0] = m0;
@@ -1727,9 +1746,9 @@ static void check_estimate(const char *what, const char *text, const char *model
     ct_config_memory mem;
     CHECK_OK(ct_config_check_memory(cfg, &run, &mem, &err), &err);
     CHECK(mem.example_length > 0 && mem.limit_bytes > 0);
-    ct_layer *model = ct_config_build_model(cfg, model_name, &err);
-    ct_layer *loss = ct_config_build_layer(cfg, "WeightedCategoryCrossEntropy", &err);
-    ct_optimizer *opt = ct_config_build_optimizer(cfg, "Adam", &err);
+    ct_layer *model = build_model(cfg, model_name, &err);
+    ct_layer *loss = build_layer(cfg, "WeightedCategoryCrossEntropy", &err);
+    ct_optimizer *opt = build_optimizer(cfg, "Adam", &err);
     ct_stream *train = NULL, *eval = NULL;
     CHECK_OK(ct_config_build_inputs(cfg, "sequence_copy_inputs", batch_size, 1, &train, &eval, &err), &err);
     CHECK(model && loss && opt);
@@ -1798,7 +1817,7 @@ static void test_memory_budget(void) {
         ct_config_run_shape run = {.model = "MLP", .optimizer = "SGD", .batch_size = 2};
         ct_config_memory mem;
         CHECK_OK(ct_config_check_memory(cfg, &run, &mem, &err), &err);
-        ct_layer *mlp = ct_config_build_model(cfg, "MLP", &err);
+        ct_layer *mlp = build_model(cfg, "MLP", &err);
         CHECK(mlp != NULL);
         float x[2] = {0};
         ct_tensor in = ct_tensor_2d(CT_DTYPE_F32, 2, 1, x);
@@ -1883,7 +1902,7 @@ static void test_memory_budget(void) {
     {
         ct_error err = {0};
         ct_config *cfg = config_text("big.gin", "ReformerLM.n_layers = 100000000\n", &err);
-        ct_layer *m = ct_config_build_model(cfg, "ReformerLM", &err);
+        ct_layer *m = build_model(cfg, "ReformerLM", &err);
         CHECK(m == NULL && err.code == CT_ERR_MEMORY);
         CHECK_MSG(strstr(err.msg, "big.gin:1:1: ReformerLM.n_layers = 100000000: the model's weights"), "%s", err.msg);
         if (m) ct_layer_free(m);
@@ -1955,6 +1974,60 @@ static void test_skip_nonfinite_setting(void) {
     ct_config_free(cfg);
 }
 
+// The program's settings come from one list each: ct_config_read_train
+// gives the list's defaults when nothing is bound, reads every bound one,
+// and queries every train.* / Loop.* parameter the registry accepts (so a
+// setting that is accepted is read: none is left unused).
+static void test_settings_lists(void) {
+    ct_error err;
+    ct_config *cfg = ct_config_new();
+    ct_train_settings t, d = ct_train_default_settings();
+    ct_loop_settings l;
+    CHECK_OK(ct_config_read_train(cfg, &t, &err), &err);
+    CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
+    CHECK(t.steps == 1000 && t.batch_size == 32 && t.eval_steps == 10 && t.keep_checkpoints == 2);
+    CHECK(!strcmp(t.optimizer, "Adam") && !strcmp(t.loss_fn, "WeightedCategoryCrossEntropy") && !t.model);
+    CHECK(t.steps == d.steps && t.n_devices == d.n_devices && t.clip_grad_norm == d.clip_grad_norm);
+    CHECK(l.n_steps_per_checkpoint == 100 && l.n_steps_per_permanent_checkpoint == 0);
+    ct_config_free(cfg);
+
+    cfg = ct_config_new();
+    const char *text = "train.steps = 7\ntrain.optimizer = @trax.optimizers.SM3\ntrain.random_seed = None\n"
+                       "train.permanent_checkpoint_frequency = 5\ntrain.checkpoint_highest = 'accuracy'\n"
+                       "Loop.n_steps_per_checkpoint = 3\ntrain.clip_grad_norm = 0.5\n";
+    CHECK_OK(ct_config_parse_text(cfg, text, strlen(text), "s.gin", &err), &err);
+    CHECK_OK(ct_config_validate(cfg, &err), &err);
+    CHECK_OK(ct_config_read_train(cfg, &t, &err), &err);
+    CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
+    CHECK(t.steps == 7 && !strcmp(t.optimizer, "SM3") && t.random_seed == 0 && t.clip_grad_norm == 0.5);
+    CHECK(t.permanent_checkpoint_frequency == 5 && !strcmp(t.checkpoint_highest, "accuracy"));
+    CHECK(l.n_steps_per_checkpoint == 3);
+    for (int i = 0; i < ct_config_n_bindings(cfg); i++) {
+        ct_config_binding_info b = ct_config_binding_at(cfg, i);
+        CHECK_MSG(b.used, "%s.%s is bound and not read", b.name, b.param);
+    }
+    // The operative config holds every registered setting (train.metrics is
+    // read by the eval metrics, not here) and parses back.
+    char *op = ct_config_operative_text(cfg), *reg = ct_config_registry_text();
+    int n_settings = 0;
+    for (const char *line = reg; line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (strncmp(line, "train.", 6) && strncmp(line, "Loop.", 5)) continue;
+        char key[128];
+        snprintf(key, sizeof key, "\n%.*s = ", (int)strcspn(line, " "), line);
+        if (strncmp(key, "\ntrain.metrics ", 15))
+            CHECK_MSG(strstr(op, key) != NULL, "%s is not in the operative config", key + 1);
+        n_settings++;
+    }
+    CHECK(n_settings >= 20);
+    ct_config *back = ct_config_new();
+    CHECK_OK(ct_config_parse_text(back, op, strlen(op), "operative.gin", &err), &err);
+    CHECK_OK(ct_config_validate(back, &err), &err);
+    ct_config_free(back);
+    ct_free(op);
+    ct_free(reg);
+    ct_config_free(cfg);
+}
+
 int main(void) {
     find_config_dir();
     printf("configs in %s\n", config_dir);
@@ -1968,6 +2041,7 @@ int main(void) {
     test_optimizers();
     test_schedules();
     test_settings();
+    test_settings_lists();
     test_synthetic_inputs();
     test_text_inputs();
     test_token_inputs();

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"
 #include "ctrax/train/loop.h"
 
 #define EXIT_USAGE CTRAX_EXIT_USAGE
@@ -171,54 +172,35 @@ static void train_run_free(train_run *r) {
     ct_comm_free(r->comm);
 }
 
-// Reads the config and builds model, loss, optimizer, schedule, streams and
-// metrics. Every setting is queried here, before training, so the operative
-// config is complete and every config error shows before step 1.
-static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o, int64_t *steps, ct_error *err) {
-    r->cfg = ct_config_new();
-    CT_TRY(ct_config_parse_file(r->cfg, a->config, err));
-    for (int i = 0; i < a->n_sets; i++) CT_TRY(ct_config_set(r->cfg, a->sets[i], err));
-    CT_TRY(ct_config_validate(r->cfg, err));
+// Trax's train.permanent_checkpoint_frequency is the Loop's
+// n_steps_per_permanent_checkpoint: either may be bound; both, to different
+// periods, is an error naming both.
+static ct_status permanent_period(ct_config *c, const ct_train_settings *t, const ct_loop_settings *l, int64_t *out,
+                                  ct_error *err) {
+    int64_t a = t->permanent_checkpoint_frequency, b = l->n_steps_per_permanent_checkpoint;
+    if (a && b && a != b) {
+        char wa[300], wb[300];
+        ct_config_where(c, "train", "permanent_checkpoint_frequency", wa, sizeof wa);
+        ct_config_where(c, "Loop", "n_steps_per_permanent_checkpoint", wb, sizeof wb);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%strain.permanent_checkpoint_frequency = %lld and %sLoop.n_steps_per_permanent_checkpoint "
+                            "= %lld set the same period differently: bind one of them",
+                            wa, (long long)a, wb, (long long)b);
+    }
+    *out = a ? a : b;
+    return CT_OK;
+}
 
-    const char *model_name, *loss_name, *opt_name, *sched_name, *inputs_name;
-    int64_t n_steps, batch_size, seed, devices, keep, per_ckpt, per_permanent;
-    double clip;
-    bool adasum, memory_efficient, skip_nonfinite;
-    const char *high, *low;
-    ct_config *c = r->cfg;
-    CT_TRY(ct_config_get_reference(c, "train", "model", NULL, &model_name, err));
-    CT_TRY(ct_config_get_reference(c, "train", "loss_fn", "WeightedCategoryCrossEntropy", &loss_name, err));
-    CT_TRY(ct_config_get_reference(c, "train", "optimizer", "Adam", &opt_name, err));
-    CT_TRY(ct_config_get_reference(c, "train", "lr_schedule_fn", NULL, &sched_name, err));
-    CT_TRY(ct_config_get_reference(c, "train", "inputs", NULL, &inputs_name, err));
-    CT_TRY(ct_config_get_int(c, "train", "steps", 1000, &n_steps, err));
-    CT_TRY(ct_config_get_int(c, "train", "batch_size", 32, &batch_size, err));
-    CT_TRY(ct_config_get_int(c, "train", "eval_frequency", 100, &r->eval_frequency, err));
-    CT_TRY(ct_config_get_int(c, "train", "eval_steps", 10, &r->eval_steps, err));
-    CT_TRY(ct_config_get_int(c, "train", "random_seed", 0, &seed, err));
-    CT_TRY(ct_config_get_int(c, "train", "n_devices", 1, &devices, err));
-    CT_TRY(ct_config_get_bool(c, "train", "adasum", false, &adasum, err));
-    CT_TRY(ct_config_get_bool(c, "train", "use_memory_efficient_trainer", false, &memory_efficient, err));
-    CT_TRY(ct_config_get_float(c, "train", "clip_grad_norm", 0.0, &clip, err));
-    CT_TRY(ct_config_get_int(c, "train", "keep_checkpoints", 2, &keep, err));
-    CT_TRY(ct_config_get_bool(c, "train", "skip_nonfinite_steps", false, &skip_nonfinite, err));
-    CT_TRY(ct_config_get_string(c, "train", "checkpoint_highest", NULL, &high, err));
-    CT_TRY(ct_config_get_string(c, "train", "checkpoint_lowest", NULL, &low, err));
-    CT_TRY(ct_config_get_int(c, "Loop", "n_steps_per_checkpoint", 100, &per_ckpt, err));
-    CT_TRY(ct_config_get_int(c, "Loop", "n_steps_per_permanent_checkpoint", 0, &per_permanent, err));
-    if (!model_name) return ct_error_set(err, CT_ERR_ARG, "%s: no model: bind train.model = @SomeModel", a->config);
-    if (!inputs_name)
-        return ct_error_set(err, CT_ERR_ARG, "%s: no data: bind train.inputs = @SomeInputs", a->config);
-
-    // The memory budget, from the settings alone, before anything big is
-    // built: a model or batch that cannot fit is refused here, naming the
-    // setting and the bytes, not by the kernel's OOM killer later.
-    ct_config_run_shape shape = {.model = model_name, .optimizer = opt_name, .inputs = inputs_name,
-                                 .batch_size = batch_size, .n_devices = a->devices ? a->devices : (int)devices,
+// The memory budget, from the settings alone, before anything big is built:
+// a model or batch that cannot fit is refused here, naming the setting and
+// the bytes, not by the kernel's OOM killer later.
+static ct_status check_memory(train_run *r, const train_args *a, const ct_train_settings *t, ct_error *err) {
+    ct_config_run_shape shape = {.model = t->model, .optimizer = t->optimizer, .inputs = t->inputs,
+                                 .batch_size = t->batch_size, .n_devices = a->devices ? a->devices : (int)t->n_devices,
                                  .n_processes = r->comm ? ct_comm_size(r->comm) : 1,
-                                 .memory_efficient = memory_efficient};
+                                 .memory_efficient = t->use_memory_efficient_trainer};
     ct_config_memory mem;
-    CT_TRY(ct_config_check_memory(c, &shape, &mem, err));
+    CT_TRY(ct_config_check_memory(r->cfg, &shape, &mem, err));
     // Refusals compare with physical memory (it does not move); what is
     // free now only warns: the page cache gives way, other programs may not.
     double avail = (double)ct_machine_available_bytes(), need = mem.model_bytes + mem.activation_bytes;
@@ -227,61 +209,55 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
         ct_log(CT_LOG_WARN, "%s: this run needs about %s; %s of memory is available now", a->config,
                ct_format_bytes(need, n, sizeof n), ct_format_bytes(avail, f, sizeof f));
     }
+    return CT_OK;
+}
 
-    if (!(r->model = ct_config_build_model(c, model_name, err))) return err->code;
-    if (!(r->loss = ct_config_build_layer(c, loss_name, err))) return err->code;
-    if (!(r->opt = ct_config_build_optimizer(c, opt_name, err))) return err->code;
-    if (sched_name && !(r->schedule = ct_config_build_schedule(c, sched_name, err))) return err->code;
-    CT_TRY(ct_config_build_inputs(c, inputs_name, batch_size, (uint64_t)seed, &r->train, &r->eval, err));
+// Builds model, loss, optimizer, schedule, streams and metrics.
+static ct_status build_objects(train_run *r, const ct_train_settings *t, ct_error *err) {
+    ct_config *c = r->cfg;
+    CT_TRY(ct_config_build_model(c, t->model, &r->model, err));
+    CT_TRY(ct_config_build_layer(c, t->loss_fn, &r->loss, err));
+    CT_TRY(ct_config_build_optimizer(c, t->optimizer, &r->opt, err));
+    if (t->lr_schedule_fn) CT_TRY(ct_config_build_schedule(c, t->lr_schedule_fn, &r->schedule, err));
+    CT_TRY(ct_config_build_inputs(c, t->inputs, t->batch_size, (uint64_t)t->random_seed, &r->train, &r->eval, err));
     if (!r->eval && r->eval_steps > 0) {
         // Inputs with no held-out data (eval_fraction 0) and evals asked for.
         char wf[300], we[300];
-        ct_config_where(c, inputs_name, "eval_fraction", wf, sizeof wf);
+        ct_config_where(c, t->inputs, "eval_fraction", wf, sizeof wf);
         ct_config_where(c, "train", "eval_steps", we, sizeof we);
         return ct_error_set(err, CT_ERR_ARG,
                             "%s%s.eval_fraction = 0 holds out no eval data, but %strain.eval_steps = %lld asks for "
                             "evals: set train.eval_steps = 0, or an eval_fraction above 0",
-                            wf, inputs_name, we, (long long)r->eval_steps);
+                            wf, t->inputs, we, (long long)r->eval_steps);
     }
-
     // Eval metrics, as `ctrax eval` reads them.
     ct_eval_task ev = {0};
-    CT_TRY(ctrax_eval_metrics(c, loss_name, &ev, err));
+    CT_TRY(ctrax_eval_metrics(c, t->loss_fn, &ev, err));
     for (int i = 0; i < ev.n_metrics; i++) {
         r->metrics[i] = ev.metrics[i];
         r->metric_names[i] = ev.metric_names[i];
     }
     r->n_metrics = ev.n_metrics;
+    return CT_OK;
+}
 
-    if (a->output_dir) snprintf(r->output_dir, sizeof r->output_dir, "%s", a->output_dir);
-    else {
-        char copy[4096];
-        snprintf(copy, sizeof copy, "%s", a->config);
-        char *base = basename(copy), *dot = strrchr(base, '.');
-        if (dot) *dot = '\0';
-        snprintf(r->output_dir, sizeof r->output_dir, "runs/%s", base);
-    }
-    r->config_text = ct_config_operative_text(c);
-    for (int i = 0; i < ct_config_n_bindings(c); i++) {
-        ct_config_binding_info b = ct_config_binding_at(c, i);
-        if (!b.used) ct_log(CT_LOG_WARN, "%s:%d: %s.%s is bound but this program never reads it", b.file, b.line, b.name, b.param);
-    }
-
-    *steps = a->steps >= 0 ? a->steps : n_steps;
+// The Loop's options from the settings and the command line.
+static void loop_options(train_run *r, const train_args *a, const ct_train_settings *t, const ct_loop_settings *l,
+                         int64_t permanent, ct_loop_options *o) {
     *o = ct_loop_default_options();
     o->output_dir = r->output_dir;
-    o->n_steps_per_checkpoint = per_ckpt;
-    o->n_steps_per_permanent_checkpoint = per_permanent;
-    o->keep_last = (int)keep;
+    o->n_steps_per_checkpoint = l->n_steps_per_checkpoint;
+    o->n_steps_per_permanent_checkpoint = permanent;
+    o->keep_last = (int)t->keep_checkpoints;
     o->restore = !a->restart;
-    o->seed = (uint64_t)seed;
-    o->checkpoint_low_metric = low;
-    o->checkpoint_high_metric = high;
-    o->trainer.n_devices = a->devices ? a->devices : (int)devices;
-    o->trainer.adasum = adasum;
-    o->use_memory_efficient_trainer = memory_efficient;
-    o->skip_nonfinite = skip_nonfinite;
-    o->trainer.clip_grad_norm = (float)clip;
+    o->seed = (uint64_t)t->random_seed;
+    o->checkpoint_low_metric = t->checkpoint_lowest;
+    o->checkpoint_high_metric = t->checkpoint_highest;
+    o->trainer.n_devices = a->devices ? a->devices : (int)t->n_devices;
+    o->trainer.adasum = t->adasum;
+    o->trainer.memory_efficient = t->use_memory_efficient_trainer;
+    o->skip_nonfinite = t->skip_nonfinite_steps;
+    o->trainer.clip_grad_norm = (float)t->clip_grad_norm;
     o->trainer.comm = r->comm;
     o->stop = &stop_requested;
     o->config_text = r->config_text;
@@ -289,6 +265,55 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     o->progress = stderr;
     o->eval_at = eval_every;
     o->predicate_user = &r->eval_frequency;
+}
+
+// runs/<config name without its extension>, or --output-dir.
+static void output_dir(train_run *r, const train_args *a) {
+    if (a->output_dir) {
+        snprintf(r->output_dir, sizeof r->output_dir, "%s", a->output_dir);
+        return;
+    }
+    char copy[4096];
+    snprintf(copy, sizeof copy, "%s", a->config);
+    char *base = basename(copy), *dot = strrchr(base, '.');
+    if (dot) *dot = '\0';
+    snprintf(r->output_dir, sizeof r->output_dir, "runs/%s", base);
+}
+
+// Reads the config and builds model, loss, optimizer, schedule, streams and
+// metrics. Every setting is read here (ct_config_read_train/loop read each
+// one the registry accepts), before training, so the operative config is
+// complete and every config error shows before step 1.
+static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o, int64_t *steps, ct_error *err) {
+    r->cfg = ct_config_new();
+    CT_TRY(ct_config_parse_file(r->cfg, a->config, err));
+    for (int i = 0; i < a->n_sets; i++) CT_TRY(ct_config_set(r->cfg, a->sets[i], err));
+    CT_TRY(ct_config_validate(r->cfg, err));
+
+    ct_config *c = r->cfg;
+    ct_train_settings t;
+    ct_loop_settings l;
+    int64_t permanent;
+    CT_TRY(ct_config_read_train(c, &t, err));
+    CT_TRY(ct_config_read_loop(c, &l, err));
+    CT_TRY(permanent_period(c, &t, &l, &permanent, err));
+    r->eval_frequency = t.eval_frequency;
+    r->eval_steps = t.eval_steps;
+    if (!t.model) return ct_error_set(err, CT_ERR_ARG, "%s: no model: bind train.model = @SomeModel", a->config);
+    if (!t.inputs) return ct_error_set(err, CT_ERR_ARG, "%s: no data: bind train.inputs = @SomeInputs", a->config);
+    CT_TRY(check_memory(r, a, &t, err));
+    CT_TRY(build_objects(r, &t, err));
+
+    output_dir(r, a);
+    r->config_text = ct_config_operative_text(c);
+    for (int i = 0; i < ct_config_n_bindings(c); i++) {
+        ct_config_binding_info b = ct_config_binding_at(c, i);
+        if (!b.used)
+            ct_log(CT_LOG_WARN, "%s:%d: %s.%s is bound but this program never reads it", b.file, b.line, b.name,
+                   b.param);
+    }
+    *steps = a->steps >= 0 ? a->steps : t.steps;
+    loop_options(r, a, &t, &l, permanent, o);
     return CT_OK;
 }
 
@@ -309,7 +334,11 @@ static int run_train(const train_args *a) {
     int n_sig = ct_stream_signature(r.train, sigs);
     o.tokens_per_batch = n_sig > 0 ? ct_tensor_numel(&sigs[0]) : 0;
 
-    ct_train_task task = {r.train, r.loss, r.opt, r.schedule, "loss"};  // train and eval both log metrics/loss
+    // train and eval both log metrics/loss
+    ct_train_task task = {.stream = r.train, .loss = r.loss, .optimizer = r.opt, .lr_schedule = r.schedule,
+                          .loss_name = "loss"};
+    // No schedule: every step at the optimizer's own learning rate.
+    if (!r.schedule) ct_optimizer_get_param(r.opt, "learning_rate", &task.learning_rate, NULL);
     r.opt = NULL;  // the loop owns it
     ct_eval_task ev = {.stream = r.eval, .n_metrics = r.n_metrics, .n_batches = (int)r.eval_steps};
     for (int i = 0; i < r.n_metrics; i++) {
@@ -325,7 +354,7 @@ static int run_train(const train_args *a) {
         ct_stream_describe(r.train, desc, sizeof desc);
         printf("%s: %s, %zu weights (%.2f MiB); %s trainer, %d device(s) x %d process(es); output %s\n", a->config,
                r.model->name, net->n_weights, (double)net->n_weights * 4 / (1 << 20),
-               o.use_memory_efficient_trainer ? "memory-efficient" : "standard", o.trainer.n_devices,
+               o.trainer.memory_efficient ? "memory-efficient" : "standard", o.trainer.n_devices,
                r.comm ? ct_comm_size(r.comm) : 1, r.output_dir);
         printf("data: %s\n", desc);
         if (ct_loop_restored_from(r.loop)[0])

@@ -384,8 +384,7 @@ ct_status ct_config_check_memory(ct_config *cfg, const ct_config_run_shape *run,
         p = buf;
     }
     ct_optimizer *opt = NULL;
-    if (run->optimizer && !(opt = ct_config_build_optimizer(cfg, run->optimizer, err)))
-        return err ? err->code : CT_ERR_ARG;
+    if (run->optimizer) CT_TRY(ct_config_build_optimizer(cfg, run->optimizer, &opt, err));
     ct_status st = check_run(cfg, run, d, p, opt, &mem, err);
     ct_optimizer_free(opt);
     mem.limit_bytes = limit_for(run, true).bytes;

@@ -73,13 +73,6 @@ static void *grow(void *p, int *cap, int need, size_t size) {
     return ct_realloc(p, (size_t)c * size);
 }
 
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = ct_malloc(n);
-    memcpy(d, s, n);
-    return d;
-}
-
 static char *dup_n(const char *s, size_t n) {
     char *d = ct_malloc(n + 1);
     memcpy(d, s, n);
@@ -120,7 +113,7 @@ const char *cfg_intern(ct_config *cfg, const char *s) {
     for (int i = 0; i < cfg->n_strings; i++)
         if (!strcmp(cfg->strings[i], s)) return cfg->strings[i];
     cfg->strings = grow(cfg->strings, &cfg->cap_strings, cfg->n_strings + 1, sizeof *cfg->strings);
-    cfg->strings[cfg->n_strings] = dup_str(s);
+    cfg->strings[cfg->n_strings] = ct_strdup(s);
     return cfg->strings[cfg->n_strings++];
 }
 
@@ -129,7 +122,7 @@ int cfg_include_push(ct_config *cfg, const char *real_path, int max_depth) {
         if (!strcmp(cfg->includes[i], real_path)) return -1;
     if (cfg->n_includes >= max_depth) return -2;
     cfg->includes = grow(cfg->includes, &cfg->cap_includes, cfg->n_includes + 1, sizeof *cfg->includes);
-    cfg->includes[cfg->n_includes++] = dup_str(real_path);
+    cfg->includes[cfg->n_includes++] = ct_strdup(real_path);
     return 0;
 }
 
@@ -296,7 +289,7 @@ static void unknown_param(const cfg_def *d, const char *param, char *why, size_t
 // Splits "a/b/Name" at its last '/': scope "a/b" (or "") and the rest.
 static void split_scope(const char *s, char **scope, const char **rest) {
     const char *slash = strrchr(s, '/');
-    *scope = slash ? dup_n(s, (size_t)(slash - s)) : dup_str("");
+    *scope = slash ? dup_n(s, (size_t)(slash - s)) : ct_strdup("");
     *rest = slash ? slash + 1 : s;
 }
 
@@ -468,7 +461,7 @@ static ct_status resolve_in(ct_config *cfg, const ct_config_value *v, ct_config_
         return resolve_in(cfg, &m->value, out, depth + 1, budget, err);
     }
     *out = *v;
-    out->s = v->s ? dup_str(v->s) : NULL;
+    out->s = v->s ? ct_strdup(v->s) : NULL;
     out->items = NULL;
     int n = v->kind == CT_CONFIG_DICT ? 2 * v->n : v->n;
     out->n = 0;
@@ -509,7 +502,7 @@ static binding *find_binding(ct_config *cfg, const char *scope, const cfg_def *d
 
 // The binding a query of scope/d.p reads: the most specific scope first.
 static binding *lookup_binding(ct_config *cfg, const char *scope, const cfg_def *d, const cfg_param *p) {
-    char *s = dup_str(scope);
+    char *s = ct_strdup(scope);
     binding *b = NULL;
     for (;;) {
         b = find_binding(cfg, s, d, p);
@@ -541,7 +534,7 @@ static ct_status bind_macro(ct_config *cfg, const char *key, const char *file, i
         cfg->macros = grow(cfg->macros, &cfg->cap_macros, cfg->n_macros + 1, sizeof *cfg->macros);
         m = &cfg->macros[cfg->n_macros++];
         memset(m, 0, sizeof *m);
-        m->name = dup_str(key);
+        m->name = ct_strdup(key);
     }
     cfg_value_free(&m->value);
     m->value = *value;
@@ -651,7 +644,7 @@ static void record_query(ct_config *cfg, const char *name, const cfg_def *d, con
         }
     }
     cfg->records = grow(cfg->records, &cfg->cap_records, cfg->n_records + 1, sizeof *cfg->records);
-    cfg->records[cfg->n_records++] = (record){.name = dup_str(name), .def = d, .param = p, .value = v};
+    cfg->records[cfg->n_records++] = (record){.name = ct_strdup(name), .def = d, .param = p, .value = v};
 }
 
 // Finds the configurable and parameter a query names; errors are the
@@ -755,7 +748,7 @@ ct_status ct_config_get_bool(ct_config *cfg, const char *name, const char *param
 ct_status ct_config_get_string(ct_config *cfg, const char *name, const char *param, const char *def,
                                const char **out, ct_error *err) {
     ct_config_value dv = default_value(cfg, def ? CT_CONFIG_STRING : CT_CONFIG_NONE);
-    dv.s = def ? dup_str(def) : NULL;
+    dv.s = def ? ct_strdup(def) : NULL;
     const ct_config_value *v;
     CT_TRY(query(cfg, name, param, CFG_STRING, &dv, &v, err));
     *out = v->kind == CT_CONFIG_STRING ? v->s : NULL;
@@ -815,7 +808,7 @@ ct_status ct_config_get_reference(ct_config *cfg, const char *name, const char *
                                   const char **out, ct_error *err) {
     ct_config_value dv = default_value(cfg, def ? CT_CONFIG_REFERENCE : CT_CONFIG_NONE);
     if (def) {
-        dv.s = dup_str(def);
+        dv.s = ct_strdup(def);
         ct_status st = canonicalize_refs(&dv, err);
         if (st != CT_OK) {
             cfg_value_free(&dv);
@@ -873,11 +866,12 @@ static ct_config_value field_value(const cfg_param *p, const unsigned char *buf)
         v.kind = CT_CONFIG_BOOL;
         v.b = x;
     } else {
-        CT_ASSERT(p->type == CFG_STRING && p->field_size == sizeof(const char *));
+        // A string, or a reference (a configurable's name).
+        CT_ASSERT((p->type == CFG_STRING || p->type == CFG_REFERENCE) && p->field_size == sizeof(const char *));
         const char *x;
         memcpy(&x, f, sizeof x);
-        v.kind = x ? CT_CONFIG_STRING : CT_CONFIG_NONE;
-        v.s = x ? dup_str(x) : NULL;
+        v.kind = !x ? CT_CONFIG_NONE : p->type == CFG_STRING ? CT_CONFIG_STRING : CT_CONFIG_REFERENCE;
+        v.s = x ? ct_strdup(x) : NULL;
     }
     return v;
 }
@@ -920,13 +914,9 @@ ct_status cfg_query_default(ct_config *cfg, const char *name, const char *param,
     }
     ct_free(scope);
     ct_config_value dv = default_value(cfg, CT_CONFIG_NONE);
+    ct_status st = CT_OK;
     if (p->default_gin) {
-        ct_status st = cfg_parse_value(cfg, p->default_gin, "<default>", &dv, err);
-        if (st == CT_OK) st = canonicalize_refs(&dv, err);
-        if (st != CT_OK) {
-            cfg_value_free(&dv);
-            return ct_error_prefix(err, "registry default of %s.%s", d->name, p->name);
-        }
+        st = cfg_parse_value(cfg, p->default_gin, "<default>", &dv, err);
     } else if (p->has_field && d->defaults) {
         alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
         CT_ASSERT(d->struct_size <= sizeof buf);
@@ -936,6 +926,11 @@ ct_status cfg_query_default(ct_config *cfg, const char *name, const char *param,
         dv = v;
     } else if (!p->required) {
         return ct_error_set(err, CT_ERR_STATE, "%s.%s has no default in the registry", d->name, p->name);
+    }
+    if (st == CT_OK) st = canonicalize_refs(&dv, err);
+    if (st != CT_OK) {
+        cfg_value_free(&dv);
+        return ct_error_prefix(err, "registry default of %s.%s", d->name, p->name);
     }
     return query(cfg, name, param, p->type, &dv, out, err);
 }
@@ -984,50 +979,72 @@ static const cfg_def *builder_target(const char *name, ct_error *err) {
     return d;
 }
 
-static ct_layer *build_layer(ct_config *cfg, const char *name, bool model_only, ct_error *err) {
+static ct_status build_layer(ct_config *cfg, const char *name, bool model_only, ct_layer **out, ct_error *err) {
+    *out = NULL;
     const cfg_def *d = builder_target(name, err);
-    if (!d) return NULL;
-    if ((model_only && d->kind != CFG_MODEL) || (d->kind != CFG_MODEL && d->kind != CFG_LAYER)) {
-        ct_error_set(err, CT_ERR_ARG, "%s is %s, not %s", name, cfg_kind_name(d->kind),
-                     model_only ? "a model" : "a layer");
-        return NULL;
-    }
+    if (!d) return CT_ERR_ARG;
+    if ((model_only && d->kind != CFG_MODEL) || (d->kind != CFG_MODEL && d->kind != CFG_LAYER))
+        return ct_error_set(err, CT_ERR_ARG, "%s is %s, not %s", name, cfg_kind_name(d->kind),
+                            model_only ? "a model" : "a layer");
     // A model too big for the machine is refused before its layer tree is
     // built (a tree of 10^8 blocks would itself run out of memory).
     if (d->build_layer) {
-        if (d->plan && cfg_check_model_memory(cfg, name, d, NULL, err) != CT_OK) return NULL;
-        return d->build_layer(cfg, name, err);
+        if (d->plan) CT_TRY(cfg_check_model_memory(cfg, name, d, NULL, err));
+        return d->build_layer(cfg, name, out, err);
     }
-    if (d->make_layer) return d->make_layer();
-    if (d->new_layer) {
-        alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
-        if (cfg_fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
-        if (d->plan && cfg_check_model_memory(cfg, name, d, buf, err) != CT_OK) return NULL;
-        return d->new_layer(buf);
+    if (d->make_layer) {
+        *out = d->make_layer();
+        return CT_OK;
     }
-    ct_error_set(err, CT_ERR_STATE, "%s has no builder yet", d->name);
-    return NULL;
-}
-
-ct_layer *ct_config_build_model(ct_config *cfg, const char *name, ct_error *err) {
-    return build_layer(cfg, name, true, err);
-}
-
-ct_layer *ct_config_build_layer(ct_config *cfg, const char *name, ct_error *err) {
-    return build_layer(cfg, name, false, err);
-}
-
-ct_optimizer *ct_config_build_optimizer(ct_config *cfg, const char *name, ct_error *err) {
-    const cfg_def *d = builder_target(name, err);
-    if (!d) return NULL;
-    if (d->kind != CFG_OPTIMIZER || !d->new_optimizer) {
-        ct_error_set(err, CT_ERR_ARG, "%s is %s, not an optimizer%s", name, cfg_kind_name(d->kind),
-                     d->kind == CFG_OPTIMIZER ? " with a builder" : "");
-        return NULL;
-    }
+    if (!d->new_layer) return ct_error_set(err, CT_ERR_STATE, "%s has no builder yet", d->name);
     alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
-    if (cfg_fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
-    return d->new_optimizer(buf);
+    CT_TRY(cfg_fill_struct(cfg, name, d, buf, err));
+    if (d->plan) CT_TRY(cfg_check_model_memory(cfg, name, d, buf, err));
+    *out = d->new_layer(buf);
+    return CT_OK;
+}
+
+ct_status ct_config_build_model(ct_config *cfg, const char *name, ct_layer **out, ct_error *err) {
+    return build_layer(cfg, name, true, out, err);
+}
+
+ct_status ct_config_build_layer(ct_config *cfg, const char *name, ct_layer **out, ct_error *err) {
+    return build_layer(cfg, name, false, out, err);
+}
+
+ct_status ct_config_build_optimizer(ct_config *cfg, const char *name, ct_optimizer **out, ct_error *err) {
+    *out = NULL;
+    const cfg_def *d = builder_target(name, err);
+    if (!d) return CT_ERR_ARG;
+    if (d->kind != CFG_OPTIMIZER || !d->new_optimizer)
+        return ct_error_set(err, CT_ERR_ARG, "%s is %s, not an optimizer%s", name, cfg_kind_name(d->kind),
+                            d->kind == CFG_OPTIMIZER ? " with a builder" : "");
+    alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
+    CT_TRY(cfg_fill_struct(cfg, name, d, buf, err));
+    *out = d->new_optimizer(buf);
+    return CT_OK;
+}
+
+// Reads every setting of the settings configurable name into out (its
+// struct, size bytes).
+static ct_status read_settings(ct_config *cfg, const char *name, void *out, size_t size, ct_error *err) {
+    int n;
+    const cfg_def *defs = cfg_registry(&n), *d = NULL;
+    for (int i = 0; i < n && !d; i++)
+        if (!strcmp(defs[i].name, name)) d = &defs[i];
+    CT_ASSERT(d && d->kind == CFG_SETTINGS && d->struct_size == size);
+    return cfg_fill_struct(cfg, name, d, out, err);
+}
+
+ct_train_settings ct_train_default_settings(void) { return (ct_train_settings){CT_TRAIN_SETTINGS(CT_PARAM_DEFAULT)}; }
+ct_loop_settings ct_loop_default_settings(void) { return (ct_loop_settings){CT_LOOP_SETTINGS(CT_PARAM_DEFAULT)}; }
+
+ct_status ct_config_read_train(ct_config *cfg, ct_train_settings *out, ct_error *err) {
+    return read_settings(cfg, "train", out, sizeof *out, err);
+}
+
+ct_status ct_config_read_loop(ct_config *cfg, ct_loop_settings *out, ct_error *err) {
+    return read_settings(cfg, "Loop", out, sizeof *out, err);
 }
 
 // The parameter of d a constructor's message is about: the first whose name
@@ -1047,30 +1064,33 @@ static const cfg_param *blame(const cfg_def *d, const char *msg) {
     return NULL;
 }
 
-ct_schedule *ct_config_build_schedule(ct_config *cfg, const char *name, ct_error *err) {
+// Says where the parameter a schedule's constructor refused is bound (its
+// message names the schedule).
+static void blame_binding(ct_config *cfg, const char *name, const cfg_def *d, ct_error *err) {
+    const cfg_param *p = err ? blame(d, err->msg) : NULL;
+    char where[300] = "";
+    if (p) cfg_where(cfg, name, p->name, where, sizeof where);
+    size_t n = strlen(where);
+    if (n >= 2) {
+        where[n - 2] = '\0';  // ct_error_prefix adds the ": "
+        ct_error_prefix(err, "%s", where);
+    }
+}
+
+ct_status ct_config_build_schedule(ct_config *cfg, const char *name, ct_schedule **out, ct_error *err) {
+    *out = NULL;
     const cfg_def *d = builder_target(name, err);
-    if (!d) return NULL;
-    if (d->kind != CFG_SCHEDULE || !d->new_schedule) {
-        ct_error_set(err, CT_ERR_ARG, "%s is %s, not a learning-rate schedule", name, cfg_kind_name(d->kind));
-        return NULL;
-    }
+    if (!d) return CT_ERR_ARG;
+    if (d->kind != CFG_SCHEDULE || !d->new_schedule)
+        return ct_error_set(err, CT_ERR_ARG, "%s is %s, not a learning-rate schedule", name, cfg_kind_name(d->kind));
     alignas(max_align_t) unsigned char buf[MAX_STRUCT_BYTES];
-    if (cfg_fill_struct(cfg, name, d, buf, err) != CT_OK) return NULL;
-    ct_schedule *s = NULL;
-    if (d->new_schedule(buf, &s, err) != CT_OK) {
-        // Say where the parameter the constructor refused is bound (its
-        // message names the schedule).
-        const cfg_param *p = err ? blame(d, err->msg) : NULL;
-        char where[300] = "";
-        if (p) cfg_where(cfg, name, p->name, where, sizeof where);
-        size_t n = strlen(where);
-        if (n >= 2) {
-            where[n - 2] = '\0';  // ct_error_prefix adds the ": "
-            ct_error_prefix(err, "%s", where);
-        }
-        return NULL;
+    CT_TRY(cfg_fill_struct(cfg, name, d, buf, err));
+    ct_status st = d->new_schedule(buf, out, err);
+    if (st != CT_OK) {
+        *out = NULL;
+        blame_binding(cfg, name, d, err);
     }
-    return s;
+    return st;
 }
 
 ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch_size, uint64_t seed,

@@ -103,7 +103,7 @@ struct cfg_def {
                               ct_stream **eval, ct_error *err);
     // Other layers: built from the config directly, or made with no
     // parameters (losses and metrics).
-    ct_layer *(*build_layer)(ct_config *cfg, const char *name, ct_error *err);
+    ct_status (*build_layer)(ct_config *cfg, const char *name, ct_layer **out, ct_error *err);
     ct_layer *(*make_layer)(void);
     // Models: what the model needs (see cfg_plan), from the params struct p
     // (NULL for a model built from the config directly), for the standard

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "config/internal.h"
+#include "core/fs.h"
 #include "ctrax/core/memory.h"
 
 #define MAX_NESTING 64        // brackets inside brackets in one value
@@ -503,30 +504,9 @@ static char *dir_of(const char *path) {
     return b.s;
 }
 
+// A config file (a regular file of at most MAX_FILE_BYTES), malloc'ed: free() it.
 static ct_status read_file(const char *path, char **out, size_t *len, ct_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ct_error_set(err, CT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    cfg_buf b = {0};
-    char chunk[8192];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (b.len + n > MAX_FILE_BYTES) {
-            fclose(f);
-            ct_free(b.s);
-            return ct_error_set(err, CT_ERR_FORMAT, "'%s' is larger than %u bytes: not a config", path,
-                                MAX_FILE_BYTES);
-        }
-        cfg_buf_put(&b, chunk, n);
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        ct_free(b.s);
-        return ct_error_set(err, CT_ERR_IO, "cannot read '%s'", path);
-    }
-    *out = b.s;
-    *len = b.len;
-    return CT_OK;
+    return ct_fs_read_max(path, MAX_FILE_BYTES, out, len, err);
 }
 
 static ct_status parse_text(ct_config *cfg, const char *text, size_t len, const char *source, const char *dir,
@@ -576,8 +556,8 @@ static ct_status do_include(parser *p, const char *path, int line, int col) {
         st = parse_text(p->cfg, text, len, cfg_intern(p->cfg, full), dir, p->override, p->err);
         if (st != CT_OK) note_included_from(p->err, p->source, line);
         ct_free(dir);
-        ct_free(text);
     }
+    free(text);
     cfg_include_pop(p->cfg);
     free(real);
     ct_free(full);
@@ -668,8 +648,8 @@ ct_status cfg_parse_file(ct_config *cfg, const char *path, bool override, ct_err
         st = parse_text(cfg, text, len, cfg_intern(cfg, path), dir, override, err);
         ct_free(dir);
         cfg_include_pop(cfg);
-        ct_free(text);
     }
+    free(text);
     free(real);
     return st;
 }

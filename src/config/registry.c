@@ -3,18 +3,18 @@
 // (`train.steps`, `Loop.n_steps_per_checkpoint`, ...), and the one place
 // to add a model, optimizer, schedule, input, loss or metric.
 //
-// Adding an optimizer is one entry: its parameter table (fields of its
-// ct_*_params struct, whose defaults come from ct_*_default_params, so the
-// registry never repeats a default) and two one-line wrappers, as for Adam
-// below. Schedules are the same (multifactor's struct is
-// ct_multifactor_params; warmup's and constant's are local structs whose
-// parameters are required, as in Trax).
+// The parameters of a struct-backed configurable (optimizers, schedules,
+// TransformerLM and ReformerLM, the program's settings) are rows generated
+// from the list that declares its params struct (CT_ADAM_PARAMS in
+// optimizer.h, ...; see ctrax/params.h), so a name, default, range or help
+// text is written once. Adding an optimizer is its list, and here one line of
+// rows and an entry with two one-line wrappers, as for Adam below.
+// warmup's and constant's parameters are required, as in Trax: their lists
+// are local.
 //
-// A struct-backed model is the same (TransformerLM). A layer with no
-// parameters (losses and metrics) names its constructor in make_layer.
-// Inputs name a builder (src/config/inputs.c) that reads the parameters
-// listed here. Parameters whose default is NULL and that have no field take
-// the default the program passes to ct_config_get_* (settings).
+// A layer with no parameters (losses and metrics) names its constructor in
+// make_layer. Inputs name a builder (src/config/inputs.c) that reads the
+// parameters their lists here give (gin defaults, no struct).
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -26,13 +26,36 @@
 #include "ctrax/optim/optimizer.h"
 #include "ctrax/optim/schedules.h"
 
-#define FIELD(type, member) \
-    .has_field = true, .field = offsetof(type, member), .field_size = sizeof(((type *)0)->member)
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
-#define AT_LEAST(x) .lo = (x), .hi = INFINITY
-#define UNIT_OPEN .lo = 0, .hi = 1, .hi_open = true  // [0, 1)
-#define UNIT .lo = 0, .hi = 1                          // [0, 1]
-#define RANGE(a, b) .lo = (a), .hi = (b)
+
+// A row from an entry X(TYPE, field, def, RANGE, FLAGS, help) of the list
+// of struct S (see ctrax/params.h); the tokens are pasted onto the prefixes
+// below. UNSTORED and ASKED entries have no field: UNSTORED's def is gin
+// text, ASKED is required (the inputs' lists).
+#define ROW(S, TYPE, f, def, RANGE, FLAGS, help) \
+    {.name = #f, CFG_TYPE_##TYPE, CFG_STORE_##FLAGS(S, f, def), CFG_RANGE_##RANGE .doc = (help)},
+#define CFG_TYPE_FLOAT .type = CFG_FLOAT
+#define CFG_TYPE_DOUBLE .type = CFG_FLOAT
+#define CFG_TYPE_INT .type = CFG_INT
+#define CFG_TYPE_INT64 .type = CFG_INT
+#define CFG_TYPE_ENUM(t) .type = CFG_INT
+#define CFG_TYPE_BOOL .type = CFG_BOOL
+#define CFG_TYPE_STRING .type = CFG_STRING
+#define CFG_TYPE_LIST .type = CFG_LIST
+#define CFG_TYPE_REF(kind) .type = CFG_REFERENCE, .ref_kinds = CFG_KIND_BIT(CFG_##kind), .none_ok = true
+#define CFG_FIELD(S, f) .has_field = true, .field = offsetof(S, f), .field_size = sizeof(((S *)0)->f)
+#define CFG_STORE_NONE(S, f, def) CFG_FIELD(S, f)
+#define CFG_STORE_FIXED(S, f, def) CFG_FIELD(S, f)
+#define CFG_STORE_REQUIRED(S, f, def) CFG_FIELD(S, f), .required = true
+#define CFG_STORE_NULLABLE(S, f, def) CFG_FIELD(S, f), .none_ok = true
+#define CFG_STORE_UNSTORED(S, f, def) .default_gin = (def)
+#define CFG_STORE_UNSTORED_NULLABLE(S, f, def) .default_gin = (def), .none_ok = true
+#define CFG_STORE_ASKED(S, f, def) .required = true
+#define CFG_RANGE_ANY
+#define CFG_RANGE_AT_LEAST(x) .lo = (x), .hi = INFINITY,
+#define CFG_RANGE_UNIT .lo = 0, .hi = 1,
+#define CFG_RANGE_UNIT_OPEN .lo = 0, .hi = 1, .hi_open = true,
+#define CFG_RANGE_RANGE(a, b) .lo = (a), .hi = (b),
 
 const char *cfg_kind_name(cfg_kind k) {
     switch (k) {
@@ -61,6 +84,8 @@ const char *cfg_type_name(cfg_type t) {
 
 // ---- Models -------------------------------------------------------------------------------
 
+#define TRANSFORMER_ROW(...) ROW(ct_transformer_lm_params, __VA_ARGS__)
+static const cfg_param transformer_lm_params[] = {CT_TRANSFORMER_LM_PARAMS(TRANSFORMER_ROW)};
 static void transformer_lm_defaults(void *p) { *(ct_transformer_lm_params *)p = ct_transformer_lm_default_params(); }
 static ct_layer *transformer_lm_new(const void *p) { return ct_transformer_lm(*(const ct_transformer_lm_params *)p); }
 
@@ -96,29 +121,8 @@ static ct_status transformer_lm_check(ct_config *cfg, const char *name, const vo
     return check_heads(cfg, name, p->d_model, p->n_heads, err);
 }
 
-// Trax's TransformerLM(vocab_size, d_model, d_ff, n_layers, n_heads, dropout,
-// dropout_shared_axes, max_len, mode, ff_activation); ctrax has no
-// dropout_shared_axes or ff_activation (always Relu), and adds
-// learned_positions.
-static const cfg_param transformer_lm_params[] = {
-    {.name = "vocab_size", .type = CFG_INT, FIELD(ct_transformer_lm_params, vocab_size), AT_LEAST(1),
-     .doc = "tokens are 0..vocab_size-1"},
-    {.name = "d_model", .type = CFG_INT, FIELD(ct_transformer_lm_params, d_model), AT_LEAST(1),
-     .doc = "width of the residual stream"},
-    {.name = "d_ff", .type = CFG_INT, FIELD(ct_transformer_lm_params, d_ff), AT_LEAST(1),
-     .doc = "width of the feed-forward layers"},
-    {.name = "n_layers", .type = CFG_INT, FIELD(ct_transformer_lm_params, n_layers), AT_LEAST(0),
-     .doc = "decoder blocks"},
-    {.name = "n_heads", .type = CFG_INT, FIELD(ct_transformer_lm_params, n_heads), AT_LEAST(1),
-     .doc = "attention heads; must divide d_model"},
-    {.name = "max_len", .type = CFG_INT, FIELD(ct_transformer_lm_params, max_len), AT_LEAST(1),
-     .doc = "longest sequence the positional encoding covers"},
-    {.name = "dropout", .type = CFG_FLOAT, FIELD(ct_transformer_lm_params, dropout), UNIT_OPEN,
-     .doc = "dropout rate everywhere"},
-    {.name = "learned_positions", .type = CFG_BOOL, FIELD(ct_transformer_lm_params, learned_positions),
-     .doc = "learned positional embeddings instead of sinusoids (ctrax's)"},
-};
-
+#define REFORMER_ROW(...) ROW(ct_reformer_lm_params, __VA_ARGS__)
+static const cfg_param reformer_lm_params[] = {CT_REFORMER_LM_PARAMS(REFORMER_ROW)};
 static void reformer_lm_defaults(void *p) { *(ct_reformer_lm_params *)p = ct_reformer_lm_default_params(); }
 static ct_layer *reformer_lm_new(const void *p) { return ct_reformer_lm(*(const ct_reformer_lm_params *)p); }
 
@@ -127,26 +131,6 @@ static ct_status reformer_lm_check(ct_config *cfg, const char *name, const void 
     CT_TRY(check_layer_count(cfg, name, p->n_layers, 4, 0, err));
     return check_heads(cfg, name, p->d_model, p->n_heads, err);
 }
-
-// Trax's ReformerLM(vocab_size, d_model, d_ff, d_attention_key,
-// d_attention_value, n_layers, n_heads, dropout, max_len, attention_type,
-// ...): ctrax's attention is always full causal attention, so only these.
-static const cfg_param reformer_lm_params[] = {
-    {.name = "vocab_size", .type = CFG_INT, FIELD(ct_reformer_lm_params, vocab_size), AT_LEAST(1),
-     .doc = "tokens are 0..vocab_size-1"},
-    {.name = "d_model", .type = CFG_INT, FIELD(ct_reformer_lm_params, d_model), AT_LEAST(1),
-     .doc = "width of each of the two reversible halves"},
-    {.name = "d_ff", .type = CFG_INT, FIELD(ct_reformer_lm_params, d_ff), AT_LEAST(1),
-     .doc = "width of the feed-forward layers"},
-    {.name = "n_layers", .type = CFG_INT, FIELD(ct_reformer_lm_params, n_layers), AT_LEAST(0),
-     .doc = "reversible decoder blocks"},
-    {.name = "n_heads", .type = CFG_INT, FIELD(ct_reformer_lm_params, n_heads), AT_LEAST(1),
-     .doc = "attention heads; must divide d_model"},
-    {.name = "max_len", .type = CFG_INT, FIELD(ct_reformer_lm_params, max_len), AT_LEAST(1),
-     .doc = "longest sequence the positional encoding covers"},
-    {.name = "dropout", .type = CFG_FLOAT, FIELD(ct_reformer_lm_params, dropout), UNIT_OPEN,
-     .doc = "dropout rate everywhere"},
-};
 
 // Trax's MLP(layer_widths=(128, 64), activation_fn=Relu, out_activation=False,
 // flatten=True, mode); the activation is always Relu.
@@ -158,78 +142,53 @@ static const cfg_param mlp_params[] = {
 
 #define MLP_MAX_LAYERS 256
 
-static ct_layer *build_mlp(ct_config *cfg, const char *name, ct_error *err) {
+static ct_status build_mlp(ct_config *cfg, const char *name, ct_layer **out, ct_error *err) {
     const ct_config_value *widths, *out_activation, *flatten;
-    if (cfg_query_default(cfg, name, "layer_widths", &widths, err) != CT_OK ||
-        cfg_query_default(cfg, name, "out_activation", &out_activation, err) != CT_OK ||
-        cfg_query_default(cfg, name, "flatten", &flatten, err) != CT_OK)
-        return NULL;
-    if (widths->n < 1 || widths->n > MLP_MAX_LAYERS) {
-        ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: %s.layer_widths must hold 1 to %d widths, got %d", widths->file,
-                     widths->line, widths->col, name, MLP_MAX_LAYERS, widths->n);
-        return NULL;
-    }
+    CT_TRY(cfg_query_default(cfg, name, "layer_widths", &widths, err));
+    CT_TRY(cfg_query_default(cfg, name, "out_activation", &out_activation, err));
+    CT_TRY(cfg_query_default(cfg, name, "flatten", &flatten, err));
+    if (widths->n < 1 || widths->n > MLP_MAX_LAYERS)
+        return ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: %s.layer_widths must hold 1 to %d widths, got %d",
+                            widths->file, widths->line, widths->col, name, MLP_MAX_LAYERS, widths->n);
     int w[MLP_MAX_LAYERS];
     for (int i = 0; i < widths->n; i++) {
         const ct_config_value *it = &widths->items[i];
         if (it->kind != CT_CONFIG_INT || it->i < 1 || it->i > (1 << 24)) {
             char *text = ct_config_value_to_gin(it);
-            ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: %s.layer_widths[%d] must be an int in [1, %d], got %.60s",
-                         it->file, it->line, it->col, name, i, 1 << 24, text);
+            ct_status st =
+                ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: %s.layer_widths[%d] must be an int in [1, %d], got %.60s",
+                             it->file, it->line, it->col, name, i, 1 << 24, text);
             ct_free(text);
-            return NULL;
+            return st;
         }
         w[i] = (int)it->i;
     }
-    return ct_mlp(widths->n, w, out_activation->b, flatten->b);
+    *out = ct_mlp(widths->n, w, out_activation->b, flatten->b);
+    return CT_OK;
 }
 
 // ---- Optimizers ---------------------------------------------------------------------------
 
-static void sgd_defaults(void *p) { *(ct_sgd_params *)p = ct_sgd_default_params(); }
-static ct_optimizer *sgd_new(const void *p) { return ct_sgd_new(*(const ct_sgd_params *)p); }
-static const cfg_param sgd_params[] = {
-    {.name = "learning_rate", .type = CFG_FLOAT, FIELD(ct_sgd_params, learning_rate), AT_LEAST(0),
-     .doc = "overridden by the schedule each step"},
-};
+// An optimizer's rows (from its list) and its two wrappers: its defaults into
+// a buffer, and its constructor from one.
+#define OPTIMIZER(x, rows)                                                                   \
+    static const cfg_param x##_params[] = {rows};                                            \
+    static void x##_defaults(void *p) { *(ct_##x##_params *)p = ct_##x##_default_params(); } \
+    static ct_optimizer *x##_new(const void *p) { return ct_##x##_new(*(const ct_##x##_params *)p); }
 
-static void adam_defaults(void *p) { *(ct_adam_params *)p = ct_adam_default_params(); }
-static ct_optimizer *adam_new(const void *p) { return ct_adam_new(*(const ct_adam_params *)p); }
-static const cfg_param adam_params[] = {
-    {.name = "learning_rate", .type = CFG_FLOAT, FIELD(ct_adam_params, learning_rate), AT_LEAST(0),
-     .doc = "overridden by the schedule each step"},
-    {.name = "b1", .type = CFG_FLOAT, FIELD(ct_adam_params, b1), UNIT_OPEN},
-    {.name = "b2", .type = CFG_FLOAT, FIELD(ct_adam_params, b2), UNIT_OPEN},
-    {.name = "eps", .type = CFG_FLOAT, FIELD(ct_adam_params, eps), AT_LEAST(0)},
-    {.name = "weight_decay_rate", .type = CFG_FLOAT, FIELD(ct_adam_params, weight_decay_rate), AT_LEAST(0),
-     .doc = "decoupled, not scaled by the learning rate"},
-};
-
-static void momentum_defaults(void *p) { *(ct_momentum_params *)p = ct_momentum_default_params(); }
-static ct_optimizer *momentum_new(const void *p) { return ct_momentum_new(*(const ct_momentum_params *)p); }
-// Trax's Momentum(learning_rate=0.01, mass=0.9, weight_decay_rate=1e-5, nesterov=True).
-static const cfg_param momentum_params[] = {
-    {.name = "learning_rate", .type = CFG_FLOAT, FIELD(ct_momentum_params, learning_rate), AT_LEAST(0),
-     .doc = "overridden by the schedule each step"},
-    {.name = "mass", .type = CFG_FLOAT, FIELD(ct_momentum_params, mass), UNIT, .doc = "momentum decay"},
-    {.name = "weight_decay_rate", .type = CFG_FLOAT, FIELD(ct_momentum_params, weight_decay_rate), AT_LEAST(0),
-     .doc = "decoupled, not scaled by the learning rate"},
-    {.name = "nesterov", .type = CFG_BOOL, FIELD(ct_momentum_params, nesterov), .doc = "Nesterov momentum"},
-};
-
-static void rmsprop_defaults(void *p) { *(ct_rmsprop_params *)p = ct_rmsprop_default_params(); }
-static ct_optimizer *rmsprop_new(const void *p) { return ct_rmsprop_new(*(const ct_rmsprop_params *)p); }
-// Trax's RMSProp(learning_rate=0.001, gamma=0.9, eps=1e-8); clipping is
-// train.clip_grad_norm.
-static const cfg_param rmsprop_params[] = {
-    {.name = "learning_rate", .type = CFG_FLOAT, FIELD(ct_rmsprop_params, learning_rate), AT_LEAST(0),
-     .doc = "overridden by the schedule each step"},
-    {.name = "gamma", .type = CFG_FLOAT, FIELD(ct_rmsprop_params, gamma), UNIT, .doc = "decay of the mean square"},
-    {.name = "eps", .type = CFG_FLOAT, FIELD(ct_rmsprop_params, eps), AT_LEAST(0)},
-};
-
-static void adafactor_defaults(void *p) { *(ct_adafactor_params *)p = ct_adafactor_default_params(); }
-static ct_optimizer *adafactor_new(const void *p) { return ct_adafactor_new(*(const ct_adafactor_params *)p); }
+#define SGD_ROW(...) ROW(ct_sgd_params, __VA_ARGS__)
+#define ADAM_ROW(...) ROW(ct_adam_params, __VA_ARGS__)
+#define MOMENTUM_ROW(...) ROW(ct_momentum_params, __VA_ARGS__)
+#define RMSPROP_ROW(...) ROW(ct_rmsprop_params, __VA_ARGS__)
+#define ADAFACTOR_ROW(...) ROW(ct_adafactor_params, __VA_ARGS__)
+#define SM3_ROW(...) ROW(ct_sm3_params, __VA_ARGS__)
+OPTIMIZER(sgd, CT_SGD_PARAMS(SGD_ROW))
+OPTIMIZER(adam, CT_ADAM_PARAMS(ADAM_ROW))
+OPTIMIZER(momentum, CT_MOMENTUM_PARAMS(MOMENTUM_ROW))
+OPTIMIZER(rmsprop, CT_RMSPROP_PARAMS(RMSPROP_ROW))
+OPTIMIZER(adafactor, CT_ADAFACTOR_PARAMS(ADAFACTOR_ROW))
+OPTIMIZER(sm3, CT_SM3_PARAMS(SM3_ROW))
+_Static_assert(sizeof(ct_sm3_momentum_type) == sizeof(int), "SM3's momentum_type is read as a C int");
 
 // Trax's momentum_in_bfloat16 and weight_decay_n_steps are accepted at the
 // values that mean what ctrax does (float32 momentum, decay every step).
@@ -256,84 +215,26 @@ static ct_status adafactor_check(ct_config *cfg, const char *name, const void *p
     return CT_OK;
 }
 
-// Trax's Adafactor(learning_rate=0.05, factored, multiply_by_parameter_scale,
-// do_clipping, do_momentum, momentum_in_bfloat16, beta1, decay_rate,
-// clipping_threshold, weight_decay_rate, weight_decay_n_steps, epsilon1, epsilon2).
-static const cfg_param adafactor_params[] = {
-    {.name = "learning_rate", .type = CFG_FLOAT, FIELD(ct_adafactor_params, learning_rate), AT_LEAST(0),
-     .doc = "overridden by the schedule each step"},
-    {.name = "factored", .type = CFG_BOOL, FIELD(ct_adafactor_params, factored),
-     .doc = "factored second moments for weights of rank >= 2"},
-    {.name = "multiply_by_parameter_scale", .type = CFG_BOOL, FIELD(ct_adafactor_params, multiply_by_parameter_scale),
-     .doc = "scale the learning rate by the weight's RMS"},
-    {.name = "do_clipping", .type = CFG_BOOL, FIELD(ct_adafactor_params, do_clipping),
-     .doc = "clip the update's RMS to clipping_threshold"},
-    {.name = "do_momentum", .type = CFG_BOOL, FIELD(ct_adafactor_params, do_momentum), .doc = "momentum with beta1"},
-    {.name = "momentum_in_bfloat16", .type = CFG_BOOL, .default_gin = "False",
-     .doc = "Trax's; only False (ctrax keeps momentum in float32)"},
-    {.name = "beta1", .type = CFG_FLOAT, FIELD(ct_adafactor_params, beta1), UNIT_OPEN},
-    {.name = "decay_rate", .type = CFG_FLOAT, FIELD(ct_adafactor_params, decay_rate), AT_LEAST(0),
-     .doc = "exponent of the second-moment decay 1 - (step + 1)^-decay_rate"},
-    {.name = "clipping_threshold", .type = CFG_FLOAT, FIELD(ct_adafactor_params, clipping_threshold), AT_LEAST(0)},
-    {.name = "weight_decay_rate", .type = CFG_FLOAT, FIELD(ct_adafactor_params, weight_decay_rate), AT_LEAST(0)},
-    {.name = "weight_decay_n_steps", .type = CFG_INT, .default_gin = "0", AT_LEAST(0),
-     .doc = "Trax's; only 0 (decay at every step)"},
-    {.name = "epsilon1", .type = CFG_FLOAT, FIELD(ct_adafactor_params, epsilon1), AT_LEAST(0),
-     .doc = "added to g^2"},
-    {.name = "epsilon2", .type = CFG_FLOAT, FIELD(ct_adafactor_params, epsilon2), AT_LEAST(0),
-     .doc = "floor of the parameter scale"},
-};
-
-static void sm3_defaults(void *p) { *(ct_sm3_params *)p = ct_sm3_default_params(); }
-static ct_optimizer *sm3_new(const void *p) { return ct_sm3_new(*(const ct_sm3_params *)p); }
-_Static_assert(sizeof(ct_sm3_momentum_type) == sizeof(int), "SM3's momentum_type is read as a C int");
-// Trax's SM3(learning_rate=0.01, momentum=0.9, second_moment_averaging=1.0,
-// weight_decay=0.0, momentum_type=MomentumType.EMA).
-static const cfg_param sm3_params[] = {
-    {.name = "learning_rate", .type = CFG_FLOAT, FIELD(ct_sm3_params, learning_rate), AT_LEAST(0),
-     .doc = "overridden by the schedule each step"},
-    {.name = "momentum", .type = CFG_FLOAT, FIELD(ct_sm3_params, momentum), UNIT, .doc = "0: no momentum slot"},
-    {.name = "second_moment_averaging", .type = CFG_FLOAT, FIELD(ct_sm3_params, second_moment_averaging), UNIT,
-     .doc = "1: plain sums (AdaGrad-like); below 1: decaying averages with grafting"},
-    {.name = "weight_decay", .type = CFG_FLOAT, FIELD(ct_sm3_params, weight_decay), AT_LEAST(0),
-     .doc = "L2, added to the preconditioned gradient"},
-    {.name = "momentum_type", .type = CFG_INT, FIELD(ct_sm3_params, momentum_type),
-     RANGE(CT_SM3_MOMENTUM_EMA, CT_SM3_MOMENTUM_NESTEROV),
-     .doc = "Trax's MomentumType: 1 EMA, 2 HEAVY_BALL, 3 NESTEROV"},
-};
-
 // ---- Schedules ------------------------------------------------------------------------------
 
+#define MULTIFACTOR_ROW(...) ROW(ct_multifactor_params, __VA_ARGS__)
+static const cfg_param multifactor_params[] = {CT_MULTIFACTOR_PARAMS(MULTIFACTOR_ROW)};
 static void multifactor_defaults(void *p) { *(ct_multifactor_params *)p = ct_multifactor_default_params(); }
 static ct_status multifactor_new(const void *p, ct_schedule **out, ct_error *err) {
     return ct_schedule_multifactor(p, out, err);
 }
-static const cfg_param multifactor_params[] = {
-    {.name = "factors", .type = CFG_STRING, FIELD(ct_multifactor_params, factors),
-     .doc = "factors multiplied together: constant, linear_warmup, rsqrt_decay, rsqrt_normalized_decay, "
-            "decay_every, cosine_decay, two_constants"},
-    {.name = "constant", .type = CFG_FLOAT, FIELD(ct_multifactor_params, constant)},
-    {.name = "warmup_steps", .type = CFG_INT, FIELD(ct_multifactor_params, warmup_steps), AT_LEAST(0)},
-    {.name = "decay_factor", .type = CFG_FLOAT, FIELD(ct_multifactor_params, decay_factor), .doc = "decay_every"},
-    {.name = "steps_per_decay", .type = CFG_INT, FIELD(ct_multifactor_params, steps_per_decay), AT_LEAST(1),
-     .doc = "decay_every"},
-    {.name = "steps_per_cycle", .type = CFG_INT, FIELD(ct_multifactor_params, steps_per_cycle), AT_LEAST(1),
-     .doc = "cosine_decay"},
-    {.name = "second_constant", .type = CFG_FLOAT, FIELD(ct_multifactor_params, second_constant),
-     .doc = "two_constants"},
-    {.name = "second_constant_step", .type = CFG_INT, FIELD(ct_multifactor_params, second_constant_step),
-     AT_LEAST(0), .doc = "two_constants"},
-    {.name = "minimum", .type = CFG_FLOAT, FIELD(ct_multifactor_params, minimum),
-     .doc = "a product <= minimum gives minimum"},
-};
 
-// Trax's warmup(n_warmup_steps, max_value) and warmup_and_rsqrt_decay take
-// no defaults.
+// Trax's warmup(n_warmup_steps, max_value), warmup_and_rsqrt_decay and
+// constant(value) take no defaults.
+#define WARMUP_PARAMS(X)                                          \
+    X(INT64, n_warmup_steps, 0, AT_LEAST(0), REQUIRED, NULL) \
+    X(DOUBLE, max_value, 0.0, ANY, REQUIRED, NULL)
 typedef struct warmup_cfg {
-    int64_t n_warmup_steps;
-    double max_value;
+    WARMUP_PARAMS(CT_PARAM_FIELD)
 } warmup_cfg;
-static void warmup_defaults(void *p) { *(warmup_cfg *)p = (warmup_cfg){0}; }
+#define WARMUP_ROW(...) ROW(warmup_cfg, __VA_ARGS__)
+static const cfg_param warmup_params[] = {WARMUP_PARAMS(WARMUP_ROW)};
+static void warmup_defaults(void *p) { *(warmup_cfg *)p = (warmup_cfg){WARMUP_PARAMS(CT_PARAM_DEFAULT)}; }
 static ct_status warmup_new(const void *vp, ct_schedule **out, ct_error *err) {
     const warmup_cfg *p = vp;
     return ct_schedule_warmup(p->n_warmup_steps, p->max_value, out, err);
@@ -342,131 +243,86 @@ static ct_status warmup_and_rsqrt_decay_new(const void *vp, ct_schedule **out, c
     const warmup_cfg *p = vp;
     return ct_schedule_warmup_and_rsqrt_decay(p->n_warmup_steps, p->max_value, out, err);
 }
-static const cfg_param warmup_params[] = {
-    {.name = "n_warmup_steps", .type = CFG_INT, FIELD(warmup_cfg, n_warmup_steps), AT_LEAST(0), .required = true},
-    {.name = "max_value", .type = CFG_FLOAT, FIELD(warmup_cfg, max_value), .required = true},
-};
 
+#define CONSTANT_PARAMS(X) X(DOUBLE, value, 0.0, ANY, REQUIRED, NULL)
 typedef struct constant_cfg {
-    double value;
+    CONSTANT_PARAMS(CT_PARAM_FIELD)
 } constant_cfg;
-static void constant_defaults(void *p) { *(constant_cfg *)p = (constant_cfg){0}; }
+#define CONSTANT_ROW(...) ROW(constant_cfg, __VA_ARGS__)
+static const cfg_param constant_params[] = {CONSTANT_PARAMS(CONSTANT_ROW)};
+static void constant_defaults(void *p) { *(constant_cfg *)p = (constant_cfg){CONSTANT_PARAMS(CT_PARAM_DEFAULT)}; }
 static ct_status constant_new(const void *p, ct_schedule **out, ct_error *err) {
     return ct_schedule_constant(((const constant_cfg *)p)->value, out, err);
 }
-static const cfg_param constant_params[] = {
-    {.name = "value", .type = CFG_FLOAT, FIELD(constant_cfg, value), .required = true},
-};
 
 // ---- Inputs (built in inputs.c; Trax's names where Trax has the same thing) ------------------
-
-#define REQUIRED_INT(n, lo, hi, d) {.name = (n), .type = CFG_INT, RANGE(lo, hi), .required = true, .doc = (d)}
+//
+// Lists of gin defaults (UNSTORED) and required parameters (ASKED): the
+// builders query them one by one, there is no struct.
+#define INPUT_ROW(...) ROW(void, __VA_ARGS__)
+#define PAD_TO_MULTIPLE(X)                                                                                        \
+    X(INT, pad_to_multiple, "1", RANGE(1, 1 << 20), UNSTORED,                                                    \
+      "round the fixed padded length up to a multiple of this (Trax's default: 32)")
 
 // Trax's trax.data.sequence_copy_inputs (its batch_size is train.batch_size).
-static const cfg_param copy_inputs_params[] = {
-    REQUIRED_INT("vocab_size", 2, 1 << 30, "tokens 0..vocab_size-1; 0 is the separator"),
-    REQUIRED_INT("train_length", 2, 1 << 20, "training w has 1..train_length-1 tokens (as Trax)"),
-    {.name = "train_min_length", .type = CFG_INT, .default_gin = "1", RANGE(1, 1 << 20),
-     .doc = "the shortest training w (ctrax's; Trax's is always 1)"},
-    REQUIRED_INT("eval_min_length", 1, 1 << 20, "eval w has eval_min_length..eval_max_length-1 tokens (as Trax)"),
-    REQUIRED_INT("eval_max_length", 2, 1 << 20, "must be > eval_min_length"),
-    {.name = "reverse", .type = CFG_BOOL, .default_gin = "False", .doc = "the second w reversed"},
-    {.name = "pad_to_multiple", .type = CFG_INT, .default_gin = "1", RANGE(1, 1 << 20),
-     .doc = "round the fixed padded length up to a multiple of this (Trax's default: 32)"},
-};
+#define COPY_INPUTS_PARAMS(X)                                                                                     \
+    X(INT, vocab_size, NULL, RANGE(2, 1 << 30), ASKED, "tokens 0..vocab_size-1; 0 is the separator")             \
+    X(INT, train_length, NULL, RANGE(2, 1 << 20), ASKED, "training w has 1..train_length-1 tokens (as Trax)")     \
+    X(INT, train_min_length, "1", RANGE(1, 1 << 20), UNSTORED, "the shortest training w (ctrax's; Trax's is always 1)") \
+    X(INT, eval_min_length, NULL, RANGE(1, 1 << 20), ASKED,                                                      \
+      "eval w has eval_min_length..eval_max_length-1 tokens (as Trax)")                                          \
+    X(INT, eval_max_length, NULL, RANGE(2, 1 << 20), ASKED, "must be > eval_min_length")                          \
+    X(BOOL, reverse, "False", ANY, UNSTORED, "the second w reversed")                                            \
+    PAD_TO_MULTIPLE(X)
+static const cfg_param copy_inputs_params[] = {COPY_INPUTS_PARAMS(INPUT_ROW)};
 
 // Trax's trax.data.addition_inputs.
-static const cfg_param addition_inputs_params[] = {
-    REQUIRED_INT("vocab_size", 5, 1 << 30, "digits in base vocab_size - 3, '+', <S>, and 0 for padding"),
-    REQUIRED_INT("train_length", 3, 100000, "longest training example: 3..train_length (as Trax)"),
-    REQUIRED_INT("eval_min_length", 3, 100000, "eval examples: eval_min_length..eval_max_length"),
-    REQUIRED_INT("eval_max_length", 3, 100000, "must be >= eval_min_length"),
-    {.name = "pad_to_multiple", .type = CFG_INT, .default_gin = "1", RANGE(1, 1 << 20),
-     .doc = "round the fixed padded length up to a multiple of this (Trax's default: 32)"},
-};
+#define ADDITION_INPUTS_PARAMS(X)                                                                                 \
+    X(INT, vocab_size, NULL, RANGE(5, 1 << 30), ASKED, "digits in base vocab_size - 3, '+', <S>, and 0 for padding") \
+    X(INT, train_length, NULL, RANGE(3, 100000), ASKED, "longest training example: 3..train_length (as Trax)")    \
+    X(INT, eval_min_length, NULL, RANGE(3, 100000), ASKED, "eval examples: eval_min_length..eval_max_length")      \
+    X(INT, eval_max_length, NULL, RANGE(3, 100000), ASKED, "must be >= eval_min_length")                          \
+    PAD_TO_MULTIPLE(X)
+static const cfg_param addition_inputs_params[] = {ADDITION_INPUTS_PARAMS(INPUT_ROW)};
 
-// Byte-level text; ctrax's (Trax reads text through TFDS).
-static const cfg_param text_inputs_params[] = {
-    {.name = "paths", .type = CFG_LIST, .required = true,
-     .doc = "files and directories (read recursively, sorted), relative to the working directory"},
-    {.name = "seq_len", .type = CFG_INT, .default_gin = "128", RANGE(1, 1 << 24), .doc = "tokens per example"},
-    {.name = "eval_fraction", .type = CFG_FLOAT, .default_gin = "0.05", UNIT_OPEN,
-     .doc = "share of the chunks held out for eval (0: no eval stream)"},
-    {.name = "split_seed", .type = CFG_INT, .default_gin = "0", AT_LEAST(0),
-     .doc = "decides which chunks are eval; independent of the run's seed"},
-    {.name = "shuffle_buffer", .type = CFG_INT, .default_gin = "0", RANGE(0, 1 << 24),
-     .doc = "0: every training epoch is a full permutation; K > 0: a shuffle buffer of K instead"},
-    {.name = "shifted", .type = CFG_BOOL, .default_gin = "False",
-     .doc = "targets are the inputs shifted left (False for models that shift right themselves)"},
-};
-
-// Binary token files; ctrax's.
-static const cfg_param token_inputs_params[] = {
-    {.name = "paths", .type = CFG_LIST, .required = true,
-     .doc = "files and directories (read recursively, sorted), relative to the working directory"},
-    {.name = "seq_len", .type = CFG_INT, .default_gin = "128", RANGE(1, 1 << 24), .doc = "tokens per example"},
-    {.name = "eval_fraction", .type = CFG_FLOAT, .default_gin = "0.05", UNIT_OPEN,
-     .doc = "share of the chunks held out for eval (0: no eval stream)"},
-    {.name = "split_seed", .type = CFG_INT, .default_gin = "0", AT_LEAST(0),
-     .doc = "decides which chunks are eval; independent of the run's seed"},
-    {.name = "shuffle_buffer", .type = CFG_INT, .default_gin = "0", RANGE(0, 1 << 24),
-     .doc = "0: every training epoch is a full permutation; K > 0: a shuffle buffer of K instead"},
-    {.name = "shifted", .type = CFG_BOOL, .default_gin = "False",
-     .doc = "targets are the inputs shifted left (False for models that shift right themselves)"},
-    {.name = "token_bytes", .type = CFG_INT, .default_gin = "2", RANGE(2, 4), .doc = "2 (uint16) or 4 (uint32)"},
-    {.name = "vocab_size", .type = CFG_INT, .default_gin = "0", AT_LEAST(0),
-     .doc = "> 0: every token must be below it (checked as it is read)"},
-};
+// Chunks of files (TextInputs, TokenInputs); ctrax's (Trax reads text
+// through TFDS).
+#define CORPUS_PARAMS(X)                                                                                          \
+    X(LIST, paths, NULL, ANY, ASKED,                                                                              \
+      "files and directories (read recursively, sorted), relative to the working directory")                      \
+    X(INT, seq_len, "128", RANGE(1, 1 << 24), UNSTORED, "tokens per example")                                    \
+    X(FLOAT, eval_fraction, "0.05", UNIT_OPEN, UNSTORED, "share of the chunks held out for eval (0: no eval stream)") \
+    X(INT, split_seed, "0", AT_LEAST(0), UNSTORED, "decides which chunks are eval; independent of the run's seed")  \
+    X(INT, shuffle_buffer, "0", RANGE(0, 1 << 24), UNSTORED,                                                      \
+      "0: every training epoch is a full permutation; K > 0: a shuffle buffer of K instead")                      \
+    X(BOOL, shifted, "False", ANY, UNSTORED,                                                                      \
+      "targets are the inputs shifted left (False for models that shift right themselves)")
+static const cfg_param text_inputs_params[] = {CORPUS_PARAMS(INPUT_ROW)};
+// Binary token files.
+#define TOKEN_INPUTS_PARAMS(X)                                                                                    \
+    CORPUS_PARAMS(X)                                                                                              \
+    X(INT, token_bytes, "2", RANGE(2, 4), UNSTORED, "2 (uint16) or 4 (uint32)")                                  \
+    X(INT, vocab_size, "0", AT_LEAST(0), UNSTORED, "> 0: every token must be below it (checked as it is read)")
+static const cfg_param token_inputs_params[] = {TOKEN_INPUTS_PARAMS(INPUT_ROW)};
 
 // IDX files; ctrax's (Trax reads MNIST through TFDS).
-static const cfg_param idx_inputs_params[] = {
-    {.name = "train_images", .type = CFG_STRING, .required = true, .doc = "IDX images (3 dims), .gz or plain"},
-    {.name = "train_labels", .type = CFG_STRING, .required = true, .doc = "IDX labels (1 dim)"},
-    {.name = "eval_images", .type = CFG_STRING, .required = true},
-    {.name = "eval_labels", .type = CFG_STRING, .required = true},
-    {.name = "n_classes", .type = CFG_INT, .default_gin = "10", RANGE(1, 256), .doc = "every label must be below it"},
-    {.name = "shuffle", .type = CFG_BOOL, .default_gin = "True", .doc = "shuffle every training epoch"},
-};
+#define IDX_INPUTS_PARAMS(X)                                                                                      \
+    X(STRING, train_images, NULL, ANY, ASKED, "IDX images (3 dims), .gz or plain")                               \
+    X(STRING, train_labels, NULL, ANY, ASKED, "IDX labels (1 dim)")                                              \
+    X(STRING, eval_images, NULL, ANY, ASKED, NULL)                                                               \
+    X(STRING, eval_labels, NULL, ANY, ASKED, NULL)                                                               \
+    X(INT, n_classes, "10", RANGE(1, 256), UNSTORED, "every label must be below it")                             \
+    X(BOOL, shuffle, "True", ANY, UNSTORED, "shuffle every training epoch")
+static const cfg_param idx_inputs_params[] = {IDX_INPUTS_PARAMS(INPUT_ROW)};
 
-// ---- Settings the program reads ---------------------------------------------------------
+// ---- Settings the program reads (lists in config.h) --------------------------------------
 
-#define REF(kind) .type = CFG_REFERENCE, .ref_kinds = CFG_KIND_BIT(kind), .none_ok = true
-
-// Trax's trainer_lib.train, the parameters ctrax reads (batch_size is
-// ctrax's: Trax sets it on its input pipeline).
-static const cfg_param train_params[] = {
-    {.name = "model", REF(CFG_MODEL), .doc = "the model to train"},
-    {.name = "loss_fn", REF(CFG_LAYER), .doc = "the training loss"},
-    {.name = "optimizer", REF(CFG_OPTIMIZER)},
-    {.name = "lr_schedule_fn", REF(CFG_SCHEDULE), .doc = "learning rate per step"},
-    {.name = "inputs", REF(CFG_INPUT), .doc = "the training and eval streams"},
-    {.name = "metrics", .type = CFG_LIST, .none_ok = true, .doc = "eval metrics: a list of @layers"},
-    {.name = "steps", .type = CFG_INT, AT_LEAST(0), .doc = "training steps"},
-    {.name = "batch_size", .type = CFG_INT, AT_LEAST(1), .doc = "examples per step"},
-    {.name = "eval_frequency", .type = CFG_INT, AT_LEAST(0), .doc = "steps between evals (0: none)"},
-    {.name = "eval_steps", .type = CFG_INT, AT_LEAST(0), .doc = "batches per eval"},
-    {.name = "random_seed", .type = CFG_INT, AT_LEAST(0), .none_ok = true, .doc = "seed of init, data, dropout"},
-    {.name = "checkpoint_highest", .type = CFG_STRING, .none_ok = true,
-     .doc = "keep the checkpoint with the highest value of this metric"},
-    {.name = "checkpoint_lowest", .type = CFG_STRING, .none_ok = true,
-     .doc = "keep the checkpoint with the lowest value of this metric"},
-    {.name = "permanent_checkpoint_frequency", .type = CFG_INT, AT_LEAST(1), .none_ok = true},
-    {.name = "use_memory_efficient_trainer", .type = CFG_BOOL, .doc = "the reversible trainer"},
-    {.name = "n_devices", .type = CFG_INT, RANGE(1, 64), .doc = "local devices (replica threads); 1 when unbound"},
-    {.name = "adasum", .type = CFG_BOOL, .doc = "combine device gradients with Adasum instead of averaging them"},
-    {.name = "clip_grad_norm", .type = CFG_FLOAT, AT_LEAST(0), .none_ok = true,
-     .doc = "clip gradients to this global L2 norm; None: no clipping"},
-    {.name = "keep_checkpoints", .type = CFG_INT, AT_LEAST(1), .doc = "regular checkpoints kept"},
-    {.name = "skip_nonfinite_steps", .type = CFG_BOOL, .default_gin = "False",
-     .doc = "skip a step whose loss or gradients are NaN/Inf and count it, instead of stopping"},
-};
-
-// Trax's TrainTask/Loop checkpoint periods.
-static const cfg_param loop_params[] = {
-    {.name = "n_steps_per_checkpoint", .type = CFG_INT, AT_LEAST(1)},
-    {.name = "n_steps_per_permanent_checkpoint", .type = CFG_INT, AT_LEAST(0), .none_ok = true,
-     .doc = "0 or None: no permanent checkpoints"},
-};
+#define TRAIN_ROW(...) ROW(ct_train_settings, __VA_ARGS__)
+static const cfg_param train_params[] = {CT_TRAIN_SETTINGS(TRAIN_ROW)};
+static void train_defaults(void *p) { *(ct_train_settings *)p = ct_train_default_settings(); }
+#define LOOP_ROW(...) ROW(ct_loop_settings, __VA_ARGS__)
+static const cfg_param loop_params[] = {CT_LOOP_SETTINGS(LOOP_ROW)};
+static void loop_defaults(void *p) { *(ct_loop_settings *)p = ct_loop_default_settings(); }
 
 // ---- The table ----------------------------------------------------------------------------
 
@@ -541,8 +397,10 @@ static const cfg_def registry[] = {
      .doc = "IDX images and labels (MNIST, Fashion-MNIST): images f32 (B, rows, cols) / 255, labels int32 (B)"},
 
     {.name = "train", .kind = CFG_SETTINGS, .modules = "trax.supervised.trainer_lib trax.supervised",
-     PARAMS(train_params), .doc = "what `ctrax train` trains, with what, for how long"},
+     PARAMS(train_params), .struct_size = sizeof(ct_train_settings), .defaults = train_defaults,
+     .doc = "what `ctrax train` trains, with what, for how long"},
     {.name = "Loop", .kind = CFG_SETTINGS, .modules = "trax.supervised.training", PARAMS(loop_params),
+     .struct_size = sizeof(ct_loop_settings), .defaults = loop_defaults,
      .doc = "the training loop's checkpoint periods"},
 };
 

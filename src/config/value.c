@@ -36,17 +36,9 @@ void cfg_value_free(ct_config_value *v) {
     v->n = 0;
 }
 
-static char *dup_str(const char *s) {
-    if (!s) return NULL;
-    size_t n = strlen(s) + 1;
-    char *d = ct_malloc(n);
-    memcpy(d, s, n);
-    return d;
-}
-
 void cfg_value_copy(ct_config_value *dst, const ct_config_value *src) {
     *dst = *src;
-    dst->s = dup_str(src->s);
+    dst->s = src->s ? ct_strdup(src->s) : NULL;
     int n = n_items(src);
     dst->items = NULL;
     if (n > 0) {

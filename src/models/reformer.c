@@ -6,13 +6,7 @@
 #include "ctrax/models/models.h"
 
 ct_reformer_lm_params ct_reformer_lm_default_params(void) {
-    return (ct_reformer_lm_params){.vocab_size = 256,
-                                   .d_model = 512,
-                                   .d_ff = 2048,
-                                   .n_layers = 6,
-                                   .n_heads = 8,
-                                   .max_len = 2048,
-                                   .dropout = 0.1f};
+    return (ct_reformer_lm_params){CT_REFORMER_LM_PARAMS(CT_PARAM_DEFAULT)};
 }
 
 // Trax's DecoderBlock: the attention half-residual and the feed-forward

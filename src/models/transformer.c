@@ -4,14 +4,7 @@
 #include "ctrax/models/models.h"
 
 ct_transformer_lm_params ct_transformer_lm_default_params(void) {
-    return (ct_transformer_lm_params){.vocab_size = 256,
-                                      .d_model = 512,
-                                      .d_ff = 2048,
-                                      .n_layers = 6,
-                                      .n_heads = 8,
-                                      .max_len = 2048,
-                                      .dropout = 0.1f,
-                                      .learned_positions = false};
+    return (ct_transformer_lm_params){CT_TRANSFORMER_LM_PARAMS(CT_PARAM_DEFAULT)};
 }
 
 // [LayerNorm, Dense(d_ff), Relu, Dropout, Dense(d_model), Dropout]

@@ -2,24 +2,12 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "ctrax/core/memory.h"
 #include "ctrax/optim/optimizer.h"
 #include "kernels/cpu/optim.h"
+#include "optim/internal.h"
 
 ct_adafactor_params ct_adafactor_default_params(void) {
-    return (ct_adafactor_params){
-        .learning_rate = 0.05f,
-        .factored = true,
-        .multiply_by_parameter_scale = true,
-        .do_clipping = true,
-        .do_momentum = false,
-        .beta1 = 0.0f,
-        .decay_rate = 0.8f,
-        .clipping_threshold = 1.0f,
-        .weight_decay_rate = 1e-5f,
-        .epsilon1 = 1e-30f,
-        .epsilon2 = 1e-3f,
-    };
+    return (ct_adafactor_params){CT_ADAFACTOR_PARAMS(CT_PARAM_DEFAULT)};
 }
 
 // A weight of rank >= 2 seen as B matrices of (R, C): the last two dims.
@@ -80,37 +68,15 @@ static void adafactor_update(const ct_optimizer *o, int64_t step, float lr, cons
     }
 }
 
-#define F(field) .name = #field, .offset = offsetof(ct_adafactor_params, field)
-static const ct_optimizer_param adafactor_param_table[] = {
-    {F(learning_rate), .kind = CT_OPT_PARAM_FLOAT},
-    // factored and do_momentum decide the slot layout; Trax fixes all four
-    // flags in its constructor, and so do we for those two.
-    {F(factored), .kind = CT_OPT_PARAM_BOOL, .fixed = true},
-    {F(multiply_by_parameter_scale), .kind = CT_OPT_PARAM_BOOL},
-    {F(do_clipping), .kind = CT_OPT_PARAM_BOOL},
-    {F(do_momentum), .kind = CT_OPT_PARAM_BOOL, .fixed = true},
-    {F(beta1), .kind = CT_OPT_PARAM_FLOAT},
-    {F(decay_rate), .kind = CT_OPT_PARAM_FLOAT},
-    {F(clipping_threshold), .kind = CT_OPT_PARAM_FLOAT},
-    {F(weight_decay_rate), .kind = CT_OPT_PARAM_FLOAT},
-    {F(epsilon1), .kind = CT_OPT_PARAM_FLOAT},
-    {F(epsilon2), .kind = CT_OPT_PARAM_FLOAT},
-};
-#undef F
+#define ROW(...) CT_OPT_ROW(ct_adafactor_params, __VA_ARGS__)
+static const ct_optimizer_param adafactor_param_table[] = {CT_ADAFACTOR_PARAMS(ROW)};
+#undef ROW
 
 static const ct_optimizer_vtable adafactor_vt = {
     .name = "Adafactor",
     .slot_floats = adafactor_slot_floats,
     .update = adafactor_update,
-    .param_table = adafactor_param_table,
-    .n_param_table = sizeof adafactor_param_table / sizeof adafactor_param_table[0],
+    CT_OPT_TABLE(adafactor_param_table),
 };
 
-ct_optimizer *ct_adafactor_new(ct_adafactor_params p) {
-    ct_optimizer *o = ct_calloc(1, sizeof *o);
-    ct_adafactor_params *copy = ct_malloc(sizeof *copy);
-    *copy = p;
-    o->vt = &adafactor_vt;
-    o->params = copy;
-    return o;
-}
+ct_optimizer *ct_adafactor_new(ct_adafactor_params p) { return ct_optimizer_wrap(&adafactor_vt, &p, sizeof p); }

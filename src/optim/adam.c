@@ -2,14 +2,11 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "ctrax/core/memory.h"
 #include "ctrax/optim/optimizer.h"
 #include "kernels/cpu/optim.h"
+#include "optim/internal.h"
 
-ct_adam_params ct_adam_default_params(void) {
-    return (ct_adam_params){
-        .learning_rate = 1e-4f, .b1 = 0.9f, .b2 = 0.999f, .eps = 1e-5f, .weight_decay_rate = 1e-5f};
-}
+ct_adam_params ct_adam_default_params(void) { return (ct_adam_params){CT_ADAM_PARAMS(CT_PARAM_DEFAULT)}; }
 
 // Slots: m then v, each the size of the weight.
 static size_t adam_slot_floats(const ct_optimizer *o, const ct_tensor *sig) {
@@ -27,25 +24,15 @@ static void adam_update(const ct_optimizer *o, int64_t step, float lr, const ct_
     ct_adam_update(w, g, slots, slots + n, n, lr, p->b1, p->b2, p->eps, p->weight_decay_rate, bias1, bias2);
 }
 
-#define F(field) .name = #field, .offset = offsetof(ct_adam_params, field), .kind = CT_OPT_PARAM_FLOAT
-static const ct_optimizer_param adam_param_table[] = {
-    {F(learning_rate)}, {F(b1)}, {F(b2)}, {F(eps)}, {F(weight_decay_rate)},
-};
-#undef F
+#define ROW(...) CT_OPT_ROW(ct_adam_params, __VA_ARGS__)
+static const ct_optimizer_param adam_param_table[] = {CT_ADAM_PARAMS(ROW)};
+#undef ROW
 
 static const ct_optimizer_vtable adam_vt = {
     .name = "Adam",
     .slot_floats = adam_slot_floats,
     .update = adam_update,
-    .param_table = adam_param_table,
-    .n_param_table = sizeof adam_param_table / sizeof adam_param_table[0],
+    CT_OPT_TABLE(adam_param_table),
 };
 
-ct_optimizer *ct_adam_new(ct_adam_params p) {
-    ct_optimizer *o = ct_calloc(1, sizeof *o);
-    ct_adam_params *copy = ct_malloc(sizeof *copy);
-    *copy = p;
-    o->vt = &adam_vt;
-    o->params = copy;
-    return o;
-}
+ct_optimizer *ct_adam_new(ct_adam_params p) { return ct_optimizer_wrap(&adam_vt, &p, sizeof p); }

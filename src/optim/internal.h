@@ -4,7 +4,38 @@
 
 #include <cjson/cJSON.h>
 
+#include <stddef.h>
+
 #include "ctrax/optim/optimizer.h"
+
+// A new optimizer of vtable vt with a copy of the size bytes at params.
+ct_optimizer *ct_optimizer_wrap(const ct_optimizer_vtable *vt, const void *params, size_t size);
+
+// slot_floats of an optimizer with one slot the size of the weight
+// (Momentum's velocity, RMSProp's mean square).
+size_t ct_optimizer_one_slot(const ct_optimizer *o, const ct_tensor *sig);
+
+// The rows of an optimizer's table of hyperparameters, from its list (see
+// ctrax/params.h): every stored entry, a FIXED one marked fixed, an ENUM
+// with its range.
+//   #define ROW(...) CT_OPT_ROW(ct_adam_params, __VA_ARGS__)
+//   static const ct_optimizer_param table[] = {CT_ADAM_PARAMS(ROW)};
+#define CT_OPT_ROW(S, TYPE, field, def, RANGE, FLAGS, doc) CT_OPT_ROW_##FLAGS(S, TYPE, field, RANGE)
+#define CT_OPT_ROW_NONE(S, TYPE, field, RANGE) \
+    {.name = #field, .offset = offsetof(S, field), .kind = CT_OPT_KIND_##TYPE, CT_OPT_LIMITS_##RANGE},
+#define CT_OPT_ROW_FIXED(S, TYPE, field, RANGE) \
+    {.name = #field, .offset = offsetof(S, field), .kind = CT_OPT_KIND_##TYPE, .fixed = true},
+#define CT_OPT_ROW_UNSTORED(S, TYPE, field, RANGE)
+#define CT_OPT_KIND_FLOAT CT_OPT_PARAM_FLOAT
+#define CT_OPT_KIND_BOOL CT_OPT_PARAM_BOOL
+#define CT_OPT_KIND_ENUM(t) CT_OPT_PARAM_INT
+#define CT_OPT_LIMITS_ANY
+#define CT_OPT_LIMITS_AT_LEAST(x)
+#define CT_OPT_LIMITS_UNIT
+#define CT_OPT_LIMITS_UNIT_OPEN
+#define CT_OPT_LIMITS_RANGE(a, b) .lo = (a), .hi = (b),
+// The vtable's table fields.
+#define CT_OPT_TABLE(t) .param_table = (t), .n_param_table = (int)(sizeof(t) / sizeof((t)[0]))
 
 // Restores the hyperparameters of a checkpoint's state.json "optimizer"
 // object, {"name": "<optimizer>", "params": {"<hyperparameter>": <number>,

@@ -9,6 +9,19 @@
 #include "optim/internal.h"
 #include "ctrax/core/memory.h"
 
+ct_optimizer *ct_optimizer_wrap(const ct_optimizer_vtable *vt, const void *params, size_t size) {
+    ct_optimizer *o = ct_calloc(1, sizeof *o);
+    o->params = ct_malloc(size);
+    memcpy(o->params, params, size);
+    o->vt = vt;
+    return o;
+}
+
+size_t ct_optimizer_one_slot(const ct_optimizer *o, const ct_tensor *sig) {
+    (void)o;
+    return (size_t)ct_tensor_numel(sig);
+}
+
 void ct_optimizer_free(ct_optimizer *o) {
     if (!o) return;
     ct_free(o->params);

@@ -41,17 +41,7 @@ struct ct_schedule {
 };
 
 ct_multifactor_params ct_multifactor_default_params(void) {
-    return (ct_multifactor_params){
-        .factors = "constant * linear_warmup * rsqrt_decay",
-        .constant = 0.1,
-        .warmup_steps = 400,
-        .decay_factor = 0.5,
-        .steps_per_decay = 20000,
-        .steps_per_cycle = 100000,
-        .second_constant = 0.01,
-        .second_constant_step = 10000,
-        .minimum = 0.0,
-    };
+    return (ct_multifactor_params){CT_MULTIFACTOR_PARAMS(CT_PARAM_DEFAULT)};
 }
 
 static ct_schedule *schedule_alloc(schedule_kind kind) {

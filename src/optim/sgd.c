@@ -1,11 +1,11 @@
 // Plain SGD, as Trax: w -= lr * g; no slots, no weight decay.
 #include <stddef.h>
 
-#include "ctrax/core/memory.h"
 #include "ctrax/optim/optimizer.h"
 #include "kernels/cpu/optim.h"
+#include "optim/internal.h"
 
-ct_sgd_params ct_sgd_default_params(void) { return (ct_sgd_params){.learning_rate = 0.01f}; }
+ct_sgd_params ct_sgd_default_params(void) { return (ct_sgd_params){CT_SGD_PARAMS(CT_PARAM_DEFAULT)}; }
 
 static size_t sgd_slot_floats(const ct_optimizer *o, const ct_tensor *sig) {
     (void)o, (void)sig;
@@ -18,23 +18,15 @@ static void sgd_update(const ct_optimizer *o, int64_t step, float lr, const ct_t
     ct_sgd_update(w, g, ct_tensor_numel(sig), lr);
 }
 
-static const ct_optimizer_param sgd_param_table[] = {
-    {.name = "learning_rate", .offset = offsetof(ct_sgd_params, learning_rate), .kind = CT_OPT_PARAM_FLOAT},
-};
+#define ROW(...) CT_OPT_ROW(ct_sgd_params, __VA_ARGS__)
+static const ct_optimizer_param sgd_param_table[] = {CT_SGD_PARAMS(ROW)};
+#undef ROW
 
 static const ct_optimizer_vtable sgd_vt = {
     .name = "SGD",
     .slot_floats = sgd_slot_floats,
     .update = sgd_update,
-    .param_table = sgd_param_table,
-    .n_param_table = 1,
+    CT_OPT_TABLE(sgd_param_table),
 };
 
-ct_optimizer *ct_sgd_new(ct_sgd_params p) {
-    ct_optimizer *o = ct_calloc(1, sizeof *o);
-    ct_sgd_params *copy = ct_malloc(sizeof *copy);
-    *copy = p;
-    o->vt = &sgd_vt;
-    o->params = copy;
-    return o;
-}
+ct_optimizer *ct_sgd_new(ct_sgd_params p) { return ct_optimizer_wrap(&sgd_vt, &p, sizeof p); }

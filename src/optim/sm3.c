@@ -2,19 +2,13 @@
 #include <assert.h>
 #include <stddef.h>
 
-#include "ctrax/core/memory.h"
 #include "ctrax/optim/optimizer.h"
 #include "kernels/cpu/optim.h"
+#include "optim/internal.h"
 
 static_assert(sizeof(ct_sm3_momentum_type) == sizeof(int), "momentum_type is read and written as an int");
 
-ct_sm3_params ct_sm3_default_params(void) {
-    return (ct_sm3_params){.learning_rate = 0.01f,
-                           .momentum = 0.9f,
-                           .second_moment_averaging = 1.0f,
-                           .weight_decay = 0.0f,
-                           .momentum_type = CT_SM3_MOMENTUM_EMA};
-}
+ct_sm3_params ct_sm3_default_params(void) { return (ct_sm3_params){CT_SM3_PARAMS(CT_PARAM_DEFAULT)}; }
 
 // The params plus what Trax decides once in its constructor: whether there is
 // a momentum slot and whether to graft. They fix the slot layout, so later
@@ -58,32 +52,19 @@ static void sm3_update(const ct_optimizer *o, int64_t step, float lr, const ct_t
                   s->p.second_moment_averaging, s->p.weight_decay);
 }
 
-#define F(field) .name = #field, .offset = offsetof(ct_sm3_params, field)
-static const ct_optimizer_param sm3_param_table[] = {
-    {F(learning_rate), .kind = CT_OPT_PARAM_FLOAT},
-    {F(momentum), .kind = CT_OPT_PARAM_FLOAT},
-    {F(second_moment_averaging), .kind = CT_OPT_PARAM_FLOAT},
-    {F(weight_decay), .kind = CT_OPT_PARAM_FLOAT},
-    {F(momentum_type), .kind = CT_OPT_PARAM_INT, .lo = CT_SM3_MOMENTUM_EMA, .hi = CT_SM3_MOMENTUM_NESTEROV},
-};
-#undef F
+#define ROW(...) CT_OPT_ROW(ct_sm3_params, __VA_ARGS__)
+static const ct_optimizer_param sm3_param_table[] = {CT_SM3_PARAMS(ROW)};
+#undef ROW
 
 static const ct_optimizer_vtable sm3_vt = {
     .name = "SM3",
     .slot_floats = sm3_slot_floats,
     .update = sm3_update,
-    .param_table = sm3_param_table,
-    .n_param_table = sizeof sm3_param_table / sizeof sm3_param_table[0],
+    CT_OPT_TABLE(sm3_param_table),
 };
 
 ct_optimizer *ct_sm3_new(ct_sm3_params p) {
     CT_ASSERT(p.momentum_type >= CT_SM3_MOMENTUM_EMA && p.momentum_type <= CT_SM3_MOMENTUM_NESTEROV);
-    ct_optimizer *o = ct_calloc(1, sizeof *o);
-    sm3_state *s = ct_malloc(sizeof *s);
-    s->p = p;
-    s->has_momentum = p.momentum > 0.0f;
-    s->graft = p.second_moment_averaging != 1.0f;
-    o->vt = &sm3_vt;
-    o->params = s;
-    return o;
+    sm3_state s = {.p = p, .has_momentum = p.momentum > 0.0f, .graft = p.second_moment_averaging != 1.0f};
+    return ct_optimizer_wrap(&sm3_vt, &s, sizeof s);
 }

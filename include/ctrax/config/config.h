@@ -63,6 +63,7 @@
 #include "ctrax/layers/layer.h"
 #include "ctrax/optim/optimizer.h"
 #include "ctrax/optim/schedules.h"
+#include "ctrax/params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -164,33 +165,36 @@ ct_status ct_config_get_int_list(ct_config *cfg, const char *name, const char *p
 ct_status ct_config_get_reference(ct_config *cfg, const char *name, const char *param, const char *def,
                                   const char **out, ct_error *err);
 
+// The builders write a new object to *out and return CT_OK, or return an
+// error with *out NULL.
+//
 // Builds the model (or loss or metric layer: any configurable that is a
 // layer) a reference names, from its bindings: for instance
 //   ct_config_get_reference(cfg, "train", "model", NULL, &m, err);
-//   ct_layer *model = ct_config_build_model(cfg, m, err);
-// Returns a new layer (one reference), or NULL with err set. Its parameters'
+//   CT_TRY(ct_config_build_model(cfg, m, &model, err));
+// *out is a new layer (one reference). Its parameters'
 // checks (TransformerLM's d_model divisible by n_heads, ...) name the file
 // and line of the binding. A model whose weights and gradients alone cannot
 // fit in the machine's memory is refused before any of it is built
 // (CT_ERR_MEMORY, naming the setting that makes it large and the bytes; see
 // ct_config_check_memory for the whole run's budget).
-ct_layer *ct_config_build_model(ct_config *cfg, const char *name, ct_error *err);
-ct_layer *ct_config_build_layer(ct_config *cfg, const char *name, ct_error *err);
+ct_status ct_config_build_model(ct_config *cfg, const char *name, ct_layer **out, ct_error *err);
+ct_status ct_config_build_layer(ct_config *cfg, const char *name, ct_layer **out, ct_error *err);
 // Builds the optimizer a reference names ("Adam", "Momentum", "RMSProp",
 // "Adafactor", "SM3", "SGD"), its unbound parameters from its
-// ct_*_default_params. NULL with err set.
-ct_optimizer *ct_config_build_optimizer(ct_config *cfg, const char *name, ct_error *err);
+// ct_*_default_params.
+ct_status ct_config_build_optimizer(ct_config *cfg, const char *name, ct_optimizer **out, ct_error *err);
 
 // Builds the learning-rate schedule a reference names, e.g.
 //   ct_config_get_reference(cfg, "train", "lr_schedule_fn", "multifactor", &s, err);
-//   ct_schedule *lr = ct_config_build_schedule(cfg, s, err);
+//   CT_TRY(ct_config_build_schedule(cfg, s, &lr, err));
 // constant(value), warmup(n_warmup_steps, max_value) and
 // warmup_and_rsqrt_decay(n_warmup_steps, max_value) have no defaults, as in
 // Trax: an unbound parameter is an error. multifactor's unbound parameters
 // take Trax's defaults (ct_multifactor_default_params). A parameter the
 // constructor refuses (an unknown factor) is an error naming the file and
-// line of its binding. Free it with ct_schedule_free; NULL with err set.
-ct_schedule *ct_config_build_schedule(ct_config *cfg, const char *name, ct_error *err);
+// line of its binding. Free it with ct_schedule_free.
+ct_status ct_config_build_schedule(ct_config *cfg, const char *name, ct_schedule **out, ct_error *err);
 
 // Builds the train and eval streams of the input configurable name names
 // (train.inputs), batches of batch_size examples. Both are endless: train
@@ -227,6 +231,56 @@ ct_schedule *ct_config_build_schedule(ct_config *cfg, const char *name, ct_error
 // streams are NULL.
 ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch_size, uint64_t seed,
                                  ct_stream **train, ct_stream **eval, ct_error *err);
+
+// ---- The program's settings ---------------------------------------------------
+//
+// What `ctrax train` (and `ctrax eval`) read: Trax's trainer_lib.train and
+// Loop parameters, described once here (see ctrax/params.h); the registry's
+// rows, the defaults and the structs come from these lists. batch_size is
+// ctrax's (Trax sets it on its input pipeline). Every setting the registry
+// accepts is read by ctrax train.
+#define CT_TRAIN_SETTINGS(X)                                                                                      \
+    X(REF(MODEL), model, NULL, ANY, NONE, "the model to train")                                                  \
+    X(REF(LAYER), loss_fn, "WeightedCategoryCrossEntropy", ANY, NONE, "the training loss")                       \
+    X(REF(OPTIMIZER), optimizer, "Adam", ANY, NONE, NULL)                                                         \
+    X(REF(SCHEDULE), lr_schedule_fn, NULL, ANY, NONE, "learning rate per step")                                  \
+    X(REF(INPUT), inputs, NULL, ANY, NONE, "the training and eval streams")                                      \
+    X(LIST, metrics, "[@WeightedCategoryAccuracy]", ANY, UNSTORED_NULLABLE, "eval metrics: a list of @layers")   \
+    X(INT64, steps, 1000, AT_LEAST(0), NONE, "training steps")                                                   \
+    X(INT64, batch_size, 32, AT_LEAST(1), NONE, "examples per step")                                             \
+    X(INT64, eval_frequency, 100, AT_LEAST(0), NONE, "steps between evals (0: none)")                            \
+    X(INT64, eval_steps, 10, AT_LEAST(0), NONE, "batches per eval")                                              \
+    X(INT64, random_seed, 0, AT_LEAST(0), NULLABLE, "seed of init, data, dropout")                               \
+    X(STRING, checkpoint_highest, NULL, ANY, NULLABLE, "keep the checkpoint with the highest value of this metric") \
+    X(STRING, checkpoint_lowest, NULL, ANY, NULLABLE, "keep the checkpoint with the lowest value of this metric")   \
+    X(INT64, permanent_checkpoint_frequency, 0, AT_LEAST(0), NULLABLE,                                           \
+      "a permanent checkpoint every N steps (Loop.n_steps_per_permanent_checkpoint); 0 or None: none")            \
+    X(BOOL, use_memory_efficient_trainer, false, ANY, NONE, "the reversible trainer")                            \
+    X(INT64, n_devices, 1, RANGE(1, 64), NONE, "local devices (replica threads); 1 when unbound")                \
+    X(BOOL, adasum, false, ANY, NONE, "combine device gradients with Adasum instead of averaging them")          \
+    X(DOUBLE, clip_grad_norm, 0.0, AT_LEAST(0), NULLABLE, "clip gradients to this global L2 norm; None: no clipping") \
+    X(INT64, keep_checkpoints, 2, AT_LEAST(1), NONE, "regular checkpoints kept")                                 \
+    X(BOOL, skip_nonfinite_steps, false, ANY, NONE,                                                              \
+      "skip a step whose loss or gradients are NaN/Inf and count it, instead of stopping")
+typedef struct ct_train_settings {
+    CT_TRAIN_SETTINGS(CT_PARAM_FIELD)
+} ct_train_settings;
+ct_train_settings ct_train_default_settings(void);
+
+// Trax's TrainTask/Loop checkpoint periods.
+#define CT_LOOP_SETTINGS(X)                                     \
+    X(INT64, n_steps_per_checkpoint, 100, AT_LEAST(1), NONE, NULL) \
+    X(INT64, n_steps_per_permanent_checkpoint, 0, AT_LEAST(0), NULLABLE, "0 or None: no permanent checkpoints")
+typedef struct ct_loop_settings {
+    CT_LOOP_SETTINGS(CT_PARAM_FIELD)
+} ct_loop_settings;
+ct_loop_settings ct_loop_default_settings(void);
+
+// Reads every train.* (Loop.*) setting into *out: a bound value, else the
+// default above. References are ctrax names ("Adam"); strings and names
+// live as long as cfg. Each query is recorded for the operative config.
+ct_status ct_config_read_train(ct_config *cfg, ct_train_settings *out, ct_error *err);
+ct_status ct_config_read_loop(ct_config *cfg, ct_loop_settings *out, ct_error *err);
 
 // ---- Memory budget -------------------------------------------------------------
 //

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include "ctrax/core/error.h"
 #include "ctrax/core/tensor.h"
+#include "ctrax/params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -99,9 +100,17 @@ float ct_clip_grad_norm(float *grads, size_t n, float max_norm);
 // norm > 0, else 1.
 float ct_clip_factor(float norm, float max_norm);
 
+// Each optimizer's hyperparameters are one list (see ctrax/params.h): its
+// params struct, its ct_*_default_params(), its table of hyperparameters by
+// name (ct_optimizer_get_param) and its config registry rows all come from
+// it. Trax's defaults.
+#define CT_LR_DOC "overridden by the schedule each step"
+#define CT_DECAY_DOC "decoupled, not scaled by the learning rate"
+
 // SGD: w -= lr * g.
+#define CT_SGD_PARAMS(X) X(FLOAT, learning_rate, 0.01f, AT_LEAST(0), NONE, CT_LR_DOC)
 typedef struct ct_sgd_params {
-    float learning_rate;  // default 1e-2 (Trax's default: 0.01)
+    CT_SGD_PARAMS(CT_PARAM_FIELD)
 } ct_sgd_params;
 ct_sgd_params ct_sgd_default_params(void);
 ct_optimizer *ct_sgd_new(ct_sgd_params p);
@@ -109,12 +118,14 @@ ct_optimizer *ct_sgd_new(ct_sgd_params p);
 // Adam as Trax: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // m^ = m / (1 - b1^(step+1)); v^ = v / (1 - b2^(step+1));
 // w = (1 - weight_decay_rate) w - lr m^ / (sqrt(v^) + eps). Slots: m, v.
+#define CT_ADAM_PARAMS(X)                                                   \
+    X(FLOAT, learning_rate, 1e-4f, AT_LEAST(0), NONE, CT_LR_DOC)            \
+    X(FLOAT, b1, 0.9f, UNIT_OPEN, NONE, NULL)                               \
+    X(FLOAT, b2, 0.999f, UNIT_OPEN, NONE, NULL)                             \
+    X(FLOAT, eps, 1e-5f, AT_LEAST(0), NONE, NULL)                           \
+    X(FLOAT, weight_decay_rate, 1e-5f, AT_LEAST(0), NONE, CT_DECAY_DOC)
 typedef struct ct_adam_params {
-    float learning_rate;      // 1e-4
-    float b1;                 // 0.9
-    float b2;                 // 0.999
-    float eps;                // 1e-5
-    float weight_decay_rate;  // 1e-5, decoupled and not scaled by lr
+    CT_ADAM_PARAMS(CT_PARAM_FIELD)
 } ct_adam_params;
 ct_adam_params ct_adam_default_params(void);
 ct_optimizer *ct_adam_new(ct_adam_params p);
@@ -122,21 +133,26 @@ ct_optimizer *ct_adam_new(ct_adam_params p);
 // Momentum as Trax (Nesterov by default): v = mass v + g;
 // u = mass v + g (Nesterov) or v; w = (1 - weight_decay_rate) w - lr u.
 // Slot: v.
+#define CT_MOMENTUM_PARAMS(X)                                               \
+    X(FLOAT, learning_rate, 0.01f, AT_LEAST(0), NONE, CT_LR_DOC)            \
+    X(FLOAT, mass, 0.9f, UNIT, NONE, "momentum decay")                      \
+    X(FLOAT, weight_decay_rate, 1e-5f, AT_LEAST(0), NONE, CT_DECAY_DOC)     \
+    X(BOOL, nesterov, true, ANY, NONE, "Nesterov momentum")
 typedef struct ct_momentum_params {
-    float learning_rate;      // 0.01
-    float mass;               // 0.9
-    float weight_decay_rate;  // 1e-5, decoupled and not scaled by lr
-    bool nesterov;            // true
+    CT_MOMENTUM_PARAMS(CT_PARAM_FIELD)
 } ct_momentum_params;
 ct_momentum_params ct_momentum_default_params(void);
 ct_optimizer *ct_momentum_new(ct_momentum_params p);
 
 // RMSProp as Trax: a = gamma a + (1 - gamma) g^2; w -= lr g / (sqrt(a) + eps).
-// Slot: a, which starts at 1 (not 0), as Trax's does.
+// Slot: a, which starts at 1 (not 0), as Trax's does. Clipping is
+// train.clip_grad_norm.
+#define CT_RMSPROP_PARAMS(X)                                                \
+    X(FLOAT, learning_rate, 1e-3f, AT_LEAST(0), NONE, CT_LR_DOC)            \
+    X(FLOAT, gamma, 0.9f, UNIT, NONE, "decay of the mean square")           \
+    X(FLOAT, eps, 1e-8f, AT_LEAST(0), NONE, NULL)
 typedef struct ct_rmsprop_params {
-    float learning_rate;  // 1e-3
-    float gamma;          // 0.9
-    float eps;            // 1e-8
+    CT_RMSPROP_PARAMS(CT_PARAM_FIELD)
 } ct_rmsprop_params;
 ct_rmsprop_params ct_rmsprop_default_params(void);
 ct_optimizer *ct_rmsprop_new(ct_rmsprop_params p);
@@ -153,19 +169,27 @@ ct_optimizer *ct_rmsprop_new(ct_rmsprop_params p);
 //   s = scale y; with do_momentum: m = beta1 m + (1 - beta1) s; s = m
 //   w = (1 - weight_decay_rate) w - s
 // RMS means are accumulated in double. Slots: vr, vc (factored) or v, then m
-// (do_momentum). factored and do_momentum are fixed at construction.
+// (do_momentum). factored and do_momentum decide the slot layout, so they
+// are fixed at construction (Trax fixes all four flags in its
+// constructor). Trax's momentum_in_bfloat16 and weight_decay_n_steps are
+// accepted by configs only at the values that mean what ctrax does.
+#define CT_ADAFACTOR_PARAMS(X)                                                                                   \
+    X(FLOAT, learning_rate, 0.05f, AT_LEAST(0), NONE, CT_LR_DOC)                                                 \
+    X(BOOL, factored, true, ANY, FIXED, "factored second moments for weights of rank >= 2")                     \
+    X(BOOL, multiply_by_parameter_scale, true, ANY, NONE, "scale the learning rate by the weight's RMS")        \
+    X(BOOL, do_clipping, true, ANY, NONE, "clip the update's RMS to clipping_threshold")                        \
+    X(BOOL, do_momentum, false, ANY, FIXED, "momentum with beta1")                                              \
+    X(BOOL, momentum_in_bfloat16, "False", ANY, UNSTORED, "Trax's; only False (ctrax keeps momentum in float32)") \
+    X(FLOAT, beta1, 0.0f, UNIT_OPEN, NONE, NULL)                                                                 \
+    X(FLOAT, decay_rate, 0.8f, AT_LEAST(0), NONE,                                                                \
+      "exponent of the second-moment decay 1 - (step + 1)^-decay_rate")                                          \
+    X(FLOAT, clipping_threshold, 1.0f, AT_LEAST(0), NONE, NULL)                                                  \
+    X(FLOAT, weight_decay_rate, 1e-5f, AT_LEAST(0), NONE, NULL)                                                  \
+    X(INT, weight_decay_n_steps, "0", AT_LEAST(0), UNSTORED, "Trax's; only 0 (decay at every step)")            \
+    X(FLOAT, epsilon1, 1e-30f, AT_LEAST(0), NONE, "added to g^2")                                                \
+    X(FLOAT, epsilon2, 1e-3f, AT_LEAST(0), NONE, "floor of the parameter scale")
 typedef struct ct_adafactor_params {
-    float learning_rate;               // 0.05
-    bool factored;                     // true
-    bool multiply_by_parameter_scale;  // true
-    bool do_clipping;                  // true
-    bool do_momentum;                  // false
-    float beta1;                       // 0.0 (momentum, used with do_momentum)
-    float decay_rate;                  // 0.8 (the exponent of the decay schedule)
-    float clipping_threshold;          // 1.0
-    float weight_decay_rate;           // 1e-5
-    float epsilon1;                    // 1e-30 (added to g^2)
-    float epsilon2;                    // 1e-3 (floor of the parameter scale)
+    CT_ADAFACTOR_PARAMS(CT_PARAM_FIELD)
 } ct_adafactor_params;
 ct_adafactor_params ct_adafactor_default_params(void);
 ct_optimizer *ct_adafactor_new(ct_adafactor_params p);
@@ -195,12 +219,17 @@ typedef enum ct_sm3_momentum_type {
     CT_SM3_MOMENTUM_HEAVY_BALL = 2,
     CT_SM3_MOMENTUM_NESTEROV = 3,
 } ct_sm3_momentum_type;
+#define CT_SM3_PARAMS(X)                                                                                        \
+    X(FLOAT, learning_rate, 0.01f, AT_LEAST(0), NONE, CT_LR_DOC)                                                \
+    X(FLOAT, momentum, 0.9f, UNIT, NONE, "0: no momentum slot")                                                 \
+    X(FLOAT, second_moment_averaging, 1.0f, UNIT, NONE,                                                         \
+      "1: plain sums (AdaGrad-like); below 1: decaying averages with grafting")                                 \
+    X(FLOAT, weight_decay, 0.0f, AT_LEAST(0), NONE, "L2, added to the preconditioned gradient")                 \
+    X(ENUM(ct_sm3_momentum_type), momentum_type, CT_SM3_MOMENTUM_EMA,                                           \
+      RANGE(CT_SM3_MOMENTUM_EMA, CT_SM3_MOMENTUM_NESTEROV), NONE,                                               \
+      "Trax's MomentumType: 1 EMA, 2 HEAVY_BALL, 3 NESTEROV")
 typedef struct ct_sm3_params {
-    float learning_rate;             // 0.01
-    float momentum;                  // 0.9
-    float second_moment_averaging;   // 1.0 (plain sums, like AdaGrad)
-    float weight_decay;              // 0.0 (L2 added to the preconditioned gradient)
-    ct_sm3_momentum_type momentum_type;  // CT_SM3_MOMENTUM_EMA
+    CT_SM3_PARAMS(CT_PARAM_FIELD)
 } ct_sm3_params;
 ct_sm3_params ct_sm3_default_params(void);
 ct_optimizer *ct_sm3_new(ct_sm3_params p);

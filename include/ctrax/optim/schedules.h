@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ctrax/core/error.h"
+#include "ctrax/params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,16 +41,21 @@ typedef struct ct_schedule ct_schedule;
 //   cosine_decay             (1 + cos(pi * (p mod 1))) / 2,
 //                            p = max(0, (step - warmup_steps) / steps_per_cycle)
 // and a product <= minimum gives minimum.
+// One list (see ctrax/params.h): factors is copied by the constructor.
+#define CT_MULTIFACTOR_PARAMS(X)                                                                                 \
+    X(STRING, factors, "constant * linear_warmup * rsqrt_decay", ANY, NONE,                                      \
+      "factors multiplied together: constant, linear_warmup, rsqrt_decay, rsqrt_normalized_decay, "              \
+      "decay_every, cosine_decay, two_constants")                                                                \
+    X(DOUBLE, constant, 0.1, ANY, NONE, NULL)                                                                    \
+    X(INT64, warmup_steps, 400, AT_LEAST(0), NONE, NULL)                                                         \
+    X(DOUBLE, decay_factor, 0.5, ANY, NONE, "decay_every")                                                       \
+    X(INT64, steps_per_decay, 20000, AT_LEAST(1), NONE, "decay_every")                                           \
+    X(INT64, steps_per_cycle, 100000, AT_LEAST(1), NONE, "cosine_decay")                                         \
+    X(DOUBLE, second_constant, 0.01, ANY, NONE, "two_constants")                                                 \
+    X(INT64, second_constant_step, 10000, AT_LEAST(0), NONE, "two_constants")                                    \
+    X(DOUBLE, minimum, 0.0, ANY, NONE, "a product <= minimum gives minimum")
 typedef struct ct_multifactor_params {
-    const char *factors;           // "constant * linear_warmup * rsqrt_decay" (copied)
-    double constant;               // 0.1
-    int64_t warmup_steps;          // 400
-    double decay_factor;           // 0.5
-    int64_t steps_per_decay;       // 20000
-    int64_t steps_per_cycle;       // 100000
-    double second_constant;        // 0.01
-    int64_t second_constant_step;  // 10000
-    double minimum;                // 0
+    CT_MULTIFACTOR_PARAMS(CT_PARAM_FIELD)
 } ct_multifactor_params;
 ct_multifactor_params ct_multifactor_default_params(void);
 
