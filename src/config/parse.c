@@ -353,6 +353,110 @@ static ct_status parse_items(parser *p, ct_config_value *v, char close, int nest
     return next(p);  // past close
 }
 
+// A number after a sign ('-' or '+' is the current token).
+static ct_status parse_signed(parser *p, ct_config_value *v) {
+    token *t = &p->tok;
+    bool neg = t->c == '-';
+    CT_TRY(next(p));
+    if (t->kind == T_INT) {
+        if (!neg && t->u > (uint64_t)INT64_MAX) return fail_at(p, v->line, v->col, "integer does not fit in 64 bits");
+        v->kind = CT_CONFIG_INT;
+        v->i = neg ? (int64_t)(0 - t->u) : (int64_t)t->u;
+    } else if (t->kind == T_FLOAT) {
+        v->kind = CT_CONFIG_FLOAT;
+        v->f = neg ? -t->f : t->f;
+    } else {
+        return expected(p, "a number after the sign");
+    }
+    return next(p);
+}
+
+// Adjacent strings join, as in Python: 'a' 'b' is 'ab'.
+static ct_status parse_strings(parser *p, ct_config_value *v) {
+    cfg_buf b = {0};
+    cfg_buf_put(&b, "", 0);
+    while (p->tok.kind == T_STRING) {
+        cfg_buf_put(&b, p->tok.s, p->tok.s_len);
+        ct_status st = next(p);
+        if (st != CT_OK) {
+            ct_free(b.s);
+            return st;
+        }
+    }
+    v->kind = CT_CONFIG_STRING;
+    v->s = b.s;
+    return CT_OK;
+}
+
+// True, False or None; any other bare name is an error.
+static ct_status parse_name(parser *p, ct_config_value *v) {
+    token *t = &p->tok;
+    if (is_name(p, "True") || is_name(p, "False")) {
+        v->kind = CT_CONFIG_BOOL;
+        v->b = is_name(p, "True");
+        return next(p);
+    }
+    if (is_name(p, "None")) {
+        v->kind = CT_CONFIG_NONE;
+        return next(p);
+    }
+    return fail_at(p, t->line, t->col,
+                   "expected a value, got the name '%.*s' (strings need quotes, references start with @, "
+                   "macros with %%)",
+                   (int)(t->len > 40 ? 40 : t->len), t->start);
+}
+
+// @Name, @Name() or %MACRO ('@' or '%' is the current token).
+static ct_status parse_ref_or_macro(parser *p, ct_config_value *v) {
+    bool ref = p->tok.c == '@';
+    CT_TRY(next(p));
+    cfg_buf b = {0};
+    ct_status st = parse_dotted(p, &b, ref ? "a configurable's name after '@'" : "a macro name after '%'");
+    v->kind = ref ? CT_CONFIG_REFERENCE : CT_CONFIG_MACRO;
+    v->s = b.s;
+    CT_TRY(st);
+    if (ref && is_punct(p, '(')) {
+        CT_TRY(next(p));
+        if (!is_punct(p, ')')) return expected(p, "')' (a reference @Name() takes no arguments)");
+        v->call = true;
+        CT_TRY(next(p));
+    }
+    return CT_OK;
+}
+
+// A tuple (after its '('): (), (x) is x, (x,), (x, y, ...).
+static ct_status parse_tuple(parser *p, ct_config_value *v, int nest) {
+    v->kind = CT_CONFIG_TUPLE;
+    if (is_punct(p, ')')) return next(p);
+    ct_config_value first;
+    ct_status st = parse_value(p, &first, nest + 1);
+    if (st != CT_OK) {
+        cfg_value_free(&first);
+        return st;
+    }
+    if (is_punct(p, ')')) {  // (x) is x
+        *v = first;
+        return next(p);
+    }
+    if (!is_punct(p, ',')) {
+        cfg_value_free(&first);
+        return expected(p, "',' or ')'");
+    }
+    v->items = ct_malloc(sizeof *v->items);
+    v->items[0] = first;
+    v->n = 1;
+    CT_TRY(next(p));
+    if (is_punct(p, ')')) return next(p);
+    // The rest as a list, appended.
+    ct_config_value rest = {0};
+    st = parse_items(p, &rest, ')', nest);
+    v->items = ct_realloc(v->items, (size_t)(1 + rest.n) * sizeof *v->items);
+    if (rest.n) memcpy(v->items + 1, rest.items, (size_t)rest.n * sizeof *v->items);
+    v->n += rest.n;
+    ct_free(rest.items);
+    return st;
+}
+
 static ct_status parse_value(parser *p, ct_config_value *v, int nest) {
     memset(v, 0, sizeof *v);
     v->file = p->source;
@@ -360,22 +464,6 @@ static ct_status parse_value(parser *p, ct_config_value *v, int nest) {
     v->col = p->tok.col;
     if (nest > MAX_NESTING) return fail_at(p, v->line, v->col, "values nested deeper than %d", MAX_NESTING);
     token *t = &p->tok;
-    if (t->kind == T_PUNCT && (t->c == '-' || t->c == '+')) {
-        bool neg = t->c == '-';
-        CT_TRY(next(p));
-        if (t->kind == T_INT) {
-            if (!neg && t->u > (uint64_t)INT64_MAX)
-                return fail_at(p, v->line, v->col, "integer does not fit in 64 bits");
-            v->kind = CT_CONFIG_INT;
-            v->i = neg ? (int64_t)(0 - t->u) : (int64_t)t->u;
-        } else if (t->kind == T_FLOAT) {
-            v->kind = CT_CONFIG_FLOAT;
-            v->f = neg ? -t->f : t->f;
-        } else {
-            return expected(p, "a number after the sign");
-        }
-        return next(p);
-    }
     switch (t->kind) {
     case T_INT:
         if (t->u > (uint64_t)INT64_MAX) return fail_at(p, v->line, v->col, "integer does not fit in 64 bits");
@@ -386,99 +474,30 @@ static ct_status parse_value(parser *p, ct_config_value *v, int nest) {
         v->kind = CT_CONFIG_FLOAT;
         v->f = t->f;
         return next(p);
-    case T_STRING: {
-        // Adjacent strings join, as in Python: 'a' 'b' is 'ab'.
-        cfg_buf b = {0};
-        cfg_buf_put(&b, "", 0);
-        while (t->kind == T_STRING) {
-            cfg_buf_put(&b, t->s, t->s_len);
-            ct_status st = next(p);
-            if (st != CT_OK) {
-                ct_free(b.s);
-                return st;
-            }
-        }
-        v->kind = CT_CONFIG_STRING;
-        v->s = b.s;
-        return CT_OK;
-    }
+    case T_STRING:
+        return parse_strings(p, v);
     case T_NAME:
-        if (is_name(p, "True") || is_name(p, "False")) {
-            v->kind = CT_CONFIG_BOOL;
-            v->b = is_name(p, "True");
-            return next(p);
-        }
-        if (is_name(p, "None")) {
-            v->kind = CT_CONFIG_NONE;
-            return next(p);
-        }
-        return fail_at(p, t->line, t->col,
-                       "expected a value, got the name '%.*s' (strings need quotes, references start with @, "
-                       "macros with %%)",
-                       (int)(t->len > 40 ? 40 : t->len), t->start);
+        return parse_name(p, v);
     case T_PUNCT:
         break;
     default:
         return expected(p, "a value");
     }
     switch (t->c) {
+    case '-':
+    case '+':
+        return parse_signed(p, v);
     case '@':
-    case '%': {
-        bool ref = t->c == '@';
-        CT_TRY(next(p));
-        cfg_buf b = {0};
-        ct_status st = parse_dotted(p, &b, ref ? "a configurable's name after '@'" : "a macro name after '%'");
-        v->kind = ref ? CT_CONFIG_REFERENCE : CT_CONFIG_MACRO;
-        v->s = b.s;
-        CT_TRY(st);
-        if (ref && is_punct(p, '(')) {
-            CT_TRY(next(p));
-            if (!is_punct(p, ')')) return expected(p, "')' (a reference @Name() takes no arguments)");
-            v->call = true;
-            CT_TRY(next(p));
-        }
-        return CT_OK;
-    }
+    case '%':
+        return parse_ref_or_macro(p, v);
     case '[':
-        v->kind = CT_CONFIG_LIST;
-        CT_TRY(next(p));
-        return parse_items(p, v, ']', nest);
     case '{':
-        v->kind = CT_CONFIG_DICT;
+        v->kind = t->c == '[' ? CT_CONFIG_LIST : CT_CONFIG_DICT;
         CT_TRY(next(p));
-        return parse_items(p, v, '}', nest);
-    case '(': {
+        return parse_items(p, v, v->kind == CT_CONFIG_LIST ? ']' : '}', nest);
+    case '(':
         CT_TRY(next(p));
-        v->kind = CT_CONFIG_TUPLE;
-        if (is_punct(p, ')')) return next(p);
-        ct_config_value first;
-        ct_status st = parse_value(p, &first, nest + 1);
-        if (st != CT_OK) {
-            cfg_value_free(&first);
-            return st;
-        }
-        if (is_punct(p, ')')) {  // (x) is x
-            *v = first;
-            return next(p);
-        }
-        if (!is_punct(p, ',')) {
-            cfg_value_free(&first);
-            return expected(p, "',' or ')'");
-        }
-        v->items = ct_malloc(sizeof *v->items);
-        v->items[0] = first;
-        v->n = 1;
-        CT_TRY(next(p));
-        if (is_punct(p, ')')) return next(p);
-        // The rest as a list, appended.
-        ct_config_value rest = {0};
-        st = parse_items(p, &rest, ')', nest);
-        v->items = ct_realloc(v->items, (size_t)(1 + rest.n) * sizeof *v->items);
-        if (rest.n) memcpy(v->items + 1, rest.items, (size_t)rest.n * sizeof *v->items);
-        v->n += rest.n;
-        ct_free(rest.items);
-        return st;
-    }
+        return parse_tuple(p, v, nest);
     default:
         return expected(p, "a value");
     }
