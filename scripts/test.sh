@@ -4,9 +4,12 @@
 #   -O2 -g with ASan + UBSan, -Werror in build-asan/  (leak checking on; the
 #   same optimized, vectorized floating point as Release, so numerical
 #   bounds are checked on the arithmetic users run)
-# and a last line "make test: N passed, N failed" that adds up the two ctest
-# runs (a configuration that does not build counts as one failure). Exits 1
-# if anything failed. Both runs happen even when the first fails.
+# then the fuzz harnesses for a few seconds each (clang, build-fuzz/, see
+# scripts/fuzz.sh; FUZZ_SECONDS per harness, 8 by default), and a last line
+# "make test: N passed, N failed" that adds up the two ctest runs and the
+# fuzzing (one test; a configuration that does not build counts as one
+# failure). Exits 1 if anything failed. Every stage runs even when one before
+# it fails.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -48,6 +51,17 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 
 suite release build -DCMAKE_BUILD_TYPE=Release -DCTRAX_SANITIZE=OFF -DCTRAX_WERROR=ON
 suite asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTRAX_SANITIZE=ON -DCTRAX_WERROR=ON
+
+# Fuzzing: each libFuzzer harness of fuzz/ for a few seconds (about a minute
+# in all), built with clang in build-fuzz/ (scripts/fuzz.sh); one test, which
+# fails on any finding or when the harnesses do not build.
+echo "== fuzz: ${FUZZ_SECONDS:-8}s per harness"
+if FUZZ_JOBS=$jobs bash scripts/fuzz.sh "${FUZZ_SECONDS:-8}"; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+    status=1
+fi
 
 echo "make test: $passed passed, $failed failed"
 exit "$status"
