@@ -37,7 +37,8 @@ typedef enum ct_comm_kind {
 
 // Constructors follow the rule of ctrax/ctrax.h: the caller owns what they
 // make (free with ct_comm_free); on failure nothing is left allocated and
-// the out handles are NULL.
+// the out handles are NULL (ct_comm_local_new with n out of range writes
+// none: out may hold fewer than n).
 
 // The single-replica comm. Cannot fail (out of memory aborts).
 ct_comm *ct_comm_single_new(void);
