@@ -69,17 +69,11 @@ int main(int argc, char **argv) {
     o.n_devices = n_local;
     o.comm = comm;
     ct_trainer *tr = NULL;
-    ct_reversible_trainer *rtr = NULL;
     ct_optimizer *adam = ct_adam_new(ct_adam_default_params());
     ct_status st;
-    if (memory_efficient) {
-        ct_reversible_trainer_options ro = ct_reversible_trainer_default_options();
-        ro.common = o;
-        ro.log_every = 0;
-        st = ct_reversible_trainer_new(&rtr, model, loss, batch, 3, adam, ct_key_from_seed(0), &dev, &ro, &err);
-    } else {
-        st = ct_trainer_new(&tr, model, loss, batch, 3, adam, ct_key_from_seed(0), &dev, &o, &err);
-    }
+    o.memory_efficient = memory_efficient;
+    o.reversible.log_every = 0;
+    st = ct_trainer_new(&tr, model, loss, batch, 3, adam, ct_key_from_seed(0), &dev, &o, &err);
     if (st != CT_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
@@ -91,8 +85,7 @@ int main(int argc, char **argv) {
         if (step == warmup + 1) t0 = now_s();
         ct_copy_task_batch(&task, (uint64_t)step, GLOBAL_B, tokens, weights);
         ct_key key = ct_key_from_seed((uint64_t)step);
-        st = rtr ? ct_reversible_trainer_one_step(rtr, batch, key, step, 1e-3f, &s, &err)
-                 : ct_trainer_one_step(tr, batch, key, step, 1e-3f, &s, &err);
+        st = ct_trainer_one_step(tr, batch, key, step, 1e-3f, &s, &err);
         if (st != CT_OK) {
             fprintf(stderr, "%s\n", err.msg);
             ct_comm_abort(comm, 1);
@@ -106,7 +99,6 @@ int main(int argc, char **argv) {
                (double)steps * GLOBAL_B * T / dt, memory_efficient ? "memory-efficient" : "standard", n_proc, n_local,
                steps, GLOBAL_B, T, dt, s.loss);
     ct_trainer_free(tr);
-    ct_reversible_trainer_free(rtr);
     ct_layer_free(model);
     ct_layer_free(loss);
     free(tokens);

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"
 #include "ctrax/train/reversible_trainer.h"
 
 typedef struct args {
@@ -120,12 +121,12 @@ static int run_both(const args *a, ct_reformer_lm_params p, const ct_tensor *bat
     ct_device dev_s = ct_device_cpu(), dev_r = ct_device_cpu();
     ct_error err;
     ct_trainer *st;
-    ct_reversible_trainer *rt;
-    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
-    o.copy_weights = a->copy_weights;
+    ct_trainer *rt;
+    ct_trainer_options o = ct_reversible_default_options();
+    o.reversible.copy_weights = a->copy_weights;
     if (ct_trainer_new(&st, model_s, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(1),
                        &dev_s, NULL, &err) != CT_OK ||
-        ct_reversible_trainer_new(&rt, model_r, loss_r, batch, 3, ct_adam_new(ct_adam_default_params()),
+        ct_trainer_new(&rt, model_r, loss_r, batch, 3, ct_adam_new(ct_adam_default_params()),
                                   ct_key_from_seed(1), &dev_r, &o, &err) != CT_OK) {
         fprintf(stderr, "init: %s\n", err.msg);
         return 1;
@@ -139,7 +140,7 @@ static int run_both(const args *a, ct_reformer_lm_params p, const ct_tensor *bat
         double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         if (ct_trainer_one_step(st, batch, key, step, 1e-4f, &ss, &err) != CT_OK) break;
         double c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-        if (ct_reversible_trainer_one_step(rt, batch, key, step, 1e-4f, &sr, &err) != CT_OK) break;
+        if (ct_trainer_one_step(rt, batch, key, step, 1e-4f, &sr, &err) != CT_OK) break;
         double c2 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         same_loss = same_loss && fabsf(ss.loss - sr.loss) <= 1e-4f * (1.0f + fabsf(ss.loss));
         fprintf(stderr, "  both depth %d step %d: standard cpu %.2f s, reversible cpu %.2f s, loss %.4f / %.4f\n",
@@ -167,7 +168,7 @@ static int run_both(const args *a, ct_reformer_lm_params p, const ct_tensor *bat
     for (int i = 0; i < n; i++) printf("%s%.3f", i ? ", " : "", cpu_r[i]);
     printf("], \"median_ratio\": %.3f, \"same_loss\": %s}\n", median, same_loss ? "true" : "false");
     ct_trainer_free(st);
-    ct_reversible_trainer_free(rt);
+    ct_trainer_free(rt);
     ct_layer_free(model_s);
     ct_layer_free(model_r);
     ct_layer_free(loss);
@@ -220,7 +221,7 @@ int main(int argc, char **argv) {
     dev.limit_bytes = (size_t)(a.limit_gib * 1073741824.0);
     ct_error err;
     ct_trainer *st = NULL;
-    ct_reversible_trainer *rt = NULL;
+    ct_trainer *rt = NULL;
     ct_status s;
     size_t host_slabs = 0, n_weights = 0;
     if (standard) {
@@ -228,13 +229,13 @@ int main(int argc, char **argv) {
                            NULL, &err);
         if (s == CT_OK) n_weights = ct_trainer_net(st)->n_weights;
     } else {
-        ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
-        o.copy_weights = a.copy_weights;
-        s = ct_reversible_trainer_new(&rt, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()),
+        ct_trainer_options o = ct_reversible_default_options();
+        o.reversible.copy_weights = a.copy_weights;
+        s = ct_trainer_new(&rt, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()),
                                       ct_key_from_seed(1), &dev, &o, &err);
         if (s == CT_OK) {
-            host_slabs = ct_reversible_trainer_host(rt)->current_bytes;
-            n_weights = ct_reversible_trainer_net(rt)->n_weights;
+            host_slabs = ct_trainer_host(rt)->current_bytes;
+            n_weights = ct_trainer_net(rt)->n_weights;
         }
     }
     if (s != CT_OK) return report_error(&a, "init", &err, &dev);
@@ -255,7 +256,7 @@ int main(int argc, char **argv) {
         ct_key key = ct_key_fold_in(ct_key_from_seed(2), (uint32_t)step);
         double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         s = standard ? ct_trainer_one_step(st, batch, key, step, 1e-4f, &stats, &err)
-                     : ct_reversible_trainer_one_step(rt, batch, key, step, 1e-4f, &stats, &err);
+                     : ct_trainer_one_step(rt, batch, key, step, 1e-4f, &stats, &err);
         double dt = clock_s(CLOCK_MONOTONIC) - t0, dc = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (s != CT_OK) return report_error(&a, step == 1 ? "step 1" : "a later step", &err, &dev);
         if (step == 1) t_first = dt;
@@ -278,7 +279,7 @@ int main(int argc, char **argv) {
            peak_first, dev.peak_bytes, rss_init, hwm_init, hwm, t_first, t_rest / (a.steps - 1),
            cpu_rest / (a.steps - 1), cpu_min, last_loss);
     ct_trainer_free(st);
-    ct_reversible_trainer_free(rt);
+    ct_trainer_free(rt);
     ct_layer_free(model);
     ct_layer_free(loss);
     free(tokens);

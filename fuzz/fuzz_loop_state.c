@@ -14,7 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "ctrax/ctrax.h"
-#include "ctrax/train/loop.h"
+#include "core/fs.h"
 #include "common.h"
 
 enum { VOCAB = 6, LEN = 2, B = 2 };
@@ -40,7 +40,7 @@ static ct_stream *batches(uint64_t seed) {
 // outcome.
 static void resume(void) {
     ct_stream *train = batches(1), *eval = batches(2);
-    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, "loss"};
+    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, "loss", ct_adam_default_params().learning_rate};
     ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 1};
     ev.metrics[0] = metric;
     ev.metric_names[0] = "loss";
@@ -66,7 +66,7 @@ static void setup(void) {
     loss = ct_weighted_category_cross_entropy();
     metric = ct_weighted_category_cross_entropy();
     ct_stream *train = batches(1), *eval = batches(2);
-    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, "loss"};
+    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, "loss", ct_adam_default_params().learning_rate};
     ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 1};
     ev.metrics[0] = metric;
     ev.metric_names[0] = "loss";

@@ -19,7 +19,8 @@
 #include "check.h"
 #include "commands.h"
 #include "ctrax/ctrax.h"
-#include "ctrax/train/loop.h"
+#include "ctrax/layers/layer_author.h"
+#include "core/fs.h"
 
 enum { LEN = 4, BATCH = 4 };
 
@@ -130,19 +131,23 @@ static int make_run(const char *dir, int vocab, int steps) {
     CHECK_OK(ct_config_get_int(cfg, "train", "batch_size", 32, &batch, &err), &err);
     CHECK_OK(ct_config_get_int(cfg, "train", "eval_steps", 10, &eval_steps, &err), &err);
     CHECK_OK(ct_config_get_int(cfg, "train", "random_seed", 0, &seed, &err), &err);
-    ct_layer *model = ct_config_build_model(cfg, m, &err);
-    ct_layer *loss = ct_config_build_layer(cfg, l, &err);
-    ct_layer *metric_loss = ct_config_build_layer(cfg, l, &err);
-    ct_layer *acc = ct_config_build_layer(cfg, metrics->items[0].s, &err);
-    ct_layer *seq_acc = ct_config_build_layer(cfg, metrics->items[1].s, &err);
-    ct_optimizer *opt = ct_config_build_optimizer(cfg, o, &err);
-    CHECK_MSG(model && loss && metric_loss && acc && seq_acc && opt, "%s", err.msg);
+    ct_layer *model, *loss, *metric_loss, *acc, *seq_acc;
+    ct_optimizer *opt;
+    CHECK_OK(ct_config_build_model(cfg, m, &model, &err), &err);
+    CHECK_OK(ct_config_build_layer(cfg, l, &loss, &err), &err);
+    CHECK_OK(ct_config_build_layer(cfg, l, &metric_loss, &err), &err);
+    CHECK_OK(ct_config_build_layer(cfg, metrics->items[0].s, &acc, &err), &err);
+    CHECK_OK(ct_config_build_layer(cfg, metrics->items[1].s, &seq_acc, &err), &err);
+    CHECK_OK(ct_config_build_optimizer(cfg, o, &opt, &err), &err);
 
     ct_stream *train = NULL, *eval = NULL;
     CHECK_OK(ct_config_build_inputs(cfg, in, batch, (uint64_t)seed, &train, &eval, &err), &err);
     // After every query: the operative config holds all the run read.
     char *operative = ct_config_operative_text(cfg);
-    ct_train_task task = {train, loss, opt, NULL, "loss"};
+    // No schedule: every step at the optimizer's own learning rate.
+    float lr = 0;
+    CHECK_OK(ct_optimizer_get_param(opt, "learning_rate", &lr, &err), &err);
+    ct_train_task task = {train, loss, opt, NULL, "loss", lr};
     ct_eval_task ev = {.stream = eval, .n_metrics = 3, .n_batches = (int)eval_steps};
     ev.metrics[0] = metric_loss;
     ev.metrics[1] = acc;

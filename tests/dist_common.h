@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"
 
 enum { DIST_B = 8, DIST_T = 12, DIST_VOCAB = 10 };
 
@@ -27,7 +28,7 @@ static inline void dist_batch(int step, int32_t *tokens, float *weights) {
 typedef enum dist_run {
     DIST_STANDARD_TRANSFORMER,  // ct_trainer, TransformerLM
     DIST_STANDARD_REFORMER,     // ct_trainer, ReformerLM
-    DIST_REVERSIBLE_REFORMER,   // ct_reversible_trainer, ReformerLM
+    DIST_REVERSIBLE_REFORMER,   // the memory-efficient trainer, ReformerLM
 } dist_run;
 
 // Trains for n_steps on rows [row0, row0 + rows) of each global batch; returns
@@ -65,18 +66,13 @@ static inline float *dist_train_with(dist_run run, float dropout, int n_steps, i
     ct_layer *loss = ct_weighted_category_cross_entropy();
     ct_device dev = ct_device_cpu();
     ct_trainer *tr = NULL;
-    ct_reversible_trainer *rtr = NULL;
     ct_error err;
     ct_optimizer *adam = ct_adam_new(ct_adam_default_params());
     ct_status st;
-    if (run == DIST_REVERSIBLE_REFORMER) {
-        ct_reversible_trainer_options ro = ct_reversible_trainer_default_options();
-        ro.common = *opts;
-        ro.log_every = 0;
-        st = ct_reversible_trainer_new(&rtr, model, loss, batch, 3, adam, ct_key_from_seed(5), &dev, &ro, &err);
-    } else {
-        st = ct_trainer_new(&tr, model, loss, batch, 3, adam, ct_key_from_seed(5), &dev, opts, &err);
-    }
+    ct_trainer_options o = *opts;
+    o.memory_efficient = run == DIST_REVERSIBLE_REFORMER;
+    o.reversible.log_every = 0;
+    st = ct_trainer_new(&tr, model, loss, batch, 3, adam, ct_key_from_seed(5), &dev, &o, &err);
     CHECK_MSG(st == CT_OK, "%s", err.msg);
     float *w = NULL;
     if (st == CT_OK) {
@@ -84,19 +80,17 @@ static inline float *dist_train_with(dist_run run, float dropout, int n_steps, i
         for (int step = 1; step <= n_steps; step++) {
             dist_batch(step, tokens, weights);
             ct_key key = ct_key_from_seed((uint64_t)step);
-            st = rtr ? ct_reversible_trainer_one_step(rtr, batch, key, step, 3e-3f, &stats, &err)
-                     : ct_trainer_one_step(tr, batch, key, step, 3e-3f, &stats, &err);
+            st = ct_trainer_one_step(tr, batch, key, step, 3e-3f, &stats, &err);
             CHECK_MSG(st == CT_OK, "step %d: %s", step, err.msg);
             if (st != CT_OK) break;
         }
-        const ct_net *net = rtr ? ct_reversible_trainer_net(rtr) : ct_trainer_net(tr);
+        const ct_net *net = ct_trainer_net(tr);
         *n = net->n_weights;
         w = malloc(net->n_weights * sizeof *w);
         memcpy(w, net->weights, net->n_weights * sizeof *w);
         *last_loss = stats.loss;
     }
     ct_trainer_free(tr);
-    ct_reversible_trainer_free(rtr);
     ct_layer_free(model);
     ct_layer_free(loss);
     CHECK(dev.current_bytes == 0);

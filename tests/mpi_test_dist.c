@@ -180,21 +180,21 @@ static void test_reversible_failure_stops_all(fail_where where) {
                                           ct_reversible_swap(), last_half, ct_reversible_swap(),
                                           ct_concatenate(2, -1), head));
     ct_layer *loss = ct_weighted_category_cross_entropy();
-    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
-    o.common.comm = comm;
-    o.log_every = 0;
-    if (where == FAIL_IN_FIRST) o.common.clip_grad_norm = 0.01f;  // global: updates deferred to the end
+    ct_trainer_options o = ct_reversible_default_options();
+    o.comm = comm;
+    o.reversible.log_every = 0;
+    if (where == FAIL_IN_FIRST) o.clip_grad_norm = 0.01f;  // global: updates deferred to the end
     ct_device dev = ct_device_cpu();
-    ct_reversible_trainer *tr;
+    ct_trainer *tr;
     ct_error err;
-    CHECK_OK(ct_reversible_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()),
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()),
                                        ct_key_from_seed(1), &dev, &o, &err),
              &err);
     ct_step_stats s;
-    CHECK_OK(ct_reversible_trainer_one_step(tr, batch, ct_key_from_seed(1), 1, 1e-3f, &s, &err), &err);
+    CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(1), 1, 1e-3f, &s, &err), &err);
     fail_rank = size - 1;
     double t0 = now_s();
-    ct_status st = ct_reversible_trainer_one_step(tr, batch, ct_key_from_seed(2), 2, 1e-3f, &s, &err);
+    ct_status st = ct_trainer_one_step(tr, batch, ct_key_from_seed(2), 2, 1e-3f, &s, &err);
     double dt = now_s() - t0;
     fail_rank = -1;
     CHECK(st != CT_OK);
@@ -206,15 +206,15 @@ static void test_reversible_failure_stops_all(fail_where where) {
     printf("rank %d, memory-efficient trainer, a layer failing on rank %d (%s): stopped in %.3f s: %s\n", rank,
            size - 1, names[where], dt, err.msg);
     // Every rank goes on from the same weights: the next step works everywhere.
-    CHECK_OK(ct_reversible_trainer_one_step(tr, batch, ct_key_from_seed(3), 3, 1e-3f, &s, &err), &err);
-    const ct_net *net = ct_reversible_trainer_net(tr);
+    CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(3), 3, 1e-3f, &s, &err), &err);
+    const ct_net *net = ct_trainer_net(tr);
     float *all = malloc(net->n_weights * (size_t)size * sizeof *all);
     CHECK_OK(ct_comm_allgather_f32(comm, net->weights, all, net->n_weights, &err), &err);
     for (int r = 1; r < size; r++)
         CHECK_MSG(memcmp(all, all + (size_t)r * net->n_weights, net->n_weights * sizeof *all) == 0,
                   "%s: rank %d's weights differ from rank 0's", names[where], r);
     free(all);
-    ct_reversible_trainer_free(tr);
+    ct_trainer_free(tr);
     ct_layer_free(model);
     ct_layer_free(loss);
     CHECK(dev.current_bytes == 0);

@@ -259,12 +259,12 @@ static void test_reversible_batch_must_split(void) {
     ct_layer *model = ct_reformer_lm(mp), *loss = ct_weighted_category_cross_entropy();
     ct_tensor three[3] = {ct_tensor_2d(CT_DTYPE_I32, 3, DIST_T, NULL), ct_tensor_2d(CT_DTYPE_I32, 3, DIST_T, NULL),
                           ct_tensor_2d(CT_DTYPE_F32, 3, DIST_T, NULL)};
-    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
-    o.common.n_devices = 2;
+    ct_trainer_options o = ct_reversible_default_options();
+    o.n_devices = 2;
     ct_device dev = ct_device_cpu();
-    ct_reversible_trainer *tr;
+    ct_trainer *tr;
     ct_error err;
-    CHECK(ct_reversible_trainer_new(&tr, model, loss, three, 3, ct_sgd_new(ct_sgd_default_params()),
+    CHECK(ct_trainer_new(&tr, model, loss, three, 3, ct_sgd_new(ct_sgd_default_params()),
                                     ct_key_from_seed(1), &dev, &o, &err) == CT_ERR_SHAPE);
     printf("memory-efficient trainer, odd batch: %s\n", err.msg);
     CHECK(strstr(err.msg, "does not split over 2 devices") != NULL);

@@ -7,7 +7,8 @@
 
 #include "check.h"
 #include "ctrax/ctrax.h"
-#include "ctrax/train/loop.h"
+#include "ctrax/layers/layer_author.h"
+#include "core/fs.h"
 
 enum { VOCAB = 10, LEN = 4, B = 4 };
 
@@ -67,7 +68,7 @@ static ct_status run_new(run *r, const char *dir, ct_loop_options o, ct_error *e
     r->metric_loss = ct_weighted_category_cross_entropy();
     r->metric_acc = ct_weighted_category_accuracy();
     CHECK_OK(ct_schedule_warmup(5, 3e-3, &r->schedule, err), err);
-    ct_train_task task = {r->train, r->loss, ct_adam_new(ct_adam_default_params()), r->schedule, "loss"};
+    ct_train_task task = {r->train, r->loss, ct_adam_new(ct_adam_default_params()), r->schedule, "loss", 0};
     ct_eval_task ev = {.stream = r->eval, .n_metrics = 2, .n_batches = 2};
     ev.metrics[0] = r->metric_loss;
     ev.metrics[1] = r->metric_acc;
@@ -311,7 +312,7 @@ static void frozen_losses(const char *dir, float dropout, int n, double *loss) {
     ct_layer *model = small_lm(dropout), *l = ct_weighted_category_cross_entropy();
     ct_schedule *zero;
     CHECK_OK(ct_schedule_constant(0.0, &zero, &err), &err);
-    ct_train_task task = {train, l, ct_sgd_new(ct_sgd_default_params()), zero, "loss"};
+    ct_train_task task = {train, l, ct_sgd_new(ct_sgd_default_params()), zero, "loss", 0};
     ct_loop_options o = ct_loop_default_options();
     o.eval_at = every_step;  // logs each step's train loss on its own
     o.seed = 3;
@@ -392,7 +393,7 @@ static void test_step_keys(void) {
     // fold_in(split(key, 1), s) by hand, bit for bit.
     ct_stream *train = copy_batches(1);
     ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
-    ct_train_task task = {train, l, ct_sgd_new(ct_sgd_default_params()), NULL, NULL};
+    ct_train_task task = {train, l, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, ct_sgd_default_params().learning_rate};
     ct_loop_options o = ct_loop_default_options();
     o.seed = 11;
     ct_loop *loop;
@@ -452,7 +453,7 @@ static void test_best_checkpoints(void) {
     ct_fn_spec spec = {"Falling", 3, 1, scalar_shape, falling_fwd, NULL, &calls};
     ct_stream *train = copy_batches(1), *eval = copy_batches(2);
     ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy(), *metric = ct_fn(&spec);
-    ct_train_task task = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL};
+    ct_train_task task = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, ct_sgd_default_params().learning_rate};
     ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 1};
     ev.metrics[0] = metric;
     ev.metric_names[0] = "falling";
@@ -500,8 +501,9 @@ static void test_stop_final_tasks_finetune(void) {
     char *dir = temp_dir("stop"), *dir2 = temp_dir("tune");
     ct_stream *train = copy_batches(1), *other = copy_batches(5);
     ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
-    ct_train_task tasks[2] = {{train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL},
-                              {other, loss, NULL, NULL, NULL}};
+    float lr = ct_adam_default_params().learning_rate;
+    ct_train_task tasks[2] = {{train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr},
+                              {other, loss, NULL, NULL, NULL, lr}};
     ct_loop_options o = ct_loop_default_options();
     o.output_dir = dir;
     o.n_steps_per_checkpoint = 100;
@@ -534,8 +536,8 @@ static void test_stop_final_tasks_finetune(void) {
 
     // A tasks' loss of its own is refused.
     ct_layer *other_loss = ct_weighted_category_cross_entropy();
-    ct_train_task bad[2] = {{train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL},
-                            {other, other_loss, NULL, NULL, NULL}};
+    ct_train_task bad[2] = {{train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, ct_adam_default_params().learning_rate},
+                            {other, other_loss, NULL, NULL, NULL, 0}};
     CHECK(ct_loop_new(&loop, model, bad, 2, NULL, &o, &err) == CT_ERR_ARG);
     printf("tasks with two losses: %s\n", err.msg);
     ct_layer_free(other_loss);
@@ -543,7 +545,7 @@ static void test_stop_final_tasks_finetune(void) {
     // Fine-tuning: a fresh run in another directory takes model_9's weights.
     o = ct_loop_default_options();
     o.output_dir = dir2;
-    ct_train_task one = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL};
+    ct_train_task one = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, ct_sgd_default_params().learning_rate};
     CHECK_OK(ct_loop_new(&loop, model, &one, 1, NULL, &o, &err), &err);
     CHECK(ct_trainer_net(ct_loop_trainer(loop))->weights[0] != w9);
     CHECK_OK(ct_loop_load_weights(loop, dir, "model_9", &err), &err);
@@ -578,11 +580,11 @@ static ct_layer *small_reformer(void) {
 static float *reformer_run(const char *dir, int64_t to, bool memory_efficient, int n_devices, size_t *n) {
     ct_stream *train = copy_batches(1);
     ct_layer *model = small_reformer(), *loss = ct_weighted_category_cross_entropy();
-    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL};
+    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, ct_adam_default_params().learning_rate};
     ct_loop_options o = ct_loop_default_options();
     o.output_dir = dir;
     o.n_steps_per_checkpoint = 5;
-    o.use_memory_efficient_trainer = memory_efficient;
+    o.trainer.memory_efficient = memory_efficient;
     o.trainer.n_devices = n_devices;
     ct_loop *loop;
     ct_error err;

@@ -8,7 +8,8 @@
 
 #include "check.h"
 #include "ctrax/ctrax.h"
-#include "ctrax/train/loop.h"
+#include "ctrax/layers/layer_author.h"
+#include "core/fs.h"
 #include "scratch.h"
 
 enum { VOCAB = 10, LEN = 4, B = 4 };
@@ -87,7 +88,7 @@ static ct_status run_new(run *r, const char *dir, ct_loop_options o, ct_error *e
     r->model = poisoned_lm();
     r->loss = ct_weighted_category_cross_entropy();
     r->metric = ct_weighted_category_cross_entropy();
-    ct_train_task task = {r->train, r->loss, ct_adam_new(ct_adam_default_params()), NULL, "loss"};
+    ct_train_task task = {r->train, r->loss, ct_adam_new(ct_adam_default_params()), NULL, "loss", ct_adam_default_params().learning_rate};
     ct_eval_task ev = {.stream = r->eval, .n_metrics = 1, .n_batches = 1};
     ev.metrics[0] = r->metric;
     ev.metric_names[0] = "loss";
@@ -251,7 +252,7 @@ static void test_metrics_resume(void) {
 static void test_new_owns_optimizers(void) {
     ct_stream *s = copy_batches(1);
     ct_layer *model = poisoned_lm(), *loss = ct_weighted_category_cross_entropy();
-    ct_train_task task = {s, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL};
+    ct_train_task task = {s, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, ct_adam_default_params().learning_rate};
     ct_eval_task ev = {.stream = NULL, .n_metrics = 1};
     ev.metrics[0] = loss;
     ct_loop *loop;

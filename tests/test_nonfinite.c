@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"
 #include "ctrax/layers/reversible.h"
 #include "ctrax/train/reversible_trainer.h"
 #include "ctrax/train/trainer.h"
@@ -408,31 +409,31 @@ static void rev_model_free(rev_model *m) {
     ct_layer_free(m->loss);
 }
 
-static ct_status rev_step(ct_reversible_trainer *tr, const batch *b, int64_t step, float lr, ct_error *err) {
+static ct_status rev_step(ct_trainer *tr, const batch *b, int64_t step, float lr, ct_error *err) {
     ct_step_stats s;
-    return ct_reversible_trainer_one_step(tr, b->t, ct_key_fold_in(ct_key_from_seed(3), (uint32_t)step), step, lr,
+    return ct_trainer_one_step(tr, b->t, ct_key_fold_in(ct_key_from_seed(3), (uint32_t)step), step, lr,
                                           &s, err);
 }
 
-static snapshot rev_snap(const ct_reversible_trainer *tr) {
+static snapshot rev_snap(const ct_trainer *tr) {
     size_t n_slots;
-    const float *slots = ct_reversible_trainer_slots(tr, &n_slots);
-    return snap(ct_reversible_trainer_net(tr), slots, n_slots);
+    const float *slots = ct_trainer_slots(tr, &n_slots);
+    return snap(ct_trainer_net(tr), slots, n_slots);
 }
 
-static ct_reversible_trainer *rev_new(const rev_model *m, const batch *b, int n_devices, bool copy_weights,
+static ct_trainer *rev_new(const rev_model *m, const batch *b, int n_devices, bool copy_weights,
                                      bool deferred, ct_device *dev) {
-    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
-    o.common.n_devices = n_devices;
-    o.copy_weights = copy_weights;
-    o.log_every = 0;
+    ct_trainer_options o = ct_reversible_default_options();
+    o.n_devices = n_devices;
+    o.reversible.copy_weights = copy_weights;
+    o.reversible.log_every = 0;
     if (deferred) {
-        o.common.clip_grad_norm = 1e30f;  // never clips: the updates just wait for every gradient
-        o.clip_mode = CT_CLIP_GLOBAL;
+        o.clip_grad_norm = 1e30f;  // never clips: the updates just wait for every gradient
+        o.reversible.clip_mode = CT_CLIP_GLOBAL;
     }
-    ct_reversible_trainer *tr = NULL;
+    ct_trainer *tr = NULL;
     ct_error err;
-    CHECK_OK(ct_reversible_trainer_new(&tr, m->model, m->loss, b->t, 3, ct_adam_new(ct_adam_default_params()),
+    CHECK_OK(ct_trainer_new(&tr, m->model, m->loss, b->t, 3, ct_adam_new(ct_adam_default_params()),
                                        ct_key_from_seed(1), dev, &o, &err),
              &err);
     return tr;
@@ -446,10 +447,10 @@ static void test_reversible_huge_weight(int n_devices, bool copy_weights) {
     batch_init(&b, 4);
     rev_model m = rev_model_new(PROBE_HEALTHY, PROBE_HEALTHY);
     ct_device dev = ct_device_cpu();
-    ct_reversible_trainer *tr = rev_new(&m, &b, n_devices, copy_weights, false, &dev);
+    ct_trainer *tr = rev_new(&m, &b, n_devices, copy_weights, false, &dev);
     ct_error err;
     for (int step = 1; step <= 2; step++) CHECK_OK(rev_step(tr, &b, step, 1e-2f, &err), &err);
-    const ct_net *net = ct_reversible_trainer_net(tr);
+    const ct_net *net = ct_trainer_net(tr);
     CHECK(net->n_state == 2 && net->state[0] == 2.0f && net->state[1] == 2.0f);
 
     // In gives ones (zero kernel, bias ones) and F zeros, so Big sees about
@@ -478,7 +479,7 @@ static void test_reversible_huge_weight(int n_devices, bool copy_weights) {
     free(kept);
     snap_free(&before);
     snap_free(&after);
-    ct_reversible_trainer_free(tr);
+    ct_trainer_free(tr);
     rev_model_free(&m);
     CHECK(dev.current_bytes == 0);
 }
@@ -496,8 +497,8 @@ static void test_reversible_backward_nan(bool low, bool deferred, int n_devices)
     rev_model m = low ? rev_model_new(PROBE_NAN_INPUT_GRAD, PROBE_HEALTHY)
                       : rev_model_new(PROBE_HEALTHY, PROBE_NAN_WEIGHT_GRAD);
     ct_device dev = ct_device_cpu();
-    ct_reversible_trainer *tr = rev_new(&m, &b, n_devices, false, deferred, &dev);
-    const ct_net *net = ct_reversible_trainer_net(tr);
+    ct_trainer *tr = rev_new(&m, &b, n_devices, false, deferred, &dev);
+    const ct_net *net = ct_trainer_net(tr);
     ct_error err;
     snapshot before = rev_snap(tr);
     // Deferred updates: nothing was updated, CT_ERR_NONFINITE. Fused: the
@@ -526,7 +527,7 @@ static void test_reversible_backward_nan(bool low, bool deferred, int n_devices)
         size_t w_end = last_kept->w_end, s_end = 0, off, cnt;
         for (int i = 0; i < net->n_params; i++)
             if (net->params[i]->offset < w_end) {
-                ct_reversible_trainer_param_slots(tr, i, &off, &cnt);
+                ct_trainer_param_slots(tr, i, &off, &cnt);
                 s_end = off + cnt;
             }
         CHECK(memcmp(before.w, after.w, w_end * sizeof(float)) == 0);
@@ -536,7 +537,7 @@ static void test_reversible_backward_nan(bool low, bool deferred, int n_devices)
     }
     snap_free(&before);
     snap_free(&after);
-    ct_reversible_trainer_free(tr);
+    ct_trainer_free(tr);
     rev_model_free(&m);
     CHECK(dev.current_bytes == 0);
 }
@@ -561,11 +562,11 @@ static void test_nan_in_batch(void) {
     ct_trainer_free(tr);
 
     rev_model m = rev_model_new(PROBE_HEALTHY, PROBE_HEALTHY);
-    ct_reversible_trainer *rt = rev_new(&m, &b, 1, false, false, &dev);
+    ct_trainer *rt = rev_new(&m, &b, 1, false, false, &dev);
     CHECK(rev_step(rt, &b, 1, 1e-2f, &err) == CT_ERR_NONFINITE);
     printf("NaN in the batch (reversible): %s\n", err.msg);
     CHECK(contains(err.msg, "non-finite loss (nan): batch item 0 is nan at element 5"));
-    ct_reversible_trainer_free(rt);
+    ct_trainer_free(rt);
     rev_model_free(&m);
     ct_layer_free(model);
     ct_layer_free(loss);

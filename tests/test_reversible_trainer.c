@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"
 #include "ctrax/layers/reversible.h"
 #include "ctrax/train/reversible_trainer.h"
 
@@ -235,31 +236,31 @@ static int run_standard(const run_spec *s, result *r) {
     return 0;
 }
 
-static int run_reversible(const run_spec *s, const ct_reversible_trainer_options *o, result *r, ct_device *dev_out,
+static int run_reversible(const run_spec *s, const ct_trainer_options *o, result *r, ct_device *dev_out,
                           float *grad_norms) {
     ct_layer *model, *loss;
     s->model(&model, &loss);
     ct_device dev = ct_device_cpu();
-    ct_reversible_trainer *tr;
+    ct_trainer *tr;
     ct_error err;
-    ct_reversible_trainer_options opts = o ? *o : ct_reversible_trainer_default_options();
-    if (s->n_devices) opts.common.n_devices = s->n_devices;
-    ct_status st = ct_reversible_trainer_new(&tr, model, loss, s->batch, s->n_batch, s->opt(),
+    ct_trainer_options opts = o ? *o : ct_reversible_default_options();
+    if (s->n_devices) opts.n_devices = s->n_devices;
+    ct_status st = ct_trainer_new(&tr, model, loss, s->batch, s->n_batch, s->opt(),
                                              ct_key_from_seed(s->init_seed), &dev, &opts, &err);
     CHECK_OK(st, &err);
     if (st != CT_OK) return -1;
     for (int i = 0; i < s->n_steps; i++) {
-        CHECK_OK(ct_reversible_trainer_one_step(tr, s->batch, ct_key_from_seed(s->seeds[i]), i + 1, s->lrs[i],
+        CHECK_OK(ct_trainer_one_step(tr, s->batch, ct_key_from_seed(s->seeds[i]), i + 1, s->lrs[i],
                                                 &r->last, &err),
                  &err);
         r->losses[i] = r->last.loss;
         if (grad_norms) grad_norms[i] = r->last.gradients_l2;
     }
     size_t n_slots;
-    float *slots = ct_reversible_trainer_slots(tr, &n_slots);
-    result_take(r, ct_reversible_trainer_net(tr), slots, n_slots);
+    float *slots = ct_trainer_slots(tr, &n_slots);
+    result_take(r, ct_trainer_net(tr), slots, n_slots);
     if (dev_out) *dev_out = dev;
-    ct_reversible_trainer_free(tr);
+    ct_trainer_free(tr);
     ct_layer_free(model);
     ct_layer_free(loss);
     CHECK(dev.current_bytes == 0);
@@ -324,29 +325,29 @@ static void test_blocks_api(void) {
     ct_reversible_block block = {3, std_layers, 4, rev_layers};
     ct_layer *loss = trax_loss();
     ct_device dev = ct_device_cpu();
-    ct_reversible_trainer *tr;
+    ct_trainer *tr;
     ct_error err;
-    CHECK_OK(ct_reversible_trainer_new_blocks(&tr, &block, 1, loss, b.t, 3, adam(), ct_key_from_seed(12), &dev, NULL,
+    CHECK_OK(ct_trainer_new_blocks(&tr, &block, 1, loss, b.t, 3, adam(), ct_key_from_seed(12), &dev, NULL,
                                               &err),
              &err);
     result rev_r = {0};
     for (int i = 0; i < 2; i++)
-        CHECK_OK(ct_reversible_trainer_one_step(tr, b.t, ct_key_from_seed(trax_seeds[i]), i + 1, lrs[i], &rev_r.last,
+        CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(trax_seeds[i]), i + 1, lrs[i], &rev_r.last,
                                                 &err),
                  &err);
-    CHECK(ct_reversible_trainer_n_layers(tr) == 6);
-    for (int i = 0; i < ct_reversible_trainer_n_layers(tr); i++)
-        printf("  layer%d: %s\n", i, ct_reversible_trainer_layer_desc(tr, i));
-    CHECK(strcmp(ct_reversible_trainer_layer_desc(tr, 0), "standard: Embedding, Dropout, Dup") == 0);
-    CHECK(strncmp(ct_reversible_trainer_layer_desc(tr, 1), "reversible: Serial/ReversibleHalfResidual[3]",
+    CHECK(ct_trainer_n_layers(tr) == 6);
+    for (int i = 0; i < ct_trainer_n_layers(tr); i++)
+        printf("  layer%d: %s\n", i, ct_trainer_layer_desc(tr, i));
+    CHECK(strcmp(ct_trainer_layer_desc(tr, 0), "standard: Embedding, Dropout, Dup") == 0);
+    CHECK(strncmp(ct_trainer_layer_desc(tr, 1), "reversible: Serial/ReversibleHalfResidual[3]",
                   60) == 0);
-    CHECK(strcmp(ct_reversible_trainer_layer_desc(tr, 5), "loss: Serial") == 0);
+    CHECK(strcmp(ct_trainer_layer_desc(tr, 5), "loss: Serial") == 0);
     size_t n_slots;
-    float *slots = ct_reversible_trainer_slots(tr, &n_slots);
-    result_take(&rev_r, ct_reversible_trainer_net(tr), slots, n_slots);
+    float *slots = ct_trainer_slots(tr, &n_slots);
+    result_take(&rev_r, ct_trainer_net(tr), slots, n_slots);
     double d = compare("blocks API, basic model, Adam, 2 steps", &std_r, &rev_r);
     CHECK_MSG(d <= WEIGHT_TOL, "blocks API: weights differ by %g", d);
-    ct_reversible_trainer_free(tr);
+    ct_trainer_free(tr);
     for (int i = 0; i < 3; i++) ct_layer_free(std_layers[i]);
     for (int i = 0; i < 4; i++) ct_layer_free(rev_layers[i]);
     ct_layer_free(loss);
@@ -401,16 +402,16 @@ static void test_options(void) {
     copy_batch_init(&b, 11, 3, 2, 2);
     float lrs[2] = {1e-3f, 1e-3f};
     run_spec s = {reformer_model, adam, b.t, 3, 2, lrs, trax_seeds, 4, 0, NULL, 0};
-    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
+    ct_trainer_options o = ct_reversible_default_options();
     result base = {0};
     ct_device dev_zero, dev;
     if (run_reversible(&s, &o, &base, &dev_zero, NULL)) return;
     const char *names[3] = {"copy_weights + prefetch thread", "copy_weights, no thread", "copy + free each step"};
     for (int v = 0; v < 3; v++) {
-        o = ct_reversible_trainer_default_options();
-        o.copy_weights = true;
-        o.prefetch = v == 0 || v == 2;
-        o.free_device_each_step = v == 2;
+        o = ct_reversible_default_options();
+        o.reversible.copy_weights = true;
+        o.reversible.prefetch = v == 0 || v == 2;
+        o.reversible.free_device_each_step = v == 2;
         result r = {0};
         if (run_reversible(&s, &o, &r, &dev, NULL)) continue;
         CHECK_MSG(memcmp(r.w, base.w, base.n_w * sizeof(float)) == 0, "%s: weights differ from zero-copy", names[v]);
@@ -430,40 +431,40 @@ static void test_options(void) {
     ct_layer *model, *loss;
     reformer_model(&model, &loss);
     dev = ct_device_cpu();
-    ct_reversible_trainer *tr;
+    ct_trainer *tr;
     ct_error err;
-    o = ct_reversible_trainer_default_options();
-    o.free_device_each_step = true;
-    CHECK_OK(ct_reversible_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err), &err);
+    o = ct_reversible_default_options();
+    o.reversible.free_device_each_step = true;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err), &err);
     CHECK(dev.current_bytes == 0);
-    CHECK_OK(ct_reversible_trainer_one_step(tr, b.t, ct_key_from_seed(2), 1, 1e-3f, NULL, &err), &err);
+    CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(2), 1, 1e-3f, NULL, &err), &err);
     CHECK_MSG(dev.current_bytes == 0, "%zu bytes left on the device", dev.current_bytes);
     CHECK(dev.peak_bytes > 0);
-    const ct_device *host = ct_reversible_trainer_host(tr);
-    const ct_net *net = ct_reversible_trainer_net(tr);
+    const ct_device *host = ct_trainer_host(tr);
+    const ct_net *net = ct_trainer_net(tr);
     size_t n_slots;
-    ct_reversible_trainer_slots(tr, &n_slots);
+    ct_trainer_slots(tr, &n_slots);
     // The host holds weights, state and slots, and no gradient slab.
     CHECK(net->grads == NULL);
     size_t expect = ((net->n_weights * 4 + 63) / 64 + (n_slots * 4 + 63) / 64) * 64;
     CHECK_MSG(host->current_bytes == expect + (net->n_state ? (net->n_state * 4 + 63) / 64 * 64 : 0),
               "host bytes %zu, weights + slots %zu", host->current_bytes, expect);
-    ct_reversible_trainer_free(tr);
+    ct_trainer_free(tr);
 
     // No room on the device for the staging buffers: each step fails with
     // the device's error (and nothing is copied into buffers it lacks).
     dev = ct_device_cpu();
     dev.limit_bytes = 64;
-    o = ct_reversible_trainer_default_options();
-    o.copy_weights = true;
-    CHECK_OK(ct_reversible_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err), &err);
+    o = ct_reversible_default_options();
+    o.reversible.copy_weights = true;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err), &err);
     for (int i = 0; i < 2; i++) {
-        ct_status st = ct_reversible_trainer_one_step(tr, b.t, ct_key_from_seed(2), 1, 1e-3f, NULL, &err);
+        ct_status st = ct_trainer_one_step(tr, b.t, ct_key_from_seed(2), 1, 1e-3f, NULL, &err);
         CHECK_MSG(st == CT_ERR_MEMORY && strstr(err.msg, "device memory limit"), "step under a 64-byte device: %s",
                   err.msg);
     }
     printf("copy_weights under a 64-byte device: %s\n", err.msg);
-    ct_reversible_trainer_free(tr);
+    ct_trainer_free(tr);
     CHECK(dev.current_bytes == 0);
     ct_layer_free(model);
     ct_layer_free(loss);
@@ -476,15 +477,16 @@ static void test_stats(void) {
     ct_layer *model, *loss;
     basic_model(&model, &loss);
     ct_device dev = ct_device_cpu();
-    ct_reversible_trainer *tr;
+    ct_trainer *tr;
     ct_error err;
-    CHECK_OK(ct_reversible_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(12), &dev, NULL, &err), &err);
+    ct_trainer_options me = ct_reversible_default_options();
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(12), &dev, &me, &err), &err);
     ct_step_stats st;
     ct_log_set_level(CT_LOG_INFO);  // step 1 logs host memory (RSS), as every 100th step does
-    CHECK_OK(ct_reversible_trainer_one_step(tr, b.t, ct_key_from_seed(7), 1, 1e-3f, &st, &err), &err);
+    CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(7), 1, 1e-3f, &st, &err), &err);
     ct_log_set_level(CT_LOG_WARN);
     int n;
-    const ct_layer_stat *stats = ct_reversible_trainer_layer_stats(tr, &n);
+    const ct_layer_stat *stats = ct_trainer_layer_stats(tr, &n);
     // Layers: 0 standard, 1 half, 2 swap, 3 half, 4 swap, 5 loss; the swaps
     // have no weights but take their index.
     const char *expect[] = {"layer0/gradients_l2", "layer0/weights_l2", "layer1/gradients_l2", "layer1/weights_l2",
@@ -503,9 +505,9 @@ static void test_stats(void) {
     CHECK_NEAR(sqrt(w2), st.weights_l2, 1e-5 * st.weights_l2);
     // A batch of the wrong dtype is refused as by the standard trainer.
     ct_tensor bad[3] = {b.t[2], b.t[1], b.t[2]};
-    CHECK(ct_reversible_trainer_one_step(tr, bad, ct_key_from_seed(7), 2, 1e-3f, &st, &err) == CT_ERR_SHAPE);
+    CHECK(ct_trainer_one_step(tr, bad, ct_key_from_seed(7), 2, 1e-3f, &st, &err) == CT_ERR_SHAPE);
     printf("bad batch: %s\n", err.msg);
-    ct_reversible_trainer_free(tr);
+    ct_trainer_free(tr);
     ct_layer_free(model);
     ct_layer_free(loss);
     CHECK(dev.current_bytes == 0);
@@ -518,12 +520,12 @@ static void test_clipping(void) {
     trax_batch_init(&b);
     float lrs[3] = {0.5f, 0.5f, 0.5f}, norms[3];
     run_spec s = {extended_model, sgd, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL, 0};
-    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
+    ct_trainer_options o = ct_reversible_default_options();
     result unclipped = {0}, global = {0}, per_layer = {0}, std_r = {0};
     if (run_reversible(&s, &o, &unclipped, NULL, norms)) return;
     float clip = 0.5f * norms[0];  // binds at every step
-    o.common.clip_grad_norm = clip;
-    o.clip_mode = CT_CLIP_GLOBAL;
+    o.clip_grad_norm = clip;
+    o.reversible.clip_mode = CT_CLIP_GLOBAL;
     if (run_reversible(&s, &o, &global, NULL, norms)) return;
     s.clip = clip;
     s.clip_norms = norms;
@@ -531,7 +533,7 @@ static void test_clipping(void) {
     printf("gradient norms %.4f %.4f %.4f, clipped to %.4f\n", norms[0], norms[1], norms[2], clip);
     double d = compare("global clipping vs standard (SGD)", &std_r, &global);
     CHECK_MSG(d <= WEIGHT_TOL, "global clipping: weights differ by %g", d);
-    o.clip_mode = CT_CLIP_PER_LAYER;
+    o.reversible.clip_mode = CT_CLIP_PER_LAYER;
     s.clip = 0;
     if (run_reversible(&s, &o, &per_layer, NULL, NULL)) return;
     double d_pl = max_abs_diff(per_layer.w, global.w, global.n_w);
@@ -554,9 +556,10 @@ static void test_shared_weights_refused(void) {
     ct_layer *model = ct_serial(CT_LAYERS(shared, ct_dup(), half(ct_dense(4), NULL), ct_reversible_swap()));
     ct_layer *loss = ct_serial(CT_LAYERS(ct_add(), ct_layer_ref(shared), ct_l2_loss()));
     ct_device dev = ct_device_cpu();
-    ct_reversible_trainer *tr;
+    ct_trainer *tr;
     ct_error err;
-    CHECK(ct_reversible_trainer_new(&tr, model, loss, batch, 3, sgd(), ct_key_from_seed(1), &dev, NULL, &err) ==
+    ct_trainer_options me = ct_reversible_default_options();
+    CHECK(ct_trainer_new(&tr, model, loss, batch, 3, sgd(), ct_key_from_seed(1), &dev, &me, &err) ==
           CT_ERR_ARG);
     printf("shared weights: %s\n", err.msg);
     CHECK(strstr(err.msg, "Dense[0]/kernel is shared between trainer layer 3") != NULL);
@@ -574,17 +577,18 @@ static void test_no_reversible_layers(void) {
                           ct_tensor_2d(CT_DTYPE_F32, 2, 4, w)};
     ct_layer *model = ct_mlp(2, (int[]){8, 4}, false, false), *loss = ct_l2_loss();
     ct_device dev = ct_device_cpu();
-    ct_reversible_trainer *rt;
+    ct_trainer *rt;
     ct_trainer *st;
     ct_error err;
     ct_step_stats a, b;
-    CHECK_OK(ct_reversible_trainer_new(&rt, model, loss, batch, 3, adam(), ct_key_from_seed(1), &dev, NULL, &err), &err);
+    ct_trainer_options me = ct_reversible_default_options();
+    CHECK_OK(ct_trainer_new(&rt, model, loss, batch, 3, adam(), ct_key_from_seed(1), &dev, &me, &err), &err);
     // No reversible layer: everything is the loss layer, as in Trax.
-    CHECK(ct_reversible_trainer_n_layers(rt) == 1);
-    for (int i = 1; i <= 3; i++) CHECK_OK(ct_reversible_trainer_one_step(rt, batch, ct_key_from_seed(2), i, 1e-2f, &a, &err), &err);
-    float *w1 = malloc(ct_reversible_trainer_net(rt)->n_weights * sizeof(float));
-    memcpy(w1, ct_reversible_trainer_net(rt)->weights, ct_reversible_trainer_net(rt)->n_weights * sizeof(float));
-    ct_reversible_trainer_free(rt);
+    CHECK(ct_trainer_n_layers(rt) == 1);
+    for (int i = 1; i <= 3; i++) CHECK_OK(ct_trainer_one_step(rt, batch, ct_key_from_seed(2), i, 1e-2f, &a, &err), &err);
+    float *w1 = malloc(ct_trainer_net(rt)->n_weights * sizeof(float));
+    memcpy(w1, ct_trainer_net(rt)->weights, ct_trainer_net(rt)->n_weights * sizeof(float));
+    ct_trainer_free(rt);
     CHECK_OK(ct_trainer_new(&st, model, loss, batch, 3, adam(), ct_key_from_seed(1), &dev, NULL, &err), &err);
     for (int i = 1; i <= 3; i++) CHECK_OK(ct_trainer_one_step(st, batch, ct_key_from_seed(2), i, 1e-2f, &b, &err), &err);
     double d = max_abs_diff(w1, ct_trainer_net(st)->weights, ct_trainer_net(st)->n_weights);
@@ -603,18 +607,18 @@ static size_t reversible_peak(int n_layers, const copy_batch *b, int n_steps, si
     ct_layer *model = ct_reformer_lm(small_reformer(n_layers)), *loss = ct_weighted_category_cross_entropy();
     ct_device dev = ct_device_cpu();
     dev.limit_bytes = limit;
-    ct_reversible_trainer_options o = ct_reversible_trainer_default_options();
-    o.copy_weights = true;
-    ct_reversible_trainer *tr;
+    ct_trainer_options o = ct_reversible_default_options();
+    o.reversible.copy_weights = true;
+    ct_trainer *tr;
     ct_error err;
     ct_step_stats st = {0};
-    ct_status status = ct_reversible_trainer_new(&tr, model, loss, b->t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err);
+    ct_status status = ct_trainer_new(&tr, model, loss, b->t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err);
     CHECK_OK(status, &err);
     for (int i = 1; i <= n_steps && status == CT_OK; i++)
-        CHECK_OK(ct_reversible_trainer_one_step(tr, b->t, ct_key_from_seed(10 + (uint64_t)i), i, 1e-3f, &st, &err),
+        CHECK_OK(ct_trainer_one_step(tr, b->t, ct_key_from_seed(10 + (uint64_t)i), i, 1e-3f, &st, &err),
                  &err);
     if (last_loss) *last_loss = st.loss;
-    if (status == CT_OK) ct_reversible_trainer_free(tr);
+    if (status == CT_OK) ct_trainer_free(tr);
     ct_layer_free(model);
     ct_layer_free(loss);
     return dev.peak_bytes;

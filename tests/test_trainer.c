@@ -1,11 +1,15 @@
 // The single-device Trainer: stats, learning, bitwise determinism for a seed,
 // and clear errors for a bad batch.
+#include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"
 #include "ctrax/data/synthetic.h"
 #include "ctrax/models/models.h"
+#include "ctrax/train/safetensors.h"
 #include "ctrax/train/trainer.h"
 
 // Trains TransformerLM on the copy task for n_steps from seed; returns a
@@ -184,7 +188,106 @@ static void test_clip_and_freeze(void) {
     CHECK(s3.gradients_l2 < s1.gradients_l2);  // frozen gradients left out
 }
 
+// Both kinds of trainer behind one ct_trainer: the same named weights loaded
+// from a safetensors file into each (their own inits differ), one step on
+// the same batch and key, and every weight's gradient read back by name:
+// equal within 1e-5. Also the loss-only evaluation, and the errors for an
+// unknown name and for gradients the memory-efficient trainer did not keep.
+static ct_trainer *grads_trainer(bool memory_efficient, bool keep, uint64_t init_seed, const ct_tensor *batch,
+                                 ct_reformer_lm_params mp, ct_device *dev) {
+    // A layer belongs to one net at a time: each trainer gets its own model.
+    ct_layer *model = ct_reformer_lm(mp), *loss = ct_weighted_category_cross_entropy();
+    ct_trainer_options o = ct_trainer_default_options();
+    o.memory_efficient = memory_efficient;
+    o.reversible.keep_grads = keep;
+    o.reversible.log_every = 0;
+    ct_trainer *tr = NULL;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(ct_sgd_default_params()),
+                            ct_key_from_seed(init_seed), dev, &o, &err),
+             &err);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    return tr;
+}
+
+static void test_grads_both_trainers(void) {
+    enum { B = 4, T = 8 };
+    int32_t tokens[B * T];
+    float weights[B * T];
+    ct_copy_task task = {10, 3, false, 5, 0};
+    ct_copy_task_batch(&task, 1, B, tokens, weights);
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, B, T, tokens), ct_tensor_2d(CT_DTYPE_I32, B, T, tokens),
+                          ct_tensor_2d(CT_DTYPE_F32, B, T, weights)};
+    ct_reformer_lm_params mp = ct_reformer_lm_default_params();
+    mp.vocab_size = 10;
+    mp.d_model = 16;
+    mp.d_ff = 32;
+    mp.n_layers = 2;
+    mp.n_heads = 2;
+    mp.max_len = T;
+    mp.dropout = 0;
+    ct_device dev = ct_device_cpu();
+    ct_error err;
+    char path[] = "/tmp/ctrax_test_grads_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    // The file: the weights of a standard trainer from seed 1.
+    ct_trainer *src = grads_trainer(false, false, 1, batch, mp, &dev);
+    ct_named_tensor *wt, *sl;
+    int nw, ns;
+    ct_trainer_checkpoint_tensors(src, &wt, &nw, &sl, &ns);
+    CHECK_OK(ct_safetensors_write(path, wt, nw, NULL, 0, &err), &err);
+    ct_free(wt);
+    ct_free(sl);
+    ct_trainer_free(src);
+
+    ct_trainer *std = grads_trainer(false, false, 2, batch, mp, &dev);
+    ct_trainer *mem = grads_trainer(true, true, 3, batch, mp, &dev);
+    CHECK_OK(ct_trainer_load_safetensors(std, path, CT_LOAD_STRICT, &err), &err);
+    CHECK_OK(ct_trainer_load_safetensors(mem, path, CT_LOAD_EXACT, &err), &err);
+    float l_std = 0, l_mem = 0;
+    CHECK_OK(ct_trainer_eval_loss(std, batch, ct_key_from_seed(7), &l_std, &err), &err);
+    CHECK_OK(ct_trainer_eval_loss(mem, batch, ct_key_from_seed(7), &l_mem, &err), &err);
+    CHECK_NEAR(l_std, l_mem, 1e-5 * fabs(l_std));
+    ct_step_stats s1, s2;
+    CHECK_OK(ct_trainer_one_step(std, batch, ct_key_from_seed(7), 1, 0.1f, &s1, &err), &err);
+    CHECK_OK(ct_trainer_one_step(mem, batch, ct_key_from_seed(7), 1, 0.1f, &s2, &err), &err);
+    CHECK_NEAR(s1.loss, l_std, 1e-5 * fabs(l_std));  // dropout 0: train and eval loss agree
+    const ct_net *net = ct_trainer_net(std);
+    double max_diff = 0, max_g = 0;
+    for (int i = 0; i < net->n_params; i++) {
+        ct_tensor a, b;
+        const char *name = net->params[i]->full_name;
+        CHECK_OK(ct_trainer_tensor(std, CT_PART_GRAD, name, &a, &err), &err);
+        CHECK_OK(ct_trainer_tensor(mem, CT_PART_GRAD, name, &b, &err), &err);
+        CHECK(ct_tensor_same_sig(&a, &b));
+        for (int64_t k = 0; k < ct_tensor_numel(&a); k++) {
+            double d = fabs((double)ct_f32(&a)[k] - ct_f32(&b)[k]);
+            if (d > max_diff) max_diff = d;
+            if (fabs(ct_f32(&a)[k]) > max_g) max_g = fabs(ct_f32(&a)[k]);
+        }
+    }
+    CHECK_MSG(max_diff <= 1e-5, "gradients differ by %g", max_diff);
+    CHECK(max_g > 0);  // there was something to compare
+    printf("ReformerLM, weights loaded by name into both trainers: %d gradients, max |diff| %.2e (max |g| %.3f), "
+           "eval loss %.6f vs %.6f\n", net->n_params, max_diff, max_g, l_std, l_mem);
+    ct_tensor t;
+    CHECK(ct_trainer_tensor(std, CT_PART_WEIGHT, "no/such/weight", &t, &err) == CT_ERR_ARG);
+    ct_trainer *plain = grads_trainer(true, false, 3, batch, mp, &dev);
+    CHECK(ct_trainer_grads(plain) == NULL);
+    CHECK(ct_trainer_tensor(plain, CT_PART_GRAD, net->params[0]->full_name, &t, &err) == CT_ERR_STATE);
+    printf("gradients not kept: %s\n", err.msg);
+    ct_trainer_free(plain);
+    ct_trainer_free(std);
+    ct_trainer_free(mem);
+    unlink(path);
+    CHECK(dev.current_bytes == 0);
+}
+
 int main(void) {
+    test_grads_both_trainers();
     test_clip_and_freeze();
     test_stats_and_errors();
     test_determinism();

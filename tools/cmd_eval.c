@@ -1,23 +1,22 @@
 // ctrax eval: the eval metrics of a checkpoint on the config's eval stream.
 //
-// Read-only: nothing is written to the output directory. The Loop is created
-// without an output directory (so it opens no summaries, writes no
-// config.gin and no checkpoint) and the checkpoint's weights and state are
-// loaded into its trainer strictly by name; then ct_loop_run_evals runs the
-// config's metrics over the first N batches of a fresh eval stream (the same
-// batches for every checkpoint, so checkpoints compare fairly). The train
-// stream is needed only because ct_loop_new reads the batch shapes from it;
-// the optimizer is a plain SGD since no step is taken.
+// Read-only: nothing is written to the output directory. An evaluator (no
+// trainer, no optimizer, no Loop) gets a net for the model alone, shaped by
+// the eval stream's batches; the checkpoint's weights and state are loaded
+// into it strictly by name; then it runs the config's metrics over the first
+// N batches of a fresh eval stream (the same batches for every checkpoint,
+// so checkpoints compare fairly), averaged exactly as the Loop's evals.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
 #include "ctrax/config/config.h"
+#include "ctrax/layers/layer_author.h"
 #include "ctrax/data/stream.h"
-#include "ctrax/optim/optimizer.h"
-#include "ctrax/train/loop.h"
-#include "ctrax/train/summary.h"
+#include "ctrax/train/evaluator.h"
+#include "ctrax/train/trainer.h"
+#include "train/summary_internal.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -48,11 +47,13 @@ static int evaluate(const eval_opts *o) {
     ct_checkpoint *c = NULL;
     char *dir = NULL;
     ct_config *cfg = NULL;
-    ct_layer *model = NULL, *loss = NULL;
+    ct_layer *model = NULL;
     ct_stream *train = NULL, *eval = NULL;
-    ct_loop *loop = NULL;
+    ct_evaluator *evaluator = NULL;
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    bool have_net = false;
     ct_eval_task ev = {0};
-    ct_tensor_request *reqs = NULL;
     ct_error err = {0};
     int rc = ctrax_open_checkpoint("eval", o->path, o->name, &c, &dir);
     if (rc) return rc;
@@ -61,17 +62,13 @@ static int evaluate(const eval_opts *o) {
     if (!(cfg = ctrax_checkpoint_parse_config("eval", c, dir))) goto done;
 
     // What train used: model, loss, metrics, inputs, batch size, seed, eval steps.
-    const char *model_name = NULL, *loss_name = NULL, *inputs_name = NULL;
-    int64_t batch_size = 0, seed = 0, eval_steps = 0;
-    if (ct_config_get_reference(cfg, "train", "model", NULL, &model_name, &err) != CT_OK ||
-        ct_config_get_reference(cfg, "train", "loss_fn", "WeightedCategoryCrossEntropy", &loss_name, &err) != CT_OK ||
-        ct_config_get_reference(cfg, "train", "inputs", NULL, &inputs_name, &err) != CT_OK ||
-        ct_config_get_int(cfg, "train", "batch_size", 32, &batch_size, &err) != CT_OK ||
-        ct_config_get_int(cfg, "train", "random_seed", 0, &seed, &err) != CT_OK ||
-        ct_config_get_int(cfg, "train", "eval_steps", 10, &eval_steps, &err) != CT_OK) {
+    ct_train_settings ts;  // the registry's defaults where the config binds nothing
+    if (ct_config_read_train(cfg, &ts, &err) != CT_OK) {
         fail("the checkpoint's config", &err);
         goto done;
     }
+    const char *model_name = ts.model, *loss_name = ts.loss_fn, *inputs_name = ts.inputs;
+    int64_t batch_size = ts.batch_size, seed = ts.random_seed, eval_steps = ts.eval_steps;
     const char *missing = !model_name    ? "train.model"
                           : !loss_name   ? "train.loss_fn"
                           : !inputs_name ? "train.inputs"
@@ -86,15 +83,13 @@ static int evaluate(const eval_opts *o) {
         fail("building the inputs", &err);
         goto done;
     }
-    if (!eval || !train) {
-        fprintf(stderr, "ctrax eval: the inputs %s give no %s stream\n", inputs_name, !eval ? "eval" : "train");
+    if (!eval) {
+        fprintf(stderr, "ctrax eval: the inputs %s give no eval stream\n", inputs_name);
         goto done;
     }
 
-    // The model, the loss (twice: the trainer's, and the first eval metric)
-    // and the metrics.
-    if (!(model = ct_config_build_model(cfg, model_name, &err)) ||
-        !(loss = ct_config_build_layer(cfg, loss_name, &err))) {
+    // The model and the metrics (the loss first).
+    if (ct_config_build_model(cfg, model_name, &model, &err) != CT_OK) {
         fail("building the model", &err);
         goto done;
     }
@@ -105,30 +100,14 @@ static int evaluate(const eval_opts *o) {
         goto done;
     }
 
-    ct_train_task task = {.stream = train, .loss = loss, .optimizer = ct_sgd_new(ct_sgd_default_params())};
-    ct_loop_options lo = ct_loop_default_options();
-    lo.output_dir = NULL;  // read-only: no summaries, no checkpoints
-    lo.restore = false;
-    lo.seed = (uint64_t)seed;
-    if (ct_loop_new(&loop, model, &task, 1, &ev, &lo, &err) != CT_OK) {
-        fail("setting up the loop", &err);
+    if (ct_evaluator_new(&evaluator, model, &ev, NULL, &dev, &err) != CT_OK ||
+        ct_evaluator_model_net(evaluator, &net, ct_key_split(ct_key_from_seed((uint64_t)seed), 0), &err) != CT_OK) {
+        fail("setting up the evaluator", &err);
         goto done;
     }
-    // The checkpoint's weights and state, every one by name, into the trainer's net.
-    const ct_net *net = ct_loop_net(loop);
-    int n_req = net->n_params + net->n_state_params;
-    reqs = calloc((size_t)n_req + 1, sizeof *reqs);
-    for (int i = 0; i < net->n_params; i++) {
-        ct_tensor t = net->params[i]->sig;
-        t.data = net->weights + net->params[i]->offset;
-        reqs[i] = (ct_tensor_request){"weights.safetensors", net->params[i]->full_name, t, 0};
-    }
-    for (int i = 0; i < net->n_state_params; i++) {
-        ct_tensor t = net->state_params[i]->sig;
-        t.data = net->state + net->state_params[i]->offset;
-        reqs[net->n_params + i] = (ct_tensor_request){"weights.safetensors", net->state_params[i]->full_name, t, 0};
-    }
-    if (ct_checkpoint_load(c, reqs, n_req, CT_LOAD_STRICT, &err) != CT_OK) {
+    have_net = true;
+    // The checkpoint's weights and state, every one by name.
+    if (ct_net_load_checkpoint(&net, c, CT_LOAD_STRICT, &err) != CT_OK) {
         fail("loading the weights", &err);
         goto done;
     }
@@ -136,7 +115,8 @@ static int evaluate(const eval_opts *o) {
     fprintf(stderr, "evaluating %s/%s (step %lld) on %lld batch(es) of %lld: %s\n", dir, ct_checkpoint_name(c),
             (long long)ct_checkpoint_step(c), (long long)eval_steps, (long long)batch_size,
             ct_stream_describe(eval, desc, sizeof desc));
-    if (ct_loop_run_evals(loop, &err) != CT_OK) {
+    double values[CT_EVAL_MAX_METRICS];
+    if (ct_evaluator_run(evaluator, &net, ct_key_from_seed((uint64_t)seed), values, &err) != CT_OK) {
         fail("evaluating", &err);
         goto done;
     }
@@ -144,22 +124,19 @@ static int evaluate(const eval_opts *o) {
     for (int m = 0; m < ev.n_metrics; m++)
         if ((int)strlen(ev.metric_names[m]) > width) width = (int)strlen(ev.metric_names[m]);
     for (int m = 0; m < ev.n_metrics; m++) {
-        char tag[96], line[256];
-        snprintf(tag, sizeof tag, "metrics/%s", ev.metric_names[m]);
-        ct_format_step_line(line, sizeof line, ct_checkpoint_step(c), "eval", ev.metric_names[m], width,
-                            ct_loop_last_value(loop, "eval", tag));
+        char line[256];
+        ct_format_step_line(line, sizeof line, ct_checkpoint_step(c), "eval", ev.metric_names[m], width, values[m]);
         printf("%s\n", line);
     }
     rc = fflush(stdout) == 0 ? CTRAX_EXIT_OK : CTRAX_EXIT_ERROR;
 done:
-    ct_loop_free(loop);
+    if (have_net) ct_net_free(&net);
+    ct_evaluator_free(evaluator);
     for (int m = 0; m < CT_EVAL_MAX_METRICS; m++) ct_layer_free(ev.metrics[m]);
     ct_layer_free(model);
-    ct_layer_free(loss);
     ct_stream_free(train);
     ct_stream_free(eval);
     ct_config_free(cfg);
-    free(reqs);
     ct_checkpoint_close(c);
     free(dir);
     return rc;

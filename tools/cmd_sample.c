@@ -13,8 +13,10 @@
 
 #include "commands.h"
 #include "ctrax/config/config.h"
+#include "ctrax/layers/layer_author.h"
 #include "ctrax/core/memory.h"
 #include "ctrax/core/rng.h"
+#include "ctrax/train/trainer.h"
 
 typedef struct sample_opts {
     const char *path, *name;
@@ -149,7 +151,6 @@ static int sample(const sample_opts *o) {
     ct_ctx ctx;
     int32_t *tokens = NULL, *window = NULL;
     scored *scratch = NULL;
-    ct_tensor_request *reqs = NULL;
     ct_error err = {0};
     int rc = ctrax_open_checkpoint("sample", o->path, o->name, &c, &dir);
     if (rc) return rc;
@@ -166,7 +167,7 @@ static int sample(const sample_opts *o) {
         fprintf(stderr, "ctrax sample: the config of %s/%s binds no train.model\n", dir, ct_checkpoint_name(c));
         goto done;
     }
-    if (!(model = ct_config_build_model(cfg, model_name, &err))) {
+    if (ct_config_build_model(cfg, model_name, &model, &err) != CT_OK) {
         fail("building the model", &err);
         goto done;
     }
@@ -206,19 +207,7 @@ static int sample(const sample_opts *o) {
     }
 
     // Its weights and state, every one of them, from the checkpoint.
-    int n_req = net.n_params + net.n_state_params;
-    reqs = calloc((size_t)n_req + 1, sizeof *reqs);
-    for (int i = 0; i < net.n_params; i++) {
-        ct_tensor t = net.params[i]->sig;
-        t.data = net.weights + net.params[i]->offset;
-        reqs[i] = (ct_tensor_request){"weights.safetensors", net.params[i]->full_name, t, 0};
-    }
-    for (int i = 0; i < net.n_state_params; i++) {
-        ct_tensor t = net.state_params[i]->sig;
-        t.data = net.state + net.state_params[i]->offset;
-        reqs[net.n_params + i] = (ct_tensor_request){"weights.safetensors", net.state_params[i]->full_name, t, 0};
-    }
-    if (ct_checkpoint_load(c, reqs, n_req, CT_LOAD_STRICT, &err) != CT_OK) {
+    if (ct_net_load_checkpoint(&net, c, CT_LOAD_STRICT, &err) != CT_OK) {
         fail("loading the weights", &err);
         goto done;
     }
@@ -284,7 +273,6 @@ done:
     if (have_net) ct_net_free(&net);
     ct_layer_free(model);
     ct_config_free(cfg);
-    free(reqs);
     free(tokens);
     free(window);
     free(scratch);

@@ -61,9 +61,12 @@
 #include "ctrax/optim/optimizer.h"
 #include "ctrax/optim/schedules.h"
 #include "ctrax/train/checkpoint.h"
+#include "ctrax/train/evaluator.h"
 #include "ctrax/train/loop.h"
 #include "ctrax/train/reversible_trainer.h"
+#include "ctrax/train/safetensors.h"
 #include "ctrax/train/summary.h"
+#include "ctrax/train/tensorboard.h"
 #include "ctrax/train/trainer.h"
 
 #endif

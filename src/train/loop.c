@@ -10,10 +10,12 @@
 
 #include "ctrax/core/log.h"
 #include "ctrax/train/checkpoint.h"
-#include "ctrax/train/reversible_trainer.h"
-#include "ctrax/train/summary.h"
+#include "core/fs.h"
+#include "ctrax/layers/layer_author.h"
 #include "core/json.h"
+#include "train/summary_internal.h"
 #include "optim/internal.h"
+#include "train/train_internal.h"
 
 #define LOOP_STATE_FORMAT "ctrax-loop"
 // 2: cursors as decimal strings; 3: the training metrics since the last log,
@@ -27,17 +29,10 @@ struct ct_loop {
     ct_layer *model;  // one reference
     ct_train_task tasks[CT_LOOP_MAX_TASKS];
     int n_tasks;
-    ct_eval_task eval;
-    bool has_eval;
-    ct_net metric_nets[CT_EVAL_MAX_METRICS];  // initialized at the first eval
-    bool metrics_ready;
-    ct_arena metric_arena;  // evals: the model's outputs and the metrics
-    ct_ctx metric_ctx;
-    ct_ctx model_ctx;       // evals: the model on the trainer's net, eval mode
-    // One of the two trainers; both lay out and name weights and slots alike,
-    // so their checkpoints are interchangeable.
+    ct_evaluator *evaluator;  // NULL: no eval task
+    // Either kind: both lay out and name weights and slots alike, so their
+    // checkpoints are interchangeable.
     ct_trainer *trainer;
-    ct_reversible_trainer *rtrainer;
     ct_key key;
     int64_t step;
     int rank, n_proc;
@@ -64,34 +59,6 @@ struct ct_loop {
     ct_step_stats last_stats;
     float last_lr;
 };
-
-// ---- the trainer, either kind ---------------------------------------------------------
-
-static const ct_net *lt_net(const ct_loop *l) {
-    return l->trainer ? ct_trainer_net(l->trainer) : ct_reversible_trainer_net(l->rtrainer);
-}
-
-static float *lt_slots(const ct_loop *l, size_t *n) {
-    return l->trainer ? ct_trainer_slots(l->trainer, n) : ct_reversible_trainer_slots(l->rtrainer, n);
-}
-
-static void lt_param_slots(const ct_loop *l, int i, size_t *off, size_t *n) {
-    if (l->trainer) ct_trainer_param_slots(l->trainer, i, off, n);
-    else ct_reversible_trainer_param_slots(l->rtrainer, i, off, n);
-}
-
-static ct_optimizer *lt_optimizer(const ct_loop *l) {
-    return l->trainer ? ct_trainer_optimizer(l->trainer) : ct_reversible_trainer_optimizer(l->rtrainer);
-}
-
-static ct_status lt_one_step(ct_loop *l, const ct_tensor *batch, ct_key key, int64_t step, float lr, ct_error *err) {
-    if (l->trainer) return ct_trainer_one_step(l->trainer, batch, key, step, lr, &l->last_stats, err);
-    return ct_reversible_trainer_one_step(l->rtrainer, batch, key, step, lr, &l->last_stats, err);
-}
-
-static int lt_devices(const ct_loop *l) {
-    return l->trainer ? ct_trainer_global_devices(l->trainer) : ct_reversible_trainer_global_devices(l->rtrainer);
-}
 
 ct_loop_options ct_loop_default_options(void) {
     ct_loop_options o;
@@ -178,19 +145,8 @@ double ct_loop_last_value(const ct_loop *loop, const char *mode, const char *met
 
 // ---- batches -------------------------------------------------------------------------
 
-// This process's rows of a global batch: rows [p B/P, (p+1) B/P) of every
-// tensor (a view).
 static ct_status local_rows(const ct_loop *l, const ct_batch *global, ct_tensor *out, ct_error *err) {
-    for (int i = 0; i < global->n; i++) {
-        ct_tensor t = global->t[i];
-        if (t.ndim < 1 || t.shape[0] % l->n_proc != 0) {
-            char s[CT_SIG_STR_MAX];
-            return ct_error_set(err, CT_ERR_SHAPE, "loop: batch item %d %s does not split over %d processes", i,
-                                ct_tensor_sig_str(&t, s, sizeof s), l->n_proc);
-        }
-        out[i] = ct_tensor_split_rows(&t, l->n_proc, l->rank);
-    }
-    return CT_OK;
+    return ct_train_local_rows(global, l->rank, l->n_proc, out, err);
 }
 
 static ct_status next_batch(ct_loop *l, ct_stream *s, const char *what, ct_batch *b, ct_error *err) {
@@ -201,41 +157,6 @@ static ct_status next_batch(ct_loop *l, ct_stream *s, const char *what, ct_batch
 }
 
 // ---- checkpoints ------------------------------------------------------------------------
-
-// The weights and state of the net, named by their layer paths.
-static ct_named_tensor *weight_tensors(const ct_net *net, int *n) {
-    *n = net->n_params + net->n_state_params;
-    ct_named_tensor *t = ct_calloc((size_t)*n + 1, sizeof *t);
-    for (int i = 0; i < net->n_params; i++) {
-        t[i].name = net->params[i]->full_name;
-        t[i].tensor = net->params[i]->sig;
-        t[i].tensor.data = net->weights + net->params[i]->offset;
-    }
-    for (int i = 0; i < net->n_state_params; i++) {
-        ct_named_tensor *s = &t[net->n_params + i];
-        s->name = net->state_params[i]->full_name;
-        s->tensor = net->state_params[i]->sig;
-        s->tensor.data = net->state + net->state_params[i]->offset;
-    }
-    return t;
-}
-
-// Each weight's optimizer slots as one flat tensor named like the weight.
-static ct_named_tensor *slot_tensors(const ct_loop *l, int *n) {
-    const ct_net *net = lt_net(l);
-    float *slots = lt_slots(l, NULL);
-    ct_named_tensor *t = ct_calloc((size_t)net->n_params + 1, sizeof *t);
-    *n = 0;
-    for (int i = 0; i < net->n_params; i++) {
-        size_t off, cnt;
-        lt_param_slots(l, i, &off, &cnt);
-        if (cnt == 0) continue;
-        t[*n].name = net->params[i]->full_name;
-        t[*n].tensor = ct_tensor_1d(CT_DTYPE_F32, (int64_t)cnt, slots + off);
-        (*n)++;
-    }
-    return t;
-}
 
 // Cursor fields are decimal strings: cJSON prints numbers with 15
 // significant digits whenever that reads back within a relative epsilon, so
@@ -272,8 +193,9 @@ static char *state_json(const ct_loop *l) {
     cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[1]));
     cJSON *tasks = cJSON_AddArrayToObject(root, "train_cursors");
     for (int i = 0; i < l->n_tasks; i++) cJSON_AddItemToArray(tasks, cursor_json(ct_stream_get_cursor(l->tasks[i].stream)));
-    if (l->has_eval) cJSON_AddItemToObject(root, "eval_cursor", cursor_json(ct_stream_get_cursor(l->eval.stream)));
-    const ct_optimizer *opt = lt_optimizer(l);
+    if (l->evaluator)
+        cJSON_AddItemToObject(root, "eval_cursor", cursor_json(ct_stream_get_cursor(ct_evaluator_stream(l->evaluator))));
+    const ct_optimizer *opt = ct_trainer_optimizer(l->trainer);
     cJSON *o = cJSON_AddObjectToObject(root, "optimizer");
     cJSON_AddStringToObject(o, "name", ct_optimizer_name(opt));
     cJSON *params = cJSON_AddObjectToObject(o, "params");
@@ -299,9 +221,9 @@ static char *state_json(const ct_loop *l) {
         cJSON_AddItemToArray(row, exact_number(e->value));
         cJSON_AddItemToArray(hist, row);
     }
-    cJSON_AddNumberToObject(root, "n_weights", (double)lt_net(l)->n_weights);
-    cJSON_AddNumberToObject(root, "devices", lt_devices(l));
-    cJSON_AddStringToObject(root, "trainer", l->trainer ? "standard" : "memory_efficient");
+    cJSON_AddNumberToObject(root, "n_weights", (double)ct_trainer_net(l->trainer)->n_weights);
+    cJSON_AddNumberToObject(root, "devices", ct_trainer_global_devices(l->trainer));
+    cJSON_AddStringToObject(root, "trainer", ct_trainer_memory_efficient(l->trainer) ? "memory_efficient" : "standard");
     if (l->opts.config_text) cJSON_AddStringToObject(root, "config", l->opts.config_text);
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
@@ -331,16 +253,15 @@ static size_t first_nonfinite(const float *x, size_t n) {
 // is always a good place to resume from (pruning can then never leave only
 // NaN). Every process checks: their weights are the same, so all agree.
 static ct_status check_finite(const ct_loop *l, ct_error *err) {
-    const ct_net *net = lt_net(l);
-    size_t n_slots;
-    const float *slots = lt_slots(l, &n_slots);
+    const ct_net *net = ct_trainer_net(l->trainer);
+    const float *slots = ct_trainer_slots(l->trainer, NULL);
     for (int i = 0; i < net->n_params; i++) {
         const ct_param *p = net->params[i];
         size_t off, cnt, numel = (size_t)ct_tensor_numel(&p->sig), bad = first_nonfinite(net->weights + p->offset, numel);
         if (bad < numel)
             return ct_error_set(err, CT_ERR_NONFINITE, "weight %s is %g at element %zu after step %lld", p->full_name,
                                 (double)net->weights[p->offset + bad], bad, (long long)l->step);
-        lt_param_slots(l, i, &off, &cnt);
+        ct_trainer_param_slots(l->trainer, i, &off, &cnt);
         if ((bad = first_nonfinite(slots + off, cnt)) < cnt)
             return ct_error_set(err, CT_ERR_NONFINITE, "optimizer slot of %s is %g at element %zu after step %lld",
                                 p->full_name, (double)slots[off + bad], bad, (long long)l->step);
@@ -358,9 +279,9 @@ static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, ct_er
         ct_checkpoint_writer *w;
         CT_TRY(ct_checkpoint_writer_begin(&w, l->opts.output_dir, name, &co, err));
         int nw, ns;
-        ct_named_tensor *wt = weight_tensors(lt_net(l), &nw);
-        ct_named_tensor *st = slot_tensors(l, &ns);
-        ct_kv meta[1] = {{"optimizer", ct_optimizer_name(lt_optimizer(l))}};
+        ct_named_tensor *wt, *st;
+        ct_trainer_checkpoint_tensors(l->trainer, &wt, &nw, &st, &ns);
+        ct_kv meta[1] = {{"optimizer", ct_optimizer_name(ct_trainer_optimizer(l->trainer))}};
         char *json = state_json(l);
         ct_status s = ct_checkpoint_writer_add_tensors(w, "weights.safetensors", wt, nw, NULL, 0, err);
         if (s == CT_OK) s = ct_checkpoint_writer_add_tensors(w, "slots.safetensors", st, ns, meta, 1, err);
@@ -454,6 +375,96 @@ static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name
     return CT_OK;
 }
 
+// What state.json says, checked whole before anything is loaded.
+typedef struct loop_state {
+    int64_t step, key_words[2], loss_count, skipped;
+    double loss_sum, best_low, best_high;
+    bool have_low, have_high, have_eval_cursor;
+    ct_stream_cursor train_cur[CT_LOOP_MAX_TASKS], eval_cur;
+} loop_state;
+
+// The format, the step, the key, the cursors and the bests.
+static ct_status parse_core(const ct_loop *l, const cJSON *root, const char *name, loop_state *s, ct_error *err) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    const cJSON *key = cJSON_GetObjectItemCaseSensitive(root, "key");
+    const cJSON *cursors = cJSON_GetObjectItemCaseSensitive(root, "train_cursors");
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(root, "best");
+    int64_t version;
+    if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, LOOP_STATE_FORMAT) ||
+        !json_count(ver, 1e9, &version) || version < 2 || version > LOOP_STATE_VERSION)
+        return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json is not a ctrax loop state of version 2 to %d",
+                            name, LOOP_STATE_VERSION);
+    if (!json_count(cJSON_GetObjectItemCaseSensitive(root, "step"), STATE_INT_MAX, &s->step))
+        return bad_field(err, name, "step", "an integer from 0 to 2^53");
+    if (!cJSON_IsArray(key) || cJSON_GetArraySize(key) != 2 ||
+        !json_count(cJSON_GetArrayItem(key, 0), UINT32_MAX, &s->key_words[0]) ||
+        !json_count(cJSON_GetArrayItem(key, 1), UINT32_MAX, &s->key_words[1]))
+        return bad_field(err, name, "key", "two integers from 0 to 2^32 - 1");
+    if (!cJSON_IsArray(cursors) || cJSON_GetArraySize(cursors) != l->n_tasks)
+        return ct_error_set(err, CT_ERR_FORMAT,
+                            "checkpoint %s: state.json: \"train_cursors\" is not an array of %d cursor(s)", name,
+                            l->n_tasks);
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(best, "low"), *hi = cJSON_GetObjectItemCaseSensitive(best, "high");
+    if (!cJSON_IsObject(best) || (lo && !json_value(lo, &s->best_low)) || (hi && !json_value(hi, &s->best_high)))
+        return bad_field(err, name, "best", "an object of numbers");
+    s->have_low = lo != NULL;
+    s->have_high = hi != NULL;
+    if (version >= 3) {
+        const cJSON *since = cJSON_GetObjectItemCaseSensitive(root, "train_since_log");
+        if (!json_value(cJSON_GetObjectItemCaseSensitive(since, "loss_sum"), &s->loss_sum) ||
+            !json_count(cJSON_GetObjectItemCaseSensitive(since, "loss_count"), STATE_INT_MAX, &s->loss_count) ||
+            s->loss_count > s->step)
+            return bad_field(err, name, "train_since_log", "{loss_sum, loss_count} with a count up to the step");
+        if (!json_count(cJSON_GetObjectItemCaseSensitive(root, "skipped_steps"), (double)s->step, &s->skipped))
+            return bad_field(err, name, "skipped_steps", "an integer from 0 to the step");
+    }
+    for (int i = 0; i < l->n_tasks; i++)
+        CT_TRY(json_cursor(cJSON_GetArrayItem(cursors, i), &s->train_cur[i], "train", name, err));
+    const cJSON *ec = cJSON_GetObjectItemCaseSensitive(root, "eval_cursor");
+    s->have_eval_cursor = l->evaluator && ec;
+    if (s->have_eval_cursor) CT_TRY(json_cursor(ec, &s->eval_cur, "eval", name, err));
+    return CT_OK;
+}
+
+// The trainer's weights, state and slots: a failed load leaves every
+// destination as it was.
+static ct_status load_tensors(ct_loop *l, const ct_checkpoint *c, ct_error *err) {
+    int nw, ns;
+    ct_named_tensor *wt, *sl;
+    ct_trainer_checkpoint_tensors(l->trainer, &wt, &nw, &sl, &ns);
+    ct_tensor_request *reqs = ct_calloc((size_t)(nw + ns) + 1, sizeof *reqs);
+    for (int i = 0; i < nw; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
+    for (int i = 0; i < ns; i++) reqs[nw + i] = (ct_tensor_request){"slots.safetensors", sl[i].name, sl[i].tensor, 0};
+    ct_status st = ct_checkpoint_load(c, reqs, nw + ns, CT_LOAD_EXACT, err);
+    ct_free(reqs);
+    ct_free(wt);
+    ct_free(sl);
+    return st;
+}
+
+// Everything after the tensors: the optimizer, the cursors, the history and
+// the loop's own fields.
+static ct_status apply_state(ct_loop *l, const cJSON *root, const char *name, const char *what, const loop_state *s,
+                             ct_error *err) {
+    CT_TRY(ct_optimizer_restore_json(ct_trainer_optimizer(l->trainer), cJSON_GetObjectItemCaseSensitive(root, "optimizer"),
+                                     what, err));
+    for (int i = 0; i < l->n_tasks; i++) CT_TRY(ct_stream_set_cursor(l->tasks[i].stream, s->train_cur[i], err));
+    if (s->have_eval_cursor) CT_TRY(ct_stream_set_cursor(ct_evaluator_stream(l->evaluator), s->eval_cur, err));
+    CT_TRY(restore_history(l, cJSON_GetObjectItemCaseSensitive(root, "history"), name, err));
+    l->step = s->step;
+    l->key.w[0] = (uint32_t)s->key_words[0];
+    l->key.w[1] = (uint32_t)s->key_words[1];
+    l->have_low = s->have_low;
+    l->best_low = s->best_low;
+    l->have_high = s->have_high;
+    l->best_high = s->best_high;
+    l->loss_sum = s->loss_sum;
+    l->loss_count = s->loss_count;
+    l->skipped_steps = s->skipped;
+    return CT_OK;
+}
+
 // Puts the loop in the state of a checkpoint: weights, state, slots,
 // optimizer hyperparameters, step, key, cursors, history, bests, and the
 // training metrics since the last log. state.json is checked whole before
@@ -467,89 +478,10 @@ static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     if (!json) return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s has no state.json", name);
     cJSON *root = ct_json_parse(json, strlen(json), what, err);
     if (!root) return err ? err->code : CT_ERR_FORMAT;
-    ct_status st = CT_OK;
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
-    const cJSON *key = cJSON_GetObjectItemCaseSensitive(root, "key");
-    const cJSON *cursors = cJSON_GetObjectItemCaseSensitive(root, "train_cursors");
-    const cJSON *best = cJSON_GetObjectItemCaseSensitive(root, "best");
-    int64_t version, step, key_words[2], loss_count = 0, skipped = 0;
-    double loss_sum = 0, best_low = 0, best_high = 0;
-    if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, LOOP_STATE_FORMAT) ||
-        !json_count(ver, 1e9, &version) || version < 2 || version > LOOP_STATE_VERSION) {
-        st = ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json is not a ctrax loop state of version 2 to %d",
-                          name, LOOP_STATE_VERSION);
-        goto done;
-    }
-    if (!json_count(cJSON_GetObjectItemCaseSensitive(root, "step"), STATE_INT_MAX, &step)) {
-        st = bad_field(err, name, "step", "an integer from 0 to 2^53");
-        goto done;
-    }
-    if (!cJSON_IsArray(key) || cJSON_GetArraySize(key) != 2 || !json_count(cJSON_GetArrayItem(key, 0), UINT32_MAX, &key_words[0]) ||
-        !json_count(cJSON_GetArrayItem(key, 1), UINT32_MAX, &key_words[1])) {
-        st = bad_field(err, name, "key", "two integers from 0 to 2^32 - 1");
-        goto done;
-    }
-    if (!cJSON_IsArray(cursors) || cJSON_GetArraySize(cursors) != l->n_tasks) {
-        st = ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json: \"train_cursors\" is not an array of %d cursor(s)",
-                          name, l->n_tasks);
-        goto done;
-    }
-    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(best, "low"), *hi = cJSON_GetObjectItemCaseSensitive(best, "high");
-    if (!cJSON_IsObject(best) || (lo && !json_value(lo, &best_low)) || (hi && !json_value(hi, &best_high))) {
-        st = bad_field(err, name, "best", "an object of numbers");
-        goto done;
-    }
-    if (version >= 3) {
-        const cJSON *since = cJSON_GetObjectItemCaseSensitive(root, "train_since_log");
-        if (!json_value(cJSON_GetObjectItemCaseSensitive(since, "loss_sum"), &loss_sum) ||
-            !json_count(cJSON_GetObjectItemCaseSensitive(since, "loss_count"), STATE_INT_MAX, &loss_count) ||
-            loss_count > step) {
-            st = bad_field(err, name, "train_since_log", "{loss_sum, loss_count} with a count up to the step");
-            goto done;
-        }
-        if (!json_count(cJSON_GetObjectItemCaseSensitive(root, "skipped_steps"), (double)step, &skipped)) {
-            st = bad_field(err, name, "skipped_steps", "an integer from 0 to the step");
-            goto done;
-        }
-    }
-    ct_stream_cursor train_cur[CT_LOOP_MAX_TASKS], eval_cur;
-    for (int i = 0; i < l->n_tasks; i++)
-        if ((st = json_cursor(cJSON_GetArrayItem(cursors, i), &train_cur[i], "train", name, err)) != CT_OK) goto done;
-    const cJSON *ec = cJSON_GetObjectItemCaseSensitive(root, "eval_cursor");
-    if (l->has_eval && ec && (st = json_cursor(ec, &eval_cur, "eval", name, err)) != CT_OK) goto done;
-
-    // Tensors: a failed load leaves every destination as it was.
-    const ct_net *net = lt_net(l);
-    int nw, ns;
-    ct_named_tensor *wt = weight_tensors(net, &nw);
-    ct_named_tensor *sl = slot_tensors(l, &ns);
-    ct_tensor_request *reqs = ct_calloc((size_t)(nw + ns) + 1, sizeof *reqs);
-    for (int i = 0; i < nw; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
-    for (int i = 0; i < ns; i++) reqs[nw + i] = (ct_tensor_request){"slots.safetensors", sl[i].name, sl[i].tensor, 0};
-    st = ct_checkpoint_load(c, reqs, nw + ns, CT_LOAD_EXACT, err);
-    ct_free(reqs);
-    ct_free(wt);
-    ct_free(sl);
-    if (st != CT_OK) goto done;
-
-    st = ct_optimizer_restore_json(lt_optimizer(l), cJSON_GetObjectItemCaseSensitive(root, "optimizer"), what, err);
-    if (st != CT_OK) goto done;
-    for (int i = 0; i < l->n_tasks; i++)
-        if ((st = ct_stream_set_cursor(l->tasks[i].stream, train_cur[i], err)) != CT_OK) goto done;
-    if (l->has_eval && ec && (st = ct_stream_set_cursor(l->eval.stream, eval_cur, err)) != CT_OK) goto done;
-    if ((st = restore_history(l, cJSON_GetObjectItemCaseSensitive(root, "history"), name, err)) != CT_OK) goto done;
-    l->step = step;
-    l->key.w[0] = (uint32_t)key_words[0];
-    l->key.w[1] = (uint32_t)key_words[1];
-    l->have_low = lo != NULL;
-    l->best_low = best_low;
-    l->have_high = hi != NULL;
-    l->best_high = best_high;
-    l->loss_sum = loss_sum;
-    l->loss_count = loss_count;
-    l->skipped_steps = skipped;
-done:
+    loop_state s = {0};
+    ct_status st = parse_core(l, root, name, &s, err);
+    if (st == CT_OK) st = load_tensors(l, c, err);
+    if (st == CT_OK) st = apply_state(l, root, name, what, &s, err);
     cJSON_Delete(root);
     return st;
 }
@@ -583,95 +515,47 @@ static ct_status restore_latest(ct_loop *l, ct_error *err) {
 ct_status ct_loop_load_weights(ct_loop *loop, const char *checkpoint_dir, const char *name, ct_error *err) {
     ct_checkpoint *c;
     CT_TRY(ct_checkpoint_open(&c, checkpoint_dir, name, err));
-    int nw;
-    ct_named_tensor *wt = weight_tensors(lt_net(loop), &nw);
-    ct_tensor_request *reqs = ct_calloc((size_t)nw + 1, sizeof *reqs);
-    for (int i = 0; i < nw; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
-    ct_status st = ct_checkpoint_load(c, reqs, nw, CT_LOAD_BY_NAME, err);
-    ct_free(reqs);
-    ct_free(wt);
+    ct_status st = ct_trainer_load_checkpoint(loop->trainer, c, CT_LOAD_BY_NAME, err);
     ct_checkpoint_close(c);
     return st;
 }
 
 // ---- evals -------------------------------------------------------------------------------
 
-static ct_status init_metrics(ct_loop *l, const ct_tensor *outputs, int n_out, const ct_tensor *batch, int n_batch,
-                              ct_error *err) {
-    ct_tensor sigs[CT_LAYER_MAX_IO];
-    int n = 0;
-    for (int i = 0; i < n_out; i++) sigs[n++] = ct_tensor_sig(&outputs[i]);
-    for (int i = l->model->n_in; i < n_batch && n < CT_LAYER_MAX_IO; i++) sigs[n++] = ct_tensor_sig(&batch[i]);
-    for (int m = 0; m < l->eval.n_metrics; m++) {
-        ct_layer *layer = l->eval.metrics[m];
-        if (layer->n_in > n)
-            return ct_error_set(err, CT_ERR_ARG, "eval: metric %s takes %d inputs, the model and batch give %d",
-                                layer->name, layer->n_in, n);
-        CT_TRY(ct_net_init(&l->metric_nets[m], layer, sigs, layer->n_in, ct_key_from_seed(0), l->dev, err));
-        if (l->metric_nets[m].n_weights || l->metric_nets[m].n_out != 1 || l->metric_nets[m].out_sigs[0].ndim != 0)
-            return ct_error_set(err, CT_ERR_ARG, "eval: metric %s must be weightless and give one scalar", layer->name);
+// After an eval: lowest_<metric> / highest_<metric> at a new best (ties
+// count, as Trax).
+static ct_status save_bests(ct_loop *l, const char *name, double value, ct_error *err) {
+    char ckpt[CT_CHECKPOINT_NAME_MAX];
+    if (l->opts.checkpoint_low_metric && !strcmp(l->opts.checkpoint_low_metric, name) &&
+        (!l->have_low || value <= l->best_low)) {
+        l->have_low = true;
+        l->best_low = value;
+        snprintf(ckpt, sizeof ckpt, "lowest_%s", name);
+        CT_TRY(write_checkpoint(l, ckpt, true, err));
     }
-    l->metrics_ready = true;
+    if (l->opts.checkpoint_high_metric && !strcmp(l->opts.checkpoint_high_metric, name) &&
+        (!l->have_high || value >= l->best_high)) {
+        l->have_high = true;
+        l->best_high = value;
+        snprintf(ckpt, sizeof ckpt, "highest_%s", name);
+        CT_TRY(write_checkpoint(l, ckpt, true, err));
+    }
     return CT_OK;
 }
 
 ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err) {
     ct_loop *l = loop;
-    if (!l->has_eval) return CT_OK;
-    // sums[2m] = sum of value * weight, sums[2m+1] = sum of weight.
-    double sums[2 * CT_EVAL_MAX_METRICS] = {0};
-    for (int b = 0; b < l->eval.n_batches; b++) {
-        ct_batch global;
-        ct_tensor batch[CT_BATCH_MAX_TENSORS], outputs[CT_LAYER_MAX_IO];
-        CT_TRY(next_batch(l, l->eval.stream, "eval", &global, err));
-        CT_TRY(local_rows(l, &global, batch, err));
-        // The model alone on the trainer's weights, in eval mode (dropout off).
-        ct_net_bind(lt_net(l), &l->model_ctx, false);
-        CT_TRY(ct_layer_forward(l->model, &l->model_ctx, batch, outputs, l->key, err));
-        if (!l->metrics_ready) CT_TRY(init_metrics(l, outputs, l->model->n_out, batch, global.n, err));
-        ct_tensor in[CT_LAYER_MAX_IO];
-        int n = 0;
-        for (int i = 0; i < l->model->n_out; i++) in[n++] = outputs[i];
-        for (int i = l->model->n_in; i < global.n; i++) in[n++] = batch[i];
-        for (int m = 0; m < l->eval.n_metrics; m++) {
-            ct_tensor value;
-            ct_net_bind(&l->metric_nets[m], &l->metric_ctx, false);
-            l->metric_ctx.loss_weight = -1;
-            ct_status st = ct_layer_forward(l->metric_nets[m].root, &l->metric_ctx, in, &value, l->key, err);
-            if (st != CT_OK) {
-                ct_arena_reset(&l->metric_arena);
-                return st;
-            }
-            double w = l->metric_ctx.loss_weight >= 0 ? l->metric_ctx.loss_weight : 1.0;
-            sums[2 * m] += (double)*ct_f32(&value) * w;
-            sums[2 * m + 1] += w;
-        }
-        ct_arena_reset(&l->metric_arena);
-    }
-    if (l->comm) CT_TRY(ct_comm_allreduce_f64(l->comm, sums, (size_t)(2 * l->eval.n_metrics), err));
-    for (int m = 0; m < l->eval.n_metrics; m++) {
-        double value = sums[2 * m + 1] > 0 ? sums[2 * m] / sums[2 * m + 1] : NAN;
-        const char *name = l->eval.metric_names[m] ? l->eval.metric_names[m] : l->eval.metrics[m]->name;
+    if (!l->evaluator) return CT_OK;
+    double values[CT_EVAL_MAX_METRICS];
+    // The model alone on the trainer's weights, in eval mode (dropout off).
+    CT_TRY(ct_evaluator_run(l->evaluator, ct_trainer_net(l->trainer), l->key, values, err));
+    for (int m = 0; m < ct_evaluator_n_metrics(l->evaluator); m++) {
+        const char *name = ct_evaluator_metric_name(l->evaluator, m);
         char tag[96];
         snprintf(tag, sizeof tag, "metrics/%s", name);
-        CT_TRY(record(l, "eval", tag, value, err));
-        log_line(l, "eval", name, value);
-        // New bests (ties count, as Trax).
-        char ckpt[CT_CHECKPOINT_NAME_MAX];
-        if (l->opts.checkpoint_low_metric && !strcmp(l->opts.checkpoint_low_metric, name) &&
-            (!l->have_low || value <= l->best_low)) {
-            l->have_low = true;
-            l->best_low = value;
-            snprintf(ckpt, sizeof ckpt, "lowest_%s", name);
-            CT_TRY(write_checkpoint(l, ckpt, true, err));
-        }
-        if (l->opts.checkpoint_high_metric && !strcmp(l->opts.checkpoint_high_metric, name) &&
-            (!l->have_high || value >= l->best_high)) {
-            l->have_high = true;
-            l->best_high = value;
-            snprintf(ckpt, sizeof ckpt, "highest_%s", name);
-            CT_TRY(write_checkpoint(l, ckpt, true, err));
-        }
+        CT_TRY(record(l, "eval", tag, values[m], err));
+        log_line(l, "eval", name, values[m]);
+        CT_TRY(save_bests(l, name, values[m], err));
     }
     if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
     return CT_OK;
@@ -685,26 +569,59 @@ static ct_status refuse_tasks(const ct_train_task *tasks, int n_tasks, ct_error 
     return err ? err->code : CT_ERR_ARG;
 }
 
+// The tasks, before anything is built.
+static ct_status check_tasks(const ct_train_task *tasks, int n_tasks, ct_error *err) {
+    if (n_tasks < 1 || n_tasks > CT_LOOP_MAX_TASKS)
+        return ct_error_set(err, CT_ERR_ARG, "loop: %d train tasks (1 to %d)", n_tasks, CT_LOOP_MAX_TASKS);
+    for (int i = 0; i < n_tasks; i++) {
+        if (!tasks[i].stream || !tasks[i].loss || (i == 0 && !tasks[i].optimizer))
+            return ct_error_set(err, CT_ERR_ARG, "loop: train task %d needs a stream, a loss%s", i,
+                                i == 0 ? " and an optimizer" : "");
+        if (i > 0 && tasks[i].loss != tasks[0].loss)
+            return ct_error_set(err, CT_ERR_ARG, "loop: train task %d has its own loss layer; tasks share task 0's", i);
+        if (!tasks[i].lr_schedule && !(tasks[i].learning_rate > 0))
+            return ct_error_set(err, CT_ERR_ARG,
+                                "loop: train task %d has no lr_schedule and its learning_rate is %g (must be > 0)", i,
+                                (double)tasks[i].learning_rate);
+    }
+    return CT_OK;
+}
+
+// The trainer, for the shapes of task 0's first batch (then the stream goes
+// back to where it was). Takes opt on every path.
+static ct_status make_trainer(ct_loop *l, ct_optimizer *opt, ct_error *err) {
+    ct_batch first;
+    ct_tensor local[CT_BATCH_MAX_TENSORS];
+    ct_stream_cursor start = ct_stream_get_cursor(l->tasks[0].stream);
+    ct_status st = next_batch(l, l->tasks[0].stream, "train", &first, err);
+    if (st == CT_OK) st = local_rows(l, &first, local, err);
+    if (st != CT_OK) {
+        ct_optimizer_free(opt);
+        return st;
+    }
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    for (int i = 0; i < first.n; i++) sigs[i] = ct_tensor_sig(&local[i]);
+    CT_TRY(ct_trainer_new(&l->trainer, l->model, l->tasks[0].loss, sigs, first.n, opt, ct_key_split(l->key, 0), l->dev,
+                          &l->opts.trainer, err));
+    return ct_stream_set_cursor(l->tasks[0].stream, start, err);
+}
+
+// The summaries and config.gin of the chief's output directory.
+static ct_status open_output(ct_loop *l, ct_error *err) {
+    if (!l->opts.output_dir || !is_chief(l)) return CT_OK;
+    CT_TRY(ct_summary_open(&l->summary, l->opts.output_dir, l->step, err));
+    if (!l->opts.config_text) return CT_OK;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.gin", l->opts.output_dir);
+    return ct_fs_write_atomic(path, l->opts.config_text, strlen(l->opts.config_text), err);
+}
+
 ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks, int n_tasks,
                       const ct_eval_task *eval, const ct_loop_options *opts, ct_error *err) {
     *out = NULL;
     ct_error arg_err;
     if (!err) err = &arg_err;
-    if (n_tasks < 1 || n_tasks > CT_LOOP_MAX_TASKS) {
-        ct_error_set(err, CT_ERR_ARG, "loop: %d train tasks (1 to %d)", n_tasks, CT_LOOP_MAX_TASKS);
-        return refuse_tasks(tasks, n_tasks, err);
-    }
-    for (int i = 0; i < n_tasks; i++)
-        if (!tasks[i].stream || !tasks[i].loss || (i == 0 && !tasks[i].optimizer)) {
-            ct_error_set(err, CT_ERR_ARG, "loop: train task %d needs a stream, a loss%s", i,
-                         i == 0 ? " and an optimizer" : "");
-            return refuse_tasks(tasks, n_tasks, err);
-        }
-    if (eval && (eval->n_metrics < 1 || eval->n_metrics > CT_EVAL_MAX_METRICS || !eval->stream)) {
-        ct_error_set(err, CT_ERR_ARG, "loop: the eval task needs a stream (%s) and 1 to %d metrics (%d)",
-                     eval->stream ? "given" : "none", CT_EVAL_MAX_METRICS, eval->n_metrics);
-        return refuse_tasks(tasks, n_tasks, err);
-    }
+    if (check_tasks(tasks, n_tasks, err) != CT_OK) return refuse_tasks(tasks, n_tasks, err);
     ct_loop *l = ct_calloc(1, sizeof *l);
     l->opts = opts ? *opts : ct_loop_default_options();
     l->own_dev = ct_device_cpu();
@@ -714,76 +631,26 @@ ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks
     for (int i = 0; i < n_tasks; i++) {
         l->tasks[i] = tasks[i];
         l->tasks[i].loss = ct_layer_ref(tasks[i].loss);
-        if (i > 0) {
-            // One trainer serves every task: it has task 0's loss and optimizer.
-            ct_optimizer_free(l->tasks[i].optimizer);
-            l->tasks[i].optimizer = NULL;
-        }
+        l->tasks[i].optimizer = NULL;
+        // One trainer serves every task: it has task 0's loss and optimizer.
+        if (i > 0) ct_optimizer_free(tasks[i].optimizer);
     }
-    if (eval) {
-        l->eval = *eval;
-        l->has_eval = true;
-        if (l->eval.n_batches < 1) l->eval.n_batches = 1;
-        for (int m = 0; m < l->eval.n_metrics; m++) ct_layer_ref(l->eval.metrics[m]);
-    }
-    ct_arena_init(&l->metric_arena, l->dev);
-    ct_ctx_init(&l->metric_ctx, &l->metric_arena);
-    ct_ctx_init(&l->model_ctx, &l->metric_arena);
     l->comm = l->opts.trainer.comm;
     l->rank = l->comm ? ct_comm_rank(l->comm) : 0;
     l->n_proc = l->comm ? ct_comm_size(l->comm) : 1;
     l->key = ct_key_from_seed(l->opts.seed);
     l->last_checkpoint_step = -1;
-    ct_optimizer *opt = l->tasks[0].optimizer;
-    l->tasks[0].optimizer = NULL;  // the trainer owns it from here
-    ct_status st = CT_OK;
-    for (int i = 1; i < n_tasks && st == CT_OK; i++)
-        if (tasks[i].loss != tasks[0].loss)
-            st = ct_error_set(err, CT_ERR_ARG, "loop: train task %d has its own loss layer; tasks share task 0's", i);
+    ct_status st = eval ? ct_evaluator_new(&l->evaluator, model, eval, l->comm, l->dev, err) : CT_OK;
+    if (st != CT_OK) ct_optimizer_free(tasks[0].optimizer);
+    else st = make_trainer(l, tasks[0].optimizer, err);  // the trainer owns it from here
+    if (st == CT_OK && l->opts.output_dir && l->opts.restore) st = restore_latest(l, err);
+    if (st == CT_OK) st = open_output(l, err);
     if (st != CT_OK) {
-        ct_optimizer_free(opt);
-        goto fail;
-    }
-
-    // The trainer, for the shapes of task 0's first batch (then the stream
-    // goes back to where it was).
-    ct_batch first;
-    ct_tensor local[CT_BATCH_MAX_TENSORS];
-    ct_stream_cursor start = ct_stream_get_cursor(l->tasks[0].stream);
-    if ((st = next_batch(l, l->tasks[0].stream, "train", &first, err)) != CT_OK ||
-        (st = local_rows(l, &first, local, err)) != CT_OK) {
-        ct_optimizer_free(opt);
-        goto fail;
-    }
-    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
-    for (int i = 0; i < first.n; i++) sigs[i] = ct_tensor_sig(&local[i]);
-    if (l->opts.use_memory_efficient_trainer) {
-        ct_reversible_trainer_options ro = ct_reversible_trainer_default_options();
-        ro.common = l->opts.trainer;
-        st = ct_reversible_trainer_new(&l->rtrainer, model, l->tasks[0].loss, sigs, first.n, opt,
-                                       ct_key_split(l->key, 0), l->dev, &ro, err);
-    } else {
-        st = ct_trainer_new(&l->trainer, model, l->tasks[0].loss, sigs, first.n, opt, ct_key_split(l->key, 0), l->dev,
-                            &l->opts.trainer, err);
-    }
-    if (st != CT_OK) goto fail;
-    if ((st = ct_stream_set_cursor(l->tasks[0].stream, start, err)) != CT_OK) goto fail;
-
-    if (l->opts.output_dir && l->opts.restore && (st = restore_latest(l, err)) != CT_OK) goto fail;
-    if (l->opts.output_dir && is_chief(l)) {
-        if ((st = ct_summary_open(&l->summary, l->opts.output_dir, l->step, err)) != CT_OK) goto fail;
-        if (l->opts.config_text) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/config.gin", l->opts.output_dir);
-            if ((st = ct_fs_write_atomic(path, l->opts.config_text, strlen(l->opts.config_text), err)) != CT_OK)
-                goto fail;
-        }
+        ct_loop_free(l);
+        return st;
     }
     *out = l;
     return CT_OK;
-fail:
-    ct_loop_free(l);
-    return st;
 }
 
 void ct_loop_free(ct_loop *loop) {
@@ -791,18 +658,9 @@ void ct_loop_free(ct_loop *loop) {
     ct_loop *l = loop;
     ct_summary_close(l->summary, NULL);
     ct_progress_free(l->progress);
-    for (int m = 0; m < CT_EVAL_MAX_METRICS; m++) ct_net_free(&l->metric_nets[m]);
-    if (l->has_eval)
-        for (int m = 0; m < l->eval.n_metrics; m++) ct_layer_free(l->eval.metrics[m]);
-    ct_ctx_free(&l->metric_ctx);
-    ct_ctx_free(&l->model_ctx);
-    ct_arena_free(&l->metric_arena);
+    ct_evaluator_free(l->evaluator);
     ct_trainer_free(l->trainer);
-    ct_reversible_trainer_free(l->rtrainer);
-    for (int i = 0; i < l->n_tasks; i++) {
-        ct_layer_free(l->tasks[i].loss);
-        ct_optimizer_free(l->tasks[i].optimizer);
-    }
+    for (int i = 0; i < l->n_tasks; i++) ct_layer_free(l->tasks[i].loss);
     ct_layer_free(l->model);
     ct_free(l->history);
     ct_free(l);
@@ -852,12 +710,10 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
     CT_TRY(local_rows(l, &global, batch, err));
     // Every step's learning rate comes from the schedule (Trax: it overrides
     // opt_params.learning_rate).
-    float lr = 0;
-    if (task->lr_schedule) lr = ct_schedule_value(task->lr_schedule, l->step);
-    else CT_TRY(ct_optimizer_get_param(lt_optimizer(l), "learning_rate", &lr, err));
+    float lr = task->lr_schedule ? ct_schedule_value(task->lr_schedule, l->step) : task->learning_rate;
     ct_key step_key = ct_key_fold_in(ct_key_split(l->key, 1), (uint32_t)l->step);
     ct_error step_err;
-    ct_status st = lt_one_step(l, batch, step_key, l->step, lr, &step_err);
+    ct_status st = ct_trainer_one_step(l->trainer, batch, step_key, l->step, lr, &l->last_stats, &step_err);
     if (st != CT_OK && err) *err = step_err;
     l->last_lr = lr;
     if (st == CT_ERR_NONFINITE && l->opts.skip_nonfinite) {
@@ -924,4 +780,4 @@ int64_t ct_loop_step(const ct_loop *loop) { return loop->step; }
 bool ct_loop_stopped(const ct_loop *loop) { return loop->stopped; }
 const char *ct_loop_restored_from(const ct_loop *loop) { return loop->restored_from; }
 ct_trainer *ct_loop_trainer(const ct_loop *loop) { return loop->trainer; }
-const ct_net *ct_loop_net(const ct_loop *loop) { return lt_net(loop); }
+const ct_net *ct_loop_net(const ct_loop *loop) { return ct_trainer_net(loop->trainer); }

@@ -1,6 +1,6 @@
 // The memory-efficient ReversibleTrainer (see reversible_trainer.h).
 //
-// Device memory during a step, all on t->dev:
+// Device memory during a step, all on t->b.dev:
 //   stage[2]   the weights (and, when updating, the slots) of the layer whose
 //              turn it is and of the next one (copy_weights only), shared by
 //              the local replicas;
@@ -84,11 +84,7 @@ typedef struct rt_replica {
     rt_item *saved;  // [n_units][CT_LAYER_MAX_IO]: a standard layer's inputs, kept from forward to backward
     float *state;    // the state slab it runs on: the net's (device 0) or its own copy
     float *state_before, *state_after;  // state slabs around each layer's forward (for its recomputation)
-    ct_tensor loss_out;
-    double weight;  // what its loss averaged over (ct_ctx.loss_weight)
-    float seed;     // d loss / d (its loss), from the global weight
-    ct_status status;
-    ct_error err;
+    ct_train_dev dv;  // loss, weight, seed, status
 } rt_replica;
 
 // Where a turn's weights and slots are: a device staging pair (copy_weights)
@@ -120,18 +116,12 @@ typedef struct rt_turn {
     bool backward;  // the loss layer or a backward turn: stage the slots too
 } rt_turn;
 
-struct ct_reversible_trainer {
-    ct_reversible_trainer_options opt;
-    ct_device host;  // weights, state, slots: see ct_reversible_trainer_host
-    ct_net net;
-    ct_layer *model;
-    ct_optimizer *optim;
-    ct_device *dev;
-    float *slots;
-    size_t n_slot_floats;
-    size_t *slot_offsets;  // per net.params[i]; [n_params] = n_slot_floats
-    bool *frozen;          // per net.params[i]
-    float *host_grads;     // CT_CLIP_GLOBAL only
+typedef struct rt_trainer {
+    ct_trainer b;             // the shared part (train_internal.h); b.slab_dev is &host
+    ct_reversible_options opt;  // b.opts.reversible
+    ct_device host;           // weights, state, slots: see ct_trainer_host
+    float *host_grads;        // CT_CLIP_GLOBAL only
+    float *kept_grads;        // opt.keep_grads only: the last step's gradients
 
     rt_unit *units;
     int n_units;
@@ -139,12 +129,7 @@ struct ct_reversible_trainer {
     int n_turns;
     size_t max_w, max_slots;  // floats of the largest layer
 
-    int n_local;            // local replicas (common.n_devices)
-    rt_replica *replicas;   // n_local
-    ct_comm *comm;          // common.comm, or own_comm
-    ct_comm *own_comm;
-    int n_global;           // devices over all processes
-    int first_global;       // global index of this process's device 0
+    rt_replica *replicas;   // b.n_local
     float *gather;          // Adasum over processes: (n_local, n_proc, max_w)
     size_t gather_floats;
 
@@ -161,16 +146,7 @@ struct ct_reversible_trainer {
     int nf_turn;
     bool nf_loss;
     double nf_value;
-};
-
-ct_reversible_trainer_options ct_reversible_trainer_default_options(void) {
-    return (ct_reversible_trainer_options){.common = ct_trainer_default_options(),
-                                           .copy_weights = false,
-                                           .prefetch = true,
-                                           .free_device_each_step = false,
-                                           .clip_mode = CT_CLIP_GLOBAL,
-                                           .log_every = 100};
-}
+} rt_trainer;
 
 // A slab pointer for code that indexes by global slab offsets
 // (ct_weight(c, l, i) = c->weights + offset) over a buffer that holds only
@@ -178,16 +154,6 @@ ct_reversible_trainer_options ct_reversible_trainer_default_options(void) {
 // outside the buffer, and only begin.. offsets are ever read through it.
 static float *rebase(float *buf, size_t begin) {
     return (float *)((uintptr_t)buf - begin * sizeof(float));
-}
-
-// A value for a message: NaN without its sign bit, which printf shows
-// ("-nan") though it means nothing.
-static double shown(double v) { return isnan(v) ? fabs(v) : v; }
-
-static double sum_squares(const float *x, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return s;
 }
 
 // ---- prefetch thread --------------------------------------------------------
@@ -265,7 +231,7 @@ static void prefetch_stop(rt_prefetch *pf) {
 
 // ---- the stack-item pool -------------------------------------------------------
 
-static ct_status pool_acquire(ct_reversible_trainer *t, rt_replica *r, size_t bytes, int *out, ct_error *err) {
+static ct_status pool_acquire(rt_trainer *t, rt_replica *r, size_t bytes, int *out, ct_error *err) {
     for (int i = 0; i < r->n_pool; i++)
         if (r->pool[i].refs == 0 && r->pool[i].bytes == bytes) {
             r->pool[i].refs = 1;
@@ -273,7 +239,7 @@ static ct_status pool_acquire(ct_reversible_trainer *t, rt_replica *r, size_t by
             return CT_OK;
         }
     void *data;
-    CT_TRY(ct_device_alloc(t->dev, bytes, "reversible trainer stack item", &data, err));
+    CT_TRY(ct_device_alloc(t->b.dev, bytes, "reversible trainer stack item", &data, err));
     // Grows during the first step only: later steps reuse the buffers.
     r->pool = ct_realloc(r->pool, (size_t)(r->n_pool + 1) * sizeof *r->pool);
     r->pool[r->n_pool] = (rt_buf){data, bytes, 1};
@@ -287,8 +253,8 @@ static void pool_release(rt_replica *r, int buf) {
     r->pool[buf].refs--;
 }
 
-static void pool_free_all(ct_reversible_trainer *t, rt_replica *r) {
-    for (int i = 0; i < r->n_pool; i++) ct_device_free(t->dev, r->pool[i].data, r->pool[i].bytes);
+static void pool_free_all(rt_trainer *t, rt_replica *r) {
+    for (int i = 0; i < r->n_pool; i++) ct_device_free(t->b.dev, r->pool[i].data, r->pool[i].bytes);
     ct_free(r->pool);
     r->pool = NULL;
     r->n_pool = 0;
@@ -302,7 +268,7 @@ static bool inside(const void *p, const void *base, size_t bytes) {
 // buffer or in the replica's rows of the batch is shared; anything else
 // (the arena) is copied into a pool buffer, since the arena is about to be
 // reset. Results that repeat one another share one copy.
-static ct_status adopt(ct_reversible_trainer *t, rt_replica *r, const ct_tensor *res, int n, rt_item *items,
+static ct_status adopt(rt_trainer *t, rt_replica *r, const ct_tensor *res, int n, rt_item *items,
                        ct_error *err) {
     for (int i = 0; i < n; i++) {
         items[i] = (rt_item){res[i], -1};
@@ -417,7 +383,7 @@ static char *describe(const rt_unit *u) {
     return s;
 }
 
-static void add_unit(ct_reversible_trainer *t, rt_kind kind, const rt_leaf *leaves, int n) {
+static void add_unit(rt_trainer *t, rt_kind kind, const rt_leaf *leaves, int n) {
     t->units = ct_realloc(t->units, (size_t)(t->n_units + 1) * sizeof *t->units);
     rt_unit *u = &t->units[t->n_units++];
     memset(u, 0, sizeof *u);
@@ -433,7 +399,7 @@ static void add_unit(ct_reversible_trainer *t, rt_kind kind, const rt_leaf *leav
 // Groups leaves into units as Trax's extract_reversible_blocks: a block is
 // the standard leaves before a run of reversible ones, then that run; the
 // standard leaves after the last reversible one join the loss.
-static void make_units(ct_reversible_trainer *t, const leaf_list *leaves) {
+static void make_units(rt_trainer *t, const leaf_list *leaves) {
     int i = 0;
     while (i < leaves->n) {
         int std_begin = i;
@@ -447,69 +413,104 @@ static void make_units(ct_reversible_trainer *t, const leaf_list *leaves) {
     }
 }
 
+// Unit k's stack arity: the deepest its leaves reach, as a Serial's; checks
+// the stack inside it and on the trainer's stack (depth items before it).
+static ct_status unit_arity(rt_unit *u, int k, int depth, ct_error *err) {
+    int running_max = 0, running = 0;
+    for (int i = 0; i < u->n_leaves; i++) {
+        running += u->leaves[i].layer->n_in;
+        if (running > running_max) running_max = running;
+        running -= u->leaves[i].layer->n_out;
+    }
+    // The stack inside the layer, starting from its n_in items.
+    for (int i = 0, used = 0; i < u->n_leaves; i++) {
+        used += u->leaves[i].layer->n_in - u->leaves[i].layer->n_out;
+        if (running_max - used > RT_STACK_MAX)
+            return ct_error_set(err, CT_ERR_ARG, "reversible trainer: layer %d builds a stack deeper than %d", k,
+                                RT_STACK_MAX);
+    }
+    u->n_in = running_max;
+    u->n_out = running_max - running;
+    if (u->n_in > CT_LAYER_MAX_IO || u->n_out > CT_LAYER_MAX_IO || u->n_in > depth ||
+        depth - u->n_in + u->n_out > RT_STACK_MAX)
+        return ct_error_set(err, CT_ERR_ARG, "reversible trainer: layer %d (%d in, %d out) does not fit the "
+                            "stack of %d items", k, u->n_in, u->n_out, depth);
+    return CT_OK;
+}
+
+// Unit k's weight and state ranges (after the cursors: no sharing with an
+// earlier unit), its params, slots and per-weight gradient ranges.
+static ct_status unit_ranges(rt_trainer *t, rt_unit *u, int k, size_t *w_cursor, size_t *s_cursor, ct_error *err) {
+    const ct_net *net = &t->b.net;
+    u->w_begin = u->w_end = *w_cursor;
+    u->s_begin = u->s_end = *s_cursor;
+    if (u->n_leaves) {
+        u->w_begin = u->leaves[0].layer->w_begin;
+        u->s_begin = u->leaves[0].layer->s_begin;
+        for (int i = 0; i < u->n_leaves; i++) {
+            const ct_layer *l = u->leaves[i].layer;
+            if (l->w_begin < u->w_begin) u->w_begin = l->w_begin;
+            if (l->w_end > u->w_end) u->w_end = l->w_end;
+            if (l->s_begin < u->s_begin) u->s_begin = l->s_begin;
+            if (l->s_end > u->s_end) u->s_end = l->s_end;
+        }
+        if (u->w_begin < *w_cursor || u->s_begin < *s_cursor)
+            return ct_error_set(err, CT_ERR_ARG,
+                                "reversible trainer: layer %d (%s) shares weights or state with an earlier "
+                                "layer", k, u->leaves[0].layer->path);
+        for (int i = 0; i < u->n_leaves; i++) CT_TRY(check_owned(u->leaves[i].layer, u->w_begin, u->w_end, k, err));
+        *w_cursor = u->w_end;
+        *s_cursor = u->s_end;
+    }
+    u->p_begin = 0;
+    while (u->p_begin < net->n_params && net->params[u->p_begin]->offset < u->w_begin) u->p_begin++;
+    u->p_end = u->p_begin;
+    while (u->p_end < net->n_params && net->params[u->p_end]->offset < u->w_end) u->p_end++;
+    u->slot_begin = t->b.slot_offsets[u->p_begin];
+    u->slot_end = t->b.slot_offsets[u->p_end];
+    if (u->w_end - u->w_begin > t->max_w) t->max_w = u->w_end - u->w_begin;
+    if (u->slot_end - u->slot_begin > t->max_slots) t->max_slots = u->slot_end - u->slot_begin;
+    int n_own = u->p_end - u->p_begin;
+    u->ranges = ct_calloc((size_t)(n_own ? n_own : 1), sizeof *u->ranges);
+    for (int p = u->p_begin; p < u->p_end; p++)
+        u->ranges[p - u->p_begin] = (ct_range){net->params[p]->offset - u->w_begin, t->b.ranges[p].length};
+    return CT_OK;
+}
+
+// The stats' names (n_stats of them), and the turns: forward through all
+// but the loss, the loss, backward.
+static void name_stats_and_turns(rt_trainer *t, int n_stats) {
+    t->stats = ct_calloc((size_t)(n_stats ? n_stats : 1), sizeof *t->stats);
+    t->n_stats = n_stats;
+    for (int k = 0; k < t->n_units; k++) {
+        rt_unit *u = &t->units[k];
+        if (u->stat < 0) continue;
+        int s = u->stat;
+        if (u->p_end > u->p_begin) {
+            snprintf(t->stats[s++].name, sizeof t->stats[0].name, "layer%d/gradients_l2", k);
+            snprintf(t->stats[s++].name, sizeof t->stats[0].name, "layer%d/weights_l2", k);
+        }
+        if (u->kind == RT_LOSS) snprintf(t->stats[s].name, sizeof t->stats[0].name, "layer%d/loss", k);
+    }
+    int L = t->n_units;
+    t->turns = ct_malloc((size_t)(2 * L) * sizeof *t->turns);
+    t->n_turns = 0;
+    for (int k = 0; k < L - 1; k++) t->turns[t->n_turns++] = (rt_turn){k, false};
+    t->turns[t->n_turns++] = (rt_turn){L - 1, true};
+    for (int k = L - 2; k >= 0; k--) t->turns[t->n_turns++] = (rt_turn){k, true};
+}
+
 // Lays out ranges, stack arity and stats of every unit; checks the stack
 // stays within bounds and no weight is shared between units.
-static ct_status plan_units(ct_reversible_trainer *t, ct_error *err) {
-    const ct_net *net = &t->net;
+static ct_status plan_units(rt_trainer *t, ct_error *err) {
+    const ct_net *net = &t->b.net;
     int depth = net->n_in, n_stats = 0;
     size_t w_cursor = 0, s_cursor = 0;
     for (int k = 0; k < t->n_units; k++) {
         rt_unit *u = &t->units[k];
-        // Arity: the deepest the leaves reach, as a Serial's.
-        int running_max = 0, running = 0;
-        for (int i = 0; i < u->n_leaves; i++) {
-            running += u->leaves[i].layer->n_in;
-            if (running > running_max) running_max = running;
-            running -= u->leaves[i].layer->n_out;
-        }
-        // The stack inside the layer, starting from its n_in items.
-        for (int i = 0, used = 0; i < u->n_leaves; i++) {
-            used += u->leaves[i].layer->n_in - u->leaves[i].layer->n_out;
-            if (running_max - used > RT_STACK_MAX)
-                return ct_error_set(err, CT_ERR_ARG, "reversible trainer: layer %d builds a stack deeper than %d",
-                                    k, RT_STACK_MAX);
-        }
-        u->n_in = running_max;
-        u->n_out = running_max - running;
-        if (u->n_in > CT_LAYER_MAX_IO || u->n_out > CT_LAYER_MAX_IO || u->n_in > depth ||
-            depth - u->n_in + u->n_out > RT_STACK_MAX)
-            return ct_error_set(err, CT_ERR_ARG, "reversible trainer: layer %d (%d in, %d out) does not fit the "
-                                "stack of %d items", k, u->n_in, u->n_out, depth);
+        CT_TRY(unit_arity(u, k, depth, err));
         depth += u->n_out - u->n_in;
-
-        u->w_begin = u->w_end = w_cursor;
-        u->s_begin = u->s_end = s_cursor;
-        if (u->n_leaves) {
-            u->w_begin = u->leaves[0].layer->w_begin;
-            u->s_begin = u->leaves[0].layer->s_begin;
-            for (int i = 0; i < u->n_leaves; i++) {
-                const ct_layer *l = u->leaves[i].layer;
-                if (l->w_begin < u->w_begin) u->w_begin = l->w_begin;
-                if (l->w_end > u->w_end) u->w_end = l->w_end;
-                if (l->s_begin < u->s_begin) u->s_begin = l->s_begin;
-                if (l->s_end > u->s_end) u->s_end = l->s_end;
-            }
-            if (u->w_begin < w_cursor || u->s_begin < s_cursor)
-                return ct_error_set(err, CT_ERR_ARG,
-                                    "reversible trainer: layer %d (%s) shares weights or state with an earlier "
-                                    "layer", k, u->leaves[0].layer->path);
-            for (int i = 0; i < u->n_leaves; i++) CT_TRY(check_owned(u->leaves[i].layer, u->w_begin, u->w_end, k, err));
-            w_cursor = u->w_end;
-            s_cursor = u->s_end;
-        }
-        u->p_begin = u->p_end = 0;
-        while (u->p_begin < net->n_params && net->params[u->p_begin]->offset < u->w_begin) u->p_begin++;
-        u->p_end = u->p_begin;
-        while (u->p_end < net->n_params && net->params[u->p_end]->offset < u->w_end) u->p_end++;
-        u->slot_begin = t->slot_offsets[u->p_begin];
-        u->slot_end = t->slot_offsets[u->p_end];
-        if (u->w_end - u->w_begin > t->max_w) t->max_w = u->w_end - u->w_begin;
-        if (u->slot_end - u->slot_begin > t->max_slots) t->max_slots = u->slot_end - u->slot_begin;
-        int n_own = u->p_end - u->p_begin;
-        u->ranges = ct_calloc((size_t)(n_own ? n_own : 1), sizeof *u->ranges);
-        for (int p = u->p_begin; p < u->p_end; p++)
-            u->ranges[p - u->p_begin] = (ct_range){net->params[p]->offset - u->w_begin,
-                                                   (size_t)ct_tensor_numel(&net->params[p]->sig)};
+        CT_TRY(unit_ranges(t, u, k, &w_cursor, &s_cursor, err));
         if (u->p_end > u->p_begin) {
             u->stat = n_stats;
             n_stats += 2;
@@ -523,25 +524,7 @@ static ct_status plan_units(ct_reversible_trainer *t, ct_error *err) {
     if (w_cursor != net->n_weights)
         return ct_error_set(err, CT_ERR_ARG, "reversible trainer: the layers cover %zu of %zu weights", w_cursor,
                             net->n_weights);
-    t->stats = ct_calloc((size_t)(n_stats ? n_stats : 1), sizeof *t->stats);
-    t->n_stats = n_stats;
-    for (int k = 0; k < t->n_units; k++) {
-        rt_unit *u = &t->units[k];
-        if (u->stat < 0) continue;
-        int s = u->stat;
-        if (u->p_end > u->p_begin) {
-            snprintf(t->stats[s++].name, sizeof t->stats[0].name, "layer%d/gradients_l2", k);
-            snprintf(t->stats[s++].name, sizeof t->stats[0].name, "layer%d/weights_l2", k);
-        }
-        if (u->kind == RT_LOSS) snprintf(t->stats[s].name, sizeof t->stats[0].name, "layer%d/loss", k);
-    }
-    // The turns: forward through all but the loss, the loss, backward.
-    int L = t->n_units;
-    t->turns = ct_malloc((size_t)(2 * L) * sizeof *t->turns);
-    t->n_turns = 0;
-    for (int k = 0; k < L - 1; k++) t->turns[t->n_turns++] = (rt_turn){k, false};
-    t->turns[t->n_turns++] = (rt_turn){L - 1, true};
-    for (int k = L - 2; k >= 0; k--) t->turns[t->n_turns++] = (rt_turn){k, true};
+    name_stats_and_turns(t, n_stats);
     return CT_OK;
 }
 
@@ -550,110 +533,44 @@ static ct_status plan_units(ct_reversible_trainer *t, ct_error *err) {
 // Replica r's rows of the batch (views), and its keys: the step key split by
 // its global device index when there are several devices, as the standard
 // Trainer's.
-static void replica_begin_step(ct_reversible_trainer *t, rt_replica *r, int d, const ct_tensor *batch, ct_key key) {
-    for (int i = 0; i < t->n_batch; i++) r->shard[i] = ct_tensor_split_rows(&batch[i], t->n_local, d);
-    r->key = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
+static void replica_begin_step(rt_trainer *t, rt_replica *r, int d, const ct_tensor *batch, ct_key key) {
+    for (int i = 0; i < t->n_batch; i++) r->shard[i] = ct_tensor_split_rows(&batch[i], t->b.n_local, d);
+    r->key = t->b.n_global > 1 ? ct_key_split(key, (uint32_t)(t->b.first_global + d)) : key;
     r->depth = t->n_batch;
     for (int i = 0; i < t->n_batch; i++) r->vals[i] = (rt_item){r->shard[i], -1};
     // Device 0 runs on the net's state; the others on a copy of it.
-    if (d > 0 && t->net.n_state) memcpy(r->state, t->net.state, t->net.n_state * sizeof(float));
-    r->status = CT_OK;
+    if (d > 0 && t->b.net.n_state) memcpy(r->state, t->b.net.state, t->b.net.n_state * sizeof(float));
+    r->dv.status = CT_OK;
 }
 
-ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model, ct_layer *loss,
-                                    const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt,
-                                    ct_key init_key, ct_device *dev,
-                                    const ct_reversible_trainer_options *opts, ct_error *err) {
-    *out = NULL;
-    ct_reversible_trainer *t = ct_calloc(1, sizeof *t);
-    t->opt = opts ? *opts : ct_reversible_trainer_default_options();
-    const ct_trainer_options *common = &t->opt.common;
-    t->host = ct_device_cpu();
-    t->optim = opt;
-    t->dev = dev;
-    t->model = ct_layer_ref(model);
-    prefetch_start(&t->pf, false);
-    ct_status st = CT_OK;
+static ct_status rt_one_step(ct_trainer *base, const ct_tensor *batch, ct_key key, int64_t step, float lr,
+                             ct_step_stats *stats, ct_error *err);
+static size_t rt_arena_bytes(const ct_trainer *base);
+static void rt_free(ct_trainer *base);
+static const ct_trainer_vt rt_vt = {"reversible trainer", rt_one_step, rt_arena_bytes, rt_free};
+
+// Cuts the net into units and plans them; the last must be the loss.
+static ct_status make_plan(rt_trainer *t, const ct_layer *loss, ct_error *err) {
     leaf_list leaves = {NULL, 0};
-    t->n_local = common->n_devices;
-    if (t->n_local < 1 || t->n_local > CT_MAX_LOCAL_DEVICES) {
-        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: n_devices is %d, must be 1 to %d", t->n_local,
-                          CT_MAX_LOCAL_DEVICES);
-        t->n_local = 1;
-    }
-    t->replicas = ct_calloc((size_t)t->n_local, sizeof *t->replicas);
-    for (int d = 0; d < t->n_local; d++) {
-        ct_arena_init(&t->replicas[d].arena, dev);
-        ct_ctx_init(&t->replicas[d].ctx, &t->replicas[d].arena);
-    }
-    if (st != CT_OK) goto fail;
-    if (!(common->clip_grad_norm >= 0.0f) ||
-        (t->opt.clip_mode != CT_CLIP_GLOBAL && t->opt.clip_mode != CT_CLIP_PER_LAYER)) {
-        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: clip_grad_norm %g or clip mode %d is invalid",
-                          (double)common->clip_grad_norm, (int)t->opt.clip_mode);
-        goto fail;
-    }
-    t->comm = common->comm ? common->comm : (t->own_comm = ct_comm_single_new());
-    t->n_global = t->n_local * ct_comm_size(t->comm);
-    t->first_global = t->n_local * ct_comm_rank(t->comm);
-
-    // The net sees one device's share of the batch.
-    ct_tensor sigs[CT_LAYER_MAX_IO];
-    if ((st = ct_train_device_sigs("reversible trainer", batch_sigs, n_batch, t->n_local, sigs, err)) != CT_OK)
-        goto fail;
-
-    // The standard Trainer's net, on the host. Gradients live on the
-    // device one layer at a time, so the net's gradient slab goes at once.
-    // Unnamed, as the standard Trainer's: the weights have the model's own names.
-    ct_layer *root = ct_layer_rename(ct_serial(CT_LAYERS(ct_layer_ref(model), ct_layer_ref(loss))), "");
-    st = ct_net_init(&t->net, root, sigs, n_batch, init_key, &t->host, err);
-    ct_layer_free(root);
-    if (st != CT_OK) goto fail;
-    ct_device_free(&t->host, t->net.grads, t->net.n_weights * sizeof(float));
-    t->net.grads = NULL;
-    if (t->net.n_out != 1 || t->net.out_sigs[0].ndim != 0 || t->net.out_sigs[0].dtype != CT_DTYPE_F32) {
-        st = ct_error_set(err, CT_ERR_SHAPE,
-                          "reversible trainer: the loss layer %s must leave one f32 scalar on the stack", loss->name);
-        goto fail;
-    }
-
-    // The slot slab, laid out as the standard Trainer's: frozen weights have none.
-    t->slot_offsets = ct_calloc((size_t)t->net.n_params + 1, sizeof *t->slot_offsets);
-    t->frozen = ct_calloc((size_t)t->net.n_params + 1, sizeof *t->frozen);
-    for (int i = 0; i < t->net.n_params; i++) {
-        t->frozen[i] = ct_trainer_options_frozen(common, t->net.params[i]->full_name);
-        t->slot_offsets[i] = t->n_slot_floats;
-        if (!t->frozen[i]) t->n_slot_floats += ct_optimizer_slot_floats(opt, &t->net.params[i]->sig);
-    }
-    t->slot_offsets[t->net.n_params] = t->n_slot_floats;
-    st = ct_device_alloc(&t->host, t->n_slot_floats * sizeof(float), "optimizer slots", (void **)&t->slots, err);
-    if (st != CT_OK) goto fail;
-    for (int i = 0; i < t->net.n_params; i++)
-        if (!t->frozen[i]) ct_optimizer_init_slots(opt, &t->net.params[i]->sig, t->slots + t->slot_offsets[i]);
-    if (common->clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL) {
-        st = ct_device_alloc(&t->host, t->net.n_weights * sizeof(float), "gradient slab (global clipping)",
-                             (void **)&t->host_grads, err);
-        if (st != CT_OK) goto fail;
-    }
-
     uint32_t path[RT_PATH_MAX];
-    if ((st = flatten(t->net.root, path, 0, true, &leaves, err)) != CT_OK) goto fail;
-    make_units(t, &leaves);
-    if (t->units[t->n_units - 1].kind != RT_LOSS) {
-        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: the last layer must be a standard loss, not "
-                          "reversible (%s)", loss->name);
-        goto fail;
-    }
-    if ((st = plan_units(t, err)) != CT_OK) goto fail;
+    ct_status st = flatten(t->b.net.root, path, 0, true, &leaves, err);
+    if (st == CT_OK) make_units(t, &leaves);
     ct_free(leaves.v);
-    leaves.v = NULL;
+    CT_TRY(st);
+    if (t->units[t->n_units - 1].kind != RT_LOSS)
+        return ct_error_set(err, CT_ERR_ARG, "reversible trainer: the last layer must be a standard loss, not "
+                            "reversible (%s)", loss->name);
+    return plan_units(t, err);
+}
 
-    size_t n_state = t->net.n_state;
-    for (int d = 0; d < t->n_local; d++) {
+// Each replica's kept inputs and state slabs (device 0 runs on the net's).
+static void replicas_init(rt_trainer *t) {
+    size_t n_state = t->b.net.n_state;
+    for (int d = 0; d < t->b.n_local; d++) {
         rt_replica *r = &t->replicas[d];
         r->saved = ct_malloc((size_t)t->n_units * CT_LAYER_MAX_IO * sizeof *r->saved);
         for (int i = 0; i < t->n_units * CT_LAYER_MAX_IO; i++) r->saved[i].buf = -1;
-        r->state = t->net.state;
+        r->state = t->b.net.state;
         if (n_state) {
             if (d > 0) r->state = ct_calloc(n_state, sizeof(float));
             r->state_before = ct_calloc(n_state, sizeof(float));
@@ -662,21 +579,60 @@ ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model
         r->ctx.state = r->state;
         r->ctx.train = true;
     }
-    if (common->adasum && ct_comm_size(t->comm) > 1)
-        t->gather_floats = (size_t)ct_comm_size(t->comm) * (size_t)t->n_local * t->max_w;
-    prefetch_start(&t->pf, t->opt.copy_weights && t->opt.prefetch);
-    *out = t;
-    return CT_OK;
-fail:
-    ct_free(leaves.v);
-    ct_reversible_trainer_free(t);
-    return st;
 }
 
-ct_status ct_reversible_trainer_new_blocks(ct_reversible_trainer **out, const ct_reversible_block *blocks,
-                                           int n_blocks, ct_layer *loss, const ct_tensor *batch_sigs,
-                                           int n_batch, ct_optimizer *opt, ct_key init_key, ct_device *dev,
-                                           const ct_reversible_trainer_options *opts, ct_error *err) {
+// The host gradient slabs: the net's goes (gradients live on the device one
+// layer at a time) unless keep_grads keeps it; CT_CLIP_GLOBAL's.
+static ct_status host_grads_init(rt_trainer *t, ct_error *err) {
+    ct_net *net = &t->b.net;
+    if (t->opt.keep_grads) t->kept_grads = net->grads;
+    else ct_device_free(&t->host, net->grads, net->n_weights * sizeof(float));
+    net->grads = NULL;
+    if (t->b.opts.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL)
+        CT_TRY(ct_device_alloc(&t->host, net->n_weights * sizeof(float), "gradient slab (global clipping)",
+                               (void **)&t->host_grads, err));
+    return CT_OK;
+}
+
+ct_status ct_reversible_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs,
+                                    int n_batch, ct_optimizer *opt, ct_key init_key, ct_device *dev,
+                                    const ct_trainer_options *opts, ct_error *err) {
+    *out = NULL;
+    rt_trainer *t = ct_calloc(1, sizeof *t);
+    t->host = ct_device_cpu();
+    prefetch_start(&t->pf, false);
+    // The standard Trainer's net and slot slab, on the host.
+    ct_status st = ct_train_base_init(&t->b, &rt_vt, model, loss, batch_sigs, n_batch, opt, init_key, dev, &t->host,
+                                      opts, err);
+    t->b.opts.memory_efficient = true;
+    t->opt = t->b.opts.reversible;
+    t->replicas = ct_calloc((size_t)t->b.n_local, sizeof *t->replicas);
+    for (int d = 0; d < t->b.n_local; d++) {
+        ct_arena_init(&t->replicas[d].arena, dev);
+        ct_ctx_init(&t->replicas[d].ctx, &t->replicas[d].arena);
+        t->b.devs[d] = &t->replicas[d].dv;
+    }
+    if (st == CT_OK && (!(t->b.opts.clip_grad_norm >= 0.0f) ||
+                        (t->opt.clip_mode != CT_CLIP_GLOBAL && t->opt.clip_mode != CT_CLIP_PER_LAYER)))
+        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: clip_grad_norm %g or clip mode %d is invalid",
+                          (double)t->b.opts.clip_grad_norm, (int)t->opt.clip_mode);
+    if (st == CT_OK) st = host_grads_init(t, err);
+    if (st == CT_OK) st = make_plan(t, loss, err);
+    if (st != CT_OK) {
+        rt_free(&t->b);
+        return st;
+    }
+    replicas_init(t);
+    if (t->b.opts.adasum && ct_comm_size(t->b.comm) > 1)
+        t->gather_floats = (size_t)ct_comm_size(t->b.comm) * (size_t)t->b.n_local * t->max_w;
+    prefetch_start(&t->pf, t->opt.copy_weights && t->opt.prefetch);
+    *out = &t->b;
+    return CT_OK;
+}
+
+ct_status ct_trainer_new_blocks(ct_trainer **out, const ct_reversible_block *blocks, int n_blocks, ct_layer *loss,
+                                const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt, ct_key init_key,
+                                ct_device *dev, const ct_trainer_options *opts, ct_error *err) {
     int n = 0;
     for (int b = 0; b < n_blocks; b++) n += blocks[b].n_std + blocks[b].n_rev;
     ct_layer **layers = ct_malloc((size_t)(n ? n : 1) * sizeof *layers);
@@ -693,28 +649,28 @@ ct_status ct_reversible_trainer_new_blocks(ct_reversible_trainer **out, const ct
 }
 
 // Gives back every device buffer (the next step allocates them again).
-static void free_device_buffers(ct_reversible_trainer *t) {
+static void free_device_buffers(rt_trainer *t) {
     for (int b = 0; b < 2; b++) {
-        ct_device_free(t->dev, t->stage[b].w, t->max_w * sizeof(float));
-        ct_device_free(t->dev, t->stage[b].s, t->max_slots * sizeof(float));
+        ct_device_free(t->b.dev, t->stage[b].w, t->max_w * sizeof(float));
+        ct_device_free(t->b.dev, t->stage[b].s, t->max_slots * sizeof(float));
         t->stage[b].w = t->stage[b].s = NULL;
     }
-    ct_device_free(t->dev, t->gather, t->gather_floats * sizeof(float));
+    ct_device_free(t->b.dev, t->gather, t->gather_floats * sizeof(float));
     t->gather = NULL;
-    for (int d = 0; d < t->n_local; d++) {
+    for (int d = 0; d < t->b.n_local; d++) {
         rt_replica *r = &t->replicas[d];
-        ct_device_free(t->dev, r->grad_buf, t->max_w * sizeof(float));
+        ct_device_free(t->b.dev, r->grad_buf, t->max_w * sizeof(float));
         r->grad_buf = NULL;
         pool_free_all(t, r);
         ct_arena_free(&r->arena);
     }
 }
 
-void ct_reversible_trainer_free(ct_reversible_trainer *t) {
-    if (!t) return;
+static void rt_free(ct_trainer *base) {
+    rt_trainer *t = (rt_trainer *)base;
     prefetch_stop(&t->pf);
     if (t->replicas) free_device_buffers(t);
-    for (int d = 0; t->replicas && d < t->n_local; d++) {
+    for (int d = 0; t->replicas && d < t->b.n_local; d++) {
         rt_replica *r = &t->replicas[d];
         ct_ctx_free(&r->ctx);
         ct_free(r->saved);
@@ -731,61 +687,63 @@ void ct_reversible_trainer_free(ct_reversible_trainer *t) {
     ct_free(t->units);
     ct_free(t->turns);
     ct_free(t->stats);
-    ct_device_free(&t->host, t->slots, t->n_slot_floats * sizeof(float));
-    ct_device_free(&t->host, t->host_grads, t->net.n_weights * sizeof(float));
-    ct_free(t->slot_offsets);
-    ct_free(t->frozen);
-    ct_net_free(&t->net);
-    ct_layer_free(t->model);
-    ct_optimizer_free(t->optim);
-    ct_comm_free(t->own_comm);
+    ct_device_free(&t->host, t->host_grads, t->b.net.n_weights * sizeof(float));
+    ct_device_free(&t->host, t->kept_grads, t->b.net.n_weights * sizeof(float));
+    ct_train_base_free(&t->b);
     ct_free(t);
+}
+
+static size_t rt_arena_bytes(const ct_trainer *base) {
+    const rt_trainer *t = (const rt_trainer *)base;
+    size_t n = 0;
+    for (int d = 0; d < t->b.n_local; d++) n += ct_arena_capacity(&t->replicas[d].arena);
+    return n;
 }
 
 // ---- one step ------------------------------------------------------------------------
 
-static ct_status ensure_device_buffers(ct_reversible_trainer *t, ct_error *err) {
+static ct_status ensure_device_buffers(rt_trainer *t, ct_error *err) {
     if (t->opt.copy_weights)
         for (int b = 0; b < 2; b++) {
             if (!t->stage[b].w)
-                CT_TRY(ct_device_alloc(t->dev, t->max_w * sizeof(float), "staged layer weights",
+                CT_TRY(ct_device_alloc(t->b.dev, t->max_w * sizeof(float), "staged layer weights",
                                        (void **)&t->stage[b].w, err));
             if (!t->stage[b].s)
-                CT_TRY(ct_device_alloc(t->dev, t->max_slots * sizeof(float), "staged layer optimizer slots",
+                CT_TRY(ct_device_alloc(t->b.dev, t->max_slots * sizeof(float), "staged layer optimizer slots",
                                        (void **)&t->stage[b].s, err));
         }
     if (t->gather_floats && !t->gather)
-        CT_TRY(ct_device_alloc(t->dev, t->gather_floats * sizeof(float), "Adasum gather buffer (one layer)",
+        CT_TRY(ct_device_alloc(t->b.dev, t->gather_floats * sizeof(float), "Adasum gather buffer (one layer)",
                                (void **)&t->gather, err));
-    for (int d = 0; d < t->n_local; d++)
+    for (int d = 0; d < t->b.n_local; d++)
         if (!t->replicas[d].grad_buf)
-            CT_TRY(ct_device_alloc(t->dev, t->max_w * sizeof(float), "layer gradients",
+            CT_TRY(ct_device_alloc(t->b.dev, t->max_w * sizeof(float), "layer gradients",
                                    (void **)&t->replicas[d].grad_buf, err));
     return CT_OK;
 }
 
-static bool defers_updates(const ct_reversible_trainer *t) {
-    return t->opt.common.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL;
+static bool defers_updates(const rt_trainer *t) {
+    return t->b.opts.clip_grad_norm > 0.0f && t->opt.clip_mode == CT_CLIP_GLOBAL;
 }
 
 // Where turn k's weights and slots are.
-static rt_stage stage_of(const ct_reversible_trainer *t, int k) {
+static rt_stage stage_of(const rt_trainer *t, int k) {
     const rt_unit *u = &t->units[t->turns[k].unit];
-    if (!t->opt.copy_weights) return (rt_stage){t->net.weights + u->w_begin, t->slots + u->slot_begin};
+    if (!t->opt.copy_weights) return (rt_stage){t->b.net.weights + u->w_begin, t->b.slots + u->slot_begin};
     return t->stage[k % 2];
 }
 
 // Starts staging turn k's range into its buffer.
-static void stage_post(ct_reversible_trainer *t, int k) {
+static void stage_post(rt_trainer *t, int k) {
     if (!t->opt.copy_weights) return;
     const rt_turn *turn = &t->turns[k];
     const rt_unit *u = &t->units[turn->unit];
     rt_stage s = stage_of(t, k);
-    rt_copy w = {s.w, t->net.weights + u->w_begin, u->w_end - u->w_begin};
+    rt_copy w = {s.w, t->b.net.weights + u->w_begin, u->w_end - u->w_begin};
     // Slots only for a turn that updates (not a forward, nor a backward whose
     // update waits for the global norm).
     bool update = turn->backward && !defers_updates(t);
-    rt_copy slots = {s.s, t->slots + u->slot_begin, update ? u->slot_end - u->slot_begin : 0};
+    rt_copy slots = {s.s, t->b.slots + u->slot_begin, update ? u->slot_end - u->slot_begin : 0};
     prefetch_post(&t->pf, w, slots);
 }
 
@@ -856,7 +814,7 @@ static void copy_state(const rt_replica *r, const rt_unit *u, float *saved, bool
 }
 
 // Forward of a standard or reversible layer, without a tape.
-static ct_status forward_turn(ct_reversible_trainer *t, rt_replica *r, rt_unit *u, rt_stage s, ct_error *err) {
+static ct_status forward_turn(rt_trainer *t, rt_replica *r, rt_unit *u, rt_stage s, ct_error *err) {
     ct_ctx *c = &r->ctx;
     bind_unit(r, u, s, false);
     ct_tensor in[CT_LAYER_MAX_IO], out[CT_LAYER_MAX_IO];
@@ -897,18 +855,18 @@ static ct_status loss_forward(rt_replica *r, rt_unit *u, rt_stage s, ct_error *e
     if (r->state_before) copy_state(r, u, r->state_before, false);
     ct_tensor in[CT_LAYER_MAX_IO];
     tensors_of(r->vals, u->n_in, in);
-    CT_TRY(leaves_forward(r, u, c, in, &r->loss_out, err));
+    CT_TRY(leaves_forward(r, u, c, in, &r->dv.loss_out, err));
     // A loss layer that does not say what it averaged over counts as one.
-    r->weight = c->loss_weight >= 0 ? c->loss_weight : 1.0;
+    r->dv.weight = c->loss_weight >= 0 ? c->loss_weight : 1.0;
     return CT_OK;
 }
 
 // The loss layer's backward from the seed; its input gradients start the
 // gradient stack.
-static ct_status loss_backward(ct_reversible_trainer *t, rt_replica *r, rt_unit *u, ct_error *err) {
+static ct_status loss_backward(rt_trainer *t, rt_replica *r, rt_unit *u, ct_error *err) {
     ct_ctx *c = &r->ctx;
-    ct_tensor gout = ct_tensor_sig(&r->loss_out), gin[CT_LAYER_MAX_IO];
-    gout.data = &r->seed;
+    ct_tensor gout = ct_tensor_sig(&r->dv.loss_out), gin[CT_LAYER_MAX_IO];
+    gout.data = &r->dv.seed;
     ct_status st = leaves_backward(r, u, c, &gout, gin, err);
     rt_item items[CT_LAYER_MAX_IO];
     if (st == CT_OK) st = adopt(t, r, gin, u->n_in, items, err);
@@ -922,7 +880,7 @@ static ct_status loss_backward(ct_reversible_trainer *t, rt_replica *r, rt_unit 
 
 // Backward of a reversible layer (reverse_and_grad) or a standard one (its
 // forward again from the kept inputs, with the tape, then backward).
-static ct_status backward_turn(ct_reversible_trainer *t, rt_replica *r, rt_unit *u, rt_stage s, ct_error *err) {
+static ct_status backward_turn(rt_trainer *t, rt_replica *r, rt_unit *u, rt_stage s, ct_error *err) {
     ct_ctx *c = &r->ctx;
     bind_unit(r, u, s, true);
     ct_tensor out[CT_LAYER_MAX_IO], gout[CT_LAYER_MAX_IO], in[CT_LAYER_MAX_IO], gin[CT_LAYER_MAX_IO];
@@ -974,34 +932,26 @@ static ct_status backward_turn(ct_reversible_trainer *t, rt_replica *r, rt_unit 
 // What one turn does on one replica.
 typedef enum rt_phase { RT_FORWARD, RT_LOSS_FORWARD, RT_LOSS_BACKWARD, RT_BACKWARD } rt_phase;
 
-static void replica_turn(ct_reversible_trainer *t, int d, rt_phase phase, rt_unit *u, rt_stage s) {
+static void replica_turn(rt_trainer *t, int d, rt_phase phase, rt_unit *u, rt_stage s) {
     rt_replica *r = &t->replicas[d];
     switch (phase) {
-    case RT_FORWARD: r->status = forward_turn(t, r, u, s, &r->err); break;
-    case RT_LOSS_FORWARD: r->status = loss_forward(r, u, s, &r->err); break;
-    case RT_LOSS_BACKWARD: r->status = loss_backward(t, r, u, &r->err); break;
-    case RT_BACKWARD: r->status = backward_turn(t, r, u, s, &r->err); break;
+    case RT_FORWARD: r->dv.status = forward_turn(t, r, u, s, &r->dv.err); break;
+    case RT_LOSS_FORWARD: r->dv.status = loss_forward(r, u, s, &r->dv.err); break;
+    case RT_LOSS_BACKWARD: r->dv.status = loss_backward(t, r, u, &r->dv.err); break;
+    case RT_BACKWARD: r->dv.status = backward_turn(t, r, u, s, &r->dv.err); break;
     }
 }
 
 // Runs a phase of unit u's turn on every local replica (threads when there
 // are several; kernels then run single-threaded inside each). Returns the
 // first failing replica's error.
-static ct_status run_replicas(ct_reversible_trainer *t, rt_phase phase, rt_unit *u, rt_stage s, ct_error *err) {
-    if (t->n_local == 1) replica_turn(t, 0, phase, u, s);
+static ct_status run_replicas(rt_trainer *t, rt_phase phase, rt_unit *u, rt_stage s, ct_error *err) {
+    if (t->b.n_local == 1) replica_turn(t, 0, phase, u, s);
     else {
-#pragma omp parallel for num_threads(t->n_local) schedule(static, 1)
-        for (int d = 0; d < t->n_local; d++) replica_turn(t, d, phase, u, s);
+#pragma omp parallel for num_threads(t->b.n_local) schedule(static, 1)
+        for (int d = 0; d < t->b.n_local; d++) replica_turn(t, d, phase, u, s);
     }
-    for (int d = 0; d < t->n_local; d++) {
-        rt_replica *r = &t->replicas[d];
-        if (r->status != CT_OK) {
-            if (err) *err = r->err;
-            if (t->n_global > 1) ct_error_prefix(err, "device %d", t->first_global + d);
-            return r->status;
-        }
-    }
-    return CT_OK;
+    return ct_train_devices_status(&t->b, err);
 }
 
 // The loss turn's first half: forward on every device (unless this process
@@ -1011,33 +961,19 @@ static ct_status run_replicas(ct_reversible_trainer *t, rt_phase phase, rt_unit 
 // process takes part in the sum, even one that failed (here or in an
 // earlier layer), so a failure cannot leave the others waiting: it sends a
 // NaN, and every process stops here.
-static ct_status loss_forward_and_sum(ct_reversible_trainer *t, rt_unit *u, rt_stage s, ct_status failed,
-                                      float *loss, ct_error *err) {
+static ct_status loss_forward_and_sum(rt_trainer *t, rt_unit *u, rt_stage s, ct_status failed, float *loss,
+                                      ct_error *err) {
     ct_status st = failed != CT_OK ? failed : run_replicas(t, RT_LOSS_FORWARD, u, s, err);
-    double sums[2] = {0, 0};  // sum of W_d, sum of L_d * W_d
-    for (int d = 0; d < t->n_local && st == CT_OK; d++) {
-        const rt_replica *r = &t->replicas[d];
-        sums[0] += r->weight;
-        sums[1] += (double)*ct_f32(&r->loss_out) * r->weight;
-    }
-    if (st != CT_OK) sums[0] = NAN;
-    ct_status cst = ct_comm_allreduce_f64(t->comm, sums, 2, st == CT_OK ? err : NULL);
-    if (st == CT_OK && cst != CT_OK) st = cst;
-    if (st == CT_OK && !(sums[0] > 0))
-        st = ct_error_set(err, CT_ERR_STATE,
-                          "reversible trainer: a device failed or the loss weights sum to %g over all devices",
-                          sums[0]);
-    if (st != CT_OK) return st;
-    *loss = (float)(sums[1] / sums[0]);
+    double mean;
+    CT_TRY(ct_train_global_loss(&t->b, st, &mean, err));
+    *loss = (float)mean;
     // The loss over every device of every process: each process stops here
     // alike, before any backward or update.
-    if (!isfinite(sums[1] / sums[0])) {
+    if (!isfinite(mean)) {
         t->nf_loss = true;
-        t->nf_value = sums[1] / sums[0];
-        return ct_error_set(err, CT_ERR_NONFINITE, "non-finite loss (%g)", shown(t->nf_value));
+        t->nf_value = mean;
+        return ct_error_set(err, CT_ERR_NONFINITE, "non-finite loss (%g)", ct_train_shown(t->nf_value));
     }
-    for (int d = 0; d < t->n_local; d++)
-        t->replicas[d].seed = (float)((double)t->n_global * t->replicas[d].weight / sums[0]);
     return CT_OK;
 }
 
@@ -1045,43 +981,28 @@ static ct_status loss_forward_and_sum(ct_reversible_trainer *t, rt_unit *u, rt_s
 // gradient buffer: the mean (local replicas summed in device order, then
 // the processes' sums added, then divided by the device count; the
 // standard Trainer's arithmetic), or Adasum.
-static ct_status combine_grads(ct_reversible_trainer *t, const rt_unit *u, ct_error *err) {
+static ct_status combine_grads(rt_trainer *t, const rt_unit *u, ct_error *err) {
     size_t nw = u->w_end - u->w_begin;
-    float *dst = t->replicas[0].grad_buf;
-    if (t->opt.common.adasum) {
-        float *local[CT_MAX_LOCAL_DEVICES];
-        for (int d = 0; d < t->n_local; d++) local[d] = t->replicas[d].grad_buf;
-        return ct_adasum_devices(t->comm, local, t->n_local, nw, u->ranges, u->p_end - u->p_begin, t->gather, dst,
-                                 err);
-    }
-    if (t->n_local > 1) {
-        int64_t n = (int64_t)nw;
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; i++) {
-            float sum = dst[i];
-            for (int d = 1; d < t->n_local; d++) sum += t->replicas[d].grad_buf[i];
-            dst[i] = sum;
-        }
-    }
-    CT_TRY(ct_comm_allreduce_f32(t->comm, dst, nw, err));
-    if (t->n_global > 1) {
-        float inv = 1.0f / (float)t->n_global;
-        for (size_t i = 0; i < nw; i++) dst[i] *= inv;
-    }
-    return CT_OK;
+    float *local[CT_MAX_LOCAL_DEVICES];
+    for (int d = 0; d < t->b.n_local; d++) local[d] = t->replicas[d].grad_buf;
+    if (t->b.opts.adasum)
+        return ct_adasum_devices(t->b.comm, local, t->b.n_local, nw, u->ranges, u->p_end - u->p_begin, t->gather,
+                                 local[0], err);
+    return ct_train_mean(&t->b, local, nw, true, err);
 }
 
 // Applies the optimizer to unit u's weights (staged in s) from grad
 // (unit-relative), skipping frozen weights.
-static void apply_updates(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, float *grad, int64_t step,
+static void apply_updates(rt_trainer *t, const rt_unit *u, rt_stage s, float *grad, int64_t step,
                           float lr) {
     for (int p = u->p_begin; p < u->p_end; p++) {
-        if (t->frozen[p]) continue;
-        const ct_param *param = t->net.params[p];
+        if (t->b.frozen[p]) continue;
+        const ct_param *param = t->b.net.params[p];
         size_t off = param->offset - u->w_begin;
-        ct_optimizer_update(t->optim, step, lr, &param->sig, s.w + off, grad + off,
-                            s.s + (t->slot_offsets[p] - u->slot_begin));
+        ct_optimizer_update(t->b.opt, step, lr, &param->sig, s.w + off, grad + off,
+                            s.s + (t->b.slot_offsets[p] - u->slot_begin));
     }
+    if (t->kept_grads) memcpy(t->kept_grads + u->w_begin, grad, (u->w_end - u->w_begin) * sizeof(float));
 }
 
 // Norms of unit u's combined gradient (in device 0's buffer; frozen weights'
@@ -1090,56 +1011,47 @@ static void apply_updates(ct_reversible_trainer *t, const rt_unit *u, rt_stage s
 // gradient norm (the same on every process: the gradient is combined)
 // stops it before the update with CT_ERR_NONFINITE: the norm is computed
 // anyway, so a healthy step checks nothing more.
-static ct_status update_unit(ct_reversible_trainer *t, const rt_unit *u, rt_stage s, int64_t step, float lr,
+static ct_status update_unit(rt_trainer *t, const rt_unit *u, rt_stage s, int64_t step, float lr,
                              double *g2, double *w2) {
     size_t nw = u->w_end - u->w_begin;
     float *grad = t->replicas[0].grad_buf;
-    for (int p = u->p_begin; p < u->p_end; p++)
-        if (t->frozen[p]) memset(grad + u->ranges[p - u->p_begin].offset, 0, u->ranges[p - u->p_begin].length * sizeof(float));
-    *g2 = sum_squares(grad, nw);
+    *g2 = ct_train_drop_frozen(&t->b, grad, u->w_begin, nw, u->p_begin, u->p_end);
     if (!isfinite(*g2)) return CT_ERR_NONFINITE;
-    *w2 = sum_squares(s.w, nw);
+    *w2 = ct_train_sum_squares(s.w, nw);
     if (defers_updates(t)) {
         memcpy(t->host_grads + u->w_begin, grad, nw * sizeof(float));
         return CT_OK;
     }
-    float clip = t->opt.common.clip_grad_norm;
-    if (clip > 0.0f && t->opt.clip_mode == CT_CLIP_PER_LAYER) {
-        double norm = sqrt(*g2);
-        if (norm > clip) {
-            float scale = (float)(clip / norm);
-            for (size_t i = 0; i < nw; i++) grad[i] *= scale;
-        }
-    }
+    float clip = t->b.opts.clip_grad_norm;
+    if (clip > 0.0f && t->opt.clip_mode == CT_CLIP_PER_LAYER) ct_train_clip(grad, nw, sqrt(*g2), clip);
     apply_updates(t, u, s, grad, step, lr);
     if (t->opt.copy_weights) {
-        memcpy(t->net.weights + u->w_begin, s.w, nw * sizeof(float));
-        memcpy(t->slots + u->slot_begin, s.s, (u->slot_end - u->slot_begin) * sizeof(float));
+        memcpy(t->b.net.weights + u->w_begin, s.w, nw * sizeof(float));
+        memcpy(t->b.slots + u->slot_begin, s.s, (u->slot_end - u->slot_begin) * sizeof(float));
     }
     return CT_OK;
 }
 
 // CT_CLIP_GLOBAL's second pass: every layer's update with its gradient
 // scaled by min(1, clip / global norm).
-static void deferred_updates(ct_reversible_trainer *t, int64_t step, float lr, double global_norm) {
-    float clip = t->opt.common.clip_grad_norm;
-    float scale = global_norm > clip ? (float)(clip / global_norm) : 1.0f;
+static void deferred_updates(rt_trainer *t, int64_t step, float lr, double global_norm) {
+    float scale = ct_clip_factor((float)global_norm, t->b.opts.clip_grad_norm);
     float *grad = t->replicas[0].grad_buf;
     for (int k = 0; k < t->n_units; k++) {
         const rt_unit *u = &t->units[k];
         size_t nw = u->w_end - u->w_begin, ns = u->slot_end - u->slot_begin;
         if (!nw) continue;
-        rt_stage s = {t->net.weights + u->w_begin, t->slots + u->slot_begin};
+        rt_stage s = {t->b.net.weights + u->w_begin, t->b.slots + u->slot_begin};
         if (t->opt.copy_weights) {
             s = t->stage[0];
-            memcpy(s.w, t->net.weights + u->w_begin, nw * sizeof(float));
-            memcpy(s.s, t->slots + u->slot_begin, ns * sizeof(float));
+            memcpy(s.w, t->b.net.weights + u->w_begin, nw * sizeof(float));
+            memcpy(s.s, t->b.slots + u->slot_begin, ns * sizeof(float));
         }
         for (size_t i = 0; i < nw; i++) grad[i] = t->host_grads[u->w_begin + i] * scale;
         apply_updates(t, u, s, grad, step, lr);
         if (t->opt.copy_weights) {
-            memcpy(t->net.weights + u->w_begin, s.w, nw * sizeof(float));
-            memcpy(t->slots + u->slot_begin, s.s, ns * sizeof(float));
+            memcpy(t->b.net.weights + u->w_begin, s.w, nw * sizeof(float));
+            memcpy(t->b.slots + u->slot_begin, s.s, ns * sizeof(float));
         }
     }
 }
@@ -1154,18 +1066,18 @@ static double rss_mib(void) {
     return (double)pages_resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
 }
 
-static void log_memory(const ct_reversible_trainer *t, int64_t step, const char *when) {
+static void log_memory(const rt_trainer *t, int64_t step, const char *when) {
     if (t->opt.log_every <= 0 || step % t->opt.log_every != 1 % t->opt.log_every) return;
     ct_log(CT_LOG_INFO,
            "reversible trainer step %lld, %s: host memory (RSS) %.1f MiB; host slabs %.1f MiB; device %.1f MiB "
            "now, %.1f MiB peak",
            (long long)step, when, rss_mib(), (double)t->host.current_bytes / 1048576.0,
-           (double)t->dev->current_bytes / 1048576.0, (double)t->dev->peak_bytes / 1048576.0);
+           (double)t->b.dev->current_bytes / 1048576.0, (double)t->b.dev->peak_bytes / 1048576.0);
 }
 
 // Drops every stack item and kept input (after a failure or at the end).
-static void clear_stacks(ct_reversible_trainer *t) {
-    for (int d = 0; d < t->n_local; d++) {
+static void clear_stacks(rt_trainer *t) {
+    for (int d = 0; d < t->b.n_local; d++) {
         rt_replica *r = &t->replicas[d];
         for (int i = 0; i < r->n_pool; i++) r->pool[i].refs = 0;
         for (int i = 0; i < t->n_units * CT_LAYER_MAX_IO; i++) r->saved[i].buf = -1;
@@ -1180,9 +1092,9 @@ static void clear_stacks(ct_reversible_trainer *t) {
 // collective (the loss layer's weight sum, or the failure flag each layer
 // sends before its gradients are combined), where every process learns of
 // it and returns; so no process is left waiting on another.
-static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, ct_status failed, float *loss,
+static ct_status run_turns(rt_trainer *t, int64_t step, float lr, ct_status failed, float *loss,
                            double *g2, double *w2, ct_error *err) {
-    bool many_processes = ct_comm_size(t->comm) > 1;
+    bool many_processes = ct_comm_size(t->b.comm) > 1;
     ct_status st = CT_OK;
     // Staging only while this process computes (after a failure of
     // ensure_device_buffers there may be no staging buffers).
@@ -1210,7 +1122,7 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, ct_
         if (has_weights && many_processes) {
             char where[48];
             snprintf(where, sizeof where, "before layer %d's update", unit);
-            if ((st = ct_train_agree_on_failure(t->comm, failed, "reversible trainer", where, err)) != CT_OK) continue;
+            if ((st = ct_train_agree_on_failure(&t->b, failed, where, err)) != CT_OK) continue;
         }
         if (failed != CT_OK) continue;  // this process stops at the next collective
         // Each layer's gradient is combined before its update, so every
@@ -1237,35 +1149,18 @@ static ct_status run_turns(ct_reversible_trainer *t, int64_t step, float lr, ct_
     // A failure after the last layer with weights: every process learns of
     // it before any applies the deferred (globally clipped) updates.
     if (st == CT_OK && many_processes)
-        st = ct_train_agree_on_failure(t->comm, failed, "reversible trainer", "at the end of the step", err);
+        st = ct_train_agree_on_failure(&t->b, failed, "at the end of the step", err);
     if (st == CT_OK) st = failed;
     if (st == CT_OK && defers_updates(t)) deferred_updates(t, step, lr, sqrt(*g2));
     return st;
-}
-
-// The first replica, in device order, whose turn failed in the checking
-// re-run, described into found (its layer, or why the re-run itself
-// failed). False if every replica finished.
-static bool first_finding(const ct_reversible_trainer *t, ct_error *found) {
-    for (int d = 0; d < t->n_local; d++) {
-        const rt_replica *r = &t->replicas[d];
-        if (r->status == CT_OK) continue;
-        char dev[32] = "";
-        if (t->n_global > 1) snprintf(dev, sizeof dev, " (device %d)", t->first_global + d);
-        *found = r->err;
-        ct_error_prefix(found, "%s%s", r->status == CT_ERR_NONFINITE ? "first non-finite value" : "the checking re-run failed",
-                        dev);
-        return true;
-    }
-    return false;
 }
 
 // Puts back the state as the step found it: replica 0 runs on the net's
 // state, and its state_before holds each layer's range as it was before
 // that layer's forward (the loss layer's too), which changes no other
 // layer's range. Every forward ran before any non-finite value is found.
-static void restore_state(ct_reversible_trainer *t) {
-    if (t->net.n_state) memcpy(t->net.state, t->replicas[0].state_before, t->net.n_state * sizeof(float));
+static void restore_state(rt_trainer *t) {
+    if (t->b.net.n_state) memcpy(t->b.net.state, t->replicas[0].state_before, t->b.net.n_state * sizeof(float));
 }
 
 // The step went non-finite at turn t->nf_turn (its loss, or a layer's
@@ -1274,36 +1169,25 @@ static void restore_state(ct_reversible_trainer *t) {
 // (ct_ctx.check_finite), with no collective and no update, to find the
 // first layer whose output or gradient went non-finite. Each process
 // decided alike from combined values and names what its own devices found.
-static ct_status nonfinite_step(ct_reversible_trainer *t, const ct_tensor *batch, ct_key key, ct_error *err) {
+static ct_status nonfinite_step(rt_trainer *t, const ct_tensor *batch, ct_key key, ct_error *err) {
     const rt_unit *bad = &t->units[t->turns[t->nf_turn].unit];
     ct_error found;
-    ct_error_set(&found, CT_ERR_NONFINITE, "every layer's outputs and gradients on this process's devices are "
-                                           "finite: the non-finite value came from combining them (an overflow in "
-                                           "the sum over devices) or from another process's devices");
     // Layers after the bad one with weights not frozen already made their
     // update (fused updates: each as its backward ends), and the re-run sees
     // their new weights.
     int first_updated = -1, last_updated = -1;
     for (int k = (int)(bad - t->units) + 1; k < t->n_units && !t->nf_loss && !defers_updates(t); k++)
         for (int p = t->units[k].p_begin; p < t->units[k].p_end; p++)
-            if (!t->frozen[p]) {
+            if (!t->b.frozen[p]) {
                 if (first_updated < 0) first_updated = k;
                 last_updated = k;
                 break;
             }
     clear_stacks(t);
     restore_state(t);
-    ct_status st = CT_OK;  // becomes the first finding
-    for (int i = 0; i < t->n_batch && st == CT_OK; i++) {
-        const ct_tensor *b = &batch[i];
-        if (b->dtype != CT_DTYPE_F32) continue;
-        int64_t n = ct_tensor_numel(b), k = 0;
-        while (k < n && isfinite(ct_f32(b)[k])) k++;
-        if (k < n)  // a NaN in the data is no layer's doing
-            st = ct_error_set(&found, CT_ERR_NONFINITE, "batch item %d is %g at element %lld", i,
-                              shown(ct_f32(b)[k]), (long long)k);
-    }
-    for (int d = 0; d < t->n_local && st == CT_OK; d++) {
+    // st becomes the first finding.
+    ct_status st = ct_train_nonfinite_begin(batch, t->n_batch, &found) ? CT_ERR_NONFINITE : CT_OK;
+    for (int d = 0; d < t->b.n_local && st == CT_OK; d++) {
         replica_begin_step(t, &t->replicas[d], d, batch, key);
         t->replicas[d].ctx.check_finite = true;
     }
@@ -1320,12 +1204,12 @@ static ct_status nonfinite_step(ct_reversible_trainer *t, const ct_tensor *batch
         } else {
             st = run_replicas(t, t->turns[k].backward ? RT_BACKWARD : RT_FORWARD, u, s, NULL);
         }
-        if (st != CT_OK) first_finding(t, &found);
+        if (st != CT_OK) ct_train_first_finding(&t->b, &found);
     }
-    for (int d = 0; d < t->n_local; d++) t->replicas[d].ctx.check_finite = false;
+    for (int d = 0; d < t->b.n_local; d++) t->replicas[d].ctx.check_finite = false;
     clear_stacks(t);
     restore_state(t);
-    if (t->nf_loss) return ct_error_set(err, CT_ERR_NONFINITE, "non-finite loss (%g): %s", shown(t->nf_value), found.msg);
+    if (t->nf_loss) return ct_error_set(err, CT_ERR_NONFINITE, "non-finite loss (%g): %s", ct_train_shown(t->nf_value), found.msg);
     char updated[96] = "";
     if (first_updated >= 0 && first_updated == last_updated)
         snprintf(updated, sizeof updated, ", after this step had updated trainer layer %d", first_updated);
@@ -1335,15 +1219,15 @@ static ct_status nonfinite_step(ct_reversible_trainer *t, const ct_tensor *batch
     // CT_ERR_NONFINITE promises that nothing was updated (a Loop may skip
     // such a step); a partly applied step is a failed state instead.
     return ct_error_set(err, first_updated >= 0 ? CT_ERR_STATE : CT_ERR_NONFINITE,
-                        "non-finite gradient (L2 norm %g) in trainer layer %d%s: %s", shown(sqrt(t->nf_value)),
+                        "non-finite gradient (L2 norm %g) in trainer layer %d%s: %s", ct_train_shown(sqrt(t->nf_value)),
                         (int)(bad - t->units), updated, found.msg);
 }
 
-ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tensor *batch, ct_key key,
-                                         int64_t step, float learning_rate, ct_step_stats *stats,
-                                         ct_error *err) {
-    const ct_net *net = &t->net;
-    CT_TRY(ct_train_check_batch("reversible trainer", net, batch, t->n_local, err));
+static ct_status rt_one_step(ct_trainer *base, const ct_tensor *batch, ct_key key, int64_t step, float learning_rate,
+                             ct_step_stats *stats, ct_error *err) {
+    rt_trainer *t = (rt_trainer *)base;
+    const ct_net *net = &t->b.net;
+    CT_TRY(ct_train_check_batch(&t->b, batch, err));
     log_memory(t, step, "forward");
     // A failure here still goes through the turns, to the first collective.
     ct_status st = ensure_device_buffers(t, err);
@@ -1351,7 +1235,7 @@ ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tens
     double g2 = 0.0, w2 = 0.0;
     t->batch = batch;
     t->n_batch = net->n_in;
-    for (int d = 0; d < t->n_local; d++) replica_begin_step(t, &t->replicas[d], d, batch, key);
+    for (int d = 0; d < t->b.n_local; d++) replica_begin_step(t, &t->replicas[d], d, batch, key);
     t->nf_turn = -1;
     t->nf_loss = false;
     st = run_turns(t, step, learning_rate, st, &loss, &g2, &w2, err);
@@ -1362,6 +1246,7 @@ ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tens
     if (t->opt.free_device_each_step) free_device_buffers(t);
     if (st != CT_OK) return st;
     log_memory(t, step, "backward done");
+    t->b.grads = t->kept_grads;
     if (stats) {
         stats->loss = loss;
         stats->gradients_l2 = (float)sqrt(g2);
@@ -1372,39 +1257,19 @@ ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tens
 
 // ---- accessors -------------------------------------------------------------------------
 
-const ct_layer_stat *ct_reversible_trainer_layer_stats(const ct_reversible_trainer *t, int *n) {
-    if (n) *n = t->n_stats;
-    return t->stats;
+static const rt_trainer *as_rt(const ct_trainer *t) { return t->vt == &rt_vt ? (const rt_trainer *)t : NULL; }
+
+const ct_layer_stat *ct_trainer_layer_stats(const ct_trainer *t, int *n) {
+    const rt_trainer *r = as_rt(t);
+    if (n) *n = r ? r->n_stats : 0;
+    return r ? r->stats : NULL;
 }
 
-int ct_reversible_trainer_n_layers(const ct_reversible_trainer *t) { return t->n_units; }
+int ct_trainer_n_layers(const ct_trainer *t) { return as_rt(t) ? as_rt(t)->n_units : 0; }
 
-const char *ct_reversible_trainer_layer_desc(const ct_reversible_trainer *t, int i) {
-    CT_ASSERT(i >= 0 && i < t->n_units);
-    return t->units[i].desc;
+const char *ct_trainer_layer_desc(const ct_trainer *t, int i) {
+    CT_ASSERT(i >= 0 && i < ct_trainer_n_layers(t));
+    return as_rt(t)->units[i].desc;
 }
 
-const ct_net *ct_reversible_trainer_net(const ct_reversible_trainer *t) { return &t->net; }
-ct_layer *ct_reversible_trainer_model(const ct_reversible_trainer *t) { return t->model; }
-int ct_reversible_trainer_local_devices(const ct_reversible_trainer *t) { return t->n_local; }
-int ct_reversible_trainer_global_devices(const ct_reversible_trainer *t) { return t->n_global; }
-
-float *ct_reversible_trainer_slots(const ct_reversible_trainer *t, size_t *n_floats) {
-    if (n_floats) *n_floats = t->n_slot_floats;
-    return t->slots;
-}
-
-const ct_device *ct_reversible_trainer_host(const ct_reversible_trainer *t) { return &t->host; }
-
-void ct_reversible_trainer_param_slots(const ct_reversible_trainer *t, int i, size_t *offset, size_t *n_floats) {
-    CT_ASSERT(i >= 0 && i < t->net.n_params);
-    *offset = t->slot_offsets[i];
-    *n_floats = t->slot_offsets[i + 1] - t->slot_offsets[i];
-}
-
-bool ct_reversible_trainer_param_frozen(const ct_reversible_trainer *t, int i) {
-    CT_ASSERT(i >= 0 && i < t->net.n_params);
-    return t->frozen[i];
-}
-
-ct_optimizer *ct_reversible_trainer_optimizer(const ct_reversible_trainer *t) { return t->optim; }
+const ct_device *ct_trainer_host(const ct_trainer *t) { return t->slab_dev; }

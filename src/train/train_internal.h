@@ -1,27 +1,138 @@
-// What the two trainers (trainer.c, reversible_trainer.c) share: the batch
-// split over local devices along axis 0. Not public.
+// What the two trainers (trainer.c: the standard step; reversible_trainer.c:
+// the memory-efficient one) share, behind the one ct_trainer of trainer.h:
+// construction (options, comm, the net, the slot slab), the batch split over
+// local devices, the loss weights across devices and processes, the
+// gradient mean, clipping and statistics, the checking re-run's report, and
+// the accessors (train_common.c). Not public.
 #ifndef CTRAX_TRAIN_TRAIN_INTERNAL_H
 #define CTRAX_TRAIN_TRAIN_INTERNAL_H
 
 #include "ctrax/core/error.h"
+#include "ctrax/data/stream.h"
 #include "ctrax/dist/comm.h"
-#include "ctrax/layers/layer.h"
+#include "ctrax/layers/layer_author.h"
+#include "ctrax/train/reversible_trainer.h"
+#include "ctrax/train/trainer.h"
 
-// sigs[i]: what one of n_local devices sees of batch_sigs[i] (axis 0
-// divided); an error naming `who` and the item when it does not divide.
-ct_status ct_train_device_sigs(const char *who, const ct_tensor *batch_sigs, int n_batch, int n_local, ct_tensor *sigs,
-                               ct_error *err);
+// What one local device's step leaves for the shared code: its loss, what
+// the loss averaged over, its backward seed, and how its pass ended.
+typedef struct ct_train_dev {
+    ct_tensor loss_out;
+    double weight;  // what its loss averaged over (ct_ctx.loss_weight)
+    float seed;     // d loss / d (its loss), from the global weight
+    ct_status status;
+    ct_error err;
+} ct_train_dev;
+
+// The two implementations.
+typedef struct ct_trainer_vt {
+    const char *who;  // in messages: "trainer", "reversible trainer"
+    ct_status (*one_step)(ct_trainer *t, const ct_tensor *batch, ct_key key, int64_t step, float lr,
+                          ct_step_stats *stats, ct_error *err);
+    size_t (*arena_bytes)(const ct_trainer *t);
+    void (*free)(ct_trainer *t);  // everything: its own parts, ct_train_base_free, the struct
+} ct_trainer_vt;
+
+// The shared part, first in each implementation's struct.
+struct ct_trainer {
+    const ct_trainer_vt *vt;
+    ct_trainer_options opts;
+    ct_net net;            // Serial(model, loss) bound to its slabs
+    ct_layer *model;       // one reference
+    ct_optimizer *opt;     // owned
+    ct_device *dev;        // the accelerator: arenas, gradients (counted)
+    ct_device *slab_dev;   // where the net and the slots live: dev, or the host
+    ct_comm *comm;         // opts.comm, or own_comm
+    ct_comm *own_comm;
+    int n_local;           // local devices (opts.n_devices)
+    int n_global;          // devices over all processes
+    int first_global;      // global index of this process's device 0
+    float *slots;          // optimizer slot slab
+    size_t n_slot_floats;
+    size_t *slot_offsets;  // per net.params[i], into slots (n_params + 1 entries)
+    bool *frozen;          // per net.params[i]
+    ct_range *ranges;      // per net.params[i]: its slab range
+    const float *grads;    // the last step's combined gradients, or NULL
+    ct_train_dev *devs[CT_MAX_LOCAL_DEVICES];  // set by the implementation
+    // ct_trainer_eval_loss: one context on dev, made at the first call.
+    ct_arena eval_arena;
+    ct_ctx eval_ctx;
+    bool eval_ready;
+};
+
+// The construction both share: checks the options, takes model, loss and
+// opt (opt on every path), sets up the comm, initializes the net for one
+// device's share of batch_sigs on slab_dev, checks that the loss leaves one
+// f32 scalar, and lays out and allocates the slot slab (frozen weights have
+// none) on slab_dev. On failure the caller frees t with ct_train_base_free.
+ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *model, ct_layer *loss,
+                             const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt, ct_key init_key,
+                             ct_device *dev, ct_device *slab_dev, const ct_trainer_options *opts, ct_error *err);
+void ct_train_base_free(ct_trainer *t);
+
+// The implementations' constructors (t->vt->who names them in messages).
+ct_status ct_standard_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs,
+                                  int n_batch, ct_optimizer *opt, ct_key init_key, ct_device *dev,
+                                  const ct_trainer_options *opts, ct_error *err);
+ct_status ct_reversible_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs,
+                                    int n_batch, ct_optimizer *opt, ct_key init_key, ct_device *dev,
+                                    const ct_trainer_options *opts, ct_error *err);
+
+
+
+
+
+
+// This process's rows of a global batch: rows [p B/P, (p+1) B/P) of every
+// tensor (views), for process rank of n_proc.
+ct_status ct_train_local_rows(const ct_batch *global, int rank, int n_proc, ct_tensor *out, ct_error *err);
+
 // A step's batch against the per-device signatures the net was built for:
 // same dtypes and ranks, one batch size that divides by n_local.
-ct_status ct_train_check_batch(const char *who, const ct_net *net, const ct_tensor *batch, int n_local,
-                               ct_error *err);
+ct_status ct_train_check_batch(const ct_trainer *t, const ct_tensor *batch, ct_error *err);
+
+// The loss over every device of every process: sums W_d and L_d * W_d over
+// the local devices (t->devs), adds them over the processes, and sets each
+// device's seed n_global * W_d / W. Every process takes part, even one that
+// failed (failed != CT_OK): it sends a NaN, and every process fails here.
+// *mean gets the loss, which may be non-finite (the caller decides).
+ct_status ct_train_global_loss(ct_trainer *t, ct_status failed, double *mean, ct_error *err);
+
+// The first failing local device's error (prefixed with the device when
+// there are several), or CT_OK.
+ct_status ct_train_devices_status(const ct_trainer *t, ct_error *err);
+
+// The mean of n floats over every device: grads[d] is local device d's; the
+// result goes to grads[0] (local devices summed in device order, then the
+// processes' sums added, then divided by the device count). allreduce false:
+// the caller adds over the processes itself (gradient buckets).
+ct_status ct_train_mean(const ct_trainer *t, float *const *grads, size_t n, bool allreduce, ct_error *err);
+// Divides n floats by the global device count (the last part of the mean).
+void ct_train_divide(const ct_trainer *t, float *g, size_t n);
+
+// Zeroes the gradients of frozen weights among params [p_begin, p_end) in
+// grad, whose float 0 is slab offset base; returns sum g^2 of grad[0..n).
+double ct_train_drop_frozen(const ct_trainer *t, float *grad, size_t base, size_t n, int p_begin, int p_end);
+// Scales g[0..n) by ct_clip_factor(norm, clip) (nothing when it is 1).
+void ct_train_clip(float *g, size_t n, double norm, float clip);
+// sum x^2 in double (ct_sum_squares).
+double ct_train_sum_squares(const float *x, size_t n);
 
 // After a failure on some process, every process must still call the same
 // collectives: each says here whether it failed (one f64 allreduce over
 // comm). Returns this process's own error (failed, whose message is in
-// err), or, where it did not fail, an error naming `who` and `where` that
-// says another process did, or CT_OK when none failed.
-ct_status ct_train_agree_on_failure(ct_comm *comm, ct_status failed, const char *who, const char *where,
-                                    ct_error *err);
+// err), or, where it did not fail, an error naming `where` that says another
+// process did, or CT_OK when none failed.
+ct_status ct_train_agree_on_failure(const ct_trainer *t, ct_status failed, const char *where, ct_error *err);
+
+// The checking re-run of a non-finite step. ct_train_nonfinite_begin sets
+// found to "nothing found on this process" and returns true when a batch
+// item holds a non-finite value (found then names it: no layer's doing).
+// ct_train_first_finding describes the first local device whose pass failed
+// into found; false if every device finished.
+bool ct_train_nonfinite_begin(const ct_tensor *batch, int n_batch, ct_error *found);
+bool ct_train_first_finding(const ct_trainer *t, ct_error *found);
+// A value for a message: NaN without its sign bit.
+double ct_train_shown(double v);
 
 #endif

@@ -51,6 +51,7 @@
 #include "ctrax/layers/layer.h"
 #include "ctrax/optim/optimizer.h"
 #include "ctrax/optim/schedules.h"
+#include "ctrax/train/evaluator.h"
 #include "ctrax/train/trainer.h"
 
 #ifdef __cplusplus
@@ -66,21 +67,12 @@ typedef struct ct_train_task {
     ct_stream *stream;
     ct_layer *loss;
     ct_optimizer *optimizer;
-    const ct_schedule *lr_schedule;  // NULL: the optimizer's own learning rate
+    const ct_schedule *lr_schedule;  // every step's learning rate; NULL: learning_rate
     const char *loss_name;           // history/summaries: "metrics/<loss_name>"; NULL: the loss layer's name
+    float learning_rate;             // with no lr_schedule, every step's (must then be > 0)
 } ct_train_task;
 
-// An evaluation: n_batches batches of the stream, each metric layer applied
-// to [model output, the batch's other tensors...]. The metric layers are
-// weightless scalars (losses and accuracies); names default to the layers'.
-#define CT_EVAL_MAX_METRICS 16
-typedef struct ct_eval_task {
-    ct_stream *stream;
-    ct_layer *metrics[CT_EVAL_MAX_METRICS];
-    const char *metric_names[CT_EVAL_MAX_METRICS];
-    int n_metrics;
-    int n_batches;  // 1
-} ct_eval_task;
+// The eval task (ct_eval_task) is the evaluator's: evaluator.h.
 
 typedef bool (*ct_step_predicate)(int64_t step, void *user);
 
@@ -116,18 +108,18 @@ typedef struct ct_loop_options {
     int keep_last;      // regular checkpoints kept: 2
     bool restore;       // resume from output_dir's newest checkpoint: true
     uint64_t seed;      // the loop's key (init, dropout): 0
-    ct_trainer_options trainer;  // devices, comm, Adasum, clipping, frozen weights (either trainer)
+    // The trainer: devices, comm, Adasum, clipping, frozen weights, and
+    // trainer.memory_efficient for the memory-efficient (reversible) one:
+    // weights and slots on the host, one layer at a time on the device. Its
+    // checkpoints are the standard trainer's, so a run can switch trainers
+    // across a restore.
+    ct_trainer_options trainer;
     // A step whose loss or gradients are not finite (the trainer then updates
     // nothing and fails with CT_ERR_NONFINITE, naming the step and the first
     // layer that went non-finite): false stops the run with that error (the
     // checkpoints on disk are all finite); true skips the step and counts it
     // (training/skipped_steps in the metrics). Trax has no such check.
     bool skip_nonfinite;
-    // The memory-efficient (reversible) trainer instead of the standard one:
-    // weights and slots on the host, one layer at a time on the device, with
-    // the same trainer options. Its checkpoints are the standard trainer's,
-    // so a run can switch trainers across a restore.
-    bool use_memory_efficient_trainer;
     ct_device *device;  // counts the trainer's bytes; NULL: the loop's own CPU device
     // Set (by a signal handler) to stop after the current step with a
     // checkpoint; run then returns CT_OK with ct_loop_stopped true.
@@ -165,8 +157,7 @@ int64_t ct_loop_step(const ct_loop *loop);
 bool ct_loop_stopped(const ct_loop *loop);
 // The checkpoint the loop resumed from ("" if it started fresh).
 const char *ct_loop_restored_from(const ct_loop *loop);
-// The standard trainer (NULL with the memory-efficient one), and the net
-// (weights, names) of whichever trainer runs.
+// The trainer (either kind), and its net (weights, names).
 ct_trainer *ct_loop_trainer(const ct_loop *loop);
 const ct_net *ct_loop_net(const ct_loop *loop);
 

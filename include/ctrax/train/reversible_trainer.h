@@ -23,7 +23,7 @@
 //             the next layer starts (fused: one layer's gradient at a time).
 //
 // Memory: weights, state and optimizer slots live on the host (a device the
-// trainer owns, ct_reversible_trainer_host). The accelerator `dev` holds only
+// trainer owns, ct_trainer_host). The accelerator `dev` holds only
 // one layer's staged weights and slots (twice: the next layer's copy
 // overlaps the current layer's work) and, per local device, one layer's
 // gradient, the stack items and one layer's activations (and, for Adasum
@@ -51,7 +51,7 @@
 // hyperparameters (slots live in the slot slab), so one instance serves
 // every layer.
 //
-// Devices (common.n_devices, common.comm), as the standard Trainer: the
+// Devices (n_devices, comm), as the standard Trainer: the
 // batch is split over the local replicas (threads, each with its own
 // arena, gradient buffer, stack items and key) and over processes; each
 // turn runs on every replica at once against the one staged copy of the
@@ -86,59 +86,31 @@
 extern "C" {
 #endif
 
-typedef struct ct_reversible_trainer ct_reversible_trainer;
-
-typedef enum ct_clip_mode {
-    CT_CLIP_GLOBAL = 0,     // over the global norm, as the standard trainer (two passes)
-    CT_CLIP_PER_LAYER = 1,  // over each layer's norm, as Trax's ReversibleSerialTrainer
-} ct_clip_mode;
-
-typedef struct ct_reversible_trainer_options {
-    // What both trainers take, with the same meaning: local devices, the
-    // process comm (MPI), Adasum, clip_grad_norm and frozen weights.
-    // bucket_bytes is unused: each layer's gradient is one bucket.
-    ct_trainer_options common;
-    bool copy_weights;           // false: zero-copy staging (CPU); true: copy each layer's
-                                 // weights and slots into device buffers and back
-    bool prefetch;               // true: a helper thread copies the next layer's range while
-                                 // the current one runs (copy_weights only)
-    bool free_device_each_step;  // give every device buffer back at the end of each step
-                                 // (Trax's free_accelerators_on_step)
-    ct_clip_mode clip_mode;      // CT_CLIP_GLOBAL (when common.clip_grad_norm > 0)
-    int log_every;               // log host memory (RSS) when step % log_every == 1 (100); 0: never
-} ct_reversible_trainer_options;
-ct_reversible_trainer_options ct_reversible_trainer_default_options(void);
-
-// Builds the trainer for Serial(model, loss), initialized with init_key for a
-// batch of n_batch tensors of the given signatures, exactly as
-// ct_trainer_new does. Takes new references to model and loss and ownership
-// of opt. dev is the accelerator (counted, possibly limited); opts NULL
-// means the defaults. Fails if a layer's weights are shared between two
-// trainer layers.
-ct_status ct_reversible_trainer_new(ct_reversible_trainer **out, ct_layer *model, ct_layer *loss,
-                                    const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt,
-                                    ct_key init_key, ct_device *dev,
-                                    const ct_reversible_trainer_options *opts, ct_error *err);
-
+// The memory-efficient trainer is a ct_trainer built with
+// ct_trainer_options.memory_efficient (its own settings in
+// ct_trainer_options.reversible), or from blocks:
+//
 // Blocks of (standard layers, reversible layers), as Trax's trainer takes
-// them. The same as ct_reversible_trainer_new with
+// them. The same as ct_trainer_new with memory_efficient and
 // model = Serial(std_0..., rev_0..., std_1..., rev_1..., ...); the standard
 // Trainer on that model gives the same weights. Takes new references to
-// every layer.
+// every layer and ownership of opt. Fails if a layer's weights are shared
+// between two trainer layers.
+// ct_trainer_default_options() with memory_efficient set.
+ct_trainer_options ct_reversible_default_options(void);
+
 typedef struct ct_reversible_block {
     int n_std;
     ct_layer **std;
     int n_rev;
     ct_layer **rev;
 } ct_reversible_block;
-ct_status ct_reversible_trainer_new_blocks(ct_reversible_trainer **out, const ct_reversible_block *blocks,
-                                           int n_blocks, ct_layer *loss, const ct_tensor *batch_sigs,
-                                           int n_batch, ct_optimizer *opt, ct_key init_key, ct_device *dev,
-                                           const ct_reversible_trainer_options *opts, ct_error *err);
-void ct_reversible_trainer_free(ct_reversible_trainer *t);
+ct_status ct_trainer_new_blocks(ct_trainer **out, const ct_reversible_block *blocks, int n_blocks, ct_layer *loss,
+                                const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt, ct_key init_key,
+                                ct_device *dev, const ct_trainer_options *opts, ct_error *err);
 
-// One step, as ct_trainer_one_step: key is this step's key, step goes to the
-// optimizer, learning_rate overrides every layer's optimizer. stats gets the
+// ct_trainer_one_step on this trainer: learning_rate overrides every
+// layer's optimizer. stats gets the
 // loss and the global gradient and weight norms (the sums over all layers).
 // A step that fails in its backward pass leaves the layers already updated
 // updated.
@@ -171,43 +143,27 @@ void ct_reversible_trainer_free(ct_reversible_trainer *t);
 // forward output or backward gradient went non-finite, as
 // ct_trainer_one_step does (after a fused partial update, the re-run sees
 // the updated layers' new weights).
-ct_status ct_reversible_trainer_one_step(ct_reversible_trainer *t, const ct_tensor *batch, ct_key key,
-                                         int64_t step, float learning_rate, ct_step_stats *stats,
-                                         ct_error *err);
-
 // Per-layer stats of the last step, Trax's names: "layer{i}/gradients_l2"
 // and "layer{i}/weights_l2" for each trainer layer i with weights (i counts
 // every layer from the first, weightless ones too), and "layer{n-1}/loss"
-// for the loss layer, last. Valid until the trainer is freed.
+// for the loss layer, last. Valid until the trainer is freed. The standard
+// trainer has none (*n = 0).
 typedef struct ct_layer_stat {
     char name[48];
     float value;
 } ct_layer_stat;
-const ct_layer_stat *ct_reversible_trainer_layer_stats(const ct_reversible_trainer *t, int *n);
+const ct_layer_stat *ct_trainer_layer_stats(const ct_trainer *t, int *n);
 
-// The trainer layers: how many, and a description of layer i
-// ("standard: Embedding, Dropout, Dup", "reversible: <path>", "loss: ...").
-int ct_reversible_trainer_n_layers(const ct_reversible_trainer *t);
-const char *ct_reversible_trainer_layer_desc(const ct_reversible_trainer *t, int i);
+// The trainer layers: how many (0 for the standard trainer), and a
+// description of layer i ("standard: Embedding, Dropout, Dup",
+// "reversible: <path>", "loss: ...").
+int ct_trainer_n_layers(const ct_trainer *t);
+const char *ct_trainer_layer_desc(const ct_trainer *t, int i);
 
-// The net (weights and state on the host, names as the standard Trainer's;
-// its gradient slab is NULL), the model, and the slot slab (layout as
-// ct_trainer_slots).
-const ct_net *ct_reversible_trainer_net(const ct_reversible_trainer *t);
-ct_layer *ct_reversible_trainer_model(const ct_reversible_trainer *t);
-float *ct_reversible_trainer_slots(const ct_reversible_trainer *t, size_t *n_floats);
-// Where weight i (ct_reversible_trainer_net(t)->params[i]) has its slots,
-// as ct_trainer_param_slots; and the optimizer every layer uses.
-void ct_reversible_trainer_param_slots(const ct_reversible_trainer *t, int i, size_t *offset, size_t *n_floats);
-// Whether weight i is frozen (common.frozen): no update, no slots.
-bool ct_reversible_trainer_param_frozen(const ct_reversible_trainer *t, int i);
-// Local replicas, and devices over all processes.
-int ct_reversible_trainer_local_devices(const ct_reversible_trainer *t);
-int ct_reversible_trainer_global_devices(const ct_reversible_trainer *t);
-ct_optimizer *ct_reversible_trainer_optimizer(const ct_reversible_trainer *t);
-// The host device: bytes of weights, state, slots (and the gradient slab
-// of CT_CLIP_GLOBAL).
-const ct_device *ct_reversible_trainer_host(const ct_reversible_trainer *t);
+// The device that holds weights, state and slots (and the gradient slabs of
+// CT_CLIP_GLOBAL and keep_grads): the memory-efficient trainer's own host
+// device; the standard trainer's is dev.
+const ct_device *ct_trainer_host(const ct_trainer *t);
 
 #ifdef __cplusplus
 }

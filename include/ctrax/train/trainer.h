@@ -14,8 +14,10 @@
 // sum(loss * w) / sum(w) over the whole global batch: N devices with B/N
 // examples each give the update one device gives with B.
 //
-// The trainer owns the net (slabs), the optimizer slot slab, the arenas and
-// the run contexts. Everything is allocated when the trainer is created and
+// Two implementations behind one ct_trainer: the standard step (this file)
+// and the memory-efficient one (reversible_trainer.h), picked by
+// ct_trainer_options.memory_efficient. The trainer owns the net (slabs), the
+// optimizer slot slab, the arenas and the run contexts. Everything is allocated when the trainer is created and
 // during the first step; later steps of the same shapes allocate nothing.
 #ifndef CTRAX_TRAIN_TRAINER_H
 #define CTRAX_TRAIN_TRAINER_H
@@ -26,6 +28,7 @@
 #include "ctrax/dist/comm.h"
 #include "ctrax/layers/layer.h"
 #include "ctrax/optim/optimizer.h"
+#include "ctrax/train/checkpoint.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +38,28 @@ typedef struct ct_trainer ct_trainer;
 
 // The most local devices (replica threads) one trainer runs.
 #define CT_MAX_LOCAL_DEVICES 64
+
+// How the memory-efficient trainer clips (see reversible_trainer.h).
+typedef enum ct_clip_mode {
+    CT_CLIP_GLOBAL = 0,     // over the global norm, as the standard trainer (two passes)
+    CT_CLIP_PER_LAYER = 1,  // over each layer's norm, as Trax's ReversibleSerialTrainer
+} ct_clip_mode;
+
+// Settings only the memory-efficient trainer reads (reversible_trainer.h).
+typedef struct ct_reversible_options {
+    bool copy_weights;           // false: zero-copy staging (CPU); true: copy each layer's
+                                 // weights and slots into device buffers and back
+    bool prefetch;               // true: a helper thread copies the next layer's range while
+                                 // the current one runs (copy_weights only)
+    bool free_device_each_step;  // give every device buffer back at the end of each step
+                                 // (Trax's free_accelerators_on_step)
+    ct_clip_mode clip_mode;      // CT_CLIP_GLOBAL (when clip_grad_norm > 0)
+    int log_every;               // log host memory (RSS) when step % log_every == 1 (100); 0: never
+    // Keep every weight's gradient of the last step in a host slab (one
+    // more float per weight: the memory this trainer exists to save, so off
+    // by default), for ct_trainer_grads and ct_trainer_tensor.
+    bool keep_grads;  // false
+} ct_reversible_options;
 
 typedef struct ct_trainer_options {
     // Local replicas (threads) in this process, 1..CT_MAX_LOCAL_DEVICES. The
@@ -46,7 +71,8 @@ typedef struct ct_trainer_options {
     // Combine device gradients by Adasum instead of averaging them.
     bool adasum;  // false
     // Gradients go to the comm in buckets of about this many bytes, each
-    // started as soon as backward has finished it (one local device only).
+    // started as soon as backward has finished it (standard trainer, one
+    // local device only; the memory-efficient one sends each layer's as one).
     size_t bucket_bytes;  // 4 MiB
     // Clip the combined gradients to this global L2 norm (Trax's
     // clip_grad_norm); 0: no clipping.
@@ -57,10 +83,13 @@ typedef struct ct_trainer_options {
     // gradients_l2 and clipping). Not copied: must outlive the trainer.
     const char *const *frozen;  // NULL
     int n_frozen;               // 0
+    // The memory-efficient (reversible) trainer instead of the standard one:
+    // weights and slots on the host, one layer at a time on the device
+    // (reversible_trainer.h). Same weights, slots and checkpoints.
+    bool memory_efficient;           // false
+    ct_reversible_options reversible;  // its own settings
 } ct_trainer_options;
 ct_trainer_options ct_trainer_default_options(void);
-// Whether options o freeze the weight of this full name (a prefix matches).
-bool ct_trainer_options_frozen(const ct_trainer_options *o, const char *name);
 
 // What one step reports, as Trax's trainer: the loss (over the global
 // batch), the global L2 norm of the combined gradients (before any clipping)
@@ -75,8 +104,9 @@ typedef struct ct_step_stats {
 // tensors with the given signatures (this process's batch: all its
 // devices'): the model takes the first model->n_in of them, the loss its
 // output and the rest (targets, weights). The loss must leave one f32
-// scalar. Takes new references to model and loss and ownership of opt. dev
-// counts every byte. opts may be NULL (the defaults).
+// scalar. Takes new references to model and loss and ownership of opt (on
+// every path: a failure frees it). dev counts every byte. opts may be NULL
+// (the defaults); opts->memory_efficient picks the memory-efficient trainer.
 ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs, int n_batch,
                          ct_optimizer *opt, ct_key init_key, ct_device *dev, const ct_trainer_options *opts,
                          ct_error *err);
@@ -100,30 +130,64 @@ void ct_trainer_free(ct_trainer *t);
 // (inputs finite): inf at element 7" or "non-finite gradient (global L2
 // norm nan): first non-finite value: backward: weight gradient of
 // Model/Dense[1]/kernel ...". With several devices the message says which;
-// each process names what its own devices found.
+// each process names what its own devices found. (The memory-efficient
+// trainer's fused updates make one exception: reversible_trainer.h.)
 ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key, int64_t step, float learning_rate,
                               ct_step_stats *stats, ct_error *err);
 
-// To run the model alone (evals, sampling): bind a ct_ctx to
-// ct_trainer_net(t) with ct_net_bind(net, ctx, false) and call
-// ct_layer_forward on ct_trainer_model(t), as the Loop does.
+// The loss of Serial(model, loss) on a batch in eval mode (dropout off),
+// weighted and averaged over every device of every process as a step's:
+// no update, no gradients kept, layer state as before. Every process calls it.
+ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key, float *loss, ct_error *err);
 
-// The net (weights, gradients, parameter names) and the model layer.
+// The net: weights and state (on the host for the memory-efficient trainer),
+// parameter names. To run the model alone (evals, sampling) see evaluator.h.
 const ct_net *ct_trainer_net(const ct_trainer *t);
-ct_layer *ct_trainer_model(const ct_trainer *t);
+// The combined gradients of the last step (what the update used, after
+// clipping), laid out as the net's weights; NULL before the first step and
+// for a memory-efficient trainer without reversible.keep_grads.
+const float *ct_trainer_grads(const ct_trainer *t);
 // The optimizer slot slab (for checkpoints and tests), and where weight i
 // (ct_trainer_net(t)->params[i]) has its slots: offset and count of floats
 // (0 for a frozen weight).
 float *ct_trainer_slots(const ct_trainer *t, size_t *n_floats);
 void ct_trainer_param_slots(const ct_trainer *t, int i, size_t *offset, size_t *n_floats);
 bool ct_trainer_param_frozen(const ct_trainer *t, int i);
+
+// One tensor of the trainer by its full name (a layer path, as in
+// checkpoints): a weight, its last gradient, its optimizer slots (one flat
+// f32 tensor, empty for a frozen weight) or a state tensor. out views the
+// trainer's memory. An unknown name, or gradients not kept, is an error.
+typedef enum ct_trainer_part { CT_PART_WEIGHT, CT_PART_GRAD, CT_PART_SLOTS, CT_PART_STATE } ct_trainer_part;
+ct_status ct_trainer_tensor(const ct_trainer *t, ct_trainer_part part, const char *name, ct_tensor *out,
+                            ct_error *err);
+
+// Loads weights (and state) by name from a safetensors file into the
+// trainer: CT_LOAD_STRICT (every weight and state tensor present, with the
+// same dtype and shape; the file may hold more), CT_LOAD_EXACT (and nothing
+// more) or CT_LOAD_BY_NAME (what matches; an error only if nothing does). A
+// failed load changes nothing. Slots are untouched.
+ct_status ct_trainer_load_safetensors(ct_trainer *t, const char *path, ct_load_mode mode, ct_error *err);
+// The same from a checkpoint's weights.safetensors.
+ct_status ct_trainer_load_checkpoint(ct_trainer *t, const ct_checkpoint *c, ct_load_mode mode, ct_error *err);
+// The same for any net (ctrax eval and sample load a net of their own).
+ct_status ct_net_load_checkpoint(const ct_net *net, const ct_checkpoint *c, ct_load_mode mode, ct_error *err);
+
+// Save/restore, as the Loop writes and reads checkpoints: the weights and
+// state named by their layer paths (*weights), and each trained weight's
+// slots as one flat tensor named like the weight (*slots). Views of the
+// trainer's memory; ct_free both arrays.
+void ct_trainer_checkpoint_tensors(const ct_trainer *t, ct_named_tensor **weights, int *n_weights,
+                                   ct_named_tensor **slots, int *n_slots);
+
 // The optimizer (its hyperparameters are read and set by name).
 ct_optimizer *ct_trainer_optimizer(const ct_trainer *t);
 // Bytes the step arenas reserve (all replicas), after the first step sized them.
 size_t ct_trainer_arena_bytes(const ct_trainer *t);
-// Devices in this process and in all processes.
-int ct_trainer_local_devices(const ct_trainer *t);
+// Devices over all processes.
 int ct_trainer_global_devices(const ct_trainer *t);
+// Whether this is the memory-efficient trainer.
+bool ct_trainer_memory_efficient(const ct_trainer *t);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,467 @@
+// What both trainers share (see train_internal.h), and the ct_trainer calls
+// that do not depend on which step runs.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctrax/layers/combinators.h"
+#include "ctrax/train/checkpoint.h"
+#include "kernels/cpu/optim.h"
+#include "train/train_internal.h"
+
+ct_trainer_options ct_trainer_default_options(void) {
+    return (ct_trainer_options){.n_devices = 1,
+                                .bucket_bytes = (size_t)4 << 20,
+                                .reversible = {.prefetch = true, .clip_mode = CT_CLIP_GLOBAL, .log_every = 100}};
+}
+
+ct_trainer_options ct_reversible_default_options(void) {
+    ct_trainer_options o = ct_trainer_default_options();
+    o.memory_efficient = true;
+    return o;
+}
+
+static bool options_frozen(const ct_trainer_options *o, const char *name) {
+    for (int i = 0; i < o->n_frozen; i++)
+        if (strncmp(name, o->frozen[i], strlen(o->frozen[i])) == 0) return true;
+    return false;
+}
+
+ct_status ct_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs, int n_batch,
+                         ct_optimizer *opt, ct_key init_key, ct_device *dev, const ct_trainer_options *opts,
+                         ct_error *err) {
+    if (opts && opts->memory_efficient)
+        return ct_reversible_trainer_new(out, model, loss, batch_sigs, n_batch, opt, init_key, dev, opts, err);
+    return ct_standard_trainer_new(out, model, loss, batch_sigs, n_batch, opt, init_key, dev, opts, err);
+}
+
+void ct_trainer_free(ct_trainer *t) {
+    if (t) t->vt->free(t);
+}
+
+ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key, int64_t step, float learning_rate,
+                              ct_step_stats *stats, ct_error *err) {
+    return t->vt->one_step(t, batch, key, step, learning_rate, stats, err);
+}
+
+// ---- construction ----------------------------------------------------------------
+
+// sigs[i]: what one of n_local devices sees of batch_sigs[i] (axis 0 divided).
+static ct_status device_sigs(const char *who, const ct_tensor *batch_sigs, int n_batch, int n_local, ct_tensor *sigs,
+                             ct_error *err) {
+    for (int i = 0; i < n_batch && i < CT_LAYER_MAX_IO; i++) {
+        const ct_tensor *b = &batch_sigs[i];
+        if (b->ndim < 1 || b->shape[0] % n_local != 0) {
+            char a[CT_SIG_STR_MAX];
+            return ct_error_set(err, CT_ERR_SHAPE, "%s: batch item %d %s does not split over %d devices along axis 0",
+                                who, i, ct_tensor_sig_str(b, a, sizeof a), n_local);
+        }
+        sigs[i] = ct_tensor_split_rows(b, n_local, 0);
+        sigs[i].data = NULL;
+    }
+    return CT_OK;
+}
+
+// The slot slab: each weight's slots in slab order; frozen weights have none.
+static ct_status layout_slots(ct_trainer *t, ct_error *err) {
+    const ct_net *net = &t->net;
+    t->slot_offsets = ct_calloc((size_t)net->n_params + 1, sizeof *t->slot_offsets);
+    t->frozen = ct_calloc((size_t)net->n_params + 1, sizeof *t->frozen);
+    t->ranges = ct_calloc((size_t)net->n_params + 1, sizeof *t->ranges);
+    for (int i = 0; i < net->n_params; i++) {
+        t->frozen[i] = options_frozen(&t->opts, net->params[i]->full_name);
+        t->slot_offsets[i] = t->n_slot_floats;
+        if (!t->frozen[i]) t->n_slot_floats += ct_optimizer_slot_floats(t->opt, &net->params[i]->sig);
+        t->ranges[i] = (ct_range){net->params[i]->offset, (size_t)ct_tensor_numel(&net->params[i]->sig)};
+    }
+    t->slot_offsets[net->n_params] = t->n_slot_floats;
+    CT_TRY(ct_device_alloc(t->slab_dev, t->n_slot_floats * sizeof(float), "optimizer slots", (void **)&t->slots, err));
+    for (int i = 0; i < net->n_params; i++)
+        if (!t->frozen[i]) ct_optimizer_init_slots(t->opt, &net->params[i]->sig, t->slots + t->slot_offsets[i]);
+    return CT_OK;
+}
+
+ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *model, ct_layer *loss,
+                             const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt, ct_key init_key,
+                             ct_device *dev, ct_device *slab_dev, const ct_trainer_options *opts, ct_error *err) {
+    t->vt = vt;
+    t->opt = opt;
+    t->dev = dev;
+    t->slab_dev = slab_dev;
+    t->model = ct_layer_ref(model);
+    t->opts = opts ? *opts : ct_trainer_default_options();
+    t->n_local = t->opts.n_devices;
+    if (t->n_local < 1 || t->n_local > CT_MAX_LOCAL_DEVICES) {
+        t->n_local = t->opts.n_devices = 1;
+        return ct_error_set(err, CT_ERR_ARG, "%s: n_devices is %d, must be 1 to %d", vt->who,
+                            opts ? opts->n_devices : 1, CT_MAX_LOCAL_DEVICES);
+    }
+    t->comm = t->opts.comm ? t->opts.comm : (t->own_comm = ct_comm_single_new());
+    t->n_global = t->n_local * ct_comm_size(t->comm);
+    t->first_global = t->n_local * ct_comm_rank(t->comm);
+
+    // The net sees one device's share of the batch.
+    ct_tensor sigs[CT_LAYER_MAX_IO];
+    CT_TRY(device_sigs(vt->who, batch_sigs, n_batch, t->n_local, sigs, err));
+    // Unnamed, so the model's weights are named as in a net of their own.
+    ct_layer *root = ct_layer_rename(ct_serial(CT_LAYERS(ct_layer_ref(model), ct_layer_ref(loss))), "");
+    ct_status st = ct_net_init(&t->net, root, sigs, n_batch, init_key, slab_dev, err);
+    ct_layer_free(root);  // the net holds its own reference
+    CT_TRY(st);
+    if (t->net.n_out != 1 || t->net.out_sigs[0].ndim != 0 || t->net.out_sigs[0].dtype != CT_DTYPE_F32)
+        return ct_error_set(err, CT_ERR_SHAPE, "%s: the loss layer %s must leave one f32 scalar on the stack", vt->who,
+                            loss->name);
+    return layout_slots(t, err);
+}
+
+void ct_train_base_free(ct_trainer *t) {
+    ct_device_free(t->slab_dev, t->slots, t->n_slot_floats * sizeof(float));
+    ct_free(t->slot_offsets);
+    ct_free(t->frozen);
+    ct_free(t->ranges);
+    if (t->eval_ready) {
+        ct_ctx_free(&t->eval_ctx);
+        ct_arena_free(&t->eval_arena);
+    }
+    ct_net_free(&t->net);
+    ct_layer_free(t->model);
+    ct_optimizer_free(t->opt);
+    ct_comm_free(t->own_comm);
+}
+
+// ---- a step's shared parts ---------------------------------------------------------
+
+ct_status ct_train_local_rows(const ct_batch *global, int rank, int n_proc, ct_tensor *out, ct_error *err) {
+    for (int i = 0; i < global->n; i++) {
+        ct_tensor t = global->t[i];
+        if (t.ndim < 1 || t.shape[0] % n_proc != 0) {
+            char s[CT_SIG_STR_MAX];
+            return ct_error_set(err, CT_ERR_SHAPE, "loop: batch item %d %s does not split over %d processes", i,
+                                ct_tensor_sig_str(&t, s, sizeof s), n_proc);
+        }
+        out[i] = ct_tensor_split_rows(&t, n_proc, rank);
+    }
+    return CT_OK;
+}
+
+ct_status ct_train_check_batch(const ct_trainer *t, const ct_tensor *batch, ct_error *err) {
+    const ct_net *net = &t->net;
+    for (int i = 0; i < net->n_in; i++) {
+        const ct_tensor *b = &batch[i], *s = &net->in_sigs[i];
+        char a[CT_SIG_STR_MAX], c[CT_SIG_STR_MAX];
+        if (b->dtype != s->dtype || b->ndim != s->ndim)
+            return ct_error_set(err, CT_ERR_SHAPE, "%s: batch item %d is %s, the trainer was built for %s per device",
+                                t->vt->who, i, ct_tensor_sig_str(b, a, sizeof a), ct_tensor_sig_str(s, c, sizeof c));
+        if (b->shape[0] % t->n_local != 0 || b->shape[0] != batch[0].shape[0])
+            return ct_error_set(err, CT_ERR_SHAPE,
+                                "%s: batch item %d %s: its batch size %lld does not split evenly over %d local devices",
+                                t->vt->who, i, ct_tensor_sig_str(b, a, sizeof a), (long long)b->shape[0], t->n_local);
+    }
+    return CT_OK;
+}
+
+ct_status ct_train_global_loss(ct_trainer *t, ct_status failed, double *mean, ct_error *err) {
+    ct_status st = failed;
+    double sums[2] = {0, 0};  // sum of W_d, sum of L_d * W_d
+    for (int d = 0; d < t->n_local && st == CT_OK; d++) {
+        sums[0] += t->devs[d]->weight;
+        sums[1] += (double)*ct_f32(&t->devs[d]->loss_out) * t->devs[d]->weight;
+    }
+    if (st != CT_OK) sums[0] = NAN;
+    ct_status cst = ct_comm_allreduce_f64(t->comm, sums, 2, st == CT_OK ? err : NULL);
+    if (st == CT_OK && cst != CT_OK) st = cst;
+    if (st == CT_OK && !(sums[0] > 0))
+        st = ct_error_set(err, CT_ERR_STATE, "%s: a device failed or the loss weights sum to %g over all devices",
+                          t->vt->who, sums[0]);
+    CT_TRY(st);
+    *mean = sums[1] / sums[0];
+    for (int d = 0; d < t->n_local; d++) t->devs[d]->seed = (float)((double)t->n_global * t->devs[d]->weight / sums[0]);
+    return CT_OK;
+}
+
+ct_status ct_train_devices_status(const ct_trainer *t, ct_error *err) {
+    for (int d = 0; d < t->n_local; d++) {
+        const ct_train_dev *v = t->devs[d];
+        if (v->status != CT_OK) {
+            if (err) *err = v->err;
+            if (t->n_global > 1) ct_error_prefix(err, "device %d", t->first_global + d);
+            return v->status;
+        }
+    }
+    return CT_OK;
+}
+
+void ct_train_divide(const ct_trainer *t, float *g, size_t n) {
+    if (t->n_global <= 1) return;
+    float inv = 1.0f / (float)t->n_global;
+    for (size_t i = 0; i < n; i++) g[i] *= inv;
+}
+
+ct_status ct_train_mean(const ct_trainer *t, float *const *grads, size_t n, bool allreduce, ct_error *err) {
+    float *dst = grads[0];
+    if (t->n_local > 1) {
+        int64_t m = (int64_t)n;
+#pragma omp parallel for schedule(static) if (m > 65536)
+        for (int64_t i = 0; i < m; i++) {
+            float s = dst[i];
+            for (int d = 1; d < t->n_local; d++) s += grads[d][i];
+            dst[i] = s;
+        }
+    }
+    if (!allreduce) return CT_OK;
+    CT_TRY(ct_comm_allreduce_f32(t->comm, dst, n, err));
+    ct_train_divide(t, dst, n);
+    return CT_OK;
+}
+
+double ct_train_sum_squares(const float *x, size_t n) { return ct_sum_squares(x, (int64_t)n); }
+
+double ct_train_drop_frozen(const ct_trainer *t, float *grad, size_t base, size_t n, int p_begin, int p_end) {
+    for (int p = p_begin; p < p_end; p++)
+        if (t->frozen[p]) memset(grad + (t->ranges[p].offset - base), 0, t->ranges[p].length * sizeof(float));
+    return ct_train_sum_squares(grad, n);
+}
+
+void ct_train_clip(float *g, size_t n, double norm, float clip) {
+    float factor = ct_clip_factor((float)norm, clip);
+    if (factor != 1.0f)
+        for (size_t i = 0; i < n; i++) g[i] *= factor;
+}
+
+ct_status ct_train_agree_on_failure(const ct_trainer *t, ct_status failed, const char *where, ct_error *err) {
+    double flag = failed != CT_OK ? 1.0 : 0.0;
+    ct_status cst = ct_comm_allreduce_f64(t->comm, &flag, 1, failed == CT_OK ? err : NULL);
+    if (failed != CT_OK) return failed;
+    if (cst != CT_OK) return cst;
+    if (flag == 0) return CT_OK;
+    return ct_error_set(err, CT_ERR_STATE,
+                        "%s: a device of another process failed (its error is in that process's output); stopped %s",
+                        t->vt->who, where);
+}
+
+double ct_train_shown(double v) { return isnan(v) ? fabs(v) : v; }
+
+bool ct_train_nonfinite_begin(const ct_tensor *batch, int n_batch, ct_error *found) {
+    ct_error_set(found, CT_ERR_NONFINITE, "every layer's outputs and gradients on this process's devices are finite: "
+                                          "the non-finite value came from combining them (an overflow in the sum over "
+                                          "devices) or from another process's devices");
+    for (int i = 0; i < n_batch; i++) {
+        const ct_tensor *b = &batch[i];
+        if (b->dtype != CT_DTYPE_F32) continue;
+        int64_t n = ct_tensor_numel(b), k = 0;
+        while (k < n && isfinite(ct_f32(b)[k])) k++;
+        if (k < n) {  // a NaN in the data is no layer's doing
+            ct_error_set(found, CT_ERR_NONFINITE, "batch item %d is %g at element %lld", i, ct_train_shown(ct_f32(b)[k]),
+                         (long long)k);
+            return true;
+        }
+    }
+    return false;
+}
+
+bool ct_train_first_finding(const ct_trainer *t, ct_error *found) {
+    for (int d = 0; d < t->n_local; d++) {
+        const ct_train_dev *v = t->devs[d];
+        if (v->status == CT_OK) continue;
+        char dev[32] = "";
+        if (t->n_global > 1) snprintf(dev, sizeof dev, " (device %d)", t->first_global + d);
+        *found = v->err;
+        ct_error_prefix(found, "%s%s", v->status == CT_ERR_NONFINITE ? "first non-finite value" : "the checking re-run failed",
+                        dev);
+        return true;
+    }
+    return false;
+}
+
+// ---- loss-only evaluation ----------------------------------------------------------
+
+// Each local device's rows in turn on one eval-mode context, then the
+// weighted mean over every device of every process. The state is put back.
+ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key, float *loss, ct_error *err) {
+    const ct_net *net = &t->net;
+    ct_status st = ct_train_check_batch(t, batch, err);
+    if (!t->eval_ready) {
+        ct_arena_init(&t->eval_arena, t->dev);
+        ct_ctx_init(&t->eval_ctx, &t->eval_arena);
+        t->eval_ready = true;
+    }
+    float *state = net->n_state && st == CT_OK ? ct_malloc(net->n_state * sizeof(float)) : NULL;
+    if (state) memcpy(state, net->state, net->n_state * sizeof(float));
+    double sums[2] = {0, 0};  // sum of W_d, sum of L_d * W_d
+    for (int d = 0; d < t->n_local && st == CT_OK; d++) {
+        ct_tensor shard[CT_LAYER_MAX_IO], out;
+        for (int i = 0; i < net->n_in; i++) shard[i] = ct_tensor_split_rows(&batch[i], t->n_local, d);
+        ct_net_bind(net, &t->eval_ctx, false);
+        t->eval_ctx.loss_weight = -1;
+        ct_key k = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
+        st = ct_layer_forward(net->root, &t->eval_ctx, shard, &out, k, err);
+        double w = t->eval_ctx.loss_weight >= 0 ? t->eval_ctx.loss_weight : 1.0;
+        if (st == CT_OK) {
+            sums[0] += w;
+            sums[1] += (double)*ct_f32(&out) * w;
+        }
+        ct_arena_reset(&t->eval_arena);
+    }
+    if (state) memcpy(net->state, state, net->n_state * sizeof(float));
+    ct_free(state);
+    if (st != CT_OK) sums[0] = NAN;  // every process joins the sum, so none waits
+    ct_status cst = ct_comm_allreduce_f64(t->comm, sums, 2, st == CT_OK ? err : NULL);
+    CT_TRY(st);
+    CT_TRY(cst);
+    if (!(sums[0] > 0))
+        return ct_error_set(err, CT_ERR_STATE, "%s: eval loss: a device failed or the loss weights sum to %g",
+                            t->vt->who, sums[0]);
+    *loss = (float)(sums[1] / sums[0]);
+    return CT_OK;
+}
+
+// ---- weights, slots and state by name ----------------------------------------------
+
+const ct_net *ct_trainer_net(const ct_trainer *t) { return &t->net; }
+const float *ct_trainer_grads(const ct_trainer *t) { return t->grads; }
+ct_optimizer *ct_trainer_optimizer(const ct_trainer *t) { return t->opt; }
+int ct_trainer_global_devices(const ct_trainer *t) { return t->n_global; }
+bool ct_trainer_memory_efficient(const ct_trainer *t) { return t->opts.memory_efficient; }
+size_t ct_trainer_arena_bytes(const ct_trainer *t) { return t->vt->arena_bytes(t); }
+
+float *ct_trainer_slots(const ct_trainer *t, size_t *n_floats) {
+    if (n_floats) *n_floats = t->n_slot_floats;
+    return t->slots;
+}
+
+void ct_trainer_param_slots(const ct_trainer *t, int i, size_t *offset, size_t *n_floats) {
+    CT_ASSERT(i >= 0 && i < t->net.n_params);
+    *offset = t->slot_offsets[i];
+    *n_floats = t->slot_offsets[i + 1] - t->slot_offsets[i];
+}
+
+bool ct_trainer_param_frozen(const ct_trainer *t, int i) {
+    CT_ASSERT(i >= 0 && i < t->net.n_params);
+    return t->frozen[i];
+}
+
+static int param_index(const ct_param *const *params, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(params[i]->full_name, name)) return i;
+    return -1;
+}
+
+ct_status ct_trainer_tensor(const ct_trainer *t, ct_trainer_part part, const char *name, ct_tensor *out,
+                            ct_error *err) {
+    const ct_net *net = &t->net;
+    bool state = part == CT_PART_STATE;
+    int i = state ? param_index((const ct_param *const *)net->state_params, net->n_state_params, name)
+                  : param_index((const ct_param *const *)net->params, net->n_params, name);
+    if (i < 0)
+        return ct_error_set(err, CT_ERR_ARG, "%s: the model has no %s named '%s'", t->vt->who,
+                            state ? "state tensor" : "weight", name);
+    if (part == CT_PART_GRAD && !t->grads)
+        return ct_error_set(err, CT_ERR_STATE, "%s: no gradient of '%s' kept (%s)", t->vt->who, name,
+                            t->opts.memory_efficient ? "set reversible.keep_grads" : "no step taken yet");
+    const ct_param *p = state ? net->state_params[i] : net->params[i];
+    *out = p->sig;
+    if (part == CT_PART_WEIGHT) out->data = net->weights + p->offset;
+    else if (part == CT_PART_GRAD) out->data = (float *)t->grads + p->offset;
+    else if (part == CT_PART_STATE) out->data = net->state + p->offset;
+    else {
+        size_t off, cnt;
+        ct_trainer_param_slots(t, i, &off, &cnt);
+        *out = ct_tensor_1d(CT_DTYPE_F32, (int64_t)cnt, t->slots + off);
+    }
+    return CT_OK;
+}
+
+// ---- save, restore and load ----------------------------------------------------------
+
+// The weights and state of the net, named by their layer paths.
+static ct_named_tensor *weight_tensors(const ct_net *net, int *n) {
+    *n = net->n_params + net->n_state_params;
+    ct_named_tensor *t = ct_calloc((size_t)*n + 1, sizeof *t);
+    for (int i = 0; i < *n; i++) {
+        bool w = i < net->n_params;
+        const ct_param *p = w ? net->params[i] : net->state_params[i - net->n_params];
+        t[i].name = p->full_name;
+        t[i].tensor = p->sig;
+        t[i].tensor.data = (w ? net->weights : net->state) + p->offset;
+    }
+    return t;
+}
+
+void ct_trainer_checkpoint_tensors(const ct_trainer *t, ct_named_tensor **weights, int *n_weights,
+                                   ct_named_tensor **slots, int *n_slots) {
+    const ct_net *net = &t->net;
+    *weights = weight_tensors(net, n_weights);
+    ct_named_tensor *s = ct_calloc((size_t)net->n_params + 1, sizeof *s);
+    int n = 0;
+    for (int i = 0; i < net->n_params; i++) {
+        size_t off, cnt;
+        ct_trainer_param_slots(t, i, &off, &cnt);
+        if (cnt == 0) continue;
+        s[n].name = net->params[i]->full_name;
+        s[n++].tensor = ct_tensor_1d(CT_DTYPE_F32, (int64_t)cnt, t->slots + off);
+    }
+    *slots = s;
+    *n_slots = n;
+}
+
+ct_status ct_net_load_checkpoint(const ct_net *net, const ct_checkpoint *c, ct_load_mode mode, ct_error *err) {
+    int n;
+    ct_named_tensor *wt = weight_tensors(net, &n);
+    ct_tensor_request *reqs = ct_calloc((size_t)n + 1, sizeof *reqs);
+    for (int i = 0; i < n; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
+    ct_status st = ct_checkpoint_load(c, reqs, n, mode, err);
+    ct_free(reqs);
+    ct_free(wt);
+    return st;
+}
+
+ct_status ct_trainer_load_checkpoint(ct_trainer *t, const ct_checkpoint *c, ct_load_mode mode, ct_error *err) {
+    return ct_net_load_checkpoint(&t->net, c, mode, err);
+}
+
+// Checks every tensor of wt against the file (index[i]: its place there, or
+// -1 when it is skipped by name); the first problem goes to err.
+static ct_status match_file(const ct_safetensors *f, const ct_named_tensor *wt, int n, ct_load_mode mode, int *index,
+                            int *matched, ct_error *err) {
+    const char *path = ct_safetensors_path(f);
+    *matched = 0;
+    for (int i = 0; i < n; i++) {
+        int k = index[i] = ct_safetensors_find(f, wt[i].name);
+        ct_tensor have = k >= 0 ? ct_safetensors_tensor(f, k) : wt[i].tensor;
+        bool same = k >= 0 && ct_tensor_same_sig(&have, &wt[i].tensor);
+        if (same) {
+            (*matched)++;
+            continue;
+        }
+        index[i] = -1;
+        if (mode == CT_LOAD_BY_NAME) continue;
+        char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
+        if (k < 0) return ct_error_set(err, CT_ERR_SHAPE, "%s: tensor '%s' is not in the file", path, wt[i].name);
+        return ct_error_set(err, CT_ERR_SHAPE, "%s: tensor '%s' is %s in the file, the trainer's is %s", path,
+                            wt[i].name, ct_tensor_sig_str(&have, a, sizeof a), ct_tensor_sig_str(&wt[i].tensor, b, sizeof b));
+    }
+    if (mode == CT_LOAD_EXACT && *matched != ct_safetensors_count(f))
+        return ct_error_set(err, CT_ERR_SHAPE, "%s: holds %d tensors, the trainer has %d weights and state tensors",
+                            path, ct_safetensors_count(f), n);
+    if (n > 0 && *matched == 0)
+        return ct_error_set(err, CT_ERR_SHAPE, "%s: none of the trainer's %d tensors is in the file", path, n);
+    return CT_OK;
+}
+
+ct_status ct_trainer_load_safetensors(ct_trainer *t, const char *path, ct_load_mode mode, ct_error *err) {
+    ct_safetensors *f;
+    CT_TRY(ct_safetensors_open(&f, path, err));
+    int n, matched;
+    ct_named_tensor *wt = weight_tensors(&t->net, &n);
+    int *index = ct_calloc((size_t)n + 1, sizeof *index);
+    ct_status st = match_file(f, wt, n, mode, index, &matched, err);
+    for (int i = 0; i < n && st == CT_OK; i++) {  // everything checked: now copy
+        if (index[i] < 0) continue;
+        ct_tensor have = ct_safetensors_tensor(f, index[i]);
+        if (ct_tensor_nbytes(&have) > 0) memcpy(wt[i].tensor.data, have.data, ct_tensor_nbytes(&have));
+    }
+    ct_free(index);
+    ct_free(wt);
+    ct_safetensors_close(f);
+    return st;
+}
