@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ctrax/core/log.h"
+#include "core/fs.h"
 #include "ctrax/train/checkpoint.h"
 
 static char dir[512];

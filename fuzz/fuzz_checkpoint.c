@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ctrax/core/memory.h"
+#include "core/fs.h"
 #include "ctrax/train/checkpoint.h"
 #include "common.h"
 

@@ -15,6 +15,7 @@
 #define CTRAX_TESTS_GRADCHECK_H
 
 #include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"
 
 typedef struct gradcheck_opts {
     double eps;       // finite-difference step (default 1e-2)

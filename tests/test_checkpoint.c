@@ -16,6 +16,7 @@
 #include "check.h"
 #include "scratch.h"
 #include "ctrax/core/log.h"
+#include "core/fs.h"
 #include "ctrax/train/checkpoint.h"
 
 static void write_text(const char *path, const char *text) {

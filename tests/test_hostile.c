@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "core/fs.h"
 #include "core/json.h"
 #include "ctrax/data/stream.h"
 #include "ctrax/optim/optimizer.h"

@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "ctrax/layers/reversible.h"
+#include "ctrax/layers/layer_author.h"
 #include "ctrax/models/models.h"
 #include "gradcheck.h"
 

@@ -14,8 +14,9 @@
 
 #include "check.h"
 #include "scratch.h"
+#include "core/fs.h"
 #include "ctrax/train/checkpoint.h"
-#include "ctrax/train/summary.h"
+#include "train/summary_internal.h"
 
 static int python(const char *script, const char *a, const char *b) {
     char cmd[8192];

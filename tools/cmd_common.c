@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/core/json.h"  // relative: cli_driver builds this file without src/ on its include path
+#include "core/json.h"
 #include "commands.h"
 
 int ctrax_opt_value(const char *cmd, int argc, char **argv, int *i, const char *opt, const char **value) {
@@ -188,7 +188,7 @@ ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task
     CT_TRY(ct_config_get_list(cfg, "train", "metrics", "[@WeightedCategoryAccuracy]", &list, err));
     ev->n_metrics = 0;
     // The loss again (a layer belongs to one net: a new instance), as "loss".
-    if (!(ev->metrics[0] = ct_config_build_layer(cfg, loss_name, err))) return err->code;
+    CT_TRY(ct_config_build_layer(cfg, loss_name, &ev->metrics[0], err));
     ev->metric_names[0] = "loss";
     ev->n_metrics = 1;
     for (int i = 0; list && i < list->n; i++) {
@@ -203,7 +203,7 @@ ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task
         if (ev->n_metrics == CT_EVAL_MAX_METRICS)
             return ct_error_set(err, CT_ERR_ARG, "%s:%d: train.metrics: at most %d metrics", item->file, item->line,
                                 CT_EVAL_MAX_METRICS - 1);
-        if (!(ev->metrics[ev->n_metrics] = ct_config_build_layer(cfg, item->s, err))) return err->code;
+        CT_TRY(ct_config_build_layer(cfg, item->s, &ev->metrics[ev->n_metrics], err));
         ev->metric_names[ev->n_metrics++] = name;
     }
     return CT_OK;

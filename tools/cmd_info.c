@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/core/json.h"  // relative: cli_driver builds this file without src/ on its include path
+#include "core/json.h"
 #include "commands.h"
 #include "ctrax/core/memory.h"
 #include "ctrax/core/tensor.h"

@@ -15,7 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../src/core/json.h"  // relative: cli_driver builds this file without src/ on its include path
+#include "core/fs.h"
+#include "core/json.h"
 #include "commands.h"
 #include "ctrax/train/checkpoint.h"
 

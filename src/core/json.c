@@ -1,6 +1,7 @@
 // ct_json_parse: cJSON, then a check that no object holds a key twice.
 #include "core/json.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,4 +87,10 @@ cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *e
         return NULL;
     }
     return root;
+}
+
+cJSON *ct_json_int(int64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRId64, v);
+    return cJSON_CreateRaw(buf);
 }

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ctrax/core/error.h"
 
@@ -23,5 +24,9 @@
 // 'k' appears twice in the object at <path>"; CT_ERR_MEMORY when out of
 // memory. err may be NULL.
 cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *err);
+
+// An integer as a raw JSON number with all its digits (a cJSON number goes
+// through a double and loses those past 2^53). NULL when out of memory.
+cJSON *ct_json_int(int64_t v);
 
 #endif

@@ -4,6 +4,7 @@
 // kernel needs.
 #include "ctrax/layers/combinators.h"
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/softmax.h"
 

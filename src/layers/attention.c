@@ -10,6 +10,7 @@
 
 #include "ctrax/layers/combinators.h"
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/attention.h"
 
 typedef struct attention_hp {

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/matmul.h"
 
 typedef struct dense_hp {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/activation.h"
 
 typedef struct dropout_hp {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/embedding.h"
 
 typedef struct embedding_hp {

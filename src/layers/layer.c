@@ -1,7 +1,7 @@
 // The layer base: construction and references, the init pass with paths and
 // shared-layer checks, the run context and tape, and the net (a layer tree
 // bound to its slabs).
-#include "ctrax/layers/layer.h"
+#include "ctrax/layers/layer_author.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -491,3 +491,28 @@ const ct_param *ct_net_find_param(const ct_net *net, const char *full_name) {
         if (strcmp(net->params[i]->full_name, full_name) == 0) return net->params[i];
     return NULL;
 }
+
+// ---- accessors (layer.h) ----------------------------------------------------
+
+const char *ct_layer_name(const ct_layer *l) { return l->name; }
+const char *ct_layer_type(const ct_layer *l) { return l->vt->type; }
+const char *ct_layer_path(const ct_layer *l) { return path_of(l); }
+int ct_layer_n_in(const ct_layer *l) { return l->n_in; }
+int ct_layer_n_out(const ct_layer *l) { return l->n_out; }
+
+size_t ct_net_n_weights(const ct_net *net) { return net->n_weights; }
+size_t ct_net_n_state(const ct_net *net) { return net->n_state; }
+const ct_layer *ct_net_root(const ct_net *net) { return net->root; }
+
+static ct_tensor param_tensor(const ct_param *p, float *slab) {
+    ct_tensor t = p->sig;
+    t.data = slab + p->offset;
+    return t;
+}
+
+int ct_net_weight_count(const ct_net *net) { return net->n_params; }
+const char *ct_net_weight_name(const ct_net *net, int i) { return net->params[i]->full_name; }
+ct_tensor ct_net_weight(const ct_net *net, int i) { return param_tensor(net->params[i], net->weights); }
+int ct_net_state_count(const ct_net *net) { return net->n_state_params; }
+const char *ct_net_state_name(const ct_net *net, int i) { return net->state_params[i]->full_name; }
+ct_tensor ct_net_state(const ct_net *net, int i) { return param_tensor(net->state_params[i], net->state); }

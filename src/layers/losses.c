@@ -19,6 +19,7 @@
 #include <math.h>
 
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/loss.h"
 
 typedef enum loss_kind {

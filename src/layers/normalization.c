@@ -1,6 +1,7 @@
 // LayerNorm: (..., D) -> (..., D), normalized over the last axis, then
 // scaled and shifted by learned "scale" (ones) and "bias" (zeros), as Trax.
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/norm.h"
 
 typedef struct layer_norm_hp {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/embedding.h"
 
 typedef struct positional_hp {

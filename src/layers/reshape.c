@@ -1,5 +1,6 @@
 // Layers that move or reduce data along axes: ShiftRight, Flatten, Mean.
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/reshape.h"
 
 // ---- ShiftRight: (B, T, ...) -> (B, T, ...), out[:, t] = in[:, t - n] ------

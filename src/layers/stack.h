@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "ctrax/layers/layer.h"
+#include "ctrax/layers/layer_author.h"
 
 // The deepest stack a Serial may build while running its sublayers.
 #define CT_STACK_MAX (2 * CT_LAYER_MAX_IO)

@@ -1,10 +1,9 @@
 // Checkpoint directories: atomic writes, checked reads, the pointer, retention.
-#define _GNU_SOURCE  // renameat2 (RENAME_EXCHANGE), nftw
+#define _GNU_SOURCE  // renameat2 (RENAME_EXCHANGE)
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -16,11 +15,13 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/fs.h"
 #include "core/json.h"
 #include "ctrax/core/log.h"
+#include "ctrax/core/memory.h"
 #include "ctrax/train/checkpoint.h"
 
-#define PATH_CAP 4096
+#define PATH_CAP CT_FS_PATH_CAP
 #define MANIFEST "manifest.json"
 #define STATE "state.json"
 #define POINTER "checkpoint"
@@ -63,19 +64,11 @@ static uint32_t crc_update(uint32_t crc, const void *data, size_t n) {
 static uint32_t crc_bytes(const void *data, size_t n) { return crc_update((uint32_t)crc32(0L, Z_NULL, 0), data, n); }
 
 static ct_status crc_file(const char *path, uint32_t *crc, ct_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return ct_error_set(err, CT_ERR_IO, "%s: not a regular file", path);
-    }
+    CT_TRY(ct_fs_open_regular(path, &fd, &sb, err));
     static const size_t cap = 1 << 20;
-    unsigned char *buf = malloc(cap);
-    if (!buf) {
-        close(fd);
-        return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
-    }
+    unsigned char *buf = ct_malloc(cap);  // a fixed size: bookkeeping (memory.h)
     uint32_t c = crc_bytes(NULL, 0);
     ct_status st = CT_OK;
     for (;;) {
@@ -85,7 +78,7 @@ static ct_status crc_file(const char *path, uint32_t *crc, ct_error *err) {
         if (k <= 0) break;
         c = crc_update(c, buf, (size_t)k);
     }
-    free(buf);
+    ct_free(buf);
     close(fd);
     *crc = c;
     return st;
@@ -110,12 +103,6 @@ static bool json_u64(const cJSON *j, uint64_t *v) {
     return true;
 }
 
-static cJSON *json_int(int64_t v) {
-    char buf[32];
-    snprintf(buf, sizeof buf, "%" PRId64, v);
-    return cJSON_CreateRaw(buf);
-}
-
 // A checkpoint or file name: a plain, visible directory entry.
 static bool plain_name(const char *s) {
     size_t n = s ? strlen(s) : 0;
@@ -128,168 +115,6 @@ static ct_status check_ckpt_name(const char *name, ct_error *err) {
                             "invalid checkpoint name '%s' (1..%d characters, no '/', no leading '.', not \"" POINTER
                             "\")",
                             name ? name : "(null)", CT_CHECKPOINT_NAME_MAX - 1);
-    return CT_OK;
-}
-
-// ---- durable file helpers -------------------------------------------------
-
-ct_status ct_fs_temp_name(char *buf, size_t cap, const char *path, ct_error *err) {
-    const char *slash = strrchr(path, '/');
-    int dir_len = slash ? (int)(slash - path + 1) : 0;
-    const char *base = slash ? slash + 1 : path;
-    if ((size_t)snprintf(buf, cap, "%.*s.%s.tmp-%ld", dir_len, path, base, (long)getpid()) >= cap)
-        return ct_error_set(err, CT_ERR_ARG, "path too long: %s", path);
-    return CT_OK;
-}
-
-ct_status ct_fs_sync_dir(const char *dir, ct_error *err) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    // Some file systems cannot fsync a directory; that is not our failure.
-    if (rc != 0 && e != EINVAL && e != EROFS)
-        return ct_error_set(err, CT_ERR_IO, "%s: fsync failed: %s", dir, strerror(e));
-    return CT_OK;
-}
-
-static void parent_dir(char *dir, const char *path) {
-    snprintf(dir, PATH_CAP, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, PATH_CAP, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
-}
-
-ct_status ct_fs_mkdirs(const char *path, ct_error *err) {
-    char buf[PATH_CAP];
-    if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf)
-        return ct_error_set(err, CT_ERR_ARG, "path too long: %s", path);
-    for (char *p = buf + 1;; p++) {
-        bool last = *p == '\0';
-        if (*p == '/' || last) {
-            *p = '\0';
-            if (mkdir(buf, 0755) == 0) {
-                // The new directory's entry is durable once its parent is synced.
-                char parent[PATH_CAP];
-                parent_dir(parent, buf);
-                CT_TRY(ct_fs_sync_dir(parent, err));
-            } else if (errno != EEXIST) {
-                return ct_error_set(err, CT_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
-            }
-            if (last) break;
-            *p = '/';
-        }
-    }
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return ct_error_set(err, CT_ERR_IO, "%s: not a directory", path);
-    return CT_OK;
-}
-
-static ct_status write_fd_all(int fd, const void *data, size_t n, const char *path, ct_error *err) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t k = write(fd, p, n < (1u << 30) ? n : (1u << 30));
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) return ct_error_set(err, CT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        p += k;
-        n -= (size_t)k;
-    }
-    return CT_OK;
-}
-
-ct_status ct_fs_write_atomic(const char *path, const void *data, size_t n, ct_error *err) {
-    char tmp[PATH_CAP], dir[PATH_CAP];
-    // The rename below would put a regular file in place of whatever is at
-    // path: /dev/null (as root), a fifo a reader waits on, a symlink to a
-    // device. Only a regular file (or a new path) is replaced.
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-        return ct_error_set(err, CT_ERR_IO, "%s: exists and is not a regular file (%s): not writing over it", path,
-                            S_ISDIR(sb.st_mode)                         ? "a directory"
-                            : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
-                            : S_ISFIFO(sb.st_mode)                       ? "a fifo"
-                                                                         : "a socket or other special file");
-    CT_TRY(ct_fs_temp_name(tmp, sizeof tmp, path, err));
-    // A leftover of this pid's is ours to replace; O_EXCL | O_NOFOLLOW then
-    // makes sure the data goes to a new file, never through a planted link.
-    if (unlink(tmp) != 0 && errno != ENOENT)
-        return ct_error_set(err, CT_ERR_IO, "%s: cannot remove the old temporary file: %s", tmp, strerror(errno));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    ct_status st = write_fd_all(fd, data, n, tmp, err);
-    if (st == CT_OK && fsync(fd) != 0) st = ct_error_set(err, CT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && st == CT_OK) st = ct_error_set(err, CT_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (st == CT_OK && rename(tmp, path) != 0)
-        st = ct_error_set(err, CT_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
-    if (st != CT_OK) {
-        unlink(tmp);
-        return st;
-    }
-    parent_dir(dir, path);
-    return ct_fs_sync_dir(dir, err);
-}
-
-ct_status ct_fs_read_max(const char *path, size_t max, char **data, size_t *n, ct_error *err) {
-    *data = NULL;
-    if (n) *n = 0;
-    // O_NONBLOCK: opening a fifo must not wait for a writer (it is refused below).
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    // Only a regular file has a size to trust: /dev/zero (or a link to it)
-    // would be read until memory runs out, a fifo or a terminal forever.
-    struct stat sb;
-    ct_status st = CT_OK;
-    if (fstat(fd, &sb) != 0) st = ct_error_set(err, CT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = ct_error_set(err, CT_ERR_IO, "%s: not a regular file (a directory, device or fifo): refusing to read it",
-                          path);
-    else if (sb.st_size < 0 || (uint64_t)sb.st_size > max)
-        st = ct_error_set(err, CT_ERR_FORMAT, "%s: %lld bytes, more than the %zu such a file may hold", path,
-                          (long long)sb.st_size, max);
-    size_t cap = st == CT_OK ? (size_t)sb.st_size : 0, len = 0;
-    char *buf = st == CT_OK ? malloc(cap + 1) : NULL;
-    if (st == CT_OK && !buf) st = ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory for %zu bytes", path, cap);
-    // Read what fstat reported; a file that grew meanwhile is read up to that
-    // size (and shows up as a size or checksum mismatch where one is known).
-    while (st == CT_OK && len < cap) {
-        ssize_t k = read(fd, buf + len, cap - len);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) st = ct_error_set(err, CT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    close(fd);
-    if (st != CT_OK) {
-        free(buf);
-        return st;
-    }
-    buf[len] = '\0';
-    *data = buf;
-    if (n) *n = len;
-    return CT_OK;
-}
-
-ct_status ct_fs_read(const char *path, char **data, size_t *n, ct_error *err) {
-    return ct_fs_read_max(path, CT_FS_READ_MAX, data, n, err);
-}
-
-static int remove_entry(const char *fpath, const struct stat *sb, int type, struct FTW *ftw) {
-    (void)sb;
-    (void)type;
-    (void)ftw;
-    return remove(fpath) != 0 && errno != ENOENT ? -1 : 0;
-}
-
-ct_status ct_fs_remove_tree(const char *path, ct_error *err) {
-    struct stat sb;
-    if (lstat(path, &sb) != 0) {
-        if (errno == ENOENT) return CT_OK;
-        return ct_error_set(err, CT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    }
-    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-        return ct_error_set(err, CT_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
     return CT_OK;
 }
 
@@ -488,7 +313,7 @@ static cJSON *file_entry(const char *file, uint64_t bytes, uint32_t crc) {
     cJSON *e = cJSON_CreateObject();
     if (!e) return NULL;
     cJSON_AddStringToObject(e, "name", file);
-    cJSON_AddItemToObject(e, "bytes", json_int((int64_t)bytes));
+    cJSON_AddItemToObject(e, "bytes", ct_json_int((int64_t)bytes));
     cJSON_AddStringToObject(e, "crc32", hex);
     return e;
 }
@@ -602,9 +427,9 @@ ct_status ct_checkpoint_writer_commit(ct_checkpoint_writer *w, ct_error *err) {
     char *text = NULL;
     if (st == CT_OK) {
         cJSON_AddStringToObject(root, "format", FORMAT_NAME);
-        cJSON_AddItemToObject(root, "version", json_int(CT_CHECKPOINT_FORMAT_VERSION));
+        cJSON_AddItemToObject(root, "version", ct_json_int(CT_CHECKPOINT_FORMAT_VERSION));
         cJSON_AddStringToObject(root, "name", w->name);
-        cJSON_AddItemToObject(root, "step", json_int(w->opts.step));
+        cJSON_AddItemToObject(root, "step", ct_json_int(w->opts.step));
         cJSON_AddBoolToObject(root, "keep", w->opts.keep);
         cJSON_AddStringToObject(root, "checksum", "crc32");
         cJSON_AddItemToObject(root, "files", w->files);

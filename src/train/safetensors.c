@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "core/json.h"
+#include "ctrax/core/memory.h"
 #include "ctrax/train/checkpoint.h"
 
 // The data is written and mapped as it is in memory.
@@ -43,28 +45,6 @@ static bool st_dtype_parse(const char *s, ct_dtype *d) {
 }
 
 // ---- writing ----------------------------------------------------------------
-
-static ct_status write_all(int fd, const void *data, size_t n, const char *path, ct_error *err) {
-    const char *p = data;
-    while (n > 0) {
-        // Some kernels cap one write near 2 GiB.
-        size_t chunk = n < (1u << 30) ? n : (1u << 30);
-        ssize_t k = write(fd, p, chunk);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return ct_error_set(err, CT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return CT_OK;
-}
-
-static cJSON *json_int(int64_t v) {
-    char buf[32];
-    snprintf(buf, sizeof buf, "%" PRId64, v);
-    return cJSON_CreateRaw(buf);
-}
 
 static int cmp_str_ptr(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -120,11 +100,11 @@ static char *build_header(const ct_named_tensor *t, int n, const int *order, con
             break;
         }
         cJSON_AddStringToObject(e, "dtype", st_dtype_name(x->tensor.dtype));
-        for (int d = 0; d < x->tensor.ndim; d++) cJSON_AddItemToArray(shape, json_int(x->tensor.shape[d]));
+        for (int d = 0; d < x->tensor.ndim; d++) cJSON_AddItemToArray(shape, ct_json_int(x->tensor.shape[d]));
         cJSON_AddItemToObject(e, "shape", shape);
         uint64_t end = off + ct_tensor_nbytes(&x->tensor);
-        cJSON_AddItemToArray(offs, json_int((int64_t)off));
-        cJSON_AddItemToArray(offs, json_int((int64_t)end));
+        cJSON_AddItemToArray(offs, ct_json_int((int64_t)off));
+        cJSON_AddItemToArray(offs, ct_json_int((int64_t)end));
         cJSON_AddItemToObject(e, "data_offsets", offs);
         off = end;
     }
@@ -168,42 +148,25 @@ ct_status ct_safetensors_write(const char *path, const ct_named_tensor *tensors,
         return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory building the header", path);
     }
 
-    char tmp[4096];
-    ct_status st = ct_fs_temp_name(tmp, sizeof tmp, path, err);
-    if (st != CT_OK) {
-        free(order);
-        free(header);
-        return st;
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) st = ct_error_set(err, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    // The file is the header's length, the header, then the data: one
+    // atomic write of 2 + n pieces.
+    uint64_t le_len = hlen;  // little-endian host
+    ct_fs_part *parts = malloc(((size_t)n + 2) * sizeof *parts);
+    ct_status st = CT_OK;
+    if (!parts) st = ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
     if (st == CT_OK) {
-        uint64_t le_len = hlen;  // little-endian host
-        st = write_all(fd, &le_len, 8, tmp, err);
-        if (st == CT_OK) st = write_all(fd, header, hlen, tmp, err);
-        for (int i = 0; i < n && st == CT_OK; i++) {
+        parts[0] = (ct_fs_part){&le_len, 8};
+        parts[1] = (ct_fs_part){header, hlen};
+        for (int i = 0; i < n; i++) {
             const ct_tensor *x = &tensors[order[i]].tensor;
-            st = write_all(fd, x->data, ct_tensor_nbytes(x), tmp, err);
+            parts[2 + i] = (ct_fs_part){x->data, ct_tensor_nbytes(x)};
         }
-        if (st == CT_OK && fsync(fd) != 0)
-            st = ct_error_set(err, CT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-        if (close(fd) != 0 && st == CT_OK)
-            st = ct_error_set(err, CT_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-        if (st == CT_OK && rename(tmp, path) != 0)
-            st = ct_error_set(err, CT_ERR_IO, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
-        if (st != CT_OK) unlink(tmp);
+        st = ct_fs_write_atomic_parts(path, parts, n + 2, err);
     }
+    free(parts);
     free(order);
     free(header);
-    if (st != CT_OK) return st;
-    // The directory entry is durable only once the directory is synced.
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
-    return ct_fs_sync_dir(dir, err);
+    return st;
 }
 
 // ---- reading ------------------------------------------------------------------
@@ -457,30 +420,17 @@ static ct_status parse_header(ct_safetensors *st, ct_error *err) {
 ct_status ct_safetensors_open(ct_safetensors **out, const char *path, ct_error *err) {
     CT_ASSERT(out && path);
     *out = NULL;
-    ct_safetensors *st = calloc(1, sizeof *st);
-    if (!st || !(st->path = strdup(path))) {
-        free(st);
-        return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
-    }
-    // O_NONBLOCK: opening a fifo must not wait for a writer (it is refused below).
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        ct_safetensors_close(st);
-        return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    }
+    int fd;
     struct stat sb;
+    CT_TRY(ct_fs_open_regular(path, &fd, &sb, err));
+    ct_safetensors *st = ct_calloc(1, sizeof *st);
+    st->path = ct_strdup(path);
     ct_status s = CT_OK;
-    if (fstat(fd, &sb) != 0) s = ct_error_set(err, CT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        s = ct_error_set(err, CT_ERR_IO, "%s: not a regular file (a directory, device or fifo): refusing to read it",
-                         path);
-    if (s == CT_OK) {
-        st->size = (size_t)sb.st_size;
-        if (st->size > 0) {
-            void *m = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
-            if (m == MAP_FAILED) s = ct_error_set(err, CT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-            else st->map = m;
-        }
+    st->size = (size_t)sb.st_size;
+    if (st->size > 0) {
+        void *m = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) s = ct_error_set(err, CT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        else st->map = m;
     }
     close(fd);
     if (s == CT_OK) s = parse_header(st, err);

@@ -8,13 +8,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/json.h"
 #include "ctrax/core/log.h"
-#include "ctrax/train/checkpoint.h"
-#include "ctrax/train/summary.h"
+#include "core/clock.h"
+#include "core/fs.h"
+#include "ctrax/core/memory.h"
+#include "train/summary_internal.h"
 
 // ---- metrics.jsonl ---------------------------------------------------------
 
@@ -66,18 +67,11 @@ struct ct_metrics_writer {
 ct_status ct_metrics_writer_open(ct_metrics_writer **out, const char *path, ct_error *err) {
     CT_ASSERT(out && path);
     *out = NULL;
-    ct_metrics_writer *w = calloc(1, sizeof *w);
-    if (!w || !(w->path = strdup(path))) {
-        free(w);
-        return ct_error_set(err, CT_ERR_MEMORY, "out of memory");
-    }
-    w->fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (w->fd < 0) {
-        ct_status s = ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        free(w->path);
-        free(w);
-        return s;
-    }
+    int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    ct_metrics_writer *w = ct_calloc(1, sizeof *w);
+    w->path = ct_strdup(path);
+    w->fd = fd;
     off_t end = lseek(w->fd, 0, SEEK_END);
     char last = '\n';
     if (end > 0 && pread(w->fd, &last, 1, end - 1) == 1) w->need_newline = last != '\n';
@@ -88,13 +82,12 @@ ct_status ct_metrics_writer_open(ct_metrics_writer **out, const char *path, ct_e
 ct_status ct_metrics_writer_add(ct_metrics_writer *w, int64_t step, const char *mode, const char *metric, double value,
                                 ct_error *err) {
     CT_ASSERT(w && mode && metric);
+    (void)err;  // nothing here fails: the buffer is bookkeeping (memory.h)
     size_t need = ct_metrics_format_line(NULL, 0, step, mode, metric, value) + (w->need_newline ? 1 : 0);
     if (w->n + need + 1 > w->cap) {
         size_t cap = w->cap ? w->cap : 4096;
         while (cap < w->n + need + 1) cap *= 2;
-        char *b = realloc(w->buf, cap);
-        if (!b) return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", w->path);
-        w->buf = b;
+        w->buf = ct_realloc(w->buf, cap);  // lines of one logged step: bookkeeping
         w->cap = cap;
     }
     if (w->need_newline) {
@@ -126,12 +119,10 @@ ct_status ct_metrics_writer_flush(ct_metrics_writer *w, ct_error *err) {
 
 ct_status ct_metrics_writer_close(ct_metrics_writer *w, ct_error *err) {
     if (!w) return CT_OK;
-    ct_status s = ct_metrics_writer_flush(w, err);
-    if (close(w->fd) != 0 && s == CT_OK)
-        s = ct_error_set(err, CT_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
-    free(w->buf);
-    free(w->path);
-    free(w);
+    ct_status s = ct_fs_close(w->fd, w->path, ct_metrics_writer_flush(w, err), err);
+    ct_free(w->buf);
+    ct_free(w->path);
+    ct_free(w);
     return s;
 }
 
@@ -153,7 +144,7 @@ ct_status ct_metrics_truncate_after(const char *path, int64_t step, int64_t *n_d
     char *text;
     size_t n;
     CT_TRY(ct_fs_read(path, &text, &n, err));
-    char *out = malloc(n + 1);
+    char *out = malloc(n + 1);  // the file's size: checked (memory.h)
     if (!out) {
         free(text);
         return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
@@ -205,7 +196,7 @@ ct_status ct_summary_close(ct_summary *s, ct_error *err) {
         ct_status r = ct_tb_writer_close(s->tb[i], st == CT_OK ? err : NULL);
         if (st == CT_OK) st = r;
     }
-    free(s);
+    ct_free(s);
     return st;
 }
 
@@ -213,10 +204,9 @@ ct_status ct_summary_open(ct_summary **out, const char *output_dir, int64_t resu
     CT_ASSERT(out && output_dir && resume_step >= 0);
     *out = NULL;
     size_t cap = strlen(output_dir) + 32;
-    char *path = malloc(cap);
-    ct_summary *s = calloc(1, sizeof *s);
-    ct_status st = path && s ? CT_OK : ct_error_set(err, CT_ERR_MEMORY, "out of memory");
-    if (st == CT_OK) st = ct_fs_mkdirs(output_dir, err);
+    char *path = ct_malloc(cap);
+    ct_summary *s = ct_calloc(1, sizeof *s);
+    ct_status st = ct_fs_mkdirs(output_dir, err);
     if (st == CT_OK) {
         snprintf(path, cap, "%s/metrics.jsonl", output_dir);
         int64_t dropped = 0;
@@ -232,7 +222,7 @@ ct_status ct_summary_open(ct_summary **out, const char *output_dir, int64_t resu
         if (st == CT_OK) st = ct_tb_writer_session_start(s->tb[i], resume_step + 1, err);
         if (st == CT_OK) st = ct_tb_writer_flush(s->tb[i], err);
     }
-    free(path);
+    ct_free(path);
     if (st != CT_OK) {
         ct_summary_close(s, NULL);
         return st;
@@ -298,27 +288,20 @@ struct ct_progress {
     double t0, last_draw;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 ct_progress *ct_progress_new(FILE *stream, int64_t total_steps) {
-    ct_progress *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
+    ct_progress *p = ct_calloc(1, sizeof *p);
     p->f = stream ? stream : stderr;
     p->tty = isatty(fileno(p->f)) == 1;
     p->total = total_steps;
     return p;
 }
 
-void ct_progress_free(ct_progress *p) { free(p); }
+void ct_progress_free(ct_progress *p) { ct_free(p); }
 bool ct_progress_active(const ct_progress *p) { return p && p->tty; }
 
 void ct_progress_update(ct_progress *p, int64_t step, double loss, int64_t tokens) {
     if (!p || !p->tty) return;
-    double t = now_s();
+    double t = ct_now_s();
     if (!p->started) {
         // Rates count from here: the work of this first step happened before.
         p->started = true;

@@ -15,8 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctrax/train/checkpoint.h"
-#include "ctrax/train/summary.h"
+#include "core/clock.h"
+#include "core/fs.h"
+#include "ctrax/core/memory.h"
+#include "train/summary_internal.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "event files are written as the little-endian host holds them");
@@ -40,28 +42,23 @@ static uint32_t masked_crc(const void *data, size_t n) {
 
 // ---- protobuf encoding --------------------------------------------------------
 
+// A growing byte buffer: events are a few dozen bytes, so running out of
+// memory here aborts (memory.h's bookkeeping rule).
 typedef struct pb {
     unsigned char *p;
     size_t n, cap;
-    bool oom;
 } pb;
 
 enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
 
 static void pb_bytes(pb *b, const void *data, size_t n) {
-    if (b->oom) return;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + n) cap *= 2;
-        unsigned char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
+        b->p = ct_realloc(b->p, cap);
         b->cap = cap;
     }
-    memcpy(b->p + b->n, data, n);
+    if (n) memcpy(b->p + b->n, data, n);
     b->n += n;
 }
 
@@ -98,35 +95,29 @@ static void pb_len(pb *b, int field, const void *data, size_t n) {
     pb_bytes(b, data, n);
 }
 
-static void pb_free(pb *b) { free(b->p); }
-
-static double wall_time(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static void pb_free(pb *b) { ct_free(b->p); }
 
 // ---- the writer -----------------------------------------------------------
 
 struct ct_tb_writer {
-    FILE *f;
+    int fd;
     char *path;
+    pb out;  // records not yet written to the file
 };
 
 const char *ct_tb_writer_path(const ct_tb_writer *w) { return w->path; }
 
-static ct_status write_record(ct_tb_writer *w, const pb *event, ct_error *err) {
-    if (event->oom) return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory encoding an event", w->path);
+// Buffers one record; ct_tb_writer_flush writes the buffer.
+static void add_record(ct_tb_writer *w, const pb *event) {
     unsigned char head[12];
     uint64_t len = event->n;
     memcpy(head, &len, 8);
     uint32_t c = masked_crc(head, 8);
     memcpy(head + 8, &c, 4);
     uint32_t dc = masked_crc(event->p, event->n);
-    if (fwrite(head, 1, 12, w->f) != 12 || fwrite(event->p, 1, event->n, w->f) != event->n ||
-        fwrite(&dc, 1, 4, w->f) != 4)
-        return ct_error_set(err, CT_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
-    return CT_OK;
+    pb_bytes(&w->out, head, 12);
+    pb_bytes(&w->out, event->p, event->n);
+    pb_bytes(&w->out, &dc, 4);
 }
 
 ct_status ct_tb_writer_open(ct_tb_writer **out, const char *logdir, ct_error *err) {
@@ -138,35 +129,29 @@ ct_status ct_tb_writer_open(ct_tb_writer **out, const char *logdir, ct_error *er
     host[sizeof host - 1] = '\0';
     for (char *p = host; *p; p++)
         if (*p == '/') *p = '_';
-    ct_tb_writer *w = calloc(1, sizeof *w);
-    if (!w) return ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+    ct_tb_writer *w = ct_calloc(1, sizeof *w);
     size_t cap = strlen(logdir) + strlen(host) + 64;
-    w->path = malloc(cap);
-    if (!w->path) {
-        free(w);
-        return ct_error_set(err, CT_ERR_MEMORY, "out of memory");
-    }
+    w->path = ct_malloc(cap);
     long long t = (long long)time(NULL);
-    int fd = -1;
-    for (int k = 0; k < 1000 && fd < 0; k++) {
+    w->fd = -1;
+    for (int k = 0; k < 1000 && w->fd < 0; k++) {
         if (k == 0) snprintf(w->path, cap, "%s/events.out.tfevents.%lld.%s", logdir, t, host);
         else snprintf(w->path, cap, "%s/events.out.tfevents.%lld.%s.%d", logdir, t, host, k);
-        fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0 && errno != EEXIST) break;
+        w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (w->fd < 0 && errno != EEXIST) break;
     }
-    if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
+    if (w->fd < 0) {
         ct_status s = ct_error_set(err, CT_ERR_IO, "%s: cannot create: %s", w->path, strerror(errno));
-        if (fd >= 0) close(fd);
-        free(w->path);
-        free(w);
+        ct_free(w->path);
+        ct_free(w);
         return s;
     }
     pb e = {0};
-    pb_double(&e, 1, wall_time());
+    pb_double(&e, 1, ct_wall_time_s());
     pb_len(&e, 3, "brain.Event:2", 13);
-    ct_status s = write_record(w, &e, err);
+    add_record(w, &e);
     pb_free(&e);
-    if (s == CT_OK) s = ct_tb_writer_flush(w, err);
+    ct_status s = ct_tb_writer_flush(w, err);
     if (s != CT_OK) {
         ct_tb_writer_close(w, NULL);
         return s;
@@ -175,51 +160,53 @@ ct_status ct_tb_writer_open(ct_tb_writer **out, const char *logdir, ct_error *er
     return CT_OK;
 }
 
+// Buffers the Event {wall_time, step, <field>: payload}.
+static void add_event(ct_tb_writer *w, int64_t step, int field, const pb *payload) {
+    pb e = {0};
+    pb_double(&e, 1, ct_wall_time_s());
+    pb_int64(&e, 2, step);
+    pb_len(&e, field, payload->p, payload->n);
+    add_record(w, &e);
+    pb_free(&e);
+}
+
 ct_status ct_tb_writer_scalar(ct_tb_writer *w, const char *tag, int64_t step, float value, ct_error *err) {
     CT_ASSERT(w && tag);
-    pb v = {0}, summary = {0}, e = {0};
+    (void)err;  // buffered: write errors come from ct_tb_writer_flush
+    pb v = {0}, summary = {0};
     pb_len(&v, 1, tag, strlen(tag));
     pb_float(&v, 2, value);
     pb_len(&summary, 1, v.p, v.n);
-    pb_double(&e, 1, wall_time());
-    pb_int64(&e, 2, step);
-    pb_len(&e, 5, summary.p, summary.n);
-    e.oom |= v.oom || summary.oom;
-    ct_status s = write_record(w, &e, err);
+    add_event(w, step, 5, &summary);  // Event.summary
     pb_free(&v);
     pb_free(&summary);
-    pb_free(&e);
-    return s;
+    return CT_OK;
 }
 
 ct_status ct_tb_writer_session_start(ct_tb_writer *w, int64_t step, ct_error *err) {
     CT_ASSERT(w);
-    pb log = {0}, e = {0};
+    (void)err;  // buffered, as a scalar
+    pb log = {0};
     pb_key(&log, 1, WIRE_VARINT);
     pb_varint(&log, 1);  // SessionLog.START
-    pb_double(&e, 1, wall_time());
-    pb_int64(&e, 2, step);
-    pb_len(&e, 7, log.p, log.n);
-    e.oom |= log.oom;
-    ct_status s = write_record(w, &e, err);
+    add_event(w, step, 7, &log);  // Event.session_log
     pb_free(&log);
-    pb_free(&e);
-    return s;
+    return CT_OK;
 }
 
 ct_status ct_tb_writer_flush(ct_tb_writer *w, ct_error *err) {
     CT_ASSERT(w);
-    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
-        return ct_error_set(err, CT_ERR_IO, "%s: flush failed: %s", w->path, strerror(errno));
+    CT_TRY(ct_fs_write_all(w->fd, w->out.p, w->out.n, w->path, err));
+    w->out.n = 0;
+    if (fsync(w->fd) != 0) return ct_error_set(err, CT_ERR_IO, "%s: fsync failed: %s", w->path, strerror(errno));
     return CT_OK;
 }
 
 ct_status ct_tb_writer_close(ct_tb_writer *w, ct_error *err) {
     if (!w) return CT_OK;
-    ct_status s = ct_tb_writer_flush(w, err);
-    if (fclose(w->f) != 0 && s == CT_OK)
-        s = ct_error_set(err, CT_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
-    free(w->path);
-    free(w);
+    ct_status s = ct_fs_close(w->fd, w->path, ct_tb_writer_flush(w, err), err);
+    pb_free(&w->out);
+    ct_free(w->path);
+    ct_free(w);
     return s;
 }

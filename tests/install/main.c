@@ -4,6 +4,7 @@
 // runs a forward pass on a (3, 5) batch and checks the result against the
 // same arithmetic done here from the net's own weights.
 #include <ctrax/ctrax.h>
+#include <ctrax/layers/layer_author.h>
 
 #include <math.h>
 #include <stdio.h>

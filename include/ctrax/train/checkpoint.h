@@ -1,5 +1,5 @@
-// Checkpoints: safetensors files, and directories of them written atomically
-// and checked on every load.
+// Checkpoints: directories of safetensors files (safetensors.h) written
+// atomically and checked on every load.
 //
 // A checkpoint is a directory <output_dir>/<name>/ that holds
 //
@@ -47,68 +47,11 @@
 
 #include "ctrax/core/error.h"
 #include "ctrax/core/tensor.h"
+#include "ctrax/train/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-// ---- safetensors -------------------------------------------------------------
-//
-// The format (https://github.com/huggingface/safetensors): a u64 little-endian
-// header length N, N bytes of JSON
-//   {"<tensor name>": {"dtype": "F32" | "I32" | "BF16", "shape": [d0, ...],
-//                      "data_offsets": [begin, end]}, ...,
-//    "__metadata__": {"<key>": "<string value>", ...}}
-// then the data, with offsets relative to the start of the data. ctrax writes
-// little-endian data, pads the header with spaces so the data starts at an
-// 8-byte aligned file offset, and lays tensors out wider dtypes first so every
-// tensor starts at a multiple of its element size. The data has no holes: the
-// format forbids them (Hugging Face's reader rejects a file with gaps), so
-// tensors are aligned to their element size, not to 8 bytes.
-
-// A tensor with the name it is stored under.
-typedef struct ct_named_tensor {
-    const char *name;
-    ct_tensor tensor;  // data must not be NULL unless the tensor has no elements
-} ct_named_tensor;
-
-// A string key and value (safetensors __metadata__).
-typedef struct ct_kv {
-    const char *key;
-    const char *value;
-} ct_kv;
-
-// Writes a safetensors file at path, atomically: into a temporary file beside
-// it (ct_fs_temp_name), fsync, rename, fsync of the directory. Names must be unique, non-empty and not
-// "__metadata__". meta may be NULL when n_meta is 0.
-ct_status ct_safetensors_write(const char *path, const ct_named_tensor *tensors, int n, const ct_kv *meta, int n_meta,
-                               ct_error *err);
-
-// An opened safetensors file: the file is mapped read-only and its header
-// checked completely: header length against the file size, valid JSON, known
-// dtypes, shapes of at most CT_MAX_DIMS non-negative dims, numel x dtype size
-// == data_offsets end - begin, and offsets that tile the data exactly (in
-// range, no overlap, no gap, nothing after the last tensor). An error names
-// the file and the tensor.
-typedef struct ct_safetensors ct_safetensors;
-
-ct_status ct_safetensors_open(ct_safetensors **out, const char *path, ct_error *err);
-void ct_safetensors_close(ct_safetensors *st);
-
-const char *ct_safetensors_path(const ct_safetensors *st);
-// Tensors in the order of their data in the file, i in [0, count).
-int ct_safetensors_count(const ct_safetensors *st);
-const char *ct_safetensors_name(const ct_safetensors *st, int i);
-// The tensor's dtype, shape and data. The data points into the read-only
-// mapping (valid until close; never write through it). A file ctrax did not
-// write may leave it unaligned for its dtype: memcpy it out in that case.
-ct_tensor ct_safetensors_tensor(const ct_safetensors *st, int i);
-// Index of the tensor called name, -1 if there is none.
-int ct_safetensors_find(const ct_safetensors *st, const char *name);
-// A __metadata__ value, NULL if the key is absent.
-const char *ct_safetensors_metadata(const ct_safetensors *st, const char *key);
-// The whole file as mapped.
-const void *ct_safetensors_bytes(const ct_safetensors *st, size_t *n_bytes);
 
 // ---- writing a checkpoint -------------------------------------------------
 
@@ -259,32 +202,6 @@ ct_status ct_checkpoint_remove(const char *output_dir, const char *name, ct_erro
 // .tmp-<name>-<pid> and .old-<name>-<pid> and the dot files .<file>.tmp-<pid>
 // of processes no longer running. ct_checkpoint_writer_begin calls it.
 ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err);
-
-// ---- durable file helpers (used by checkpoints and summaries) -------------
-
-// Writes path atomically: a new temporary file (never one through a link),
-// fsync, rename over path, fsync the directory. An existing path that is not
-// a regular file (a directory, device, fifo, or a symlink to one) is refused
-// (CT_ERR_IO): the rename would replace it with a file.
-ct_status ct_fs_write_atomic(const char *path, const void *data, size_t n, ct_error *err);
-// The temporary name used for path while it is written: <dir>/.<base>.tmp-<pid>
-// (a dot file, removed by ct_checkpoint_clean_tmp once its writer is gone).
-// Fails (CT_ERR_ARG) when it does not fit in cap.
-ct_status ct_fs_temp_name(char *buf, size_t cap, const char *path, ct_error *err);
-// fsyncs a directory (so renames and creations in it are durable).
-ct_status ct_fs_sync_dir(const char *dir, ct_error *err);
-// mkdir -p.
-ct_status ct_fs_mkdirs(const char *path, ct_error *err);
-// Reads a whole regular file into a malloc'ed, NUL-terminated buffer
-// (free()); n (may be NULL) gets its length. What is not a regular file (a
-// directory, device, fifo, or a symlink to one) is refused (CT_ERR_IO), and so
-// is a file of more than max bytes (CT_ERR_FORMAT); the read is bounded by the
-// size fstat reports. ct_fs_read's max is CT_FS_READ_MAX.
-#define CT_FS_READ_MAX ((size_t)1 << 30)
-ct_status ct_fs_read_max(const char *path, size_t max, char **data, size_t *n, ct_error *err);
-ct_status ct_fs_read(const char *path, char **data, size_t *n, ct_error *err);
-// rm -rf (does not follow symlinks). A missing path is not an error.
-ct_status ct_fs_remove_tree(const char *path, ct_error *err);
 
 #ifdef __cplusplus
 }

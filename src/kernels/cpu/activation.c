@@ -1,6 +1,7 @@
 #include "kernels/cpu/activation.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 #include "kernels/cpu/vmath.h"
 
@@ -110,25 +111,30 @@ uint64_t ct_dropout_threshold(float rate) {
 // Masks are drawn DROPOUT_CHUNK counters at a time (vector threefry).
 #define DROPOUT_CHUNK 256
 
-void ct_dropout_forward(float *out, const float *inp, ct_key key, uint64_t threshold, float scale,
-                        int64_t N) {
+// The mask of element i is bits(key, i) >= threshold. add: y += mask * x *
+// scale (backward); otherwise y = mask ? x * scale : 0 (forward).
+static void dropout_apply(float *y, const float *x, ct_key key, uint64_t threshold, float scale, int64_t N,
+                          bool add) {
 #pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN / 8)
     for (int64_t c = 0; c < N; c += DROPOUT_CHUNK) {
         uint32_t bits[DROPOUT_CHUNK];
         int64_t n = N - c < DROPOUT_CHUNK ? N - c : DROPOUT_CHUNK;
         ct_random_bits_block(key, (uint32_t)c, (size_t)n, bits);
-        for (int64_t i = 0; i < n; i++) out[c + i] = bits[i] >= threshold ? inp[c + i] * scale : 0.0f;
+        if (add) {
+            for (int64_t i = 0; i < n; i++)
+                if (bits[i] >= threshold) y[c + i] += x[c + i] * scale;
+        } else {
+            for (int64_t i = 0; i < n; i++) y[c + i] = bits[i] >= threshold ? x[c + i] * scale : 0.0f;
+        }
     }
+}
+
+void ct_dropout_forward(float *out, const float *inp, ct_key key, uint64_t threshold, float scale,
+                        int64_t N) {
+    dropout_apply(out, inp, key, threshold, scale, N, false);
 }
 
 void ct_dropout_backward(float *dinp, const float *dout, ct_key key, uint64_t threshold, float scale,
                          int64_t N) {
-#pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN / 8)
-    for (int64_t c = 0; c < N; c += DROPOUT_CHUNK) {
-        uint32_t bits[DROPOUT_CHUNK];
-        int64_t n = N - c < DROPOUT_CHUNK ? N - c : DROPOUT_CHUNK;
-        ct_random_bits_block(key, (uint32_t)c, (size_t)n, bits);
-        for (int64_t i = 0; i < n; i++)
-            if (bits[i] >= threshold) dinp[c + i] += dout[c + i] * scale;
-    }
+    dropout_apply(dinp, dout, key, threshold, scale, N, true);
 }

@@ -48,6 +48,25 @@ static void causal_softmax_row(float *row, int64_t n, int64_t T) {
     for (int64_t s = n; s < T; s++) row[s] = 0.0f;
 }
 
+// D = A * mask / (1 - dropout) over the causal part of the (T, T) matrix A
+// (zeros above the diagonal), the mask of element (t, s) drawn at counter
+// j0 + t * T + s. When G is not NULL it is taken through the same mask:
+// G <- G * mask / (1 - dropout) (the backward pass).
+static void drop_probs(float *D, float *G, const float *A, ct_key key, int64_t j0, uint64_t threshold,
+                       float drop_scale, int64_t T) {
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t s0 = 0; s0 <= t; s0 += DROP_CHUNK) {
+            float f[DROP_CHUNK];
+            int64_t n = t + 1 - s0 < DROP_CHUNK ? t + 1 - s0 : DROP_CHUNK;
+            drop_factors(key, j0 + t * T + s0, n, threshold, drop_scale, f);
+            for (int64_t i = 0; i < n; i++) D[t * T + s0 + i] = A[t * T + s0 + i] * f[i];
+            if (G)
+                for (int64_t i = 0; i < n; i++) G[t * T + s0 + i] *= f[i];
+        }
+        for (int64_t s = t + 1; s < T; s++) D[t * T + s] = 0.0f;
+    }
+}
+
 void ct_attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
                           float *scratch, int n_slots, ct_key key, float dropout, int64_t B, int64_t T,
                           int64_t C, int64_t NH) {
@@ -69,16 +88,7 @@ void ct_attention_forward(float *out, float *att, const float *q, const float *k
         const float *P = A;
         if (dropout > 0.0f) {
             float *D = scratch + (int64_t)omp_get_thread_num() * per_slot;
-            for (int64_t t = 0; t < T; t++) {
-                const int64_t j0 = bh * T * T + t * T;
-                for (int64_t s0 = 0; s0 <= t; s0 += DROP_CHUNK) {
-                    float f[DROP_CHUNK];
-                    int64_t n = t + 1 - s0 < DROP_CHUNK ? t + 1 - s0 : DROP_CHUNK;
-                    drop_factors(key, j0 + s0, n, threshold, drop_scale, f);
-                    for (int64_t i = 0; i < n; i++) D[t * T + s0 + i] = A[t * T + s0 + i] * f[i];
-                }
-                for (int64_t s = t + 1; s < T; s++) D[t * T + s] = 0.0f;
-            }
+            drop_probs(D, NULL, A, key, bh * T * T, threshold, drop_scale, T);
             P = D;
         }
         // out_h = P v_h
@@ -110,19 +120,7 @@ void ct_attention_backward(float *dq, float *dk, float *dv, float *scratch, int 
             // Recompute the dropped probabilities P and take G back through
             // the mask: G <- G * mask / (1 - dropout).
             float *D = G + T * T;
-            for (int64_t t = 0; t < T; t++) {
-                const int64_t j0 = bh * T * T + t * T;
-                for (int64_t s0 = 0; s0 <= t; s0 += DROP_CHUNK) {
-                    float f[DROP_CHUNK];
-                    int64_t n = t + 1 - s0 < DROP_CHUNK ? t + 1 - s0 : DROP_CHUNK;
-                    drop_factors(key, j0 + s0, n, threshold, drop_scale, f);
-                    for (int64_t i = 0; i < n; i++) {
-                        D[t * T + s0 + i] = A[t * T + s0 + i] * f[i];
-                        G[t * T + s0 + i] *= f[i];
-                    }
-                }
-                for (int64_t s = t + 1; s < T; s++) D[t * T + s] = 0.0f;
-            }
+            drop_probs(D, G, A, key, bh * T * T, threshold, drop_scale, T);
             P = D;
         }
         // dv_h += P^T dout_h

@@ -2,13 +2,19 @@
 
 #include <math.h>
 
+// The largest of x[0..C), -inf for C == 0 (the start of a stable softmax).
+static float row_max(const float *x, int64_t C) {
+    float maxv = -INFINITY;
+    for (int64_t c = 0; c < C; c++) maxv = fmaxf(maxv, x[c]);
+    return maxv;
+}
+
 void ct_softmax_forward(float *out, const float *inp, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static) if (N * C > 32768)
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         float *y = out + n * C;
-        float maxv = -INFINITY;
-        for (int64_t c = 0; c < C; c++) maxv = fmaxf(maxv, x[c]);
+        const float maxv = row_max(x, C);
         double sum = 0.0;
         for (int64_t c = 0; c < C; c++) {
             y[c] = expf(x[c] - maxv);
@@ -35,8 +41,7 @@ void ct_log_softmax_forward(float *out, const float *inp, int64_t N, int64_t C) 
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         float *y = out + n * C;
-        float maxv = -INFINITY;
-        for (int64_t c = 0; c < C; c++) maxv = fmaxf(maxv, x[c]);
+        const float maxv = row_max(x, C);
         double sum = 0.0;
         for (int64_t c = 0; c < C; c++) sum += expf(x[c] - maxv);
         float lse = maxv + (float)log(sum);
