@@ -94,9 +94,17 @@ void ct_arena_reset(ct_arena *a);
 // Capacity reserved on the device by the arena, in bytes.
 size_t ct_arena_capacity(const ct_arena *a);
 
-// Bookkeeping allocations (layer structs, names, lists): never on a hot path.
-// They abort through the abort handler when memory runs out, since no caller
-// could go on without them.
+// The out-of-memory policy, one for all of ctrax:
+//  - Bookkeeping (structs, names, lists, small buffers whose size the
+//    library chooses or the caller's code fixes): ct_malloc, ct_calloc,
+//    ct_realloc, ct_strdup. They abort through the abort handler when
+//    memory runs out, since no caller could go on without them.
+//  - Memory whose size comes from outside input or from a model (file data,
+//    headers and lists read from files, slabs, arenas, batches): a checked
+//    path that returns CT_ERR_MEMORY with a message naming what and the
+//    bytes (ct_device_alloc, ct_arena_alloc, or malloc + ct_error_set), and
+//    sizes are checked against limits before the allocation.
+// A raw malloc outside the second case is a bug.
 void *ct_malloc(size_t bytes);             // aborts on failure
 void *ct_calloc(size_t n, size_t size);    // aborts on failure
 void *ct_realloc(void *p, size_t bytes);   // aborts on failure
