@@ -3,7 +3,8 @@
 #   make train    install missing packages, build (Release, build/), train the default
 #                 config (a ReformerLM on Debian's fortunes), then print a sample of its text
 #   make test     install missing packages, build and test Release (build/) and
-#                 ASan+UBSan at -O2 -g (build-asan/); ends with "make test: N passed, N failed"
+#                 ASan+UBSan at -O2 -g (build-asan/), fuzz briefly (build-fuzz/);
+#                 ends with "make test: N passed, N failed"
 #   make install PREFIX=/usr/local    library, headers, ctrax.pc, the ctrax program
 #   make bench-deps                   what the benchmarks need besides (python3-torch)
 #
@@ -41,4 +42,4 @@ install: build
 	cmake --install build --prefix "$(PREFIX)"
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
