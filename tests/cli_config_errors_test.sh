@@ -101,6 +101,26 @@ TransformerLM.max_len = 8"
 grep -qF "eval_fraction.gin:6:1: train.eval_steps = 2 asks for evals" <<<"$out" ||
     { fail=$((fail + 1)); echo "FAIL eval_fraction: train.eval_steps not named"; }
 
+# train.permanent_checkpoint_frequency (Trax's) is the Loop's permanent period:
+# bound to two different periods it is refused naming both bindings; alone,
+# it writes a permanent checkpoint every N steps (model_2 below exists only
+# through it: the regular period is 100).
+expect permanent_both 1 "permanent_both.gin:7:1: train.permanent_checkpoint_frequency = 2 and" "$base
+train.permanent_checkpoint_frequency = 2
+Loop.n_steps_per_permanent_checkpoint = 3"
+grep -qF "permanent_both.gin:8:1: Loop.n_steps_per_permanent_checkpoint = 3 set the same period differently" <<<"$out" ||
+    { fail=$((fail + 1)); echo "FAIL permanent_both: Loop.n_steps_per_permanent_checkpoint not named"; }
+printf '%s\n' "$base" "train.permanent_checkpoint_frequency = 2" "train.steps = 4" "train.eval_steps = 0" \
+    "TransformerLM.d_model = 8" "TransformerLM.d_ff = 8" "TransformerLM.n_layers = 1" "TransformerLM.n_heads = 1" \
+    >"$work/permanent.gin"
+if "$ctrax" train "$work/permanent.gin" --output-dir "$work/permanent" >"$work/out.txt" 2>&1 &&
+    [[ -d $work/permanent/model_2 && -d $work/permanent/model_4 ]] &&
+    grep -qx "train.permanent_checkpoint_frequency = 2" "$work/permanent/config.gin"; then
+    pass=$((pass + 1)); echo "ok   permanent_checkpoint_frequency: model_2 kept"
+else
+    fail=$((fail + 1)); echo "FAIL permanent_checkpoint_frequency:"; ls "$work/permanent"; tail -n 5 "$work/out.txt"
+fi
+
 "$ctrax" train "$work/no_such_config.gin" >"$work/out.txt" 2>&1
 rc=$?
 if ((rc == 1)) && grep -q "no_such_config.gin" "$work/out.txt"; then pass=$((pass + 1)); echo "ok   missing config file: exit 1"; else fail=$((fail + 1)); echo "FAIL missing config: exit $rc"; cat "$work/out.txt"; fi
