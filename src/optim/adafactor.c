@@ -6,10 +6,6 @@
 #include "kernels/cpu/optim.h"
 #include "optim/internal.h"
 
-ct_adafactor_params ct_adafactor_default_params(void) {
-    return (ct_adafactor_params){CT_ADAFACTOR_PARAMS(CT_PARAM_DEFAULT)};
-}
-
 // A weight of rank >= 2 seen as B matrices of (R, C): the last two dims.
 typedef struct mats {
     int64_t B, R, C;
@@ -68,15 +64,7 @@ static void adafactor_update(const ct_optimizer *o, int64_t step, float lr, cons
     }
 }
 
-#define ROW(...) CT_OPT_ROW(ct_adafactor_params, __VA_ARGS__)
-static const ct_optimizer_param adafactor_param_table[] = {CT_ADAFACTOR_PARAMS(ROW)};
-#undef ROW
-
-static const ct_optimizer_vtable adafactor_vt = {
-    .name = "Adafactor",
-    .slot_floats = adafactor_slot_floats,
-    .update = adafactor_update,
-    CT_OPT_TABLE(adafactor_param_table),
-};
+CT_OPTIMIZER(adafactor, "Adafactor", CT_ADAFACTOR_PARAMS,
+             .slot_floats = adafactor_slot_floats, .update = adafactor_update)
 
 ct_optimizer *ct_adafactor_new(ct_adafactor_params p) { return ct_optimizer_wrap(&adafactor_vt, &p, sizeof p); }

@@ -6,8 +6,6 @@
 #include "kernels/cpu/optim.h"
 #include "optim/internal.h"
 
-ct_adam_params ct_adam_default_params(void) { return (ct_adam_params){CT_ADAM_PARAMS(CT_PARAM_DEFAULT)}; }
-
 // Slots: m then v, each the size of the weight.
 static size_t adam_slot_floats(const ct_optimizer *o, const ct_tensor *sig) {
     (void)o;
@@ -24,15 +22,6 @@ static void adam_update(const ct_optimizer *o, int64_t step, float lr, const ct_
     ct_adam_update(w, g, slots, slots + n, n, lr, p->b1, p->b2, p->eps, p->weight_decay_rate, bias1, bias2);
 }
 
-#define ROW(...) CT_OPT_ROW(ct_adam_params, __VA_ARGS__)
-static const ct_optimizer_param adam_param_table[] = {CT_ADAM_PARAMS(ROW)};
-#undef ROW
-
-static const ct_optimizer_vtable adam_vt = {
-    .name = "Adam",
-    .slot_floats = adam_slot_floats,
-    .update = adam_update,
-    CT_OPT_TABLE(adam_param_table),
-};
+CT_OPTIMIZER(adam, "Adam", CT_ADAM_PARAMS, .slot_floats = adam_slot_floats, .update = adam_update)
 
 ct_optimizer *ct_adam_new(ct_adam_params p) { return ct_optimizer_wrap(&adam_vt, &p, sizeof p); }

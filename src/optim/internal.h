@@ -15,11 +15,21 @@ ct_optimizer *ct_optimizer_wrap(const ct_optimizer_vtable *vt, const void *param
 // (Momentum's velocity, RMSProp's mean square).
 size_t ct_optimizer_one_slot(const ct_optimizer *o, const ct_tensor *sig);
 
-// The rows of an optimizer's table of hyperparameters, from its list (see
-// ctrax/params.h): every stored entry, a FIXED one marked fixed, an ENUM
-// with its range.
-//   #define ROW(...) CT_OPT_ROW(ct_adam_params, __VA_ARGS__)
-//   static const ct_optimizer_param table[] = {CT_ADAM_PARAMS(ROW)};
+// What each optimizer's file generates from its list (see ctrax/params.h):
+// ct_<x>_default_params(), its table of hyperparameters by name (every
+// stored entry; a FIXED one marked fixed, an ENUM with its range) and its
+// vtable x_vt, named display, with the remaining vtable fields:
+//   CT_OPTIMIZER(adam, "Adam", CT_ADAM_PARAMS, .slot_floats = ..., .update = ...)
+#define CT_OPTIMIZER(x, display, LIST, ...)                                                                     \
+    ct_##x##_params ct_##x##_default_params(void) { return (ct_##x##_params){LIST(CT_PARAM_DEFAULT)}; }      \
+    static const ct_optimizer_param x##_param_table[] = {LIST(CT_OPT_ROW_OF_##x)};                            \
+    static const ct_optimizer_vtable x##_vt = {.name = display, CT_OPT_TABLE(x##_param_table), __VA_ARGS__};
+#define CT_OPT_ROW_OF_sgd(...) CT_OPT_ROW(ct_sgd_params, __VA_ARGS__)
+#define CT_OPT_ROW_OF_adam(...) CT_OPT_ROW(ct_adam_params, __VA_ARGS__)
+#define CT_OPT_ROW_OF_momentum(...) CT_OPT_ROW(ct_momentum_params, __VA_ARGS__)
+#define CT_OPT_ROW_OF_rmsprop(...) CT_OPT_ROW(ct_rmsprop_params, __VA_ARGS__)
+#define CT_OPT_ROW_OF_adafactor(...) CT_OPT_ROW(ct_adafactor_params, __VA_ARGS__)
+#define CT_OPT_ROW_OF_sm3(...) CT_OPT_ROW(ct_sm3_params, __VA_ARGS__)
 #define CT_OPT_ROW(S, TYPE, field, def, RANGE, FLAGS, doc) CT_OPT_ROW_##FLAGS(S, TYPE, field, RANGE)
 #define CT_OPT_ROW_NONE(S, TYPE, field, RANGE) \
     {.name = #field, .offset = offsetof(S, field), .kind = CT_OPT_KIND_##TYPE, CT_OPT_LIMITS_##RANGE},

@@ -5,8 +5,6 @@
 #include "kernels/cpu/optim.h"
 #include "optim/internal.h"
 
-ct_rmsprop_params ct_rmsprop_default_params(void) { return (ct_rmsprop_params){CT_RMSPROP_PARAMS(CT_PARAM_DEFAULT)}; }
-
 // Trax starts the average at ones, so the first steps are small.
 static void rmsprop_init_slots(const ct_optimizer *o, const ct_tensor *sig, float *slots) {
     (void)o;
@@ -21,16 +19,7 @@ static void rmsprop_update(const ct_optimizer *o, int64_t step, float lr, const 
     ct_rmsprop_update(w, g, slots, ct_tensor_numel(sig), lr, p->gamma, p->eps);
 }
 
-#define ROW(...) CT_OPT_ROW(ct_rmsprop_params, __VA_ARGS__)
-static const ct_optimizer_param rmsprop_param_table[] = {CT_RMSPROP_PARAMS(ROW)};
-#undef ROW
-
-static const ct_optimizer_vtable rmsprop_vt = {
-    .name = "RMSProp",
-    .slot_floats = ct_optimizer_one_slot,
-    .init_slots = rmsprop_init_slots,
-    .update = rmsprop_update,
-    CT_OPT_TABLE(rmsprop_param_table),
-};
+CT_OPTIMIZER(rmsprop, "RMSProp", CT_RMSPROP_PARAMS,
+             .slot_floats = ct_optimizer_one_slot, .init_slots = rmsprop_init_slots, .update = rmsprop_update)
 
 ct_optimizer *ct_rmsprop_new(ct_rmsprop_params p) { return ct_optimizer_wrap(&rmsprop_vt, &p, sizeof p); }

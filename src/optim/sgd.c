@@ -5,8 +5,6 @@
 #include "kernels/cpu/optim.h"
 #include "optim/internal.h"
 
-ct_sgd_params ct_sgd_default_params(void) { return (ct_sgd_params){CT_SGD_PARAMS(CT_PARAM_DEFAULT)}; }
-
 static size_t sgd_slot_floats(const ct_optimizer *o, const ct_tensor *sig) {
     (void)o, (void)sig;
     return 0;
@@ -18,15 +16,6 @@ static void sgd_update(const ct_optimizer *o, int64_t step, float lr, const ct_t
     ct_sgd_update(w, g, ct_tensor_numel(sig), lr);
 }
 
-#define ROW(...) CT_OPT_ROW(ct_sgd_params, __VA_ARGS__)
-static const ct_optimizer_param sgd_param_table[] = {CT_SGD_PARAMS(ROW)};
-#undef ROW
-
-static const ct_optimizer_vtable sgd_vt = {
-    .name = "SGD",
-    .slot_floats = sgd_slot_floats,
-    .update = sgd_update,
-    CT_OPT_TABLE(sgd_param_table),
-};
+CT_OPTIMIZER(sgd, "SGD", CT_SGD_PARAMS, .slot_floats = sgd_slot_floats, .update = sgd_update)
 
 ct_optimizer *ct_sgd_new(ct_sgd_params p) { return ct_optimizer_wrap(&sgd_vt, &p, sizeof p); }

@@ -8,8 +8,6 @@
 
 static_assert(sizeof(ct_sm3_momentum_type) == sizeof(int), "momentum_type is read and written as an int");
 
-ct_sm3_params ct_sm3_default_params(void) { return (ct_sm3_params){CT_SM3_PARAMS(CT_PARAM_DEFAULT)}; }
-
 // The params plus what Trax decides once in its constructor: whether there is
 // a momentum slot and whether to graft. They fix the slot layout, so later
 // changes of momentum or second_moment_averaging do not change them (as in
@@ -52,16 +50,7 @@ static void sm3_update(const ct_optimizer *o, int64_t step, float lr, const ct_t
                   s->p.second_moment_averaging, s->p.weight_decay);
 }
 
-#define ROW(...) CT_OPT_ROW(ct_sm3_params, __VA_ARGS__)
-static const ct_optimizer_param sm3_param_table[] = {CT_SM3_PARAMS(ROW)};
-#undef ROW
-
-static const ct_optimizer_vtable sm3_vt = {
-    .name = "SM3",
-    .slot_floats = sm3_slot_floats,
-    .update = sm3_update,
-    CT_OPT_TABLE(sm3_param_table),
-};
+CT_OPTIMIZER(sm3, "SM3", CT_SM3_PARAMS, .slot_floats = sm3_slot_floats, .update = sm3_update)
 
 ct_optimizer *ct_sm3_new(ct_sm3_params p) {
     CT_ASSERT(p.momentum_type >= CT_SM3_MOMENTUM_EMA && p.momentum_type <= CT_SM3_MOMENTUM_NESTEROV);
