@@ -715,33 +715,37 @@ static ct_config_value default_value(ct_config *cfg, ct_config_kind kind) {
     return (ct_config_value){.kind = kind, .file = cfg_intern(cfg, "<default>"), .line = 0, .col = 0};
 }
 
+// A query of a scalar getter: dv is the value when unbound (its kind and
+// number); *v is NULL for None (the getter's def then).
+static ct_status query_scalar(ct_config *cfg, const char *name, const char *param, cfg_type want, ct_config_value dv,
+                              const ct_config_value **v, ct_error *err) {
+    dv.file = cfg_intern(cfg, "<default>");
+    CT_TRY(query(cfg, name, param, want, &dv, v, err));
+    if ((*v)->kind == CT_CONFIG_NONE) *v = NULL;
+    return CT_OK;
+}
+
 ct_status ct_config_get_int(ct_config *cfg, const char *name, const char *param, int64_t def, int64_t *out,
                             ct_error *err) {
-    ct_config_value dv = default_value(cfg, CT_CONFIG_INT);
-    dv.i = def;
     const ct_config_value *v;
-    CT_TRY(query(cfg, name, param, CFG_INT, &dv, &v, err));
-    *out = v->kind == CT_CONFIG_NONE ? def : v->i;
+    CT_TRY(query_scalar(cfg, name, param, CFG_INT, (ct_config_value){.kind = CT_CONFIG_INT, .i = def}, &v, err));
+    *out = v ? v->i : def;
     return CT_OK;
 }
 
 ct_status ct_config_get_float(ct_config *cfg, const char *name, const char *param, double def, double *out,
                               ct_error *err) {
-    ct_config_value dv = default_value(cfg, CT_CONFIG_FLOAT);
-    dv.f = def;
     const ct_config_value *v;
-    CT_TRY(query(cfg, name, param, CFG_FLOAT, &dv, &v, err));
-    *out = v->kind == CT_CONFIG_NONE ? def : v->f;
+    CT_TRY(query_scalar(cfg, name, param, CFG_FLOAT, (ct_config_value){.kind = CT_CONFIG_FLOAT, .f = def}, &v, err));
+    *out = v ? v->f : def;
     return CT_OK;
 }
 
 ct_status ct_config_get_bool(ct_config *cfg, const char *name, const char *param, bool def, bool *out,
                              ct_error *err) {
-    ct_config_value dv = default_value(cfg, CT_CONFIG_BOOL);
-    dv.b = def;
     const ct_config_value *v;
-    CT_TRY(query(cfg, name, param, CFG_BOOL, &dv, &v, err));
-    *out = v->kind == CT_CONFIG_NONE ? def : v->b;
+    CT_TRY(query_scalar(cfg, name, param, CFG_BOOL, (ct_config_value){.kind = CT_CONFIG_BOOL, .b = def}, &v, err));
+    *out = v ? v->b : def;
     return CT_OK;
 }
 
