@@ -43,16 +43,44 @@ static int fail(const char *what, const ct_error *err) {
     return CTRAX_EXIT_ERROR;
 }
 
+// The evaluator on the model alone (no trainer, no optimizer): the
+// checkpoint's weights and state loaded strictly by name, the metrics over
+// the eval batches, one line each on stdout.
+static int run_evaluator(const ct_checkpoint *c, ct_layer *model, const ct_eval_task *ev, uint64_t seed) {
+    ct_evaluator *evaluator = NULL;
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err = {0};
+    int rc = CTRAX_EXIT_ERROR;
+    double values[CT_EVAL_MAX_METRICS];
+    if (ct_evaluator_new(&evaluator, model, ev, NULL, &dev, &err) != CT_OK) return fail("setting up the evaluator", &err);
+    if (ct_evaluator_model_net(evaluator, &net, ct_key_split(ct_key_from_seed(seed), 0), &err) != CT_OK) {
+        ct_evaluator_free(evaluator);
+        return fail("setting up the evaluator", &err);
+    }
+    if (ct_net_load_checkpoint(&net, c, CT_LOAD_STRICT, &err) != CT_OK) rc = fail("loading the weights", &err);
+    else if (ct_evaluator_run(evaluator, &net, ct_key_from_seed(seed), values, &err) != CT_OK)
+        rc = fail("evaluating", &err);
+    else rc = CTRAX_EXIT_OK;
+    int width = 0;
+    for (int m = 0; m < ev->n_metrics && rc == CTRAX_EXIT_OK; m++)
+        if ((int)strlen(ev->metric_names[m]) > width) width = (int)strlen(ev->metric_names[m]);
+    for (int m = 0; m < ev->n_metrics && rc == CTRAX_EXIT_OK; m++) {
+        char line[256];
+        ct_format_step_line(line, sizeof line, ct_checkpoint_step(c), "eval", ev->metric_names[m], width, values[m]);
+        printf("%s\n", line);
+    }
+    ct_net_free(&net);
+    ct_evaluator_free(evaluator);
+    return rc;
+}
+
 static int evaluate(const eval_opts *o) {
     ct_checkpoint *c = NULL;
     char *dir = NULL;
     ct_config *cfg = NULL;
     ct_layer *model = NULL;
     ct_stream *train = NULL, *eval = NULL;
-    ct_evaluator *evaluator = NULL;
-    ct_device dev = ct_device_cpu();
-    ct_net net;
-    bool have_net = false;
     ct_eval_task ev = {0};
     ct_error err = {0};
     int rc = ctrax_open_checkpoint("eval", o->path, o->name, &c, &dir);
@@ -100,38 +128,13 @@ static int evaluate(const eval_opts *o) {
         goto done;
     }
 
-    if (ct_evaluator_new(&evaluator, model, &ev, NULL, &dev, &err) != CT_OK ||
-        ct_evaluator_model_net(evaluator, &net, ct_key_split(ct_key_from_seed((uint64_t)seed), 0), &err) != CT_OK) {
-        fail("setting up the evaluator", &err);
-        goto done;
-    }
-    have_net = true;
-    // The checkpoint's weights and state, every one by name.
-    if (ct_net_load_checkpoint(&net, c, CT_LOAD_STRICT, &err) != CT_OK) {
-        fail("loading the weights", &err);
-        goto done;
-    }
     char desc[512];
     fprintf(stderr, "evaluating %s/%s (step %lld) on %lld batch(es) of %lld: %s\n", dir, ct_checkpoint_name(c),
             (long long)ct_checkpoint_step(c), (long long)eval_steps, (long long)batch_size,
             ct_stream_describe(eval, desc, sizeof desc));
-    double values[CT_EVAL_MAX_METRICS];
-    if (ct_evaluator_run(evaluator, &net, ct_key_from_seed((uint64_t)seed), values, &err) != CT_OK) {
-        fail("evaluating", &err);
-        goto done;
-    }
-    int width = 0;
-    for (int m = 0; m < ev.n_metrics; m++)
-        if ((int)strlen(ev.metric_names[m]) > width) width = (int)strlen(ev.metric_names[m]);
-    for (int m = 0; m < ev.n_metrics; m++) {
-        char line[256];
-        ct_format_step_line(line, sizeof line, ct_checkpoint_step(c), "eval", ev.metric_names[m], width, values[m]);
-        printf("%s\n", line);
-    }
+    if (run_evaluator(c, model, &ev, (uint64_t)seed) != CTRAX_EXIT_OK) goto done;
     rc = fflush(stdout) == 0 ? CTRAX_EXIT_OK : CTRAX_EXIT_ERROR;
 done:
-    if (have_net) ct_net_free(&net);
-    ct_evaluator_free(evaluator);
     for (int m = 0; m < CT_EVAL_MAX_METRICS; m++) ct_layer_free(ev.metrics[m]);
     ct_layer_free(model);
     ct_stream_free(train);

@@ -545,9 +545,8 @@ static void replica_begin_step(rt_trainer *t, rt_replica *r, int d, const ct_ten
 
 static ct_status rt_one_step(ct_trainer *base, const ct_tensor *batch, ct_key key, int64_t step, float lr,
                              ct_step_stats *stats, ct_error *err);
-static size_t rt_arena_bytes(const ct_trainer *base);
 static void rt_free(ct_trainer *base);
-static const ct_trainer_vt rt_vt = {"reversible trainer", rt_one_step, rt_arena_bytes, rt_free};
+static const ct_trainer_vt rt_vt = {"reversible trainer", rt_one_step, rt_free};
 
 // Cuts the net into units and plans them; the last must be the loss.
 static ct_status make_plan(rt_trainer *t, const ct_layer *loss, ct_error *err) {
@@ -607,11 +606,8 @@ ct_status ct_reversible_trainer_new(ct_trainer **out, ct_layer *model, ct_layer 
     t->b.opts.memory_efficient = true;
     t->opt = t->b.opts.reversible;
     t->replicas = ct_calloc((size_t)t->b.n_local, sizeof *t->replicas);
-    for (int d = 0; d < t->b.n_local; d++) {
-        ct_arena_init(&t->replicas[d].arena, dev);
-        ct_ctx_init(&t->replicas[d].ctx, &t->replicas[d].arena);
-        t->b.devs[d] = &t->replicas[d].dv;
-    }
+    for (int d = 0; d < t->b.n_local; d++)
+        ct_train_dev_init(&t->b, d, &t->replicas[d].dv, &t->replicas[d].arena, &t->replicas[d].ctx);
     if (st == CT_OK && (!(t->b.opts.clip_grad_norm >= 0.0f) ||
                         (t->opt.clip_mode != CT_CLIP_GLOBAL && t->opt.clip_mode != CT_CLIP_PER_LAYER)))
         st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: clip_grad_norm %g or clip mode %d is invalid",
@@ -693,13 +689,6 @@ static void rt_free(ct_trainer *base) {
     ct_free(t);
 }
 
-static size_t rt_arena_bytes(const ct_trainer *base) {
-    const rt_trainer *t = (const rt_trainer *)base;
-    size_t n = 0;
-    for (int d = 0; d < t->b.n_local; d++) n += ct_arena_capacity(&t->replicas[d].arena);
-    return n;
-}
-
 // ---- one step ------------------------------------------------------------------------
 
 static ct_status ensure_device_buffers(rt_trainer *t, ct_error *err) {
@@ -766,37 +755,25 @@ static ct_key leaf_key(const rt_replica *r, const rt_leaf *leaf) {
     return k;
 }
 
-static ct_status leaves_forward(const rt_replica *r, rt_unit *u, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
-                                ct_error *err) {
+// Runs unit u's leaves over a stack whose top is top (its n_in items
+// forward, its n_out gradients backward, in reverse), as a Serial would;
+// res gets what the unit leaves (n_out outputs, or n_in input gradients).
+static ct_status leaves_run(const rt_replica *r, rt_unit *u, ct_ctx *c, bool backward, const ct_tensor *top,
+                            ct_tensor *res, ct_error *err) {
     ct_tensor stack[RT_STACK_MAX], outs[CT_LAYER_MAX_IO];
-    int depth = u->n_in;
-    memcpy(stack, in, (size_t)depth * sizeof *stack);
-    for (int i = 0; i < u->n_leaves; i++) {
-        const rt_leaf *leaf = &u->leaves[i];
+    int depth = backward ? u->n_out : u->n_in;
+    memcpy(stack, top, (size_t)depth * sizeof *stack);
+    for (int k = 0; k < u->n_leaves; k++) {
+        const rt_leaf *leaf = &u->leaves[backward ? u->n_leaves - 1 - k : k];
         ct_layer *l = leaf->layer;
-        CT_TRY(ct_layer_forward(l, c, stack, outs, leaf_key(r, leaf), err));
-        memmove(stack + l->n_out, stack + l->n_in, (size_t)(depth - l->n_in) * sizeof *stack);
-        memcpy(stack, outs, (size_t)l->n_out * sizeof *stack);
-        depth += l->n_out - l->n_in;
+        int n_pop = backward ? l->n_out : l->n_in, n_push = backward ? l->n_in : l->n_out;
+        CT_TRY(backward ? ct_layer_backward(l, c, stack, outs, leaf_key(r, leaf), err)
+                        : ct_layer_forward(l, c, stack, outs, leaf_key(r, leaf), err));
+        memmove(stack + n_push, stack + n_pop, (size_t)(depth - n_pop) * sizeof *stack);
+        memcpy(stack, outs, (size_t)n_push * sizeof *stack);
+        depth += n_push - n_pop;
     }
-    memcpy(out, stack, (size_t)u->n_out * sizeof *out);
-    return CT_OK;
-}
-
-static ct_status leaves_backward(const rt_replica *r, rt_unit *u, ct_ctx *c, const ct_tensor *grad_out,
-                                 ct_tensor *grad_in, ct_error *err) {
-    ct_tensor stack[RT_STACK_MAX], grads[CT_LAYER_MAX_IO];
-    int depth = u->n_out;
-    memcpy(stack, grad_out, (size_t)depth * sizeof *stack);
-    for (int i = u->n_leaves - 1; i >= 0; i--) {
-        const rt_leaf *leaf = &u->leaves[i];
-        ct_layer *l = leaf->layer;
-        CT_TRY(ct_layer_backward(l, c, stack, grads, leaf_key(r, leaf), err));
-        memmove(stack + l->n_in, stack + l->n_out, (size_t)(depth - l->n_out) * sizeof *stack);
-        memcpy(stack, grads, (size_t)l->n_in * sizeof *stack);
-        depth += l->n_in - l->n_out;
-    }
-    memcpy(grad_in, stack, (size_t)u->n_in * sizeof *grad_in);
+    memcpy(res, stack, (size_t)(backward ? u->n_in : u->n_out) * sizeof *res);
     return CT_OK;
 }
 
@@ -831,7 +808,7 @@ static ct_status forward_turn(rt_trainer *t, rt_replica *r, rt_unit *u, rt_stage
     if (keep_state) copy_state(r, u, r->state_before, false);
     ct_status st = u->kind == RT_REVERSIBLE
                        ? ct_layer_forward(u->leaves[0].layer, c, in, out, leaf_key(r, &u->leaves[0]), err)
-                       : leaves_forward(r, u, c, in, out, err);
+                       : leaves_run(r, u, c, false, in, out, err);
     if (keep_state) copy_state(r, u, r->state_after, false);
     rt_item items[CT_LAYER_MAX_IO];
     if (st == CT_OK) st = adopt(t, r, out, u->n_out, items, err);
@@ -855,7 +832,7 @@ static ct_status loss_forward(rt_replica *r, rt_unit *u, rt_stage s, ct_error *e
     if (r->state_before) copy_state(r, u, r->state_before, false);
     ct_tensor in[CT_LAYER_MAX_IO];
     tensors_of(r->vals, u->n_in, in);
-    CT_TRY(leaves_forward(r, u, c, in, &r->dv.loss_out, err));
+    CT_TRY(leaves_run(r, u, c, false, in, &r->dv.loss_out, err));
     // A loss layer that does not say what it averaged over counts as one.
     r->dv.weight = c->loss_weight >= 0 ? c->loss_weight : 1.0;
     return CT_OK;
@@ -867,7 +844,7 @@ static ct_status loss_backward(rt_trainer *t, rt_replica *r, rt_unit *u, ct_erro
     ct_ctx *c = &r->ctx;
     ct_tensor gout = ct_tensor_sig(&r->dv.loss_out), gin[CT_LAYER_MAX_IO];
     gout.data = &r->dv.seed;
-    ct_status st = leaves_backward(r, u, c, &gout, gin, err);
+    ct_status st = leaves_run(r, u, c, true, &gout, gin, err);
     rt_item items[CT_LAYER_MAX_IO];
     if (st == CT_OK) st = adopt(t, r, gin, u->n_in, items, err);
     ct_arena_reset(&r->arena);
@@ -900,8 +877,8 @@ static ct_status backward_turn(rt_trainer *t, rt_replica *r, rt_unit *u, rt_stag
     } else {
         tensors_of(saved, u->n_in, in);
         ct_tensor recomputed[CT_LAYER_MAX_IO];
-        st = leaves_forward(r, u, c, in, recomputed, err);
-        if (st == CT_OK) st = leaves_backward(r, u, c, gout, gin, err);
+        st = leaves_run(r, u, c, false, in, recomputed, err);
+        if (st == CT_OK) st = leaves_run(r, u, c, true, gout, gin, err);
     }
     if (keep_state) copy_state(r, u, r->state_after, true);
     rt_item vitems[CT_LAYER_MAX_IO], gitems[CT_LAYER_MAX_IO];

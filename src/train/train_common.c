@@ -114,6 +114,13 @@ ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *m
     return layout_slots(t, err);
 }
 
+void ct_train_dev_init(ct_trainer *t, int d, ct_train_dev *dev, ct_arena *arena, ct_ctx *ctx) {
+    ct_arena_init(arena, t->dev);
+    ct_ctx_init(ctx, arena);
+    dev->arena = arena;
+    t->devs[d] = dev;
+}
+
 void ct_train_base_free(ct_trainer *t) {
     ct_device_free(t->slab_dev, t->slots, t->n_slot_floats * sizeof(float));
     ct_free(t->slot_offsets);
@@ -322,7 +329,11 @@ const float *ct_trainer_grads(const ct_trainer *t) { return t->grads; }
 ct_optimizer *ct_trainer_optimizer(const ct_trainer *t) { return t->opt; }
 int ct_trainer_global_devices(const ct_trainer *t) { return t->n_global; }
 bool ct_trainer_memory_efficient(const ct_trainer *t) { return t->opts.memory_efficient; }
-size_t ct_trainer_arena_bytes(const ct_trainer *t) { return t->vt->arena_bytes(t); }
+size_t ct_trainer_arena_bytes(const ct_trainer *t) {
+    size_t n = 0;
+    for (int d = 0; d < t->n_local; d++) n += ct_arena_capacity(t->devs[d]->arena);
+    return n;
+}
 
 float *ct_trainer_slots(const ct_trainer *t, size_t *n_floats) {
     if (n_floats) *n_floats = t->n_slot_floats;

@@ -22,6 +22,7 @@ typedef struct ct_train_dev {
     float seed;     // d loss / d (its loss), from the global weight
     ct_status status;
     ct_error err;
+    const ct_arena *arena;  // its step arena (for ct_trainer_arena_bytes)
 } ct_train_dev;
 
 // The two implementations.
@@ -29,7 +30,6 @@ typedef struct ct_trainer_vt {
     const char *who;  // in messages: "trainer", "reversible trainer"
     ct_status (*one_step)(ct_trainer *t, const ct_tensor *batch, ct_key key, int64_t step, float lr,
                           ct_step_stats *stats, ct_error *err);
-    size_t (*arena_bytes)(const ct_trainer *t);
     void (*free)(ct_trainer *t);  // everything: its own parts, ct_train_base_free, the struct
 } ct_trainer_vt;
 
@@ -69,6 +69,9 @@ ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *m
                              const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt, ct_key init_key,
                              ct_device *dev, ct_device *slab_dev, const ct_trainer_options *opts, ct_error *err);
 void ct_train_base_free(ct_trainer *t);
+
+// Local device d's arena (on t->dev) and context, and its entry in t->devs.
+void ct_train_dev_init(ct_trainer *t, int d, ct_train_dev *dev, ct_arena *arena, ct_ctx *ctx);
 
 // The implementations' constructors (t->vt->who names them in messages).
 ct_status ct_standard_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs,

@@ -115,9 +115,8 @@ static void bucketer_reset(std_trainer *t) {
 
 static ct_status std_one_step(ct_trainer *base, const ct_tensor *batch, ct_key key, int64_t step, float lr,
                               ct_step_stats *stats, ct_error *err);
-static size_t std_arena_bytes(const ct_trainer *base);
 static void std_free(ct_trainer *base);
-static const ct_trainer_vt std_vt = {"trainer", std_one_step, std_arena_bytes, std_free};
+static const ct_trainer_vt std_vt = {"trainer", std_one_step, std_free};
 
 // Overlapped buckets need finished gradients in the net's slab as backward
 // goes: one local device, and an engine with something to overlap.
@@ -162,11 +161,8 @@ ct_status ct_standard_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *l
     std_trainer *t = ct_calloc(1, sizeof *t);
     ct_status st = ct_train_base_init(&t->b, &std_vt, model, loss, batch_sigs, n_batch, opt, init_key, dev, dev, opts, err);
     t->replicas = ct_calloc((size_t)t->b.n_local, sizeof *t->replicas);
-    for (int d = 0; d < t->b.n_local; d++) {
-        ct_arena_init(&t->replicas[d].arena, dev);
-        ct_ctx_init(&t->replicas[d].ctx, &t->replicas[d].arena);
-        t->b.devs[d] = &t->replicas[d].dv;
-    }
+    for (int d = 0; d < t->b.n_local; d++)
+        ct_train_dev_init(&t->b, d, &t->replicas[d].dv, &t->replicas[d].arena, &t->replicas[d].ctx);
     if (st == CT_OK) st = replicas_init(t, err);
     if (st != CT_OK) goto fail;
     bucketer_init(t);
@@ -207,13 +203,6 @@ static void std_free(ct_trainer *base) {
     ct_free(t->bk.plan);
     ct_train_base_free(&t->b);
     ct_free(t);
-}
-
-static size_t std_arena_bytes(const ct_trainer *base) {
-    const std_trainer *t = (const std_trainer *)base;
-    size_t n = 0;
-    for (int d = 0; d < t->b.n_local; d++) n += ct_arena_capacity(&t->replicas[d].arena);
-    return n;
 }
 
 // ---- one step ------------------------------------------------------------------
