@@ -139,18 +139,95 @@ static int fail(const char *what, const ct_error *err) {
     return CTRAX_EXIT_ERROR;
 }
 
+// Prints the prompt, then o->length bytes drawn from the model on net, one
+// at a time from the last W - 1 bytes (P of them the prompt's).
+static int generate(const sample_opts *o, const ct_net *net, int64_t P, int64_t W, int V) {
+    int64_t total = P + o->length;
+    int32_t *tokens = malloc((size_t)(total + 1) * sizeof *tokens), *window = malloc((size_t)W * sizeof *window);
+    scored *scratch = malloc((size_t)V * sizeof *scratch);
+    ct_arena arena;
+    ct_ctx ctx;
+    ct_error err = {0};
+    int rc = CTRAX_EXIT_ERROR;
+    if (!tokens || !window || !scratch) {
+        fprintf(stderr, "ctrax sample: out of memory for %lld tokens\n", (long long)total);
+        goto done;
+    }
+    for (int64_t i = 0; i < P; i++) tokens[i] = (unsigned char)o->prompt[i];
+    ct_arena_init(&arena, net->dev);
+    ct_ctx_init(&ctx, &arena);
+    ct_net_bind(net, &ctx, false);
+    ctx.record = false;
+    text_out out = {.f = stdout, .raw = o->raw};
+    for (int64_t i = 0; i < P; i++) out_byte(&out, (unsigned char)o->prompt[i]);
+    fflush(stdout);
+    ct_key key = ct_key_from_seed((uint64_t)o->seed);
+    bool ok = true;
+    for (int64_t i = 0; i < o->length && ok; i++) {
+        int64_t t = P + i;                  // tokens so far; predict token t
+        int64_t L = t + 1 <= W ? t + 1 : W;  // the last L - 1 of them and a placeholder
+        memcpy(window, tokens + (t + 1 - L), (size_t)(L - 1) * sizeof *window);
+        window[L - 1] = 0;
+        ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 1, L, window), logits;
+        if (ct_layer_forward(net->root, &ctx, &in, &logits, ct_key_from_seed(0), &err) != CT_OK) {
+            fail("running the model", &err);
+            ok = false;
+            break;
+        }
+        float u;
+        ct_random_uniform(ct_key_fold_in(key, (uint32_t)i), &u, 1, 0.0f, 1.0f);
+        tokens[t] = pick(ct_f32(&logits) + (size_t)(L - 1) * (size_t)V, V, o->temperature, o->top_k, u, scratch);
+        ct_arena_reset(&arena);
+        out_byte(&out, (unsigned char)tokens[t]);
+        fflush(stdout);
+    }
+    ct_ctx_free(&ctx);
+    ct_arena_free(&arena);
+    if (ok) {
+        out_flush_pending(&out);
+        if (!o->raw) fputc('\n', stdout);
+        if (fflush(stdout) != 0) fprintf(stderr, "ctrax sample: writing to stdout failed\n");
+        else rc = CTRAX_EXIT_OK;
+    }
+done:
+    free(tokens);
+    free(window);
+    free(scratch);
+    return rc;
+}
+
+// The model of the checkpoint's config (*model_name), and the context to
+// sample with: --context, or the model's max_len (0: none), checked against it.
+static int build_model(ct_config *cfg, const ct_checkpoint *c, const char *dir, const sample_opts *o, ct_layer **model,
+                       const char **model_name, int64_t *context) {
+    ct_error err = {0};
+    if (ct_config_get_reference(cfg, "train", "model", NULL, model_name, &err) != CT_OK)
+        return fail("the checkpoint's config", &err);
+    if (!*model_name) {
+        fprintf(stderr, "ctrax sample: the config of %s/%s binds no train.model\n", dir, ct_checkpoint_name(c));
+        return CTRAX_EXIT_ERROR;
+    }
+    if (ct_config_build_model(cfg, *model_name, model, &err) != CT_OK) return fail("building the model", &err);
+    // The model's max_len, if it has one (an MLP has none: the query fails).
+    int64_t max_len = 0;
+    if (ct_config_get_int(cfg, *model_name, "max_len", 0, &max_len, &err) != CT_OK) max_len = 0;
+    *context = o->context > 0 ? o->context : max_len;
+    if (max_len > 0 && *context > max_len) {
+        fprintf(stderr, "ctrax sample: --context %lld is longer than the model's max_len %lld\n", (long long)*context,
+                (long long)max_len);
+        return CTRAX_EXIT_ERROR;
+    }
+    return CTRAX_EXIT_OK;
+}
+
 static int sample(const sample_opts *o) {
     ct_checkpoint *c = NULL;
     char *dir = NULL;
     ct_config *cfg = NULL;
     ct_layer *model = NULL;
     ct_net net = {0};
-    bool have_net = false, have_ctx = false;
+    bool have_net = false;
     ct_device dev = ct_device_cpu();
-    ct_arena arena;
-    ct_ctx ctx;
-    int32_t *tokens = NULL, *window = NULL;
-    scored *scratch = NULL;
     ct_error err = {0};
     int rc = ctrax_open_checkpoint("sample", o->path, o->name, &c, &dir);
     if (rc) return rc;
@@ -159,28 +236,8 @@ static int sample(const sample_opts *o) {
     // The model, from the config it was trained with.
     if (!(cfg = ctrax_checkpoint_parse_config("sample", c, dir))) goto done;
     const char *model_name = NULL;
-    if (ct_config_get_reference(cfg, "train", "model", NULL, &model_name, &err) != CT_OK) {
-        fail("the checkpoint's config", &err);
-        goto done;
-    }
-    if (!model_name) {
-        fprintf(stderr, "ctrax sample: the config of %s/%s binds no train.model\n", dir, ct_checkpoint_name(c));
-        goto done;
-    }
-    if (ct_config_build_model(cfg, model_name, &model, &err) != CT_OK) {
-        fail("building the model", &err);
-        goto done;
-    }
-    // The model's max_len, if it has one (an MLP has none: the query fails).
-    int64_t max_len = 0;
-    ct_error ignored;
-    if (ct_config_get_int(cfg, model_name, "max_len", 0, &max_len, &ignored) != CT_OK) max_len = 0;
-    int64_t context = o->context > 0 ? o->context : max_len;
-    if (max_len > 0 && context > max_len) {
-        fprintf(stderr, "ctrax sample: --context %lld is longer than the model's max_len %lld\n",
-                (long long)context, (long long)max_len);
-        goto done;
-    }
+    int64_t context = 0;
+    if (build_model(cfg, c, dir, o, &model, &model_name, &context) != CTRAX_EXIT_OK) goto done;
 
     // A net for inputs (1, W): W the longest input generation needs, at most the context.
     int64_t P = (int64_t)strlen(o->prompt), total = P + o->length;
@@ -227,55 +284,11 @@ static int sample(const sample_opts *o) {
             ctrax_format_count((int64_t)net.n_weights, count, sizeof count), (long long)W, o->temperature,
             (long long)o->top_k, (long long)o->seed);
 
-    // Generate.
-    tokens = malloc((size_t)(total + 1) * sizeof *tokens);
-    window = malloc((size_t)W * sizeof *window);
-    scratch = malloc((size_t)V * sizeof *scratch);
-    for (int64_t i = 0; i < P; i++) tokens[i] = (unsigned char)o->prompt[i];
-    ct_arena_init(&arena, &dev);
-    ct_ctx_init(&ctx, &arena);
-    have_ctx = true;
-    ct_net_bind(&net, &ctx, false);
-    ctx.record = false;
-    text_out out = {.f = stdout, .raw = o->raw};
-    for (int64_t i = 0; i < P; i++) out_byte(&out, (unsigned char)o->prompt[i]);
-    fflush(stdout);
-    ct_key key = ct_key_from_seed((uint64_t)o->seed);
-    for (int64_t i = 0; i < o->length; i++) {
-        int64_t t = P + i;                  // tokens so far; predict token t
-        int64_t L = t + 1 <= W ? t + 1 : W;  // the last L - 1 of them and a placeholder
-        memcpy(window, tokens + (t + 1 - L), (size_t)(L - 1) * sizeof *window);
-        window[L - 1] = 0;
-        ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 1, L, window), logits;
-        if (ct_layer_forward(net.root, &ctx, &in, &logits, ct_key_from_seed(0), &err) != CT_OK) {
-            fail("running the model", &err);
-            goto done;
-        }
-        float u;
-        ct_random_uniform(ct_key_fold_in(key, (uint32_t)i), &u, 1, 0.0f, 1.0f);
-        tokens[t] = pick(ct_f32(&logits) + (size_t)(L - 1) * (size_t)V, V, o->temperature, o->top_k, u, scratch);
-        ct_arena_reset(&arena);
-        out_byte(&out, (unsigned char)tokens[t]);
-        fflush(stdout);
-    }
-    out_flush_pending(&out);
-    if (!o->raw) fputc('\n', stdout);
-    if (fflush(stdout) != 0) {
-        fprintf(stderr, "ctrax sample: writing to stdout failed\n");
-        goto done;
-    }
-    rc = CTRAX_EXIT_OK;
+    rc = generate(o, &net, P, W, V);
 done:
-    if (have_ctx) {
-        ct_ctx_free(&ctx);
-        ct_arena_free(&arena);
-    }
     if (have_net) ct_net_free(&net);
     ct_layer_free(model);
     ct_config_free(cfg);
-    free(tokens);
-    free(window);
-    free(scratch);
     ct_checkpoint_close(c);
     free(dir);
     return rc;
