@@ -24,24 +24,24 @@ _Noreturn void ct_abort(const char *file, int line, const char *fmt, ...) {
     abort();  // a handler must not return; make sure of it
 }
 
-ct_status ct_error_set(ct_error *err, ct_status code, const char *fmt, ...) {
+ct_status ct_error_setv(ct_error *err, ct_status code, const char *fmt, va_list ap) {
     if (!err) return code;
     err->code = code;
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    return code;
+}
+
+ct_status ct_error_set(ct_error *err, ct_status code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    ct_error_setv(err, code, fmt, ap);
     va_end(ap);
     return code;
 }
 
-ct_status ct_error_prefix(ct_error *err, const char *fmt, ...) {
-    if (!err) return CT_OK;
-    char prefix[CT_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
-    // Build "prefix: old" in place, cutting what does not fit.
+// Puts prefix (already formatted) and ": " in front of err->msg, cutting
+// what does not fit.
+static void prepend(ct_error *err, const char *prefix) {
     size_t plen = strlen(prefix), olen = strlen(err->msg);
     if (plen + 2 >= sizeof err->msg) plen = sizeof err->msg - 3;
     if (plen + 2 + olen >= sizeof err->msg) olen = sizeof err->msg - plen - 3;
@@ -50,6 +50,16 @@ ct_status ct_error_prefix(ct_error *err, const char *fmt, ...) {
     err->msg[plen] = ':';
     err->msg[plen + 1] = ' ';
     err->msg[plen + 2 + olen] = '\0';
+}
+
+ct_status ct_error_prefix(ct_error *err, const char *fmt, ...) {
+    if (!err) return CT_OK;
+    ct_error prefix;
+    va_list ap;
+    va_start(ap, fmt);
+    ct_error_setv(&prefix, err->code, fmt, ap);
+    va_end(ap);
+    prepend(err, prefix.msg);
     return err->code;
 }
 

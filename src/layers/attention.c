@@ -12,6 +12,7 @@
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/attention.h"
+#include "layers/internal.h"
 
 typedef struct attention_hp {
     int n_heads;
@@ -22,7 +23,6 @@ typedef struct attention_hp {
 // head count; writes the output signature.
 static ct_status attention_shape(const ct_layer *l, const ct_tensor *in, ct_tensor *out, const char *op,
                                  ct_error *err) {
-    const attention_hp *hp = l->hp;
     char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
     for (int i = 0; i < 3; i++)
         if (in[i].dtype != CT_DTYPE_F32 || in[i].ndim != 3)
@@ -33,9 +33,10 @@ static ct_status attention_shape(const ct_layer *l, const ct_tensor *in, ct_tens
             return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "q %s and %s %s differ", ct_tensor_sig_str(&in[0], a, sizeof a),
                                  i == 1 ? "k" : "v", ct_tensor_sig_str(&in[i], b, sizeof b));
     int64_t d = in[0].shape[2];
-    if (hp->n_heads <= 0 || d % hp->n_heads != 0)
+    int n_heads = ((const attention_hp *)l->hp)->n_heads;
+    if (n_heads <= 0 || d % n_heads != 0)
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "d_feature %lld of %s is not divisible by n_heads %d",
-                             (long long)d, ct_tensor_sig_str(&in[0], a, sizeof a), hp->n_heads);
+                             (long long)d, ct_tensor_sig_str(&in[0], a, sizeof a), n_heads);
     out[0] = ct_tensor_sig(&in[0]);
     return CT_OK;
 }
@@ -109,17 +110,12 @@ static ct_status attention_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gra
 }
 
 static const ct_layer_vtable attention_vt = {
-    .type = "DotProductCausalAttention",
-    .init = attention_init,
-    .forward = attention_forward,
-    .backward = attention_backward,
-};
+    .type = "DotProductCausalAttention", .init = attention_init, .forward = attention_forward,
+    .backward = attention_backward};
 
 ct_layer *ct_dot_product_causal_attention(int n_heads, float dropout) {
-    attention_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->n_heads = n_heads;  // checked at init, where the error can name d_feature
-    hp->dropout = dropout;
-    return ct_layer_new(&attention_vt, "DotProductCausalAttention", 3, 1, hp, NULL, 0);
+    // n_heads is checked at init, where the error can name d_feature.
+    return ct_layer_new_hp(&attention_vt, 3, 1, &(attention_hp){n_heads, dropout}, sizeof(attention_hp));
 }
 
 ct_layer *ct_causal_attention(int d_model, int n_heads, float dropout) {

@@ -5,142 +5,146 @@
 // gradient to two inputs), so no layer writes into a grad_out it was given.
 #include "ctrax/layers/combinators.h"
 
+#include "ctrax/layers/reversible.h"
+#include "layers/internal.h"
 #include "layers/stack.h"
 
 #include <string.h>
 
 // ---- Serial ------------------------------------------------------------------
 
-ct_status ct_serial_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
+// Runs sublayer i of a walk: the op on the stack's top x into y.
+static ct_status walk_one(ct_layer *s, int i, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c, const ct_tensor *x,
+                          ct_tensor *y, ct_key key, ct_error *err) {
+    ct_key k = ct_key_split(key, (uint32_t)i);
+    switch (op) {
+    case CT_STACK_INIT: return ct_layer_init(s, i, ic, x, y, k, err);
+    case CT_STACK_FORWARD: return ct_layer_forward(s, c, x, y, k, err);
+    case CT_STACK_BACKWARD: return ct_layer_backward(s, c, x, y, k, err);
+    case CT_STACK_REVERSE: break;
+    }
+    return ct_layer_reverse(s, c, x, y, k, err);
+}
+
+ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c, const ct_tensor *top,
+                        ct_tensor *result, ct_key key, ct_error *err) {
+    static const char *const op_names[] = {"init", "forward", "backward", "reverse"};
+    bool back = op == CT_STACK_BACKWARD || op == CT_STACK_REVERSE;  // from the outputs to the inputs
+    ct_tensor stack[CT_STACK_MAX], step[CT_LAYER_MAX_IO];
+    int depth = back ? l->n_out : l->n_in;
+    memcpy(stack, top, (size_t)depth * sizeof *stack);
+    for (int j = 0; j < l->n_sub; j++) {
+        int i = back ? l->n_sub - 1 - j : j;
+        ct_layer *s = l->sub[i];
+        CT_TRY(walk_one(s, i, op, ic, c, stack, step, key, err));
+        depth = back ? ct_stack_replace(stack, depth, s->n_out, step, s->n_in)
+                     : ct_stack_replace(stack, depth, s->n_in, step, s->n_out);
+        if (depth < 0)  // only init can find it: the others run what init checked
+            return ct_layer_fail(l, err, CT_ERR_ARG, op_names[op], "stack deeper than %d items", CT_STACK_MAX);
+    }
+    memcpy(result, stack, (size_t)(back ? l->n_in : l->n_out) * sizeof *result);
+    return CT_OK;
+}
+
+void ct_stack_arity(int n, ct_layer *const *layers, int *n_in, int *n_out) {
+    int running_max = 0, running_total = 0;
+    for (int i = 0; i < n; i++) {
+        running_total += layers[i]->n_in;
+        if (running_total > running_max) running_max = running_total;
+        running_total -= layers[i]->n_out;
+    }
+    *n_in = running_max;
+    *n_out = running_max - running_total;
+}
+
+ct_status ct_serial_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                         ct_error *err) {
+    return ct_stack_walk(l, CT_STACK_INIT, ic, NULL, in, out, key, err);
+}
+
+ct_status ct_serial_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                            ct_error *err) {
+    return ct_stack_walk(l, CT_STACK_FORWARD, NULL, c, in, out, key, err);
+}
+
+ct_status ct_serial_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                              ct_key key, ct_error *err) {
-    ct_tensor stack[CT_STACK_MAX], outs[CT_LAYER_MAX_IO];
-    int depth = l->n_in;
-    memcpy(stack, in, (size_t)depth * sizeof *stack);
-    for (int i = 0; i < l->n_sub; i++) {
-        ct_layer *s = l->sub[i];
-        CT_TRY(ct_layer_init(s, i, ic, stack, outs, ct_key_split(key, (uint32_t)i), err));
-        depth = ct_stack_replace(stack, depth, s->n_in, outs, s->n_out);
-        if (depth < 0)
-            return ct_layer_fail(l, err, CT_ERR_ARG, "init", "stack deeper than %d items", CT_STACK_MAX);
-    }
-    memcpy(out, stack, (size_t)l->n_out * sizeof *out);
-    return CT_OK;
-}
-
-ct_status ct_serial_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
-                                ct_key key, ct_error *err) {
-    ct_tensor stack[CT_STACK_MAX], outs[CT_LAYER_MAX_IO];
-    int depth = l->n_in;
-    memcpy(stack, in, (size_t)depth * sizeof *stack);
-    for (int i = 0; i < l->n_sub; i++) {
-        ct_layer *s = l->sub[i];
-        CT_TRY(ct_layer_forward(s, c, stack, outs, ct_key_split(key, (uint32_t)i), err));
-        depth = ct_stack_replace(stack, depth, s->n_in, outs, s->n_out);  // checked at init
-    }
-    memcpy(out, stack, (size_t)l->n_out * sizeof *out);
-    return CT_OK;
-}
-
-ct_status ct_serial_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
-                                 ct_tensor *grad_in, ct_key key, ct_error *err) {
-    ct_tensor stack[CT_STACK_MAX], grads[CT_LAYER_MAX_IO];
-    int depth = l->n_out;
-    memcpy(stack, grad_out, (size_t)depth * sizeof *stack);
-    for (int i = l->n_sub - 1; i >= 0; i--) {
-        ct_layer *s = l->sub[i];
-        CT_TRY(ct_layer_backward(s, c, stack, grads, ct_key_split(key, (uint32_t)i), err));
-        depth = ct_stack_replace(stack, depth, s->n_out, grads, s->n_in);
-    }
-    memcpy(grad_in, stack, (size_t)l->n_in * sizeof *grad_in);
-    return CT_OK;
+    return ct_stack_walk(l, CT_STACK_BACKWARD, NULL, c, grad_out, grad_in, key, err);
 }
 
 static const ct_layer_vtable serial_vt = {
-    .type = "Serial",
-    .init = ct_serial_init,
-    .forward = ct_serial_forward,
-    .backward = ct_serial_backward,
-};
+    .type = "Serial", .init = ct_serial_init, .forward = ct_serial_forward, .backward = ct_serial_backward};
+
+// A plain Serial that may be flattened into the one it is put in.
+static bool flattens(const ct_layer *s) {
+    return s->vt == &serial_vt && strcmp(s->name, "Serial") == 0 && s->refcount == 1;
+}
 
 ct_layer *ct_serial(int n, ct_layer **layers) {
     // Flatten nested plain Serials (Trax does the same); a Serial that is
     // shared or renamed (Branch, Residual, a model) keeps its identity.
     int total = 0;
-    for (int i = 0; i < n; i++) {
-        ct_layer *s = layers[i];
-        bool flat = s->vt == &serial_vt && strcmp(s->name, "Serial") == 0 && s->refcount == 1;
-        total += flat ? s->n_sub : 1;
-    }
+    for (int i = 0; i < n; i++) total += flattens(layers[i]) ? layers[i]->n_sub : 1;
     ct_layer **subs = ct_malloc((size_t)(total ? total : 1) * sizeof *subs);
     int k = 0;
     for (int i = 0; i < n; i++) {
         ct_layer *s = layers[i];
-        if (s->vt == &serial_vt && strcmp(s->name, "Serial") == 0 && s->refcount == 1) {
+        if (flattens(s)) {
             for (int j = 0; j < s->n_sub; j++) subs[k++] = ct_layer_ref(s->sub[j]);
             ct_layer_free(s);
         } else {
             subs[k++] = s;
         }
     }
-    // n_in is the deepest the sublayers reach; n_out what is left above it.
-    int running_max = 0, running_total = 0;
-    for (int i = 0; i < total; i++) {
-        running_total += subs[i]->n_in;
-        if (running_total > running_max) running_max = running_total;
-        running_total -= subs[i]->n_out;
-    }
-    ct_layer *l = ct_layer_new(&serial_vt, "Serial", running_max, running_max - running_total, NULL,
-                               subs, total);
+    int n_in, n_out;
+    ct_stack_arity(total, subs, &n_in, &n_out);
+    ct_layer *l = ct_layer_new(&serial_vt, "Serial", n_in, n_out, NULL, subs, total);
     ct_free(subs);
     return l;
 }
 
 // ---- Parallel ----------------------------------------------------------------
 
-static ct_status parallel_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
-                               ct_key key, ct_error *err) {
-    int i_in = 0, i_out = 0;
-    for (int i = 0; i < l->n_sub; i++) {
+// Runs op on each sublayer over its own slice of the inputs (x) and outputs
+// (y); backward goes from the last sublayer to the first, since sublayers
+// pushed to the tape in order and pop in reverse.
+static ct_status parallel_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c, const ct_tensor *x,
+                               ct_tensor *y, ct_key key, ct_error *err) {
+    bool back = op == CT_STACK_BACKWARD;
+    int i_in = back ? l->n_in : 0, i_out = back ? l->n_out : 0;
+    for (int j = 0; j < l->n_sub; j++) {
+        int i = back ? l->n_sub - 1 - j : j;
         ct_layer *s = l->sub[i];
-        CT_TRY(ct_layer_init(s, i, ic, in + i_in, out + i_out, ct_key_split(key, (uint32_t)i), err));
-        i_in += s->n_in;
-        i_out += s->n_out;
+        if (back) {
+            i_in -= s->n_in;
+            i_out -= s->n_out;
+            CT_TRY(walk_one(s, i, op, ic, c, x + i_out, y + i_in, key, err));
+        } else {
+            CT_TRY(walk_one(s, i, op, ic, c, x + i_in, y + i_out, key, err));
+            i_in += s->n_in;
+            i_out += s->n_out;
+        }
     }
     return CT_OK;
+}
+
+static ct_status parallel_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
+                               ct_key key, ct_error *err) {
+    return parallel_walk(l, CT_STACK_INIT, ic, NULL, in, out, key, err);
 }
 
 static ct_status parallel_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
                                   ct_key key, ct_error *err) {
-    int i_in = 0, i_out = 0;
-    for (int i = 0; i < l->n_sub; i++) {
-        ct_layer *s = l->sub[i];
-        CT_TRY(ct_layer_forward(s, c, in + i_in, out + i_out, ct_key_split(key, (uint32_t)i), err));
-        i_in += s->n_in;
-        i_out += s->n_out;
-    }
-    return CT_OK;
+    return parallel_walk(l, CT_STACK_FORWARD, NULL, c, in, out, key, err);
 }
 
 static ct_status parallel_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
                                    ct_tensor *grad_in, ct_key key, ct_error *err) {
-    // Sublayers push to the tape in order, so they pop in reverse order.
-    int i_in = l->n_in, i_out = l->n_out;
-    for (int i = l->n_sub - 1; i >= 0; i--) {
-        ct_layer *s = l->sub[i];
-        i_in -= s->n_in;
-        i_out -= s->n_out;
-        CT_TRY(ct_layer_backward(s, c, grad_out + i_out, grad_in + i_in, ct_key_split(key, (uint32_t)i),
-                                 err));
-    }
-    return CT_OK;
+    return parallel_walk(l, CT_STACK_BACKWARD, NULL, c, grad_out, grad_in, key, err);
 }
 
 static const ct_layer_vtable parallel_vt = {
-    .type = "Parallel",
-    .init = parallel_init,
-    .forward = parallel_forward,
-    .backward = parallel_backward,
-};
+    .type = "Parallel", .init = parallel_init, .forward = parallel_forward, .backward = parallel_backward};
 
 ct_layer *ct_parallel(int n, ct_layer **layers) {
     int n_in = 0, n_out = 0;
@@ -196,10 +200,7 @@ static ct_status select_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_
     const select_hp *hp = l->hp;
     for (int i = 0; i < hp->n_indices; i++) out[i] = in[hp->indices[i]];
     // The input signatures, for the zero gradients of inputs no output uses.
-    for (int j = 0; j < l->n_in; j++) {
-        ct_tensor sig = ct_tensor_sig(&in[j]);
-        CT_TRY(ct_tape_push(c, &sig, err));
-    }
+    for (int j = 0; j < l->n_in; j++) CT_TRY(ct_tape_push_sig(c, &in[j], err));
     return CT_OK;
 }
 
@@ -218,37 +219,26 @@ static ct_status select_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_o
         }
         // A second use of the same input: sum into fresh memory, since
         // the first gradient may be aliased elsewhere.
-        ct_tensor sum = ct_tensor_sig(acc);
-        CT_TRY(ct_ctx_alloc(c, &sum, err));
-        const float *a = acc->data, *b = g->data;
-        float *s = sum.data;
-        int64_t n = ct_tensor_numel(&sum);
-        for (int64_t k = 0; k < n; k++) s[k] = a[k] + b[k];
-        *acc = sum;
+        CT_TRY(ct_ctx_sum(c, acc, g, acc, err));
     }
     return CT_OK;
 }
 
 static const ct_layer_vtable select_vt = {
-    .type = "Select",
-    .init = select_init,
-    .forward = select_forward,
-    .backward = select_backward,
-};
+    .type = "Select", .init = select_init, .forward = select_forward, .backward = select_backward};
 
 ct_layer *ct_select(int n_indices, const int *indices, int n_in) {
     CT_ASSERT(n_indices >= 0 && n_indices <= CT_LAYER_MAX_IO);
-    select_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->n_indices = n_indices;
+    select_hp hp = {.n_indices = n_indices};
     int max_index = -1;
     for (int i = 0; i < n_indices; i++) {
         CT_ASSERT(indices[i] >= 0);
-        hp->indices[i] = indices[i];
+        hp.indices[i] = indices[i];
         if (indices[i] > max_index) max_index = indices[i];
     }
     if (n_in == 0) n_in = max_index + 1;
     CT_ASSERT(n_in > max_index);
-    return ct_layer_new(&select_vt, "Select", n_in, n_indices, hp, NULL, 0);
+    return ct_layer_new_hp(&select_vt, n_in, n_indices, &hp, sizeof hp);
 }
 
 ct_layer *ct_dup(void) { return ct_layer_rename(ct_select(2, (int[]){0, 0}, 1), "Dup"); }
@@ -279,13 +269,7 @@ static ct_status add_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_ten
                              ct_error *err) {
     (void)key;
     CT_TRY(check_same(l, in, err));
-    out[0] = ct_tensor_sig(&in[0]);
-    CT_TRY(ct_ctx_alloc(c, &out[0], err));
-    const float *a = in[0].data, *b = in[1].data;
-    float *o = out[0].data;
-    int64_t n = ct_tensor_numel(&out[0]);
-    for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i];
-    return CT_OK;
+    return ct_ctx_sum(c, &in[0], &in[1], &out[0], err);
 }
 
 static ct_status add_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
@@ -297,12 +281,8 @@ static ct_status add_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
 }
 
 static const ct_layer_vtable add_vt = {
-    .type = "Add",
-    .init = binary_init,
-    .forward = add_forward,
-    .backward = add_backward,
-};
-ct_layer *ct_add(void) { return ct_layer_new(&add_vt, "Add", 2, 1, NULL, NULL, 0); }
+    .type = "Add", .init = binary_init, .forward = add_forward, .backward = add_backward};
+ct_layer *ct_add(void) { return ct_layer_new_hp(&add_vt, 2, 1, NULL, 0); }
 
 // out = a * b elementwise
 static ct_status mul_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
@@ -344,21 +324,19 @@ static ct_status mul_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
 }
 
 static const ct_layer_vtable mul_vt = {
-    .type = "Multiply",
-    .init = binary_init,
-    .forward = mul_forward,
-    .backward = mul_backward,
-};
-ct_layer *ct_multiply(void) { return ct_layer_new(&mul_vt, "Multiply", 2, 1, NULL, NULL, 0); }
+    .type = "Multiply", .init = binary_init, .forward = mul_forward, .backward = mul_backward};
+ct_layer *ct_multiply(void) { return ct_layer_new_hp(&mul_vt, 2, 1, NULL, 0); }
 
 // ---- Concatenate and Split ---------------------------------------------------------
 //
 // Both view a tensor as (outer, axis, inner) and copy rows of axis*inner
-// floats between the pieces and the whole.
+// floats between the pieces and the whole: Concatenate's forward is Split's
+// backward, and the other way round.
 
 typedef struct axis_hp {
     int n_items;
     int axis;
+    bool concat;  // Concatenate (n_items -> 1), else Split (1 -> n_items)
 } axis_hp;
 
 static int resolve_axis(int axis, int ndim) { return axis < 0 ? axis + ndim : axis; }
@@ -383,6 +361,29 @@ static void copy_pieces(ct_tensor *pieces, int n, ct_tensor *whole, int axis, bo
     }
 }
 
+// Allocates *whole (its signature set) and copies the n pieces into it; a
+// piece without data (a zero gradient) counts as zeros.
+static ct_status join(const ct_layer *l, ct_ctx *c, const ct_tensor *parts, ct_tensor *whole, ct_error *err) {
+    const axis_hp *hp = l->hp;
+    CT_TRY(ct_ctx_alloc(c, whole, err));
+    ct_tensor pieces[CT_LAYER_MAX_IO];
+    for (int i = 0; i < hp->n_items; i++) {
+        pieces[i] = parts[i];
+        CT_TRY(ct_ctx_grad_or_zeros(c, &pieces[i], err));
+    }
+    copy_pieces(pieces, hp->n_items, whole, resolve_axis(hp->axis, whole->ndim), true);
+    return CT_OK;
+}
+
+// Allocates the n pieces (their signatures set) and copies whole into them.
+static ct_status cut(const ct_layer *l, ct_ctx *c, ct_tensor *pieces, const ct_tensor *whole, ct_error *err) {
+    const axis_hp *hp = l->hp;
+    for (int i = 0; i < hp->n_items; i++) CT_TRY(ct_ctx_alloc(c, &pieces[i], err));
+    ct_tensor w = *whole;
+    copy_pieces(pieces, hp->n_items, &w, resolve_axis(hp->axis, w.ndim), false);
+    return CT_OK;
+}
+
 static ct_status concat_shape(const ct_layer *l, const ct_tensor *in, ct_tensor *out, ct_error *err) {
     const axis_hp *hp = l->hp;
     int axis = resolve_axis(hp->axis, in[0].ndim);
@@ -405,56 +406,6 @@ static ct_status concat_shape(const ct_layer *l, const ct_tensor *in, ct_tensor 
     return CT_OK;
 }
 
-static ct_status concat_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
-                             ct_key key, ct_error *err) {
-    (void)ic, (void)key;
-    return concat_shape(l, in, out, err);
-}
-
-static ct_status concat_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
-                                ct_key key, ct_error *err) {
-    (void)key;
-    const axis_hp *hp = l->hp;
-    CT_TRY(concat_shape(l, in, out, err));
-    CT_TRY(ct_ctx_alloc(c, &out[0], err));
-    ct_tensor pieces[CT_LAYER_MAX_IO];
-    memcpy(pieces, in, (size_t)hp->n_items * sizeof *pieces);
-    int axis = resolve_axis(hp->axis, in[0].ndim);
-    copy_pieces(pieces, hp->n_items, &out[0], axis, true);
-    for (int i = 0; i < hp->n_items; i++) {
-        ct_tensor sig = ct_tensor_sig(&in[i]);
-        CT_TRY(ct_tape_push(c, &sig, err));
-    }
-    return CT_OK;
-}
-
-static ct_status concat_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
-                                 ct_tensor *grad_in, ct_key key, ct_error *err) {
-    (void)key;
-    const axis_hp *hp = l->hp;
-    for (int i = hp->n_items - 1; i >= 0; i--) grad_in[i] = ct_tape_pop(c);
-    if (!grad_out[0].data) return CT_OK;
-    for (int i = 0; i < hp->n_items; i++) CT_TRY(ct_ctx_alloc(c, &grad_in[i], err));
-    ct_tensor whole = grad_out[0];
-    copy_pieces(grad_in, hp->n_items, &whole, resolve_axis(hp->axis, whole.ndim), false);
-    return CT_OK;
-}
-
-static const ct_layer_vtable concat_vt = {
-    .type = "Concatenate",
-    .init = concat_init,
-    .forward = concat_forward,
-    .backward = concat_backward,
-};
-
-ct_layer *ct_concatenate(int n_items, int axis) {
-    CT_ASSERT(n_items >= 1 && n_items <= CT_LAYER_MAX_IO);
-    axis_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->n_items = n_items;
-    hp->axis = axis;
-    return ct_layer_new(&concat_vt, "Concatenate", n_items, 1, hp, NULL, 0);
-}
-
 static ct_status split_shape(const ct_layer *l, const ct_tensor *in, ct_tensor *out, ct_error *err) {
     const axis_hp *hp = l->hp;
     int axis = resolve_axis(hp->axis, in[0].ndim);
@@ -470,52 +421,52 @@ static ct_status split_shape(const ct_layer *l, const ct_tensor *in, ct_tensor *
     return CT_OK;
 }
 
-static ct_status split_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
-                            ct_key key, ct_error *err) {
+static ct_status axis_shape(const ct_layer *l, const ct_tensor *in, ct_tensor *out, ct_error *err) {
+    return ((const axis_hp *)l->hp)->concat ? concat_shape(l, in, out, err) : split_shape(l, in, out, err);
+}
+
+static ct_status axis_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                           ct_error *err) {
     (void)ic, (void)key;
-    return split_shape(l, in, out, err);
+    return axis_shape(l, in, out, err);
 }
 
-static ct_status split_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
-                               ct_key key, ct_error *err) {
+// Concatenate saves its inputs' signatures, Split its input's: the shapes
+// of the gradients it returns.
+static ct_status axis_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                              ct_error *err) {
     (void)key;
-    const axis_hp *hp = l->hp;
-    CT_TRY(split_shape(l, in, out, err));
-    for (int i = 0; i < hp->n_items; i++) CT_TRY(ct_ctx_alloc(c, &out[i], err));
-    ct_tensor whole = in[0];
-    copy_pieces(out, hp->n_items, &whole, resolve_axis(hp->axis, whole.ndim), false);
-    ct_tensor sig = ct_tensor_sig(&in[0]);
-    return ct_tape_push(c, &sig, err);
-}
-
-static ct_status split_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
-                                ct_key key, ct_error *err) {
-    (void)key;
-    const axis_hp *hp = l->hp;
-    grad_in[0] = ct_tape_pop(c);
-    CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));
-    ct_tensor pieces[CT_LAYER_MAX_IO];
-    for (int i = 0; i < hp->n_items; i++) {
-        pieces[i] = grad_out[i];
-        CT_TRY(ct_ctx_grad_or_zeros(c, &pieces[i], err));
-    }
-    copy_pieces(pieces, hp->n_items, &grad_in[0], resolve_axis(hp->axis, grad_in[0].ndim), true);
+    CT_TRY(axis_shape(l, in, out, err));
+    if (((const axis_hp *)l->hp)->concat) CT_TRY(join(l, c, in, &out[0], err));
+    else CT_TRY(cut(l, c, out, &in[0], err));
+    for (int i = 0; i < l->n_in; i++) CT_TRY(ct_tape_push_sig(c, &in[i], err));
     return CT_OK;
 }
 
+static ct_status axis_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
+                               ct_key key, ct_error *err) {
+    (void)key;
+    for (int i = l->n_in - 1; i >= 0; i--) grad_in[i] = ct_tape_pop(c);
+    if (!((const axis_hp *)l->hp)->concat) return join(l, c, grad_out, &grad_in[0], err);
+    if (!grad_out[0].data) return CT_OK;  // zero gradients for every piece
+    return cut(l, c, grad_in, &grad_out[0], err);
+}
+
+static const ct_layer_vtable concat_vt = {
+    .type = "Concatenate", .init = axis_init, .forward = axis_forward, .backward = axis_backward};
 static const ct_layer_vtable split_vt = {
-    .type = "Split",
-    .init = split_init,
-    .forward = split_forward,
-    .backward = split_backward,
-};
+    .type = "Split", .init = axis_init, .forward = axis_forward, .backward = axis_backward};
+
+ct_layer *ct_concatenate(int n_items, int axis) {
+    CT_ASSERT(n_items >= 1 && n_items <= CT_LAYER_MAX_IO);
+    axis_hp hp = {n_items, axis, true};
+    return ct_layer_new_hp(&concat_vt, n_items, 1, &hp, sizeof hp);
+}
 
 ct_layer *ct_split(int n_items, int axis) {
     CT_ASSERT(n_items >= 1 && n_items <= CT_LAYER_MAX_IO);
-    axis_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->n_items = n_items;
-    hp->axis = axis;
-    return ct_layer_new(&split_vt, "Split", 1, n_items, hp, NULL, 0);
+    axis_hp hp = {n_items, axis, false};
+    return ct_layer_new_hp(&split_vt, 1, n_items, &hp, sizeof hp);
 }
 
 // ---- Fn: a weightless layer from plain functions -------------------------------------
@@ -570,12 +521,7 @@ static ct_status fn_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, 
     return CT_OK;
 }
 
-static const ct_layer_vtable fn_vt = {
-    .type = "Fn",
-    .init = fn_init,
-    .forward = fn_forward,
-    .backward = fn_backward,
-};
+static const ct_layer_vtable fn_vt = {.type = "Fn", .init = fn_init, .forward = fn_forward, .backward = fn_backward};
 
 ct_layer *ct_fn(const ct_fn_spec *spec) {
     CT_ASSERT(spec && spec->forward && spec->name);

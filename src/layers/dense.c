@@ -4,6 +4,7 @@
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/matmul.h"
+#include "layers/internal.h"
 
 typedef struct dense_hp {
     int n_units;
@@ -74,18 +75,11 @@ static ct_status dense_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_ou
 }
 
 static const ct_layer_vtable dense_vt = {
-    .type = "Dense",
-    .init = dense_init,
-    .forward = dense_forward,
-    .backward = dense_backward,
-};
+    .type = "Dense", .init = dense_init, .forward = dense_forward, .backward = dense_backward};
 
 static ct_layer *dense_new(int n_units, bool use_bias) {
     CT_ASSERT(n_units > 0);
-    dense_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->n_units = n_units;
-    hp->use_bias = use_bias;
-    return ct_layer_new(&dense_vt, "Dense", 1, 1, hp, NULL, 0);
+    return ct_layer_new_hp(&dense_vt, 1, 1, &(dense_hp){n_units, use_bias}, sizeof(dense_hp));
 }
 
 ct_layer *ct_dense(int n_units) { return dense_new(n_units, true); }

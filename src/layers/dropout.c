@@ -9,6 +9,7 @@
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/activation.h"
+#include "layers/internal.h"
 
 typedef struct dropout_hp {
     float rate;
@@ -69,15 +70,9 @@ static ct_status dropout_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_
 }
 
 static const ct_layer_vtable dropout_vt = {
-    .type = "Dropout",
-    .init = dropout_init,
-    .forward = dropout_forward,
-    .backward = dropout_backward,
-};
+    .type = "Dropout", .init = dropout_init, .forward = dropout_forward, .backward = dropout_backward};
 
 ct_layer *ct_dropout(float rate) {
     CT_ASSERT(rate >= 0.0f && rate < 1.0f);
-    dropout_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->rate = rate;
-    return ct_layer_new(&dropout_vt, "Dropout", 1, 1, hp, NULL, 0);
+    return ct_layer_new_hp(&dropout_vt, 1, 1, &(dropout_hp){rate}, sizeof(dropout_hp));
 }

@@ -6,6 +6,7 @@
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/embedding.h"
+#include "layers/internal.h"
 
 typedef struct embedding_hp {
     int vocab_size;
@@ -86,16 +87,9 @@ static ct_status embedding_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gra
 }
 
 static const ct_layer_vtable embedding_vt = {
-    .type = "Embedding",
-    .init = embedding_init,
-    .forward = embedding_forward,
-    .backward = embedding_backward,
-};
+    .type = "Embedding", .init = embedding_init, .forward = embedding_forward, .backward = embedding_backward};
 
 ct_layer *ct_embedding(int vocab_size, int d_feature) {
     CT_ASSERT(vocab_size > 0 && d_feature > 0);
-    embedding_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->vocab_size = vocab_size;
-    hp->d_feature = d_feature;
-    return ct_layer_new(&embedding_vt, "Embedding", 1, 1, hp, NULL, 0);
+    return ct_layer_new_hp(&embedding_vt, 1, 1, &(embedding_hp){vocab_size, d_feature}, sizeof(embedding_hp));
 }

@@ -4,9 +4,12 @@
 #include "ctrax/layers/layer_author.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "layers/internal.h"
 
 #define CT_PATH_MAX 1024
 
@@ -38,6 +41,15 @@ ct_layer *ct_layer_new(const ct_layer_vtable *vt, const char *name, int n_in, in
     }
     l->n_sub = n_sub;
     return l;
+}
+
+ct_layer *ct_layer_new_hp(const ct_layer_vtable *vt, int n_in, int n_out, const void *hp, size_t hp_size) {
+    void *copy = NULL;
+    if (hp_size) {
+        copy = ct_malloc(hp_size);
+        memcpy(copy, hp, hp_size);
+    }
+    return ct_layer_new(vt, NULL, n_in, n_out, copy, NULL, 0);
 }
 
 ct_layer *ct_layer_ref(ct_layer *l) {
@@ -72,12 +84,11 @@ ct_layer *ct_layer_rename(ct_layer *l, const char *name) {
 ct_status ct_layer_fail(const ct_layer *l, ct_error *err, ct_status code, const char *op,
                         const char *fmt, ...) {
     if (!err) return code;
-    char msg[CT_ERROR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    ct_error_setv(err, code, fmt, ap);
     va_end(ap);
-    return ct_error_set(err, code, "layer %s (%s): %s", l->path ? l->path : l->name, op, msg);
+    return ct_error_prefix(err, "layer %s (%s)", l->path ? l->path : l->name, op);
 }
 
 ct_status ct_layer_check_input(const ct_layer *l, const ct_tensor *in_sigs, int i, ct_dtype dtype,
@@ -309,6 +320,27 @@ ct_status ct_tape_push(ct_ctx *c, const ct_tensor *t, ct_error *err) {
 ct_tensor ct_tape_pop(ct_ctx *c) {
     CT_ASSERT(c->tape_len > 0);
     return c->tape[--c->tape_len];
+}
+
+ct_status ct_tape_push_sig(ct_ctx *c, const ct_tensor *t, ct_error *err) {
+    ct_tensor sig = ct_tensor_sig(t);
+    return ct_tape_push(c, &sig, err);
+}
+
+bool ct_tape_pop_input_sig(ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in) {
+    grad_in[0] = ct_tape_pop(c);
+    return grad_out[0].data != NULL;
+}
+
+ct_status ct_ctx_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum, ct_error *err) {
+    ct_tensor s = ct_tensor_sig(a);
+    CT_TRY(ct_ctx_alloc(c, &s, err));
+    const float *x = a->data, *y = b->data;
+    float *o = s.data;
+    int64_t n = ct_tensor_numel(&s);
+    for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+    *sum = s;  // last: sum may be a or b
+    return CT_OK;
 }
 
 // ---- net -----------------------------------------------------------------------

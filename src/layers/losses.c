@@ -21,6 +21,7 @@
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/loss.h"
+#include "layers/internal.h"
 
 typedef enum loss_kind {
     LOSS_WEIGHTED_CATEGORY_CE,
@@ -231,9 +232,7 @@ static const ct_layer_vtable loss_vts[] = {
 #undef LOSS_VT
 
 static ct_layer *loss_new(loss_kind kind, int n_in) {
-    loss_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->kind = kind;
-    return ct_layer_new(&loss_vts[kind], loss_vts[kind].type, n_in, 1, hp, NULL, 0);
+    return ct_layer_new_hp(&loss_vts[kind], n_in, 1, &(loss_hp){kind}, sizeof(loss_hp));
 }
 
 ct_layer *ct_weighted_category_cross_entropy(void) { return loss_new(LOSS_WEIGHTED_CATEGORY_CE, 3); }

@@ -3,6 +3,7 @@
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/norm.h"
+#include "layers/internal.h"
 
 typedef struct layer_norm_hp {
     float epsilon;
@@ -68,15 +69,9 @@ static ct_status layer_norm_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gr
 }
 
 static const ct_layer_vtable layer_norm_vt = {
-    .type = "LayerNorm",
-    .init = layer_norm_init,
-    .forward = layer_norm_forward,
-    .backward = layer_norm_backward,
-};
+    .type = "LayerNorm", .init = layer_norm_init, .forward = layer_norm_forward, .backward = layer_norm_backward};
 
 ct_layer *ct_layer_norm(float epsilon) {
     CT_ASSERT(epsilon >= 0.0f);
-    layer_norm_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->epsilon = epsilon;
-    return ct_layer_new(&layer_norm_vt, "LayerNorm", 1, 1, hp, NULL, 0);
+    return ct_layer_new_hp(&layer_norm_vt, 1, 1, &(layer_norm_hp){epsilon}, sizeof(layer_norm_hp));
 }

@@ -7,6 +7,7 @@
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/embedding.h"
+#include "layers/internal.h"
 
 typedef struct positional_hp {
     int max_len;
@@ -62,24 +63,20 @@ static ct_status positional_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in,
     CT_TRY(ct_ctx_alloc(c, &out[0], err));
     // Rows t < T of a (max_len, D) table are its first T * D floats.
     ct_positional_forward(out[0].data, x->data, positional_table(l, c), x->shape[0], x->shape[1] * x->shape[2]);
-    ct_tensor sig = ct_tensor_sig(x);
-    return ct_tape_push(c, &sig, err);
+    return ct_tape_push_sig(c, x, err);
 }
 
 static ct_status positional_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                                      ct_key key, ct_error *err) {
     (void)key;
-    const positional_hp *hp = l->hp;
-    ct_tensor x = ct_tape_pop(c);
-    grad_in[0] = x;
-    if (!grad_out[0].data) return CT_OK;
-    if (!hp->learned) {
+    if (!ct_tape_pop_input_sig(c, grad_out, grad_in)) return CT_OK;
+    if (!((const positional_hp *)l->hp)->learned) {
         grad_in[0] = grad_out[0];  // x + constant: the gradient passes through
         return CT_OK;
     }
     CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
-    ct_positional_backward(grad_in[0].data, ct_weight_grad(c, l, 0), grad_out[0].data, x.shape[0],
-                           x.shape[1] * x.shape[2]);
+    const int64_t *shape = grad_in[0].shape;  // the input's (B, T, D)
+    ct_positional_backward(grad_in[0].data, ct_weight_grad(c, l, 0), grad_out[0].data, shape[0], shape[1] * shape[2]);
     return CT_OK;
 }
 
@@ -90,19 +87,13 @@ static void positional_destroy(ct_layer *l) {
 }
 
 static const ct_layer_vtable positional_vt = {
-    .type = "PositionalEncoding",
-    .init = positional_init,
-    .forward = positional_forward,
-    .backward = positional_backward,
-    .destroy = positional_destroy,
-};
+    .type = "PositionalEncoding", .init = positional_init, .forward = positional_forward,
+    .backward = positional_backward, .destroy = positional_destroy};
 
 static ct_layer *positional_new(int max_len, bool learned) {
     CT_ASSERT(max_len > 0);
-    positional_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->max_len = max_len;
-    hp->learned = learned;
-    return ct_layer_new(&positional_vt, "PositionalEncoding", 1, 1, hp, NULL, 0);
+    positional_hp hp = {.max_len = max_len, .learned = learned};
+    return ct_layer_new_hp(&positional_vt, 1, 1, &hp, sizeof hp);
 }
 
 ct_layer *ct_positional_encoding_learned(int max_len) { return positional_new(max_len, true); }

@@ -2,6 +2,7 @@
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/reshape.h"
+#include "layers/internal.h"
 
 // ---- ShiftRight: (B, T, ...) -> (B, T, ...), out[:, t] = in[:, t - n] ------
 //
@@ -39,17 +40,16 @@ static ct_status shift_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_t
     CT_TRY(ct_ctx_alloc(c, &out[0], err));
     ct_shift_right_forward(out[0].data, x->data, x->shape[0], x->shape[1], ct_tensor_dims_product(x, 2, x->ndim),
                            hp->n_positions, ct_dtype_size(x->dtype));
-    ct_tensor sig = ct_tensor_sig(x);
-    return ct_tape_push(c, &sig, err);
+    return ct_tape_push_sig(c, x, err);
 }
 
 static ct_status shift_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                                 ct_key key, ct_error *err) {
     (void)key;
+    // NULL data: int ids take no gradient, a zero one stays zero.
+    if (!ct_tape_pop_input_sig(c, grad_out, grad_in) || grad_in[0].dtype != CT_DTYPE_F32) return CT_OK;
     const shift_hp *hp = l->hp;
-    ct_tensor x = ct_tape_pop(c);
-    grad_in[0] = x;  // NULL data: int ids take no gradient, a zero one stays zero
-    if (x.dtype != CT_DTYPE_F32 || !grad_out[0].data) return CT_OK;
+    ct_tensor x = grad_in[0];
     CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
     ct_shift_right_backward(grad_in[0].data, grad_out[0].data, x.shape[0], x.shape[1],
                             ct_tensor_dims_product(&x, 2, x.ndim), hp->n_positions);
@@ -57,17 +57,11 @@ static ct_status shift_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_ou
 }
 
 static const ct_layer_vtable shift_vt = {
-    .type = "ShiftRight",
-    .init = shift_init,
-    .forward = shift_forward,
-    .backward = shift_backward,
-};
+    .type = "ShiftRight", .init = shift_init, .forward = shift_forward, .backward = shift_backward};
 
 ct_layer *ct_shift_right(int n_positions) {
     CT_ASSERT(n_positions >= 0);
-    shift_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->n_positions = n_positions;
-    return ct_layer_new(&shift_vt, "ShiftRight", 1, 1, hp, NULL, 0);
+    return ct_layer_new_hp(&shift_vt, 1, 1, &(shift_hp){n_positions}, sizeof(shift_hp));
 }
 
 // ---- Flatten: (d0, ..., dk, rest...) -> (d0, ..., dk, prod rest) -----------
@@ -106,8 +100,7 @@ static ct_status flatten_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct
                                  ct_error *err) {
     (void)key;
     CT_TRY(flatten_shape(l, &in[0], &out[0], "forward", err));
-    ct_tensor sig = ct_tensor_sig(&in[0]);
-    return ct_tape_push(c, &sig, err);
+    return ct_tape_push_sig(c, &in[0], err);
 }
 
 static ct_status flatten_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
@@ -119,17 +112,11 @@ static ct_status flatten_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_
 }
 
 static const ct_layer_vtable flatten_vt = {
-    .type = "Flatten",
-    .init = flatten_init,
-    .forward = flatten_forward,
-    .backward = flatten_backward,
-};
+    .type = "Flatten", .init = flatten_init, .forward = flatten_forward, .backward = flatten_backward};
 
 ct_layer *ct_flatten(int n_axes_to_keep) {
     CT_ASSERT(n_axes_to_keep >= 0 && n_axes_to_keep < CT_MAX_DIMS);
-    flatten_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->n_axes_to_keep = n_axes_to_keep;
-    return ct_layer_new(&flatten_vt, "Flatten", 1, 1, hp, NULL, 0);
+    return ct_layer_new_hp(&flatten_vt, 1, 1, &(flatten_hp){n_axes_to_keep}, sizeof(flatten_hp));
 }
 
 // ---- Mean over one axis ----------------------------------------------------
@@ -180,18 +167,16 @@ static ct_status mean_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
     CT_TRY(ct_ctx_alloc(c, &out[0], err));
     ct_mean_forward(out[0].data, x->data, ct_tensor_dims_product(x, 0, a), x->shape[a],
                     ct_tensor_dims_product(x, a + 1, x->ndim));
-    ct_tensor sig = ct_tensor_sig(x);
-    return ct_tape_push(c, &sig, err);
+    return ct_tape_push_sig(c, x, err);
 }
 
 static ct_status mean_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                                ct_key key, ct_error *err) {
     (void)key;
-    const mean_hp *hp = l->hp;
-    ct_tensor x = ct_tape_pop(c);
-    grad_in[0] = x;
-    if (!grad_out[0].data) return CT_OK;
-    int a = hp->axis < 0 ? hp->axis + x.ndim : hp->axis;
+    if (!ct_tape_pop_input_sig(c, grad_out, grad_in)) return CT_OK;
+    ct_tensor x = grad_in[0];
+    int a = ((const mean_hp *)l->hp)->axis;
+    if (a < 0) a += x.ndim;
     CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
     ct_mean_backward(grad_in[0].data, grad_out[0].data, ct_tensor_dims_product(&x, 0, a), x.shape[a],
                      ct_tensor_dims_product(&x, a + 1, x.ndim));
@@ -199,15 +184,8 @@ static ct_status mean_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out
 }
 
 static const ct_layer_vtable mean_vt = {
-    .type = "Mean",
-    .init = mean_init,
-    .forward = mean_forward,
-    .backward = mean_backward,
-};
+    .type = "Mean", .init = mean_init, .forward = mean_forward, .backward = mean_backward};
 
 ct_layer *ct_mean(int axis, bool keepdims) {
-    mean_hp *hp = ct_calloc(1, sizeof *hp);
-    hp->axis = axis;
-    hp->keepdims = keepdims;
-    return ct_layer_new(&mean_vt, "Mean", 1, 1, hp, NULL, 0);
+    return ct_layer_new_hp(&mean_vt, 1, 1, &(mean_hp){axis, keepdims}, sizeof(mean_hp));
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ctrax/layers/combinators.h"
+#include "layers/internal.h"
 #include "layers/stack.h"
 
 bool ct_layer_is_reversible(const ct_layer *l) { return l->vt->reverse_and_grad != NULL; }
@@ -27,21 +28,8 @@ ct_status ct_layer_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tensor *out
 // into a or b, since gradients may be aliased elsewhere.
 static ct_status grad_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum,
                           ct_error *err) {
-    if (!a->data) {
-        *sum = *b;
-        if (!b->data) *sum = ct_tensor_sig(a);
-        return CT_OK;
-    }
-    if (!b->data) {
-        *sum = *a;
-        return CT_OK;
-    }
-    *sum = ct_tensor_sig(a);
-    CT_TRY(ct_ctx_alloc(c, sum, err));
-    const float *x = a->data, *y = b->data;
-    float *s = sum->data;
-    int64_t n = ct_tensor_numel(sum);
-    for (int64_t i = 0; i < n; i++) s[i] = x[i] + y[i];
+    if (a->data && b->data) return ct_ctx_sum(c, a, b, sum, err);
+    *sum = a->data ? *a : b->data ? *b : ct_tensor_sig(a);
     return CT_OK;
 }
 
@@ -81,16 +69,8 @@ static ct_status half_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
     ct_tensor r[CT_LAYER_MAX_IO];
     CT_TRY(ct_layer_forward(f, c, in + 1, r, ct_key_split(key, 0), err));
     CT_TRY(half_check_residual(l, &in[0], &r[0], "forward", err));
-    for (int j = 1; j < f->n_out; j++) {
-        ct_tensor sig = ct_tensor_sig(&r[j]);
-        CT_TRY(ct_tape_push(c, &sig, err));
-    }
-    out[0] = ct_tensor_sig(&in[0]);
-    CT_TRY(ct_ctx_alloc(c, &out[0], err));
-    const float *a = in[0].data, *b = r[0].data;
-    float *o = out[0].data;
-    int64_t n = ct_tensor_numel(&out[0]);
-    for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i];
+    for (int j = 1; j < f->n_out; j++) CT_TRY(ct_tape_push_sig(c, &r[j], err));
+    CT_TRY(ct_ctx_sum(c, &in[0], &r[0], &out[0], err));
     for (int i = 1; i < l->n_out; i++) out[i] = in[i];
     return CT_OK;
 }
@@ -174,13 +154,8 @@ static ct_status half_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tensor *
 }
 
 static const ct_layer_vtable half_vt = {
-    .type = "ReversibleHalfResidual",
-    .init = half_init,
-    .forward = half_forward,
-    .backward = half_backward,
-    .reverse = half_reverse,
-    .reverse_and_grad = half_reverse_and_grad,
-};
+    .type = "ReversibleHalfResidual", .init = half_init, .forward = half_forward, .backward = half_backward,
+    .reverse = half_reverse, .reverse_and_grad = half_reverse_and_grad};
 
 ct_layer *ct_reversible_half_residual(int n, ct_layer **layers) {
     ct_layer *f = ct_serial(n, layers);
@@ -217,16 +192,11 @@ static ct_status swap_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tensor *
 }
 
 static const ct_layer_vtable swap_vt = {
-    .type = "ReversibleSwap",
-    .init = swap_init,
-    .forward = swap_apply,
-    .backward = swap_apply,
-    .reverse = swap_apply,
-    .reverse_and_grad = swap_reverse_and_grad,
-};
+    .type = "ReversibleSwap", .init = swap_init, .forward = swap_apply, .backward = swap_apply, .reverse = swap_apply,
+    .reverse_and_grad = swap_reverse_and_grad};
 
 ct_layer *ct_reversible_swap(void) {
-    return ct_layer_new(&swap_vt, "ReversibleSwap", 2, 2, NULL, NULL, 0);
+    return ct_layer_new_hp(&swap_vt, 2, 2, NULL, 0);
 }
 
 // ---- ReversibleSerial -------------------------------------------------------------
@@ -244,16 +214,7 @@ static ct_status rserial_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in,
 
 static ct_status rserial_reverse(ct_layer *l, ct_ctx *c, const ct_tensor *out, ct_tensor *in, ct_key key,
                                  ct_error *err) {
-    ct_tensor stack[CT_STACK_MAX], ins[CT_LAYER_MAX_IO];
-    int depth = l->n_out;
-    memcpy(stack, out, (size_t)depth * sizeof *stack);
-    for (int i = l->n_sub - 1; i >= 0; i--) {
-        ct_layer *s = l->sub[i];
-        CT_TRY(ct_layer_reverse(s, c, stack, ins, ct_key_split(key, (uint32_t)i), err));
-        depth = ct_stack_replace(stack, depth, s->n_out, ins, s->n_in);
-    }
-    memcpy(in, stack, (size_t)l->n_in * sizeof *in);
-    return CT_OK;
+    return ct_stack_walk(l, CT_STACK_REVERSE, NULL, c, out, in, key, err);
 }
 
 static ct_status rserial_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tensor *out,
@@ -275,22 +236,11 @@ static ct_status rserial_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tenso
 }
 
 static const ct_layer_vtable rserial_vt = {
-    .type = "ReversibleSerial",
-    .init = rserial_init,
-    .forward = ct_serial_forward,
-    .backward = ct_serial_backward,
-    .reverse = rserial_reverse,
-    .reverse_and_grad = rserial_reverse_and_grad,
-};
+    .type = "ReversibleSerial", .init = rserial_init, .forward = ct_serial_forward, .backward = ct_serial_backward,
+    .reverse = rserial_reverse, .reverse_and_grad = rserial_reverse_and_grad};
 
 ct_layer *ct_reversible_serial(int n, ct_layer **layers) {
-    // n_in is the deepest the sublayers reach; n_out what is left above it.
-    int running_max = 0, running_total = 0;
-    for (int i = 0; i < n; i++) {
-        running_total += layers[i]->n_in;
-        if (running_total > running_max) running_max = running_total;
-        running_total -= layers[i]->n_out;
-    }
-    return ct_layer_new(&rserial_vt, "ReversibleSerial", running_max, running_max - running_total, NULL,
-                        layers, n);
+    int n_in, n_out;
+    ct_stack_arity(n, layers, &n_in, &n_out);
+    return ct_layer_new(&rserial_vt, "ReversibleSerial", n_in, n_out, NULL, layers, n);
 }

@@ -20,8 +20,22 @@ static inline int ct_stack_replace(ct_tensor *stack, int depth, int n_pop, const
     return new_depth;
 }
 
-// Serial's init, forward and backward: the sublayers in order over the
-// stack (backward in reverse), sublayer i with ct_key_split(key, i).
+// What a walk over a Serial's sublayers runs on each.
+typedef enum ct_stack_op { CT_STACK_INIT, CT_STACK_FORWARD, CT_STACK_BACKWARD, CT_STACK_REVERSE } ct_stack_op;
+
+// Runs op on each sublayer of l over the stack that starts as top: in order
+// for init and forward (a sublayer takes its n_in items and pushes its
+// n_out), in reverse order for backward and reverse (n_out taken, n_in
+// pushed); sublayer i gets ct_key_split(key, i), and ic (init) or c (the
+// others). result gets what is left: l->n_out items, or l->n_in going back.
+ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c, const ct_tensor *top,
+                        ct_tensor *result, ct_key key, ct_error *err);
+
+// The arity of n layers run in sequence: *n_in is the deepest they reach
+// into the stack, *n_out what they leave above that depth.
+void ct_stack_arity(int n, ct_layer *const *layers, int *n_in, int *n_out);
+
+// Serial's init, forward and backward: ct_stack_walk.
 ct_status ct_serial_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
                          ct_error *err);
 ct_status ct_serial_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,

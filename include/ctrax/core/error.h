@@ -38,6 +38,9 @@ typedef struct ct_error {
 // Sets err (if not NULL) to code and a printf-style message; returns code.
 ct_status ct_error_set(ct_error *err, ct_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+// The same with a va_list, for functions that take a format of their own.
+ct_status ct_error_setv(ct_error *err, ct_status code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 // Puts "prefix: " in front of the current message, to add context (a layer
 // path, a file name) while an error travels up. Returns err->code (CT_OK for

@@ -1,0 +1,28 @@
+// What the layer implementations of src/layers/ share beyond layer_author.h:
+// building a layer from a hyperparameter struct, the tape of signatures, and
+// the elementwise sum gradients and residuals need. Internal to src/layers/.
+#ifndef CTRAX_LAYERS_INTERNAL_H
+#define CTRAX_LAYERS_INTERNAL_H
+
+#include "ctrax/layers/layer_author.h"
+
+// A new layer named by its type (vt->type), with no sublayers and a
+// ct_malloc'ed copy of the hp_size bytes at hp as its hyperparameters (NULL,
+// 0: none).
+ct_layer *ct_layer_new_hp(const ct_layer_vtable *vt, int n_in, int n_out, const void *hp, size_t hp_size);
+
+// Saves t's signature (shape and dtype, no data) on the tape: what a
+// backward needs to build the zero or the shape of an input's gradient.
+ct_status ct_tape_push_sig(ct_ctx *c, const ct_tensor *t, ct_error *err);
+
+// Pops the input signature a one-input forward saved (ct_tape_push_sig) into
+// grad_in[0], which then stands for a zero gradient (NULL data). Returns
+// whether a gradient flows in (grad_out[0] has data): if not, grad_in[0] is
+// the answer.
+bool ct_tape_pop_input_sig(ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in);
+
+// *sum = a + b elementwise (f32, a's signature), in fresh memory from the
+// ctx: never written into a or b, since gradients may be aliased elsewhere.
+ct_status ct_ctx_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum, ct_error *err);
+
+#endif
