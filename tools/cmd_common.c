@@ -1,6 +1,7 @@
 // Helpers the ctrax subcommands share: options, numbers, checkpoints.
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "core/json.h"
 #include "commands.h"
+#include "ctrax/core/memory.h"
 
 int ctrax_opt_value(const char *cmd, int argc, char **argv, int *i, const char *opt, const char **value) {
     const char *a = argv[*i];
@@ -63,6 +65,67 @@ int ctrax_usage_error(const char *cmd, const char *fmt, ...) {
     return CTRAX_EXIT_USAGE;
 }
 
+// Reads the option of a->options that argv[*i] is, if any: 1 with its value
+// stored (and checked), 0 if argv[*i] is none of them, -1 after a message.
+static int read_option(const ctrax_args *a, int argc, char **argv, int *i) {
+    for (int k = 0; k < a->n_options; k++) {
+        const ctrax_option *o = &a->options[k];
+        const char *v;
+        int r = ctrax_opt_value(a->cmd, argc, argv, i, o->name, &v);
+        if (!r && o->alias) r = ctrax_opt_value(a->cmd, argc, argv, i, o->alias, &v);
+        if (!r) continue;
+        if (r < 0 || (o->check && o->check(a->cmd, v) < 0)) return -1;
+        *o->value = v;
+        return 1;
+    }
+    return 0;
+}
+
+int ctrax_parse_args(const ctrax_args *a, int argc, char **argv, const char **operand) {
+    *operand = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            a->usage(stdout);
+            return CTRAX_EXIT_OK;
+        }
+        int r = read_option(a, argc, argv, &i);
+        if (r < 0) return CTRAX_EXIT_USAGE;
+        if (r > 0) continue;
+        if (arg[0] == '-' && arg[1]) return ctrax_usage_error(a->cmd, "unknown option '%s'", arg);
+        if (*operand)
+            return ctrax_usage_error(a->cmd, "one %s at a time ('%s' and '%s')", a->operand_kind, *operand, arg);
+        *operand = arg;
+    }
+    if (!*operand) return ctrax_usage_error(a->cmd, "missing %s", a->operand_name);
+    return -1;
+}
+
+void *ctrax_malloc(const char *cmd, size_t bytes, const char *what) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        char b[32];
+        fprintf(stderr, "ctrax %s: out of memory for %s (%s)\n", cmd, what,
+                ct_format_bytes((double)bytes, b, sizeof b));
+    }
+    return p;
+}
+
+void *ctrax_grow(const char *cmd, void *items, int n, int *cap, size_t size, int first_cap, const char *what) {
+    if (n < *cap) return items;
+    if (*cap > INT_MAX / 2) {
+        fprintf(stderr, "ctrax %s: more than %d items in %s\n", cmd, INT_MAX / 2, what);
+        return NULL;
+    }
+    int new_cap = *cap ? 2 * *cap : first_cap;
+    void *p = ctrax_malloc(cmd, (size_t)new_cap * size, what);
+    if (!p) return NULL;
+    if (n) memcpy(p, items, (size_t)n * size);
+    free(items);
+    *cap = new_cap;
+    return p;
+}
+
 static bool is_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
@@ -81,8 +144,7 @@ int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, c
     }
     // dir and base: where the checkpoint lives and its name (base NULL: the newest).
     size_t len = strlen(path);
-    char *dir = malloc(len + 1);
-    memcpy(dir, path, len + 1);
+    char *dir = ct_strdup(path);  // a command-line argument: bookkeeping (memory.h)
     while (len > 1 && dir[len - 1] == '/') dir[--len] = '\0';
     const char *base = name;
     char manifest[4096];
@@ -100,7 +162,7 @@ int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, c
         char *slash = strrchr(dir, '/');
         if (slash == dir) {  // "/name": the parent is "/"
             size_t n = strlen(dir);
-            dir = realloc(dir, n + 2);
+            dir = ct_realloc(dir, n + 2);
             memmove(dir + 1, dir, n + 1);
             slash = dir + 1;
         }
@@ -126,24 +188,39 @@ int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, c
     return CTRAX_EXIT_OK;
 }
 
-char *ctrax_checkpoint_config(const ct_checkpoint *c, const char **source) {
-    size_t n = 0;
-    const char *text = ct_checkpoint_file_bytes(c, "config.gin", &n);
-    if (text) {
-        if (source) *source = "config.gin";
-        char *copy = malloc(n + 1);
+void ctrax_close_checkpoint(ct_checkpoint *c, char *output_dir) {
+    ct_checkpoint_close(c);
+    free(output_dir);
+}
+
+// A NUL-terminated copy of the n bytes at text (a file's: checked).
+static char *copy_text(const char *cmd, const char *text, size_t n, const char *what) {
+    char *copy = ctrax_malloc(cmd, n + 1, what);
+    if (copy) {
         memcpy(copy, text, n);
         copy[n] = '\0';
-        return copy;
     }
-    size_t state_len = 0;
-    const char *state = ct_checkpoint_file_bytes(c, "state.json", &state_len);
-    cJSON *root = state ? ct_json_parse(state, state_len, "state.json", NULL) : NULL;
-    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
-    char *copy = cJSON_IsString(cfg) ? strdup(cfg->valuestring) : NULL;
-    cJSON_Delete(root);
-    if (source) *source = copy ? "state.json" : NULL;
     return copy;
+}
+
+int ctrax_checkpoint_config(const char *cmd, const ct_checkpoint *c, char **text, const char **source) {
+    const char *from = "config.gin";
+    size_t n = 0;
+    const char *bytes = ct_checkpoint_file_bytes(c, from, &n);
+    cJSON *root = NULL;
+    if (!bytes) {
+        size_t state_len = 0;
+        const char *state = ct_checkpoint_file_bytes(c, "state.json", &state_len);
+        root = state ? ct_json_parse(state, state_len, "state.json", NULL) : NULL;
+        const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+        from = "state.json";
+        bytes = cJSON_IsString(cfg) ? cfg->valuestring : NULL;
+        n = bytes ? strlen(bytes) : 0;
+    }
+    *text = bytes ? copy_text(cmd, bytes, n, "the checkpoint's config") : NULL;
+    cJSON_Delete(root);
+    if (source) *source = *text ? from : NULL;
+    return bytes && !*text ? CTRAX_EXIT_ERROR : CTRAX_EXIT_OK;
 }
 
 char *ctrax_format_count(int64_t n, char *buf, size_t cap) {
@@ -211,7 +288,8 @@ ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task
 
 ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c, const char *dir) {
     const char *source;
-    char *text = ctrax_checkpoint_config(c, &source);
+    char *text;
+    if (ctrax_checkpoint_config(cmd, c, &text, &source) != CTRAX_EXIT_OK) return NULL;
     if (!text) {
         fprintf(stderr, "ctrax %s: checkpoint %s/%s holds no config, so the model and data are unknown\n", cmd, dir,
                 ct_checkpoint_name(c));
@@ -220,7 +298,7 @@ ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c
     // Errors name the file as "<dir>/<checkpoint>/config.gin:line:col"
     // (the config keeps its own copy of the name).
     size_t len = strlen(dir) + strlen(ct_checkpoint_name(c)) + strlen(source) + 3;
-    char *name = malloc(len);
+    char *name = ct_malloc(len);  // names: bookkeeping (memory.h)
     snprintf(name, len, "%s/%s/%s", dir, ct_checkpoint_name(c), source);
     ct_config *cfg = ct_config_new();
     ct_error err = {0};

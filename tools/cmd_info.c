@@ -141,6 +141,84 @@ static const char *bad_optimizer_field(const cJSON *state) {
     return NULL;
 }
 
+// The files of the checkpoint and their sizes, on one line.
+static void print_files(const ct_checkpoint *c) {
+    char b[32];
+    printf("files       ");
+    for (int i = 0; i < ct_checkpoint_file_count(c); i++) {
+        const char *f = ct_checkpoint_file_name(c, i);
+        const ct_safetensors *st = ct_checkpoint_tensors(c, f);
+        size_t n = 0;
+        if (st) ct_safetensors_bytes(st, &n);
+        else ct_checkpoint_file_bytes(c, f, &n);
+        printf(" %s (%s)%s", f, ctrax_format_bytes((double)n, b, sizeof b),
+               i + 1 < ct_checkpoint_file_count(c) ? "," : "");
+    }
+    printf("\n");
+}
+
+// Every tensor of every safetensors file but the slots (one flat tensor per
+// weight, named like it: the optimizer line sums them).
+static void print_tensors(const ct_checkpoint *c) {
+    for (int f = 0; f < ct_checkpoint_file_count(c); f++) {
+        const char *file = ct_checkpoint_file_name(c, f);
+        const ct_safetensors *st = ct_checkpoint_tensors(c, file);
+        if (!st || !strcmp(file, "slots.safetensors")) continue;
+        int n = ct_safetensors_count(st);
+        printf("\ntensors (%s): %d\n", file, n);
+        printf("  %-5s  %-16s  %10s  %s\n", "dtype", "shape", "elements", "name");
+        for (int i = 0; i < n; i++) {
+            ct_tensor t = ct_safetensors_tensor(st, i);
+            char s[CT_SIG_STR_MAX], a[32];
+            printf("  %-5s  %-16s  %10s  %s\n", st_dtype(t.dtype), shape_str(&t, s, sizeof s),
+                   ctrax_format_count(ct_tensor_numel(&t), a, sizeof a), ct_safetensors_name(st, i));
+        }
+    }
+}
+
+// The config the checkpoint was trained with, indented line by line.
+static int print_config(const ct_checkpoint *c) {
+    const char *source = NULL;
+    char *config;
+    if (ctrax_checkpoint_config("info", c, &config, &source) != CTRAX_EXIT_OK) return CTRAX_EXIT_ERROR;
+    if (!config) {
+        printf("\nconfig: none saved (the run gave the Loop no config text)\n");
+        return CTRAX_EXIT_OK;
+    }
+    printf("\nconfig (%s):\n", source);
+    for (char *line = config, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        printf(*line ? "  %s\n" : "%s\n", line);
+    }
+    free(config);
+    return CTRAX_EXIT_OK;
+}
+
+// Step, parameters, optimizer, seed, devices and last metrics.
+static void print_summary(const ct_checkpoint *c, const char *dir, const cJSON *state) {
+    printf("checkpoint   %s/%s\n", dir, ct_checkpoint_name(c));
+    printf("step         %lld\n", (long long)ct_checkpoint_step(c));
+    if (ct_checkpoint_kept(c)) printf("kept         yes (permanent or best: never pruned)\n");
+    print_checkpoint_list(dir, ct_checkpoint_name(c));
+    const ct_safetensors *w = ct_checkpoint_tensors(c, "weights.safetensors");
+    if (w) {
+        size_t bytes;
+        char a[32], b[32];
+        int64_t n = total_elements(w, &bytes);
+        printf("parameters   %s in %d tensors (%s)\n", ctrax_format_count(n, a, sizeof a), ct_safetensors_count(w),
+               ctrax_format_bytes((double)bytes, b, sizeof b));
+    } else {
+        printf("parameters   (no weights.safetensors)\n");
+    }
+    print_optimizer(c, state);
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(state, "seed");
+    const cJSON *devices = cJSON_GetObjectItemCaseSensitive(state, "devices");
+    if (cJSON_IsNumber(seed)) printf("seed         %.0f\n", seed->valuedouble);
+    if (cJSON_IsNumber(devices)) printf("devices      %.0f\n", devices->valuedouble);
+    print_last_metrics(state);
+}
+
 static int info(const char *path, const char *name) {
     ct_checkpoint *c;
     char *dir;
@@ -154,100 +232,22 @@ static int info(const char *path, const char *name) {
     if (bad) {
         // A damaged checkpoint is an error, as `ctrax train` would find on resuming.
         fprintf(stderr, "ctrax info: %s/%s/state.json: %s is not what ctrax writes\n", dir, ct_checkpoint_name(c), bad);
-        cJSON_Delete(state);
-        ct_checkpoint_close(c);
-        free(dir);
-        return CTRAX_EXIT_ERROR;
-    }
-
-    printf("checkpoint   %s/%s\n", dir, ct_checkpoint_name(c));
-    printf("step         %lld\n", (long long)ct_checkpoint_step(c));
-    if (ct_checkpoint_kept(c)) printf("kept         yes (permanent or best: never pruned)\n");
-    print_checkpoint_list(dir, ct_checkpoint_name(c));
-
-    const ct_safetensors *w = ct_checkpoint_tensors(c, "weights.safetensors");
-    char a[32], b[32];
-    if (w) {
-        size_t bytes;
-        int64_t n = total_elements(w, &bytes);
-        printf("parameters   %s in %d tensors (%s)\n", ctrax_format_count(n, a, sizeof a), ct_safetensors_count(w),
-               ctrax_format_bytes((double)bytes, b, sizeof b));
+        rc = CTRAX_EXIT_ERROR;
     } else {
-        printf("parameters   (no weights.safetensors)\n");
+        print_summary(c, dir, state);
+        print_files(c);
+        print_tensors(c);
+        rc = print_config(c);
     }
-    print_optimizer(c, state);
-    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(state, "seed");
-    const cJSON *devices = cJSON_GetObjectItemCaseSensitive(state, "devices");
-    if (cJSON_IsNumber(seed)) printf("seed         %.0f\n", seed->valuedouble);
-    if (cJSON_IsNumber(devices)) printf("devices      %.0f\n", devices->valuedouble);
-    print_last_metrics(state);
-    printf("files       ");
-    for (int i = 0; i < ct_checkpoint_file_count(c); i++) {
-        const char *f = ct_checkpoint_file_name(c, i);
-        const ct_safetensors *st = ct_checkpoint_tensors(c, f);
-        size_t n = 0;
-        if (st) ct_safetensors_bytes(st, &n);
-        else ct_checkpoint_file_bytes(c, f, &n);
-        printf(" %s (%s)%s", f, ctrax_format_bytes((double)n, b, sizeof b),
-               i + 1 < ct_checkpoint_file_count(c) ? "," : "");
-    }
-    printf("\n");
-
-    // Every tensor of every safetensors file but the slots (one flat tensor
-    // per weight, named like it: the line above sums them).
-    for (int f = 0; f < ct_checkpoint_file_count(c); f++) {
-        const char *file = ct_checkpoint_file_name(c, f);
-        const ct_safetensors *st = ct_checkpoint_tensors(c, file);
-        if (!st || !strcmp(file, "slots.safetensors")) continue;
-        int n = ct_safetensors_count(st);
-        printf("\ntensors (%s): %d\n", file, n);
-        printf("  %-5s  %-16s  %10s  %s\n", "dtype", "shape", "elements", "name");
-        for (int i = 0; i < n; i++) {
-            ct_tensor t = ct_safetensors_tensor(st, i);
-            char s[CT_SIG_STR_MAX];
-            printf("  %-5s  %-16s  %10s  %s\n", st_dtype(t.dtype), shape_str(&t, s, sizeof s),
-                   ctrax_format_count(ct_tensor_numel(&t), a, sizeof a), ct_safetensors_name(st, i));
-        }
-    }
-
-    const char *source = NULL;
-    char *config = ctrax_checkpoint_config(c, &source);
-    if (config) {
-        printf("\nconfig (%s):\n", source);
-        // Indented, line by line.
-        for (char *line = config, *next; line && *line; line = next) {
-            next = strchr(line, '\n');
-            if (next) *next++ = '\0';
-            printf(*line ? "  %s\n" : "%s\n", line);
-        }
-    } else {
-        printf("\nconfig: none saved (the run gave the Loop no config text)\n");
-    }
-    free(config);
     cJSON_Delete(state);
-    ct_checkpoint_close(c);
-    free(dir);
-    return CTRAX_EXIT_OK;
+    ctrax_close_checkpoint(c, dir);
+    return rc;
 }
 
 int ctrax_cmd_info(int argc, char **argv) {
-    const char *path = NULL, *name = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return CTRAX_EXIT_OK;
-        }
-        int r = ctrax_opt_value("info", argc, argv, &i, "--name", &v);
-        if (r < 0) return CTRAX_EXIT_USAGE;
-        if (r > 0) {
-            name = v;
-            continue;
-        }
-        if (a[0] == '-' && a[1]) return ctrax_usage_error("info", "unknown option '%s'", a);
-        if (path) return ctrax_usage_error("info", "one checkpoint at a time ('%s' and '%s')", path, a);
-        path = a;
-    }
-    if (!path) return ctrax_usage_error("info", "missing CHECKPOINT_DIR_OR_OUTPUT_DIR");
-    return info(path, name);
+    const char *path, *name = NULL;
+    const ctrax_option options[] = {{"--name", NULL, &name, NULL}};
+    const ctrax_args args = {"info", usage, options, 1, "checkpoint", "CHECKPOINT_DIR_OR_OUTPUT_DIR"};
+    int rc = ctrax_parse_args(&args, argc, argv, &path);
+    return rc >= 0 ? rc : info(path, name);
 }

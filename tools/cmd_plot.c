@@ -18,6 +18,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "commands.h"
+#include "ctrax/core/memory.h"
 #include "ctrax/train/checkpoint.h"
 
 static void usage(FILE *f) {
@@ -53,18 +54,18 @@ typedef struct metrics {
     int n, cap;
 } metrics;
 
-static series *find_series(metrics *m, const char *metric, const char *mode, bool create) {
+// The series of (metric, mode), made if new; NULL after a message when
+// memory runs out (their count comes from the file).
+static series *find_series(metrics *m, const char *metric, const char *mode) {
     for (int i = 0; i < m->n; i++)
         if (!strcmp(m->s[i].metric, metric) && !strcmp(m->s[i].mode, mode)) return &m->s[i];
-    if (!create) return NULL;
-    if (m->n == m->cap) {
-        m->cap = m->cap ? 2 * m->cap : 16;
-        m->s = realloc(m->s, (size_t)m->cap * sizeof *m->s);
-    }
+    series *grown = ctrax_grow("plot", m->s, m->n, &m->cap, sizeof *m->s, 16, "the list of series");
+    if (!grown) return NULL;
+    m->s = grown;
     series *s = &m->s[m->n++];
     memset(s, 0, sizeof *s);
-    s->metric = strdup(metric);
-    s->mode = strdup(mode);
+    s->metric = ct_strdup(metric);  // names: bookkeeping (memory.h)
+    s->mode = ct_strdup(mode);
     return s;
 }
 
@@ -89,9 +90,11 @@ static int cmp_tagged(const void *a, const void *b) {
 }
 
 // Sorts by step, keeping the last value written for a step (a resumed run
-// may have written a step twice before metrics.jsonl was truncated).
-static void sort_series(series *s) {
-    tagged *t = malloc((size_t)(s->n ? s->n : 1) * sizeof *t);
+// may have written a step twice before metrics.jsonl was truncated). False
+// after a message when memory runs out.
+static bool sort_series(series *s) {
+    tagged *t = ctrax_malloc("plot", (size_t)s->n * sizeof *t, "sorting a series");
+    if (!t) return false;
     for (int i = 0; i < s->n; i++) t[i] = (tagged){s->p[i], i};
     qsort(t, (size_t)s->n, sizeof *t, cmp_tagged);
     int n = 0;
@@ -101,6 +104,46 @@ static void sort_series(series *s) {
     }
     s->n = n;
     free(t);
+    return true;
+}
+
+// What read_metrics skipped: how many lines, and the first one and why.
+typedef struct skips {
+    int n, first_line;
+    char first_why[CT_ERROR_MSG_MAX];
+} skips;
+
+// Adds the metrics line `line` (number line_no of path) to m, or counts it
+// in sk when it is not one. False after a message when memory runs out.
+static bool read_line(const char *path, char *line, int line_no, metrics *m, skips *sk) {
+    size_t n = strlen(line);
+    if (strspn(line, " \t\r") == n) return true;
+    char what[4200];
+    snprintf(what, sizeof what, "%s:%d", path, line_no);
+    ct_error perr = {0};
+    cJSON *o = ct_json_parse(line, n, what, &perr);
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(o, "mode");
+    const cJSON *metric = cJSON_GetObjectItemCaseSensitive(o, "metric");
+    const cJSON *value = cJSON_GetObjectItemCaseSensitive(o, "value");
+    // A step beyond int64 (or 2^53, where doubles stop being exact) is no step.
+    if (!cJSON_IsNumber(step) || !(fabs(step->valuedouble) <= 9007199254740992.0) || !cJSON_IsString(mode) ||
+        !cJSON_IsString(metric) || !(cJSON_IsNumber(value) || cJSON_IsNull(value))) {
+        if (!sk->n++) {
+            sk->first_line = line_no;
+            snprintf(sk->first_why, sizeof sk->first_why, "%s", o ? "not a metrics line" : perr.msg);
+        }
+        cJSON_Delete(o);
+        return true;
+    }
+    series *s = find_series(m, metric->valuestring, mode->valuestring);
+    point *grown = s ? ctrax_grow("plot", s->p, s->n, &s->cap, sizeof *s->p, 64, "a series' points") : NULL;
+    if (grown) {
+        s->p = grown;
+        s->p[s->n++] = (point){(int64_t)step->valuedouble, cJSON_IsNumber(value) ? value->valuedouble : NAN};
+    }
+    cJSON_Delete(o);
+    return grown != NULL;
 }
 
 // Reads path into m; lines that are not metrics lines are skipped with a
@@ -113,47 +156,21 @@ static int read_metrics(const char *path, metrics *m) {
         fprintf(stderr, "ctrax plot: %s\n", err.msg);
         return CTRAX_EXIT_ERROR;
     }
-    int line_no = 0, skipped = 0, first_bad = 0;
-    char first_why[CT_ERROR_MSG_MAX] = "";
-    for (char *line = text, *next; line < text + len; line = next) {
+    int line_no = 0;
+    skips sk = {0};
+    bool ok = true;
+    for (char *line = text, *next; ok && line < text + len; line = next) {
         next = memchr(line, '\n', (size_t)(text + len - line));  // a NUL in the file must not end the scan
         if (next) *next++ = '\0';
         else next = text + len;
-        line_no++;
-        size_t n = strlen(line);
-        if (strspn(line, " \t\r") == n) continue;
-        char what[4200];
-        snprintf(what, sizeof what, "%s:%d", path, line_no);
-        ct_error perr = {0};
-        cJSON *o = ct_json_parse(line, n, what, &perr);
-        const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
-        const cJSON *mode = cJSON_GetObjectItemCaseSensitive(o, "mode");
-        const cJSON *metric = cJSON_GetObjectItemCaseSensitive(o, "metric");
-        const cJSON *value = cJSON_GetObjectItemCaseSensitive(o, "value");
-        // A step beyond int64 (or 2^53, where doubles stop being exact) is no step.
-        if (!cJSON_IsNumber(step) || !(fabs(step->valuedouble) <= 9007199254740992.0) || !cJSON_IsString(mode) ||
-            !cJSON_IsString(metric) || !(cJSON_IsNumber(value) || cJSON_IsNull(value))) {
-            if (!skipped++) {
-                first_bad = line_no;
-                snprintf(first_why, sizeof first_why, "%s", o ? "not a metrics line" : perr.msg);
-            }
-            cJSON_Delete(o);
-            continue;
-        }
-        series *s = find_series(m, metric->valuestring, mode->valuestring, true);
-        if (s->n == s->cap) {
-            s->cap = s->cap ? 2 * s->cap : 64;
-            s->p = realloc(s->p, (size_t)s->cap * sizeof *s->p);
-        }
-        s->p[s->n++] = (point){(int64_t)step->valuedouble, cJSON_IsNumber(value) ? value->valuedouble : NAN};
-        cJSON_Delete(o);
+        ok = read_line(path, line, ++line_no, m, &sk);
     }
     free(text);
-    if (skipped)
+    if (ok && sk.n)
         fprintf(stderr, "ctrax plot: %s: skipped %d line(s) that are not metrics lines (the first: line %d: %s)\n",
-                path, skipped, first_bad, first_why);
-    for (int i = 0; i < m->n; i++) sort_series(&m->s[i]);
-    return CTRAX_EXIT_OK;
+                path, sk.n, sk.first_line, sk.first_why);
+    for (int i = 0; ok && i < m->n; i++) ok = sort_series(&m->s[i]);
+    return ok ? CTRAX_EXIT_OK : CTRAX_EXIT_ERROR;
 }
 
 // ---- choosing the panels ------------------------------------------------------------
@@ -171,9 +188,9 @@ static bool names_has(const names *ns, const char *s) {
 
 static void names_add(names *ns, const char *s) {
     if (names_has(ns, s)) return;
-    if (ns->n == ns->cap) {
+    if (ns->n == ns->cap) {  // at most one per series, which are already held: bookkeeping (memory.h)
         ns->cap = ns->cap ? 2 * ns->cap : 16;
-        ns->v = realloc(ns->v, (size_t)ns->cap * sizeof *ns->v);
+        ns->v = ct_realloc(ns->v, (size_t)ns->cap * sizeof *ns->v);
     }
     ns->v[ns->n++] = s;
 }
@@ -235,14 +252,17 @@ static int choose_panels(const metrics *m, const char *request, const char *path
 
 // ---- SVG ------------------------------------------------------------------------------
 
+// The SVG as it is written; its size follows the file's points, so its
+// growth is checked: after a failure (failed set, s freed) put does nothing.
 typedef struct buf {
     char *s;
     size_t n, cap;
+    bool failed;
 } buf;
 
 static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(buf *b, const char *fmt, ...) {
-    for (;;) {
+    while (!b->failed) {
         va_list ap;
         va_start(ap, fmt);
         int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
@@ -252,8 +272,13 @@ static void put(buf *b, const char *fmt, ...) {
             b->n += (size_t)k;
             return;
         }
-        b->cap = (b->cap + (size_t)k + 1) * 2;
-        b->s = realloc(b->s, b->cap);
+        size_t cap = (b->cap + (size_t)k + 1) * 2;
+        char *grown = ctrax_malloc("plot", cap, "the SVG");
+        if (grown && b->n) memcpy(grown, b->s, b->n);
+        free(b->s);
+        b->s = grown;
+        b->cap = grown ? cap : 0;
+        b->failed = !grown;
     }
 }
 
@@ -331,116 +356,114 @@ static const char *mode_color(const char *mode, int index) {
 enum { PANEL_W = 520, PANEL_H = 320, PAD_L = 72, PAD_R = 20, PAD_T = 40, PAD_B = 46, HEADER = 46, GAP = 16 };
 #define MARKERS_UP_TO 60  // points per series drawn as dots as well
 
-static void draw_panel(buf *b, const metrics *m, const char *metric, double ox, double oy) {
-    const double pw = PANEL_W - PAD_L - PAD_R, ph = PANEL_H - PAD_T - PAD_B;
-    const double x0 = ox + PAD_L, y0 = oy + PAD_T;  // top left of the plot area
-    // Ranges over every mode's finite values.
+// A panel's plot area on the page and the ranges it shows.
+typedef struct frame {
+    double x0, y0, pw, ph;  // top left, width and height of the plot area
+    double xmin, xmax, ymin, ymax;
+} frame;
+
+static double px(const frame *f, double step) { return f->x0 + (step - f->xmin) / (f->xmax - f->xmin) * f->pw; }
+// Halves keep differences of values near the limits of a double finite.
+static double py(const frame *f, double v) {
+    return f->y0 + f->ph - (v / 2 - f->ymin / 2) / (f->ymax / 2 - f->ymin / 2) * f->ph;
+}
+
+// The ranges over every mode's finite values of the ns series in ss, with
+// a margin of 5% (10% of the value for a flat line).
+static void panel_ranges(frame *f, const series *const *ss, int ns) {
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-    const series *ss[32];
-    int ns = 0;
-    for (int i = 0; i < m->n && ns < 32; i++) {
-        const series *s = &m->s[i];
-        if (strcmp(s->metric, metric)) continue;
-        ss[ns++] = s;
-        for (int k = 0; k < s->n; k++) {
-            xmin = fmin(xmin, (double)s->p[k].step);
-            xmax = fmax(xmax, (double)s->p[k].step);
-            if (isfinite(s->p[k].value)) {
-                ymin = fmin(ymin, s->p[k].value);
-                ymax = fmax(ymax, s->p[k].value);
+    for (int i = 0; i < ns; i++)
+        for (int k = 0; k < ss[i]->n; k++) {
+            const point *p = &ss[i]->p[k];
+            xmin = fmin(xmin, (double)p->step);
+            xmax = fmax(xmax, (double)p->step);
+            if (isfinite(p->value)) {
+                ymin = fmin(ymin, p->value);
+                ymax = fmax(ymax, p->value);
             }
         }
-    }
     if (!(xmin <= xmax)) xmin = 0, xmax = 1;
     if (xmin == xmax) xmin -= 1, xmax += 1;
     if (!(ymin <= ymax)) ymin = 0, ymax = 1;
-    // A margin of 5% (10% of the value for a flat line); halves keep
-    // differences of values near the limits of a double finite.
     double d = ymin == ymax ? (fabs(ymin) > 0 ? fabs(ymin) * 0.1 : 1) : (ymax / 2 - ymin / 2) * 0.1;
-    ymin = fmax(ymin - d, -DBL_MAX);
-    ymax = fmin(ymax + d, DBL_MAX);
-#define PX(step) (x0 + ((double)(step) - xmin) / (xmax - xmin) * pw)
-#define PY(v) (y0 + ph - ((v) / 2 - ymin / 2) / (ymax / 2 - ymin / 2) * ph)
+    f->xmin = xmin;
+    f->xmax = xmax;
+    f->ymin = fmax(ymin - d, -DBL_MAX);
+    f->ymax = fmin(ymax + d, DBL_MAX);
+}
 
-    put(b, "<g class=\"panel\" data-metric=\"");
-    put_text(b, metric);
-    put(b, "\">\n");
-    put(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#dddddd\"/>\n", ox, oy,
-        PANEL_W, PANEL_H);
-    put(b, "<text class=\"panel-title\" x=\"%.1f\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">", x0, oy + 22);
-    put_text(b, metric);
-    put(b, "</text>\n");
-
-    // Grid and tick labels.
-    ticks tx = nice_ticks(xmin, xmax, 6, true), ty = nice_ticks(ymin, ymax, 6, false);
+// Grid lines, the frame, tick labels and the x label.
+static void draw_axes(buf *b, const frame *f) {
+    ticks tx = nice_ticks(f->xmin, f->xmax, 6, true), ty = nice_ticks(f->ymin, f->ymax, 6, false);
     put(b, "<g class=\"grid\" stroke=\"#e4e4e4\" stroke-width=\"1\">\n");
     for (int i = 0; i < tx.n; i++) {
-        double x = PX(tx.first + i * tx.step);
-        put(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", x, y0, x, y0 + ph);
+        double x = px(f, tx.first + i * tx.step);
+        put(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", x, f->y0, x, f->y0 + f->ph);
     }
     for (int i = 0; i < ty.n; i++) {
-        double y = PY(ty.first + i * ty.step);
-        put(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", x0, y, x0 + pw, y);
+        double y = py(f, ty.first + i * ty.step);
+        put(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", f->x0, y, f->x0 + f->pw, y);
     }
     put(b, "</g>\n");
-    put(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#555555\"/>\n", x0, y0,
-        pw, ph);
+    put(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#555555\"/>\n", f->x0,
+        f->y0, f->pw, f->ph);
     put(b, "<g class=\"x-ticks\" font-size=\"11\" text-anchor=\"middle\" fill=\"#333333\">\n");
     for (int i = 0; i < tx.n; i++) {
         char s[48];
         double v = tx.first + i * tx.step;
         tick_label(s, sizeof s, v, tx.step);
-        put(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", PX(v), y0 + ph + 16, s);
+        put(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", px(f, v), f->y0 + f->ph + 16, s);
     }
     put(b, "</g>\n<g class=\"y-ticks\" font-size=\"11\" text-anchor=\"end\" fill=\"#333333\">\n");
     for (int i = 0; i < ty.n; i++) {
         char s[48];
         double v = ty.first + i * ty.step;
         tick_label(s, sizeof s, v, ty.step);
-        put(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", x0 - 6, PY(v) + 4, s);
+        put(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", f->x0 - 6, py(f, v) + 4, s);
     }
     put(b, "</g>\n");
     put(b, "<text class=\"x-label\" x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">step</text>\n",
-        x0 + pw / 2, y0 + ph + 36);
+        f->x0 + f->pw / 2, f->y0 + f->ph + 36);
+}
 
-    // The curves: a polyline per mode, dots where there are few points, and
-    // crosses for values that are not finite.
-    for (int k = 0; k < ns; k++) {
-        const series *s = ss[k];
-        const char *color = mode_color(s->mode, k);
-        int finite = 0;
-        for (int i = 0; i < s->n; i++) finite += isfinite(s->p[i].value) != 0;
-        put(b, "<polyline class=\"curve\" data-metric=\"");
-        put_text(b, metric);
-        put(b, "\" data-mode=\"");
-        put_text(b, s->mode);
-        put(b,
-            "\" data-points=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" stroke-linejoin=\"round\" "
-            "points=\"",
-            finite, color);
-        int j = 0;
+// One series: a polyline through its finite values, dots where there are
+// few points, and crosses at the top for values that are not finite.
+static void draw_curve(buf *b, const frame *f, const char *metric, const series *s, const char *color) {
+    int finite = 0;
+    for (int i = 0; i < s->n; i++) finite += isfinite(s->p[i].value) != 0;
+    put(b, "<polyline class=\"curve\" data-metric=\"");
+    put_text(b, metric);
+    put(b, "\" data-mode=\"");
+    put_text(b, s->mode);
+    put(b, "\" data-points=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" stroke-linejoin=\"round\" points=\"",
+        finite, color);
+    int j = 0;
+    for (int i = 0; i < s->n; i++)
+        if (isfinite(s->p[i].value))
+            put(b, "%s%.1f,%.1f", j++ ? " " : "", px(f, (double)s->p[i].step), py(f, s->p[i].value));
+    put(b, "\"/>\n");
+    if (finite <= MARKERS_UP_TO) {
+        put(b, "<g class=\"markers\" fill=\"%s\">\n", color);
         for (int i = 0; i < s->n; i++)
-            if (isfinite(s->p[i].value)) put(b, "%s%.1f,%.1f", j++ ? " " : "", PX(s->p[i].step), PY(s->p[i].value));
-        put(b, "\"/>\n");
-        if (finite <= MARKERS_UP_TO) {
-            put(b, "<g class=\"markers\" fill=\"%s\">\n", color);
-            for (int i = 0; i < s->n; i++)
-                if (isfinite(s->p[i].value))
-                    put(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\"/>\n", PX(s->p[i].step), PY(s->p[i].value));
-            put(b, "</g>\n");
-        }
-        if (finite < s->n) {
-            put(b, "<g class=\"nonfinite\" stroke=\"#d62728\" stroke-width=\"1.5\">\n");
-            for (int i = 0; i < s->n; i++) {
-                if (isfinite(s->p[i].value)) continue;
-                double x = PX(s->p[i].step), y = y0 + 6;
-                put(b, "<path d=\"M%.1f %.1fl6 6m0 -6l-6 6\"><title>step %lld: not finite</title></path>\n", x - 3,
-                    y - 3, (long long)s->p[i].step);
-            }
-            put(b, "</g>\n");
-        }
+            if (isfinite(s->p[i].value))
+                put(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\"/>\n", px(f, (double)s->p[i].step),
+                    py(f, s->p[i].value));
+        put(b, "</g>\n");
     }
-    // Legend, top right: a line and "mode (n)" per curve.
+    if (finite == s->n) return;
+    put(b, "<g class=\"nonfinite\" stroke=\"#d62728\" stroke-width=\"1.5\">\n");
+    for (int i = 0; i < s->n; i++) {
+        if (isfinite(s->p[i].value)) continue;
+        double x = px(f, (double)s->p[i].step), y = f->y0 + 6;
+        put(b, "<path d=\"M%.1f %.1fl6 6m0 -6l-6 6\"><title>step %lld: not finite</title></path>\n", x - 3, y - 3,
+            (long long)s->p[i].step);
+    }
+    put(b, "</g>\n");
+}
+
+// The legend, top right of the panel at (ox, oy): a line and "mode (n)" per
+// curve.
+static void draw_legend(buf *b, const series *const *ss, int ns, double ox, double oy) {
     double lx = ox + PANEL_W - PAD_R;
     for (int k = ns - 1; k >= 0; k--) {
         char label[96];
@@ -453,9 +476,27 @@ static void draw_panel(buf *b, const metrics *m, const char *metric, double ox, 
         put_text(b, label);
         put(b, "</text></g>\n");
     }
+}
+
+static void draw_panel(buf *b, const metrics *m, const char *metric, double ox, double oy) {
+    frame f = {.x0 = ox + PAD_L, .y0 = oy + PAD_T, .pw = PANEL_W - PAD_L - PAD_R, .ph = PANEL_H - PAD_T - PAD_B};
+    const series *ss[32];
+    int ns = 0;
+    for (int i = 0; i < m->n && ns < 32; i++)
+        if (!strcmp(m->s[i].metric, metric)) ss[ns++] = &m->s[i];
+    panel_ranges(&f, ss, ns);
+    put(b, "<g class=\"panel\" data-metric=\"");
+    put_text(b, metric);
+    put(b, "\">\n");
+    put(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#dddddd\"/>\n", ox, oy,
+        PANEL_W, PANEL_H);
+    put(b, "<text class=\"panel-title\" x=\"%.1f\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">", f.x0, oy + 22);
+    put_text(b, metric);
+    put(b, "</text>\n");
+    draw_axes(b, &f);
+    for (int k = 0; k < ns; k++) draw_curve(b, &f, metric, ss[k], mode_color(ss[k]->mode, k));
+    draw_legend(b, ss, ns, ox, oy);
     put(b, "</g>\n");
-#undef PX
-#undef PY
 }
 
 static char *render_svg(const metrics *m, const names *panels, const char *title) {
@@ -476,7 +517,7 @@ static char *render_svg(const metrics *m, const names *panels, const char *title
     for (int i = 0; i < panels->n; i++)
         draw_panel(&b, m, panels->v[i], GAP + (i % cols) * (PANEL_W + GAP), HEADER + (i / cols) * (PANEL_H + GAP));
     put(&b, "</svg>\n");
-    return b.s;
+    return b.s;  // NULL when memory ran out (put said so)
 }
 
 // ---- the command ---------------------------------------------------------------------
@@ -505,6 +546,10 @@ static int plot(const char *input, const char *output, const char *request) {
     char title[4200];
     snprintf(title, sizeof title, "ctrax: %s", jsonl);
     char *svg = render_svg(&m, &panels, title);
+    if (!svg) {
+        rc = CTRAX_EXIT_ERROR;
+        goto done;
+    }
     bool to_stdout = !strcmp(output, "-");
     ct_error err;
     if (to_stdout) {
@@ -538,33 +583,21 @@ done:
     return rc;
 }
 
-int ctrax_cmd_plot(int argc, char **argv) {
-    const char *input = NULL, *output = NULL, *request = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return CTRAX_EXIT_OK;
-        }
-        int r;
-        if ((r = ctrax_opt_value("plot", argc, argv, &i, "-o", &v)) ||
-            (r = ctrax_opt_value("plot", argc, argv, &i, "--output", &v))) {
-            if (r < 0) return CTRAX_EXIT_USAGE;
-            output = v;
-            continue;
-        }
-        if ((r = ctrax_opt_value("plot", argc, argv, &i, "--metrics", &v))) {
-            if (r < 0) return CTRAX_EXIT_USAGE;
-            if (!v[0] || v[0] == ',' || strstr(v, ",,") || v[strlen(v) - 1] == ',')
-                return ctrax_usage_error("plot", "--metrics expects names separated by commas, got '%s'", v);
-            request = v;
-            continue;
-        }
-        if (a[0] == '-' && a[1]) return ctrax_usage_error("plot", "unknown option '%s'", a);
-        if (input) return ctrax_usage_error("plot", "one metrics file at a time ('%s' and '%s')", input, a);
-        input = a;
+// --metrics: names separated by commas, none empty.
+static int check_metrics(const char *cmd, const char *v) {
+    if (!v[0] || v[0] == ',' || strstr(v, ",,") || v[strlen(v) - 1] == ',') {
+        ctrax_usage_error(cmd, "--metrics expects names separated by commas, got '%s'", v);
+        return -1;
     }
-    if (!input) return ctrax_usage_error("plot", "missing METRICS_JSONL_OR_OUTPUT_DIR");
+    return 0;
+}
+
+int ctrax_cmd_plot(int argc, char **argv) {
+    const char *input, *output = NULL, *request = NULL;
+    const ctrax_option options[] = {{"-o", "--output", &output, NULL}, {"--metrics", NULL, &request, check_metrics}};
+    const ctrax_args args = {"plot", usage, options, 2, "metrics file", "METRICS_JSONL_OR_OUTPUT_DIR"};
+    int rc = ctrax_parse_args(&args, argc, argv, &input);
+    if (rc >= 0) return rc;
     if (output && !output[0]) return ctrax_usage_error("plot", "-o expects a file name");
     return plot(input, output, request);
 }

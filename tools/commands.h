@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ctrax/config/config.h"
 #include "ctrax/train/checkpoint.h"
@@ -37,6 +38,36 @@ int ctrax_cmd_eval(int argc, char **argv);
 
 // ---- helpers shared by the commands (tools/cmd_common.c) -----------------------
 
+// One option of a command that takes a value: its spellings (alias NULL
+// when it has one), where the value goes (the last one given wins), and an
+// optional check, run when the option is read, that returns -1 after
+// printing why the value is refused ("ctrax CMD: ...").
+typedef struct ctrax_option {
+    const char *name, *alias;
+    const char **value;
+    int (*check)(const char *cmd, const char *value);
+} ctrax_option;
+
+// A command's command line: its usage (for --help), its options, and the
+// one operand it takes, named in the errors "one OPERAND_KIND at a time
+// ('a' and 'b')" and "missing OPERAND_NAME".
+typedef struct ctrax_args {
+    const char *cmd;
+    void (*usage)(FILE *f);
+    const ctrax_option *options;
+    int n_options;
+    const char *operand_kind;  // "checkpoint"
+    const char *operand_name;  // "CHECKPOINT_DIR_OR_OUTPUT_DIR"
+} ctrax_args;
+
+// Reads argv[1..argc) in order: -h/--help prints the usage to stdout, an
+// option of a->options sets its value, anything else not starting with '-'
+// is the operand (*operand). Returns -1 when the command is to go on, else
+// its exit code: CTRAX_EXIT_OK after --help, CTRAX_EXIT_USAGE after a
+// message on stderr (an unknown option, a missing or refused value, two
+// operands or none).
+int ctrax_parse_args(const ctrax_args *a, int argc, char **argv, const char **operand);
+
 // Matches argv[*i] against an option that takes a value, written "--opt V" or
 // "--opt=V" (short options only as "-o V"). Returns 1 with *value set (and *i
 // moved past a separate value), 0 if argv[*i] is another option, -1 after
@@ -49,18 +80,33 @@ int ctrax_parse_double(const char *cmd, const char *opt, const char *s, double l
 // Prints "CMD: MSG (see ctrax CMD --help)" to stderr; returns CTRAX_EXIT_USAGE.
 int ctrax_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// A size that comes from input, allocated on a checked path (memory.h's
+// policy): NULL after "ctrax CMD: out of memory for WHAT (N bytes)" on
+// stderr when memory runs out.
+void *ctrax_malloc(const char *cmd, size_t bytes, const char *what);
+// Room for one more item in items (n used of *cap, each size bytes; NULL
+// with *cap 0 to start): the array, moved or not, with *cap doubled from
+// first_cap; NULL (items still valid, *cap unchanged) after ctrax_malloc's
+// message.
+void *ctrax_grow(const char *cmd, void *items, int n, int *cap, size_t size, int first_cap, const char *what);
+
 // Opens a checkpoint given as a path: with a name, <path>/<name>; else path
 // itself when it is a checkpoint directory (it holds manifest.json); else the
 // newest complete checkpoint of the output directory path. On failure prints
 // the reason to stderr ("CMD: ...") and returns CTRAX_EXIT_ERROR; the caller
-// closes *out. *output_dir (if not NULL) gets the directory the checkpoint
-// lives in (malloc'ed; free()).
+// closes *out (ctrax_close_checkpoint). *output_dir (if not NULL) gets the
+// directory the checkpoint lives in (malloc'ed; free()).
 int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, ct_checkpoint **out,
                           char **output_dir);
+// Closes what ctrax_open_checkpoint opened: the checkpoint and its directory
+// (either may be NULL).
+void ctrax_close_checkpoint(ct_checkpoint *c, char *output_dir);
 // The config a checkpoint was trained with: its config.gin file, else
-// state.json's "config". A malloc'ed copy (free()), or NULL if it has none;
-// *source (if not NULL) names where it came from ("config.gin", "state.json").
-char *ctrax_checkpoint_config(const ct_checkpoint *c, const char **source);
+// state.json's "config". CTRAX_EXIT_OK with *text a malloc'ed copy (free()),
+// or NULL if it has none, and *source (if not NULL) naming where it came
+// from ("config.gin", "state.json"); CTRAX_EXIT_ERROR after a message when
+// memory runs out.
+int ctrax_checkpoint_config(const char *cmd, const ct_checkpoint *c, char **text, const char **source);
 // That config parsed and validated (errors name <dir>/<checkpoint>/config.gin
 // and the line); NULL after a message on stderr. ct_config_free it.
 ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c, const char *dir);
