@@ -1,6 +1,7 @@
 #include "ctrax/core/memory.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +272,38 @@ void *ct_realloc(void *p, size_t bytes) {
 }
 
 void ct_free(void *p) { free(p); }
+
+// err gets "<what>: out of memory for N bytes", what from fmt and ap.
+static void checked_fail(ct_error *err, double bytes, const char *fmt, va_list ap) {
+    char what[CT_ERROR_MSG_MAX / 2];
+    vsnprintf(what, sizeof what, fmt, ap);
+    ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory for %.0f bytes", what, bytes);
+}
+
+void *ct_calloc_checked(size_t n, size_t size, ct_error *err, const char *fmt, ...) {
+    void *p = n && size > SIZE_MAX / n ? NULL : calloc(n ? n : 1, size ? size : 1);
+    if (!p) {
+        va_list ap;
+        va_start(ap, fmt);
+        checked_fail(err, (double)n * (double)size, fmt, ap);
+        va_end(ap);
+    }
+    return p;
+}
+
+char *ct_strdup_checked(const char *s, ct_error *err, const char *fmt, ...) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (!d) {
+        va_list ap;
+        va_start(ap, fmt);
+        checked_fail(err, (double)n, fmt, ap);
+        va_end(ap);
+        return NULL;
+    }
+    memcpy(d, s, n);
+    return d;
+}
 
 char *ct_strdup(const char *s) {
     size_t n = strlen(s) + 1;

@@ -158,8 +158,7 @@ static ct_status manifest_parse_file(const cJSON *j, mfile *f, const char *path,
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     if (!cJSON_IsString(name) || !plain_name(name->valuestring) || !strcmp(name->valuestring, MANIFEST))
         return ct_error_set(err, CT_ERR_FORMAT, "%s: a file entry has no valid \"name\"", path);
-    f->name = strdup(name->valuestring);
-    if (!f->name) return ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+    f->name = ct_strdup(name->valuestring);  // a plain name, under CT_CHECKPOINT_NAME_MAX: bookkeeping
     if (!json_u64(cJSON_GetObjectItemCaseSensitive(j, "bytes"), &f->bytes) ||
         !crc_parse(cJSON_GetObjectItemCaseSensitive(j, "crc32"), &f->crc))
         return ct_error_set(err, CT_ERR_FORMAT, "%s: file '%s' has no valid \"bytes\" or \"crc32\"", path, f->name);
@@ -168,9 +167,12 @@ static ct_status manifest_parse_file(const cJSON *j, mfile *f, const char *path,
     if (!cJSON_IsObject(tensors))
         return ct_error_set(err, CT_ERR_FORMAT, "%s: file '%s': \"tensors\" is not an object", path, f->name);
     int n = cJSON_GetArraySize(tensors);
-    f->tensor_names = calloc((size_t)n + 1, sizeof *f->tensor_names);
-    f->tensor_crcs = calloc((size_t)n + 1, sizeof *f->tensor_crcs);
-    if (!f->tensor_names || !f->tensor_crcs) return ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+    f->tensor_names = ct_calloc_checked((size_t)n + 1, sizeof *f->tensor_names, err, "%s: %d tensor names of '%s'",
+                                        path, n, f->name);
+    f->tensor_crcs = f->tensor_names ? ct_calloc_checked((size_t)n + 1, sizeof *f->tensor_crcs, err,
+                                                         "%s: %d tensor crcs of '%s'", path, n, f->name)
+                                     : NULL;
+    if (!f->tensor_crcs) return CT_ERR_MEMORY;
     const cJSON *t;
     cJSON_ArrayForEach(t, tensors) {
         CT_ASSERT(f->n_tensors < n);
@@ -178,8 +180,8 @@ static ct_status manifest_parse_file(const cJSON *j, mfile *f, const char *path,
         if (!crc_parse(t, &c))
             return ct_error_set(err, CT_ERR_FORMAT, "%s: file '%s': tensor '%s' has no valid crc32", path, f->name,
                                 t->string);
-        if (!(f->tensor_names[f->n_tensors] = strdup(t->string)))
-            return ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+        if (!(f->tensor_names[f->n_tensors] = ct_strdup_checked(t->string, err, "%s: a tensor name", path)))
+            return CT_ERR_MEMORY;
         f->tensor_crcs[f->n_tensors++] = c;
     }
     return CT_OK;
@@ -232,8 +234,8 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
         m->step = (int64_t)s;
         m->keep = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "keep"));
         int n = cJSON_GetArraySize(files);
-        m->files = calloc((size_t)n + 1, sizeof *m->files);
-        if (!m->files) st = ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+        if (!(m->files = ct_calloc_checked((size_t)n + 1, sizeof *m->files, err, "%s: %d file entries", path, n)))
+            st = CT_ERR_MEMORY;
         const cJSON *f;
         cJSON_ArrayForEach(f, files) {
             if (st != CT_OK) break;
@@ -273,10 +275,10 @@ ct_status ct_checkpoint_writer_begin(ct_checkpoint_writer **out, const char *out
     CT_TRY(ct_fs_mkdirs(output_dir, err));
     ct_error clean_err;
     if (ct_checkpoint_clean_tmp(output_dir, &clean_err) != CT_OK) ct_log(CT_LOG_WARN, "checkpoint: %s", clean_err.msg);
-    ct_checkpoint_writer *w = calloc(1, sizeof *w);
-    if (!w || !(w->files = cJSON_CreateArray())) {
-        free(w);
-        return ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+    ct_checkpoint_writer *w = ct_calloc(1, sizeof *w);  // a fixed size: bookkeeping (memory.h)
+    if (!(w->files = cJSON_CreateArray())) {
+        ct_free(w);
+        return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory starting checkpoint '%s'", output_dir, name);
     }
     w->opts = opts ? *opts : ct_checkpoint_default_options();
     snprintf(w->output_dir, sizeof w->output_dir, "%s", output_dir);
@@ -289,7 +291,7 @@ ct_status ct_checkpoint_writer_begin(ct_checkpoint_writer **out, const char *out
         st = ct_error_set(err, CT_ERR_IO, "%s: cannot create: %s", w->tmp_dir, strerror(errno));
     if (st != CT_OK) {
         cJSON_Delete(w->files);
-        free(w);
+        ct_free(w);
         return st;
     }
     *out = w;
@@ -602,8 +604,7 @@ ct_status ct_checkpoint_open(ct_checkpoint **out, const char *output_dir, const 
     CT_ASSERT(out && output_dir);
     *out = NULL;
     CT_TRY(check_ckpt_name(name, err));
-    ct_checkpoint *c = calloc(1, sizeof *c);
-    if (!c) return ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+    ct_checkpoint *c = ct_calloc(1, sizeof *c);  // a fixed size: bookkeeping (memory.h)
     ct_status s = join(c->dir, output_dir, name, err);
     manifest m = {0};
     struct stat sb;
@@ -616,15 +617,16 @@ ct_status ct_checkpoint_open(ct_checkpoint **out, const char *output_dir, const 
         snprintf(c->name, sizeof c->name, "%s", name);
         c->step = m.step;
         c->keep = m.keep;
-        c->files = calloc((size_t)m.n_files + 1, sizeof *c->files);
-        if (!c->files) s = ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+        if (!(c->files = ct_calloc_checked((size_t)m.n_files + 1, sizeof *c->files, err, "%s: %d files", c->dir,
+                                           m.n_files)))
+            s = CT_ERR_MEMORY;
     }
     for (int i = 0; s == CT_OK && i < m.n_files; i++) {
         const mfile *f = &m.files[i];
         cfile *cf = &c->files[c->n_files++];
         char path[PATH_CAP];
-        if (!(cf->name = strdup(f->name))) s = ct_error_set(err, CT_ERR_MEMORY, "out of memory");
-        if (s == CT_OK) s = join(path, c->dir, f->name, err);
+        cf->name = ct_strdup(f->name);  // a plain name (manifest_parse_file): bookkeeping
+        s = join(path, c->dir, f->name, err);
         if (s == CT_OK)
             s = ends_with(f->name, ".safetensors") ? open_safetensors_file(cf, f, path, err)
                                                    : open_plain_file(cf, f, path, err);
@@ -679,10 +681,12 @@ static ct_load_result check_request(const ct_checkpoint *c, const ct_tensor_requ
 
 ct_status ct_checkpoint_load(const ct_checkpoint *c, ct_tensor_request *reqs, int n, ct_load_mode mode, ct_error *err) {
     CT_ASSERT(c && (reqs || n == 0));
-    int *index = calloc((size_t)n + 1, sizeof *index);
+    int *index = ct_calloc_checked((size_t)n + 1, sizeof *index, err, "%s: loading %d tensors", c->dir, n);
     // used[f] marks the tensors of file f that were requested (for EXACT).
-    bool **used = calloc((size_t)c->n_files + 1, sizeof *used);
-    ct_status s = index && used ? CT_OK : ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+    bool **used = index ? ct_calloc_checked((size_t)c->n_files + 1, sizeof *used, err, "%s: %d files", c->dir,
+                                            c->n_files)
+                        : NULL;
+    ct_status s = index && used ? CT_OK : CT_ERR_MEMORY;
     int problems = 0, matched = 0;
     char first[CT_ERROR_MSG_MAX] = "", why[CT_ERROR_MSG_MAX];
     for (int i = 0; i < n && s == CT_OK; i++) {
@@ -696,8 +700,10 @@ ct_status ct_checkpoint_load(const ct_checkpoint *c, ct_tensor_request *reqs, in
         r->result = check_request(c, r, &index[i], &f, why, sizeof why);
         if (index[i] >= 0) {  // found by name (a mismatch is reported as such, not as unused)
             int fi = (int)(f - c->files);
-            if (!used[fi] && !(used[fi] = calloc((size_t)ct_safetensors_count(f->st) + 1, sizeof **used))) {
-                s = ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+            if (!used[fi] && !(used[fi] = ct_calloc_checked((size_t)ct_safetensors_count(f->st) + 1, sizeof **used, err,
+                                                            "%s/%s: %d tensors", c->dir, r->file,
+                                                            ct_safetensors_count(f->st)))) {
+                s = CT_ERR_MEMORY;
                 break;
             }
             used[fi][index[i]] = true;
@@ -755,8 +761,9 @@ ct_status ct_checkpoint_read(const char *output_dir, const char *name, ct_tensor
     ct_checkpoint *c;
     CT_TRY(ct_checkpoint_open(&c, output_dir, name, err));
     ct_status s = ct_checkpoint_load(c, reqs, n, mode, err);
-    if (s == CT_OK && state_json && c->state && !(*state_json = strdup(c->state)))
-        s = ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+    if (s == CT_OK && state_json && c->state &&
+        !(*state_json = ct_strdup_checked(c->state, err, "%s/%s", c->dir, STATE)))
+        s = CT_ERR_MEMORY;
     ct_checkpoint_close(c);
     return s;
 }
@@ -868,12 +875,14 @@ ct_status ct_checkpoint_list(const char *output_dir, ct_checkpoint_info **infos,
         if (join(dir, output_dir, de->d_name, NULL) != CT_OK || join(mpath, dir, MANIFEST, NULL) != CT_OK) continue;
         if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(mpath, F_OK) != 0) continue;
         if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            ct_checkpoint_info *p = realloc(*infos, (size_t)cap * sizeof *p);
+            // As many as the directory holds: the checked path (memory.h).
+            size_t bytes = (size_t)(cap ? 2 * cap : 16) * sizeof **infos;
+            ct_checkpoint_info *p = cap < INT_MAX / 2 ? realloc(*infos, bytes) : NULL;
             if (!p) {
-                s = ct_error_set(err, CT_ERR_MEMORY, "out of memory");
+                s = ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory listing %d checkpoints", output_dir, *n);
                 break;
             }
+            cap = cap ? 2 * cap : 16;
             *infos = p;
         }
         ct_checkpoint_info *info = &(*infos)[(*n)++];

@@ -64,8 +64,8 @@ static ct_status check_tensors(const char *path, const ct_named_tensor *t, int n
         if (!x->data && ct_tensor_numel(x) > 0)
             return ct_error_set(err, CT_ERR_ARG, "%s: tensor '%s' has no data", path, name);
     }
-    const char **names = malloc((size_t)(n ? n : 1) * sizeof *names);
-    if (!names) return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
+    const char **names = ct_calloc_checked((size_t)n, sizeof *names, err, "%s: checking %d tensor names", path, n);
+    if (!names) return CT_ERR_MEMORY;
     for (int i = 0; i < n; i++) names[i] = t[i].name;
     qsort(names, (size_t)n, sizeof *names, cmp_str_ptr);
     ct_status st = CT_OK;
@@ -112,7 +112,7 @@ static char *build_header(const ct_named_tensor *t, int n, const int *order, con
     cJSON_Delete(root);
     if (!json) return NULL;
     size_t jl = strlen(json), padded = jl + (8 - (8 + jl) % 8) % 8;
-    char *h = realloc(json, padded + 1);
+    char *h = realloc(json, padded + 1);  // a size from the model: checked (the caller says so)
     if (!h) {
         free(json);
         return NULL;
@@ -133,8 +133,8 @@ ct_status ct_safetensors_write(const char *path, const ct_named_tensor *tensors,
 
     // Wider dtypes first keeps every tensor aligned to its element size
     // without gaps (the data starts 8-aligned); otherwise the caller's order.
-    int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
-    if (!order) return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
+    int *order = ct_calloc_checked((size_t)n, sizeof *order, err, "%s: the order of %d tensors", path, n);
+    if (!order) return CT_ERR_MEMORY;
     int k = 0;
     for (size_t width = 8; width >= 1; width /= 2)
         for (int i = 0; i < n; i++)
@@ -151,9 +151,8 @@ ct_status ct_safetensors_write(const char *path, const ct_named_tensor *tensors,
     // The file is the header's length, the header, then the data: one
     // atomic write of 2 + n pieces.
     uint64_t le_len = hlen;  // little-endian host
-    ct_fs_part *parts = malloc(((size_t)n + 2) * sizeof *parts);
-    ct_status st = CT_OK;
-    if (!parts) st = ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
+    ct_fs_part *parts = ct_calloc_checked((size_t)n + 2, sizeof *parts, err, "%s: the parts of %d tensors", path, n);
+    ct_status st = parts ? CT_OK : CT_ERR_MEMORY;
     if (st == CT_OK) {
         parts[0] = (ct_fs_part){&le_len, 8};
         parts[1] = (ct_fs_part){header, hlen};
@@ -296,8 +295,8 @@ static ct_status parse_entry(ct_safetensors *st, const cJSON *j, st_entry *e, ct
                             st->path, name, ct_tensor_sig_str(&t, sig, sizeof sig), need, e->begin, e->end,
                             e->end - e->begin);
     }
-    e->name = strdup(name);
-    if (!e->name) return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", st->path);
+    e->name = ct_strdup_checked(name, err, "%s: a tensor name", st->path);
+    return e->name ? CT_OK : CT_ERR_MEMORY;
     return CT_OK;
 }
 
@@ -307,8 +306,9 @@ static ct_status parse_metadata(ct_safetensors *st, const cJSON *m, ct_error *er
     if (st->meta_kv)
         return ct_error_set(err, CT_ERR_FORMAT, "%s: \"__metadata__\" appears twice in the header", st->path);
     int n = cJSON_GetArraySize(m);
-    st->meta_kv = calloc((size_t)(2 * n + 1), sizeof *st->meta_kv);
-    if (!st->meta_kv) return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", st->path);
+    st->meta_kv =
+        ct_calloc_checked((size_t)(2 * n + 1), sizeof *st->meta_kv, err, "%s: %d metadata entries", st->path, n);
+    if (!st->meta_kv) return CT_ERR_MEMORY;
     const cJSON *kv;
     cJSON_ArrayForEach(kv, m) {
         if (!cJSON_IsString(kv))
@@ -316,10 +316,9 @@ static ct_status parse_metadata(ct_safetensors *st, const cJSON *m, ct_error *er
                                 kv->string);
         CT_ASSERT(st->n_meta < n);
         int i = st->n_meta++;
-        st->meta_kv[2 * i] = strdup(kv->string);
-        st->meta_kv[2 * i + 1] = strdup(kv->valuestring);
-        if (!st->meta_kv[2 * i] || !st->meta_kv[2 * i + 1])
-            return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", st->path);
+        if (!(st->meta_kv[2 * i] = ct_strdup_checked(kv->string, err, "%s: a metadata key", st->path)) ||
+            !(st->meta_kv[2 * i + 1] = ct_strdup_checked(kv->valuestring, err, "%s: a metadata value", st->path)))
+            return CT_ERR_MEMORY;
     }
     return CT_OK;
 }
@@ -360,8 +359,9 @@ static ct_status check_layout(ct_safetensors *st, uint64_t data_len, ct_error *e
         return ct_error_set(err, CT_ERR_FORMAT, "%s: %" PRIu64 " unreferenced bytes after the last tensor '%s'",
                             st->path, data_len - pos, st->e[st->n - 1].name);
     }
-    st->by_name = malloc((size_t)(st->n ? st->n : 1) * sizeof *st->by_name);
-    if (!st->by_name) return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", st->path);
+    st->by_name = ct_calloc_checked((size_t)st->n, sizeof *st->by_name, err, "%s: the index of %d tensors", st->path,
+                                    st->n);
+    if (!st->by_name) return CT_ERR_MEMORY;
     for (int i = 0; i < st->n; i++) st->by_name[i] = i;
     qsort_r(st->by_name, (size_t)st->n, sizeof *st->by_name, cmp_by_name, st->e);
     for (int i = 1; i < st->n; i++)
@@ -398,8 +398,8 @@ static ct_status parse_header(ct_safetensors *st, ct_error *err) {
         s = ct_error_set(err, CT_ERR_FORMAT, "%s: the header is not a JSON object", st->path);
     if (s == CT_OK) {
         int n = cJSON_GetArraySize(root);
-        st->e = calloc((size_t)(n ? n : 1), sizeof *st->e);
-        if (!st->e) s = ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", st->path);
+        if (!(st->e = ct_calloc_checked((size_t)n, sizeof *st->e, err, "%s: the header's %d entries", st->path, n)))
+            s = CT_ERR_MEMORY;
         const cJSON *j;
         cJSON_ArrayForEach(j, root) {
             if (s != CT_OK) break;

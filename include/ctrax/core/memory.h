@@ -105,6 +105,14 @@ size_t ct_arena_capacity(const ct_arena *a);
 //    bytes (ct_device_alloc, ct_arena_alloc, or malloc + ct_error_set), and
 //    sizes are checked against limits before the allocation.
 // A raw malloc outside the second case is a bug.
+// The checked path for the second case, off any device: calloc of n items
+// of size bytes (a product that overflows counts as too much), or NULL with
+// CT_ERR_MEMORY in err: "<what>: out of memory for N bytes", what formatted
+// from fmt ("x.safetensors: the header's 12 entries").
+void *ct_calloc_checked(size_t n, size_t size, ct_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+// A copy of s on the same checked path.
+char *ct_strdup_checked(const char *s, ct_error *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void *ct_malloc(size_t bytes);             // aborts on failure
 void *ct_calloc(size_t n, size_t size);    // aborts on failure
 void *ct_realloc(void *p, size_t bytes);   // aborts on failure
