@@ -119,6 +119,29 @@ static void test_errors(void) {
     CHECK(strcmp(ct_status_name(CT_ERR_SHAPE), "shape error") == 0);
 }
 
+// The checked allocation path (memory.h): a size too large for the address
+// space fails with a message naming what; a fitting one is zeroed. And
+// ct_error_prefix cuts a long message to fit, the prefix kept whole.
+static void test_checked_alloc(void) {
+    ct_error err;
+    ct_error_clear(&err);
+    void *p = ct_calloc_checked(SIZE_MAX / 2, 4, &err, "%s: the header's %d entries", "w.safetensors", 3);
+    CHECK(p == NULL && err.code == CT_ERR_MEMORY);
+    CHECK(strstr(err.msg, "w.safetensors: the header's 3 entries: out of memory for ") == err.msg);
+    int *q = ct_calloc_checked(4, sizeof *q, &err, "four ints");
+    CHECK(q && q[0] == 0 && q[3] == 0);
+    ct_free(q);
+    char *d = ct_strdup_checked("name", &err, "a name");
+    CHECK(d && strcmp(d, "name") == 0);
+    ct_free(d);
+    char long_msg[2 * CT_ERROR_MSG_MAX];
+    memset(long_msg, 'x', sizeof long_msg - 1);
+    long_msg[sizeof long_msg - 1] = '\0';
+    ct_error_set(&err, CT_ERR_IO, "%s", long_msg);
+    CHECK(ct_error_prefix(&err, "file %d", 7) == CT_ERR_IO);
+    CHECK(strncmp(err.msg, "file 7: xxx", 11) == 0 && strlen(err.msg) == CT_ERROR_MSG_MAX - 1);
+}
+
 static jmp_buf abort_jump;
 static char abort_msg[256];
 
@@ -158,5 +181,6 @@ int main(void) {
     test_arena();
     test_device_limit();
     test_errors();
+    test_checked_alloc();
     return check_summary("test_core");
 }
