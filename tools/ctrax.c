@@ -293,7 +293,7 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     ct_config *c = r->cfg;
     ct_train_settings t;
     ct_loop_settings l;
-    int64_t permanent;
+    int64_t permanent = 0;
     CT_TRY(ct_config_read_train(c, &t, err));
     CT_TRY(ct_config_read_loop(c, &l, err));
     CT_TRY(permanent_period(c, &t, &l, &permanent, err));
