@@ -6,36 +6,10 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "copy_fixture.h"
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
 #include "core/fs.h"
-
-enum { VOCAB = 10, LEN = 4, B = 4 };
-
-// A shuffled copy-task stream of batches.
-static ct_stream *copy_batches(uint64_t seed) {
-    ct_copy_task t = {VOCAB, LEN, false, seed, 0};
-    ct_stream *s;
-    ct_error err;
-    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
-    CHECK_OK(ct_shuffle_stream_new(&s, s, 16, seed + 1, &err), &err);
-    ct_batch_params bp = ct_batch_default_params();
-    bp.batch_size = B;
-    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
-    return s;
-}
-
-static ct_layer *small_lm(float dropout) {
-    ct_transformer_lm_params p = ct_transformer_lm_default_params();
-    p.vocab_size = VOCAB;
-    p.d_model = 16;
-    p.d_ff = 32;
-    p.n_layers = 1;
-    p.n_heads = 2;
-    p.max_len = 2 * LEN + 2;
-    p.dropout = dropout;
-    return ct_transformer_lm(p);
-}
 
 static char *temp_dir(const char *tag) {
     char *d = malloc(256);

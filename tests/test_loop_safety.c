@@ -7,12 +7,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "copy_fixture.h"
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
 #include "core/fs.h"
 #include "scratch.h"
-
-enum { VOCAB = 10, LEN = 4, B = 4 };
 
 // ---- a layer that turns its output into NaN on chosen steps ------------------
 
@@ -43,29 +42,9 @@ static void on_step_begin(int64_t step, void *user) {
 
 // Embedding -> Poison -> the rest of a small TransformerLM's work, as Serial.
 static ct_layer *poisoned_lm(void) {
-    ct_transformer_lm_params p = ct_transformer_lm_default_params();
-    p.vocab_size = VOCAB;
-    p.d_model = 16;
-    p.d_ff = 32;
-    p.n_layers = 1;
-    p.n_heads = 2;
-    p.max_len = 2 * LEN + 2;
-    p.dropout = 0.1f;
     ct_fn_spec spec = {.name = "Poison", .n_in = 1, .n_out = 1, .forward = poison_forward, .backward = poison_backward};
-    ct_layer *layers[2] = {ct_transformer_lm(p), ct_fn(&spec)};
+    ct_layer *layers[2] = {small_lm(0.1f), ct_fn(&spec)};
     return ct_serial(2, layers);
-}
-
-static ct_stream *copy_batches(uint64_t seed) {
-    ct_copy_task t = {VOCAB, LEN, false, seed, 0};
-    ct_stream *s;
-    ct_error err;
-    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
-    CHECK_OK(ct_shuffle_stream_new(&s, s, 16, seed + 1, &err), &err);
-    ct_batch_params bp = ct_batch_default_params();
-    bp.batch_size = B;
-    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
-    return s;
 }
 
 typedef struct run {
