@@ -172,7 +172,30 @@ static void test_log_level(void) {
     ct_log_set_level(old);
 }
 
+// ct_f32_first_nonfinite finds NaN, +Inf and -Inf at every position of
+// blocks and tails, and passes the largest finite floats and subnormals.
+static void test_first_nonfinite(void) {
+    enum { N = 9000 };  // two 4096 blocks and a tail
+    static float x[N];
+    for (int i = 0; i < N; i++) x[i] = i % 3 == 0 ? 3.4028235e38f : (i % 3 == 1 ? -1e-45f : (float)i);
+    CHECK(ct_f32_first_nonfinite(x, N) == N);
+    CHECK(ct_f32_first_nonfinite(x, 0) == 0);
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    const int at[5] = {0, 4095, 4096, 8191, N - 1};
+    int wrong = 0;
+    for (int b = 0; b < 3; b++)
+        for (int k = 0; k < 5; k++) {
+            float keep = x[at[k]];
+            x[at[k]] = bad[b];
+            wrong += ct_f32_first_nonfinite(x, N) != at[k];
+            if (at[k] > 0) wrong += ct_f32_first_nonfinite(x, at[k]) != at[k];  // the bad one just past n
+            x[at[k]] = keep;
+        }
+    CHECK_MSG(wrong == 0, "%d wrong answers", wrong);
+}
+
 int main(void) {
+    test_first_nonfinite();
     test_abort_handler();
     test_log_level();
     test_threefry();

@@ -1,5 +1,6 @@
 #include "ctrax/core/tensor.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,4 +87,21 @@ char *ct_tensor_sig_str(const ct_tensor *t, char *buf, size_t len) {
         pos += (size_t)snprintf(buf + pos, len - pos, i ? ",%lld" : "%lld", (long long)t->shape[i]);
     if (pos < len) snprintf(buf + pos, len - pos, ") %s", ct_dtype_name(t->dtype));
     return buf;
+}
+
+int64_t ct_f32_first_nonfinite(const float *x, int64_t n) {
+    const int64_t block = 4096;
+    for (int64_t b = 0; b < n; b += block) {
+        int64_t e = b + block < n ? b + block : n;
+        uint32_t bad = 0;
+        for (int64_t i = b; i < e; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            bad |= (u & 0x7f800000u) == 0x7f800000u;  // exponent all ones: Inf or NaN
+        }
+        if (bad)
+            for (int64_t i = b; i < e; i++)
+                if (!isfinite(x[i])) return i;
+    }
+    return n;
 }

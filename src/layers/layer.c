@@ -205,20 +205,13 @@ void ct_ctx_free(ct_ctx *c) {
 
 // ---- anomaly mode: the first non-finite value -------------------------------
 
-// The index of the first NaN or Inf of x[0..n), or n.
-static int64_t first_nonfinite(const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
-    return n;
-}
-
 // The first of t[0..n) (f32 with data) holding a NaN or Inf: its index, with
 // the element in *at; -1 if none.
 static int find_nonfinite(const ct_tensor *t, int n, int64_t *at) {
     for (int i = 0; i < n; i++) {
         if (t[i].dtype != CT_DTYPE_F32 || !t[i].data) continue;
         int64_t numel = ct_tensor_numel(&t[i]);
-        *at = first_nonfinite(t[i].data, numel);
+        *at = ct_f32_first_nonfinite(t[i].data, numel);
         if (*at < numel) return i;
     }
     return -1;
@@ -250,7 +243,7 @@ static ct_status check_forward(const ct_layer *l, const ct_ctx *c, const ct_tens
     snprintf(note, sizeof note, "inputs finite");
     for (int w = 0; w < l->n_weights; w++) {
         const ct_param *p = &l->weights[w];
-        int64_t numel = ct_tensor_numel(&p->sig), bad = first_nonfinite(ct_weight(c, l, w), numel);
+        int64_t numel = ct_tensor_numel(&p->sig), bad = ct_f32_first_nonfinite(ct_weight(c, l, w), numel);
         if (bad < numel) {
             snprintf(note, sizeof note, "inputs finite; its weight %s is %g at element %lld", p->full_name,
                      shown(ct_weight(c, l, w)[bad]), (long long)bad);
@@ -267,7 +260,7 @@ ct_status ct_ctx_check_grads(const ct_ctx *c, const ct_layer *l, const ct_tensor
     for (int w = 0; w < l->n_weights && c->grads; w++) {
         const ct_param *p = &l->weights[w];
         const float *g = ct_weight_grad(c, l, w);
-        int64_t numel = ct_tensor_numel(&p->sig), bad = first_nonfinite(g, numel);
+        int64_t numel = ct_tensor_numel(&p->sig), bad = ct_f32_first_nonfinite(g, numel);
         if (bad < numel)
             return ct_error_set(err, CT_ERR_NONFINITE,
                                 "backward: weight gradient of %s (output gradients finite): %g at element %lld",

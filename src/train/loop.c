@@ -230,25 +230,6 @@ static char *state_json(const ct_loop *l) {
     return s;
 }
 
-// Index of the first non-finite float of x[0..n), or n. Integer bit tests, so
-// the loop vectorizes and costs one pass over the memory.
-static size_t first_nonfinite(const float *x, size_t n) {
-    const size_t block = 4096;
-    for (size_t b = 0; b < n; b += block) {
-        size_t e = b + block < n ? b + block : n;
-        uint32_t bad = 0;
-        for (size_t i = b; i < e; i++) {
-            uint32_t u;
-            memcpy(&u, &x[i], 4);
-            bad |= (u & 0x7f800000u) == 0x7f800000u;
-        }
-        if (bad)
-            for (size_t i = b; i < e; i++)
-                if (!isfinite(x[i])) return i;
-    }
-    return n;
-}
-
 // Every checkpoint on disk holds finite weights and slots, so the newest one
 // is always a good place to resume from (pruning can then never leave only
 // NaN). Every process checks: their weights are the same, so all agree.
@@ -257,12 +238,13 @@ static ct_status check_finite(const ct_loop *l, ct_error *err) {
     const float *slots = ct_trainer_slots(l->trainer, NULL);
     for (int i = 0; i < net->n_params; i++) {
         const ct_param *p = net->params[i];
-        size_t off, cnt, numel = (size_t)ct_tensor_numel(&p->sig), bad = first_nonfinite(net->weights + p->offset, numel);
+        size_t off, cnt, numel = (size_t)ct_tensor_numel(&p->sig);
+        size_t bad = (size_t)ct_f32_first_nonfinite(net->weights + p->offset, (int64_t)numel);
         if (bad < numel)
             return ct_error_set(err, CT_ERR_NONFINITE, "weight %s is %g at element %zu after step %lld", p->full_name,
                                 (double)net->weights[p->offset + bad], bad, (long long)l->step);
         ct_trainer_param_slots(l->trainer, i, &off, &cnt);
-        if ((bad = first_nonfinite(slots + off, cnt)) < cnt)
+        if ((bad = (size_t)ct_f32_first_nonfinite(slots + off, (int64_t)cnt)) < cnt)
             return ct_error_set(err, CT_ERR_NONFINITE, "optimizer slot of %s is %g at element %zu after step %lld",
                                 p->full_name, (double)slots[off + bad], bad, (long long)l->step);
     }

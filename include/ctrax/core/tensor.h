@@ -51,6 +51,9 @@ int64_t ct_tensor_numel(const ct_tensor *t);
 size_t ct_tensor_nbytes(const ct_tensor *t);
 // Product of dims [from, to).
 int64_t ct_tensor_dims_product(const ct_tensor *t, int from, int to);
+// The index of the first NaN or Inf of x[0..n), or n. One pass of integer
+// bit tests (vectorizes; no floating-point compare per element).
+int64_t ct_f32_first_nonfinite(const float *x, int64_t n);
 // Same dtype, rank and dims (data pointers are not compared).
 bool ct_tensor_same_sig(const ct_tensor *a, const ct_tensor *b);
 static inline float *ct_f32(const ct_tensor *t) { return (float *)t->data; }
