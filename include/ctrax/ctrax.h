@@ -55,6 +55,7 @@
 #include "ctrax/dist/comm.h"
 #include "ctrax/layers/combinators.h"
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/efficient_attention.h"
 #include "ctrax/layers/layer.h"
 #include "ctrax/layers/reversible.h"
 #include "ctrax/models/models.h"

@@ -1,0 +1,458 @@
+// SelfAttention (efficient_attention): gradient checks (chunked causal
+// look-back, chunked two-sided non-causal, share_qk, full), values against a
+// double-precision reference of Trax's attend (windows, wrap-around, masks,
+// both dropouts), one chunk = full attention, causal full attention = the
+// CausalAttention layer on copied weights, Trax's shape test, the chunk_len
+// errors, and arena memory linear in T at a fixed chunk_len.
+#include <omp.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "gradcheck.h"
+
+#define TOL 1e-2
+
+// A layer bound to a net, ready to run forward and backward.
+typedef struct runner {
+    ct_device dev;
+    ct_net net;
+    ct_arena arena;
+    ct_ctx ctx;
+} runner;
+
+static int runner_init(runner *r, ct_layer *l, const ct_tensor *x, bool train) {
+    ct_error err;
+    r->dev = ct_device_cpu();
+    ct_tensor sig = ct_tensor_sig(x);
+    ct_status st = ct_net_init(&r->net, l, &sig, 1, ct_key_from_seed(3), &r->dev, &err);
+    CHECK_MSG(st == CT_OK, "%s", err.msg);
+    if (st != CT_OK) return -1;
+    ct_arena_init(&r->arena, &r->dev);
+    ct_ctx_init(&r->ctx, &r->arena);
+    ct_net_bind(&r->net, &r->ctx, train);
+    r->ctx.record = true;
+    return 0;
+}
+
+static void runner_free(runner *r) {
+    ct_ctx_free(&r->ctx);
+    ct_arena_free(&r->arena);
+    ct_net_free(&r->net);
+}
+
+// Forward without a tape; output 0 copied into dst.
+static void run_forward(runner *r, const ct_tensor *x, ct_key key, float *dst) {
+    ct_tensor out[1];
+    ct_error err;
+    r->ctx.record = false;
+    CHECK_OK(ct_layer_forward(r->net.root, &r->ctx, x, out, key, &err), &err);
+    memcpy(dst, out[0].data, ct_tensor_nbytes(&out[0]));
+    ct_arena_reset(&r->arena);
+    r->ctx.record = true;
+}
+
+static ct_self_attention_params sa_params(int H, int dk, int dv, bool causal, int m, int before, int after) {
+    ct_self_attention_params p = ct_self_attention_default_params();
+    p.n_heads = H, p.d_qk = dk, p.d_v = dv, p.causal = causal;
+    p.chunk_len = m, p.n_chunks_before = before, p.n_chunks_after = after;
+    return p;
+}
+
+static void gradcheck_one(const char *label, ct_self_attention_params p, const ct_tensor *x) {
+    ct_layer *l = ct_self_attention(p);
+    double e = gradcheck(label, l, x, 1, gradcheck_default_opts());
+    printf("  max rel err %.3e\n", e);
+    CHECK_MSG(e >= 0 && e < TOL, "%s: rel err %g", label, e);
+    ct_layer_free(l);
+}
+
+enum { B = 2, T = 12, D = 6 };
+
+static void test_gradients(void) {
+    float xd[B * T * D];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd);
+    gradcheck_fill(&x, 21, -1.0f, 1.0f);
+    // T = 12, chunk 4: three chunks, so look-back and look-ahead wrap.
+    ct_self_attention_params p = sa_params(2, 3, 4, true, 4, 1, 0);
+    gradcheck_one("SelfAttention(causal, chunk 4, before 1)", p, &x);
+    p.bias = true, p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
+    gradcheck_one("SelfAttention(causal, chunk 4, before 1, bias, dropout 0.2/0.1)", p, &x);
+    p = sa_params(2, 3, 4, false, 4, 1, 1);
+    gradcheck_one("SelfAttention(chunk 4, before 1, after 1)", p, &x);
+    p = sa_params(2, 3, 4, true, 4, 1, 0);
+    p.share_qk = true;
+    gradcheck_one("SelfAttention(share_qk, causal, chunk 4, before 1)", p, &x);
+    p.causal = false, p.bias = true, p.n_chunks_after = 1;
+    gradcheck_one("SelfAttention(share_qk, bias, chunk 4, before 1, after 1)", p, &x);
+    p = sa_params(3, 2, 3, true, 0, 0, 0);
+    gradcheck_one("SelfAttention(full, causal)", p, &x);
+    p.causal = false, p.share_qk = true, p.attention_dropout = 0.3f;
+    gradcheck_one("SelfAttention(full, share_qk, dropout 0.3)", p, &x);
+}
+
+// ---- reference: Trax's attend in double, from the layer's own weights ----
+
+typedef struct ref_weights {
+    const float *wq, *wk, *wv, *wo, *bq, *bk, *bv;  // stacked over heads; NULL when absent
+} ref_weights;
+
+static const float *find(const ct_net *net, const char *name) {
+    const ct_param *p = ct_net_find_param(net, name);
+    return p ? net->weights + p->offset : NULL;
+}
+
+static ref_weights ref_weights_of(const ct_net *net) {
+    return (ref_weights){find(net, "SelfAttention/Wq[0]"), find(net, "SelfAttention/Wk[0]"),
+                         find(net, "SelfAttention/Wv[0]"), find(net, "SelfAttention/Wo[0]"),
+                         find(net, "SelfAttention/bq"),    find(net, "SelfAttention/bk"),
+                         find(net, "SelfAttention/bv")};
+}
+
+// out (Tn, d) = x (Tn, Dn) w (Dn, d) + b
+static void ref_proj(double *out, const float *x, const float *w, const float *b, int Tn, int Dn, int d) {
+    for (int t = 0; t < Tn; t++)
+        for (int i = 0; i < d; i++) {
+            double acc = b ? b[i] : 0.0;
+            for (int e = 0; e < Dn; e++) acc += (double)x[t * Dn + e] * w[e * d + i];
+            out[t * d + i] = acc;
+        }
+}
+
+static double ref_keep(ct_key key, uint32_t j, float rate) {
+    if (rate <= 0.0f) return 1.0;
+    return (double)ct_random_bits(key, j) >= (double)rate * 4294967296.0 ? 1.0 / (1.0 - (double)rate) : 0.0;
+}
+
+// The key chunk at window offset j, as Trax's look_adjacent.
+static int ref_chunk(int c, int j, int N) { return (j <= -N || j >= N) ? c : ((c + j) % N + N) % N; }
+
+// Head (b, h): adds o_h Wo[h] into y (Tn, Dn). q, k, v are (Tn, d).
+static void ref_head(double *y, const double *q, const double *k, const double *v, const float *wo,
+                     ct_self_attention_params p, int Tn, int Dn, ct_key key_att, float rate) {
+    int m = p.chunk_len ? p.chunk_len : Tn, N = Tn / m, nw = 1 + p.n_chunks_before + p.n_chunks_after, W = m * nw;
+    double *dots = malloc(sizeof(double) * (size_t)W), *o = calloc((size_t)p.d_v, sizeof(double));
+    for (int t = 0; t < Tn; t++) {
+        int c = t / m, r = t % m;
+        double mx = -INFINITY, sum = 0;
+        for (int w = 0; w < W; w++) {
+            int kp = ref_chunk(c, w / m - p.n_chunks_before, N) * m + w % m;
+            double s = 0;
+            for (int i = 0; i < p.d_qk; i++) s += q[t * p.d_qk + i] * k[kp * p.d_qk + i];
+            if (p.causal && t < kp) s -= 1e9;
+            if (p.share_qk && t == kp) s -= 1e5;
+            dots[w] = s;
+            mx = fmax(mx, s);
+        }
+        for (int w = 0; w < W; w++) sum += exp(dots[w] - mx);
+        memset(o, 0, sizeof(double) * (size_t)p.d_v);
+        for (int w = 0; w < W; w++) {
+            int kp = ref_chunk(c, w / m - p.n_chunks_before, N) * m + w % m;
+            double pr = exp(dots[w] - mx) / sum * ref_keep(key_att, (uint32_t)(r * W + w), rate);
+            for (int i = 0; i < p.d_v; i++) o[i] += pr * v[kp * p.d_v + i];
+        }
+        for (int e = 0; e < Dn; e++)
+            for (int i = 0; i < p.d_v; i++) y[t * Dn + e] += o[i] * wo[i * Dn + e];
+    }
+    free(dots);
+    free(o);
+}
+
+// SelfAttention's output for x (Bn, Tn, Dn) in double; train turns both
+// dropouts on with key's splits.
+static void ref_self_attention(double *y, const float *x, const ref_weights *w, ct_self_attention_params p, int Bn,
+                               int Tn, int Dn, ct_key key, bool train) {
+    int dk = p.d_qk, dv = p.d_v;
+    double *q = malloc(sizeof(double) * (size_t)(Tn * dk)), *k = malloc(sizeof(double) * (size_t)(Tn * dk));
+    double *v = malloc(sizeof(double) * (size_t)(Tn * dv));
+    memset(y, 0, sizeof(double) * (size_t)(Bn * Tn * Dn));
+    for (int b = 0; b < Bn; b++)
+        for (int h = 0; h < p.n_heads; h++) {
+            const float *xb = x + b * Tn * Dn;
+            ref_proj(q, xb, w->wq + h * Dn * dk, w->bq ? w->bq + h * dk : NULL, Tn, Dn, dk);
+            if (!p.share_qk) ref_proj(k, xb, w->wk + h * Dn * dk, w->bk ? w->bk + h * dk : NULL, Tn, Dn, dk);
+            for (int t = 0; t < Tn; t++) {
+                double ms = 0;
+                for (int i = 0; i < dk; i++) ms += q[t * dk + i] * q[t * dk + i];
+                double s = (p.share_qk ? 1.0 / sqrt(ms / dk + 1e-6) : 1.0) / sqrt((double)dk);
+                for (int i = 0; i < dk; i++) k[t * dk + i] = (p.share_qk ? q[t * dk + i] : k[t * dk + i]) * s;
+            }
+            ref_proj(v, xb, w->wv + h * Dn * dv, w->bv ? w->bv + h * dv : NULL, Tn, Dn, dv);
+            ref_head(y + b * Tn * Dn, q, k, v, w->wo + h * dv * Dn, p, Tn, Dn, ct_key_split(key, 0),
+                     train ? p.attention_dropout : 0.0f);
+        }
+    float out_rate = train ? p.output_dropout : 0.0f;
+    for (int n = 0; n < Bn * Tn; n++)
+        for (int e = 0; e < Dn; e++) y[n * Dn + e] *= ref_keep(ct_key_split(key, 1), (uint32_t)e, out_rate);
+    free(q), free(k), free(v);
+}
+
+// The layer against the reference; biases set non-zero so a miswired one shows.
+static void check_against_reference(const char *label, ct_self_attention_params p, bool train) {
+    float xd[B * T * D], out[B * T * D];
+    double ref[B * T * D];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd);
+    gradcheck_fill(&x, 31, -1.0f, 1.0f);
+    ct_layer *l = ct_self_attention(p);
+    runner r;
+    if (runner_init(&r, l, &x, train) == 0) {
+        for (int i = 0; i < r.net.n_params; i++) {
+            const ct_param *pa = r.net.params[i];
+            ct_tensor wt = ct_tensor_1d(CT_DTYPE_F32, ct_tensor_numel(&pa->sig), r.net.weights + pa->offset);
+            if (pa->name[0] == 'b') gradcheck_fill(&wt, 100 + (uint64_t)i, -0.5f, 0.5f);
+        }
+        ref_weights w = ref_weights_of(&r.net);
+        ct_key key = ct_key_from_seed(9);
+        run_forward(&r, &x, key, out);
+        ref_self_attention(ref, xd, &w, p, B, T, D, key, train);
+        double md = 0;
+        for (int i = 0; i < B * T * D; i++) md = fmax(md, fabs(out[i] - ref[i]));
+        printf("%s vs double reference: max abs diff %.3e\n", label, md);
+        CHECK_MSG(md < 1e-5, "%s: max diff %g", label, md);
+        runner_free(&r);
+    }
+    ct_layer_free(l);
+}
+
+static void test_reference(void) {
+    ct_self_attention_params p = sa_params(2, 3, 4, true, 4, 1, 0);
+    p.bias = true;
+    check_against_reference("chunked causal, before 1", p, false);
+    p.attention_dropout = 0.25f, p.output_dropout = 0.2f;
+    check_against_reference("chunked causal, before 1, dropout 0.25/0.2", p, true);
+    p = sa_params(2, 3, 4, false, 4, 1, 1);
+    check_against_reference("chunked, before 1, after 1", p, false);
+    p = sa_params(2, 3, 4, false, 3, 2, 3);  // 4 chunks, window of 6: offset 3 wraps, -4 < j < 4
+    p.share_qk = true, p.bias = true;
+    check_against_reference("share_qk, chunk 3, before 2, after 3", p, false);
+    p = sa_params(2, 3, 4, false, 6, 3, 0);  // 2 chunks: offset -3 is no shift (Trax's slices)
+    check_against_reference("chunk 6, before 3 (|j| >= N)", p, false);
+    p = sa_params(3, 4, 2, true, 0, 0, 0);
+    p.share_qk = true;
+    check_against_reference("full, causal, share_qk", p, false);
+}
+
+// Forward with a tape, then backward with the gradient gy: out and dx into
+// dst_out, dst_dx; the weight gradients are left in the net's slab.
+static void run_step(runner *r, const ct_tensor *x, const ct_tensor *gy, ct_key key, float *dst_out, float *dst_dx) {
+    ct_tensor out[1], gin[1];
+    ct_error err;
+    ct_net_zero_grads(&r->net);
+    CHECK_OK(ct_layer_forward(r->net.root, &r->ctx, x, out, key, &err), &err);
+    CHECK_OK(ct_layer_backward(r->net.root, &r->ctx, gy, gin, key, &err), &err);
+    if (dst_out) memcpy(dst_out, out[0].data, ct_tensor_nbytes(&out[0]));
+    if (dst_dx) memcpy(dst_dx, gin[0].data, ct_tensor_nbytes(&gin[0]));
+    ct_arena_reset(&r->arena);
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+// One chunk of the whole sequence (chunk_len = T) is full attention, and so
+// is a window that repeats that chunk three times (before 1, after 1 with
+// one chunk: Trax's offsets +-1 are no shift), since softmax over a key seen
+// three times gives each copy a third. Outputs, input and weight gradients.
+static void test_one_chunk_is_full(void) {
+    float xd[B * T * D], gd[B * T * D], out[3][B * T * D], dx[3][B * T * D];
+    float *wg[3] = {0};
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd), gy = ct_tensor_3d(CT_DTYPE_F32, B, T, D, gd);
+    gradcheck_fill(&x, 41, -1.0f, 1.0f);
+    gradcheck_fill(&gy, 42, -1.0f, 1.0f);
+    for (int causal = 0; causal < 2; causal++) {
+        size_t nw = 0;
+        for (int v = 0; v < 3; v++) {
+            ct_self_attention_params p = sa_params(2, 3, 4, causal, v ? T : 0, v == 2, v == 2);
+            p.bias = true, p.share_qk = !causal;
+            ct_layer *l = ct_self_attention(p);
+            runner r;
+            if (runner_init(&r, l, &x, false) == 0) {
+                run_step(&r, &x, &gy, ct_key_from_seed(5), out[v], dx[v]);
+                nw = r.net.n_weights;
+                wg[v] = malloc(nw * sizeof(float));
+                memcpy(wg[v], r.net.grads, nw * sizeof(float));
+                runner_free(&r);
+            }
+            ct_layer_free(l);
+        }
+        for (int v = 1; v < 3 && wg[0] && wg[v]; v++) {
+            double d_out = max_abs_diff(out[v], out[0], B * T * D), d_dx = max_abs_diff(dx[v], dx[0], B * T * D);
+            double d_w = max_abs_diff(wg[v], wg[0], nw);
+            printf("%s chunk_len T%s vs full: out %.3e, dx %.3e, weight grads %.3e\n", causal ? "causal" : "share_qk",
+                   v == 2 ? " (window of 3 copies)" : "", d_out, d_dx, d_w);
+            CHECK_MSG(d_out < 1e-5 && d_dx < 1e-5 && d_w < 1e-5, "%g %g %g", d_out, d_dx, d_w);
+        }
+        for (int v = 0; v < 3; v++) free(wg[v]), wg[v] = NULL;
+    }
+}
+
+// Causal full SelfAttention (bias, d_qk = d_v = D / H) computes what
+// CausalAttention computes, given the same weights: its Dense kernels (D, D)
+// hold head h in columns [h hs, (h+1) hs), copied into Wq[h], Wk[h], Wv[h];
+// the output Dense's rows of head h are Wo[h] as they lie; SelfAttention
+// has no output bias, so CausalAttention's is 0.
+static void test_matches_causal_attention(void) {
+    enum { DM = 8, H = 2, HS = DM / H };
+    float xd[B * T * DM], a[B * T * DM], b[B * T * DM];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, DM, xd);
+    gradcheck_fill(&x, 51, -1.0f, 1.0f);
+    ct_self_attention_params p = sa_params(H, HS, HS, true, 0, 0, 0);
+    p.bias = true;
+    ct_layer *ca = ct_causal_attention(DM, H, 0.0f), *sa = ct_self_attention(p);
+    runner rc, rs;
+    if (runner_init(&rc, ca, &x, false) == 0 && runner_init(&rs, sa, &x, false) == 0) {
+        static const char *pre = "CausalAttention/Branch[0]/Parallel[1]/Dense[%d]/%s";
+        static const char *wn[3] = {"Wq[0]", "Wk[0]", "Wv[0]"}, *bn[3] = {"bq", "bk", "bv"};
+        char name[128];
+        for (int j = 0; j < 3; j++) {
+            snprintf(name, sizeof name, pre, j, "bias");
+            float *cb = (float *)find(&rc.net, name);
+            for (int i = 0; i < DM; i++) cb[i] = 0.1f * (float)(i - 3 * j);  // non-zero biases
+            snprintf(name, sizeof name, pre, j, "kernel");
+            const float *ck = find(&rc.net, name);
+            snprintf(name, sizeof name, "SelfAttention/%s", wn[j]);
+            float *sw = (float *)find(&rs.net, name);
+            snprintf(name, sizeof name, "SelfAttention/%s", bn[j]);
+            float *sb = (float *)find(&rs.net, name);
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < HS; i++) {
+                    sb[h * HS + i] = cb[h * HS + i];
+                    for (int e = 0; e < DM; e++) sw[(h * DM + e) * HS + i] = ck[e * DM + h * HS + i];
+                }
+        }
+        memset((float *)find(&rc.net, "CausalAttention/Dense[2]/bias"), 0, DM * sizeof(float));
+        memcpy((float *)find(&rs.net, "SelfAttention/Wo[0]"), find(&rc.net, "CausalAttention/Dense[2]/kernel"),
+               DM * DM * sizeof(float));
+        run_forward(&rc, &x, ct_key_from_seed(6), a);
+        run_forward(&rs, &x, ct_key_from_seed(6), b);
+        double md = max_abs_diff(a, b, B * T * DM);
+        printf("causal full SelfAttention vs CausalAttention (same weights): max abs diff %.3e\n", md);
+        CHECK_MSG(md < 1e-5, "max diff %g", md);
+        runner_free(&rs);
+    }
+    if (rc.net.root) runner_free(&rc);
+    ct_layer_free(ca);
+    ct_layer_free(sa);
+}
+
+// Trax's efficient_attention_test shapes: H=5, dk=7, dv=17, causal, chunk 8,
+// one chunk before, on ones (3, 32, 8), in training mode.
+static void test_trax_shapes(void) {
+    float *xd = malloc(3 * 32 * 8 * sizeof(float));
+    for (int i = 0; i < 3 * 32 * 8; i++) xd[i] = 1.0f;
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 3, 32, 8, xd), out[1];
+    ct_layer *l = ct_self_attention(sa_params(5, 7, 17, true, 8, 1, 0));
+    runner r;
+    if (runner_init(&r, l, &x, true) == 0) {
+        ct_error err;
+        CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, &x, out, ct_key_from_seed(1), &err), &err);
+        printf("Trax shape test: (3,32,8) -> (%lld,%lld,%lld)\n", (long long)out[0].shape[0],
+               (long long)out[0].shape[1], (long long)out[0].shape[2]);
+        CHECK(out[0].ndim == 3 && out[0].shape[0] == 3 && out[0].shape[1] == 32 && out[0].shape[2] == 8);
+        CHECK(r.net.n_weights == (size_t)5 * (8 * 7 * 2 + 8 * 17 * 2));
+        runner_free(&r);
+    }
+    ct_layer_free(l);
+    free(xd);
+}
+
+// Init errors name the layer and the numbers at fault.
+static void expect_init_error(ct_self_attention_params p, int Tn, const char *want1, const char *want2) {
+    float *xd = calloc((size_t)(2 * Tn * 4), sizeof(float));
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 2, Tn, 4, xd), sig = ct_tensor_sig(&x);
+    ct_layer *l = ct_self_attention(p);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    ct_status st = ct_net_init(&net, l, &sig, 1, ct_key_from_seed(1), &dev, &err);
+    printf("error: %s\n", st == CT_OK ? "(none)" : err.msg);
+    CHECK(st != CT_OK);
+    if (st != CT_OK)
+        CHECK_MSG(strstr(err.msg, "SelfAttention") && strstr(err.msg, want1) && strstr(err.msg, want2), "%s", err.msg);
+    else
+        ct_net_free(&net);
+    ct_layer_free(l);
+    free(xd);
+}
+
+static void test_errors(void) {
+    expect_init_error(sa_params(2, 4, 4, true, 8, 1, 0), 30, "T=30", "chunk_len 8");
+    expect_init_error(sa_params(2, 4, 4, true, 0, 1, 0), 16, "n_chunks_before 1", "chunk_len");
+    ct_self_attention_params p = sa_params(2, 4, 4, true, 4, 1, 0);
+    p.attention_dropout = 1.0f;
+    expect_init_error(p, 16, "attention_dropout 1", "[0, 1)");
+}
+
+// Arena bytes of one training step (forward with tape + backward).
+static size_t step_bytes(ct_self_attention_params p, int Tn) {
+    enum { DM = 16 };
+    float *xd = malloc(sizeof(float) * (size_t)(Tn * DM)), *gd = malloc(sizeof(float) * (size_t)(Tn * DM));
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 1, Tn, DM, xd), gy = ct_tensor_3d(CT_DTYPE_F32, 1, Tn, DM, gd);
+    gradcheck_fill(&x, 61, -1.0f, 1.0f);
+    gradcheck_fill(&gy, 62, -1.0f, 1.0f);
+    ct_layer *l = ct_self_attention(p);
+    runner r;
+    size_t bytes = 0;
+    if (runner_init(&r, l, &x, true) == 0) {
+        ct_tensor out[1], gin[1];
+        ct_error err;
+        CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, &x, out, ct_key_from_seed(2), &err), &err);
+        CHECK_OK(ct_layer_backward(r.net.root, &r.ctx, &gy, gin, ct_key_from_seed(2), &err), &err);
+        bytes = r.arena.high_water;
+        runner_free(&r);
+    }
+    ct_layer_free(l);
+    free(xd), free(gd);
+    return bytes;
+}
+
+// At a fixed chunk_len the step's arena grows linearly in T (x4 for T x4);
+// full attention's grows with its T x T window (about x16).
+static void test_memory_linear(void) {
+    ct_self_attention_params p = sa_params(2, 8, 8, true, 32, 1, 0);
+    p.attention_dropout = 0.1f;
+    size_t a = step_bytes(p, 256), b = step_bytes(p, 1024);
+    double ratio = (double)b / (double)a;
+    printf("arena bytes of a step, chunk_len 32, before 1: T=256 %zu, T=1024 %zu, ratio %.2f\n", a, b, ratio);
+    CHECK_MSG(ratio > 3.0 && ratio < 4.5, "ratio %g", ratio);
+    p.chunk_len = 0, p.n_chunks_before = 0;
+    size_t fa = step_bytes(p, 256), fb = step_bytes(p, 1024);
+    printf("arena bytes of a step, full attention: T=256 %zu, T=1024 %zu, ratio %.2f\n", fa, fb,
+           (double)fb / (double)fa);
+    CHECK(fb > 3 * b);
+}
+
+// The output does not depend on the number of threads.
+static void test_threads(void) {
+    float xd[B * T * D], a[B * T * D], b[B * T * D];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd);
+    gradcheck_fill(&x, 71, -1.0f, 1.0f);
+    ct_self_attention_params p = sa_params(3, 3, 4, true, 4, 1, 0);
+    p.attention_dropout = 0.2f;
+    ct_layer *l = ct_self_attention(p);
+    runner r;
+    if (runner_init(&r, l, &x, true) == 0) {
+        int saved = omp_get_max_threads();
+        omp_set_num_threads(1);
+        run_forward(&r, &x, ct_key_from_seed(8), a);
+        omp_set_num_threads(saved > 1 ? saved : 2);
+        run_forward(&r, &x, ct_key_from_seed(8), b);
+        omp_set_num_threads(saved);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        runner_free(&r);
+    }
+    ct_layer_free(l);
+}
+
+int main(void) {
+    test_gradients();
+    test_reference();
+    test_one_chunk_is_full();
+    test_matches_causal_attention();
+    test_trax_shapes();
+    test_errors();
+    test_memory_linear();
+    test_threads();
+    return check_summary("test_efficient_attention");
+}
