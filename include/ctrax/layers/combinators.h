@@ -43,6 +43,16 @@ ct_layer *ct_concatenate(int n_items, int axis);
 // Splits one f32 tensor into n_items equal parts along axis.
 ct_layer *ct_split(int n_items, int axis);
 
+// Trax's BatchLeadingAxes(Chunk(layer, chunk_size)), as ReformerLM's
+// ff_chunk_size uses it: (..., D) -> (..., D'). The input is viewed as
+// (n, D) rows and layer (one in, one out) runs on (chunk_size, D) chunks --
+// one chunk of n rows when chunk_size does not divide n, as Trax -- chunk i
+// with ct_key_fold_in(key, i) and the same weights, so gradients add up.
+// Backward recomputes each chunk's forward, so the peak activation memory is
+// one chunk's. Equals layer on the whole input when layer treats rows alike
+// and draws no randomness (dropout 0). chunk_size < 1 returns layer itself.
+ct_layer *ct_chunk(ct_layer *layer, int chunk_size);
+
 // A weightless layer from plain functions over tensors. out tensors arrive
 // allocated with the signatures shape() gave; grad_in tensors arrive zeroed
 // (f32 inputs) and backward adds into them. The layer saves its inputs and

@@ -38,6 +38,31 @@ ct_layer *ct_dropout(float rate);
 // (Vaswani et al.) with no weights.
 ct_layer *ct_positional_encoding_learned(int max_len);
 ct_layer *ct_positional_encoding_sinusoidal(int max_len);
+// Trax's AxialPositionalEncoding (REFORMER.md section 5): (B, T, D) -> (B, T,
+// D) with T = prod shape[k] and D = sum d_embs[k]; position t, in row-major
+// digits (i_0, .., i_{K-1}) of shape, gets concat_k E_k[i_k], E_k (shape[k],
+// d_embs[k]) drawn from N(0, 1) with ct_key_split(key, k): sum n_k d_k
+// weights for a (T, D) table. A length or d_model that does not fit is an
+// error naming both. Training dropout drops PE elements over the noise shape
+// (B, n_0, .., n_{K-1}, D) with broadcast_dims (negative from the end) set to
+// 1; ReformerLM passes 1..K: one (B, 1, .., 1, D) mask.
+#define CT_AXIAL_MAX_AXES 8
+ct_layer *ct_axial_positional_encoding(int n_axes, const int *shape, const int *d_embs, float dropout,
+                                       int n_broadcast_dims, const int *broadcast_dims);
+// Trax's FixedBasePositionalEncoding, ReformerLM's pos_type='fixed-base':
+// (B, T, D) -> (B, T, D), D a multiple of n_digits, T < min(bases)^n_digits.
+// Block i (D / n_digits wide) of position p's encoding is the sum over bases
+// r of digit i of p in base r times a learned vector W[r][i]
+// (U(+-1e-4)); position 0 adds a learned start_vec (D). Training starts
+// each example at a random position (at 0 one time in
+// start_from_zero_one_in) and zeroes its digit embeddings one time in
+// base_dropout_one_in; eval starts at 0. _trax() has Trax's defaults: bases
+// (11, 13, 14, 15), 8 digits, 100, 100.
+#define CT_FIXED_BASE_MAX_BASES 8
+#define CT_FIXED_BASE_MAX_DIGITS 16
+ct_layer *ct_fixed_base_positional_encoding(int n_bases, const int *bases, int n_digits, int start_from_zero_one_in,
+                                            int base_dropout_one_in);
+ct_layer *ct_fixed_base_positional_encoding_trax(void);
 // Shifts along axis 1 by n_positions, filling with zeros: (B, T, ...) ->
 // (B, T, ...). Works on int32 and f32.
 ct_layer *ct_shift_right(int n_positions);

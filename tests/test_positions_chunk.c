@@ -1,0 +1,339 @@
+// Axial positional encoding, the fixed position tables and Chunk (the chunked
+// feed-forward): gradient checks, the axial table's values, size, errors and
+// dropout mask, and chunked = unchunked (forward and every gradient).
+#include <stdlib.h>
+
+#include "check.h"
+#include "gradcheck.h"
+
+#define TOL 1e-2
+
+static void check_layer(const char *label, ct_layer *l, const ct_tensor *in, bool train) {
+    gradcheck_opts o = gradcheck_default_opts();
+    o.train = train;
+    double e = gradcheck(label, l, in, 1, o);
+    CHECK_MSG(e >= 0 && e < TOL, "%s: rel err %g", label, e);
+    ct_layer_free(l);
+}
+
+static ct_tensor uniform(ct_tensor t, uint64_t seed, float lo, float hi) {
+    gradcheck_fill(&t, seed, lo, hi);
+    return t;
+}
+
+// A layer bound to a net, with an arena and a ctx.
+typedef struct fixture {
+    ct_device dev;
+    ct_net net;
+    ct_arena arena;
+    ct_ctx ctx;
+    ct_error err;
+} fixture;
+
+// Initializes l (taking the caller's reference) for the signature of x.
+static ct_status fixture_init(fixture *f, ct_layer *l, const ct_tensor *x, bool train) {
+    memset(f, 0, sizeof *f);
+    f->dev = ct_device_cpu();
+    ct_tensor sig = ct_tensor_sig(x);
+    ct_arena_init(&f->arena, &f->dev);
+    ct_ctx_init(&f->ctx, &f->arena);
+    ct_status st = ct_net_init(&f->net, l, &sig, 1, ct_key_from_seed(3), &f->dev, &f->err);
+    ct_layer_free(l);
+    if (st == CT_OK) {
+        ct_net_bind(&f->net, &f->ctx, train);
+        f->ctx.record = true;
+    }
+    return st;
+}
+
+static void fixture_free(fixture *f) {
+    ct_ctx_free(&f->ctx);
+    ct_arena_free(&f->arena);
+    ct_net_free(&f->net);
+    CHECK(f->dev.current_bytes == 0);
+}
+
+// ---- AxialPositionalEncoding --------------------------------------------------
+
+static ct_layer *axial(int n_axes, const int *shape, const int *d_embs, float rate, int n_dims, const int *dims) {
+    return ct_axial_positional_encoding(n_axes, shape, d_embs, rate, n_dims, dims);
+}
+
+static void test_axial_gradients(void) {
+    float a[2 * 12 * 5], b[2 * 12 * 6];
+    ct_tensor x2 = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 12, 5, a), 1, -1.0f, 1.0f);
+    ct_tensor x3 = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 12, 6, b), 2, -1.0f, 1.0f);
+    check_layer("Axial (3,4)/(2,3)", axial(2, (int[]){3, 4}, (int[]){2, 3}, 0, 0, NULL), &x2, false);
+    check_layer("Axial (2,3,2)/(2,1,3)", axial(3, (int[]){2, 3, 2}, (int[]){2, 1, 3}, 0, 0, NULL), &x3, false);
+    // Training dropout: the mask is recomputed from the key in backward.
+    check_layer("Axial (3,4) dropout 0.3 dims (1,2)", axial(2, (int[]){3, 4}, (int[]){2, 3}, 0.3f, 2, (int[]){1, 2}),
+                &x2, true);
+    check_layer("Axial (2,3,2) dropout 0.3 dims ()", axial(3, (int[]){2, 3, 2}, (int[]){2, 1, 3}, 0.3f, 0, NULL),
+                &x3, true);
+}
+
+// Zero input, eval: out[b, t] = concat(E_0[i_0], E_1[i_1]) with t = 4 i_0 + i_1;
+// the weights are (3, 2) and (4, 3): sum n_k d_k = 18 floats.
+static void test_axial_values(void) {
+    float z[2 * 12 * 5] = {0};
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 2, 12, 5, z);
+    fixture f;
+    CHECK_OK(fixture_init(&f, axial(2, (int[]){3, 4}, (int[]){2, 3}, 0.5f, 0, NULL), &x, false), &f.err);
+    printf("axial (3,4)/(2,3): %zu weights (sum n_k d_k = 18; a (12, 5) table has 60)\n", f.net.n_weights);
+    CHECK(f.net.n_weights == 3 * 2 + 4 * 3);
+    const ct_param *e0 = ct_net_find_param(&f.net, "AxialPositionalEncoding/axis_0");
+    const ct_param *e1 = ct_net_find_param(&f.net, "AxialPositionalEncoding/axis_1");
+    CHECK_OK_OR(e0 && e1 ? CT_OK : CT_ERR_STATE, &f.err, return);
+    CHECK(e0->sig.shape[0] == 3 && e0->sig.shape[1] == 2 && e1->sig.shape[0] == 4 && e1->sig.shape[1] == 3);
+    ct_tensor out;
+    CHECK_OK(ct_layer_forward(f.net.root, &f.ctx, &x, &out, ct_key_from_seed(1), &f.err), &f.err);
+    const float *w = f.net.weights, *o = ct_f32(&out);
+    int bad = 0;
+    for (int bt = 0; bt < 24; bt++) {
+        int t = bt % 12, i0 = t / 4, i1 = t % 4;
+        for (int d = 0; d < 5; d++) {
+            float want = d < 2 ? w[e0->offset + i0 * 2 + d] : w[e1->offset + i1 * 3 + d - 2];
+            bad += o[bt * 5 + d] != want;  // eval: no dropout, exact
+        }
+    }
+    CHECK(bad == 0);
+    // N(0, 1) weights: not all tiny, not all equal.
+    double ss = 0;
+    for (size_t i = 0; i < f.net.n_weights; i++) ss += w[i] * w[i];
+    CHECK(ss / (double)f.net.n_weights > 0.2 && ss / (double)f.net.n_weights < 5);
+    fixture_free(&f);
+}
+
+static void expect_error(ct_layer *l, ct_tensor sig, const char *a, const char *b) {
+    fixture f;
+    CHECK(fixture_init(&f, l, &sig, false) == CT_ERR_SHAPE);
+    printf("error: %s\n", f.err.msg);
+    CHECK_MSG(strstr(f.err.msg, "AxialPositionalEncoding (init)") && strstr(f.err.msg, a) && strstr(f.err.msg, b),
+              "%s", f.err.msg);
+    fixture_free(&f);
+}
+
+static void test_axial_errors(void) {
+    expect_error(axial(2, (int[]){64, 64}, (int[]){32, 32}, 0, 0, NULL),
+                 ct_tensor_3d(CT_DTYPE_F32, 1, 1024, 64, NULL), "shape (64, 64) multiplies to 4096",
+                 "has length 1024");
+    expect_error(axial(2, (int[]){32, 32}, (int[]){32, 16}, 0, 0, NULL),
+                 ct_tensor_3d(CT_DTYPE_F32, 1, 1024, 64, NULL), "d_embs (32, 16) sum to 48", "d_model is 64");
+}
+
+// ReformerLM's dims (1, 2): one (B, D) mask. On a zero input the output is
+// PE * keep / (1 - rate): for each (example, channel) it is zero at every
+// position or at none, and the examples' masks differ.
+static void test_axial_dropout_mask(void) {
+    enum { B = 4, T = 20, D = 8 };
+    static float z[B * T * D];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, z);
+    fixture f;
+    CHECK_OK(fixture_init(&f, axial(2, (int[]){4, 5}, (int[]){3, 5}, 0.5f, 2, (int[]){1, 2}), &x, true), &f.err);
+    ct_tensor out;
+    CHECK_OK(ct_layer_forward(f.net.root, &f.ctx, &x, &out, ct_key_from_seed(5), &f.err), &f.err);
+    const float *o = ct_f32(&out);
+    int mixed = 0, dropped = 0, differ = 0;
+    bool mask[B][D];
+    for (int b = 0; b < B; b++)
+        for (int d = 0; d < D; d++) {
+            int zeros = 0;
+            for (int t = 0; t < T; t++) zeros += o[(b * T + t) * D + d] == 0.0f;
+            mixed += zeros != 0 && zeros != T;
+            mask[b][d] = zeros == 0;
+            dropped += zeros == T;
+        }
+    for (int b = 1; b < B; b++) differ += memcmp(mask[b], mask[0], sizeof mask[0]) != 0;
+    printf("axial dropout 0.5, dims (1,2): %d of %d (example, channel) masks dropped, %d mixed, %d of %d "
+           "examples differ from the first\n", dropped, B * D, mixed, differ, B - 1);
+    CHECK(mixed == 0 && dropped > 0 && dropped < B * D && differ > 0);
+    // Kept values are PE / keep: position 0 of channel d in a kept column.
+    const float *w = f.net.weights;
+    for (int d = 0; d < 3; d++)
+        if (mask[0][d]) CHECK_NEAR(o[d], 2.0f * w[d], 1e-6);
+    fixture_free(&f);
+}
+
+// ---- Fixed positions ------------------------------------------------------------
+
+static void test_fixed_gradients(void) {
+    float a[2 * 5 * 6];
+    ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 5, 6, a), 3, -1.0f, 1.0f);
+    check_layer("PositionalEncoding(sinusoidal, fixed)", ct_positional_encoding_sinusoidal(8), &x, false);
+    fixture f;
+    CHECK_OK(fixture_init(&f, ct_positional_encoding_sinusoidal(8), &x, false), &f.err);
+    CHECK(f.net.n_weights == 0);  // fixed: no weights
+    fixture_free(&f);
+}
+
+// FixedBasePositionalEncoding ('fixed-base'): bases (3, 4), 3 digits, D = 6
+// (blocks of 2); T < 3^3.
+static ct_layer *fixed_base(int zero_one_in, int drop_one_in) {
+    return ct_fixed_base_positional_encoding(2, (int[]){3, 4}, 3, zero_one_in, drop_one_in);
+}
+
+static void test_fixed_base_gradients(void) {
+    // T = 10 reaches digit 2 of base 3 (positions >= 9).
+    float a[4 * 10 * 6];
+    ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, 4, 10, 6, a), 5, -1.0f, 1.0f);
+    check_layer("FixedBase (3,4) x 3 eval", fixed_base(100, 100), &x, false);
+    // Random starts and base dropout, recomputed from the key in backward.
+    check_layer("FixedBase (3,4) x 3 train, zero 1 in 100, drop 1 in 4", fixed_base(100, 4), &x, true);
+}
+
+// Eval on zeros: block i of position t is sum_r digit_i^r(t) W[r][i], plus
+// start_vec at t = 0. Train: other starts, and 1 in 2 examples lose their
+// digit embeddings (only start_vec remains).
+static void test_fixed_base_values(void) {
+    enum { B = 16, T = 5, D = 6 };
+    static float z[B * T * D];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, z);
+    fixture f;
+    CHECK_OK(fixture_init(&f, fixed_base(2, 2), &x, false), &f.err);
+    CHECK(f.net.n_weights == 2 * 3 * 2 + 6);
+    ct_tensor out;
+    CHECK_OK(ct_layer_forward(f.net.root, &f.ctx, &x, &out, ct_key_from_seed(1), &f.err), &f.err);
+    const float *o = ct_f32(&out);
+    double worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < 3; i++)
+            for (int e = 0; e < 2; e++) {
+                const int bases[2] = {3, 4};
+                double want = t == 0 ? f.net.weights[f.net.params[6]->offset + i * 2 + e] : 0;
+                for (int r = 0; r < 2; r++) {
+                    int p = t;
+                    for (int k = 0; k < i; k++) p /= bases[r];
+                    want += (p % bases[r]) * f.net.weights[f.net.params[r * 3 + i]->offset + e];
+                }
+                for (int b = 0; b < B; b++) worst = fmax(worst, fabs(o[(b * T + t) * D + i * 2 + e] - want));
+            }
+    CHECK(worst < 1e-9);
+    CHECK(strcmp(f.net.params[6]->name, "start_vec") == 0 && strcmp(f.net.params[1]->name, "base3_digit1") == 0);
+    f.ctx.train = true;
+    CHECK_OK(ct_layer_forward(f.net.root, &f.ctx, &x, &out, ct_key_from_seed(2), &f.err), &f.err);
+    o = ct_f32(&out);
+    int silent = 0;  // examples whose positions t >= 1 are all zero
+    for (int b = 0; b < B; b++) {
+        int nz = 0;
+        for (int j = D; j < T * D; j++) nz += o[b * T * D + j] != 0.0f;
+        silent += nz == 0;
+    }
+    printf("fixed-base train, base dropout 1 in 2: %d of %d examples keep only start_vec\n", silent, B);
+    CHECK(silent > 0 && silent < B);
+    fixture_free(&f);
+    // D must split into n_digits blocks.
+    ct_tensor bad = ct_tensor_3d(CT_DTYPE_F32, 1, 5, 7, NULL);
+    CHECK(fixture_init(&f, fixed_base(2, 2), &bad, false) == CT_ERR_SHAPE);
+    CHECK(strstr(f.err.msg, "FixedBasePositionalEncoding (init)") && strstr(f.err.msg, "n_digits 3"));
+    fixture_free(&f);
+    // Trax's defaults: 4 bases x 8 digits x D/8, plus start_vec.
+    ct_tensor sig = ct_tensor_3d(CT_DTYPE_F32, 1, 16, 64, NULL);
+    CHECK_OK(fixture_init(&f, ct_fixed_base_positional_encoding_trax(), &sig, false), &f.err);
+    CHECK(f.net.n_weights == 4 * 8 * 8 + 64);
+    fixture_free(&f);
+}
+
+// ---- Chunk ------------------------------------------------------------------------
+
+static ct_layer *ff(float rate) {
+    if (rate > 0) return ct_serial(CT_LAYERS(ct_dense(7), ct_dropout(rate), ct_relu(), ct_dense(4)));
+    return ct_serial(CT_LAYERS(ct_dense(7), ct_relu(), ct_dense(4)));
+}
+
+static void test_chunk_gradients(void) {
+    float a[2 * 6 * 5];
+    ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 6, 5, a), 4, -1.0f, 1.0f);
+    // 12 rows: 4 and 1 divide, 5 does not (one chunk of 12), 12 is one chunk.
+    const int sizes[] = {4, 1, 5, 12};
+    for (int i = 0; i < 4; i++) {
+        char label[64];
+        snprintf(label, sizeof label, "Chunk(Serial(Dense, Relu, Dense), %d)", sizes[i]);
+        check_layer(label, ct_chunk(ff(0), sizes[i]), &x, false);
+    }
+    // Dropout inside: chunk i's key is fold_in(key, i) in forward and in the
+    // recomputed forward of backward alike.
+    check_layer("Chunk(Serial(Dense, Dropout(0.3), Relu, Dense), 3) train", ct_chunk(ff(0.3f), 3), &x, true);
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - (double)b[i]));
+    return m;
+}
+
+// Forward and backward of f's root on x with cotangent g; out, grad_in and
+// the weight gradients are copied into *_copy.
+static void run_fb(fixture *f, const ct_tensor *x, const float *g, float *out_copy, float *gin_copy) {
+    ct_tensor out, gout, gin;
+    ct_net_zero_grads(&f->net);
+    CHECK_OK(ct_layer_forward(f->net.root, &f->ctx, x, &out, ct_key_from_seed(9), &f->err), &f->err);
+    memcpy(out_copy, out.data, ct_tensor_nbytes(&out));
+    gout = ct_tensor_sig(&out);
+    gout.data = (float *)g;
+    CHECK_OK(ct_layer_backward(f->net.root, &f->ctx, &gout, &gin, ct_key_from_seed(9), &f->err), &f->err);
+    memcpy(gin_copy, gin.data, ct_tensor_nbytes(&gin));
+}
+
+// Chunk(FF, c) = FF on the whole (B, T, D) at dropout 0 with the same weights:
+// output, input gradient and every weight gradient within 1e-6.
+static void test_chunk_exact(int chunk_size) {
+    enum { B = 3, T = 8, D = 5, DO = 4 };
+    static float xb[B * T * D], g[B * T * DO];
+    ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, B, T, D, xb), 6, -1.0f, 1.0f);
+    ct_random_uniform(ct_key_from_seed(7), g, B * T * DO, -1.0f, 1.0f);
+    fixture fc, fu;
+    CHECK_OK(fixture_init(&fc, ct_chunk(ff(0), chunk_size), &x, true), &fc.err);
+    CHECK_OK(fixture_init(&fu, ff(0), &x, true), &fu.err);
+    CHECK(fc.net.n_weights == fu.net.n_weights);
+    memcpy(fu.net.weights, fc.net.weights, fc.net.n_weights * sizeof(float));
+    float oc[B * T * DO], ou[B * T * DO], gc[B * T * D], gu[B * T * D];
+    run_fb(&fc, &x, g, oc, gc);
+    run_fb(&fu, &x, g, ou, gu);
+    double eo = max_abs_diff(oc, ou, B * T * DO), ei = max_abs_diff(gc, gu, B * T * D);
+    double ew = max_abs_diff(fc.net.grads, fu.net.grads, fc.net.n_weights);
+    printf("Chunk(FF, %d) vs FF on %d rows: max |diff| out %.3g, grad x %.3g, grad w %.3g\n", chunk_size, B * T,
+           eo, ei, ew);
+    CHECK(eo <= 1e-6 && ei <= 1e-6 && ew <= 1e-6);
+    fixture_free(&fc);
+    fixture_free(&fu);
+}
+
+// Backward keeps one chunk's activations: the arena of a chunked step grows
+// far less than the unchunked one when d_ff dominates.
+static size_t arena_after_step(ct_layer *l, const ct_tensor *x, const float *g) {
+    fixture f;
+    CHECK_OK(fixture_init(&f, l, x, true), &f.err);
+    static float o[256 * 4], gi[256 * 4];
+    run_fb(&f, x, g, o, gi);
+    size_t cap = ct_arena_capacity(&f.arena);
+    fixture_free(&f);
+    return cap;
+}
+
+static void test_chunk_memory(void) {
+    static float xb[256 * 4], g[256 * 4];
+    ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, 1, 256, 4, xb), 8, -1.0f, 1.0f);
+    ct_random_uniform(ct_key_from_seed(9), g, 256 * 4, -1.0f, 1.0f);
+    size_t chunked = arena_after_step(ct_chunk(ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4))), 16),
+                                      &x, g);
+    size_t whole = arena_after_step(ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4))), &x, g);
+    printf("arena after a step, 256 rows, d_ff 1024: chunked (16 rows) %.2f MiB, unchunked %.2f MiB\n",
+           (double)chunked / 1048576.0, (double)whole / 1048576.0);
+    CHECK(chunked * 4 < whole);
+}
+
+int main(void) {
+    test_axial_gradients();
+    test_axial_values();
+    test_axial_errors();
+    test_axial_dropout_mask();
+    test_fixed_gradients();
+    test_fixed_base_gradients();
+    test_fixed_base_values();
+    test_chunk_gradients();
+    test_chunk_exact(4);
+    test_chunk_exact(5);  // 24 rows: one chunk
+    test_chunk_exact(1);
+    test_chunk_memory();
+    return check_summary("test_positions_chunk");
+}
