@@ -2028,6 +2028,100 @@ static void test_settings_lists(void) {
     ct_config_free(cfg);
 }
 
+// ---- ReformerLM's Trax parameters ---------------------------------------------------------------
+
+static const char REFORMER_SMALL[] = "ReformerLM.vocab_size = 7\nReformerLM.d_model = 8\nReformerLM.d_ff = 12\n"
+                                     "ReformerLM.n_layers = 1\nReformerLM.n_heads = 2\nReformerLM.max_len = 16\n";
+
+// The model text builds from REFORMER_SMALL plus extra (line 7 on); with
+// param_path, that weight exists in a net for (2, 6) tokens.
+static void expect_reformer(const char *extra, const char *param_path) {
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s", REFORMER_SMALL, extra);
+    ct_error err = {0};
+    ct_config *cfg = config_text("r.gin", text, &err);
+    ct_layer *m = build_model(cfg, "ReformerLM", &err);
+    CHECK_MSG(m != NULL, "%s: %s", extra, err.msg);
+    if (m && param_path) {
+        int32_t tokens[12] = {0};
+        ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 2, 6, tokens), sig = ct_tensor_sig(&in);
+        ct_device dev = ct_device_cpu();
+        ct_net net;
+        CHECK_OK(ct_net_init(&net, m, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+        CHECK_MSG(ct_net_find_param(&net, param_path) != NULL, "%s: no %s", extra, param_path);
+        ct_net_free(&net);
+    }
+    if (m) ct_layer_free(m);
+    ct_config_free(cfg);
+}
+
+// extra (line 7) is refused when the model is built, with every needle in
+// the message.
+static void expect_reformer_refused(const char *extra, const char *const *needles) {
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s", REFORMER_SMALL, extra);
+    ct_error err = {0};
+    ct_config *cfg = config_text("r.gin", text, &err);
+    ct_layer *m = build_model(cfg, "ReformerLM", &err);
+    CHECK_MSG(m == NULL && err.code == CT_ERR_ARG, "%s: built", extra);
+    for (int i = 0; needles[i]; i++) CHECK_MSG(strstr(err.msg, needles[i]), "'%s' not in: %s", needles[i], err.msg);
+    printf("  error: %s\n", err.msg);
+    if (m) ct_layer_free(m);
+    ct_config_free(cfg);
+}
+#define EXPECT_REFORMER_REFUSED(extra, ...) expect_reformer_refused(extra, (const char *const[]){__VA_ARGS__, NULL})
+
+static void test_reformer_options(void) {
+    // The plan of its options (budget.c): SelfAttention's per-head weights and no T x T, a chunked
+    // feed-forward, fixed-base positions (weights, no table).
+    check_estimate("ReformerLM(SelfAttention chunk_len 6, dk 4, dv 8; ff_chunk_size 64; fixed-base)",
+                   "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
+                   "ReformerLM.n_layers = 3\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
+                   "ReformerLM.dropout = 0.0\nReformerLM.attention_type = 'SelfAttention'\n"
+                   "ReformerLM.self_attention_chunk_len = 6\nReformerLM.self_attention_n_chunks_before = 1\n"
+                   "ReformerLM.d_attention_key = 4\nReformerLM.d_attention_value = 8\n"
+                   "ReformerLM.ff_chunk_size = 64\nReformerLM.pos_type = 'fixed-base'\n" COPY_INPUTS(9),
+                   "ReformerLM", 0, 48);
+    check_estimate("ReformerLM(SelfAttention full, share_qk; pos_type 'no')",
+                   "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
+                   "ReformerLM.n_layers = 3\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
+                   "ReformerLM.dropout = 0.0\nReformerLM.attention_type = 'SelfAttention'\n"
+                   "ReformerLM.self_attention_share_qk = True\nReformerLM.pos_type = 'no'\n" COPY_INPUTS(9),
+                   "ReformerLM", 0, 48);
+    expect_reformer("ReformerLM.attention_type = 'SelfAttention'\nReformerLM.self_attention_chunk_len = 2\n"
+                    "ReformerLM.self_attention_n_chunks_before = 1\nReformerLM.d_attention_key = 3\n",
+                    "ReformerLM/ReversibleSerial[5]/ReversibleHalfResidualAttn[0]/Serial[0]/SelfAttention[1]/Wq[1]");
+    expect_reformer("ReformerLM.ff_activation = 'Relu'\nReformerLM.ff_chunk_size = 4\nReformerLM.pos_type = 'no'\n",
+                    "ReformerLM/ReversibleSerial[4]/ReversibleHalfResidualFF[2]/Serial[0]/Chunk[0]/Serial[0]/Dense[1]/"
+                    "kernel");
+    expect_reformer("ReformerLM.pos_type = 'fixed-base'\nReformerLM.mode = 'eval'\nReformerLM.ff_use_sru = 0\n"
+                    "ReformerLM.pos_start_from_zero_prob = 1\nReformerLM.loss_sparsity_prob = None\n"
+                    "ReformerLM.pos_axial_shape = ()\nReformerLM.pos_type = None\n",
+                    NULL);
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = 'LSHSelfAttention'\n",
+                            "r.gin:7:1: ReformerLM.attention_type = 'LSHSelfAttention' is not implemented");
+    EXPECT_REFORMER_REFUSED("ReformerLM.ff_activation = 'Swish'\n", "r.gin:7:1: ReformerLM.ff_activation = 'Swish'");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'infinite'\n", "r.gin:7:1: ReformerLM.pos_type = 'infinite'");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\n", "r.gin:7:1: ReformerLM.pos_type = 'axial'",
+                            "not supported in configs");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_axial_shape = (2, 3)\n", "r.gin:7:1: ReformerLM.pos_axial_shape = (2, 3)");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_d_axial_embs = (3, 5)\n", "r.gin:7:1: ReformerLM.pos_d_axial_embs");
+    EXPECT_REFORMER_REFUSED("ReformerLM.ff_use_sru = 2\n", "r.gin:7:1: ReformerLM.ff_use_sru = 2 is not supported");
+    EXPECT_REFORMER_REFUSED("ReformerLM.ff_sparsity = 64\n", "r.gin:7:1: ReformerLM.ff_sparsity = 64");
+    EXPECT_REFORMER_REFUSED("ReformerLM.loss_sparsity = 4\n", "r.gin:7:1: ReformerLM.loss_sparsity = 4");
+    EXPECT_REFORMER_REFUSED("ReformerLM.loss_sparsity_prob = 0.5\n", "r.gin:7:1: ReformerLM.loss_sparsity_prob");
+    EXPECT_REFORMER_REFUSED("ReformerLM.loss_d_lowrank = 8\n", "r.gin:7:1: ReformerLM.loss_d_lowrank");
+    EXPECT_REFORMER_REFUSED("ReformerLM.loss_sparsity_type = 'lowrank'\n", "r.gin:7:1: ReformerLM.loss_sparsity_type");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_chunk_size = 8\n", "r.gin:7:1: ReformerLM.attention_chunk_size");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_start_from_zero_prob = 0.5\n",
+                            "r.gin:7:1: ReformerLM.pos_start_from_zero_prob");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_max_offset_to_add = 3\n", "r.gin:7:1: ReformerLM.pos_max_offset_to_add");
+    EXPECT_REFORMER_REFUSED("ReformerLM.mode = 'predict'\n", "r.gin:7:1: ReformerLM.mode = 'predict' is not supported");
+    EXPECT_REFORMER_REFUSED("ReformerLM.d_attention_key = 64\n", "r.gin:7:1: ReformerLM.d_attention_key");
+    EXPECT_REFORMER_REFUSED("ReformerLM.self_attention_chunk_len = 2\n",
+                            "r.gin:7:1: ReformerLM.self_attention_chunk_len is");
+}
+
 int main(void) {
     find_config_dir();
     printf("configs in %s\n", config_dir);
@@ -2048,6 +2142,7 @@ int main(void) {
     test_idx_inputs();
     test_whole_run();
     test_memory_budget();
+    test_reformer_options();
     test_skip_nonfinite_setting();
     test_fuzz();
     return check_summary("test_config");

@@ -1,5 +1,11 @@
-// Models built from layers: gradient checks of small MLP and TransformerLM
-// (every weight against finite differences), and their weight names.
+// Models built from layers: gradient checks of small MLP, TransformerLM and
+// ReformerLM (every weight against finite differences), their weight names,
+// ReformerLM's options (attention, activation, chunked FF, positions) and
+// refusals, and its default against the construction before the options.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "check.h"
 #include "gradcheck.h"
 
@@ -56,8 +62,252 @@ static void test_transformer_lm(void) {
     }
 }
 
+// ---- ReformerLM ----------------------------------------------------------------------------
+
+static ct_reformer_lm_params small_reformer(void) {
+    ct_reformer_lm_params p = ct_reformer_lm_default_params();
+    p.vocab_size = 7;
+    p.d_model = 8;
+    p.d_ff = 12;
+    p.n_layers = 2;
+    p.n_heads = 2;
+    p.max_len = 16;
+    return p;
+}
+
+// ReformerLM as ct_reformer_lm built it before attention_type, pos_type,
+// ff_activation and ff_chunk_size existed (a copy of that code): the default
+// must stay this model, weight for weight and step for step.
+static ct_layer *old_reformer_lm(ct_reformer_lm_params p) {
+    ct_layer *blocks[4 * 8];
+    CT_ASSERT(p.n_layers <= 8);
+    for (int i = 0; i < p.n_layers; i++) {
+        ct_layer *attn = ct_reversible_half_residual(
+            CT_LAYERS(ct_layer_norm(1e-6f), ct_causal_attention(p.d_model, p.n_heads, p.dropout)));
+        ct_layer *ff = ct_reversible_half_residual(CT_LAYERS(ct_layer_norm(1e-6f), ct_dense(p.d_ff),
+                                                             ct_dropout(p.dropout), ct_gelu(), ct_dense(p.d_model),
+                                                             ct_dropout(p.dropout)));
+        blocks[4 * i] = ct_layer_rename(attn, "ReversibleHalfResidualAttn");
+        blocks[4 * i + 1] = ct_reversible_swap();
+        blocks[4 * i + 2] = ct_layer_rename(ff, "ReversibleHalfResidualFF");
+        blocks[4 * i + 3] = ct_reversible_swap();
+    }
+    ct_layer *rev = ct_reversible_serial(4 * p.n_layers, blocks);
+    ct_layer *model = ct_serial(CT_LAYERS(
+        ct_shift_right(1), ct_embedding(p.vocab_size, p.d_model), ct_dropout(p.dropout),
+        ct_positional_encoding_sinusoidal(p.max_len), ct_dup(), rev, ct_concatenate(2, -1),
+        ct_layer_norm(1e-6f), ct_dropout(p.dropout), ct_dense(p.vocab_size)));
+    return ct_layer_rename(model, "ReformerLM");
+}
+
+enum { RB = 2, RT = 6 };
+
+// Trains model (takes no reference) for n_steps of a fixed batch (B 2, T 6)
+// with Adam from seed 5; returns the final weights (malloc'd) and the last
+// loss. memory_efficient picks the reversible trainer.
+static float *train_reformer(ct_layer *model, int n_steps, bool memory_efficient, size_t *n, float *loss_out) {
+    int32_t tokens[RB * RT] = {1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 1};
+    float weights[RB * RT];
+    for (int i = 0; i < RB * RT; i++) weights[i] = 1.0f;
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, RB, RT, tokens), ct_tensor_2d(CT_DTYPE_I32, RB, RT, tokens),
+                          ct_tensor_2d(CT_DTYPE_F32, RB, RT, weights)};
+    ct_layer *loss = ct_weighted_category_cross_entropy();
+    ct_device dev = ct_device_cpu();
+    ct_trainer_options o = ct_trainer_default_options();
+    o.memory_efficient = memory_efficient;
+    ct_trainer *tr = NULL;
+    ct_error err;
+    float *w = NULL;
+    *n = 0;
+    *loss_out = NAN;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(5),
+                            &dev, &o, &err),
+             &err);
+    if (tr) {
+        ct_step_stats stats = {0};
+        for (int step = 1; step <= n_steps; step++)
+            CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_fold_in(ct_key_from_seed(6), (uint32_t)step), step, 1e-2f,
+                                         &stats, &err),
+                     &err);
+        const ct_net *net = ct_trainer_net(tr);
+        *n = net->n_weights;
+        w = malloc(*n * sizeof *w);
+        memcpy(w, net->weights, *n * sizeof *w);
+        *loss_out = stats.loss;
+        ct_trainer_free(tr);
+    }
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+    return w;
+}
+
+// The default ReformerLM (dropout 0.1, so the keys matter too) against the
+// old construction: the same weights at init and after 3 standard and 3
+// memory-efficient steps, bit for bit.
+static void test_reformer_default_unchanged(void) {
+    ct_reformer_lm_params p = small_reformer();
+    p.dropout = 0.1f;
+    for (int me = 0; me < 2; me++)
+        for (int steps = 0; steps <= 3; steps += 3) {
+            ct_layer *a = ct_reformer_lm(p), *b = old_reformer_lm(p);
+            size_t na, nb;
+            float la, lb;
+            float *wa = train_reformer(a, steps, me, &na, &la), *wb = train_reformer(b, steps, me, &nb, &lb);
+            CHECK_MSG(wa && wb && na == nb && na > 0 && memcmp(wa, wb, na * sizeof *wa) == 0,
+                      "default ReformerLM differs from the old one after %d %s steps", steps,
+                      me ? "memory-efficient" : "standard");
+            CHECK(steps == 0 || memcmp(&la, &lb, sizeof la) == 0);
+            if (steps)
+                printf("default ReformerLM vs old construction, %d %s steps: %zu weights bitwise equal, loss %.6f\n",
+                       steps, me ? "memory-efficient" : "standard", na, la);
+            free(wa), free(wb);
+            ct_layer_free(a), ct_layer_free(b);
+        }
+}
+
+// One ReformerLM option set: builds, passes a gradient check of the whole
+// model (with dropout, masks fixed by the checker's key), and trains: 2
+// standard steps at dropout 0 equal 2 memory-efficient ones (the reverse
+// pass reconstructs the inputs), and a memory-efficient step at dropout 0.1
+// is finite.
+// eps: 2e-3 with Relu, to keep a later block's inputs on one side
+// of the kink; 5e-3 where weights are tiny and their gradients large
+// (fixed-base); else the default 1e-2, which keeps the float noise of a zero
+// gradient (CausalAttention's key bias) well below the bar.
+static void check_reformer_variant(const char *label, ct_reformer_lm_params p, double eps) {
+    int32_t tokens[RB * RT] = {1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5};
+    ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, RB, RT, tokens);
+    p.dropout = 0.1f;
+    gradcheck_opts o = gradcheck_default_opts();
+    o.eps = eps;
+    o.train = true;
+    ct_layer *m = ct_reformer_lm(p);
+    double e = gradcheck(label, m, &in, 1, o);
+    CHECK_MSG(e >= 0 && e < 1e-2, "%s: rel err %g", label, e);
+    ct_layer_free(m);
+
+    p.dropout = 0.0f;
+    m = ct_reformer_lm(p);
+    size_t n1, n2;
+    float l1, l2;
+    float *std = train_reformer(m, 2, false, &n1, &l1), *rev = train_reformer(m, 2, true, &n2, &l2);
+    double num = 0, den = 0;
+    for (size_t i = 0; std && rev && n1 == n2 && i < n1; i++) {
+        num += ((double)std[i] - rev[i]) * ((double)std[i] - rev[i]);
+        den += (double)std[i] * std[i];
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    CHECK_MSG(std && rev && n1 == n2 && isfinite(l1) && rel < 1e-4, "%s: standard vs memory-efficient rel %g", label,
+              rel);
+    free(std), free(rev);
+    ct_layer_free(m);
+    p.dropout = 0.1f;
+    m = ct_reformer_lm(p);
+    float *w = train_reformer(m, 1, true, &n1, &l2);
+    CHECK_MSG(w && isfinite(l2), "%s: a memory-efficient step with dropout 0.1 gave loss %g", label, l2);
+    printf("%s: grad rel err %.3g; 2 steps standard vs memory-efficient rel %.3g (loss %.4f); %zu weights\n", label,
+           e, rel, l1, n1);
+    free(w);
+    ct_layer_free(m);
+}
+
+static void test_reformer_variants(void) {
+    ct_reformer_lm_params p = small_reformer();
+    p.attention_type = "SelfAttention";  // chunked local attention: chunks of 2, window previous + own
+    p.self_attention_chunk_len = 2;
+    p.self_attention_n_chunks_before = 1;
+    p.d_attention_key = 3;
+    p.d_attention_value = 5;
+    check_reformer_variant("ReformerLM(SelfAttention chunk_len 2, before 1, dk 3, dv 5)", p, 1e-2);
+
+    p = small_reformer();
+    p.attention_type = "SelfAttention";  // full, share_qk
+    p.self_attention_share_qk = true;
+    p.ff_activation = "Relu";
+    check_reformer_variant("ReformerLM(SelfAttention full, share_qk; Relu)", p, 2e-3);
+
+    p = small_reformer();
+    p.ff_chunk_size = 4;  // 12 rows: 3 chunks
+    p.ff_activation = "Gelu";
+    check_reformer_variant("ReformerLM(ff_chunk_size 4, Gelu)", p, 1e-2);
+
+    p = small_reformer();
+    p.ff_chunk_size = 5;  // does not divide 12 rows: one chunk, as Trax
+    p.ff_activation = "FastGelu";
+    p.pos_type = "no";
+    check_reformer_variant("ReformerLM(ff_chunk_size 5, FastGelu, pos_type 'no')", p, 1e-2);
+
+    p = small_reformer();
+    p.pos_type = "fixed-base";
+    check_reformer_variant("ReformerLM(pos_type 'fixed-base')", p, 5e-3);
+
+    p = small_reformer();
+    p.pos_type = "axial";
+    p.pos_axial_n = 2;
+    memcpy(p.pos_axial_shape, (int[]){2, 3}, 2 * sizeof(int));
+    memcpy(p.pos_d_axial_embs, (int[]){3, 5}, 2 * sizeof(int));
+    check_reformer_variant("ReformerLM(pos_type 'axial' (2, 3) / (3, 5))", p, 1e-2);
+
+    // The tree: 'no' drops the positional layer; SelfAttention sits where
+    // CausalAttention did; a chunked FF is one Chunk layer.
+    p = small_reformer();
+    p.pos_type = "no";
+    p.attention_type = "SelfAttention";
+    p.ff_chunk_size = 4;
+    ct_layer *m = ct_reformer_lm(p);
+    CHECK(m->n_sub == 9 && strcmp(m->sub[3]->name, "Dup") == 0);
+    ct_layer *rs = m->sub[4];
+    CHECK(rs->n_sub == 8);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    int32_t tokens[RB * RT] = {0};
+    ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, RB, RT, tokens), sig = ct_tensor_sig(&in);
+    CHECK_OK(ct_net_init(&net, m, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+    // Weights: embedding, 2 x (LayerNorm, SelfAttention 4 x 2 heads x 8 x 4, FF), LayerNorm(16), Dense.
+    size_t d = 8, v = 7, f = 12;
+    size_t block = 2 * d + 4 * 2 * d * 4 + 2 * d + (d * f + f) + (f * d + d);
+    size_t expect = v * d + 2 * block + 2 * 2 * d + (2 * d * v + v);
+    CHECK_MSG(net.n_weights == expect, "%zu weights, expected %zu", net.n_weights, expect);
+    ct_net_free(&net);
+    ct_layer_free(m);
+    CHECK(dev.current_bytes == 0);
+}
+
+// Each refusal names its parameter.
+static void test_reformer_refusals(void) {
+    struct {
+        const char *param, *needle;
+        ct_reformer_lm_params p;
+    } c[8];
+    int n = 0;
+    for (int i = 0; i < 8; i++) c[i].p = small_reformer();
+    c[n].p.attention_type = "LSHSelfAttention", c[n].param = "attention_type", c[n++].needle = "not implemented";
+    c[n].p.attention_type = "DotProductAttention", c[n].param = "attention_type", c[n++].needle = "not supported";
+    c[n].p.ff_activation = "Swish", c[n].param = "ff_activation", c[n++].needle = "'Swish'";
+    c[n].p.pos_type = "sin-cos", c[n].param = "pos_type", c[n++].needle = "'sin-cos'";
+    c[n].p.d_attention_key = 3, c[n].param = "d_attention_key", c[n++].needle = "CausalAttention";
+    c[n].p.self_attention_chunk_len = 2, c[n].param = "self_attention", c[n++].needle = "'SelfAttention'";
+    c[n].p.pos_type = "axial", c[n].p.pos_axial_n = 1, c[n].p.pos_axial_shape[0] = 6;
+    c[n].p.pos_d_axial_embs[0] = 7, c[n].param = "pos_d_axial_embs", c[n++].needle = "not d_model 8";
+    c[n].p.pos_axial_n = 1, c[n].param = "pos_axial_shape", c[n++].needle = "not 'axial'";
+    for (int i = 0; i < n; i++) {
+        ct_error err = {0};
+        CHECK(ct_reformer_lm_check(&c[i].p, &err) == CT_ERR_ARG);
+        char want[64];
+        snprintf(want, sizeof want, "ReformerLM.%s", c[i].param);
+        CHECK_MSG(strstr(err.msg, want) && strstr(err.msg, c[i].needle), "case %d: %s", i, err.msg);
+    }
+    ct_reformer_lm_params ok = small_reformer();
+    ct_error err = {0};
+    CHECK_OK(ct_reformer_lm_check(&ok, &err), &err);
+}
+
 int main(void) {
     test_mlp();
     test_transformer_lm();
+    test_reformer_refusals();
+    test_reformer_default_unchanged();
+    test_reformer_variants();
     return check_summary("test_models");
 }

@@ -87,6 +87,38 @@ ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *
     return CT_OK;
 }
 
+// ReformerLM's attention weights per block: CausalAttention's four
+// Dense(d_model), or SelfAttention's per-head Wq, Wk (unless share_qk), Wv
+// (D, d) and Wo (d_v, D), no biases.
+static void reformer_attention_w(cfg_plan *out, const ct_reformer_lm_params *m, double layers) {
+    if (!m->attention_type || strcmp(m->attention_type, "SelfAttention") != 0) {
+        dense(out, m->d_model, m->d_model, 4 * layers);
+        return;
+    }
+    int64_t dh = m->d_model / (m->n_heads > 0 ? m->n_heads : 1);
+    int64_t dk = m->d_attention_key ? m->d_attention_key : dh, dv = m->d_attention_value ? m->d_attention_value : dh;
+    double heads = layers * m->n_heads;
+    add_w(out, m->d_model, dk, (m->self_attention_share_qk ? 1 : 2) * heads);
+    add_w(out, m->d_model, dv, heads);
+    add_w(out, dv, m->d_model, heads);
+}
+
+// The positional encoding by pos_type: the sinusoid table (host floats),
+// none, fixed-base's Trax defaults (4 bases x 8 digits of d_model / 8, and
+// a start vector), or the axial tables.
+static void reformer_positions(cfg_plan *out, const ct_reformer_lm_params *m) {
+    const char *t = m->pos_type;
+    if (!t || !t[0]) {
+        out->host_floats = (double)m->max_len * (double)m->d_model;  // before the halves split
+    } else if (!strcmp(t, "fixed-base")) {
+        add_w(out, m->d_model / 8, 0, 4 * 8);
+        add_w(out, m->d_model, 0, 1);
+    } else if (!strcmp(t, "axial")) {
+        for (int k = 0; k < m->pos_axial_n && k < CT_AXIAL_MAX_AXES; k++)
+            add_w(out, m->pos_axial_shape[k], m->pos_d_axial_embs[k], 1);
+    }
+}
+
 ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp, bool memory_efficient,
                                cfg_plan *out, ct_error *err) {
     (void)cfg, (void)name, (void)err;
@@ -94,16 +126,23 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
     memset(out, 0, sizeof *out);
     double layers = m->n_layers;
     add_w(out, m->vocab_size, m->d_model, 1);
-    out->host_floats = (double)m->max_len * (double)m->d_model;  // sinusoids, before the halves split
-    decoder_blocks(out, m->d_model, m->d_ff, layers);
+    reformer_positions(out, m);
+    layer_norm(out, m->d_model, 2 * layers);
+    reformer_attention_w(out, m, layers);
+    dense(out, m->d_model, m->d_ff, layers);
+    dense(out, m->d_ff, m->d_model, layers);
     layer_norm(out, 2 * (int64_t)m->d_model, 1);  // over both halves, concatenated
     dense(out, 2 * (int64_t)m->d_model, m->vocab_size, 1);
     // The memory-efficient trainer holds one reversible layer's activations
-    // at a time; the standard one keeps every layer's.
+    // at a time; the standard one keeps every layer's. From below: a chunked
+    // feed-forward keeps none of its d_ff activations (it recomputes them),
+    // and SelfAttention keeps no T x T probabilities (a logsumexp per row).
     double held = memory_efficient ? 1.0 : layers;
     if (m->n_layers == 0) held = 0;
-    out->act_per_token = held * block_act_per_token(m->d_model, m->d_ff) + 6.0 * m->d_model + 2.0 * m->vocab_size;
-    out->act_per_token_sq = held * m->n_heads;
+    double block = block_act_per_token(m->d_model, m->d_ff) - (m->ff_chunk_size > 0 ? 2.0 * m->d_ff : 0.0);
+    bool self_attention = m->attention_type && !strcmp(m->attention_type, "SelfAttention");
+    out->act_per_token = held * block + 6.0 * m->d_model + 2.0 * m->vocab_size;
+    out->act_per_token_sq = self_attention ? 0.0 : held * m->n_heads;
     out->uses_length = true;
     return CT_OK;
 }

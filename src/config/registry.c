@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "config/internal.h"
 #include "ctrax/layers/core.h"
@@ -126,10 +127,75 @@ static const cfg_param reformer_lm_params[] = {CT_REFORMER_LM_PARAMS(REFORMER_RO
 static void reformer_lm_defaults(void *p) { *(ct_reformer_lm_params *)p = ct_reformer_lm_default_params(); }
 static ct_layer *reformer_lm_new(const void *p) { return ct_reformer_lm(*(const ct_reformer_lm_params *)p); }
 
+// A Trax parameter ReformerLM takes only at Trax's default (an UNSTORED
+// row): another bound value is refused, naming it. Numbers compare as
+// numbers (1 == 1.0), the rest as gin text; also_ok is one more accepted
+// gin text (mode's 'eval') or NULL.
+static ct_status reformer_only_default(ct_config *cfg, const char *name, const char *param, const char *also_ok,
+                                       ct_error *err) {
+    char where[300];
+    cfg_where(cfg, name, param, where, sizeof where);
+    if (!where[0]) return CT_OK;
+    const ct_config_value *v;
+    CT_TRY(cfg_query_default(cfg, name, param, &v, err));
+    const cfg_param *row = NULL;
+    for (int i = 0; i < COUNT(reformer_lm_params); i++)
+        if (!strcmp(reformer_lm_params[i].name, param)) row = &reformer_lm_params[i];
+    CT_ASSERT(row && row->default_gin);
+    ct_config_value dv;
+    CT_TRY(cfg_parse_value(cfg, row->default_gin, "<default>", &dv, err));
+    bool num = (v->kind == CT_CONFIG_INT || v->kind == CT_CONFIG_FLOAT) &&
+               (dv.kind == CT_CONFIG_INT || dv.kind == CT_CONFIG_FLOAT);
+    char *text = ct_config_value_to_gin(v), *dtext = ct_config_value_to_gin(&dv);
+    double x = v->kind == CT_CONFIG_INT ? (double)v->i : v->f, dx = dv.kind == CT_CONFIG_INT ? (double)dv.i : dv.f;
+    bool same = num ? x == dx : !strcmp(text, dtext) || (also_ok && !strcmp(text, also_ok));
+    ct_status st = same ? CT_OK
+                        : ct_error_set(err, CT_ERR_ARG,
+                                       "%s%s.%s = %.60s is not supported by ctrax, only %s%s%s (%s)", where, name,
+                                       param, text, dtext, also_ok ? " or " : "", also_ok ? also_ok : "",
+                                       row->doc ? row->doc : "Trax's default");
+    ct_free(text);
+    ct_free(dtext);
+    cfg_value_free(&dv);
+    return st;
+}
+
+// ct_reformer_lm_check's error ("ReformerLM.param ...") with the place of
+// that binding in front.
+static ct_status reformer_where(ct_config *cfg, const char *name, ct_error *err) {
+    const char *dot = strchr(err->msg, '.');
+    char param[64] = {0}, where[300] = {0};
+    if (dot && !strncmp(err->msg, "ReformerLM.", 11)) {
+        size_t n = strspn(dot + 1, "abcdefghijklmnopqrstuvwxyz_");
+        if (n < sizeof param) memcpy(param, dot + 1, n);
+        if (param[0]) cfg_where(cfg, name, param, where, sizeof where);
+    }
+    if (!where[0]) return CT_ERR_ARG;
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return ct_error_set(err, CT_ERR_ARG, "%s%s", where, msg);
+}
+
 static ct_status reformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
     const ct_reformer_lm_params *p = vp;
     CT_TRY(check_layer_count(cfg, name, p->n_layers, 4, 0, err));
-    return check_heads(cfg, name, p->d_model, p->n_heads, err);
+    CT_TRY(check_heads(cfg, name, p->d_model, p->n_heads, err));
+    static const char *const fixed[] = {"pos_axial_shape", "pos_d_axial_embs", "pos_start_from_zero_prob",
+                                        "pos_max_offset_to_add", "ff_use_sru", "ff_sparsity", "loss_sparsity_type",
+                                        "loss_sparsity", "loss_d_lowrank", "loss_sparsity_prob",
+                                        "attention_chunk_size"};
+    for (int i = 0; i < COUNT(fixed); i++) CT_TRY(reformer_only_default(cfg, name, fixed[i], NULL, err));
+    CT_TRY(reformer_only_default(cfg, name, "mode", "'eval'", err));
+    if (p->pos_type && !strcmp(p->pos_type, "axial")) {
+        char where[300];
+        cfg_where(cfg, name, "pos_type", where, sizeof where);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s.pos_type = 'axial' is not supported in configs yet: its pos_axial_shape and "
+                            "pos_d_axial_embs tuples cannot be bound (the C API's ct_reformer_lm takes them)",
+                            where, name);
+    }
+    if (ct_reformer_lm_check(p, err) != CT_OK) return reformer_where(cfg, name, err);
+    return CT_OK;
 }
 
 // Trax's MLP(layer_widths=(128, 64), activation_fn=Relu, out_activation=False,

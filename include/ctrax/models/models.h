@@ -2,6 +2,7 @@
 #ifndef CTRAX_MODELS_MODELS_H
 #define CTRAX_MODELS_MODELS_H
 
+#include "ctrax/layers/core.h"
 #include "ctrax/layers/layer.h"
 #include "ctrax/params.h"
 
@@ -45,31 +46,84 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
 
 // Trax's ReformerLM(vocab_size, d_model, d_ff, d_attention_key,
 // d_attention_value, n_layers, n_heads, dropout, max_len, attention_type,
-// ...): ctrax's attention is always full causal attention, so only these.
-// d_model is the width of each of the two reversible halves.
-#define CT_REFORMER_LM_PARAMS(X) \
-    CT_LM_PARAMS(X, "width of each of the two reversible halves", "reversible decoder blocks")
+// pos_type, pos_axial_shape, pos_d_axial_embs, ff_activation, ff_chunk_size,
+// ...; REFORMER.md section 1). d_model is the width of each of the two
+// reversible halves. The defaults are ctrax's model of before these
+// parameters existed (full CausalAttention, sinusoid table); Trax's differ
+// where the docs say. The UNSTORED rows are Trax's parameters ctrax accepts
+// only at Trax's default: a config that sets another value is refused,
+// naming the parameter. attention_type and ff_activation are strings here
+// ('SelfAttention'); Trax's configs write references (@SelfAttention).
+// SelfAttention's chunk settings are ReformerLM's self_attention_* (Trax
+// binds them on SelfAttention itself).
+#define CT_REFORMER_LM_PARAMS(X)                                                                                   \
+    CT_LM_PARAMS(X, "width of each of the two reversible halves", "reversible decoder blocks")                     \
+    X(INT, d_attention_key, 0, AT_LEAST(0), NONE,                                                                  \
+      "SelfAttention's per-head q.k depth; 0: d_model / n_heads (Trax's default: 64)")                             \
+    X(INT, d_attention_value, 0, AT_LEAST(0), NONE,                                                                \
+      "SelfAttention's per-head value depth; 0: d_model / n_heads (Trax's default: 64)")                           \
+    X(STRING, attention_type, "CausalAttention", ANY, NONE,                                                        \
+      "'CausalAttention' (ctrax's full causal attention) or 'SelfAttention'; LSHSelfAttention is not implemented") \
+    X(INT, self_attention_chunk_len, 0, AT_LEAST(0), NONE,                                                         \
+      "SelfAttention's chunk_len (0: Trax's None, full attention); must divide the length")                        \
+    X(INT, self_attention_n_chunks_before, 0, AT_LEAST(0), NONE, "SelfAttention's n_chunks_before")                \
+    X(INT, self_attention_n_chunks_after, 0, AT_LEAST(0), NONE, "SelfAttention's n_chunks_after")                  \
+    X(BOOL, self_attention_share_qk, false, ANY, NONE, "SelfAttention's share_qk")                                 \
+    X(STRING, ff_activation, "FastGelu", ANY, NONE, "'Relu', 'Gelu' or 'FastGelu' (both tanh Gelu, as Trax)")      \
+    X(INT, ff_chunk_size, 0, AT_LEAST(0), NONE, "> 0: the feed-forward runs on chunks of this many rows (B*T)")    \
+    X(STRING, pos_type, NULL, ANY, NULLABLE,                                                                       \
+      "None: sinusoid table (Trax trains one); 'no'; 'fixed-base'; 'axial' (C API only, for now)")                 \
+    X(LIST, pos_axial_shape, "()", ANY, UNSTORED, "the axial shape: C API only for now (pos_axial_n, ...)")        \
+    X(LIST, pos_d_axial_embs, "None", ANY, UNSTORED_NULLABLE, "the axial widths: C API only for now")              \
+    X(FLOAT, pos_start_from_zero_prob, "1.0", ANY, UNSTORED, "random start positions in training: not in ctrax")   \
+    X(INT, pos_max_offset_to_add, "0", ANY, UNSTORED, "random position offsets: not in ctrax")                     \
+    X(INT, ff_use_sru, "0", ANY, UNSTORED, "SRU layers in the feed-forward: not in ctrax")                         \
+    X(INT, ff_sparsity, "0", ANY, UNSTORED, "a sparse feed-forward: not in ctrax")                                 \
+    X(STRING, loss_sparsity_type, "'mult'", ANY, UNSTORED, "the kind of sparse output layer: not in ctrax")        \
+    X(INT, loss_sparsity, "0", ANY, UNSTORED, "a sparse output layer: not in ctrax")                               \
+    X(INT, loss_d_lowrank, "0", ANY, UNSTORED, "a low-rank output layer: not in ctrax")                            \
+    X(FLOAT, loss_sparsity_prob, "None", ANY, UNSTORED_NULLABLE, "a sparse output layer's probability: not in ctrax")  \
+    X(INT, attention_chunk_size, "0", ANY, UNSTORED, "attention on chunks of the sequence: not in ctrax")          \
+    X(STRING, mode, "'train'", ANY, UNSTORED, "the trainer picks train or eval; 'predict' is not supported")
 typedef struct ct_reformer_lm_params {
     CT_REFORMER_LM_PARAMS(CT_PARAM_FIELD)
+    // pos_type 'axial' (C API only: a config cannot carry a tuple into
+    // the struct yet): Trax's pos_axial_shape and pos_d_axial_embs, n axes.
+    int pos_axial_n;
+    int pos_axial_shape[CT_AXIAL_MAX_AXES];
+    int pos_d_axial_embs[CT_AXIAL_MAX_AXES];
 } ct_reformer_lm_params;
 ct_reformer_lm_params ct_reformer_lm_default_params(void);
 
-// Trax's ReformerLM (models/reformer/reformer.py) with causal multi-head
-// attention, int32 tokens (B, T) -> logits (B, T, V):
-//   ShiftRight(1), Embedding, Dropout, sinusoidal PositionalEncoding, Dup,
+// Whether p is a ReformerLM ctrax can build; if not, writes an error naming
+// the parameter (ReformerLM.<param>) into err. ct_reformer_lm asserts it.
+ct_status ct_reformer_lm_check(const ct_reformer_lm_params *p, ct_error *err);
+
+// Trax's ReformerLM (models/reformer/reformer.py), int32 tokens (B, T) ->
+// logits (B, T, V):
+//   ShiftRight(1), Embedding, Dropout, positional encoding (pos_type), Dup,
 //   ReversibleSerial(n_layers x [
-//     ReversibleHalfResidual(LayerNorm, CausalAttention)   named ...Attn,
+//     ReversibleHalfResidual(LayerNorm, attention)         named ...Attn,
 //     ReversibleSwap,
-//     ReversibleHalfResidual(LayerNorm, Dense(d_ff), Dropout, Gelu,
-//                            Dense(d_model), Dropout)       named ...FF,
+//     ReversibleHalfResidual(FF)                           named ...FF,
 //     ReversibleSwap]),
-//   Concatenate (-> 2 d_model), LayerNorm, Dropout, Dense(vocab_size).
+//   Concatenate (-> 2 d_model), LayerNorm, Dropout, Dense(vocab_size);
+// FF = LayerNorm, Dense(d_ff), Dropout, ff_activation, Dense(d_model),
+// Dropout, in Chunk(FF, ff_chunk_size) over the B*T rows when > 0.
+// attention: CausalAttention(d_model, n_heads, dropout), or
+// SelfAttention(n_heads, d_attention_key, d_attention_value, causal,
+// self_attention_*, both dropouts = dropout).
 // Differences from Trax: dropout masks are not shared along the sequence
-// axis (Trax's shared_axes=[-2]); attention is the full causal
+// axis (Trax's shared_axes=[-2]); the default attention is the full causal
 // CausalAttention (Trax's default SelfAttention takes the same role); the
-// positional encoding is fixed sinusoids (Trax starts trainable weights
-// from them); the half-residuals are named ReversibleHalfResidualAttn/FF
-// (Trax's ...DecoderAttn is longer than a layer name may be).
+// default positional encoding is fixed sinusoids (Trax starts trainable
+// weights from them); the half-residuals are named
+// ReversibleHalfResidualAttn/FF (Trax's ...DecoderAttn is longer than a
+// layer name may be); with ff_chunk_size and dropout, each chunk draws its
+// own elementwise masks (Trax one (1, D) mask per chunk), so chunking is
+// exact only at dropout 0, as in Trax. 'fixed-base' is Trax's
+// FixedBasePositionalEncoding with its defaults; 'axial' drops table
+// elements at rate dropout with one mask per example and channel, as Trax.
 ct_layer *ct_reformer_lm(ct_reformer_lm_params p);
 
 #ifdef __cplusplus
