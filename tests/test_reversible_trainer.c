@@ -451,20 +451,18 @@ static void test_options(void) {
               "host bytes %zu, weights + slots %zu", host->current_bytes, expect);
     ct_trainer_free(tr);
 
-    // No room on the device for the staging buffers: each step fails with
-    // the device's error (and nothing is copied into buffers it lacks).
+    // No room on the device for the staging buffers: the planning pass
+    // allocates them, so construction fails with the device's error, before
+    // any step (issue 12: a limit below the memory plan fails at once).
     dev = ct_device_cpu();
     dev.limit_bytes = 64;
     o = ct_reversible_default_options();
     o.reversible.copy_weights = true;
-    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err), &err);
-    for (int i = 0; i < 2; i++) {
-        ct_status st = ct_trainer_one_step(tr, b.t, ct_key_from_seed(2), 1, 1e-3f, NULL, &err);
-        CHECK_MSG(st == CT_ERR_MEMORY && strstr(err.msg, "device memory limit"), "step under a 64-byte device: %s",
-                  err.msg);
-    }
+    tr = NULL;
+    ct_status st = ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err);
+    CHECK_MSG(st == CT_ERR_MEMORY && strstr(err.msg, "device memory limit") && tr == NULL,
+              "construction under a 64-byte device: %s", err.msg);
     printf("copy_weights under a 64-byte device: %s\n", err.msg);
-    ct_trainer_free(tr);
     CHECK(dev.current_bytes == 0);
     ct_layer_free(model);
     ct_layer_free(loss);
@@ -639,9 +637,10 @@ static void test_memory_limit(void) {
     ct_trainer *tr;
     ct_error err;
     CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, NULL, &err), &err);
-    size_t slabs = dev.current_bytes;
-    CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(11), 1, 1e-3f, NULL, &err), &err);
+    // The arena is planned at construction (ct_trainer_memory_plan).
     size_t activations = ct_trainer_arena_bytes(tr);
+    size_t slabs = dev.current_bytes - ct_trainer_memory_plan(tr)->activations;
+    CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(11), 1, 1e-3f, NULL, &err), &err);
     ct_trainer_free(tr);
     // The limit: what the reversible trainer needs, well below the standard
     // trainer's activations alone.
@@ -650,14 +649,14 @@ static void test_memory_limit(void) {
            activations, dev.peak_bytes, limit);
     CHECK(activations > 2 * limit);
     // Under the limit (plus room for its own slabs) the standard trainer
-    // runs out of memory for activations...
+    // runs out of memory for activations, at construction (its planning
+    // pass)...
     dev = ct_device_cpu();
     dev.limit_bytes = slabs + limit;
-    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, NULL, &err), &err);
-    ct_status st = ct_trainer_one_step(tr, b.t, ct_key_from_seed(11), 1, 1e-3f, NULL, &err);
-    CHECK(st == CT_ERR_MEMORY);
+    tr = NULL;
+    ct_status st = ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, NULL, &err);
+    CHECK(st == CT_ERR_MEMORY && tr == NULL);
     printf("standard trainer under %zu + %zu bytes: %s: %s\n", slabs, limit, ct_status_name(st), err.msg);
-    ct_trainer_free(tr);
     ct_layer_free(model);
     ct_layer_free(loss);
     // ...while the reversible trainer trains under the limit alone.

@@ -317,6 +317,26 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     return CT_OK;
 }
 
+
+// The trainer's memory plan: one line at start, and the same figures (bytes)
+// in <output_dir>/memory_plan.json, recorded with the run.
+static void print_memory_plan(const ct_memory_plan *p, const char *output_dir) {
+    char line[512], path[4096];
+    printf("%s\n", ct_memory_plan_format(p, line, sizeof line));
+    int n = snprintf(path, sizeof path, "%s/memory_plan.json", output_dir);
+    FILE *f = n > 0 && (size_t)n < sizeof path ? fopen(path, "w") : NULL;
+    if (!f) {
+        ct_log(CT_LOG_WARN, "%s: cannot write the memory plan", path);
+        return;
+    }
+    fprintf(f,
+            "{\"weights\": %zu, \"gradients\": %zu, \"optimizer_slots\": %zu, \"state\": %zu, "
+            "\"activations\": %zu, \"stack\": %zu, \"scratch\": %zu, \"device_bytes\": %zu, \"host_bytes\": %zu}\n",
+            p->weights, p->grads, p->slots, p->state, p->activations, p->stack, p->scratch, p->device_bytes,
+            p->host_bytes);
+    fclose(f);
+}
+
 static int run_train(const train_args *a) {
     train_run r;
     memset(&r, 0, sizeof r);
@@ -357,6 +377,7 @@ static int run_train(const train_args *a) {
                o.trainer.memory_efficient ? "memory-efficient" : "standard", o.trainer.n_devices,
                r.comm ? ct_comm_size(r.comm) : 1, r.output_dir);
         printf("data: %s\n", desc);
+        print_memory_plan(ct_trainer_memory_plan(ct_loop_trainer(r.loop)), r.output_dir);
         if (ct_loop_restored_from(r.loop)[0])
             printf("resuming from %s/%s at step %lld\n", r.output_dir, ct_loop_restored_from(r.loop),
                    (long long)ct_loop_step(r.loop));

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define CT_ALIGN 64
@@ -99,12 +100,9 @@ ct_status ct_device_check_room(const ct_device *dev, double bytes, const char *w
 
 // Replica threads allocate from one device at once (their arenas grow during
 // the first step), so the counters are updated atomically.
-ct_status ct_device_alloc(ct_device *dev, size_t bytes, const char *what, void **out, ct_error *err) {
-    *out = NULL;
-    if (bytes == 0) return CT_OK;
-    if (bytes > SIZE_MAX - CT_ALIGN)
-        return ct_error_set(err, CT_ERR_MEMORY, "%s needs %zu bytes, more than an address space holds", what, bytes);
-    size_t padded = round_up(bytes, CT_ALIGN);
+// Counts padded bytes more on dev, or fails (nothing counted) when its
+// limit or the machine's memory would be passed.
+static ct_status device_take(ct_device *dev, size_t padded, const char *what, ct_error *err) {
     size_t now = __atomic_add_fetch(&dev->current_bytes, padded, __ATOMIC_RELAXED);
     if (dev->limit_bytes && now > dev->limit_bytes) {
         __atomic_sub_fetch(&dev->current_bytes, padded, __ATOMIC_RELAXED);
@@ -120,16 +118,26 @@ ct_status ct_device_alloc(ct_device *dev, size_t bytes, const char *what, void *
                             ct_format_bytes((double)padded, need, sizeof need), padded, now - padded,
                             ct_format_bytes((double)machine, have, sizeof have));
     }
+    size_t peak = __atomic_load_n(&dev->peak_bytes, __ATOMIC_RELAXED);
+    while (now > peak &&
+           !__atomic_compare_exchange_n(&dev->peak_bytes, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return CT_OK;
+}
+
+ct_status ct_device_alloc(ct_device *dev, size_t bytes, const char *what, void **out, ct_error *err) {
+    *out = NULL;
+    if (bytes == 0) return CT_OK;
+    if (bytes > SIZE_MAX - CT_ALIGN)
+        return ct_error_set(err, CT_ERR_MEMORY, "%s needs %zu bytes, more than an address space holds", what, bytes);
+    size_t padded = round_up(bytes, CT_ALIGN);
+    CT_TRY(device_take(dev, padded, what, err));
     void *p = aligned_alloc(CT_ALIGN, padded);
     if (!p) {
         __atomic_sub_fetch(&dev->current_bytes, padded, __ATOMIC_RELAXED);
         return ct_error_set(err, CT_ERR_MEMORY, "out of memory allocating %zu bytes for %s", padded, what);
     }
     memset(p, 0, padded);
-    size_t peak = __atomic_load_n(&dev->peak_bytes, __ATOMIC_RELAXED);
-    while (now > peak &&
-           !__atomic_compare_exchange_n(&dev->peak_bytes, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
     __atomic_add_fetch(&dev->n_allocs, 1, __ATOMIC_RELAXED);
     *out = p;
     return CT_OK;
@@ -177,6 +185,7 @@ void ct_arena_init(ct_arena *a, ct_device *dev) {
 }
 
 void ct_arena_free(ct_arena *a) {
+    if (a->measure_base) ct_arena_measure_end(a);
     while (a->head) {
         ct_arena_block *prev = a->head->prev;
         block_free(a, a->head);
@@ -185,8 +194,29 @@ void ct_arena_free(ct_arena *a) {
     a->used = a->high_water = 0;
 }
 
+// Measuring: the next n bytes of the reserved region; the device counts
+// the bytes in use beyond what it counted already.
+static void *measure_alloc(ct_arena *a, size_t n, ct_error *err) {
+    if (n > a->measure_reserved - a->used) {
+        ct_error_set(err, CT_ERR_MEMORY, "step arena (planning): needs more than the %zu bytes reserved",
+                     a->measure_reserved);
+        return NULL;
+    }
+    if (a->used + n > a->measure_counted) {
+        size_t more = a->used + n - a->measure_counted;
+        if (device_take(a->dev, more, "step arena (planned)", err) != CT_OK) return NULL;
+        a->measure_counted += more;
+    }
+    void *p = a->measure_base + a->used;
+    a->used += n;
+    if (a->used > a->high_water) a->high_water = a->used;
+    if (a->used > a->peak) a->peak = a->used;
+    return p;
+}
+
 void *ct_arena_alloc(ct_arena *a, size_t bytes, ct_error *err) {
     size_t n = round_up(bytes ? bytes : 1, CT_ALIGN);
+    if (a->measure_base) return measure_alloc(a, n, err);
     ct_arena_block *b = a->head;
     if (!b || b->used + n > b->cap) {
         size_t cap = CT_ARENA_MIN_BLOCK;
@@ -230,6 +260,11 @@ void ct_arena_reset_to(ct_arena *a, ct_arena_mark mark) {
 }
 
 void ct_arena_reset(ct_arena *a) {
+    if (a->measure_base) {
+        if (a->high_water > a->measure_max) a->measure_max = a->high_water;
+        a->used = a->high_water = 0;
+        return;
+    }
     if ((a->head && a->head->prev) || ct_arena_capacity(a) < a->high_water) {
         // The step needed more than one block (perhaps since given back by
         // ct_arena_reset_to): replace them with one block that holds the
@@ -249,6 +284,52 @@ size_t ct_arena_capacity(const ct_arena *a) {
     size_t n = 0;
     for (const ct_arena_block *b = a->head; b; b = b->prev) n += b->cap;
     return n;
+}
+
+size_t ct_arena_device_bytes(const ct_arena *a) {
+    size_t n = 0;
+    for (const ct_arena_block *b = a->head; b; b = b->prev) n += round_up(b->alloc_bytes, CT_ALIGN);
+    return n + a->measure_counted;
+}
+
+ct_status ct_arena_measure_begin(ct_arena *a, ct_error *err) {
+    CT_ASSERT(!a->measure_base);
+    ct_arena_free(a);
+    // Address space only (MAP_NORESERVE): pages become memory when touched,
+    // so the region can be as large as anything the device could hold.
+    size_t room = a->dev->limit_bytes ? a->dev->limit_bytes : ct_machine_memory_bytes();
+    if (!room) room = (size_t)1 << 40;
+    room = round_up(room, 4096);
+    void *p = mmap(NULL, room, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return ct_error_set(err, CT_ERR_MEMORY, "step arena (planning): cannot reserve %zu bytes of address space",
+                            room);
+    a->measure_base = p;
+    a->measure_reserved = room;
+    a->measure_counted = a->measure_max = 0;
+    return CT_OK;
+}
+
+size_t ct_arena_measure_end(ct_arena *a) {
+    if (!a->measure_base) return 0;
+    size_t most = a->high_water > a->measure_max ? a->high_water : a->measure_max;
+    munmap(a->measure_base, a->measure_reserved);
+    size_t before = __atomic_fetch_sub(&a->dev->current_bytes, a->measure_counted, __ATOMIC_RELAXED);
+    CT_ASSERT(before >= a->measure_counted);
+    a->measure_base = NULL;
+    a->measure_reserved = a->measure_counted = a->measure_max = 0;
+    a->used = a->high_water = 0;
+    return most;
+}
+
+ct_status ct_arena_reserve(ct_arena *a, size_t bytes, ct_error *err) {
+    CT_ASSERT(!a->measure_base && a->used == 0);
+    if (bytes == 0 || (a->head && !a->head->prev && a->head->cap >= bytes)) return CT_OK;
+    ct_arena_free(a);
+    ct_arena_block *b;
+    CT_TRY(block_new(a, bytes, &b, err));
+    a->head = b;
+    return CT_OK;
 }
 
 // ---- bookkeeping allocations ---------------------------------------------

@@ -85,6 +85,7 @@ typedef struct rt_replica {
     float *state;    // the state slab it runs on: the net's (device 0) or its own copy
     float *state_before, *state_after;  // state slabs around each layer's forward (for its recomputation)
     ct_train_dev dv;  // loss, weight, seed, status
+    size_t arena_plan;  // its arena's high-water mark, from the planning pass (bytes)
 } rt_replica;
 
 // Where a turn's weights and slots are: a device staging pair (copy_weights)
@@ -545,6 +546,7 @@ static void replica_begin_step(rt_trainer *t, rt_replica *r, int d, const ct_ten
 
 static ct_status rt_one_step(ct_trainer *base, const ct_tensor *batch, ct_key key, int64_t step, float lr,
                              ct_step_stats *stats, ct_error *err);
+static ct_status plan_step(rt_trainer *t, const ct_tensor *batch_sigs, ct_error *err);
 static void rt_free(ct_trainer *base);
 static const ct_trainer_vt rt_vt = {"reversible trainer", rt_one_step, rt_free};
 
@@ -622,6 +624,10 @@ ct_status ct_reversible_trainer_new(ct_trainer **out, ct_layer *model, ct_layer 
     if (t->b.opts.adasum && ct_comm_size(t->b.comm) > 1)
         t->gather_floats = (size_t)ct_comm_size(t->b.comm) * (size_t)t->b.n_local * t->max_w;
     prefetch_start(&t->pf, t->opt.copy_weights && t->opt.prefetch);
+    if ((st = plan_step(t, batch_sigs, err)) != CT_OK) {
+        rt_free(&t->b);
+        return st;
+    }
     *out = &t->b;
     return CT_OK;
 }
@@ -704,10 +710,14 @@ static ct_status ensure_device_buffers(rt_trainer *t, ct_error *err) {
     if (t->gather_floats && !t->gather)
         CT_TRY(ct_device_alloc(t->b.dev, t->gather_floats * sizeof(float), "Adasum gather buffer (one layer)",
                                (void **)&t->gather, err));
-    for (int d = 0; d < t->b.n_local; d++)
-        if (!t->replicas[d].grad_buf)
-            CT_TRY(ct_device_alloc(t->b.dev, t->max_w * sizeof(float), "layer gradients",
-                                   (void **)&t->replicas[d].grad_buf, err));
+    for (int d = 0; d < t->b.n_local; d++) {
+        rt_replica *r = &t->replicas[d];
+        if (!r->grad_buf)
+            CT_TRY(ct_device_alloc(t->b.dev, t->max_w * sizeof(float), "layer gradients", (void **)&r->grad_buf,
+                                   err));
+        // One block of the planned size (free_device_each_step gave it back).
+        if (!r->arena.measure_base) CT_TRY(ct_arena_reserve(&r->arena, r->arena_plan, err));
+    }
     return CT_OK;
 }
 
@@ -1198,6 +1208,80 @@ static ct_status nonfinite_step(rt_trainer *t, const ct_tensor *batch, ct_key ke
     return ct_error_set(err, first_updated >= 0 ? CT_ERR_STATE : CT_ERR_NONFINITE,
                         "non-finite gradient (L2 norm %g) in trainer layer %d%s: %s", ct_train_shown(sqrt(t->nf_value)),
                         (int)(bad - t->units), updated, found.msg);
+}
+
+// The device parts of the plan (see ct_memory_plan), with the buffers the
+// planning pass left.
+static void plan_parts(rt_trainer *t) {
+    ct_memory_plan *p = &t->b.plan;
+    size_t n_local = (size_t)t->b.n_local;
+    size_t wbytes = ct_train_padded(t->max_w * sizeof(float));
+    p->weights = t->opt.copy_weights ? 2 * wbytes : 0;
+    p->slots = t->opt.copy_weights ? 2 * ct_train_padded(t->max_slots * sizeof(float)) : 0;
+    p->grads = n_local * wbytes;
+    p->state = 0;
+    p->stack = 0;
+    for (int d = 0; d < t->b.n_local; d++)
+        for (int i = 0; i < t->replicas[d].n_pool; i++) p->stack += ct_train_padded(t->replicas[d].pool[i].bytes);
+    p->scratch = ct_train_padded(t->gather_floats * sizeof(float));
+    p->device_bytes = p->weights + p->slots + p->grads + p->activations + p->stack + p->scratch;
+    p->host_bytes = t->host.current_bytes;
+}
+
+// Every turn of one step on zeros (seeds 0) with the arenas measuring, as
+// nonfinite_step re-runs them: no collective, no update, no write-back.
+static ct_status plan_turns(rt_trainer *t, const ct_tensor *zeros) {
+    ct_status st = CT_OK;
+    for (int d = 0; d < t->b.n_local; d++) {
+        replica_begin_step(t, &t->replicas[d], d, zeros, ct_key_from_seed(0));
+        t->replicas[d].dv.seed = 0.0f;
+    }
+    for (int k = 0; k < t->n_turns && st == CT_OK; k++) {
+        stage_post(t, k);
+        prefetch_wait(&t->pf);
+        rt_unit *u = &t->units[t->turns[k].unit];
+        rt_stage s = stage_of(t, k);
+        if (u->kind == RT_LOSS) {
+            st = run_replicas(t, RT_LOSS_FORWARD, u, s, NULL);
+            if (st == CT_OK) st = run_replicas(t, RT_LOSS_BACKWARD, u, s, NULL);
+        } else {
+            st = run_replicas(t, t->turns[k].backward ? RT_BACKWARD : RT_FORWARD, u, s, NULL);
+        }
+    }
+    return st;
+}
+
+// The planning pass (see ct_memory_plan): the device buffers, the stack
+// items one step needs, and each arena as one block of its high-water mark.
+// The state goes back to what init left; weights and slots are not written.
+static ct_status plan_step(rt_trainer *t, const ct_tensor *batch_sigs, ct_error *err) {
+    const ct_net *net = &t->b.net;
+    ct_tensor zeros[CT_LAYER_MAX_IO];
+    ct_arena *arenas[CT_MAX_LOCAL_DEVICES];
+    CT_TRY(ct_train_plan_batch(batch_sigs, net->n_in, zeros, err));
+    ct_status st = ensure_device_buffers(t, err);
+    for (int d = 0; d < t->b.n_local; d++) {
+        arenas[d] = &t->replicas[d].arena;
+        if (st == CT_OK) st = ct_arena_measure_begin(arenas[d], err);
+    }
+    t->batch = zeros;
+    t->n_batch = net->n_in;
+    if (st == CT_OK && (st = plan_turns(t, zeros)) != CT_OK) {
+        ct_train_devices_status(&t->b, err);
+        ct_error_prefix(err, "reversible trainer: planning pass (one step's turns on zeros)");
+    }
+    clear_stacks(t);
+    restore_state(t);
+    t->batch = NULL;
+    t->n_batch = 0;
+    ct_train_plan_batch_free(zeros, net->n_in);
+    ct_status pst = ct_train_plan_arenas(&t->b, arenas, st == CT_OK ? err : NULL);
+    CT_TRY(st);
+    CT_TRY(pst);
+    for (int d = 0; d < t->b.n_local; d++) t->replicas[d].arena_plan = ct_arena_capacity(arenas[d]);
+    plan_parts(t);
+    if (t->opt.free_device_each_step) free_device_buffers(t);
+    return CT_OK;
 }
 
 static ct_status rt_one_step(ct_trainer *base, const ct_tensor *batch, ct_key key, int64_t step, float learning_rate,

@@ -476,3 +476,62 @@ ct_status ct_trainer_load_safetensors(ct_trainer *t, const char *path, ct_load_m
     ct_safetensors_close(f);
     return st;
 }
+
+// ---- the memory plan -------------------------------------------------------------------
+
+size_t ct_train_padded(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+ct_status ct_train_plan_batch(const ct_tensor *sigs, int n, ct_tensor *out, ct_error *err) {
+    for (int i = 0; i < n; i++) out[i].data = NULL;
+    for (int i = 0; i < n; i++) {
+        out[i] = ct_tensor_sig(&sigs[i]);
+        size_t bytes = ct_tensor_nbytes(&out[i]);
+        out[i].data = ct_calloc_checked(bytes ? bytes : 1, 1, err, "the planning pass's batch item %d", i);
+        if (!out[i].data) {
+            ct_train_plan_batch_free(out, i);
+            return CT_ERR_MEMORY;
+        }
+        if (out[i].dtype == CT_DTYPE_F32)
+            for (int64_t k = 0; k < ct_tensor_numel(&out[i]); k++) ct_f32(&out[i])[k] = 1.0f;
+    }
+    return CT_OK;
+}
+
+void ct_train_plan_batch_free(ct_tensor *batch, int n) {
+    for (int i = 0; i < n; i++) {
+        ct_free(batch[i].data);
+        batch[i].data = NULL;
+    }
+}
+
+ct_status ct_train_plan_arenas(ct_trainer *t, ct_arena *const *arenas, ct_error *err) {
+    // Every measure ends first: the counted pages go before the blocks come.
+    size_t high[CT_MAX_LOCAL_DEVICES];
+    for (int d = 0; d < t->n_local; d++) high[d] = ct_arena_measure_end(arenas[d]);
+    t->plan.activations = 0;
+    for (int d = 0; d < t->n_local; d++) {
+        CT_TRY(ct_arena_reserve(arenas[d], high[d], err));
+        t->plan.activations += ct_arena_device_bytes(arenas[d]);
+    }
+    return CT_OK;
+}
+
+const ct_memory_plan *ct_trainer_memory_plan(const ct_trainer *t) { return &t->plan; }
+
+char *ct_memory_plan_format(const ct_memory_plan *p, char *buf, size_t len) {
+    const double mib = 1048576.0;
+    int n = snprintf(buf, len,
+                     "memory plan: weights %.1f MiB, gradients %.1f MiB, optimizer slots %.1f MiB, state %.1f MiB, "
+                     "activations (arena) %.1f MiB",
+                     (double)p->weights / mib, (double)p->grads / mib, (double)p->slots / mib, (double)p->state / mib,
+                     (double)p->activations / mib);
+    if (n < 0 || (size_t)n >= len) return buf;
+    if (p->stack) n += snprintf(buf + n, len - (size_t)n, ", stack items %.1f MiB", (double)p->stack / mib);
+    if (n < 0 || (size_t)n >= len) return buf;
+    if (p->scratch) n += snprintf(buf + n, len - (size_t)n, ", Adasum gather %.1f MiB", (double)p->scratch / mib);
+    if (n < 0 || (size_t)n >= len) return buf;
+    n += snprintf(buf + n, len - (size_t)n, "; device total %.1f MiB", (double)p->device_bytes / mib);
+    if (n < 0 || (size_t)n >= len) return buf;
+    if (p->host_bytes) snprintf(buf + n, len - (size_t)n, "; host %.1f MiB", (double)p->host_bytes / mib);
+    return buf;
+}

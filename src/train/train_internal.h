@@ -58,6 +58,7 @@ struct ct_trainer {
     ct_arena eval_arena;
     ct_ctx eval_ctx;
     bool eval_ready;
+    ct_memory_plan plan;  // set by the implementation at construction
 };
 
 // The construction both share: checks the options, takes model, loss and
@@ -72,6 +73,17 @@ void ct_train_base_free(ct_trainer *t);
 
 // Local device d's arena (on t->dev) and context, and its entry in t->devs.
 void ct_train_dev_init(ct_trainer *t, int d, ct_train_dev *dev, ct_arena *arena, ct_ctx *ctx);
+
+// The planning pass's batch: zeros shaped as sigs (f32 items ones, so a
+// weighted loss has weight to average over), on the host; free with
+// ct_train_plan_batch_free.
+ct_status ct_train_plan_batch(const ct_tensor *sigs, int n, ct_tensor *out, ct_error *err);
+void ct_train_plan_batch_free(ct_tensor *batch, int n);
+// Bytes ct_device_alloc counts for bytes (padded).
+size_t ct_train_padded(size_t bytes);
+// Ends every local device's arena's measuring and gives it one block of the
+// high-water mark; t->plan.activations gets their device bytes.
+ct_status ct_train_plan_arenas(ct_trainer *t, ct_arena *const *arenas, ct_error *err);
 
 // The implementations' constructors (t->vt->who names them in messages).
 ct_status ct_standard_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs,

@@ -154,6 +154,68 @@ static ct_status replicas_init(std_trainer *t, ct_error *err) {
     return CT_OK;
 }
 
+static void forward_all(std_trainer *t, const ct_tensor *batch, const ct_key *keys);
+static void backward_all(std_trainer *t, const ct_key *keys);
+
+// The device parts of the plan other than the arenas (see ct_memory_plan).
+static void plan_slabs(std_trainer *t) {
+    const ct_net *net = &t->b.net;
+    ct_memory_plan *p = &t->b.plan;
+    size_t wbytes = ct_train_padded(net->n_weights * sizeof(float));
+    p->weights = wbytes;
+    p->grads = (size_t)t->b.n_local * wbytes;
+    p->slots = ct_train_padded(t->b.n_slot_floats * sizeof(float));
+    p->state = (t->state_before ? 2 : 1) * ct_train_padded(net->n_state * sizeof(float));
+    p->scratch = ct_train_padded(t->gather_floats * sizeof(float));
+    p->device_bytes = p->weights + p->grads + p->slots + p->state + p->activations + p->scratch;
+}
+
+// The planning pass: one step's forward and backward on zeros (seed 0),
+// with the arenas measuring, then one block each of the high-water mark.
+// No bucket goes to the comm and no update runs; the state goes back to
+// what init left, and forward zeroes the gradients again at step 1, so
+// the steps are bitwise as without it.
+static ct_status plan_step(std_trainer *t, const ct_tensor *batch_sigs, ct_error *err) {
+    ct_net *net = &t->b.net;
+    int n_local = t->b.n_local;
+    ct_tensor zeros[CT_LAYER_MAX_IO];
+    ct_arena *arenas[CT_MAX_LOCAL_DEVICES];
+    ct_key keys[CT_MAX_LOCAL_DEVICES];
+    CT_TRY(ct_train_plan_batch(batch_sigs, net->n_in, zeros, err));
+    void (*on_grads[CT_MAX_LOCAL_DEVICES])(void *, const ct_layer *);
+    if (net->n_state) memcpy(t->state_before, net->state, net->n_state * sizeof(float));
+    ct_status st = CT_OK;
+    for (int d = 0; d < n_local; d++) {
+        arenas[d] = &t->replicas[d].arena;
+        keys[d] = ct_key_from_seed(0);
+        on_grads[d] = t->replicas[d].ctx.on_weight_grads;
+        t->replicas[d].ctx.on_weight_grads = NULL;
+        t->replicas[d].dv.seed = 0.0f;
+        if (st == CT_OK) st = ct_arena_measure_begin(arenas[d], err);
+    }
+    if (st == CT_OK) {
+        forward_all(t, zeros, keys);
+        st = ct_train_devices_status(&t->b, err);
+    }
+    if (st == CT_OK) {
+        backward_all(t, keys);
+        st = ct_train_devices_status(&t->b, err);
+    }
+    for (int d = 0; d < n_local; d++) {
+        ct_arena_reset(arenas[d]);
+        t->replicas[d].ctx.on_weight_grads = on_grads[d];
+        memset(t->replicas[d].grads, 0, net->n_weights * sizeof(float));
+    }
+    if (net->n_state) memcpy(net->state, t->state_before, net->n_state * sizeof(float));
+    ct_train_plan_batch_free(zeros, net->n_in);
+    ct_status pst = ct_train_plan_arenas(&t->b, arenas, st == CT_OK ? err : NULL);
+    if (st != CT_OK) ct_error_prefix(err, "trainer: planning pass (one step's forward and backward on zeros)");
+    CT_TRY(st);
+    CT_TRY(pst);
+    plan_slabs(t);
+    return CT_OK;
+}
+
 ct_status ct_standard_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs,
                                   int n_batch, ct_optimizer *opt, ct_key init_key, ct_device *dev,
                                   const ct_trainer_options *opts, ct_error *err) {
@@ -177,6 +239,7 @@ ct_status ct_standard_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *l
         st = ct_device_alloc(dev, t->gather_floats * sizeof(float), "Adasum gather buffer", (void **)&t->gather, err);
         if (st != CT_OK) goto fail;
     }
+    if ((st = plan_step(t, batch_sigs, err)) != CT_OK) goto fail;
     *out = &t->b;
     return CT_OK;
 fail:

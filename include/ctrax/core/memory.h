@@ -61,10 +61,13 @@ char *ct_format_bytes(double bytes, char *buf, size_t len);
 void ct_device_free(ct_device *dev, void *ptr, size_t bytes);
 void ct_device_reset_peak(ct_device *dev);
 
-// The step arena: a bump allocator on a device. During the first step it grows
-// by chaining blocks; ct_arena_reset then merges them into one block as big as
-// the step's high-water mark, so later steps of the same shapes allocate
-// nothing. Alignment is 64 bytes.
+// The step arena: a bump allocator on a device. Unplanned, it grows during
+// the first step by chaining blocks, and ct_arena_reset then merges them
+// into one block as big as the step's high-water mark, so later steps of the
+// same shapes allocate nothing (but the first holds the chain and peaks up
+// to twice as high). Planned (the trainers: ct_arena_measure_begin, a
+// planning pass, ct_arena_measure_end, ct_arena_reserve), it is that one
+// block from the start. Alignment is 64 bytes.
 typedef struct ct_arena_block ct_arena_block;
 typedef struct ct_arena {
     ct_device *dev;
@@ -72,6 +75,14 @@ typedef struct ct_arena {
     size_t used;           // bytes in use over all blocks
     size_t high_water;     // most bytes in use since the last reset
     size_t peak;           // most bytes ever in use
+    // Measuring (ct_arena_measure_begin): allocations come from one region
+    // of reserved address space instead of blocks; the device counts only
+    // the bytes handed out (the pages touched), so a planning pass peaks at
+    // what it uses, not at a chain of doubling blocks.
+    unsigned char *measure_base;
+    size_t measure_reserved;  // bytes of address space reserved
+    size_t measure_counted;   // bytes counted on the device
+    size_t measure_max;       // the most bytes in use at once while measuring
 } ct_arena;
 
 typedef struct ct_arena_mark {
@@ -93,6 +104,24 @@ void ct_arena_reset_to(ct_arena *a, ct_arena_mark mark);
 void ct_arena_reset(ct_arena *a);
 // Capacity reserved on the device by the arena, in bytes.
 size_t ct_arena_capacity(const ct_arena *a);
+// Bytes the arena's blocks hold on the device (capacity plus block headers,
+// padded as ct_device_alloc pads): what it adds to dev->current_bytes.
+size_t ct_arena_device_bytes(const ct_arena *a);
+
+// Planning a step's arena before the step (the trainers' planning pass):
+// ct_arena_measure_begin frees the arena's blocks and switches it to
+// measuring; allocations then work as usual (real, writable memory) but come
+// from reserved address space, counted on the device as they are handed out
+// (its limit applies: past it, ct_arena_alloc fails with CT_ERR_MEMORY);
+// resets keep the most bytes in use at once. ct_arena_measure_end gives the
+// space back and returns that most (0 when nothing was allocated).
+ct_status ct_arena_measure_begin(ct_arena *a, ct_error *err);
+size_t ct_arena_measure_end(ct_arena *a);
+// Makes the arena one block of at least bytes (the planned high-water
+// mark), so a step that needs no more allocates nothing and the device
+// never holds a chain of growing blocks. CT_ERR_MEMORY, naming the bytes,
+// when the device cannot take it.
+ct_status ct_arena_reserve(ct_arena *a, size_t bytes, ct_error *err);
 
 // The out-of-memory policy, one for all of ctrax:
 //  - Bookkeeping (structs, names, lists, small buffers whose size the

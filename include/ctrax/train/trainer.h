@@ -17,8 +17,9 @@
 // Two implementations behind one ct_trainer: the standard step (this file)
 // and the memory-efficient one (reversible_trainer.h), picked by
 // ct_trainer_options.memory_efficient. The trainer owns the net (slabs), the
-// optimizer slot slab, the arenas and the run contexts. Everything is allocated when the trainer is created and
-// during the first step; later steps of the same shapes allocate nothing.
+// optimizer slot slab, the arenas and the run contexts. Device memory is allocated when the trainer is
+// created, as its memory plan says (ct_trainer_memory_plan); steps of the
+// construction shapes allocate nothing on the device.
 #ifndef CTRAX_TRAIN_TRAINER_H
 #define CTRAX_TRAIN_TRAINER_H
 
@@ -182,8 +183,34 @@ void ct_trainer_checkpoint_tensors(const ct_trainer *t, ct_named_tensor **weight
 
 // The optimizer (its hyperparameters are read and set by name).
 ct_optimizer *ct_trainer_optimizer(const ct_trainer *t);
-// Bytes the step arenas reserve (all replicas), after the first step sized them.
+// Bytes the step arenas reserve (all replicas), as planned at construction.
 size_t ct_trainer_arena_bytes(const ct_trainer *t);
+// What a trainer holds on its device, in bytes (each part padded as
+// ct_device_alloc pads). Planned at construction: a planning pass runs one
+// step's forward and backward on a batch of zeros of the construction
+// signatures with the step arenas measuring (ct_arena_measure_begin), then
+// gives each arena one block of its high-water mark; so the first step
+// allocates nothing more and peaks no higher than later steps, and a device
+// limit below the plan fails in ct_trainer_new with CT_ERR_MEMORY naming
+// the bytes. The device parts add up to device_bytes: what dev holds from
+// construction on (dev->current_bytes right after ct_trainer_new, when
+// nothing else is on it). Attention scratch has no part of its own: it is
+// in the arena (activations).
+typedef struct ct_memory_plan {
+    size_t weights;      // the weight slab; memory-efficient: staged layer weights (copy_weights)
+    size_t grads;        // one gradient slab per local device; memory-efficient: one layer's, per device
+    size_t slots;        // the optimizer slot slab; memory-efficient: staged layer slots (copy_weights)
+    size_t state;        // layer state and its copy for a non-finite step (standard)
+    size_t activations;  // the step arenas, every local device's
+    size_t stack;        // memory-efficient: stack items and kept inputs; standard: 0
+    size_t scratch;      // the Adasum gather buffer
+    size_t device_bytes; // the sum of the above
+    size_t host_bytes;   // memory-efficient: weights, slots, state and gradients on the host; standard: 0
+} ct_memory_plan;
+const ct_memory_plan *ct_trainer_memory_plan(const ct_trainer *t);
+// The plan as one line into buf ("memory plan: weights 1.2 MiB, gradients
+// ..., device total 9.9 MiB"); returns buf.
+char *ct_memory_plan_format(const ct_memory_plan *p, char *buf, size_t len);
 // Devices over all processes.
 int ct_trainer_global_devices(const ct_trainer *t);
 // Whether this is the memory-efficient trainer.
