@@ -57,6 +57,7 @@
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/efficient_attention.h"
 #include "ctrax/layers/layer.h"
+#include "ctrax/layers/lsh_attention.h"
 #include "ctrax/layers/reversible.h"
 #include "ctrax/models/models.h"
 #include "ctrax/optim/optimizer.h"

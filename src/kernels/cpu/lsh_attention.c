@@ -1,0 +1,286 @@
+#include "kernels/cpu/lsh_attention.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/vmath.h"
+
+static int64_t win_len(const ct_lsh_dims *d) { return d->m * (1 + d->before + d->after); }
+
+// The work area, carved in this order (forward part first, so backward's
+// layout extends it): sort keys (L int64), perm (L int32), sq, sk (L, dk),
+// sv, so (L, dv), slse (L), S (m, W); backward adds sdo, dsv (L, dv), sdlse
+// (L), dsq, dsk (L, dk), G (m, W), the rounds' weights w_r (T, R). L = R T. f (W): one row's
+// dropout factors.
+typedef struct lsh_work {
+    int64_t *keys;
+    int32_t *perm;
+    float *sq, *sk, *sv, *so, *slse, *S, *f;
+    float *sdo, *dsv, *sdlse, *dsq, *dsk, *G, *w_r;
+} lsh_work;
+
+int64_t ct_lsh_work_floats(const ct_lsh_dims *d, bool backward) {
+    const int64_t L = d->R * d->T, mw = d->m * win_len(d);
+    int64_t n = 3 * L + 2 * L * d->dk + 2 * L * d->dv + L + mw + win_len(d);
+    if (backward) n += 2 * L * d->dv + L + 2 * L * d->dk + mw + L;
+    return n;
+}
+
+static lsh_work carve(float *w, const ct_lsh_dims *d, bool backward) {
+    const int64_t L = d->R * d->T, mw = d->m * win_len(d);
+    lsh_work k = {0};
+    k.keys = (int64_t *)(void *)w;  // the arena is 64-byte aligned; L int64 = 2L floats
+    k.perm = (int32_t *)(void *)(w + 2 * L);
+    k.sq = w + 3 * L, k.sk = k.sq + L * d->dk, k.sv = k.sk + L * d->dk, k.so = k.sv + L * d->dv;
+    k.slse = k.so + L * d->dv, k.S = k.slse + L, k.f = k.S + mw;
+    if (backward) {
+        k.sdo = k.f + win_len(d), k.dsv = k.sdo + L * d->dv, k.sdlse = k.dsv + L * d->dv, k.dsq = k.sdlse + L;
+        k.dsk = k.dsq + L * d->dk, k.G = k.dsk + L * d->dk, k.w_r = k.G + mw;
+    }
+    return k;
+}
+
+void ct_lsh_hash(float *buckets, const float *q, const float *rot, int64_t T, int64_t dk, int64_t R,
+                 const int *f, int n_f) {
+    int64_t n_rot = 0, NB = 1;
+    for (int j = 0; j < n_f; j++) n_rot += f[j] / 2, NB *= f[j];
+    // rot is (dk, R, n_rot): z[r, t, c] = sum_i q[t, i] rot[i, r, c]
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t t = 0; t < T; t++) {
+            int64_t bucket = 0, stride = 1, c0 = 0;
+            for (int j = 0; j < n_f; j++) {
+                const int64_t h = f[j] / 2;
+                int64_t best = 0;
+                float best_v = -INFINITY;
+                for (int64_t c = 0; c < 2 * h; c++) {  // concat(z, -z): first index wins ties
+                    double z = 0.0;
+                    for (int64_t i = 0; i < dk; i++) z += (double)q[t * dk + i] * rot[(i * R + r) * n_rot + c0 + c % h];
+                    float zv = c < h ? (float)z : -(float)z;
+                    if (zv > best_v) best_v = zv, best = c;
+                }
+                bucket += best * stride, stride *= f[j], c0 += h;
+            }
+            buckets[r * T + t] = (float)(bucket + r * NB);
+        }
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// perm: sorted row j -> flat index i = r * T + t, by key T * bucket_i + t
+// (all distinct, so the order is Trax's argsort). Then sq, sk, sv.
+static void sort_gather(lsh_work *k, const float *q, const float *v, const float *buckets, const ct_lsh_dims *d) {
+    const int64_t T = d->T, L = d->R * T;
+    for (int64_t i = 0; i < L; i++) k->keys[i] = T * (int64_t)buckets[i] + i % T;
+    qsort(k->keys, (size_t)L, sizeof *k->keys, cmp_i64);
+    for (int64_t j = 0; j < L; j++) {
+        int64_t b = k->keys[j] / T, t = k->keys[j] % T;
+        k->perm[j] = (int32_t)((b / d->NB) * T + t);
+        memcpy(k->sq + j * d->dk, q + t * d->dk, (size_t)d->dk * sizeof(float));
+        memcpy(k->sv + j * d->dv, v + t * d->dv, (size_t)d->dv * sizeof(float));
+    }
+    // Trax's length_normalized / sqrt(dk): k = q / sqrt(mean(q^2) + 1e-6) / sqrt(dk)
+    const float scale = 1.0f / sqrtf((float)d->dk);
+    for (int64_t j = 0; j < L; j++) {
+        const float *x = k->sq + j * d->dk;
+        double ms = 0.0;
+        for (int64_t i = 0; i < d->dk; i++) ms += (double)x[i] * x[i];
+        float r = (float)(1.0 / sqrt(ms / (double)d->dk + 1e-6)) * scale;
+        for (int64_t i = 0; i < d->dk; i++) k->sk[j * d->dk + i] = x[i] * r;
+    }
+}
+
+// The window's chunk at offset j of query chunk c (look_adjacent's wrap,
+// as kernels/cpu/chunked_attention.c).
+static int64_t win_chunk(int64_t c, int64_t j, int64_t N) {
+    if (j <= -N || j >= N) return c;
+    return (c + j + N) % N;
+}
+
+// S (m, W) = sq_c sk_window^T, penalised by original position.
+static void dots(float *S, const lsh_work *k, int64_t c, const ct_lsh_dims *d) {
+    const int64_t m = d->m, W = win_len(d), N = d->R * d->T / m, nw = 1 + d->before + d->after, T = d->T;
+    for (int64_t jj = 0; jj < nw; jj++) {
+        int64_t s = win_chunk(c, jj - d->before, N);
+        ct_sgemm(false, true, m, m, d->dk, 1.0f, k->sq + c * m * d->dk, d->dk, k->sk + s * m * d->dk, d->dk, 0.0f,
+                 S + jj * m, W);
+        for (int64_t r = 0; r < m; r++) {
+            int64_t qpos = k->perm[c * m + r] % T;
+            float *row = S + r * W + jj * m;
+            for (int64_t i = 0; i < m; i++) {
+                int64_t kpos = k->perm[s * m + i] % T;
+                if (d->causal && qpos < kpos) row[i] -= 1e9f;
+                if (qpos == kpos) row[i] -= 1e5f;
+            }
+        }
+    }
+}
+
+static float row_lse(const float *row, int64_t W) {
+    float maxv = -INFINITY;
+    for (int64_t w = 0; w < W; w++) maxv = row[w] > maxv ? row[w] : maxv;
+    double sum = 0.0;
+    for (int64_t w = 0; w < W; w++) sum += ct_vexp_nonpos(row[w] - maxv);
+    return maxv + (float)log(sum);  // sum >= 1: the max term is exp(0)
+}
+
+// f (W): the dropout factors of mask row r (counter r * W + w), or ones.
+static void drop_factors(float *f, int64_t r, ct_key key, const ct_lsh_dims *d) {
+    const int64_t W = win_len(d);
+    if (d->dropout <= 0.0f) {
+        for (int64_t w = 0; w < W; w++) f[w] = 1.0f;
+        return;
+    }
+    const uint64_t threshold = ct_dropout_threshold(d->dropout);
+    const float scale = 1.0f / (1.0f - d->dropout);
+    for (int64_t w = 0; w < W; w++) f[w] = ct_random_bits(key, (uint32_t)(r * W + w)) >= threshold ? scale : 0.0f;
+}
+
+// Sorted attention of chunk c: so_c, slse_c. f: W floats.
+static void chunk_forward(lsh_work *k, float *f, int64_t c, ct_key key, const ct_lsh_dims *d) {
+    const int64_t m = d->m, W = win_len(d), N = d->R * d->T / m, nw = 1 + d->before + d->after;
+    dots(k->S, k, c, d);
+    for (int64_t r = 0; r < m; r++) {
+        float *row = k->S + r * W, lse = row_lse(row, W);
+        k->slse[c * m + r] = lse;
+        drop_factors(f, r, key, d);
+        for (int64_t w = 0; w < W; w++) row[w] = ct_vexp_nonpos(row[w] - lse) * f[w];
+    }
+    for (int64_t jj = 0; jj < nw; jj++) {
+        int64_t s = win_chunk(c, jj - d->before, N);
+        ct_sgemm(false, false, m, d->dv, m, 1.0f, k->S + jj * m, W, k->sv + s * m * d->dv, d->dv, jj ? 1.0f : 0.0f,
+                 k->so + c * m * d->dv, d->dv);
+    }
+}
+
+void ct_lsh_forward(float *o_r, float *lse_r, const float *q, const float *v, const float *buckets, float *work,
+                    ct_key key, const ct_lsh_dims *d) {
+    const int64_t L = d->R * d->T;
+    if (L == 0) return;
+    lsh_work k = carve(work, d, false);
+    sort_gather(&k, q, v, buckets, d);
+    for (int64_t c = 0; c < L / d->m; c++) chunk_forward(&k, k.f, c, key, d);
+    for (int64_t j = 0; j < L; j++) {  // unsort: the gather's inverse
+        memcpy(o_r + (int64_t)k.perm[j] * d->dv, k.so + j * d->dv, (size_t)d->dv * sizeof(float));
+        lse_r[k.perm[j]] = k.slse[j];
+    }
+}
+
+// The rounds' weights of position t, softmax_r(lse_r[r, t]) -> w (R), as
+// exp(lse_r - max) / sum in double: a logsumexp near the -1e5 self penalty
+// has an ulp of 1/128 in float, too coarse to subtract. R = 1: w = 1.
+static void round_weights(float *w, const float *lse_r, int64_t t, const ct_lsh_dims *d) {
+    float mx = -INFINITY;
+    for (int64_t r = 0; r < d->R; r++) mx = lse_r[r * d->T + t] > mx ? lse_r[r * d->T + t] : mx;
+    double s = 0.0;
+    for (int64_t r = 0; r < d->R; r++) s += exp((double)lse_r[r * d->T + t] - mx);
+    for (int64_t r = 0; r < d->R; r++) w[r] = (float)(exp((double)lse_r[r * d->T + t] - mx) / s);
+}
+
+void ct_lsh_combine(float *o, const float *o_r, const float *lse_r, float *w, const ct_lsh_dims *d) {
+    const int64_t T = d->T, dv = d->dv;
+    for (int64_t t = 0; t < T; t++) {
+        round_weights(w, lse_r, t, d);
+        for (int64_t i = 0; i < dv; i++) o[t * dv + i] = 0.0f;
+        for (int64_t r = 0; r < d->R; r++)
+            for (int64_t i = 0; i < dv; i++) o[t * dv + i] += w[r] * o_r[(r * T + t) * dv + i];
+    }
+}
+
+// The combination's backward, gathered into sorted order: sdo[j] = w_r do_t
+// and sdlse[j] = w_r (do_t . o_r - do_t . o_t) for row j = (r, t); also so
+// and slse, the forward's sorted outputs.
+static void combine_backward(lsh_work *k, const float *dout, const float *o, const float *o_r, const float *lse_r,
+                             const ct_lsh_dims *d) {
+    const int64_t T = d->T, dv = d->dv, L = d->R * T;
+    for (int64_t t = 0; t < T; t++) round_weights(k->w_r + t * d->R, lse_r, t, d);
+    for (int64_t j = 0; j < L; j++) {
+        const int64_t i = k->perm[j], t = i % T;
+        const float *g = dout + t * dv, *oi = o_r + i * dv, *ot = o + t * dv;
+        float w = k->w_r[t * d->R + i / T];
+        double a = 0.0, b = 0.0;
+        for (int64_t x = 0; x < dv; x++) a += (double)g[x] * oi[x], b += (double)g[x] * ot[x];
+        for (int64_t x = 0; x < dv; x++) k->sdo[j * dv + x] = w * g[x];
+        k->sdlse[j] = d->R > 1 ? w * (float)(a - b) : 0.0f;
+        memcpy(k->so + j * dv, oi, (size_t)dv * sizeof(float));
+        k->slse[j] = lse_r[i];
+    }
+}
+
+// Score gradients of chunk c's rows, with S = P, G = dO V^T: G <- P f (for
+// dv), S <- P (f G - dO.o + dlse) (lse's own gradient adds dlse P).
+static void chunk_row_grads(lsh_work *k, float *f, int64_t c, ct_key key, const ct_lsh_dims *d) {
+    const int64_t m = d->m, W = win_len(d);
+    for (int64_t r = 0; r < m; r++) {
+        const int64_t j = c * m + r;
+        double dot = 0.0;
+        for (int64_t i = 0; i < d->dv; i++) dot += (double)k->sdo[j * d->dv + i] * k->so[j * d->dv + i];
+        drop_factors(f, r, key, d);
+        float *p = k->S + r * W, *g = k->G + r * W, lse = k->slse[j], extra = k->sdlse[j] - (float)dot;
+        for (int64_t w = 0; w < W; w++) {
+            float pw = ct_vexp_nonpos(p[w] - lse);
+            p[w] = pw * (f[w] * g[w] + extra);
+            g[w] = pw * f[w];
+        }
+    }
+}
+
+static void chunk_backward(lsh_work *k, float *f, int64_t c, ct_key key, const ct_lsh_dims *d) {
+    const int64_t m = d->m, W = win_len(d), N = d->R * d->T / m, nw = 1 + d->before + d->after, dk = d->dk,
+                  dv = d->dv;
+    dots(k->S, k, c, d);
+    for (int64_t jj = 0; jj < nw; jj++) {  // G = dO_c V_window^T
+        int64_t s = win_chunk(c, jj - d->before, N);
+        ct_sgemm(false, true, m, m, dv, 1.0f, k->sdo + c * m * dv, dv, k->sv + s * m * dv, dv, 0.0f, k->G + jj * m,
+                 W);
+    }
+    chunk_row_grads(k, f, c, key, d);
+    for (int64_t jj = 0; jj < nw; jj++) {
+        int64_t s = win_chunk(c, jj - d->before, N);
+        ct_sgemm(true, false, m, dv, m, 1.0f, k->G + jj * m, W, k->sdo + c * m * dv, dv, 1.0f, k->dsv + s * m * dv,
+                 dv);
+        ct_sgemm(false, false, m, dk, m, 1.0f, k->S + jj * m, W, k->sk + s * m * dk, dk, 1.0f, k->dsq + c * m * dk,
+                 dk);
+        ct_sgemm(true, false, m, dk, m, 1.0f, k->S + jj * m, W, k->sq + c * m * dk, dk, 1.0f, k->dsk + s * m * dk,
+                 dk);
+    }
+}
+
+// dsq += the gradient through sk = s r sq, r = (mean(sq^2) + eps)^(-1/2).
+static void shared_key_backward(lsh_work *k, const ct_lsh_dims *d) {
+    const int64_t n = d->dk;
+    const double scale = 1.0 / sqrt((double)n);
+    for (int64_t j = 0; j < d->R * d->T; j++) {
+        const float *x = k->sq + j * n, *g = k->dsk + j * n;
+        double ms = 0.0, gq = 0.0;
+        for (int64_t i = 0; i < n; i++) ms += (double)x[i] * x[i], gq += (double)g[i] * x[i];
+        double r = 1.0 / sqrt(ms / (double)n + 1e-6);
+        double a = scale * r, b = scale * r * r * r * gq / (double)n;
+        for (int64_t i = 0; i < n; i++) k->dsq[j * n + i] += (float)(a * g[i] - b * x[i]);
+    }
+}
+
+void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, const float *o_r,
+                     const float *lse_r, const float *q, const float *v, const float *buckets, float *work,
+                     ct_key key, const ct_lsh_dims *d) {
+    const int64_t T = d->T, L = d->R * T;
+    if (L == 0) return;
+    lsh_work k = carve(work, d, true);
+    sort_gather(&k, q, v, buckets, d);
+    combine_backward(&k, dout, o, o_r, lse_r, d);
+    memset(k.dsv, 0, (size_t)(L * d->dv) * sizeof(float));
+    memset(k.dsq, 0, (size_t)(L * d->dk) * sizeof(float));
+    memset(k.dsk, 0, (size_t)(L * d->dk) * sizeof(float));
+    for (int64_t c = 0; c < L / d->m; c++) chunk_backward(&k, k.f, c, key, d);
+    shared_key_backward(&k, d);
+    for (int64_t j = 0; j < L; j++) {  // the gather's gradient: scatter-add by position
+        const int64_t t = k.perm[j] % T;
+        for (int64_t i = 0; i < d->dk; i++) dq[t * d->dk + i] += k.dsq[j * d->dk + i];
+        for (int64_t i = 0; i < d->dv; i++) dv[t * d->dv + i] += k.dsv[j * d->dv + i];
+    }
+}
