@@ -16,6 +16,7 @@
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/chunked_attention.h"
+#include "layers/attention_internal.h"
 #include "layers/internal.h"
 
 typedef struct sa_hp {
@@ -44,11 +45,7 @@ static ct_status sa_check_params(const ct_layer *l, ct_error *err) {
         return ct_layer_fail(l, err, CT_ERR_ARG, "init",
                              "n_chunks_before %d / n_chunks_after %d need a chunk_len (full attention has one chunk)",
                              p->n_chunks_before, p->n_chunks_after);
-    if (!(p->attention_dropout >= 0.0f && p->attention_dropout < 1.0f) ||
-        !(p->output_dropout >= 0.0f && p->output_dropout < 1.0f))
-        return ct_layer_fail(l, err, CT_ERR_ARG, "init", "attention_dropout %g and output_dropout %g must be in [0, 1)",
-                             (double)p->attention_dropout, (double)p->output_dropout);
-    return CT_OK;
+    return ct_attention_check_dropouts(l, p->attention_dropout, p->output_dropout, err);
 }
 
 // The kernel's dimensions for input x (B, T, D) in this ctx's mode, after
@@ -80,25 +77,6 @@ static ct_status sa_dims(const ct_layer *l, const ct_ctx *c, const ct_tensor *x,
     return CT_OK;
 }
 
-// Declares H weights "<name>[h]" (rows, cols) each, head h's from key
-// split(split(key, h), which); returns the index of the first.
-static int declare_heads(ct_layer *l, ct_init_ctx *ic, const char *name, int64_t rows, int64_t cols, float limit,
-                         ct_key key, uint32_t which) {
-    const int H = ((const sa_hp *)l->hp)->p.n_heads;
-    int first = -1;
-    for (int h = 0; h < H; h++) {
-        char n[CT_NAME_MAX];
-        snprintf(n, sizeof n, "%s[%d]", name, h);
-        int i = ct_layer_declare_weight(l, ic, n, ct_tensor_2d(CT_DTYPE_F32, rows, cols, NULL),
-                                        (ct_initializer){CT_INIT_UNIFORM, limit},
-                                        ct_key_split(ct_key_split(key, (uint32_t)h), which));
-        if (h == 0) first = i;
-        // The kernels read the heads as one (H, rows, cols) array.
-        CT_ASSERT(l->weights[i].offset == l->weights[first].offset + (size_t)(h * rows * cols));
-    }
-    return first;
-}
-
 static ct_status sa_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
                          ct_error *err) {
     sa_hp *hp = l->hp;
@@ -109,10 +87,10 @@ static ct_status sa_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_t
     CT_TRY(sa_dims(l, NULL, &in[0], "init", &d, err));
     int64_t D = hp->d_model = in[0].shape[2], H = p->n_heads;
     float lim_qk = (float)sqrt(6.0 / (double)(D + p->d_qk * H)), lim_v = (float)sqrt(6.0 / (double)(D + p->d_v * H));
-    hp->wq = declare_heads(l, ic, "Wq", D, p->d_qk, lim_qk, key, 0);
-    hp->wk = p->share_qk ? -1 : declare_heads(l, ic, "Wk", D, p->d_qk, lim_qk, key, 1);
-    hp->wv = declare_heads(l, ic, "Wv", D, p->d_v, lim_v, key, 2);
-    hp->wo = declare_heads(l, ic, "Wo", p->d_v, D, lim_v, key, 3);
+    hp->wq = ct_attention_declare_heads(l, ic, "Wq", p->n_heads, D, p->d_qk, lim_qk, key, 0);
+    hp->wk = p->share_qk ? -1 : ct_attention_declare_heads(l, ic, "Wk", p->n_heads, D, p->d_qk, lim_qk, key, 1);
+    hp->wv = ct_attention_declare_heads(l, ic, "Wv", p->n_heads, D, p->d_v, lim_v, key, 2);
+    hp->wo = ct_attention_declare_heads(l, ic, "Wo", p->n_heads, p->d_v, D, lim_v, key, 3);
     hp->bq = hp->bk = hp->bv = -1;
     ct_initializer zeros = {CT_INIT_ZEROS, 0.0f};
     if (p->bias) {
@@ -131,15 +109,6 @@ static float *opt_grad(const ct_ctx *c, const ct_layer *l, int i) { return i < 0
 // The output dropout rate in effect.
 static float out_rate(const ct_layer *l, const ct_ctx *c) {
     return c->train ? ((const sa_hp *)l->hp)->p.output_dropout : 0.0f;
-}
-
-// y (N, D) *= the output dropout's (D,) channel factors from key (channel i
-// kept iff ct_random_bits(key, i) >= ceil(rate 2^32)), f: D floats scratch.
-static void channel_dropout(float *y, float *f, int64_t N, int64_t D, ct_key key, float rate) {
-    uint64_t threshold = ct_dropout_threshold(rate);
-    for (int64_t i = 0; i < D; i++) f[i] = ct_random_bits(key, (uint32_t)i) >= threshold ? 1.0f / (1.0f - rate) : 0.0f;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t i = 0; i < D; i++) y[n * D + i] *= f[i];
 }
 
 // The per-head tensors of one forward: q, k (B,H,T,dk), v, o (B,H,T,dv),
@@ -188,57 +157,23 @@ static ct_status sa_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tens
                                  scratch.data, n_slots, ct_key_split(key, 0), &d);
     ct_arena_reset_to(c->arena, after_heads);
     ct_heads_merge_forward(out[0].data, t[SA_O].data, ct_weight(c, l, hp->wo), B, T, D, H, d.dv);
-    if (out_rate(l, c) > 0.0f) {
-        ct_tensor f = ct_tensor_1d(CT_DTYPE_F32, D, NULL);
-        CT_TRY(ct_ctx_alloc(c, &f, err));
-        channel_dropout(out[0].data, f.data, B * T, D, ct_key_split(key, 1), out_rate(l, c));
-        ct_arena_reset_to(c->arena, after_heads);
-    }
-    if (!c->record) {
-        ct_arena_reset_to(c->arena, before_heads);
-        return CT_OK;
-    }
-    CT_TRY(ct_tape_push(c, x, err));
-    for (int i = 0; i < SA_N; i++) CT_TRY(ct_tape_push(c, &t[i], err));
-    return CT_OK;
-}
-
-// The output side of backward: dy (B,T,D) through the output dropout and Wo
-// into do (B,H,T,dv) (fresh, zeroed), adding into Wo's gradient.
-static ct_status sa_backward_output(ct_layer *l, ct_ctx *c, const ct_tensor *dy, const ct_tensor *o,
-                                    ct_tensor *dout, ct_key key, ct_error *err) {
-    const sa_hp *hp = l->hp;
-    const int64_t B = o->shape[0], H = o->shape[1], T = o->shape[2], dv = o->shape[3], D = hp->d_model;
-    *dout = ct_tensor_sig(o);
-    CT_TRY(ct_ctx_zeros(c, dout, err));
-    const float *g = dy->data;
-    if (out_rate(l, c) > 0.0f) {
-        // Never written into dy (gradients may be shared): a masked copy.
-        ct_tensor gm = ct_tensor_sig(dy), f = ct_tensor_1d(CT_DTYPE_F32, D, NULL);
-        CT_TRY(ct_ctx_alloc(c, &gm, err));
-        CT_TRY(ct_ctx_alloc(c, &f, err));
-        memcpy(gm.data, dy->data, ct_tensor_nbytes(dy));
-        channel_dropout(gm.data, f.data, B * T, D, ct_key_split(key, 1), out_rate(l, c));
-        g = gm.data;
-    }
-    ct_heads_merge_backward(dout->data, ct_weight_grad(c, l, hp->wo), g, o->data, ct_weight(c, l, hp->wo), B, T, D, H,
-                            dv);
-    return CT_OK;
+    if (out_rate(l, c) > 0.0f)
+        ct_attention_channel_dropout(out[0].data, B * T, D, ct_key_split(key, 1), out_rate(l, c));
+    return ct_attention_tape_push(c, x, t, SA_N, before_heads, err);
 }
 
 static ct_status sa_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in, ct_key key,
                              ct_error *err) {
     const sa_hp *hp = l->hp;
     ct_tensor t[SA_N];
-    for (int i = SA_N - 1; i >= 0; i--) t[i] = ct_tape_pop(c);
-    ct_tensor x = ct_tape_pop(c);
-    grad_in[0] = ct_tensor_sig(&x);
-    if (!grad_out[0].data) return CT_OK;  // no gradient flows
+    ct_tensor x;
+    if (!ct_attention_tape_pop(c, t, SA_N, &x, grad_out, grad_in)) return CT_OK;  // no gradient flows
     ct_chunked_attention_dims d;
     CT_TRY(sa_dims(l, c, &x, "backward", &d, err));
     const int64_t B = d.B, T = d.T, D = hp->d_model, H = d.H;
     ct_tensor dO, g[3] = {ct_tensor_sig(&t[SA_Q]), ct_tensor_sig(&t[SA_K]), ct_tensor_sig(&t[SA_V])};
-    CT_TRY(sa_backward_output(l, c, &grad_out[0], &t[SA_O], &dO, key, err));
+    CT_TRY(ct_attention_backward_output(l, c, hp->wo, out_rate(l, c), &grad_out[0], &t[SA_O], &dO,
+                                        ct_key_split(key, 1), err));
     for (int i = 0; i < 3; i++) CT_TRY(ct_ctx_zeros(c, &g[i], err));
     int n_slots = ct_chunked_attention_n_slots(&d);
     ct_arena_mark mark = ct_arena_get_mark(c->arena);

@@ -19,6 +19,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/chunked_attention.h"
 #include "kernels/cpu/lsh_attention.h"
+#include "layers/attention_internal.h"
 #include "layers/internal.h"
 
 // The "hash" state: the hash key (two words), the forward count, the step
@@ -53,11 +54,7 @@ static ct_status lsh_check_params(const ct_layer *l, ct_error *err) {
             return ct_layer_fail(l, err, CT_ERR_ARG, "init",
                                  "n_buckets {%d, %d}: each factor must be even and positive ({0, 0}: from the length)",
                                  p->n_buckets[0], p->n_buckets[1]);
-    if (!(p->attention_dropout >= 0.0f && p->attention_dropout < 1.0f) ||
-        !(p->output_dropout >= 0.0f && p->output_dropout < 1.0f))
-        return ct_layer_fail(l, err, CT_ERR_ARG, "init", "attention_dropout %g and output_dropout %g must be in [0, 1)",
-                             (double)p->attention_dropout, (double)p->output_dropout);
-    return CT_OK;
+    return ct_attention_check_dropouts(l, p->attention_dropout, p->output_dropout, err);
 }
 
 // The bucket factors f (n_f of them) for length T: the parameter, or Trax's
@@ -113,23 +110,6 @@ static ct_status lsh_dims(const ct_layer *l, const ct_ctx *c, const ct_tensor *x
     return CT_OK;
 }
 
-static int declare_heads(ct_layer *l, ct_init_ctx *ic, const char *name, int64_t rows, int64_t cols, float limit,
-                         ct_key key, uint32_t which) {
-    const int H = ((const lsh_hp *)l->hp)->p.n_heads;
-    int first = -1;
-    for (int h = 0; h < H; h++) {
-        char n[CT_NAME_MAX];
-        snprintf(n, sizeof n, "%s[%d]", name, h);
-        int i = ct_layer_declare_weight(l, ic, n, ct_tensor_2d(CT_DTYPE_F32, rows, cols, NULL),
-                                        (ct_initializer){CT_INIT_UNIFORM, limit},
-                                        ct_key_split(ct_key_split(key, (uint32_t)h), which));
-        if (h == 0) first = i;
-        // The kernels read the heads as one (H, rows, cols) array.
-        CT_ASSERT(l->weights[i].offset == l->weights[first].offset + (size_t)(h * rows * cols));
-    }
-    return first;
-}
-
 static ct_status lsh_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
                           ct_error *err) {
     lsh_hp *hp = l->hp;
@@ -142,9 +122,9 @@ static ct_status lsh_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_
     int64_t D = hp->d_model = in[0].shape[2], H = p->n_heads;
     hp->init_B = in[0].shape[0], hp->init_T = in[0].shape[1];
     float lim_qk = (float)sqrt(6.0 / (double)(D + p->d_qk * H)), lim_v = (float)sqrt(6.0 / (double)(D + p->d_v * H));
-    hp->wq = declare_heads(l, ic, "Wq", D, p->d_qk, lim_qk, key, 0);
-    hp->wv = declare_heads(l, ic, "Wv", D, p->d_v, lim_v, key, 2);
-    hp->wo = declare_heads(l, ic, "Wo", p->d_v, D, lim_v, key, 3);
+    hp->wq = ct_attention_declare_heads(l, ic, "Wq", p->n_heads, D, p->d_qk, lim_qk, key, 0);
+    hp->wv = ct_attention_declare_heads(l, ic, "Wv", p->n_heads, D, p->d_v, lim_v, key, 2);
+    hp->wo = ct_attention_declare_heads(l, ic, "Wo", p->n_heads, p->d_v, D, lim_v, key, 3);
     ct_initializer zeros = {CT_INIT_ZEROS, 0.0f};
     hp->s_buckets = ct_layer_declare_state(
         l, ic, "buckets", ct_tensor_2d(CT_DTYPE_F32, hp->init_B * H, p->n_hashes * hp->init_T, NULL), zeros, key);
@@ -195,16 +175,6 @@ static ct_status hash_into_state(ct_layer *l, ct_ctx *c, const float *q, int64_t
 
 static float out_rate(const ct_layer *l, const ct_ctx *c) {
     return c->train ? ((const lsh_hp *)l->hp)->p.output_dropout : 0.0f;
-}
-
-// y (N, D) *= the output dropout's (D,) channel factors from key, as
-// SelfAttention's (channel i kept iff ct_random_bits(key, i) >= threshold).
-static void channel_dropout(float *y, int64_t N, int64_t D, ct_key key, float rate) {
-    uint64_t threshold = ct_dropout_threshold(rate);
-    for (int64_t i = 0; i < D; i++) {
-        float fi = ct_random_bits(key, (uint32_t)i) >= threshold ? 1.0f / (1.0f - rate) : 0.0f;
-        for (int64_t n = 0; n < N; n++) y[n * D + i] *= fi;
-    }
 }
 
 // The tensors of one forward, in tape order after x.
@@ -286,34 +256,9 @@ static ct_status lsh_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_ten
     if (T > 0) CT_TRY(heads_attend(c, t, B * H, ct_key_split(key, 0), &d, err));
     ct_arena_reset_to(c->arena, after_heads);
     ct_heads_merge_forward(out[0].data, t[T_O].data, ct_weight(c, l, hp->wo), B, T, D, H, d.dv);
-    if (out_rate(l, c) > 0.0f) channel_dropout(out[0].data, B * T, D, ct_key_split(key, 1), out_rate(l, c));
-    if (!c->record) {
-        ct_arena_reset_to(c->arena, before_heads);
-        return CT_OK;
-    }
-    CT_TRY(ct_tape_push(c, x, err));
-    for (int i = 0; i < T_N; i++) CT_TRY(ct_tape_push(c, &t[i], err));
-    return CT_OK;
-}
-
-// dy (B,T,D) through the output dropout and Wo into do (B,H,T,dv), fresh.
-static ct_status backward_output(ct_layer *l, ct_ctx *c, const ct_tensor *dy, const ct_tensor *o, ct_tensor *dout,
-                                 ct_key key, ct_error *err) {
-    const lsh_hp *hp = l->hp;
-    const int64_t B = o->shape[0], H = o->shape[1], T = o->shape[2], dv = o->shape[3], D = hp->d_model;
-    *dout = ct_tensor_sig(o);
-    CT_TRY(ct_ctx_zeros(c, dout, err));
-    const float *g = dy->data;
-    if (out_rate(l, c) > 0.0f) {
-        ct_tensor gm = ct_tensor_sig(dy);  // never written into dy (gradients may be shared)
-        CT_TRY(ct_ctx_alloc(c, &gm, err));
-        memcpy(gm.data, dy->data, ct_tensor_nbytes(dy));
-        channel_dropout(gm.data, B * T, D, ct_key_split(key, 1), out_rate(l, c));
-        g = gm.data;
-    }
-    ct_heads_merge_backward(dout->data, ct_weight_grad(c, l, hp->wo), g, o->data, ct_weight(c, l, hp->wo), B, T, D, H,
-                            dv);
-    return CT_OK;
+    if (out_rate(l, c) > 0.0f)
+        ct_attention_channel_dropout(out[0].data, B * T, D, ct_key_split(key, 1), out_rate(l, c));
+    return ct_attention_tape_push(c, x, t, T_N, before_heads, err);
 }
 
 // do (B,H,T,dv) -> dq (B,H,T,dk), dv (B,H,T,dv), both fresh.
@@ -346,16 +291,15 @@ static ct_status lsh_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
                               ct_error *err) {
     const lsh_hp *hp = l->hp;
     ct_tensor t[T_N];
-    for (int i = T_N - 1; i >= 0; i--) t[i] = ct_tape_pop(c);
-    ct_tensor x = ct_tape_pop(c);
-    grad_in[0] = ct_tensor_sig(&x);
-    if (!grad_out[0].data) return CT_OK;  // no gradient flows
+    ct_tensor x;
+    if (!ct_attention_tape_pop(c, t, T_N, &x, grad_out, grad_in)) return CT_OK;  // no gradient flows
     ct_lsh_dims d;
     int f[2], n_f;
     CT_TRY(lsh_dims(l, c, &x, "backward", &d, f, &n_f, err));
     const int64_t B = x.shape[0], T = d.T, D = hp->d_model, H = hp->p.n_heads;
     ct_tensor dO, g[2];
-    CT_TRY(backward_output(l, c, &grad_out[0], &t[T_O], &dO, key, err));
+    CT_TRY(ct_attention_backward_output(l, c, hp->wo, out_rate(l, c), &grad_out[0], &t[T_O], &dO,
+                                        ct_key_split(key, 1), err));
     CT_TRY(heads_backward(c, t, &dO, g, ct_key_split(key, 0), &d, err));
     CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
     float *dx = grad_in[0].data;

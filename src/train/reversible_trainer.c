@@ -1150,6 +1150,20 @@ static void restore_state(rt_trainer *t) {
     if (t->b.net.n_state) memcpy(t->b.net.state, t->replicas[0].state_before, t->b.net.n_state * sizeof(float));
 }
 
+// Turn k of a step again on every replica, without collectives or updates
+// (the non-finite search and the planning pass): the loss unit runs its
+// forward, then its backward when loss_backward.
+static ct_status rerun_turn(rt_trainer *t, int k, bool loss_backward) {
+    stage_post(t, k);
+    prefetch_wait(&t->pf);
+    rt_unit *u = &t->units[t->turns[k].unit];
+    rt_stage s = stage_of(t, k);
+    if (u->kind != RT_LOSS) return run_replicas(t, t->turns[k].backward ? RT_BACKWARD : RT_FORWARD, u, s, NULL);
+    ct_status st = run_replicas(t, RT_LOSS_FORWARD, u, s, NULL);
+    if (st == CT_OK && loss_backward) st = run_replicas(t, RT_LOSS_BACKWARD, u, s, NULL);
+    return st;
+}
+
 // The step went non-finite at turn t->nf_turn (its loss, or a layer's
 // combined gradient): the state goes back to what the step found, and turns
 // 0..nf_turn run again on the same batch, keys and state in anomaly mode
@@ -1179,18 +1193,9 @@ static ct_status nonfinite_step(rt_trainer *t, const ct_tensor *batch, ct_key ke
         t->replicas[d].ctx.check_finite = true;
     }
     for (int k = 0; k <= t->nf_turn && st == CT_OK; k++) {
-        stage_post(t, k);
-        prefetch_wait(&t->pf);
-        rt_unit *u = &t->units[t->turns[k].unit];
-        rt_stage s = stage_of(t, k);
-        if (u->kind == RT_LOSS) {
-            // The seeds are the failed step's: backward runs only when its
-            // loss was finite, so they were computed.
-            st = run_replicas(t, RT_LOSS_FORWARD, u, s, NULL);
-            if (st == CT_OK && !t->nf_loss) st = run_replicas(t, RT_LOSS_BACKWARD, u, s, NULL);
-        } else {
-            st = run_replicas(t, t->turns[k].backward ? RT_BACKWARD : RT_FORWARD, u, s, NULL);
-        }
+        // The seeds are the failed step's: the loss's backward runs only
+        // when its loss was finite, so they were computed.
+        st = rerun_turn(t, k, !t->nf_loss);
         if (st != CT_OK) ct_train_first_finding(&t->b, &found);
     }
     for (int d = 0; d < t->b.n_local; d++) t->replicas[d].ctx.check_finite = false;
@@ -1237,16 +1242,7 @@ static ct_status plan_turns(rt_trainer *t, const ct_tensor *zeros) {
         t->replicas[d].dv.seed = 0.0f;
     }
     for (int k = 0; k < t->n_turns && st == CT_OK; k++) {
-        stage_post(t, k);
-        prefetch_wait(&t->pf);
-        rt_unit *u = &t->units[t->turns[k].unit];
-        rt_stage s = stage_of(t, k);
-        if (u->kind == RT_LOSS) {
-            st = run_replicas(t, RT_LOSS_FORWARD, u, s, NULL);
-            if (st == CT_OK) st = run_replicas(t, RT_LOSS_BACKWARD, u, s, NULL);
-        } else {
-            st = run_replicas(t, t->turns[k].backward ? RT_BACKWARD : RT_FORWARD, u, s, NULL);
-        }
+        st = rerun_turn(t, k, true);
     }
     return st;
 }

@@ -23,7 +23,7 @@ int64_t ct_chunked_attention_scratch_floats(const ct_chunked_attention_dims *d, 
 // builds it from concatenate(x[j:], x[:j]): a shift by j modulo N while
 // |j| < N; a larger |j| makes one slice empty and the other all of x, so no
 // shift at all.
-static int64_t window_chunk(int64_t c, int64_t j, int64_t N) {
+int64_t ct_attention_window_chunk(int64_t c, int64_t j, int64_t N) {
     if (j <= -N || j >= N) return c;
     return (c + j + N) % N;
 }
@@ -34,7 +34,7 @@ static void window_dots(float *S, const float *qh, const float *kh, int64_t c,
                         const ct_chunked_attention_dims *d) {
     const int64_t m = d->m, W = window_len(d), N = d->T / m, nw = 1 + d->before + d->after;
     for (int64_t jj = 0; jj < nw; jj++) {
-        int64_t s = window_chunk(c, jj - d->before, N);
+        int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         ct_sgemm(false, true, m, m, d->dk, 1.0f, qh + c * m * d->dk, d->dk, kh + s * m * d->dk, d->dk, 0.0f,
                  S + jj * m, W);
         if (!d->causal && !d->exclude_self) continue;
@@ -50,9 +50,10 @@ static void window_dots(float *S, const float *qh, const float *kh, int64_t c,
     }
 }
 
-// logsumexp of row[0 .. W): the max, then the shifted sum in double.
+// The max reduction is exact in any order and the sum runs in order, so
+// every clone gives the same bits.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static float row_lse(const float *row, int64_t W) {
+float ct_attention_row_lse(const float *row, int64_t W) {
     float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
     for (int64_t w = 0; w < W; w++) maxv = row[w] > maxv ? row[w] : maxv;
@@ -90,6 +91,19 @@ static void drop_row(float *row, int64_t r, ct_key key, const ct_chunked_attenti
     }
 }
 
+void ct_attention_drop_factors(float *f, int64_t r, int64_t W, ct_key key, float rate) {
+    if (rate <= 0.0f) {
+        for (int64_t w = 0; w < W; w++) f[w] = 1.0f;
+        return;
+    }
+    const uint64_t threshold = ct_dropout_threshold(rate);
+    const float scale = 1.0f / (1.0f - rate);
+    for (int64_t w0 = 0; w0 < W; w0 += DROP_CHUNK) {
+        int64_t n = W - w0 < DROP_CHUNK ? W - w0 : DROP_CHUNK;
+        drop_factors(f + w0, key, r * W + w0, n, threshold, scale);
+    }
+}
+
 // One head's forward: qh, kh (T, dk), vh (T, dv) -> oh (T, dv), lseh (T).
 static void head_forward(float *oh, float *lseh, const float *qh, const float *kh, const float *vh, float *S,
                          ct_key key, const ct_chunked_attention_dims *d) {
@@ -98,13 +112,13 @@ static void head_forward(float *oh, float *lseh, const float *qh, const float *k
         window_dots(S, qh, kh, c, d);
         for (int64_t r = 0; r < m; r++) {
             float *row = S + r * W;
-            lseh[c * m + r] = row_lse(row, W);
+            lseh[c * m + r] = ct_attention_row_lse(row, W);
             row_probs(row, lseh[c * m + r], W);
             if (d->dropout > 0.0f) drop_row(row, r, key, d);
         }
         // o_c = sum over window chunks of P[:, chunk] v_chunk
         for (int64_t jj = 0; jj < nw; jj++) {
-            int64_t s = window_chunk(c, jj - d->before, N);
+            int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
             ct_sgemm(false, false, m, d->dv, m, 1.0f, S + jj * m, W, vh + s * m * d->dv, d->dv, jj ? 1.0f : 0.0f,
                      oh + c * m * d->dv, d->dv);
         }
@@ -159,12 +173,12 @@ static void chunk_backward(float *dqh, float *dkh, float *dvh, float *S, float *
     window_dots(S, qh, kh, c, d);
     for (int64_t r = 0; r < m; r++) row_probs(S + r * W, lseh[c * m + r], W);
     for (int64_t jj = 0; jj < nw; jj++) {  // G = dO_c V_window^T
-        int64_t s = window_chunk(c, jj - d->before, N);
+        int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         ct_sgemm(false, true, m, m, dv, 1.0f, doh + c * m * dv, dv, vh + s * m * dv, dv, 0.0f, G + jj * m, W);
     }
     row_grads(S, G, doh, oh, c, key, d);
     for (int64_t jj = 0; jj < nw; jj++) {
-        int64_t s = window_chunk(c, jj - d->before, N);
+        int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         // dv_s += Pdrop^T dO_c; dq_c += dS k_s; dk_s += dS^T q_c. A chunk seen
         // twice in one window gets both contributions.
         ct_sgemm(true, false, m, dv, m, 1.0f, G + jj * m, W, doh + c * m * dv, dv, 1.0f, dvh + s * m * dv, dv);

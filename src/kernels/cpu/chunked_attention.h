@@ -61,6 +61,17 @@ void ct_chunked_attention_backward(float *dq, float *dk, float *dv, float *scrat
                                    const float *k, const float *v, ct_key key,
                                    const ct_chunked_attention_dims *d);
 
+// Pieces the LSH kernel (kernels/cpu/lsh_attention.c) shares with this one.
+// The key chunk at window offset j of query chunk c among N chunks, as
+// Trax's look_adjacent builds it (see the top of this file).
+int64_t ct_attention_window_chunk(int64_t c, int64_t j, int64_t N);
+// logsumexp of row[0 .. W): the max, then the shifted sum in double.
+float ct_attention_row_lse(const float *row, int64_t W);
+// f (W): the dropout factors of mask row r of a (rows, W) mask (element w
+// kept iff ct_random_bits(key, r * W + w) >= ceil(rate 2^32), kept ones
+// 1 / (1 - rate)), or all ones when rate <= 0.
+void ct_attention_drop_factors(float *f, int64_t r, int64_t W, ct_key key, float rate);
+
 // Trax's length_normalized then / sqrt(dk): k = q / sqrt(mean(q^2) + 1e-6)
 // / sqrt(dk) over the last axis of q (N, dk) -> k (N, dk).
 void ct_shared_key_forward(float *k, const float *q, int64_t N, int64_t dk);

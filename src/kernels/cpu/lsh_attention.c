@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/chunked_attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/vmath.h"
 
@@ -95,18 +96,11 @@ static void sort_gather(lsh_work *k, const float *q, const float *v, const float
     }
 }
 
-// The window's chunk at offset j of query chunk c (look_adjacent's wrap,
-// as kernels/cpu/chunked_attention.c).
-static int64_t win_chunk(int64_t c, int64_t j, int64_t N) {
-    if (j <= -N || j >= N) return c;
-    return (c + j + N) % N;
-}
-
 // S (m, W) = sq_c sk_window^T, penalised by original position.
 static void dots(float *S, const lsh_work *k, int64_t c, const ct_lsh_dims *d) {
     const int64_t m = d->m, W = win_len(d), N = d->R * d->T / m, nw = 1 + d->before + d->after, T = d->T;
     for (int64_t jj = 0; jj < nw; jj++) {
-        int64_t s = win_chunk(c, jj - d->before, N);
+        int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         ct_sgemm(false, true, m, m, d->dk, 1.0f, k->sq + c * m * d->dk, d->dk, k->sk + s * m * d->dk, d->dk, 0.0f,
                  S + jj * m, W);
         for (int64_t r = 0; r < m; r++) {
@@ -121,24 +115,15 @@ static void dots(float *S, const lsh_work *k, int64_t c, const ct_lsh_dims *d) {
     }
 }
 
+// logsumexp of row[0 .. W), as ct_attention_row_lse but compiled once:
+// that one's target clones (kernels/cpu/chunked_attention.c) round
+// differently here, and LSH's results stay as they were.
 static float row_lse(const float *row, int64_t W) {
     float maxv = -INFINITY;
     for (int64_t w = 0; w < W; w++) maxv = row[w] > maxv ? row[w] : maxv;
     double sum = 0.0;
     for (int64_t w = 0; w < W; w++) sum += ct_vexp_nonpos(row[w] - maxv);
     return maxv + (float)log(sum);  // sum >= 1: the max term is exp(0)
-}
-
-// f (W): the dropout factors of mask row r (counter r * W + w), or ones.
-static void drop_factors(float *f, int64_t r, ct_key key, const ct_lsh_dims *d) {
-    const int64_t W = win_len(d);
-    if (d->dropout <= 0.0f) {
-        for (int64_t w = 0; w < W; w++) f[w] = 1.0f;
-        return;
-    }
-    const uint64_t threshold = ct_dropout_threshold(d->dropout);
-    const float scale = 1.0f / (1.0f - d->dropout);
-    for (int64_t w = 0; w < W; w++) f[w] = ct_random_bits(key, (uint32_t)(r * W + w)) >= threshold ? scale : 0.0f;
 }
 
 // Sorted attention of chunk c: so_c, slse_c. f: W floats.
@@ -148,11 +133,11 @@ static void chunk_forward(lsh_work *k, float *f, int64_t c, ct_key key, const ct
     for (int64_t r = 0; r < m; r++) {
         float *row = k->S + r * W, lse = row_lse(row, W);
         k->slse[c * m + r] = lse;
-        drop_factors(f, r, key, d);
+        ct_attention_drop_factors(f, r, W, key, d->dropout);
         for (int64_t w = 0; w < W; w++) row[w] = ct_vexp_nonpos(row[w] - lse) * f[w];
     }
     for (int64_t jj = 0; jj < nw; jj++) {
-        int64_t s = win_chunk(c, jj - d->before, N);
+        int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         ct_sgemm(false, false, m, d->dv, m, 1.0f, k->S + jj * m, W, k->sv + s * m * d->dv, d->dv, jj ? 1.0f : 0.0f,
                  k->so + c * m * d->dv, d->dv);
     }
@@ -220,7 +205,7 @@ static void chunk_row_grads(lsh_work *k, float *f, int64_t c, ct_key key, const 
         const int64_t j = c * m + r;
         double dot = 0.0;
         for (int64_t i = 0; i < d->dv; i++) dot += (double)k->sdo[j * d->dv + i] * k->so[j * d->dv + i];
-        drop_factors(f, r, key, d);
+        ct_attention_drop_factors(f, r, W, key, d->dropout);
         float *p = k->S + r * W, *g = k->G + r * W, lse = k->slse[j], extra = k->sdlse[j] - (float)dot;
         for (int64_t w = 0; w < W; w++) {
             float pw = ct_vexp_nonpos(p[w] - lse);
@@ -235,13 +220,13 @@ static void chunk_backward(lsh_work *k, float *f, int64_t c, ct_key key, const c
                   dv = d->dv;
     dots(k->S, k, c, d);
     for (int64_t jj = 0; jj < nw; jj++) {  // G = dO_c V_window^T
-        int64_t s = win_chunk(c, jj - d->before, N);
+        int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         ct_sgemm(false, true, m, m, dv, 1.0f, k->sdo + c * m * dv, dv, k->sv + s * m * dv, dv, 0.0f, k->G + jj * m,
                  W);
     }
     chunk_row_grads(k, f, c, key, d);
     for (int64_t jj = 0; jj < nw; jj++) {
-        int64_t s = win_chunk(c, jj - d->before, N);
+        int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         ct_sgemm(true, false, m, dv, m, 1.0f, k->G + jj * m, W, k->sdo + c * m * dv, dv, 1.0f, k->dsv + s * m * dv,
                  dv);
         ct_sgemm(false, false, m, dk, m, 1.0f, k->S + jj * m, W, k->sk + s * m * dk, dk, 1.0f, k->dsq + c * m * dk,

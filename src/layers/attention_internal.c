@@ -1,0 +1,75 @@
+// See attention_internal.h.
+#include "layers/attention_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/chunked_attention.h"
+
+int ct_attention_declare_heads(ct_layer *l, ct_init_ctx *ic, const char *name, int H, int64_t rows, int64_t cols,
+                               float limit, ct_key key, uint32_t which) {
+    int first = -1;
+    for (int h = 0; h < H; h++) {
+        char n[CT_NAME_MAX];
+        snprintf(n, sizeof n, "%s[%d]", name, h);
+        int i = ct_layer_declare_weight(l, ic, n, ct_tensor_2d(CT_DTYPE_F32, rows, cols, NULL),
+                                        (ct_initializer){CT_INIT_UNIFORM, limit},
+                                        ct_key_split(ct_key_split(key, (uint32_t)h), which));
+        if (h == 0) first = i;
+        // The kernels read the heads as one (H, rows, cols) array.
+        CT_ASSERT(l->weights[i].offset == l->weights[first].offset + (size_t)(h * rows * cols));
+    }
+    return first;
+}
+
+void ct_attention_channel_dropout(float *y, int64_t N, int64_t D, ct_key key, float rate) {
+    uint64_t threshold = ct_dropout_threshold(rate);
+    for (int64_t i = 0; i < D; i++) {
+        float fi = ct_random_bits(key, (uint32_t)i) >= threshold ? 1.0f / (1.0f - rate) : 0.0f;
+        for (int64_t n = 0; n < N; n++) y[n * D + i] *= fi;
+    }
+}
+
+ct_status ct_attention_backward_output(ct_layer *l, ct_ctx *c, int wo, float rate, const ct_tensor *dy,
+                                       const ct_tensor *o, ct_tensor *dout, ct_key key, ct_error *err) {
+    const int64_t B = o->shape[0], H = o->shape[1], T = o->shape[2], dv = o->shape[3], D = dy->shape[2];
+    *dout = ct_tensor_sig(o);
+    CT_TRY(ct_ctx_zeros(c, dout, err));
+    const float *g = dy->data;
+    if (rate > 0.0f) {
+        ct_tensor gm = ct_tensor_sig(dy);  // never written into dy (gradients may be shared)
+        CT_TRY(ct_ctx_alloc(c, &gm, err));
+        memcpy(gm.data, dy->data, ct_tensor_nbytes(dy));
+        ct_attention_channel_dropout(gm.data, B * T, D, key, rate);
+        g = gm.data;
+    }
+    ct_heads_merge_backward(dout->data, ct_weight_grad(c, l, wo), g, o->data, ct_weight(c, l, wo), B, T, D, H, dv);
+    return CT_OK;
+}
+
+ct_status ct_attention_check_dropouts(const ct_layer *l, float attention_dropout, float output_dropout, ct_error *err) {
+    if (!(attention_dropout >= 0.0f && attention_dropout < 1.0f) || !(output_dropout >= 0.0f && output_dropout < 1.0f))
+        return ct_layer_fail(l, err, CT_ERR_ARG, "init", "attention_dropout %g and output_dropout %g must be in [0, 1)",
+                             (double)attention_dropout, (double)output_dropout);
+    return CT_OK;
+}
+
+ct_status ct_attention_tape_push(ct_ctx *c, const ct_tensor *x, const ct_tensor *t, int n, ct_arena_mark before,
+                                 ct_error *err) {
+    if (!c->record) {
+        ct_arena_reset_to(c->arena, before);
+        return CT_OK;
+    }
+    CT_TRY(ct_tape_push(c, x, err));
+    for (int i = 0; i < n; i++) CT_TRY(ct_tape_push(c, &t[i], err));
+    return CT_OK;
+}
+
+bool ct_attention_tape_pop(ct_ctx *c, ct_tensor *t, int n, ct_tensor *x, const ct_tensor *grad_out,
+                           ct_tensor *grad_in) {
+    for (int i = n - 1; i >= 0; i--) t[i] = ct_tape_pop(c);
+    *x = ct_tape_pop(c);
+    grad_in[0] = ct_tensor_sig(x);
+    return grad_out[0].data != NULL;
+}
