@@ -5,52 +5,9 @@
 #include <omp.h>
 #include <stdlib.h>
 
-#include "check.h"
-#include "gradcheck.h"
-
-#define TOL 1e-2
+#include "layer_fixture.h"
 
 enum { B = 2, T = 6, D = 8, H = 2 };
-
-// A layer bound to a net, ready to run forward and backward.
-typedef struct runner {
-    ct_device dev;
-    ct_net net;
-    ct_arena arena;
-    ct_ctx ctx;
-} runner;
-
-static int runner_init(runner *r, ct_layer *l, const ct_tensor *in, int n_in, bool train) {
-    ct_error err;
-    r->dev = ct_device_cpu();
-    ct_tensor sigs[CT_LAYER_MAX_IO];
-    for (int i = 0; i < n_in; i++) sigs[i] = ct_tensor_sig(&in[i]);
-    ct_status st = ct_net_init(&r->net, l, sigs, n_in, ct_key_from_seed(3), &r->dev, &err);
-    CHECK_MSG(st == CT_OK, "%s", err.msg);
-    if (st != CT_OK) return -1;
-    ct_arena_init(&r->arena, &r->dev);
-    ct_ctx_init(&r->ctx, &r->arena);
-    ct_net_bind(&r->net, &r->ctx, train);
-    r->ctx.record = true;
-    return 0;
-}
-
-static void runner_free(runner *r) {
-    ct_ctx_free(&r->ctx);
-    ct_arena_free(&r->arena);
-    ct_net_free(&r->net);
-}
-
-// Runs forward and copies output 0 into dst (numel floats).
-static void run_forward(runner *r, const ct_tensor *in, ct_key key, float *dst) {
-    ct_tensor out[1];
-    ct_error err;
-    r->ctx.record = false;
-    CHECK_OK(ct_layer_forward(r->net.root, &r->ctx, in, out, key, &err), &err);
-    memcpy(dst, out[0].data, ct_tensor_nbytes(&out[0]));
-    ct_arena_reset(&r->arena);
-    r->ctx.record = true;
-}
 
 static void fill_qkv(float *q, float *k, float *v, ct_tensor *in) {
     in[0] = ct_tensor_3d(CT_DTYPE_F32, B, T, D, q);
@@ -104,27 +61,12 @@ static void test_gradients(void) {
     float q[B * T * D], k[B * T * D], v[B * T * D], x[B * T * 6];
     ct_tensor in[3];
     fill_qkv(q, k, v, in);
-    gradcheck_opts o = gradcheck_default_opts();
 
-    ct_layer *l = ct_dot_product_causal_attention(H, 0.0f);
-    double e = gradcheck("DotProductCausalAttention", l, in, 3, o);
-    printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
-    ct_layer_free(l);
-
-    l = ct_dot_product_causal_attention(H, 0.3f);  // train mode: dropout on, fixed key
-    e = gradcheck("DotProductCausalAttention(dropout 0.3)", l, in, 3, o);
-    printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
-    ct_layer_free(l);
-
-    l = ct_dot_product_causal_attention(4, 0.3f);
-    o.train = false;  // eval mode: dropout off
-    e = gradcheck("DotProductCausalAttention(4 heads, eval)", l, in, 3, o);
-    printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
-    ct_layer_free(l);
-    o.train = true;
+    check_layer("DotProductCausalAttention", ct_dot_product_causal_attention(H, 0.0f), in, 3, true);
+    // Train mode: dropout on, fixed key.
+    check_layer("DotProductCausalAttention(dropout 0.3)", ct_dot_product_causal_attention(H, 0.3f), in, 3, true);
+    // Eval mode: dropout off.
+    check_layer("DotProductCausalAttention(4 heads, eval)", ct_dot_product_causal_attention(4, 0.3f), in, 3, false);
 
     // CausalAttention itself, every weight and the input included. Its key
     // projection's bias gets an exactly zero gradient (it adds q_t . b_k to
@@ -134,12 +76,8 @@ static void test_gradients(void) {
     gradcheck_fill(&xin, 21, -1.0f, 1.0f);
     for (int with_dropout = 0; with_dropout < 2; with_dropout++) {
         float rate = with_dropout ? 0.2f : 0.0f;
-        l = ct_causal_attention(D, H, rate);
-        e = gradcheck(with_dropout ? "CausalAttention(dropout 0.2)" : "CausalAttention", l,
-                      &xin, 1, o);
-        printf("  max rel err %.3e\n", e);
-        CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
-        ct_layer_free(l);
+        check_layer(with_dropout ? "CausalAttention(dropout 0.2)" : "CausalAttention",
+                    ct_causal_attention(D, H, rate), &xin, 1, true);
     }
 }
 
@@ -171,8 +109,8 @@ static void test_causal_attention_values(void) {
     ct_tensor xin = ct_tensor_3d(CT_DTYPE_F32, B, T, DI, x);
     gradcheck_fill(&xin, 31, -1.0f, 1.0f);
     ct_layer *l = ct_causal_attention(D, H, 0.0f);
-    runner r;
-    if (runner_init(&r, l, &xin, 1, true) != 0) {
+    fixture r;
+    if (!fixture_init_ok(&r, l, &xin, 1, true)) {
         ct_layer_free(l);
         return;
     }
@@ -227,7 +165,7 @@ static void test_causal_attention_values(void) {
         printf("CausalAttention output change after moving the key bias: %.3e\n", md);
         CHECK_MSG(md < 1e-5, "max change %g", md);
     }
-    runner_free(&r);
+    fixture_free(&r);
     ct_layer_free(l);
 }
 
@@ -239,8 +177,8 @@ static void test_values_and_causality(void) {
     ct_key key = ct_key_from_seed(5);
 
     ct_layer *l = ct_dot_product_causal_attention(H, 0.0f);
-    runner r;
-    if (runner_init(&r, l, in, 3, true) == 0) {
+    fixture r;
+    if (fixture_init_ok(&r, l, in, 3, true)) {
         run_forward(&r, in, key, out);
         ref_attention(ref, q, k, v, key, 0.0);
         double md = max_diff(out, ref, B * T * D);
@@ -277,7 +215,7 @@ static void test_values_and_causality(void) {
         // With one position, the output is v itself.
         for (int b = 0; b < B; b++)
             for (int i = 0; i < D; i++) CHECK_NEAR(out[(b * T) * D + i], v[(b * T) * D + i], 1e-6);
-        runner_free(&r);
+        fixture_free(&r);
     }
     ct_layer_free(l);
 }
@@ -292,8 +230,8 @@ static void test_dropout(void) {
     const float rate = 0.4f;
 
     ct_layer *l = ct_dot_product_causal_attention(H, rate);
-    runner r;
-    if (runner_init(&r, l, in, 3, true) == 0) {
+    fixture r;
+    if (fixture_init_ok(&r, l, in, 3, true)) {
         run_forward(&r, in, key, a);
         run_forward(&r, in, key, b2);
         CHECK(memcmp(a, b2, sizeof a) == 0);  // same key, same mask
@@ -311,16 +249,16 @@ static void test_dropout(void) {
         ref_attention(ref, q, k, v, key, 0.0);
         md = max_diff(c, ref, B * T * D);
         CHECK_MSG(md < 1e-5, "eval mode max diff %g", md);
-        runner_free(&r);
+        fixture_free(&r);
     }
     ct_layer_free(l);
 
     // Same inputs, dropout 0 in train mode: equal to eval mode.
     l = ct_dot_product_causal_attention(H, 0.0f);
-    if (runner_init(&r, l, in, 3, true) == 0) {
+    if (fixture_init_ok(&r, l, in, 3, true)) {
         run_forward(&r, in, key, plain);
         CHECK(memcmp(plain, c, sizeof c) == 0);
-        runner_free(&r);
+        fixture_free(&r);
     }
     ct_layer_free(l);
 }
@@ -340,8 +278,8 @@ static void test_thread_determinism(void) {
     for (int run = 0; run < 2; run++) {
         omp_set_num_threads(run == 0 ? 1 : 2);
         ct_layer *l = ct_dot_product_causal_attention(HH, 0.25f);
-        runner r;
-        if (runner_init(&r, l, in, 3, true) == 0) {
+        fixture r;
+        if (fixture_init_ok(&r, l, in, 3, true)) {
             ct_tensor o[1], gin[3];
             ct_error err;
             ct_key key = ct_key_from_seed(9);
@@ -357,7 +295,7 @@ static void test_thread_determinism(void) {
             CHECK_OK(ct_layer_backward(r.net.root, &r.ctx, &none, gin, key, &err), &err);
             CHECK(!gin[0].data && !gin[1].data && !gin[2].data);
             CHECK(ct_tensor_same_sig(&gin[2], &in[2]));
-            runner_free(&r);
+            fixture_free(&r);
         }
         ct_layer_free(l);
     }

@@ -7,49 +7,7 @@
 #include <omp.h>
 #include <stdlib.h>
 
-#include "check.h"
-#include "gradcheck.h"
-
-#define TOL 1e-2
-
-// A layer bound to a net, ready to run forward and backward.
-typedef struct runner {
-    ct_device dev;
-    ct_net net;
-    ct_arena arena;
-    ct_ctx ctx;
-} runner;
-
-static int runner_init(runner *r, ct_layer *l, const ct_tensor *x, bool train) {
-    ct_error err;
-    r->dev = ct_device_cpu();
-    ct_tensor sig = ct_tensor_sig(x);
-    ct_status st = ct_net_init(&r->net, l, &sig, 1, ct_key_from_seed(3), &r->dev, &err);
-    CHECK_MSG(st == CT_OK, "%s", err.msg);
-    if (st != CT_OK) return -1;
-    ct_arena_init(&r->arena, &r->dev);
-    ct_ctx_init(&r->ctx, &r->arena);
-    ct_net_bind(&r->net, &r->ctx, train);
-    r->ctx.record = true;
-    return 0;
-}
-
-static void runner_free(runner *r) {
-    ct_ctx_free(&r->ctx);
-    ct_arena_free(&r->arena);
-    ct_net_free(&r->net);
-}
-
-// Forward without a tape; output 0 copied into dst.
-static void run_forward(runner *r, const ct_tensor *x, ct_key key, float *dst) {
-    ct_tensor out[1];
-    ct_error err;
-    r->ctx.record = false;
-    CHECK_OK(ct_layer_forward(r->net.root, &r->ctx, x, out, key, &err), &err);
-    memcpy(dst, out[0].data, ct_tensor_nbytes(&out[0]));
-    ct_arena_reset(&r->arena);
-    r->ctx.record = true;
-}
+#include "layer_fixture.h"
 
 static ct_self_attention_params sa_params(int H, int dk, int dv, bool causal, int m, int before, int after) {
     ct_self_attention_params p = ct_self_attention_default_params();
@@ -59,11 +17,7 @@ static ct_self_attention_params sa_params(int H, int dk, int dv, bool causal, in
 }
 
 static void gradcheck_one(const char *label, ct_self_attention_params p, const ct_tensor *x) {
-    ct_layer *l = ct_self_attention(p);
-    double e = gradcheck(label, l, x, 1, gradcheck_default_opts());
-    printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < TOL, "%s: rel err %g", label, e);
-    ct_layer_free(l);
+    check_layer(label, ct_self_attention(p), x, 1, gradcheck_default_opts().train);
 }
 
 enum { B = 2, T = 12, D = 6 };
@@ -193,8 +147,8 @@ static void check_against_reference(const char *label, ct_self_attention_params 
     ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd);
     gradcheck_fill(&x, 31, -1.0f, 1.0f);
     ct_layer *l = ct_self_attention(p);
-    runner r;
-    if (runner_init(&r, l, &x, train) == 0) {
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, train)) {
         for (int i = 0; i < r.net.n_params; i++) {
             const ct_param *pa = r.net.params[i];
             ct_tensor wt = ct_tensor_1d(CT_DTYPE_F32, ct_tensor_numel(&pa->sig), r.net.weights + pa->offset);
@@ -208,7 +162,7 @@ static void check_against_reference(const char *label, ct_self_attention_params 
         for (int i = 0; i < B * T * D; i++) md = fmax(md, fabs(out[i] - ref[i]));
         printf("%s vs double reference: max abs diff %.3e\n", label, md);
         CHECK_MSG(md < 1e-5, "%s: max diff %g", label, md);
-        runner_free(&r);
+        fixture_free(&r);
     }
     ct_layer_free(l);
 }
@@ -233,7 +187,7 @@ static void test_reference(void) {
 
 // Forward with a tape, then backward with the gradient gy: out and dx into
 // dst_out, dst_dx; the weight gradients are left in the net's slab.
-static void run_step(runner *r, const ct_tensor *x, const ct_tensor *gy, ct_key key, float *dst_out, float *dst_dx) {
+static void run_step(fixture *r, const ct_tensor *x, const ct_tensor *gy, ct_key key, float *dst_out, float *dst_dx) {
     ct_tensor out[1], gin[1];
     ct_error err;
     ct_net_zero_grads(&r->net);
@@ -266,13 +220,13 @@ static void test_one_chunk_is_full(void) {
             ct_self_attention_params p = sa_params(2, 3, 4, causal, v ? T : 0, v == 2, v == 2);
             p.bias = true, p.share_qk = !causal;
             ct_layer *l = ct_self_attention(p);
-            runner r;
-            if (runner_init(&r, l, &x, false) == 0) {
+            fixture r;
+            if (fixture_init_ok(&r, l, &x, 1, false)) {
                 run_step(&r, &x, &gy, ct_key_from_seed(5), out[v], dx[v]);
                 nw = r.net.n_weights;
                 wg[v] = malloc(nw * sizeof(float));
                 memcpy(wg[v], r.net.grads, nw * sizeof(float));
-                runner_free(&r);
+                fixture_free(&r);
             }
             ct_layer_free(l);
         }
@@ -300,8 +254,8 @@ static void test_matches_causal_attention(void) {
     ct_self_attention_params p = sa_params(H, HS, HS, true, 0, 0, 0);
     p.bias = true;
     ct_layer *ca = ct_causal_attention(DM, H, 0.0f), *sa = ct_self_attention(p);
-    runner rc, rs;
-    if (runner_init(&rc, ca, &x, false) == 0 && runner_init(&rs, sa, &x, false) == 0) {
+    fixture rc, rs;
+    if (fixture_init_ok(&rc, ca, &x, 1, false) && fixture_init_ok(&rs, sa, &x, 1, false)) {
         static const char *pre = "CausalAttention/Branch[0]/Parallel[1]/Dense[%d]/%s";
         static const char *wn[3] = {"Wq[0]", "Wk[0]", "Wv[0]"}, *bn[3] = {"bq", "bk", "bv"};
         char name[128];
@@ -329,9 +283,9 @@ static void test_matches_causal_attention(void) {
         double md = max_abs_diff(a, b, B * T * DM);
         printf("causal full SelfAttention vs CausalAttention (same weights): max abs diff %.3e\n", md);
         CHECK_MSG(md < 1e-5, "max diff %g", md);
-        runner_free(&rs);
+        fixture_free(&rs);
     }
-    if (rc.net.root) runner_free(&rc);
+    if (rc.net.root) fixture_free(&rc);
     ct_layer_free(ca);
     ct_layer_free(sa);
 }
@@ -343,15 +297,15 @@ static void test_trax_shapes(void) {
     for (int i = 0; i < 3 * 32 * 8; i++) xd[i] = 1.0f;
     ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 3, 32, 8, xd), out[1];
     ct_layer *l = ct_self_attention(sa_params(5, 7, 17, true, 8, 1, 0));
-    runner r;
-    if (runner_init(&r, l, &x, true) == 0) {
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
         ct_error err;
         CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, &x, out, ct_key_from_seed(1), &err), &err);
         printf("Trax shape test: (3,32,8) -> (%lld,%lld,%lld)\n", (long long)out[0].shape[0],
                (long long)out[0].shape[1], (long long)out[0].shape[2]);
         CHECK(out[0].ndim == 3 && out[0].shape[0] == 3 && out[0].shape[1] == 32 && out[0].shape[2] == 8);
         CHECK(r.net.n_weights == (size_t)5 * (8 * 7 * 2 + 8 * 17 * 2));
-        runner_free(&r);
+        fixture_free(&r);
     }
     ct_layer_free(l);
     free(xd);
@@ -392,15 +346,15 @@ static size_t step_bytes(ct_self_attention_params p, int Tn) {
     gradcheck_fill(&x, 61, -1.0f, 1.0f);
     gradcheck_fill(&gy, 62, -1.0f, 1.0f);
     ct_layer *l = ct_self_attention(p);
-    runner r;
+    fixture r;
     size_t bytes = 0;
-    if (runner_init(&r, l, &x, true) == 0) {
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
         ct_tensor out[1], gin[1];
         ct_error err;
         CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, &x, out, ct_key_from_seed(2), &err), &err);
         CHECK_OK(ct_layer_backward(r.net.root, &r.ctx, &gy, gin, ct_key_from_seed(2), &err), &err);
         bytes = r.arena.high_water;
-        runner_free(&r);
+        fixture_free(&r);
     }
     ct_layer_free(l);
     free(xd), free(gd);
@@ -431,8 +385,8 @@ static void test_threads(void) {
     ct_self_attention_params p = sa_params(3, 3, 4, true, 4, 1, 0);
     p.attention_dropout = 0.2f;
     ct_layer *l = ct_self_attention(p);
-    runner r;
-    if (runner_init(&r, l, &x, true) == 0) {
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
         int saved = omp_get_max_threads();
         omp_set_num_threads(1);
         run_forward(&r, &x, ct_key_from_seed(8), a);
@@ -440,7 +394,7 @@ static void test_threads(void) {
         run_forward(&r, &x, ct_key_from_seed(8), b);
         omp_set_num_threads(saved);
         CHECK(memcmp(a, b, sizeof a) == 0);
-        runner_free(&r);
+        fixture_free(&r);
     }
     ct_layer_free(l);
 }

@@ -4,84 +4,33 @@
 #include <omp.h>
 #include <stdlib.h>
 
-#include "check.h"
-#include "gradcheck.h"
+#include "layer_fixture.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/vmath.h"
-
-#define TOL 1e-2
-
-static void check_layer(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
-    double e = gradcheck(label, l, in, n_in, gradcheck_default_opts());
-    CHECK_MSG(e >= 0 && e < TOL, "%s: rel err %g", label, e);
-    ct_layer_free(l);
-}
-
-static ct_tensor uniform(ct_tensor t, uint64_t seed, float lo, float hi) {
-    gradcheck_fill(&t, seed, lo, hi);
-    return t;
-}
-
-// A layer bound to a net, with an arena and a ctx, for value tests.
-typedef struct fixture {
-    ct_device dev;
-    ct_net net;
-    ct_arena arena;
-    ct_ctx ctx;
-    ct_error err;
-} fixture;
-
-// Initializes l (the fixture takes its own reference) for the signatures of
-// in; CT_OK or the init error in f->err.
-static ct_status fixture_init(fixture *f, ct_layer *l, const ct_tensor *in, int n_in, bool train) {
-    memset(f, 0, sizeof *f);
-    f->dev = ct_device_cpu();
-    ct_tensor sigs[CT_LAYER_MAX_IO];
-    for (int i = 0; i < n_in; i++) sigs[i] = ct_tensor_sig(&in[i]);
-    ct_arena_init(&f->arena, &f->dev);
-    ct_ctx_init(&f->ctx, &f->arena);
-    ct_status st = ct_net_init(&f->net, l, sigs, n_in, ct_key_from_seed(3), &f->dev, &f->err);
-    if (st == CT_OK) {
-        ct_net_bind(&f->net, &f->ctx, train);
-        f->ctx.record = true;
-    }
-    return st;
-}
-
-static ct_status fixture_forward(fixture *f, const ct_tensor *in, ct_tensor *out, uint64_t key_seed) {
-    return ct_layer_forward(f->net.root, &f->ctx, in, out, ct_key_from_seed(key_seed), &f->err);
-}
-
-static void fixture_free(fixture *f) {
-    ct_ctx_free(&f->ctx);
-    ct_arena_free(&f->arena);
-    ct_net_free(&f->net);
-    CHECK(f->dev.current_bytes == 0);
-}
 
 // ---- gradient checks -----------------------------------------------------------
 
 static void test_activation_gradients(void) {
     float a[4 * 6], b[4 * 6];
     ct_tensor x = uniform(ct_tensor_2d(CT_DTYPE_F32, 4, 6, a), 1, -2.0f, 2.0f);
-    check_layer("Gelu", ct_gelu(), &x, 1);
-    check_layer("Tanh", ct_tanh(), &x, 1);
-    check_layer("Sigmoid", ct_sigmoid(), &x, 1);
+    check_layer("Gelu", ct_gelu(), &x, 1, true);
+    check_layer("Tanh", ct_tanh(), &x, 1, true);
+    check_layer("Sigmoid", ct_sigmoid(), &x, 1, true);
 
     // Relu away from its kink: |x| >= 0.1, well beyond the step 1e-2.
     ct_tensor r = uniform(ct_tensor_2d(CT_DTYPE_F32, 4, 6, b), 2, -1.0f, 1.0f);
     for (int i = 0; i < 24; i++) b[i] = b[i] < 0 ? b[i] - 0.1f : b[i] + 0.1f;
-    check_layer("Relu", ct_relu(), &r, 1);
+    check_layer("Relu", ct_relu(), &r, 1, true);
 
     // Several rows, and a rank-3 input whose rows are the last axis.
     float c[5 * 7], d[2 * 3 * 5];
     ct_tensor rows = uniform(ct_tensor_2d(CT_DTYPE_F32, 5, 7, c), 3, -2.0f, 2.0f);
     ct_tensor cube = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 3, 5, d), 4, -2.0f, 2.0f);
-    check_layer("LogSoftmax", ct_log_softmax(), &rows, 1);
-    check_layer("LogSoftmax(rank 3)", ct_log_softmax(), &cube, 1);
-    check_layer("Softmax", ct_softmax(), &rows, 1);
-    check_layer("Softmax(rank 3)", ct_softmax(), &cube, 1);
+    check_layer("LogSoftmax", ct_log_softmax(), &rows, 1, true);
+    check_layer("LogSoftmax(rank 3)", ct_log_softmax(), &cube, 1, true);
+    check_layer("Softmax", ct_softmax(), &rows, 1, true);
+    check_layer("Softmax(rank 3)", ct_softmax(), &cube, 1, true);
 }
 
 // gradcheck sees LayerNorm with scale = 1 and bias = 0, where a backward that
@@ -144,11 +93,11 @@ static void test_layer_norm_gradients(void) {
     float a[4 * 6], b[2 * 3 * 8];
     ct_tensor x = uniform(ct_tensor_2d(CT_DTYPE_F32, 4, 6, a), 5, -1.0f, 1.0f);
     ct_tensor y = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 3, 8, b), 6, -2.0f, 2.0f);
-    check_layer("LayerNorm", ct_layer_norm(1e-6f), &x, 1);
-    check_layer("LayerNorm(rank 3)", ct_layer_norm(1e-6f), &y, 1);
+    check_layer("LayerNorm", ct_layer_norm(1e-6f), &x, 1, true);
+    check_layer("LayerNorm(rank 3)", ct_layer_norm(1e-6f), &y, 1, true);
     // Weights in front and behind, so scale and bias see varied gradients.
     check_layer("Dense-LayerNorm-Dense", ct_serial(CT_LAYERS(ct_dense(6), ct_layer_norm(1e-6f), ct_dense(3))),
-                &x, 1);
+                &x, 1, true);
     layer_norm_random_weights_check();
 }
 
@@ -156,37 +105,37 @@ static void test_other_gradients(void) {
     float a[8 * 16];
     ct_tensor x = uniform(ct_tensor_2d(CT_DTYPE_F32, 8, 16, a), 7, -1.0f, 1.0f);
     // Train mode with a fixed key: every forward draws the same mask.
-    check_layer("Dropout(0.5) train", ct_dropout(0.5f), &x, 1);
+    check_layer("Dropout(0.5) train", ct_dropout(0.5f), &x, 1, true);
 
     // Ids with repeats (3 three times, 0 twice): their rows' gradients add up.
     int32_t ids[2 * 4] = {0, 3, 3, 1, 4, 3, 0, 2};
     ct_tensor t = ct_tensor_2d(CT_DTYPE_I32, 2, 4, ids);
-    check_layer("Embedding", ct_embedding(5, 3), &t, 1);
-    check_layer("Embedding-Dense", ct_serial(CT_LAYERS(ct_embedding(5, 3), ct_dense(2))), &t, 1);
+    check_layer("Embedding", ct_embedding(5, 3), &t, 1, true);
+    check_layer("Embedding-Dense", ct_serial(CT_LAYERS(ct_embedding(5, 3), ct_dense(2))), &t, 1, true);
 
     float b[2 * 4 * 3];
     ct_tensor s = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 4, 3, b), 8, -1.0f, 1.0f);
-    check_layer("PositionalEncoding(learned)", ct_positional_encoding_learned(6), &s, 1);
-    check_layer("PositionalEncoding(sinusoidal)", ct_positional_encoding_sinusoidal(6), &s, 1);
+    check_layer("PositionalEncoding(learned)", ct_positional_encoding_learned(6), &s, 1, true);
+    check_layer("PositionalEncoding(sinusoidal)", ct_positional_encoding_sinusoidal(6), &s, 1, true);
     check_layer("Dense-PosEnc(sinusoidal)",
-                ct_serial(CT_LAYERS(ct_dense(3), ct_positional_encoding_sinusoidal(4))), &s, 1);
+                ct_serial(CT_LAYERS(ct_dense(3), ct_positional_encoding_sinusoidal(4))), &s, 1, true);
 
-    check_layer("ShiftRight(1) f32", ct_shift_right(1), &s, 1);
+    check_layer("ShiftRight(1) f32", ct_shift_right(1), &s, 1, true);
     float c[3 * 5];
     ct_tensor m = uniform(ct_tensor_2d(CT_DTYPE_F32, 3, 5, c), 9, -1.0f, 1.0f);
-    check_layer("ShiftRight(2) f32 rank 2", ct_shift_right(2), &m, 1);
+    check_layer("ShiftRight(2) f32 rank 2", ct_shift_right(2), &m, 1, true);
     // Int ids: nothing to differentiate; this checks it runs and pops its tape.
-    check_layer("ShiftRight(1) i32", ct_shift_right(1), &t, 1);
-    check_layer("ShiftRight(1)-Embedding", ct_serial(CT_LAYERS(ct_shift_right(1), ct_embedding(5, 3))), &t, 1);
+    check_layer("ShiftRight(1) i32", ct_shift_right(1), &t, 1, true);
+    check_layer("ShiftRight(1)-Embedding", ct_serial(CT_LAYERS(ct_shift_right(1), ct_embedding(5, 3))), &t, 1, true);
 
-    check_layer("Flatten(1)", ct_flatten(1), &s, 1);
-    check_layer("Flatten(2)", ct_flatten(2), &s, 1);
-    check_layer("Flatten(0)-Dense", ct_serial(CT_LAYERS(ct_flatten(0), ct_dense(2))), &s, 1);
+    check_layer("Flatten(1)", ct_flatten(1), &s, 1, true);
+    check_layer("Flatten(2)", ct_flatten(2), &s, 1, true);
+    check_layer("Flatten(0)-Dense", ct_serial(CT_LAYERS(ct_flatten(0), ct_dense(2))), &s, 1, true);
 
-    check_layer("Mean(1, keepdims)", ct_mean(1, true), &s, 1);
-    check_layer("Mean(1)", ct_mean(1, false), &s, 1);
-    check_layer("Mean(-1)", ct_mean(-1, false), &s, 1);
-    check_layer("Mean(0, keepdims)", ct_mean(0, true), &s, 1);
+    check_layer("Mean(1, keepdims)", ct_mean(1, true), &s, 1, true);
+    check_layer("Mean(1)", ct_mean(1, false), &s, 1, true);
+    check_layer("Mean(-1)", ct_mean(-1, false), &s, 1, true);
+    check_layer("Mean(0, keepdims)", ct_mean(0, true), &s, 1, true);
 }
 
 // ---- values ---------------------------------------------------------------------------

@@ -6,46 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "check.h"
-#include "gradcheck.h"
-
-#define TOL 1e-2
-
-typedef struct runner {
-    ct_device dev;
-    ct_net net;
-    ct_arena arena;
-    ct_ctx ctx;
-} runner;
-
-static int runner_init(runner *r, ct_layer *l, const ct_tensor *x, bool train) {
-    ct_error err;
-    r->dev = ct_device_cpu();
-    ct_tensor sig = ct_tensor_sig(x);
-    ct_status st = ct_net_init(&r->net, l, &sig, 1, ct_key_from_seed(3), &r->dev, &err);
-    CHECK_MSG(st == CT_OK, "%s", err.msg);
-    if (st != CT_OK) return -1;
-    ct_arena_init(&r->arena, &r->dev);
-    ct_ctx_init(&r->ctx, &r->arena);
-    ct_net_bind(&r->net, &r->ctx, train);
-    return 0;
-}
-
-static void runner_free(runner *r) {
-    ct_ctx_free(&r->ctx);
-    ct_arena_free(&r->arena);
-    ct_net_free(&r->net);
-}
-
-// Forward without a tape; output 0 copied into dst.
-static void run_forward(runner *r, const ct_tensor *x, ct_key key, float *dst) {
-    ct_tensor out[1];
-    ct_error err;
-    r->ctx.record = false;
-    CHECK_OK(ct_layer_forward(r->net.root, &r->ctx, x, out, key, &err), &err);
-    memcpy(dst, out[0].data, ct_tensor_nbytes(&out[0]));
-    ct_arena_reset(&r->arena);
-}
+#include "layer_fixture.h"
 
 static float *state_of(const ct_net *net, const char *name) {
     for (int i = 0; i < net->n_state_params; i++)
@@ -65,13 +26,7 @@ static ct_lsh_self_attention_params lsh_params(int H, int dk, int dv, bool causa
 // In training mode: the checker's forwards share one key, so every forward
 // after the first reuses the stored buckets (held fixed).
 static void gradcheck_one(const char *label, ct_lsh_self_attention_params p, const ct_tensor *x) {
-    ct_layer *l = ct_lsh_self_attention(p);
-    gradcheck_opts o = gradcheck_default_opts();
-    o.train = true;
-    double e = gradcheck(label, l, x, 1, o);
-    printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < TOL, "%s: rel err %g", label, e);
-    ct_layer_free(l);
+    check_layer(label, ct_lsh_self_attention(p), x, 1, true);
 }
 
 enum { B = 2, T = 8, D = 6 };
@@ -120,9 +75,9 @@ static void check_one_chunk(int R, bool causal) {
     ct_self_attention_params sp = ct_self_attention_default_params();
     sp.n_heads = 3, sp.d_qk = 4, sp.d_v = 5, sp.causal = causal, sp.share_qk = true, sp.chunk_len = Tn;
     ct_layer *sl = ct_self_attention(sp);
-    runner rl, rs;
-    if (runner_init(&rl, ll, &x, false) == 0) {
-        if (runner_init(&rs, sl, &x, false) == 0) {
+    fixture rl, rs;
+    if (fixture_init_ok(&rl, ll, &x, 1, false)) {
+        if (fixture_init_ok(&rs, sl, &x, 1, false)) {
             copy_weights(&rs.net, &rl.net, 3);
             run_forward(&rl, &x, ct_key_from_seed(1), a);
             run_forward(&rs, &x, ct_key_from_seed(1), s);
@@ -131,9 +86,9 @@ static void check_one_chunk(int R, bool causal) {
             printf("LSH(R %d, nb 4, one chunk) vs SelfAttention(share_qk, %s, one chunk): max abs diff %.3e\n", R,
                    causal ? "causal" : "non-causal", md);
             CHECK_MSG(md < 1e-5, "max diff %g", md);
-            runner_free(&rs);
+            fixture_free(&rs);
         }
-        runner_free(&rl);
+        fixture_free(&rl);
     }
     ct_layer_free(ll);
     ct_layer_free(sl);
@@ -153,15 +108,15 @@ static void test_trax_shapes(void) {
     for (int i = 0; i < Bn * Tn * Dn; i++) xd[i] = 1.0f;
     ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, xd);
     ct_layer *l = ct_lsh_self_attention(lsh_params(5, 7, 17, true, 8, 1, 0, 2, 4, 0));
-    runner r;
-    if (runner_init(&r, l, &x, true) == 0) {
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
         ct_tensor out[1];
         ct_error err;
         CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, &x, out, ct_key_from_seed(0), &err), &err);
         CHECK(out[0].ndim == 3 && out[0].shape[0] == Bn && out[0].shape[1] == Tn && out[0].shape[2] == Dn);
         printf("Trax shape test: (3, 32, 8) -> (%lld, %lld, %lld)\n", (long long)out[0].shape[0],
                (long long)out[0].shape[1], (long long)out[0].shape[2]);
-        runner_free(&r);
+        fixture_free(&r);
     }
     ct_layer_free(l);
     free(xd);
@@ -175,8 +130,8 @@ static void test_stored_buckets(void) {
     ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, xd);
     gradcheck_fill(&x, 8, -1.0f, 1.0f);
     ct_layer *l = ct_lsh_self_attention(lsh_params(H, 4, 4, false, 8, 1, 0, R, 0, 0));  // nb = 2 (32 / 8) = 8
-    runner r;
-    if (runner_init(&r, l, &x, true) == 0) {
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
         run_forward(&r, &x, ct_key_from_seed(1), y1);
         const float *bk = state_of(&r.net, "buckets"), *hs = state_of(&r.net, "hash");
         int bad = 0, used[R * 8] = {0};
@@ -202,7 +157,7 @@ static void test_stored_buckets(void) {
         run_forward(&r, &x, ct_key_from_seed(2), y2);
         printf("count after a new key and two eval forwards: %g\n", (double)hs[4]);
         CHECK(hs[4] == 4.0f);
-        runner_free(&r);
+        fixture_free(&r);
     }
     ct_layer_free(l);
 }

@@ -3,55 +3,7 @@
 // dropout mask, and chunked = unchunked (forward and every gradient).
 #include <stdlib.h>
 
-#include "check.h"
-#include "gradcheck.h"
-
-#define TOL 1e-2
-
-static void check_layer(const char *label, ct_layer *l, const ct_tensor *in, bool train) {
-    gradcheck_opts o = gradcheck_default_opts();
-    o.train = train;
-    double e = gradcheck(label, l, in, 1, o);
-    CHECK_MSG(e >= 0 && e < TOL, "%s: rel err %g", label, e);
-    ct_layer_free(l);
-}
-
-static ct_tensor uniform(ct_tensor t, uint64_t seed, float lo, float hi) {
-    gradcheck_fill(&t, seed, lo, hi);
-    return t;
-}
-
-// A layer bound to a net, with an arena and a ctx.
-typedef struct fixture {
-    ct_device dev;
-    ct_net net;
-    ct_arena arena;
-    ct_ctx ctx;
-    ct_error err;
-} fixture;
-
-// Initializes l (taking the caller's reference) for the signature of x.
-static ct_status fixture_init(fixture *f, ct_layer *l, const ct_tensor *x, bool train) {
-    memset(f, 0, sizeof *f);
-    f->dev = ct_device_cpu();
-    ct_tensor sig = ct_tensor_sig(x);
-    ct_arena_init(&f->arena, &f->dev);
-    ct_ctx_init(&f->ctx, &f->arena);
-    ct_status st = ct_net_init(&f->net, l, &sig, 1, ct_key_from_seed(3), &f->dev, &f->err);
-    ct_layer_free(l);
-    if (st == CT_OK) {
-        ct_net_bind(&f->net, &f->ctx, train);
-        f->ctx.record = true;
-    }
-    return st;
-}
-
-static void fixture_free(fixture *f) {
-    ct_ctx_free(&f->ctx);
-    ct_arena_free(&f->arena);
-    ct_net_free(&f->net);
-    CHECK(f->dev.current_bytes == 0);
-}
+#include "layer_fixture.h"
 
 // ---- AxialPositionalEncoding --------------------------------------------------
 
@@ -63,13 +15,13 @@ static void test_axial_gradients(void) {
     float a[2 * 12 * 5], b[2 * 12 * 6];
     ct_tensor x2 = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 12, 5, a), 1, -1.0f, 1.0f);
     ct_tensor x3 = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 12, 6, b), 2, -1.0f, 1.0f);
-    check_layer("Axial (3,4)/(2,3)", axial(2, (int[]){3, 4}, (int[]){2, 3}, 0, 0, NULL), &x2, false);
-    check_layer("Axial (2,3,2)/(2,1,3)", axial(3, (int[]){2, 3, 2}, (int[]){2, 1, 3}, 0, 0, NULL), &x3, false);
+    check_layer("Axial (3,4)/(2,3)", axial(2, (int[]){3, 4}, (int[]){2, 3}, 0, 0, NULL), &x2, 1, false);
+    check_layer("Axial (2,3,2)/(2,1,3)", axial(3, (int[]){2, 3, 2}, (int[]){2, 1, 3}, 0, 0, NULL), &x3, 1, false);
     // Training dropout: the mask is recomputed from the key in backward.
     check_layer("Axial (3,4) dropout 0.3 dims (1,2)", axial(2, (int[]){3, 4}, (int[]){2, 3}, 0.3f, 2, (int[]){1, 2}),
-                &x2, true);
+                &x2, 1, true);
     check_layer("Axial (2,3,2) dropout 0.3 dims ()", axial(3, (int[]){2, 3, 2}, (int[]){2, 1, 3}, 0.3f, 0, NULL),
-                &x3, true);
+                &x3, 1, true);
 }
 
 // Zero input, eval: out[b, t] = concat(E_0[i_0], E_1[i_1]) with t = 4 i_0 + i_1;
@@ -78,7 +30,9 @@ static void test_axial_values(void) {
     float z[2 * 12 * 5] = {0};
     ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 2, 12, 5, z);
     fixture f;
-    CHECK_OK(fixture_init(&f, axial(2, (int[]){3, 4}, (int[]){2, 3}, 0.5f, 0, NULL), &x, false), &f.err);
+    ct_layer *l = axial(2, (int[]){3, 4}, (int[]){2, 3}, 0.5f, 0, NULL);
+    CHECK_OK(fixture_init(&f, l, &x, 1, false), &f.err);
+    ct_layer_free(l);
     printf("axial (3,4)/(2,3): %zu weights (sum n_k d_k = 18; a (12, 5) table has 60)\n", f.net.n_weights);
     CHECK(f.net.n_weights == 3 * 2 + 4 * 3);
     const ct_param *e0 = ct_net_find_param(&f.net, "AxialPositionalEncoding/axis_0");
@@ -106,7 +60,8 @@ static void test_axial_values(void) {
 
 static void expect_error(ct_layer *l, ct_tensor sig, const char *a, const char *b) {
     fixture f;
-    CHECK(fixture_init(&f, l, &sig, false) == CT_ERR_SHAPE);
+    CHECK(fixture_init(&f, l, &sig, 1, false) == CT_ERR_SHAPE);
+    ct_layer_free(l);
     printf("error: %s\n", f.err.msg);
     CHECK_MSG(strstr(f.err.msg, "AxialPositionalEncoding (init)") && strstr(f.err.msg, a) && strstr(f.err.msg, b),
               "%s", f.err.msg);
@@ -129,7 +84,9 @@ static void test_axial_dropout_mask(void) {
     static float z[B * T * D];
     ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, z);
     fixture f;
-    CHECK_OK(fixture_init(&f, axial(2, (int[]){4, 5}, (int[]){3, 5}, 0.5f, 2, (int[]){1, 2}), &x, true), &f.err);
+    ct_layer *l = axial(2, (int[]){4, 5}, (int[]){3, 5}, 0.5f, 2, (int[]){1, 2});
+    CHECK_OK(fixture_init(&f, l, &x, 1, true), &f.err);
+    ct_layer_free(l);
     ct_tensor out;
     CHECK_OK(ct_layer_forward(f.net.root, &f.ctx, &x, &out, ct_key_from_seed(5), &f.err), &f.err);
     const float *o = ct_f32(&out);
@@ -159,9 +116,11 @@ static void test_axial_dropout_mask(void) {
 static void test_fixed_gradients(void) {
     float a[2 * 5 * 6];
     ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 5, 6, a), 3, -1.0f, 1.0f);
-    check_layer("PositionalEncoding(sinusoidal, fixed)", ct_positional_encoding_sinusoidal(8), &x, false);
+    check_layer("PositionalEncoding(sinusoidal, fixed)", ct_positional_encoding_sinusoidal(8), &x, 1, false);
     fixture f;
-    CHECK_OK(fixture_init(&f, ct_positional_encoding_sinusoidal(8), &x, false), &f.err);
+    ct_layer *l = ct_positional_encoding_sinusoidal(8);
+    CHECK_OK(fixture_init(&f, l, &x, 1, false), &f.err);
+    ct_layer_free(l);
     CHECK(f.net.n_weights == 0);  // fixed: no weights
     fixture_free(&f);
 }
@@ -176,9 +135,9 @@ static void test_fixed_base_gradients(void) {
     // T = 10 reaches digit 2 of base 3 (positions >= 9).
     float a[4 * 10 * 6];
     ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, 4, 10, 6, a), 5, -1.0f, 1.0f);
-    check_layer("FixedBase (3,4) x 3 eval", fixed_base(100, 100), &x, false);
+    check_layer("FixedBase (3,4) x 3 eval", fixed_base(100, 100), &x, 1, false);
     // Random starts and base dropout, recomputed from the key in backward.
-    check_layer("FixedBase (3,4) x 3 train, zero 1 in 100, drop 1 in 4", fixed_base(100, 4), &x, true);
+    check_layer("FixedBase (3,4) x 3 train, zero 1 in 100, drop 1 in 4", fixed_base(100, 4), &x, 1, true);
 }
 
 // Eval on zeros: block i of position t is sum_r digit_i^r(t) W[r][i], plus
@@ -189,7 +148,9 @@ static void test_fixed_base_values(void) {
     static float z[B * T * D];
     ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, z);
     fixture f;
-    CHECK_OK(fixture_init(&f, fixed_base(2, 2), &x, false), &f.err);
+    ct_layer *l = fixed_base(2, 2);
+    CHECK_OK(fixture_init(&f, l, &x, 1, false), &f.err);
+    ct_layer_free(l);
     CHECK(f.net.n_weights == 2 * 3 * 2 + 6);
     ct_tensor out;
     CHECK_OK(ct_layer_forward(f.net.root, &f.ctx, &x, &out, ct_key_from_seed(1), &f.err), &f.err);
@@ -223,12 +184,16 @@ static void test_fixed_base_values(void) {
     fixture_free(&f);
     // D must split into n_digits blocks.
     ct_tensor bad = ct_tensor_3d(CT_DTYPE_F32, 1, 5, 7, NULL);
-    CHECK(fixture_init(&f, fixed_base(2, 2), &bad, false) == CT_ERR_SHAPE);
+    ct_layer *lb = fixed_base(2, 2);
+    CHECK(fixture_init(&f, lb, &bad, 1, false) == CT_ERR_SHAPE);
+    ct_layer_free(lb);
     CHECK(strstr(f.err.msg, "FixedBasePositionalEncoding (init)") && strstr(f.err.msg, "n_digits 3"));
     fixture_free(&f);
     // Trax's defaults: 4 bases x 8 digits x D/8, plus start_vec.
     ct_tensor sig = ct_tensor_3d(CT_DTYPE_F32, 1, 16, 64, NULL);
-    CHECK_OK(fixture_init(&f, ct_fixed_base_positional_encoding_trax(), &sig, false), &f.err);
+    ct_layer *lt = ct_fixed_base_positional_encoding_trax();
+    CHECK_OK(fixture_init(&f, lt, &sig, 1, false), &f.err);
+    ct_layer_free(lt);
     CHECK(f.net.n_weights == 4 * 8 * 8 + 64);
     fixture_free(&f);
 }
@@ -248,11 +213,11 @@ static void test_chunk_gradients(void) {
     for (int i = 0; i < 4; i++) {
         char label[64];
         snprintf(label, sizeof label, "Chunk(Serial(Dense, Relu, Dense), %d)", sizes[i]);
-        check_layer(label, ct_chunk(ff(0), sizes[i]), &x, false);
+        check_layer(label, ct_chunk(ff(0), sizes[i]), &x, 1, false);
     }
     // Dropout inside: chunk i's key is fold_in(key, i) in forward and in the
     // recomputed forward of backward alike.
-    check_layer("Chunk(Serial(Dense, Dropout(0.3), Relu, Dense), 3) train", ct_chunk(ff(0.3f), 3), &x, true);
+    check_layer("Chunk(Serial(Dense, Dropout(0.3), Relu, Dense), 3) train", ct_chunk(ff(0.3f), 3), &x, 1, true);
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n) {
@@ -282,8 +247,12 @@ static void test_chunk_exact(int chunk_size) {
     ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, B, T, D, xb), 6, -1.0f, 1.0f);
     ct_random_uniform(ct_key_from_seed(7), g, B * T * DO, -1.0f, 1.0f);
     fixture fc, fu;
-    CHECK_OK(fixture_init(&fc, ct_chunk(ff(0), chunk_size), &x, true), &fc.err);
-    CHECK_OK(fixture_init(&fu, ff(0), &x, true), &fu.err);
+    ct_layer *lc = ct_chunk(ff(0), chunk_size);
+    CHECK_OK(fixture_init(&fc, lc, &x, 1, true), &fc.err);
+    ct_layer_free(lc);
+    ct_layer *lu = ff(0);
+    CHECK_OK(fixture_init(&fu, lu, &x, 1, true), &fu.err);
+    ct_layer_free(lu);
     CHECK(fc.net.n_weights == fu.net.n_weights);
     memcpy(fu.net.weights, fc.net.weights, fc.net.n_weights * sizeof(float));
     float oc[B * T * DO], ou[B * T * DO], gc[B * T * D], gu[B * T * D];
@@ -302,7 +271,8 @@ static void test_chunk_exact(int chunk_size) {
 // far less than the unchunked one when d_ff dominates.
 static size_t arena_after_step(ct_layer *l, const ct_tensor *x, const float *g) {
     fixture f;
-    CHECK_OK(fixture_init(&f, l, x, true), &f.err);
+    CHECK_OK(fixture_init(&f, l, x, 1, true), &f.err);
+    ct_layer_free(l);
     static float o[256 * 4], gi[256 * 4];
     run_fb(&f, x, g, o, gi);
     size_t cap = ct_arena_capacity(&f.arena);

@@ -1,0 +1,92 @@
+// One fixture for the layer tests: a layer bound to a net with a device,
+// an arena and a ctx; the gradient check against TOL; uniform fills.
+#ifndef CTRAX_TESTS_LAYER_FIXTURE_H
+#define CTRAX_TESTS_LAYER_FIXTURE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "gradcheck.h"
+
+#define TOL 1e-2
+
+// A layer bound to a net, ready to run forward and backward.
+typedef struct fixture {
+    ct_device dev;
+    ct_net net;
+    ct_arena arena;
+    ct_ctx ctx;
+    ct_error err;
+} fixture;
+
+// Initializes l for the signatures of in[0..n_in) (the net takes its own
+// reference; the caller still frees l); CT_OK or the init error in f->err.
+// Recording is on after a successful init.
+static inline ct_status fixture_init(fixture *f, ct_layer *l, const ct_tensor *in, int n_in, bool train) {
+    memset(f, 0, sizeof *f);
+    f->dev = ct_device_cpu();
+    ct_tensor sigs[CT_LAYER_MAX_IO];
+    for (int i = 0; i < n_in; i++) sigs[i] = ct_tensor_sig(&in[i]);
+    ct_arena_init(&f->arena, &f->dev);
+    ct_ctx_init(&f->ctx, &f->arena);
+    ct_status st = ct_net_init(&f->net, l, sigs, n_in, ct_key_from_seed(3), &f->dev, &f->err);
+    if (st == CT_OK) {
+        ct_net_bind(&f->net, &f->ctx, train);
+        f->ctx.record = true;
+    }
+    return st;
+}
+
+// fixture_init for a layer that must initialize: a failed init is a failed
+// check (with its message) and leaves nothing to free. True on success.
+static inline bool fixture_init_ok(fixture *f, ct_layer *l, const ct_tensor *in, int n_in, bool train) {
+    ct_status st = fixture_init(f, l, in, n_in, train);
+    CHECK_MSG(st == CT_OK, "%s", f->err.msg);
+    if (st != CT_OK) {
+        ct_ctx_free(&f->ctx);
+        ct_arena_free(&f->arena);
+    }
+    return st == CT_OK;
+}
+
+static inline ct_status fixture_forward(fixture *f, const ct_tensor *in, ct_tensor *out, uint64_t key_seed) {
+    return ct_layer_forward(f->net.root, &f->ctx, in, out, ct_key_from_seed(key_seed), &f->err);
+}
+
+// Forward without a tape; output 0 copied into dst (numel floats); the arena
+// is reset and recording back on afterwards.
+static inline void run_forward(fixture *f, const ct_tensor *in, ct_key key, float *dst) {
+    ct_tensor out[1];
+    f->ctx.record = false;
+    CHECK_OK(ct_layer_forward(f->net.root, &f->ctx, in, out, key, &f->err), &f->err);
+    memcpy(dst, out[0].data, ct_tensor_nbytes(&out[0]));
+    ct_arena_reset(&f->arena);
+    f->ctx.record = true;
+}
+
+static inline void fixture_free(fixture *f) {
+    ct_ctx_free(&f->ctx);
+    ct_arena_free(&f->arena);
+    ct_net_free(&f->net);
+    CHECK(f->dev.current_bytes == 0);
+}
+
+// Gradient check of l on in[0..n_in) (train: dropout active with a fixed
+// key); the error must be below TOL. Frees l.
+static inline void check_layer(const char *label, ct_layer *l, const ct_tensor *in, int n_in, bool train) {
+    gradcheck_opts o = gradcheck_default_opts();
+    o.train = train;
+    double e = gradcheck(label, l, in, n_in, o);
+    printf("  max rel err %.3e\n", e);
+    CHECK_MSG(e >= 0 && e < TOL, "%s: rel err %g", label, e);
+    ct_layer_free(l);
+}
+
+static inline ct_tensor uniform(ct_tensor t, uint64_t seed, float lo, float hi) {
+    gradcheck_fill(&t, seed, lo, hi);
+    return t;
+}
+
+#endif
