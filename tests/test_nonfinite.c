@@ -159,6 +159,18 @@ static bool contains(const char *msg, const char *part) {
     return ok;
 }
 
+// A standard trainer with Adam on n_devices for model and loss over b.
+static ct_trainer *adam_trainer(ct_layer *model, ct_layer *loss, const batch *b, int n_devices, ct_device *dev) {
+    ct_trainer_options o = ct_trainer_default_options();
+    o.n_devices = n_devices;
+    ct_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b->t, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(1),
+                            dev, &o, &err),
+             &err);
+    return tr;
+}
+
 static ct_status std_step(ct_trainer *tr, const batch *b, int64_t step, float lr, ct_step_stats *s, ct_error *err) {
     return ct_trainer_one_step(tr, b->t, ct_key_fold_in(ct_key_from_seed(3), (uint32_t)step), step, lr, s, err);
 }
@@ -280,14 +292,9 @@ static void test_huge_weight(int n_devices, int poison_rows) {
     ct_layer *pr = probe(PROBE_HEALTHY, false);
     ct_layer *model = ct_serial(CT_LAYERS(in, pr, big, ct_dense(1)));
     ct_layer *loss = ct_l2_loss();
-    ct_trainer_options o = ct_trainer_default_options();
-    o.n_devices = n_devices;
     ct_device dev = ct_device_cpu();
-    ct_trainer *tr;
     ct_error err;
-    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(1),
-                            &dev, &o, &err),
-             &err);
+    ct_trainer *tr = adam_trainer(model, loss, &b, n_devices, &dev);
     const ct_net *net = ct_trainer_net(tr);
     ct_step_stats s;
     for (int step = 1; step <= 2; step++) CHECK_OK(std_step(tr, &b, step, 1e-2f, &s, &err), &err);
@@ -343,14 +350,9 @@ static void test_backward_nan(probe_mode mode, int n_devices, bool marked_only) 
     ct_layer *pr = probe(mode, marked_only);
     ct_layer *model = ct_serial(CT_LAYERS(ct_dense(8), pr, ct_dense(1)));
     ct_layer *loss = ct_l2_loss();
-    ct_trainer_options o = ct_trainer_default_options();
-    o.n_devices = n_devices;
     ct_device dev = ct_device_cpu();
-    ct_trainer *tr;
     ct_error err;
-    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(1),
-                            &dev, &o, &err),
-             &err);
+    ct_trainer *tr = adam_trainer(model, loss, &b, n_devices, &dev);
     // The Probe sees the first Dense's output: a kernel that copies x[:, 0]
     // into output 0 (bias zero at init) carries the marker through.
     const ct_net *net = ct_trainer_net(tr);
