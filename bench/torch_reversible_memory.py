@@ -327,11 +327,11 @@ def main():
         rows.append((f"depth {depth}: ctrax reversible / torch checkpoint step cpu time, least",
                      f"{rt / tc:.2f}" if rt and tc else "-"))
     p0, p1 = get("reversible", d0, "peak_device"), get("reversible", d1, "peak_device")
-    if p0 and p1:
+    if p0 and p1 and d1 != d0:  # growth needs two depths
         rows.append((f"reversible device peak growth, depth {d0} -> {d1} (target < 5%)", f"{100 * (p1 / p0 - 1):+.2f}%"))
     r0, r1 = get("reversible", d0, "peak_rss"), get("reversible", d1, "peak_rss")
     h0, h1 = get("reversible", d0, "host_slab_bytes"), get("reversible", d1, "host_slab_bytes")
-    if r0 and r1 and h0 and h1:
+    if r0 and r1 and h0 and h1 and h1 != h0:
         rows.append((f"reversible peak RSS growth / added weights+slots, depth {d0} -> {d1} (target <= 1)",
                      f"{(r1 - r0) / (h1 - h0):.3f}  ({(r1 - r0) / MIB:,.0f} MiB vs {(h1 - h0) / MIB:,.0f} MiB)"))
     width = max(len(k) for k, _ in rows)
