@@ -213,16 +213,16 @@ static void check_reformer_variant(const char *label, ct_reformer_lm_params p, d
 
 static void test_reformer_variants(void) {
     ct_reformer_lm_params p = small_reformer();
-    p.attention_type = "SelfAttention";  // chunked local attention: chunks of 2, window previous + own
-    p.self_attention_chunk_len = 2;
-    p.self_attention_n_chunks_before = 1;
+    p.attention[0] = CT_REFORMER_SELF_ATTENTION;  // chunked local attention: chunks of 2, window previous + own
+    p.self_attention.chunk_len = 2;
+    p.self_attention.n_chunks_before = 1;
     p.d_attention_key = 3;
     p.d_attention_value = 5;
     check_reformer_variant("ReformerLM(SelfAttention chunk_len 2, before 1, dk 3, dv 5)", p, 1e-2);
 
     p = small_reformer();
-    p.attention_type = "SelfAttention";  // full, share_qk
-    p.self_attention_share_qk = true;
+    p.attention[0] = CT_REFORMER_SELF_ATTENTION;  // full, share_qk
+    p.self_attention.share_qk = true;
     p.ff_activation = "Relu";
     check_reformer_variant("ReformerLM(SelfAttention full, share_qk; Relu)", p, 2e-3);
 
@@ -252,7 +252,7 @@ static void test_reformer_variants(void) {
     // CausalAttention did; a chunked FF is one Chunk layer.
     p = small_reformer();
     p.pos_type = "no";
-    p.attention_type = "SelfAttention";
+    p.attention[0] = CT_REFORMER_SELF_ATTENTION;
     p.ff_chunk_size = 4;
     ct_layer *m = ct_reformer_lm(p);
     CHECK(m->n_sub == 9 && strcmp(m->sub[3]->name, "Dup") == 0);
@@ -279,15 +279,14 @@ static void test_reformer_refusals(void) {
     struct {
         const char *param, *needle;
         ct_reformer_lm_params p;
-    } c[8];
+    } c[7];
     int n = 0;
-    for (int i = 0; i < 8; i++) c[i].p = small_reformer();
-    c[n].p.attention_type = "LSHSelfAttention", c[n].param = "attention_type", c[n++].needle = "not implemented";
-    c[n].p.attention_type = "DotProductAttention", c[n].param = "attention_type", c[n++].needle = "not supported";
+    for (int i = 0; i < 7; i++) c[i].p = small_reformer();
+    c[n].p.n_attention = 3, c[n].param = "attention_type", c[n++].needle = "cycle evenly";  // 2 layers
+    c[n].p.attention[0] = (ct_reformer_attention)7, c[n].param = "attention_type", c[n++].needle = "not an attention";
     c[n].p.ff_activation = "Swish", c[n].param = "ff_activation", c[n++].needle = "'Swish'";
     c[n].p.pos_type = "sin-cos", c[n].param = "pos_type", c[n++].needle = "'sin-cos'";
     c[n].p.d_attention_key = 3, c[n].param = "d_attention_key", c[n++].needle = "CausalAttention";
-    c[n].p.self_attention_chunk_len = 2, c[n].param = "self_attention", c[n++].needle = "'SelfAttention'";
     c[n].p.pos_type = "axial", c[n].p.pos_axial_n = 1, c[n].p.pos_axial_shape[0] = 6;
     c[n].p.pos_d_axial_embs[0] = 7, c[n].param = "pos_d_axial_embs", c[n++].needle = "not d_model 8";
     c[n].p.pos_axial_n = 1, c[n].param = "pos_axial_shape", c[n++].needle = "not 'axial'";

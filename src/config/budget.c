@@ -91,16 +91,29 @@ ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *
 // Dense(d_model), or SelfAttention's per-head Wq, Wk (unless share_qk), Wv
 // (D, d) and Wo (d_v, D), no biases.
 static void reformer_attention_w(cfg_plan *out, const ct_reformer_lm_params *m, double layers) {
-    if (!m->attention_type || strcmp(m->attention_type, "SelfAttention") != 0) {
-        dense(out, m->d_model, m->d_model, 4 * layers);
-        return;
-    }
+    int n = m->n_attention > 0 ? m->n_attention : 1;
+    double per_type = layers / n;
     int64_t dh = m->d_model / (m->n_heads > 0 ? m->n_heads : 1);
     int64_t dk = m->d_attention_key ? m->d_attention_key : dh, dv = m->d_attention_value ? m->d_attention_value : dh;
-    double heads = layers * m->n_heads;
-    add_w(out, m->d_model, dk, (m->self_attention_share_qk ? 1 : 2) * heads);
-    add_w(out, m->d_model, dv, heads);
-    add_w(out, dv, m->d_model, heads);
+    for (int i = 0; i < n && i < CT_REFORMER_MAX_ATTENTION; i++) {
+        if (m->attention[i] == CT_REFORMER_CAUSAL_ATTENTION) {
+            dense(out, m->d_model, m->d_model, 4 * per_type);
+            continue;
+        }
+        double heads = per_type * m->n_heads;
+        bool shared = m->attention[i] == CT_REFORMER_LSH_ATTENTION || m->self_attention.share_qk;
+        add_w(out, m->d_model, dk, (shared ? 1 : 2) * heads);
+        add_w(out, m->d_model, dv, heads);
+        add_w(out, dv, m->d_model, heads);
+    }
+}
+
+// Whether every attention layer keeps no T x T probabilities (SelfAttention
+// and LSHSelfAttention keep a logsumexp per row).
+static bool reformer_attention_linear(const ct_reformer_lm_params *m) {
+    for (int i = 0; i < m->n_attention && i < CT_REFORMER_MAX_ATTENTION; i++)
+        if (m->attention[i] == CT_REFORMER_CAUSAL_ATTENTION) return false;
+    return true;
 }
 
 // The positional encoding by pos_type: the sinusoid table (host floats),
@@ -140,7 +153,7 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
     double held = memory_efficient ? 1.0 : layers;
     if (m->n_layers == 0) held = 0;
     double block = block_act_per_token(m->d_model, m->d_ff) - (m->ff_chunk_size > 0 ? 2.0 * m->d_ff : 0.0);
-    bool self_attention = m->attention_type && !strcmp(m->attention_type, "SelfAttention");
+    bool self_attention = reformer_attention_linear(m);
     out->act_per_token = held * block + 6.0 * m->d_model + 2.0 * m->vocab_size;
     out->act_per_token_sq = self_attention ? 0.0 : held * m->n_heads;
     out->uses_length = true;

@@ -180,8 +180,8 @@ static ct_status reformer_lm_check(ct_config *cfg, const char *name, const void 
     const ct_reformer_lm_params *p = vp;
     CT_TRY(check_layer_count(cfg, name, p->n_layers, 4, 0, err));
     CT_TRY(check_heads(cfg, name, p->d_model, p->n_heads, err));
-    static const char *const fixed[] = {"pos_axial_shape", "pos_d_axial_embs", "pos_start_from_zero_prob",
-                                        "pos_max_offset_to_add", "ff_use_sru", "ff_sparsity", "loss_sparsity_type",
+    static const char *const fixed[] = {"pos_start_from_zero_prob",
+                                        "pos_max_offset_to_add", "ff_sparsity", "loss_sparsity_type",
                                         "loss_sparsity", "loss_d_lowrank", "loss_sparsity_prob",
                                         "attention_chunk_size"};
     for (int i = 0; i < COUNT(fixed); i++) CT_TRY(reformer_only_default(cfg, name, fixed[i], NULL, err));

@@ -6,10 +6,16 @@
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/efficient_attention.h"
 #include "ctrax/layers/reversible.h"
+#include "ctrax/layers/rnn.h"
 #include "ctrax/models/models.h"
 
 ct_reformer_lm_params ct_reformer_lm_default_params(void) {
-    return (ct_reformer_lm_params){CT_REFORMER_LM_PARAMS(CT_PARAM_DEFAULT)};
+    ct_reformer_lm_params p = {CT_REFORMER_LM_PARAMS(CT_PARAM_DEFAULT)};
+    p.n_attention = 1;
+    p.attention[0] = CT_REFORMER_CAUSAL_ATTENTION;
+    p.self_attention = ct_self_attention_default_params();
+    p.lsh_attention = ct_lsh_self_attention_default_params();
+    return p;
 }
 
 static bool str_is(const char *s, const char *t) { return s && strcmp(s, t) == 0; }
@@ -17,36 +23,32 @@ static bool str_is(const char *s, const char *t) { return s && strcmp(s, t) == 0
 // pos_type None and '' are Trax's PositionalEncoding.
 static bool pos_is_default(const char *t) { return !t || !t[0]; }
 
-// The attention and activation settings: which names exist, and that the
-// SelfAttention-only settings are not set for CausalAttention (whose
-// per-head depth is d_model / n_heads and which has no chunks).
+// The attention types: a list that cycles evenly over the layers (Trax
+// asserts n_layers % len == 0), and CausalAttention's fixed head depth.
 static ct_status check_attention(const ct_reformer_lm_params *p, ct_error *err) {
-    const char *a = p->attention_type;
-    if (str_is(a, "LSHSelfAttention"))
+    if (p->n_attention < 1 || p->n_attention > CT_REFORMER_MAX_ATTENTION)
+        return ct_error_set(err, CT_ERR_ARG, "ReformerLM.attention_type: 1 to %d types, got %d",
+                            CT_REFORMER_MAX_ATTENTION, p->n_attention);
+    if (p->n_layers % p->n_attention)
         return ct_error_set(err, CT_ERR_ARG,
-                            "ReformerLM.attention_type = 'LSHSelfAttention' is not implemented in ctrax (use "
-                            "'SelfAttention' or 'CausalAttention')");
-    if (str_is(a, "SelfAttention")) return CT_OK;
-    if (!str_is(a, "CausalAttention"))
-        return ct_error_set(err, CT_ERR_ARG,
-                            "ReformerLM.attention_type = '%s' is not supported: 'CausalAttention' or 'SelfAttention'",
-                            a ? a : "None");
+                            "ReformerLM.attention_type: a list of %d types does not cycle evenly over n_layers %d "
+                            "(Trax asserts n_layers %% len == 0)",
+                            p->n_attention, p->n_layers);
+    bool causal = false;
+    for (int i = 0; i < p->n_attention; i++) {
+        if ((unsigned)p->attention[i] > CT_REFORMER_LSH_ATTENTION)
+            return ct_error_set(err, CT_ERR_ARG, "ReformerLM.attention_type[%d] = %d is not an attention type", i,
+                                (int)p->attention[i]);
+        causal |= p->attention[i] == CT_REFORMER_CAUSAL_ATTENTION;
+    }
     int dh = p->d_model / p->n_heads;
-    if ((p->d_attention_key && p->d_attention_key != dh) || (p->d_attention_value && p->d_attention_value != dh))
+    if (causal && ((p->d_attention_key && p->d_attention_key != dh) ||
+                   (p->d_attention_value && p->d_attention_value != dh)))
         return ct_error_set(err, CT_ERR_ARG,
                             "ReformerLM.d_attention_key/d_attention_value = %d/%d: CausalAttention's heads are "
-                            "d_model / n_heads = %d wide (0 or %d; other depths need attention_type 'SelfAttention')",
+                            "d_model / n_heads = %d wide (0 or %d; other depths need SelfAttention or "
+                            "LSHSelfAttention)",
                             p->d_attention_key, p->d_attention_value, dh, dh);
-    const char *set = p->self_attention_chunk_len          ? "chunk_len"
-                      : p->self_attention_n_chunks_before ? "n_chunks_before"
-                      : p->self_attention_n_chunks_after  ? "n_chunks_after"
-                      : p->self_attention_share_qk        ? "share_qk"
-                                                          : NULL;
-    if (set)
-        return ct_error_set(err, CT_ERR_ARG,
-                            "ReformerLM.self_attention_%s is SelfAttention's setting: set attention_type = "
-                            "'SelfAttention' (it is '%s')",
-                            set, a);
     return CT_OK;
 }
 
@@ -88,10 +90,9 @@ ct_status ct_reformer_lm_check(const ct_reformer_lm_params *p, ct_error *err) {
     if (p->d_model % p->n_heads)
         return ct_error_set(err, CT_ERR_ARG, "ReformerLM: d_model %d does not divide by n_heads %d", p->d_model,
                             p->n_heads);
-    if (p->d_attention_key < 0 || p->d_attention_value < 0 || p->ff_chunk_size < 0 || p->self_attention_chunk_len < 0 ||
-        p->self_attention_n_chunks_before < 0 || p->self_attention_n_chunks_after < 0)
-        return ct_error_set(err, CT_ERR_ARG, "ReformerLM: d_attention_key, d_attention_value, ff_chunk_size and "
-                                             "self_attention_* must be >= 0");
+    if (p->d_attention_key < 0 || p->d_attention_value < 0 || p->ff_chunk_size < 0 || p->ff_use_sru < 0)
+        return ct_error_set(err, CT_ERR_ARG,
+                            "ReformerLM: d_attention_key, d_attention_value, ff_chunk_size and ff_use_sru must be >= 0");
     const char *f = p->ff_activation;
     if (!str_is(f, "Relu") && !str_is(f, "Gelu") && !str_is(f, "FastGelu"))
         return ct_error_set(err, CT_ERR_ARG,
@@ -101,23 +102,25 @@ ct_status ct_reformer_lm_check(const ct_reformer_lm_params *p, ct_error *err) {
     return check_positions(p, err);
 }
 
-// The attention sublayer: today's CausalAttention, or SelfAttention with
-// Trax's ReformerLM arguments (causal, both dropouts = dropout).
-static ct_layer *attention(const ct_reformer_lm_params *p) {
-    if (!str_is(p->attention_type, "SelfAttention")) return ct_causal_attention(p->d_model, p->n_heads, p->dropout);
-    ct_self_attention_params a = ct_self_attention_default_params();
+// The attention sublayer of a layer of type a, with the arguments Trax's
+// DecoderBlock passes (n_heads, d_qk, d_v, causal, masked False, both
+// dropouts = dropout) over the type's own settings.
+static ct_layer *attention(const ct_reformer_lm_params *p, ct_reformer_attention a) {
     int dh = p->d_model / p->n_heads;
-    a.n_heads = p->n_heads;
-    a.d_qk = p->d_attention_key ? p->d_attention_key : dh;
-    a.d_v = p->d_attention_value ? p->d_attention_value : dh;
-    a.share_qk = p->self_attention_share_qk;
-    a.causal = true;
-    a.chunk_len = p->self_attention_chunk_len;
-    a.n_chunks_before = p->self_attention_n_chunks_before;
-    a.n_chunks_after = p->self_attention_n_chunks_after;
-    a.attention_dropout = p->dropout;
-    a.output_dropout = p->dropout;
-    return ct_self_attention(a);
+    int d_qk = p->d_attention_key ? p->d_attention_key : dh, d_v = p->d_attention_value ? p->d_attention_value : dh;
+    if (a == CT_REFORMER_LSH_ATTENTION) {
+        ct_lsh_self_attention_params l = p->lsh_attention;
+        l.n_heads = p->n_heads, l.d_qk = d_qk, l.d_v = d_v, l.causal = true, l.masked = false;
+        l.attention_dropout = l.output_dropout = p->dropout;
+        return ct_lsh_self_attention(l);
+    }
+    if (a == CT_REFORMER_SELF_ATTENTION) {
+        ct_self_attention_params s = p->self_attention;
+        s.n_heads = p->n_heads, s.d_qk = d_qk, s.d_v = d_v, s.causal = true, s.masked = false;
+        s.attention_dropout = s.output_dropout = p->dropout;
+        return ct_self_attention(s);
+    }
+    return ct_causal_attention(p->d_model, p->n_heads, p->dropout);
 }
 
 // FeedForwardWithOptions: LayerNorm, Dense(d_ff), Dropout, activation (after
@@ -140,13 +143,22 @@ static void ff_layers(const ct_reformer_lm_params *p, ct_layer **out) {
 // row chunks of the (B*T, D) rows (Trax's BatchLeadingAxes(Chunk(FF))):
 // equal to the whole at dropout 0; with dropout each chunk draws its own
 // masks from its folded key (Trax shares one (1, D) mask per chunk).
-static int decoder_block(const ct_reformer_lm_params *p, ct_layer **out) {
-    ct_layer *attn = ct_reversible_half_residual(CT_LAYERS(ct_layer_norm(1e-6f), attention(p)));
-    ct_layer *f[6];
-    ff_layers(p, f);
-    ct_layer *ff = p->ff_chunk_size > 0
-                       ? ct_reversible_half_residual(CT_LAYERS(ct_chunk(ct_serial(6, f), p->ff_chunk_size)))
-                       : ct_reversible_half_residual(6, f);
+// With ff_use_sru = k the feed-forward is k SRU(d_model) layers instead
+// (Trax's FeedForwardWithOptions: no LayerNorm, d_ff unused).
+static int decoder_block(const ct_reformer_lm_params *p, ct_reformer_attention a, ct_layer **out) {
+    ct_layer *attn = ct_reversible_half_residual(CT_LAYERS(ct_layer_norm(1e-6f), attention(p, a)));
+    ct_layer *ff;
+    if (p->ff_use_sru > 0) {
+        ct_layer **sru = ct_malloc((size_t)p->ff_use_sru * sizeof *sru);
+        for (int i = 0; i < p->ff_use_sru; i++) sru[i] = ct_sru(p->d_model);
+        ff = ct_reversible_half_residual(p->ff_use_sru, sru);
+        ct_free(sru);
+    } else {
+        ct_layer *f[6];
+        ff_layers(p, f);
+        ff = p->ff_chunk_size > 0 ? ct_reversible_half_residual(CT_LAYERS(ct_chunk(ct_serial(6, f), p->ff_chunk_size)))
+                                  : ct_reversible_half_residual(6, f);
+    }
     out[0] = ct_layer_rename(attn, "ReversibleHalfResidualAttn");
     out[1] = ct_reversible_swap();
     out[2] = ct_layer_rename(ff, "ReversibleHalfResidualFF");
@@ -172,7 +184,7 @@ ct_layer *ct_reformer_lm(ct_reformer_lm_params p) {
     if (ct_reformer_lm_check(&p, &err) != CT_OK) ct_abort(__FILE__, __LINE__, "%s", err.msg);
     int n_rev = 4 * p.n_layers;
     ct_layer **blocks = ct_malloc((size_t)(n_rev ? n_rev : 1) * sizeof *blocks);
-    for (int i = 0; i < p.n_layers; i++) decoder_block(&p, blocks + 4 * i);
+    for (int i = 0; i < p.n_layers; i++) decoder_block(&p, p.attention[i % p.n_attention], blocks + 4 * i);
     ct_layer *rev = ct_reversible_serial(n_rev, blocks);
     ct_free(blocks);
     // ShiftRight, Embedding, Dropout, [positions], Dup, rev, Concatenate,

@@ -812,8 +812,8 @@ static ct_status forward_turn(rt_trainer *t, rt_replica *r, rt_unit *u, rt_stage
             saved[i] = r->vals[i];
             if (saved[i].buf >= 0) r->pool[saved[i].buf].refs++;
         }
-    // The state before and after this forward, for the recomputation in
-    // backward to start from and to leave behind.
+    // The state before this forward (put back after a non-finite step) and
+    // after it (what the recomputation in backward starts from).
     bool keep_state = r->state_before != NULL;
     if (keep_state) copy_state(r, u, r->state_before, false);
     ct_status st = u->kind == RT_REVERSIBLE
@@ -875,10 +875,11 @@ static ct_status backward_turn(rt_trainer *t, rt_replica *r, rt_unit *u, rt_stag
     tensors_of(r->grads, u->n_out, gout);
     rt_item *saved = r->saved + (u - t->units) * CT_LAYER_MAX_IO;
     ct_status st;
-    // The recomputation sees the state of the forward and leaves the state
-    // the forward left.
-    bool keep_state = r->state_before != NULL;
-    if (keep_state) copy_state(r, u, r->state_before, true);
+    // The recomputation sees the state the forward left (Trax's order: a
+    // layer recognises its own recomputation by it, as LSHSelfAttention
+    // reuses its stored buckets) and leaves that state as it was.
+    bool keep_state = r->state_after != NULL;
+    if (keep_state) copy_state(r, u, r->state_after, true);
     if (u->kind == RT_REVERSIBLE) {
         st = ct_layer_reverse_and_grad(u->leaves[0].layer, c, out, gout, in, gin, leaf_key(r, &u->leaves[0]), err);
         // Its sublayers were checked inside (ct_layer_forward/backward); not

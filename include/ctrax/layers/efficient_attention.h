@@ -11,8 +11,8 @@ extern "C" {
 #endif
 
 // Trax's arguments and defaults (ct_self_attention_default_params). Trax's
-// masked, mode and n_parallel_heads are not here: no padding mask, 'train'
-// or eval by the ctx, and heads are scheduled over threads.
+// mode and n_parallel_heads are not here: 'train' or eval by the ctx, and
+// heads are scheduled over threads.
 typedef struct ct_self_attention_params {
     int n_heads;          // 2
     int d_qk, d_v;        // 64, 64: per-head depth of q.k and of values
@@ -22,6 +22,7 @@ typedef struct ct_self_attention_params {
     int n_chunks_before;  // 0: key chunks before a query chunk in its window
     int n_chunks_after;   // 0: and after it; both must be 0 for full attention
     bool bias;            // false: zero-initialised bq, bk, bv (no output bias)
+    bool masked;          // false: n_in 1; true: n_in 2, (x, mask (B, T) f32, nonzero = real token)
     float attention_dropout;  // 0: on the probabilities, one (chunk_len, window) mask
     float output_dropout;     // 0: one (D,) channel mask for every position and example
 } ct_self_attention_params;

@@ -10,11 +10,9 @@ extern "C" {
 #endif
 
 // Trax's arguments and defaults (ct_lsh_self_attention_default_params).
-// Not here: share_qk (always shared), masked (no padding mask), mode
-// ('train' or eval by the ctx; 'predict' is not supported), predict_*,
-// bias (crashes in Trax), n_parallel_heads and the loop flags (heads are
-// scheduled over threads), max_length_for_buckets (the state is sized by
-// init's T; a shorter T uses its prefix).
+// Not here: share_qk (always shared), mode ('train' or eval by the ctx;
+// 'predict' is not supported), predict_*, bias (crashes in Trax),
+// n_parallel_heads and the loop flags (heads are scheduled over threads).
 typedef struct ct_lsh_self_attention_params {
     int n_heads;          // 2
     int d_qk, d_v;        // 64, 64
@@ -29,6 +27,8 @@ typedef struct ct_lsh_self_attention_params {
     int n_buckets[2];
     float attention_dropout;  // 0: one (chunk_len, window) mask for all chunks, heads, examples
     float output_dropout;     // 0: one (D,) channel mask for all positions and examples
+    bool masked;              // false: n_in 1; true: n_in 2, (x, mask (B, T) f32, nonzero = real token)
+    int max_length_for_buckets;  // 0: the state is sized by init's T; else by this (a longer T fails)
 } ct_lsh_self_attention_params;
 
 ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);

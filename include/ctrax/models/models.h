@@ -3,6 +3,8 @@
 #define CTRAX_MODELS_MODELS_H
 
 #include "ctrax/layers/core.h"
+#include "ctrax/layers/efficient_attention.h"
+#include "ctrax/layers/lsh_attention.h"
 #include "ctrax/layers/layer.h"
 #include "ctrax/params.h"
 
@@ -59,25 +61,15 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
 #define CT_REFORMER_LM_PARAMS(X)                                                                                   \
     CT_LM_PARAMS(X, "width of each of the two reversible halves", "reversible decoder blocks")                     \
     X(INT, d_attention_key, 0, AT_LEAST(0), NONE,                                                                  \
-      "SelfAttention's per-head q.k depth; 0: d_model / n_heads (Trax's default: 64)")                             \
+      "attention's per-head q.k depth; 0: d_model / n_heads (Trax's default: 64)")                                 \
     X(INT, d_attention_value, 0, AT_LEAST(0), NONE,                                                                \
-      "SelfAttention's per-head value depth; 0: d_model / n_heads (Trax's default: 64)")                           \
-    X(STRING, attention_type, "CausalAttention", ANY, NONE,                                                        \
-      "'CausalAttention' (ctrax's full causal attention) or 'SelfAttention'; LSHSelfAttention is not implemented") \
-    X(INT, self_attention_chunk_len, 0, AT_LEAST(0), NONE,                                                         \
-      "SelfAttention's chunk_len (0: Trax's None, full attention); must divide the length")                        \
-    X(INT, self_attention_n_chunks_before, 0, AT_LEAST(0), NONE, "SelfAttention's n_chunks_before")                \
-    X(INT, self_attention_n_chunks_after, 0, AT_LEAST(0), NONE, "SelfAttention's n_chunks_after")                  \
-    X(BOOL, self_attention_share_qk, false, ANY, NONE, "SelfAttention's share_qk")                                 \
+      "attention's per-head value depth; 0: d_model / n_heads (Trax's default: 64)")                               \
     X(STRING, ff_activation, "FastGelu", ANY, NONE, "'Relu', 'Gelu' or 'FastGelu' (both tanh Gelu, as Trax)")      \
     X(INT, ff_chunk_size, 0, AT_LEAST(0), NONE, "> 0: the feed-forward runs on chunks of this many rows (B*T)")    \
-    X(STRING, pos_type, NULL, ANY, NULLABLE,                                                                       \
-      "None: sinusoid table (Trax trains one); 'no'; 'fixed-base'; 'axial' (C API only, for now)")                 \
-    X(LIST, pos_axial_shape, "()", ANY, UNSTORED, "the axial shape: C API only for now (pos_axial_n, ...)")        \
-    X(LIST, pos_d_axial_embs, "None", ANY, UNSTORED_NULLABLE, "the axial widths: C API only for now")              \
+    X(INT, ff_use_sru, 0, AT_LEAST(0), NONE, "> 0: the feed-forward is this many SRU(d_model) layers (Trax's)")    \
+    X(STRING, pos_type, NULL, ANY, NULLABLE, "None: sinusoid table (Trax trains one); 'no'; 'fixed-base'; 'axial'") \
     X(FLOAT, pos_start_from_zero_prob, "1.0", ANY, UNSTORED, "random start positions in training: not in ctrax")   \
     X(INT, pos_max_offset_to_add, "0", ANY, UNSTORED, "random position offsets: not in ctrax")                     \
-    X(INT, ff_use_sru, "0", ANY, UNSTORED, "SRU layers in the feed-forward: not in ctrax")                         \
     X(INT, ff_sparsity, "0", ANY, UNSTORED, "a sparse feed-forward: not in ctrax")                                 \
     X(STRING, loss_sparsity_type, "'mult'", ANY, UNSTORED, "the kind of sparse output layer: not in ctrax")        \
     X(INT, loss_sparsity, "0", ANY, UNSTORED, "a sparse output layer: not in ctrax")                               \
@@ -85,10 +77,28 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
     X(FLOAT, loss_sparsity_prob, "None", ANY, UNSTORED_NULLABLE, "a sparse output layer's probability: not in ctrax")  \
     X(INT, attention_chunk_size, "0", ANY, UNSTORED, "attention on chunks of the sequence: not in ctrax")          \
     X(STRING, mode, "'train'", ANY, UNSTORED, "the trainer picks train or eval; 'predict' is not supported")
+// The attention types a ReformerLM layer can use.
+#define CT_REFORMER_MAX_ATTENTION 16
+typedef enum ct_reformer_attention {
+    CT_REFORMER_CAUSAL_ATTENTION,  // ctrax's full CausalAttention (d_model / n_heads per head)
+    CT_REFORMER_SELF_ATTENTION,    // Trax's SelfAttention (self_attention below)
+    CT_REFORMER_LSH_ATTENTION,     // Trax's LSHSelfAttention (lsh_attention below)
+} ct_reformer_attention;
 typedef struct ct_reformer_lm_params {
     CT_REFORMER_LM_PARAMS(CT_PARAM_FIELD)
-    // pos_type 'axial' (C API only: a config cannot carry a tuple into
-    // the struct yet): Trax's pos_axial_shape and pos_d_axial_embs, n axes.
+    // attention_type: one type (n_attention 1) or a list; layer i uses
+    // attention[i % n_attention] (n_layers % n_attention == 0, as Trax
+    // asserts). Default: {CT_REFORMER_CAUSAL_ATTENTION}.
+    int n_attention;
+    ct_reformer_attention attention[CT_REFORMER_MAX_ATTENTION];
+    // The settings of every SelfAttention and LSHSelfAttention layer (what a
+    // config binds as SelfAttention.* and LSHSelfAttention.*), but for
+    // those ReformerLM passes itself, as Trax does: n_heads, d_qk
+    // (d_attention_key), d_v (d_attention_value), causal (true), masked
+    // (false) and both dropouts (dropout). Defaults: Trax's.
+    ct_self_attention_params self_attention;
+    ct_lsh_self_attention_params lsh_attention;
+    // pos_type 'axial': Trax's pos_axial_shape and pos_d_axial_embs, n axes.
     int pos_axial_n;
     int pos_axial_shape[CT_AXIAL_MAX_AXES];
     int pos_d_axial_embs[CT_AXIAL_MAX_AXES];
