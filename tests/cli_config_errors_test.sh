@@ -121,6 +121,25 @@ else
     fail=$((fail + 1)); echo "FAIL permanent_checkpoint_frequency:"; ls "$work/permanent"; tail -n 5 "$work/out.txt"
 fi
 
+# ReformerLM's attention types in Trax's forms: a string is refused with the
+# reference to write; an attention type's settings bound while the model
+# builds another type are reported as never read.
+reformer="$base
+train.model = @ReformerLM"
+expect attention_string 1 "attention_string.gin:8:1: ReformerLM.attention_type = 'SelfAttention' is not an attention type (a string: write @SelfAttention" "$reformer
+ReformerLM.attention_type = 'SelfAttention'"
+expect lsh_predict 1 "lsh_predict.gin:9:1: LSHSelfAttention.mode = 'predict' is not supported" "$reformer
+ReformerLM.attention_type = @trax.layers.LSHSelfAttention
+LSHSelfAttention.mode = 'predict'"
+printf '%s\n' "$reformer" "ReformerLM.d_model = 8" "ReformerLM.d_ff = 8" "ReformerLM.n_layers = 1" "ReformerLM.n_heads = 2" \
+    "train.steps = 1" "train.eval_steps = 0" "LSHSelfAttention.n_hashes = 2" >"$work/unread.gin"
+if "$ctrax" train "$work/unread.gin" --output-dir "$work/unread" >"$work/out.txt" 2>&1 &&
+    grep -qF "unread.gin:14: LSHSelfAttention.n_hashes is bound but this program never reads it" "$work/out.txt"; then
+    pass=$((pass + 1)); echo "ok   unread attention binding: warned"
+else
+    fail=$((fail + 1)); echo "FAIL unread attention binding:"; tail -n 5 "$work/out.txt"
+fi
+
 "$ctrax" train "$work/no_such_config.gin" >"$work/out.txt" 2>&1
 rc=$?
 if ((rc == 1)) && grep -q "no_such_config.gin" "$work/out.txt"; then pass=$((pass + 1)); echo "ok   missing config file: exit 1"; else fail=$((fail + 1)); echo "FAIL missing config: exit $rc"; cat "$work/out.txt"; fi

@@ -2078,19 +2078,32 @@ static void test_reformer_options(void) {
     check_estimate("ReformerLM(SelfAttention chunk_len 6, dk 4, dv 8; ff_chunk_size 64; fixed-base)",
                    "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
                    "ReformerLM.n_layers = 3\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
-                   "ReformerLM.dropout = 0.0\nReformerLM.attention_type = 'SelfAttention'\n"
-                   "ReformerLM.self_attention_chunk_len = 6\nReformerLM.self_attention_n_chunks_before = 1\n"
+                   "ReformerLM.dropout = 0.0\nReformerLM.attention_type = @SelfAttention\n"
+                   "SelfAttention.chunk_len = 6\nSelfAttention.n_chunks_before = 1\n"
                    "ReformerLM.d_attention_key = 4\nReformerLM.d_attention_value = 8\n"
                    "ReformerLM.ff_chunk_size = 64\nReformerLM.pos_type = 'fixed-base'\n" COPY_INPUTS(9),
                    "ReformerLM", 0, 48);
     check_estimate("ReformerLM(SelfAttention full, share_qk; pos_type 'no')",
                    "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
                    "ReformerLM.n_layers = 3\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
-                   "ReformerLM.dropout = 0.0\nReformerLM.attention_type = 'SelfAttention'\n"
-                   "ReformerLM.self_attention_share_qk = True\nReformerLM.pos_type = 'no'\n" COPY_INPUTS(9),
+                   "ReformerLM.dropout = 0.0\nReformerLM.attention_type = @SelfAttention\n"
+                   "SelfAttention.share_qk = True\nReformerLM.pos_type = 'no'\n" COPY_INPUTS(9),
                    "ReformerLM", 0, 48);
-    expect_reformer("ReformerLM.attention_type = 'SelfAttention'\nReformerLM.self_attention_chunk_len = 2\n"
-                    "ReformerLM.self_attention_n_chunks_before = 1\nReformerLM.d_attention_key = 3\n",
+    check_estimate("ReformerLM(LSHSelfAttention chunk_len 6, 2 hashes; [@LSH, @Causal])",
+                   "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
+                   "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
+                   "ReformerLM.dropout = 0.0\nReformerLM.attention_type = [@LSHSelfAttention, @CausalAttention]\n"
+                   "LSHSelfAttention.chunk_len = 6\nLSHSelfAttention.n_hashes = 2\n"
+                   "ReformerLM.d_attention_key = 8\n" COPY_INPUTS(9),
+                   "ReformerLM", 18 * 16, 48);
+    check_estimate("ReformerLM(LSHSelfAttention only: linear memory)",
+                   "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
+                   "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
+                   "ReformerLM.dropout = 0.0\nReformerLM.attention_type = @LSHSelfAttention\n"
+                   "LSHSelfAttention.chunk_len = 6\nReformerLM.pos_type = 'no'\n" COPY_INPUTS(9),
+                   "ReformerLM", 0, 48);
+    expect_reformer("ReformerLM.attention_type = @SelfAttention\nSelfAttention.chunk_len = 2\n"
+                    "SelfAttention.n_chunks_before = 1\nReformerLM.d_attention_key = 3\n",
                     "ReformerLM/ReversibleSerial[5]/ReversibleHalfResidualAttn[0]/Serial[0]/SelfAttention[1]/Wq[1]");
     expect_reformer("ReformerLM.ff_activation = 'Relu'\nReformerLM.ff_chunk_size = 4\nReformerLM.pos_type = 'no'\n",
                     "ReformerLM/ReversibleSerial[4]/ReversibleHalfResidualFF[2]/Serial[0]/Chunk[0]/Serial[0]/Dense[1]/"
@@ -2100,14 +2113,10 @@ static void test_reformer_options(void) {
                     "ReformerLM.pos_axial_shape = ()\nReformerLM.pos_type = None\n",
                     NULL);
     EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = 'LSHSelfAttention'\n",
-                            "r.gin:7:1: ReformerLM.attention_type = 'LSHSelfAttention' is not implemented");
+                            "r.gin:7:1: ReformerLM.attention_type = 'LSHSelfAttention' is not an attention type",
+                            "write @LSHSelfAttention", "@CausalAttention", "@SelfAttention");
     EXPECT_REFORMER_REFUSED("ReformerLM.ff_activation = 'Swish'\n", "r.gin:7:1: ReformerLM.ff_activation = 'Swish'");
     EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'infinite'\n", "r.gin:7:1: ReformerLM.pos_type = 'infinite'");
-    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\n", "r.gin:7:1: ReformerLM.pos_type = 'axial'",
-                            "not supported in configs");
-    EXPECT_REFORMER_REFUSED("ReformerLM.pos_axial_shape = (2, 3)\n", "r.gin:7:1: ReformerLM.pos_axial_shape = (2, 3)");
-    EXPECT_REFORMER_REFUSED("ReformerLM.pos_d_axial_embs = (3, 5)\n", "r.gin:7:1: ReformerLM.pos_d_axial_embs");
-    EXPECT_REFORMER_REFUSED("ReformerLM.ff_use_sru = 2\n", "r.gin:7:1: ReformerLM.ff_use_sru = 2 is not supported");
     EXPECT_REFORMER_REFUSED("ReformerLM.ff_sparsity = 64\n", "r.gin:7:1: ReformerLM.ff_sparsity = 64");
     EXPECT_REFORMER_REFUSED("ReformerLM.loss_sparsity = 4\n", "r.gin:7:1: ReformerLM.loss_sparsity = 4");
     EXPECT_REFORMER_REFUSED("ReformerLM.loss_sparsity_prob = 0.5\n", "r.gin:7:1: ReformerLM.loss_sparsity_prob");
@@ -2119,8 +2128,231 @@ static void test_reformer_options(void) {
     EXPECT_REFORMER_REFUSED("ReformerLM.pos_max_offset_to_add = 3\n", "r.gin:7:1: ReformerLM.pos_max_offset_to_add");
     EXPECT_REFORMER_REFUSED("ReformerLM.mode = 'predict'\n", "r.gin:7:1: ReformerLM.mode = 'predict' is not supported");
     EXPECT_REFORMER_REFUSED("ReformerLM.d_attention_key = 64\n", "r.gin:7:1: ReformerLM.d_attention_key");
-    EXPECT_REFORMER_REFUSED("ReformerLM.self_attention_chunk_len = 2\n",
-                            "r.gin:7:1: ReformerLM.self_attention_chunk_len is");
+    // Axial positions from tuples (Trax's pos_axial_shape / pos_d_axial_embs) or Trax's older
+    // spellings; the tuples without pos_type 'axial' are refused (Trax would ignore them).
+    expect_reformer("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (2, 3)\n"
+                    "ReformerLM.pos_d_axial_embs = [3, 5]\n",
+                    "ReformerLM/AxialPositionalEncoding[3]/axis_1");
+    expect_reformer("ReformerLM.axial_pos_shape = (3, 2)\nReformerLM.d_axial_pos_embs = (4, 4)\n",
+                    "ReformerLM/AxialPositionalEncoding[3]/axis_0");
+    expect_reformer("ReformerLM.axial_pos_shape = 'fixed-base'\n", "ReformerLM/FixedBasePositionalEncoding[3]/start_vec");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_axial_shape = (2, 3)\nReformerLM.pos_d_axial_embs = (3, 5)\n",
+                            "r.gin:7:1: ReformerLM.pos_axial_shape = (2, 3) is set but ReformerLM.pos_type is None, "
+                            "not 'axial'");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'fixed-base'\nReformerLM.pos_d_axial_embs = (3, 5)\n",
+                            "r.gin:8:1: ReformerLM.pos_d_axial_embs = (3, 5) is set but r.gin:7:1: "
+                            "ReformerLM.pos_type is 'fixed-base', not 'axial'");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\n",
+                            "r.gin:7:1: ReformerLM.pos_axial_shape: pos_type 'axial' needs 1 to 8 axes, got 0");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (2, 3)\n"
+                            "ReformerLM.pos_d_axial_embs = (3, 4)\n",
+                            "r.gin:9:1: ReformerLM.pos_d_axial_embs sum to 7, not d_model 8");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (2, 3)\n"
+                            "ReformerLM.pos_d_axial_embs = (8,)\n",
+                            "r.gin:8:1: ReformerLM.pos_axial_shape = (2, 3) and r.gin:9:1: ReformerLM.pos_d_axial_embs "
+                            "= (8,): one width per axis (2 axes, 1 widths)");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (2, 'a')\n"
+                            "ReformerLM.pos_d_axial_embs = (4, 4)\n",
+                            "r.gin:8:1: ReformerLM.pos_axial_shape = (2, 'a'): expected a tuple of 1 to 8 ints");
+    EXPECT_REFORMER_REFUSED("ReformerLM.axial_pos_shape = (2, 3)\nReformerLM.pos_axial_shape = (2, 3)\n",
+                            "r.gin:8:1: ReformerLM.pos_axial_shape and r.gin:7:1: ReformerLM.axial_pos_shape are two "
+                            "spellings of one parameter");
+    EXPECT_REFORMER_REFUSED("ReformerLM.d_axial_pos_embs = (4, 4)\nReformerLM.pos_d_axial_embs = (4, 4)\n",
+                            "r.gin:8:1: ReformerLM.pos_d_axial_embs and r.gin:7:1: ReformerLM.d_axial_pos_embs");
+    EXPECT_REFORMER_REFUSED("ReformerLM.axial_pos_shape = 'sin-cos'\n",
+                            "r.gin:7:1: ReformerLM.axial_pos_shape = 'sin-cos' is not supported: the string "
+                            "'fixed-base'");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'no'\nReformerLM.axial_pos_shape = 'fixed-base'\n",
+                            "r.gin:8:1: ReformerLM.axial_pos_shape = 'fixed-base' means pos_type 'fixed-base', but "
+                            "r.gin:7:1: ReformerLM.pos_type = 'no'");
+    // ff_use_sru is stored: k SRU(d_model) layers (each a Dense(3 d_model)) replace each feed-forward
+    // (its LayerNorm, Dense(d_ff), Dense(d_model)); the plan's weights say so without building.
+    {
+        double w[2];
+        for (int k = 0; k < 2; k++) {
+            ct_error err = {0};
+            char text[1024];
+            snprintf(text, sizeof text, "%sReformerLM.ff_use_sru = %d\n", REFORMER_SMALL, 2 * k);
+            ct_config *cfg = config_text("r.gin", text, &err);
+            ct_config_memory mem;
+            CHECK_OK(ct_config_check_memory(cfg, &(ct_config_run_shape){.model = "ReformerLM", .batch_size = 1}, &mem,
+                                            &err),
+                     &err);
+            w[k] = mem.weights;
+            ct_config_free(cfg);
+        }
+        double d = 8, ff = 12, ff_w = 2 * d + (d * ff + ff) + (ff * d + d), sru_w = 2 * (d * 3 * d + 3 * d);
+        CHECK_MSG(w[1] - w[0] == sru_w - ff_w, "ff_use_sru 2 plans %.0f weights, 0 plans %.0f", w[1], w[0]);
+    }
+    // The old per-model names of SelfAttention's settings are gone: Trax binds them on the type.
+    {
+        ct_config *cfg = ct_config_new();
+        ct_error err = {0};
+        const char *t = "ReformerLM.self_attention_chunk_len = 2\n";
+        CHECK(ct_config_parse_text(cfg, t, strlen(t), "r.gin", &err) == CT_ERR_ARG);
+        CHECK_MSG(strstr(err.msg, "r.gin:1:1:") && strstr(err.msg, "self_attention_chunk_len"), "%s", err.msg);
+        ct_config_free(cfg);
+    }
+}
+
+// ---- ReformerLM.attention_type and the attention types' bindings ----------------------------
+
+// Every layer of type `type` under l, in tree order (the model's layers in order).
+static int find_layers(ct_layer *l, const char *type, ct_layer **out, int max, int n) {
+    if (!strcmp(ct_layer_type(l), type) && n < max) out[n++] = l;
+    for (int i = 0; i < l->n_sub; i++) n = find_layers(l->sub[i], type, out, max, n);
+    return n;
+}
+
+// The model of REFORMER_SMALL + extra, built (NULL on failure, err set), with
+// what it wrote to stderr (its warnings) in *log (ct_free it).
+static ct_layer *reformer_with_log(const char *extra, ct_config **cfg_out, char **log, ct_error *err) {
+    char text[2048];
+    snprintf(text, sizeof text, "%s%s", REFORMER_SMALL, extra);
+    ct_config *cfg = config_text("r.gin", text, err);
+    fflush(stderr);
+    char path[] = "/tmp/ctrax_test_config_log_XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    CHECK(fd >= 0 && saved >= 0);
+    dup2(fd, 2);
+    ct_layer *m = build_model(cfg, "ReformerLM", err);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    size_t len;
+    *log = read_all(path, &len);
+    unlink(path);
+    CHECK(*log != NULL);
+    if (cfg_out) *cfg_out = cfg;
+    else ct_config_free(cfg);
+    return m;
+}
+
+// Whether the binding name.param of cfg was read.
+static bool binding_used(const ct_config *cfg, const char *name, const char *param) {
+    for (int i = 0; i < ct_config_n_bindings(cfg); i++) {
+        ct_config_binding_info b = ct_config_binding_at(cfg, i);
+        if (!strcmp(b.name, name) && !strcmp(b.param, param)) return b.used;
+    }
+    CHECK_MSG(false, "%s.%s is not bound", name, param);
+    return false;
+}
+
+static void test_reformer_attention_types(void) {
+    ct_error err = {0};
+    char *log;
+    ct_config *cfg;
+    // A list of two types cycles over 4 layers: layer i has type i % 2; each
+    // type gets its own bindings; ReformerLM's arguments win over theirs.
+    ct_layer *m = reformer_with_log("ReformerLM.n_layers = 4\n"
+                                    "ReformerLM.attention_type = [@SelfAttention, @trax.layers.LSHSelfAttention]\n"
+                                    "SelfAttention.chunk_len = 3\nSelfAttention.n_chunks_before = 1\n"
+                                    "SelfAttention.bias = True\nSelfAttention.n_parallel_heads = 2\n"
+                                    "LSHSelfAttention.chunk_len = 4\nLSHSelfAttention.n_hashes = 3\n"
+                                    "LSHSelfAttention.n_buckets = (2, 4)\nLSHSelfAttention.n_chunks_after = 1\n"
+                                    "LSHSelfAttention.max_length_for_buckets = 24\n"
+                                    "LSHSelfAttention.attention_dropout = 0.0\nLSHSelfAttention.n_heads = 4\n"
+                                    "LSHSelfAttention.n_parallel_heads = 1\nLSHSelfAttention.share_qk = True\n"
+                                    "LSHSelfAttention.use_python_loop = True\nLSHSelfAttention.predict_mem_len = 9\n",
+                                    &cfg, &log, &err);
+    CHECK_MSG(m != NULL, "%s", err.msg);
+    if (m) {
+        ct_layer *attn[8];
+        int n = 0;
+        // The attention half-residuals in order; sub[0] is Serial(LayerNorm, attention).
+        ct_layer *halves[8];
+        int n_halves = find_layers(m, "ReversibleHalfResidual", halves, 8, 0);
+        for (int i = 0; i < n_halves; i++)
+            if (!strcmp(halves[i]->name, "ReversibleHalfResidualAttn")) {
+                ct_layer *l = halves[i]->sub[0]->sub[1];
+                attn[n++] = l;
+            }
+        CHECK_MSG(n == 4, "%d attention layers", n);
+        for (int i = 0; i < n; i++)
+            CHECK_MSG(!strcmp(ct_layer_type(attn[i]), i % 2 ? "LSHSelfAttention" : "SelfAttention"),
+                      "layer %d is %s", i, ct_layer_type(attn[i]));
+        // Both layer types keep their params struct first in hp.
+        const ct_self_attention_params *s = attn[0]->hp;
+        CHECK(s->chunk_len == 3 && s->n_chunks_before == 1 && s->n_chunks_after == 0 && s->bias && !s->share_qk);
+        CHECK(s->n_heads == 2 && s->d_qk == 4 && s->d_v == 4 && s->causal && !s->masked);
+        CHECK(s->attention_dropout == 0.1f && s->output_dropout == 0.1f);
+        const ct_lsh_self_attention_params *l = attn[1]->hp;
+        CHECK(l->chunk_len == 4 && l->n_hashes == 3 && l->n_buckets[0] == 2 && l->n_buckets[1] == 4);
+        CHECK(l->n_chunks_before == 1 && l->n_chunks_after == 1 && l->max_length_for_buckets == 24);
+        CHECK(l->n_heads == 2 && l->attention_dropout == 0.1f && l->causal);
+        ct_layer_free(m);
+    }
+    CHECK_MSG(strstr(log, "r.gin:18:1: LSHSelfAttention.attention_dropout = 0.0 is overridden by ReformerLM, which "
+                          "passes dropout = 0.1, as in Trax"),
+              "%s", log);
+    CHECK_MSG(strstr(log, "r.gin:19:1: LSHSelfAttention.n_heads = 4 is overridden by ReformerLM, which passes "
+                          "n_heads = 2"),
+              "%s", log);
+    // Read (no "bound but never read"), though they change nothing.
+    CHECK(binding_used(cfg, "LSHSelfAttention", "n_parallel_heads") && binding_used(cfg, "LSHSelfAttention", "share_qk"));
+    CHECK(binding_used(cfg, "LSHSelfAttention", "use_python_loop") && binding_used(cfg, "SelfAttention", "bias"));
+    CHECK(binding_used(cfg, "LSHSelfAttention", "predict_mem_len"));
+    ct_free(log);
+    ct_config_free(cfg);
+
+    // The default is CausalAttention: SelfAttention.* and LSHSelfAttention.*
+    // are then never read, so `ctrax train` warns that they are bound but unread.
+    m = reformer_with_log("SelfAttention.chunk_len = 2\nLSHSelfAttention.n_hashes = 2\n", &cfg, &log, &err);
+    CHECK_MSG(m != NULL, "%s", err.msg);
+    if (m) {
+        ct_layer *a[4];
+        CHECK(find_layers(m, "DotProductCausalAttention", a, 4, 0) == 1 && find_layers(m, "SelfAttention", a, 4, 0) == 0);
+        ct_layer_free(m);
+    }
+    CHECK(!binding_used(cfg, "SelfAttention", "chunk_len") && !binding_used(cfg, "LSHSelfAttention", "n_hashes"));
+    ct_free(log);
+    ct_config_free(cfg);
+    // One type, module-qualified (Trax's reformer_copy.gin form); a scope.
+    expect_reformer("ReformerLM.attention_type = @trax.layers.LSHSelfAttention\nLSHSelfAttention.chunk_len = 2\n",
+                    "ReformerLM/ReversibleSerial[5]/ReversibleHalfResidualAttn[0]/Serial[0]/LSHSelfAttention[1]/Wq[1]");
+    expect_reformer("ReformerLM.attention_type = @CausalAttention\n", NULL);
+    expect_reformer("ReformerLM.attention_type = (@s/LSHSelfAttention,)\ns/LSHSelfAttention.chunk_len = 3\n",
+                    "ReformerLM/ReversibleSerial[5]/ReversibleHalfResidualAttn[0]/Serial[0]/LSHSelfAttention[1]/Wq[1]");
+
+    // Refusals name the parameter, its place and the value.
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = 'SelfAttention'\n",
+                            "r.gin:7:1: ReformerLM.attention_type = 'SelfAttention' is not an attention type",
+                            "write @SelfAttention");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @Adam\n",
+                            "r.gin:7:1: ReformerLM.attention_type = @Adam is not an attention type",
+                            "@CausalAttention (the default), @SelfAttention, @LSHSelfAttention or a list of them");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = [@SelfAttention, 3]\n",
+                            "r.gin:7:1: ReformerLM.attention_type = [@SelfAttention, 3] is not an attention type");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = []\n", "r.gin:7:1: ReformerLM.attention_type = []",
+                            "1 to 16");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = [@SelfAttention, @LSHSelfAttention]\n",
+                            "r.gin:7:1: ReformerLM.attention_type", "cycle evenly over n_layers 1");
+    EXPECT_REFORMER_REFUSED("ReformerLM.n_layers = 2\nReformerLM.attention_type = [@a/SelfAttention, "
+                            "@b/SelfAttention]\n",
+                            "r.gin:8:1: ReformerLM.attention_type", "@a/SelfAttention and @b/SelfAttention");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.mode = 'predict'\n",
+                            "r.gin:8:1: LSHSelfAttention.mode = 'predict' is not supported", "no 'predict' mode");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @SelfAttention\nSelfAttention.mode = 'predict'\n",
+                            "r.gin:8:1: SelfAttention.mode = 'predict' is not supported");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.bias = True\n",
+                            "r.gin:8:1: LSHSelfAttention.bias = True is not supported", "crashes in Trax");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.chunk_len = None\n",
+                            "r.gin:8:1: LSHSelfAttention.chunk_len = None is not supported");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.n_buckets = 5\n",
+                            "r.gin:8:1: LSHSelfAttention.n_buckets = 5: expected None, an even int");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.n_buckets = [2, 4, 8]\n",
+                            "r.gin:8:1: LSHSelfAttention.n_buckets = [2, 4, 8]");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.n_buckets = 'x'\n",
+                            "r.gin:8:1: LSHSelfAttention.n_buckets = 'x'");
+    {
+        // Types and ranges are checked when bound.
+        ct_config *c = ct_config_new();
+        const char *t = "LSHSelfAttention.n_parallel_heads = 0\n";
+        CHECK(ct_config_parse_text(c, t, strlen(t), "r.gin", &err) == CT_ERR_ARG);
+        CHECK_MSG(strstr(err.msg, "r.gin:1:1: LSHSelfAttention.n_parallel_heads must be >= 1"), "%s", err.msg);
+        ct_config_free(c);
+    }
 }
 
 int main(void) {
@@ -2144,6 +2376,7 @@ int main(void) {
     test_whole_run();
     test_memory_budget();
     test_reformer_options();
+    test_reformer_attention_types();
     test_skip_nonfinite_setting();
     test_fuzz();
     return check_summary("test_config");

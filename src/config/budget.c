@@ -108,6 +108,21 @@ static void reformer_attention_w(cfg_plan *out, const ct_reformer_lm_params *m, 
     }
 }
 
+// LSHSelfAttention's state per layer: its buckets, (n_heads, n_hashes x L)
+// per example with L = max_length_for_buckets or the length, and 11 hash
+// counters (src/layers/lsh_attention.c).
+static void reformer_lsh_state(cfg_plan *out, const ct_reformer_lm_params *m, double layers) {
+    int n = m->n_attention > 0 ? m->n_attention : 1;
+    const ct_lsh_self_attention_params *l = &m->lsh_attention;
+    for (int i = 0; i < n && i < CT_REFORMER_MAX_ATTENTION; i++) {
+        if (m->attention[i] != CT_REFORMER_LSH_ATTENTION) continue;
+        double buckets = (double)m->n_heads * l->n_hashes * layers / n;
+        out->state_floats += 11.0 * layers / n;
+        if (l->max_length_for_buckets > 0) out->state_per_example += buckets * l->max_length_for_buckets;
+        else out->state_per_token += buckets;
+    }
+}
+
 // Whether every attention layer keeps no T x T probabilities (SelfAttention
 // and LSHSelfAttention keep a logsumexp per row).
 static bool reformer_attention_linear(const ct_reformer_lm_params *m) {
@@ -140,10 +155,18 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
     double layers = m->n_layers;
     add_w(out, m->vocab_size, m->d_model, 1);
     reformer_positions(out, m);
-    layer_norm(out, m->d_model, 2 * layers);
     reformer_attention_w(out, m, layers);
-    dense(out, m->d_model, m->d_ff, layers);
-    dense(out, m->d_ff, m->d_model, layers);
+    reformer_lsh_state(out, m, layers);
+    // The feed-forward: LayerNorm, Dense(d_ff), Dense(d_model); or ff_use_sru
+    // SRU(d_model) layers, each a Dense(3 d_model), and no LayerNorm.
+    if (m->ff_use_sru > 0) {
+        layer_norm(out, m->d_model, layers);
+        dense(out, m->d_model, 3 * (int64_t)m->d_model, layers * m->ff_use_sru);
+    } else {
+        layer_norm(out, m->d_model, 2 * layers);
+        dense(out, m->d_model, m->d_ff, layers);
+        dense(out, m->d_ff, m->d_model, layers);
+    }
     layer_norm(out, 2 * (int64_t)m->d_model, 1);  // over both halves, concatenated
     dense(out, 2 * (int64_t)m->d_model, m->vocab_size, 1);
     // The memory-efficient trainer holds one reversible layer's activations
@@ -153,6 +176,9 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
     double held = memory_efficient ? 1.0 : layers;
     if (m->n_layers == 0) held = 0;
     double block = block_act_per_token(m->d_model, m->d_ff) - (m->ff_chunk_size > 0 ? 2.0 * m->d_ff : 0.0);
+    // An SRU keeps its Dense's (3 d_model) output and its cell states
+    // (d_model) per token instead of the feed-forward's d_ff activations.
+    if (m->ff_use_sru > 0) block += 4.0 * m->d_model * m->ff_use_sru - 2.0 * m->d_ff;
     bool self_attention = reformer_attention_linear(m);
     out->act_per_token = held * block + 6.0 * m->d_model + 2.0 * m->vocab_size;
     out->act_per_token_sq = self_attention ? 0.0 : held * m->n_heads;
@@ -192,10 +218,11 @@ typedef struct totals {
     double weights;  // floats
     double slots;    // floats
     double host;     // floats
+    double state, state_per_example, state_per_token;  // one copy of the state slab (see cfg_plan)
 } totals;
 
 static totals plan_totals(const cfg_plan *p, const ct_optimizer *opt) {
-    totals t = {0, 0, p->host_floats};
+    totals t = {0, 0, p->host_floats, p->state_floats, p->state_per_example, p->state_per_token};
     for (int i = 0; i < p->n_w; i++) {
         double numel = (double)p->w[i].shape[0] * (p->w[i].ndim == 2 ? (double)p->w[i].shape[1] : 1.0);
         t.weights += numel * p->w[i].count;
@@ -211,13 +238,21 @@ static totals plan_totals(const cfg_plan *p, const ct_optimizer *opt) {
 // What the run's trainer holds for the model on this process: weights, a
 // gradient slab per local device (the memory-efficient trainer keeps one
 // layer's gradients at a time: none counted), the optimizer's slots and the
-// tables kept with the layers. Without a run (run == NULL, a builder's
-// check): weights and tables alone.
-static double model_bytes(const totals *t, const ct_config_run_shape *run) {
+// tables kept with the layers, and the state slab for a device's share of
+// the batch: twice (the standard trainer keeps the state as the step found
+// it, to put back after a non-finite step) or three times (the
+// memory-efficient one keeps it around each layer's forward); other
+// devices' copies are not counted (from below); T is the examples' length
+// (0: the data decide it). Without a run (run == NULL, a builder's check):
+// weights and tables alone.
+static double model_bytes(const totals *t, const ct_config_run_shape *run, int64_t T) {
     if (!run) return F32 * (t->weights + t->host);
-    int n_dev = run->n_devices > 0 ? run->n_devices : 1;
+    int n_dev = run->n_devices > 0 ? run->n_devices : 1, n_proc = run->n_processes > 0 ? run->n_processes : 1;
     double grads = run->memory_efficient ? 0 : (double)n_dev * t->weights;
-    return F32 * (t->weights + grads + t->slots + t->host);
+    double examples = ceil(ceil((double)run->batch_size / n_proc) / n_dev);
+    double per_example = t->state_per_example + t->state_per_token * (double)T;
+    double state = (t->state + per_example * examples) * (run->memory_efficient ? 3 : 2);
+    return F32 * (t->weights + grads + t->slots + t->host + state);
 }
 
 // The plan of the model d (params struct p, NULL for a model built from the
@@ -228,7 +263,10 @@ static ct_status model_need(ct_config *cfg, const char *name, const cfg_def *d, 
     CT_TRY(d->plan(cfg, name, p, run && run->memory_efficient, plan, err));
     totals t = plan_totals(plan, opt);
     if (tot) *tot = t;
-    *bytes = model_bytes(&t, run);
+    int64_t length = 0;
+    const char *length_param;
+    if (run && run->inputs) CT_TRY(cfg_inputs_length(cfg, run->inputs, &length, &length_param, err));
+    *bytes = model_bytes(&t, run, length);
     return CT_OK;
 }
 

@@ -368,6 +368,7 @@ static bool check_value(const cfg_param *p, const ct_config_value *v, char *why,
     case CFG_STRING: ok = v->kind == CT_CONFIG_STRING; break;
     case CFG_LIST: ok = v->kind == CT_CONFIG_LIST || v->kind == CT_CONFIG_TUPLE; break;
     case CFG_REFERENCE: ok = v->kind == CT_CONFIG_REFERENCE; break;
+    case CFG_ANY: ok = true; break;
     }
     if (!ok) {
         fmt_into(why, len, "expects %s, got %s (%s)", cfg_type_name(p->type), text, ct_config_kind_name(v->kind));
@@ -969,6 +970,7 @@ ct_status cfg_fill_struct(ct_config *cfg, const char *name, const cfg_def *d, vo
         if (v->kind == CT_CONFIG_NONE) continue;  // keeps the default
         set_field(p, buf, v);
     }
+    if (d->fill) CT_TRY(d->fill(cfg, name, buf, err));
     return d->check ? d->check(cfg, name, buf, err) : CT_OK;
 }
 

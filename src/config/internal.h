@@ -22,6 +22,10 @@ typedef enum cfg_type {
     CFG_STRING,
     CFG_LIST,       // a list or tuple
     CFG_REFERENCE,  // @Name of one of ref_kinds
+    // A value whose forms only its configurable knows (ReformerLM's
+    // attention_type: a reference or a list of them; n_buckets: None, an int
+    // or a pair): any kind is bound, the configurable's fill checks it.
+    CFG_ANY,
 } cfg_type;
 
 // What a configurable builds; a reference parameter accepts a set of kinds.
@@ -31,7 +35,8 @@ typedef enum cfg_kind {
     CFG_OPTIMIZER,
     CFG_SCHEDULE,
     CFG_INPUT,
-    CFG_SETTINGS,  // settings the program reads (train, Loop)
+    CFG_SETTINGS,   // settings the program reads (train, Loop)
+    CFG_ATTENTION,  // an attention type a model builds (ReformerLM's attention_type)
     CFG_N_KINDS
 } cfg_kind;
 #define CFG_KIND_BIT(k) (1u << (k))
@@ -69,6 +74,10 @@ typedef struct cfg_plan {
     } w[CFG_PLAN_MAX_GROUPS];
     int n_w;
     double host_floats;  // kept with the layers, not in a slab (sinusoid tables)
+    // The state slab (LSHSelfAttention's stored buckets and hash counters):
+    // state_floats + (state_per_example + state_per_token x T) x the
+    // examples of T tokens a net is built for.
+    double state_floats, state_per_example, state_per_token;
     // Activation floats of one example of T tokens: per_token * T +
     // per_token_sq * T^2 (attention probabilities) + per_example.
     double act_per_token, act_per_token_sq, act_per_example;
@@ -94,6 +103,10 @@ struct cfg_def {
     size_t struct_size;
     void (*defaults)(void *p);
     ct_status (*check)(ct_config *cfg, const char *name, const void *p, ct_error *err);
+    // The fields no single row fills (ReformerLM's attention list and the
+    // settings of its attention types, read from their own bindings), after
+    // the rows and before check; may be NULL.
+    ct_status (*fill)(ct_config *cfg, const char *name, void *p, ct_error *err);
     ct_layer *(*new_layer)(const void *p);
     ct_optimizer *(*new_optimizer)(const void *p);
     ct_status (*new_schedule)(const void *p, ct_schedule **out, ct_error *err);

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "config/internal.h"
+#include "ctrax/core/log.h"
 #include "ctrax/layers/core.h"
 #include "ctrax/models/models.h"
 #include "ctrax/optim/optimizer.h"
@@ -66,6 +67,7 @@ const char *cfg_kind_name(cfg_kind k) {
     case CFG_SCHEDULE: return "a learning-rate schedule";
     case CFG_INPUT: return "an input stream";
     case CFG_SETTINGS: return "program settings";
+    case CFG_ATTENTION: return "an attention type";
     case CFG_N_KINDS: break;
     }
     return "?";
@@ -79,6 +81,7 @@ const char *cfg_type_name(cfg_type t) {
     case CFG_STRING: return "a string";
     case CFG_LIST: return "a list";
     case CFG_REFERENCE: return "a reference";
+    case CFG_ANY: return "a value";
     }
     return "?";
 }
@@ -122,8 +125,381 @@ static ct_status transformer_lm_check(ct_config *cfg, const char *name, const vo
     return check_heads(cfg, name, p->d_model, p->n_heads, err);
 }
 
+// ---- Attention types (ReformerLM's attention_type) ----------------------------------------
+//
+// Trax's configs write ReformerLM.attention_type = @LSHSelfAttention and
+// bind the type's own settings as LSHSelfAttention.*: gin hands ReformerLM
+// the partially bound class, which it then calls with n_heads, d_qk, d_v,
+// causal, masked, both dropouts and mode. So a type's rows are of three
+// sorts: stored (filled into p.self_attention / p.lsh_attention), passed
+// by ReformerLM (a binding has no effect: a warning says what wins, as in
+// gin, where the caller's arguments win), and Trax's scheduling knobs
+// (accepted with no effect, checked for their type and range).
+#define PASSED_DOC "ReformerLM passes its own value: a binding has no effect (a warning says so), as in Trax"
+#define ATT_PASSED(S, chunk_default)                                                                                            \
+    {.name = "n_heads", .type = CFG_INT, .default_gin = "2", .lo = 1, .hi = INFINITY, .doc = PASSED_DOC},         \
+    {.name = "d_qk", .type = CFG_INT, .default_gin = "64", .lo = 1, .hi = INFINITY, .doc = PASSED_DOC},            \
+    {.name = "d_v", .type = CFG_INT, .default_gin = "64", .lo = 1, .hi = INFINITY, .doc = PASSED_DOC},             \
+    {.name = "causal", .type = CFG_BOOL, .default_gin = "False", .doc = PASSED_DOC},                               \
+    {.name = "masked", .type = CFG_BOOL, .default_gin = "False", .doc = PASSED_DOC},                               \
+    {.name = "attention_dropout", .type = CFG_FLOAT, .default_gin = "0.0", CFG_RANGE_UNIT_OPEN.doc = PASSED_DOC}, \
+    {.name = "output_dropout", .type = CFG_FLOAT, .default_gin = "0.0", CFG_RANGE_UNIT_OPEN.doc = PASSED_DOC},    \
+    {.name = "mode", .type = CFG_STRING, .default_gin = "'train'",                                                 \
+     .doc = "'train' or 'eval' (the trainer picks; no effect); 'predict' is not supported"},                       \
+    {.name = "use_python_loop", .type = CFG_BOOL, .default_gin = "False",                                          \
+     .doc = "no effect: how Trax loops over heads; ctrax schedules heads over threads"},                           \
+    {.name = "use_reference_code", .type = CFG_BOOL, .default_gin = "False",                                       \
+     .doc = "no effect: Trax's unbatched reference path computes the same attention"},                            \
+    {.name = "chunk_len", .type = CFG_INT, CFG_FIELD(S, chunk_len), .default_gin = chunk_default, .none_ok = true, .lo = 1, .hi = INFINITY,    \
+     .doc = "rows per chunk (the length must divide by it); SelfAttention's None: full attention"},                                                   \
+    {.name = "n_chunks_before", .type = CFG_INT, CFG_FIELD(S, n_chunks_before), .lo = 0, .hi = INFINITY,          \
+     .doc = "chunks before a query chunk in its window"},                                                         \
+    {.name = "n_chunks_after", .type = CFG_INT, CFG_FIELD(S, n_chunks_after), .lo = 0, .hi = INFINITY,            \
+     .doc = "chunks after a query chunk in its window"}
+
+// The rows ReformerLM's own arguments override, with what it passes.
+static const char *const att_passed[] = {"n_heads", "d_qk", "d_v", "causal", "masked", "attention_dropout",
+                                         "output_dropout"};
+// Rows read only to check them (no effect).
+static const char *const att_no_effect[] = {"mode", "use_python_loop", "use_reference_code", "n_parallel_heads",
+                                            "predict_mem_len", "predict_drop_len", "share_qk", "bias"};
+
+#define SELF_FIELD(f) CFG_FIELD(ct_self_attention_params, f)
+static const cfg_param self_attention_params[] = {
+    ATT_PASSED(ct_self_attention_params, "None"),
+    {.name = "share_qk", .type = CFG_BOOL, SELF_FIELD(share_qk),
+     .doc = "keys are the RMS-normalised queries (and a position never attends to itself)"},
+    {.name = "bias", .type = CFG_BOOL, SELF_FIELD(bias), .doc = "zero-initialised biases on q, k, v"},
+    {.name = "n_parallel_heads", .type = CFG_INT, .default_gin = "None", .none_ok = true, .lo = 1, .hi = INFINITY,
+     .doc = "no effect: Trax's memory knob; ctrax schedules heads over threads"},
+    {.name = "predict_mem_len", .type = CFG_INT, .default_gin = "None", .none_ok = true,
+     .doc = "no effect: for 'predict' mode, which ctrax does not have"},
+    {.name = "predict_drop_len", .type = CFG_INT, .default_gin = "None", .none_ok = true,
+     .doc = "no effect: for 'predict' mode, which ctrax does not have"},
+};
+static void self_attention_defaults(void *p) { *(ct_self_attention_params *)p = ct_self_attention_default_params(); }
+
+#define LSH_FIELD(f) CFG_FIELD(ct_lsh_self_attention_params, f)
+static const cfg_param lsh_self_attention_params[] = {
+    ATT_PASSED(ct_lsh_self_attention_params, NULL),
+    {.name = "n_hashes", .type = CFG_INT, LSH_FIELD(n_hashes), .lo = 1, .hi = 1 << 16, .doc = "hash rounds"},
+    {.name = "n_buckets", .type = CFG_ANY, .default_gin = "None",
+     .doc = "None (2 max(1, T / chunk_len), factored over 128), an even int, or a list/tuple of 2 even factors"},
+    {.name = "max_length_for_buckets", .type = CFG_INT, LSH_FIELD(max_length_for_buckets), .none_ok = true,
+     .lo = 1, .hi = INFINITY, .doc = "None: the stored buckets are sized by the first input's length"},
+    {.name = "share_qk", .type = CFG_BOOL, .default_gin = "False",
+     .doc = "no effect: LSHSelfAttention always shares q and k, as Trax ignores it"},
+    {.name = "bias", .type = CFG_BOOL, .default_gin = "False", .doc = "only False: True crashes in Trax"},
+    {.name = "n_parallel_heads", .type = CFG_INT, .default_gin = "1", .lo = 1, .hi = INFINITY,
+     .doc = "no effect: Trax's memory knob; ctrax schedules heads over threads"},
+    {.name = "predict_mem_len", .type = CFG_INT, .default_gin = "2048",
+     .doc = "no effect: for 'predict' mode, which ctrax does not have"},
+    {.name = "predict_drop_len", .type = CFG_INT, .default_gin = "256",
+     .doc = "no effect: for 'predict' mode, which ctrax does not have"},
+};
+static void lsh_self_attention_defaults(void *p) {
+    *(ct_lsh_self_attention_params *)p = ct_lsh_self_attention_default_params();
+}
+
+// "file:line:col: name.param = value" of a bound parameter, for errors
+// and warnings; the value as gin text.
+static void binding_text(ct_config *cfg, const char *name, const char *param, const ct_config_value *v, char *buf,
+                         size_t len) {
+    char where[300];
+    cfg_where(cfg, name, param, where, sizeof where);
+    char *text = ct_config_value_to_gin(v);
+    snprintf(buf, len, "%s%s.%s = %.60s", where, name, param, text);
+    ct_free(text);
+}
+
+// The checks both types share: the no-effect rows are read (so that they
+// count as read and are type-checked), 'predict' is refused.
+static ct_status attention_check_common(ct_config *cfg, const char *name, ct_error *err) {
+    for (int i = 0; i < COUNT(att_no_effect); i++) {
+        const ct_config_value *v;
+        CT_TRY(cfg_query_default(cfg, name, att_no_effect[i], &v, err));
+    }
+    const ct_config_value *mode;
+    CT_TRY(cfg_query_default(cfg, name, "mode", &mode, err));
+    if (strcmp(mode->s, "train") && strcmp(mode->s, "eval")) {
+        char text[400];
+        binding_text(cfg, name, "mode", mode, text, sizeof text);
+        return ct_error_set(err, CT_ERR_ARG, "%s is not supported: 'train' or 'eval' (the trainer picks one%s)", text,
+                            strcmp(mode->s, "predict") ? "" : "; ctrax has no 'predict' mode");
+    }
+    return CT_OK;
+}
+
+static ct_status self_attention_check(ct_config *cfg, const char *name, const void *p, ct_error *err) {
+    (void)p;
+    return attention_check_common(cfg, name, err);
+}
+
+// n_buckets: None, an int, or a pair of factors (Trax's list).
+static ct_status lsh_self_attention_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
+    ct_lsh_self_attention_params *p = vp;
+    const ct_config_value *v;
+    CT_TRY(cfg_query_default(cfg, name, "n_buckets", &v, err));
+    // Trax's n_buckets: an int, or a list of factors (ctrax's layer takes two).
+    const ct_config_value *f = v->kind == CT_CONFIG_INT ? v : v->items;
+    int n = v->kind == CT_CONFIG_INT ? 1 : v->kind == CT_CONFIG_LIST || v->kind == CT_CONFIG_TUPLE ? v->n : 0;
+    bool ok = v->kind == CT_CONFIG_NONE || (n >= 1 && n <= 2);
+    int64_t nb[2] = {0, 0};
+    for (int i = 0; ok && i < n; i++) {
+        ok = f[i].kind == CT_CONFIG_INT && f[i].i >= 2 && f[i].i <= (1 << 24) && f[i].i % 2 == 0;
+        nb[i] = f[i].i;
+    }
+    if (!ok) {
+        char text[400];
+        binding_text(cfg, name, "n_buckets", v, text, sizeof text);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s: expected None, an even int or a list/tuple of up to 2 even factors, each in 2..2^24",
+                            text);
+    }
+    p->n_buckets[0] = (int)nb[0];
+    p->n_buckets[1] = (int)nb[1];
+    return CT_OK;
+}
+
+static ct_status lsh_self_attention_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
+    const ct_lsh_self_attention_params *p = vp;
+    CT_TRY(attention_check_common(cfg, name, err));
+    const ct_config_value *v;
+    CT_TRY(cfg_query_default(cfg, name, "bias", &v, err));
+    char text[400];
+    if (v->b) {
+        binding_text(cfg, name, "bias", v, text, sizeof text);
+        return ct_error_set(err, CT_ERR_ARG, "%s is not supported: only False (True crashes in Trax)", text);
+    }
+    CT_TRY(cfg_query_default(cfg, name, "chunk_len", &v, err));
+    if (v->kind == CT_CONFIG_NONE) {
+        binding_text(cfg, name, "chunk_len", v, text, sizeof text);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s is not supported: LSHSelfAttention needs chunks of the sorted length (Trax's None "
+                            "breaks its default n_buckets); the default is 128",
+                            text);
+    }
+    (void)p;
+    return CT_OK;
+}
+
+// ReformerLM.attention_type's names, by ct_reformer_attention.
+static const char *const attention_names[] = {"CausalAttention", "SelfAttention", "LSHSelfAttention"};
+_Static_assert(COUNT(attention_names) == CT_REFORMER_LSH_ATTENTION + 1, "one name per ct_reformer_attention");
+
+// The type a reference names ("scope/SelfAttention"), or -1.
+static int attention_of_ref(const ct_config_value *v) {
+    if (v->kind != CT_CONFIG_REFERENCE || v->call) return -1;
+    const char *slash = strrchr(v->s, '/');
+    const char *n = slash ? slash + 1 : v->s;
+    for (int i = 0; i < COUNT(attention_names); i++)
+        if (!strcmp(n, attention_names[i])) return i;
+    return -1;
+}
+
+static ct_status attention_type_refused(ct_config *cfg, const char *name, const ct_config_value *all,
+                                        const ct_config_value *bad, ct_error *err) {
+    char text[400];
+    binding_text(cfg, name, "attention_type", all, text, sizeof text);
+    char hint[240] = "";
+    if (bad->kind == CT_CONFIG_STRING)
+        for (int i = 0; i < COUNT(attention_names); i++)
+            if (!strcmp(bad->s, attention_names[i]))
+                snprintf(hint, sizeof hint, " (a string: write @%s, the reference Trax's configs use)", attention_names[i]);
+    if (bad->kind == CT_CONFIG_REFERENCE && bad->call)
+        snprintf(hint, sizeof hint, " (@%.60s() is a call: ReformerLM calls the type itself, write @%.60s)", bad->s,
+                 bad->s);
+    return ct_error_set(err, CT_ERR_ARG,
+                        "%s is not an attention type%s: write @CausalAttention (the default), @SelfAttention, "
+                        "@LSHSelfAttention or a list of them (cycled over the layers)",
+                        text, hint);
+}
+
+// What ReformerLM passes instead of a binding of the type's param.
+static void reformer_passed_text(const ct_reformer_lm_params *p, const char *param, char *buf, size_t len) {
+    int dh = p->d_model / p->n_heads;
+    if (!strcmp(param, "n_heads")) snprintf(buf, len, "n_heads = %d", p->n_heads);
+    else if (!strcmp(param, "d_qk")) snprintf(buf, len, "d_qk = d_attention_key = %d", p->d_attention_key ? p->d_attention_key : dh);
+    else if (!strcmp(param, "d_v")) snprintf(buf, len, "d_v = d_attention_value = %d", p->d_attention_value ? p->d_attention_value : dh);
+    else if (!strcmp(param, "causal")) snprintf(buf, len, "causal = True");
+    else if (!strcmp(param, "masked")) snprintf(buf, len, "masked = False");
+    else snprintf(buf, len, "dropout = %g", (double)p->dropout);
+}
+
+// Fills p's attention settings from the config: the bindings of each
+// attention type the list names (under the reference's scope), after
+// warning about the bindings ReformerLM's own arguments override.
+static ct_status attention_settings(ct_config *cfg, const ct_reformer_lm_params *p, const char *ref,
+                                    ct_reformer_attention a, void *out, ct_error *err) {
+    int n;
+    const cfg_def *defs = cfg_registry(&n), *d = NULL;
+    for (int i = 0; i < n && !d; i++)
+        if (!strcmp(defs[i].name, attention_names[a])) d = &defs[i];
+    CT_ASSERT(d);
+    for (int i = 0; i < COUNT(att_passed); i++) {
+        char where[300];
+        cfg_where(cfg, ref, att_passed[i], where, sizeof where);
+        if (!where[0]) continue;
+        const ct_config_value *v;
+        CT_TRY(cfg_query_default(cfg, ref, att_passed[i], &v, err));
+        char text[400], passed[80];
+        binding_text(cfg, ref, att_passed[i], v, text, sizeof text);
+        reformer_passed_text(p, att_passed[i], passed, sizeof passed);
+        ct_log(CT_LOG_WARN, "%s is overridden by ReformerLM, which passes %s, as in Trax", text, passed);
+    }
+    return d->struct_size ? cfg_fill_struct(cfg, ref, d, out, err) : CT_OK;
+}
+
+// The bound one of a parameter's two spellings (Trax's new and old), or
+// the new one's default; both bound is an error naming both.
+static ct_status either_spelling(ct_config *cfg, const char *name, const char *new_name, const char *old_name,
+                                 const char **param, const ct_config_value **v, ct_error *err) {
+    char where_new[300], where_old[300];
+    cfg_where(cfg, name, new_name, where_new, sizeof where_new);
+    cfg_where(cfg, name, old_name, where_old, sizeof where_old);
+    if (where_new[0] && where_old[0])
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s.%s and %s%s.%s are two spellings of one parameter (the second is Trax's older "
+                            "one): bind one",
+                            where_new, name, new_name, where_old, name, old_name);
+    *param = where_old[0] ? old_name : new_name;
+    return cfg_query_default(cfg, name, *param, v, err);
+}
+
+// An axial tuple (pos_axial_shape or pos_d_axial_embs) into out[]: ints >= 1,
+// 1 to CT_AXIAL_MAX_AXES of them. *n is the count (0 for None or ()).
+static ct_status axial_tuple(ct_config *cfg, const char *name, const char *param, const ct_config_value *v, int *out,
+                             int *n, ct_error *err) {
+    *n = 0;
+    if (v->kind == CT_CONFIG_NONE) return CT_OK;
+    bool ok = v->n <= CT_AXIAL_MAX_AXES;
+    for (int k = 0; ok && k < v->n; k++) {
+        const ct_config_value *it = &v->items[k];
+        ok = it->kind == CT_CONFIG_INT && it->i >= 1 && it->i <= (1 << 30);
+        out[k] = ok ? (int)it->i : 0;
+    }
+    if (!ok) {
+        char text[400];
+        binding_text(cfg, name, param, v, text, sizeof text);
+        return ct_error_set(err, CT_ERR_ARG, "%s: expected a tuple of 1 to %d ints in 1..2^30", text,
+                            CT_AXIAL_MAX_AXES);
+    }
+    *n = v->n;
+    return CT_OK;
+}
+
+// pos_axial_shape / pos_d_axial_embs (or Trax's older axial_pos_shape /
+// d_axial_pos_embs) into p: the older axial_pos_shape also sets pos_type
+// ('fixed-base', or 'axial' for a tuple), as it did in Trax.
+static ct_status reformer_positions_fill(ct_config *cfg, const char *name, ct_reformer_lm_params *p, ct_error *err) {
+    const char *shape_param, *embs_param;
+    const ct_config_value *shape, *embs;
+    CT_TRY(either_spelling(cfg, name, "pos_axial_shape", "axial_pos_shape", &shape_param, &shape, err));
+    CT_TRY(either_spelling(cfg, name, "pos_d_axial_embs", "d_axial_pos_embs", &embs_param, &embs, err));
+    char text[400], where_type[300];
+    cfg_where(cfg, name, "pos_type", where_type, sizeof where_type);
+    if (!strcmp(shape_param, "axial_pos_shape") && (shape->kind == CT_CONFIG_STRING || shape->n > 0)) {
+        binding_text(cfg, name, shape_param, shape, text, sizeof text);
+        if (shape->kind == CT_CONFIG_STRING && strcmp(shape->s, "fixed-base"))
+            return ct_error_set(err, CT_ERR_ARG,
+                                "%s is not supported: the string 'fixed-base' (pos_type 'fixed-base') or a tuple of "
+                                "axis lengths (pos_type 'axial')",
+                                text);
+        const char *implied = shape->kind == CT_CONFIG_STRING ? "fixed-base" : "axial";
+        if (where_type[0] && (!p->pos_type || strcmp(p->pos_type, implied)))
+            return ct_error_set(err, CT_ERR_ARG, "%s means pos_type '%s', but %s%s.pos_type = '%s'", text, implied,
+                                where_type, name, p->pos_type ? p->pos_type : "None");
+        p->pos_type = implied;
+        if (shape->kind == CT_CONFIG_STRING) shape = NULL;
+    } else if (shape->kind != CT_CONFIG_LIST && shape->kind != CT_CONFIG_TUPLE) {
+        binding_text(cfg, name, shape_param, shape, text, sizeof text);
+        return ct_error_set(err, CT_ERR_ARG, "%s: expected a tuple of axis lengths", text);
+    }
+    int n_shape = 0, n_embs = 0;
+    if (shape) CT_TRY(axial_tuple(cfg, name, shape_param, shape, p->pos_axial_shape, &n_shape, err));
+    CT_TRY(axial_tuple(cfg, name, embs_param, embs, p->pos_d_axial_embs, &n_embs, err));
+    // Trax silently ignores the tuples without pos_type 'axial' (REFORMER.md
+    // section 7): a config that sets them means axial positions.
+    if ((n_shape || n_embs) && (!p->pos_type || strcmp(p->pos_type, "axial"))) {
+        binding_text(cfg, name, n_shape ? shape_param : embs_param, n_shape ? shape : embs, text, sizeof text);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s is set but %s%s.pos_type is %s%s%s, not 'axial' (Trax would silently ignore it)", text,
+                            where_type, name, p->pos_type ? "'" : "", p->pos_type ? p->pos_type : "None",
+                            p->pos_type ? "'" : "");
+    }
+    if (n_shape != n_embs && (n_embs > 0 || (p->pos_type && !strcmp(p->pos_type, "axial")))) {
+        char text2[400];
+        binding_text(cfg, name, shape_param, shape ? shape : embs, text, sizeof text);
+        binding_text(cfg, name, embs_param, embs, text2, sizeof text2);
+        return ct_error_set(err, CT_ERR_ARG, "%s and %s: one width per axis (%d axes, %d widths)", text, text2,
+                            n_shape, n_embs);
+    }
+    p->pos_axial_n = n_shape;
+    return CT_OK;
+}
+
+// attention_type: one reference or a list of them (Trax's forms) into
+// n_attention/attention[], then each named type's settings; then the
+// axial positions' tuples.
+static ct_status reformer_lm_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
+    ct_reformer_lm_params *p = vp;
+    CT_TRY(reformer_positions_fill(cfg, name, p, err));
+    const ct_config_value *v;
+    CT_TRY(cfg_query_default(cfg, name, "attention_type", &v, err));
+    bool list = v->kind == CT_CONFIG_LIST || v->kind == CT_CONFIG_TUPLE;
+    int n = list ? v->n : 1;
+    const ct_config_value *items = list ? v->items : v;
+    if (n < 1 || n > CT_REFORMER_MAX_ATTENTION) {
+        char text[400];
+        binding_text(cfg, name, "attention_type", v, text, sizeof text);
+        return ct_error_set(err, CT_ERR_ARG, "%s: a list of 1 to %d attention types, got %d", text,
+                            CT_REFORMER_MAX_ATTENTION, n);
+    }
+    // One settings struct per type: every reference to a type must name
+    // the same scope.
+    const char *ref_of[COUNT(attention_names)] = {0};
+    for (int i = 0; i < n; i++) {
+        int a = attention_of_ref(&items[i]);
+        if (a < 0) return attention_type_refused(cfg, name, v, &items[i], err);
+        if (ref_of[a] && strcmp(ref_of[a], items[i].s)) {
+            char text[400];
+            binding_text(cfg, name, "attention_type", v, text, sizeof text);
+            return ct_error_set(err, CT_ERR_ARG,
+                                "%s: @%s and @%s are the same type under two scopes; ctrax keeps one setting of each "
+                                "type per model",
+                                text, ref_of[a], items[i].s);
+        }
+        ref_of[a] = items[i].s;
+        p->attention[i] = (ct_reformer_attention)a;
+    }
+    p->n_attention = n;
+    if (ref_of[CT_REFORMER_SELF_ATTENTION])
+        CT_TRY(attention_settings(cfg, p, ref_of[CT_REFORMER_SELF_ATTENTION], CT_REFORMER_SELF_ATTENTION,
+                                  &p->self_attention, err));
+    if (ref_of[CT_REFORMER_LSH_ATTENTION])
+        CT_TRY(attention_settings(cfg, p, ref_of[CT_REFORMER_LSH_ATTENTION], CT_REFORMER_LSH_ATTENTION,
+                                  &p->lsh_attention, err));
+    return CT_OK;
+}
+
 #define REFORMER_ROW(...) ROW(ct_reformer_lm_params, __VA_ARGS__)
-static const cfg_param reformer_lm_params[] = {CT_REFORMER_LM_PARAMS(REFORMER_ROW)};
+// The list's rows, then those whose forms are Trax's references and tuples
+// (filled by reformer_lm_fill).
+static const cfg_param reformer_lm_params[] = {
+    CT_REFORMER_LM_PARAMS(REFORMER_ROW)
+    {.name = "attention_type", .type = CFG_ANY, .default_gin = "@CausalAttention",
+     .doc = "@CausalAttention (ctrax's default; Trax's is @SelfAttention), @SelfAttention, @LSHSelfAttention, or a "
+            "list of them: layer i uses entry i % len (n_layers % len == 0)"},
+    {.name = "pos_axial_shape", .type = CFG_LIST, .default_gin = "()",
+     .doc = "pos_type 'axial': a tuple of axis lengths whose product is the sequence length"},
+    {.name = "pos_d_axial_embs", .type = CFG_LIST, .default_gin = "None", .none_ok = true,
+     .doc = "pos_type 'axial': a tuple of per-axis widths, one per axis, summing to d_model"},
+    {.name = "axial_pos_shape", .type = CFG_ANY, .default_gin = "()",
+     .doc = "Trax's older spelling: 'fixed-base' means pos_type 'fixed-base', a tuple means pos_axial_shape with "
+            "pos_type 'axial'"},
+    {.name = "d_axial_pos_embs", .type = CFG_LIST, .default_gin = "None", .none_ok = true,
+     .doc = "Trax's older spelling of pos_d_axial_embs"},
+};
 static void reformer_lm_defaults(void *p) { *(ct_reformer_lm_params *)p = ct_reformer_lm_default_params(); }
 static ct_layer *reformer_lm_new(const void *p) { return ct_reformer_lm(*(const ct_reformer_lm_params *)p); }
 
@@ -169,6 +545,12 @@ static ct_status reformer_where(ct_config *cfg, const char *name, ct_error *err)
         size_t n = strspn(dot + 1, "abcdefghijklmnopqrstuvwxyz_");
         if (n < sizeof param) memcpy(param, dot + 1, n);
         if (param[0]) cfg_where(cfg, name, param, where, sizeof where);
+        // Trax's older spellings of the axial tuples.
+        if (!where[0] && !strcmp(param, "pos_axial_shape")) cfg_where(cfg, name, "axial_pos_shape", where, sizeof where);
+        if (!where[0] && !strcmp(param, "pos_d_axial_embs"))
+            cfg_where(cfg, name, "d_axial_pos_embs", where, sizeof where);
+        // Axial positions with no tuples: pos_type asked for them.
+        if (!where[0] && !strcmp(param, "pos_axial_shape")) cfg_where(cfg, name, "pos_type", where, sizeof where);
     }
     if (!where[0]) return CT_ERR_ARG;
     char msg[sizeof err->msg];
@@ -186,14 +568,6 @@ static ct_status reformer_lm_check(ct_config *cfg, const char *name, const void 
                                         "attention_chunk_size"};
     for (int i = 0; i < COUNT(fixed); i++) CT_TRY(reformer_only_default(cfg, name, fixed[i], NULL, err));
     CT_TRY(reformer_only_default(cfg, name, "mode", "'eval'", err));
-    if (p->pos_type && !strcmp(p->pos_type, "axial")) {
-        char where[300];
-        cfg_where(cfg, name, "pos_type", where, sizeof where);
-        return ct_error_set(err, CT_ERR_ARG,
-                            "%s%s.pos_type = 'axial' is not supported in configs yet: its pos_axial_shape and "
-                            "pos_d_axial_embs tuples cannot be bound (the C API's ct_reformer_lm takes them)",
-                            where, name);
-    }
     if (ct_reformer_lm_check(p, err) != CT_OK) return reformer_where(cfg, name, err);
     return CT_OK;
 }
@@ -402,8 +776,21 @@ static const cfg_def registry[] = {
      .doc = "decoder-only Transformer language model: int32 tokens (B, T) -> logits (B, T, vocab_size)"},
     {.name = "ReformerLM", .kind = CFG_MODEL, .modules = "trax.models trax.models.reformer",
      PARAMS(reformer_lm_params), .struct_size = sizeof(ct_reformer_lm_params), .defaults = reformer_lm_defaults,
-     .check = reformer_lm_check, .new_layer = reformer_lm_new, .plan = cfg_plan_reformer_lm,
+     .check = reformer_lm_check, .fill = reformer_lm_fill, .new_layer = reformer_lm_new, .plan = cfg_plan_reformer_lm,
      .doc = "reversible decoder-only language model: int32 tokens (B, T) -> logits (B, T, vocab_size)"},
+    // The attention types ReformerLM.attention_type names: bound as Trax's
+    // configs bind them, built only inside ReformerLM.
+    {.name = "CausalAttention", .kind = CFG_ATTENTION, .modules = "trax.layers",
+     .doc = "ctrax's full causal attention (d_model / n_heads per head); no settings: ReformerLM passes them"},
+    {.name = "SelfAttention", .kind = CFG_ATTENTION, .modules = "trax.layers trax.layers.research.efficient_attention",
+     PARAMS(self_attention_params), .struct_size = sizeof(ct_self_attention_params),
+     .defaults = self_attention_defaults, .check = self_attention_check,
+     .doc = "Trax's SelfAttention: full, or local over chunks (chunk_len)"},
+    {.name = "LSHSelfAttention", .kind = CFG_ATTENTION,
+     .modules = "trax.layers trax.layers.research.efficient_attention", PARAMS(lsh_self_attention_params),
+     .struct_size = sizeof(ct_lsh_self_attention_params), .defaults = lsh_self_attention_defaults,
+     .fill = lsh_self_attention_fill, .check = lsh_self_attention_check,
+     .doc = "Trax's LSHSelfAttention: shared-QK attention within hash buckets, chunked after sorting"},
     {.name = "MLP", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(mlp_params), .build_layer = build_mlp,
      .plan = cfg_plan_mlp,
      .doc = "Dense layers with Relu between them: (B, ...) -> (B, last width)"},

@@ -54,10 +54,13 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
 // parameters existed (full CausalAttention, sinusoid table); Trax's differ
 // where the docs say. The UNSTORED rows are Trax's parameters ctrax accepts
 // only at Trax's default: a config that sets another value is refused,
-// naming the parameter. attention_type and ff_activation are strings here
-// ('SelfAttention'); Trax's configs write references (@SelfAttention).
-// SelfAttention's chunk settings are ReformerLM's self_attention_* (Trax
-// binds them on SelfAttention itself).
+// naming the parameter. ff_activation is a string here ('Relu'). The
+// fields after the list are what a config writes in Trax's forms
+// (src/config/registry.c): attention_type as a reference or a list of
+// them (@SelfAttention, [@SelfAttention, @LSHSelfAttention]), each type's
+// settings bound on the type itself (SelfAttention.chunk_len,
+// LSHSelfAttention.n_hashes, ...), and pos_axial_shape / pos_d_axial_embs
+// as tuples (or Trax's older axial_pos_shape / d_axial_pos_embs).
 #define CT_REFORMER_LM_PARAMS(X)                                                                                   \
     CT_LM_PARAMS(X, "width of each of the two reversible halves", "reversible decoder blocks")                     \
     X(INT, d_attention_key, 0, AT_LEAST(0), NONE,                                                                  \
@@ -121,8 +124,9 @@ ct_status ct_reformer_lm_check(const ct_reformer_lm_params *p, ct_error *err);
 // FF = LayerNorm, Dense(d_ff), Dropout, ff_activation, Dense(d_model),
 // Dropout, in Chunk(FF, ff_chunk_size) over the B*T rows when > 0.
 // attention: CausalAttention(d_model, n_heads, dropout), or
-// SelfAttention(n_heads, d_attention_key, d_attention_value, causal,
-// self_attention_*, both dropouts = dropout).
+// SelfAttention / LSHSelfAttention(n_heads, d_attention_key, d_attention_value, causal,
+// their other settings from self_attention / lsh_attention, both dropouts =
+// dropout); layer i uses attention[i % n_attention].
 // Differences from Trax: dropout masks are not shared along the sequence
 // axis (Trax's shared_axes=[-2]); the default attention is the full causal
 // CausalAttention (Trax's default SelfAttention takes the same role); the
