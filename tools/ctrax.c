@@ -256,6 +256,7 @@ static void loop_options(train_run *r, const train_args *a, const ct_train_setti
     o->trainer.n_devices = a->devices ? a->devices : (int)t->n_devices;
     o->trainer.adasum = t->adasum;
     o->trainer.memory_efficient = t->use_memory_efficient_trainer;
+    o->trainer.loss_chunk_size = t->loss_chunk_size;
     o->skip_nonfinite = t->skip_nonfinite_steps;
     o->trainer.clip_grad_norm = (float)t->clip_grad_norm;
     o->trainer.comm = r->comm;

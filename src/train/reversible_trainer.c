@@ -30,16 +30,11 @@
 #include "train/train_internal.h"
 
 #define RT_STACK_MAX (2 * CT_LAYER_MAX_IO)
-#define RT_PATH_MAX 32
 
 typedef enum rt_kind { RT_STANDARD, RT_REVERSIBLE, RT_LOSS } rt_kind;
 
 // A layer the trainer runs itself, with its place in Serial(model, loss).
-typedef struct rt_leaf {
-    ct_layer *layer;  // owned by the net's tree
-    int depth;
-    uint32_t path[RT_PATH_MAX];  // child indices from the root
-} rt_leaf;
+typedef ct_train_leaf rt_leaf;
 
 // An item on the data or gradient stack. buf is its pool buffer, or -1 when
 // the data is the caller's batch or NULL (a zero gradient).
@@ -85,6 +80,7 @@ typedef struct rt_replica {
     float *state;    // the state slab it runs on: the net's (device 0) or its own copy
     float *state_before, *state_after;  // state slabs around each layer's forward (for its recomputation)
     ct_train_dev dv;  // loss, weight, seed, status
+    ct_tensor part_in[CT_LAYER_MAX_IO];  // the chunked loss's inputs, from the loss's forward to its backward
     size_t arena_plan;  // its arena's high-water mark, from the planning pass (bytes)
 } rt_replica;
 
@@ -129,6 +125,7 @@ typedef struct rt_trainer {
     rt_turn *turns;
     int n_turns;
     size_t max_w, max_slots;  // floats of the largest layer
+    int loss_head;            // chunked loss: the loss layer's leaves before the chunked part (b.chunked)
 
     rt_replica *replicas;   // b.n_local
     float *gather;          // Adasum over processes: (n_local, n_proc, max_w)
@@ -333,14 +330,18 @@ typedef struct leaf_list {
     int n;
 } leaf_list;
 
-static ct_status flatten(ct_layer *l, uint32_t *path, int depth, bool root, leaf_list *out, ct_error *err) {
-    if (root || (runs_in_order(l) && contains_reversible(l))) {
-        if (depth >= RT_PATH_MAX)
+// split_model: the model (root's child 0) is cut into its top-level layers
+// even without reversible ones, so the chunked loss finds its tail there.
+static ct_status flatten(ct_layer *l, uint32_t *path, int depth, bool root, bool split_model, leaf_list *out,
+                         ct_error *err) {
+    bool model = split_model && depth == 1 && path[0] == 0;
+    if (root || (runs_in_order(l) && (contains_reversible(l) || model))) {
+        if (depth >= CT_TRAIN_PATH_MAX)
             return ct_error_set(err, CT_ERR_ARG, "reversible trainer: layer %s is nested deeper than %d",
-                                l->path, RT_PATH_MAX);
+                                l->path, CT_TRAIN_PATH_MAX);
         for (int i = 0; i < l->n_sub; i++) {
             path[depth] = (uint32_t)i;
-            CT_TRY(flatten(l->sub[i], path, depth + 1, false, out, err));
+            CT_TRY(flatten(l->sub[i], path, depth + 1, false, split_model, out, err));
         }
         return CT_OK;
     }
@@ -553,14 +554,30 @@ static const ct_trainer_vt rt_vt = {"reversible trainer", rt_one_step, rt_free};
 // Cuts the net into units and plans them; the last must be the loss.
 static ct_status make_plan(rt_trainer *t, const ct_layer *loss, ct_error *err) {
     leaf_list leaves = {NULL, 0};
-    uint32_t path[RT_PATH_MAX];
-    ct_status st = flatten(t->b.net.root, path, 0, true, &leaves, err);
+    uint32_t path[CT_TRAIN_PATH_MAX];
+    const ct_chunked_loss *cl = &t->b.chunked;
+    ct_status st = flatten(t->b.net.root, path, 0, true, cl->rows > 0, &leaves, err);
     if (st == CT_OK) make_units(t, &leaves);
     ct_free(leaves.v);
     CT_TRY(st);
-    if (t->units[t->n_units - 1].kind != RT_LOSS)
+    const rt_unit *u = &t->units[t->n_units - 1];
+    if (u->kind != RT_LOSS)
         return ct_error_set(err, CT_ERR_ARG, "reversible trainer: the last layer must be a standard loss, not "
                             "reversible (%s)", loss->name);
+    if (cl->rows) {
+        // The loss layer ends with the chunked part: the model's row-wise
+        // tail (top-level layers after the last reversible one) and the loss.
+        int n_part = cl->n_leaves - cl->first;
+        bool ends_with = u->n_leaves >= n_part;
+        for (int j = 0; ends_with && j < n_part; j++)
+            ends_with = u->leaves[u->n_leaves - n_part + j].layer == cl->leaves[cl->first + j].layer;
+        if (!ends_with)
+            return ct_error_set(err, CT_ERR_ARG,
+                                "reversible trainer: loss_chunk_size %lld: the loss layer does not end with the "
+                                "model's row-wise tail from %s and the loss %s",
+                                (long long)cl->rows, cl->leaves[cl->first].layer->path, loss->name);
+        t->loss_head = u->n_leaves - n_part;
+    }
     return plan_units(t, err);
 }
 
@@ -759,32 +776,15 @@ static void bind_unit(rt_replica *r, const rt_unit *u, rt_stage s, bool grads) {
 }
 
 // The key a leaf gets inside Serial(model, loss) from the replica's key.
-static ct_key leaf_key(const rt_replica *r, const rt_leaf *leaf) {
-    ct_key k = r->key;
-    for (int d = 0; d < leaf->depth; d++) k = ct_key_split(k, leaf->path[d]);
-    return k;
-}
+static ct_key leaf_key(const rt_replica *r, const rt_leaf *leaf) { return ct_train_leaf_key(r->key, leaf); }
 
 // Runs unit u's leaves over a stack whose top is top (its n_in items
 // forward, its n_out gradients backward, in reverse), as a Serial would;
 // res gets what the unit leaves (n_out outputs, or n_in input gradients).
 static ct_status leaves_run(const rt_replica *r, rt_unit *u, ct_ctx *c, bool backward, const ct_tensor *top,
                             ct_tensor *res, ct_error *err) {
-    ct_tensor stack[RT_STACK_MAX], outs[CT_LAYER_MAX_IO];
-    int depth = backward ? u->n_out : u->n_in;
-    memcpy(stack, top, (size_t)depth * sizeof *stack);
-    for (int k = 0; k < u->n_leaves; k++) {
-        const rt_leaf *leaf = &u->leaves[backward ? u->n_leaves - 1 - k : k];
-        ct_layer *l = leaf->layer;
-        int n_pop = backward ? l->n_out : l->n_in, n_push = backward ? l->n_in : l->n_out;
-        CT_TRY(backward ? ct_layer_backward(l, c, stack, outs, leaf_key(r, leaf), err)
-                        : ct_layer_forward(l, c, stack, outs, leaf_key(r, leaf), err));
-        memmove(stack + n_push, stack + n_pop, (size_t)(depth - n_pop) * sizeof *stack);
-        memcpy(stack, outs, (size_t)n_push * sizeof *stack);
-        depth += n_push - n_pop;
-    }
-    memcpy(res, stack, (size_t)(backward ? u->n_in : u->n_out) * sizeof *res);
-    return CT_OK;
+    return ct_train_leaves_run(u->leaves, u->n_leaves, r->key, c, backward, top, backward ? u->n_out : u->n_in, res,
+                               NULL, err);
 }
 
 static void tensors_of(const rt_item *items, int n, ct_tensor *out) {
@@ -832,7 +832,7 @@ static ct_status forward_turn(rt_trainer *t, rt_replica *r, rt_unit *u, rt_stage
 
 // The loss layer's forward, with the tape: the loss and what it averaged
 // over. Its backward waits for the global weight.
-static ct_status loss_forward(rt_replica *r, rt_unit *u, rt_stage s, ct_error *err) {
+static ct_status loss_forward(rt_trainer *t, rt_replica *r, rt_unit *u, rt_stage s, ct_error *err) {
     ct_ctx *c = &r->ctx;
     bind_unit(r, u, s, true);
     c->loss_weight = -1;  // "not said"
@@ -842,6 +842,13 @@ static ct_status loss_forward(rt_replica *r, rt_unit *u, rt_stage s, ct_error *e
     if (r->state_before) copy_state(r, u, r->state_before, false);
     ct_tensor in[CT_LAYER_MAX_IO];
     tensors_of(r->vals, u->n_in, in);
+    const ct_chunked_loss *cl = &t->b.chunked;
+    if (cl->rows) {
+        // The leaves before the chunked part with the tape, then its chunks
+        // without (backward runs them again).
+        CT_TRY(ct_train_leaves_run(u->leaves, t->loss_head, r->key, c, false, in, u->n_in, r->part_in, NULL, err));
+        return ct_chunked_loss_forward(cl, c, r->part_in, r->key, &r->dv.loss_out, &r->dv.weight, err);
+    }
     CT_TRY(leaves_run(r, u, c, false, in, &r->dv.loss_out, err));
     // A loss layer that does not say what it averaged over counts as one.
     r->dv.weight = c->loss_weight >= 0 ? c->loss_weight : 1.0;
@@ -852,9 +859,17 @@ static ct_status loss_forward(rt_replica *r, rt_unit *u, rt_stage s, ct_error *e
 // gradient stack.
 static ct_status loss_backward(rt_trainer *t, rt_replica *r, rt_unit *u, ct_error *err) {
     ct_ctx *c = &r->ctx;
-    ct_tensor gout = ct_tensor_sig(&r->dv.loss_out), gin[CT_LAYER_MAX_IO];
+    ct_tensor gout = ct_tensor_sig(&r->dv.loss_out), gin[CT_LAYER_MAX_IO], gpart[CT_LAYER_MAX_IO];
     gout.data = &r->dv.seed;
-    ct_status st = leaves_run(r, u, c, true, &gout, gin, err);
+    const ct_chunked_loss *cl = &t->b.chunked;
+    ct_status st;
+    if (cl->rows) {
+        st = ct_chunked_loss_backward(cl, c, r->part_in, r->key, r->dv.seed, r->dv.weight, gpart, err);
+        if (st == CT_OK)
+            st = ct_train_leaves_run(u->leaves, t->loss_head, r->key, c, true, gpart, cl->n_in, gin, NULL, err);
+    } else {
+        st = leaves_run(r, u, c, true, &gout, gin, err);
+    }
     rt_item items[CT_LAYER_MAX_IO];
     if (st == CT_OK) st = adopt(t, r, gin, u->n_in, items, err);
     ct_arena_reset(&r->arena);
@@ -924,7 +939,7 @@ static void replica_turn(rt_trainer *t, int d, rt_phase phase, rt_unit *u, rt_st
     rt_replica *r = &t->replicas[d];
     switch (phase) {
     case RT_FORWARD: r->dv.status = forward_turn(t, r, u, s, &r->dv.err); break;
-    case RT_LOSS_FORWARD: r->dv.status = loss_forward(r, u, s, &r->dv.err); break;
+    case RT_LOSS_FORWARD: r->dv.status = loss_forward(t, r, u, s, &r->dv.err); break;
     case RT_LOSS_BACKWARD: r->dv.status = loss_backward(t, r, u, &r->dv.err); break;
     case RT_BACKWARD: r->dv.status = backward_turn(t, r, u, s, &r->dv.err); break;
     }

@@ -111,6 +111,7 @@ ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *m
     if (t->net.n_out != 1 || t->net.out_sigs[0].ndim != 0 || t->net.out_sigs[0].dtype != CT_DTYPE_F32)
         return ct_error_set(err, CT_ERR_SHAPE, "%s: the loss layer %s must leave one f32 scalar on the stack", vt->who,
                             loss->name);
+    CT_TRY(ct_chunked_loss_init(t, err));
     return layout_slots(t, err);
 }
 
@@ -130,6 +131,7 @@ void ct_train_base_free(ct_trainer *t) {
         ct_ctx_free(&t->eval_ctx);
         ct_arena_free(&t->eval_arena);
     }
+    ct_chunked_loss_free(&t->chunked);
     ct_net_free(&t->net);
     ct_layer_free(t->model);
     ct_optimizer_free(t->opt);
@@ -301,8 +303,15 @@ ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key
         ct_net_bind(net, &t->eval_ctx, false);
         t->eval_ctx.loss_weight = -1;
         ct_key k = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
-        st = ct_layer_forward(net->root, &t->eval_ctx, shard, &out, k, err);
-        double w = t->eval_ctx.loss_weight >= 0 ? t->eval_ctx.loss_weight : 1.0;
+        double w = 1.0;
+        if (t->chunked.rows) {
+            // As the step: the logits never exist at once here either.
+            ct_tensor part_in[CT_LAYER_MAX_IO];
+            st = ct_chunked_loss_net_forward(&t->chunked, &t->eval_ctx, shard, net->n_in, k, part_in, &out, &w, err);
+        } else {
+            st = ct_layer_forward(net->root, &t->eval_ctx, shard, &out, k, err);
+            if (t->eval_ctx.loss_weight >= 0) w = t->eval_ctx.loss_weight;
+        }
         if (st == CT_OK) {
             sums[0] += w;
             sums[1] += (double)*ct_f32(&out) * w;
@@ -534,4 +543,250 @@ char *ct_memory_plan_format(const ct_memory_plan *p, char *buf, size_t len) {
     if (n < 0 || (size_t)n >= len) return buf;
     if (p->host_bytes) snprintf(buf + n, len - (size_t)n, "; host %.1f MiB", (double)p->host_bytes / mib);
     return buf;
+}
+
+// ---- leaves ----------------------------------------------------------------------------
+
+ct_key ct_train_leaf_key(ct_key key, const ct_train_leaf *leaf) {
+    for (int d = 0; d < leaf->depth; d++) key = ct_key_split(key, leaf->path[d]);
+    return key;
+}
+
+ct_status ct_train_leaves_run(const ct_train_leaf *leaves, int n, ct_key key, ct_ctx *c, bool backward,
+                              const ct_tensor *top, int depth, ct_tensor *res, int *res_depth, ct_error *err) {
+    ct_tensor stack[2 * CT_LAYER_MAX_IO], outs[CT_LAYER_MAX_IO];
+    CT_ASSERT(depth <= 2 * CT_LAYER_MAX_IO);
+    memcpy(stack, top, (size_t)depth * sizeof *stack);
+    for (int k = 0; k < n; k++) {
+        const ct_train_leaf *leaf = &leaves[backward ? n - 1 - k : k];
+        ct_layer *l = leaf->layer;
+        int n_pop = backward ? l->n_out : l->n_in, n_push = backward ? l->n_in : l->n_out;
+        CT_ASSERT(n_pop <= depth && depth - n_pop + n_push <= 2 * CT_LAYER_MAX_IO);
+        CT_TRY(backward ? ct_layer_backward(l, c, stack, outs, ct_train_leaf_key(key, leaf), err)
+                        : ct_layer_forward(l, c, stack, outs, ct_train_leaf_key(key, leaf), err));
+        memmove(stack + n_push, stack + n_pop, (size_t)(depth - n_pop) * sizeof *stack);
+        memcpy(stack, outs, (size_t)n_push * sizeof *stack);
+        depth += n_push - n_pop;
+    }
+    CT_ASSERT(depth <= CT_LAYER_MAX_IO);
+    memcpy(res, stack, (size_t)depth * sizeof *res);
+    if (res_depth) *res_depth = depth;
+    return CT_OK;
+}
+
+// ---- the chunked loss ------------------------------------------------------------------
+
+// Layers that act on each row (the last axis) alone, so a chunk of rows
+// gives those rows' outputs: recognised by type, and the weightless
+// activations (ct_fn layers, type "Fn") by their built-in names.
+static bool row_wise(const ct_layer *l) {
+    static const char *const types[] = {"LayerNorm", "Dense", "Dropout"};
+    static const char *const fns[] = {"Relu", "Gelu", "Tanh", "Sigmoid", "LogSoftmax", "Softmax"};
+    if (l->n_in != 1 || l->n_out != 1) return false;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (strcmp(l->vt->type, types[i]) == 0) return true;
+    if (strcmp(l->vt->type, "Fn") != 0) return false;
+    for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
+        if (strcmp(l->name, fns[i]) == 0) return true;
+    return false;
+}
+
+// Losses whose value is a weighted mean over rows, sum(x_r w_r) / sum(w_r),
+// reporting sum(w_r) (or the row count) in ct_ctx.loss_weight.
+static bool row_mean_loss(const ct_layer *l) {
+    return strcmp(l->vt->type, "WeightedCategoryCrossEntropy") == 0 || strcmp(l->vt->type, "CrossEntropyLoss") == 0;
+}
+
+void ct_chunked_loss_free(ct_chunked_loss *cl) {
+    ct_free(cl->leaves);
+    memset(cl, 0, sizeof *cl);
+}
+
+ct_status ct_chunked_loss_init(ct_trainer *t, ct_error *err) {
+    ct_chunked_loss *cl = &t->chunked;
+    int64_t rows = t->opts.loss_chunk_size;
+    memset(cl, 0, sizeof *cl);
+    if (rows == 0) return CT_OK;
+    const char *who = t->vt->who;
+    if (rows < 0)
+        return ct_error_set(err, CT_ERR_ARG, "%s: loss_chunk_size is %lld, must be >= 0", who, (long long)rows);
+    ct_layer *root = t->net.root, *model = root->sub[0], *loss = root->sub[1];
+    CT_ASSERT(root->n_sub == 2);
+    if (!row_mean_loss(loss))
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s: loss_chunk_size %lld: the loss %s (type %s) is not a mean over rows "
+                            "(WeightedCategoryCrossEntropy or CrossEntropyLoss): set loss_chunk_size 0",
+                            who, (long long)rows, loss->name, loss->vt->type);
+    bool serial = strcmp(model->vt->type, "Serial") == 0;
+    int n_model = serial ? model->n_sub : 1;
+    cl->leaves = ct_calloc((size_t)n_model + 1, sizeof *cl->leaves);
+    for (int i = 0; i < n_model; i++) {
+        ct_train_leaf *leaf = &cl->leaves[i];
+        leaf->layer = serial ? model->sub[i] : model;
+        leaf->path[0] = 0;
+        leaf->path[1] = (uint32_t)i;
+        leaf->depth = serial ? 2 : 1;
+    }
+    cl->leaves[n_model] = (ct_train_leaf){.layer = loss, .depth = 1, .path = {1}};
+    cl->n_leaves = n_model + 1;
+    cl->first = n_model;
+    while (cl->first > 0 && row_wise(cl->leaves[cl->first - 1].layer)) cl->first--;
+    ct_status st = CT_OK;
+    if (cl->first == n_model) {
+        const ct_layer *last = cl->leaves[n_model - 1].layer;
+        st = ct_error_set(err, CT_ERR_ARG,
+                          "%s: loss_chunk_size %lld: the model %s ends with %s (type %s), not a layer that acts on "
+                          "each row alone (LayerNorm, Dense, Dropout, Relu, Gelu, Tanh, Sigmoid, LogSoftmax, "
+                          "Softmax): nothing to chunk; set loss_chunk_size 0",
+                          who, (long long)rows, model->name, last->path, last->vt->type);
+        ct_chunked_loss_free(cl);
+        return st;
+    }
+    // The tail's input (..., D) and the loss's targets and weights must
+    // have the same rows: the targets' shape is the input's without D.
+    const ct_layer *head = cl->leaves[cl->first].layer;
+    const ct_tensor *x = &head->in_sigs[0];
+    cl->n_in = loss->n_in;
+    char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
+    if (x->dtype != CT_DTYPE_F32 || x->ndim < 2)
+        st = ct_error_set(err, CT_ERR_SHAPE, "%s: loss_chunk_size %lld: the tail's input (into %s) is %s, expected f32 "
+                          "(..., D) rows", who, (long long)rows, head->path, ct_tensor_sig_str(x, a, sizeof a));
+    for (int i = 1; i < loss->n_in && st == CT_OK; i++) {
+        const ct_tensor *y = &loss->in_sigs[i];
+        bool same = y->ndim == x->ndim - 1;
+        for (int k = 0; same && k < y->ndim; k++) same = y->shape[k] == x->shape[k];
+        if (!same)
+            st = ct_error_set(err, CT_ERR_SHAPE,
+                              "%s: loss_chunk_size %lld: the loss %s's input %d %s does not have the rows of the "
+                              "tail's input %s (into %s)",
+                              who, (long long)rows, loss->path, i, ct_tensor_sig_str(y, a, sizeof a),
+                              ct_tensor_sig_str(x, b, sizeof b), head->path);
+    }
+    if (st != CT_OK) ct_chunked_loss_free(cl);
+    else cl->rows = rows;
+    return st;
+}
+
+// Rows [r0, r0 + n) of the part's input i (a view): the first as (n, D),
+// the others (targets, weights) as (n).
+static ct_tensor chunk_of(const ct_tensor *in, int i, int64_t r0, int64_t n) {
+    int64_t d = i == 0 ? in->shape[in->ndim - 1] : 1;
+    int64_t shape[2] = {n, d};
+    char *data = (char *)in->data + (size_t)(r0 * d) * ct_dtype_size(in->dtype);
+    return ct_tensor_make(in->dtype, i == 0 ? 2 : 1, shape, data);
+}
+
+static int64_t part_rows(const ct_tensor *in) { return ct_tensor_dims_product(in, 0, in->ndim - 1); }
+
+// The key of chunk i of n: the layer's own for a single chunk.
+static ct_key chunk_key(ct_key key, int64_t i, int64_t n) { return n == 1 ? key : ct_key_split(key, (uint32_t)i); }
+
+// Runs the part's leaves on chunk i forward: its loss in *out, its weight in
+// c->loss_weight. The tail's leaves get their keys split by chunk; the loss
+// (no randomness) its own.
+static ct_status chunk_forward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *in, ct_key key, int64_t i,
+                               int64_t n_chunks, ct_tensor *out, ct_error *err) {
+    int64_t rows = part_rows(&in[0]), r0 = i * cl->rows, n = rows - r0 < cl->rows ? rows - r0 : cl->rows;
+    ct_tensor stack[CT_LAYER_MAX_IO];
+    for (int k = 0; k < cl->n_in; k++) stack[k] = chunk_of(&in[k], k, r0, n);
+    for (int k = cl->first; k < cl->n_leaves; k++) {
+        const ct_train_leaf *leaf = &cl->leaves[k];
+        ct_key lk = chunk_key(ct_train_leaf_key(key, leaf), i, n_chunks);
+        ct_tensor y;
+        CT_TRY(ct_layer_forward(leaf->layer, c, stack, &y, lk, err));
+        stack[0] = y;
+    }
+    *out = stack[0];
+    return CT_OK;
+}
+
+ct_status ct_chunked_loss_forward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *in, ct_key key,
+                                  ct_tensor *loss, double *weight, ct_error *err) {
+    int64_t rows = part_rows(&in[0]), n_chunks = rows > 0 ? (rows + cl->rows - 1) / cl->rows : 0;
+    *loss = ct_tensor_make(CT_DTYPE_F32, 0, NULL, NULL);
+    CT_TRY(ct_ctx_alloc(c, loss, err));
+    bool record = c->record;
+    c->record = false;
+    double sum_w = 0, sum_lw = 0;
+    ct_status st = CT_OK;
+    for (int64_t i = 0; i < n_chunks && st == CT_OK; i++) {
+        ct_arena_mark mark = ct_arena_get_mark(c->arena);
+        ct_tensor out;
+        c->loss_weight = -1;
+        st = chunk_forward(cl, c, in, key, i, n_chunks, &out, err);
+        if (st == CT_OK) {
+            double w = c->loss_weight >= 0 ? c->loss_weight : 1.0;
+            sum_w += w;
+            sum_lw += (double)*ct_f32(&out) * w;
+        }
+        ct_arena_reset_to(c->arena, mark);
+    }
+    c->record = record;
+    CT_TRY(st);
+    // As the loss layer: the mean over nothing (every weight 0) is 0.
+    *ct_f32(loss) = (float)(sum_w != 0 ? sum_lw / sum_w : 0.0);
+    *weight = sum_w;
+    c->loss_weight = sum_w;
+    return CT_OK;
+}
+
+ct_status ct_chunked_loss_backward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *in, ct_key key, float seed,
+                                   double weight, ct_tensor *grad_in, ct_error *err) {
+    int64_t rows = part_rows(&in[0]), n_chunks = rows > 0 ? (rows + cl->rows - 1) / cl->rows : 0;
+    int64_t d = in[0].shape[in[0].ndim - 1];
+    for (int k = 0; k < cl->n_in; k++) grad_in[k] = ct_tensor_sig(&in[k]);
+    CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));
+    float *dx = grad_in[0].data;
+    bool record = c->record;
+    void (*on_grads)(void *, const ct_layer *) = c->on_weight_grads;
+    c->record = true;
+    ct_status st = CT_OK;
+    for (int64_t i = 0; i < n_chunks && st == CT_OK; i++) {
+        int64_t r0 = i * cl->rows, n = rows - r0 < cl->rows ? rows - r0 : cl->rows;
+        ct_arena_mark mark = ct_arena_get_mark(c->arena);
+        // A trainer sending finished gradients hears of each layer once, as
+        // after one backward: when its last chunk is done.
+        c->on_weight_grads = i == n_chunks - 1 ? on_grads : NULL;
+        ct_tensor out;
+        c->loss_weight = -1;
+        st = chunk_forward(cl, c, in, key, i, n_chunks, &out, err);
+        // d (sum_c L_c W_c / W) / d L_c = W_c / W.
+        double w = c->loss_weight >= 0 ? c->loss_weight : 1.0;
+        float g = weight != 0 ? (float)((double)seed * w / weight) : 0.0f;
+        ct_tensor gout = ct_tensor_sig(&out), gin[CT_LAYER_MAX_IO];
+        gout.data = &g;
+        for (int k = cl->n_leaves - 1; k >= cl->first && st == CT_OK; k--) {
+            const ct_train_leaf *leaf = &cl->leaves[k];
+            ct_key lk = chunk_key(ct_train_leaf_key(key, leaf), i, n_chunks);
+            st = ct_layer_backward(leaf->layer, c, &gout, gin, lk, err);
+            gout = gin[0];
+        }
+        if (st == CT_OK) {
+            if (gout.data) memcpy(dx + r0 * d, gout.data, (size_t)(n * d) * sizeof(float));
+            else memset(dx + r0 * d, 0, (size_t)(n * d) * sizeof(float));
+        }
+        ct_arena_reset_to(c->arena, mark);
+    }
+    c->record = record;
+    c->on_weight_grads = on_grads;
+    return st;
+}
+
+ct_status ct_chunked_loss_net_forward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *batch, int n_batch,
+                                      ct_key key, ct_tensor *part_in, ct_tensor *loss, double *weight,
+                                      ct_error *err) {
+    int depth;
+    CT_TRY(ct_train_leaves_run(cl->leaves, cl->first, key, c, false, batch, n_batch, part_in, &depth, err));
+    CT_ASSERT(depth == cl->n_in);
+    return ct_chunked_loss_forward(cl, c, part_in, key, loss, weight, err);
+}
+
+ct_status ct_chunked_loss_net_backward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *part_in, int n_batch,
+                                       ct_key key, float seed, double weight, ct_error *err) {
+    ct_tensor g[CT_LAYER_MAX_IO], gin[CT_LAYER_MAX_IO];
+    int depth;
+    CT_TRY(ct_chunked_loss_backward(cl, c, part_in, key, seed, weight, g, err));
+    CT_TRY(ct_train_leaves_run(cl->leaves, cl->first, key, c, true, g, cl->n_in, gin, &depth, err));
+    CT_ASSERT(depth == n_batch);
+    return CT_OK;
 }

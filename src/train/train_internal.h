@@ -33,6 +33,81 @@ typedef struct ct_trainer_vt {
     void (*free)(ct_trainer *t);  // everything: its own parts, ct_train_base_free, the struct
 } ct_trainer_vt;
 
+// ---- leaves: layers a trainer runs itself --------------------------------------
+
+#define CT_TRAIN_PATH_MAX 32
+
+// A layer a trainer runs itself, with its place in Serial(model, loss): the
+// child indices from the root, so it gets the key it would get inside the
+// standard Trainer's Serial (the step key split along the path).
+typedef struct ct_train_leaf {
+    ct_layer *layer;  // owned by the net's tree
+    int depth;
+    uint32_t path[CT_TRAIN_PATH_MAX];
+} ct_train_leaf;
+
+ct_key ct_train_leaf_key(ct_key key, const ct_train_leaf *leaf);
+
+// Runs leaves[0..n) as a Serial of them would, over a stack whose top is top
+// with depth items: forward in order (each takes its n_in, pushes its
+// n_out), backward in reverse (n_out gradients taken, n_in pushed). res gets
+// every item left (at most CT_LAYER_MAX_IO; *res_depth of them, if not NULL).
+ct_status ct_train_leaves_run(const ct_train_leaf *leaves, int n, ct_key key, ct_ctx *c, bool backward,
+                              const ct_tensor *top, int depth, ct_tensor *res, int *res_depth, ct_error *err);
+
+// ---- the chunked loss (ct_trainer_options.loss_chunk_size) ----------------------
+//
+// Serial(model, loss) one level down: the model's top-level layers (leaves
+// with path {0, i}; a model that is not a Serial is one leaf {0}), then the
+// loss ({1}). The part leaves[first..n) is the model's row-wise tail (the
+// last top-level layers that each act on every row, a position, alone) and
+// the loss; it runs over chunks of `rows` rows of its (B*T) rows, so its
+// full-size activations (the logits) never exist at once:
+//   forward   every chunk without a tape: the loss is the chunks' weighted
+//             mean sum(L_c W_c) / sum(W_c), W = sum(W_c) what it averaged over;
+//   backward  per chunk, forward again with the tape, then backward from
+//             seed * W_c / W (d loss / d L_c); the input's gradient is
+//             assembled row by row, weight gradients add up (+=).
+// Dropout in the tail draws chunk i's mask from ct_key_split(key, i) (the
+// layer's key when one chunk covers every row): the same in both passes,
+// but not the masks of the unchunked step. At dropout 0, and with one
+// chunk, the result is the unchunked one (to rounding: ulps).
+typedef struct ct_chunked_loss {
+    int64_t rows;           // rows per chunk; 0: off
+    ct_train_leaf *leaves;  // n_leaves
+    int n_leaves;
+    int first;  // the chunked part: leaves[first..n_leaves)
+    int n_in;   // items the part takes: the tail's input (..., D), then the loss's targets (and weights)
+} ct_chunked_loss;
+
+// Finds the tail of t->net's model (t->opts.loss_chunk_size > 0) or leaves
+// t->chunked off; refuses, naming the setting and the layer, a model with
+// no row-wise tail, a loss that is not a mean over rows, or inputs whose
+// rows do not line up.
+ct_status ct_chunked_loss_init(ct_trainer *t, ct_error *err);
+void ct_chunked_loss_free(ct_chunked_loss *cl);
+// The part's forward over every chunk, without a tape: *loss (an f32
+// scalar from c's arena) and *weight (what it averaged over). in: the
+// part's n_in inputs. key: the device's step key.
+ct_status ct_chunked_loss_forward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *in, ct_key key,
+                                  ct_tensor *loss, double *weight, ct_error *err);
+// The part's backward from seed (d step loss / d its loss; weight: forward's
+// *weight): grad_in gets the gradients of its n_in inputs (the first a
+// full-size tensor from c's arena; targets and weights none). Weight
+// gradients are added into c->grads; c->on_weight_grads is called once per
+// layer (after the last chunk), as for one backward.
+ct_status ct_chunked_loss_backward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *in, ct_key key, float seed,
+                                   double weight, ct_tensor *grad_in, ct_error *err);
+// The whole of Serial(model, loss) with the chunked part: the leaves before
+// it (with the tape when c->record), then ct_chunked_loss_forward.
+// part_in gets the part's inputs (kept for ct_chunked_loss_net_backward).
+ct_status ct_chunked_loss_net_forward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *batch, int n_batch,
+                                      ct_key key, ct_tensor *part_in, ct_tensor *loss, double *weight,
+                                      ct_error *err);
+// Its backward: ct_chunked_loss_backward, then the leaves before the part.
+ct_status ct_chunked_loss_net_backward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *part_in, int n_batch,
+                                       ct_key key, float seed, double weight, ct_error *err);
+
 // The shared part, first in each implementation's struct.
 struct ct_trainer {
     const ct_trainer_vt *vt;
@@ -59,6 +134,7 @@ struct ct_trainer {
     ct_ctx eval_ctx;
     bool eval_ready;
     ct_memory_plan plan;  // set by the implementation at construction
+    ct_chunked_loss chunked;  // opts.loss_chunk_size (rows 0: off)
 };
 
 // The construction both share: checks the options, takes model, loss and
@@ -92,11 +168,6 @@ ct_status ct_standard_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *l
 ct_status ct_reversible_trainer_new(ct_trainer **out, ct_layer *model, ct_layer *loss, const ct_tensor *batch_sigs,
                                     int n_batch, ct_optimizer *opt, ct_key init_key, ct_device *dev,
                                     const ct_trainer_options *opts, ct_error *err);
-
-
-
-
-
 
 // This process's rows of a global batch: rows [p B/P, (p+1) B/P) of every
 // tensor (views), for process rank of n_proc.

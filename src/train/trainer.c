@@ -16,6 +16,7 @@ typedef struct replica {
     float *grads;
     float *state;  // the state slab it runs on: the net's (device 0) or its own copy
     ct_tensor shard[CT_LAYER_MAX_IO];
+    ct_tensor part_in[CT_LAYER_MAX_IO];  // the chunked loss's inputs, from forward to backward
     ct_train_dev dv;  // loss, weight, seed, status
 } replica;
 
@@ -277,6 +278,11 @@ static void replica_forward(std_trainer *t, int d, const ct_tensor *batch, ct_ke
     memset(r->grads, 0, net->n_weights * sizeof(float));
     r->ctx.tape_len = 0;
     r->ctx.loss_weight = -1;  // "not said"
+    if (t->b.chunked.rows) {
+        r->dv.status = ct_chunked_loss_net_forward(&t->b.chunked, &r->ctx, r->shard, net->n_in, key, r->part_in,
+                                                   &r->dv.loss_out, &r->dv.weight, &r->dv.err);
+        return;
+    }
     r->dv.status = ct_layer_forward(net->root, &r->ctx, r->shard, &r->dv.loss_out, key, &r->dv.err);
     // A loss layer that does not say what it averaged over counts as one.
     r->dv.weight = r->ctx.loss_weight >= 0 ? r->ctx.loss_weight : 1.0;
@@ -286,7 +292,10 @@ static void replica_backward(std_trainer *t, int d, ct_key key) {
     replica *r = &t->replicas[d];
     ct_tensor grad_out = ct_tensor_sig(&r->dv.loss_out), grad_in[CT_LAYER_MAX_IO];
     grad_out.data = &r->dv.seed;
-    r->dv.status = ct_layer_backward(t->b.net.root, &r->ctx, &grad_out, grad_in, key, &r->dv.err);
+    if (t->b.chunked.rows)
+        r->dv.status = ct_chunked_loss_net_backward(&t->b.chunked, &r->ctx, r->part_in, t->b.net.n_in, key,
+                                                    r->dv.seed, r->dv.weight, &r->dv.err);
+    else r->dv.status = ct_layer_backward(t->b.net.root, &r->ctx, &grad_out, grad_in, key, &r->dv.err);
     if (r->dv.status == CT_OK) CT_ASSERT(r->ctx.tape_len == 0);  // every push was popped
 }
 

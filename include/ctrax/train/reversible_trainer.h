@@ -9,7 +9,15 @@
 //   last:           the loss layer (the standard layers after the last
 //                   reversible layer, then the loss).
 // The cut follows Serial and ReversibleSerial nesting down to the reversible
-// layers, as Trax's extract_reversible_blocks does.
+// layers, as Trax's extract_reversible_blocks does. With loss_chunk_size
+// (trainer.h) the model is always cut into its top-level layers, and the
+// loss layer runs its layers before the model's row-wise tail as usual, then
+// the tail and the loss over chunks of rows (the chunks' forward once for
+// the loss, then again with each chunk's backward), so the device never
+// holds the full logits. Unlike Trax's loss chunking (which needs a tail
+// with Select and LogSoftmax and refuses ReformerLM's), any model ending in
+// LayerNorm/Dropout/Dense/activations qualifies, ReformerLM and
+// TransformerLM included.
 //
 // One step:
 //   forward   each layer in turn, without a tape; a standard layer keeps

@@ -89,6 +89,19 @@ typedef struct ct_trainer_options {
     // (reversible_trainer.h). Same weights, slots and checkpoints.
     bool memory_efficient;           // false
     ct_reversible_options reversible;  // its own settings
+    // Trax's train.loss_chunk_size, in both trainers: > 0 runs the model's
+    // row-wise tail (its last top-level layers that act on each row, a
+    // position, alone: LayerNorm, Dropout, Dense, the activations Relu,
+    // Gelu, Tanh, Sigmoid, LogSoftmax, Softmax) and the loss
+    // (WeightedCategoryCrossEntropy or CrossEntropyLoss) over chunks of this
+    // many of the (B*T) rows, so the full logits (and their gradient) never
+    // exist at once: each chunk's forward runs twice (once for the loss,
+    // once with its backward). Same loss and gradients as unchunked at
+    // dropout 0; with dropout, each chunk of the tail draws its own masks
+    // (ct_key_split(layer key, chunk)). The weights stay where they are (same
+    // names): a run may change it on resume. A model without such a tail, or
+    // another loss, is refused naming the layer. 0: off.
+    int64_t loss_chunk_size;  // 0
 } ct_trainer_options;
 ct_trainer_options ct_trainer_default_options(void);
 
@@ -195,7 +208,9 @@ size_t ct_trainer_arena_bytes(const ct_trainer *t);
 // the bytes. The device parts add up to device_bytes: what dev holds from
 // construction on (dev->current_bytes right after ct_trainer_new, when
 // nothing else is on it). Attention scratch has no part of its own: it is
-// in the arena (activations).
+// in the arena (activations). With loss_chunk_size the planning pass runs
+// the chunked loss too, so the arenas hold one chunk's tail and loss
+// activations (and the tail input's full-size gradient), not the logits.
 typedef struct ct_memory_plan {
     size_t weights;      // the weight slab; memory-efficient: staged layer weights (copy_weights)
     size_t grads;        // one gradient slab per local device; memory-efficient: one layer's, per device

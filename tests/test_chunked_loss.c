@@ -1,0 +1,404 @@
+// The chunked loss (ct_trainer_options.loss_chunk_size, Trax's
+// train.loss_chunk_size; issue 12): the model's row-wise tail and the loss
+// run over chunks of rows in both trainers.
+//   - equality with the unchunked step at dropout 0: the loss, every weight
+//     gradient of step 1, the eval loss, and every weight after two Adam
+//     steps, within 1e-6 relative, for a chunk size that divides B*T and one
+//     that leaves a shorter last chunk; ReformerLM and TransformerLM (whose
+//     tail the memory-efficient trainer must find inside a model with no
+//     reversible layer), standard and memory-efficient trainers;
+//   - finite differences (tests/gradcheck.c) on the chunked part as a layer,
+//     with a shorter last chunk and dropout on;
+//   - the refusals: a model with no row-wise tail, a loss that is no mean
+//     over rows, a negative size;
+//   - the device peak of a step of ReformerLM (vocab 256, T 4096, B 1) with
+//     and without chunking, memory-efficient and standard: chunked is lower,
+//     and step 1 peaks no higher than later steps.
+#include <stdlib.h>
+
+#include "check.h"
+#include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"
+#include "ctrax/train/reversible_trainer.h"
+#include "gradcheck.h"
+#include "train/train_internal.h"
+
+#define TOL 1e-6
+#define GRAD_TOL 1e-2
+
+// ---- the chunked part as a layer, for gradcheck --------------------------------------
+//
+// ChunkedLoss(tail..., loss): (x (..., D) f32, targets (...) i32) -> the
+// loss, running its sublayers (sublayer i with ct_key_split(key, i), as a
+// Serial) through ct_chunked_loss_forward/backward. The loss's weights are
+// fixed data held by the layer, not an input: gradcheck perturbs every f32
+// input, and weights get no gradient by design (losses.c).
+
+typedef struct chunked_hp {
+    ct_chunked_loss cl;
+    ct_tensor weights;
+} chunked_hp;
+
+static void chunked_destroy(ct_layer *l) {
+    chunked_hp *hp = l->hp;
+    ct_chunked_loss_free(&hp->cl);
+    ct_free(hp);
+}
+
+static ct_status chunked_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                              ct_error *err) {
+    chunked_hp *hp = l->hp;
+    ct_tensor x = in[0];
+    for (int i = 0; i < l->n_sub - 1; i++) {
+        ct_tensor y;
+        CT_TRY(ct_layer_init(l->sub[i], i, ic, &x, &y, ct_key_split(key, (uint32_t)i), err));
+        x = y;
+    }
+    ct_tensor loss_in[3] = {x, ct_tensor_sig(&in[1]), ct_tensor_sig(&hp->weights)};
+    int last = l->n_sub - 1;
+    CT_TRY(ct_layer_init(l->sub[last], last, ic, loss_in, out, ct_key_split(key, (uint32_t)last), err));
+    hp->cl.leaves = ct_calloc((size_t)l->n_sub, sizeof *hp->cl.leaves);
+    for (int i = 0; i < l->n_sub; i++)
+        hp->cl.leaves[i] = (ct_train_leaf){.layer = l->sub[i], .depth = 1, .path = {(uint32_t)i}};
+    hp->cl.n_leaves = l->n_sub;
+    hp->cl.first = 0;
+    hp->cl.n_in = 3;
+    return CT_OK;
+}
+
+static ct_status chunked_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                                 ct_error *err) {
+    chunked_hp *hp = l->hp;
+    ct_tensor part[3] = {in[0], in[1], hp->weights};
+    double weight;
+    CT_TRY(ct_chunked_loss_forward(&hp->cl, c, part, key, &out[0], &weight, err));
+    CT_TRY(ct_tape_push(c, &in[0], err));
+    return ct_tape_push(c, &in[1], err);
+}
+
+static ct_status chunked_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
+                                  ct_key key, ct_error *err) {
+    chunked_hp *hp = l->hp;
+    ct_tensor targets = ct_tape_pop(c), x = ct_tape_pop(c);
+    grad_in[0] = ct_tensor_sig(&x);
+    grad_in[1] = ct_tensor_sig(&targets);
+    if (!grad_out[0].data) return CT_OK;
+    ct_tensor part[3] = {x, targets, hp->weights}, loss, gin[3];
+    double weight;
+    // The weight sum forward found (the seeds need it).
+    CT_TRY(ct_chunked_loss_forward(&hp->cl, c, part, key, &loss, &weight, err));
+    CT_TRY(ct_chunked_loss_backward(&hp->cl, c, part, key, *ct_f32(&grad_out[0]), weight, gin, err));
+    grad_in[0] = gin[0];
+    return CT_OK;
+}
+
+static const ct_layer_vtable chunked_vt = {.type = "ChunkedLoss",
+                                           .init = chunked_init,
+                                           .forward = chunked_forward,
+                                           .backward = chunked_backward,
+                                           .destroy = chunked_destroy};
+
+static ct_layer *chunked_layer(int64_t rows, ct_tensor weights, int n, ct_layer **layers) {
+    chunked_hp *hp = ct_calloc(1, sizeof *hp);
+    hp->cl.rows = rows;
+    hp->weights = weights;
+    return ct_layer_new(&chunked_vt, "ChunkedLoss", 2, 1, hp, layers, n);
+}
+
+// (3, 4) rows in chunks of 5: 5, 5 and a last one of 2; some weights 0.
+static void test_gradcheck(void) {
+    enum { NB = 3, NT = 4, D = 6, V = 7 };
+    float x[NB * NT * D], w[NB * NT];
+    int32_t t[NB * NT];
+    ct_tensor xs = ct_tensor_3d(CT_DTYPE_F32, NB, NT, D, x), ws = ct_tensor_2d(CT_DTYPE_F32, NB, NT, w);
+    gradcheck_fill(&xs, 1, -2.0f, 2.0f);
+    gradcheck_fill(&ws, 2, 0.0f, 1.0f);
+    w[3] = w[10] = 0.0f;
+    for (int i = 0; i < NB * NT; i++) t[i] = (int32_t)((i * 5 + 2) % V);
+    ct_tensor in[2] = {xs, ct_tensor_2d(CT_DTYPE_I32, NB, NT, t)};
+    gradcheck_opts o = gradcheck_default_opts();
+    for (int dropout = 0; dropout < 2; dropout++) {
+        ct_layer *l = chunked_layer(5, ws,
+                                    CT_LAYERS(ct_layer_norm(1e-6f), ct_dropout(dropout ? 0.2f : 0.0f), ct_dense(V),
+                                              ct_weighted_category_cross_entropy()));
+        double e = gradcheck(dropout ? "chunked loss, dropout 0.2" : "chunked loss", l, in, 2, o);
+        printf("  max rel err %.3e\n", e);
+        CHECK_MSG(e >= 0 && e < GRAD_TOL, "dropout %d: rel err %g", dropout, e);
+        ct_layer_free(l);
+    }
+}
+
+// ---- trainers: chunked = unchunked -------------------------------------------------------
+
+enum { VOCAB = 13, BATCH = 2, LEN = 16 };
+
+typedef struct fixture {
+    int32_t tokens[BATCH * LEN], targets[BATCH * LEN];
+    float weights[BATCH * LEN];
+    ct_tensor batch[3];  // inputs (B, T) i32, targets (B, T) i32, weights (B, T) f32
+} fixture;
+
+static void fixture_init(fixture *f) {
+    for (int i = 0; i < BATCH * LEN; i++) {
+        f->tokens[i] = (int32_t)(ct_random_bits(ct_key_from_seed(7), (uint32_t)i) % VOCAB);
+        f->targets[i] = (int32_t)(ct_random_bits(ct_key_from_seed(8), (uint32_t)i) % VOCAB);
+        // Uneven weights, some 0: chunks average over different weight sums.
+        f->weights[i] = (float)(i % 4) * 0.5f;
+    }
+    f->batch[0] = ct_tensor_2d(CT_DTYPE_I32, BATCH, LEN, f->tokens);
+    f->batch[1] = ct_tensor_2d(CT_DTYPE_I32, BATCH, LEN, f->targets);
+    f->batch[2] = ct_tensor_2d(CT_DTYPE_F32, BATCH, LEN, f->weights);
+}
+
+static ct_layer *make_model(bool reformer, float dropout) {
+    if (reformer) {
+        ct_reformer_lm_params p = ct_reformer_lm_default_params();
+        p.vocab_size = VOCAB;
+        p.d_model = 8;
+        p.d_ff = 16;
+        p.n_layers = 2;
+        p.n_heads = 2;
+        p.max_len = 64;
+        p.dropout = dropout;
+        return ct_reformer_lm(p);
+    }
+    ct_transformer_lm_params p = ct_transformer_lm_default_params();
+    p.vocab_size = VOCAB;
+    p.d_model = 8;
+    p.d_ff = 16;
+    p.n_layers = 2;
+    p.n_heads = 2;
+    p.max_len = 64;
+    p.dropout = dropout;
+    return ct_transformer_lm(p);
+}
+
+static ct_status make_trainer(ct_trainer **tr, ct_layer *model, ct_layer *loss, const ct_tensor *batch,
+                              bool memory_efficient, int64_t chunk, ct_device *dev, ct_error *err) {
+    ct_trainer_options o = memory_efficient ? ct_reversible_default_options() : ct_trainer_default_options();
+    o.reversible.keep_grads = true;  // for ct_trainer_grads
+    o.loss_chunk_size = chunk;
+    return ct_trainer_new(tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(1), dev,
+                          &o, err);
+}
+
+// max |a - b| / max |a| over every weight of the net (a gradient that is
+// zero but for rounding, as an attention key bias's, would make any
+// per-tensor ratio noise); *worst names the tensor of the largest |a - b|.
+static double net_diff(const ct_net *net, const float *a, const float *b, const char **worst) {
+    double d = 0, m = 0;
+    *worst = "";
+    for (int i = 0; i < net->n_params; i++) {
+        const ct_param *p = net->params[i];
+        for (int64_t k = 0; k < ct_tensor_numel(&p->sig); k++) {
+            double e = fabs((double)a[p->offset + k] - b[p->offset + k]);
+            if (e > d || isnan(e)) {
+                d = e;
+                *worst = p->full_name;
+            }
+            if (fabs(a[p->offset + k]) > m) m = fabs(a[p->offset + k]);
+        }
+    }
+    return m > 0 ? d / m : d;
+}
+
+static void test_equal(bool reformer, bool memory_efficient, int64_t chunk) {
+    char name[128];
+    snprintf(name, sizeof name, "%s, %s trainer, loss_chunk_size %lld of %d rows",
+             reformer ? "ReformerLM" : "TransformerLM", memory_efficient ? "memory-efficient" : "standard",
+             (long long)chunk, BATCH * LEN);
+    fixture f;
+    fixture_init(&f);
+    ct_device dev = ct_device_cpu();
+    ct_trainer *ta, *tb;
+    ct_error err;
+    ct_layer *model = make_model(reformer, 0.0f), *loss = ct_weighted_category_cross_entropy();
+    CHECK_OK(make_trainer(&ta, model, loss, f.batch, memory_efficient, 0, &dev, &err), &err);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    model = make_model(reformer, 0.0f);
+    loss = ct_weighted_category_cross_entropy();
+    CHECK_OK(make_trainer(&tb, model, loss, f.batch, memory_efficient, chunk, &dev, &err), &err);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    const ct_net *na = ct_trainer_net(ta), *nb = ct_trainer_net(tb);
+    CHECK(na->n_weights == nb->n_weights && na->n_params == nb->n_params);
+    // Same weights, same names: the tail's weights stay the model's.
+    bool same_names = true;
+    for (int i = 0; i < na->n_params && same_names; i++)
+        same_names = strcmp(na->params[i]->full_name, nb->params[i]->full_name) == 0;
+    CHECK_MSG(same_names, "%s: weight names differ", name);
+    CHECK(memcmp(na->weights, nb->weights, na->n_weights * sizeof(float)) == 0);
+
+    double max_loss = 0, max_grad = 0, max_weight = 0, max_eval = 0;
+    const char *worst_grad = "", *worst_weight = "";
+    for (int step = 1; step <= 2; step++) {
+        ct_step_stats sa, sb;
+        ct_key key = ct_key_from_seed(10 + (uint64_t)step);
+        CHECK_OK(ct_trainer_one_step(ta, f.batch, key, step, 1e-3f, &sa, &err), &err);
+        CHECK_OK(ct_trainer_one_step(tb, f.batch, key, step, 1e-3f, &sb, &err), &err);
+        double e = fabs((double)sa.loss - sb.loss) / fabs((double)sa.loss);
+        if (e > max_loss || isnan(e)) max_loss = e;
+        if (step == 1) max_grad = net_diff(na, ct_trainer_grads(ta), ct_trainer_grads(tb), &worst_grad);
+        float la, lb;
+        CHECK_OK(ct_trainer_eval_loss(ta, f.batch, key, &la, &err), &err);
+        CHECK_OK(ct_trainer_eval_loss(tb, f.batch, key, &lb, &err), &err);
+        e = fabs((double)la - lb) / fabs((double)la);
+        if (e > max_eval || isnan(e)) max_eval = e;
+    }
+    max_weight = net_diff(na, na->weights, nb->weights, &worst_weight);
+    printf("%s: max rel diff: loss %.2e, eval loss %.2e, step-1 gradients %.2e (%s), weights after 2 Adam steps "
+           "%.2e (%s)\n",
+           name, max_loss, max_eval, max_grad, worst_grad, max_weight, worst_weight);
+    CHECK_MSG(max_loss <= TOL, "%s: loss %g", name, max_loss);
+    CHECK_MSG(max_eval <= TOL, "%s: eval loss %g", name, max_eval);
+    CHECK_MSG(max_grad <= TOL, "%s: gradient of %s %g", name, worst_grad, max_grad);
+    CHECK_MSG(max_weight <= TOL, "%s: weight %s %g", name, worst_weight, max_weight);
+    ct_trainer_free(ta);
+    ct_trainer_free(tb);
+    CHECK(dev.current_bytes == 0);
+}
+
+// With dropout each chunk draws its own masks: the step runs, is finite and
+// repeats itself bitwise from the same key and weights.
+static void test_dropout(bool memory_efficient) {
+    fixture f;
+    fixture_init(&f);
+    ct_device dev = ct_device_cpu();
+    ct_error err;
+    float losses[2];
+    for (int run = 0; run < 2; run++) {
+        ct_trainer *tr;
+        ct_layer *model = make_model(true, 0.1f), *loss = ct_weighted_category_cross_entropy();
+        CHECK_OK(make_trainer(&tr, model, loss, f.batch, memory_efficient, 5, &dev, &err), &err);
+        ct_layer_free(model);
+        ct_layer_free(loss);
+        ct_step_stats s;
+        for (int step = 1; step <= 2; step++)
+            CHECK_OK(ct_trainer_one_step(tr, f.batch, ct_key_from_seed(20 + (uint64_t)step), step, 1e-3f, &s, &err),
+                     &err);
+        losses[run] = s.loss;
+        ct_trainer_free(tr);
+    }
+    printf("dropout 0.1, %s, chunks of 5: step-2 loss %.6f and %.6f\n",
+           memory_efficient ? "memory-efficient" : "standard", (double)losses[0], (double)losses[1]);
+    CHECK(isfinite(losses[0]) && losses[0] == losses[1]);
+}
+
+// ---- refusals ------------------------------------------------------------------------------
+
+static void expect_refused(const char *what, ct_layer *model, ct_layer *loss, bool memory_efficient, int64_t chunk,
+                           const char *needle) {
+    fixture f;
+    fixture_init(&f);
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr = NULL;
+    ct_error err;
+    ct_error_clear(&err);
+    ct_status st = make_trainer(&tr, model, loss, f.batch, memory_efficient, chunk, &dev, &err);
+    printf("refused (%s, %s): %s\n", what, memory_efficient ? "memory-efficient" : "standard", err.msg);
+    CHECK_MSG(st == CT_ERR_ARG && tr == NULL, "%s: status %d", what, (int)st);
+    CHECK_MSG(strstr(err.msg, "loss_chunk_size") && strstr(err.msg, needle), "%s: %s", what, err.msg);
+    if (tr) ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
+static void test_refusals(void) {
+    for (int me = 0; me < 2; me++) {
+        // Ends with a Residual block: no row-wise tail.
+        ct_layer *block = ct_residual(CT_LAYERS(ct_dense(VOCAB)), NULL);
+        ct_layer *model = ct_serial(CT_LAYERS(ct_embedding(VOCAB, 8), ct_dense(VOCAB), block));
+        model = ct_layer_rename(model, "NoTail");
+        expect_refused("no row-wise tail", model, ct_weighted_category_cross_entropy(), me, 8, "Residual");
+        // A loss that is not a mean over rows.
+        model = make_model(false, 0.0f);
+        ct_layer *loss = ct_serial(CT_LAYERS(ct_log_softmax(), ct_cross_entropy_loss()));
+        expect_refused("loss not a row mean", model, loss, me, 8, "not a mean over rows");
+        expect_refused("negative size", make_model(false, 0.0f), ct_weighted_category_cross_entropy(), me, -1,
+                       "must be >= 0");
+    }
+}
+
+// ---- memory ----------------------------------------------------------------------------------
+
+// ReformerLM with vocab 256 and T 4096, B 1 (local attention, so the logits
+// and their gradient dominate): one step's device peak with and without
+// chunks of 512 rows. Step 1 peaks no higher than later steps.
+static void test_memory(bool memory_efficient) {
+    enum { T = 4096, V = 256 };
+    int32_t *tokens = ct_malloc(T * sizeof *tokens);
+    float *weights = ct_malloc(T * sizeof *weights);
+    for (int i = 0; i < T; i++) {
+        tokens[i] = (int32_t)(ct_random_bits(ct_key_from_seed(3), (uint32_t)i) % V);
+        weights[i] = 1.0f;
+    }
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, 1, T, tokens), ct_tensor_2d(CT_DTYPE_I32, 1, T, tokens),
+                          ct_tensor_2d(CT_DTYPE_F32, 1, T, weights)};
+    size_t peaks[2];
+    float first_loss[2];
+    for (int chunked = 0; chunked < 2; chunked++) {
+        ct_reformer_lm_params p = ct_reformer_lm_default_params();
+        p.vocab_size = V;
+        p.d_model = 32;
+        p.d_ff = 64;
+        p.n_layers = 2;
+        p.n_heads = 2;
+        p.max_len = T;
+        p.dropout = 0.0f;
+        p.n_attention = 1;
+        p.attention[0] = CT_REFORMER_SELF_ATTENTION;
+        p.self_attention.chunk_len = 64;
+        p.self_attention.n_chunks_before = 1;
+        ct_layer *model = ct_reformer_lm(p), *loss = ct_weighted_category_cross_entropy();
+        ct_device dev = ct_device_cpu();
+        ct_trainer *tr;
+        ct_error err;
+        CHECK_OK(make_trainer(&tr, model, loss, batch, memory_efficient, chunked ? 512 : 0, &dev, &err), &err);
+        ct_layer_free(model);
+        ct_layer_free(loss);
+        const ct_memory_plan *plan = ct_trainer_memory_plan(tr);
+        ct_device_reset_peak(&dev);
+        ct_step_stats s;
+        CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(4), 1, 1e-3f, &s, &err), &err);
+        size_t peak1 = dev.peak_bytes;
+        first_loss[chunked] = s.loss;
+        ct_device_reset_peak(&dev);
+        CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(5), 2, 1e-3f, &s, &err), &err);
+        size_t peak2 = dev.peak_bytes;
+        char line[512];
+        printf("ReformerLM V %d, T %d, B 1, %s, loss_chunk_size %d: device peak step 1 %.2f MiB, step 2 %.2f MiB "
+               "(plan %.2f MiB; activations %.2f MiB)\n  %s\n",
+               V, T, memory_efficient ? "memory-efficient" : "standard", chunked ? 512 : 0, peak1 / 1048576.0,
+               peak2 / 1048576.0, plan->device_bytes / 1048576.0, plan->activations / 1048576.0,
+               ct_memory_plan_format(plan, line, sizeof line));
+        CHECK_MSG(peak1 <= peak2, "step 1 peaks at %zu bytes, step 2 at %zu", peak1, peak2);
+        peaks[chunked] = peak2;
+        ct_trainer_free(tr);
+        CHECK(dev.current_bytes == 0);
+    }
+    printf("  chunked / unchunked peak: %.3f; step-1 losses %.7f, %.7f\n", (double)peaks[1] / (double)peaks[0],
+           (double)first_loss[0], (double)first_loss[1]);
+    // The logits (4 MiB) and their gradient no longer exist at once.
+    CHECK_MSG(peaks[1] + ((size_t)4 << 20) < peaks[0], "chunked peak %zu, unchunked %zu", peaks[1], peaks[0]);
+    CHECK(fabs((double)first_loss[0] - first_loss[1]) <= TOL * fabs((double)first_loss[0]));
+    ct_free(tokens);
+    ct_free(weights);
+}
+
+int main(void) {
+    test_gradcheck();
+    for (int me = 0; me < 2; me++)
+        for (int reformer = 0; reformer < 2; reformer++) {
+            test_equal(reformer, me, 8);  // divides B*T = 32
+            test_equal(reformer, me, 5);  // 6 chunks of 5 and one of 2
+        }
+    test_equal(true, true, 1000);  // one chunk of every row
+    test_dropout(false);
+    test_dropout(true);
+    test_refusals();
+    test_memory(true);
+    test_memory(false);
+    return check_summary("test_chunked_loss");
+}
