@@ -13,9 +13,27 @@
 //       key the forward got. The recomputation runs in c's mode (c->train
 //       decides whether dropout is active, as in the forward) on c->weights,
 //       and reads state from c->state, which the caller must hold as it was
-//       BEFORE the forward (the ReversibleTrainer restores it). Leaves the
+//       AFTER the forward (Trax's order; the ReversibleTrainer puts that
+//       state back before the recomputation and again after it). Leaves the
 //       tape as it found it. in[i] may alias out[j] (an item that passes
 //       through unchanged) and is otherwise allocated from c->arena.
+//
+//       Why after: in a stack the recomputation's inputs are rebuilt by
+//       subtraction (out[0] - f(ctx) of a later half-residual), equal to the
+//       forward's only up to rounding, so whatever a layer derives from its
+//       input by a discrete choice (LSHSelfAttention's buckets, an argmax)
+//       could come out different if computed again; taken from the state the
+//       forward left, it is bitwise the forward's. So a stateful layer must
+//       recognise its own recomputation by that state and then reuse what
+//       it stored, neither advancing the state (counting, drawing, hashing
+//       again) nor using the advanced values: e.g. it tags its state with
+//       the key of its last training-mode forward, and a training-mode
+//       forward under the tagged key is the recomputation
+//       (LSHSelfAttention tags its buckets with the step key and T; see
+//       Counter in tests/test_reversible_trainer.c). A layer that starts
+//       afresh from the state it finds (as it would from the state before
+//       the forward) gets the forward's result only on bitwise-equal
+//       inputs.
 //
 //   reverse_and_grad(l, c, out, grad_out, in, grad_in, key, err)
 //       reverse, plus backward on the way: from the outputs and their
