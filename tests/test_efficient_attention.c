@@ -3,7 +3,10 @@
 // double-precision reference of Trax's attend (windows, wrap-around, masks,
 // both dropouts), one chunk = full attention, causal full attention = the
 // CausalAttention layer on copied weights, Trax's shape test, the chunk_len
-// errors, and arena memory linear in T at a fixed chunk_len.
+// errors, arena memory linear in T at a fixed chunk_len; masked (against the
+// reference, gradient checks, Trax's padding test, padding at positions 0
+// and 1 masked too, an all-ones mask = unmasked, int32 = f32 masks, mask
+// errors).
 #include <omp.h>
 #include <stdlib.h>
 
@@ -44,6 +47,14 @@ static void test_gradients(void) {
     gradcheck_one("SelfAttention(full, share_qk, dropout 0.3)", p, &x);
 }
 
+// mask (B, T) = 1 but at the padding positions listed per example, each
+// list ended by -1.
+static void fill_mask(float *mask, const int *pad) {
+    for (int i = 0; i < B * T; i++) mask[i] = 1.0f;
+    for (int b = 0; b < B; b++, pad++)
+        for (; *pad >= 0; pad++) mask[b * T + *pad] = 0.0f;
+}
+
 // ---- reference: Trax's attend in double, from the layer's own weights ----
 
 typedef struct ref_weights {
@@ -80,9 +91,10 @@ static double ref_keep(ct_key key, uint32_t j, float rate) {
 // The key chunk at window offset j, as Trax's look_adjacent.
 static int ref_chunk(int c, int j, int N) { return (j <= -N || j >= N) ? c : ((c + j) % N + N) % N; }
 
-// Head (b, h): adds o_h Wo[h] into y (Tn, Dn). q, k, v are (Tn, d).
+// Head (b, h): adds o_h Wo[h] into y (Tn, Dn). q, k, v are (Tn, d); maskb
+// (Tn) or NULL: keys where it is 0 lose 1e9.
 static void ref_head(double *y, const double *q, const double *k, const double *v, const float *wo,
-                     ct_self_attention_params p, int Tn, int Dn, ct_key key_att, float rate) {
+                     const float *maskb, ct_self_attention_params p, int Tn, int Dn, ct_key key_att, float rate) {
     int m = p.chunk_len ? p.chunk_len : Tn, N = Tn / m, nw = 1 + p.n_chunks_before + p.n_chunks_after, W = m * nw;
     double *dots = malloc(sizeof(double) * (size_t)W), *o = calloc((size_t)p.d_v, sizeof(double));
     for (int t = 0; t < Tn; t++) {
@@ -94,6 +106,7 @@ static void ref_head(double *y, const double *q, const double *k, const double *
             for (int i = 0; i < p.d_qk; i++) s += q[t * p.d_qk + i] * k[kp * p.d_qk + i];
             if (p.causal && t < kp) s -= 1e9;
             if (p.share_qk && t == kp) s -= 1e5;
+            if (maskb && maskb[kp] == 0.0f) s -= 1e9;
             dots[w] = s;
             mx = fmax(mx, s);
         }
@@ -111,10 +124,10 @@ static void ref_head(double *y, const double *q, const double *k, const double *
     free(o);
 }
 
-// SelfAttention's output for x (Bn, Tn, Dn) in double; train turns both
-// dropouts on with key's splits.
-static void ref_self_attention(double *y, const float *x, const ref_weights *w, ct_self_attention_params p, int Bn,
-                               int Tn, int Dn, ct_key key, bool train) {
+// SelfAttention's output for x (Bn, Tn, Dn) and mask (Bn, Tn) or NULL in
+// double; train turns both dropouts on with key's splits.
+static void ref_self_attention(double *y, const float *x, const float *mask, const ref_weights *w,
+                               ct_self_attention_params p, int Bn, int Tn, int Dn, ct_key key, bool train) {
     int dk = p.d_qk, dv = p.d_v;
     double *q = malloc(sizeof(double) * (size_t)(Tn * dk)), *k = malloc(sizeof(double) * (size_t)(Tn * dk));
     double *v = malloc(sizeof(double) * (size_t)(Tn * dv));
@@ -131,8 +144,8 @@ static void ref_self_attention(double *y, const float *x, const ref_weights *w, 
                 for (int i = 0; i < dk; i++) k[t * dk + i] = (p.share_qk ? q[t * dk + i] : k[t * dk + i]) * s;
             }
             ref_proj(v, xb, w->wv + h * Dn * dv, w->bv ? w->bv + h * dv : NULL, Tn, Dn, dv);
-            ref_head(y + b * Tn * Dn, q, k, v, w->wo + h * dv * Dn, p, Tn, Dn, ct_key_split(key, 0),
-                     train ? p.attention_dropout : 0.0f);
+            ref_head(y + b * Tn * Dn, q, k, v, w->wo + h * dv * Dn, mask ? mask + b * Tn : NULL, p, Tn, Dn,
+                     ct_key_split(key, 0), train ? p.attention_dropout : 0.0f);
         }
     float out_rate = train ? p.output_dropout : 0.0f;
     for (int n = 0; n < Bn * Tn; n++)
@@ -140,15 +153,16 @@ static void ref_self_attention(double *y, const float *x, const ref_weights *w, 
     free(q), free(k), free(v);
 }
 
-// The layer against the reference; biases set non-zero so a miswired one shows.
-static void check_against_reference(const char *label, ct_self_attention_params p, bool train) {
+// The layer against the reference; biases set non-zero so a miswired one
+// shows. With p.masked, mask (B, T) f32 is the second input.
+static void check_against_reference(const char *label, ct_self_attention_params p, const float *mask, bool train) {
     float xd[B * T * D], out[B * T * D];
     double ref[B * T * D];
-    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd);
-    gradcheck_fill(&x, 31, -1.0f, 1.0f);
+    ct_tensor x[2] = {ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd), ct_tensor_2d(CT_DTYPE_F32, B, T, (float *)mask)};
+    gradcheck_fill(&x[0], 31, -1.0f, 1.0f);
     ct_layer *l = ct_self_attention(p);
     fixture r;
-    if (fixture_init_ok(&r, l, &x, 1, train)) {
+    if (fixture_init_ok(&r, l, x, p.masked ? 2 : 1, train)) {
         for (int i = 0; i < r.net.n_params; i++) {
             const ct_param *pa = r.net.params[i];
             ct_tensor wt = ct_tensor_1d(CT_DTYPE_F32, ct_tensor_numel(&pa->sig), r.net.weights + pa->offset);
@@ -156,8 +170,8 @@ static void check_against_reference(const char *label, ct_self_attention_params 
         }
         ref_weights w = ref_weights_of(&r.net);
         ct_key key = ct_key_from_seed(9);
-        run_forward(&r, &x, key, out);
-        ref_self_attention(ref, xd, &w, p, B, T, D, key, train);
+        run_forward(&r, x, key, out);
+        ref_self_attention(ref, xd, p.masked ? mask : NULL, &w, p, B, T, D, key, train);
         double md = 0;
         for (int i = 0; i < B * T * D; i++) md = fmax(md, fabs(out[i] - ref[i]));
         printf("%s vs double reference: max abs diff %.3e\n", label, md);
@@ -170,19 +184,35 @@ static void check_against_reference(const char *label, ct_self_attention_params 
 static void test_reference(void) {
     ct_self_attention_params p = sa_params(2, 3, 4, true, 4, 1, 0);
     p.bias = true;
-    check_against_reference("chunked causal, before 1", p, false);
+    check_against_reference("chunked causal, before 1", p, NULL, false);
     p.attention_dropout = 0.25f, p.output_dropout = 0.2f;
-    check_against_reference("chunked causal, before 1, dropout 0.25/0.2", p, true);
+    check_against_reference("chunked causal, before 1, dropout 0.25/0.2", p, NULL, true);
     p = sa_params(2, 3, 4, false, 4, 1, 1);
-    check_against_reference("chunked, before 1, after 1", p, false);
+    check_against_reference("chunked, before 1, after 1", p, NULL, false);
     p = sa_params(2, 3, 4, false, 3, 2, 3);  // 4 chunks, window of 6: offset 3 wraps, -4 < j < 4
     p.share_qk = true, p.bias = true;
-    check_against_reference("share_qk, chunk 3, before 2, after 3", p, false);
+    check_against_reference("share_qk, chunk 3, before 2, after 3", p, NULL, false);
     p = sa_params(2, 3, 4, false, 6, 3, 0);  // 2 chunks: offset -3 is no shift (Trax's slices)
-    check_against_reference("chunk 6, before 3 (|j| >= N)", p, false);
+    check_against_reference("chunk 6, before 3 (|j| >= N)", p, NULL, false);
     p = sa_params(3, 4, 2, true, 0, 0, 0);
     p.share_qk = true;
-    check_against_reference("full, causal, share_qk", p, false);
+    check_against_reference("full, causal, share_qk", p, NULL, false);
+    // masked: padding keys lose 1e9 on top of the other penalties. Causal
+    // padding at 0 would leave query 0 no real key: every score near -1e9,
+    // whose float ulp (64) erases the dots the double reference keeps.
+    float causal_mask[B * T], prefix_mask[B * T];
+    fill_mask(causal_mask, (const int[]){1, 7, -1, 10, 11, -1});
+    fill_mask(prefix_mask, (const int[]){0, 1, -1, 0, 1, 5, 11, -1});
+    p = sa_params(2, 3, 4, true, 4, 1, 0);
+    p.masked = true, p.bias = true, p.attention_dropout = 0.25f, p.output_dropout = 0.2f;
+    check_against_reference("masked, chunked causal, before 1, dropout 0.25/0.2", p, causal_mask, true);
+    p = sa_params(2, 3, 4, false, 3, 2, 3);
+    p.masked = true, p.share_qk = true;
+    check_against_reference("masked (padding at 0 and 1), share_qk, chunk 3, before 2, after 3", p, prefix_mask,
+                            false);
+    p = sa_params(2, 3, 4, false, 0, 0, 0);
+    p.masked = true;
+    check_against_reference("masked (padding at 0 and 1), full", p, prefix_mask, false);
 }
 
 // Forward with a tape, then backward with the gradient gy: out and dx into
@@ -399,6 +429,172 @@ static void test_threads(void) {
     ct_layer_free(l);
 }
 
+// ---- masked: (x, mask) ----
+
+static void mask_to_i32(int32_t *dst, const float *mask, int n) {
+    for (int i = 0; i < n; i++) dst[i] = mask[i] != 0.0f;
+}
+
+// Gradient checks with masked = true on an int32 mask (the checker leaves
+// non-f32 inputs alone; an f32 mask would be perturbed at its zeros, where
+// the output jumps). Every query keeps a real key in its window: a query
+// whose every score is near -1e9 has float dots rounded away (ulp 64), a
+// flat output whose analytic gradient is not 0.
+static void test_masked_gradients(void) {
+    float xd[B * T * D], mf[B * T];
+    int32_t md[B * T];
+    ct_tensor in[2] = {ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd), ct_tensor_2d(CT_DTYPE_I32, B, T, md)};
+    gradcheck_fill(&in[0], 21, -1.0f, 1.0f);
+    fill_mask(mf, (const int[]){5, 10, 11, -1, 2, 3, -1});  // causal: no padding at 0
+    mask_to_i32(md, mf, B * T);
+    ct_self_attention_params p = sa_params(2, 3, 4, true, 4, 1, 0);
+    p.masked = true;
+    check_layer("SelfAttention(masked, causal, chunk 4, before 1)", ct_self_attention(p), in, 2, true);
+    p.bias = true, p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
+    check_layer("SelfAttention(masked, causal, chunk 4, before 1, bias, dropout 0.2/0.1)", ct_self_attention(p), in,
+                2, true);
+    fill_mask(mf, (const int[]){0, 1, -1, 10, 11, -1});  // padding at 0 and 1: masked, not as Trax
+    mask_to_i32(md, mf, B * T);
+    p = sa_params(2, 3, 4, false, 4, 1, 1);
+    p.masked = true, p.share_qk = true;
+    check_layer("SelfAttention(masked at 0 and 1, share_qk, chunk 4, before 1, after 1)", ct_self_attention(p), in, 2,
+                true);
+    p = sa_params(3, 2, 3, false, 0, 0, 0);
+    p.masked = true;
+    check_layer("SelfAttention(masked at 0 and 1, full)", ct_self_attention(p), in, 2, true);
+}
+
+// Output and input gradient of one step on in (n_in inputs), gradient gy.
+static void masked_step(ct_self_attention_params p, const ct_tensor *in, int n_in, const ct_tensor *gy, bool train,
+                        float *out, float *dx) {
+    ct_layer *l = ct_self_attention(p);
+    fixture r;
+    if (fixture_init_ok(&r, l, in, n_in, train)) {
+        ct_tensor o[1], gin[2];
+        CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, in, o, ct_key_from_seed(4), &r.err), &r.err);
+        CHECK_OK(ct_layer_backward(r.net.root, &r.ctx, gy, gin, ct_key_from_seed(4), &r.err), &r.err);
+        memcpy(out, o[0].data, ct_tensor_nbytes(&o[0]));
+        memcpy(dx, gin[0].data, ct_tensor_nbytes(&gin[0]));
+        if (n_in == 2)  // the mask takes no gradient: its signature, no data
+            CHECK(gin[1].data == NULL && gin[1].dtype == in[1].dtype && ct_tensor_same_sig(&gin[1], &in[1]));
+        ct_arena_reset(&r.arena);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
+// masked with an all-ones mask = unmasked, and an int32 mask = the same
+// mask in f32: outputs and input gradients bitwise, in training mode with
+// both dropouts.
+static void test_masked_all_ones_and_dtypes(void) {
+    float xd[B * T * D], gd[B * T * D], ones[B * T], mf[B * T], out[3][B * T * D], dx[3][B * T * D];
+    int32_t mi[B * T];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd), gy = ct_tensor_3d(CT_DTYPE_F32, B, T, D, gd);
+    gradcheck_fill(&x, 81, -1.0f, 1.0f);
+    gradcheck_fill(&gy, 82, -1.0f, 1.0f);
+    for (int i = 0; i < B * T; i++) ones[i] = 1.0f;
+    fill_mask(mf, (const int[]){0, 1, 6, -1, 9, 10, 11, -1});
+    mask_to_i32(mi, mf, B * T);
+    for (int share = 0; share < 2; share++) {
+        ct_self_attention_params p = sa_params(2, 3, 4, !share, share ? 0 : 4, !share, 0);
+        p.share_qk = share, p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
+        masked_step(p, &x, 1, &gy, true, out[0], dx[0]);
+        p.masked = true;
+        ct_tensor in[2] = {x, ct_tensor_2d(CT_DTYPE_F32, B, T, ones)};
+        masked_step(p, in, 2, &gy, true, out[1], dx[1]);
+        bool same = memcmp(out[0], out[1], sizeof out[0]) == 0 && memcmp(dx[0], dx[1], sizeof dx[0]) == 0;
+        printf("%s: masked with an all-ones mask vs unmasked: %s\n", share ? "full, share_qk" : "chunked causal",
+               same ? "bitwise equal" : "DIFFERS");
+        CHECK(same);
+        in[1] = ct_tensor_2d(CT_DTYPE_F32, B, T, mf);
+        masked_step(p, in, 2, &gy, true, out[1], dx[1]);
+        in[1] = ct_tensor_2d(CT_DTYPE_I32, B, T, mi);
+        masked_step(p, in, 2, &gy, true, out[2], dx[2]);
+        same = memcmp(out[1], out[2], sizeof out[1]) == 0 && memcmp(dx[1], dx[2], sizeof dx[1]) == 0;
+        bool differs = memcmp(out[0], out[1], sizeof out[0]) != 0;  // the mask does something
+        printf("%s: int32 mask vs f32 mask: %s; vs unmasked: %s\n", share ? "full, share_qk" : "chunked causal",
+               same ? "bitwise equal" : "DIFFER", differs ? "differs" : "SAME");
+        CHECK(same && differs);
+    }
+}
+
+// Trax's masked test (efficient_attention_test, for LSH; here SelfAttention):
+// H 5, dk 7, dv 17, non-causal, chunk 8, before 1, B 5, T 32, D 8, x ~ U(0,
+// 1), each example padded from a start in [1, 31). New x in the padding
+// keeps the real positions' outputs (to 1e-6) and changes the padded ones
+// (mean |diff| > 1e-5). Again with padding at positions 0 and 1 as well
+// (Trax's kv_info = position x (-1) + 1 leaves those two unmasked).
+static void check_padding_ignored(ct_self_attention_params p, bool prefix) {
+    enum { Bn = 5, Tn = 32, Dn = 8, N = Bn * Tn * Dn };
+    float *x1 = malloc(sizeof(float) * N), *x2 = malloc(sizeof(float) * N), *y1 = malloc(sizeof(float) * N),
+          *y2 = malloc(sizeof(float) * N), mask[Bn * Tn];
+    ct_tensor in[2] = {ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, x1), ct_tensor_2d(CT_DTYPE_F32, Bn, Tn, mask)};
+    gradcheck_fill(&in[0], 91, 0.0f, 1.0f);
+    ct_tensor xn = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, x2);
+    gradcheck_fill(&xn, 92, 0.0f, 1.0f);
+    for (int b = 0; b < Bn; b++) {
+        int start = 1 + (int)(ct_random_bits(ct_key_from_seed(93), (uint32_t)b) % (Tn - 2));
+        for (int t = 0; t < Tn; t++) mask[b * Tn + t] = t < start && !(prefix && t < 2) ? 1.0f : 0.0f;
+    }
+    if (prefix) mask[0 * Tn + 2] = mask[0 * Tn + 3] = 1.0f;  // keep real tokens in example 0
+    for (int i = 0; i < N; i++)  // x2: x1 with new values at the padding
+        if (mask[i / Dn] != 0.0f) x2[i] = x1[i];
+    ct_layer *l = ct_self_attention(p);
+    fixture r;
+    if (fixture_init_ok(&r, l, in, 2, false)) {
+        run_forward(&r, in, ct_key_from_seed(1), y1);
+        in[0].data = x2;
+        run_forward(&r, in, ct_key_from_seed(1), y2);
+        double real_max = 0, pad_sum = 0;
+        int n_pad = 0;
+        for (int i = 0; i < N; i++) {
+            double dd = fabs((double)y1[i] - y2[i]);
+            if (mask[i / Dn] != 0.0f) real_max = fmax(real_max, dd);
+            else pad_sum += dd, n_pad++;
+        }
+        double pad_mean = pad_sum / n_pad;
+        printf("SelfAttention(masked%s, %s): new x in the padding: real outputs max |diff| %.3e, padded mean |diff| "
+               "%.3e\n",
+               prefix ? ", padding at 0 and 1 too" : "", p.causal ? "causal" : "non-causal", real_max, pad_mean);
+        CHECK_MSG(real_max <= 1e-6 && pad_mean > 1e-5, "real %g, padded %g", real_max, pad_mean);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+    free(x1), free(x2), free(y1), free(y2);
+}
+
+static void test_masked_padding_ignored(void) {
+    ct_self_attention_params p = sa_params(5, 7, 17, false, 8, 1, 0);
+    p.masked = true;
+    check_padding_ignored(p, false);
+    check_padding_ignored(p, true);
+    p.causal = true;
+    check_padding_ignored(p, true);
+    p = sa_params(5, 7, 17, false, 0, 0, 0);
+    p.masked = true, p.share_qk = true;
+    check_padding_ignored(p, true);
+}
+
+// A mask of the wrong shape or dtype fails at init, naming the layer.
+static void test_mask_errors(void) {
+    ct_tensor sig[2] = {ct_tensor_3d(CT_DTYPE_F32, 2, 16, 4, NULL), ct_tensor_2d(CT_DTYPE_F32, 2, 17, NULL)};
+    for (int bad = 0; bad < 2; bad++) {
+        if (bad) sig[1] = ct_tensor_2d(CT_DTYPE_BF16, 2, 16, NULL);
+        ct_self_attention_params p = sa_params(2, 4, 4, true, 4, 1, 0);
+        p.masked = true;
+        ct_layer *l = ct_self_attention(p);
+        ct_device dev = ct_device_cpu();
+        ct_net net;
+        ct_error err;
+        ct_status st = ct_net_init(&net, l, sig, 2, ct_key_from_seed(1), &dev, &err);
+        printf("error: %s\n", st == CT_OK ? "(none)" : err.msg);
+        CHECK_MSG(st != CT_OK && strstr(err.msg, "SelfAttention") && strstr(err.msg, "mask"), "%s",
+                  st == CT_OK ? "accepted" : err.msg);
+        if (st == CT_OK) ct_net_free(&net);
+        ct_layer_free(l);
+    }
+}
+
 int main(void) {
     test_gradients();
     test_reference();
@@ -408,5 +604,9 @@ int main(void) {
     test_errors();
     test_memory_linear();
     test_threads();
+    test_masked_gradients();
+    test_masked_all_ones_and_dtypes();
+    test_masked_padding_ignored();
+    test_mask_errors();
     return check_summary("test_efficient_attention");
 }

@@ -2,7 +2,10 @@
 // step key reuses the stored buckets), one bucket round and one chunk =
 // causal shared-QK SelfAttention on copied weights, Trax's shape test, the
 // buckets in range and a second forward on the stored buckets bitwise equal,
-// the count advancing under a new key, and the parameter errors.
+// the count advancing under a new key, the parameter errors; masked (Trax's
+// padding test, padding at positions 0 and 1 masked too, gradient checks,
+// an all-ones mask = unmasked, int32 = f32 masks) and
+// max_length_for_buckets.
 #include <math.h>
 #include <stdlib.h>
 
@@ -163,10 +166,12 @@ static void test_stored_buckets(void) {
 }
 
 // In a ReversibleHalfResidual, reverse_and_grad runs the forward again with
-// the same key. Under the trainer's contract (state as before the forward)
-// it hashes again from the same count, so the same rotations: on the exact
+// the same key. The memory-efficient trainer hands it the state after the
+// forward (Trax's order): the tag matches, nothing is hashed (the count
+// stays 1) and the state is the forward's. From the state before the
+// forward (what include/ctrax/layers/reversible.h still describes) it
+// hashes again from the same count, so the same rotations: on the exact
 // context item of one half-residual the buckets come out bitwise the same.
-// With the state after the forward (Trax's), the tag matches: no hashing.
 static void test_reversible_recompute(void) {
     enum { Bn = 2, Tn = 16, Dn = 8, N = Bn * Tn * Dn };
     float x1d[N], x2d[N], g1[N], g2[N];
@@ -232,6 +237,239 @@ static void expect_init_error(const char *label, ct_lsh_self_attention_params p,
 static void test_errors(void) {
     expect_init_error("odd n_buckets", lsh_params(2, 4, 4, true, 4, 1, 0, 1, 3, 0), 16, "n_buckets");
     expect_init_error("T not a multiple", lsh_params(2, 4, 4, true, 5, 1, 0, 1, 4, 0), 16, "chunk_len 5");
+    ct_lsh_self_attention_params p = lsh_params(2, 4, 4, true, 4, 1, 0, 1, 4, 0);
+    p.max_length_for_buckets = 8;
+    expect_init_error("init T over max_length_for_buckets", p, 16, "max_length_for_buckets 8");
+    p.max_length_for_buckets = -1;
+    expect_init_error("negative max_length_for_buckets", p, 16, "max_length_for_buckets -1");
+    p.max_length_for_buckets = 0, p.masked = true;  // expect_init_error gives no mask input: n_in 2 needs one
+    ct_tensor in[2] = {ct_tensor_3d(CT_DTYPE_F32, 2, 16, 4, NULL), ct_tensor_2d(CT_DTYPE_F32, 2, 17, NULL)};
+    ct_layer *l = ct_lsh_self_attention(p);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    ct_status st = ct_net_init(&net, l, in, 2, ct_key_from_seed(1), &dev, &err);
+    CHECK_MSG(st != CT_OK && strstr(err.msg, "LSHSelfAttention") && strstr(err.msg, "mask"), "%s",
+              st == CT_OK ? "accepted" : err.msg);
+    if (st == CT_OK) ct_net_free(&net);
+    else printf("mask (2, 17) for x (2, 16, 4): %s\n", err.msg);
+    ct_layer_free(l);
+}
+
+// ---- masked: (x, mask) ----
+
+// mask (Bn, Tn) = 1 but at the padding positions listed per example, each
+// list ended by -1.
+static void fill_mask(float *mask, int Bn, int Tn, const int *pad) {
+    for (int i = 0; i < Bn * Tn; i++) mask[i] = 1.0f;
+    for (int b = 0; b < Bn; b++, pad++)
+        for (; *pad >= 0; pad++) mask[b * Tn + *pad] = 0.0f;
+}
+
+static void mask_to_i32(int32_t *dst, const float *mask, int n) {
+    for (int i = 0; i < n; i++) dst[i] = mask[i] != 0.0f;
+}
+
+// Gradient checks with masked = true, buckets held fixed as above, on an
+// int32 mask (the checker leaves non-f32 inputs alone). Padding sorts to
+// the end of its round (the extra bucket); with T 8 and chunk 4 a padded
+// row's window is its whole round, so every query keeps a real key (a
+// query whose every score is near -1e9 has its dots rounded away).
+static void test_masked_gradients(void) {
+    float xd[B * T * D], mf[B * T];
+    int32_t md[B * T];
+    ct_tensor in[2] = {ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd), ct_tensor_2d(CT_DTYPE_I32, B, T, md)};
+    gradcheck_fill(&in[0], 21, -1.0f, 1.0f);
+    fill_mask(mf, B, T, (const int[]){0, 1, -1, 6, 7, -1});  // padding at 0 and 1: masked, not as Trax
+    mask_to_i32(md, mf, B * T);
+    ct_lsh_self_attention_params p = lsh_params(2, 3, 4, false, 4, 1, 1, 2, 4, 0);
+    p.masked = true;
+    check_layer("LSH(masked at 0 and 1, chunk 4, before 1, after 1, R 2, nb 4)", ct_lsh_self_attention(p), in, 2,
+                true);
+    fill_mask(mf, B, T, (const int[]){6, 7, -1, 3, 7, -1});  // causal: a padded query keeps earlier real keys
+    mask_to_i32(md, mf, B * T);
+    p = lsh_params(2, 3, 4, true, 4, 1, 0, 2, 2, 2);
+    p.masked = true;
+    check_layer("LSH(masked, causal, chunk 4, before 1, R 2, nb {2, 2})", ct_lsh_self_attention(p), in, 2, true);
+    p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
+    check_layer("LSH(masked, causal, chunk 4, before 1, R 2, nb {2, 2}, dropout 0.2/0.1)", ct_lsh_self_attention(p),
+                in, 2, true);
+}
+
+// Output and input gradient of one training step on in (n_in inputs), on a
+// fresh layer (the same init key, so the same weights and hash sequence).
+static void masked_step(ct_lsh_self_attention_params p, const ct_tensor *in, int n_in, const ct_tensor *gy,
+                        float *out, float *dx) {
+    ct_layer *l = ct_lsh_self_attention(p);
+    fixture r;
+    if (fixture_init_ok(&r, l, in, n_in, true)) {
+        ct_tensor o[1], gin[2];
+        CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, in, o, ct_key_from_seed(4), &r.err), &r.err);
+        CHECK_OK(ct_layer_backward(r.net.root, &r.ctx, gy, gin, ct_key_from_seed(4), &r.err), &r.err);
+        memcpy(out, o[0].data, ct_tensor_nbytes(&o[0]));
+        memcpy(dx, gin[0].data, ct_tensor_nbytes(&gin[0]));
+        if (n_in == 2)  // the mask takes no gradient: its signature, no data
+            CHECK(gin[1].data == NULL && gin[1].dtype == in[1].dtype && ct_tensor_same_sig(&gin[1], &in[1]));
+        ct_arena_reset(&r.arena);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
+// masked with an all-ones mask = unmasked (the extra bucket stays empty and
+// the sort order is the same), an int32 mask = the same mask in f32:
+// outputs and input gradients bitwise, training mode with both dropouts.
+static void test_masked_all_ones_and_dtypes(void) {
+    enum { Tn = 16, N = B * Tn * D };
+    float xd[N], gd[N], ones[B * Tn], mf[B * Tn], out[3][N], dx[3][N];
+    int32_t mi[B * Tn];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, Tn, D, xd), gy = ct_tensor_3d(CT_DTYPE_F32, B, Tn, D, gd);
+    gradcheck_fill(&x, 81, -1.0f, 1.0f);
+    gradcheck_fill(&gy, 82, -1.0f, 1.0f);
+    for (int i = 0; i < B * Tn; i++) ones[i] = 1.0f;
+    fill_mask(mf, B, Tn, (const int[]){0, 1, 9, -1, 13, 14, 15, -1});
+    mask_to_i32(mi, mf, B * Tn);
+    ct_lsh_self_attention_params p = lsh_params(2, 4, 3, true, 4, 1, 0, 2, 4, 0);
+    p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
+    masked_step(p, &x, 1, &gy, out[0], dx[0]);
+    p.masked = true;
+    ct_tensor in[2] = {x, ct_tensor_2d(CT_DTYPE_F32, B, Tn, ones)};
+    masked_step(p, in, 2, &gy, out[1], dx[1]);
+    bool same = memcmp(out[0], out[1], sizeof out[0]) == 0 && memcmp(dx[0], dx[1], sizeof dx[0]) == 0;
+    printf("LSH masked with an all-ones mask vs unmasked: %s\n", same ? "bitwise equal" : "DIFFERS");
+    CHECK(same);
+    in[1] = ct_tensor_2d(CT_DTYPE_F32, B, Tn, mf);
+    masked_step(p, in, 2, &gy, out[1], dx[1]);
+    in[1] = ct_tensor_2d(CT_DTYPE_I32, B, Tn, mi);
+    masked_step(p, in, 2, &gy, out[2], dx[2]);
+    same = memcmp(out[1], out[2], sizeof out[1]) == 0 && memcmp(dx[1], dx[2], sizeof dx[1]) == 0;
+    bool differs = memcmp(out[0], out[1], sizeof out[0]) != 0;
+    printf("LSH int32 mask vs f32 mask: %s; vs unmasked: %s\n", same ? "bitwise equal" : "DIFFER",
+           differs ? "differs" : "SAME");
+    CHECK(same && differs);
+}
+
+// Trax's test_lsh_self_attention_masked_non_causal: H 5, dk 7, dv 17,
+// non-causal, chunk 8, before 1, R 2, nb 4, B 5, T 32, D 8, x ~ U(0, 1),
+// each example padded from a start in [1, 31). New x in the padding (same
+// state before each run, so the same rotations) keeps the real positions'
+// outputs (to 1e-6) and changes the padded ones (mean |diff| > 1e-5). Then
+// with padding at positions 0 and 1 as well, which Trax's kv_info =
+// position x (-1) + 1 leaves unmasked; and causal.
+static void check_padding_ignored(bool causal, bool prefix) {
+    enum { Bn = 5, Tn = 32, Dn = 8, N = Bn * Tn * Dn };
+    float *x1 = malloc(sizeof(float) * N), *x2 = malloc(sizeof(float) * N), *y1 = malloc(sizeof(float) * N),
+          *y2 = malloc(sizeof(float) * N), mask[Bn * Tn];
+    ct_tensor in[2] = {ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, x1), ct_tensor_2d(CT_DTYPE_F32, Bn, Tn, mask)};
+    gradcheck_fill(&in[0], 91, 0.0f, 1.0f);
+    ct_tensor xn = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, x2);
+    gradcheck_fill(&xn, 92, 0.0f, 1.0f);
+    for (int b = 0; b < Bn; b++) {
+        int start = 1 + (int)(ct_random_bits(ct_key_from_seed(93), (uint32_t)b) % (Tn - 2));
+        for (int t = 0; t < Tn; t++) mask[b * Tn + t] = t < start && !(prefix && t < 2) ? 1.0f : 0.0f;
+    }
+    if (prefix) mask[2] = mask[3] = 1.0f;  // keep real tokens in example 0
+    for (int i = 0; i < N; i++)  // x2: x1 with new values at the padding
+        if (mask[i / Dn] != 0.0f) x2[i] = x1[i];
+    ct_lsh_self_attention_params p = lsh_params(5, 7, 17, causal, 8, 1, 0, 2, 4, 0);
+    p.masked = true;
+    ct_layer *l = ct_lsh_self_attention(p);
+    fixture r;
+    if (fixture_init_ok(&r, l, in, 2, false)) {
+        float *state0 = malloc(r.net.n_state * sizeof(float));
+        memcpy(state0, r.net.state, r.net.n_state * sizeof(float));
+        run_forward(&r, in, ct_key_from_seed(1), y1);
+        memcpy(r.net.state, state0, r.net.n_state * sizeof(float));
+        in[0].data = x2;
+        run_forward(&r, in, ct_key_from_seed(1), y2);
+        double real_max = 0, pad_sum = 0;
+        int n_pad = 0;
+        for (int i = 0; i < N; i++) {
+            double dd = fabs((double)y1[i] - y2[i]);
+            if (mask[i / Dn] != 0.0f) real_max = fmax(real_max, dd);
+            else pad_sum += dd, n_pad++;
+        }
+        double pad_mean = pad_sum / n_pad;
+        printf("LSH(masked%s, %s): new x in the padding: real outputs max |diff| %.3e, padded mean |diff| %.3e\n",
+               prefix ? ", padding at 0 and 1 too" : "", causal ? "causal" : "non-causal", real_max, pad_mean);
+        CHECK_MSG(real_max <= 1e-6 && pad_mean > 1e-5, "real %g, padded %g", real_max, pad_mean);
+        free(state0);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+    free(x1), free(x2), free(y1), free(y2);
+}
+
+static void test_masked_padding_ignored(void) {
+    check_padding_ignored(false, false);
+    check_padding_ignored(false, true);
+    check_padding_ignored(true, true);
+}
+
+// max_length_for_buckets Lb: the buckets state is (B H, R Lb) whatever
+// init's T; a T up to Lb runs (a shorter one on its prefix, zero past R T)
+// and gives what a layer sized by that T gives; a longer T fails, at init or
+// forward, naming T and max_length_for_buckets.
+static void test_max_length_for_buckets(void) {
+    enum { Bn = 2, H = 2, R = 2, Dn = 4, Lb = 32 };
+    float x16d[Bn * 16 * Dn], x32d[Bn * 32 * Dn], x48d[Bn * 48 * Dn], a[Bn * 16 * Dn], b[Bn * 16 * Dn];
+    ct_tensor x16 = ct_tensor_3d(CT_DTYPE_F32, Bn, 16, Dn, x16d), x32 = ct_tensor_3d(CT_DTYPE_F32, Bn, 32, Dn, x32d);
+    ct_tensor x48 = ct_tensor_3d(CT_DTYPE_F32, Bn, 48, Dn, x48d);
+    gradcheck_fill(&x16, 101, -1.0f, 1.0f);
+    gradcheck_fill(&x32, 102, -1.0f, 1.0f);
+    gradcheck_fill(&x48, 103, -1.0f, 1.0f);
+    ct_lsh_self_attention_params p = lsh_params(H, 4, 4, true, 4, 1, 0, R, 4, 0);
+    p.max_length_for_buckets = Lb;
+    ct_layer *l = ct_lsh_self_attention(p), *l0 = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 4, 1, 0, R, 4, 0));
+    fixture r, r0;
+    if (fixture_init_ok(&r, l, &x16, 1, false)) {
+        const ct_param *bp = NULL;
+        for (int i = 0; i < r.net.n_state_params; i++)
+            if (strcmp(r.net.state_params[i]->name, "buckets") == 0) bp = r.net.state_params[i];
+        CHECK(bp && bp->sig.shape[0] == Bn * H && bp->sig.shape[1] == R * Lb);
+        printf("max_length_for_buckets %d, init T 16: buckets state (%lld, %lld)\n", Lb,
+               bp ? (long long)bp->sig.shape[0] : -1, bp ? (long long)bp->sig.shape[1] : -1);
+        float *sb = state_of(&r.net, "buckets"), *y32 = malloc(sizeof x32d);
+        run_forward(&r, &x32, ct_key_from_seed(1), y32);  // T = Lb, over init's T
+        free(y32);
+        if (fixture_init_ok(&r0, l0, &x16, 1, false)) {
+            // The same count of hashes on both: the layer sized by T 16 hashes once first.
+            run_forward(&r0, &x16, ct_key_from_seed(1), b);
+            run_forward(&r, &x16, ct_key_from_seed(1), a);
+            run_forward(&r0, &x16, ct_key_from_seed(1), b);
+            int nonzero_tail = 0;
+            for (int s = 0; s < Bn * H; s++)
+                for (int i = R * 16; i < R * Lb; i++) nonzero_tail += sb[s * R * Lb + i] != 0.0f;
+            bool same = memcmp(a, b, sizeof a) == 0;
+            printf("T 16 under max_length_for_buckets %d vs a layer sized by T 16: %s; %d stored buckets past R T\n",
+                   Lb, same ? "bitwise equal" : "DIFFERS", nonzero_tail);
+            CHECK(same && nonzero_tail == 0);
+            fixture_free(&r0);
+        }
+        ct_tensor out[1];
+        r.ctx.record = false;
+        ct_status st = ct_layer_forward(r.net.root, &r.ctx, &x48, out, ct_key_from_seed(2), &r.err);
+        printf("T 48: %s\n", st == CT_OK ? "(accepted)" : r.err.msg);
+        CHECK_MSG(st != CT_OK && strstr(r.err.msg, "LSHSelfAttention") && strstr(r.err.msg, "T=48") &&
+                      strstr(r.err.msg, "max_length_for_buckets 32"),
+                  "%s", st == CT_OK ? "accepted" : r.err.msg);
+        ct_arena_reset(&r.arena);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+    ct_layer_free(l0);
+    // Without it the state is sized by init's T: a longer T fails.
+    l0 = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 4, 1, 0, R, 4, 0));
+    if (fixture_init_ok(&r0, l0, &x16, 1, false)) {
+        ct_tensor out[1];
+        ct_status st = ct_layer_forward(r0.net.root, &r0.ctx, &x32, out, ct_key_from_seed(2), &r0.err);
+        printf("T 32 on a layer sized by T 16: %s\n", st == CT_OK ? "(accepted)" : r0.err.msg);
+        CHECK_MSG(st != CT_OK && strstr(r0.err.msg, "T=32") && strstr(r0.err.msg, "max_length_for_buckets 0"), "%s",
+                  st == CT_OK ? "accepted" : r0.err.msg);
+        ct_arena_reset(&r0.arena);
+        fixture_free(&r0);
+    }
+    ct_layer_free(l0);
 }
 
 int main(void) {
@@ -241,5 +479,9 @@ int main(void) {
     test_stored_buckets();
     test_reversible_recompute();
     test_errors();
+    test_masked_gradients();
+    test_masked_all_ones_and_dtypes();
+    test_masked_padding_ignored();
+    test_max_length_for_buckets();
     return check_summary("test_lsh_attention");
 }

@@ -55,20 +55,50 @@ ct_status ct_attention_check_dropouts(const ct_layer *l, float attention_dropout
     return CT_OK;
 }
 
-ct_status ct_attention_tape_push(ct_ctx *c, const ct_tensor *x, const ct_tensor *t, int n, ct_arena_mark before,
-                                 ct_error *err) {
+ct_status ct_attention_check_mask(const ct_layer *l, const ct_tensor *x, const ct_tensor *mask, const char *op,
+                                  ct_error *err) {
+    if ((mask->dtype == CT_DTYPE_F32 || mask->dtype == CT_DTYPE_I32) && mask->ndim == 2 && x->ndim == 3 &&
+        mask->shape[0] == x->shape[0] && mask->shape[1] == x->shape[1])
+        return CT_OK;
+    char sm[CT_SIG_STR_MAX], sx[CT_SIG_STR_MAX];
+    return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "masked: mask (input 1) is %s, expected f32 or int32 (B, T) of x %s",
+                         ct_tensor_sig_str(mask, sm, sizeof sm), ct_tensor_sig_str(x, sx, sizeof sx));
+}
+
+ct_status ct_attention_mask_f32(ct_ctx *c, const ct_tensor *mask, ct_tensor *f, ct_error *err) {
+    if (mask->dtype == CT_DTYPE_F32) {
+        *f = *mask;
+        return CT_OK;
+    }
+    *f = ct_tensor_sig(mask);
+    f->dtype = CT_DTYPE_F32;
+    CT_TRY(ct_ctx_alloc(c, f, err));
+    const int32_t *m = mask->data;
+    float *o = f->data;
+    const int64_t n = ct_tensor_numel(mask);
+    for (int64_t i = 0; i < n; i++) o[i] = m[i] != 0 ? 1.0f : 0.0f;
+    return CT_OK;
+}
+
+ct_status ct_attention_tape_push(ct_ctx *c, const ct_tensor *x, const ct_tensor *mask, const ct_tensor *t, int n,
+                                 ct_arena_mark before, ct_error *err) {
     if (!c->record) {
         ct_arena_reset_to(c->arena, before);
         return CT_OK;
     }
     CT_TRY(ct_tape_push(c, x, err));
+    if (mask) CT_TRY(ct_tape_push(c, mask, err));
     for (int i = 0; i < n; i++) CT_TRY(ct_tape_push(c, &t[i], err));
     return CT_OK;
 }
 
-bool ct_attention_tape_pop(ct_ctx *c, ct_tensor *t, int n, ct_tensor *x, const ct_tensor *grad_out,
+bool ct_attention_tape_pop(ct_ctx *c, ct_tensor *t, int n, ct_tensor *x, ct_tensor *mask, const ct_tensor *grad_out,
                            ct_tensor *grad_in) {
     for (int i = n - 1; i >= 0; i--) t[i] = ct_tape_pop(c);
+    if (mask) {
+        *mask = ct_tape_pop(c);
+        grad_in[1] = ct_tensor_sig(mask);
+    }
     *x = ct_tape_pop(c);
     grad_in[0] = ct_tensor_sig(x);
     return grad_out[0].data != NULL;

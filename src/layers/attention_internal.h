@@ -27,15 +27,26 @@ ct_status ct_attention_backward_output(ct_layer *l, ct_ctx *c, int wo, float rat
 // Checks the two dropout rates (init): each in [0, 1).
 ct_status ct_attention_check_dropouts(const ct_layer *l, float attention_dropout, float output_dropout, ct_error *err);
 
-// The end of a forward: with a tape, pushes x then the n per-head tensors
-// t (backward's ct_attention_tape_pop takes them back); without one, frees
-// everything allocated since before (the per-head tensors die here).
-ct_status ct_attention_tape_push(ct_ctx *c, const ct_tensor *x, const ct_tensor *t, int n, ct_arena_mark before,
-                                 ct_error *err);
+// Checks a masked layer's mask input against x (B, T, D) (init and
+// forward): shape (B, T), dtype f32 or int32.
+ct_status ct_attention_check_mask(const ct_layer *l, const ct_tensor *x, const ct_tensor *mask, const char *op,
+                                  ct_error *err);
+// The kernels' view of a checked mask: *f (B, T) f32, 0 = padding. An f32
+// mask is used as it is; an int32 one is converted into the arena (0 -> 0,
+// anything else -> 1).
+ct_status ct_attention_mask_f32(ct_ctx *c, const ct_tensor *mask, ct_tensor *f, ct_error *err);
+
+// The end of a forward: with a tape, pushes x, the mask input (when mask is
+// not NULL) then the n per-head tensors t (backward's ct_attention_tape_pop
+// takes them back); without one, frees everything allocated since before
+// (the per-head tensors die here).
+ct_status ct_attention_tape_push(ct_ctx *c, const ct_tensor *x, const ct_tensor *mask, const ct_tensor *t, int n,
+                                 ct_arena_mark before, ct_error *err);
 // The start of a backward: pops what ct_attention_tape_push pushed into t
-// (n) and *x, sets grad_in[0] to x's signature (a zero gradient), and returns
-// whether a gradient flows in (grad_out[0] has data).
-bool ct_attention_tape_pop(ct_ctx *c, ct_tensor *t, int n, ct_tensor *x, const ct_tensor *grad_out,
+// (n), *mask (when not NULL) and *x, sets grad_in[0] to x's signature (a zero
+// gradient) and grad_in[1] to the mask's (it takes no gradient: data NULL),
+// and returns whether a gradient flows in (grad_out[0] has data).
+bool ct_attention_tape_pop(ct_ctx *c, ct_tensor *t, int n, ct_tensor *x, ct_tensor *mask, const ct_tensor *grad_out,
                            ct_tensor *grad_in);
 
 #endif

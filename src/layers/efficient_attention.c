@@ -3,9 +3,10 @@
 // over heads, and Trax's two dropouts. See
 // include/ctrax/layers/efficient_attention.h.
 //
-// Tape (forward, recording): x, q, k, v, o (B, H, T, d) and lse (B, H, T),
-// all linear in T; the dropout masks are redrawn from the key in backward.
-// k is stored as the kernel uses it (scaled, or normalised from q).
+// Tape (forward, recording): x, the mask input (masked), q, k, v, o (B, H,
+// T, d) and lse (B, H, T), all linear in T; the dropout masks are redrawn
+// from the key in backward. k is stored as the kernel uses it (scaled, or
+// normalised from q).
 #include "ctrax/layers/efficient_attention.h"
 
 #include <math.h>
@@ -85,6 +86,7 @@ static ct_status sa_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_t
     CT_TRY(sa_check_params(l, err));
     ct_chunked_attention_dims d;
     CT_TRY(sa_dims(l, NULL, &in[0], "init", &d, err));
+    if (p->masked) CT_TRY(ct_attention_check_mask(l, &in[0], &in[1], "init", err));
     int64_t D = hp->d_model = in[0].shape[2], H = p->n_heads;
     float lim_qk = (float)sqrt(6.0 / (double)(D + p->d_qk * H)), lim_v = (float)sqrt(6.0 / (double)(D + p->d_v * H));
     hp->wq = ct_attention_declare_heads(l, ic, "Wq", p->n_heads, D, p->d_qk, lim_qk, key, 0);
@@ -128,14 +130,16 @@ static ct_status sa_alloc_heads(ct_ctx *c, const ct_chunked_attention_dims *d, c
 static ct_status sa_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
                             ct_error *err) {
     const sa_hp *hp = l->hp;
-    const ct_tensor *x = &in[0];
+    const ct_tensor *x = &in[0], *mask = hp->p.masked ? &in[1] : NULL;
     ct_chunked_attention_dims d;
     CT_TRY(sa_dims(l, c, x, "forward", &d, err));
+    if (mask) CT_TRY(ct_attention_check_mask(l, x, mask, "forward", err));
     const int64_t B = d.B, T = d.T, D = hp->d_model, H = d.H;
     out[0] = ct_tensor_sig(x);
     CT_TRY(ct_ctx_alloc(c, &out[0], err));
     ct_arena_mark before_heads = ct_arena_get_mark(c->arena);  // without a tape the heads die here
-    ct_tensor t[SA_N];
+    ct_tensor t[SA_N], mf = {0};
+    if (mask) CT_TRY(ct_attention_mask_f32(c, mask, &mf, err));
     CT_TRY(sa_alloc_heads(c, &d, t, err));
     ct_arena_mark after_heads = ct_arena_get_mark(c->arena);
     ct_heads_project_forward(t[SA_Q].data, x->data, ct_weight(c, l, hp->wq), opt_weight(c, l, hp->bq), B, T, D, H,
@@ -154,22 +158,24 @@ static ct_status sa_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tens
     ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_chunked_attention_scratch_floats(&d, false), NULL);
     if (scratch.shape[0] > 0) CT_TRY(ct_ctx_alloc(c, &scratch, err));
     ct_chunked_attention_forward(t[SA_O].data, t[SA_LSE].data, t[SA_Q].data, t[SA_K].data, t[SA_V].data,
-                                 scratch.data, n_slots, ct_key_split(key, 0), &d);
+                                 mf.data, scratch.data, n_slots, ct_key_split(key, 0), &d);
     ct_arena_reset_to(c->arena, after_heads);
     ct_heads_merge_forward(out[0].data, t[SA_O].data, ct_weight(c, l, hp->wo), B, T, D, H, d.dv);
     if (out_rate(l, c) > 0.0f)
         ct_attention_channel_dropout(out[0].data, B * T, D, ct_key_split(key, 1), out_rate(l, c));
-    return ct_attention_tape_push(c, x, t, SA_N, before_heads, err);
+    return ct_attention_tape_push(c, x, mask, t, SA_N, before_heads, err);
 }
 
 static ct_status sa_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in, ct_key key,
                              ct_error *err) {
     const sa_hp *hp = l->hp;
     ct_tensor t[SA_N];
-    ct_tensor x;
-    if (!ct_attention_tape_pop(c, t, SA_N, &x, grad_out, grad_in)) return CT_OK;  // no gradient flows
+    ct_tensor x, mask = {0}, mf = {0};
+    if (!ct_attention_tape_pop(c, t, SA_N, &x, hp->p.masked ? &mask : NULL, grad_out, grad_in))
+        return CT_OK;  // no gradient flows
     ct_chunked_attention_dims d;
     CT_TRY(sa_dims(l, c, &x, "backward", &d, err));
+    if (hp->p.masked) CT_TRY(ct_attention_mask_f32(c, &mask, &mf, err));
     const int64_t B = d.B, T = d.T, D = hp->d_model, H = d.H;
     ct_tensor dO, g[3] = {ct_tensor_sig(&t[SA_Q]), ct_tensor_sig(&t[SA_K]), ct_tensor_sig(&t[SA_V])};
     CT_TRY(ct_attention_backward_output(l, c, hp->wo, out_rate(l, c), &grad_out[0], &t[SA_O], &dO,
@@ -180,7 +186,8 @@ static ct_status sa_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, 
     ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_chunked_attention_scratch_floats(&d, true), NULL);
     if (scratch.shape[0] > 0) CT_TRY(ct_ctx_alloc(c, &scratch, err));
     ct_chunked_attention_backward(g[0].data, g[1].data, g[2].data, scratch.data, n_slots, dO.data, t[SA_O].data,
-                                  t[SA_LSE].data, t[SA_Q].data, t[SA_K].data, t[SA_V].data, ct_key_split(key, 0), &d);
+                                  t[SA_LSE].data, t[SA_Q].data, t[SA_K].data, t[SA_V].data, mf.data,
+                                  ct_key_split(key, 0), &d);
     ct_arena_reset_to(c->arena, mark);
     float *dk = g[1].data;
     if (hp->p.share_qk) {
@@ -207,5 +214,5 @@ static const ct_layer_vtable sa_vt = {
 ct_layer *ct_self_attention(ct_self_attention_params p) {
     // The parameters are checked at init, where errors can name the layer.
     sa_hp hp = {.p = p, .wq = -1, .wk = -1, .wv = -1, .wo = -1, .bq = -1, .bk = -1, .bv = -1};
-    return ct_layer_new_hp(&sa_vt, 1, 1, &hp, sizeof hp);
+    return ct_layer_new_hp(&sa_vt, p.masked ? 2 : 1, 1, &hp, sizeof hp);
 }

@@ -3,10 +3,10 @@
 // and the two dropouts. See include/ctrax/layers/lsh_attention.h (the state
 // and how a recompute sees the same buckets).
 //
-// Tape (forward, recording): x, q (B,H,T,dk), v, o (B,H,T,dv), o_r
-// (B,H,R,T,dv), lse_r (B,H,R,T), buckets (B,H,R T): linear in T. The
-// buckets are copied to the tape so that backward never reads the state
-// (another forward may have hashed since).
+// Tape (forward, recording): x, the mask input (masked), q (B,H,T,dk), v, o
+// (B,H,T,dv), o_r (B,H,R,T,dv), lse_r (B,H,R,T), buckets (B,H,R T): linear
+// in T. The buckets are copied to the tape so that backward never reads the
+// state (another forward may have hashed since).
 #include "ctrax/layers/lsh_attention.h"
 
 #include <math.h>
@@ -29,7 +29,9 @@ enum { HASH_KEY = 0, HASH_COUNT = 4, HASH_TAG_KEY = 6, HASH_TAG_T = 10, HASH_N =
 
 typedef struct lsh_hp {
     ct_lsh_self_attention_params p;
-    int64_t d_model, init_B, init_T;  // set by init
+    // Set by init: D, the state's B and its length Lb (max_length_for_buckets,
+    // or init's T when that is 0): the longest T a forward takes.
+    int64_t d_model, init_B, len_buckets;
     int wq, wv, wo, s_buckets, s_hash;
     ct_key hash_base;  // split(init key, 4): the hash key before the first forward
 } lsh_hp;
@@ -45,10 +47,10 @@ static ct_status lsh_check_params(const ct_layer *l, ct_error *err) {
         return ct_layer_fail(l, err, CT_ERR_ARG, "init",
                              "n_heads %d, d_qk %d, d_v %d, n_hashes %d and chunk_len %d must be positive", p->n_heads,
                              p->d_qk, p->d_v, p->n_hashes, p->chunk_len);
-    if (p->n_chunks_before < 0 || p->n_chunks_after < 0)
+    if (p->n_chunks_before < 0 || p->n_chunks_after < 0 || p->max_length_for_buckets < 0)
         return ct_layer_fail(l, err, CT_ERR_ARG, "init",
-                             "n_chunks_before %d and n_chunks_after %d must not be negative",
-                             p->n_chunks_before, p->n_chunks_after);
+                             "n_chunks_before %d, n_chunks_after %d and max_length_for_buckets %d must not be negative",
+                             p->n_chunks_before, p->n_chunks_after, p->max_length_for_buckets);
     for (int j = 0; j < 2; j++)
         if (p->n_buckets[j] < 0 || p->n_buckets[j] % 2 != 0 || (j == 1 && p->n_buckets[1] && !p->n_buckets[0]))
             return ct_layer_fail(l, err, CT_ERR_ARG, "init",
@@ -85,18 +87,31 @@ static ct_status lsh_dims(const ct_layer *l, const ct_ctx *c, const ct_tensor *x
     if (x->dtype != CT_DTYPE_F32 || x->ndim != 3)
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "input is %s, expected f32 (B, T, D)",
                              ct_tensor_sig_str(x, s, sizeof s));
-    if (hp->d_model > 0 && (x->shape[2] != hp->d_model || x->shape[0] != hp->init_B || x->shape[1] > hp->init_T))
-        return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
-                             "input %s does not fit the layer (D %lld, the state's B %lld and T up to %lld)",
-                             ct_tensor_sig_str(x, s, sizeof s), (long long)hp->d_model, (long long)hp->init_B,
-                             (long long)hp->init_T);
+    if (hp->d_model > 0 && (x->shape[2] != hp->d_model || x->shape[0] != hp->init_B))
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "input %s does not fit the layer (D %lld, the state's B %lld)",
+                             ct_tensor_sig_str(x, s, sizeof s), (long long)hp->d_model, (long long)hp->init_B);
     const int64_t T = x->shape[1], R = p->n_hashes;
+    // The buckets state holds R Lb per (b, h): at init (d_model 0) Lb is
+    // still to be set from max_length_for_buckets (T itself when 0).
+    const int64_t Lb = hp->d_model > 0 ? hp->len_buckets : p->max_length_for_buckets ? p->max_length_for_buckets : T;
+    if (T > Lb) {
+        if (p->max_length_for_buckets)
+            return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
+                                 "length T=%lld of input %s is over max_length_for_buckets %d (the buckets state's "
+                                 "length)",
+                                 (long long)T, ct_tensor_sig_str(x, s, sizeof s), p->max_length_for_buckets);
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
+                             "length T=%lld of input %s is over init's T=%lld, the buckets state's length "
+                             "(max_length_for_buckets 0; set it for longer inputs)",
+                             (long long)T, ct_tensor_sig_str(x, s, sizeof s), (long long)Lb);
+    }
     if ((R * T) % p->chunk_len != 0)
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
                              "n_hashes %d x length T=%lld of input %s is not a multiple of chunk_len %d", p->n_hashes,
                              (long long)T, ct_tensor_sig_str(x, s, sizeof s), p->chunk_len);
     *n_f = bucket_factors(p, T, f);
-    int64_t NB = f[0] * (int64_t)(*n_f == 2 ? f[1] : 1);
+    // masked: Trax's extra bucket for padding, after the hashed ones.
+    int64_t NB = f[0] * (int64_t)(*n_f == 2 ? f[1] : 1) + (p->masked ? 1 : 0);
     if (f[0] <= 0 || f[0] % 2 || (*n_f == 2 && (f[1] <= 0 || f[1] % 2)) || NB * R >= (1 << 24))
         return ct_layer_fail(l, err, CT_ERR_ARG, op, "bucket factors {%d, %d} must be even, with R NB under 2^24",
                              f[0], *n_f == 2 ? f[1] : 0);
@@ -119,15 +134,17 @@ static ct_status lsh_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_
     ct_lsh_dims d;
     int f[2], n_f;
     CT_TRY(lsh_dims(l, NULL, &in[0], "init", &d, f, &n_f, err));
+    if (p->masked) CT_TRY(ct_attention_check_mask(l, &in[0], &in[1], "init", err));
     int64_t D = hp->d_model = in[0].shape[2], H = p->n_heads;
-    hp->init_B = in[0].shape[0], hp->init_T = in[0].shape[1];
+    hp->init_B = in[0].shape[0];
+    hp->len_buckets = p->max_length_for_buckets ? p->max_length_for_buckets : in[0].shape[1];
     float lim_qk = (float)sqrt(6.0 / (double)(D + p->d_qk * H)), lim_v = (float)sqrt(6.0 / (double)(D + p->d_v * H));
     hp->wq = ct_attention_declare_heads(l, ic, "Wq", p->n_heads, D, p->d_qk, lim_qk, key, 0);
     hp->wv = ct_attention_declare_heads(l, ic, "Wv", p->n_heads, D, p->d_v, lim_v, key, 2);
     hp->wo = ct_attention_declare_heads(l, ic, "Wo", p->n_heads, p->d_v, D, lim_v, key, 3);
     ct_initializer zeros = {CT_INIT_ZEROS, 0.0f};
     hp->s_buckets = ct_layer_declare_state(
-        l, ic, "buckets", ct_tensor_2d(CT_DTYPE_F32, hp->init_B * H, p->n_hashes * hp->init_T, NULL), zeros, key);
+        l, ic, "buckets", ct_tensor_2d(CT_DTYPE_F32, hp->init_B * H, p->n_hashes * hp->len_buckets, NULL), zeros, key);
     hp->s_hash = ct_layer_declare_state(l, ic, "hash", ct_tensor_1d(CT_DTYPE_F32, HASH_N, NULL), zeros, key);
     hp->hash_base = ct_key_split(key, 4);
     out[0] = ct_tensor_sig(&in[0]);
@@ -144,13 +161,14 @@ static bool tag_matches(const float *hs, ct_key key, int64_t T) {
            get_u32(hs + HASH_TAG_KEY + 2) == key.w[1];
 }
 
-// Hashes q (B,H,T,dk) into the state's buckets with the count's rotations,
-// then advances the count and tags the buckets with key and T.
-static ct_status hash_into_state(ct_layer *l, ct_ctx *c, const float *q, int64_t B, const ct_lsh_dims *d,
-                                 const int *f, int n_f, ct_key key, ct_error *err) {
+// Hashes q (B,H,T,dk) into the state's buckets with the count's rotations
+// (padding, where mask (B,T) is 0, into the extra bucket), then advances the
+// count and tags the buckets with key and T.
+static ct_status hash_into_state(ct_layer *l, ct_ctx *c, const float *q, const float *mask, int64_t B,
+                                 const ct_lsh_dims *d, const int *f, int n_f, ct_key key, ct_error *err) {
     const lsh_hp *hp = l->hp;
     float *hs = ct_state(c, l, hp->s_hash), *sb = ct_state(c, l, hp->s_buckets);
-    const int64_t H = hp->p.n_heads, row = d->R * hp->init_T, n_rot = f[0] / 2 + (n_f == 2 ? f[1] / 2 : 0);
+    const int64_t H = hp->p.n_heads, row = d->R * hp->len_buckets, n_rot = f[0] / 2 + (n_f == 2 ? f[1] / 2 : 0);
     // Trax's (next, sub) = split(state key): sub draws the rotations, next
     // is stored. A zero count means the state holds no key yet (it starts
     // as zeros): the init key's split(4) is the first.
@@ -162,7 +180,8 @@ static ct_status hash_into_state(ct_layer *l, ct_ctx *c, const float *q, int64_t
     for (int64_t s = 0; s < B * H; s++) {
         ct_random_normal(ct_key_split(hk, (uint32_t)s), rot.data, (size_t)rot.shape[0], 1.0f);
         memset(sb + s * row, 0, (size_t)row * sizeof(float));  // zero past R T
-        ct_lsh_hash(sb + s * row, q + s * d->T * d->dk, rot.data, d->T, d->dk, d->R, f, n_f);
+        ct_lsh_hash(sb + s * row, q + s * d->T * d->dk, mask ? mask + s / H * d->T : NULL, rot.data, d->T, d->dk,
+                    d->R, f, n_f);
     }
     put_u32(hs + HASH_KEY, next.w[0]);
     put_u32(hs + HASH_KEY + 2, next.w[1]);
@@ -177,7 +196,7 @@ static float out_rate(const ct_layer *l, const ct_ctx *c) {
     return c->train ? ((const lsh_hp *)l->hp)->p.output_dropout : 0.0f;
 }
 
-// The tensors of one forward, in tape order after x.
+// The tensors of one forward, in tape order after x (and the mask).
 enum { T_Q, T_V, T_O, T_OR, T_LSER, T_BK, T_N };
 
 static ct_status alloc_heads(ct_ctx *c, int64_t B, int64_t H, const ct_lsh_dims *d, ct_tensor *t, ct_error *err) {
@@ -199,16 +218,16 @@ static int n_slots(int64_t BH) {
 }
 
 // The buckets of this step into t[T_BK]: the stored ones when training and
-// the tag matches, else freshly hashed into the state.
-static ct_status step_buckets(ct_layer *l, ct_ctx *c, ct_tensor *t, int64_t B, const ct_lsh_dims *d,
-                              const int *f, int n_f, ct_key key, ct_error *err) {
+// the tag matches, else freshly hashed into the state. mask: (B,T) or NULL.
+static ct_status step_buckets(ct_layer *l, ct_ctx *c, ct_tensor *t, const float *mask, int64_t B,
+                              const ct_lsh_dims *d, const int *f, int n_f, ct_key key, ct_error *err) {
     const lsh_hp *hp = l->hp;
-    const int64_t BH = B * hp->p.n_heads, row = d->R * hp->init_T, RT = d->R * d->T;
+    const int64_t BH = B * hp->p.n_heads, row = d->R * hp->len_buckets, RT = d->R * d->T;
     // Only a training step reruns a forward on one key (backward's
     // recomputation); an evaluator runs every batch under one key.
     if (!c->train || !tag_matches(ct_state(c, l, hp->s_hash), key, d->T)) {
         ct_arena_mark mark = ct_arena_get_mark(c->arena);
-        CT_TRY(hash_into_state(l, c, t[T_Q].data, B, d, f, n_f, key, err));
+        CT_TRY(hash_into_state(l, c, t[T_Q].data, mask, B, d, f, n_f, key, err));
         ct_arena_reset_to(c->arena, mark);
     }
     const float *sb = ct_state(c, l, hp->s_buckets);
@@ -216,9 +235,10 @@ static ct_status step_buckets(ct_layer *l, ct_ctx *c, ct_tensor *t, int64_t B, c
     return CT_OK;
 }
 
-// The LSH kernel over every (b, h): o_r, lse_r and the combined o.
-static ct_status heads_attend(ct_ctx *c, ct_tensor *t, int64_t BH, ct_key key, const ct_lsh_dims *d,
-                              ct_error *err) {
+// The LSH kernel over every (b, h): o_r, lse_r and the combined o. mask:
+// (B,T) or NULL.
+static ct_status heads_attend(ct_ctx *c, ct_tensor *t, const float *mask, int64_t H, int64_t BH, ct_key key,
+                              const ct_lsh_dims *d, ct_error *err) {
     const int ns = n_slots(BH);
     // Each slot: the kernel's work, then R floats for the rounds' weights;
     // slots start at multiples of 16 floats (the work begins with int64s).
@@ -230,7 +250,7 @@ static ct_status heads_attend(ct_ctx *c, ct_tensor *t, int64_t BH, ct_key key, c
         float *w = (float *)work.data + (int64_t)omp_get_thread_num() * per;
         float *o_r = (float *)t[T_OR].data + s * R * T * d->dv, *lse_r = (float *)t[T_LSER].data + s * R * T;
         ct_lsh_forward(o_r, lse_r, (float *)t[T_Q].data + s * T * d->dk, (float *)t[T_V].data + s * T * d->dv,
-                       (float *)t[T_BK].data + s * R * T, w, key, d);
+                       mask ? mask + s / H * T : NULL, (float *)t[T_BK].data + s * R * T, w, key, d);
         ct_lsh_combine((float *)t[T_O].data + s * T * d->dv, o_r, lse_r, w + wf, d);
     }
     return CT_OK;
@@ -239,35 +259,38 @@ static ct_status heads_attend(ct_ctx *c, ct_tensor *t, int64_t BH, ct_key key, c
 static ct_status lsh_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
                              ct_error *err) {
     const lsh_hp *hp = l->hp;
-    const ct_tensor *x = &in[0];
+    const ct_tensor *x = &in[0], *mask = hp->p.masked ? &in[1] : NULL;
     ct_lsh_dims d;
     int f[2], n_f;
     CT_TRY(lsh_dims(l, c, x, "forward", &d, f, &n_f, err));
+    if (mask) CT_TRY(ct_attention_check_mask(l, x, mask, "forward", err));
     const int64_t B = x->shape[0], T = d.T, D = hp->d_model, H = hp->p.n_heads;
     out[0] = ct_tensor_sig(x);
     CT_TRY(ct_ctx_alloc(c, &out[0], err));
     ct_arena_mark before_heads = ct_arena_get_mark(c->arena);
-    ct_tensor t[T_N];
+    ct_tensor t[T_N], mf = {0};
+    if (mask) CT_TRY(ct_attention_mask_f32(c, mask, &mf, err));
     CT_TRY(alloc_heads(c, B, H, &d, t, err));
     ct_arena_mark after_heads = ct_arena_get_mark(c->arena);
     ct_heads_project_forward(t[T_Q].data, x->data, ct_weight(c, l, hp->wq), NULL, B, T, D, H, d.dk);
     ct_heads_project_forward(t[T_V].data, x->data, ct_weight(c, l, hp->wv), NULL, B, T, D, H, d.dv);
-    CT_TRY(step_buckets(l, c, t, B, &d, f, n_f, key, err));
-    if (T > 0) CT_TRY(heads_attend(c, t, B * H, ct_key_split(key, 0), &d, err));
+    CT_TRY(step_buckets(l, c, t, mf.data, B, &d, f, n_f, key, err));
+    if (T > 0) CT_TRY(heads_attend(c, t, mf.data, H, B * H, ct_key_split(key, 0), &d, err));
     ct_arena_reset_to(c->arena, after_heads);
     ct_heads_merge_forward(out[0].data, t[T_O].data, ct_weight(c, l, hp->wo), B, T, D, H, d.dv);
     if (out_rate(l, c) > 0.0f)
         ct_attention_channel_dropout(out[0].data, B * T, D, ct_key_split(key, 1), out_rate(l, c));
-    return ct_attention_tape_push(c, x, t, T_N, before_heads, err);
+    return ct_attention_tape_push(c, x, mask, t, T_N, before_heads, err);
 }
 
-// do (B,H,T,dv) -> dq (B,H,T,dk), dv (B,H,T,dv), both fresh.
-static ct_status heads_backward(ct_ctx *c, const ct_tensor *t, const ct_tensor *dO, ct_tensor *g, ct_key key,
-                                const ct_lsh_dims *d, ct_error *err) {
+// do (B,H,T,dv) -> dq (B,H,T,dk), dv (B,H,T,dv), both fresh. mask: (B,T)
+// or NULL.
+static ct_status heads_backward(ct_ctx *c, const ct_tensor *t, const float *mask, const ct_tensor *dO, ct_tensor *g,
+                                ct_key key, const ct_lsh_dims *d, ct_error *err) {
     g[0] = ct_tensor_sig(&t[T_Q]), g[1] = ct_tensor_sig(&t[T_V]);
     CT_TRY(ct_ctx_zeros(c, &g[0], err));
     CT_TRY(ct_ctx_zeros(c, &g[1], err));
-    const int64_t BH = t[T_Q].shape[0] * t[T_Q].shape[1], T = d->T, R = d->R;
+    const int64_t H = t[T_Q].shape[1], BH = t[T_Q].shape[0] * H, T = d->T, R = d->R;
     if (T == 0) return CT_OK;
     const int ns = n_slots(BH);
     const int64_t per = (ct_lsh_work_floats(d, true) + 15) / 16 * 16;  // int64-aligned slots
@@ -281,7 +304,8 @@ static ct_status heads_backward(ct_ctx *c, const ct_tensor *t, const ct_tensor *
         ct_lsh_backward((float *)g[0].data + qo, (float *)g[1].data + vo, (const float *)dO->data + vo,
                         (const float *)t[T_O].data + vo, (const float *)t[T_OR].data + ro * d->dv,
                         (const float *)t[T_LSER].data + ro, (const float *)t[T_Q].data + qo,
-                        (const float *)t[T_V].data + vo, (const float *)t[T_BK].data + ro, w, key, d);
+                        (const float *)t[T_V].data + vo, mask ? mask + s / H * T : NULL,
+                        (const float *)t[T_BK].data + ro, w, key, d);
     }
     ct_arena_reset_to(c->arena, mark);
     return CT_OK;
@@ -291,16 +315,18 @@ static ct_status lsh_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
                               ct_error *err) {
     const lsh_hp *hp = l->hp;
     ct_tensor t[T_N];
-    ct_tensor x;
-    if (!ct_attention_tape_pop(c, t, T_N, &x, grad_out, grad_in)) return CT_OK;  // no gradient flows
+    ct_tensor x, mask = {0}, mf = {0};
+    if (!ct_attention_tape_pop(c, t, T_N, &x, hp->p.masked ? &mask : NULL, grad_out, grad_in))
+        return CT_OK;  // no gradient flows
     ct_lsh_dims d;
     int f[2], n_f;
     CT_TRY(lsh_dims(l, c, &x, "backward", &d, f, &n_f, err));
+    if (hp->p.masked) CT_TRY(ct_attention_mask_f32(c, &mask, &mf, err));
     const int64_t B = x.shape[0], T = d.T, D = hp->d_model, H = hp->p.n_heads;
     ct_tensor dO, g[2];
     CT_TRY(ct_attention_backward_output(l, c, hp->wo, out_rate(l, c), &grad_out[0], &t[T_O], &dO,
                                         ct_key_split(key, 1), err));
-    CT_TRY(heads_backward(c, t, &dO, g, ct_key_split(key, 0), &d, err));
+    CT_TRY(heads_backward(c, t, mf.data, &dO, g, ct_key_split(key, 0), &d, err));
     CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
     float *dx = grad_in[0].data;
     ct_heads_project_backward(dx, ct_weight_grad(c, l, hp->wq), NULL, g[0].data, x.data, ct_weight(c, l, hp->wq), B,
@@ -316,5 +342,5 @@ static const ct_layer_vtable lsh_vt = {
 ct_layer *ct_lsh_self_attention(ct_lsh_self_attention_params p) {
     // The parameters are checked at init, where errors can name the layer.
     lsh_hp hp = {.p = p, .wq = -1, .wv = -1, .wo = -1, .s_buckets = -1, .s_hash = -1};
-    return ct_layer_new_hp(&lsh_vt, 1, 1, &hp, sizeof hp);
+    return ct_layer_new_hp(&lsh_vt, p.masked ? 2 : 1, 1, &hp, sizeof hp);
 }

@@ -22,20 +22,32 @@ typedef struct ct_self_attention_params {
     int n_chunks_before;  // 0: key chunks before a query chunk in its window
     int n_chunks_after;   // 0: and after it; both must be 0 for full attention
     bool bias;            // false: zero-initialised bq, bk, bv (no output bias)
-    bool masked;          // false: n_in 1; true: n_in 2, (x, mask (B, T) f32, nonzero = real token)
+    bool masked;          // false: n_in 1; true: n_in 2, (x, mask (B, T)): see below
     float attention_dropout;  // 0: on the probabilities, one (chunk_len, window) mask
     float output_dropout;     // 0: one (D,) channel mask for every position and example
 } ct_self_attention_params;
 
 ct_self_attention_params ct_self_attention_default_params(void);
 
-// SelfAttention: x (B, T, D) -> (B, T, D). Per head h and example b:
+// SelfAttention: x (B, T, D) -> (B, T, D); masked: (x, mask) -> (B, T, D).
+// Per head h and example b:
 // q, k, v = x Wq[h] (+bq[h]), x Wk[h] (+bk[h]), x Wv[h] (+bv[h]); chunked
 // attention (kernels/cpu/chunked_attention.h: windows with Trax's
 // wrap-around, causal and self masks, logsumexp softmax, attention
 // dropout); y = sum_h o_h Wo[h], then output dropout. Dropout only in
 // training mode; the step key k gives the attention mask split(k, 0) and
 // the output mask split(k, 1), shared by all heads and examples as in Trax.
+//
+// masked (Trax's masked=True, whose mask is bool, true = real token): the
+// mask (B, T) is f32 (as the pipeline's loss weights, which mark padding
+// with 0) or int32 (as token ids); 0 (either sign, for f32) is padding,
+// anything else a real token. Keys at padding positions lose 1e9, on top
+// of the causal and self penalties (Trax's kv_info < 0). Unlike Trax, whose
+// kv_info = position x (-1) + 1 is never negative at positions 0 and 1, the
+// flag itself decides, so padding there is masked too. Queries at padding
+// are not masked (as Trax): their outputs are whatever their window gives.
+// The mask takes no gradient (backward's grad_in[1] has no data) and is
+// kept on the tape by reference, as x is.
 //
 // Weights, Trax's stacked layout, each head declared on its own so that its
 // key is Trax's: "Wq[h]" (D, d_qk), "Wk[h]" (unless share_qk), "Wv[h]" (D,
@@ -54,7 +66,8 @@ ct_self_attention_params ct_self_attention_default_params(void);
 //
 // Errors at init or forward name the layer: T not a multiple of chunk_len
 // (both numbers), before/after set without chunk_len, negative sizes,
-// dropout outside [0, 1), and a dropout mask over 2^32 elements.
+// dropout outside [0, 1), a dropout mask over 2^32 elements, and a mask
+// that is not f32 or int32 (B, T) of x's B and T.
 ct_layer *ct_self_attention(ct_self_attention_params p);
 
 #ifdef __cplusplus

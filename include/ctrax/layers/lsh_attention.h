@@ -13,6 +13,7 @@ extern "C" {
 // Not here: share_qk (always shared), mode ('train' or eval by the ctx;
 // 'predict' is not supported), predict_*, bias (crashes in Trax),
 // n_parallel_heads and the loop flags (heads are scheduled over threads).
+// masked and max_length_for_buckets are supported (below).
 typedef struct ct_lsh_self_attention_params {
     int n_heads;          // 2
     int d_qk, d_v;        // 64, 64
@@ -27,13 +28,14 @@ typedef struct ct_lsh_self_attention_params {
     int n_buckets[2];
     float attention_dropout;  // 0: one (chunk_len, window) mask for all chunks, heads, examples
     float output_dropout;     // 0: one (D,) channel mask for all positions and examples
-    bool masked;              // false: n_in 1; true: n_in 2, (x, mask (B, T) f32, nonzero = real token)
-    int max_length_for_buckets;  // 0: the state is sized by init's T; else by this (a longer T fails)
+    bool masked;              // false: n_in 1; true: n_in 2, (x, mask (B, T)): see below
+    int max_length_for_buckets;  // 0 (Trax's None): the state is sized by init's T; else by this
 } ct_lsh_self_attention_params;
 
 ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);
 
-// LSHSelfAttention: x (B, T, D) -> (B, T, D). Per example b and head h:
+// LSHSelfAttention: x (B, T, D) -> (B, T, D); masked: (x, mask) -> (B, T,
+// D). Per example b and head h:
 // q = x Wq[h], v = x Wv[h]; buckets of q by random rotations (R rounds);
 // rows sorted by (bucket, position); chunked attention over the sorted R T
 // rows with keys k = RMS-normalised q / sqrt(d_qk), look-back windows with
@@ -46,9 +48,25 @@ ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);
 // d_v), "Wo[h]" (d_v, D), head h's key split(split(layer key, h), 0 / 2 /
 // 3), U(+-sqrt(6 / (D + d H))).
 //
-// State (sized at init for its B and T = Lb):
+// masked (Trax's masked=True, whose mask is bool, true = real token): the
+// mask (B, T) is f32 (as the pipeline's loss weights, which mark padding
+// with 0) or int32 (as token ids); 0 (either sign, for f32) is padding,
+// anything else a real token. As Trax: NB grows by one bucket, NB - 1,
+// which every padding position gets in every round (so padding sorts after
+// the real positions of its round and never moves them), and keys at
+// padding lose 1e9 on top of the causal and self penalties. Unlike Trax,
+// whose kv_info = position x (-1) + 1 is never negative at positions 0 and
+// 1, the flag itself decides, so padding there is masked too. Queries at
+// padding are not masked: their outputs are whatever their window gives.
+// The mask takes no gradient (backward's grad_in[1] has no data); stored
+// buckets are reused under a matching tag whatever the mask (a
+// recomputation sees the same one).
+//
+// State (sized at init for its B and Lb = max_length_for_buckets, or
+// init's T when that is 0; a forward takes any T up to Lb):
 //   "buckets" (B H, R Lb): the last hashed buckets of each (b, h), exact
-//     integers in f32, round offset r NB included; zero past R T.
+//     integers in f32, round offset r NB included; a T below Lb uses the
+//     prefix R T of each row (zero past it).
 //   "hash" (11): the hash key (two words), the count of hashing forwards,
 //     the tag of the stored buckets: the step key they were hashed under
 //     (two words) and their T (0: none yet). Each 32-bit word as two exact
@@ -64,24 +82,19 @@ ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);
 // init key and the count of forwards (as Trax), not on the step key, and a
 // training step that runs the layer again under its key sees the stored
 // buckets, bitwise, whatever the input: the gradient check holds them fixed
-// that way. Backward reads
-// the buckets from its tape, never from the state.
+// that way. Backward reads the buckets from its tape, never from the state.
 //
-// Recompute in the memory-efficient trainer (src/train/reversible_trainer.c,
-// and the contract of include/ctrax/layers/reversible.h): forward_turn
-// saves the unit's state range before the forward (state_before) and after
-// it (state_after); backward_turn puts state_before back, runs
-// reverse_and_grad (ReversibleHalfResidual calls this forward again with the
-// same key), then puts state_after back. The recompute so sees the hash
-// key the first forward saw and draws the same rotations; the tag is the
-// step before's, so it hashes again, once, and leaves the same state. On
-// the same q the buckets are bitwise the same (test_reversible_recompute: the context
-// item of a half-residual passes through exactly). In a deeper stack the
-// attention's input is reconstructed by subtraction, equal up to rounding,
-// and a bucket flips only where that rounding crosses an argmax tie. Made
-// exact by a trainer that hands reverse_and_grad the state after the
-// forward (Trax's order): the tag then matches and nothing is hashed (also
-// tested); that is the trainer's to change, not this layer's.
+// Recompute in the memory-efficient trainer (src/train/reversible_trainer.c):
+// forward_turn saves the unit's state range before the forward (to roll a
+// failed step back) and after it; backward_turn puts the state after back,
+// runs reverse_and_grad (ReversibleHalfResidual calls this forward again
+// with the same key), then puts it back again. This is
+// Trax's order: the recomputation finds the tag of its own forward, reuses
+// the stored buckets and hashes nothing, so it attends exactly as the
+// forward did even where the attention's input is reconstructed by
+// subtraction (equal up to rounding, which could flip an argmax tie if it
+// were hashed again). The state it leaves is the forward's
+// (test_reversible_recompute).
 //
 // Memory: forward keeps x, q, v, the combined o, each round's o and lse
 // and the buckets (all linear in T) for backward; the working memory of a
@@ -93,9 +106,11 @@ ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);
 // 1/128, so its probabilities sum to 1 within ~0.4%, as in Trax. The
 // rounds are combined in double relative to their maximum.
 //
-// Errors name the layer: B other than init's, T over init's, R T not a
-// multiple of chunk_len, odd or non-positive bucket counts, negative sizes,
-// dropout outside [0, 1).
+// Errors name the layer: B other than init's, T over Lb (naming T and
+// max_length_for_buckets, at init or forward), R T not a multiple of
+// chunk_len, odd or non-positive bucket counts, negative sizes (and a
+// negative max_length_for_buckets), dropout outside [0, 1), and a mask that
+// is not f32 or int32 (B, T) of x's B and T.
 ct_layer *ct_lsh_self_attention(ct_lsh_self_attention_params p);
 
 #ifdef __cplusplus

@@ -29,15 +29,17 @@ int64_t ct_attention_window_chunk(int64_t c, int64_t j, int64_t N) {
 }
 
 // S (m, W) = q_c k_window^T for query chunk c of one head, then the causal
-// (-1e9) and self (-1e5) penalties by position. qh, kh: the head's (T, dk).
-static void window_dots(float *S, const float *qh, const float *kh, int64_t c,
+// (-1e9) and self (-1e5) penalties by position and the padding (-1e9) one
+// by the key's flag. qh, kh: the head's (T, dk); maskb: its example's (T)
+// or NULL.
+static void window_dots(float *S, const float *qh, const float *kh, const float *maskb, int64_t c,
                         const ct_chunked_attention_dims *d) {
     const int64_t m = d->m, W = window_len(d), N = d->T / m, nw = 1 + d->before + d->after;
     for (int64_t jj = 0; jj < nw; jj++) {
         int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         ct_sgemm(false, true, m, m, d->dk, 1.0f, qh + c * m * d->dk, d->dk, kh + s * m * d->dk, d->dk, 0.0f,
                  S + jj * m, W);
-        if (!d->causal && !d->exclude_self) continue;
+        if (!d->causal && !d->exclude_self && !maskb) continue;
         for (int64_t r = 0; r < m; r++) {
             float *row = S + r * W + jj * m;
             int64_t qpos = c * m + r;
@@ -45,6 +47,7 @@ static void window_dots(float *S, const float *qh, const float *kh, int64_t c,
                 int64_t kpos = s * m + i;
                 if (d->causal && qpos < kpos) row[i] -= 1e9f;
                 if (d->exclude_self && qpos == kpos) row[i] -= 1e5f;
+                if (maskb && maskb[kpos] == 0.0f) row[i] -= 1e9f;
             }
         }
     }
@@ -105,11 +108,11 @@ void ct_attention_drop_factors(float *f, int64_t r, int64_t W, ct_key key, float
 }
 
 // One head's forward: qh, kh (T, dk), vh (T, dv) -> oh (T, dv), lseh (T).
-static void head_forward(float *oh, float *lseh, const float *qh, const float *kh, const float *vh, float *S,
-                         ct_key key, const ct_chunked_attention_dims *d) {
+static void head_forward(float *oh, float *lseh, const float *qh, const float *kh, const float *vh,
+                         const float *maskb, float *S, ct_key key, const ct_chunked_attention_dims *d) {
     const int64_t m = d->m, W = window_len(d), N = d->T / m, nw = 1 + d->before + d->after;
     for (int64_t c = 0; c < N; c++) {
-        window_dots(S, qh, kh, c, d);
+        window_dots(S, qh, kh, maskb, c, d);
         for (int64_t r = 0; r < m; r++) {
             float *row = S + r * W;
             lseh[c * m + r] = ct_attention_row_lse(row, W);
@@ -126,14 +129,15 @@ static void head_forward(float *oh, float *lseh, const float *qh, const float *k
 }
 
 void ct_chunked_attention_forward(float *o, float *lse, const float *q, const float *k, const float *v,
-                                  float *scratch, int n_slots, ct_key key, const ct_chunked_attention_dims *d) {
+                                  const float *mask, float *scratch, int n_slots, ct_key key,
+                                  const ct_chunked_attention_dims *d) {
     const int64_t T = d->T, per_slot = ct_chunked_attention_scratch_floats(d, false);
     if (T == 0) return;  // BLAS rejects leading dimensions of 0
 #pragma omp parallel for schedule(static) num_threads(n_slots)
     for (int64_t bh = 0; bh < d->B * d->H; bh++) {
         float *S = scratch + (int64_t)omp_get_thread_num() * per_slot;
         head_forward(o + bh * T * d->dv, lse + bh * T, q + bh * T * d->dk, k + bh * T * d->dk, v + bh * T * d->dv,
-                     S, key, d);
+                     mask ? mask + bh / d->H * T : NULL, S, key, d);
     }
 }
 
@@ -167,10 +171,10 @@ static void row_grads(float *S, float *G, const float *doh, const float *oh, int
 // One head's backward for query chunk c: S, G two (m, W) buffers.
 static void chunk_backward(float *dqh, float *dkh, float *dvh, float *S, float *G, const float *doh,
                            const float *oh, const float *lseh, const float *qh, const float *kh, const float *vh,
-                           int64_t c, ct_key key, const ct_chunked_attention_dims *d) {
+                           const float *maskb, int64_t c, ct_key key, const ct_chunked_attention_dims *d) {
     const int64_t m = d->m, W = window_len(d), N = d->T / m, nw = 1 + d->before + d->after, dk = d->dk,
                   dv = d->dv;
-    window_dots(S, qh, kh, c, d);
+    window_dots(S, qh, kh, maskb, c, d);
     for (int64_t r = 0; r < m; r++) row_probs(S + r * W, lseh[c * m + r], W);
     for (int64_t jj = 0; jj < nw; jj++) {  // G = dO_c V_window^T
         int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
@@ -189,7 +193,7 @@ static void chunk_backward(float *dqh, float *dkh, float *dvh, float *S, float *
 
 void ct_chunked_attention_backward(float *dq, float *dk, float *dv, float *scratch, int n_slots,
                                    const float *dout, const float *o, const float *lse, const float *q,
-                                   const float *k, const float *v, ct_key key,
+                                   const float *k, const float *v, const float *mask, ct_key key,
                                    const ct_chunked_attention_dims *d) {
     const int64_t T = d->T, per_slot = ct_chunked_attention_scratch_floats(d, true);
     const int64_t mw = d->m * window_len(d);
@@ -201,7 +205,7 @@ void ct_chunked_attention_backward(float *dq, float *dk, float *dv, float *scrat
         const int64_t qo = bh * T * d->dk, vo = bh * T * d->dv;
         for (int64_t c = 0; c < T / d->m; c++)
             chunk_backward(dq + qo, dk + qo, dv + vo, S, G, dout + vo, o + vo, lse + bh * T, q + qo, k + qo, v + vo,
-                           c, key, d);
+                           mask ? mask + bh / d->H * T : NULL, c, key, d);
     }
 }
 

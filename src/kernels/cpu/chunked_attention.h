@@ -13,7 +13,11 @@
 //
 // Masks, by position (Trax's info = position + 1): causal subtracts 1e9
 // where the query comes before the key; exclude_self (share_qk) subtracts
-// 1e5 where they are the same position. Then p = exp(dots - lse) with lse =
+// 1e5 where they are the same position; a padding mask (B, T), when given,
+// subtracts 1e9 where the key is padding (mask 0), as Trax's kv_info < 0 but
+// from the flag itself, so padding at positions 0 and 1 is masked too (Trax
+// flips the sign of position 0 and of position 1 - 1 = 0: neither goes
+// negative). The penalties add up. Then p = exp(dots - lse) with lse =
 // logsumexp over the window (max-shifted, summed in double).
 //
 // Attention dropout (training): one keep mask of shape (m, W) for every
@@ -50,15 +54,18 @@ int ct_chunked_attention_n_slots(const ct_chunked_attention_dims *d);
 int64_t ct_chunked_attention_scratch_floats(const ct_chunked_attention_dims *d, bool backward);
 
 // q, k (B,H,T,dk), k already scaled (by 1/sqrt(dk), or normalized), v
-// (B,H,T,dv) -> o (B,H,T,dv), lse (B,H,T). scratch: n_slots * scratch
+// (B,H,T,dv), mask (B,T) or NULL (0 = padding key, anything else a real
+// token) -> o (B,H,T,dv), lse (B,H,T). scratch: n_slots * scratch
 // floats(forward).
 void ct_chunked_attention_forward(float *o, float *lse, const float *q, const float *k, const float *v,
-                                  float *scratch, int n_slots, ct_key key, const ct_chunked_attention_dims *d);
+                                  const float *mask, float *scratch, int n_slots, ct_key key,
+                                  const ct_chunked_attention_dims *d);
 // do (B,H,T,dv) -> dq, dk (B,H,T,dk), dv (B,H,T,dv) +=, from what forward
-// saw and gave (o, lse). dropout's mask is recomputed from key.
+// saw (q, k, v, mask) and gave (o, lse). dropout's mask is recomputed from
+// key.
 void ct_chunked_attention_backward(float *dq, float *dk, float *dv, float *scratch, int n_slots,
                                    const float *dout, const float *o, const float *lse, const float *q,
-                                   const float *k, const float *v, ct_key key,
+                                   const float *k, const float *v, const float *mask, ct_key key,
                                    const ct_chunked_attention_dims *d);
 
 // Pieces the LSH kernel (kernels/cpu/lsh_attention.c) shares with this one.

@@ -17,6 +17,7 @@ static int64_t win_len(const ct_lsh_dims *d) { return d->m * (1 + d->before + d-
 // (L), dsq, dsk (L, dk), G (m, W), the rounds' weights w_r (T, R). L = R T. f (W): one row's
 // dropout factors.
 typedef struct lsh_work {
+    const float *mask;  // (T): 0 = padding key; NULL: none
     int64_t *keys;
     int32_t *perm;
     float *sq, *sk, *sv, *so, *slse, *S, *f;
@@ -44,13 +45,19 @@ static lsh_work carve(float *w, const ct_lsh_dims *d, bool backward) {
     return k;
 }
 
-void ct_lsh_hash(float *buckets, const float *q, const float *rot, int64_t T, int64_t dk, int64_t R,
-                 const int *f, int n_f) {
+void ct_lsh_hash(float *buckets, const float *q, const float *mask, const float *rot, int64_t T, int64_t dk,
+                 int64_t R, const int *f, int n_f) {
     int64_t n_rot = 0, NB = 1;
     for (int j = 0; j < n_f; j++) n_rot += f[j] / 2, NB *= f[j];
+    const int64_t pad = NB;  // the padding bucket, one past the hashed ones
+    if (mask) NB++;
     // rot is (dk, R, n_rot): z[r, t, c] = sum_i q[t, i] rot[i, r, c]
     for (int64_t r = 0; r < R; r++)
         for (int64_t t = 0; t < T; t++) {
+            if (mask && mask[t] == 0.0f) {
+                buckets[r * T + t] = (float)(pad + r * NB);
+                continue;
+            }
             int64_t bucket = 0, stride = 1, c0 = 0;
             for (int j = 0; j < n_f; j++) {
                 const int64_t h = f[j] / 2;
@@ -96,7 +103,8 @@ static void sort_gather(lsh_work *k, const float *q, const float *v, const float
     }
 }
 
-// S (m, W) = sq_c sk_window^T, penalised by original position.
+// S (m, W) = sq_c sk_window^T, penalised by original position and by the
+// key's padding flag.
 static void dots(float *S, const lsh_work *k, int64_t c, const ct_lsh_dims *d) {
     const int64_t m = d->m, W = win_len(d), N = d->R * d->T / m, nw = 1 + d->before + d->after, T = d->T;
     for (int64_t jj = 0; jj < nw; jj++) {
@@ -110,6 +118,7 @@ static void dots(float *S, const lsh_work *k, int64_t c, const ct_lsh_dims *d) {
                 int64_t kpos = k->perm[s * m + i] % T;
                 if (d->causal && qpos < kpos) row[i] -= 1e9f;
                 if (qpos == kpos) row[i] -= 1e5f;
+                if (k->mask && k->mask[kpos] == 0.0f) row[i] -= 1e9f;
             }
         }
     }
@@ -143,11 +152,12 @@ static void chunk_forward(lsh_work *k, float *f, int64_t c, ct_key key, const ct
     }
 }
 
-void ct_lsh_forward(float *o_r, float *lse_r, const float *q, const float *v, const float *buckets, float *work,
-                    ct_key key, const ct_lsh_dims *d) {
+void ct_lsh_forward(float *o_r, float *lse_r, const float *q, const float *v, const float *mask,
+                    const float *buckets, float *work, ct_key key, const ct_lsh_dims *d) {
     const int64_t L = d->R * d->T;
     if (L == 0) return;
     lsh_work k = carve(work, d, false);
+    k.mask = mask;
     sort_gather(&k, q, v, buckets, d);
     for (int64_t c = 0; c < L / d->m; c++) chunk_forward(&k, k.f, c, key, d);
     for (int64_t j = 0; j < L; j++) {  // unsort: the gather's inverse
@@ -251,11 +261,12 @@ static void shared_key_backward(lsh_work *k, const ct_lsh_dims *d) {
 }
 
 void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, const float *o_r,
-                     const float *lse_r, const float *q, const float *v, const float *buckets, float *work,
-                     ct_key key, const ct_lsh_dims *d) {
+                     const float *lse_r, const float *q, const float *v, const float *mask, const float *buckets,
+                     float *work, ct_key key, const ct_lsh_dims *d) {
     const int64_t T = d->T, L = d->R * T;
     if (L == 0) return;
     lsh_work k = carve(work, d, true);
+    k.mask = mask;
     sort_gather(&k, q, v, buckets, d);
     combine_backward(&k, dout, o, o_r, lse_r, d);
     memset(k.dsv, 0, (size_t)(L * d->dv) * sizeof(float));

@@ -12,7 +12,14 @@
 // r*W + w for every chunk, head and example), but the masks compare the
 // original positions of the sorted rows: -1e9 where the query position is
 // before the key's (causal), -1e5 where they are equal (always on for LSH;
-// it also hits the same position met in another round).
+// it also hits the same position met in another round), and -1e9 where the
+// key's position is padding (mask 0, when a mask is given): Trax's kv_info
+// < 0, but read from the flag, so padding at positions 0 and 1 is masked
+// too (Trax's info = position x (+-1) + 1 is never negative there).
+//
+// Padding (masked layers): Trax's extra bucket. The hash gives padding
+// positions bucket NB - 1 of NB = (the factors' product) + 1, so they sort
+// after every real position of their round; NB counts that extra bucket.
 //
 // Memory: per call a work area of ct_lsh_work_floats floats, linear in
 // R*T plus one or two (m, W) score windows; never T x T.
@@ -26,7 +33,7 @@
 
 typedef struct ct_lsh_dims {
     int64_t T, dk, dv;      // length, per-head q.k and value depths
-    int64_t R, NB;          // hash rounds, buckets per round
+    int64_t R, NB;          // hash rounds, buckets per round (masked: the padding one included)
     int64_t m;              // chunk length; (R * T) % m == 0
     int64_t before, after;  // chunks looked at before / after a query chunk
     bool causal;
@@ -40,21 +47,24 @@ int64_t ct_lsh_work_floats(const ct_lsh_dims *d, bool backward);
 // Hashes q (T, dk) with rot (dk, R, n_rot / 2), n_rot = sum of the factors
 // f[0 .. n_f) (each even): per round r and factor j, b_j = argmax(concat(z,
 // -z)) over the factor's columns (first index on ties), bucket = sum_j b_j
-// prod_{i<j} f_i, plus r * NB. -> buckets (R * T).
-void ct_lsh_hash(float *buckets, const float *q, const float *rot, int64_t T, int64_t dk, int64_t R,
-                 const int *f, int n_f);
+// prod_{i<j} f_i, plus r * NB. With mask (T; 0 = padding) NB = prod f + 1
+// and padding positions get bucket prod f (Trax's extra bucket); without
+// (NULL) NB = prod f. -> buckets (R * T).
+void ct_lsh_hash(float *buckets, const float *q, const float *mask, const float *rot, int64_t T, int64_t dk,
+                 int64_t R, const int *f, int n_f);
 
-// q (T, dk), v (T, dv), buckets (R*T) -> o_r (R, T, dv) and lse_r (R, T):
-// each round's attention output and logsumexp, unsorted.
-void ct_lsh_forward(float *o_r, float *lse_r, const float *q, const float *v, const float *buckets, float *work,
-                    ct_key key, const ct_lsh_dims *d);
+// q (T, dk), v (T, dv), mask (T; 0 = padding key) or NULL, buckets (R*T)
+// -> o_r (R, T, dv) and lse_r (R, T): each round's attention output and
+// logsumexp, unsorted.
+void ct_lsh_forward(float *o_r, float *lse_r, const float *q, const float *v, const float *mask,
+                    const float *buckets, float *work, ct_key key, const ct_lsh_dims *d);
 // o (T, dv) = sum_r softmax_r(lse_r) o_r (o = o_r for R = 1, bitwise);
 // w: R floats of scratch.
 void ct_lsh_combine(float *o, const float *o_r, const float *lse_r, float *w, const ct_lsh_dims *d);
 // do (T, dv) of the combined o -> dq (T, dk) +=, dv (T, dv) +=, from what
-// forward saw (q, v, buckets) and gave (o_r, lse_r, o).
+// forward saw (q, v, mask, buckets) and gave (o_r, lse_r, o).
 void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, const float *o_r,
-                     const float *lse_r, const float *q, const float *v, const float *buckets, float *work,
-                     ct_key key, const ct_lsh_dims *d);
+                     const float *lse_r, const float *q, const float *v, const float *mask, const float *buckets,
+                     float *work, ct_key key, const ct_lsh_dims *d);
 
 #endif
