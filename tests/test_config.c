@@ -3,6 +3,7 @@
 // the operative config round trip, building models, optimizers, schedules
 // and inputs from a config, and a fuzz-ish pass over prefixes and mutations
 // of valid configs.
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2165,6 +2166,23 @@ static void test_reformer_options(void) {
     EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'no'\nReformerLM.axial_pos_shape = 'fixed-base'\n",
                             "r.gin:8:1: ReformerLM.axial_pos_shape = 'fixed-base' means pos_type 'fixed-base', but "
                             "r.gin:7:1: ReformerLM.pos_type = 'no'");
+    // The axial shape must multiply to the inputs' length (copy task, train_length 5: 10 tokens),
+    // known where the run is planned: both settings named, with their places.
+    {
+        ct_config_run_shape run = {.model = "ReformerLM", .inputs = "sequence_copy_inputs", .batch_size = 2};
+        static const char axial[] = "ReformerLM.vocab_size = 8\nReformerLM.d_model = 8\nReformerLM.n_heads = 2\n"
+                                    "ReformerLM.pos_type = 'axial'\nReformerLM.pos_d_axial_embs = (4, 4)\n"
+                                    COPY_INPUTS(5);
+        char text[1024];
+        snprintf(text, sizeof text, "%sReformerLM.pos_axial_shape = (2, 4)\n", axial);
+        expect_budget(text, run, CT_ERR_ARG,
+                      (const char *const[]){"big.gin:10:1: ReformerLM.pos_axial_shape = (2, 4) multiplies to 8, but the "
+                                            "inputs' examples are 10 tokens long (big.gin:7:1: "
+                                            "sequence_copy_inputs.train_length = 5)",
+                                            NULL});
+        snprintf(text, sizeof text, "%sReformerLM.pos_axial_shape = (2, 5)\n", axial);
+        expect_budget(text, run, CT_OK, (const char *const[]){NULL});
+    }
     // ff_use_sru is stored: k SRU(d_model) layers (each a Dense(3 d_model)) replace each feed-forward
     // (its LayerNorm, Dense(d_ff), Dense(d_model)); the plan's weights say so without building.
     {
@@ -2355,6 +2373,84 @@ static void test_reformer_attention_types(void) {
     }
 }
 
+// ---- Trax's defaults the train settings take from elsewhere -----------------------------------
+
+static ct_status read_train_text(const char *text, ct_config **cfg, ct_train_settings *t, ct_error *err) {
+    *cfg = config_text("t.gin", text, err);
+    return ct_config_read_train(*cfg, t, err);
+}
+
+static void test_train_defaults_from_trax(void) {
+    ct_error err = {0};
+    ct_config *cfg;
+    ct_train_settings t;
+    // No lr_schedule_fn: Trax's multifactor, whose bindings then apply.
+    CHECK_OK(read_train_text("multifactor.constant = 0.05\nmultifactor.warmup_steps = 40\n", &cfg, &t, &err), &err);
+    CHECK(t.lr_schedule_fn && !strcmp(t.lr_schedule_fn, "multifactor"));
+    ct_schedule *s = t.lr_schedule_fn ? build_schedule(cfg, t.lr_schedule_fn, &err) : NULL, *d = NULL;
+    ct_multifactor_params mp = ct_multifactor_default_params();
+    CHECK(!strcmp(mp.factors, "constant * linear_warmup * rsqrt_decay") && mp.constant == 0.1 && mp.warmup_steps == 400);
+    mp.constant = 0.05, mp.warmup_steps = 40;
+    CHECK_OK(ct_schedule_multifactor(&mp, &d, &err), &err);
+    if (s && d) same_schedule(s, d, "default lr_schedule_fn with multifactor bindings");
+    CHECK(s && ct_schedule_value(s, 10) == (float)(0.05 * 10 / 40.0 / sqrt(40.0)));
+    ct_schedule_free(s);
+    ct_schedule_free(d);
+    for (int i = 0; i < ct_config_n_bindings(cfg); i++) CHECK(ct_config_binding_at(cfg, i).used);
+    ct_config_free(cfg);
+    // None: no schedule, the optimizer's learning_rate every step (ctrax's).
+    CHECK_OK(read_train_text("train.lr_schedule_fn = None\n", &cfg, &t, &err), &err);
+    CHECK(t.lr_schedule_fn == NULL);
+    ct_config_free(cfg);
+    CHECK_OK(read_train_text("train.lr_schedule_fn = @constant\nconstant.value = 0.25\n", &cfg, &t, &err), &err);
+    CHECK(t.lr_schedule_fn && !strcmp(t.lr_schedule_fn, "constant"));
+    ct_config_free(cfg);
+
+    // The inputs' batch_size (Trax's) is the run's; train.batch_size bound to
+    // another value is an error naming both bindings.
+    static const char copy[] = "train.inputs = @sequence_copy_inputs\nsequence_copy_inputs.vocab_size = 8\n"
+                               "sequence_copy_inputs.train_length = 5\nsequence_copy_inputs.eval_min_length = 4\n"
+                               "sequence_copy_inputs.eval_max_length = 5\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%ssequence_copy_inputs.batch_size = 12\n", copy);
+    CHECK_OK(read_train_text(text, &cfg, &t, &err), &err);
+    CHECK(t.batch_size == 12);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK_OK(ct_config_build_inputs(cfg, t.inputs, t.batch_size, 1, &train, &eval, &err), &err);
+    ct_batch b;
+    CHECK_OK(ct_stream_next(train, &b, &err), &err);
+    CHECK(b.t[0].shape[0] == 12);
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    CHECK(ct_config_build_inputs(cfg, t.inputs, 32, 1, &train, &eval, &err) == CT_ERR_ARG && !train && !eval);
+    CHECK_MSG(strstr(err.msg, "t.gin:6:1: sequence_copy_inputs.batch_size = 12, but batches of 32 were asked for"),
+              "%s", err.msg);
+    // The operative config says 12 for both and reads back.
+    char *op = ct_config_operative_text(cfg);
+    CHECK(strstr(op, "\ntrain.batch_size = 12\n") && strstr(op, "\nsequence_copy_inputs.batch_size = 12\n"));
+    ct_config_free(cfg);
+    CHECK_OK(read_train_text(op, &cfg, &t, &err), &err);
+    CHECK(t.batch_size == 12);
+    ct_config_free(cfg);
+    ct_free(op);
+    snprintf(text, sizeof text, "%saddition_inputs.batch_size = 12\ntrain.batch_size = 12\n",
+             "train.inputs = @addition_inputs\n");
+    CHECK_OK(read_train_text(text, &cfg, &t, &err), &err);
+    CHECK(t.batch_size == 12);
+    ct_config_free(cfg);
+    snprintf(text, sizeof text, "%ssequence_copy_inputs.batch_size = 12\ntrain.batch_size = 64\n", copy);
+    CHECK(read_train_text(text, &cfg, &t, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "t.gin:6:1: sequence_copy_inputs.batch_size = 12 and t.gin:7:1: train.batch_size = 64 "
+                              "set the batch size differently"),
+              "%s", err.msg);
+    ct_config_free(cfg);
+    // Unbound: train.batch_size as before.
+    snprintf(text, sizeof text, "%strain.batch_size = 7\n", copy);
+    CHECK_OK(read_train_text(text, &cfg, &t, &err), &err);
+    CHECK(t.batch_size == 7);
+    ct_config_free(cfg);
+}
+
 int main(void) {
     find_config_dir();
     printf("configs in %s\n", config_dir);
@@ -2377,6 +2473,7 @@ int main(void) {
     test_memory_budget();
     test_reformer_options();
     test_reformer_attention_types();
+    test_train_defaults_from_trax();
     test_skip_nonfinite_setting();
     test_fuzz();
     return check_summary("test_config");

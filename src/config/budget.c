@@ -142,8 +142,12 @@ static void reformer_positions(cfg_plan *out, const ct_reformer_lm_params *m) {
         add_w(out, m->d_model / 8, 0, 4 * 8);
         add_w(out, m->d_model, 0, 1);
     } else if (!strcmp(t, "axial")) {
-        for (int k = 0; k < m->pos_axial_n && k < CT_AXIAL_MAX_AXES; k++)
+        out->exact_length = 1;
+        for (int k = 0; k < m->pos_axial_n && k < CT_AXIAL_MAX_AXES; k++) {
             add_w(out, m->pos_axial_shape[k], m->pos_d_axial_embs[k], 1);
+            out->exact_length *= m->pos_axial_shape[k];
+        }
+        out->exact_length_param = "pos_axial_shape";
     }
 }
 
@@ -405,6 +409,22 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
     int64_t length = 0;
     const char *length_param = NULL;
     if (run->inputs) CT_TRY(cfg_inputs_length(cfg, run->inputs, &length, &length_param, err));
+    if (plan.exact_length > 0 && length > 0 && length != plan.exact_length) {
+        // The axial table covers exactly its shape's product (Trax's too).
+        char model_setting[400], input_setting[400];
+        setting_text(cfg, run->model, plan.exact_length_param, NULL, model_setting, sizeof model_setting);
+        if (!strcmp(plan.exact_length_param, "pos_axial_shape")) {
+            // Trax's older spelling, when that is what the config wrote.
+            char where[300];
+            cfg_where(cfg, run->model, "axial_pos_shape", where, sizeof where);
+            if (where[0]) setting_text(cfg, run->model, "axial_pos_shape", NULL, model_setting, sizeof model_setting);
+        }
+        setting_text(cfg, run->inputs, length_param ? length_param : "?", NULL, input_setting, sizeof input_setting);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s multiplies to %lld, but the inputs' examples are %lld tokens long (%s): the axial "
+                            "positions cover exactly that product",
+                            model_setting, (long long)plan.exact_length, (long long)length, input_setting);
+    }
     if (plan.uses_length && length <= 0) return CT_OK;  // the data decide T: nothing to estimate
     mem->example_length = plan.uses_length ? length : 0;
     double T = plan.uses_length ? (double)length : 0;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "config/internal.h"
+#include "ctrax/core/log.h"
 #include "ctrax/core/memory.h"
 
 #define MAX_MACRO_DEPTH 32  // macros defined through macros
@@ -54,6 +55,8 @@ struct ct_config {
     int n_strings, cap_strings;
     char **includes;  // the include stack (real paths)
     int n_includes, cap_includes;
+    char **warned;  // warnings already given (cfg_warn_once)
+    int n_warned, cap_warned;
 };
 
 // snprintf that may cut its output (messages are capped by ct_error anyway).
@@ -100,6 +103,8 @@ void ct_config_free(ct_config *cfg) {
     }
     for (int i = 0; i < cfg->n_strings; i++) ct_free(cfg->strings[i]);
     for (int i = 0; i < cfg->n_includes; i++) ct_free(cfg->includes[i]);
+    for (int i = 0; i < cfg->n_warned; i++) ct_free(cfg->warned[i]);
+    ct_free(cfg->warned);
     ct_free(cfg->bindings);
     ct_free(cfg->macros);
     ct_free(cfg->records);
@@ -115,6 +120,14 @@ const char *cfg_intern(ct_config *cfg, const char *s) {
     cfg->strings = grow(cfg->strings, &cfg->cap_strings, cfg->n_strings + 1, sizeof *cfg->strings);
     cfg->strings[cfg->n_strings] = ct_strdup(s);
     return cfg->strings[cfg->n_strings++];
+}
+
+void cfg_warn_once(ct_config *cfg, const char *msg) {
+    for (int i = 0; i < cfg->n_warned; i++)
+        if (!strcmp(cfg->warned[i], msg)) return;
+    cfg->warned = grow(cfg->warned, &cfg->cap_warned, cfg->n_warned + 1, sizeof *cfg->warned);
+    cfg->warned[cfg->n_warned++] = ct_strdup(msg);
+    ct_log(CT_LOG_WARN, "%s", msg);
 }
 
 int cfg_include_push(ct_config *cfg, const char *real_path, int max_depth) {
@@ -648,6 +661,28 @@ static void record_query(ct_config *cfg, const char *name, const cfg_def *d, con
     cfg->records[cfg->n_records++] = (record){.name = ct_strdup(name), .def = d, .param = p, .value = v};
 }
 
+static ct_status query_target(const char *name, const char *param, char **scope, const cfg_def **d,
+                              const cfg_param **p, ct_error *err);
+
+void cfg_record_value(ct_config *cfg, const char *name, const char *param, const ct_config_value *v) {
+    char *scope;
+    const cfg_def *d;
+    const cfg_param *p;
+    if (query_target(name, param, &scope, &d, &p, NULL) != CT_OK) return;
+    char *full = scoped_name(scope, d->name);
+    record_query(cfg, full, d, p, v);
+    ct_free(full);
+    ct_free(scope);
+}
+
+void cfg_record_string(ct_config *cfg, const char *name, const char *param, const char *s) {
+    ct_config_value *v = ct_calloc(1, sizeof *v);
+    *v = (ct_config_value){.kind = CT_CONFIG_STRING, .s = ct_strdup(s), .file = cfg_intern(cfg, "<default>")};
+    cfg->owned = grow(cfg->owned, &cfg->cap_owned, cfg->n_owned + 1, sizeof *cfg->owned);
+    cfg->owned[cfg->n_owned++] = v;
+    cfg_record_value(cfg, name, param, v);
+}
+
 // Finds the configurable and parameter a query names; errors are the
 // program's bugs (CT_ERR_STATE).
 static ct_status query_target(const char *name, const char *param, char **scope, const cfg_def **d,
@@ -1110,6 +1145,18 @@ ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch
     if (batch_size < 1 || batch_size > (1 << 24))
         return ct_error_set(err, CT_ERR_ARG, "%s: batch_size %lld is out of range (1 to 2^24)", name,
                             (long long)batch_size);
+    // An input that sets its own batch size (Trax's sequence_copy_inputs.batch_size)
+    // is asked for that one: ct_config_read_train gives it as train.batch_size.
+    if (cfg_def_param(d, "batch_size")) {
+        const ct_config_value *v;
+        CT_TRY(cfg_query_default(cfg, name, "batch_size", &v, err));
+        if (v->kind == CT_CONFIG_INT && v->i != batch_size) {
+            char where[300];
+            cfg_where(cfg, name, "batch_size", where, sizeof where);
+            return ct_error_set(err, CT_ERR_ARG, "%s%s.batch_size = %lld, but batches of %lld were asked for", where,
+                                name, (long long)v->i, (long long)batch_size);
+        }
+    }
     ct_status st = d->build_inputs(cfg, name, (int)batch_size, seed, train, eval, err);
     if (st != CT_OK) {
         ct_stream_free(*train);

@@ -82,6 +82,10 @@ typedef struct cfg_plan {
     // per_token_sq * T^2 (attention probabilities) + per_example.
     double act_per_token, act_per_token_sq, act_per_example;
     bool uses_length;  // a sequence model: its batches are (B, T) tokens
+    // > 0: the only length T the model takes (ReformerLM's axial positions:
+    // the product of pos_axial_shape), and the parameter that sets it.
+    int64_t exact_length;
+    const char *exact_length_param;
 } cfg_plan;
 
 typedef struct cfg_def cfg_def;
@@ -145,6 +149,12 @@ const char *cfg_closest(const char *s, const char *const *cands, int n);
 // error (CT_ERR_ARG) that says so.
 ct_status cfg_query_default(ct_config *cfg, const char *name, const char *param, const ct_config_value **out,
                             ct_error *err);
+// Records v (a value the config owns, of name.param's type) as the value
+// the program used for name.param, for the operative config: a setting
+// another one decided (train.batch_size from the inputs' batch_size).
+void cfg_record_value(ct_config *cfg, const char *name, const char *param, const ct_config_value *v);
+// The same for a string the program decided (a copy is kept).
+void cfg_record_string(ct_config *cfg, const char *name, const char *param, const char *s);
 // "file:line:col: " of the binding a query of name.param would read, or ""
 // if it is not bound; for checks across parameters.
 void cfg_where(const ct_config *cfg, const char *name, const char *param, char *buf, size_t len);
@@ -213,6 +223,10 @@ ct_status cfg_parse_value(ct_config *cfg, const char *text, const char *source, 
 
 // Interned source names: the returned pointer lives as long as cfg.
 const char *cfg_intern(ct_config *cfg, const char *s);
+// Logs the warning msg (CT_LOG_WARN) unless this config has given it
+// before: a model's settings are read more than once (the memory budget,
+// then the build), its warnings are said once.
+void cfg_warn_once(ct_config *cfg, const char *msg);
 // Include stack for cycle detection (real paths): 0 when pushed, -1 when
 // real_path is already on it (a cycle), -2 when it is max_depth deep.
 int cfg_include_push(ct_config *cfg, const char *real_path, int max_depth);

@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "config/internal.h"
-#include "ctrax/core/log.h"
 #include "ctrax/layers/core.h"
 #include "ctrax/models/models.h"
 #include "ctrax/optim/optimizer.h"
@@ -183,7 +182,7 @@ static void self_attention_defaults(void *p) { *(ct_self_attention_params *)p = 
 static const cfg_param lsh_self_attention_params[] = {
     ATT_PASSED(ct_lsh_self_attention_params, NULL),
     {.name = "n_hashes", .type = CFG_INT, LSH_FIELD(n_hashes), .lo = 1, .hi = 1 << 16, .doc = "hash rounds"},
-    {.name = "n_buckets", .type = CFG_ANY, .default_gin = "None",
+    {.name = "n_buckets", .type = CFG_ANY, .default_gin = "None", .none_ok = true,
      .doc = "None (2 max(1, T / chunk_len), factored over 128), an even int, or a list/tuple of 2 even factors"},
     {.name = "max_length_for_buckets", .type = CFG_INT, LSH_FIELD(max_length_for_buckets), .none_ok = true,
      .lo = 1, .hi = INFINITY, .doc = "None: the stored buckets are sized by the first input's length"},
@@ -345,7 +344,9 @@ static ct_status attention_settings(ct_config *cfg, const ct_reformer_lm_params 
         char text[400], passed[80];
         binding_text(cfg, ref, att_passed[i], v, text, sizeof text);
         reformer_passed_text(p, att_passed[i], passed, sizeof passed);
-        ct_log(CT_LOG_WARN, "%s is overridden by ReformerLM, which passes %s, as in Trax", text, passed);
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s is overridden by ReformerLM, which passes %s, as in Trax", text, passed);
+        cfg_warn_once(cfg, msg);
     }
     return d->struct_size ? cfg_fill_struct(cfg, ref, d, out, err) : CT_OK;
 }
@@ -410,6 +411,8 @@ static ct_status reformer_positions_fill(ct_config *cfg, const char *name, ct_re
             return ct_error_set(err, CT_ERR_ARG, "%s means pos_type '%s', but %s%s.pos_type = '%s'", text, implied,
                                 where_type, name, p->pos_type ? p->pos_type : "None");
         p->pos_type = implied;
+        // The operative config says which pos_type was used (and reads back).
+        cfg_record_string(cfg, name, "pos_type", implied);
         if (shape->kind == CT_CONFIG_STRING) shape = NULL;
     } else if (shape->kind != CT_CONFIG_LIST && shape->kind != CT_CONFIG_TUPLE) {
         binding_text(cfg, name, shape_param, shape, text, sizeof text);
@@ -702,9 +705,11 @@ static ct_status constant_new(const void *p, ct_schedule **out, ct_error *err) {
 #define INPUT_ROW(...) ROW(void, __VA_ARGS__)
 #define PAD_TO_MULTIPLE(X)                                                                                        \
     X(INT, pad_to_multiple, "1", RANGE(1, 1 << 20), UNSTORED,                                                    \
-      "round the fixed padded length up to a multiple of this (Trax's default: 32)")
+      "round the fixed padded length up to a multiple of this (Trax's default: 32)")                              \
+    X(INT, batch_size, "None", RANGE(1, 1 << 24), UNSTORED_NULLABLE,                                             \
+      "examples per batch, as Trax sets it; None: train.batch_size (binding both differently is an error)")
 
-// Trax's trax.data.sequence_copy_inputs (its batch_size is train.batch_size).
+// Trax's trax.data.sequence_copy_inputs.
 #define COPY_INPUTS_PARAMS(X)                                                                                     \
     X(INT, vocab_size, NULL, RANGE(2, 1 << 30), ASKED, "tokens 0..vocab_size-1; 0 is the separator")             \
     X(INT, train_length, NULL, RANGE(2, 1 << 20), ASKED, "training w has 1..train_length-1 tokens (as Trax)")     \
@@ -760,6 +765,39 @@ static const cfg_param idx_inputs_params[] = {IDX_INPUTS_PARAMS(INPUT_ROW)};
 #define TRAIN_ROW(...) ROW(ct_train_settings, __VA_ARGS__)
 static const cfg_param train_params[] = {CT_TRAIN_SETTINGS(TRAIN_ROW)};
 static void train_defaults(void *p) { *(ct_train_settings *)p = ct_train_default_settings(); }
+
+// The train settings a row alone cannot give. Trax sets the batch size on
+// its inputs (sequence_copy_inputs.batch_size):
+// bound there, it is the run's batch size; train.batch_size (ctrax's) bound
+// to another value too is an error naming both.
+static ct_status train_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
+    ct_train_settings *t = vp;
+    // lr_schedule_fn: unbound is Trax's default (multifactor); None, which
+    // would keep that default, means no schedule: the optimizer's own rate.
+    const ct_config_value *lr;
+    CT_TRY(cfg_query_default(cfg, name, "lr_schedule_fn", &lr, err));
+    if (lr->kind == CT_CONFIG_NONE) t->lr_schedule_fn = NULL;
+    if (!t->inputs) return CT_OK;
+    const char *slash = strrchr(t->inputs, '/');
+    char why[256];
+    const cfg_def *d = cfg_lookup(slash ? slash + 1 : t->inputs, why, sizeof why);
+    if (!d || !cfg_def_param(d, "batch_size")) return CT_OK;
+    const ct_config_value *v;
+    CT_TRY(cfg_query_default(cfg, t->inputs, "batch_size", &v, err));
+    if (v->kind == CT_CONFIG_NONE) return CT_OK;
+    char where_in[300], where_train[300];
+    cfg_where(cfg, t->inputs, "batch_size", where_in, sizeof where_in);
+    cfg_where(cfg, name, "batch_size", where_train, sizeof where_train);
+    if (where_train[0] && t->batch_size != v->i)
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s.batch_size = %lld and %s%s.batch_size = %lld set the batch size differently: bind "
+                            "one (Trax's configs set it on the inputs)",
+                            where_in, t->inputs, (long long)v->i, where_train, name, (long long)t->batch_size);
+    t->batch_size = v->i;
+    // The operative config says what was used, and reads back without a conflict.
+    cfg_record_value(cfg, name, "batch_size", v);
+    return CT_OK;
+}
 #define LOOP_ROW(...) ROW(ct_loop_settings, __VA_ARGS__)
 static const cfg_param loop_params[] = {CT_LOOP_SETTINGS(LOOP_ROW)};
 static void loop_defaults(void *p) { *(ct_loop_settings *)p = ct_loop_default_settings(); }
@@ -850,7 +888,7 @@ static const cfg_def registry[] = {
      .doc = "IDX images and labels (MNIST, Fashion-MNIST): images f32 (B, rows, cols) / 255, labels int32 (B)"},
 
     {.name = "train", .kind = CFG_SETTINGS, .modules = "trax.supervised.trainer_lib trax.supervised",
-     PARAMS(train_params), .struct_size = sizeof(ct_train_settings), .defaults = train_defaults,
+     PARAMS(train_params), .struct_size = sizeof(ct_train_settings), .defaults = train_defaults, .fill = train_fill,
      .doc = "what `ctrax train` trains, with what, for how long"},
     {.name = "Loop", .kind = CFG_SETTINGS, .modules = "trax.supervised.training", PARAMS(loop_params),
      .struct_size = sizeof(ct_loop_settings), .defaults = loop_defaults,

@@ -243,7 +243,9 @@ ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch
     X(REF(MODEL), model, NULL, ANY, NONE, "the model to train")                                                  \
     X(REF(LAYER), loss_fn, "WeightedCategoryCrossEntropy", ANY, NONE, "the training loss")                       \
     X(REF(OPTIMIZER), optimizer, "Adam", ANY, NONE, NULL)                                                         \
-    X(REF(SCHEDULE), lr_schedule_fn, NULL, ANY, NONE, "learning rate per step")                                  \
+    X(REF(SCHEDULE), lr_schedule_fn, "multifactor", ANY, NONE,                                                   \
+      "learning rate per step; Trax's default multifactor (its multifactor.* bindings apply); None: the optimizer's " \
+      "learning_rate every step (ctrax's)")                                                                        \
     X(REF(INPUT), inputs, NULL, ANY, NONE, "the training and eval streams")                                      \
     X(LIST, metrics, "[@WeightedCategoryAccuracy]", ANY, UNSTORED_NULLABLE, "eval metrics: a list of @layers")   \
     X(INT64, steps, 1000, AT_LEAST(0), NONE, "training steps")                                                   \
