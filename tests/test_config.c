@@ -2097,6 +2097,11 @@ static void test_reformer_options(void) {
                    "LSHSelfAttention.chunk_len = 6\nLSHSelfAttention.n_hashes = 2\n"
                    "ReformerLM.d_attention_key = 8\n" COPY_INPUTS(9),
                    "ReformerLM", 18 * 16, 48);
+    check_estimate("ReformerLM(ff_use_sru 2: SRU feed-forwards)",
+                   "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
+                   "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
+                   "ReformerLM.dropout = 0.0\nReformerLM.ff_use_sru = 2\n" COPY_INPUTS(9),
+                   "ReformerLM", 18 * 16, 48);
     check_estimate("ReformerLM(LSHSelfAttention only: linear memory)",
                    "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
                    "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
