@@ -319,6 +319,20 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
 }
 
 
+// Which OpenBLAS kernel the matrix products run, and why.
+static void print_blas(void) {
+    const char *generic = getenv("CTRAX_BLAS_GENERIC"), *better = ct_blas_vector_core();
+    if (generic && getenv("OPENBLAS_CORETYPE"))
+        printf("blas: OpenBLAS kernel %s, chosen from this CPU's vector features (OpenBLAS's table of CPU models "
+               "gave the generic %s)\n",
+               ct_blas_core(), generic);
+    else if (better)
+        printf("blas: OpenBLAS kernel %s (generic): this CPU could run %s; set OPENBLAS_CORETYPE=%s\n",
+               ct_blas_core(), better, better);
+    else
+        printf("blas: OpenBLAS kernel %s\n", ct_blas_core());
+}
+
 // The trainer's memory plan: one line at start, and the same figures (bytes)
 // in <output_dir>/memory_plan.json, recorded with the run.
 static void print_memory_plan(const ct_memory_plan *p, const char *output_dir) {
@@ -378,6 +392,7 @@ static int run_train(const train_args *a) {
                o.trainer.memory_efficient ? "memory-efficient" : "standard", o.trainer.n_devices,
                r.comm ? ct_comm_size(r.comm) : 1, r.output_dir);
         printf("data: %s\n", desc);
+        print_blas();
         print_memory_plan(ct_trainer_memory_plan(ct_loop_trainer(r.loop)), r.output_dir);
         if (ct_loop_restored_from(r.loop)[0])
             printf("resuming from %s/%s at step %lld\n", r.output_dir, ct_loop_restored_from(r.loop),
@@ -419,7 +434,23 @@ static void usage(FILE *f) {
             "ctrax COMMAND --help shows a command's options. Exit codes: 0 done, 1 error, 2 bad usage.\n");
 }
 
+// OpenBLAS picks its kernel from a table of CPU models when it loads; on a
+// CPU the table does not know it falls back to a generic SSE3 kernel, 4-5x
+// slower. Then the kernel the CPU's features run (ct_blas_vector_core) is
+// put in OPENBLAS_CORETYPE and the program executes itself again, once:
+// CTRAX_BLAS_GENERIC keeps the generic name for the log and stops a loop.
+// A user's own OPENBLAS_CORETYPE is left alone.
+static void use_vector_blas(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE") || getenv("CTRAX_BLAS_GENERIC")) return;
+    const char *core = ct_blas_vector_core();
+    if (!core) return;
+    if (setenv("CTRAX_BLAS_GENERIC", ct_blas_core(), 1) || setenv("OPENBLAS_CORETYPE", core, 1)) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE");  // could not run again: keep the generic kernel (logged by train)
+}
+
 int main(int argc, char **argv) {
+    use_vector_blas(argv);
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;

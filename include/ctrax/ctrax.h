@@ -44,6 +44,7 @@
 #ifndef CTRAX_CTRAX_H
 #define CTRAX_CTRAX_H
 
+#include "ctrax/core/blas.h"
 #include "ctrax/core/error.h"
 #include "ctrax/core/log.h"
 #include "ctrax/core/memory.h"
@@ -59,6 +60,7 @@
 #include "ctrax/layers/layer.h"
 #include "ctrax/layers/lsh_attention.h"
 #include "ctrax/layers/reversible.h"
+#include "ctrax/layers/rnn.h"
 #include "ctrax/models/models.h"
 #include "ctrax/optim/optimizer.h"
 #include "ctrax/optim/schedules.h"

@@ -1,6 +1,10 @@
 #include "kernels/cpu/matmul.h"
 
 #include <cblas.h>
+#include <stddef.h>
+#include <strings.h>
+
+#include "ctrax/core/blas.h"
 
 void ct_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
               int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -27,4 +31,23 @@ void ct_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
     if (dbias)
         for (int64_t n = 0; n < N; n++)
             for (int64_t o = 0; o < OC; o++) dbias[o] += dout[n * OC + o];
+}
+
+const char *ct_blas_core(void) { return openblas_get_corename(); }
+
+// OpenBLAS's vector kernels for x86-64 (DYNAMIC_ARCH builds) by the
+// features they need.
+const char *ct_blas_vector_core(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    const char *core = openblas_get_corename();
+    static const char *const vector_cores[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+    for (size_t i = 0; i < sizeof vector_cores / sizeof *vector_cores; i++)
+        if (core && strcasecmp(core, vector_cores[i]) == 0) return NULL;  // already a vector kernel
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+    return NULL;
 }
