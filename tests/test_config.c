@@ -1738,12 +1738,14 @@ static ct_config *config_text(const char *source, const char *text, ct_error *er
 // padding, plus the sinusoid table (host_floats, not on the device); and
 // one step's activations are at most what the step's arena reserved (an
 // estimate from below refuses nothing that fits) but not far below it.
-static void check_estimate(const char *what, const char *text, const char *model_name, double host_floats,
-                           int batch_size) {
+// With loss_chunk > 0 the run and the trainer chunk the loss
+// (train.loss_chunk_size); returns the estimated activation bytes.
+static double check_estimate_chunked(const char *what, const char *text, const char *model_name, double host_floats,
+                                     int batch_size, int64_t loss_chunk) {
     ct_error err = {0};
     ct_config *cfg = config_text("budget.gin", text, &err);
     ct_config_run_shape run = {.model = model_name, .optimizer = "Adam", .inputs = "sequence_copy_inputs",
-                               .batch_size = batch_size, .n_devices = 1};
+                               .batch_size = batch_size, .n_devices = 1, .loss_chunk_size = loss_chunk};
     ct_config_memory mem;
     CHECK_OK(ct_config_check_memory(cfg, &run, &mem, &err), &err);
     CHECK(mem.example_length > 0 && mem.limit_bytes > 0);
@@ -1758,7 +1760,9 @@ static void check_estimate(const char *what, const char *text, const char *model
     CHECK(b.t[0].shape[1] == mem.example_length);  // the length the budget used is the stream's
     ct_device dev = ct_device_cpu();
     ct_trainer *tr = NULL;
-    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, b.n, opt, ct_key_from_seed(1), &dev, NULL, &err), &err);
+    ct_trainer_options topts = ct_trainer_default_options();
+    topts.loss_chunk_size = loss_chunk;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, b.n, opt, ct_key_from_seed(1), &dev, &topts, &err), &err);
     const ct_net *net = ct_trainer_net(tr);
     CHECK_MSG(mem.weights == (double)net->n_weights, "%s: planned %.0f weights, the net has %zu", what, mem.weights,
               net->n_weights);
@@ -1782,6 +1786,12 @@ static void check_estimate(const char *what, const char *text, const char *model
     ct_layer_free(model);
     ct_layer_free(loss);
     ct_config_free(cfg);
+    return mem.activation_bytes;
+}
+
+static void check_estimate(const char *what, const char *text, const char *model_name, double host_floats,
+                           int batch_size) {
+    check_estimate_chunked(what, text, model_name, host_floats, batch_size, 0);
 }
 
 #define COPY_INPUTS(len)                                                                    \
@@ -2108,6 +2118,19 @@ static void test_reformer_options(void) {
                    "ReformerLM.dropout = 0.0\nReformerLM.attention_type = @LSHSelfAttention\n"
                    "LSHSelfAttention.chunk_len = 6\nReformerLM.pos_type = 'no'\n" COPY_INPUTS(9),
                    "ReformerLM", 0, 48);
+    // Logits that dominate (vocab 256, 864 rows): chunked, the estimate
+    // counts one chunk of them, and stays below what the chunked step holds.
+#define WIDE_VOCAB                                                                                              \
+    "ReformerLM.vocab_size = 256\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\nReformerLM.n_layers = 2\n" \
+    "ReformerLM.n_heads = 2\nReformerLM.max_len = 18\nReformerLM.dropout = 0.0\n"                           \
+    "ReformerLM.pos_type = 'no'\nsequence_copy_inputs.vocab_size = 256\n"                                    \
+    "sequence_copy_inputs.train_length = 9\nsequence_copy_inputs.eval_min_length = 4\n"                      \
+    "sequence_copy_inputs.eval_max_length = 5\n"
+    double whole = check_estimate_chunked("ReformerLM(vocab 256)", WIDE_VOCAB, "ReformerLM", 0, 48, 0);
+    double chunked = check_estimate_chunked("ReformerLM(vocab 256; loss_chunk_size 64)", WIDE_VOCAB, "ReformerLM",
+                                            0, 48, 64);
+#undef WIDE_VOCAB
+    CHECK_MSG(chunked < 0.7 * whole, "chunked loss: %.0f activation bytes planned, unchunked %.0f", chunked, whole);
     expect_reformer("ReformerLM.attention_type = @SelfAttention\nSelfAttention.chunk_len = 2\n"
                     "SelfAttention.n_chunks_before = 1\nReformerLM.d_attention_key = 3\n",
                     "ReformerLM/ReversibleSerial[5]/ReversibleHalfResidualAttn[0]/Serial[0]/SelfAttention[1]/Wq[1]");

@@ -198,7 +198,8 @@ static ct_status check_memory(train_run *r, const train_args *a, const ct_train_
     ct_config_run_shape shape = {.model = t->model, .optimizer = t->optimizer, .inputs = t->inputs,
                                  .batch_size = t->batch_size, .n_devices = a->devices ? a->devices : (int)t->n_devices,
                                  .n_processes = r->comm ? ct_comm_size(r->comm) : 1,
-                                 .memory_efficient = t->use_memory_efficient_trainer};
+                                 .memory_efficient = t->use_memory_efficient_trainer,
+                                 .loss_chunk_size = t->loss_chunk_size};
     ct_config_memory mem;
     CT_TRY(ct_config_check_memory(r->cfg, &shape, &mem, err));
     // Refusals compare with physical memory (it does not move); what is

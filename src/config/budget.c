@@ -82,6 +82,7 @@ ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *
     dense(out, m->d_model, m->vocab_size, 1);
     // Embedding, positions, final LayerNorm; logits and their log-softmax.
     out->act_per_token = layers * block_act_per_token(m->d_model, m->d_ff) + 3.0 * m->d_model + 2.0 * m->vocab_size;
+    out->logits_per_token = 2.0 * m->vocab_size;
     out->act_per_token_sq = layers * m->n_heads;
     out->uses_length = true;
     return CT_OK;
@@ -185,6 +186,7 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
     if (m->ff_use_sru > 0) block += 4.0 * m->d_model * m->ff_use_sru - 2.0 * m->d_ff;
     bool self_attention = reformer_attention_linear(m);
     out->act_per_token = held * block + 6.0 * m->d_model + 2.0 * m->vocab_size;
+    out->logits_per_token = 2.0 * m->vocab_size;
     out->act_per_token_sq = self_attention ? 0.0 : held * m->n_heads;
     out->uses_length = true;
     return CT_OK;
@@ -443,6 +445,13 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
     }
     double per_example = F32 * (plan.act_per_token * T + plan.act_per_token_sq * T * T + plan.act_per_example);
     double act = share * per_example;
+    if (run->loss_chunk_size > 0 && T > 0) {
+        // The logits of one chunk of rows per device, not of every row.
+        double chunked = F32 * plan.logits_per_token * fmin((double)run->loss_chunk_size, rows);
+        act -= share * F32 * plan.logits_per_token * T;
+        act += chunked * n_dev;
+        per_example -= F32 * plan.logits_per_token * T;
+    }
     mem->activation_bytes = act;
     // The memory-efficient trainer's device holds activations only; the
     // machine holds everything.

@@ -81,6 +81,9 @@ typedef struct cfg_plan {
     // Activation floats of one example of T tokens: per_token * T +
     // per_token_sq * T^2 (attention probabilities) + per_example.
     double act_per_token, act_per_token_sq, act_per_example;
+    // The part of act_per_token that is the logits and their gradient,
+    // which a chunked loss (train.loss_chunk_size) holds for a chunk only.
+    double logits_per_token;
     bool uses_length;  // a sequence model: its batches are (B, T) tokens
     // > 0: the only length T the model takes (ReformerLM's axial positions:
     // the product of pos_axial_shape), and the parameter that sets it.

@@ -307,6 +307,7 @@ typedef struct ct_config_run_shape {
     int n_processes;        // processes splitting the batch, each with its own copy (0 means 1)
     bool memory_efficient;  // the reversible trainer: one layer's activations at a time
     size_t device_limit_bytes;  // the device's byte limit (ct_device.limit_bytes); 0: none
+    int64_t loss_chunk_size;    // train.loss_chunk_size: > 0, the logits exist this many rows at a time
 } ct_config_run_shape;
 
 typedef struct ct_config_memory {
