@@ -8,7 +8,7 @@
 // bench/long_context.sh runs it next to PyTorch (torch_long_context.py).
 //
 //   bench_long_context [--seqs 4096,16384,65536] [--steps 4] [--layers 2]
-//       [--limit-gib G] [--json]
+//       [--loss-chunk N] [--limit-gib G] [--json]
 //
 // The model: ReformerLM vocab 256, d_model 256 (each reversible half),
 // d_ff 512, d_qk = d_v = 64, 2 layers, 2 heads, dropout 0.05, max_len T,
@@ -29,6 +29,10 @@
 //                 so the verdict uses the median CPU time (work done), with
 //                 the wall-clock ratio printed beside it.
 // --json prints one JSON line per T too (bench/long_context.sh reads them).
+// --loss-chunk N sets ct_trainer_options.loss_chunk_size (Trax's
+// train.loss_chunk_size): the final LayerNorm, Dropout, Dense and the loss run
+// over chunks of N positions, so the (T, 256) logits and their gradient
+// never exist whole. Default 0 (off), the configuration.
 // --limit-gib sets the device's byte limit: a T that needs more fails in
 // ct_trainer_new with CT_ERR_MEMORY, reported as an error for that T.
 #include <errno.h>
@@ -51,6 +55,7 @@ typedef struct args {
     int seqs[MAX_SEQS];
     int n_seqs;
     int steps, layers;
+    long long loss_chunk;
     double limit_gib;
     bool json;
 } args;
@@ -95,10 +100,11 @@ static int parse(int argc, char **argv, args *a) {
         } else if (strcmp(k, "--steps") == 0) a->steps = atoi(v);
         else if (strcmp(k, "--layers") == 0) a->layers = atoi(v);
         else if (strcmp(k, "--limit-gib") == 0) a->limit_gib = atof(v);
+        else if (strcmp(k, "--loss-chunk") == 0) a->loss_chunk = atoll(v);
         else return -1;
     }
     // Two attention types cycle over the layers: n_layers must be even.
-    if (a->steps < 2 || a->steps > MAX_STEPS || a->layers < 2 || a->layers % 2) return -1;
+    if (a->steps < 2 || a->steps > MAX_STEPS || a->layers < 2 || a->layers % 2 || a->loss_chunk < 0) return -1;
     return 0;
 }
 
@@ -175,6 +181,7 @@ static void run_one(const args *a, int seq, result *r) {
     dev.limit_bytes = (size_t)(a->limit_gib * 1073741824.0);
     ct_trainer_options o = ct_reversible_default_options();
     o.reversible.log_every = 0;
+    o.loss_chunk_size = a->loss_chunk;
     ct_trainer *t = NULL;
     double t0 = clock_s(CLOCK_MONOTONIC);
     ct_status s = ct_trainer_new(&t, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()),
@@ -292,9 +299,9 @@ static void summary(const double *v, int n, double *median, double *least, doubl
     *most = s[n - 1];
 }
 
-static void print_json(const result *r) {
+static void print_json(const args *a, const result *r) {
     double wm, wl, wh, cm, cl, ch;
-    printf("{\"impl\": \"ctrax\", \"seq\": %d", r->seq);
+    printf("{\"impl\": \"ctrax\", \"loss_chunk\": %lld, \"seq\": %d", a->loss_chunk, r->seq);
     if (r->error[0]) {
         char msg[sizeof r->error];
         size_t j = 0;
@@ -326,7 +333,8 @@ int main(int argc, char **argv) {
     args a;
     if (parse(argc, argv, &a)) {
         fprintf(stderr,
-                "usage: %s [--seqs T1,T2,...] [--steps S, 2..%d] [--layers even N>=2] [--limit-gib G] [--json]\n",
+                "usage: %s [--seqs T1,T2,...] [--steps S, 2..%d] [--layers even N>=2] [--loss-chunk N] [--limit-gib G] "
+                "[--json]\n",
                 argv[0], MAX_STEPS);
         return 2;
     }
@@ -334,13 +342,13 @@ int main(int argc, char **argv) {
     static result res[MAX_SEQS];
     for (int i = 0; i < a.n_seqs; i++) {
         run_forked(&a, a.seqs[i], &res[i]);
-        if (a.json) print_json(&res[i]);
+        if (a.json) print_json(&a, &res[i]);
         fflush(stdout);
     }
 
-    printf("\nReformerLM (Trax's reformer_test model), %d layers, memory-efficient trainer, Adam, batch 1; "
-           "steps 2..%d timed. MiB = 2^20 bytes.\n",
-           a.layers, a.steps);
+    printf("\nReformerLM (Trax's reformer_test model), %d layers, memory-efficient trainer, Adam, batch 1, "
+           "loss_chunk_size %lld; steps 2..%d timed. MiB = 2^20 bytes.\n",
+           a.layers, a.loss_chunk, a.steps);
     printf("%7s %10s %12s %10s %9s %10s %10s %10s %10s  %s\n", "T", "weights", "device peak", "RSS peak", "RSS init",
            "step s", "cpu s", "cpu spread", "x peak", "x cpu (x wall)");
     const result *base = res[0].error[0] ? NULL : &res[0];

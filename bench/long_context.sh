@@ -6,7 +6,7 @@
 #
 #   bash bench/long_context.sh [--seqs 4096,16384,65536] [--repeats 2]
 #       [--steps 3] [--torch-steps 2] [--torch-repeats N] [--budget-gib 12]
-#       [--build build] [--no-torch] [--out FILE]
+#       [--loss-chunk N] [--build build] [--no-torch] [--out FILE]
 #
 # Builds build/bench_long_context if needed (Release). Each (side, T) runs in
 # its own process, so each peak RSS is its own; the sides alternate T by T
@@ -16,7 +16,8 @@
 # table shows the prediction. The JSON lines of every run go to --out
 # (default: a file under /tmp), the per-step lines to stderr. --torch-repeats
 # (default: --repeats) runs PyTorch only in the first N repeats: its 16K step
-# takes minutes.
+# takes minutes. --loss-chunk N runs the ctrax side a second time per T with
+# loss_chunk_size N (its own rows in the table, 'ctrax lcN').
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +29,7 @@ TORCH_REPEATS=
 BUDGET=12
 BUILD=build
 TORCH=1
+LOSS_CHUNK=0
 OUT=
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -39,8 +41,9 @@ while [ $# -gt 0 ]; do
         --budget-gib) BUDGET=$2; shift 2 ;;
         --build) BUILD=$2; shift 2 ;;
         --no-torch) TORCH=0; shift ;;
+        --loss-chunk) LOSS_CHUNK=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "long_context.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
@@ -63,6 +66,10 @@ for rep in $(seq 1 "$REPEATS"); do
         echo "== repeat $rep, T $T: ctrax" >&2
         # The binary exits 1 when a T fails; the error is in its JSON line.
         "$BIN" --seqs "$T" --steps "$STEPS" --json | grep '^{' >> "$OUT" || true
+        if [ "$LOSS_CHUNK" != 0 ]; then
+            echo "== repeat $rep, T $T: ctrax, loss_chunk_size $LOSS_CHUNK" >&2
+            "$BIN" --seqs "$T" --steps "$STEPS" --loss-chunk "$LOSS_CHUNK" --json | grep '^{' >> "$OUT" || true
+        fi
         if [ "$TORCH" = 1 ] && [ "$rep" -le "$TORCH_REPEATS" ]; then
             echo "== repeat $rep, T $T: torch" >&2
             /usr/bin/python3 "$ROOT/bench/torch_long_context.py" --seq "$T" --steps "$TORCH_STEPS" \
