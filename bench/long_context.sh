@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
         --no-torch) TORCH=0; shift ;;
         --loss-chunk) LOSS_CHUNK=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '/^set /q; 2,$p' "$0"; exit 0 ;;
         *) echo "long_context.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
