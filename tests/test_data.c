@@ -799,6 +799,26 @@ static void test_batch(void) {
     CHECK(st == CT_ERR_SHAPE);
     CHECK_MSG(strstr(err.msg, "longer than length 8 (truncate first)"), "%s", err.msg);
     ct_stream_free(s);
+    // Examples of one fixed length (min_length 0) are padded to a longer
+    // fixed length too (a copy task padded to pad_to_multiple), with zero
+    // tokens and zero weights; a shorter one is an error.
+    ct_copy_task fixed = t;
+    fixed.min_length = 0;
+    int fixed_len = ct_copy_task_seq_len(&fixed);
+    CHECK_OK(ct_copy_stream_new(&s, &fixed, &err), &err);
+    bp.length = fixed_len + 6;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    ct_stream_signature(s, sigs);
+    CHECK(sigs[0].shape[1] == fixed_len + 6 && sigs[2].shape[1] == fixed_len + 6);
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK_MSG(b.t[0].shape[1] == fixed_len + 6, "fixed-length examples batched to %lld, not padded to %d",
+              (long long)b.t[0].shape[1], fixed_len + 6);
+    int pad_bad = 0;
+    for (int64_t r = 0; r < b.t[0].shape[0]; r++)
+        for (int64_t k = fixed_len; k < fixed_len + 6; k++)
+            pad_bad += ct_i32(&b.t[0])[r * (fixed_len + 6) + k] != 0 || ct_f32(&b.t[2])[r * (fixed_len + 6) + k] != 0;
+    CHECK(pad_bad == 0);
+    ct_stream_free(s);
     int64_t bounds[] = {6, 10, 14};
     CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
     bp.length = 0;

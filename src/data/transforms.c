@@ -579,7 +579,9 @@ ct_status ct_batch_stream_new(ct_stream **out, ct_stream *inner, const ct_batch_
     for (int i = 0; i < inner->n_out; i++) {
         ct_tensor sig = inner->sigs[i];
         bt->in_sigs[i] = sig;
-        bt->varying[i] = sig.ndim >= 1 && sig.shape[0] < 0;
+        // Padded: examples of varying length, and fixed ones shorter than a
+        // fixed batch length (a copy task padded to pad_to_multiple).
+        bt->varying[i] = sig.ndim >= 1 && (sig.shape[0] < 0 || (p->length > 0 && sig.shape[0] < p->length));
         s->sigs[i] = batched_sig(sig, p->batch_size);
         if (bt->varying[i]) s->sigs[i].shape[1] = p->length > 0 ? p->length : -1;
     }
