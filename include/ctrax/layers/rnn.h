@@ -25,6 +25,44 @@ extern "C" {
 // See src/layers/sru.c.
 ct_layer *ct_sru(int n_units);
 
+// Trax's Scan(layer, axis, n_carry) (trax/layers/combinators.py, remat
+// False): runs layer along axis of its non-carry inputs, with a carry.
+// layer maps (x_t..., carry...) -> (y_t..., carry...): n_in = nx + n_carry,
+// n_out = ny + n_carry, the carries deepest on the stack (last). Scan takes
+// the same items: xs (each with length T on axis, T equal for all) and the
+// initial carries, and returns the ys stacked along axis (y_t's shape with T
+// inserted at axis) and the last carries. Step t gets ct_key_fold_in(key, t),
+// as Trax's fold_in(rng, i), and the one set of weights (gradients add up
+// over the steps). Each carry out must have its carry in's signature.
+// axis counts from 0 (negative counts from the end of each x's shape).
+// Memory: every step's tape stays until backward (Trax's remat=False).
+ct_layer *ct_scan(ct_layer *layer, int axis, int n_carry);
+
+// Trax's GRUCell(n_units, forget_bias=0): (x (..., D), h (..., n)) ->
+// (h', h'), both (..., n):
+//   [u | r] = sigmoid([x | h] W1 + b1)        W1 (D + n, 2 n)
+//   c = tanh([x | r h] W2 + b2)               W2 (D + n, n)
+//   h' = u h + (1 - u) c
+// Trax's initializers: kernels U(-0.01, 0.01), biases N(0, 1e-6^2) (plus
+// forget_bias, 0). Weights "kernel_gates", "bias_gates", "kernel_candidate",
+// "bias_candidate". The state width must be n_units (init fails naming both).
+ct_layer *ct_gru_cell(int n_units);
+
+// Trax's LSTMCell(n_units, forget_bias=1): (x (..., D), s (..., 2 n) =
+// [c | h]) -> (h', [c' | h']):
+//   [i | j | f | o] = [x | h] W + b             W (D + n, 4 n)
+//   c' = c sigmoid(f) + sigmoid(i) tanh(j)
+//   h' = tanh(c') sigmoid(o)
+// Trax's initializers: W Glorot uniform, b N(0, 1e-6^2) + forget_bias (Trax
+// adds forget_bias, 1.0, to all 4 n biases at init, not to f in forward).
+// The state width must be 2 n_units (init fails naming both).
+ct_layer *ct_lstm_cell(int n_units);
+
+// Trax's MakeZeroState(depth_multiplier): x (B, T, D) -> zeros (B,
+// depth_multiplier D), f32, the initial state of a scan over T. x takes no
+// gradient.
+ct_layer *ct_make_zero_state(int depth_multiplier);
+
 #ifdef __cplusplus
 }
 #endif

@@ -140,6 +140,39 @@ ct_status ct_reformer_lm_check(const ct_reformer_lm_params *p, ct_error *err);
 // elements at rate dropout with one mask per example and channel, as Trax.
 ct_layer *ct_reformer_lm(ct_reformer_lm_params p);
 
+// Trax's RNNLM(vocab_size, d_model, n_layers, rnn_cell,
+// rnn_cell_d_state_multiplier, dropout, mode). rnn_cell is the cell's name
+// ('LSTMCell' or 'GRUCell'; a config's @trax.layers.GRUCell maps to it).
+// Each cell's state is d_model * rnn_cell_d_state_multiplier wide, so an
+// LSTMCell needs the multiplier 2 and a GRUCell 1 (ct_rnnlm_check says so).
+#define CT_RNNLM_PARAMS(X)                                                                                   \
+    X(INT, vocab_size, 256, AT_LEAST(1), NONE, "tokens are 0..vocab_size-1")                                \
+    X(INT, d_model, 512, AT_LEAST(1), NONE, "width of the embedding and n_units of each RNN cell")          \
+    X(INT, n_layers, 2, AT_LEAST(1), NONE, "stacked RNN cells (Trax asserts 2; ctrax takes any >= 1)")       \
+    X(STRING, rnn_cell, "LSTMCell", ANY, NONE, "'LSTMCell' or 'GRUCell'")                                   \
+    X(INT, rnn_cell_d_state_multiplier, 2, AT_LEAST(1), NONE,                                                \
+      "a cell's state is this many times d_model wide (LSTMCell: 2, GRUCell: 1)")                           \
+    X(FLOAT, dropout, 0.1f, UNIT_OPEN, NONE, "dropout rate after the embedding")                           \
+    X(STRING, mode, "'train'", ANY, UNSTORED, "the trainer picks train or eval; 'predict' is not supported")
+typedef struct ct_rnnlm_params {
+    CT_RNNLM_PARAMS(CT_PARAM_FIELD)
+} ct_rnnlm_params;
+ct_rnnlm_params ct_rnnlm_default_params(void);
+
+// Whether p is an RNNLM ctrax can build; if not, writes an error naming the
+// parameter (RNNLM.<param>) and its value into err. ct_rnnlm asserts it.
+ct_status ct_rnnlm_check(const ct_rnnlm_params *p, ct_error *err);
+
+// Trax's RNNLM (models/rnn.py), int32 tokens (B, T) -> logits (B, T, V):
+//   ShiftRight(1), Embedding(vocab_size, d_model), Dropout(dropout),
+//   Branch([], MakeZeroState(n_layers * multiplier)),   zeros (B, n_layers S)
+//   Scan(MultiRNNCell, axis 1), Select([0]) (drops the state), Dense(vocab_size)
+// with S = d_model * rnn_cell_d_state_multiplier and MultiRNNCell: the state
+// split into n_layers parts of S, cell k mapping (x, s_k) -> (x', s_k') in
+// series (Trax's SerialWithSideOutputs), the states concatenated again.
+// Trax ends with LogSoftmax; ctrax's losses take logits.
+ct_layer *ct_rnnlm(ct_rnnlm_params p);
+
 #ifdef __cplusplus
 }
 #endif
