@@ -6,11 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/json.h"
 #include "commands.h"
+#include "ctrax/core/blas.h"
 #include "ctrax/core/memory.h"
 
 int ctrax_opt_value(const char *cmd, int argc, char **argv, int *i, const char *opt, const char **value) {
@@ -310,4 +312,37 @@ ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c
     free(name);
     free(text);
     return cfg;
+}
+
+char *ctrax_blas_describe(char *buf, size_t cap) {
+    const char *core = ct_blas_core(), *generic = getenv("CTRAX_BLAS_GENERIC"), *better = ct_blas_vector_core();
+    const char *kind = ct_blas_core_is_vector(core) ? "vector" : "generic";
+    if (generic && getenv("OPENBLAS_CORETYPE"))
+        snprintf(buf, cap,
+                 "%s (%s), chosen from this CPU's vector features (OpenBLAS's table of CPU models gave the generic %s)",
+                 core, kind, generic);
+    else if (better)
+        snprintf(buf, cap, "%s (%s): this CPU could run %s; set OPENBLAS_CORETYPE=%s", core, kind, better, better);
+    else snprintf(buf, cap, "%s (%s)", core, kind);
+    return buf;
+}
+
+char *ctrax_threads_describe(char *buf, size_t cap) {
+    const char *policy = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+    int n = snprintf(buf, cap, "%d for ctrax's loops and the GEMM together", ct_blas_threads());
+    if (n < 0 || (size_t)n >= cap) return buf;
+    if (policy && !strcasecmp(policy, "passive") && !spin)
+        snprintf(buf + n, cap - (size_t)n, "; idle threads sleep (OMP_WAIT_POLICY=passive)");
+    else if (policy || spin)
+        snprintf(buf + n, cap - (size_t)n, "; idle threads wait as OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s say",
+                 policy ? policy : "(unset)", spin ? spin : "(unset)");
+    else snprintf(buf + n, cap - (size_t)n, "; idle threads spin (OpenMP's default)");
+    return buf;
+}
+
+int ctrax_parse_threads(const char *cmd, const char *value, int *out) {
+    int64_t n;
+    if (ctrax_parse_int(cmd, "--threads", value, 1, CTRAX_MAX_THREADS, &n) < 0) return -1;
+    *out = (int)n;
+    return 0;
 }

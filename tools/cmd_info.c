@@ -4,15 +4,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/json.h"
 #include "commands.h"
+#include "ctrax/core/blas.h"
 #include "ctrax/core/memory.h"
 #include "ctrax/core/tensor.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ctrax info CHECKPOINT_DIR_OR_OUTPUT_DIR [--name NAME]\n"
+            "       ctrax info --system [--threads N]\n"
             "\n"
             "Shows what a checkpoint holds: its step, parameter count, every tensor\n"
             "(name, dtype, shape), the optimizer and its hyperparameters, the last\n"
@@ -22,6 +25,11 @@ static void usage(FILE *f) {
             "options:\n"
             "  --name NAME   the checkpoint NAME of the output directory (model_200,\n"
             "                lowest_loss, ...) instead of the newest\n"
+            "  --system      instead: this machine's CPU, its vector features, the GEMM\n"
+            "                backend and kernel, the thread count and a 1-second sgemm\n"
+            "                measurement (M 2048, K 512, N 512) in GFLOP/s\n"
+            "  --threads N   threads for --system's sgemm (default OMP_NUM_THREADS, else\n"
+            "                every core)\n"
             "  -h, --help    show this help\n");
 }
 
@@ -244,10 +252,96 @@ static int info(const char *path, const char *name) {
     return rc;
 }
 
+// ---- --system ------------------------------------------------------------------------
+
+// The vector features GEMM kernels use, by their /proc/cpuinfo names.
+static const char *const vector_flags[][2] = {
+    {"sse4_2", "SSE4.2"},     {"avx", "AVX"},           {"avx2", "AVX2"},         {"fma", "FMA"},
+    {"avx512f", "AVX-512F"},  {"avx512bw", "AVX-512BW"}, {"avx512dq", "AVX-512DQ"}, {"avx512vl", "AVX-512VL"},
+    {"amx_tile", "AMX-TILE"}, {"amx_bf16", "AMX-BF16"}, {"amx_int8", "AMX-INT8"},
+};
+
+// The value of the first "key : value" line of /proc/cpuinfo into buf
+// (newline dropped); false if there is none (not Linux, not x86).
+static bool cpuinfo_field(const char *key, char *buf, size_t cap) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return false;
+    size_t n = strlen(key), len = 0;
+    char *line = NULL;
+    bool found = false;
+    while (!found && getline(&line, &len, f) > 0) {
+        if (strncmp(line, key, n) || (line[n] != ' ' && line[n] != '\t' && line[n] != ':')) continue;
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        colon += 1 + (colon[1] == ' ');
+        colon[strcspn(colon, "\n")] = '\0';
+        snprintf(buf, cap, "%s", colon);
+        found = true;
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
+// Is word one of the space-separated words of list?
+static bool has_word(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
+    return false;
+}
+
+static int system_info(void) {
+    static char flags[16384];  // /proc/cpuinfo's flags line is ~1.5 KB today
+    char model[256], blas[512], threads[256];
+    if (!cpuinfo_field("model name", model, sizeof model)) snprintf(model, sizeof model, "(unknown: no /proc/cpuinfo)");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("cpu          %s (%ld cores online)\n", model, cores);
+    bool have_flags = cpuinfo_field("flags", flags, sizeof flags);
+    printf("features    ");
+    int missing = 0;
+    for (size_t i = 0; have_flags && i < sizeof vector_flags / sizeof *vector_flags; i++)
+        if (has_word(flags, vector_flags[i][0])) printf(" %s", vector_flags[i][1]);
+        else missing++;
+    if (!have_flags) printf(" (unknown: no flags in /proc/cpuinfo)");
+    if (missing) {
+        printf("; not:");
+        for (size_t i = 0; i < sizeof vector_flags / sizeof *vector_flags; i++)
+            if (!has_word(flags, vector_flags[i][0])) printf(" %s", vector_flags[i][1]);
+    }
+    printf("\n");
+    printf("gemm backend %s\n", ct_blas_config());
+    printf("gemm kernel  %s\n", ctrax_blas_describe(blas, sizeof blas));
+    printf("threads      %s\n", ctrax_threads_describe(threads, sizeof threads));
+    fflush(stdout);
+    // The model's square-ish shapes (issue 13): tokens x d_model by d_model x d_ff.
+    const int64_t M = 2048, K = 512, N = 512;
+    double gflops = ct_blas_sgemm_gflops(M, N, K, 1.0);
+    if (gflops < 0) {
+        fprintf(stderr, "ctrax info: out of memory for the sgemm measurement's operands\n");
+        return CTRAX_EXIT_ERROR;
+    }
+    printf("sgemm        %.1f GFLOP/s (M %lld, K %lld, N %lld, %d thread%s, 1 second)\n", gflops, (long long)M,
+           (long long)K, (long long)N, ct_blas_threads(), ct_blas_threads() == 1 ? "" : "s");
+    return CTRAX_EXIT_OK;
+}
+
 int ctrax_cmd_info(int argc, char **argv) {
     const char *path, *name = NULL;
     const ctrax_option options[] = {{"--name", NULL, &name, NULL}};
     const ctrax_args args = {"info", usage, options, 1, "checkpoint", "CHECKPOINT_DIR_OR_OUTPUT_DIR"};
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--system")) continue;
+        // --system describes the machine: no checkpoint, no --name.
+        for (int k = 1; k < argc; k++) {
+            if (!strcmp(argv[k], "-h") || !strcmp(argv[k], "--help")) {
+                usage(stdout);
+                return CTRAX_EXIT_OK;
+            }
+            if (k != i) return ctrax_usage_error("info", "--system takes no other argument, got '%s'", argv[k]);
+        }
+        return system_info();
+    }
     int rc = ctrax_parse_args(&args, argc, argv, &path);
     return rc >= 0 ? rc : info(path, name);
 }

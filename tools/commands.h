@@ -115,6 +115,21 @@ char *ctrax_format_count(int64_t n, char *buf, size_t cap);
 // A byte count as "812 B", "5.0 KiB", "1.2 MiB" into buf; returns buf.
 char *ctrax_format_bytes(double bytes, char *buf, size_t cap);
 
+// The GEMM kernel and why it was chosen, for the start-up log and `ctrax
+// info --system`, into buf ("SkylakeX (vector), chosen from this CPU's
+// features: OpenBLAS's table of CPU models gave the generic Prescott");
+// returns buf. The program's start (tools/ctrax.c) sets OPENBLAS_CORETYPE
+// and CTRAX_BLAS_GENERIC when it replaces a generic kernel.
+char *ctrax_blas_describe(char *buf, size_t cap);
+// The thread count of ctrax's loops and the GEMM and how OpenMP's idle
+// threads wait, into buf ("2; idle threads sleep (OMP_WAIT_POLICY=passive)");
+// returns buf.
+char *ctrax_threads_describe(char *buf, size_t cap);
+// Parses a --threads value (an integer in [1, CTRAX_MAX_THREADS]); -1 after
+// "ctrax CMD: --threads expects ..." on stderr.
+#define CTRAX_MAX_THREADS 4096
+int ctrax_parse_threads(const char *cmd, const char *value, int *out);
+
 // The eval metrics of a training config, the same for `train` and `eval`:
 // the loss (train.loss_fn, reported as "loss"), then each of train.metrics
 // (default [@WeightedCategoryAccuracy]) under Trax's name for it

@@ -1,7 +1,9 @@
 // ctrax: the command-line trainer.
 //
 //   ctrax train CONFIG [--set 'Name.param=value']... [--output-dir DIR] [--steps N]
-//                      [--devices N] [--restart]
+//                      [--devices N] [--threads N] [--restart]
+//   ctrax train --config_file=A.gin [--config_file=B.gin]... [--config='Name.param=value']...
+//               [--output_dir=DIR]                                   (Trax's trainer_main)
 //
 // Exit codes: 0 done, 1 error, 2 bad usage.
 #include <errno.h>
@@ -13,12 +15,14 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "ctrax/core/blas.h"
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
 #include "ctrax/train/loop.h"
 
 #define EXIT_USAGE CTRAX_EXIT_USAGE
 #define MAX_SETS 64
+#define MAX_CONFIGS 64
 
 // Set by SIGINT/SIGTERM: the loop finishes its step, writes a checkpoint and
 // returns (a program global, not the library's).
@@ -31,19 +35,31 @@ static void on_signal(int sig) {
 
 // ---- train ------------------------------------------------------------------------
 
+// One binding from the command line, in the order given: --set (an
+// override: wins over every file binding) or Trax's --config (parsed as gin
+// text after all the files, as gin's parse_config_files_and_bindings).
+typedef struct train_binding {
+    const char *text;
+    bool trax;  // --config
+} train_binding;
+
 typedef struct train_args {
-    const char *config;
-    const char *sets[MAX_SETS];
+    const char *configs[MAX_CONFIGS];  // the positional CONFIG first, then each --config_file, in order
+    int n_configs;
+    train_binding sets[MAX_SETS];
     int n_sets;
     const char *output_dir;
     long steps;    // -1: the config's train.steps
     int devices;   // 0: the config's train.n_devices
+    int threads;   // 0: the config's train.n_threads
     bool restart;  // ignore checkpoints in the output dir
 } train_args;
 
 static void train_usage(FILE *f) {
     fprintf(f,
             "usage: ctrax train CONFIG [options]\n"
+            "       ctrax train --config_file=A.gin [--config_file=B.gin]... [--config='Name.param=value']...\n"
+            "                   [--output_dir=DIR] [options]\n"
             "\n"
             "Trains the model a gin config describes (configs/ has examples), with evals,\n"
             "checkpoints and summaries in the output directory. A directory that holds a\n"
@@ -51,11 +67,22 @@ static void train_usage(FILE *f) {
             "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits.\n"
             "Under `mpirun -np M`, each process trains on its share of every batch.\n"
             "\n"
+            "Trax's trainer_main flags work too: several config files and bindings, read as\n"
+            "gin's parse_config_files_and_bindings does: the files in order (a positional\n"
+            "CONFIG first), then the bindings in order, each replacing an earlier value.\n"
+            "--set overrides win over every file binding. Every option takes its value as\n"
+            "`--option value` or `--option=value`.\n"
+            "\n"
             "options:\n"
+            "  --config_file FILE        a gin file (Trax's flag; repeatable, read in order)\n"
+            "  --config 'Name.param=v'   a gin binding read after every file (Trax's flag; repeatable)\n"
             "  --set 'Name.param=value'  override a binding (repeatable), e.g. --set 'train.steps=500'\n"
-            "  --output-dir DIR          where checkpoints and metrics go [runs/<config name>]\n"
+            "  --output-dir DIR          where checkpoints and metrics go [runs/<first config's name>]\n"
+            "  --output_dir DIR          the same (Trax's spelling)\n"
             "  --steps N                 train until step N (overrides train.steps)\n"
             "  --devices N               local replicas (threads) splitting each batch (train.n_devices)\n"
+            "  --threads N               threads for ctrax's loops and the GEMM together (train.n_threads);\n"
+            "                            default OMP_NUM_THREADS, else every core\n"
             "  --restart                 start from step 0 even if DIR holds checkpoints\n"
             "  --configurables           list every name a config can bind, with its parameters\n"
             "  -h, --help                show this help\n"
@@ -64,15 +91,50 @@ static void train_usage(FILE *f) {
             "metrics.jsonl, train/ and eval/ TensorBoard event files, config.gin (the operative config).\n");
 }
 
-static int parse_long_arg(const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "ctrax train: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-        return -1;
+// Adds a config file (the positional CONFIG or --config_file's value).
+static int add_config(train_args *a, const char *opt, const char *path) {
+    if (!*path) return ctrax_usage_error("train", "%s needs a file name, got ''", opt);
+    if (a->n_configs == MAX_CONFIGS) return ctrax_usage_error("train", "more than %d config files", MAX_CONFIGS);
+    a->configs[a->n_configs++] = path;
+    return 0;
+}
+
+static int add_binding(train_args *a, const char *opt, const char *text) {
+    if (a->n_sets == MAX_SETS) return ctrax_usage_error("train", "more than %d %s options", MAX_SETS, opt);
+    a->sets[a->n_sets++] = (train_binding){text, !strcmp(opt, "--config")};
+    return 0;
+}
+
+// Reads the option with a value at argv[*i], if it is one: 1 read, 0 not an
+// option with a value, -1 after a message.
+static int train_value_option(train_args *a, int argc, char **argv, int *i) {
+    static const char *const names[] = {"--config_file", "--config",  "--set",     "--output-dir",
+                                        "--output_dir",  "--steps",   "--devices", "--threads"};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+        const char *opt = names[k], *v;
+        int r = ctrax_opt_value("train", argc, argv, i, opt, &v);
+        if (r <= 0) {
+            if (r < 0) return -1;
+            continue;
+        }
+        int64_t n;
+        switch (k) {
+        case 0: return add_config(a, opt, v) ? -1 : 1;
+        case 1:
+        case 2: return add_binding(a, opt, v) ? -1 : 1;
+        case 3:
+        case 4: a->output_dir = v; return 1;
+        case 5:
+            if (ctrax_parse_int("train", opt, v, 0, 1LL << 40, &n)) return -1;
+            a->steps = (long)n;
+            return 1;
+        case 6:
+            if (ctrax_parse_int("train", opt, v, 1, CT_MAX_LOCAL_DEVICES, &n)) return -1;
+            a->devices = (int)n;
+            return 1;
+        default: return ctrax_parse_threads("train", v, &a->threads) ? -1 : 1;
+        }
     }
-    *out = v;
     return 0;
 }
 
@@ -80,6 +142,7 @@ static int parse_long_arg(const char *opt, const char *s, long lo, long hi, long
 static int parse_train_args(int argc, char **argv, train_args *a) {
     memset(a, 0, sizeof *a);
     a->steps = -1;
+    const char *positional = NULL;
     for (int i = 0; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
@@ -97,41 +160,27 @@ static int parse_train_args(int argc, char **argv, train_args *a) {
             continue;
         }
         if (s[0] != '-') {
-            if (a->config) {
-                fprintf(stderr, "ctrax train: one config file, got '%s' and '%s'\n", a->config, s);
-                return EXIT_USAGE;
-            }
-            a->config = s;
+            if (positional)
+                return ctrax_usage_error("train", "one positional config file, got '%s' and '%s' (more files: "
+                                                  "--config_file=FILE, in order)",
+                                         positional, s);
+            positional = s;
             continue;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "ctrax train: unknown option or missing value: '%s' (see ctrax train --help)\n", s);
-            return EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        long n;
-        if (!strcmp(s, "--set")) {
-            if (a->n_sets == MAX_SETS) {
-                fprintf(stderr, "ctrax train: more than %d --set options\n", MAX_SETS);
-                return EXIT_USAGE;
-            }
-            a->sets[a->n_sets++] = v;
-        } else if (!strcmp(s, "--output-dir")) {
-            a->output_dir = v;
-        } else if (!strcmp(s, "--steps")) {
-            if (parse_long_arg(s, v, 0, 1L << 40, &a->steps)) return EXIT_USAGE;
-        } else if (!strcmp(s, "--devices")) {
-            if (parse_long_arg(s, v, 1, CT_MAX_LOCAL_DEVICES, &n)) return EXIT_USAGE;
-            a->devices = (int)n;
-        } else {
-            fprintf(stderr, "ctrax train: unknown option '%s' (see ctrax train --help)\n", s);
-            return EXIT_USAGE;
-        }
+        int r = train_value_option(a, argc, argv, &i);
+        if (r < 0) return EXIT_USAGE;
+        if (r == 0) return ctrax_usage_error("train", "unknown option '%s'", s);
     }
-    if (!a->config) {
-        fprintf(stderr, "ctrax train: which config? (ctrax train CONFIG; configs/ has examples)\n");
-        return EXIT_USAGE;
+    if (positional) {
+        // The positional file comes first, before every --config_file.
+        if (a->n_configs == MAX_CONFIGS) return ctrax_usage_error("train", "more than %d config files", MAX_CONFIGS);
+        memmove(a->configs + 1, a->configs, (size_t)a->n_configs * sizeof *a->configs);
+        a->configs[0] = positional;
+        a->n_configs++;
     }
+    if (!a->n_configs)
+        return ctrax_usage_error("train", "which config? (ctrax train CONFIG, or --config_file=FILE; configs/ has "
+                                          "examples)");
     return 0;
 }
 
@@ -207,7 +256,7 @@ static ct_status check_memory(train_run *r, const train_args *a, const ct_train_
     double avail = (double)ct_machine_available_bytes(), need = mem.model_bytes + mem.activation_bytes;
     if (avail > 0 && need > avail) {
         char n[32], f[32];
-        ct_log(CT_LOG_WARN, "%s: this run needs about %s; %s of memory is available now", a->config,
+        ct_log(CT_LOG_WARN, "%s: this run needs about %s; %s of memory is available now", a->configs[0],
                ct_format_bytes(need, n, sizeof n), ct_format_bytes(avail, f, sizeof f));
     }
     return CT_OK;
@@ -276,10 +325,35 @@ static void output_dir(train_run *r, const train_args *a) {
         return;
     }
     char copy[4096];
-    snprintf(copy, sizeof copy, "%s", a->config);
+    snprintf(copy, sizeof copy, "%s", a->configs[0]);
     char *base = basename(copy), *dot = strrchr(base, '.');
     if (dot) *dot = '\0';
     snprintf(r->output_dir, sizeof r->output_dir, "runs/%s", base);
+}
+
+// Threads for ctrax's loops and the GEMM: --threads, else train.n_threads,
+// else OpenMP's default (OMP_NUM_THREADS, else every core). Set before
+// anything is built: kernels size per-thread scratch from the count. The
+// replicas of train.n_devices are threads too (each runs its loops and
+// GEMMs on one thread: OpenMP does not nest), so more replicas than an
+// asked-for thread count is refused.
+static ct_status apply_threads(ct_config *c, const train_args *a, const ct_train_settings *t, ct_error *err) {
+    int threads = a->threads ? a->threads : (int)t->n_threads;
+    if (!threads) return CT_OK;
+    int devices = a->devices ? a->devices : (int)t->n_devices;
+    if (devices > threads) {
+        char wd[300], wt[300];
+        if (a->devices) snprintf(wd, sizeof wd, "--devices ");
+        else ct_config_where(c, "train", "n_devices", wd, sizeof wd);
+        if (a->threads) snprintf(wt, sizeof wt, "--threads ");
+        else ct_config_where(c, "train", "n_threads", wt, sizeof wt);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%strain.n_devices = %d replica threads exceed %strain.n_threads = %d threads: ask for "
+                            "at least %d threads, or at most %d devices",
+                            wd, devices, wt, threads, devices, threads);
+    }
+    ct_blas_set_threads(threads);
+    return CT_OK;
 }
 
 // Reads the config and builds model, loss, optimizer, schedule, streams and
@@ -288,8 +362,14 @@ static void output_dir(train_run *r, const train_args *a) {
 // complete and every config error shows before step 1.
 static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o, int64_t *steps, ct_error *err) {
     r->cfg = ct_config_new();
-    CT_TRY(ct_config_parse_file(r->cfg, a->config, err));
-    for (int i = 0; i < a->n_sets; i++) CT_TRY(ct_config_set(r->cfg, a->sets[i], err));
+    for (int i = 0; i < a->n_configs; i++) CT_TRY(ct_config_parse_file(r->cfg, a->configs[i], err));
+    for (int i = 0; i < a->n_sets; i++) {
+        const train_binding *b = &a->sets[i];
+        // --config is gin text read after the files (its errors say
+        // "--config:line:col"); --set, an override.
+        if (b->trax) CT_TRY(ct_config_parse_text(r->cfg, b->text, strlen(b->text), "--config", err));
+        else CT_TRY(ct_config_set(r->cfg, b->text, err));
+    }
     CT_TRY(ct_config_validate(r->cfg, err));
 
     ct_config *c = r->cfg;
@@ -299,10 +379,11 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     CT_TRY(ct_config_read_train(c, &t, err));
     CT_TRY(ct_config_read_loop(c, &l, err));
     CT_TRY(permanent_period(c, &t, &l, &permanent, err));
+    CT_TRY(apply_threads(c, a, &t, err));
     r->eval_frequency = t.eval_frequency;
     r->eval_steps = t.eval_steps;
-    if (!t.model) return ct_error_set(err, CT_ERR_ARG, "%s: no model: bind train.model = @SomeModel", a->config);
-    if (!t.inputs) return ct_error_set(err, CT_ERR_ARG, "%s: no data: bind train.inputs = @SomeInputs", a->config);
+    if (!t.model) return ct_error_set(err, CT_ERR_ARG, "%s: no model: bind train.model = @SomeModel", a->configs[0]);
+    if (!t.inputs) return ct_error_set(err, CT_ERR_ARG, "%s: no data: bind train.inputs = @SomeInputs", a->configs[0]);
     CT_TRY(check_memory(r, a, &t, err));
     CT_TRY(build_objects(r, &t, err));
 
@@ -320,18 +401,11 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
 }
 
 
-// Which OpenBLAS kernel the matrix products run, and why.
+// Which OpenBLAS kernel the matrix products run and why, and the threads.
 static void print_blas(void) {
-    const char *generic = getenv("CTRAX_BLAS_GENERIC"), *better = ct_blas_vector_core();
-    if (generic && getenv("OPENBLAS_CORETYPE"))
-        printf("blas: OpenBLAS kernel %s, chosen from this CPU's vector features (OpenBLAS's table of CPU models "
-               "gave the generic %s)\n",
-               ct_blas_core(), generic);
-    else if (better)
-        printf("blas: OpenBLAS kernel %s (generic): this CPU could run %s; set OPENBLAS_CORETYPE=%s\n",
-               ct_blas_core(), better, better);
-    else
-        printf("blas: OpenBLAS kernel %s\n", ct_blas_core());
+    char blas[512], threads[256];
+    printf("blas: OpenBLAS kernel %s\n", ctrax_blas_describe(blas, sizeof blas));
+    printf("threads: %s\n", ctrax_threads_describe(threads, sizeof threads));
 }
 
 // The trainer's memory plan: one line at start, and the same figures (bytes)
@@ -388,7 +462,7 @@ static int run_train(const train_args *a) {
         const ct_net *net = ct_loop_net(r.loop);
         char desc[512];
         ct_stream_describe(r.train, desc, sizeof desc);
-        printf("%s: %s, %zu weights (%.2f MiB); %s trainer, %d device(s) x %d process(es); output %s\n", a->config,
+        printf("%s: %s, %zu weights (%.2f MiB); %s trainer, %d device(s) x %d process(es); output %s\n", a->configs[0],
                r.model->name, net->n_weights, (double)net->n_weights * 4 / (1 << 20),
                o.trainer.memory_efficient ? "memory-efficient" : "standard", o.trainer.n_devices,
                r.comm ? ct_comm_size(r.comm) : 1, r.output_dir);
@@ -430,28 +504,69 @@ static void usage(FILE *f) {
             "  eval OUTPUT_DIR     metrics of a run's newest checkpoint on its eval data\n"
             "  sample OUTPUT_DIR   text from a byte-level language model's checkpoint\n"
             "  info PATH           what a checkpoint holds: step, parameters, tensors, config\n"
+            "  info --system       the CPU, its vector features, the GEMM kernel, threads and sgemm GFLOP/s\n"
             "  plot PATH           an SVG of the loss and metric curves in metrics.jsonl\n"
             "\n"
-            "ctrax COMMAND --help shows a command's options. Exit codes: 0 done, 1 error, 2 bad usage.\n");
+            "ctrax COMMAND --help shows a command's options. train, eval, sample and info --system take\n"
+            "--threads N: threads for ctrax's loops and the GEMM together (default OMP_NUM_THREADS, else\n"
+            "every core). Exit codes: 0 done, 1 error, 2 bad usage.\n");
 }
 
-// OpenBLAS picks its kernel from a table of CPU models when it loads; on a
-// CPU the table does not know it falls back to a generic SSE3 kernel, 4-5x
-// slower. Then the kernel the CPU's features run (ct_blas_vector_core) is
-// put in OPENBLAS_CORETYPE and the program executes itself again, once:
-// CTRAX_BLAS_GENERIC keeps the generic name for the log and stops a loop.
-// A user's own OPENBLAS_CORETYPE is left alone.
-static void use_vector_blas(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE") || getenv("CTRAX_BLAS_GENERIC")) return;
-    const char *core = ct_blas_vector_core();
-    if (!core) return;
-    if (setenv("CTRAX_BLAS_GENERIC", ct_blas_core(), 1) || setenv("OPENBLAS_CORETYPE", core, 1)) return;
-    execv("/proc/self/exe", argv);
-    unsetenv("OPENBLAS_CORETYPE");  // could not run again: keep the generic kernel (logged by train)
+// The environment the OpenMP runtime and OpenBLAS read once, when they load,
+// set before anything runs and applied by executing the program again, once
+// (one mechanism for both):
+// - OpenBLAS picks its kernel from a table of CPU models; on a CPU the table
+//   does not know it falls back to a generic SSE3 kernel, 4-5x slower. Then
+//   the kernel the CPU's features run (ct_blas_vector_core) goes in
+//   OPENBLAS_CORETYPE; CTRAX_BLAS_GENERIC keeps the generic name for the log.
+// - OpenMP's idle threads spin (libgomp: about 300,000 polls) before they
+//   sleep. On a core another process is using, a spinning thread takes the
+//   time slices the thread doing work needs, and a training step waits for
+//   the slowest thread at every barrier: 14x slower with 2 threads and one
+//   core busy (bench/threads.sh). OMP_WAIT_POLICY=passive makes idle threads
+//   sleep at once; alone on the cores it costs little (bench/threads.sh).
+// A user's own OPENBLAS_CORETYPE, OMP_WAIT_POLICY or GOMP_SPINCOUNT is left
+// alone. CTRAX_REEXEC marks the second run, so it never loops.
+static void prepare_environment(char **argv) {
+    if (getenv("CTRAX_REEXEC")) return;
+    const char *core = getenv("OPENBLAS_CORETYPE") || getenv("CTRAX_BLAS_GENERIC") ? NULL : ct_blas_vector_core();
+    bool wait = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
+    if (!core && !wait) return;
+    if (setenv("CTRAX_REEXEC", "1", 1)) return;
+    if (core && (setenv("CTRAX_BLAS_GENERIC", ct_blas_core(), 1) || setenv("OPENBLAS_CORETYPE", core, 1))) core = NULL;
+    if (wait && setenv("OMP_WAIT_POLICY", "passive", 1)) wait = false;
+    if (core || wait) execv("/proc/self/exe", argv);
+    // Could not run again: what this process runs is what the log says.
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("CTRAX_BLAS_GENERIC");
+    if (wait) unsetenv("OMP_WAIT_POLICY");
+}
+
+// `--threads N` (or --threads=N) of a command that computes (eval, sample,
+// info --system), taken out of argv before the command reads it and
+// applied: the same count for ctrax's loops and the GEMM as train's.
+// 0 ok, EXIT_USAGE after a message.
+static int take_threads(const char *cmd, int *argc, char **argv) {
+    for (int i = 1; i < *argc; i++) {
+        int start = i;
+        const char *v;
+        int r = ctrax_opt_value(cmd, *argc, argv, &i, "--threads", &v);
+        if (r < 0) return EXIT_USAGE;
+        if (r == 0) continue;
+        int n;
+        if (ctrax_parse_threads(cmd, v, &n)) return EXIT_USAGE;
+        ct_blas_set_threads(n);
+        int taken = i - start + 1;
+        memmove(argv + start, argv + i + 1, (size_t)(*argc - i - 1) * sizeof *argv);
+        *argc -= taken;
+        argv[*argc] = NULL;
+        i = start - 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
-    use_vector_blas(argv);
+    prepare_environment(argv);
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;
@@ -468,9 +583,12 @@ int main(int argc, char **argv) {
         if (r) return r;
         return run_train(&a);
     }
-    if (!strcmp(cmd, "eval")) return ctrax_cmd_eval(argc - 1, argv + 1);
-    if (!strcmp(cmd, "sample")) return ctrax_cmd_sample(argc - 1, argv + 1);
-    if (!strcmp(cmd, "info")) return ctrax_cmd_info(argc - 1, argv + 1);
+    int n = argc - 1;
+    if ((!strcmp(cmd, "eval") || !strcmp(cmd, "sample") || !strcmp(cmd, "info")) && take_threads(cmd, &n, argv + 1))
+        return EXIT_USAGE;
+    if (!strcmp(cmd, "eval")) return ctrax_cmd_eval(n, argv + 1);
+    if (!strcmp(cmd, "sample")) return ctrax_cmd_sample(n, argv + 1);
+    if (!strcmp(cmd, "info")) return ctrax_cmd_info(n, argv + 1);
     if (!strcmp(cmd, "plot")) return ctrax_cmd_plot(argc - 1, argv + 1);
     fprintf(stderr, "ctrax: unknown command '%s'\n\n", cmd);
     usage(stderr);

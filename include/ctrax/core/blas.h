@@ -3,9 +3,17 @@
 #ifndef CTRAX_CORE_BLAS_H
 #define CTRAX_CORE_BLAS_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// OpenBLAS's description of its build ("OpenBLAS 0.3.21 DYNAMIC_ARCH
+// NO_AFFINITY Prescott MAX_THREADS=64": version, options, the build's
+// baseline target, which is not the kernel it runs; see ct_blas_core).
+const char *ct_blas_config(void);
 
 // OpenBLAS's name for the kernel it runs: "SkylakeX", "Haswell", "Zen",
 // or a generic one ("Prescott", ...) when its table of CPU models does not
@@ -21,6 +29,27 @@ const char *ct_blas_core(void);
 // does anything else (`ctrax` does; tools/ctrax.c). A library user can set
 // OPENBLAS_CORETYPE in the environment.
 const char *ct_blas_vector_core(void);
+
+// Whether OpenBLAS's kernel `core` (a ct_blas_core() name) is one of its
+// x86-64 vector kernels (Haswell, Zen, SkylakeX, Cooperlake,
+// SapphireRapids: AVX2 or AVX-512); false for the generic ones.
+bool ct_blas_core_is_vector(const char *core);
+
+// Threads for ctrax's OpenMP loops and the GEMM together: OpenBLAS's
+// OpenMP build sizes each call from omp_get_max_threads(), so one
+// omp_set_num_threads covers both; openblas_set_num_threads is called too,
+// so a pthreads OpenBLAS follows as well. n >= 1. Set it before building a
+// model: kernels size per-thread scratch from the count.
+void ct_blas_set_threads(int n);
+// The thread count ctrax's loops and the GEMM use now (omp_get_max_threads()).
+int ct_blas_threads(void);
+
+// Measures single-precision GEMM, C (M, N) = A (M, K) B (K, N), through the
+// library's own call into BLAS (ct_sgemm), repeated for at least `seconds`
+// after one warm-up call, on the current thread count. Returns GFLOP/s
+// (2 M N K per product), or a negative number when the operands cannot be
+// allocated.
+double ct_blas_sgemm_gflops(int64_t M, int64_t N, int64_t K, double seconds);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,12 @@
 #include "kernels/cpu/matmul.h"
 
 #include <cblas.h>
+#include <omp.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <strings.h>
 
+#include "core/clock.h"
 #include "ctrax/core/blas.h"
 
 void ct_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -33,16 +36,22 @@ void ct_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
             for (int64_t o = 0; o < OC; o++) dbias[o] += dout[n * OC + o];
 }
 
+const char *ct_blas_config(void) { return openblas_get_config(); }
+
 const char *ct_blas_core(void) { return openblas_get_corename(); }
+
+bool ct_blas_core_is_vector(const char *core) {
+    static const char *const vector_cores[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+    for (size_t i = 0; core && i < sizeof vector_cores / sizeof *vector_cores; i++)
+        if (strcasecmp(core, vector_cores[i]) == 0) return true;
+    return false;
+}
 
 // OpenBLAS's vector kernels for x86-64 (DYNAMIC_ARCH builds) by the
 // features they need.
 const char *ct_blas_vector_core(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    const char *core = openblas_get_corename();
-    static const char *const vector_cores[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
-    for (size_t i = 0; i < sizeof vector_cores / sizeof *vector_cores; i++)
-        if (core && strcasecmp(core, vector_cores[i]) == 0) return NULL;  // already a vector kernel
+    if (ct_blas_core_is_vector(openblas_get_corename())) return NULL;  // already a vector kernel
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
@@ -50,4 +59,31 @@ const char *ct_blas_vector_core(void) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
 #endif
     return NULL;
+}
+
+void ct_blas_set_threads(int n) {
+    if (n < 1) n = 1;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int ct_blas_threads(void) { return omp_get_max_threads(); }
+
+double ct_blas_sgemm_gflops(int64_t M, int64_t N, int64_t K, double seconds) {
+    // A (M, K), B (K, N), C (M, N) in one block; small values keep C finite.
+    size_t na = (size_t)(M * K), nb = (size_t)(K * N), nc = (size_t)(M * N);
+    float *mem = malloc((na + nb + nc) * sizeof(float));
+    if (!mem) return -1.0;
+    float *A = mem, *B = mem + na, *C = B + nb;
+    for (size_t i = 0; i < na + nb; i++) mem[i] = (float)((i * 7919u) % 17u) * (1.0f / 64) - 0.125f;
+    ct_sgemm(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);  // warm-up: threads started, pages touched
+    int64_t reps = 0;
+    double t0 = ct_now_s(), t = t0;
+    while (reps == 0 || t - t0 < seconds) {
+        ct_sgemm(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+        reps++;
+        t = ct_now_s();
+    }
+    free(mem);
+    return 2.0 * (double)M * (double)N * (double)K * (double)reps / (t - t0) * 1e-9;
 }
