@@ -157,6 +157,37 @@ else
     fail=$((fail + 1)); echo "FAIL Trax's reformer_copy.gin:"; grep -v "never reads" "$work/out.txt" | tail -n 8
 fi
 
+# Trax's own mlp_mnist.gin (tests/data, unedited: batcher / data_streams,
+# the older MLP.d_hidden and train.lr_schedule = @lr_schedules.constant())
+# runs with data_streams.data_dir pointed at MNIST-format files (Debian's
+# Fashion-MNIST); without it, the error says what to set.
+trax_mlp="$(dirname "$0")/data/trax_mlp_mnist.gin"
+"$ctrax" train "$trax_mlp" --output-dir "$work/trax_mlp0" >"$work/out.txt" 2>&1
+rc=$?
+if ((rc == 1)) && grep -qF "trax_mlp_mnist.gin:31:25: data_streams.data_dir = None: ctrax reads 'mnist' from local IDX files" "$work/out.txt"; then
+    pass=$((pass + 1)); echo "ok   Trax's mlp_mnist.gin without data_dir: exit 1, says what to set"
+else
+    fail=$((fail + 1)); echo "FAIL Trax's mlp_mnist.gin without data_dir: exit $rc"; tail -n 3 "$work/out.txt"
+fi
+fmnist=/usr/share/datasets/fashion-mnist
+if [[ -f $fmnist/train-images-idx3-ubyte.gz ]]; then
+    if "$ctrax" train "$trax_mlp" --steps 3 --output-dir "$work/trax_mlp" --set "data_streams.data_dir='$fmnist'" \
+        --set 'train.eval_steps = 1' >"$work/out.txt" 2>&1 &&
+        grep -qF "MLP, 669706 weights" "$work/out.txt" && grep -qF "data: batch(256) <- epochs(forever, shuffled" "$work/out.txt" &&
+        grep -qF "Step      1: eval  accuracy" "$work/out.txt" && grep -qF "Step      3: train loss" "$work/out.txt" &&
+        ! grep -q "never reads" "$work/out.txt" &&
+        grep -qx "train.lr_schedule_fn = @constant()" "$work/trax_mlp/config.gin" &&
+        grep -qx "train.batch_size = 256" "$work/trax_mlp/config.gin" &&
+        grep -qx "Loop.n_steps_per_checkpoint = 200" "$work/trax_mlp/config.gin" &&
+        "$ctrax" train "$work/trax_mlp/config.gin" --steps 1 --output-dir "$work/trax_mlp2" >>"$work/out.txt" 2>&1; then
+        pass=$((pass + 1)); echo "ok   Trax's mlp_mnist.gin with data_dir: trains 3 steps on $fmnist; its operative config reads back"
+    else
+        fail=$((fail + 1)); echo "FAIL Trax's mlp_mnist.gin with data_dir:"; tail -n 8 "$work/out.txt"
+    fi
+else
+    echo "skip Trax's mlp_mnist.gin run: no $fmnist (Debian's dataset-fashion-mnist)"
+fi
+
 "$ctrax" train "$work/no_such_config.gin" >"$work/out.txt" 2>&1
 rc=$?
 if ((rc == 1)) && grep -q "no_such_config.gin" "$work/out.txt"; then pass=$((pass + 1)); echo "ok   missing config file: exit 1"; else fail=$((fail + 1)); echo "FAIL missing config: exit $rc"; cat "$work/out.txt"; fi

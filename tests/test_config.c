@@ -337,7 +337,7 @@ static void test_trax_names(void) {
     char *reg = ct_config_registry_text();
     CHECK(strstr(reg, "TransformerLM.d_model = 512") && strstr(reg, "Adam.b2 = 0.999") &&
           strstr(reg, "MLP.layer_widths = [128, 64]") && strstr(reg, "\ntrain.steps = 1000  #") &&
-          strstr(reg, "\ntrain.optimizer = @Adam  #") && strstr(reg, "\nLoop.n_steps_per_checkpoint = 100  #"));
+          strstr(reg, "\ntrain.optimizer = @Adafactor  #") && strstr(reg, "\nLoop.n_steps_per_checkpoint = 100  #"));
     // Every setting's default comes from its list: none is left to the program.
     CHECK(!strstr(reg, "(the program's default)"));
     ct_free(reg);
@@ -1998,7 +1998,10 @@ static void test_settings_lists(void) {
     CHECK_OK(ct_config_read_train(cfg, &t, &err), &err);
     CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
     CHECK(t.steps == 1000 && t.batch_size == 32 && t.eval_steps == 10 && t.keep_checkpoints == 2);
-    CHECK(!strcmp(t.optimizer, "Adam") && !strcmp(t.loss_fn, "WeightedCategoryCrossEntropy") && !t.model);
+    // Trax's trainer_lib.train defaults: Adafactor, 1000 steps, evals of 10
+    // batches every 100 steps, a checkpoint at every eval.
+    CHECK(!strcmp(t.optimizer, "Adafactor") && !strcmp(t.loss_fn, "WeightedCategoryCrossEntropy") && !t.model);
+    CHECK(t.eval_frequency == 100 && t.permanent_checkpoint_frequency == 0);
     CHECK(t.steps == d.steps && t.n_devices == d.n_devices && t.clip_grad_norm == d.clip_grad_norm);
     CHECK(l.n_steps_per_checkpoint == 100 && l.n_steps_per_permanent_checkpoint == 0);
     ct_config_free(cfg);
@@ -2479,6 +2482,214 @@ static void test_train_defaults_from_trax(void) {
     ct_config_free(cfg);
 }
 
+
+// ---- Trax's defaults and data names (issue 14) -----------------------------------------------
+
+// The MLP a config builds, initialized for (2, 28, 28) images: its weight
+// count and output width (0 on failure).
+static size_t mlp_weights(const char *text, int64_t *width) {
+    ct_error err = {0};
+    ct_config *cfg = config_text("m.gin", text, &err);
+    ct_layer *model = build_model(cfg, "MLP", &err);
+    CHECK_MSG(model != NULL, "%s", err.msg);
+    size_t n = 0;
+    *width = 0;
+    if (model) {
+        ct_tensor in = ct_tensor_3d(CT_DTYPE_F32, 2, 28, 28, NULL);
+        ct_device dev = ct_device_cpu();
+        ct_net net;
+        CHECK_OK(ct_net_init(&net, model, &in, 1, ct_key_from_seed(0), &dev, &err), &err);
+        n = net.n_weights;
+        *width = net.out_sigs[0].shape[1];
+        ct_net_free(&net);
+        ct_layer_free(model);
+    }
+    ct_config_free(cfg);
+    return n;
+}
+
+static void test_trax_defaults_issue14(void) {
+    ct_error err = {0};
+    ct_config *cfg;
+    ct_train_settings t;
+    ct_loop_settings l;
+    // The checkpoint period is train.eval_frequency unless Loop's is bound
+    // (Trax's train makes n_steps_per_checkpoint its eval_frequency).
+    cfg = config_text("t.gin", "train.eval_frequency = 7\n", &err);
+    CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
+    CHECK(l.n_steps_per_checkpoint == 7);
+    char *op = ct_config_operative_text(cfg);
+    CHECK_MSG(strstr(op, "\nLoop.n_steps_per_checkpoint = 7\n"), "%s", op);
+    ct_free(op);
+    ct_config_free(cfg);
+    cfg = config_text("t.gin", "train.eval_frequency = 7\nLoop.n_steps_per_checkpoint = 3\n", &err);
+    CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
+    CHECK(l.n_steps_per_checkpoint == 3);
+    ct_config_free(cfg);
+    cfg = config_text("t.gin", "train.eval_frequency = 0\n", &err);
+    CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
+    CHECK(l.n_steps_per_checkpoint == 100);
+    ct_config_free(cfg);
+
+    // Unbound optimizer: Trax's Adafactor (its epsilon1: tests/test_optim.c).
+    CHECK_OK(read_train_text("train.steps = 2\n", &cfg, &t, &err), &err);
+    CHECK(!strcmp(t.optimizer, "Adafactor"));
+    ct_config_free(cfg);
+
+    // Trax's older train.lr_schedule = @lr_schedules.constant() (mlp_mnist.gin).
+    CHECK_OK(read_train_text("train.lr_schedule = @lr_schedules.constant()\nlr_schedules.constant.value = 0.0001\n",
+                             &cfg, &t, &err),
+             &err);
+    CHECK_MSG(t.lr_schedule_fn && !strcmp(t.lr_schedule_fn, "constant"), "%s",
+              t.lr_schedule_fn ? t.lr_schedule_fn : "NULL");
+    ct_config_free(cfg);
+    CHECK(read_train_text("train.lr_schedule = @constant()\ntrain.lr_schedule_fn = @multifactor\nconstant.value = 1\n",
+                          &cfg, &t, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "t.gin:1:1: train.lr_schedule = @constant()") &&
+                  strstr(err.msg, "t.gin:2:1: train.lr_schedule_fn are two spellings"),
+              "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+
+    // Trax's older MLP parameters: [d_hidden] x n_hidden_layers + [n_output_classes].
+    int64_t w1, w2, w3;
+    size_t a = mlp_weights("MLP.d_hidden = 16\nMLP.n_hidden_layers = 2\nMLP.n_output_classes = 10\n", &w1);
+    size_t b = mlp_weights("MLP.layer_widths = [16, 16, 10]\n", &w2);
+    size_t c = mlp_weights("MLP.n_output_classes = 3\n", &w3);  // d_hidden 512, 2 hidden layers
+    CHECK(a == (size_t)(784 * 16 + 16 + 16 * 16 + 16 + 16 * 10 + 10) && a == b && w1 == 10 && w2 == 10);
+    CHECK(c == (size_t)(784 * 512 + 512 + 512 * 512 + 512 + 512 * 3 + 3) && w3 == 3);
+    printf("  MLP from Trax's older d_hidden / n_hidden_layers / n_output_classes: %zu weights (= layer_widths "
+           "[16, 16, 10]: %zu)\n",
+           a, b);
+    cfg = config_text("m.gin", "MLP.layer_widths = [4]\nMLP.d_hidden = 8\n", &err);
+    CHECK(build_model(cfg, "MLP", &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "m.gin:1:1: MLP.layer_widths and m.gin:2:1: MLP's older"), "%s", err.msg);
+    ct_config_free(cfg);
+}
+
+
+// Trax's batcher / data_streams over MNIST-format IDX files in data_dir.
+static void test_batcher_inputs(void) {
+    make_tmp_dir();
+    write_idx(tmp_file("train-images-idx3-ubyte"), tmp_file("train-labels-idx1-ubyte"), 10, 0);
+    write_idx(tmp_file("t10k-images-idx3-ubyte"), tmp_file("t10k-labels-idx1-ubyte"), 6, 5);
+    ct_error err = {0};
+    char text[4096];
+    snprintf(text, sizeof text,
+             "batcher.data_streams = @tf_inputs.data_streams\nbatcher.batch_size_per_device = 4\n"
+             "batcher.eval_batch_size = 3\nbatcher.variable_shapes = False\n"
+             "data_streams.data_dir = '%s'\ndata_streams.dataset_name = 'mnist'\n",
+             tmp_dir);
+    // train.inputs unbound with a dataset_name bound: Trax's default @batcher,
+    // batch_size_per_device x n_devices examples a step.
+    ct_config *cfg;
+    ct_train_settings t;
+    CHECK_OK(read_train_text(text, &cfg, &t, &err), &err);
+    CHECK(t.inputs && !strcmp(t.inputs, "batcher") && t.batch_size == 4);
+    ct_config_free(cfg);
+    char t2[4300];
+    snprintf(t2, sizeof t2, "%strain.n_devices = 2\n", text);
+    CHECK_OK(read_train_text(t2, &cfg, &t, &err), &err);
+    CHECK(t.batch_size == 8);
+    ct_config_free(cfg);
+    snprintf(t2, sizeof t2, "%strain.batch_size = 5\n", text);
+    CHECK(read_train_text(t2, &cfg, &t, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "t.gin:2:1: batcher.batch_size_per_device = 4 (x 1 devices: 4) and t.gin:7:1: "
+                              "train.batch_size = 5 set the batch size differently"),
+              "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+
+    // The batches: train of 4 (shuffled epochs of the train files), eval of
+    // eval_batch_size 3 from the t10k files, in order.
+    cfg = parse_cfg("b.gin", text, &err);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK_OK(ct_config_build_inputs(cfg, "batcher", 4, 1, &train, &eval, &err), &err);
+    if (train && eval) {
+        ct_batch b;
+        CHECK_OK(ct_stream_next(train, &b, &err), &err);
+        CHECK(is_idx_batch(&b, 4));
+        int eval_ok = 1;
+        for (int step = 0; step < 4; step++) {
+            CHECK_OK(ct_stream_next(eval, &b, &err), &err);
+            CHECK(is_idx_batch(&b, 3));
+            if (b.n != 3) break;
+            for (int r = 0; r < 3; r++) eval_ok &= ((int32_t *)b.t[1].data)[r] == ((step * 3 + r) % 6 + 5) % 10;
+        }
+        CHECK(eval_ok);
+    }
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_config_free(cfg);
+    // The same data as IDXInputs naming the four files.
+    char idx[4096];
+    snprintf(idx, sizeof idx,
+             "IDXInputs.train_images = '%s'\nIDXInputs.train_labels = '%s'\n"
+             "IDXInputs.eval_images = '%s'\nIDXInputs.eval_labels = '%s'\n",
+             tmp_file("train-images-idx3-ubyte"), tmp_file("train-labels-idx1-ubyte"),
+             tmp_file("t10k-images-idx3-ubyte"), tmp_file("t10k-labels-idx1-ubyte"));
+    {
+        ct_config *c1 = parse_cfg("b.gin", text, &err), *c2 = parse_cfg("i.gin", idx, &err);
+        ct_stream *t1 = NULL, *e1 = NULL, *t2s = NULL, *e2 = NULL;
+        CHECK_OK(ct_config_build_inputs(c1, "batcher", 4, 9, &t1, &e1, &err), &err);
+        CHECK_OK(ct_config_build_inputs(c2, "IDXInputs", 4, 9, &t2s, &e2, &err), &err);
+        ct_batch a, b;
+        if (t1 && t2s) {
+            int same = 1;
+            for (int step = 0; step < 3; step++) {
+                CHECK_OK(ct_stream_next(t1, &a, &err), &err);
+                CHECK_OK(ct_stream_next(t2s, &b, &err), &err);
+                same &= batches_equal(&a, &b);
+            }
+            CHECK(same);
+        }
+        ct_stream_free(t1), ct_stream_free(e1), ct_stream_free(t2s), ct_stream_free(e2);
+        ct_config_free(c1), ct_config_free(c2);
+    }
+
+    // Errors: a TFDS name ctrax does not have; data_dir None; a directory
+    // without the files; a holdout.
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"data_streams.dataset_name = 'lm1b'\ndata_streams.data_dir = '/tmp'\n",
+         "d.gin:1:29: data_streams.dataset_name = 'lm1b': ctrax reads no TFDS"},
+        {"data_streams.dataset_name = 'mnist'\ndata_streams.data_dir = None\n",
+         "d.gin:2:25: data_streams.data_dir = None: ctrax reads 'mnist' from local IDX files"},
+        {"data_streams.dataset_name = 'fashion_mnist'\ndata_streams.data_dir = '/nonexistent'\n",
+         "d.gin:2:25: data_streams.data_dir = '/nonexistent' holds no train-images-idx3-ubyte or "
+         "train-images-idx3-ubyte.gz"},
+        {"data_streams.dataset_name = 'mnist'\ndata_streams.data_dir = '/tmp'\ndata_streams.eval_holdout_size = 5\n",
+         "d.gin:3:34: data_streams.eval_holdout_size = 5 is not supported"},
+        {"batcher.data_streams = @train\n", "d.gin:1:24: batcher.data_streams = @train: ctrax's batcher reads"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cfg = parse_cfg("d.gin", bad[i].text, &err);
+        train = eval = NULL;
+        CHECK(ct_config_build_inputs(cfg, "batcher", 4, 1, &train, &eval, &err) != CT_OK && !train && !eval);
+        CHECK_MSG(strstr(err.msg, bad[i].want), "'%s' not in: %s", bad[i].want, err.msg);
+        printf("  error: %s\n", err.msg);
+        ct_config_free(cfg);
+    }
+    // train.inputs bound: the inputs win, as in Trax (data_streams is never
+    // read, whatever its dataset_name).
+    CHECK_OK(read_train_text("train.inputs = @trax.data.inputs.sequence_copy_inputs\n"
+                             "data_streams.dataset_name = 'gru_copy'\ndata_streams.data_dir = None\n",
+                             &cfg, &t, &err),
+             &err);
+    CHECK(!strcmp(t.inputs, "sequence_copy_inputs"));
+    int unread = 0;
+    for (int i = 0; i < ct_config_n_bindings(cfg); i++) {
+        ct_config_binding_info bi = ct_config_binding_at(cfg, i);
+        unread += !bi.used && !strcmp(bi.name, "data_streams");
+    }
+    CHECK(unread == 2);
+    ct_config_free(cfg);
+    const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                           "t10k-labels-idx1-ubyte"};
+    remove_tmp(names, 4);
+}
+
 int main(void) {
     find_config_dir();
     printf("configs in %s\n", config_dir);
@@ -2502,6 +2713,8 @@ int main(void) {
     test_reformer_options();
     test_reformer_attention_types();
     test_train_defaults_from_trax();
+    test_trax_defaults_issue14();
+    test_batcher_inputs();
     test_skip_nonfinite_setting();
     test_fuzz();
     return check_summary("test_config");

@@ -123,9 +123,10 @@ static void test_rmsprop(void) {
 
 static void test_adafactor(void) {
     ct_adafactor_params p = ct_adafactor_default_params();
+    // Trax's current epsilon1 is 1e-16 (older Traxes had 1e-30).
     CHECK(p.learning_rate == 0.05f && p.factored && p.multiply_by_parameter_scale && p.do_clipping &&
           !p.do_momentum && p.beta1 == 0.0f && p.decay_rate == 0.8f && p.clipping_threshold == 1.0f &&
-          p.weight_decay_rate == 1e-5f && p.epsilon1 == 1e-30f && p.epsilon2 == 1e-3f);
+          p.weight_decay_rate == 1e-5f && p.epsilon1 == 1e-16f && p.epsilon2 == 1e-3f);
     ct_optimizer *o = ct_adafactor_new(p);
 
     // Unfactored (1-D): one accumulator per element.

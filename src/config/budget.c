@@ -194,26 +194,24 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
 
 // The MLP's input width is the data's (28 x 28 for MNIST), unknown until the
 // stream is built: counted as 1, from below. Widths the builder would refuse
-// are left out (the builder says why).
+// leave the plan empty (the builder says why).
 ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *vp, bool memory_efficient, cfg_plan *out,
                        ct_error *err) {
     (void)vp, (void)memory_efficient;
     memset(out, 0, sizeof *out);
-    const ct_config_value *widths;
-    CT_TRY(cfg_query_default(cfg, name, "layer_widths", &widths, err));
+    int w[CFG_MLP_MAX_LAYERS], n;
+    if (cfg_mlp_widths(cfg, name, w, &n, err) != CT_OK) return CT_OK;
     int64_t prev = 1;
-    for (int i = 0; widths && i < widths->n; i++) {
-        const ct_config_value *it = &widths->items[i];
-        if (it->kind != CT_CONFIG_INT || it->i < 1 || it->i > (1 << 24)) continue;
+    for (int i = 0; i < n; i++) {
         if (out->n_w + 2 > CFG_PLAN_MAX_GROUPS) {
             // Many distinct shapes: fold the rest into flat groups (the
             // optimizer's factored slots then count from above, by a little).
-            add_w(out, prev * it->i + it->i, 0, 1);
+            add_w(out, prev * w[i] + w[i], 0, 1);
         } else {
-            dense(out, prev, it->i, 1);
+            dense(out, prev, w[i], 1);
         }
-        out->act_per_example += 2.0 * (double)it->i;  // Dense output, Relu output
-        prev = it->i;
+        out->act_per_example += 2.0 * (double)w[i];  // Dense output, Relu output
+        prev = w[i];
     }
     return CT_OK;
 }

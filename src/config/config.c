@@ -683,6 +683,14 @@ void cfg_record_string(ct_config *cfg, const char *name, const char *param, cons
     cfg_record_value(cfg, name, param, v);
 }
 
+void cfg_record_int(ct_config *cfg, const char *name, const char *param, int64_t i) {
+    ct_config_value *v = ct_calloc(1, sizeof *v);
+    *v = (ct_config_value){.kind = CT_CONFIG_INT, .i = i, .file = cfg_intern(cfg, "<default>")};
+    cfg->owned = grow(cfg->owned, &cfg->cap_owned, cfg->n_owned + 1, sizeof *cfg->owned);
+    cfg->owned[cfg->n_owned++] = v;
+    cfg_record_value(cfg, name, param, v);
+}
+
 // Finds the configurable and parameter a query names; errors are the
 // program's bugs (CT_ERR_STATE).
 static ct_status query_target(const char *name, const char *param, char **scope, const cfg_def **d,

@@ -296,3 +296,114 @@ ct_status cfg_build_idx_inputs(ct_config *cfg, const char *name, int batch_size,
     CT_TRY(idx_source(cfg, name, "eval_images", "eval_labels", n_classes, eval, err));
     return eval_pipeline(eval, batch_size, err);
 }
+
+// ---- Trax's batcher over data_streams ------------------------------------------------------
+//
+// Trax's default inputs, batcher(data_streams=@data_streams), read a TFDS
+// dataset by name. ctrax has no TFDS: the names it has are the ones whose
+// files this machine can hold in a standard format, read from data_dir:
+//   'mnist', 'fashion_mnist'  the four IDX files (MNIST's names, .gz or
+//                             plain): train-images-idx3-ubyte,
+//                             train-labels-idx1-ubyte, t10k-images-idx3-ubyte,
+//                             t10k-labels-idx1-ubyte (Fashion-MNIST's are
+//                             in the same format under the same names).
+// Any other name is an error that says so (with train.inputs bound, Trax
+// never calls batcher and ctrax never reads data_streams: its bindings are
+// said to be unread, as every unread binding is).
+
+static const char *const idx_names[] = {"mnist", "fashion_mnist"};
+static const char *const idx_files[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+
+// data_dir/base or data_dir/base.gz, whichever exists, into out.
+static ct_status idx_file(const ct_config_value *dir, const char *streams, const char *base, char *out, size_t len,
+                          ct_error *err) {
+    struct stat st;
+    snprintf(out, len, "%s/%s", dir->s, base);
+    if (stat(out, &st) == 0) return CT_OK;
+    snprintf(out, len, "%s/%s.gz", dir->s, base);
+    if (stat(out, &st) == 0) return CT_OK;
+    char where[300];
+    value_where(dir, where, sizeof where);
+    return ct_error_set(err, CT_ERR_IO, "%s%s.data_dir = '%s' holds no %s or %s.gz (MNIST's IDX file names)", where,
+                        streams, dir->s, base, base);
+}
+
+// One IDX stream of data_dir's images and labels files.
+static ct_status idx_pair(const char *images, const char *labels, ct_stream **out, ct_error *err) {
+    ct_idx_params p = ct_idx_default_params();
+    p.images_path = images;
+    p.labels_path = labels;
+    return ct_idx_stream_new(out, &p, err);
+}
+
+ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
+                                   ct_stream **train, ct_stream **eval, ct_error *err) {
+    const ct_config_value *ref, *dataset, *dir, *holdout, *shuffle_size, *variable;
+    int eval_batch_size;
+    CT_TRY(cfg_query_default(cfg, name, "data_streams", &ref, err));
+    CT_TRY(get_int(cfg, name, "eval_batch_size", &eval_batch_size, err));
+    CT_TRY(cfg_query_default(cfg, name, "variable_shapes", &variable, err));  // fixed-shape data: no effect
+    const char *slash = ref->kind == CT_CONFIG_REFERENCE ? strrchr(ref->s, '/') : NULL;
+    const char *base = ref->kind == CT_CONFIG_REFERENCE ? (slash ? slash + 1 : ref->s) : "";
+    if (strcmp(base, "data_streams") || ref->call) {
+        char where[300];
+        value_where(ref, where, sizeof where);
+        char *text = ct_config_value_to_gin(ref);
+        ct_status st = ct_error_set(err, CT_ERR_ARG,
+                                    "%s%s.data_streams = %.60s: ctrax's batcher reads @data_streams (as Trax's "
+                                    "configs write it, with no call)",
+                                    where, name, text);
+        ct_free(text);
+        return st;
+    }
+    const char *streams = ref->s;
+    CT_TRY(cfg_query_default(cfg, streams, "dataset_name", &dataset, err));
+    CT_TRY(cfg_query_default(cfg, streams, "data_dir", &dir, err));
+    CT_TRY(cfg_query_default(cfg, streams, "eval_holdout_size", &holdout, err));
+    CT_TRY(cfg_query_default(cfg, streams, "shuffle_buffer_size", &shuffle_size, err));  // no effect
+    char where[300];
+    value_where(dataset, where, sizeof where);
+    bool idx = false;
+    for (size_t i = 0; dataset->kind == CT_CONFIG_STRING && i < sizeof idx_names / sizeof *idx_names; i++)
+        idx = idx || !strcmp(dataset->s, idx_names[i]);
+    if (!idx) {
+        char *text = ct_config_value_to_gin(dataset);
+        ct_status st = ct_error_set(
+            err, CT_ERR_ARG,
+            "%s%s.dataset_name = %.80s: ctrax reads no TFDS; the datasets it has on local files are 'mnist' and "
+            "'fashion_mnist' (IDX files in data_dir); for text or token files bind train.inputs = @TextInputs or "
+            "@TokenInputs, for Trax's synthetic tasks @sequence_copy_inputs or @addition_inputs",
+            where, streams, text);
+        ct_free(text);
+        return st;
+    }
+    if (holdout->i != 0) {
+        char hw[300];
+        value_where(holdout, hw, sizeof hw);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s.eval_holdout_size = %lld is not supported for '%s': ctrax evaluates on its test "
+                            "files (t10k-*), as Trax does with no holdout",
+                            hw, streams, (long long)holdout->i, dataset->s);
+    }
+    if (dir->kind != CT_CONFIG_STRING) {
+        char dw[300];
+        value_where(dir, dw, sizeof dw);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s.data_dir = None: ctrax reads '%s' from local IDX files; set data_dir to the "
+                            "directory holding %s, %s, %s and %s (.gz or plain), e.g. --set \"%s.data_dir='DIR'\"",
+                            dw, streams, dataset->s, idx_files[0], idx_files[1], idx_files[2], idx_files[3], streams);
+    }
+    char paths[4][4096 + 64];
+    for (int i = 0; i < 4; i++) CT_TRY(idx_file(dir, streams, idx_files[i], paths[i], sizeof paths[i], err));
+    ct_status st = idx_pair(paths[0], paths[1], train, err);
+    if (st == CT_OK) st = train_pipeline(train, true, 0, seed, batch_size, err);
+    if (st == CT_OK) st = idx_pair(paths[2], paths[3], eval, err);
+    if (st == CT_OK) st = eval_pipeline(eval, eval_batch_size, err);
+    if (st != CT_OK) {
+        char dw[300];
+        value_where(dir, dw, sizeof dw);
+        ct_error_prefix(err, "%s%s.data_dir", dw, streams);
+    }
+    return st;
+}

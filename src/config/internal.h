@@ -158,6 +158,8 @@ ct_status cfg_query_default(ct_config *cfg, const char *name, const char *param,
 void cfg_record_value(ct_config *cfg, const char *name, const char *param, const ct_config_value *v);
 // The same for a string the program decided (a copy is kept).
 void cfg_record_string(ct_config *cfg, const char *name, const char *param, const char *s);
+// The same for an int the program decided.
+void cfg_record_int(ct_config *cfg, const char *name, const char *param, int64_t i);
 // "file:line:col: " of the binding a query of name.param would read, or ""
 // if it is not bound; for checks across parameters.
 void cfg_where(const ct_config *cfg, const char *name, const char *param, char *buf, size_t len);
@@ -173,6 +175,11 @@ ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *
                                   cfg_plan *out, ct_error *err);
 ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *p, bool memory_efficient,
                                cfg_plan *out, ct_error *err);
+// The MLP's Dense widths, from layer_widths or Trax's older d_hidden /
+// n_hidden_layers / n_output_classes, into w[CFG_MLP_MAX_LAYERS]; an error
+// names a bad width or both spellings bound.
+#define CFG_MLP_MAX_LAYERS 256
+ct_status cfg_mlp_widths(ct_config *cfg, const char *name, int *w, int *n, ct_error *err);
 ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *p, bool memory_efficient, cfg_plan *out,
                        ct_error *err);
 // Refuses (CT_ERR_MEMORY, naming the setting that makes it large and the
@@ -195,6 +202,10 @@ ct_status cfg_build_text_inputs(ct_config *cfg, const char *name, int batch_size
                                 ct_stream **eval, ct_error *err);
 ct_status cfg_build_token_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
                                  ct_stream **train, ct_stream **eval, ct_error *err);
+// Trax's batcher: data_streams.dataset_name 'mnist' or 'fashion_mnist'
+// from IDX files in data_dir; the eval batches are eval_batch_size.
+ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
+                                   ct_stream **train, ct_stream **eval, ct_error *err);
 ct_status cfg_build_idx_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
                                ct_stream **eval, ct_error *err);
 

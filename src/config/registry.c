@@ -577,23 +577,54 @@ static ct_status reformer_lm_check(ct_config *cfg, const char *name, const void 
 
 // Trax's MLP(layer_widths=(128, 64), activation_fn=Relu, out_activation=False,
 // flatten=True, mode); the activation is always Relu.
+// Trax's older MLP(d_hidden=512, n_hidden_layers=2, n_output_classes=10)
+// (mlp_mnist.gin) is layer_widths [d_hidden] x n_hidden_layers +
+// [n_output_classes]; its closing LogSoftmax is left out, as the newer
+// MLP's: cross-entropy and accuracy read logits and log-probabilities alike.
 static const cfg_param mlp_params[] = {
     {.name = "layer_widths", .type = CFG_LIST, .default_gin = "[128, 64]", .doc = "widths of the Dense layers"},
     {.name = "out_activation", .type = CFG_BOOL, .default_gin = "False", .doc = "Relu after the last Dense too"},
     {.name = "flatten", .type = CFG_BOOL, .default_gin = "True", .doc = "flatten all but the batch axis first"},
+    {.name = "d_hidden", .type = CFG_INT, .default_gin = "512", .lo = 1, .hi = 1 << 24,
+     .doc = "Trax's older MLP: width of each hidden layer"},
+    {.name = "n_hidden_layers", .type = CFG_INT, .default_gin = "2", .lo = 0, .hi = CFG_MLP_MAX_LAYERS - 1,
+     .doc = "Trax's older MLP: hidden layers (Dense, Relu)"},
+    {.name = "n_output_classes", .type = CFG_INT, .default_gin = "10", .lo = 1, .hi = 1 << 24,
+     .doc = "Trax's older MLP: width of the last Dense"},
 };
+static const char *const mlp_older[] = {"d_hidden", "n_hidden_layers", "n_output_classes"};
 
-#define MLP_MAX_LAYERS 256
+// Trax's older parameters, when one is bound, into w[] and *n; both
+// spellings bound is an error naming both.
+static ct_status mlp_older_widths(ct_config *cfg, const char *name, int *w, int *n, ct_error *err) {
+    *n = 0;
+    char where[300] = "", where_widths[300];
+    for (int i = 0; i < COUNT(mlp_older) && !where[0]; i++) cfg_where(cfg, name, mlp_older[i], where, sizeof where);
+    if (!where[0]) return CT_OK;
+    cfg_where(cfg, name, "layer_widths", where_widths, sizeof where_widths);
+    if (where_widths[0])
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s.layer_widths and %s%s's older d_hidden / n_hidden_layers / n_output_classes "
+                            "both give the widths: bind one",
+                            where_widths, name, where, name);
+    const ct_config_value *d, *h, *c;
+    CT_TRY(cfg_query_default(cfg, name, "d_hidden", &d, err));
+    CT_TRY(cfg_query_default(cfg, name, "n_hidden_layers", &h, err));
+    CT_TRY(cfg_query_default(cfg, name, "n_output_classes", &c, err));
+    for (int i = 0; i < h->i; i++) w[(*n)++] = (int)d->i;
+    w[(*n)++] = (int)c->i;
+    return CT_OK;
+}
 
-static ct_status build_mlp(ct_config *cfg, const char *name, ct_layer **out, ct_error *err) {
-    const ct_config_value *widths, *out_activation, *flatten;
+// The MLP's widths from either spelling into w[] (CFG_MLP_MAX_LAYERS), *n of them.
+ct_status cfg_mlp_widths(ct_config *cfg, const char *name, int *w, int *n, ct_error *err) {
+    CT_TRY(mlp_older_widths(cfg, name, w, n, err));
+    if (*n) return CT_OK;
+    const ct_config_value *widths;
     CT_TRY(cfg_query_default(cfg, name, "layer_widths", &widths, err));
-    CT_TRY(cfg_query_default(cfg, name, "out_activation", &out_activation, err));
-    CT_TRY(cfg_query_default(cfg, name, "flatten", &flatten, err));
-    if (widths->n < 1 || widths->n > MLP_MAX_LAYERS)
+    if (widths->n < 1 || widths->n > CFG_MLP_MAX_LAYERS)
         return ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: %s.layer_widths must hold 1 to %d widths, got %d",
-                            widths->file, widths->line, widths->col, name, MLP_MAX_LAYERS, widths->n);
-    int w[MLP_MAX_LAYERS];
+                            widths->file, widths->line, widths->col, name, CFG_MLP_MAX_LAYERS, widths->n);
     for (int i = 0; i < widths->n; i++) {
         const ct_config_value *it = &widths->items[i];
         if (it->kind != CT_CONFIG_INT || it->i < 1 || it->i > (1 << 24)) {
@@ -606,7 +637,17 @@ static ct_status build_mlp(ct_config *cfg, const char *name, ct_layer **out, ct_
         }
         w[i] = (int)it->i;
     }
-    *out = ct_mlp(widths->n, w, out_activation->b, flatten->b);
+    *n = widths->n;
+    return CT_OK;
+}
+
+static ct_status build_mlp(ct_config *cfg, const char *name, ct_layer **out, ct_error *err) {
+    const ct_config_value *out_activation, *flatten;
+    CT_TRY(cfg_query_default(cfg, name, "out_activation", &out_activation, err));
+    CT_TRY(cfg_query_default(cfg, name, "flatten", &flatten, err));
+    int w[CFG_MLP_MAX_LAYERS], n;
+    CT_TRY(cfg_mlp_widths(cfg, name, w, &n, err));
+    *out = ct_mlp(n, w, out_activation->b, flatten->b);
     return CT_OK;
 }
 
@@ -760,47 +801,141 @@ static const cfg_param token_inputs_params[] = {TOKEN_INPUTS_PARAMS(INPUT_ROW)};
     X(BOOL, shuffle, "True", ANY, UNSTORED, "shuffle every training epoch")
 static const cfg_param idx_inputs_params[] = {IDX_INPUTS_PARAMS(INPUT_ROW)};
 
+// Trax's batcher (trax.data.inputs) and data_streams (trax.data.tf_inputs):
+// see cfg_build_batcher_inputs for the dataset names ctrax has. Trax's other
+// parameters of the two (buckets, preprocess_fn, input_name, ...) are not
+// rows: a binding of one is refused as unknown.
+#define BATCHER_PARAMS(X)                                                                                         \
+    X(REF(SETTINGS), data_streams, "@data_streams", ANY, UNSTORED, "@data_streams (Trax's gin.REQUIRED)")         \
+    X(INT, batch_size_per_device, "32", RANGE(1, 1 << 24), UNSTORED, "the batch is this x train.n_devices")       \
+    X(INT, batch_size, "None", RANGE(1, 1 << 24), UNSTORED_NULLABLE, "None: batch_size_per_device x devices")     \
+    X(INT, eval_batch_size, "32", RANGE(1, 1 << 24), UNSTORED, "examples per eval batch")                        \
+    X(BOOL, variable_shapes, "True", ANY, UNSTORED,                                                               \
+      "no effect: the datasets ctrax has here are of one shape (Trax buckets variable lengths)")
+static const cfg_param batcher_params[] = {BATCHER_PARAMS(INPUT_ROW)};
+#define DATA_STREAMS_PARAMS(X)                                                                                    \
+    X(STRING, dataset_name, "None", ANY, UNSTORED_NULLABLE, "'mnist' or 'fashion_mnist' (IDX files in data_dir)") \
+    X(STRING, data_dir, "None", ANY, UNSTORED_NULLABLE, "the directory of the dataset's files")                  \
+    X(INT, shuffle_buffer_size, "1024", RANGE(1, 1 << 30), UNSTORED,                                              \
+      "no effect: ctrax shuffles each training epoch as a whole permutation")                                    \
+    X(INT, eval_holdout_size, "0", AT_LEAST(0), UNSTORED, "only 0: the eval data are the test files")
+static const cfg_param data_streams_params[] = {DATA_STREAMS_PARAMS(INPUT_ROW)};
+
 // ---- Settings the program reads (lists in config.h) --------------------------------------
 
 #define TRAIN_ROW(...) ROW(ct_train_settings, __VA_ARGS__)
 static const cfg_param train_params[] = {CT_TRAIN_SETTINGS(TRAIN_ROW)};
 static void train_defaults(void *p) { *(ct_train_settings *)p = ct_train_default_settings(); }
 
-// The train settings a row alone cannot give. Trax sets the batch size on
-// its inputs (sequence_copy_inputs.batch_size):
-// bound there, it is the run's batch size; train.batch_size (ctrax's) bound
-// to another value too is an error naming both.
-static ct_status train_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
-    ct_train_settings *t = vp;
+// Trax's older train.lr_schedule (a call, @constant()) is lr_schedule_fn
+// (@constant); binding both is an error naming both.
+static ct_status train_schedule_fill(ct_config *cfg, const char *name, ct_train_settings *t, ct_error *err) {
     // lr_schedule_fn: unbound is Trax's default (multifactor); None, which
     // would keep that default, means no schedule: the optimizer's own rate.
-    const ct_config_value *lr;
+    const ct_config_value *lr, *old;
     CT_TRY(cfg_query_default(cfg, name, "lr_schedule_fn", &lr, err));
     if (lr->kind == CT_CONFIG_NONE) t->lr_schedule_fn = NULL;
+    CT_TRY(cfg_query_default(cfg, name, "lr_schedule", &old, err));
+    if (old->kind == CT_CONFIG_NONE) return CT_OK;
+    char where_fn[300];
+    cfg_where(cfg, name, "lr_schedule_fn", where_fn, sizeof where_fn);
+    bool same = lr->kind == CT_CONFIG_REFERENCE && !strcmp(lr->s, old->s);
+    if (where_fn[0] && !same) {
+        char text[400];
+        binding_text(cfg, name, "lr_schedule", old, text, sizeof text);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s and %s%s.lr_schedule_fn are two spellings of one setting (the first is Trax's older "
+                            "one): bind one",
+                            text, where_fn, name);
+    }
+    t->lr_schedule_fn = old->s;
+    // The operative config says the schedule used in both spellings (one
+    // schedule: it reads back).
+    cfg_record_value(cfg, name, "lr_schedule_fn", old);
+    return CT_OK;
+}
+
+// Trax's batcher sets the batch size as batch_size_per_device x devices, or
+// batch_size when that is bound; *v is the value to record (NULL: the
+// product, recorded by the caller).
+static ct_status batcher_batch_size(ct_config *cfg, const char *inputs, const ct_train_settings *t, int64_t *out,
+                                    const ct_config_value **v, ct_error *err) {
+    const ct_config_value *bs, *per;
+    CT_TRY(cfg_query_default(cfg, inputs, "batch_size", &bs, err));
+    CT_TRY(cfg_query_default(cfg, inputs, "batch_size_per_device", &per, err));
+    *v = bs->kind == CT_CONFIG_NONE ? NULL : bs;
+    *out = *v ? bs->i : per->i * t->n_devices;
+    return CT_OK;
+}
+
+// The train settings a row alone cannot give. Trax sets the batch size on
+// its inputs (sequence_copy_inputs.batch_size, batcher.batch_size_per_device):
+// bound there, it is the run's batch size; train.batch_size (ctrax's) bound
+// to another value too is an error naming both. With train.inputs unbound,
+// a bound data_streams.dataset_name means Trax's default inputs, @batcher.
+static ct_status train_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
+    ct_train_settings *t = vp;
+    CT_TRY(train_schedule_fill(cfg, name, t, err));
+    char where_ds[300];
+    cfg_where(cfg, "data_streams", "dataset_name", where_ds, sizeof where_ds);
+    if (!t->inputs && where_ds[0]) t->inputs = "batcher";
     if (!t->inputs) return CT_OK;
     const char *slash = strrchr(t->inputs, '/');
     char why[256];
     const cfg_def *d = cfg_lookup(slash ? slash + 1 : t->inputs, why, sizeof why);
     if (!d || !cfg_def_param(d, "batch_size")) return CT_OK;
     const ct_config_value *v;
-    CT_TRY(cfg_query_default(cfg, t->inputs, "batch_size", &v, err));
-    if (v->kind == CT_CONFIG_NONE) return CT_OK;
+    int64_t batch_size;
+    const char *param = "batch_size";
+    if (d->build_inputs == cfg_build_batcher_inputs) {
+        CT_TRY(batcher_batch_size(cfg, t->inputs, t, &batch_size, &v, err));
+        if (!v) param = "batch_size_per_device";
+    } else {
+        CT_TRY(cfg_query_default(cfg, t->inputs, "batch_size", &v, err));
+        if (v->kind == CT_CONFIG_NONE) return CT_OK;
+        batch_size = v->i;
+    }
     char where_in[300], where_train[300];
-    cfg_where(cfg, t->inputs, "batch_size", where_in, sizeof where_in);
+    cfg_where(cfg, t->inputs, param, where_in, sizeof where_in);
     cfg_where(cfg, name, "batch_size", where_train, sizeof where_train);
-    if (where_train[0] && t->batch_size != v->i)
+    if (where_train[0] && t->batch_size != batch_size) {
+        char value[80];
+        if (v) snprintf(value, sizeof value, "%lld", (long long)batch_size);
+        else
+            snprintf(value, sizeof value, "%lld (x %lld devices: %lld)", (long long)(batch_size / t->n_devices),
+                     (long long)t->n_devices, (long long)batch_size);
         return ct_error_set(err, CT_ERR_ARG,
-                            "%s%s.batch_size = %lld and %s%s.batch_size = %lld set the batch size differently: bind "
-                            "one (Trax's configs set it on the inputs)",
-                            where_in, t->inputs, (long long)v->i, where_train, name, (long long)t->batch_size);
-    t->batch_size = v->i;
-    // The operative config says what was used, and reads back without a conflict.
-    cfg_record_value(cfg, name, "batch_size", v);
+                            "%s%s.%s = %s and %s%s.batch_size = %lld set the batch size differently: bind one "
+                            "(Trax's configs set it on the inputs)",
+                            where_in, t->inputs, param, value, where_train, name, (long long)t->batch_size);
+    }
+    t->batch_size = batch_size;
+    // The operative config says what was used, and reads back without a
+    // conflict.
+    if (v) cfg_record_value(cfg, name, "batch_size", v);
+    else cfg_record_int(cfg, name, "batch_size", batch_size);
     return CT_OK;
 }
+
 #define LOOP_ROW(...) ROW(ct_loop_settings, __VA_ARGS__)
 static const cfg_param loop_params[] = {CT_LOOP_SETTINGS(LOOP_ROW)};
 static void loop_defaults(void *p) { *(ct_loop_settings *)p = ct_loop_default_settings(); }
+
+// Trax's train() gives its task n_steps_per_checkpoint = eval_frequency:
+// unbound here, the period is train.eval_frequency (the default 100 when
+// that is 0, which has no period to give).
+static ct_status loop_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
+    ct_loop_settings *l = vp;
+    char where[300];
+    cfg_where(cfg, name, "n_steps_per_checkpoint", where, sizeof where);
+    if (where[0]) return CT_OK;
+    const ct_config_value *every;
+    CT_TRY(cfg_query_default(cfg, "train", "eval_frequency", &every, err));
+    if (every->i <= 0) return CT_OK;
+    l->n_steps_per_checkpoint = every->i;
+    cfg_record_value(cfg, name, "n_steps_per_checkpoint", every);
+    return CT_OK;
+}
 
 // ---- The table ----------------------------------------------------------------------------
 
@@ -887,11 +1022,18 @@ static const cfg_def registry[] = {
     {.name = "IDXInputs", .kind = CFG_INPUT, PARAMS(idx_inputs_params), .build_inputs = cfg_build_idx_inputs,
      .doc = "IDX images and labels (MNIST, Fashion-MNIST): images f32 (B, rows, cols) / 255, labels int32 (B)"},
 
+    {.name = "batcher", .kind = CFG_INPUT, .modules = "trax.data trax.data.inputs trax.supervised.inputs",
+     PARAMS(batcher_params), .build_inputs = cfg_build_batcher_inputs,
+     .doc = "Trax's default inputs: batches of data_streams' dataset (ctrax: 'mnist' / 'fashion_mnist' IDX files)"},
+    {.name = "data_streams", .kind = CFG_SETTINGS,
+     .modules = "trax.data trax.data.tf_inputs trax.supervised.tf_inputs trax.supervised.inputs",
+     PARAMS(data_streams_params), .doc = "the dataset batcher reads: a name and a directory of local files"},
+
     {.name = "train", .kind = CFG_SETTINGS, .modules = "trax.supervised.trainer_lib trax.supervised",
      PARAMS(train_params), .struct_size = sizeof(ct_train_settings), .defaults = train_defaults, .fill = train_fill,
      .doc = "what `ctrax train` trains, with what, for how long"},
     {.name = "Loop", .kind = CFG_SETTINGS, .modules = "trax.supervised.training", PARAMS(loop_params),
-     .struct_size = sizeof(ct_loop_settings), .defaults = loop_defaults,
+     .struct_size = sizeof(ct_loop_settings), .defaults = loop_defaults, .fill = loop_fill,
      .doc = "the training loop's checkpoint periods"},
 };
 

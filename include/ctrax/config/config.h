@@ -242,11 +242,14 @@ ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch
 #define CT_TRAIN_SETTINGS(X)                                                                                      \
     X(REF(MODEL), model, NULL, ANY, NONE, "the model to train")                                                  \
     X(REF(LAYER), loss_fn, "WeightedCategoryCrossEntropy", ANY, NONE, "the training loss")                       \
-    X(REF(OPTIMIZER), optimizer, "Adam", ANY, NONE, NULL)                                                         \
+    X(REF(OPTIMIZER), optimizer, "Adafactor", ANY, NONE, "the optimizer; Trax's default Adafactor")              \
     X(REF(SCHEDULE), lr_schedule_fn, "multifactor", ANY, NONE,                                                   \
       "learning rate per step; Trax's default multifactor (its multifactor.* bindings apply); None: the optimizer's " \
       "learning_rate every step (ctrax's)")                                                                        \
-    X(REF(INPUT), inputs, NULL, ANY, NONE, "the training and eval streams")                                      \
+    X(REF(SCHEDULE), lr_schedule, "None", ANY, UNSTORED,                                                          \
+      "Trax's older spelling: @constant() (a call, as Trax's older configs write it) means lr_schedule_fn = @constant") \
+    X(REF(INPUT), inputs, NULL, ANY, NONE,                                                                        \
+      "the training and eval streams; unbound with data_streams.dataset_name bound: @batcher (Trax's default)")   \
     X(LIST, metrics, "[@WeightedCategoryAccuracy]", ANY, UNSTORED_NULLABLE, "eval metrics: a list of @layers")   \
     X(INT64, steps, 1000, AT_LEAST(0), NONE, "training steps")                                                   \
     X(INT64, batch_size, 32, AT_LEAST(1), NONE, "examples per step")                                             \
@@ -273,9 +276,11 @@ typedef struct ct_train_settings {
 } ct_train_settings;
 ct_train_settings ct_train_default_settings(void);
 
-// Trax's TrainTask/Loop checkpoint periods.
-#define CT_LOOP_SETTINGS(X)                                     \
-    X(INT64, n_steps_per_checkpoint, 100, AT_LEAST(1), NONE, NULL) \
+// Trax's TrainTask/Loop checkpoint periods. Trax's train() makes its task's
+// n_steps_per_checkpoint its eval_frequency: unbound, it is
+// train.eval_frequency (100 when that is 0).
+#define CT_LOOP_SETTINGS(X)                                                                                \
+    X(INT64, n_steps_per_checkpoint, 100, AT_LEAST(1), NONE, "unbound: train.eval_frequency (as Trax's train)") \
     X(INT64, n_steps_per_permanent_checkpoint, 0, AT_LEAST(0), NULLABLE, "0 or None: no permanent checkpoints")
 typedef struct ct_loop_settings {
     CT_LOOP_SETTINGS(CT_PARAM_FIELD)

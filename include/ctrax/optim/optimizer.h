@@ -186,7 +186,7 @@ ct_optimizer *ct_rmsprop_new(ct_rmsprop_params p);
     X(FLOAT, clipping_threshold, 1.0f, AT_LEAST(0), NONE, NULL)                                                  \
     X(FLOAT, weight_decay_rate, 1e-5f, AT_LEAST(0), NONE, NULL)                                                  \
     X(INT, weight_decay_n_steps, "0", AT_LEAST(0), UNSTORED, "Trax's; only 0 (decay at every step)")            \
-    X(FLOAT, epsilon1, 1e-30f, AT_LEAST(0), NONE, "added to g^2")                                                \
+    X(FLOAT, epsilon1, 1e-16f, AT_LEAST(0), NONE, "added to g^2 (Trax's current default)")                      \
     X(FLOAT, epsilon2, 1e-3f, AT_LEAST(0), NONE, "floor of the parameter scale")
 typedef struct ct_adafactor_params {
     CT_ADAFACTOR_PARAMS(CT_PARAM_FIELD)
