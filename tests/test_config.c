@@ -1012,7 +1012,8 @@ static void test_synthetic_inputs(void) {
                        "sequence_copy_inputs.vocab_size = 10\n"
                        "CopyInputs.train_length = 6  # the alias\n"
                        "sequence_copy_inputs.eval_min_length = 8\n"
-                       "sequence_copy_inputs.eval_max_length = 10\n";
+                       "sequence_copy_inputs.eval_max_length = 10\n"
+                       "sequence_copy_inputs.pad_to_multiple = 1\n";
     for (int reverse = 0; reverse < 2; reverse++) {
         char text[1024];
         snprintf(text, sizeof text, "%sCopyInputs.reverse = %s\n", copy, reverse ? "True" : "False");
@@ -1065,15 +1066,15 @@ static void test_synthetic_inputs(void) {
     CHECK(same_first_batch(copy, "sequence_copy_inputs", 4, 7, 8, true) == 0);
 
     // pad_to_multiple rounds the fixed length up (Trax's default is 32).
-    {
+    for (int pad = 8; pad <= 32; pad += 24) {
         char text[1024];
-        snprintf(text, sizeof text, "%ssequence_copy_inputs.pad_to_multiple = 8\n", copy);
+        snprintf(text, sizeof text, "%ssequence_copy_inputs.pad_to_multiple = %d\n", copy, pad);
         ct_config *cfg = parse_cfg("copy.gin", text, &err);
         ct_stream *train = NULL, *eval = NULL;
         CHECK_OK(ct_config_build_inputs(cfg, "CopyInputs", 2, 1, &train, &eval, &err), &err);
         ct_batch b;
-        if (train && ct_stream_next(train, &b, &err) == CT_OK) CHECK(is_lm_batch(&b, 2, 16));
-        if (eval && ct_stream_next(eval, &b, &err) == CT_OK) CHECK(is_lm_batch(&b, 2, 24));
+        if (train && ct_stream_next(train, &b, &err) == CT_OK) CHECK(is_lm_batch(&b, 2, pad == 8 ? 16 : 32));
+        if (eval && ct_stream_next(eval, &b, &err) == CT_OK) CHECK(is_lm_batch(&b, 2, pad == 8 ? 24 : 32));
         ct_stream_free(train);
         ct_stream_free(eval);
         ct_config_free(cfg);
@@ -1796,7 +1797,8 @@ static void check_estimate(const char *what, const char *text, const char *model
 
 #define COPY_INPUTS(len)                                                                    \
     "sequence_copy_inputs.vocab_size = 8\nsequence_copy_inputs.train_length = " #len "\n" \
-    "sequence_copy_inputs.eval_min_length = 4\nsequence_copy_inputs.eval_max_length = 5\n"
+    "sequence_copy_inputs.eval_min_length = 4\nsequence_copy_inputs.eval_max_length = 5\n"  \
+    "sequence_copy_inputs.pad_to_multiple = 1\n"
 
 // ct_config_check_memory on text: the status, and the message must hold
 // every one of the needles.
@@ -1853,7 +1855,7 @@ static void test_memory_budget(void) {
     char text[2048];
     snprintf(text, sizeof text, "%sTransformerLM.n_layers = 100000000\n", tlm);
     expect_budget(text, run, CT_ERR_MEMORY,
-                  (const char *[]){"big.gin:12:1: TransformerLM.n_layers = 100000000",
+                  (const char *[]){"big.gin:13:1: TransformerLM.n_layers = 100000000",
                                    "weights, gradients, optimizer slots and positional table need about",
                                    "TiB (2.22e+11 weights)", "this machine has", NULL});
     snprintf(text, sizeof text, "%sTransformerLM.n_layers = 100000000\nTransformerLM.learned_positions = True\n",
@@ -1866,7 +1868,7 @@ static void test_memory_budget(void) {
     run.memory_efficient = false;
     // d_model is what makes this one big, not the (bound) n_layers.
     snprintf(text, sizeof text, "%sTransformerLM.d_model = 4000000\nTransformerLM.n_heads = 1\n", tlm);
-    expect_budget(text, run, CT_ERR_MEMORY, (const char *[]){"big.gin:12:1: TransformerLM.d_model = 4000000", NULL});
+    expect_budget(text, run, CT_ERR_MEMORY, (const char *[]){"big.gin:13:1: TransformerLM.d_model = 4000000", NULL});
     snprintf(text, sizeof text, "%sTransformerLM.max_len = 2147483647\n", tlm);
     expect_budget(text, run, CT_ERR_MEMORY,
                   (const char *[]){"TransformerLM.max_len = 2147483647", "positional table alone 128.0 GiB", NULL});
@@ -1874,7 +1876,7 @@ static void test_memory_budget(void) {
     snprintf(text, sizeof text, "%strain.batch_size = 16777216\n", tlm);
     run.batch_size = 16777216;
     expect_budget(text, run, CT_ERR_MEMORY,
-                  (const char *[]){"big.gin:12:1: train.batch_size = 16777216", "one step's activations need about",
+                  (const char *[]){"big.gin:13:1: train.batch_size = 16777216", "one step's activations need about",
                                    "(16777216 x 10 tokens)", NULL});
     // Processes split the batch: each holds its share.
     run.n_processes = 1 << 20;
@@ -1884,7 +1886,7 @@ static void test_memory_budget(void) {
     snprintf(text, sizeof text, "%ssequence_copy_inputs.train_length = 1000000\n", tlm);
     run.batch_size = 1;
     expect_budget(text, run, CT_ERR_MEMORY,
-                  (const char *[]){"big.gin:12:1: sequence_copy_inputs.train_length = 1000000", "one example's", NULL});
+                  (const char *[]){"big.gin:13:1: sequence_copy_inputs.train_length = 1000000", "one example's", NULL});
     // Rows of a matrix product past the BLAS's int: 2^24 x 256 tokens; over
     // 4 devices each has 2^30 rows, which the BLAS takes (then memory says no).
     snprintf(text, sizeof text, "%ssequence_copy_inputs.train_length = 128\n", tlm);
@@ -1904,7 +1906,7 @@ static void test_memory_budget(void) {
     // Layer counts the constructors keep in a C int.
     snprintf(text, sizeof text, "%sTransformerLM.n_layers = 2147483647\n", tlm);
     expect_budget(text, run, CT_ERR_ARG,
-                  (const char *[]){"big.gin:12:1: TransformerLM.n_layers = 2147483647", "C int", NULL});
+                  (const char *[]){"big.gin:13:1: TransformerLM.n_layers = 2147483647", "C int", NULL});
     expect_budget("ReformerLM.n_layers = 536870912\n", (ct_config_run_shape){.model = "ReformerLM", .batch_size = 1},
                   CT_ERR_ARG,
                   (const char *[]){"big.gin:1:1: ReformerLM.n_layers = 536870912: its 4 x n_layers layers", NULL});
@@ -2128,7 +2130,7 @@ static void test_reformer_options(void) {
     "ReformerLM.n_heads = 2\nReformerLM.max_len = 18\nReformerLM.dropout = 0.0\n"                           \
     "ReformerLM.pos_type = 'no'\nsequence_copy_inputs.vocab_size = 256\n"                                    \
     "sequence_copy_inputs.train_length = 9\nsequence_copy_inputs.eval_min_length = 4\n"                      \
-    "sequence_copy_inputs.eval_max_length = 5\n"
+    "sequence_copy_inputs.eval_max_length = 5\nsequence_copy_inputs.pad_to_multiple = 1\n"
     double whole = check_estimate_chunked("ReformerLM(vocab 256)", WIDE_VOCAB, "ReformerLM", 0, 48, 0);
     double chunked = check_estimate_chunked("ReformerLM(vocab 256; loss_chunk_size 64)", WIDE_VOCAB, "ReformerLM",
                                             0, 48, 64);
@@ -2207,7 +2209,7 @@ static void test_reformer_options(void) {
         char text[1024];
         snprintf(text, sizeof text, "%sReformerLM.pos_axial_shape = (2, 4)\n", axial);
         expect_budget(text, run, CT_ERR_ARG,
-                      (const char *const[]){"big.gin:10:1: ReformerLM.pos_axial_shape = (2, 4) multiplies to 8, but the "
+                      (const char *const[]){"big.gin:11:1: ReformerLM.pos_axial_shape = (2, 4) multiplies to 8, but the "
                                             "inputs' examples are 10 tokens long (big.gin:7:1: "
                                             "sequence_copy_inputs.train_length = 5)",
                                             NULL});
