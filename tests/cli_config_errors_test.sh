@@ -157,6 +157,24 @@ else
     fail=$((fail + 1)); echo "FAIL Trax's reformer_copy.gin:"; grep -v "never reads" "$work/out.txt" | tail -n 8
 fi
 
+# Trax's own gru_copy.gin (tests/data, unedited): RNNLM with
+# rnn_cell = @trax.layers.GRUCell trains; train.inputs is bound, so its
+# data_streams lines are never read (as in Trax, where the inputs win) and
+# the run says so. Its operative config reads back.
+trax_gru="$(dirname "$0")/data/trax_gru_copy.gin"
+if "$ctrax" train "$trax_gru" --set train.steps=3 --set 'sequence_copy_inputs.batch_size = 8' --set 'train.eval_steps = 1' \
+    --output-dir "$work/trax_gru" >"$work/out.txt" 2>&1 &&
+    grep -qF "trax_gru_copy.gin: RNNLM, 205600 weights" "$work/out.txt" &&
+    grep -qF "data: batch(8, length 32) <- copy(vocab 32, w of 1..15 tokens" "$work/out.txt" &&
+    grep -qF "trax_gru_copy.gin:28: data_streams.dataset_name is bound but this program never reads it" "$work/out.txt" &&
+    grep -qF "Step      3: train loss" "$work/out.txt" &&
+    grep -qx "RNNLM.rnn_cell = @GRUCell" "$work/trax_gru/config.gin" &&
+    "$ctrax" train "$work/trax_gru/config.gin" --steps 1 --output-dir "$work/trax_gru2" >>"$work/out.txt" 2>&1; then
+    pass=$((pass + 1)); echo "ok   Trax's gru_copy.gin: RNNLM(GRUCell) trains 3 steps; data_streams unread; its operative config reads back"
+else
+    fail=$((fail + 1)); echo "FAIL Trax's gru_copy.gin:"; tail -n 8 "$work/out.txt"
+fi
+
 # Trax's own mlp_mnist.gin (tests/data, unedited: batcher / data_streams,
 # the older MLP.d_hidden and train.lr_schedule = @lr_schedules.constant())
 # runs with data_streams.data_dir pointed at MNIST-format files (Debian's

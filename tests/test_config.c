@@ -2692,6 +2692,70 @@ static void test_batcher_inputs(void) {
     remove_tmp(names, 4);
 }
 
+
+// RNNLM with Trax's rnn_cell references (gru_copy.gin's form), the string
+// form, the cells' state widths, and its memory plan against the net.
+static void test_rnnlm_config(void) {
+    ct_error err = {0};
+    static const char base[] = "RNNLM.vocab_size = 8\nRNNLM.d_model = 6\nRNNLM.n_layers = 2\nRNNLM.dropout = 0.0\n";
+    static const struct {
+        const char *cell;
+        size_t weights;  // embedding 8x6, 2 cells, Dense 6x8 + 8
+    } ok[] = {
+        {"RNNLM.rnn_cell = @trax.layers.GRUCell\nRNNLM.rnn_cell_d_state_multiplier = 1\n",
+         48 + 2 * (12 * 12 + 12 + 12 * 6 + 6) + 56},
+        {"RNNLM.rnn_cell = 'GRUCell'\nRNNLM.rnn_cell_d_state_multiplier = 1\n", 48 + 2 * (12 * 12 + 12 + 12 * 6 + 6) + 56},
+        {"RNNLM.rnn_cell = @LSTMCell\n", 48 + 2 * (12 * 24 + 24) + 56},
+        {"", 48 + 2 * (12 * 24 + 24) + 56},  // Trax's default: LSTMCell, multiplier 2
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "%s%s", base, ok[i].cell);
+        ct_config *cfg = config_text("r.gin", text, &err);
+        ct_layer *model = build_model(cfg, "trax.models.RNNLM", &err);
+        CHECK_MSG(model != NULL, "%s", err.msg);
+        if (model) {
+            ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 2, 5, NULL);
+            ct_device dev = ct_device_cpu();
+            ct_net net;
+            CHECK_OK(ct_net_init(&net, model, &in, 1, ct_key_from_seed(0), &dev, &err), &err);
+            CHECK_MSG(net.n_weights == ok[i].weights, "%s: %zu weights, expected %zu", ok[i].cell, net.n_weights,
+                      ok[i].weights);
+            CHECK(net.out_sigs[0].shape[2] == 8);
+            ct_net_free(&net);
+            ct_layer_free(model);
+        }
+        ct_config_free(cfg);
+    }
+    // Refusals, each at its binding.
+    EXPECT_ERROR("r.gin", "RNNLM.rnn_cell = @Adam\n", "r.gin:1:1", "expects a reference to a layer type",
+                 "@Adam (an optimizer)");
+    EXPECT_ERROR("r.gin", "RNNLM.rnn_cell = @GRUCell()\n", "r.gin:1:1", "RNNLM.rnn_cell");
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"RNNLM.rnn_cell = @GRUCell\n", "r.gin:5:1: RNNLM.rnn_cell_d_state_multiplier"},  // default 2: an LSTM's
+        {"RNNLM.rnn_cell = 'SRU'\n", "r.gin:5:1: RNNLM.rnn_cell = 'SRU' is not supported"},
+        {"RNNLM.mode = 'predict'\n", "r.gin:5:1: RNNLM.mode = 'predict' is not supported"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "%s%s", base, bad[i].text);
+        ct_config *cfg = config_text("r.gin", text, &err);
+        CHECK(build_model(cfg, "RNNLM", &err) == NULL);
+        CHECK_MSG(strstr(err.msg, bad[i].want), "'%s' not in: %s", bad[i].want, err.msg);
+        printf("  error: %s\n", err.msg);
+        ct_config_free(cfg);
+    }
+    check_estimate("RNNLM(GRUCell)",
+                   "RNNLM.vocab_size = 8\nRNNLM.d_model = 16\nRNNLM.n_layers = 2\nRNNLM.dropout = 0.0\n"
+                   "RNNLM.rnn_cell = @GRUCell\nRNNLM.rnn_cell_d_state_multiplier = 1\n" COPY_INPUTS(9),
+                   "RNNLM", 0, 64);
+    check_estimate("RNNLM(LSTMCell)",
+                   "RNNLM.vocab_size = 8\nRNNLM.d_model = 16\nRNNLM.n_layers = 1\nRNNLM.dropout = 0.0\n" COPY_INPUTS(9),
+                   "RNNLM", 0, 64);
+}
+
 int main(void) {
     find_config_dir();
     printf("configs in %s\n", config_dir);
@@ -2717,6 +2781,7 @@ int main(void) {
     test_train_defaults_from_trax();
     test_trax_defaults_issue14();
     test_batcher_inputs();
+    test_rnnlm_config();
     test_skip_nonfinite_setting();
     test_fuzz();
     return check_summary("test_config");

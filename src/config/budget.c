@@ -216,6 +216,37 @@ ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *vp, bool me
     return CT_OK;
 }
 
+// RNNLM: the embedding (V, D), per layer a GRUCell's W1 (2D, 2D), b1, W2
+// (2D, D), b2 or an LSTMCell's W (2D, 4D), b, and the Dense (D, V).
+// Activations from below: embedding, dropout and the scan's stacked
+// outputs (3D), per layer and step what a cell allocates (GRUCell: h' twice,
+// [x | h], [u | r], [x | r h], c: 9D; LSTMCell: h', [c' | h'], [x | h], the
+// 4 gates: 9D), the logits and their log-softmax; the scan keeps every
+// step's tape (Trax's remat=False).
+ct_status cfg_plan_rnnlm(ct_config *cfg, const char *name, const void *vp, bool memory_efficient, cfg_plan *out,
+                         ct_error *err) {
+    (void)cfg, (void)name, (void)err, (void)memory_efficient;
+    const ct_rnnlm_params *m = vp;
+    memset(out, 0, sizeof *out);
+    int64_t d = m->d_model;
+    add_w(out, m->vocab_size, d, 1);
+    bool lstm = m->rnn_cell && !strcmp(m->rnn_cell, "LSTMCell");
+    if (lstm) {
+        add_w(out, 2 * d, 4 * d, m->n_layers);
+        add_w(out, 4 * d, 0, m->n_layers);
+    } else {
+        add_w(out, 2 * d, 2 * d, m->n_layers);
+        add_w(out, 2 * d, 0, m->n_layers);
+        add_w(out, 2 * d, d, m->n_layers);
+        add_w(out, d, 0, m->n_layers);
+    }
+    dense(out, d, m->vocab_size, 1);
+    out->act_per_token = 3.0 * (double)d + 9.0 * (double)d * m->n_layers + 2.0 * m->vocab_size;
+    out->logits_per_token = 2.0 * m->vocab_size;
+    out->uses_length = true;
+    return CT_OK;
+}
+
 // ---- Totals ----------------------------------------------------------------------------------
 
 typedef struct totals {
@@ -392,6 +423,25 @@ ct_status cfg_check_model_memory(ct_config *cfg, const char *name, const cfg_def
 
 // ---- The run's budget --------------------------------------------------------------------------
 
+// The axial table covers exactly its shape's product (Trax's too): an
+// error naming the model's setting and the inputs' length setting.
+static ct_status refuse_exact_length(ct_config *cfg, const ct_config_run_shape *run, const cfg_plan *plan,
+                                     int64_t length, const char *length_param, ct_error *err) {
+    char model_setting[400], input_setting[400];
+    setting_text(cfg, run->model, plan->exact_length_param, NULL, model_setting, sizeof model_setting);
+    if (!strcmp(plan->exact_length_param, "pos_axial_shape")) {
+        // Trax's older spelling, when that is what the config wrote.
+        char where[300];
+        cfg_where(cfg, run->model, "axial_pos_shape", where, sizeof where);
+        if (where[0]) setting_text(cfg, run->model, "axial_pos_shape", NULL, model_setting, sizeof model_setting);
+    }
+    setting_text(cfg, run->inputs, length_param ? length_param : "?", NULL, input_setting, sizeof input_setting);
+    return ct_error_set(err, CT_ERR_ARG,
+                        "%s multiplies to %lld, but the inputs' examples are %lld tokens long (%s): the axial "
+                        "positions cover exactly that product",
+                        model_setting, (long long)plan->exact_length, (long long)length, input_setting);
+}
+
 static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const cfg_def *d, const void *p,
                            const ct_optimizer *opt, ct_config_memory *mem, ct_error *err) {
     cfg_plan plan;
@@ -409,22 +459,8 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
     int64_t length = 0;
     const char *length_param = NULL;
     if (run->inputs) CT_TRY(cfg_inputs_length(cfg, run->inputs, &length, &length_param, err));
-    if (plan.exact_length > 0 && length > 0 && length != plan.exact_length) {
-        // The axial table covers exactly its shape's product (Trax's too).
-        char model_setting[400], input_setting[400];
-        setting_text(cfg, run->model, plan.exact_length_param, NULL, model_setting, sizeof model_setting);
-        if (!strcmp(plan.exact_length_param, "pos_axial_shape")) {
-            // Trax's older spelling, when that is what the config wrote.
-            char where[300];
-            cfg_where(cfg, run->model, "axial_pos_shape", where, sizeof where);
-            if (where[0]) setting_text(cfg, run->model, "axial_pos_shape", NULL, model_setting, sizeof model_setting);
-        }
-        setting_text(cfg, run->inputs, length_param ? length_param : "?", NULL, input_setting, sizeof input_setting);
-        return ct_error_set(err, CT_ERR_ARG,
-                            "%s multiplies to %lld, but the inputs' examples are %lld tokens long (%s): the axial "
-                            "positions cover exactly that product",
-                            model_setting, (long long)plan.exact_length, (long long)length, input_setting);
-    }
+    if (plan.exact_length > 0 && length > 0 && length != plan.exact_length)
+        return refuse_exact_length(cfg, run, &plan, length, length_param, err);
     if (plan.uses_length && length <= 0) return CT_OK;  // the data decide T: nothing to estimate
     mem->example_length = plan.uses_length ? length : 0;
     double T = plan.uses_length ? (double)length : 0;

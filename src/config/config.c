@@ -378,7 +378,9 @@ static bool check_value(const cfg_param *p, const ct_config_value *v, char *why,
         x = v->kind == CT_CONFIG_INT ? (double)v->i : v->f;
         break;
     case CFG_BOOL: ok = v->kind == CT_CONFIG_BOOL; break;
-    case CFG_STRING: ok = v->kind == CT_CONFIG_STRING; break;
+    // A string row with ref_kinds also takes @Name of those kinds, as its
+    // name (RNNLM.rnn_cell = @GRUCell is 'GRUCell').
+    case CFG_STRING: ok = v->kind == CT_CONFIG_STRING || (p->ref_kinds && v->kind == CT_CONFIG_REFERENCE && !v->call); break;
     case CFG_LIST: ok = v->kind == CT_CONFIG_LIST || v->kind == CT_CONFIG_TUPLE; break;
     case CFG_REFERENCE: ok = v->kind == CT_CONFIG_REFERENCE; break;
     case CFG_ANY: ok = true; break;
@@ -387,7 +389,7 @@ static bool check_value(const cfg_param *p, const ct_config_value *v, char *why,
         fmt_into(why, len, "expects %s, got %s (%s)", cfg_type_name(p->type), text, ct_config_kind_name(v->kind));
         return false;
     }
-    if (p->type == CFG_REFERENCE) {
+    if (v->kind == CT_CONFIG_REFERENCE && (p->type == CFG_REFERENCE || p->type == CFG_STRING)) {
         const cfg_def *d = def_of_ref(v->s);
         if (d && !(p->ref_kinds & CFG_KIND_BIT(d->kind))) {
             cfg_buf kinds = {0};

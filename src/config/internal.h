@@ -36,7 +36,9 @@ typedef enum cfg_kind {
     CFG_SCHEDULE,
     CFG_INPUT,
     CFG_SETTINGS,   // settings the program reads (train, Loop)
-    CFG_ATTENTION,  // an attention type a model builds (ReformerLM's attention_type)
+    // A layer type a model builds itself from a reference: ReformerLM's
+    // attention_type (@LSHSelfAttention), RNNLM's rnn_cell (@GRUCell).
+    CFG_LAYER_TYPE,
     CFG_N_KINDS
 } cfg_kind;
 #define CFG_KIND_BIT(k) (1u << (k))
@@ -56,7 +58,9 @@ typedef struct cfg_param {
     double lo, hi;
     bool hi_open;
     bool none_ok;        // None is accepted (queries then give their default)
-    unsigned ref_kinds;  // CFG_REFERENCE: CFG_KIND_BITs accepted
+    // CFG_REFERENCE: CFG_KIND_BITs accepted. CFG_STRING: 0, or the kinds
+    // whose @Name (no call) is taken as the string Name.
+    unsigned ref_kinds;
     const char *doc;
 } cfg_param;
 
@@ -182,6 +186,8 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *p, 
 ct_status cfg_mlp_widths(ct_config *cfg, const char *name, int *w, int *n, ct_error *err);
 ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *p, bool memory_efficient, cfg_plan *out,
                        ct_error *err);
+ct_status cfg_plan_rnnlm(ct_config *cfg, const char *name, const void *p, bool memory_efficient, cfg_plan *out,
+                         ct_error *err);
 // Refuses (CT_ERR_MEMORY, naming the setting that makes it large and the
 // bytes) a model whose weights and gradients alone cannot fit in the
 // machine's memory, before it is built; p is its filled params struct.

@@ -66,7 +66,7 @@ const char *cfg_kind_name(cfg_kind k) {
     case CFG_SCHEDULE: return "a learning-rate schedule";
     case CFG_INPUT: return "an input stream";
     case CFG_SETTINGS: return "program settings";
-    case CFG_ATTENTION: return "an attention type";
+    case CFG_LAYER_TYPE: return "a layer type a model builds (an attention type, an RNN cell)";
     case CFG_N_KINDS: break;
     }
     return "?";
@@ -575,6 +575,60 @@ static ct_status reformer_lm_check(ct_config *cfg, const char *name, const void 
     return CT_OK;
 }
 
+// ---- RNNLM --------------------------------------------------------------------------------
+//
+// Trax's configs write RNNLM.rnn_cell = @trax.layers.GRUCell: RNNLM calls
+// the cell class itself with its n_units. The cells are layer types (as
+// ReformerLM's attention types), and RNNLM's string rows take a reference
+// to one as its name; a config may also write the string ('GRUCell').
+#define CFG_TYPE_RNNLM_INT CFG_TYPE_INT
+#define CFG_TYPE_RNNLM_FLOAT CFG_TYPE_FLOAT
+#define CFG_TYPE_RNNLM_STRING CFG_TYPE_STRING, .ref_kinds = CFG_KIND_BIT(CFG_LAYER_TYPE)
+#define RNNLM_ROW(TYPE, ...) ROW(ct_rnnlm_params, RNNLM_##TYPE, __VA_ARGS__)
+static const cfg_param rnnlm_params[] = {CT_RNNLM_PARAMS(RNNLM_ROW)};
+static void rnnlm_defaults(void *p) { *(ct_rnnlm_params *)p = ct_rnnlm_default_params(); }
+static ct_layer *rnnlm_new(const void *p) { return ct_rnnlm(*(const ct_rnnlm_params *)p); }
+
+// A scoped reference (@s/GRUCell) names the cell GRUCell: the scope has no
+// settings to give it.
+static ct_status rnnlm_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
+    (void)cfg, (void)name, (void)err;
+    ct_rnnlm_params *p = vp;
+    const char *slash = p->rnn_cell ? strrchr(p->rnn_cell, '/') : NULL;
+    if (slash) p->rnn_cell = slash + 1;
+    return CT_OK;
+}
+
+static ct_status rnnlm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
+    const ct_rnnlm_params *p = vp;
+    const ct_config_value *mode;
+    CT_TRY(cfg_query_default(cfg, name, "mode", &mode, err));
+    char text[400];
+    if (mode->kind != CT_CONFIG_STRING || (strcmp(mode->s, "train") && strcmp(mode->s, "eval"))) {
+        binding_text(cfg, name, "mode", mode, text, sizeof text);
+        return ct_error_set(err, CT_ERR_ARG, "%s is not supported: 'train' or 'eval' (the trainer picks one%s)", text,
+                            mode->kind == CT_CONFIG_STRING && !strcmp(mode->s, "predict")
+                                ? "; ctrax has no 'predict' mode"
+                                : "");
+    }
+    if (ct_rnnlm_check(p, err) == CT_OK) return CT_OK;
+    // ct_rnnlm_check names RNNLM.<param>: put that binding's place in front
+    // (an unbound multiplier is wrong for the cell bound).
+    static const char *const params[] = {"rnn_cell_d_state_multiplier", "rnn_cell"};
+    char where[300] = "";
+    for (size_t i = 0; i < sizeof params / sizeof *params && !where[0]; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "RNNLM.%s ", params[i]);
+        if (!strstr(err->msg, key)) continue;
+        cfg_where(cfg, name, params[i], where, sizeof where);
+        if (!where[0]) cfg_where(cfg, name, "rnn_cell", where, sizeof where);
+    }
+    if (!where[0]) return CT_ERR_ARG;
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return ct_error_set(err, CT_ERR_ARG, "%s%s", where, msg);
+}
+
 // Trax's MLP(layer_widths=(128, 64), activation_fn=Relu, out_activation=False,
 // flatten=True, mode); the activation is always Relu.
 // Trax's older MLP(d_hidden=512, n_hidden_layers=2, n_output_classes=10)
@@ -953,17 +1007,26 @@ static const cfg_def registry[] = {
      .doc = "reversible decoder-only language model: int32 tokens (B, T) -> logits (B, T, vocab_size)"},
     // The attention types ReformerLM.attention_type names: bound as Trax's
     // configs bind them, built only inside ReformerLM.
-    {.name = "CausalAttention", .kind = CFG_ATTENTION, .modules = "trax.layers",
+    {.name = "CausalAttention", .kind = CFG_LAYER_TYPE, .modules = "trax.layers",
      .doc = "ctrax's full causal attention (d_model / n_heads per head); no settings: ReformerLM passes them"},
-    {.name = "SelfAttention", .kind = CFG_ATTENTION, .modules = "trax.layers trax.layers.research.efficient_attention",
+    {.name = "SelfAttention", .kind = CFG_LAYER_TYPE, .modules = "trax.layers trax.layers.research.efficient_attention",
      PARAMS(self_attention_params), .struct_size = sizeof(ct_self_attention_params),
      .defaults = self_attention_defaults, .check = self_attention_check,
      .doc = "Trax's SelfAttention: full, or local over chunks (chunk_len)"},
-    {.name = "LSHSelfAttention", .kind = CFG_ATTENTION,
+    {.name = "LSHSelfAttention", .kind = CFG_LAYER_TYPE,
      .modules = "trax.layers trax.layers.research.efficient_attention", PARAMS(lsh_self_attention_params),
      .struct_size = sizeof(ct_lsh_self_attention_params), .defaults = lsh_self_attention_defaults,
      .fill = lsh_self_attention_fill, .check = lsh_self_attention_check,
      .doc = "Trax's LSHSelfAttention: shared-QK attention within hash buckets, chunked after sorting"},
+    {.name = "RNNLM", .kind = CFG_MODEL, .modules = "trax.models trax.models.rnn", PARAMS(rnnlm_params),
+     .struct_size = sizeof(ct_rnnlm_params), .defaults = rnnlm_defaults, .fill = rnnlm_fill, .check = rnnlm_check,
+     .new_layer = rnnlm_new, .plan = cfg_plan_rnnlm,
+     .doc = "Trax's RNNLM: embedding, stacked GRU or LSTM cells scanned over T, Dense: int32 (B, T) -> logits "
+            "(B, T, vocab_size)"},
+    {.name = "GRUCell", .kind = CFG_LAYER_TYPE, .modules = "trax.layers trax.layers.rnn",
+     .doc = "Trax's GRUCell, as RNNLM.rnn_cell names it (RNNLM passes n_units = d_model)"},
+    {.name = "LSTMCell", .kind = CFG_LAYER_TYPE, .modules = "trax.layers trax.layers.rnn",
+     .doc = "Trax's LSTMCell, as RNNLM.rnn_cell names it (RNNLM passes n_units = d_model)"},
     {.name = "MLP", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(mlp_params), .build_layer = build_mlp,
      .plan = cfg_plan_mlp,
      .doc = "Dense layers with Relu between them: (B, ...) -> (B, last width)"},
