@@ -21,7 +21,7 @@
 # sgemm rate at each thread count (1 s each), then for each thread count
 # ctrax and PyTorch back to back, the side that goes first swapping every
 # repeat, so both see the same load on a shared machine. --steps (default:
-# 30 for A, 12 for B and C) counts the warm-up step, which is not timed.
+# 20 for A, 8 for B and C) counts the warm-up step, which is not timed.
 #
 # The BLAS kernel and the threads, for both sides alike (the one mechanism):
 #   OPENBLAS_CORETYPE  Debian's OpenBLAS 0.3.21 does not know newer CPUs and
@@ -105,7 +105,7 @@ run_torch() {
 started=$(date +%s)
 for rep in $(seq 1 "$REPEATS"); do
     for cfg in ${CONFIGS//,/ }; do
-        case "$cfg" in A) steps=${STEPS:-30} ;; B|C) steps=${STEPS:-12} ;;
+        case "$cfg" in A) steps=${STEPS:-20} ;; B|C) steps=${STEPS:-8} ;;
             *) echo "lm_speed.sh: unknown config '$cfg' (A, B or C)" >&2; exit 2 ;; esac
         for n in ${THREADS//,/ }; do
             echo "== repeat $rep, config $cfg: sgemm, $n thread(s)" >&2

@@ -34,7 +34,11 @@ Model FLOPs per token (the same formula as bench/lm_speed.c):
   6 * P_dense + 6 * n_layers * T * d_model,
   P_dense = n_layers * (4 d_model^2 + 2 d_model d_ff) + d_model * vocab.
 MFU = tokens/s * FLOPs per token / the sgemm rate of the model's dense shapes
-measured in the same run (bench_lm_speed --sgemm) at the same thread count.
+measured in the same run (bench_lm_speed --sgemm, median over its repeats) at
+the same thread count. "MFU by CPU" divides the same way in process CPU time
+(tokens per CPU-second, sgemm FLOPs per CPU-second): on a machine shared with
+other jobs, wall-clock rates measured a few seconds apart see different loads,
+CPU-time rates much less so.
 """
 
 import argparse
@@ -198,15 +202,18 @@ def table(path):
         kernels = sorted({r["blas_core"] for r in rs})
         print("  OpenBLAS kernel: " + ", ".join(kernels) + ("" if len(kernels) == 1 else "  (NOT THE SAME)"))
         # Per run: tokens/s from the median timed step; the spread over runs.
-        peak = {}
+        peak, peak_cpu = {}, {}
         for r in rs:
             if r["impl"] == "sgemm":
                 peak.setdefault(r["threads"], []).append(r["gflops"] * 1e9)
+                if "gflops_cpu" in r:
+                    peak_cpu.setdefault(r["threads"], []).append(r["gflops_cpu"] * 1e9)
         for n in sorted(peak):
             print(f"  sgemm (model's dense shapes, ct_sgemm), {n} thread{'s' if n > 1 else ''}: "
-                  f"{spread([p / 1e9 for p in peak[n]])} GFLOP/s over {len(peak[n])} runs")
+                  f"{spread([p / 1e9 for p in peak[n]])} GFLOP/s over {len(peak[n])} runs"
+                  + (f"; per CPU-s {spread([p / 1e9 for p in peak_cpu[n]])}" if n in peak_cpu else ""))
         print(f"  {'side':<6} {'threads':>7} {'runs':>4} {'tokens/s (median)':>18} {'runs spread':>15} "
-              f"{'step spread':>15} {'MFU':>10} {'peak RSS MiB':>13} {'tokens/CPU-s':>13}")
+              f"{'step spread':>15} {'MFU':>10} {'peak RSS MiB':>13} {'tokens/CPU-s':>13} {'MFU by CPU':>10}")
         best = {}
         for impl in ("ctrax", "torch"):
             for n in sorted({r["threads"] for r in train if r["impl"] == impl}):
@@ -220,13 +227,16 @@ def table(path):
                 # Tokens per second of process CPU time: the work, whatever
                 # the load (with 2 threads both threads' time counts).
                 per_cpu = statistics.median(tokens / statistics.median(r["cpu_s"]) for r in sel)
+                # The same ratio in CPU time on both sides of the division.
+                mfu_cpu = (per_cpu * sel[0]["flops_per_token"] / statistics.median(peak_cpu[n])
+                           if n in peak_cpu else None)
                 print(f"  {impl:<6} {n:>7} {len(sel):>4} {med:>18,.0f} {spread(tps):>15} {spread(steps):>15} "
-                      f"{spread([m * 100 for m in mfu], '{:.0f}%'):>10} {spread(rss):>13} {per_cpu:>13,.0f}")
+                      f"{spread([m * 100 for m in mfu], '{:.0f}%'):>10} {spread(rss):>13} {per_cpu:>13,.0f} {'-' if mfu_cpu is None else f'{mfu_cpu * 100:.0f}%':>10}")
                 if impl not in best or med > best[impl][0]:
-                    best[impl] = (med, n, tps, mfu, statistics.median(rss), pk)
+                    best[impl] = (med, n, tps, mfu, statistics.median(rss), mfu_cpu)
         if len(best) < 2:
             continue
-        (c_med, c_n, c_tps, c_mfu, c_rss, _), (t_med, t_n, t_tps, _, t_rss, _) = best["ctrax"], best["torch"]
+        (c_med, c_n, c_tps, c_mfu, c_rss, c_mfu_cpu), (t_med, t_n, t_tps, _, t_rss, _) = best["ctrax"], best["torch"]
         ratio = c_med / t_med
         lo, hi = min(c_tps) / max(t_tps), max(c_tps) / min(t_tps)
         print(f"  best: ctrax {c_med:,.0f} tokens/s at {c_n} thread(s), PyTorch {t_med:,.0f} at {t_n}; "
@@ -239,7 +249,8 @@ def table(path):
             m = statistics.median(c_mfu)
             verdicts.append((m >= TARGET_MFU[cfg],
                              f"{cfg}: ctrax MFU {m * 100:.0f}% of the {c_n}-thread sgemm rate "
-                             f"(target >= {TARGET_MFU[cfg] * 100:.0f}%)"))
+                             f"(target >= {TARGET_MFU[cfg] * 100:.0f}%; by CPU time "
+                             + ("-" if c_mfu_cpu is None else f"{c_mfu_cpu * 100:.0f}%") + ")"))
         if cfg in TARGET_RSS:
             verdicts.append((c_rss <= TARGET_RSS[cfg] * t_rss,
                              f"{cfg}: peak RSS ctrax / PyTorch {c_rss / t_rss:.2f} (target <= {TARGET_RSS[cfg]})"))
