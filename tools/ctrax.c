@@ -342,15 +342,17 @@ static ct_status apply_threads(ct_config *c, const train_args *a, const ct_train
     if (!threads) return CT_OK;
     int devices = a->devices ? a->devices : (int)t->n_devices;
     if (devices > threads) {
-        char wd[300], wt[300];
-        if (a->devices) snprintf(wd, sizeof wd, "--devices ");
-        else ct_config_where(c, "train", "n_devices", wd, sizeof wd);
-        if (a->threads) snprintf(wt, sizeof wt, "--threads ");
-        else ct_config_where(c, "train", "n_threads", wt, sizeof wt);
+        char wd[300], wt[300], d[340], th[340];
+        ct_config_where(c, "train", "n_devices", wd, sizeof wd);
+        ct_config_where(c, "train", "n_threads", wt, sizeof wt);
+        if (a->devices) snprintf(d, sizeof d, "--devices %d", devices);
+        else snprintf(d, sizeof d, "%strain.n_devices = %d", wd, devices);
+        if (a->threads) snprintf(th, sizeof th, "--threads %d", threads);
+        else snprintf(th, sizeof th, "%strain.n_threads = %d", wt, threads);
         return ct_error_set(err, CT_ERR_ARG,
-                            "%strain.n_devices = %d replica threads exceed %strain.n_threads = %d threads: ask for "
-                            "at least %d threads, or at most %d devices",
-                            wd, devices, wt, threads, devices, threads);
+                            "%s replicas are %d threads, more than %s allows: ask for at least %d threads, or at most "
+                            "%d replicas",
+                            d, devices, th, devices, threads);
     }
     ct_blas_set_threads(threads);
     return CT_OK;

@@ -10,9 +10,9 @@
 extern "C" {
 #endif
 
-// OpenBLAS's description of its build ("OpenBLAS 0.3.21 DYNAMIC_ARCH
-// NO_AFFINITY Prescott MAX_THREADS=64": version, options, the build's
-// baseline target, which is not the kernel it runs; see ct_blas_core).
+// OpenBLAS's description of itself ("OpenBLAS 0.3.21 NO_LAPACKE
+// DYNAMIC_ARCH NO_AFFINITY USE_OPENMP SkylakeX MAX_THREADS=64": version,
+// build options, the kernel it runs, its thread limit).
 const char *ct_blas_config(void);
 
 // OpenBLAS's name for the kernel it runs: "SkylakeX", "Haswell", "Zen",

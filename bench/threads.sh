@@ -1,0 +1,107 @@
+#!/bin/bash
+# bench/threads (issue 13, threads on a shared machine): ctrax training
+# steps/s with 2 threads alone, 1 thread alone, and 2 threads while a second
+# process keeps one core busy (`bash -c 'while :; do :; done'`), each with
+# OpenMP's idle threads sleeping (ctrax's default: OMP_WAIT_POLICY=passive)
+# and spinning (libgomp's own default, GOMP_SPINCOUNT=300000, as ctrax ran
+# before it set a policy).
+#
+#   bash bench/threads.sh [--steps 200] [--repeats 2] [--config configs/copy.gin]
+#                         [--build build]
+#
+# Each row is a separate `ctrax train` of --steps steps (evals off, output in
+# a temporary directory); steps/s counts the steps after the first (start-up
+# and the first step's page faults left out), from the train log's "Ran N
+# train steps in S secs" lines. The rows alternate inside each repeat so
+# they see the same background load; the table gives the best and worst of
+# the repeats, the load average at the start, and the verdict of issue 13's
+# acceptance: with one core busy, 2 threads (sleeping) at least as fast as
+# 1 thread alone.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+STEPS=200
+REPEATS=2
+CONFIG=$ROOT/configs/copy.gin
+BUILD=build
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --steps) STEPS=$2; shift 2 ;;
+    --repeats) REPEATS=$2; shift 2 ;;
+    --config) CONFIG=$2; shift 2 ;;
+    --build) BUILD=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench/threads.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+CTRAX=$ROOT/$BUILD/ctrax
+[[ $BUILD = /* ]] && CTRAX=$BUILD/ctrax
+if [[ ! -x $CTRAX ]]; then
+    echo "bench/threads.sh: no $CTRAX: build it (cmake --build $BUILD --target ctrax) or give --build DIR" >&2
+    exit 1
+fi
+tmp=$(mktemp -d /tmp/ctrax_bench_threads_XXXXXX)
+busy=
+cleanup() {
+    [[ -n $busy ]] && kill "$busy" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# run NAME THREADS WAIT BUSY: one training run; appends "NAME steps/s" to $tmp/results.
+run() {
+    local name=$1 threads=$2 wait=$3 with_busy=$4 log=$tmp/$1.log
+    local -a env=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_NUM_THREADS)
+    [[ $wait = spin ]] && env+=(GOMP_SPINCOUNT=300000)
+    if [[ $with_busy = busy ]]; then
+        bash -c 'while :; do :; done' &
+        busy=$!
+        sleep 0.2
+    fi
+    "${env[@]}" "$CTRAX" train "$CONFIG" --threads "$threads" --steps "$STEPS" --set train.eval_steps=0 \
+        --set 'Loop.n_steps_per_checkpoint=100000' --restart --output-dir "$tmp/out_$name" >"$log" 2>&1 || {
+        echo "bench/threads.sh: $name failed:" >&2
+        tail -5 "$log" >&2
+        exit 1
+    }
+    if [[ -n $busy ]]; then
+        kill "$busy"
+        wait "$busy" 2>/dev/null || true
+        busy=
+    fi
+    # Steps after the first, and their seconds.
+    awk -v name="$name" '/Ran [0-9]+ train steps in/ {
+            for (i = 1; i <= NF; i++) if ($i == "Ran") n = $(i + 1); else if ($i == "in") s = $(i + 1);
+            if (!first) { first = 1; next } steps += n; secs += s }
+        END { if (secs > 0) printf "%s %.2f\n", name, steps / secs; else printf "%s nan\n", name }' \
+        "$log" >>"$tmp/results"
+}
+
+echo "bench/threads: $CONFIG, $STEPS steps a run, $REPEATS repeats; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$("$CTRAX" info --system --threads 1 | grep -E '^(cpu|gemm kernel)')"
+for ((r = 0; r < REPEATS; r++)); do
+    run 2t_sleep 2 sleep free
+    run 1t_sleep 1 sleep free
+    run 2t_sleep_busy 2 sleep busy
+    run 2t_spin 2 spin free
+    run 1t_spin 1 spin free
+    run 2t_spin_busy 2 spin busy
+done
+
+printf '\n%-40s %18s %18s\n' "run" "steps/s (best)" "steps/s (worst)"
+row() {
+    awk -v name="$1" -v label="$2" '$1 == name { v = $2 + 0; if (!n || v > hi) hi = v; if (!n || v < lo) lo = v; n++ }
+        END { printf "%-40s %18.2f %18.2f\n", label, hi, lo }' "$tmp/results"
+}
+row 2t_sleep "2 threads alone, sleeping (default)"
+row 1t_sleep "1 thread alone, sleeping (default)"
+row 2t_sleep_busy "2 threads, one core busy, sleeping"
+row 2t_spin "2 threads alone, spinning (before)"
+row 1t_spin "1 thread alone, spinning (before)"
+row 2t_spin_busy "2 threads, one core busy, spinning"
+best() { awk -v name="$1" '$1 == name && $2 + 0 > hi { hi = $2 + 0 } END { print hi + 0 }' "$tmp/results"; }
+busy2=$(best 2t_sleep_busy)
+alone1=$(best 1t_sleep)
+verdict=$(awk -v a="$busy2" -v b="$alone1" 'BEGIN { print (a >= b ? "PASS" : "FAIL") }')
+echo
+echo "issue 13: 2 threads with one core busy $busy2 steps/s vs 1 thread alone $alone1 steps/s (best of each): $verdict"

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Trax's trainer_main command line on `ctrax train` (issue 14): several
+# --config_file and --config flags, read as gin's
+# parse_config_files_and_bindings (the files in order, a positional CONFIG
+# first, then the bindings in order), --output_dir, `--flag=value` and
+# `--flag value`, errors that name the flag; and the same run as ctrax's own
+# spellings (positional CONFIG, --set, --output-dir) gives the same
+# operative config.gin and the same losses. Also --threads and
+# train.n_threads (the count in the start-up log, the replicas check).
+#   cli_trainer_main_test.sh CTRAX
+set -uo pipefail
+ctrax=$1
+work=$(mktemp -d /tmp/ctrax_trainer_main_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+pass=0
+fail=0
+ok() {
+    pass=$((pass + 1))
+    echo "ok   $1"
+}
+bad() {
+    fail=$((fail + 1))
+    echo "FAIL $1"
+}
+
+# A small run: the copy task and a one-layer TransformerLM, evals off.
+cat >"$work/base.gin" <<'EOF'
+train.model = @TransformerLM
+train.inputs = @sequence_copy_inputs
+train.optimizer = @Adam
+train.lr_schedule_fn = None
+train.batch_size = 4
+train.steps = 7
+train.eval_steps = 0
+train.random_seed = 3
+Loop.n_steps_per_checkpoint = 1000
+sequence_copy_inputs.vocab_size = 8
+sequence_copy_inputs.train_length = 5
+sequence_copy_inputs.eval_min_length = 4
+sequence_copy_inputs.eval_max_length = 5
+TransformerLM.vocab_size = 8
+TransformerLM.d_model = 16
+TransformerLM.d_ff = 32
+TransformerLM.n_layers = 1
+TransformerLM.n_heads = 2
+TransformerLM.max_len = 16
+EOF
+printf 'train.steps = 3\n' >"$work/three.gin"
+printf 'train.steps = 2\n' >"$work/two.gin"
+
+# steps NAME WANT ARGS...: `ctrax train ARGS` exits 0 and trains WANT steps.
+steps() {
+    local name=$1 want=$2
+    shift 2
+    local out rc got
+    out=$("$ctrax" train "$@" 2>&1)
+    rc=$?
+    got=$(sed -n 's/^done: step \([0-9]*\).*/\1/p' <<<"$out")
+    if ((rc == 0)) && [[ $got == "$want" ]]; then
+        ok "$name: $want steps"
+    else
+        bad "$name: exit $rc, trained '$got' steps, want $want; output:"
+        echo "$out" | tail -n 5
+    fi
+}
+# fails NAME EXIT PATTERN ARGS...: `ctrax train ARGS` exits EXIT saying PATTERN.
+fails() {
+    local name=$1 want=$2 pattern=$3
+    shift 3
+    local out rc
+    out=$("$ctrax" train "$@" 2>&1)
+    rc=$?
+    if ((rc == want)) && grep -qF -- "$pattern" <<<"$out"; then
+        ok "$name: exit $rc: $(grep -F -- "$pattern" <<<"$out" | head -n 1)"
+    else
+        bad "$name: exit $rc (want $want), no '$pattern' in:"
+        echo "$out" | head -n 5
+    fi
+}
+
+# ---- order: files in order, then bindings in order -----------------------------
+b=$work/base.gin
+steps "one file" 7 --config_file="$b" --output_dir="$work/o1"
+steps "a later file wins" 3 --config_file="$b" --config_file="$work/three.gin" --output_dir="$work/o2"
+steps "file order kept" 7 --config_file="$work/three.gin" --config_file="$b" --output_dir="$work/o3"
+steps "a binding after the files" 2 --config_file="$b" --config_file="$work/three.gin" --config='train.steps = 2' \
+    --output_dir="$work/o4"
+steps "a binding given before a file still comes after it" 2 --config='train.steps=2' --config_file="$b" \
+    --config_file="$work/three.gin" --output_dir="$work/o5"
+steps "a later binding wins" 4 --config_file "$b" --config 'train.steps=6' --config 'train.steps=4' \
+    --output_dir "$work/o6"
+steps "the positional file first" 2 "$work/three.gin" --config_file="$b" --config_file="$work/two.gin" \
+    --output_dir="$work/o7"
+steps "positional then --config_file" 3 "$b" --config_file="$work/three.gin" --output_dir="$work/o8"
+steps "--set wins over --config" 5 "$b" --set 'train.steps=5' --config 'train.steps=2' --output-dir "$work/o9"
+steps "several bindings in one --config" 2 --config_file="$b" --config='train.steps=3
+train.steps=2' --output_dir="$work/o10"
+
+# ---- the same run as ctrax's spellings -------------------------------------------
+"$ctrax" train --config_file="$b" --config_file="$work/three.gin" --config='train.batch_size=8' \
+    --output_dir="$work/trax" >"$work/trax.log" 2>&1
+rc1=$?
+"$ctrax" train "$b" --set 'train.steps=3' --set 'train.batch_size=8' --output-dir "$work/ctrax" \
+    >"$work/ctrax.log" 2>&1
+rc2=$?
+if ((rc1 == 0 && rc2 == 0)) && cmp -s "$work/trax/config.gin" "$work/ctrax/config.gin"; then
+    ok "Trax's and ctrax's spellings: the same config.gin"
+else
+    bad "Trax's and ctrax's spellings (exit $rc1, $rc2): config.gin differs:"
+    diff "$work/trax/config.gin" "$work/ctrax/config.gin" | head -n 10
+fi
+grep -q 'train.batch_size = 8' "$work/trax/config.gin" && ok "--config's binding in config.gin" ||
+    bad "--config's binding train.batch_size = 8 not in config.gin"
+# Same seed, same config: the same training losses, step by step.
+l1=$(grep '"metric": "metrics/loss"' "$work/trax/metrics.jsonl")
+l2=$(grep '"metric": "metrics/loss"' "$work/ctrax/metrics.jsonl")
+if [[ -n $l1 && $l1 == "$l2" ]]; then ok "Trax's and ctrax's spellings: the same train losses"; else
+    bad "train losses differ: $(diff <(echo "$l1") <(echo "$l2") | head -n 4)"
+fi
+
+# ---- errors name the flag ---------------------------------------------------------
+fails "--config_file without a value" 2 "--config_file needs a value" --config_file
+fails "--config_file=''" 2 "--config_file needs a file name" --config_file=
+fails "--config without a value" 2 "--config needs a value" --config_file="$b" --config
+fails "--output_dir without a value" 2 "--output_dir needs a value" --config_file="$b" --output_dir
+fails "a missing --config_file" 1 "$work/none.gin" --config_file="$b" --config_file="$work/none.gin" \
+    --output_dir="$work/e1"
+fails "a bad --config binding" 1 "--config:1" --config_file="$b" --config='train.steps = oops' --output_dir="$work/e2"
+fails "a --config binding of an unknown name" 1 "--config:1" --config_file="$b" --config='TransformerLMM.d_model = 8' \
+    --output_dir="$work/e3"
+fails "no config at all" 2 "which config?" --config='train.steps=1'
+fails "two positional configs" 2 "--config_file=FILE" "$b" "$work/three.gin"
+fails "a misspelt flag" 2 "unknown option '--config_files=x'" --config_files=x
+fails "--threads 0" 2 "--threads expects an integer in [1, 4096], got '0'" "$b" --threads 0
+help=$("$ctrax" train --help)
+for flag in --config_file --config --output_dir --threads --set --output-dir; do
+    grep -qe "^  $flag " <<<"$help" && ok "--help lists $flag" || bad "--help does not list $flag"
+done
+
+# ---- threads ----------------------------------------------------------------------
+threads_logged() {
+    local name=$1 want=$2
+    shift 2
+    local out
+    out=$("$ctrax" train "$@" 2>&1)
+    if grep -q "^threads: $want for ctrax's loops and the GEMM" <<<"$out"; then ok "$name: threads $want logged"; else
+        bad "$name: no 'threads: $want' line:"
+        echo "$out" | head -n 8
+    fi
+}
+threads_logged "--threads 1" 1 "$b" --threads 1 --steps 1 --output-dir "$work/t1"
+threads_logged "--threads=3" 3 "$b" --threads=3 --steps 1 --output-dir "$work/t2"
+threads_logged "train.n_threads" 1 "$b" --set train.n_threads=1 --steps 1 --output-dir "$work/t3"
+threads_logged "--threads over train.n_threads" 2 "$b" --set train.n_threads=1 --threads 2 --steps 1 \
+    --output-dir "$work/t4"
+OMP_NUM_THREADS=1 threads_logged "OMP_NUM_THREADS when nothing is set" 1 "$b" --steps 1 --output-dir "$work/t5"
+fails "more replicas than threads" 1 "--devices 2 replicas are 2 threads, more than --threads 1 allows" \
+    "$b" --devices 2 --threads 1 --output-dir "$work/t6"
+fails "more replicas than train.n_threads" 1 "train.n_devices = 2 replicas are 2 threads, more than --set:1:1: train.n_threads = 1" \
+    "$b" --set train.n_devices=2 --set train.n_threads=1 --output-dir "$work/t6"
+out=$(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$ctrax" train "$b" --steps 1 --output-dir "$work/t8" 2>&1)
+if grep -q "idle threads sleep (OMP_WAIT_POLICY=passive)" <<<"$out"; then ok "idle threads sleep by default"; else
+    bad "no 'idle threads sleep' line when no wait policy is set: $(grep threads: <<<"$out")"
+fi
+out=$(OMP_WAIT_POLICY=active "$ctrax" train "$b" --steps 1 --output-dir "$work/t9" 2>&1)
+if grep -q "OMP_WAIT_POLICY=active" <<<"$out"; then ok "a user's OMP_WAIT_POLICY is kept"; else
+    bad "a user's OMP_WAIT_POLICY=active is not what the log says: $(grep threads: <<<"$out")"
+fi
+
+echo "cli_trainer_main_test: $pass passed, $fail failed"
+((fail == 0))
