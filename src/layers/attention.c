@@ -1,10 +1,11 @@
 // Causal self-attention: the weightless DotProductCausalAttention over
 // [q, k, v], and CausalAttention built from it and Dense layers.
 //
-// DotProductCausalAttention saves q, k, v and the (B, H, T, T) attention
-// probabilities for backward; its dropout mask is not stored but recomputed
-// from the key (see kernels/cpu/attention.h for which bits decide which
-// element). Dropout is active only in training mode (ct_ctx.train), and
+// DotProductCausalAttention runs the tiled kernel (kernels/cpu/attention.h)
+// and saves q, k, v, its output and the logsumexp of each row, (B, H, T),
+// for backward: memory linear in T, no (B, H, T, T) probabilities; backward
+// recomputes them tile by tile. Its dropout mask is not stored either but
+// recomputed from the key (the header says which bits decide which element). Dropout is active only in training mode (ct_ctx.train), and
 // backward must run under the same ctx mode as its forward.
 #include <stdint.h>
 
@@ -70,28 +71,30 @@ static ct_status attention_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, 
     }
     CT_TRY(ct_ctx_alloc(c, &out[0], err));
     int n_slots = ct_attention_n_slots();
-    // Without a tape the probabilities die with this call.
-    ct_arena_mark before_att = ct_arena_get_mark(c->arena);
-    ct_tensor att = ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){B, hp->n_heads, T, T}, NULL);
-    CT_TRY(ct_ctx_alloc(c, &att, err));
-    ct_arena_mark after_att = ct_arena_get_mark(c->arena);
-    ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_attention_scratch_floats(T, rate, false), NULL);
-    if (scratch.shape[0] > 0) CT_TRY(ct_ctx_alloc(c, &scratch, err));
-    ct_attention_forward(out[0].data, att.data, in[0].data, in[1].data, in[2].data, scratch.data, n_slots, key,
-                         rate, B, T, D, hp->n_heads);
+    // Without a tape the logsumexp dies with this call.
+    ct_arena_mark before_lse = ct_arena_get_mark(c->arena);
+    ct_tensor lse = ct_tensor_3d(CT_DTYPE_F32, B, hp->n_heads, T, NULL);
+    CT_TRY(ct_ctx_alloc(c, &lse, err));
+    ct_arena_mark after_lse = ct_arena_get_mark(c->arena);
+    ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_attention_scratch_floats(CT_ATTENTION_TILE, false),
+                                     NULL);
+    CT_TRY(ct_ctx_alloc(c, &scratch, err));
+    ct_attention_forward(out[0].data, lse.data, in[0].data, in[1].data, in[2].data, scratch.data, n_slots, key,
+                         rate, B, T, D, hp->n_heads, CT_ATTENTION_TILE);
     if (!c->record) {
-        ct_arena_reset_to(c->arena, before_att);
+        ct_arena_reset_to(c->arena, before_lse);
         return CT_OK;
     }
-    ct_arena_reset_to(c->arena, after_att);
+    ct_arena_reset_to(c->arena, after_lse);
     for (int i = 0; i < 3; i++) CT_TRY(ct_tape_push(c, &in[i], err));
-    return ct_tape_push(c, &att, err);
+    CT_TRY(ct_tape_push(c, &out[0], err));
+    return ct_tape_push(c, &lse, err);
 }
 
 static ct_status attention_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                                     ct_key key, ct_error *err) {
     const attention_hp *hp = l->hp;
-    ct_tensor att = ct_tape_pop(c), v = ct_tape_pop(c), k = ct_tape_pop(c), q = ct_tape_pop(c);
+    ct_tensor lse = ct_tape_pop(c), o = ct_tape_pop(c), v = ct_tape_pop(c), k = ct_tape_pop(c), q = ct_tape_pop(c);
     grad_in[0] = ct_tensor_sig(&q);
     grad_in[1] = ct_tensor_sig(&k);
     grad_in[2] = ct_tensor_sig(&v);
@@ -101,10 +104,12 @@ static ct_status attention_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gra
     float rate = active_rate(l, c);
     int n_slots = ct_attention_n_slots();
     ct_arena_mark mark = ct_arena_get_mark(c->arena);
-    ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_attention_scratch_floats(T, rate, true), NULL);
-    if (scratch.shape[0] > 0) CT_TRY(ct_ctx_alloc(c, &scratch, err));
+    ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_attention_scratch_floats(CT_ATTENTION_TILE, true),
+                                     NULL);
+    CT_TRY(ct_ctx_alloc(c, &scratch, err));
     ct_attention_backward(grad_in[0].data, grad_in[1].data, grad_in[2].data, scratch.data, n_slots,
-                          grad_out[0].data, att.data, q.data, k.data, v.data, key, rate, B, T, D, hp->n_heads);
+                          grad_out[0].data, o.data, lse.data, q.data, k.data, v.data, key, rate, B, T, D, hp->n_heads,
+                          CT_ATTENTION_TILE);
     ct_arena_reset_to(c->arena, mark);
     return CT_OK;
 }

@@ -1,33 +1,174 @@
 #include "kernels/cpu/attention.h"
 
+#include <assert.h>
 #include <math.h>
 #include <omp.h>
 
+#include "kernels/cpu/chunked_attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/vmath.h"
+
+// The largest tile the tiled kernels take: their per-row state (running max
+// and sum, dropout factors, dO . o) lives on the stack, TILE_MAX rows of it.
+#define TILE_MAX 256
 
 int ct_attention_n_slots(void) {
     int n = omp_get_max_threads();
     return n > 0 ? n : 1;
 }
 
-int64_t ct_attention_scratch_floats(int64_t T, float dropout, bool backward) {
+// ---- tiled --------------------------------------------------------------------------------------
+
+int64_t ct_attention_scratch_floats(int64_t tile, bool backward) {
+    return (backward ? 2 : 1) * tile * tile;
+}
+
+// max of row[0 .. n), n >= 1: exact in any order, so every clone gives the
+// same bits.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static float row_max(const float *row, int64_t n) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t s = 0; s < n; s++) m = row[s] > m ? row[s] : m;
+    return m;
+}
+
+// sum of row[0 .. n) in double (the exps of a softmax row: its normalizer).
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static double row_sum(const float *row, int64_t n) {
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t s = 0; s < n; s++) sum += row[s];
+    return sum;
+}
+
+// Columns of row r that tile pair (i, j) lets it see: every one of a tile
+// left of the diagonal; on it (same first position, nr == nc) s <= t, so
+// r + 1.
+static int64_t visible(int64_t i, int64_t j, int64_t r, int64_t nc) { return i == j ? r + 1 : nc; }
+
+// Query tile i of head (b, h): rows t0 .. t0 + nr of out (ld C) and lse.
+// S: one (tile, tile) scratch tile.
+static void query_tile_forward(float *oh, float *lseh, const float *qh, const float *kh, const float *vh,
+                               float *S, ct_key key, float dropout, int64_t bh, int64_t i, int64_t T, int64_t C,
+                               int64_t hs, int64_t tile) {
+    const float scale = 1.0f / sqrtf((float)hs);
+    const int64_t t0 = i * tile, nr = T - t0 < tile ? T - t0 : tile;
+    float m[TILE_MAX], f[TILE_MAX];
+    double l[TILE_MAX];
+    for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0;
+    float *oi = oh + t0 * C;
+    for (int64_t j = 0; j <= i; j++) {
+        const int64_t s0 = j * tile, nc = T - s0 < tile ? T - s0 : tile;
+        // S (nr, nc) = q_i k_j^T / sqrt(hs)
+        ct_sgemm(false, true, nr, nc, hs, scale, qh + t0 * C, C, kh + s0 * C, C, 0.0f, S, nc);
+        for (int64_t r = 0; r < nr; r++) {
+            float *row = S + r * nc;
+            const int64_t n = visible(i, j, r, nc);
+            // Online softmax: the new running max, the old sum and output
+            // row rescaled to it (exp(-inf) = 0 before the first tile).
+            const float mt = row_max(row, n), mnew = mt > m[r] ? mt : m[r];
+            const float alpha = ct_vexp_nonpos(m[r] - mnew);
+            ct_attention_row_probs(row, mnew, n);
+            l[r] = l[r] * alpha + row_sum(row, n);
+            m[r] = mnew;
+            for (int64_t s = n; s < nc; s++) row[s] = 0.0f;
+            if (dropout > 0.0f) {
+                ct_attention_drop_span(f, (bh * T + t0 + r) * T + s0, n, key, dropout);
+                for (int64_t s = 0; s < n; s++) row[s] *= f[s];
+            }
+            if (j > 0 && alpha != 1.0f)
+                for (int64_t x = 0; x < hs; x++) oi[r * C + x] *= alpha;
+        }
+        // out_i (+)= P v_j; the first tile sets it.
+        ct_sgemm(false, false, nr, hs, nc, 1.0f, S, nc, vh + s0 * C, C, j > 0 ? 1.0f : 0.0f, oi, C);
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        const float inv = (float)(1.0 / l[r]);  // l >= 1: the max term is exp(0)
+        for (int64_t x = 0; x < hs; x++) oi[r * C + x] *= inv;
+        lseh[t0 + r] = m[r] + (float)log(l[r]);
+    }
+}
+
+void ct_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                          float *scratch, int n_slots, ct_key key, float dropout, int64_t B, int64_t T,
+                          int64_t C, int64_t NH, int64_t tile) {
+    assert(tile >= 1 && tile <= TILE_MAX);
+    const int64_t hs = C / NH, nt = (T + tile - 1) / tile, per_slot = ct_attention_scratch_floats(tile, false);
+    if (T == 0) return;  // BLAS rejects leading dimensions of 0
+    // Work items (b, h, query tile) are independent. Round-robin (chunks of
+    // 1) so each thread gets short and long rows of the causal triangle.
+#pragma omp parallel for schedule(static, 1) num_threads(n_slots)
+    for (int64_t w = 0; w < B * NH * nt; w++) {
+        const int64_t bh = w / nt, i = w % nt, b = bh / NH, h = bh % NH, off = b * T * C + h * hs;
+        float *S = scratch + (int64_t)omp_get_thread_num() * per_slot;
+        query_tile_forward(out + off, lse + bh * T, q + off, k + off, v + off, S, key, dropout, bh, i, T, C, hs,
+                           tile);
+    }
+}
+
+// Head (b, h)'s backward, query tile by query tile: S, G two (tile, tile)
+// scratch tiles.
+static void head_backward(float *dqh, float *dkh, float *dvh, float *S, float *G, const float *doh,
+                          const float *oh, const float *lseh, const float *qh, const float *kh, const float *vh,
+                          ct_key key, float dropout, int64_t bh, int64_t T, int64_t C, int64_t hs, int64_t tile) {
+    const float scale = 1.0f / sqrtf((float)hs);
+    float dot[TILE_MAX], f[TILE_MAX];
+    for (int64_t t0 = 0, i = 0; t0 < T; t0 += tile, i++) {
+        const int64_t nr = T - t0 < tile ? T - t0 : tile;
+        const float *qi = qh + t0 * C, *doi = doh + t0 * C;
+        // dot[r] = dO_t . o_t = sum_s P f G over the whole row: the softmax
+        // backward's row term, known before any tile is recomputed.
+        for (int64_t r = 0; r < nr; r++) {
+            double acc = 0.0;
+            for (int64_t x = 0; x < hs; x++) acc += (double)doi[r * C + x] * oh[(t0 + r) * C + x];
+            dot[r] = (float)acc;
+        }
+        for (int64_t j = 0; j <= i; j++) {
+            const int64_t s0 = j * tile, nc = T - s0 < tile ? T - s0 : tile;
+            // S = P = exp(q_i k_j^T / sqrt(hs) - lse), G = dO_i v_j^T
+            ct_sgemm(false, true, nr, nc, hs, scale, qi, C, kh + s0 * C, C, 0.0f, S, nc);
+            ct_sgemm(false, true, nr, nc, hs, 1.0f, doi, C, vh + s0 * C, C, 0.0f, G, nc);
+            for (int64_t r = 0; r < nr; r++) {
+                float *p = S + r * nc, *g = G + r * nc;
+                const int64_t n = visible(i, j, r, nc);
+                ct_attention_row_probs(p, lseh[t0 + r], n);
+                if (dropout > 0.0f) ct_attention_drop_span(f, (bh * T + t0 + r) * T + s0, n, key, dropout);
+                // S <- dScores, G <- the dropped probabilities
+                ct_attention_row_grads(p, g, dropout > 0.0f ? f : NULL, dot[r], n);
+                for (int64_t s = n; s < nc; s++) p[s] = 0.0f, g[s] = 0.0f;
+            }
+            // dv_j += Pdrop^T dO_i; dq_i += scale dS k_j; dk_j += scale dS^T q_i
+            ct_sgemm(true, false, nc, hs, nr, 1.0f, G, nc, doi, C, 1.0f, dvh + s0 * C, C);
+            ct_sgemm(false, false, nr, hs, nc, scale, S, nc, kh + s0 * C, C, 1.0f, dqh + t0 * C, C);
+            ct_sgemm(true, false, nc, hs, nr, scale, S, nc, qi, C, 1.0f, dkh + s0 * C, C);
+        }
+    }
+}
+
+void ct_attention_backward(float *dq, float *dk, float *dv, float *scratch, int n_slots, const float *dout,
+                           const float *out, const float *lse, const float *q, const float *k, const float *v,
+                           ct_key key, float dropout, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t tile) {
+    assert(tile >= 1 && tile <= TILE_MAX);
+    const int64_t hs = C / NH, per_slot = ct_attention_scratch_floats(tile, true);
+    if (T == 0) return;
+    // One thread owns a (b, h) pair: the dk, dv rows of key tile j take
+    // every query tile's share, and no other thread writes them.
+#pragma omp parallel for schedule(static) num_threads(n_slots)
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        const int64_t b = bh / NH, h = bh % NH, off = b * T * C + h * hs;
+        float *S = scratch + (int64_t)omp_get_thread_num() * per_slot, *G = S + tile * tile;
+        head_backward(dq + off, dk + off, dv + off, S, G, dout + off, out + off, lse + bh * T, q + off, k + off,
+                      v + off, key, dropout, bh, T, C, hs, tile);
+    }
+}
+
+// ---- reference ----------------------------------------------------------------------------------
+
+int64_t ct_attention_ref_scratch_floats(int64_t T, float dropout, bool backward) {
     int64_t per = T * T;
     if (backward) return dropout > 0.0f ? 2 * per : per;
     return dropout > 0.0f ? per : 0;
-}
-
-// Dropout's keep threshold: bits >= rate * 2^32 for integer bits is
-// bits >= ceil(rate * 2^32); rate * 2^32 is exact in double.
-static uint64_t drop_threshold(float rate) { return (uint64_t)ceil((double)rate * 4294967296.0); }
-
-// Dropout factors (0 or 1 / (1 - rate)) of elements j0 .. j0 + n - 1, n <=
-// DROP_CHUNK: the masks are drawn a chunk at a time (vector threefry).
-#define DROP_CHUNK 256
-static void drop_factors(ct_key key, int64_t j0, int64_t n, uint64_t threshold, float scale, float *f) {
-    uint32_t bits[DROP_CHUNK];
-    ct_random_bits_block(key, (uint32_t)j0, (size_t)n, bits);
-    for (int64_t i = 0; i < n; i++) f[i] = bits[i] >= threshold ? scale : 0.0f;
 }
 
 // Softmax over row[0 .. n), zeros in row[n .. T): one row of the causal
@@ -52,13 +193,13 @@ static void causal_softmax_row(float *row, int64_t n, int64_t T) {
 // (zeros above the diagonal), the mask of element (t, s) drawn at counter
 // j0 + t * T + s. When G is not NULL it is taken through the same mask:
 // G <- G * mask / (1 - dropout) (the backward pass).
-static void drop_probs(float *D, float *G, const float *A, ct_key key, int64_t j0, uint64_t threshold,
-                       float drop_scale, int64_t T) {
+static void drop_probs(float *D, float *G, const float *A, ct_key key, int64_t j0, float dropout, int64_t T) {
+    enum { CHUNK = 256 };
     for (int64_t t = 0; t < T; t++) {
-        for (int64_t s0 = 0; s0 <= t; s0 += DROP_CHUNK) {
-            float f[DROP_CHUNK];
-            int64_t n = t + 1 - s0 < DROP_CHUNK ? t + 1 - s0 : DROP_CHUNK;
-            drop_factors(key, j0 + t * T + s0, n, threshold, drop_scale, f);
+        for (int64_t s0 = 0; s0 <= t; s0 += CHUNK) {
+            float f[CHUNK];
+            int64_t n = t + 1 - s0 < CHUNK ? t + 1 - s0 : CHUNK;
+            ct_attention_drop_span(f, j0 + t * T + s0, n, key, dropout);
             for (int64_t i = 0; i < n; i++) D[t * T + s0 + i] = A[t * T + s0 + i] * f[i];
             if (G)
                 for (int64_t i = 0; i < n; i++) G[t * T + s0 + i] *= f[i];
@@ -67,14 +208,12 @@ static void drop_probs(float *D, float *G, const float *A, ct_key key, int64_t j
     }
 }
 
-void ct_attention_forward(float *out, float *att, const float *q, const float *k, const float *v,
+void ct_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v,
                           float *scratch, int n_slots, ct_key key, float dropout, int64_t B, int64_t T,
                           int64_t C, int64_t NH) {
     const int64_t hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs);
-    const uint64_t threshold = drop_threshold(dropout);
-    const float drop_scale = 1.0f / (1.0f - dropout);
-    const int64_t per_slot = ct_attention_scratch_floats(T, dropout, false);
+    const int64_t per_slot = ct_attention_ref_scratch_floats(T, dropout, false);
     if (T == 0) return;  // BLAS rejects leading dimensions of 0
 #pragma omp parallel for schedule(static) num_threads(n_slots)
     for (int64_t bh = 0; bh < B * NH; bh++) {
@@ -88,7 +227,7 @@ void ct_attention_forward(float *out, float *att, const float *q, const float *k
         const float *P = A;
         if (dropout > 0.0f) {
             float *D = scratch + (int64_t)omp_get_thread_num() * per_slot;
-            drop_probs(D, NULL, A, key, bh * T * T, threshold, drop_scale, T);
+            drop_probs(D, NULL, A, key, bh * T * T, dropout, T);
             P = D;
         }
         // out_h = P v_h
@@ -96,15 +235,13 @@ void ct_attention_forward(float *out, float *att, const float *q, const float *k
     }
 }
 
-void ct_attention_backward(float *dq, float *dk, float *dv, float *scratch, int n_slots,
+void ct_attention_backward_ref(float *dq, float *dk, float *dv, float *scratch, int n_slots,
                            const float *dout, const float *att, const float *q, const float *k,
                            const float *v, ct_key key, float dropout, int64_t B, int64_t T, int64_t C,
                            int64_t NH) {
     const int64_t hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs);
-    const uint64_t threshold = drop_threshold(dropout);
-    const float drop_scale = 1.0f / (1.0f - dropout);
-    const int64_t per_slot = ct_attention_scratch_floats(T, dropout, true);
+    const int64_t per_slot = ct_attention_ref_scratch_floats(T, dropout, true);
     if (T == 0) return;
 #pragma omp parallel for schedule(static) num_threads(n_slots)
     for (int64_t bh = 0; bh < B * NH; bh++) {
@@ -120,7 +257,7 @@ void ct_attention_backward(float *dq, float *dk, float *dv, float *scratch, int 
             // Recompute the dropped probabilities P and take G back through
             // the mask: G <- G * mask / (1 - dropout).
             float *D = G + T * T;
-            drop_probs(D, G, A, key, bh * T * T, threshold, drop_scale, T);
+            drop_probs(D, G, A, key, bh * T * T, dropout, T);
             P = D;
         }
         // dv_h += P^T dout_h

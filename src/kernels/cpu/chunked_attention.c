@@ -65,11 +65,11 @@ float ct_attention_row_lse(const float *row, int64_t W) {
     return maxv + (float)log(sum);  // sum >= 1: the max term is exp(0)
 }
 
-// row <- exp(row - lse): Trax's probabilities (lse >= every element).
+// Trax's probabilities (lse >= every element).
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static void row_probs(float *row, float lse, int64_t W) {
+void ct_attention_row_probs(float *row, float lse, int64_t n) {
 #pragma omp simd
-    for (int64_t w = 0; w < W; w++) row[w] = ct_vexp_nonpos(row[w] - lse);
+    for (int64_t w = 0; w < n; w++) row[w] = ct_vexp_nonpos(row[w] - lse);
 }
 
 // Dropout factors of mask row r, elements w0 .. w0 + n - 1 (n <= DROP_CHUNK):
@@ -94,16 +94,38 @@ static void drop_row(float *row, int64_t r, ct_key key, const ct_chunked_attenti
     }
 }
 
-void ct_attention_drop_factors(float *f, int64_t r, int64_t W, ct_key key, float rate) {
+void ct_attention_drop_span(float *f, int64_t j0, int64_t n, ct_key key, float rate) {
     if (rate <= 0.0f) {
-        for (int64_t w = 0; w < W; w++) f[w] = 1.0f;
+        for (int64_t i = 0; i < n; i++) f[i] = 1.0f;
         return;
     }
     const uint64_t threshold = ct_dropout_threshold(rate);
     const float scale = 1.0f / (1.0f - rate);
-    for (int64_t w0 = 0; w0 < W; w0 += DROP_CHUNK) {
-        int64_t n = W - w0 < DROP_CHUNK ? W - w0 : DROP_CHUNK;
-        drop_factors(f + w0, key, r * W + w0, n, threshold, scale);
+    for (int64_t i0 = 0; i0 < n; i0 += DROP_CHUNK) {
+        int64_t m = n - i0 < DROP_CHUNK ? n - i0 : DROP_CHUNK;
+        drop_factors(f + i0, key, j0 + i0, m, threshold, scale);
+    }
+}
+
+void ct_attention_drop_factors(float *f, int64_t r, int64_t W, ct_key key, float rate) {
+    ct_attention_drop_span(f, r * W, W, key, rate);
+}
+
+// f == NULL is f = 1 without the multiplications (1 * x is x exactly, so
+// the same bits).
+void ct_attention_row_grads(float *p, float *g, const float *f, float dot, int64_t n) {
+    if (!f) {
+        for (int64_t i = 0; i < n; i++) {
+            float pw = p[i];
+            p[i] = pw * (g[i] - dot);
+            g[i] = pw;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float pw = p[i];
+        p[i] = pw * (f[i] * g[i] - dot);
+        g[i] = pw * f[i];
     }
 }
 
@@ -116,7 +138,7 @@ static void head_forward(float *oh, float *lseh, const float *qh, const float *k
         for (int64_t r = 0; r < m; r++) {
             float *row = S + r * W;
             lseh[c * m + r] = ct_attention_row_lse(row, W);
-            row_probs(row, lseh[c * m + r], W);
+            ct_attention_row_probs(row, lseh[c * m + r], W);
             if (d->dropout > 0.0f) drop_row(row, r, key, d);
         }
         // o_c = sum over window chunks of P[:, chunk] v_chunk
@@ -149,7 +171,6 @@ static void row_grads(float *S, float *G, const float *doh, const float *oh, int
                       const ct_chunked_attention_dims *d) {
     const int64_t m = d->m, W = window_len(d);
     float f[DROP_CHUNK];
-    for (int64_t i = 0; i < DROP_CHUNK; i++) f[i] = 1.0f;  // no dropout: factors of 1
     for (int64_t r = 0; r < m; r++) {
         const float *dor = doh + (c * m + r) * d->dv, *orow = oh + (c * m + r) * d->dv;
         double dot = 0.0;
@@ -159,11 +180,7 @@ static void row_grads(float *S, float *G, const float *doh, const float *oh, int
             int64_t n = W - w0 < DROP_CHUNK ? W - w0 : DROP_CHUNK;
             if (d->dropout > 0.0f)
                 drop_factors(f, key, r * W + w0, n, ct_dropout_threshold(d->dropout), 1.0f / (1.0f - d->dropout));
-            for (int64_t i = 0; i < n; i++) {
-                float pw = p[w0 + i];
-                p[w0 + i] = pw * (f[i] * g[w0 + i] - (float)dot);
-                g[w0 + i] = pw * f[i];
-            }
+            ct_attention_row_grads(p + w0, g + w0, d->dropout > 0.0f ? f : NULL, (float)dot, n);
         }
     }
 }
@@ -175,7 +192,7 @@ static void chunk_backward(float *dqh, float *dkh, float *dvh, float *S, float *
     const int64_t m = d->m, W = window_len(d), N = d->T / m, nw = 1 + d->before + d->after, dk = d->dk,
                   dv = d->dv;
     window_dots(S, qh, kh, maskb, c, d);
-    for (int64_t r = 0; r < m; r++) row_probs(S + r * W, lseh[c * m + r], W);
+    for (int64_t r = 0; r < m; r++) ct_attention_row_probs(S + r * W, lseh[c * m + r], W);
     for (int64_t jj = 0; jj < nw; jj++) {  // G = dO_c V_window^T
         int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         ct_sgemm(false, true, m, m, dv, 1.0f, doh + c * m * dv, dv, vh + s * m * dv, dv, 0.0f, G + jj * m, W);

@@ -78,6 +78,19 @@ float ct_attention_row_lse(const float *row, int64_t W);
 // kept iff ct_random_bits(key, r * W + w) >= ceil(rate 2^32), kept ones
 // 1 / (1 - rate)), or all ones when rate <= 0.
 void ct_attention_drop_factors(float *f, int64_t r, int64_t W, ct_key key, float rate);
+// f (n): the same rule for the counters j0 .. j0 + n - 1 (a part of a mask
+// row); j0 + n <= 2^32. ct_attention_drop_factors is ct_attention_drop_span
+// at j0 = r * W, n = W.
+void ct_attention_drop_span(float *f, int64_t j0, int64_t n, ct_key key, float rate);
+// row (n) <- exp(row - lse): probabilities from their scores and the row's
+// logsumexp (lse >= every element; ct_vexp_nonpos, so -inf gives 0).
+void ct_attention_row_probs(float *row, float lse, int64_t n);
+// One row of the softmax backward through dropout, in place: p (n) the
+// probabilities before dropout, g (n) the gradient of the dropped ones (dO
+// v_s^T), f (n) the row's dropout factors or NULL (none), dot = dO . o (o
+// includes the dropout, so dot = sum p f g). Then p <- p * (f g - dot), the
+// score gradient, and g <- p f, the dropped probabilities.
+void ct_attention_row_grads(float *p, float *g, const float *f, float dot, int64_t n);
 
 // Trax's length_normalized then / sqrt(dk): k = q / sqrt(mean(q^2) + 1e-6)
 // / sqrt(dk) over the last axis of q (N, dk) -> k (N, dk).
