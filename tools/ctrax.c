@@ -52,7 +52,8 @@ typedef struct train_args {
     long steps;    // -1: the config's train.steps
     int devices;   // 0: the config's train.n_devices
     int threads;   // 0: the config's train.n_threads
-    bool restart;  // ignore checkpoints in the output dir
+    bool restart;        // ignore checkpoints in the output dir
+    bool fixed_threads;  // keep the thread count when other processes keep cores busy
 } train_args;
 
 static void train_usage(FILE *f) {
@@ -82,7 +83,9 @@ static void train_usage(FILE *f) {
             "  --steps N                 train until step N (overrides train.steps)\n"
             "  --devices N               local replicas (threads) splitting each batch (train.n_devices)\n"
             "  --threads N               threads for ctrax's loops and the GEMM together (train.n_threads);\n"
-            "                            default OMP_NUM_THREADS, else every core\n"
+            "                            default OMP_NUM_THREADS, else every core. Fewer while other\n"
+            "                            processes keep cores busy (measured every 2 s), never more\n"
+            "  --fixed-threads           keep the thread count whatever else runs\n"
             "  --restart                 start from step 0 even if DIR holds checkpoints\n"
             "  --configurables           list every name a config can bind, with its parameters\n"
             "  -h, --help                show this help\n"
@@ -159,6 +162,10 @@ static int parse_train_args(int argc, char **argv, train_args *a) {
             a->restart = true;
             continue;
         }
+        if (!strcmp(s, "--fixed-threads")) {
+            a->fixed_threads = true;
+            continue;
+        }
         if (s[0] != '-') {
             if (positional)
                 return ctrax_usage_error("train", "one positional config file, got '%s' and '%s' (more files: "
@@ -184,9 +191,34 @@ static int parse_train_args(int argc, char **argv, train_args *a) {
     return 0;
 }
 
+// What the Loop's per-step predicate needs: the eval period, and the
+// thread count fitted to the free cores between steps.
+typedef struct step_hook {
+    int64_t eval_frequency;
+    int max_threads;    // the count asked for (--threads, train.n_threads, OpenMP's default)
+    bool fit_threads;   // one replica: its loops and GEMMs use the count
+    bool log;           // the chief logs each change
+    ct_thread_fit fit;  // the last measurement
+} step_hook;
+
+// Seconds between measurements of the cores other processes keep busy.
+#define THREAD_FIT_INTERVAL_S 2.0
+
 // Evals at step 1 and every train.eval_frequency steps (Trax's default).
+// The Loop asks this between steps, on the thread that runs them: there the
+// thread count follows the free cores (ct_blas_threads_fit), never above
+// the count asked for.
 static bool eval_every(int64_t step, void *user) {
-    int64_t every = *(const int64_t *)user;
+    step_hook *h = user;
+    if (h->fit_threads) {
+        int before = h->fit.threads ? h->fit.threads : h->max_threads;
+        // The first measurement comes sooner: a busy core is there from the start.
+        int now = ct_blas_threads_fit(&h->fit, h->max_threads, h->fit.threads ? THREAD_FIT_INTERVAL_S : 0.5);
+        if (now != before && h->log)
+            printf("threads: %d of %d at step %lld: other processes keep %.1f cores busy\n", now, h->max_threads,
+                   (long long)step, h->fit.others);
+    }
+    int64_t every = h->eval_frequency;
     return step == 1 || (every > 0 && step % every == 0);
 }
 
@@ -201,7 +233,8 @@ typedef struct train_run {
     ct_layer *metrics[CT_EVAL_MAX_METRICS];
     const char *metric_names[CT_EVAL_MAX_METRICS];
     int n_metrics;
-    int64_t eval_frequency, eval_steps;
+    int64_t eval_steps;
+    step_hook hook;
     ct_loop *loop;
     char *config_text;
     char output_dir[4096];
@@ -315,7 +348,7 @@ static void loop_options(train_run *r, const train_args *a, const ct_train_setti
     o->log = stdout;
     o->progress = stderr;
     o->eval_at = eval_every;
-    o->predicate_user = &r->eval_frequency;
+    o->predicate_user = &r->hook;
 }
 
 // runs/<config name without its extension>, or --output-dir.
@@ -382,7 +415,9 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     CT_TRY(ct_config_read_loop(c, &l, err));
     CT_TRY(permanent_period(c, &t, &l, &permanent, err));
     CT_TRY(apply_threads(c, a, &t, err));
-    r->eval_frequency = t.eval_frequency;
+    r->hook.eval_frequency = t.eval_frequency;
+    r->hook.max_threads = ct_blas_threads();
+    r->hook.fit_threads = !a->fixed_threads && (a->devices ? a->devices : t.n_devices) == 1;
     r->eval_steps = t.eval_steps;
     if (!t.model) return ct_error_set(err, CT_ERR_ARG, "%s: no model: bind train.model = @SomeModel", a->configs[0]);
     if (!t.inputs) return ct_error_set(err, CT_ERR_ARG, "%s: no data: bind train.inputs = @SomeInputs", a->configs[0]);
@@ -442,6 +477,7 @@ static int run_train(const train_args *a) {
     if (rank != 0) ct_log_set_level(CT_LOG_ERROR);  // the chief speaks for the job
     if (build_run(&r, a, &o, &steps, &err) != CT_OK) goto done;
     if (rank != 0) o.log = o.progress = NULL;
+    r.hook.log = rank == 0;
     ct_tensor sigs[CT_BATCH_MAX_TENSORS];
     int n_sig = ct_stream_signature(r.train, sigs);
     o.tokens_per_batch = n_sig > 0 ? ct_tensor_numel(&sigs[0]) : 0;

@@ -44,6 +44,32 @@ void ct_blas_set_threads(int n);
 // The thread count ctrax's loops and the GEMM use now (omp_get_max_threads()).
 int ct_blas_threads(void);
 
+// Fitting the thread count to the cores other processes leave free. Idle
+// threads that sleep (OMP_WAIT_POLICY=passive) stop a busy core from
+// stealing a spinning thread's time, but every parallel loop and GEMM still
+// splits its work evenly and waits for its slowest thread: a thread that
+// shares a core with another process's work makes each step wait for that
+// core's time slices (copy.gin, 2 threads, one core busy: a third of one
+// thread's speed alone; bench/threads.sh). So the trainer gives the loops
+// only the cores that are free, and takes them back when they are free again.
+typedef struct ct_thread_fit {
+    double t, machine_busy_s, self_s;  // the last measurement: time, busy CPU seconds of the machine and of this process
+    double others;                     // cores other processes kept busy over the last interval
+    int threads;                       // the count set (0: not measured yet)
+} ct_thread_fit;
+
+// Call between steps, from the thread that runs them (the count is that
+// thread's OpenMP setting), with *f zeroed before the first call. At most
+// every interval_s seconds it measures the CPU time the machine spent busy
+// (/proc/stat) less this process's own (getrusage), i.e. the cores other
+// processes kept busy, b, and sets the thread count (ct_blas_set_threads) to
+// the cores left, rounded down where another process keeps at least 0.4 of
+// a core busy, between 1 and max_threads. Returns the count now: unchanged
+// between measurements, max_threads before the first and where /proc/stat
+// cannot be read. Results do not depend on the count (the kernels' sums
+// have a fixed order), so a run stays exactly reproducible.
+int ct_blas_threads_fit(ct_thread_fit *f, int max_threads, double interval_s);
+
 // Measures single-precision GEMM, C (M, N) = A (M, K) B (K, N), through the
 // library's own call into BLAS (ct_sgemm), repeated for at least `seconds`
 // after one warm-up call, on the current thread count. Returns GFLOP/s

@@ -1,10 +1,14 @@
 #include "kernels/cpu/matmul.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "ctrax/core/blas.h"
@@ -68,6 +72,51 @@ void ct_blas_set_threads(int n) {
 }
 
 int ct_blas_threads(void) { return omp_get_max_threads(); }
+
+// CPU seconds the whole machine has spent busy since boot (the first line
+// of /proc/stat: user, nice, system, irq, softirq, steal; guest time is in
+// user already); negative if unknown.
+static double machine_busy_s(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return -1.0;
+    unsigned long long v[8] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                   &v[7]);
+    fclose(f);
+    long tick = sysconf(_SC_CLK_TCK);
+    if (n < 8 || tick <= 0) return -1.0;
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)tick;
+}
+
+// CPU seconds this process has used (every thread).
+static double self_busy_s(void) {
+    struct rusage u;
+    if (getrusage(RUSAGE_SELF, &u)) return -1.0;
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
+           1e-6 * (double)u.ru_stime.tv_usec;
+}
+
+int ct_blas_threads_fit(ct_thread_fit *f, int max_threads, double interval_s) {
+    if (max_threads < 1) max_threads = 1;
+    double now = ct_now_s();
+    if (f->t > 0 && now - f->t < interval_s) return f->threads ? f->threads : max_threads;
+    double machine = machine_busy_s(), self = self_busy_s();
+    if (machine < 0 || self < 0) return max_threads;
+    if (f->t > 0 && now > f->t) {
+        f->others = fmax(0.0, (machine - f->machine_busy_s - (self - f->self_s)) / (now - f->t));
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        // A core another process keeps 40% busy or more is lost to the
+        // loops: their slowest thread sets their pace.
+        int free_cores = (int)(cores > 0 ? cores : 1) - (int)floor(f->others + 0.6);
+        int threads = free_cores < 1 ? 1 : free_cores > max_threads ? max_threads : free_cores;
+        if (threads != f->threads) ct_blas_set_threads(threads);
+        f->threads = threads;
+    }
+    f->t = now;
+    f->machine_busy_s = machine;
+    f->self_s = self;
+    return f->threads ? f->threads : max_threads;
+}
 
 double ct_blas_sgemm_gflops(int64_t M, int64_t N, int64_t K, double seconds) {
     // A (M, K), B (K, N), C (M, N) in one block; small values keep C finite.
