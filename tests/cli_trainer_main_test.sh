@@ -167,5 +167,29 @@ if grep -q "OMP_WAIT_POLICY=active" <<<"$out"; then ok "a user's OMP_WAIT_POLICY
     bad "a user's OMP_WAIT_POLICY=active is not what the log says: $(grep threads: <<<"$out")"
 fi
 
+# Another process keeps a core busy: the count drops below --threads (every
+# core) within the run; with --fixed-threads it stays.
+cores=$(nproc)
+big=(--set TransformerLM.d_model=64 --set TransformerLM.d_ff=256 --set TransformerLM.n_layers=2
+    --set train.batch_size=32 --set sequence_copy_inputs.train_length=17 --set TransformerLM.max_len=40
+    --steps 150 --threads "$cores")
+bash -c 'while :; do :; done' &
+hog=$!
+out=$("$ctrax" train "$b" "${big[@]}" --output-dir "$work/f1" 2>&1)
+fixed=$("$ctrax" train "$b" "${big[@]}" --steps 40 --fixed-threads --output-dir "$work/f2" 2>&1)
+kill "$hog"
+wait "$hog" 2>/dev/null
+line=$(grep -m 1 "^threads: [0-9]* of $cores at step" <<<"$out")
+if [[ -n $line ]] && (($(sed 's/^threads: \([0-9]*\).*/\1/' <<<"$line") < cores)); then
+    ok "a busy core lowers the count: $line"
+else
+    bad "one core busy, --threads $cores: no lower count logged: $(grep -E '^threads|^done' <<<"$out")"
+fi
+if grep -q "^done: step 40" <<<"$fixed" && ! grep -q "^threads: [0-9]* of" <<<"$fixed"; then
+    ok "--fixed-threads keeps the count"
+else
+    bad "--fixed-threads: $(grep -E '^threads|^done' <<<"$fixed")"
+fi
+
 echo "cli_trainer_main_test: $pass passed, $fail failed"
 ((fail == 0))
