@@ -18,6 +18,14 @@ void ct_gelu_forward(float *out, const float *inp, int64_t N);
 // dinp (N) += dout * d gelu(x) / dx, from the input
 void ct_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t N);
 
+// Plain versions of the kernels above, used only by tests/test_kernels.c to
+// check the vectorized ones: ReLU's are bitwise equal, GELU's in double (the
+// fast GELU is within 1e-6 of it).
+void ct_relu_forward_ref(float *out, const float *inp, int64_t N);
+void ct_relu_backward_ref(float *dinp, const float *out, const float *dout, int64_t N);
+void ct_gelu_forward_ref(float *out, const float *inp, int64_t N);
+void ct_gelu_backward_ref(float *dinp, const float *inp, const float *dout, int64_t N);
+
 // inp (N) -> out (N), out = tanh(x)
 void ct_tanh_forward(float *out, const float *inp, int64_t N);
 // dinp (N) += dout * (1 - out^2)

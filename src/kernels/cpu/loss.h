@@ -29,6 +29,13 @@ void ct_category_cross_entropy_forward(float *out, float *logp, const float *log
 void ct_category_cross_entropy_backward(float *dlogits, float dout, const float *logp, const int32_t *targets,
                                         const float *weights, double wsum, int64_t N, int64_t V);
 
+// Plain versions of the two above (libm's expf, sums in index order), used
+// only by tests/test_kernels.c to check them.
+void ct_category_cross_entropy_forward_ref(float *out, float *logp, const float *logits, const int32_t *targets,
+                                           const float *weights, double wsum, int64_t N, int64_t V);
+void ct_category_cross_entropy_backward_ref(float *dlogits, float dout, const float *logp, const int32_t *targets,
+                                            const float *weights, double wsum, int64_t N, int64_t V);
+
 // outputs, targets, weights (N) -> out (1) = sum_n w[n] (o[n] - t[n])^2 / wsum
 void ct_l2_loss_forward(float *out, const float *outputs, const float *targets, const float *weights,
                         double wsum, int64_t N);

@@ -5,9 +5,87 @@
 #define CT_NORM_PARALLEL_MIN 32768
 #define CT_NORM_COL_BLOCK 64
 
+// Forward reads each row once from memory: mean and variance come from one
+// pass of shifted sums in double, S1 = sum d, S2 = sum d^2 with d = x - x[0]
+// (the shift keeps S2 / C - (S1 / C)^2 free of the cancellation the plain
+// sum of squares has when |mean| >> std), then the row, now in L1, is
+// written. The sums run in vector lanes: their order depends on the vector
+// width (fixed for a build on one CPU), never on the thread count.
 void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                           const float *bias, int64_t N, int64_t C, float eps) {
 #pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * C;
+        float *y = out + n * C;
+        double x0 = C > 0 ? x[0] : 0.0, s1 = 0.0, s2 = 0.0;
+#pragma omp simd reduction(+ : s1, s2)
+        for (int64_t c = 0; c < C; c++) {
+            double d = (double)x[c] - x0;
+            s1 += d;
+            s2 += d * d;
+        }
+        double md = s1 / (double)C, var = s2 / (double)C - md * md;
+        float m = (float)(x0 + md);
+        float s = 1.0f / sqrtf((float)(var > 0.0 ? var : 0.0) + eps);
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, const float *mean, const float *rstd,
+                           int64_t N, int64_t C) {
+    // The input gradient, row by row:
+    // dx = rstd * (w*g - mean(w*g) - norm * mean(w*g*norm)); both means in
+    // one pass, in vector lanes as in the forward.
+    if (dinp) {
+#pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
+        for (int64_t n = 0; n < N; n++) {
+            const float *x = inp + n * C, *g = dout + n * C;
+            float *dx = dinp + n * C;
+            float m = mean[n], s = rstd[n];
+            double sum_g = 0.0, sum_gn = 0.0;
+#pragma omp simd reduction(+ : sum_g, sum_gn)
+            for (int64_t c = 0; c < C; c++) {
+                float wg = weight[c] * g[c];
+                sum_g += wg;
+                sum_gn += (double)wg * ((x[c] - m) * s);
+            }
+            float mean_g = (float)(sum_g / (double)C), mean_gn = (float)(sum_gn / (double)C);
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s;
+                dx[c] += s * (weight[c] * g[c] - mean_g - norm * mean_gn);
+            }
+        }
+    }
+    // Weight and bias gradients sum over rows: threads take blocks of
+    // columns and walk the rows in order, so the result does not depend on
+    // the thread count (and is bitwise the reference's).
+    int64_t n_blocks = (C + CT_NORM_COL_BLOCK - 1) / CT_NORM_COL_BLOCK;
+#pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
+    for (int64_t blk = 0; blk < n_blocks; blk++) {
+        int64_t c0 = blk * CT_NORM_COL_BLOCK;
+        int64_t c1 = c0 + CT_NORM_COL_BLOCK < C ? c0 + CT_NORM_COL_BLOCK : C;
+        for (int64_t n = 0; n < N; n++) {
+            const float *x = inp + n * C, *g = dout + n * C;
+            float m = mean[n], s = rstd[n];
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++) {
+                dweight[c] += g[c] * ((x[c] - m) * s);
+                dbias[c] += g[c];
+            }
+        }
+    }
+}
+
+// ---- the plain loops, two passes for the variance (tests/test_kernels.c
+// checks the kernels above against these) ----
+
+void ct_layernorm_forward_ref(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                              const float *bias, int64_t N, int64_t C, float eps) {
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         float *y = out + n * C;
@@ -26,13 +104,12 @@ void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
     }
 }
 
-void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                           const float *inp, const float *weight, const float *mean, const float *rstd,
-                           int64_t N, int64_t C) {
+void ct_layernorm_backward_ref(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean, const float *rstd,
+                               int64_t N, int64_t C) {
     // The input gradient, row by row:
     // dx = rstd * (w*g - mean(w*g) - norm * mean(w*g*norm)).
     if (dinp) {
-#pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
         for (int64_t n = 0; n < N; n++) {
             const float *x = inp + n * C, *g = dout + n * C;
             float *dx = dinp + n * C;
@@ -50,21 +127,12 @@ void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
             }
         }
     }
-    // Weight and bias gradients sum over rows: threads take blocks of
-    // columns and walk the rows in order, so the result does not depend on
-    // the thread count.
-    int64_t n_blocks = (C + CT_NORM_COL_BLOCK - 1) / CT_NORM_COL_BLOCK;
-#pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
-    for (int64_t blk = 0; blk < n_blocks; blk++) {
-        int64_t c0 = blk * CT_NORM_COL_BLOCK;
-        int64_t c1 = c0 + CT_NORM_COL_BLOCK < C ? c0 + CT_NORM_COL_BLOCK : C;
-        for (int64_t n = 0; n < N; n++) {
-            const float *x = inp + n * C, *g = dout + n * C;
-            float m = mean[n], s = rstd[n];
-            for (int64_t c = c0; c < c1; c++) {
-                dweight[c] += g[c] * ((x[c] - m) * s);
-                dbias[c] += g[c];
-            }
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * C, *g = dout + n * C;
+        float m = mean[n], s = rstd[n];
+        for (int64_t c = 0; c < C; c++) {
+            dweight[c] += g[c] * ((x[c] - m) * s);
+            dbias[c] += g[c];
         }
     }
 }

@@ -17,4 +17,12 @@ void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
                            const float *inp, const float *weight, const float *mean, const float *rstd,
                            int64_t N, int64_t C);
 
+// Plain versions of the two above (two passes over the row, sums in index
+// order), used only by tests/test_kernels.c to check them.
+void ct_layernorm_forward_ref(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                              const float *bias, int64_t N, int64_t C, float eps);
+void ct_layernorm_backward_ref(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean, const float *rstd,
+                               int64_t N, int64_t C);
+
 #endif

@@ -5,14 +5,36 @@
 
 #include "ctrax/core/error.h"
 #include "ctrax/core/tensor.h"
+#include "kernels/cpu/vmath.h"
 
 void ct_sgd_update(float *w, const float *g, int64_t n, float lr) {
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) w[i] -= lr * g[i];
 }
 
+// Elementwise updates vectorize only under `simd` (the arrays might
+// overlap, and -O2's cost model gives up on that), and those with sqrtf only
+// without errno (CT_SIMD_SQRT in vmath.h); vector division and square root
+// are correctly rounded, so the fast loop is bitwise the _ref one. Threads
+// take chunks of CT_VCHUNK.
 void ct_adam_update(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                     float eps, float weight_decay_rate, float bias1, float bias2) {
 #pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t c = 0; c < n; c += CT_VCHUNK) {
+        int64_t end = n - c < CT_VCHUNK ? n : c + CT_VCHUNK;
+        CT_SIMD_SQRT
+        for (int64_t i = c; i < end; i++) {
+            m[i] = (1.0f - b1) * g[i] + b1 * m[i];
+            v[i] = (1.0f - b2) * g[i] * g[i] + b2 * v[i];
+            float mhat = m[i] / bias1;
+            float vhat = v[i] / bias2;
+            w[i] = (1.0f - weight_decay_rate) * w[i] - lr * (mhat / (sqrtf(vhat) + eps));
+        }
+    }
+}
+
+void ct_adam_update_ref(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                        float eps, float weight_decay_rate, float bias1, float bias2) {
     for (int64_t i = 0; i < n; i++) {
         m[i] = (1.0f - b1) * g[i] + b1 * m[i];
         v[i] = (1.0f - b2) * g[i] * g[i] + b2 * v[i];
@@ -30,7 +52,7 @@ double ct_sum_squares(const float *x, int64_t n) {
 
 void ct_momentum_update(float *w, const float *g, float *v, int64_t n, float lr, float mass, float weight_decay_rate,
                         bool nesterov) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) {
         v[i] = mass * v[i] + g[i];
         float u = nesterov ? mass * v[i] + g[i] : v[i];
@@ -53,25 +75,27 @@ void ct_adafactor_factored_moments(float *vr, float *vc, const float *g, int64_t
     for (int64_t b = 0; b < B; b++) {
         const float *gb = g + b * R * C;
         float *vrb = vr + b * R, *vcb = vc + b * C;
-        // Column means accumulate down the rows, in row order.
+        // Column means accumulate down the rows, in row order, 256 columns
+        // at a time (a vector of independent sums).
         double col_sum[256];
         for (int64_t c0 = 0; c0 < C; c0 += 256) {
             int64_t nc = C - c0 < 256 ? C - c0 : 256;
             for (int64_t c = 0; c < nc; c++) col_sum[c] = 0.0;
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t c = 0; c < nc; c++) {
-                    float x = gb[r * C + c0 + c];
-                    col_sum[c] += (double)(x * x + eps1);
-                }
+            for (int64_t r = 0; r < R; r++) {
+                const float *x = gb + r * C + c0;
+#pragma omp simd
+                for (int64_t c = 0; c < nc; c++) col_sum[c] += (double)(x[c] * x[c] + eps1);
+            }
             for (int64_t c = 0; c < nc; c++)
                 vcb[c0 + c] = decay * vcb[c0 + c] + mix * (float)(col_sum[c] / (double)R);
         }
         for (int64_t r = 0; r < R; r++) {
+            const float *x = gb + r * C;
             double s = 0.0;
-            for (int64_t c = 0; c < C; c++) {
-                float x = gb[r * C + c];
-                s += (double)(x * x + eps1);
-            }
+            // Summed in vector lanes: the order depends on the vector width
+            // (fixed for a build on one CPU), not on the thread count.
+#pragma omp simd reduction(+ : s)
+            for (int64_t c = 0; c < C; c++) s += (double)(x[c] * x[c] + eps1);
             vrb[r] = decay * vrb[r] + mix * (float)(s / (double)C);
         }
     }
@@ -101,7 +125,9 @@ double ct_adafactor_factored_y_sumsq(const float *g, const float *vr, const floa
     return s;
 }
 
-// The update of one element from its y, as Trax orders the float operations.
+// The update of one element from its y, as Trax orders the float operations;
+// m NULL: no first moment. Called from `simd` loops with m's test hoisted
+// out (the callers pass a constant NULL or a pointer), so it vectorizes.
 static inline void adafactor_step(float *w, float *m, float y, float denom, float scale, float beta1, float wd) {
     float sub = scale * (y / denom);
     if (m) {
@@ -109,6 +135,20 @@ static inline void adafactor_step(float *w, float *m, float y, float denom, floa
         sub = *m;
     }
     *w = (1.0f - wd) * *w - sub;
+}
+
+// One row of C elements of a factored update; y = g * row_factor / sqrt(vc).
+static inline void adafactor_factored_row(float *w, float *m, const float *g, const float *vc, int64_t C,
+                                          float row_factor, float denom, float scale, float beta1, float wd) {
+    if (m) {
+        CT_SIMD_SQRT
+        for (int64_t c = 0; c < C; c++)
+            adafactor_step(&w[c], &m[c], g[c] * row_factor * (1.0f / sqrtf(vc[c])), denom, scale, beta1, wd);
+    } else {
+        CT_SIMD_SQRT
+        for (int64_t c = 0; c < C; c++)
+            adafactor_step(&w[c], NULL, g[c] * row_factor * (1.0f / sqrtf(vc[c])), denom, scale, beta1, wd);
+    }
 }
 
 void ct_adafactor_factored_apply(float *w, float *m, const float *g, const float *vr, const float *vc, int64_t B,
@@ -121,16 +161,14 @@ void ct_adafactor_factored_apply(float *w, float *m, const float *g, const float
         for (int64_t r = 0; r < R; r++) {
             int64_t row = (b * R + r) * C;
             float row_factor = 1.0f / sqrtf(vrb[r] / mean);
-            for (int64_t c = 0; c < C; c++) {
-                float y = g[row + c] * row_factor * (1.0f / sqrtf(vcb[c]));
-                adafactor_step(&w[row + c], m ? &m[row + c] : NULL, y, denom, scale, beta1, weight_decay_rate);
-            }
+            adafactor_factored_row(w + row, m ? m + row : NULL, g + row, vcb, C, row_factor, denom, scale, beta1,
+                                   weight_decay_rate);
         }
     }
 }
 
 void ct_adafactor_moments(float *v, const float *g, int64_t n, float decay, float mix, float eps1) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) v[i] = decay * v[i] + mix * (g[i] * g[i] + eps1);
 }
 
@@ -146,6 +184,65 @@ double ct_adafactor_y_sumsq(const float *g, const float *v, int64_t n) {
 void ct_adafactor_apply(float *w, float *m, const float *g, const float *v, int64_t n, float denom, float scale,
                         float beta1, float weight_decay_rate) {
 #pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t c = 0; c < n; c += CT_VCHUNK) {
+        int64_t len = n - c < CT_VCHUNK ? n - c : CT_VCHUNK;
+        // Row functions take one vector, so a 1-row "factor" of 1 is it.
+        adafactor_factored_row(w + c, m ? m + c : NULL, g + c, v + c, len, 1.0f, denom, scale, beta1,
+                               weight_decay_rate);
+    }
+}
+
+// ---- Adafactor, the plain loops (tests/test_kernels.c checks the ones above
+// against these) ----
+
+void ct_adafactor_factored_moments_ref(float *vr, float *vc, const float *g, int64_t B, int64_t R, int64_t C,
+                                       float decay, float mix, float eps1) {
+    for (int64_t b = 0; b < B; b++) {
+        const float *gb = g + b * R * C;
+        float *vrb = vr + b * R, *vcb = vc + b * C;
+        // Column means accumulate down the rows, in row order.
+        double col_sum[256];
+        for (int64_t c0 = 0; c0 < C; c0 += 256) {
+            int64_t nc = C - c0 < 256 ? C - c0 : 256;
+            for (int64_t c = 0; c < nc; c++) col_sum[c] = 0.0;
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < nc; c++) {
+                    float x = gb[r * C + c0 + c];
+                    col_sum[c] += (double)(x * x + eps1);
+                }
+            for (int64_t c = 0; c < nc; c++)
+                vcb[c0 + c] = decay * vcb[c0 + c] + mix * (float)(col_sum[c] / (double)R);
+        }
+        for (int64_t r = 0; r < R; r++) {
+            double s = 0.0;
+            for (int64_t c = 0; c < C; c++) {
+                float x = gb[r * C + c];
+                s += (double)(x * x + eps1);
+            }
+            vrb[r] = decay * vrb[r] + mix * (float)(s / (double)C);
+        }
+    }
+}
+
+void ct_adafactor_factored_apply_ref(float *w, float *m, const float *g, const float *vr, const float *vc,
+                                     int64_t B, int64_t R, int64_t C, float denom, float scale, float beta1,
+                                     float weight_decay_rate) {
+    for (int64_t b = 0; b < B; b++) {
+        const float *vrb = vr + b * R, *vcb = vc + b * C;
+        float mean = row_mean(vrb, R);
+        for (int64_t r = 0; r < R; r++) {
+            int64_t row = (b * R + r) * C;
+            float row_factor = 1.0f / sqrtf(vrb[r] / mean);
+            for (int64_t c = 0; c < C; c++) {
+                float y = g[row + c] * row_factor * (1.0f / sqrtf(vcb[c]));
+                adafactor_step(&w[row + c], m ? &m[row + c] : NULL, y, denom, scale, beta1, weight_decay_rate);
+            }
+        }
+    }
+}
+
+void ct_adafactor_apply_ref(float *w, float *m, const float *g, const float *v, int64_t n, float denom,
+                            float scale, float beta1, float weight_decay_rate) {
     for (int64_t i = 0; i < n; i++) {
         float y = g[i] * (1.0f / sqrtf(v[i]));
         adafactor_step(&w[i], m ? &m[i] : NULL, y, denom, scale, beta1, weight_decay_rate);

@@ -46,6 +46,20 @@ double ct_adafactor_y_sumsq(const float *g, const float *v, int64_t n);
 void ct_adafactor_apply(float *w, float *m, const float *g, const float *v, int64_t n, float denom, float scale,
                         float beta1, float weight_decay_rate);
 
+// Plain versions of the Adam and Adafactor updates above, used only by
+// tests/test_kernels.c to check the vectorized ones. Adam's and the apply
+// steps' results are bitwise equal; the row sums of the factored moments
+// differ in order (vector lanes against index order).
+void ct_adam_update_ref(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                        float eps, float weight_decay_rate, float bias1, float bias2);
+void ct_adafactor_factored_moments_ref(float *vr, float *vc, const float *g, int64_t B, int64_t R, int64_t C,
+                                       float decay, float mix, float eps1);
+void ct_adafactor_factored_apply_ref(float *w, float *m, const float *g, const float *vr, const float *vc,
+                                     int64_t B, int64_t R, int64_t C, float denom, float scale, float beta1,
+                                     float weight_decay_rate);
+void ct_adafactor_apply_ref(float *w, float *m, const float *g, const float *v, int64_t n, float denom,
+                            float scale, float beta1, float weight_decay_rate);
+
 // SM3 (see ct_sm3_params in include/ctrax/optim/optimizer.h for the math).
 // w, g (shape, ndim dims); m (numel) or NULL without momentum. For ndim <= 1,
 // v (numel) is a diagonal accumulator and scratch is unused; for ndim >= 2,

@@ -14,4 +14,11 @@ void ct_log_softmax_forward(float *out, const float *inp, int64_t N, int64_t C);
 // dinp (N, C) += dout - exp(out) * sum(dout)
 void ct_log_softmax_backward(float *dinp, const float *dout, const float *out, int64_t N, int64_t C);
 
+// Plain versions of the four above (libm's expf, sums in index order), used
+// only by tests/test_kernels.c to check them.
+void ct_softmax_forward_ref(float *out, const float *inp, int64_t N, int64_t C);
+void ct_softmax_backward_ref(float *dinp, const float *dout, const float *out, int64_t N, int64_t C);
+void ct_log_softmax_forward_ref(float *out, const float *inp, int64_t N, int64_t C);
+void ct_log_softmax_backward_ref(float *dinp, const float *dout, const float *out, int64_t N, int64_t C);
+
 #endif

@@ -5,6 +5,7 @@
 #ifndef CTRAX_KERNELS_CPU_VMATH_H
 #define CTRAX_KERNELS_CPU_VMATH_H
 
+#include <math.h>
 #include <stdint.h>
 
 // exp(x) for x <= 0, Cephes' expf: n = round(x / ln 2) (by the 1.5 * 2^23
@@ -30,5 +31,35 @@ static inline float ct_vexp_nonpos(float x) {
     } scale = {.i = (int32_t)((uint32_t)((int32_t)n + 127) << 23)};
     return x_in >= -87.0f ? p * scale.f : x_in < -87.0f ? 0.0f : x_in;  // the last: NaN
 }
+
+// max of x[0 .. n) (-inf for n == 0; NaNs are skipped, as fmaxf does):
+// exact in any order, so it is the same bits for every vector width. Eight
+// running maxima, a shape GCC and clang both vectorize (neither accepts a
+// `simd` max reduction of floats that may be NaN: clang fails the pragma).
+static inline float ct_vmax(const float *x, int64_t n) {
+    float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) m8[j] = x[i + j] > m8[j] ? x[i + j] : m8[j];
+    float m = -INFINITY;
+    for (int j = 0; j < 8; j++) m = m8[j] > m ? m8[j] : m;
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+// Put before a loop that calls sqrtf, in place of `#pragma omp simd`: the
+// pragma only where sqrtf cannot set errno (built with -fno-math-errno,
+// which defines __NO_MATH_ERRNO__). With errno, GCC leaves such a loop
+// scalar anyway and clang fails the pragma (-Wpass-failed, an error under
+// -Werror).
+#ifdef __NO_MATH_ERRNO__
+#define CT_SIMD_SQRT _Pragma("omp simd")
+#else
+#define CT_SIMD_SQRT
+#endif
+
+// Elementwise loops over n that take threads: chunks of this many elements,
+// each a vector loop.
+#define CT_VCHUNK 4096
 
 #endif

@@ -1,0 +1,342 @@
+// The vectorized CPU kernels against their plain _ref versions (issue 13):
+// LayerNorm, softmax and log-softmax, softmax + cross-entropy, ReLU, GELU,
+// Adam and Adafactor, forward and backward, on random inputs of sizes that
+// are not multiples of any vector width (1, 3, 17, 255, ...) and of sizes
+// above the kernels' thresholds for threads; and each kernel run with 1 and
+// 2 threads gives the same bits.
+//
+// Tolerances, from what differs between the two versions:
+// - ReLU, Adam, the Adafactor apply steps, LayerNorm's dweight/dbias: the
+//   same float operations per element; bitwise equal.
+// - exp (softmax, cross-entropy): vmath's exp is within 2 ulp of expf, sums
+//   in vector lanes against index order: 1e-6 relative.
+// - LayerNorm: mean and variance from shifted sums in lanes against two
+//   passes in index order, both in double; rstd and the outputs round the
+//   same double to float except in the last bit: 1e-6 relative to max(1, |y|).
+// - GELU against double math: the fast tanh's error, 1e-6 (test_layers_core
+//   checks the same bound on a sweep).
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/optim.h"
+#include "kernels/cpu/softmax.h"
+
+// Deterministic test data: xorshift64*, uniform in [lo, hi).
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static float urand(float lo, float hi) {
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    uint32_t bits = (uint32_t)((g_rng * 0x2545F4914F6CDD1Dull) >> 40);  // 24 bits
+    return lo + (hi - lo) * ((float)bits / 16777216.0f);
+}
+static void fill(float *x, int64_t n, float lo, float hi) {
+    for (int64_t i = 0; i < n; i++) x[i] = urand(lo, hi);
+}
+static float *alloc_f(int64_t n) { return calloc((size_t)(n ? n : 1), sizeof(float)); }
+static float *dup_f(const float *x, int64_t n) {
+    float *y = alloc_f(n);
+    memcpy(y, x, (size_t)n * sizeof(float));
+    return y;
+}
+
+// Largest |a - b| / max(floor, |b|) over n elements: relative error, absolute
+// below floor.
+static double worst_err(const float *a, const float *b, int64_t n, double floor) {
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (a[i] == b[i] || (isnan(a[i]) && isnan(b[i]))) continue;  // equal infinities too
+        double d = fabs((double)a[i] - b[i]), s = fabs((double)b[i]);
+        double e = d / (s > floor ? s : floor);
+        if (isnan(e)) return INFINITY;  // a NaN in one and not the other
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+static bool same_bits(const float *a, const float *b, int64_t n) {
+    return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+}
+
+// The comparison above catches what the tolerances are meant to catch: one
+// element off by 1e-5 relative, or a NaN.
+static void test_comparator(void) {
+    float a[5] = {1, 2, 3, 4, 5}, b[5] = {1, 2, 3, 4, 5};
+    CHECK(worst_err(a, b, 5, 1.0) == 0.0);
+    a[3] = 4.0f * (1.0f + 1e-5f);
+    CHECK(worst_err(a, b, 5, 1.0) > 1e-6);
+    a[3] = NAN;
+    CHECK(worst_err(a, b, 5, 1.0) > 1e-6);
+    CHECK(!same_bits(a, b, 5));
+}
+
+static const int64_t k_sizes[] = {1, 3, 7, 8, 17, 64, 255, 1000, 4099, 70001, 300001};
+#define N_SIZES (int)(sizeof k_sizes / sizeof k_sizes[0])
+
+static void test_relu(void) {
+    for (int s = 0; s < N_SIZES; s++) {
+        int64_t n = k_sizes[s];
+        float *x = alloc_f(n), *g = alloc_f(n), *d0 = alloc_f(n);
+        fill(x, n, -1.0f, 1.0f);
+        fill(g, n, -1.0f, 1.0f);
+        fill(d0, n, -1.0f, 1.0f);
+        x[0] = n > 1 ? -0.0f : NAN;  // -0 and NaN give 0 in both
+        if (n > 3) x[2] = 0.0f, x[3] = INFINITY;
+        float *y = alloc_f(n), *yr = alloc_f(n), *d = dup_f(d0, n), *dr = dup_f(d0, n);
+        ct_relu_forward(y, x, n);
+        ct_relu_forward_ref(yr, x, n);
+        CHECK_MSG(same_bits(y, yr, n), "relu forward, n %lld", (long long)n);
+        ct_relu_backward(d, yr, g, n);
+        ct_relu_backward_ref(dr, yr, g, n);
+        CHECK_MSG(same_bits(d, dr, n), "relu backward, n %lld", (long long)n);
+        free(x), free(g), free(d0), free(y), free(yr), free(d), free(dr);
+    }
+}
+
+static void test_gelu(void) {
+    for (int s = 0; s < N_SIZES; s++) {
+        int64_t n = k_sizes[s];
+        float *x = alloc_f(n), *g = alloc_f(n), *d0 = alloc_f(n);
+        fill(x, n, -8.0f, 8.0f);
+        fill(g, n, -1.0f, 1.0f);
+        fill(d0, n, -1.0f, 1.0f);
+        float *y = alloc_f(n), *yr = alloc_f(n), *d = dup_f(d0, n), *dr = dup_f(d0, n);
+        ct_gelu_forward(y, x, n);
+        ct_gelu_forward_ref(yr, x, n);
+        double ey = worst_err(y, yr, n, 1.0);
+        CHECK_MSG(ey <= 1e-6, "gelu forward, n %lld: error %g", (long long)n, ey);
+        ct_gelu_backward(d, x, g, n);
+        ct_gelu_backward_ref(dr, x, g, n);
+        double ed = worst_err(d, dr, n, 1.0);
+        CHECK_MSG(ed <= 1e-6, "gelu backward, n %lld: error %g", (long long)n, ed);
+        free(x), free(g), free(d0), free(y), free(yr), free(d), free(dr);
+    }
+}
+
+// Row shapes (N, C): single elements, odd widths, and N * C above the
+// row kernels' threshold for threads (32768).
+static const int64_t k_rows[][2] = {{1, 1},    {1, 3},     {3, 7},     {5, 17},  {16, 64},
+                                    {33, 255}, {64, 256}, {200, 257}, {2, 5000}};
+#define N_ROWS (int)(sizeof k_rows / sizeof k_rows[0])
+
+// offset: added to every input, to check the shifted sums where |mean| >> std.
+static void layernorm_case(int64_t N, int64_t C, float offset) {
+    float *x = alloc_f(N * C), *w = alloc_f(C), *b = alloc_f(C), *g = alloc_f(N * C);
+    fill(x, N * C, offset - 2.0f, offset + 2.0f);
+    fill(w, C, 0.5f, 1.5f);
+    fill(b, C, -0.5f, 0.5f);
+    fill(g, N * C, -1.0f, 1.0f);
+    float *y = alloc_f(N * C), *yr = alloc_f(N * C), *m = alloc_f(N), *mr = alloc_f(N), *r = alloc_f(N),
+          *rr = alloc_f(N);
+    ct_layernorm_forward(y, m, r, x, w, b, N, C, 1e-6f);
+    ct_layernorm_forward_ref(yr, mr, rr, x, w, b, N, C, 1e-6f);
+    double ey = worst_err(y, yr, N * C, 1.0), em = worst_err(m, mr, N, 1.0), er = worst_err(r, rr, N, 1.0);
+    // With C == 1 the variance is 0 and rstd = 1 / sqrt(eps): the output is
+    // the bias up to the rounding of x - mean (exactly 0 in both).
+    CHECK_MSG(ey <= 1e-6 && em <= 1e-6 && er <= 1e-6,
+              "layernorm forward (%lld, %lld) offset %g: errors y %g mean %g rstd %g", (long long)N, (long long)C,
+              offset, ey, em, er);
+    // Backward from the reference's saved mean and rstd, so that only the
+    // backward differs.
+    float *dx = alloc_f(N * C), *dxr = alloc_f(N * C), *dw = alloc_f(C), *dwr = alloc_f(C), *db = alloc_f(C),
+          *dbr = alloc_f(C);
+    fill(dx, N * C, -1.0f, 1.0f);
+    memcpy(dxr, dx, (size_t)(N * C) * sizeof(float));
+    fill(dw, C, -1.0f, 1.0f);
+    memcpy(dwr, dw, (size_t)C * sizeof(float));
+    ct_layernorm_backward(dx, dw, db, g, x, w, mr, rr, N, C);
+    ct_layernorm_backward_ref(dxr, dwr, dbr, g, x, w, mr, rr, N, C);
+    double edx = worst_err(dx, dxr, N * C, 1.0);
+    CHECK_MSG(edx <= 1e-6, "layernorm backward dx (%lld, %lld) offset %g: error %g", (long long)N, (long long)C,
+              offset, edx);
+    CHECK_MSG(same_bits(dw, dwr, C) && same_bits(db, dbr, C), "layernorm backward dweight/dbias (%lld, %lld)",
+              (long long)N, (long long)C);
+    free(x), free(w), free(b), free(g), free(y), free(yr), free(m), free(mr), free(r), free(rr);
+    free(dx), free(dxr), free(dw), free(dwr), free(db), free(dbr);
+}
+
+static void test_layernorm(void) {
+    for (int s = 0; s < N_ROWS; s++) {
+        layernorm_case(k_rows[s][0], k_rows[s][1], 0.0f);
+        layernorm_case(k_rows[s][0], k_rows[s][1], 100.0f);
+    }
+}
+
+static void test_softmax(void) {
+    for (int s = 0; s < N_ROWS; s++) {
+        int64_t N = k_rows[s][0], C = k_rows[s][1], n = N * C;
+        float *x = alloc_f(n), *g = alloc_f(n), *d0 = alloc_f(n);
+        fill(x, n, -20.0f, 20.0f);
+        fill(g, n, -1.0f, 1.0f);
+        fill(d0, n, -1.0f, 1.0f);
+        if (n > 4) x[1] = -INFINITY;  // a masked logit
+        float *y = alloc_f(n), *yr = alloc_f(n), *d = dup_f(d0, n), *dr = dup_f(d0, n);
+        ct_softmax_forward(y, x, N, C);
+        ct_softmax_forward_ref(yr, x, N, C);
+        // Probabilities: relative error down to 1e-30 (exp's 2 ulp hold for
+        // normal results).
+        double e = worst_err(y, yr, n, 1e-30);
+        CHECK_MSG(e <= 1e-6, "softmax forward (%lld, %lld): error %g", (long long)N, (long long)C, e);
+        ct_softmax_backward(d, g, yr, N, C);
+        ct_softmax_backward_ref(dr, g, yr, N, C);
+        e = worst_err(d, dr, n, 1.0);
+        CHECK_MSG(e <= 1e-6, "softmax backward (%lld, %lld): error %g", (long long)N, (long long)C, e);
+
+        ct_log_softmax_forward(y, x, N, C);
+        ct_log_softmax_forward_ref(yr, x, N, C);
+        // x - lse: its error is lse's rounding, relative to the inputs'
+        // scale (20) where x and lse cancel.
+        e = worst_err(y, yr, n, 20.0);
+        CHECK_MSG(e <= 1e-6, "log_softmax forward (%lld, %lld): error %g", (long long)N, (long long)C, e);
+        memcpy(d, d0, (size_t)n * sizeof(float));
+        memcpy(dr, d0, (size_t)n * sizeof(float));
+        ct_log_softmax_backward(d, g, yr, N, C);
+        ct_log_softmax_backward_ref(dr, g, yr, N, C);
+        e = worst_err(d, dr, n, 1.0);
+        CHECK_MSG(e <= 1e-6, "log_softmax backward (%lld, %lld): error %g", (long long)N,
+                  (long long)C, e);
+        free(x), free(g), free(d0), free(y), free(yr), free(d), free(dr);
+    }
+}
+
+static void test_cross_entropy(void) {
+    for (int s = 0; s < N_ROWS; s++) {
+        int64_t N = k_rows[s][0], V = k_rows[s][1], n = N * V;
+        float *x = alloc_f(n), *w = alloc_f(N), *d0 = alloc_f(n);
+        int32_t *t = malloc((size_t)N * sizeof *t);
+        fill(x, n, -10.0f, 10.0f);
+        fill(d0, n, -1.0f, 1.0f);
+        for (int64_t i = 0; i < N; i++) {
+            t[i] = (int32_t)(urand(0.0f, (float)V)) % (int32_t)V;
+            w[i] = i % 3 == 2 ? 0.0f : urand(0.5f, 1.0f);  // some padding
+        }
+        w[0] = 1.0f;
+        double wsum = ct_weight_sum(w, N);
+        float loss, loss_r, *lp = alloc_f(n), *lpr = alloc_f(n), *d = dup_f(d0, n), *dr = dup_f(d0, n);
+        ct_category_cross_entropy_forward(&loss, lp, x, t, w, wsum, N, V);
+        ct_category_cross_entropy_forward_ref(&loss_r, lpr, x, t, w, wsum, N, V);
+        double e = worst_err(lp, lpr, n, 10.0);  // as log_softmax's: the inputs' scale
+        CHECK_MSG(e <= 1e-6, "cross-entropy logp (%lld, %lld): error %g", (long long)N, (long long)V, e);
+        e = worst_err(&loss, &loss_r, 1, 1.0);
+        CHECK_MSG(e <= 1e-6, "cross-entropy loss (%lld, %lld): %.9g vs %.9g", (long long)N, (long long)V, loss, loss_r);
+        ct_category_cross_entropy_backward(d, 0.7f, lpr, t, w, wsum, N, V);
+        ct_category_cross_entropy_backward_ref(dr, 0.7f, lpr, t, w, wsum, N, V);
+        e = worst_err(d, dr, n, 1.0);
+        CHECK_MSG(e <= 1e-6, "cross-entropy backward (%lld, %lld): error %g", (long long)N, (long long)V, e);
+        free(x), free(w), free(d0), free(t), free(lp), free(lpr), free(d), free(dr);
+    }
+}
+
+static void test_adam(void) {
+    for (int s = 0; s < N_SIZES; s++) {
+        int64_t n = k_sizes[s];
+        float *w = alloc_f(n), *g = alloc_f(n), *m = alloc_f(n), *v = alloc_f(n);
+        fill(w, n, -1.0f, 1.0f);
+        fill(m, n, -0.1f, 0.1f);
+        fill(v, n, 0.0f, 0.01f);
+        float *wr = dup_f(w, n), *mr = dup_f(m, n), *vr = dup_f(v, n);
+        for (int step = 0; step < 3; step++) {
+            fill(g, n, -1.0f, 1.0f);
+            float b1 = 0.9f, b2 = 0.999f, bias1 = 1.0f - powf(b1, (float)(step + 1)),
+                  bias2 = 1.0f - powf(b2, (float)(step + 1));
+            ct_adam_update(w, g, m, v, n, 1e-3f, b1, b2, 1e-5f, 1e-4f, bias1, bias2);
+            ct_adam_update_ref(wr, g, mr, vr, n, 1e-3f, b1, b2, 1e-5f, 1e-4f, bias1, bias2);
+        }
+        CHECK_MSG(same_bits(w, wr, n) && same_bits(m, mr, n) && same_bits(v, vr, n), "adam, n %lld", (long long)n);
+        free(w), free(g), free(m), free(v), free(wr), free(mr), free(vr);
+    }
+}
+
+// One Adafactor step as src/optim/adafactor.c runs it, through the fast or
+// the reference kernels.
+static void adafactor_factored(bool ref, float *w, float *m, const float *g, float *vr, float *vc, int64_t B,
+                               int64_t R, int64_t C, double *y2) {
+    float decay = 0.8f, mix = 0.2f, eps1 = 1e-30f, scale = 1e-2f, beta1 = 0.9f;
+    if (ref) ct_adafactor_factored_moments_ref(vr, vc, g, B, R, C, decay, mix, eps1);
+    else ct_adafactor_factored_moments(vr, vc, g, B, R, C, decay, mix, eps1);
+    *y2 = ct_adafactor_factored_y_sumsq(g, vr, vc, B, R, C);  // index order: has no second version
+    float denom = 1.2f;  // fixed: the clipping's denominator is the layer's business
+    if (ref) ct_adafactor_factored_apply_ref(w, m, g, vr, vc, B, R, C, denom, scale, beta1, 1e-4f);
+    else ct_adafactor_factored_apply(w, m, g, vr, vc, B, R, C, denom, scale, beta1, 1e-4f);
+}
+
+static void test_adafactor(void) {
+    static const int64_t shapes[][3] = {{1, 1, 1}, {1, 3, 5}, {2, 17, 33}, {1, 64, 255}, {3, 129, 300}, {1, 300, 257}};
+    for (int s = 0; s < 6; s++) {
+        int64_t B = shapes[s][0], R = shapes[s][1], C = shapes[s][2], n = B * R * C;
+        for (int with_m = 0; with_m < 2; with_m++) {
+            float *w = alloc_f(n), *g = alloc_f(n), *m = alloc_f(n), *vr = alloc_f(B * R), *vc = alloc_f(B * C);
+            fill(w, n, -1.0f, 1.0f);
+            fill(g, n, -1.0f, 1.0f);
+            fill(vr, B * R, 0.1f, 1.0f);
+            fill(vc, B * C, 0.1f, 1.0f);
+            float *w2 = dup_f(w, n), *m2 = dup_f(m, n), *vr2 = dup_f(vr, B * R), *vc2 = dup_f(vc, B * C);
+            double y2, y2r;
+            adafactor_factored(false, w, with_m ? m : NULL, g, vr, vc, B, R, C, &y2);
+            adafactor_factored(true, w2, with_m ? m2 : NULL, g, vr2, vc2, B, R, C, &y2r);
+            double evr = worst_err(vr, vr2, B * R, 1e-30), evc = worst_err(vc, vc2, B * C, 1e-30),
+                   ew = worst_err(w, w2, n, 1.0), em = worst_err(m, m2, n, 1e-3);
+            CHECK_MSG(evr <= 1e-6 && evc <= 1e-6 && ew <= 1e-6 && em <= 1e-5 && fabs(y2 - y2r) <= 1e-6 * y2r,
+                      "adafactor factored (%lld, %lld, %lld) m %d: errors vr %g vc %g w %g m %g y2 %.17g vs %.17g",
+                      (long long)B, (long long)R, (long long)C, with_m, evr, evc, ew, em, y2, y2r);
+            // The apply step alone, from the same moments: bitwise.
+            memcpy(w2, w, (size_t)n * sizeof(float));
+            memcpy(m2, m, (size_t)n * sizeof(float));
+            ct_adafactor_factored_apply(w, with_m ? m : NULL, g, vr2, vc2, B, R, C, 1.3f, 1e-2f, 0.9f, 0.0f);
+            ct_adafactor_factored_apply_ref(w2, with_m ? m2 : NULL, g, vr2, vc2, B, R, C, 1.3f, 1e-2f, 0.9f, 0.0f);
+            CHECK_MSG(same_bits(w, w2, n) && same_bits(m, m2, n), "adafactor factored apply (%lld, %lld, %lld)",
+                      (long long)B, (long long)R, (long long)C);
+            // Unfactored, on the same data as (n) vectors.
+            float *v = alloc_f(n);
+            fill(v, n, 0.1f, 1.0f);
+            memcpy(w2, w, (size_t)n * sizeof(float));
+            memcpy(m2, m, (size_t)n * sizeof(float));
+            ct_adafactor_apply(w, with_m ? m : NULL, g, v, n, 1.1f, 1e-2f, 0.9f, 1e-4f);
+            ct_adafactor_apply_ref(w2, with_m ? m2 : NULL, g, v, n, 1.1f, 1e-2f, 0.9f, 1e-4f);
+            CHECK_MSG(same_bits(w, w2, n) && same_bits(m, m2, n), "adafactor apply (%lld)", (long long)n);
+            free(w), free(g), free(m), free(vr), free(vc), free(w2), free(m2), free(vr2), free(vc2), free(v);
+        }
+    }
+}
+
+// The threaded kernels give the same bits with 1 and with 2 threads (the
+// project promises bitwise resume on one machine with one thread count; the
+// kernels keep that promise for any thread count).
+static void test_thread_count(void) {
+    int64_t N = 300, C = 257, n = N * C;
+    float *x = alloc_f(n), *w = alloc_f(C), *b = alloc_f(C), *g = alloc_f(n);
+    fill(x, n, -3.0f, 3.0f);
+    fill(w, C, 0.5f, 1.5f);
+    fill(b, C, -0.5f, 0.5f);
+    fill(g, n, -1.0f, 1.0f);
+    float *out[2], *dx[2], *dw[2], *db[2], *mean = alloc_f(N), *rstd = alloc_f(N);
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        out[t] = alloc_f(n), dx[t] = alloc_f(n), dw[t] = alloc_f(C), db[t] = alloc_f(C);
+        ct_layernorm_forward(out[t], mean, rstd, x, w, b, N, C, 1e-6f);
+        ct_layernorm_backward(dx[t], dw[t], db[t], g, x, w, mean, rstd, N, C);
+        ct_log_softmax_forward(out[t], x, N, C);
+        ct_log_softmax_backward(dx[t], g, out[t], N, C);
+    }
+    CHECK(same_bits(out[0], out[1], n) && same_bits(dx[0], dx[1], n));
+    CHECK(same_bits(dw[0], dw[1], C) && same_bits(db[0], db[1], C));
+    for (int t = 0; t < 2; t++) free(out[t]), free(dx[t]), free(dw[t]), free(db[t]);
+    free(x), free(w), free(b), free(g), free(mean), free(rstd);
+}
+
+int main(void) {
+    test_comparator();
+    test_relu();
+    test_gelu();
+    test_layernorm();
+    test_softmax();
+    test_cross_entropy();
+    test_adam();
+    test_adafactor();
+    test_thread_count();
+    return check_summary("test_kernels");
+}
