@@ -87,7 +87,8 @@ expect_budget batch_size "--set:1:1: train.batch_size = 16777216: one step's act
 expect_budget max_len "--set:1:1: TransformerLM.max_len = 2147483647: the model's weights" "$copy" \
     --set 'TransformerLM.max_len = 2147483647'
 expect_budget example_length "--set:1:1: sequence_copy_inputs.train_length = 1000000: one example's activations" \
-    "$copy" --set 'sequence_copy_inputs.train_length = 1000000' --set 'train.batch_size = 1'
+    "$copy" --set 'sequence_copy_inputs.train_length = 1000000' --set 'train.batch_size = 1' \
+    --set 'TransformerLM.d_model = 1024' --set 'TransformerLM.d_ff = 4096'
 # Text inputs with no eval split, and evals asked for: both settings named.
 printf 'one line of text, and another line of text\n%.0s' {1..20} >"$work/corpus.txt"
 expect eval_fraction 1 "eval_fraction.gin:3:1: TextInputs.eval_fraction = 0 holds out no eval data, but" \

@@ -1882,8 +1882,12 @@ static void test_memory_budget(void) {
     run.n_processes = 1 << 20;
     expect_budget(text, run, CT_OK, (const char *[]){NULL});
     run.n_processes = 0;
-    // An example too long for memory on its own (attention grows with T^2).
-    snprintf(text, sizeof text, "%ssequence_copy_inputs.train_length = 1000000\n", tlm);
+    // An example too long for memory on its own (2 x 10^6 tokens of a wide
+    // model: activations grow linearly with T, about 130 KB per token).
+    snprintf(text, sizeof text,
+             "train.model = @TransformerLM\nTransformerLM.vocab_size = 8\nTransformerLM.d_model = 1024\n"
+             "TransformerLM.d_ff = 4096\nTransformerLM.n_layers = 2\nTransformerLM.n_heads = 2\n"
+             "TransformerLM.max_len = 16\n" COPY_INPUTS(5) "sequence_copy_inputs.train_length = 1000000\n");
     run.batch_size = 1;
     expect_budget(text, run, CT_ERR_MEMORY,
                   (const char *[]){"big.gin:13:1: sequence_copy_inputs.train_length = 1000000", "one example's", NULL});

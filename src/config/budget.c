@@ -61,8 +61,9 @@ static void decoder_blocks(cfg_plan *p, int64_t d, int64_t ff, double n) {
 
 // What a block keeps per token for backward, counted from below: LayerNorm
 // outputs, q, k, v, the attention output and its projection, the residual
-// sum (8 x d_model), the two d_ff activations; the attention probabilities
-// are n_heads x T per token.
+// sum (8 x d_model), the two d_ff activations. Attention keeps no T x T
+// probabilities (the tiled and chunked kernels recompute them in backward),
+// only a logsumexp per head and token.
 static double block_act_per_token(int64_t d, int64_t ff) { return 8.0 * (double)d + 2.0 * (double)ff; }
 
 ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *vp, bool memory_efficient,
@@ -81,9 +82,10 @@ ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *
     layer_norm(out, m->d_model, 1);
     dense(out, m->d_model, m->vocab_size, 1);
     // Embedding, positions, final LayerNorm; logits and their log-softmax.
-    out->act_per_token = layers * block_act_per_token(m->d_model, m->d_ff) + 3.0 * m->d_model + 2.0 * m->vocab_size;
+    out->act_per_token = layers * (block_act_per_token(m->d_model, m->d_ff) + m->n_heads) + 3.0 * m->d_model +
+                         2.0 * m->vocab_size;
     out->logits_per_token = 2.0 * m->vocab_size;
-    out->act_per_token_sq = layers * m->n_heads;
+    out->act_per_token_sq = 0.0;
     out->uses_length = true;
     return CT_OK;
 }
@@ -185,9 +187,9 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
     // (d_model) per token instead of the feed-forward's d_ff activations.
     if (m->ff_use_sru > 0) block += 4.0 * m->d_model * m->ff_use_sru - 2.0 * m->d_ff;
     bool self_attention = reformer_attention_linear(m);
-    out->act_per_token = held * block + 6.0 * m->d_model + 2.0 * m->vocab_size;
+    out->act_per_token = held * (block + (self_attention ? 0.0 : m->n_heads)) + 6.0 * m->d_model + 2.0 * m->vocab_size;
     out->logits_per_token = 2.0 * m->vocab_size;
-    out->act_per_token_sq = self_attention ? 0.0 : held * m->n_heads;
+    out->act_per_token_sq = 0.0;
     out->uses_length = true;
     return CT_OK;
 }
@@ -500,8 +502,7 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
             // One example is already too big: its length is the setting.
             setting_text(cfg, run->inputs, length_param, NULL, setting, sizeof setting);
             return ct_error_set(err, CT_ERR_MEMORY,
-                                "%s: one example's activations need about %s (%.0f tokens; attention grows with "
-                                "their square)%s; %s",
+                                "%s: one example's activations need about %s (%.0f tokens)%s; %s",
                                 setting, ct_format_bytes(per_example, b, sizeof b), T, tail, lim);
         }
         batch_size_text(cfg, run, setting, sizeof setting);
