@@ -214,7 +214,7 @@ def table(path):
                   + (f"; per CPU-s {spread([p / 1e9 for p in peak_cpu[n]])}" if n in peak_cpu else ""))
         print(f"  {'side':<6} {'threads':>7} {'runs':>4} {'tokens/s (median)':>18} {'runs spread':>15} "
               f"{'step spread':>15} {'MFU':>10} {'peak RSS MiB':>13} {'tokens/CPU-s':>13} {'MFU by CPU':>10}")
-        best = {}
+        best, cpu_rate = {}, {}
         for impl in ("ctrax", "torch"):
             for n in sorted({r["threads"] for r in train if r["impl"] == impl}):
                 sel = [r for r in train if r["impl"] == impl and r["threads"] == n]
@@ -232,6 +232,7 @@ def table(path):
                            if n in peak_cpu else None)
                 print(f"  {impl:<6} {n:>7} {len(sel):>4} {med:>18,.0f} {spread(tps):>15} {spread(steps):>15} "
                       f"{spread([m * 100 for m in mfu], '{:.0f}%'):>10} {spread(rss):>13} {per_cpu:>13,.0f} {'-' if mfu_cpu is None else f'{mfu_cpu * 100:.0f}%':>10}")
+                cpu_rate[impl, n] = per_cpu
                 if impl not in best or med > best[impl][0]:
                     best[impl] = (med, n, tps, mfu, statistics.median(rss), mfu_cpu)
         if len(best) < 2:
@@ -242,14 +243,20 @@ def table(path):
         print(f"  best: ctrax {c_med:,.0f} tokens/s at {c_n} thread(s), PyTorch {t_med:,.0f} at {t_n}; "
               f"ratio ctrax/PyTorch {ratio:.2f} (run extremes {lo:.2f}-{hi:.2f}); "
               f"peak RSS ctrax/PyTorch {c_rss:,.0f} / {t_rss:,.0f} MiB = {c_rss / t_rss:.2f}")
+        # The load-independent view: work per CPU-second at one thread.
+        if ("ctrax", 1) in cpu_rate and ("torch", 1) in cpu_rate:
+            print(f"  tokens per CPU-second at 1 thread, ctrax/PyTorch: "
+                  f"{cpu_rate['ctrax', 1] / cpu_rate['torch', 1]:.2f}")
         if cfg in TARGET_RATIO:
             verdicts.append((ratio >= TARGET_RATIO[cfg],
                              f"{cfg}: tokens/s ctrax / PyTorch {ratio:.2f} (target >= {TARGET_RATIO[cfg]})"))
         if cfg in TARGET_MFU and c_mfu:
+            # Both measures must pass: on a loaded machine the wall-clock one
+            # divides rates taken under different loads (it can exceed 100%).
             m = statistics.median(c_mfu)
-            verdicts.append((m >= TARGET_MFU[cfg],
+            verdicts.append((min(m, m if c_mfu_cpu is None else c_mfu_cpu) >= TARGET_MFU[cfg],
                              f"{cfg}: ctrax MFU {m * 100:.0f}% of the {c_n}-thread sgemm rate "
-                             f"(target >= {TARGET_MFU[cfg] * 100:.0f}%; by CPU time "
+                             f"(target >= {TARGET_MFU[cfg] * 100:.0f}%, both ways; by CPU time "
                              + ("-" if c_mfu_cpu is None else f"{c_mfu_cpu * 100:.0f}%") + ")"))
         if cfg in TARGET_RSS:
             verdicts.append((c_rss <= TARGET_RSS[cfg] * t_rss,
