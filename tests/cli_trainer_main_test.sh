@@ -96,6 +96,19 @@ steps "--set wins over --config" 5 "$b" --set 'train.steps=5' --config 'train.st
 steps "several bindings in one --config" 2 --config_file="$b" --config='train.steps=3
 train.steps=2' --output_dir="$work/o10"
 
+# --dataset, --data_dir and --model: bindings after every --config (Trax's order).
+steps "--model after --config" 7 --config_file="$b" --model TransformerLM --config='train.model=@MLP' \
+    --output_dir="$work/m1"
+grep -q '^train.model = @TransformerLM$' "$work/m1/config.gin" && ok "--model wins over --config" ||
+    bad "--model after --config: $(grep train.model "$work/m1/config.gin")"
+out=$("$ctrax" train --config_file="$b" --model=TransformerLMM --output_dir="$work/m2" 2>&1)
+grep -q -- "--model:1:15: unknown configurable 'TransformerLMM'" <<<"$out" && ok "--model's error names --model" ||
+    bad "--model=TransformerLMM: $out"
+steps "--model TransformerLM" 7 --config_file="$b" --model=TransformerLM --output_dir="$work/m3"
+grep -q '^train.model = @TransformerLM$' "$work/m3/config.gin" && ok "--model in config.gin" ||
+    bad "--model: $(grep train.model "$work/m3/config.gin")"
+fails "--data_dir with a quote" 2 "--data_dir expects a name without quotes" --config_file="$b" --data_dir="a'b"
+
 # ---- the same run as ctrax's spellings -------------------------------------------
 "$ctrax" train --config_file="$b" --config_file="$work/three.gin" --config='train.batch_size=8' \
     --output_dir="$work/trax" >"$work/trax.log" 2>&1
@@ -133,7 +146,7 @@ fails "two positional configs" 2 "--config_file=FILE" "$b" "$work/three.gin"
 fails "a misspelt flag" 2 "unknown option '--config_files=x'" --config_files=x
 fails "--threads 0" 2 "--threads expects an integer in [1, 4096], got '0'" "$b" --threads 0
 help=$("$ctrax" train --help)
-for flag in --config_file --config --output_dir --threads --set --output-dir; do
+for flag in --config_file --config --output_dir --dataset --data_dir --model --threads --set --output-dir; do
     grep -qe "^  $flag " <<<"$help" && ok "--help lists $flag" || bad "--help does not list $flag"
 done
 

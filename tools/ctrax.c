@@ -3,7 +3,7 @@
 //   ctrax train CONFIG [--set 'Name.param=value']... [--output-dir DIR] [--steps N]
 //                      [--devices N] [--threads N] [--restart]
 //   ctrax train --config_file=A.gin [--config_file=B.gin]... [--config='Name.param=value']...
-//               [--output_dir=DIR]                                   (Trax's trainer_main)
+//               [--output_dir=DIR] [--dataset=NAME] [--data_dir=DIR] [--model=NAME]  (Trax's trainer_main)
 //
 // Exit codes: 0 done, 1 error, 2 bad usage.
 #include <errno.h>
@@ -49,6 +49,7 @@ typedef struct train_args {
     train_binding sets[MAX_SETS];
     int n_sets;
     const char *output_dir;
+    const char *dataset, *data_dir, *model;  // Trax's --dataset, --data_dir, --model (NULL: not given)
     long steps;    // -1: the config's train.steps
     int devices;   // 0: the config's train.n_devices
     int threads;   // 0: the config's train.n_threads
@@ -80,6 +81,9 @@ static void train_usage(FILE *f) {
             "  --set 'Name.param=value'  override a binding (repeatable), e.g. --set 'train.steps=500'\n"
             "  --output-dir DIR          where checkpoints and metrics go [runs/<first config's name>]\n"
             "  --output_dir DIR          the same (Trax's spelling)\n"
+            "  --dataset NAME            data_streams.dataset_name = 'NAME' (Trax's flag; after the --config bindings)\n"
+            "  --data_dir DIR            data_streams.data_dir = 'DIR' (Trax's flag; after the --config bindings)\n"
+            "  --model NAME              train.model = @NAME (Trax's flag; after the --config bindings)\n"
             "  --steps N                 train until step N (overrides train.steps)\n"
             "  --devices N               local replicas (threads) splitting each batch (train.n_devices)\n"
             "  --threads N               threads for ctrax's loops and the GEMM together (train.n_threads);\n"
@@ -111,8 +115,9 @@ static int add_binding(train_args *a, const char *opt, const char *text) {
 // Reads the option with a value at argv[*i], if it is one: 1 read, 0 not an
 // option with a value, -1 after a message.
 static int train_value_option(train_args *a, int argc, char **argv, int *i) {
-    static const char *const names[] = {"--config_file", "--config",  "--set",     "--output-dir",
-                                        "--output_dir",  "--steps",   "--devices", "--threads"};
+    static const char *const names[] = {"--config_file", "--config",  "--set",     "--output-dir", "--output_dir",
+                                        "--steps",       "--devices", "--threads", "--dataset",    "--data_dir",
+                                        "--model"};
     for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
         const char *opt = names[k], *v;
         int r = ctrax_opt_value("train", argc, argv, i, opt, &v);
@@ -135,7 +140,18 @@ static int train_value_option(train_args *a, int argc, char **argv, int *i) {
             if (ctrax_parse_int("train", opt, v, 1, CT_MAX_LOCAL_DEVICES, &n)) return -1;
             a->devices = (int)n;
             return 1;
-        default: return ctrax_parse_threads("train", v, &a->threads) ? -1 : 1;
+        case 7: return ctrax_parse_threads("train", v, &a->threads) ? -1 : 1;
+        default:
+            // Put in a gin string or after '@' (Trax does not escape either).
+            if (!*v || strpbrk(v, "'\"\\\n")) {
+                ctrax_usage_error("train", "%s expects a name without quotes, backslashes or newlines, got '%s'", opt,
+                                  v);
+                return -1;
+            }
+            if (k == 8) a->dataset = v;
+            else if (k == 9) a->data_dir = v;
+            else a->model = v;
+            return 1;
         }
     }
     return 0;
@@ -404,6 +420,18 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
         // "--config:line:col"); --set, an override.
         if (b->trax) CT_TRY(ct_config_parse_text(r->cfg, b->text, strlen(b->text), "--config", err));
         else CT_TRY(ct_config_set(r->cfg, b->text, err));
+    }
+    // Trax's trainer_main appends these to the --config bindings, in this order.
+    const char *flags[][3] = {{"--dataset", "data_streams.dataset_name = '%s'", a->dataset},
+                              {"--data_dir", "data_streams.data_dir = '%s'", a->data_dir},
+                              {"--model", "train.model = @%s", a->model}};
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+        if (!flags[i][2]) continue;
+        char text[4200];
+        int n = snprintf(text, sizeof text, flags[i][1], flags[i][2]);
+        if (n < 0 || (size_t)n >= sizeof text)
+            return ct_error_set(err, CT_ERR_ARG, "%s: a value of %zu bytes is too long", flags[i][0], strlen(flags[i][2]));
+        CT_TRY(ct_config_parse_text(r->cfg, text, (size_t)n, flags[i][0], err));
     }
     CT_TRY(ct_config_validate(r->cfg, err));
 
