@@ -2,6 +2,8 @@
 
 #include <math.h>
 
+#include "kernels/cpu/vmath.h"
+
 #define CT_NORM_PARALLEL_MIN 32768
 #define CT_NORM_COL_BLOCK 64
 
@@ -9,21 +11,34 @@
 // pass of shifted sums in double, S1 = sum d, S2 = sum d^2 with d = x - x[0]
 // (the shift keeps S2 / C - (S1 / C)^2 free of the cancellation the plain
 // sum of squares has when |mean| >> std), then the row, now in L1, is
-// written. The sums run in vector lanes: their order depends on the vector
-// width (fixed for a build on one CPU), never on the thread count.
+// written. The sums run in CT_LANES lanes (vmath.h): the same bits for any
+// thread count, vector width or row address.
 void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                           const float *bias, int64_t N, int64_t C, float eps) {
 #pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         float *y = out + n * C;
-        double x0 = C > 0 ? x[0] : 0.0, s1 = 0.0, s2 = 0.0;
-#pragma omp simd reduction(+ : s1, s2)
-        for (int64_t c = 0; c < C; c++) {
-            double d = (double)x[c] - x0;
-            s1 += d;
-            s2 += d * d;
+        double x0 = C > 0 ? x[0] : 0.0, l1[CT_LANES] = {0}, l2[CT_LANES] = {0};
+        int64_t c0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
+        for (; c0 + CT_LANES <= C; c0 += CT_LANES) {
+            const int nj = CT_LANES;
+#pragma omp simd
+            for (int j = 0; j < nj; j++) {
+                double d = (double)x[c0 + j] - x0;
+                l1[j] += d;
+                l2[j] += d * d;
+            }
         }
+        {
+            const int nj = (int)(C - c0);
+            for (int j = 0; j < nj; j++) {
+                double d = (double)x[c0 + j] - x0;
+                l1[j] += d;
+                l2[j] += d * d;
+            }
+        }
+        double s1 = ct_lanes_total(l1), s2 = ct_lanes_total(l2);
         double md = s1 / (double)C, var = s2 / (double)C - md * md;
         float m = (float)(x0 + md);
         float s = 1.0f / sqrtf((float)(var > 0.0 ? var : 0.0) + eps);
@@ -39,21 +54,35 @@ void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
                            int64_t N, int64_t C) {
     // The input gradient, row by row:
     // dx = rstd * (w*g - mean(w*g) - norm * mean(w*g*norm)); both means in
-    // one pass, in vector lanes as in the forward.
+    // one pass, in lanes as in the forward.
     if (dinp) {
 #pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
         for (int64_t n = 0; n < N; n++) {
             const float *x = inp + n * C, *g = dout + n * C;
             float *dx = dinp + n * C;
             float m = mean[n], s = rstd[n];
-            double sum_g = 0.0, sum_gn = 0.0;
-#pragma omp simd reduction(+ : sum_g, sum_gn)
-            for (int64_t c = 0; c < C; c++) {
-                float wg = weight[c] * g[c];
-                sum_g += wg;
-                sum_gn += (double)wg * ((x[c] - m) * s);
+            double lg[CT_LANES] = {0}, lgn[CT_LANES] = {0};
+            int64_t c0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
+            for (; c0 + CT_LANES <= C; c0 += CT_LANES) {
+                const int nj = CT_LANES;
+#pragma omp simd
+                for (int j = 0; j < nj; j++) {
+                    int64_t c = c0 + j;
+                    float wg = weight[c] * g[c];
+                    lg[j] += wg;
+                    lgn[j] += (double)wg * ((x[c] - m) * s);
+                }
             }
-            float mean_g = (float)(sum_g / (double)C), mean_gn = (float)(sum_gn / (double)C);
+            {
+                const int nj = (int)(C - c0);
+                for (int j = 0; j < nj; j++) {
+                    int64_t c = c0 + j;
+                    float wg = weight[c] * g[c];
+                    lg[j] += wg;
+                    lgn[j] += (double)wg * ((x[c] - m) * s);
+                }
+            }
+            float mean_g = (float)(ct_lanes_total(lg) / (double)C), mean_gn = (float)(ct_lanes_total(lgn) / (double)C);
 #pragma omp simd
             for (int64_t c = 0; c < C; c++) {
                 float norm = (x[c] - m) * s;

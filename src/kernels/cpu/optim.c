@@ -91,12 +91,18 @@ void ct_adafactor_factored_moments(float *vr, float *vc, const float *g, int64_t
         }
         for (int64_t r = 0; r < R; r++) {
             const float *x = gb + r * C;
-            double s = 0.0;
-            // Summed in vector lanes: the order depends on the vector width
-            // (fixed for a build on one CPU), not on the thread count.
-#pragma omp simd reduction(+ : s)
-            for (int64_t c = 0; c < C; c++) s += (double)(x[c] * x[c] + eps1);
-            vrb[r] = decay * vrb[r] + mix * (float)(s / (double)C);
+            double lane[CT_LANES] = {0};  // in lanes: the same bits at any address (vmath.h)
+            int64_t c0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
+            for (; c0 + CT_LANES <= C; c0 += CT_LANES) {
+                const int nj = CT_LANES;
+#pragma omp simd
+                for (int j = 0; j < nj; j++) lane[j] += (double)(x[c0 + j] * x[c0 + j] + eps1);
+            }
+            {
+                const int nj = (int)(C - c0);
+                for (int j = 0; j < nj; j++) lane[j] += (double)(x[c0 + j] * x[c0 + j] + eps1);
+            }
+            vrb[r] = decay * vrb[r] + mix * (float)(ct_lanes_total(lane) / (double)C);
         }
     }
 }

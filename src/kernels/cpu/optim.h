@@ -49,7 +49,7 @@ void ct_adafactor_apply(float *w, float *m, const float *g, const float *v, int6
 // Plain versions of the Adam and Adafactor updates above, used only by
 // tests/test_kernels.c to check the vectorized ones. Adam's and the apply
 // steps' results are bitwise equal; the row sums of the factored moments
-// differ in order (vector lanes against index order).
+// differ in order (CT_LANES lanes against index order).
 void ct_adam_update_ref(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                         float eps, float weight_decay_rate, float bias1, float bias2);
 void ct_adafactor_factored_moments_ref(float *vr, float *vc, const float *g, int64_t B, int64_t R, int64_t C,

@@ -47,6 +47,20 @@ static inline float ct_vmax(const float *x, int64_t n) {
     return m;
 }
 
+// Sums over a row in CT_LANES running sums: element i goes to lane i % 8,
+// and the lanes are added 0 to 7 at the end. The order is the C code's, so
+// the result is the same bits whatever the vectorizer does (an `omp simd`
+// reduction's order changes with the vector width and with the peeling
+// that aligns the row, so a row at another address could sum differently),
+// and the lanes' independent adds still vectorize.
+#define CT_LANES 8
+
+static inline double ct_lanes_total(const double lane[CT_LANES]) {
+    double s = 0.0;
+    for (int j = 0; j < CT_LANES; j++) s += lane[j];
+    return s;
+}
+
 // Put before a loop that calls sqrtf, in place of `#pragma omp simd`: the
 // pragma only where sqrtf cannot set errno (built with -fno-math-errno,
 // which defines __NO_MATH_ERRNO__). With errno, GCC leaves such a loop
