@@ -1853,7 +1853,8 @@ static void test_memory_budget(void) {
     ct_config_run_shape run = {.model = "TransformerLM", .optimizer = "Adam", .inputs = "sequence_copy_inputs",
                                .batch_size = 4};
     char text[2048];
-    snprintf(text, sizeof text, "%sTransformerLM.n_layers = 100000000\n", tlm);
+    // Fixed sinusoids (ctrax's fixed_positions) are a table beside the weights.
+    snprintf(text, sizeof text, "%sTransformerLM.n_layers = 100000000\nTransformerLM.fixed_positions = True\n", tlm);
     expect_budget(text, run, CT_ERR_MEMORY,
                   (const char *[]){"big.gin:13:1: TransformerLM.n_layers = 100000000",
                                    "weights, gradients, optimizer slots and positional table need about",
@@ -1869,7 +1870,7 @@ static void test_memory_budget(void) {
     // d_model is what makes this one big, not the (bound) n_layers.
     snprintf(text, sizeof text, "%sTransformerLM.d_model = 4000000\nTransformerLM.n_heads = 1\n", tlm);
     expect_budget(text, run, CT_ERR_MEMORY, (const char *[]){"big.gin:13:1: TransformerLM.d_model = 4000000", NULL});
-    snprintf(text, sizeof text, "%sTransformerLM.max_len = 2147483647\n", tlm);
+    snprintf(text, sizeof text, "%sTransformerLM.max_len = 2147483647\nTransformerLM.fixed_positions = True\n", tlm);
     expect_budget(text, run, CT_ERR_MEMORY,
                   (const char *[]){"TransformerLM.max_len = 2147483647", "positional table alone 128.0 GiB", NULL});
     // A batch: its activations (B x T tokens).

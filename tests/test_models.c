@@ -28,8 +28,12 @@ static void test_transformer_lm(void) {
     p.n_layers = 2;
     p.n_heads = 2;
     p.max_len = 16;
-    for (int learned = 0; learned < 2; learned++) {
-        p.learned_positions = learned;
+    // pos 0: Trax's trainable sinusoids (the default), 1: ctrax's N(0, 0.02^2)
+    // table, 2: ctrax's fixed sinusoids (no weights).
+    for (int pos = 0; pos < 3; pos++) {
+        int learned = pos == 1;
+        p.learned_positions = pos == 1;
+        p.fixed_positions = pos == 2;
         p.dropout = learned ? 0.2f : 0.0f;  // the checker keeps the key, so the masks are fixed
         int32_t tokens[2 * 5] = {1, 2, 3, 4, 5, 6, 0, 1, 2, 3};
         ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 2, 5, tokens);
@@ -38,7 +42,9 @@ static void test_transformer_lm(void) {
         // block moves the inputs of a later block's Relu across its kink.
         gradcheck_opts o = gradcheck_default_opts();
         o.eps = 2e-3;
-        double e = gradcheck(learned ? "TransformerLM(learned positions, dropout)" : "TransformerLM", lm, &in, 1, o);
+        static const char *const what[] = {"TransformerLM", "TransformerLM(learned positions, dropout)",
+                                           "TransformerLM(fixed positions)"};
+        double e = gradcheck(what[pos], lm, &in, 1, o);
         CHECK_MSG(e >= 0 && e < 1e-2, "rel err %g", e);
 
         // The tree and its names: 2 blocks, each 2 residuals.
@@ -55,8 +61,29 @@ static void test_transformer_lm(void) {
         // and Dense.
         size_t d = 8, v = 7, f = 12;
         size_t block = 4 * (d * d + d) + 2 * (2 * d) + (d * f + f) + (f * d + d);
-        size_t expect = v * d + (learned ? 16 * d : 0) + 2 * block + 2 * d + (d * v + v);
+        size_t expect = v * d + (pos != 2 ? 16 * d : 0) + 2 * block + 2 * d + (d * v + v);
         CHECK_MSG(net.n_weights == expect, "%zu weights, expected %zu", net.n_weights, expect);
+        // Trax's PositionalEncoding starts its trainable table at the
+        // sinusoids: row t, column 2i sin(t / 10000^(2i/D)), 2i+1 its cos.
+        const ct_param *pe = ct_net_find_param(&net, "TransformerLM/PositionalEncoding[3]/embedding");
+        CHECK((pe != NULL) == (pos != 2));
+        if (pe && pos == 0) {
+            const float *w = net.weights + pe->offset;
+            double worst = 0;
+            for (int t = 0; t < 16; t++)
+                for (int i = 0; i < 4; i++) {
+                    double a = t / pow(10000.0, 2.0 * i / 8.0);
+                    worst = fmax(worst, fabs(w[t * 8 + 2 * i] - sin(a)));
+                    worst = fmax(worst, fabs(w[t * 8 + 2 * i + 1] - cos(a)));
+                }
+            CHECK_MSG(worst < 1e-6, "the table is %g from the sinusoids", worst);
+        }
+        if (pe && pos == 1) {
+            const float *w = net.weights + pe->offset;
+            double sq = 0;
+            for (int k = 0; k < 16 * 8; k++) sq += (double)w[k] * w[k];
+            CHECK(sqrt(sq / 128) > 0.01 && sqrt(sq / 128) < 0.04);  // N(0, 0.02^2)
+        }
         ct_net_free(&net);
         ct_layer_free(lm);
     }

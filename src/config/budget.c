@@ -76,8 +76,8 @@ ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *
     memset(out, 0, sizeof *out);
     double layers = m->n_layers;
     add_w(out, m->vocab_size, m->d_model, 1);  // embedding
-    if (m->learned_positions) add_w(out, m->max_len, m->d_model, 1);
-    else out->host_floats = (double)m->max_len * (double)m->d_model;  // the sinusoid table
+    if (!m->fixed_positions) add_w(out, m->max_len, m->d_model, 1);
+    else out->host_floats = (double)m->max_len * (double)m->d_model;  // the fixed sinusoid table
     decoder_blocks(out, m->d_model, m->d_ff, layers);
     layer_norm(out, m->d_model, 1);
     dense(out, m->d_model, m->vocab_size, 1);

@@ -120,6 +120,14 @@ static ct_status check_layer_count(ct_config *cfg, const char *name, int n_layer
 
 static ct_status transformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
     const ct_transformer_lm_params *p = vp;
+    if (p->learned_positions && p->fixed_positions) {
+        char where[300];
+        cfg_where(cfg, name, "fixed_positions", where, sizeof where);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s.fixed_positions = True and learned_positions = True: the table is fixed sinusoids "
+                            "or learned, not both",
+                            where, name);
+    }
     CT_TRY(check_layer_count(cfg, name, p->n_layers, 1, 7, err));
     return check_heads(cfg, name, p->d_model, p->n_heads, err);
 }

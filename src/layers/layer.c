@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/embedding.h"
 #include "layers/internal.h"
 
 #define CT_PATH_MAX 1024
@@ -382,6 +383,10 @@ static void fill(float *slab, const ct_param *p) {
         break;
     case CT_INIT_UNIFORM:
         ct_random_uniform(p->key, w, n, -p->init.scale, p->init.scale);
+        break;
+    case CT_INIT_SINUSOID:
+        CT_ASSERT(s->ndim == 2);
+        ct_positional_sinusoids(w, s->shape[0], s->shape[1]);
         break;
     }
 }

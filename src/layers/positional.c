@@ -1,8 +1,9 @@
 // Positional encodings, (B, T, D) -> (B, T, D), each out = x + pe:
 //   PositionalEncoding   pe[:T] for T <= max_len, either a learned weight
-//                        "embedding" (max_len, D), N(0, 0.02^2), or the
-//                        fixed sinusoids of Vaswani et al. (no weights;
-//                        computed once at init and kept with the layer);
+//                        "embedding" (max_len, D) started at N(0, 0.02^2)
+//                        or at the sinusoids of Vaswani et al. (Trax's), or
+//                        those sinusoids fixed (no weights; computed once at
+//                        init and kept with the layer);
 //   AxialPositionalEncoding and FixedBasePositionalEncoding, Trax's, below.
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 typedef struct positional_hp {
     int max_len;
     bool learned;
+    ct_initializer init;  // the learned table's start
     float *sinusoids;  // (max_len, D), set by init when !learned; owned
     int64_t d;         // D, set by init
 } positional_hp;
@@ -42,8 +44,8 @@ static ct_status positional_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *
     CT_TRY(positional_check(l, &in[0], "init", err));
     hp->d = in[0].shape[2];
     if (hp->learned) {
-        ct_layer_declare_weight(l, ic, "embedding", ct_tensor_2d(CT_DTYPE_F32, hp->max_len, hp->d, NULL),
-                                (ct_initializer){CT_INIT_NORMAL, 0.02f}, key);
+        ct_layer_declare_weight(l, ic, "embedding", ct_tensor_2d(CT_DTYPE_F32, hp->max_len, hp->d, NULL), hp->init,
+                                key);
     } else {
         ct_free(hp->sinusoids);
         hp->sinusoids = ct_malloc((size_t)hp->max_len * (size_t)hp->d * sizeof(float));
@@ -94,14 +96,21 @@ static const ct_layer_vtable positional_vt = {
     .type = "PositionalEncoding", .init = positional_init, .forward = positional_forward,
     .backward = positional_backward, .destroy = positional_destroy};
 
-static ct_layer *positional_new(int max_len, bool learned) {
+static ct_layer *positional_new(int max_len, bool learned, ct_initializer init) {
     CT_ASSERT(max_len > 0);
-    positional_hp hp = {.max_len = max_len, .learned = learned};
+    positional_hp hp = {.max_len = max_len, .learned = learned, .init = init};
     return ct_layer_new_hp(&positional_vt, 1, 1, &hp, sizeof hp);
 }
 
-ct_layer *ct_positional_encoding_learned(int max_len) { return positional_new(max_len, true); }
-ct_layer *ct_positional_encoding_sinusoidal(int max_len) { return positional_new(max_len, false); }
+ct_layer *ct_positional_encoding_learned(int max_len) {
+    return positional_new(max_len, true, (ct_initializer){CT_INIT_NORMAL, 0.02f});
+}
+ct_layer *ct_positional_encoding_trainable_sinusoidal(int max_len) {
+    return positional_new(max_len, true, (ct_initializer){CT_INIT_SINUSOID, 0.0f});
+}
+ct_layer *ct_positional_encoding_sinusoidal(int max_len) {
+    return positional_new(max_len, false, (ct_initializer){CT_INIT_ZEROS, 0.0f});
+}
 
 // ---- AxialPositionalEncoding: (B, T, D) -> (B, T, D) ------------------------
 //

@@ -34,9 +34,11 @@ ct_layer *ct_layer_norm(float epsilon);
 ct_layer *ct_dropout(float rate);
 
 // (B, T, D) -> (B, T, D) plus a position embedding for t < max_len:
-// learned weights (max_len, D) drawn from N(0, 0.02^2), or fixed sinusoids
-// (Vaswani et al.) with no weights.
+// learned weights (max_len, D) drawn from N(0, 0.02^2); Trax's
+// PositionalEncoding, learned weights "embedding" (max_len, D) that start as
+// the sinusoids of Vaswani et al.; or those sinusoids fixed, with no weights.
 ct_layer *ct_positional_encoding_learned(int max_len);
+ct_layer *ct_positional_encoding_trainable_sinusoidal(int max_len);
 ct_layer *ct_positional_encoding_sinusoidal(int max_len);
 // Trax's AxialPositionalEncoding (REFORMER.md section 5): (B, T, D) -> (B, T,
 // D) with T = prod shape[k] and D = sum d_embs[k]; position t, in row-major

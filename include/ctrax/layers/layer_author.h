@@ -47,6 +47,7 @@ typedef enum ct_init_kind {
     CT_INIT_GLOROT_UNIFORM,  // U(-a, a), a = scale * sqrt(6 / (fan_in + fan_out))
     CT_INIT_NORMAL,          // N(0, scale^2)
     CT_INIT_UNIFORM,         // U(-scale, scale)
+    CT_INIT_SINUSOID,        // a (T, D) table of Vaswani et al.'s sinusoids (scale unused)
 } ct_init_kind;
 
 typedef struct ct_initializer {

@@ -29,11 +29,14 @@ ct_layer *ct_mlp(int n_widths, const int *layer_widths, bool out_activation, boo
 
 // Trax's TransformerLM(vocab_size, d_model, d_ff, n_layers, n_heads, dropout,
 // dropout_shared_axes, max_len, mode, ff_activation); ctrax has no
-// dropout_shared_axes or ff_activation (always Relu), and adds
-// learned_positions (false: sinusoidal positions, as Trax's default).
-#define CT_TRANSFORMER_LM_PARAMS(X)                                   \
-    CT_LM_PARAMS(X, "width of the residual stream", "decoder blocks") \
-    X(BOOL, learned_positions, false, ANY, NONE, "learned positional embeddings instead of sinusoids (ctrax's)")
+// dropout_shared_axes or ff_activation (always Relu). Its positions are
+// Trax's PositionalEncoding, a trainable table started at the sinusoids;
+// ctrax adds learned_positions (started at N(0, 0.02^2) instead) and
+// fixed_positions (the sinusoids, not trained).
+#define CT_TRANSFORMER_LM_PARAMS(X)                                                                          \
+    CT_LM_PARAMS(X, "width of the residual stream", "decoder blocks")                                        \
+    X(BOOL, learned_positions, false, ANY, NONE, "the positions' table starts at N(0, 0.02^2) (ctrax's)")    \
+    X(BOOL, fixed_positions, false, ANY, NONE, "the sinusoids fixed, no weights (ctrax's; Trax's train them)")
 typedef struct ct_transformer_lm_params {
     CT_TRANSFORMER_LM_PARAMS(CT_PARAM_FIELD)
 } ct_transformer_lm_params;
