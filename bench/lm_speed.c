@@ -52,6 +52,7 @@
 
 #include "ctrax/core/blas.h"
 #include "ctrax/ctrax.h"
+#include "bench_util.h"
 #include "ctrax/layers/layer_author.h"  // ct_net (the weight count)
 // ctrax's one call into BLAS (not a public header): the sgemm peak is
 // measured through it, so it is the GEMM ctrax's Dense layers run, whatever
@@ -112,25 +113,11 @@ static int parse(int argc, char **argv, args *a) {
     return 0;
 }
 
-// Peak resident set size (VmHWM) in bytes, from /proc/self/status (as
-// bench/long_context.c reads it).
+// Peak resident set size (VmHWM) in bytes.
 static size_t peak_rss(void) {
-    size_t peak = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        unsigned long kb;
-        if (sscanf(line, "VmHWM: %lu kB", &kb) == 1) peak = kb * 1024;
-    }
-    fclose(f);
+    size_t now, peak;
+    bench_rss(&now, &peak);
     return peak;
-}
-
-static double clock_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // The header's formula; torch_lm_speed.py's flops_per_token is the same.
@@ -175,22 +162,22 @@ static int run_sgemm(const args *a) {
 
     double secs[N_SHAPES][N_KINDS] = {{0}}, cpu_secs[N_SHAPES][N_KINDS] = {{0}};
     long reps[N_SHAPES][N_KINDS] = {{0}};
-    double t_start = clock_s(CLOCK_MONOTONIC);
+    double t_start = bench_clock_s(CLOCK_MONOTONIC);
     for (int round = 0;; round++) {
         for (int s = 0; s < N_SHAPES; s++)
             for (int k = 0; k < N_KINDS; k++) {
                 int64_t c = shapes[s].c, oc = shapes[s].oc;
-                double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                double t0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
                 if (k == 0) ct_sgemm(false, false, m, oc, c, 1.0f, x, c, w, oc, 0.0f, y, oc);
                 else if (k == 1) ct_sgemm(false, true, m, c, oc, 1.0f, y, oc, w, oc, 1.0f, z, c);
                 else ct_sgemm(true, false, c, oc, m, 1.0f, x, c, y, oc, 1.0f, g, oc);
-                double dt = clock_s(CLOCK_MONOTONIC) - t0, dc = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+                double dt = bench_clock_s(CLOCK_MONOTONIC) - t0, dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
                 if (round == 0) continue;  // warm-up: thread start, page faults
                 secs[s][k] += dt;
                 cpu_secs[s][k] += dc;
                 reps[s][k]++;
             }
-        if (round > 0 && clock_s(CLOCK_MONOTONIC) - t_start >= a->seconds) break;
+        if (round > 0 && bench_clock_s(CLOCK_MONOTONIC) - t_start >= a->seconds) break;
     }
     double model_flops = 0, model_secs = 0, model_cpu_secs = 0, best = 0;
     printf("{\"impl\": \"sgemm\", \"config\": \"%c\", \"threads\": %d, \"blas_core\": \"%s\", \"m\": %lld, "
@@ -212,7 +199,7 @@ static int run_sgemm(const args *a) {
     // jobs it does not count the time the process waited for a core.
     printf("], \"gflops\": %.1f, \"gflops_cpu\": %.1f, \"best_gflops\": %.1f, \"seconds\": %.2f}\n",
            model_flops / model_secs * 1e-9, model_flops / model_cpu_secs * 1e-9, best * 1e-9,
-           clock_s(CLOCK_MONOTONIC) - t_start);
+           bench_clock_s(CLOCK_MONOTONIC) - t_start);
     free(x);
     free(y);
     free(z);
@@ -260,14 +247,14 @@ static int run_train(const args *a) {
     for (int step = 1; step <= a->steps; step++) {
         ct_step_stats stats;
         ct_key key = ct_key_fold_in(ct_key_from_seed(2), (uint32_t)step);
-        double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         if (ct_trainer_one_step(t, batch, key, step, 1e-4f, &stats, &err) != CT_OK) {
             fprintf(stderr, "lm_speed config %c: step %d: %s: %s\n", a->config, step, ct_status_name(err.code),
                     err.msg);
             goto done;
         }
-        wall[step - 1] = clock_s(CLOCK_MONOTONIC) - w0;
-        cpu[step - 1] = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        wall[step - 1] = bench_clock_s(CLOCK_MONOTONIC) - w0;
+        cpu[step - 1] = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (step == 1) loss_first = stats.loss;
         loss_last = stats.loss;
     }

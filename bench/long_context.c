@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "ctrax/ctrax.h"
+#include "bench_util.h"
 #include "ctrax/layers/layer_author.h"  // ct_net (the weight count)
 #include "ctrax/train/reversible_trainer.h"
 
@@ -108,27 +109,6 @@ static int parse(int argc, char **argv, args *a) {
     return 0;
 }
 
-// Resident and peak resident set size in bytes, from /proc/self/status
-// (bench/reversible_memory.c reads them the same way).
-static void rss(size_t *now, size_t *peak) {
-    *now = *peak = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        unsigned long kb;
-        if (sscanf(line, "VmRSS: %lu kB", &kb) == 1) *now = kb * 1024;
-        if (sscanf(line, "VmHWM: %lu kB", &kb) == 1) *peak = kb * 1024;
-    }
-    fclose(f);
-}
-
-static double clock_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // Trax's reformer_test model at sequence length T (the header comment).
 static ct_reformer_lm_params model_params(int seq, int layers) {
     ct_reformer_lm_params p = ct_reformer_lm_default_params();
@@ -183,10 +163,10 @@ static void run_one(const args *a, int seq, result *r) {
     o.reversible.log_every = 0;
     o.loss_chunk_size = a->loss_chunk;
     ct_trainer *t = NULL;
-    double t0 = clock_s(CLOCK_MONOTONIC);
+    double t0 = bench_clock_s(CLOCK_MONOTONIC);
     ct_status s = ct_trainer_new(&t, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()),
                                  ct_key_from_seed(1), &dev, &o, &err);
-    r->init_s = clock_s(CLOCK_MONOTONIC) - t0;
+    r->init_s = bench_clock_s(CLOCK_MONOTONIC) - t0;
     if (s != CT_OK) {
         snprintf(r->error, sizeof r->error, "init: %s: %s", ct_status_name(err.code), err.msg);
         r->peak_device = dev.peak_bytes;
@@ -199,13 +179,13 @@ static void run_one(const args *a, int seq, result *r) {
     char plan[512];
     fprintf(stderr, "  ctrax T %d: %s\n", seq, ct_memory_plan_format(ct_trainer_memory_plan(t), plan, sizeof plan));
     size_t hwm;
-    rss(&r->rss_after_init, &hwm);
+    bench_rss(&r->rss_after_init, &hwm);
     for (int step = 1; step <= a->steps; step++) {
         ct_step_stats stats;
         ct_key key = ct_key_fold_in(ct_key_from_seed(2), (uint32_t)step);
-        double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         s = ct_trainer_one_step(t, batch, key, step, 1e-4f, &stats, &err);
-        double dw = clock_s(CLOCK_MONOTONIC) - w0, dc = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        double dw = bench_clock_s(CLOCK_MONOTONIC) - w0, dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (s != CT_OK) {
             snprintf(r->error, sizeof r->error, "step %d: %s: %s", step, ct_status_name(err.code), err.msg);
             break;
@@ -223,7 +203,7 @@ static void run_one(const args *a, int seq, result *r) {
                 dc, stats.loss, dev.peak_bytes / MIB);
     }
     r->peak_device = dev.peak_bytes;
-    rss(&hwm, &r->peak_rss);
+    bench_rss(&hwm, &r->peak_rss);
 done:
     ct_trainer_free(t);
     ct_layer_free(model);

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "ctrax/ctrax.h"
+#include "bench_util.h"
 #include "ctrax/layers/layer_author.h"
 #include "ctrax/train/reversible_trainer.h"
 
@@ -67,32 +68,12 @@ static int parse(int argc, char **argv, args *a) {
     return 0;
 }
 
-// Resident and peak resident set size in bytes, from /proc/self/status.
-static void rss(size_t *now, size_t *peak) {
-    *now = *peak = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        unsigned long kb;
-        if (sscanf(line, "VmRSS: %lu kB", &kb) == 1) *now = kb * 1024;
-        if (sscanf(line, "VmHWM: %lu kB", &kb) == 1) *peak = kb * 1024;
-    }
-    fclose(f);
-}
-
 // Makes VmHWM start again from the current RSS (Linux).
 static void reset_peak_rss(void) {
     FILE *f = fopen("/proc/self/clear_refs", "w");
     if (!f) return;
     fputs("5", f);
     fclose(f);
-}
-
-static double clock_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // A run that did not fit: one JSON line, and exit code 0 if it was memory.
@@ -137,11 +118,11 @@ static int run_both(const args *a, ct_reformer_lm_params p, const ct_tensor *bat
     for (int step = 1; step <= a->steps && step <= 64; step++) {
         ct_key key = ct_key_fold_in(ct_key_from_seed(2), (uint32_t)step);
         ct_step_stats ss, sr;
-        double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         if (ct_trainer_one_step(st, batch, key, step, 1e-4f, &ss, &err) != CT_OK) break;
-        double c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        double c1 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         if (ct_trainer_one_step(rt, batch, key, step, 1e-4f, &sr, &err) != CT_OK) break;
-        double c2 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        double c2 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         same_loss = same_loss && fabsf(ss.loss - sr.loss) <= 1e-4f * (1.0f + fabsf(ss.loss));
         fprintf(stderr, "  both depth %d step %d: standard cpu %.2f s, reversible cpu %.2f s, loss %.4f / %.4f\n",
                 a->depth, step, c1 - c0, c2 - c1, ss.loss, sr.loss);
@@ -240,7 +221,7 @@ int main(int argc, char **argv) {
     }
     if (s != CT_OK) return report_error(&a, "init", &err, &dev);
     size_t rss_init, hwm_init;
-    rss(&rss_init, &hwm_init);
+    bench_rss(&rss_init, &hwm_init);
     size_t device_after_init = dev.current_bytes;
 
     double t_first = 0, t_rest = 0, cpu_rest = 0, cpu_min = 0;
@@ -254,10 +235,10 @@ int main(int argc, char **argv) {
         }
         ct_step_stats stats;
         ct_key key = ct_key_fold_in(ct_key_from_seed(2), (uint32_t)step);
-        double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        double t0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         s = standard ? ct_trainer_one_step(st, batch, key, step, 1e-4f, &stats, &err)
                      : ct_trainer_one_step(rt, batch, key, step, 1e-4f, &stats, &err);
-        double dt = clock_s(CLOCK_MONOTONIC) - t0, dc = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        double dt = bench_clock_s(CLOCK_MONOTONIC) - t0, dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (s != CT_OK) return report_error(&a, step == 1 ? "step 1" : "a later step", &err, &dev);
         if (step == 1) t_first = dt;
         else {
@@ -270,7 +251,7 @@ int main(int argc, char **argv) {
                 stats.loss);
     }
     size_t rss_end, hwm;
-    rss(&rss_end, &hwm);
+    bench_rss(&rss_end, &hwm);
     printf("{\"impl\": \"ctrax\", \"trainer\": \"%s\", \"copy_weights\": %s, \"depth\": %d, \"steps\": %d, "
            "\"n_weights\": %zu, \"host_slab_bytes\": %zu, \"device_after_init\": %zu, \"peak_device_step1\": %zu, "
            "\"peak_device\": %zu, \"rss_after_init\": %zu, \"peak_rss_init\": %zu, \"peak_rss\": %zu, "
