@@ -55,8 +55,10 @@ static void window_dots(float *S, const float *qh, const float *kh, const float 
 
 // The max reduction is exact in any order and the sum runs in order, so
 // every clone gives the same bits.
+// (The clones are static and the exported names plain calls: clang 14 does
+// not resolve a target_clones function called from another file.)
 __attribute__((target_clones("avx512f", "avx2", "default")))
-float ct_attention_row_lse(const float *row, int64_t W) {
+static float row_lse(const float *row, int64_t W) {
     float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
     for (int64_t w = 0; w < W; w++) maxv = row[w] > maxv ? row[w] : maxv;
@@ -67,10 +69,13 @@ float ct_attention_row_lse(const float *row, int64_t W) {
 
 // Trax's probabilities (lse >= every element).
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void ct_attention_row_probs(float *row, float lse, int64_t n) {
+static void row_probs(float *row, float lse, int64_t n) {
 #pragma omp simd
     for (int64_t w = 0; w < n; w++) row[w] = ct_vexp_nonpos(row[w] - lse);
 }
+
+float ct_attention_row_lse(const float *row, int64_t W) { return row_lse(row, W); }
+void ct_attention_row_probs(float *row, float lse, int64_t n) { row_probs(row, lse, n); }
 
 // Dropout factors of mask row r, elements w0 .. w0 + n - 1 (n <= DROP_CHUNK):
 // counter r * W + w, drawn a chunk at a time (vector threefry).
