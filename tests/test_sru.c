@@ -16,6 +16,7 @@
 #include "ctrax/layers/rnn.h"
 #include "ctrax/models/models.h"
 #include "layer_fixture.h"
+#include "train_fixture.h"
 
 // The net's weight whose checkpoint name ends with suffix, or NULL.
 static float *weight_ending(const ct_net *net, const char *suffix, int64_t *numel) {
@@ -270,45 +271,13 @@ static ct_reformer_lm_params sru_reformer(float dropout) {
     return p;
 }
 
-enum { RB = 2, RT = 6 };
-
 // Trains a fresh ReformerLM(p) for n_steps of one batch with Adam; returns
 // its weights (malloc'd, *n of them) and the last loss.
 static float *train_sru_reformer(ct_reformer_lm_params p, int n_steps, bool memory_efficient, size_t *n,
                                  float *loss) {
-    int32_t tokens[RB * RT] = {1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 1};
-    float weights[RB * RT];
-    for (int i = 0; i < RB * RT; i++) weights[i] = 1.0f;
-    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, RB, RT, tokens), ct_tensor_2d(CT_DTYPE_I32, RB, RT, tokens),
-                          ct_tensor_2d(CT_DTYPE_F32, RB, RT, weights)};
-    ct_layer *model = ct_reformer_lm(p), *loss_layer = ct_weighted_category_cross_entropy();
-    ct_device dev = ct_device_cpu();
-    ct_trainer_options o = ct_trainer_default_options();
-    o.memory_efficient = memory_efficient;
-    ct_trainer *tr = NULL;
-    ct_error err;
-    float *w = NULL;
-    *n = 0;
-    *loss = NAN;
-    CHECK_OK(ct_trainer_new(&tr, model, loss_layer, batch, 3, ct_adam_new(ct_adam_default_params()),
-                            ct_key_from_seed(5), &dev, &o, &err),
-             &err);
-    if (tr) {
-        ct_step_stats stats = {0};
-        for (int step = 1; step <= n_steps; step++)
-            CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_fold_in(ct_key_from_seed(6), (uint32_t)step), step, 1e-2f,
-                                         &stats, &err),
-                     &err);
-        const ct_net *net = ct_trainer_net(tr);
-        *n = net->n_weights;
-        w = malloc(*n * sizeof *w);
-        memcpy(w, net->weights, *n * sizeof *w);
-        *loss = stats.loss;
-        ct_trainer_free(tr);
-    }
+    ct_layer *model = ct_reformer_lm(p);
+    float *w = train_reformer(model, n_steps, memory_efficient, n, loss);
     ct_layer_free(model);
-    ct_layer_free(loss_layer);
-    CHECK(dev.current_bytes == 0);
     return w;
 }
 
