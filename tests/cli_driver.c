@@ -158,6 +158,7 @@ static int make_run(const char *dir, int vocab, int steps) {
     ct_loop_options lo = ct_loop_default_options();
     lo.output_dir = dir;
     lo.n_steps_per_checkpoint = 2;
+    lo.keep_last = 3;  // model_2, model_4 and model_6 all stay for the tools to read
     lo.seed = (uint64_t)seed;
     lo.config_text = operative;
     int64_t last = steps;

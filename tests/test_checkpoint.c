@@ -980,6 +980,18 @@ static void test_retention(void) {
     CHECK_OK(ct_checkpoint_prune(dir2, -1, NULL, NULL, &err), &err);
     const char *want4[] = {"a_4", "a_7"};
     CHECK(set_is(dir2, want4, 2));
+    // The pointer's checkpoint counts among the keep_last: exactly K regular
+    // ones stay (Trax's keep_checkpoints), not K plus the newest.
+    char dir3[1024];
+    snprintf(dir3, sizeof dir3, "%s", tmp_path("keep3"));
+    for (int i = 1; i <= 7; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "model_%d", i);
+        CHECK_OK(make_ckpt(dir3, nm, i, i, false, true, 0, &err), &err);  // the pointer follows: model_7
+    }
+    CHECK_OK(ct_checkpoint_prune(dir3, 2, NULL, NULL, &err), &err);
+    const char *want5[] = {"model_6", "model_7"};
+    CHECK(set_is(dir3, want5, 2));
     // An incomplete checkpoint is listed as such.
     truncate_by(tmp_path("keep2/a_7/slots.safetensors"), 4);
     ct_checkpoint_info *infos;

@@ -944,7 +944,13 @@ ct_status ct_checkpoint_prune(const char *output_dir, int keep_last, ct_checkpoi
     // not be ours and stays.
     for (int i = n - 1; i >= 0 && s == CT_OK; i--) {
         const ct_checkpoint_info *info = &infos[i];
-        if (info->step < 0 || info->keep || !strcmp(info->name, pointer) || (keep && keep(info, ctx))) continue;
+        if (info->step < 0 || info->keep || (keep && keep(info, ctx))) continue;
+        // The pointer's checkpoint always stays, and counts among the
+        // keep_last (Trax keeps exactly that many).
+        if (!strcmp(info->name, pointer)) {
+            regular_kept++;
+            continue;
+        }
         if (info->complete && regular_kept < keep_last) {
             regular_kept++;
             continue;

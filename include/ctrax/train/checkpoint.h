@@ -187,8 +187,9 @@ ct_status ct_checkpoint_list(const char *output_dir, ct_checkpoint_info **infos,
 typedef bool (*ct_checkpoint_keep_fn)(const ct_checkpoint_info *info, void *ctx);
 
 // Removes old checkpoints. Kept: those marked keep when written, those keep()
-// accepts (keep may be NULL), the one the pointer names, and of the rest the
-// keep_last with the largest steps (keep_last < 0 keeps all). A checkpoint is
+// accepts (keep may be NULL), the one the pointer names, and the regular
+// ones with the largest steps up to keep_last in all, the pointer's counted
+// among them when it is regular (keep_last < 0 keeps all). A checkpoint is
 // removed by renaming it to a dot directory first, so a crash never leaves a
 // half-deleted checkpoint under its name.
 ct_status ct_checkpoint_prune(const char *output_dir, int keep_last, ct_checkpoint_keep_fn keep, void *ctx,
