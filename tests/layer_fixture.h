@@ -89,4 +89,25 @@ static inline ct_tensor uniform(ct_tensor t, uint64_t seed, float lo, float hi) 
     return t;
 }
 
+// One forward and backward of l (takes the reference) on in (n_in inputs)
+// with key seed 4 and output gradient gy: copies out[0] and the gradient of
+// in[0]. An input past the first (a mask) must take no gradient: its
+// signature, no data.
+static inline void fixture_step(ct_layer *l, const ct_tensor *in, int n_in, const ct_tensor *gy, bool train,
+                                float *out, float *dx) {
+    fixture r;
+    if (fixture_init_ok(&r, l, in, n_in, train)) {
+        ct_tensor o[1], gin[CT_LAYER_MAX_IO];
+        CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, in, o, ct_key_from_seed(4), &r.err), &r.err);
+        CHECK_OK(ct_layer_backward(r.net.root, &r.ctx, gy, gin, ct_key_from_seed(4), &r.err), &r.err);
+        memcpy(out, o[0].data, ct_tensor_nbytes(&o[0]));
+        memcpy(dx, gin[0].data, ct_tensor_nbytes(&gin[0]));
+        for (int i = 1; i < n_in; i++)
+            CHECK(gin[i].data == NULL && gin[i].dtype == in[i].dtype && ct_tensor_same_sig(&gin[i], &in[i]));
+        ct_arena_reset(&r.arena);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
 #endif

@@ -300,20 +300,7 @@ static void test_masked_gradients(void) {
 // fresh layer (the same init key, so the same weights and hash sequence).
 static void masked_step(ct_lsh_self_attention_params p, const ct_tensor *in, int n_in, const ct_tensor *gy,
                         float *out, float *dx) {
-    ct_layer *l = ct_lsh_self_attention(p);
-    fixture r;
-    if (fixture_init_ok(&r, l, in, n_in, true)) {
-        ct_tensor o[1], gin[2];
-        CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, in, o, ct_key_from_seed(4), &r.err), &r.err);
-        CHECK_OK(ct_layer_backward(r.net.root, &r.ctx, gy, gin, ct_key_from_seed(4), &r.err), &r.err);
-        memcpy(out, o[0].data, ct_tensor_nbytes(&o[0]));
-        memcpy(dx, gin[0].data, ct_tensor_nbytes(&gin[0]));
-        if (n_in == 2)  // the mask takes no gradient: its signature, no data
-            CHECK(gin[1].data == NULL && gin[1].dtype == in[1].dtype && ct_tensor_same_sig(&gin[1], &in[1]));
-        ct_arena_reset(&r.arena);
-        fixture_free(&r);
-    }
-    ct_layer_free(l);
+    fixture_step(ct_lsh_self_attention(p), in, n_in, gy, true, out, dx);
 }
 
 // masked with an all-ones mask = unmasked (the extra bucket stays empty and
