@@ -40,9 +40,12 @@
 // of the scores a causal mask keeps: 2 products x 2 FLOPs x T/2 positions
 // x d_model per token forward, times 3 with backward.
 //
-// Timing: step 1 is warm-up (it grows the arena, faults memory in); steps
-// 2..S are timed one by one, wall clock and process CPU time. Peak RSS is
-// VmHWM of this process, over the whole run.
+// Timing: step 1 is warm-up (it faults memory in); steps 2..S are timed one
+// by one, wall clock and process CPU time. Peak RSS is VmHWM of this
+// process, over the whole run; "memory_plan" gives the trainer's parts of
+// it in bytes (ct_trainer_memory_plan: weights, gradients, optimizer slots,
+// state, the step arena, and their total on the device), so the rest --
+// libraries, BLAS and OpenMP buffers, the batch -- is peak_rss - device.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,8 +270,12 @@ static int run_train(const args *a) {
     for (int i = 1; i < a->steps; i++) printf("%s%.4f", i > 1 ? ", " : "", wall[i]);
     printf("], \"cpu_s\": [");
     for (int i = 1; i < a->steps; i++) printf("%s%.4f", i > 1 ? ", " : "", cpu[i]);
-    printf("], \"step1_s\": %.3f, \"peak_rss\": %zu, \"loss_first\": %.4f, \"loss_last\": %.4f}\n", wall[0],
-           peak_rss(), loss_first, loss_last);
+    const ct_memory_plan *plan = ct_trainer_memory_plan(t);
+    printf("], \"step1_s\": %.3f, \"peak_rss\": %zu, \"memory_plan\": {\"weights\": %zu, \"grads\": %zu, "
+           "\"slots\": %zu, \"state\": %zu, \"activations\": %zu, \"device\": %zu}, \"loss_first\": %.4f, "
+           "\"loss_last\": %.4f}\n",
+           wall[0], peak_rss(), plan->weights, plan->grads, plan->slots, plan->state, plan->activations,
+           plan->device_bytes, loss_first, loss_last);
     rc = 0;
 done:
     ct_trainer_free(t);

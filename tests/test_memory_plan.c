@@ -2,11 +2,16 @@
 // sizes the step arenas (and the memory-efficient trainer's buffers), so
 // step 1 peaks no higher than later steps, the plan's parts add up to what
 // the device holds, and a device limit below the plan fails at construction.
+// Issue 13: backward gives back what it no longer needs (ct_arena_keep in
+// the stack walk), so the plan holds forward's saved tensors and one
+// layer's backward, not the sum of every layer's gradients.
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
 #include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"  // ct_net, ct_ctx: a forward pass alone
 #include "ctrax/train/reversible_trainer.h"
 
 enum { VOCAB = 11, BATCH = 4, LEN = 16 };
@@ -27,7 +32,7 @@ static void fixture_init(fixture *f) {
     f->batch[2] = ct_tensor_2d(CT_DTYPE_F32, BATCH, LEN, f->weights);
 }
 
-static ct_layer *make_model(bool reformer) {
+static ct_layer *make_model_layers(bool reformer, int n_layers) {
     if (reformer) {
         ct_reformer_lm_params p = ct_reformer_lm_default_params();
         p.vocab_size = VOCAB;
@@ -42,11 +47,13 @@ static ct_layer *make_model(bool reformer) {
     p.vocab_size = VOCAB;
     p.d_model = 16;
     p.d_ff = 32;
-    p.n_layers = 2;
+    p.n_layers = n_layers;
     p.n_heads = 2;
     p.max_len = 64;
     return ct_transformer_lm(p);
 }
+
+static ct_layer *make_model(bool reformer) { return make_model_layers(reformer, 2); }
 
 static ct_trainer_options options(bool reformer, int n_devices) {
     ct_trainer_options o = reformer ? ct_reversible_default_options() : ct_trainer_default_options();
@@ -137,8 +144,119 @@ static void test_limit(bool reformer) {
     ct_trainer_free(tr);
 }
 
+
+// ct_arena_keep on its own: kept regions move down to the mark with their
+// bytes, a view moves with its tensor, memory before the mark stays, and
+// the rest is freed; a move that would copy more than it frees, or a
+// chained block, leaves everything as it was.
+static void test_arena_keep(void) {
+    ct_device dev = ct_device_cpu();
+    ct_arena a;
+    ct_arena_init(&a, &dev);
+    ct_error err;
+    CHECK_OK(ct_arena_reserve(&a, 1 << 16, &err), &err);
+    unsigned char *before = ct_arena_alloc(&a, 100, &err);  // below the mark
+    ct_arena_mark m = ct_arena_get_mark(&a);
+    unsigned char *dead = ct_arena_alloc(&a, 3000, &err), *x = ct_arena_alloc(&a, 200, &err);
+    unsigned char *dead2 = ct_arena_alloc(&a, 1000, &err), *y = ct_arena_alloc(&a, 300, &err);
+    CHECK(before && dead && x && dead2 && y);
+    for (int i = 0; i < 200; i++) x[i] = (unsigned char)i;
+    for (int i = 0; i < 300; i++) y[i] = (unsigned char)(255 - i);
+    void *px = x, *py = y, *view = y + 100, *pb = before, *none = NULL;
+    void **data[] = {&py, &px, &view, &pb, &px, &none};
+    size_t bytes[] = {300, 200, 50, 100, 200, 0};
+    size_t used = a.used;
+    size_t freed = ct_arena_keep(&a, m, data, bytes, 6);
+    // x (256 bytes, aligned) and y (320) move down over the dead 3008 + 1024.
+    CHECK_MSG(freed == 3008 + 1024 && a.used == used - freed, "freed %zu, used %zu -> %zu", freed, used, a.used);
+    unsigned char *nx = px, *ny = py;
+    CHECK(nx == before + 128 && ny == nx + 256 && (unsigned char *)view == ny + 100 && pb == before);
+    bool same = true;
+    for (int i = 0; i < 200; i++) same &= nx[i] == (unsigned char)i;
+    for (int i = 0; i < 300; i++) same &= ny[i] == (unsigned char)(255 - i);
+    CHECK_MSG(same, "the kept bytes moved with their pointers");
+    // The next allocation comes right after what was kept.
+    CHECK(ct_arena_alloc(&a, 64, &err) == ny + 320);
+
+    // Keeping a big region over a small dead one copies more than it frees.
+    ct_arena_reset(&a);
+    m = ct_arena_get_mark(&a);
+    unsigned char *small = ct_arena_alloc(&a, 64, &err), *big = ct_arena_alloc(&a, 4096, &err);
+    void *pbig = big;
+    void **one[] = {&pbig};
+    size_t big_bytes[] = {4096};
+    used = a.used;
+    CHECK(small && big && ct_arena_keep(&a, m, one, big_bytes, 1) == 0 && pbig == big && a.used == used);
+    // Nothing kept: everything since the mark goes, without a copy.
+    CHECK(ct_arena_keep(&a, m, NULL, NULL, 0) == used && a.used == 0);
+    ct_arena_free(&a);
+
+    // An unplanned arena that chained a block since the mark: left alone.
+    ct_arena_init(&a, &dev);
+    CHECK(ct_arena_alloc(&a, 100, &err) != NULL);
+    m = ct_arena_get_mark(&a);
+    CHECK(ct_arena_alloc(&a, 4 << 20, &err) != NULL);
+    used = a.used;
+    CHECK(ct_arena_keep(&a, m, NULL, NULL, 0) == 0 && a.used == used);
+    ct_arena_free(&a);
+    CHECK(dev.current_bytes == 0);
+}
+
+// The arena bytes a forward pass (tape on) of the trainer's net takes.
+static size_t forward_bytes(ct_trainer *tr, const fixture *f) {
+    const ct_net *net = ct_trainer_net(tr);
+    ct_device dev = ct_device_cpu();
+    ct_arena arena;
+    ct_ctx c;
+    ct_error err;
+    ct_arena_init(&arena, &dev);
+    ct_ctx_init(&c, &arena);
+    ct_net_bind(net, &c, true);
+    ct_tensor out;
+    CHECK_OK(ct_layer_forward(net->root, &c, f->batch, &out, ct_key_from_seed(2), &err), &err);
+    size_t high = arena.high_water;
+    ct_ctx_free(&c);
+    ct_arena_free(&arena);
+    return high;
+}
+
+// What the plan holds beyond forward's tensors does not grow with depth:
+// backward frees each layer's gradients once the layer below has them
+// (before issue 13's fix it held every layer's: 88 KiB more per
+// DecoderBlock here, 44 MiB in bench/lm_speed's config A).
+static void test_backward_reuse(void) {
+    fixture f;
+    fixture_init(&f);
+    size_t extra[2], fwd[2];
+    const int depths[2] = {2, 6};
+    for (int k = 0; k < 2; k++) {
+        ct_device dev = ct_device_cpu();
+        ct_trainer *tr;
+        ct_error err;
+        ct_layer *model = make_model_layers(false, depths[k]), *loss = ct_weighted_category_cross_entropy();
+        CHECK_OK(ct_trainer_new(&tr, model, loss, f.batch, 3, ct_adam_new(ct_adam_default_params()),
+                                ct_key_from_seed(1), &dev, NULL, &err),
+                 &err);
+        ct_layer_free(model);
+        ct_layer_free(loss);
+        size_t arena = ct_trainer_arena_bytes(tr);
+        fwd[k] = forward_bytes(tr, &f);
+        CHECK(arena > fwd[k]);
+        extra[k] = arena - fwd[k];
+        printf("TransformerLM, %d layers: arena %zu bytes, forward %zu, backward's extra %zu\n", depths[k], arena,
+               fwd[k], extra[k]);
+        ct_trainer_free(tr);
+    }
+    // Forward grows with depth; backward's share stays one layer's.
+    CHECK(fwd[1] > fwd[0]);
+    CHECK_MSG(extra[1] == extra[0], "backward's extra: %zu bytes at %d layers, %zu at %d", extra[0], depths[0],
+              extra[1], depths[1]);
+}
+
 int main(void) {
     ct_log_set_level(CT_LOG_WARN);
+    test_arena_keep();
+    test_backward_reuse();
     for (int n = 1; n <= 2; n++) {
         test_peaks(false, n);
         test_peaks(true, n);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +258,82 @@ void ct_arena_reset_to(ct_arena *a, ct_arena_mark mark) {
     }
     if (a->head) a->head->used = mark.block_used;
     a->used = mark.used;
+}
+
+// The memory handed out since mark, when it is one range: [*base, *top).
+static bool since_range(const ct_arena *a, ct_arena_mark mark, unsigned char **base, unsigned char **top) {
+    if (a->measure_base) {
+        *base = a->measure_base + mark.used;
+        *top = a->measure_base + a->used;
+        return mark.block == NULL && mark.used <= a->used;
+    }
+    if (!a->head) return false;
+    if (a->head == mark.block) *base = a->head->data + mark.block_used;
+    else if (!mark.block && !a->head->prev) *base = a->head->data;  // empty at the mark, one block since
+    else return false;
+    *top = a->head->data + a->head->used;
+    return true;
+}
+
+// One run of kept bytes, as offsets from the mark: [lo, hi).
+typedef struct keep_run {
+    size_t lo, hi;
+} keep_run;
+
+size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const size_t *bytes, int n) {
+    CT_ASSERT(n >= 0 && n <= CT_ARENA_KEEP_MAX);
+    unsigned char *base, *top;
+    if (!since_range(a, mark, &base, &top) || top == base) return 0;
+    size_t span = (size_t)(top - base);
+    // The kept regions as aligned runs (every allocation starts aligned
+    // from the mark, so rounding out stays inside what was handed out),
+    // sorted by start and merged where they overlap or touch.
+    keep_run runs[CT_ARENA_KEEP_MAX];
+    int n_runs = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned char *p = *data[i];
+        if (!p || p < base || p >= top) continue;
+        size_t lo = (size_t)(p - base) / CT_ALIGN * CT_ALIGN, hi = round_up((size_t)(p - base) + bytes[i], CT_ALIGN);
+        CT_ASSERT(hi <= span);  // a region past the top is not something the arena handed out
+        int k = n_runs++;
+        while (k > 0 && runs[k - 1].lo > lo) {
+            runs[k] = runs[k - 1];
+            k--;
+        }
+        runs[k] = (keep_run){lo, hi};
+    }
+    int merged = 0;
+    for (int k = 0; k < n_runs; k++) {
+        if (merged > 0 && runs[k].lo <= runs[merged - 1].hi) {
+            if (runs[k].hi > runs[merged - 1].hi) runs[merged - 1].hi = runs[k].hi;
+        } else {
+            runs[merged++] = runs[k];
+        }
+    }
+    size_t kept = 0, moved = 0;
+    for (int k = 0; k < merged; k++) {
+        if (runs[k].lo != kept) moved += runs[k].hi - runs[k].lo;
+        kept += runs[k].hi - runs[k].lo;
+    }
+    size_t freed = span - kept;
+    if (freed == 0 || moved > freed) return 0;
+    // Runs move down in address order, so a destination never overlaps a
+    // run still to move; each pointer moves with the run that holds it.
+    size_t dest = 0;
+    for (int k = 0; k < merged; k++) {
+        size_t len = runs[k].hi - runs[k].lo, shift = runs[k].lo - dest;
+        if (shift) {
+            memmove(base + dest, base + runs[k].lo, len);
+            for (int i = 0; i < n; i++) {
+                unsigned char *p = *data[i];
+                if (p && p >= base + runs[k].lo && p < base + runs[k].hi) *data[i] = p - shift;
+            }
+        }
+        dest += len;
+    }
+    a->used -= freed;
+    if (!a->measure_base) a->head->used -= freed;
+    return freed;
 }
 
 void ct_arena_reset(ct_arena *a) {

@@ -26,6 +26,23 @@ static ct_status walk_one(ct_layer *s, int i, ct_stack_op op, ct_init_ctx *ic, c
     return ct_layer_reverse(s, c, x, y, k, err);
 }
 
+// Backward, after a sublayer: of what the walk allocated since mark, only
+// the gradients on the stack are still needed (each sublayer popped its own
+// tape records, and its saved tensors come from forward, before the mark),
+// so the rest -- the consumed output gradients, the sublayers' scratch --
+// is given back and the stack's gradients move down over it when that frees
+// more than it copies. Without this, backward's gradients pile up in the
+// arena for the whole step: as much again as forward keeps.
+static void keep_stack_grads(ct_ctx *c, ct_arena_mark mark, ct_tensor *stack, int depth) {
+    void **data[CT_STACK_MAX];
+    size_t bytes[CT_STACK_MAX];
+    for (int k = 0; k < depth; k++) {
+        data[k] = &stack[k].data;
+        bytes[k] = stack[k].data ? ct_tensor_nbytes(&stack[k]) : 0;
+    }
+    ct_arena_keep(c->arena, mark, data, bytes, depth);
+}
+
 ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c, const ct_tensor *top,
                         ct_tensor *result, ct_key key, ct_error *err) {
     static const char *const op_names[] = {"init", "forward", "backward", "reverse"};
@@ -33,6 +50,7 @@ ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c,
     ct_tensor stack[CT_STACK_MAX], step[CT_LAYER_MAX_IO];
     int depth = back ? l->n_out : l->n_in;
     memcpy(stack, top, (size_t)depth * sizeof *stack);
+    ct_arena_mark mark = op == CT_STACK_BACKWARD ? ct_arena_get_mark(c->arena) : (ct_arena_mark){0};
     for (int j = 0; j < l->n_sub; j++) {
         int i = back ? l->n_sub - 1 - j : j;
         ct_layer *s = l->sub[i];
@@ -41,6 +59,7 @@ ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c,
                      : ct_stack_replace(stack, depth, s->n_in, step, s->n_out);
         if (depth < 0)  // only init can find it: the others run what init checked
             return ct_layer_fail(l, err, CT_ERR_ARG, op_names[op], "stack deeper than %d items", CT_STACK_MAX);
+        if (op == CT_STACK_BACKWARD) keep_stack_grads(c, mark, stack, depth);
     }
     memcpy(result, stack, (size_t)(back ? l->n_in : l->n_out) * sizeof *result);
     return CT_OK;

@@ -100,6 +100,21 @@ void *ct_arena_calloc(ct_arena *a, size_t bytes, ct_error *err);
 ct_arena_mark ct_arena_get_mark(const ct_arena *a);
 // Frees everything allocated after the mark.
 void ct_arena_reset_to(ct_arena *a, ct_arena_mark mark);
+// Keeps some of what was allocated since the mark and frees the rest
+// (backward's walkers: after each sublayer, the gradients on the stack are
+// all that is still needed of what the walk allocated). The n regions
+// [*data[i], *data[i] + bytes[i]) that lie in memory handed out since the
+// mark move down to it, in address order and each by a multiple of the
+// alignment; regions that overlap move together, so a view stays a view of
+// its tensor; *data[i] is updated. Regions outside that memory (allocated
+// before the mark, or not the arena's) and NULL data stay as they are.
+// Everything else since the mark is freed. Nothing happens, and it returns
+// 0, when there is nothing to free, when the move would copy more bytes than
+// it frees (so compacting never costs more than it saves), or when the
+// arena chained a new block since the mark (an unplanned first step).
+// Returns the bytes freed. n <= CT_ARENA_KEEP_MAX; allocates nothing.
+#define CT_ARENA_KEEP_MAX 64
+size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const size_t *bytes, int n);
 // Frees everything; merges blocks into one sized for the high-water mark.
 void ct_arena_reset(ct_arena *a);
 // Capacity reserved on the device by the arena, in bytes.
