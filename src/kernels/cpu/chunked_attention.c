@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/softmax.h"
 #include "kernels/cpu/vmath.h"
 
 int ct_chunked_attention_n_slots(const ct_chunked_attention_dims *d) {
@@ -30,8 +31,11 @@ int64_t ct_attention_window_chunk(int64_t c, int64_t j, int64_t N) {
 
 // S (m, W) = q_c k_window^T for query chunk c of one head, then the causal
 // (-1e9) and self (-1e5) penalties by position and the padding (-1e9) one
-// by the key's flag. qh, kh: the head's (T, dk); maskb: its example's (T)
-// or NULL.
+// by the key's flag, each subtracted in that order as before. qh, kh: the
+// head's (T, dk); maskb: its example's (T) or NULL. The penalties go by
+// block: key chunk s before c has no causal one, after c (the wrapped
+// look-back of chunk 0) all of it, and only the diagonal block s == c a
+// triangle and the self positions.
 static void window_dots(float *S, const float *qh, const float *kh, const float *maskb, int64_t c,
                         const ct_chunked_attention_dims *d) {
     const int64_t m = d->m, W = window_len(d), N = d->T / m, nw = 1 + d->before + d->after;
@@ -39,34 +43,26 @@ static void window_dots(float *S, const float *qh, const float *kh, const float 
         int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         ct_sgemm(false, true, m, m, d->dk, 1.0f, qh + c * m * d->dk, d->dk, kh + s * m * d->dk, d->dk, 0.0f,
                  S + jj * m, W);
-        if (!d->causal && !d->exclude_self && !maskb) continue;
+        const bool causal = d->causal && s >= c, self = d->exclude_self && s == c;
+        if (!causal && !self && !maskb) continue;
+        const float *maskk = maskb ? maskb + s * m : NULL;
         for (int64_t r = 0; r < m; r++) {
             float *row = S + r * W + jj * m;
-            int64_t qpos = c * m + r;
-            for (int64_t i = 0; i < m; i++) {
-                int64_t kpos = s * m + i;
-                if (d->causal && qpos < kpos) row[i] -= 1e9f;
-                if (d->exclude_self && qpos == kpos) row[i] -= 1e5f;
-                if (maskb && maskb[kpos] == 0.0f) row[i] -= 1e9f;
+            // keys i >= first are after the query (qpos = c m + r, kpos = s m + i)
+            const int64_t first = s > c ? 0 : r + 1;
+            if (causal)
+                for (int64_t i = first; i < m; i++) row[i] -= 1e9f;
+            if (self) row[r] -= 1e5f;
+            if (maskk) {
+#pragma omp simd
+                for (int64_t i = 0; i < m; i++) row[i] = maskk[i] == 0.0f ? row[i] - 1e9f : row[i];
             }
         }
     }
 }
 
-// The max reduction is exact in any order and the sum runs in order, so
-// every clone gives the same bits.
 // (The clones are static and the exported names plain calls: clang 14 does
 // not resolve a target_clones function called from another file.)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-static float row_lse(const float *row, int64_t W) {
-    float maxv = -INFINITY;
-#pragma omp simd reduction(max : maxv)
-    for (int64_t w = 0; w < W; w++) maxv = row[w] > maxv ? row[w] : maxv;
-    double sum = 0.0;
-    for (int64_t w = 0; w < W; w++) sum += ct_vexp_nonpos(row[w] - maxv);
-    return maxv + (float)log(sum);  // sum >= 1: the max term is exp(0)
-}
-
 // Trax's probabilities (lse >= every element).
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static void row_probs(float *row, float lse, int64_t n) {
@@ -74,7 +70,14 @@ static void row_probs(float *row, float lse, int64_t n) {
     for (int64_t w = 0; w < n; w++) row[w] = ct_vexp_nonpos(row[w] - lse);
 }
 
-float ct_attention_row_lse(const float *row, int64_t W) { return row_lse(row, W); }
+float ct_attention_row_softmax(float *row, int64_t W) {
+    float maxv;
+    double sum = ct_row_exp_sum(row, row, W, &maxv);  // row <- exp(row - max)
+    const float inv = (float)(1.0 / sum);
+#pragma omp simd
+    for (int64_t w = 0; w < W; w++) row[w] *= inv;
+    return maxv + (float)log(sum);  // sum >= 1: the max term is exp(0)
+}
 void ct_attention_row_probs(float *row, float lse, int64_t n) { row_probs(row, lse, n); }
 
 // Dropout factors of mask row r, elements w0 .. w0 + n - 1 (n <= DROP_CHUNK):
@@ -142,8 +145,7 @@ static void head_forward(float *oh, float *lseh, const float *qh, const float *k
         window_dots(S, qh, kh, maskb, c, d);
         for (int64_t r = 0; r < m; r++) {
             float *row = S + r * W;
-            lseh[c * m + r] = ct_attention_row_lse(row, W);
-            ct_attention_row_probs(row, lseh[c * m + r], W);
+            lseh[c * m + r] = ct_attention_row_softmax(row, W);
             if (d->dropout > 0.0f) drop_row(row, r, key, d);
         }
         // o_c = sum over window chunks of P[:, chunk] v_chunk

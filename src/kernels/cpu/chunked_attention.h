@@ -72,8 +72,12 @@ void ct_chunked_attention_backward(float *dq, float *dk, float *dv, float *scrat
 // The key chunk at window offset j of query chunk c among N chunks, as
 // Trax's look_adjacent builds it (see the top of this file).
 int64_t ct_attention_window_chunk(int64_t c, int64_t j, int64_t N);
-// logsumexp of row[0 .. W): the max, then the shifted sum in double.
-float ct_attention_row_lse(const float *row, int64_t W);
+// row (W) <- its softmax, in place, with one exp per element (the shifted
+// exps scaled by 1 / their sum, ct_row_exp_sum: the same bits for every
+// vector width); returns the row's logsumexp, from which
+// ct_attention_row_probs recomputes the same probabilities within an ulp
+// or two in backward.
+float ct_attention_row_softmax(float *row, int64_t W);
 // f (W): the dropout factors of mask row r of a (rows, W) mask (element w
 // kept iff ct_random_bits(key, r * W + w) >= ceil(rate 2^32), kept ones
 // 1 / (1 - rate)), or all ones when rate <= 0.

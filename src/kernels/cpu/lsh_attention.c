@@ -7,12 +7,11 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/chunked_attention.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/vmath.h"
 
 static int64_t win_len(const ct_lsh_dims *d) { return d->m * (1 + d->before + d->after); }
 
 // The work area, carved in this order (forward part first, so backward's
-// layout extends it): sort keys (L int64), perm (L int32), sq, sk (L, dk),
+// layout extends it): sort keys, then the sorted rows' positions (L int64), perm (L int32), sq, sk (L, dk),
 // sv, so (L, dv), slse (L), S (m, W); backward adds sdo, dsv (L, dv), sdlse
 // (L), dsq, dsk (L, dk), G (m, W), the rounds' weights w_r (T, R). L = R T. f (W): one row's
 // dropout factors.
@@ -61,14 +60,19 @@ void ct_lsh_hash(float *buckets, const float *q, const float *mask, const float 
             int64_t bucket = 0, stride = 1, c0 = 0;
             for (int j = 0; j < n_f; j++) {
                 const int64_t h = f[j] / 2;
-                int64_t best = 0;
-                float best_v = -INFINITY;
-                for (int64_t c = 0; c < 2 * h; c++) {  // concat(z, -z): first index wins ties
+                // argmax over concat(z, -z), the first index winning ties: the
+                // first max of z and the first max of -z, each dot taken once;
+                // on a tie between the two, z's (the lower index) wins.
+                int64_t best_p = 0, best_n = 0;
+                float vp = -INFINITY, vn = -INFINITY;
+                for (int64_t c = 0; c < h; c++) {
                     double z = 0.0;
-                    for (int64_t i = 0; i < dk; i++) z += (double)q[t * dk + i] * rot[(i * R + r) * n_rot + c0 + c % h];
-                    float zv = c < h ? (float)z : -(float)z;
-                    if (zv > best_v) best_v = zv, best = c;
+                    for (int64_t i = 0; i < dk; i++) z += (double)q[t * dk + i] * rot[(i * R + r) * n_rot + c0 + c];
+                    float zv = (float)z;
+                    if (zv > vp) vp = zv, best_p = c;
+                    if (-zv > vn) vn = -zv, best_n = c;
                 }
+                int64_t best = vn > vp ? h + best_n : best_p;
                 bucket += best * stride, stride *= f[j], c0 += h;
             }
             buckets[r * T + t] = (float)(bucket + r * NB);
@@ -89,6 +93,7 @@ static void sort_gather(lsh_work *k, const float *q, const float *v, const float
     for (int64_t j = 0; j < L; j++) {
         int64_t b = k->keys[j] / T, t = k->keys[j] % T;
         k->perm[j] = (int32_t)((b / d->NB) * T + t);
+        k->keys[j] = t;  // from here on the sorted rows' positions (dots reads them)
         memcpy(k->sq + j * d->dk, q + t * d->dk, (size_t)d->dk * sizeof(float));
         memcpy(k->sv + j * d->dv, v + t * d->dv, (size_t)d->dv * sizeof(float));
     }
@@ -103,36 +108,30 @@ static void sort_gather(lsh_work *k, const float *q, const float *v, const float
     }
 }
 
-// S (m, W) = sq_c sk_window^T, penalised by original position and by the
-// key's padding flag.
+// S (m, W) = sq_c sk_window^T, penalised by original position (k->keys:
+// the sorted rows' positions) and by the key's padding flag, each penalty
+// subtracted in the order causal, self, padding.
 static void dots(float *S, const lsh_work *k, int64_t c, const ct_lsh_dims *d) {
-    const int64_t m = d->m, W = win_len(d), N = d->R * d->T / m, nw = 1 + d->before + d->after, T = d->T;
+    const int64_t m = d->m, W = win_len(d), N = d->R * d->T / m, nw = 1 + d->before + d->after;
+    const int64_t *pos = k->keys;
     for (int64_t jj = 0; jj < nw; jj++) {
         int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
         ct_sgemm(false, true, m, m, d->dk, 1.0f, k->sq + c * m * d->dk, d->dk, k->sk + s * m * d->dk, d->dk, 0.0f,
                  S + jj * m, W);
+        const int64_t *kpos = pos + s * m;
         for (int64_t r = 0; r < m; r++) {
-            int64_t qpos = k->perm[c * m + r] % T;
+            const int64_t qpos = pos[c * m + r];
             float *row = S + r * W + jj * m;
-            for (int64_t i = 0; i < m; i++) {
-                int64_t kpos = k->perm[s * m + i] % T;
-                if (d->causal && qpos < kpos) row[i] -= 1e9f;
-                if (qpos == kpos) row[i] -= 1e5f;
-                if (k->mask && k->mask[kpos] == 0.0f) row[i] -= 1e9f;
+            if (d->causal) {
+#pragma omp simd
+                for (int64_t i = 0; i < m; i++) row[i] = qpos < kpos[i] ? row[i] - 1e9f : row[i];
             }
+#pragma omp simd
+            for (int64_t i = 0; i < m; i++) row[i] = qpos == kpos[i] ? row[i] - 1e5f : row[i];
+            if (k->mask)
+                for (int64_t i = 0; i < m; i++) row[i] = k->mask[kpos[i]] == 0.0f ? row[i] - 1e9f : row[i];
         }
     }
-}
-
-// logsumexp of row[0 .. W), as ct_attention_row_lse but compiled once:
-// that one's target clones (kernels/cpu/chunked_attention.c) round
-// differently here, and LSH's results stay as they were.
-static float row_lse(const float *row, int64_t W) {
-    float maxv = -INFINITY;
-    for (int64_t w = 0; w < W; w++) maxv = row[w] > maxv ? row[w] : maxv;
-    double sum = 0.0;
-    for (int64_t w = 0; w < W; w++) sum += ct_vexp_nonpos(row[w] - maxv);
-    return maxv + (float)log(sum);  // sum >= 1: the max term is exp(0)
 }
 
 // Sorted attention of chunk c: so_c, slse_c. f: W floats.
@@ -140,10 +139,12 @@ static void chunk_forward(lsh_work *k, float *f, int64_t c, ct_key key, const ct
     const int64_t m = d->m, W = win_len(d), N = d->R * d->T / m, nw = 1 + d->before + d->after;
     dots(k->S, k, c, d);
     for (int64_t r = 0; r < m; r++) {
-        float *row = k->S + r * W, lse = row_lse(row, W);
-        k->slse[c * m + r] = lse;
-        ct_attention_drop_factors(f, r, W, key, d->dropout);
-        for (int64_t w = 0; w < W; w++) row[w] = ct_vexp_nonpos(row[w] - lse) * f[w];
+        float *row = k->S + r * W;
+        k->slse[c * m + r] = ct_attention_row_softmax(row, W);
+        if (d->dropout > 0.0f) {
+            ct_attention_drop_factors(f, r, W, key, d->dropout);
+            for (int64_t w = 0; w < W; w++) row[w] *= f[w];
+        }
     }
     for (int64_t jj = 0; jj < nw; jj++) {
         int64_t s = ct_attention_window_chunk(c, jj - d->before, N);
@@ -215,12 +216,21 @@ static void chunk_row_grads(lsh_work *k, float *f, int64_t c, ct_key key, const 
         const int64_t j = c * m + r;
         double dot = 0.0;
         for (int64_t i = 0; i < d->dv; i++) dot += (double)k->sdo[j * d->dv + i] * k->so[j * d->dv + i];
-        ct_attention_drop_factors(f, r, W, key, d->dropout);
-        float *p = k->S + r * W, *g = k->G + r * W, lse = k->slse[j], extra = k->sdlse[j] - (float)dot;
-        for (int64_t w = 0; w < W; w++) {
-            float pw = ct_vexp_nonpos(p[w] - lse);
-            p[w] = pw * (f[w] * g[w] + extra);
-            g[w] = pw * f[w];
+        float *p = k->S + r * W, *g = k->G + r * W, extra = k->sdlse[j] - (float)dot;
+        ct_attention_row_probs(p, k->slse[j], W);
+        if (d->dropout > 0.0f) {
+            ct_attention_drop_factors(f, r, W, key, d->dropout);
+            for (int64_t w = 0; w < W; w++) {
+                float pw = p[w];
+                p[w] = pw * (f[w] * g[w] + extra);
+                g[w] = pw * f[w];
+            }
+        } else {
+            for (int64_t w = 0; w < W; w++) {  // f = 1: the same bits without the products
+                float pw = p[w];
+                p[w] = pw * (g[w] + extra);
+                g[w] = pw;
+            }
         }
     }
 }

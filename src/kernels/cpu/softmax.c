@@ -50,6 +50,8 @@ static double row_exp_sum(const float *x, float *y, int64_t C, float *m) {
     return ct_lanes_total(lane);
 }
 
+double ct_row_exp_sum(const float *x, float *y, int64_t C, float *max) { return row_exp_sum(x, y, C, max); }
+
 void ct_softmax_forward(float *out, const float *inp, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static) if (N * C > 32768)
     for (int64_t n = 0; n < N; n++) {
