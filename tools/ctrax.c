@@ -211,6 +211,10 @@ static int parse_train_args(int argc, char **argv, train_args *a) {
 // thread count fitted to the free cores between steps.
 typedef struct step_hook {
     int64_t eval_frequency;
+    // Loop.eval_at, a list of steps, instead of the period (eval_list).
+    int64_t eval_steps[CT_LOOP_MAX_STEP_LIST];
+    int n_eval_steps;
+    bool eval_list;
     int max_threads;    // the count asked for (--threads, train.n_threads, OpenMP's default)
     bool fit_threads;   // one replica: its loops and GEMMs use the count
     bool log;           // the chief logs each change
@@ -234,6 +238,11 @@ static bool eval_every(int64_t step, void *user) {
             printf("threads: %d of %d at step %lld: other processes keep %.1f cores busy\n", now, h->max_threads,
                    (long long)step, h->fit.others);
     }
+    if (h->eval_list) {
+        for (int i = 0; i < h->n_eval_steps; i++)
+            if (h->eval_steps[i] == step) return true;
+        return false;
+    }
     int64_t every = h->eval_frequency;
     return step == 1 || (every > 0 && step % every == 0);
 }
@@ -251,6 +260,11 @@ typedef struct train_run {
     int n_metrics;
     int64_t eval_steps;
     step_hook hook;
+    // train.checkpoints_at / permanent_checkpoints_at (or Loop's), when bound.
+    int64_t ckpt_steps[CT_LOOP_MAX_STEP_LIST], perm_steps[CT_LOOP_MAX_STEP_LIST];
+    int n_ckpt_steps, n_perm_steps;
+    bool ckpt_list, perm_list;
+    char init_where[300];  // where train.init_checkpoint is bound
     ct_loop *loop;
     char *config_text;
     char output_dir[4096];
@@ -286,6 +300,97 @@ static ct_status permanent_period(ct_config *c, const ct_train_settings *t, cons
                             wa, (long long)a, wb, (long long)b);
     }
     *out = a ? a : b;
+    return CT_OK;
+}
+
+// A list of steps from train.<param> or Loop.<loop_param> (either may be
+// bound; both, to different lists, is an error naming both). *on: one is
+// bound to a list (even an empty one: no such steps).
+static ct_status step_list_setting(ct_config *c, const char *param, const char *loop_param, int64_t *out, int *n,
+                                   bool *on, ct_error *err) {
+    const ct_config_value *tv, *lv;
+    int64_t other[CT_LOOP_MAX_STEP_LIST];
+    int n_other = 0;
+    *n = 0;
+    *on = false;
+    CT_TRY(ct_config_get_list(c, "train", param, NULL, &tv, err));
+    CT_TRY(ct_config_get_list(c, "Loop", loop_param, NULL, &lv, err));
+    if (tv) CT_TRY(ct_config_get_int_list(c, "train", param, NULL, 0, out, CT_LOOP_MAX_STEP_LIST, n, err));
+    if (lv) CT_TRY(ct_config_get_int_list(c, "Loop", loop_param, NULL, 0, other, CT_LOOP_MAX_STEP_LIST, &n_other, err));
+    if (tv && lv && (*n != n_other || memcmp(out, other, (size_t)*n * sizeof *out))) {
+        char wa[300], wb[300];
+        ct_config_where(c, "train", param, wa, sizeof wa);
+        ct_config_where(c, "Loop", loop_param, wb, sizeof wb);
+        return ct_error_set(err, CT_ERR_ARG, "%strain.%s and %sLoop.%s give different steps: bind one of them", wa,
+                            param, wb, loop_param);
+    }
+    if (lv && !tv) {
+        memcpy(out, other, (size_t)n_other * sizeof *out);
+        *n = n_other;
+    }
+    *on = tv || lv;
+    for (int i = 0; i < *n; i++)
+        if (out[i] < 1) {
+            char w[300];
+            ct_config_where(c, tv ? "train" : "Loop", tv ? param : loop_param, w, sizeof w);
+            return ct_error_set(err, CT_ERR_ARG, "%s%s.%s[%d] = %lld: steps start at 1", w, tv ? "train" : "Loop",
+                                tv ? param : loop_param, i, (long long)out[i]);
+        }
+    return CT_OK;
+}
+
+// The step lists: regular and permanent checkpoints, and evals.
+static ct_status read_step_lists(train_run *r, ct_error *err) {
+    ct_config *c = r->cfg;
+    CT_TRY(step_list_setting(c, "checkpoints_at", "checkpoints_at", r->ckpt_steps, &r->n_ckpt_steps, &r->ckpt_list,
+                             err));
+    CT_TRY(step_list_setting(c, "permanent_checkpoints_at", "permanent_checkpoints_at", r->perm_steps,
+                             &r->n_perm_steps, &r->perm_list, err));
+    const ct_config_value *ev;
+    CT_TRY(ct_config_get_list(c, "Loop", "eval_at", NULL, &ev, err));
+    r->hook.eval_list = ev != NULL;
+    if (ev)
+        CT_TRY(ct_config_get_int_list(c, "Loop", "eval_at", NULL, 0, r->hook.eval_steps, CT_LOOP_MAX_STEP_LIST,
+                                      &r->hook.n_eval_steps, err));
+    return CT_OK;
+}
+
+// Trax's random_seed = None (also when unbound): a seed drawn from the
+// system; a run that resumes takes the one its newest checkpoint recorded,
+// so it continues with the data order the run began with. The chief decides
+// and tells the others. The seed is then bound as train.random_seed, so the
+// operative config (config.gin, each checkpoint's) records it.
+static ct_status resolve_seed(train_run *r, const train_args *a, ct_train_settings *t, ct_error *err) {
+    int64_t v;
+    CT_TRY(ct_config_get_int(r->cfg, "train", "random_seed", -1, &v, err));
+    if (v >= 0) return CT_OK;
+    uint64_t seed = 0;
+    bool found = false;
+    ct_status st = CT_OK;
+    int rank = r->comm ? ct_comm_rank(r->comm) : 0;
+    if (rank == 0) {
+        if (!a->restart) st = ct_loop_checkpoint_seed(r->output_dir, &found, &seed, err);
+        if (st == CT_OK && !found) st = ct_loop_system_seed(&seed, err);
+    }
+    if (r->comm && ct_comm_size(r->comm) > 1) {
+        double ok = st == CT_OK;
+        CT_TRY(ct_comm_allreduce_f64(r->comm, &ok, 1, err));
+        if (st == CT_OK && ok < ct_comm_size(r->comm))
+            return ct_error_set(err, CT_ERR_IO, "train.random_seed: the chief could not draw a seed");
+        CT_TRY(st);
+        uint64_t buf[2] = {seed, found};
+        CT_TRY(ct_comm_broadcast(r->comm, buf, sizeof buf, 0, err));
+        seed = buf[0], found = buf[1] != 0;
+    }
+    CT_TRY(st);
+    char text[64];
+    snprintf(text, sizeof text, "train.random_seed = %llu", (unsigned long long)seed);
+    CT_TRY(ct_config_set(r->cfg, text, err));
+    CT_TRY(ct_config_get_int(r->cfg, "train", "random_seed", 0, &v, err));
+    t->random_seed = v;
+    if (rank == 0)
+        printf("random seed: %llu (train.random_seed is None: %s)\n", (unsigned long long)seed,
+               found ? "the one the run's checkpoint recorded" : "drawn from the system");
     return CT_OK;
 }
 
@@ -350,6 +455,9 @@ static void loop_options(train_run *r, const train_args *a, const ct_train_setti
     o->keep_last = (int)t->keep_checkpoints;
     o->restore = !a->restart;
     o->seed = (uint64_t)t->random_seed;
+    o->init_checkpoint = t->init_checkpoint;
+    if (r->ckpt_list) o->checkpoints_at = r->ckpt_steps, o->n_checkpoints_at = r->n_ckpt_steps;
+    if (r->perm_list) o->permanent_checkpoints_at = r->perm_steps, o->n_permanent_checkpoints_at = r->n_perm_steps;
     o->checkpoint_low_metric = t->checkpoint_lowest;
     o->checkpoint_high_metric = t->checkpoint_highest;
     o->trainer.n_devices = a->devices ? a->devices : (int)t->n_devices;
@@ -447,12 +555,15 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     r->hook.max_threads = ct_blas_threads();
     r->hook.fit_threads = !a->fixed_threads && (a->devices ? a->devices : t.n_devices) == 1;
     r->eval_steps = t.eval_steps;
+    CT_TRY(read_step_lists(r, err));
+    output_dir(r, a);
+    CT_TRY(resolve_seed(r, a, &t, err));
+    if (t.init_checkpoint) ct_config_where(c, "train", "init_checkpoint", r->init_where, sizeof r->init_where);
     if (!t.model) return ct_error_set(err, CT_ERR_ARG, "%s: no model: bind train.model = @SomeModel", a->configs[0]);
     if (!t.inputs) return ct_error_set(err, CT_ERR_ARG, "%s: no data: bind train.inputs = @SomeInputs", a->configs[0]);
     CT_TRY(check_memory(r, a, &t, err));
     CT_TRY(build_objects(r, &t, err));
 
-    output_dir(r, a);
     r->config_text = ct_config_operative_text(c);
     for (int i = 0; i < ct_config_n_bindings(c); i++) {
         ct_config_binding_info b = ct_config_binding_at(c, i);
@@ -523,7 +634,12 @@ static int run_train(const train_args *a) {
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    if (ct_loop_new(&r.loop, r.model, &task, 1, r.eval_steps > 0 ? &ev : NULL, &o, &err) != CT_OK) goto done;
+    if (ct_loop_new(&r.loop, r.model, &task, 1, r.eval_steps > 0 ? &ev : NULL, &o, &err) != CT_OK) {
+        // The loop's message names init_checkpoint; this says where it is bound.
+        if (o.init_checkpoint && !strncmp(err.msg, "loop: init_checkpoint", 21))
+            ct_error_prefix(&err, "%strain.init_checkpoint = '%s'", r.init_where, o.init_checkpoint);
+        goto done;
+    }
     if (rank == 0) {
         const ct_net *net = ct_loop_net(r.loop);
         char desc[512];

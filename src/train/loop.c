@@ -2,11 +2,16 @@
 #include "ctrax/train/loop.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ctrax/core/log.h"
 #include "ctrax/train/checkpoint.h"
@@ -19,8 +24,27 @@
 
 #define LOOP_STATE_FORMAT "ctrax-loop"
 // 2: cursors as decimal strings; 3: the training metrics since the last log,
-// skipped steps, and exact (decimal string) bests. Version 2 still loads.
-#define LOOP_STATE_VERSION 3
+// skipped steps, and exact (decimal string) bests; 4: the gradient and
+// weight norms since the last log, the additional eval tasks' cursors and
+// the optimizers of tasks with their own. Versions 2 and 3 still load.
+#define LOOP_STATE_VERSION 4
+
+// A list of steps (checkpoints_at, ...): on with the list given, even empty.
+typedef struct step_list {
+    int64_t *steps;
+    int n;
+    bool on;
+} step_list;
+
+// A train task with an optimizer of its own: its optimizer and slots, laid
+// out as the trainer's (per weight, frozen weights none). Swapped into the
+// trainer for that task's steps.
+typedef struct task_opt {
+    ct_optimizer *opt;  // NULL: the task shares task 0's
+    float *slots;
+    size_t n_slot_floats;
+    size_t *slot_offsets;  // n_params + 1
+} task_opt;
 
 struct ct_loop {
     ct_loop_options opts;
@@ -29,7 +53,16 @@ struct ct_loop {
     ct_layer *model;  // one reference
     ct_train_task tasks[CT_LOOP_MAX_TASKS];
     int n_tasks;
-    ct_evaluator *evaluator;  // NULL: no eval task
+    task_opt task_opts[CT_LOOP_MAX_TASKS];
+    ct_layer *task_losses;  // tasks with losses of their own: the layer that picks one; NULL: one loss
+    // evaluators[0] is the main eval task (NULL: no evals), then the
+    // additional ones with their export prefixes.
+    ct_evaluator *evaluators[1 + CT_LOOP_MAX_EVAL_TASKS];
+    char eval_prefix[1 + CT_LOOP_MAX_EVAL_TASKS][64];
+    int n_evaluators;
+    ct_layer *eval_model;  // one reference; NULL: evals run the model
+    ct_net eval_net;       // eval_model's weights, copied from the model's before each eval
+    step_list ckpt_list, eval_list, perm_list;
     // Either kind: both lay out and name weights and slots alike, so their
     // checkpoints are interchangeable.
     ct_trainer *trainer;
@@ -50,7 +83,7 @@ struct ct_loop {
 
     // Training metrics since the last log. They are saved in checkpoints, so a
     // resumed run logs the same averages as an uninterrupted one.
-    double loss_sum;
+    double loss_sum, grads_l2_sum, weights_l2_sum;
     int64_t loss_count;
     int64_t skipped_steps;  // non-finite steps skipped (opts.skip_nonfinite), in all
 
@@ -80,25 +113,42 @@ static bool is_chief(const ct_loop *l) { return l->rank == 0; }
 
 // ---- cadences ------------------------------------------------------------------
 
+static bool in_list(const step_list *sl, int64_t step) {
+    for (int i = 0; i < sl->n; i++)
+        if (sl->steps[i] == step) return true;
+    return false;
+}
+
 static bool checkpoint_at(const ct_loop *l, int64_t step) {
     if (l->opts.checkpoint_at) return l->opts.checkpoint_at(step, l->opts.predicate_user);
+    if (l->ckpt_list.on) return in_list(&l->ckpt_list, step);
     return step == 1 || (l->opts.n_steps_per_checkpoint > 0 && step % l->opts.n_steps_per_checkpoint == 0);
 }
 
 static bool eval_at(const ct_loop *l, int64_t step) {
     if (l->opts.eval_at) return l->opts.eval_at(step, l->opts.predicate_user);
+    if (l->eval_list.on) return in_list(&l->eval_list, step);
     return step == 1 || (l->opts.n_steps_per_checkpoint > 0 && step % l->opts.n_steps_per_checkpoint == 0);
 }
 
+// Trax's _at_step_1_and_every_nth_step(n_steps_per_permanent_checkpoint):
+// a period also means a permanent checkpoint at step 1.
 static bool permanent_at(const ct_loop *l, int64_t step) {
     if (l->opts.permanent_checkpoint_at) return l->opts.permanent_checkpoint_at(step, l->opts.predicate_user);
-    return l->opts.n_steps_per_permanent_checkpoint > 0 && step % l->opts.n_steps_per_permanent_checkpoint == 0;
+    if (l->perm_list.on) return in_list(&l->perm_list, step);
+    int64_t every = l->opts.n_steps_per_permanent_checkpoint;
+    return every > 0 && (step == 1 || step % every == 0);
 }
 
-static int task_at(const ct_loop *l, int64_t step) {
-    if (!l->opts.which_task) return 0;
-    int t = l->opts.which_task(step, l->opts.which_task_user);
-    return t >= 0 && t < l->n_tasks ? t : 0;
+// Trax's default which_task is `lambda n: n % len(tasks)`, called with its
+// step after the increment: the 1-based step ctrax numbers steps with.
+static ct_status task_at(const ct_loop *l, int64_t step, int *task, ct_error *err) {
+    int t = l->opts.which_task ? l->opts.which_task(step, l->opts.which_task_user) : (int)(step % l->n_tasks);
+    if (t < 0 || t >= l->n_tasks)
+        return ct_error_set(err, CT_ERR_ARG, "loop: which_task gave task %d for step %lld; there are %d train tasks", t,
+                            (long long)step, l->n_tasks);
+    *task = t;
+    return CT_OK;
 }
 
 // ---- history and summaries ---------------------------------------------------------
@@ -182,21 +232,9 @@ static cJSON *exact_number(double v) {
     return cJSON_CreateRaw(buf);
 }
 
-static char *state_json(const ct_loop *l) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "format", LOOP_STATE_FORMAT);
-    cJSON_AddNumberToObject(root, "version", LOOP_STATE_VERSION);
-    cJSON_AddNumberToObject(root, "step", (double)l->step);
-    cJSON_AddNumberToObject(root, "seed", (double)l->opts.seed);
-    cJSON *key = cJSON_AddArrayToObject(root, "key");
-    cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[0]));
-    cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[1]));
-    cJSON *tasks = cJSON_AddArrayToObject(root, "train_cursors");
-    for (int i = 0; i < l->n_tasks; i++) cJSON_AddItemToArray(tasks, cursor_json(ct_stream_get_cursor(l->tasks[i].stream)));
-    if (l->evaluator)
-        cJSON_AddItemToObject(root, "eval_cursor", cursor_json(ct_stream_get_cursor(ct_evaluator_stream(l->evaluator))));
-    const ct_optimizer *opt = ct_trainer_optimizer(l->trainer);
-    cJSON *o = cJSON_AddObjectToObject(root, "optimizer");
+// An optimizer's name and hyperparameters, as ct_optimizer_restore_json reads them.
+static cJSON *optimizer_json(const ct_optimizer *opt) {
+    cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", ct_optimizer_name(opt));
     cJSON *params = cJSON_AddObjectToObject(o, "params");
     for (int i = 0; i < ct_optimizer_n_params(opt); i++) {
@@ -204,12 +242,43 @@ static char *state_json(const ct_loop *l) {
         const char *name = ct_optimizer_param_name(opt, i);
         if (ct_optimizer_get_param(opt, name, &v, NULL) == CT_OK) cJSON_AddNumberToObject(params, name, v);
     }
+    return o;
+}
+
+static char *state_json(const ct_loop *l) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", LOOP_STATE_FORMAT);
+    cJSON_AddNumberToObject(root, "version", LOOP_STATE_VERSION);
+    cJSON_AddNumberToObject(root, "step", (double)l->step);
+    cJSON_AddNumberToObject(root, "seed", (double)l->opts.seed);
+    // The seed exactly (a double holds 53 bits): what a resume of a run
+    // that drew its seed reads back (ct_loop_checkpoint_seed).
+    char seed_text[32];
+    snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)l->opts.seed);
+    cJSON_AddStringToObject(root, "seed_text", seed_text);
+    cJSON *key = cJSON_AddArrayToObject(root, "key");
+    cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[0]));
+    cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[1]));
+    cJSON *tasks = cJSON_AddArrayToObject(root, "train_cursors");
+    for (int i = 0; i < l->n_tasks; i++) cJSON_AddItemToArray(tasks, cursor_json(ct_stream_get_cursor(l->tasks[i].stream)));
+    if (l->evaluators[0])
+        cJSON_AddItemToObject(root, "eval_cursor", cursor_json(ct_stream_get_cursor(ct_evaluator_stream(l->evaluators[0]))));
+    cJSON *more = cJSON_AddArrayToObject(root, "additional_eval_cursors");
+    for (int i = 1; i < l->n_evaluators; i++)
+        cJSON_AddItemToArray(more, cursor_json(ct_stream_get_cursor(ct_evaluator_stream(l->evaluators[i]))));
+    cJSON_AddItemToObject(root, "optimizer", optimizer_json(ct_trainer_optimizer(l->trainer)));
+    // Tasks with optimizers of their own (null: the task shares task 0's).
+    cJSON *task_opts = cJSON_AddArrayToObject(root, "task_optimizers");
+    for (int i = 0; i < l->n_tasks; i++)
+        cJSON_AddItemToArray(task_opts, l->task_opts[i].opt ? optimizer_json(l->task_opts[i].opt) : cJSON_CreateNull());
     cJSON *best = cJSON_AddObjectToObject(root, "best");
     if (l->have_low) cJSON_AddItemToObject(best, "low", exact_number(l->best_low));
     if (l->have_high) cJSON_AddItemToObject(best, "high", exact_number(l->best_high));
     cJSON *since_log = cJSON_AddObjectToObject(root, "train_since_log");
     cJSON_AddItemToObject(since_log, "loss_sum", exact_number(l->loss_sum));
     cJSON_AddNumberToObject(since_log, "loss_count", (double)l->loss_count);
+    cJSON_AddItemToObject(since_log, "gradients_l2_sum", exact_number(l->grads_l2_sum));
+    cJSON_AddItemToObject(since_log, "weights_l2_sum", exact_number(l->weights_l2_sum));
     cJSON_AddNumberToObject(root, "skipped_steps", (double)l->skipped_steps);
     cJSON *hist = cJSON_AddArrayToObject(root, "history");
     for (int i = 0; i < l->n_history; i++) {
@@ -230,10 +299,23 @@ static char *state_json(const ct_loop *l) {
     return s;
 }
 
-// Every checkpoint on disk holds finite weights and slots, so the newest one
-// is always a good place to resume from (pruning can then never leave only
-// NaN). Every process checks: their weights are the same, so all agree.
-static ct_status check_finite(const ct_loop *l, ct_error *err) {
+// Puts task i's own optimizer and slots into the trainer, or takes them
+// back out (the same swap twice): the standard trainer reads t->opt,
+// t->slots and t->slot_offsets afresh at every step, so a task's step, its
+// checkpoint tensors and its checks see its own. A task with none is a no-op.
+static void swap_task_optimizer(ct_loop *l, int task) {
+    task_opt *o = &l->task_opts[task];
+    if (!o->opt) return;
+    ct_trainer *t = l->trainer;
+    ct_optimizer *opt = t->opt;
+    float *slots = t->slots;
+    size_t n = t->n_slot_floats, *offsets = t->slot_offsets;
+    t->opt = o->opt, t->slots = o->slots, t->n_slot_floats = o->n_slot_floats, t->slot_offsets = o->slot_offsets;
+    o->opt = opt, o->slots = slots, o->n_slot_floats = n, o->slot_offsets = offsets;
+}
+
+// The trainer's weights and the slots it holds now are finite.
+static ct_status check_finite_slots(const ct_loop *l, const char *whose, ct_error *err) {
     const ct_net *net = ct_trainer_net(l->trainer);
     const float *slots = ct_trainer_slots(l->trainer, NULL);
     for (int i = 0; i < net->n_params; i++) {
@@ -245,8 +327,48 @@ static ct_status check_finite(const ct_loop *l, ct_error *err) {
                                 (double)net->weights[p->offset + bad], bad, (long long)l->step);
         ct_trainer_param_slots(l->trainer, i, &off, &cnt);
         if ((bad = (size_t)ct_f32_first_nonfinite(slots + off, (int64_t)cnt)) < cnt)
-            return ct_error_set(err, CT_ERR_NONFINITE, "optimizer slot of %s is %g at element %zu after step %lld",
-                                p->full_name, (double)slots[off + bad], bad, (long long)l->step);
+            return ct_error_set(err, CT_ERR_NONFINITE, "%soptimizer slot of %s is %g at element %zu after step %lld",
+                                whose, p->full_name, (double)slots[off + bad], bad, (long long)l->step);
+    }
+    return CT_OK;
+}
+
+// Every checkpoint on disk holds finite weights and slots, so the newest one
+// is always a good place to resume from (pruning can then never leave only
+// NaN). Every process checks: their weights are the same, so all agree.
+static ct_status check_finite(ct_loop *l, ct_error *err) {
+    CT_TRY(check_finite_slots(l, "", err));
+    for (int i = 1; i < l->n_tasks; i++) {
+        if (!l->task_opts[i].opt) continue;
+        char whose[32];
+        snprintf(whose, sizeof whose, "task %d's ", i);
+        swap_task_optimizer(l, i);
+        ct_status st = check_finite_slots(l, whose, err);
+        swap_task_optimizer(l, i);
+        CT_TRY(st);
+    }
+    return CT_OK;
+}
+
+// The file of task i's own slots: slots_task<i>.safetensors.
+static void task_slots_file(int task, char *buf, size_t cap) { snprintf(buf, cap, "slots_task%d.safetensors", task); }
+
+// Writes the slots of every task with its own optimizer, as slots.safetensors.
+static ct_status add_task_slots(ct_loop *l, ct_checkpoint_writer *w, ct_error *err) {
+    for (int i = 1; i < l->n_tasks; i++) {
+        if (!l->task_opts[i].opt) continue;
+        char file[64];
+        task_slots_file(i, file, sizeof file);
+        swap_task_optimizer(l, i);
+        int nw, ns;
+        ct_named_tensor *wt, *st;
+        ct_trainer_checkpoint_tensors(l->trainer, &wt, &nw, &st, &ns);
+        ct_kv meta[1] = {{"optimizer", ct_optimizer_name(ct_trainer_optimizer(l->trainer))}};
+        ct_status s = ct_checkpoint_writer_add_tensors(w, file, st, ns, meta, 1, err);
+        swap_task_optimizer(l, i);
+        ct_free(wt);
+        ct_free(st);
+        CT_TRY(s);
     }
     return CT_OK;
 }
@@ -267,6 +389,7 @@ static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, ct_er
         char *json = state_json(l);
         ct_status s = ct_checkpoint_writer_add_tensors(w, "weights.safetensors", wt, nw, NULL, 0, err);
         if (s == CT_OK) s = ct_checkpoint_writer_add_tensors(w, "slots.safetensors", st, ns, meta, 1, err);
+        if (s == CT_OK) s = add_task_slots(l, w, err);
         if (s == CT_OK && l->opts.config_text)
             s = ct_checkpoint_writer_add_bytes(w, "config.gin", l->opts.config_text, strlen(l->opts.config_text), err);
         if (s == CT_OK) s = ct_checkpoint_writer_set_state(w, json, err);
@@ -360,10 +483,44 @@ static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name
 // What state.json says, checked whole before anything is loaded.
 typedef struct loop_state {
     int64_t step, key_words[2], loss_count, skipped;
-    double loss_sum, best_low, best_high;
-    bool have_low, have_high, have_eval_cursor;
-    ct_stream_cursor train_cur[CT_LOOP_MAX_TASKS], eval_cur;
+    double loss_sum, grads_l2_sum, weights_l2_sum, best_low, best_high;
+    bool have_low, have_high, have_eval_cursor, have_more_cursors;
+    ct_stream_cursor train_cur[CT_LOOP_MAX_TASKS], eval_cur, more_cur[CT_LOOP_MAX_EVAL_TASKS];
 } loop_state;
+
+// Version 4's fields: the norms since the last log, the additional eval
+// tasks' cursors, and which tasks have optimizers of their own (the run's
+// tasks must say the same).
+static ct_status parse_v4(const ct_loop *l, const cJSON *root, const char *name, loop_state *s, ct_error *err) {
+    const cJSON *since = cJSON_GetObjectItemCaseSensitive(root, "train_since_log");
+    if (!json_value(cJSON_GetObjectItemCaseSensitive(since, "gradients_l2_sum"), &s->grads_l2_sum) ||
+        !json_value(cJSON_GetObjectItemCaseSensitive(since, "weights_l2_sum"), &s->weights_l2_sum))
+        return bad_field(err, name, "train_since_log", "{gradients_l2_sum, weights_l2_sum} numbers");
+    const cJSON *more = cJSON_GetObjectItemCaseSensitive(root, "additional_eval_cursors");
+    if (!cJSON_IsArray(more))
+        return bad_field(err, name, "additional_eval_cursors", "an array");
+    int n_more = cJSON_GetArraySize(more);
+    // A run may add or drop eval tasks across a resume (evals change no
+    // weight); the cursors are used when the count is the same.
+    s->have_more_cursors = n_more == l->n_evaluators - 1 && n_more > 0;
+    for (int i = 0; s->have_more_cursors && i < n_more; i++)
+        CT_TRY(json_cursor(cJSON_GetArrayItem(more, i), &s->more_cur[i], "additional eval", name, err));
+    const cJSON *opts = cJSON_GetObjectItemCaseSensitive(root, "task_optimizers");
+    if (!cJSON_IsArray(opts) || cJSON_GetArraySize(opts) != l->n_tasks)
+        return ct_error_set(err, CT_ERR_FORMAT,
+                            "checkpoint %s: state.json: \"task_optimizers\" is not an array of %d entries (one per train "
+                            "task)", name, l->n_tasks);
+    for (int i = 0; i < l->n_tasks; i++) {
+        const cJSON *o = cJSON_GetArrayItem(opts, i);
+        bool own = i > 0 && l->task_opts[i].opt, saved = !cJSON_IsNull(o);
+        if (i > 0 && own != saved)
+            return ct_error_set(err, CT_ERR_FORMAT,
+                                "checkpoint %s: train task %d %s there, %s in this run", name, i,
+                                saved ? "had an optimizer of its own" : "shared task 0's optimizer",
+                                own ? "has one of its own" : "shares task 0's");
+    }
+    return CT_OK;
+}
 
 // The format, the step, the key, the cursors and the bests.
 static ct_status parse_core(const ct_loop *l, const cJSON *root, const char *name, loop_state *s, ct_error *err) {
@@ -401,10 +558,18 @@ static ct_status parse_core(const ct_loop *l, const cJSON *root, const char *nam
         if (!json_count(cJSON_GetObjectItemCaseSensitive(root, "skipped_steps"), (double)s->step, &s->skipped))
             return bad_field(err, name, "skipped_steps", "an integer from 0 to the step");
     }
+    // Before version 4 only the loss was averaged: the norms start from zero.
+    s->grads_l2_sum = s->weights_l2_sum = 0;
+    if (version >= 4) CT_TRY(parse_v4(l, root, name, s, err));
+    for (int i = 1; version < 4 && i < l->n_tasks; i++)
+        if (l->task_opts[i].opt)
+            return ct_error_set(err, CT_ERR_FORMAT,
+                                "checkpoint %s (state version %lld) has no optimizer of train task %d's own", name,
+                                (long long)version, i);
     for (int i = 0; i < l->n_tasks; i++)
         CT_TRY(json_cursor(cJSON_GetArrayItem(cursors, i), &s->train_cur[i], "train", name, err));
     const cJSON *ec = cJSON_GetObjectItemCaseSensitive(root, "eval_cursor");
-    s->have_eval_cursor = l->evaluator && ec;
+    s->have_eval_cursor = l->evaluators[0] && ec;
     if (s->have_eval_cursor) CT_TRY(json_cursor(ec, &s->eval_cur, "eval", name, err));
     return CT_OK;
 }
@@ -415,10 +580,27 @@ static ct_status load_tensors(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     int nw, ns;
     ct_named_tensor *wt, *sl;
     ct_trainer_checkpoint_tensors(l->trainer, &wt, &nw, &sl, &ns);
-    ct_tensor_request *reqs = ct_calloc((size_t)(nw + ns) + 1, sizeof *reqs);
-    for (int i = 0; i < nw; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
-    for (int i = 0; i < ns; i++) reqs[nw + i] = (ct_tensor_request){"slots.safetensors", sl[i].name, sl[i].tensor, 0};
-    ct_status st = ct_checkpoint_load(c, reqs, nw + ns, CT_LOAD_EXACT, err);
+    // Room for every task's slots: each has at most one tensor per weight.
+    int cap = nw + ns + l->n_tasks * (ct_trainer_net(l->trainer)->n_params + 1) + 1, n = 0;
+    ct_tensor_request *reqs = ct_calloc((size_t)cap, sizeof *reqs);
+    for (int i = 0; i < nw; i++) reqs[n++] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
+    for (int i = 0; i < ns; i++) reqs[n++] = (ct_tensor_request){"slots.safetensors", sl[i].name, sl[i].tensor, 0};
+    // The views stay good after the swap back: they point into the task's slab.
+    char files[CT_LOOP_MAX_TASKS][64];
+    ct_named_tensor *task_sl[CT_LOOP_MAX_TASKS] = {0};
+    for (int t = 1; t < l->n_tasks; t++) {
+        if (!l->task_opts[t].opt) continue;
+        task_slots_file(t, files[t], sizeof files[t]);
+        ct_named_tensor *w2;
+        int nw2, ns2;
+        swap_task_optimizer(l, t);
+        ct_trainer_checkpoint_tensors(l->trainer, &w2, &nw2, &task_sl[t], &ns2);
+        swap_task_optimizer(l, t);
+        ct_free(w2);
+        for (int i = 0; i < ns2; i++) reqs[n++] = (ct_tensor_request){files[t], task_sl[t][i].name, task_sl[t][i].tensor, 0};
+    }
+    ct_status st = ct_checkpoint_load(c, reqs, n, CT_LOAD_EXACT, err);
+    for (int t = 0; t < l->n_tasks; t++) ct_free(task_sl[t]);
     ct_free(reqs);
     ct_free(wt);
     ct_free(sl);
@@ -431,8 +613,14 @@ static ct_status apply_state(ct_loop *l, const cJSON *root, const char *name, co
                              ct_error *err) {
     CT_TRY(ct_optimizer_restore_json(ct_trainer_optimizer(l->trainer), cJSON_GetObjectItemCaseSensitive(root, "optimizer"),
                                      what, err));
+    const cJSON *task_opts = cJSON_GetObjectItemCaseSensitive(root, "task_optimizers");
+    for (int i = 1; i < l->n_tasks; i++)
+        if (l->task_opts[i].opt)  // parse_v4 checked that the checkpoint has it too
+            CT_TRY(ct_optimizer_restore_json(l->task_opts[i].opt, cJSON_GetArrayItem(task_opts, i), what, err));
     for (int i = 0; i < l->n_tasks; i++) CT_TRY(ct_stream_set_cursor(l->tasks[i].stream, s->train_cur[i], err));
-    if (s->have_eval_cursor) CT_TRY(ct_stream_set_cursor(ct_evaluator_stream(l->evaluator), s->eval_cur, err));
+    if (s->have_eval_cursor) CT_TRY(ct_stream_set_cursor(ct_evaluator_stream(l->evaluators[0]), s->eval_cur, err));
+    for (int i = 1; s->have_more_cursors && i < l->n_evaluators; i++)
+        CT_TRY(ct_stream_set_cursor(ct_evaluator_stream(l->evaluators[i]), s->more_cur[i - 1], err));
     CT_TRY(restore_history(l, cJSON_GetObjectItemCaseSensitive(root, "history"), name, err));
     l->step = s->step;
     l->key.w[0] = (uint32_t)s->key_words[0];
@@ -442,6 +630,8 @@ static ct_status apply_state(ct_loop *l, const cJSON *root, const char *name, co
     l->have_high = s->have_high;
     l->best_high = s->best_high;
     l->loss_sum = s->loss_sum;
+    l->grads_l2_sum = s->grads_l2_sum;
+    l->weights_l2_sum = s->weights_l2_sum;
     l->loss_count = s->loss_count;
     l->skipped_steps = s->skipped;
     return CT_OK;
@@ -502,6 +692,94 @@ ct_status ct_loop_load_weights(ct_loop *loop, const char *checkpoint_dir, const 
     return st;
 }
 
+// opts.init_checkpoint: "<dir>/<name>" when that directory is a checkpoint
+// (it has a manifest), else a run's output directory and its newest
+// checkpoint. Every process reads the same files.
+static ct_status load_init_checkpoint(ct_loop *l, ct_error *err) {
+    const char *path = l->opts.init_checkpoint;
+    size_t len = strlen(path);
+    if (len == 0 || len >= 4000)
+        return ct_error_set(err, CT_ERR_ARG, "loop: init_checkpoint '%.200s' is %zu characters (1 to 3999)", path, len);
+    char dir[4096], name[CT_CHECKPOINT_NAME_MAX] = "", manifest[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    while (len > 1 && dir[len - 1] == '/') dir[--len] = '\0';
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
+    struct stat sb;
+    if (stat(manifest, &sb) == 0) {
+        char *slash = strrchr(dir, '/');
+        const char *base = slash ? slash + 1 : dir;
+        if (strlen(base) >= sizeof name)
+            return ct_error_set(err, CT_ERR_ARG, "loop: init_checkpoint '%s': the checkpoint name is too long", path);
+        snprintf(name, sizeof name, "%s", base);
+        if (slash == dir) dir[1] = '\0';
+        else if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+    } else {
+        struct stat ds;
+        if (stat(dir, &ds) != 0)
+            return ct_error_set(err, CT_ERR_IO, "loop: init_checkpoint '%s': %s", path, strerror(errno));
+        if (!S_ISDIR(ds.st_mode))
+            return ct_error_set(err, CT_ERR_ARG,
+                                "loop: init_checkpoint '%s' is not a directory (a checkpoint such as <run>/model_100, or "
+                                "a run's output directory)", path);
+        CT_TRY(ct_checkpoint_find_latest(dir, name, sizeof name, err));
+        if (!name[0])
+            return ct_error_set(err, CT_ERR_ARG, "loop: init_checkpoint '%s' holds no checkpoint", path);
+    }
+    if (ct_loop_load_weights(l, dir, name, err) != CT_OK)
+        return ct_error_prefix(err, "loop: init_checkpoint '%s'", path);
+    if (is_chief(l))
+        ct_log(CT_LOG_INFO, "weights from %s/%s (init_checkpoint); fresh optimizer slots, step 0", dir, name);
+    return CT_OK;
+}
+
+ct_status ct_loop_system_seed(uint64_t *seed, ct_error *err) {
+    uint32_t r = 0;
+    ssize_t n = getrandom(&r, sizeof r, 0);
+    if (n != (ssize_t)sizeof r) {
+        // No getrandom (old kernel, seccomp): /dev/urandom.
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        n = fd >= 0 ? read(fd, &r, sizeof r) : -1;
+        if (fd >= 0) close(fd);
+        if (n != (ssize_t)sizeof r)
+            return ct_error_set(err, CT_ERR_IO, "random_seed = None: cannot draw a seed (getrandom and /dev/urandom: %s)",
+                                strerror(errno));
+    }
+    *seed = r & 0x7fffffffu;  // Trax: random.randint(0, 2**31 - 1)
+    return CT_OK;
+}
+
+ct_status ct_loop_checkpoint_seed(const char *output_dir, bool *found, uint64_t *seed, ct_error *err) {
+    *found = false;
+    ct_checkpoint *c;
+    CT_TRY(ct_checkpoint_open_latest(&c, output_dir, err));
+    if (!c) return CT_OK;
+    const char *json = ct_checkpoint_state(c);
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "seed_text");
+    const cJSON *num = cJSON_GetObjectItemCaseSensitive(root, "seed");
+    ct_status st = CT_OK;
+    char *end = NULL;
+    errno = 0;
+    if (cJSON_IsString(text)) {
+        unsigned long long v = strtoull(text->valuestring, &end, 10);
+        if (end == text->valuestring || *end || errno || text->valuestring[0] == '-')
+            st = ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s/%s: state.json: \"seed_text\" is not a decimal seed",
+                              output_dir, ct_checkpoint_name(c));
+        *seed = v;
+    } else if (cJSON_IsNumber(num) && num->valuedouble >= 0 && num->valuedouble < 9007199254740992.0 &&
+               num->valuedouble == floor(num->valuedouble)) {
+        *seed = (uint64_t)num->valuedouble;  // before seed_text: exact below 2^53
+    } else {
+        st = ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s/%s: state.json records no seed", output_dir,
+                          ct_checkpoint_name(c));
+    }
+    *found = st == CT_OK;
+    cJSON_Delete(root);
+    ct_checkpoint_close(c);
+    return st;
+}
+
 // ---- evals -------------------------------------------------------------------------------
 
 // After an eval: lowest_<metric> / highest_<metric> at a new best (ties
@@ -525,25 +803,114 @@ static ct_status save_bests(ct_loop *l, const char *name, double value, ct_error
     return CT_OK;
 }
 
+// The model's weights and state (its part of the trainer's net) into the
+// eval model's net, in slab order: make_eval_net made sure they line up.
+// (An empty slab may be NULL, which memcpy must not see.)
+static void copy_to_eval_net(ct_loop *l) {
+    const ct_net *src = ct_trainer_net(l->trainer);
+    if (l->eval_net.n_weights)
+        memcpy(l->eval_net.weights, src->weights + l->model->w_begin, l->eval_net.n_weights * sizeof(float));
+    if (l->eval_net.n_state)
+        memcpy(l->eval_net.state, src->state + l->model->s_begin, l->eval_net.n_state * sizeof(float));
+}
+
+// Runs evaluator e and records its metrics: the main task's as
+// "metrics/<name>", an additional task's as "metrics/<prefix>/<name>".
+static ct_status run_one_eval(ct_loop *l, int e, const ct_net *net, ct_error *err) {
+    ct_evaluator *ev = l->evaluators[e];
+    double values[CT_EVAL_MAX_METRICS];
+    CT_TRY(ct_evaluator_run(ev, net, l->key, values, err));
+    for (int m = 0; m < ct_evaluator_n_metrics(ev); m++) {
+        const char *name = ct_evaluator_metric_name(ev, m);
+        char tag[160], shown[128];
+        if (e == 0) snprintf(shown, sizeof shown, "%s", name);
+        else snprintf(shown, sizeof shown, "%s/%s", l->eval_prefix[e], name);
+        snprintf(tag, sizeof tag, "metrics/%s", shown);
+        CT_TRY(record(l, "eval", tag, values[m], err));
+        log_line(l, "eval", shown, values[m]);
+        if (e == 0) CT_TRY(save_bests(l, name, values[m], err));
+    }
+    return CT_OK;
+}
+
 ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err) {
     ct_loop *l = loop;
-    if (!l->evaluator) return CT_OK;
-    double values[CT_EVAL_MAX_METRICS];
-    // The model alone on the trainer's weights, in eval mode (dropout off).
-    CT_TRY(ct_evaluator_run(l->evaluator, ct_trainer_net(l->trainer), l->key, values, err));
-    for (int m = 0; m < ct_evaluator_n_metrics(l->evaluator); m++) {
-        const char *name = ct_evaluator_metric_name(l->evaluator, m);
-        char tag[96];
-        snprintf(tag, sizeof tag, "metrics/%s", name);
-        CT_TRY(record(l, "eval", tag, values[m], err));
-        log_line(l, "eval", name, values[m]);
-        CT_TRY(save_bests(l, name, values[m], err));
+    // The model alone on the trainer's weights (or the eval model on a copy
+    // of them), in eval mode (dropout off).
+    const ct_net *net = ct_trainer_net(l->trainer);
+    if (l->eval_model && l->n_evaluators) {
+        copy_to_eval_net(l);
+        net = &l->eval_net;
     }
+    for (int e = 0; e < l->n_evaluators; e++) CT_TRY(run_one_eval(l, e, net, err));
     if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
     return CT_OK;
 }
 
 // ---- new / free ----------------------------------------------------------------------------
+
+// Tasks with loss layers of their own: one layer over the distinct losses
+// that runs the current task's (hp: which one), so one trainer holds the
+// model once and serves every task. Its sublayers all take the model's
+// outputs and the batch's other tensors and leave one scalar.
+typedef struct task_losses_hp {
+    int active;
+} task_losses_hp;
+
+static ct_status task_losses_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                                  ct_error *err) {
+    for (int i = 0; i < l->n_sub; i++) {
+        ct_tensor o[CT_LAYER_MAX_IO];
+        CT_TRY(ct_layer_init(l->sub[i], i, ic, in, o, ct_key_split(key, (uint32_t)i), err));
+        if (i == 0) out[0] = o[0];
+        else if (o[0].ndim != out[0].ndim || o[0].dtype != out[0].dtype)
+            return ct_layer_fail(l, err, CT_ERR_SHAPE, "init", "loss %s does not give what loss %s gives (one scalar)",
+                                 l->sub[i]->name, l->sub[0]->name);
+    }
+    return CT_OK;
+}
+
+static ct_status task_losses_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                                     ct_error *err) {
+    int a = ((const task_losses_hp *)l->hp)->active;
+    return ct_layer_forward(l->sub[a], c, in, out, ct_key_split(key, (uint32_t)a), err);
+}
+
+static ct_status task_losses_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
+                                      ct_key key, ct_error *err) {
+    int a = ((const task_losses_hp *)l->hp)->active;
+    return ct_layer_backward(l->sub[a], c, grad_out, grad_in, ct_key_split(key, (uint32_t)a), err);
+}
+
+static const ct_layer_vtable task_losses_vt = {
+    .type = "TaskLosses", .init = task_losses_init, .forward = task_losses_forward, .backward = task_losses_backward};
+
+// The index of task t's loss among the distinct losses (task_losses' sublayers).
+static int loss_index(const ct_loop *l, int t) {
+    int k = 0;
+    for (int i = 0; i < t; i++) {
+        bool first = true;
+        for (int j = 0; j < i; j++)
+            if (l->tasks[j].loss == l->tasks[i].loss) first = false;
+        if (first && l->tasks[i].loss == l->tasks[t].loss) return k;
+        k += first;
+    }
+    return k;
+}
+
+// Builds task_losses when the tasks do not all share task 0's loss.
+static void make_task_losses(ct_loop *l) {
+    ct_layer *subs[CT_LOOP_MAX_TASKS];
+    int n = 0;
+    for (int i = 0; i < l->n_tasks; i++)
+        if (loss_index(l, i) == n) subs[n++] = ct_layer_ref(l->tasks[i].loss);
+    if (n == 1) {
+        ct_layer_free(subs[0]);
+        return;
+    }
+    task_losses_hp *hp = ct_calloc(1, sizeof *hp);
+    l->task_losses = ct_layer_new(&task_losses_vt, "TaskLosses", subs[0]->n_in, 1, hp, subs, n);
+}
 
 // ct_loop_new owns the tasks' optimizers on every path, failures included.
 static ct_status refuse_tasks(const ct_train_task *tasks, int n_tasks, ct_error *err) {
@@ -551,22 +918,59 @@ static ct_status refuse_tasks(const ct_train_task *tasks, int n_tasks, ct_error 
     return err ? err->code : CT_ERR_ARG;
 }
 
-// The tasks, before anything is built.
-static ct_status check_tasks(const ct_train_task *tasks, int n_tasks, ct_error *err) {
+// The tasks and options, before anything is built.
+static ct_status check_tasks(const ct_train_task *tasks, int n_tasks, const ct_loop_options *o, ct_error *err) {
     if (n_tasks < 1 || n_tasks > CT_LOOP_MAX_TASKS)
         return ct_error_set(err, CT_ERR_ARG, "loop: %d train tasks (1 to %d)", n_tasks, CT_LOOP_MAX_TASKS);
     for (int i = 0; i < n_tasks; i++) {
         if (!tasks[i].stream || !tasks[i].loss || (i == 0 && !tasks[i].optimizer))
             return ct_error_set(err, CT_ERR_ARG, "loop: train task %d needs a stream, a loss%s", i,
                                 i == 0 ? " and an optimizer" : "");
-        if (i > 0 && tasks[i].loss != tasks[0].loss)
-            return ct_error_set(err, CT_ERR_ARG, "loop: train task %d has its own loss layer; tasks share task 0's", i);
+        if (tasks[i].loss->n_in != tasks[0].loss->n_in || tasks[i].loss->n_out != 1)
+            return ct_error_set(err, CT_ERR_ARG,
+                                "loop: train task %d's loss %s takes %d inputs and gives %d; task 0's %s takes %d and "
+                                "gives 1 (a task's loss takes the model's outputs and its batch's other tensors)",
+                                i, tasks[i].loss->name, tasks[i].loss->n_in, tasks[i].loss->n_out, tasks[0].loss->name,
+                                tasks[0].loss->n_in);
+        if (i > 0 && tasks[i].optimizer && o && o->trainer.memory_efficient)
+            return ct_error_set(err, CT_ERR_ARG,
+                                "loop: train task %d has an optimizer of its own, which the memory-efficient trainer "
+                                "cannot swap in (it lays its slots out once): give it none to share task 0's",
+                                i);
         if (!tasks[i].lr_schedule && !(tasks[i].learning_rate > 0))
             return ct_error_set(err, CT_ERR_ARG,
                                 "loop: train task %d has no lr_schedule and its learning_rate is %g (must be > 0)", i,
                                 (double)tasks[i].learning_rate);
     }
+    if (!o) return CT_OK;
+    if (o->n_additional_eval_tasks < 0 || o->n_additional_eval_tasks > CT_LOOP_MAX_EVAL_TASKS ||
+        (o->n_additional_eval_tasks > 0 && !o->additional_eval_tasks))
+        return ct_error_set(err, CT_ERR_ARG, "loop: %d additional eval tasks (0 to %d, with their array)",
+                            o->n_additional_eval_tasks, CT_LOOP_MAX_EVAL_TASKS);
+    const struct {
+        const char *what;
+        const int64_t *steps;
+        int n;
+    } lists[3] = {{"checkpoints_at", o->checkpoints_at, o->n_checkpoints_at},
+                  {"eval_at_steps", o->eval_at_steps, o->n_eval_at_steps},
+                  {"permanent_checkpoints_at", o->permanent_checkpoints_at, o->n_permanent_checkpoints_at}};
+    for (int k = 0; k < 3; k++) {
+        if (lists[k].n < 0 || lists[k].n > CT_LOOP_MAX_STEP_LIST || (lists[k].n > 0 && !lists[k].steps))
+            return ct_error_set(err, CT_ERR_ARG, "loop: %s has %d steps (0 to %d)", lists[k].what, lists[k].n,
+                                CT_LOOP_MAX_STEP_LIST);
+        for (int i = 0; i < lists[k].n; i++)
+            if (lists[k].steps[i] < 1)
+                return ct_error_set(err, CT_ERR_ARG, "loop: %s[%d] is step %lld; steps start at 1", lists[k].what, i,
+                                    (long long)lists[k].steps[i]);
+    }
     return CT_OK;
+}
+
+static void copy_list(step_list *sl, const int64_t *steps, int n) {
+    sl->on = steps != NULL;
+    sl->n = n;
+    sl->steps = ct_malloc((size_t)(n + 1) * sizeof *sl->steps);
+    if (n) memcpy(sl->steps, steps, (size_t)n * sizeof *steps);
 }
 
 // The trainer, for the shapes of task 0's first batch (then the stream goes
@@ -583,9 +987,64 @@ static ct_status make_trainer(ct_loop *l, ct_optimizer *opt, ct_error *err) {
     }
     ct_tensor sigs[CT_BATCH_MAX_TENSORS];
     for (int i = 0; i < first.n; i++) sigs[i] = ct_tensor_sig(&local[i]);
-    CT_TRY(ct_trainer_new(&l->trainer, l->model, l->tasks[0].loss, sigs, first.n, opt, ct_key_split(l->key, 0), l->dev,
+    ct_layer *loss = l->task_losses ? l->task_losses : l->tasks[0].loss;
+    CT_TRY(ct_trainer_new(&l->trainer, l->model, loss, sigs, first.n, opt, ct_key_split(l->key, 0), l->dev,
                           &l->opts.trainer, err));
     return ct_stream_set_cursor(l->tasks[0].stream, start, err);
+}
+
+// The slots of the tasks with optimizers of their own, laid out as the
+// trainer's (ct_trainer_param_slots): the same weights, frozen ones none.
+static ct_status make_task_slots(ct_loop *l, ct_error *err) {
+    const ct_net *net = ct_trainer_net(l->trainer);
+    for (int t = 1; t < l->n_tasks; t++) {
+        task_opt *o = &l->task_opts[t];
+        if (!o->opt) continue;
+        o->slot_offsets = ct_calloc((size_t)net->n_params + 1, sizeof *o->slot_offsets);
+        for (int i = 0; i < net->n_params; i++) {
+            o->slot_offsets[i] = o->n_slot_floats;
+            if (!ct_trainer_param_frozen(l->trainer, i))
+                o->n_slot_floats += ct_optimizer_slot_floats(o->opt, &net->params[i]->sig);
+        }
+        o->slot_offsets[net->n_params] = o->n_slot_floats;
+        char what[64];
+        snprintf(what, sizeof what, "train task %d's optimizer slots", t);
+        CT_TRY(ct_device_alloc(l->dev, o->n_slot_floats * sizeof(float), what, (void **)&o->slots, err));
+        for (int i = 0; i < net->n_params; i++)
+            if (!ct_trainer_param_frozen(l->trainer, i))
+                ct_optimizer_init_slots(o->opt, &net->params[i]->sig, o->slots + o->slot_offsets[i]);
+    }
+    return CT_OK;
+}
+
+// The eval model's net: its weights and state must be the model's, in slab
+// order, shape for shape (copy_to_eval_net copies the ranges whole).
+static ct_status make_eval_net(ct_loop *l, ct_error *err) {
+    if (!l->eval_model || !l->n_evaluators) return CT_OK;
+    CT_TRY(ct_evaluator_model_net(l->evaluators[0], &l->eval_net, ct_key_split(l->key, 2), err));
+    const ct_net *src = ct_trainer_net(l->trainer), *dst = &l->eval_net;
+    const ct_layer *m = l->model;
+    int first = 0, n = 0, first_s = 0, n_s = 0;
+    while (first < src->n_params && src->params[first]->offset < m->w_begin) first++;
+    while (first + n < src->n_params && src->params[first + n]->offset < m->w_end) n++;
+    while (first_s < src->n_state_params && src->state_params[first_s]->offset < m->s_begin) first_s++;
+    while (first_s + n_s < src->n_state_params && src->state_params[first_s + n_s]->offset < m->s_end) n_s++;
+    bool same = n == dst->n_params && n_s == dst->n_state_params && dst->n_weights == m->w_end - m->w_begin &&
+                dst->n_state == m->s_end - m->s_begin;
+    for (int i = 0; same && i < n; i++)
+        same = ct_tensor_same_sig(&src->params[first + i]->sig, &dst->params[i]->sig) &&
+               dst->params[i]->offset == src->params[first + i]->offset - m->w_begin;
+    for (int i = 0; same && i < n_s; i++)
+        same = ct_tensor_same_sig(&src->state_params[first_s + i]->sig, &dst->state_params[i]->sig) &&
+               dst->state_params[i]->offset == src->state_params[first_s + i]->offset - m->s_begin;
+    if (!same)
+        return ct_error_set(err, CT_ERR_ARG,
+                            "loop: the eval model %s has %d weights (%zu floats) and %d state tensors, not the model "
+                            "%s's %d weights (%zu floats) and %d state tensors shape for shape: build it as the model "
+                            "(e.g. the same model without dropout), with weightless layers around it",
+                            l->eval_model->name, dst->n_params, dst->n_weights, dst->n_state_params, m->name, n,
+                            m->w_end - m->w_begin, n_s);
+    return CT_OK;
 }
 
 // The summaries and config.gin of the chief's output directory.
@@ -598,34 +1057,67 @@ static ct_status open_output(ct_loop *l, ct_error *err) {
     return ct_fs_write_atomic(path, l->opts.config_text, strlen(l->opts.config_text), err);
 }
 
+// The evaluators: the main eval task, then the additional ones, each
+// running the eval model when there is one.
+static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error *err) {
+    ct_layer *runs = l->eval_model ? l->eval_model : l->model;
+    if (!eval) {
+        if (l->opts.n_additional_eval_tasks > 0)
+            return ct_error_set(err, CT_ERR_ARG, "loop: %d additional eval tasks but no main eval task",
+                                l->opts.n_additional_eval_tasks);
+        return CT_OK;
+    }
+    CT_TRY(ct_evaluator_new(&l->evaluators[0], runs, eval, l->comm, l->dev, err));
+    l->n_evaluators = 1;
+    for (int i = 0; i < l->opts.n_additional_eval_tasks; i++) {
+        const char *prefix = l->opts.eval_export_prefixes ? l->opts.eval_export_prefixes[i] : NULL;
+        if (prefix && (!prefix[0] || strlen(prefix) >= sizeof l->eval_prefix[0]))
+            return ct_error_set(err, CT_ERR_ARG, "loop: additional eval task %d's export_prefix '%.80s' is %zu "
+                                "characters (1 to %zu)", i + 1, prefix, strlen(prefix), sizeof l->eval_prefix[0] - 1);
+        if (prefix) snprintf(l->eval_prefix[i + 1], sizeof l->eval_prefix[0], "%s", prefix);
+        else snprintf(l->eval_prefix[i + 1], sizeof l->eval_prefix[0], "%d", i + 1);
+        CT_TRY(ct_evaluator_new(&l->evaluators[i + 1], runs, &l->opts.additional_eval_tasks[i], l->comm, l->dev, err));
+        l->n_evaluators++;
+    }
+    return CT_OK;
+}
+
 ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks, int n_tasks,
                       const ct_eval_task *eval, const ct_loop_options *opts, ct_error *err) {
     *out = NULL;
     ct_error arg_err;
     if (!err) err = &arg_err;
-    if (check_tasks(tasks, n_tasks, err) != CT_OK) return refuse_tasks(tasks, n_tasks, err);
+    if (check_tasks(tasks, n_tasks, opts, err) != CT_OK) return refuse_tasks(tasks, n_tasks, err);
     ct_loop *l = ct_calloc(1, sizeof *l);
     l->opts = opts ? *opts : ct_loop_default_options();
+    copy_list(&l->ckpt_list, l->opts.checkpoints_at, l->opts.n_checkpoints_at);
+    copy_list(&l->eval_list, l->opts.eval_at_steps, l->opts.n_eval_at_steps);
+    copy_list(&l->perm_list, l->opts.permanent_checkpoints_at, l->opts.n_permanent_checkpoints_at);
     l->own_dev = ct_device_cpu();
     l->dev = l->opts.device ? l->opts.device : &l->own_dev;
     l->model = ct_layer_ref(model);
+    l->eval_model = l->opts.eval_model ? ct_layer_ref(l->opts.eval_model) : NULL;
     l->n_tasks = n_tasks;
     for (int i = 0; i < n_tasks; i++) {
         l->tasks[i] = tasks[i];
         l->tasks[i].loss = ct_layer_ref(tasks[i].loss);
         l->tasks[i].optimizer = NULL;
-        // One trainer serves every task: it has task 0's loss and optimizer.
-        if (i > 0) ct_optimizer_free(tasks[i].optimizer);
+        // Task 0's goes to the trainer; a later task's, if any, is its own.
+        if (i > 0) l->task_opts[i].opt = tasks[i].optimizer;
     }
+    make_task_losses(l);
     l->comm = l->opts.trainer.comm;
     l->rank = l->comm ? ct_comm_rank(l->comm) : 0;
     l->n_proc = l->comm ? ct_comm_size(l->comm) : 1;
     l->key = ct_key_from_seed(l->opts.seed);
     l->last_checkpoint_step = -1;
-    ct_status st = eval ? ct_evaluator_new(&l->evaluator, model, eval, l->comm, l->dev, err) : CT_OK;
+    ct_status st = make_evaluators(l, eval, err);
     if (st != CT_OK) ct_optimizer_free(tasks[0].optimizer);
     else st = make_trainer(l, tasks[0].optimizer, err);  // the trainer owns it from here
+    if (st == CT_OK) st = make_task_slots(l, err);
+    if (st == CT_OK) st = make_eval_net(l, err);
     if (st == CT_OK && l->opts.output_dir && l->opts.restore) st = restore_latest(l, err);
+    if (st == CT_OK && l->opts.init_checkpoint && !l->restored_from[0]) st = load_init_checkpoint(l, err);
     if (st == CT_OK) st = open_output(l, err);
     if (st != CT_OK) {
         ct_loop_free(l);
@@ -640,10 +1132,22 @@ void ct_loop_free(ct_loop *loop) {
     ct_loop *l = loop;
     ct_summary_close(l->summary, NULL);
     ct_progress_free(l->progress);
-    ct_evaluator_free(l->evaluator);
+    for (int e = 0; e < l->n_evaluators; e++) ct_evaluator_free(l->evaluators[e]);
+    ct_net_free(&l->eval_net);
+    ct_layer_free(l->eval_model);
     ct_trainer_free(l->trainer);
-    for (int i = 0; i < l->n_tasks; i++) ct_layer_free(l->tasks[i].loss);
+    for (int i = 0; i < l->n_tasks; i++) {
+        task_opt *o = &l->task_opts[i];
+        ct_optimizer_free(o->opt);
+        if (o->slots) ct_device_free(l->dev, o->slots, o->n_slot_floats * sizeof(float));
+        ct_free(o->slot_offsets);
+        ct_layer_free(l->tasks[i].loss);
+    }
+    ct_layer_free(l->task_losses);
     ct_layer_free(l->model);
+    ct_free(l->ckpt_list.steps);
+    ct_free(l->eval_list.steps);
+    ct_free(l->perm_list.steps);
     ct_free(l->history);
     ct_free(l);
 }
@@ -655,18 +1159,22 @@ void ct_loop_free(ct_loop *loop) {
 static ct_status log_training(ct_loop *l, ct_error *err) {
     if (l->loss_count == 0 && l->step == l->log_step) return CT_OK;
     // Every step since the last log may have been skipped (non-finite): NaN.
-    double now = now_s(), loss = l->loss_count ? l->loss_sum / (double)l->loss_count : NAN;
+    double now = now_s(), count = l->loss_count ? (double)l->loss_count : NAN;
+    double loss = l->loss_sum / count, grads_l2 = l->grads_l2_sum / count, weights_l2 = l->weights_l2_sum / count;
     double steps_per_s = (double)(l->step - l->log_step) / (now - l->log_time > 1e-9 ? now - l->log_time : 1e-9);
-    const ct_train_task *task = &l->tasks[task_at(l, l->step)];
+    int t;
+    CT_TRY(task_at(l, l->step, &t, err));
+    const ct_train_task *task = &l->tasks[t];
     const char *loss_name = task->loss_name ? task->loss_name : task->loss->name;
     char tag[96];
     snprintf(tag, sizeof tag, "metrics/%s", loss_name);
     CT_TRY(record(l, "train", tag, loss, err));
     CT_TRY(record(l, "train", "training/learning_rate", l->last_lr, err));
     CT_TRY(record(l, "train", "training/steps per second", steps_per_s, err));
-    CT_TRY(record(l, "train", "training/gradients_l2", l->last_stats.gradients_l2, err));
-    CT_TRY(record(l, "train", "training/weights_l2", l->last_stats.weights_l2, err));
-    CT_TRY(record(l, "train", "training/loss", l->last_stats.loss, err));
+    // Trax averages its optimizer metrics (the loss among them) since the last log.
+    CT_TRY(record(l, "train", "training/gradients_l2", grads_l2, err));
+    CT_TRY(record(l, "train", "training/weights_l2", weights_l2, err));
+    CT_TRY(record(l, "train", "training/loss", loss, err));
     if (l->opts.skip_nonfinite) CT_TRY(record(l, "train", "training/skipped_steps", (double)l->skipped_steps, err));
     if (l->opts.log && is_chief(l)) {
         ct_progress_clear(l->progress);
@@ -674,7 +1182,7 @@ static ct_status log_training(ct_loop *l, ct_error *err) {
                 (long long)(l->step - l->log_step), now - l->log_time);
     }
     log_line(l, "train", loss_name, loss);
-    l->loss_sum = 0;
+    l->loss_sum = l->grads_l2_sum = l->weights_l2_sum = 0;
     l->loss_count = 0;
     l->log_time = now;
     l->log_step = l->step;
@@ -685,7 +1193,9 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
     l->step++;
     for (int i = 0; i < l->opts.n_callbacks; i++)
         if (l->opts.callbacks[i].on_step_begin) l->opts.callbacks[i].on_step_begin(l->step, l->opts.callbacks[i].user);
-    ct_train_task *task = &l->tasks[task_at(l, l->step)];
+    int t;
+    CT_TRY(task_at(l, l->step, &t, err));
+    ct_train_task *task = &l->tasks[t];
     ct_batch global;
     ct_tensor batch[CT_BATCH_MAX_TENSORS];
     CT_TRY(next_batch(l, task->stream, "train", &global, err));
@@ -695,7 +1205,10 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
     float lr = task->lr_schedule ? ct_schedule_value(task->lr_schedule, l->step) : task->learning_rate;
     ct_key step_key = ct_key_fold_in(ct_key_split(l->key, 1), (uint32_t)l->step);
     ct_error step_err;
+    if (l->task_losses) ((task_losses_hp *)l->task_losses->hp)->active = loss_index(l, t);
+    swap_task_optimizer(l, t);
     ct_status st = ct_trainer_one_step(l->trainer, batch, step_key, l->step, lr, &l->last_stats, &step_err);
+    swap_task_optimizer(l, t);
     if (st != CT_OK && err) *err = step_err;
     l->last_lr = lr;
     if (st == CT_ERR_NONFINITE && l->opts.skip_nonfinite) {
@@ -710,6 +1223,8 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
         return ct_error_prefix(err, "step %lld", (long long)l->step);
     } else {
         l->loss_sum += l->last_stats.loss;
+        l->grads_l2_sum += l->last_stats.gradients_l2;
+        l->weights_l2_sum += l->last_stats.weights_l2;
         l->loss_count++;
     }
     if (l->progress)

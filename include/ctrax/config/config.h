@@ -255,11 +255,20 @@ ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch
     X(INT64, batch_size, 32, AT_LEAST(1), NONE, "examples per step")                                             \
     X(INT64, eval_frequency, 100, AT_LEAST(0), NONE, "steps between evals (0: none)")                            \
     X(INT64, eval_steps, 10, AT_LEAST(0), NONE, "batches per eval")                                              \
-    X(INT64, random_seed, 0, AT_LEAST(0), NULLABLE, "seed of init, data, dropout")                               \
+    X(INT64, random_seed, 0, AT_LEAST(0), NULLABLE,                                                              \
+      "seed of init, data, dropout; unbound or None: drawn from the system (as Trax), logged, and recorded in the "    \
+      "run (config.gin, state.json), which a resume reuses")                                                       \
     X(STRING, checkpoint_highest, NULL, ANY, NULLABLE, "keep the checkpoint with the highest value of this metric") \
     X(STRING, checkpoint_lowest, NULL, ANY, NULLABLE, "keep the checkpoint with the lowest value of this metric")   \
     X(INT64, permanent_checkpoint_frequency, 0, AT_LEAST(0), NULLABLE,                                           \
-      "a permanent checkpoint every N steps (Loop.n_steps_per_permanent_checkpoint); 0 or None: none")            \
+      "permanent checkpoints at step 1 and every N steps (Loop.n_steps_per_permanent_checkpoint); 0 or None: none") \
+    X(LIST, checkpoints_at, "None", ANY, UNSTORED_NULLABLE,                                                      \
+      "steps of the regular checkpoints (Loop.checkpoints_at); None: step 1 and every Loop.n_steps_per_checkpoint") \
+    X(LIST, permanent_checkpoints_at, "None", ANY, UNSTORED_NULLABLE,                                            \
+      "steps of the permanent checkpoints, never pruned (Loop.permanent_checkpoints_at); None: the frequency's")   \
+    X(STRING, init_checkpoint, NULL, ANY, NULLABLE,                                                              \
+      "a new run starts from this checkpoint's weights (a checkpoint directory, or a run's: its newest), with a "  \
+      "fresh optimizer at step 0; a resumed run ignores it")                                                       \
     X(BOOL, use_memory_efficient_trainer, false, ANY, NONE, "the reversible trainer")                            \
     X(INT64, loss_chunk_size, 0, AT_LEAST(0), NONE,                                                              \
       "> 0: the model's row-wise tail and the loss run on chunks of this many rows (B*T), so the full logits never exist") \
@@ -281,7 +290,13 @@ ct_train_settings ct_train_default_settings(void);
 // train.eval_frequency (100 when that is 0).
 #define CT_LOOP_SETTINGS(X)                                                                                \
     X(INT64, n_steps_per_checkpoint, 100, AT_LEAST(1), NONE, "unbound: train.eval_frequency (as Trax's train)") \
-    X(INT64, n_steps_per_permanent_checkpoint, 0, AT_LEAST(0), NULLABLE, "0 or None: no permanent checkpoints")
+    X(INT64, n_steps_per_permanent_checkpoint, 0, AT_LEAST(0), NULLABLE,                                  \
+      "permanent checkpoints at step 1 and every N steps; 0 or None: none")                               \
+    X(LIST, checkpoints_at, "None", ANY, UNSTORED_NULLABLE, "steps of the regular checkpoints; None: the period's") \
+    X(LIST, permanent_checkpoints_at, "None", ANY, UNSTORED_NULLABLE,                                     \
+      "steps of the permanent checkpoints; None: n_steps_per_permanent_checkpoint's")                     \
+    X(LIST, eval_at, "None", ANY, UNSTORED_NULLABLE,                                                      \
+      "steps of the evals (and training logs), a list (Trax's is a function); None: train.eval_frequency's")
 typedef struct ct_loop_settings {
     CT_LOOP_SETTINGS(CT_PARAM_FIELD)
 } ct_loop_settings;

@@ -5,24 +5,58 @@
 //     names and the checkpoint_at / eval_at / permanent_checkpoint_at
 //     predicates see that number. By default a checkpoint is written and an
 //     eval run at step 1 and every n_steps_per_checkpoint (100) steps.
+//   - Permanent checkpoints (Trax's permanent_checkpoint_at): with
+//     n_steps_per_permanent_checkpoint = P > 0, at step 1 and every P steps
+//     (Trax's _at_step_1_and_every_nth_step(P)); permanent_checkpoints_at (a
+//     list of steps) or the permanent_checkpoint_at predicate replace that.
+//     A permanent checkpoint is the directory model_<step> written with
+//     "keep": true in its manifest.json (ct_checkpoint_info.keep; `ctrax
+//     info` shows it): ct_checkpoint_prune never removes it and it does not
+//     count among keep_last. Trax writes a copy model_<step>.pkl.gz next to
+//     its one regular model.pkl.gz; ctrax's regular checkpoints are already
+//     named by step, so the mark is the manifest's, not the name.
+//     lowest_<metric> / highest_<metric> are kept the same way.
+//   - checkpoints_at / eval_at_steps (lists of steps, Trax's train(...,
+//     checkpoints_at=...)) replace the default cadences of regular
+//     checkpoints and of evals (and training logs).
+//   - Several train tasks: step s trains task which_task(s); by default
+//     s % n_tasks, Trax's `lambda n: n % len(tasks)` called with Trax's
+//     step after its increment, i.e. the same 1-based step: with 2 tasks,
+//     step 1 trains task 1 and step 2 task 0. Each task may have its own
+//     loss layer and its own optimizer (its own slots, saved and restored
+//     with the rest); all share the model's weights.
+//   - Several eval tasks: opts.additional_eval_tasks after the main one
+//     (Trax's additional_eval_tasks), each with its own stream, metrics and
+//     export_prefix; opts.eval_model runs the evals instead of the model
+//     (Trax's eval_model: a separate layer whose weights, in slab order, are
+//     the model's, shape for shape; they are copied from the model before
+//     each eval).
 //   - A checkpoint is also written when run ends (Trax loses up to 99 steps),
 //     and when a stop is requested (SIGINT/SIGTERM through opts.stop).
 //   - A checkpoint holds everything needed to continue bit for bit: weights,
-//     state, optimizer slots and hyperparameters, the step, the loop's key,
-//     every task's data cursor, the history, the training metrics since the
-//     last log and the operative config. A run pointed at a directory with a
-//     checkpoint resumes from the newest complete one, and the steps it then
-//     takes are the ones the uninterrupted run would have taken (same
-//     weights, bit for bit), and it logs the same metrics (metrics.jsonl and
-//     TensorBoard, apart from steps per second).
+//     state, optimizer slots and hyperparameters (every task's), the step,
+//     the seed and the loop's key, every task's data cursor, the history,
+//     the training metrics since the last log and the operative config. A
+//     run pointed at a directory with a checkpoint resumes from the newest
+//     complete one, and the steps it then takes are the ones the
+//     uninterrupted run would have taken (same weights, bit for bit), and
+//     it logs the same metrics (metrics.jsonl and TensorBoard, apart from
+//     steps per second).
+//   - opts.init_checkpoint (Trax's train(init_checkpoint=...)): a run that
+//     starts fresh (nothing to resume in output_dir) first loads the model's
+//     weights from another run's checkpoint by name; the optimizer slots
+//     are fresh and the step is 0.
 //   - A step whose loss or gradients are NaN or infinite updates nothing; the
 //     run stops with CT_ERR_NONFINITE naming the step and the first layer
 //     that went non-finite, or, with opts.skip_nonfinite, skips the step and
 //     counts it (training/skipped_steps). A checkpoint is written only when
 //     every weight and slot is finite, so the checkpoints on disk (and the
 //     one a resume picks) are always good ones. Trax checks nothing here.
-//   - The training metrics (metrics/<loss>, training/*) are logged at every
-//     eval step and at the last step of run, averaged since the last log.
+//   - The training metrics (metrics/<loss>, training/loss,
+//     training/gradients_l2, training/weights_l2) are logged at every eval
+//     step and at the last step of run, each averaged over the (finite)
+//     steps since the last log, as Trax's _log_training_progress;
+//     training/learning_rate is the logged step's.
 //   - Evals are averaged over all batches, devices and processes, weighted by
 //     what each metric averages over (tokens, for a weighted loss); Trax
 //     averages per batch and per host.
@@ -61,7 +95,11 @@ extern "C" {
 // A training task: where batches come from, the loss, the optimizer and the
 // learning-rate schedule. Streams and schedules are not owned (they must
 // outlive the loop); the loop takes a reference to the loss and ownership of
-// the optimizer. Each batch of the stream is the global batch: every process
+// the optimizer. Task 0 needs an optimizer; a later task with none shares
+// task 0's optimizer and slots, one with its own keeps its own slots (the
+// standard trainer only: the memory-efficient one lays its slots out once).
+// Tasks with losses of their own must give the model's outputs and their
+// batches' other tensors (targets, weights) the same shapes as task 0's. Each batch of the stream is the global batch: every process
 // takes its own rows of it (process p of P: rows [p B/P, (p+1) B/P)).
 typedef struct ct_train_task {
     ct_stream *stream;
@@ -87,27 +125,58 @@ typedef struct ct_loop_callback {
 #define CT_LOOP_MAX_TASKS 8
 #define CT_LOOP_MAX_CALLBACKS 8
 
+#define CT_LOOP_MAX_EVAL_TASKS 8
+#define CT_LOOP_MAX_STEP_LIST 1024
+
 typedef struct ct_loop_options {
     const char *output_dir;  // NULL: no checkpoints, no summaries
     int64_t n_steps_per_checkpoint;            // 100
-    int64_t n_steps_per_permanent_checkpoint;  // 0: none
-    // Override the default cadences (NULL: the defaults above).
+    int64_t n_steps_per_permanent_checkpoint;  // 0: none; P > 0: step 1 and every P steps
+    // Steps (1-based, in any order) of regular checkpoints, of evals and of
+    // permanent checkpoints, instead of the cadences above (Trax's
+    // checkpoints_at, permanent_checkpoints_at). n_* = 0 with a NULL list:
+    // the cadence; n_* = 0 with a non-NULL list: never. Copied by
+    // ct_loop_new; at most CT_LOOP_MAX_STEP_LIST steps each.
+    const int64_t *checkpoints_at;
+    int n_checkpoints_at;
+    const int64_t *eval_at_steps;
+    int n_eval_at_steps;
+    const int64_t *permanent_checkpoints_at;
+    int n_permanent_checkpoints_at;
+    // Override all of the above (NULL: the lists, else the cadences).
     ct_step_predicate checkpoint_at;
     ct_step_predicate eval_at;
     ct_step_predicate permanent_checkpoint_at;
     void *predicate_user;
-    // Which train task step s uses (NULL: task 0 always). The tasks share the
-    // model, its weights and the optimizer slots of task 0's trainer, and
-    // must share the loss layer; they differ in stream and schedule.
+    // Which train task step s uses (NULL: s % n_tasks, as Trax). A value
+    // outside [0, n_tasks) fails the run naming the step.
     int (*which_task)(int64_t step, void *user);
     void *which_task_user;
+    // More eval tasks after the main one (Trax's additional_eval_tasks), run
+    // at every eval. Metric m of additional task i is recorded as
+    // "metrics/<prefix>/<name>" with prefix its export_prefix (NULL: its
+    // number, 1 for the first). Not copied: must outlive the loop.
+    const ct_eval_task *additional_eval_tasks;
+    int n_additional_eval_tasks;
+    const char *const *eval_export_prefixes;  // one per additional task, or NULL
+    // The layer evals run (Trax's eval_model; NULL: the model): its own
+    // weights and state, copied from the model's before each eval, so they
+    // must be the model's in slab order, shape for shape (e.g. the same
+    // model built without dropout, or Serial(that model, LogSoftmax)).
+    ct_layer *eval_model;
     // After each eval, write lowest_<metric> / highest_<metric> when that
-    // eval metric reaches a new best (ties count). NULL: off.
+    // eval metric (of the main eval task) reaches a new best (ties count).
+    // NULL: off.
     const char *checkpoint_low_metric;
     const char *checkpoint_high_metric;
     int keep_last;      // regular checkpoints kept: 2
     bool restore;       // resume from output_dir's newest checkpoint: true
-    uint64_t seed;      // the loop's key (init, dropout): 0
+    uint64_t seed;      // the loop's key (init, dropout): 0; recorded in state.json
+    // Trax's init_checkpoint: a checkpoint directory (<run>/model_100) or a
+    // run's output directory (its newest checkpoint). A run with nothing to
+    // resume loads the model's weights from it by name (ct_loop_load_weights),
+    // with fresh optimizer slots at step 0. NULL: none.
+    const char *init_checkpoint;
     // The trainer: devices, comm, Adasum, clipping, frozen weights, and
     // trainer.memory_efficient for the memory-efficient (reversible) one:
     // weights and slots on the host, one layer at a time on the device. Its
@@ -176,6 +245,14 @@ double ct_loop_last_value(const ct_loop *loop, const char *mode, const char *met
 // weight of this loop's model that has a tensor of the same name, dtype and
 // shape there; the rest keep their values (a warning lists them).
 ct_status ct_loop_load_weights(ct_loop *loop, const char *checkpoint_dir, const char *name, ct_error *err);
+
+// Trax's random_seed = None: a seed drawn from the system (getrandom, else
+// /dev/urandom), in [0, 2^31) as Trax's random.randint(0, 2**31 - 1).
+ct_status ct_loop_system_seed(uint64_t *seed, ct_error *err);
+// The seed recorded in the newest complete checkpoint of output_dir (what a
+// run that drew its seed must use again when it resumes): *found false when
+// output_dir holds no checkpoint.
+ct_status ct_loop_checkpoint_seed(const char *output_dir, bool *found, uint64_t *seed, ct_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The Loop's Trax semantics through `ctrax train` (issue 14, Deliver 2):
+# train.permanent_checkpoint_frequency (with the step-1 checkpoint) and
+# Loop.permanent_checkpoints_at kept whatever keep_checkpoints says;
+# train.checkpoints_at and Loop.eval_at; train.random_seed unset drawn,
+# logged, recorded in config.gin and state.json, and reused by a resume (the
+# interrupted run ends bit-equal to an uninterrupted one started with the
+# recorded seed); train.init_checkpoint (another run's weights, step 0) and
+# its errors, which name the setting.
+#   cli_loop_test.sh CTRAX
+set -uo pipefail
+ctrax=$1
+work=$(mktemp -d /tmp/ctrax_cli_loop_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+pass=0
+fail=0
+ok() {
+    pass=$((pass + 1))
+    echo "ok   $1"
+}
+bad() {
+    fail=$((fail + 1))
+    echo "FAIL $1"
+}
+
+# A small run: the copy task and a one-layer TransformerLM with dropout (so
+# the seed matters to every step), no random_seed bound.
+cat >"$work/base.gin" <<'EOF'
+train.model = @TransformerLM
+train.inputs = @sequence_copy_inputs
+train.optimizer = @Adam
+train.lr_schedule_fn = None
+train.batch_size = 4
+train.steps = 6
+train.eval_steps = 1
+train.keep_checkpoints = 1
+Loop.n_steps_per_checkpoint = 2
+sequence_copy_inputs.vocab_size = 8
+sequence_copy_inputs.train_length = 5
+sequence_copy_inputs.eval_min_length = 4
+sequence_copy_inputs.eval_max_length = 5
+TransformerLM.vocab_size = 8
+TransformerLM.d_model = 16
+TransformerLM.d_ff = 32
+TransformerLM.n_layers = 1
+TransformerLM.n_heads = 2
+TransformerLM.max_len = 16
+TransformerLM.dropout = 0.1
+EOF
+b=$work/base.gin
+
+# train NAME ARGS...: `ctrax train ARGS`, output in NAME.log; 0 when it exits 0.
+train() {
+    local name=$1
+    shift
+    "$ctrax" train "$@" >"$work/$name.log" 2>&1 && return 0
+    bad "$name: exit $?: $(tail -n 3 "$work/$name.log")"
+    return 1
+}
+# kept DIR NAME: "1" (marked kept), "0" (regular) or "-" (absent).
+kept() {
+    local m=$1/$2/manifest.json
+    if [[ ! -f $m ]]; then echo -; elif grep -q '"keep":[[:space:]]*true' "$m"; then echo 1; else echo 0; fi
+}
+
+# ---- permanent checkpoints -----------------------------------------------------
+if train perm "$b" --set 'train.random_seed=1' --set 'train.permanent_checkpoint_frequency=4' \
+    --set 'train.steps=9' --output-dir "$work/perm"; then
+    got="$(kept "$work/perm" model_1)$(kept "$work/perm" model_2)$(kept "$work/perm" model_4)"
+    got+="$(kept "$work/perm" model_6)$(kept "$work/perm" model_8)$(kept "$work/perm" model_9)"
+    # 1, 4, 8 permanent; 2 and 6 pruned (keep 1); 9 the newest regular one.
+    [[ $got == "1-1-10" ]] && ok "permanent_checkpoint_frequency=4: model_1, model_4, model_8 kept, regular ones pruned" ||
+        bad "permanent_checkpoint_frequency=4: model_1,2,4,6,8,9 are $got (want 1-1-10)"
+fi
+if train perm_at "$b" --set 'train.random_seed=1' --config 'Loop.permanent_checkpoints_at = [3, 5]' \
+    --config 'train.checkpoints_at = [2, 4]' --output-dir "$work/perm_at"; then
+    got=""
+    for s in 1 2 3 4 5 6; do got+=$(kept "$work/perm_at" model_$s); done
+    # Regular at 2 and 4 (and the final 6), one kept; permanent 3 and 5.
+    [[ $got == "--1-10" ]] && ok "Loop.permanent_checkpoints_at=[3, 5], train.checkpoints_at=[2, 4]: $got" ||
+        bad "permanent_checkpoints_at / checkpoints_at: model_1..6 are $got (want --1-10)"
+fi
+"$ctrax" train "$b" --set 'train.random_seed=1' --config 'train.checkpoints_at = [2]' \
+    --config 'Loop.checkpoints_at = [3]' --output-dir "$work/both" >"$work/both.log" 2>&1
+rc=$?
+((rc == 1)) && grep -q "train.checkpoints_at and --config:1:1: Loop.checkpoints_at give different steps" \
+    "$work/both.log" && ok "train.checkpoints_at and Loop.checkpoints_at differing: refused naming both" ||
+    bad "both lists: exit $rc: $(tail -n 2 "$work/both.log")"
+"$ctrax" train "$b" --set 'train.random_seed=1' --config 'train.checkpoints_at = [0]' --output-dir "$work/zero" \
+    >"$work/zero.log" 2>&1
+grep -q "train.checkpoints_at\[0\] = 0: steps start at 1" "$work/zero.log" && ok "checkpoints_at = [0] refused" ||
+    bad "checkpoints_at = [0]: $(tail -n 2 "$work/zero.log")"
+
+# ---- Loop.eval_at --------------------------------------------------------------
+if train eval_at "$b" --set 'train.random_seed=1' --config 'Loop.eval_at = [2, 5]' --output-dir "$work/eval_at"; then
+    steps=$(grep '"mode": "eval"' "$work/eval_at/metrics.jsonl" | sed 's/.*"step": \([0-9]*\).*/\1/' | sort -un |
+        tr '\n' ' ')
+    [[ $steps == "2 5 " ]] && ok "Loop.eval_at = [2, 5]: evals at steps $steps" ||
+        bad "Loop.eval_at = [2, 5]: evals at steps '$steps'"
+fi
+
+# ---- random_seed unset: drawn, recorded, reused ---------------------------------
+if train seed_a "$b" --steps 3 --output-dir "$work/seed"; then
+    seed=$(sed -n 's/^random seed: \([0-9]*\) (train.random_seed is None: drawn from the system)$/\1/p' \
+        "$work/seed_a.log")
+    if [[ -n $seed ]] && grep -q "^train.random_seed = $seed\$" "$work/seed/config.gin" &&
+        grep -q "\"seed_text\":[[:space:]]*\"$seed\"" "$work/seed/model_3/state.json"; then
+        ok "unset random_seed: drew $seed, logged, in config.gin and state.json"
+    else
+        bad "unset random_seed: seed '$seed', config.gin: $(grep random_seed "$work/seed/config.gin")"
+    fi
+    if train seed_b "$b" --output-dir "$work/seed"; then
+        grep -q "^random seed: $seed (train.random_seed is None: the one the run's checkpoint recorded)$" \
+            "$work/seed_b.log" && ok "the resume reuses seed $seed" || bad "resume: $(grep 'random seed' "$work/seed_b.log")"
+        if train seed_c "$b" --set "train.random_seed=$seed" --output-dir "$work/seed_straight" &&
+            cmp -s "$work/seed/model_6/weights.safetensors" "$work/seed_straight/model_6/weights.safetensors" &&
+            cmp -s "$work/seed/model_6/slots.safetensors" "$work/seed_straight/model_6/slots.safetensors"; then
+            ok "3 steps with a drawn seed + resumed 3 = 6 steps with random_seed=$seed, bit for bit"
+        else
+            bad "the resumed run with a drawn seed differs from the run with random_seed=$seed"
+        fi
+    fi
+    # Two fresh runs draw two seeds (2^-31 to fail by chance).
+    if train seed_d "$b" --steps 1 --output-dir "$work/seed_d"; then
+        other=$(sed -n 's/^random seed: \([0-9]*\) .*/\1/p' "$work/seed_d.log")
+        [[ -n $other && $other != "$seed" ]] && ok "another run draws another seed ($other)" ||
+            bad "two runs drew '$seed' and '$other'"
+    fi
+fi
+
+# ---- init_checkpoint -----------------------------------------------------------
+if [[ -d $work/perm/model_8 ]] && train init "$b" --set 'train.random_seed=2' --set 'train.steps=1' \
+    --config "train.init_checkpoint = '$work/perm/model_8'" --output-dir "$work/init"; then
+    grep -q "weights from $work/perm/model_8 (init_checkpoint); fresh optimizer slots, step 0" "$work/init.log" &&
+        grep -q "^done: step 1" "$work/init.log" && ok "train.init_checkpoint: model_8's weights, trained from step 0" ||
+        bad "init_checkpoint: $(grep -E 'weights from|done' "$work/init.log")"
+fi
+for path in "$work/none" "$work/base.gin" /dev/zero; do
+    "$ctrax" train "$b" --set 'train.random_seed=2' --config "train.init_checkpoint = '$path'" \
+        --output-dir "$work/init_bad" >"$work/init_bad.log" 2>&1
+    rc=$?
+    rm -rf "$work/init_bad"
+    ((rc == 1)) && grep -q "^ctrax train: --config:1:1: train.init_checkpoint = '$path': loop: init_checkpoint" \
+        "$work/init_bad.log" && ok "init_checkpoint '$path': $(tail -n 1 "$work/init_bad.log")" ||
+        bad "init_checkpoint '$path': exit $rc: $(tail -n 2 "$work/init_bad.log")"
+done
+
+echo "cli_loop_test: $pass passed, $fail failed"
+((fail == 0))

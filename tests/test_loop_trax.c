@@ -1,0 +1,501 @@
+// The Loop's Trax semantics (issue 14, Deliver 2): permanent checkpoints
+// (the step-1 one, a period, a list) that pruning never removes;
+// checkpoints_at and eval_at_steps; which_task's default (step % n_tasks);
+// train tasks with their own loss and optimizer, resumed bit for bit;
+// several eval tasks and an eval model; training metrics averaged since the
+// last log; the system seed recorded in the checkpoint; init_checkpoint.
+#define _GNU_SOURCE  // memmem
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "check.h"
+#include "copy_fixture.h"
+#include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"
+#include "core/fs.h"
+
+static char *temp_dir(const char *tag) {
+    char *d = malloc(256);
+    snprintf(d, 256, "/tmp/ctrax_test_loop_trax_%s_%d", tag, (int)getpid());
+    ct_fs_remove_tree(d, NULL);
+    return d;
+}
+
+static bool exists(const char *dir, const char *name) {
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+// Whether checkpoint `name` is in dir and marked kept (permanent, best).
+static int kept(const char *dir, const char *name) {
+    ct_checkpoint_info *infos;
+    int n;
+    ct_error err;
+    CHECK_OK(ct_checkpoint_list(dir, &infos, &n, &err), &err);
+    int r = -1;  // absent
+    for (int i = 0; i < n; i++)
+        if (!strcmp(infos[i].name, name)) r = infos[i].keep;
+    free(infos);
+    return r;
+}
+
+static float lr_adam(void) { return ct_adam_default_params().learning_rate; }
+
+// One task (Adam on the copy task), no evals, run to `steps` in dir.
+static ct_loop *one_task_loop(const char *dir, ct_loop_options o, ct_stream *train, ct_layer *model, ct_layer *loss) {
+    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, "loss", lr_adam()};
+    o.output_dir = dir;
+    o.seed = 11;
+    ct_loop *loop = NULL;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
+    return loop;
+}
+
+// ---- 1, 2: permanent checkpoints, checkpoints_at, eval_at_steps ---------------------
+
+static void test_permanent_and_lists(void) {
+    char *dir = temp_dir("perm");
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
+    ct_error err;
+
+    // Regular every 2 steps, one kept; permanent every 4, and so at step 1.
+    ct_loop_options o = ct_loop_default_options();
+    o.n_steps_per_checkpoint = 2;
+    o.n_steps_per_permanent_checkpoint = 4;
+    o.keep_last = 1;
+    ct_loop *loop = one_task_loop(dir, o, train, model, loss);
+    CHECK_OK(ct_loop_run(loop, 10, &err), &err);
+    ct_loop_free(loop);
+    int k1 = kept(dir, "model_1"), k4 = kept(dir, "model_4"), k8 = kept(dir, "model_8"), k10 = kept(dir, "model_10");
+    printf("permanent every 4, regular every 2, keep 1: model_1 %d, model_4 %d, model_8 %d, model_10 %d "
+           "(1 kept, 0 regular, -1 gone); model_2 %d, model_6 %d\n",
+           k1, k4, k8, k10, kept(dir, "model_2"), kept(dir, "model_6"));
+    CHECK_MSG(k1 == 1, "no permanent checkpoint at step 1 (Trax writes one with a period)");
+    CHECK(k4 == 1 && k8 == 1 && k10 == 0);
+    CHECK(kept(dir, "model_2") == -1 && kept(dir, "model_6") == -1);
+
+    // Lists: regular checkpoints at 3 and 5 only (and the final one),
+    // permanent at 2, evals (and training logs) at 4 only.
+    ct_fs_remove_tree(dir, NULL);
+    o = ct_loop_default_options();
+    o.keep_last = 10;
+    int64_t ck[2] = {5, 3}, perm[1] = {2}, ev[1] = {4};
+    o.checkpoints_at = ck, o.n_checkpoints_at = 2;
+    o.permanent_checkpoints_at = perm, o.n_permanent_checkpoints_at = 1;
+    o.eval_at_steps = ev, o.n_eval_at_steps = 1;
+    loop = one_task_loop(dir, o, train, model, loss);
+    CHECK_OK(ct_loop_run(loop, 7, &err), &err);
+    int n_hist, logs = 0, log_at_4 = 0;
+    const ct_history_entry *h = ct_loop_history(loop, &n_hist);
+    for (int i = 0; i < n_hist; i++)
+        if (!strcmp(h[i].metric, "metrics/loss")) logs++, log_at_4 += h[i].step == 4;
+    ct_loop_free(loop);
+    CHECK(kept(dir, "model_1") == -1 && kept(dir, "model_2") == 1 && kept(dir, "model_3") == 0);
+    CHECK(kept(dir, "model_4") == -1 && kept(dir, "model_5") == 0 && kept(dir, "model_7") == 0);
+    // Training logs at 4 and at the last step (7).
+    CHECK_MSG(logs == 2 && log_at_4 == 1, "%d training logs, %d at step 4", logs, log_at_4);
+
+    // An empty list means never; a step 0 is refused.
+    ct_fs_remove_tree(dir, NULL);
+    o = ct_loop_default_options();
+    o.checkpoints_at = ck, o.n_checkpoints_at = 0;
+    loop = one_task_loop(dir, o, train, model, loss);
+    CHECK_OK(ct_loop_run(loop, 3, &err), &err);
+    ct_loop_free(loop);
+    CHECK(kept(dir, "model_1") == -1 && kept(dir, "model_3") == 0);
+    int64_t zero[1] = {0};
+    o.checkpoints_at = zero, o.n_checkpoints_at = 1;
+    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()};
+    CHECK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err) == CT_ERR_ARG && strstr(err.msg, "checkpoints_at[0]"));
+    printf("step 0 in a list: %s\n", err.msg);
+
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(loss);
+    ct_fs_remove_tree(dir, NULL);
+    free(dir);
+}
+
+// ---- 3: which_task's default ---------------------------------------------------------
+
+static void test_which_task_default(void) {
+    ct_stream *a = copy_batches(1), *b = copy_batches(5);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
+    ct_train_task tasks[2] = {{a, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()},
+                              {b, loss, NULL, NULL, NULL, lr_adam()}};
+    ct_loop_options o = ct_loop_default_options();
+    ct_loop *loop;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, tasks, 2, NULL, &o, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 5, &err), &err);
+    // Steps 1, 3, 5 train task 1 (s % 2 == 1), steps 2, 4 task 0, as Trax's
+    // `n % len(tasks)` of its step after the increment.
+    int64_t pa = ct_stream_get_cursor(a).position, pb = ct_stream_get_cursor(b).position;
+    printf("which_task default, 5 steps: task 0 took %lld batches, task 1 %lld\n", (long long)pa, (long long)pb);
+    CHECK_MSG(pa == 2 && pb == 3, "task cursors %lld and %lld (want 2 and 3)", (long long)pa, (long long)pb);
+    ct_loop_free(loop);
+    ct_stream_free(a), ct_stream_free(b);
+    ct_layer_free(model), ct_layer_free(loss);
+}
+
+// ---- 4: tasks with their own loss and optimizer ---------------------------------------
+
+typedef struct two_tasks {
+    ct_stream *a, *b;
+    ct_layer *model, *loss_a, *loss_b;
+    ct_loop *loop;
+} two_tasks;
+
+// Task 0: Adam and its loss; task 1: Adafactor (own: true) or task 0's
+// optimizer (own: false), with a loss layer of its own.
+static ct_status two_tasks_new(two_tasks *r, const char *dir, bool own, ct_error *err) {
+    memset(r, 0, sizeof *r);
+    r->a = copy_batches(1);
+    r->b = copy_batches(5);
+    r->model = small_lm(0.1f);
+    r->loss_a = ct_weighted_category_cross_entropy();
+    r->loss_b = ct_weighted_category_cross_entropy();
+    ct_adafactor_params ap = ct_adafactor_default_params();
+    ct_train_task tasks[2] = {{r->a, r->loss_a, ct_adam_new(ct_adam_default_params()), NULL, "loss", lr_adam()},
+                              {r->b, r->loss_b, own ? ct_adafactor_new(ap) : NULL, NULL, "loss_b", 0.01f}};
+    ct_loop_options o = ct_loop_default_options();
+    o.output_dir = dir;
+    o.n_steps_per_checkpoint = 4;
+    o.seed = 3;
+    return ct_loop_new(&r->loop, r->model, tasks, 2, NULL, &o, err);
+}
+
+static void two_tasks_free(two_tasks *r) {
+    ct_loop_free(r->loop);
+    ct_stream_free(r->a), ct_stream_free(r->b);
+    ct_layer_free(r->model), ct_layer_free(r->loss_a), ct_layer_free(r->loss_b);
+}
+
+static float *copy_floats(const float *x, size_t n) {
+    float *c = malloc(n * sizeof *c + 4);
+    memcpy(c, x, n * sizeof *c);
+    return c;
+}
+
+static void test_own_loss_and_optimizer(void) {
+    char *a = temp_dir("own_a"), *b = temp_dir("own_b"), *c = temp_dir("own_c");
+    two_tasks r;
+    ct_error err;
+    // Straight: 10 steps.
+    CHECK_OK(two_tasks_new(&r, a, true, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 10, &err), &err);
+    const ct_net *net = ct_loop_net(r.loop);
+    size_t nw = net->n_weights, ns;
+    float *w1 = copy_floats(net->weights, nw);
+    const float *slots = ct_trainer_slots(ct_loop_trainer(r.loop), &ns);
+    float *s1 = copy_floats(slots, ns);
+    double loss_b = ct_loop_last_value(r.loop, "train", "metrics/loss");
+    two_tasks_free(&r);
+    CHECK(exists(a, "model_10/slots_task1.safetensors") && exists(a, "model_10/slots.safetensors"));
+
+    // 6 steps, then resumed to 10: the same weights and slots, bit for bit.
+    CHECK_OK(two_tasks_new(&r, b, true, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 6, &err), &err);
+    two_tasks_free(&r);
+    CHECK_OK(two_tasks_new(&r, b, true, &err), &err);
+    CHECK(ct_loop_step(r.loop) == 6);
+    CHECK_OK(ct_loop_run(r.loop, 10, &err), &err);
+    net = ct_loop_net(r.loop);
+    CHECK_MSG(net->n_weights == nw && memcmp(net->weights, w1, nw * sizeof *w1) == 0,
+              "two tasks with their own optimizers: resumed weights differ");
+    CHECK_MSG(memcmp(ct_trainer_slots(ct_loop_trainer(r.loop), NULL), s1, ns * sizeof *s1) == 0,
+              "task 0's slots differ after resume");
+    two_tasks_free(&r);
+    // Task 1's slots too: the two final checkpoints' slots_task1 files hold the same bytes.
+    char pa[512], pb[512];
+    snprintf(pa, sizeof pa, "%s/model_10/slots_task1.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/model_10/slots_task1.safetensors", b);
+    char *ta, *tb;
+    size_t na, nb;
+    CHECK_OK(ct_fs_read(pa, &ta, &na, &err), &err);
+    CHECK_OK(ct_fs_read(pb, &tb, &nb, &err), &err);
+    CHECK_MSG(na == nb && memcmp(ta, tb, na) == 0, "task 1's slots differ after resume");
+    CHECK(memmem(ta, na, "Adafactor", 9) != NULL);  // the file's metadata names its optimizer
+    free(ta), free(tb);
+    printf("two tasks (Adam, Adafactor; two losses), 10 steps straight vs 6 + resumed 4: weights and both tasks' "
+           "slots bitwise equal; last train loss %.6f\n",
+           loss_b);
+
+    // Sharing task 0's optimizer trains differently: task 1's own one is used.
+    CHECK_OK(two_tasks_new(&r, c, false, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 10, &err), &err);
+    CHECK(memcmp(ct_loop_net(r.loop)->weights, w1, nw * sizeof *w1) != 0);
+    CHECK(!exists(c, "model_10/slots_task1.safetensors"));
+    two_tasks_free(&r);
+    // Resuming a run whose task 1 shared the optimizer, now with its own: refused.
+    CHECK(two_tasks_new(&r, c, true, &err) == CT_ERR_FORMAT && strstr(err.msg, "task 1"));
+    printf("own optimizer against a shared one's checkpoint: %s\n", err.msg);
+    two_tasks_free(&r);
+
+    free(w1), free(s1);
+    ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL), ct_fs_remove_tree(c, NULL);
+    free(a), free(b), free(c);
+}
+
+// ---- 5: several eval tasks and an eval model -----------------------------------------
+
+typedef struct evals_run {
+    ct_stream *train, *ev_main, *ev_more;
+    ct_layer *model, *eval_model, *loss, *m_main, *m_more;
+    ct_loop *loop;
+} evals_run;
+
+// eval_model: 0 none, 1 the model without dropout, 2 that and a LogSoftmax,
+// 3 a model of another width (refused).
+static ct_status evals_new(evals_run *r, const char *dir, int eval_model, ct_error *err) {
+    memset(r, 0, sizeof *r);
+    r->train = copy_batches(1);
+    r->ev_main = copy_batches(99);
+    r->ev_more = copy_batches(99);  // the same data: the same values
+    r->model = small_lm(0.1f);
+    if (eval_model == 1) r->eval_model = small_lm(0);
+    if (eval_model == 2) r->eval_model = ct_serial(CT_LAYERS(small_lm(0), ct_log_softmax()));
+    if (eval_model == 3) {
+        ct_transformer_lm_params p = ct_transformer_lm_default_params();
+        p.vocab_size = VOCAB, p.d_model = 8, p.d_ff = 32, p.n_layers = 1, p.n_heads = 2, p.max_len = 2 * LEN + 2;
+        r->eval_model = ct_transformer_lm(p);
+    }
+    r->loss = ct_weighted_category_cross_entropy();
+    r->m_main = ct_weighted_category_cross_entropy();
+    r->m_more = ct_weighted_category_cross_entropy();
+    ct_train_task task = {r->train, r->loss, ct_adam_new(ct_adam_default_params()), NULL, "loss", lr_adam()};
+    ct_eval_task main_ev = {.stream = r->ev_main, .n_metrics = 1, .n_batches = 2};
+    main_ev.metrics[0] = r->m_main;
+    main_ev.metric_names[0] = "loss";
+    static ct_eval_task more;
+    more = (ct_eval_task){.stream = r->ev_more, .n_metrics = 1, .n_batches = 2};
+    more.metrics[0] = r->m_more;
+    more.metric_names[0] = "loss";
+    static const char *const prefixes[1] = {"other"};
+    ct_loop_options o = ct_loop_default_options();
+    o.output_dir = dir;
+    o.n_steps_per_checkpoint = 3;
+    o.seed = 5;
+    o.additional_eval_tasks = &more;
+    o.n_additional_eval_tasks = 1;
+    o.eval_export_prefixes = prefixes;
+    o.eval_model = r->eval_model;
+    return ct_loop_new(&r->loop, r->model, &task, 1, &main_ev, &o, err);
+}
+
+static void evals_free(evals_run *r) {
+    ct_loop_free(r->loop);
+    ct_stream_free(r->train), ct_stream_free(r->ev_main), ct_stream_free(r->ev_more);
+    ct_layer_free(r->model), ct_layer_free(r->eval_model), ct_layer_free(r->loss);
+    ct_layer_free(r->m_main), ct_layer_free(r->m_more);
+}
+
+static void test_eval_tasks_and_model(void) {
+    char *d[4];
+    for (int i = 0; i < 4; i++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "evals%d", i);
+        d[i] = temp_dir(tag);
+    }
+    evals_run r;
+    ct_error err;
+    double main_v[3], more_v[3];
+    for (int m = 0; m < 3; m++) {
+        CHECK_OK(evals_new(&r, d[m], m, &err), &err);
+        CHECK_OK(ct_loop_run(r.loop, 6, &err), &err);
+        main_v[m] = ct_loop_last_value(r.loop, "eval", "metrics/loss");
+        more_v[m] = ct_loop_last_value(r.loop, "eval", "metrics/other/loss");
+        evals_free(&r);
+    }
+    printf("eval loss at step 6: main %.7f, other %.7f; eval model without dropout %.7f / %.7f; with a LogSoftmax "
+           "%.7f / %.7f\n",
+           main_v[0], more_v[0], main_v[1], more_v[1], main_v[2], more_v[2]);
+    // The same data in both tasks: the same values, under their own names.
+    CHECK(isfinite(main_v[0]) && main_v[0] == more_v[0]);
+    // Evals run in eval mode, so the model without dropout gives the same bits.
+    CHECK(main_v[1] == main_v[0] && more_v[1] == more_v[0]);
+    // log_softmax of log-probabilities changes them by rounding only.
+    CHECK(fabs(main_v[2] - main_v[0]) < 1e-5 && fabs(more_v[2] - more_v[0]) < 1e-5);
+
+    // Resumed at 3, the additional task's data goes on where it was.
+    CHECK_OK(evals_new(&r, d[3], 1, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 3, &err), &err);
+    evals_free(&r);
+    CHECK_OK(evals_new(&r, d[3], 1, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 6, &err), &err);
+    CHECK(ct_loop_last_value(r.loop, "eval", "metrics/other/loss") == more_v[1]);
+    evals_free(&r);
+
+    // An eval model whose weights are not the model's is refused, by name.
+    ct_fs_remove_tree(d[3], NULL);
+    CHECK(evals_new(&r, d[3], 3, &err) == CT_ERR_ARG && strstr(err.msg, "eval model"));
+    printf("eval model of another width: %s\n", err.msg);
+    evals_free(&r);
+    for (int i = 0; i < 4; i++) ct_fs_remove_tree(d[i], NULL), free(d[i]);
+}
+
+// ---- 6: training metrics averaged since the last log ---------------------------------
+
+static bool every_step(int64_t step, void *user) {
+    (void)step, (void)user;
+    return true;
+}
+
+// The value of (train, metric) logged at step, or NAN.
+static double logged(const ct_loop *loop, const char *metric, int64_t step) {
+    int n;
+    const ct_history_entry *h = ct_loop_history(loop, &n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(h[i].mode, "train") && !strcmp(h[i].metric, metric) && h[i].step == step) return h[i].value;
+    return NAN;
+}
+
+static void test_averaged_since_log(void) {
+    ct_stream *s1 = copy_batches(1), *s2 = copy_batches(1);
+    ct_layer *m1 = small_lm(0.1f), *m2 = small_lm(0.1f);
+    ct_layer *loss = ct_weighted_category_cross_entropy(), *loss2 = ct_weighted_category_cross_entropy();
+    ct_error err;
+    ct_loop_options o = ct_loop_default_options();
+    o.n_steps_per_checkpoint = 4;  // logs at 1, 4 (steps 2..4 averaged), 8 (5..8)
+    ct_loop *a = one_task_loop(NULL, o, s1, m1, loss);
+    o.eval_at = every_step;  // logs every step: each step's own values
+    ct_loop *b = one_task_loop(NULL, o, s2, m2, loss2);
+    CHECK_OK(ct_loop_run(a, 8, &err), &err);
+    CHECK_OK(ct_loop_run(b, 8, &err), &err);
+    const char *metrics[4] = {"metrics/loss", "training/loss", "training/gradients_l2", "training/weights_l2"};
+    for (int k = 0; k < 4; k++) {
+        for (int64_t end = 4; end <= 8; end += 4) {
+            // The logs before: at step 1, then at 4.
+            int64_t from = end == 4 ? 2 : 5;
+            double sum = 0;
+            for (int64_t s = from; s <= end; s++) sum += logged(b, k == 1 ? "metrics/loss" : metrics[k], s);
+            double got = logged(a, metrics[k], end), want = sum / (double)(end - from + 1), last = logged(b, metrics[k], end);
+            if (end == 8) printf("%s at step 8: logged %.7f, mean of steps 5..8 %.7f, step 8's %.7f\n", metrics[k], got,
+                                 want, last);
+            CHECK_MSG(fabs(got - want) <= 1e-6 * fabs(want), "%s at step %lld: %.9g, the mean since the last log is %.9g",
+                      metrics[k], (long long)end, got, want);
+        }
+    }
+    // The runs are the same run: its weights are the same (evals change nothing).
+    CHECK(memcmp(ct_loop_net(a)->weights, ct_loop_net(b)->weights, ct_loop_net(a)->n_weights * sizeof(float)) == 0);
+    ct_loop_free(a), ct_loop_free(b);
+    ct_stream_free(s1), ct_stream_free(s2);
+    ct_layer_free(m1), ct_layer_free(m2), ct_layer_free(loss), ct_layer_free(loss2);
+}
+
+// ---- 7: the system seed, recorded ---------------------------------------------------
+
+static void test_system_seed(void) {
+    ct_error err;
+    uint64_t s1, s2;
+    CHECK_OK(ct_loop_system_seed(&s1, &err), &err);
+    CHECK_OK(ct_loop_system_seed(&s2, &err), &err);
+    CHECK(s1 < (1ull << 31) && s2 < (1ull << 31));
+    CHECK_MSG(s1 != s2, "two drawn seeds are both %llu", (unsigned long long)s1);  // 2^-31 to fail by chance
+
+    char *dir = temp_dir("seed");
+    bool found = true;
+    uint64_t got = 0;
+    CHECK_OK(ct_loop_checkpoint_seed(dir, &found, &got, &err), &err);
+    CHECK(!found);
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
+    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()};
+    ct_loop_options o = ct_loop_default_options();
+    o.output_dir = dir;
+    o.seed = (1ull << 62) + 12345;  // more bits than a double holds
+    ct_loop *loop;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 2, &err), &err);
+    ct_loop_free(loop);
+    CHECK_OK(ct_loop_checkpoint_seed(dir, &found, &got, &err), &err);
+    CHECK_MSG(found && got == o.seed, "recorded seed %llu, want %llu", (unsigned long long)got,
+              (unsigned long long)o.seed);
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(loss);
+    ct_fs_remove_tree(dir, NULL);
+    free(dir);
+}
+
+// ---- 8: init_checkpoint ------------------------------------------------------------------
+
+static void test_init_checkpoint(void) {
+    char *a = temp_dir("init_a"), *b = temp_dir("init_b"), *c = temp_dir("init_c");
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
+    ct_error err;
+    ct_loop_options o = ct_loop_default_options();
+    ct_loop *loop = one_task_loop(a, o, train, model, loss);
+    CHECK_OK(ct_loop_run(loop, 5, &err), &err);
+    size_t nw = ct_loop_net(loop)->n_weights;
+    float *w5 = copy_floats(ct_loop_net(loop)->weights, nw);
+    ct_loop_free(loop);
+
+    // From a checkpoint directory, then from a run directory (its newest).
+    char ckpt[512];
+    snprintf(ckpt, sizeof ckpt, "%s/model_5/", a);
+    const char *from[2] = {ckpt, a};
+    for (int k = 0; k < 2; k++) {
+        ct_fs_remove_tree(b, NULL);
+        o = ct_loop_default_options();
+        o.init_checkpoint = from[k];
+        loop = one_task_loop(b, o, train, model, loss);
+        size_t ns;
+        const float *slots = ct_trainer_slots(ct_loop_trainer(loop), &ns);
+        bool fresh = true;
+        for (size_t i = 0; i < ns; i++) fresh = fresh && slots[i] == 0;
+        CHECK_MSG(ct_loop_step(loop) == 0 && memcmp(ct_loop_net(loop)->weights, w5, nw * sizeof *w5) == 0 && fresh,
+                  "init_checkpoint %s: step %lld, weights %s, slots %s", from[k], (long long)ct_loop_step(loop),
+                  memcmp(ct_loop_net(loop)->weights, w5, nw * sizeof *w5) ? "differ" : "equal",
+                  fresh ? "fresh" : "not fresh");
+        CHECK_OK(ct_loop_run(loop, 2, &err), &err);
+        ct_loop_free(loop);
+    }
+    // A run that resumes takes its own checkpoint, not init_checkpoint's weights.
+    loop = one_task_loop(b, o, train, model, loss);
+    CHECK(ct_loop_step(loop) == 2 && memcmp(ct_loop_net(loop)->weights, w5, nw * sizeof *w5) != 0);
+    ct_loop_free(loop);
+
+    // Hostile paths: each a clear error naming init_checkpoint and the path.
+    char file[512], empty[512];
+    snprintf(file, sizeof file, "%s/model_5/state.json", a);
+    snprintf(empty, sizeof empty, "%s/empty", c);
+    CHECK_OK(ct_fs_mkdirs(empty, &err), &err);
+    const char *bad[5] = {"/nonexistent/run", file, empty, "/dev/zero", ""};
+    for (int k = 0; k < 5; k++) {
+        ct_fs_remove_tree(b, NULL);
+        o = ct_loop_default_options();
+        o.init_checkpoint = bad[k];
+        o.output_dir = b;
+        ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()};
+        ct_status st = ct_loop_new(&loop, model, &task, 1, NULL, &o, &err);
+        CHECK_MSG(st != CT_OK && strstr(err.msg, "init_checkpoint") && strstr(err.msg, bad[k]), "'%s': %s", bad[k],
+                  st == CT_OK ? "accepted" : err.msg);
+        if (st != CT_OK) printf("init_checkpoint '%s': %s\n", bad[k], err.msg);
+        else ct_loop_free(loop);
+    }
+    free(w5);
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(loss);
+    ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL), ct_fs_remove_tree(c, NULL);
+    free(a), free(b), free(c);
+}
+
+int main(void) {
+    ct_log_set_level(CT_LOG_WARN);
+    test_permanent_and_lists();
+    test_which_task_default();
+    test_own_loss_and_optimizer();
+    test_eval_tasks_and_model();
+    test_averaged_since_log();
+    test_system_seed();
+    test_init_checkpoint();
+    return check_summary("test_loop_trax");
+}
