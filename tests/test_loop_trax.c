@@ -125,6 +125,11 @@ static void test_permanent_and_lists(void) {
 
 // ---- 3: which_task's default ---------------------------------------------------------
 
+static int task_two(int64_t step, void *user) {
+    (void)step, (void)user;
+    return 2;
+}
+
 static void test_which_task_default(void) {
     ct_stream *a = copy_batches(1), *b = copy_batches(5);
     ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
@@ -141,6 +146,23 @@ static void test_which_task_default(void) {
     printf("which_task default, 5 steps: task 0 took %lld batches, task 1 %lld\n", (long long)pa, (long long)pb);
     CHECK_MSG(pa == 2 && pb == 3, "task cursors %lld and %lld (want 2 and 3)", (long long)pa, (long long)pb);
     ct_loop_free(loop);
+
+    // A which_task out of range stops the run naming the step.
+    tasks[0].optimizer = ct_adam_new(ct_adam_default_params());
+    o.which_task = task_two;
+    CHECK_OK(ct_loop_new(&loop, model, tasks, 2, NULL, &o, &err), &err);
+    CHECK(ct_loop_run(loop, 5, &err) == CT_ERR_ARG && strstr(err.msg, "task 2 for step 1"));
+    printf("which_task out of range: %s\n", err.msg);
+    ct_loop_free(loop);
+
+    // The memory-efficient trainer lays its slots out once: a task's own
+    // optimizer is refused there.
+    o = ct_loop_default_options();
+    o.trainer.memory_efficient = true;
+    tasks[0].optimizer = ct_adam_new(ct_adam_default_params());
+    tasks[1].optimizer = ct_sgd_new(ct_sgd_default_params());
+    CHECK(ct_loop_new(&loop, model, tasks, 2, NULL, &o, &err) == CT_ERR_ARG && strstr(err.msg, "memory-efficient"));
+    printf("own optimizer, memory-efficient trainer: %s\n", err.msg);
     ct_stream_free(a), ct_stream_free(b);
     ct_layer_free(model), ct_layer_free(loss);
 }
