@@ -6,7 +6,7 @@
 # logged, recorded in config.gin and state.json, and reused by a resume (the
 # interrupted run ends bit-equal to an uninterrupted one started with the
 # recorded seed); train.init_checkpoint (another run's weights, step 0) and
-# its errors, which name the setting.
+# its errors, which name the setting; eval/ bindings build the eval model.
 #   cli_loop_test.sh CTRAX
 set -uo pipefail
 ctrax=$1
@@ -98,6 +98,28 @@ if train eval_at "$b" --set 'train.random_seed=1' --config 'Loop.eval_at = [2, 5
     [[ $steps == "2 5 " ]] && ok "Loop.eval_at = [2, 5]: evals at steps $steps" ||
         bad "Loop.eval_at = [2, 5]: evals at steps '$steps'"
 fi
+
+# ---- the eval model: eval/ bindings build the model again for the evals -----------
+if train evm "$b" --set 'train.random_seed=1' --config 'eval/TransformerLM.dropout = 0.0' --output-dir "$work/evm"; then
+    e1=$(grep '"mode": "eval"' "$work/evm/metrics.jsonl")
+    if grep -q "^evals: the model as eval/TransformerLM, on the trained weights$" "$work/evm.log" &&
+        ! grep -q "never reads it" "$work/evm.log"; then
+        ok "eval/TransformerLM.dropout = 0.0: evals run the eval model (the binding is read)"
+    else
+        bad "eval/ binding: $(grep -E 'evals:|never reads' "$work/evm.log")"
+    fi
+    train evm_plain "$b" --set 'train.random_seed=1' --output-dir "$work/evm_plain" &&
+        [[ -n $e1 && $e1 == "$(grep '"mode": "eval"' "$work/evm_plain/metrics.jsonl")" ]] &&
+        ok "the eval model without dropout gives the evals of the model in eval mode" ||
+        bad "eval model's evals differ from the model's: $(diff <(echo "$e1") <(grep '"mode": "eval"' \
+            "$work/evm_plain/metrics.jsonl") | head -n 4)"
+fi
+"$ctrax" train "$b" --set 'train.random_seed=1' --config 'eval/TransformerLM.d_model = 8' --output-dir "$work/evm_bad" \
+    >"$work/evm_bad.log" 2>&1
+rc=$?
+((rc == 1)) && grep -q "eval/TransformerLM, built because the config has eval/ bindings: loop: the eval model" \
+    "$work/evm_bad.log" && ok "an eval model of another width: $(tail -n 1 "$work/evm_bad.log" | cut -c1-150)" ||
+    bad "eval/TransformerLM.d_model = 8: exit $rc: $(tail -n 2 "$work/evm_bad.log")"
 
 # ---- random_seed unset: drawn, recorded, reused ---------------------------------
 if train seed_a "$b" --steps 3 --output-dir "$work/seed"; then

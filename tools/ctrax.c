@@ -252,6 +252,8 @@ typedef struct train_run {
     ct_config *cfg;
     ct_comm *comm;
     ct_layer *model, *loss;
+    ct_layer *eval_model;  // the model built under the eval/ scope, when the config has eval/ bindings
+    char eval_model_name[160];
     ct_optimizer *opt;
     ct_schedule *schedule;
     ct_stream *train, *eval;
@@ -278,6 +280,7 @@ static void train_run_free(train_run *r) {
     ct_schedule_free(r->schedule);
     ct_optimizer_free(r->opt);
     ct_layer_free(r->model);
+    ct_layer_free(r->eval_model);
     ct_layer_free(r->loss);
     ct_free(r->config_text);
     ct_config_free(r->cfg);
@@ -416,10 +419,27 @@ static ct_status check_memory(train_run *r, const train_args *a, const ct_train_
     return CT_OK;
 }
 
+// Trax's eval_model (train() builds the model again in eval mode): a config
+// with eval/-scoped bindings (eval/TransformerLM.dropout = 0.0) gets the
+// model built as "eval/<model>", and the Loop runs the evals with it on a
+// copy of the trained weights. Without such bindings the evals run the
+// model itself (in eval mode: the same values as Trax's eval model).
+static ct_status build_eval_model(train_run *r, const ct_train_settings *t, ct_error *err) {
+    bool scoped = false;
+    for (int i = 0; i < ct_config_n_bindings(r->cfg) && !scoped; i++)
+        scoped = !strncmp(ct_config_binding_at(r->cfg, i).name, "eval/", 5);
+    if (!scoped) return CT_OK;
+    snprintf(r->eval_model_name, sizeof r->eval_model_name, "eval/%s", t->model);
+    if (ct_config_build_model(r->cfg, r->eval_model_name, &r->eval_model, err) != CT_OK)
+        return ct_error_prefix(err, "the eval model %s (the config has eval/ bindings)", r->eval_model_name);
+    return CT_OK;
+}
+
 // Builds model, loss, optimizer, schedule, streams and metrics.
 static ct_status build_objects(train_run *r, const ct_train_settings *t, ct_error *err) {
     ct_config *c = r->cfg;
     CT_TRY(ct_config_build_model(c, t->model, &r->model, err));
+    CT_TRY(build_eval_model(r, t, err));
     CT_TRY(ct_config_build_layer(c, t->loss_fn, &r->loss, err));
     CT_TRY(ct_config_build_optimizer(c, t->optimizer, &r->opt, err));
     if (t->lr_schedule_fn) CT_TRY(ct_config_build_schedule(c, t->lr_schedule_fn, &r->schedule, err));
@@ -456,6 +476,7 @@ static void loop_options(train_run *r, const train_args *a, const ct_train_setti
     o->restore = !a->restart;
     o->seed = (uint64_t)t->random_seed;
     o->init_checkpoint = t->init_checkpoint;
+    o->eval_model = r->eval_model;
     if (r->ckpt_list) o->checkpoints_at = r->ckpt_steps, o->n_checkpoints_at = r->n_ckpt_steps;
     if (r->perm_list) o->permanent_checkpoints_at = r->perm_steps, o->n_permanent_checkpoints_at = r->n_perm_steps;
     o->checkpoint_low_metric = t->checkpoint_lowest;
@@ -638,6 +659,8 @@ static int run_train(const train_args *a) {
         // The loop's message names init_checkpoint; this says where it is bound.
         if (o.init_checkpoint && !strncmp(err.msg, "loop: init_checkpoint", 21))
             ct_error_prefix(&err, "%strain.init_checkpoint = '%s'", r.init_where, o.init_checkpoint);
+        if (o.eval_model && !strncmp(err.msg, "loop: the eval model", 20))
+            ct_error_prefix(&err, "%s, built because the config has eval/ bindings", r.eval_model_name);
         goto done;
     }
     if (rank == 0) {
@@ -649,6 +672,7 @@ static int run_train(const train_args *a) {
                o.trainer.memory_efficient ? "memory-efficient" : "standard", o.trainer.n_devices,
                r.comm ? ct_comm_size(r.comm) : 1, r.output_dir);
         printf("data: %s\n", desc);
+        if (r.eval_model) printf("evals: the model as %s, on the trained weights\n", r.eval_model_name);
         print_blas();
         print_memory_plan(ct_trainer_memory_plan(ct_loop_trainer(r.loop)), r.output_dir);
         if (ct_loop_restored_from(r.loop)[0])
