@@ -68,7 +68,10 @@
 //   highest_<metric>/          weights.safetensors  weights and state by layer path
 //   checkpoint                 slots.safetensors    optimizer slots, one flat
 //                                                   tensor per weight
-//                              state.json           step, keys, cursors, history, ...
+//                              slots_task<i>.safetensors  the same for train task i,
+//                                                   when it has an optimizer of its own
+//                              state.json           step, seed (and seed_text, exact),
+//                                                   keys, cursors, history, ...
 //   metrics.jsonl, train/ and eval/ TensorBoard event files
 //   config.gin               the operative config, when the caller gives one
 //
