@@ -2,9 +2,11 @@
 // sizes the step arenas (and the memory-efficient trainer's buffers), so
 // step 1 peaks no higher than later steps, the plan's parts add up to what
 // the device holds, and a device limit below the plan fails at construction.
-// Issue 13: backward gives back what it no longer needs (ct_arena_keep in
-// the stack walk), so the plan holds forward's saved tensors and one
-// layer's backward, not the sum of every layer's gradients.
+// Issue 13: the stack walk gives back what nobody reads any more
+// (ct_arena_keep) and donates dead inputs to elementwise layers
+// (ct_arena_donate), so the plan holds forward's saved tensors and one
+// layer's backward, not every layer's outputs and gradients.
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -166,7 +168,7 @@ static void test_arena_keep(void) {
     void **data[] = {&py, &px, &view, &pb, &px, &none};
     size_t bytes[] = {300, 200, 50, 100, 200, 0};
     size_t used = a.used;
-    size_t freed = ct_arena_keep(&a, m, data, bytes, 6);
+    size_t freed = ct_arena_keep(&a, m, data, bytes, 6, 1);
     // x (256 bytes, aligned) and y (320) move down over the dead 3008 + 1024.
     CHECK_MSG(freed == 3008 + 1024 && a.used == used - freed, "freed %zu, used %zu -> %zu", freed, used, a.used);
     unsigned char *nx = px, *ny = py;
@@ -186,9 +188,9 @@ static void test_arena_keep(void) {
     void **one[] = {&pbig};
     size_t big_bytes[] = {4096};
     used = a.used;
-    CHECK(small && big && ct_arena_keep(&a, m, one, big_bytes, 1) == 0 && pbig == big && a.used == used);
+    CHECK(small && big && ct_arena_keep(&a, m, one, big_bytes, 1, 1) == 0 && pbig == big && a.used == used);
     // Nothing kept: everything since the mark goes, without a copy.
-    CHECK(ct_arena_keep(&a, m, NULL, NULL, 0) == used && a.used == 0);
+    CHECK(ct_arena_keep(&a, m, NULL, NULL, 0, 1) == used && a.used == 0);
     ct_arena_free(&a);
 
     // An unplanned arena that chained a block since the mark: left alone.
@@ -197,7 +199,7 @@ static void test_arena_keep(void) {
     m = ct_arena_get_mark(&a);
     CHECK(ct_arena_alloc(&a, 4 << 20, &err) != NULL);
     used = a.used;
-    CHECK(ct_arena_keep(&a, m, NULL, NULL, 0) == 0 && a.used == used);
+    CHECK(ct_arena_keep(&a, m, NULL, NULL, 0, 1) == 0 && a.used == used);
     ct_arena_free(&a);
     CHECK(dev.current_bytes == 0);
 }
@@ -253,10 +255,99 @@ static void test_backward_reuse(void) {
               extra[1], depths[1]);
 }
 
+// ---- forward: what nobody reads is given back or written over ----------------
+
+// Runs layer forward on x over a fresh arena; the bytes in use after it.
+static size_t forward_used(ct_layer *layer, const ct_tensor *x, bool record, float *out_first) {
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    CHECK_OK(ct_net_init(&net, layer, x, 1, ct_key_from_seed(3), &dev, &err), &err);
+    ct_arena arena;
+    ct_ctx c;
+    ct_arena_init(&arena, &dev);
+    ct_ctx_init(&c, &arena);
+    ct_net_bind(&net, &c, true);
+    c.record = record;
+    ct_tensor out;
+    CHECK_OK(ct_layer_forward(net.root, &c, x, &out, ct_key_from_seed(4), &err), &err);
+    size_t used = arena.used;
+    if (out_first) *out_first = ct_f32(&out)[0];
+    ct_ctx_free(&c);
+    ct_arena_free(&arena);
+    ct_net_free(&net);
+    ct_layer_free(layer);
+    CHECK(dev.current_bytes == 0);
+    return used;
+}
+
+// Serial(Dense(1024), Relu, Dense(4)) on 32 rows: the Relu writes over its
+// Dense's output (donated: the walk's, and nothing else reads it), so
+// forward holds the Relu's output (saved by the last Dense) and the result,
+// not the 128 KiB pre-activation too; without a tape (eval) only the result
+// stays.
+static void test_forward_reuse(void) {
+    float xs[32 * 8];
+    ct_tensor x = ct_tensor_2d(CT_DTYPE_F32, 32, 8, xs);
+    for (int i = 0; i < 32 * 8; i++) xs[i] = (float)((i * 7) % 11) / 11.0f - 0.5f;
+    const size_t hidden = 32 * 1024 * sizeof(float), result = 512;  // (32, 4) f32, aligned
+    size_t used = forward_used(ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4))), &x, true, NULL);
+    CHECK_MSG(used == hidden + result, "forward keeps %zu bytes, expected %zu (the Relu's output and the result)",
+              used, hidden + result);
+    used = forward_used(ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4))), &x, false, NULL);
+    CHECK_MSG(used == result, "eval forward keeps %zu bytes, expected %zu (the result)", used, result);
+    // A residual block: the Add writes over the branch's output.
+    used = forward_used(ct_serial(CT_LAYERS(ct_dense(1024), ct_residual(CT_LAYERS(ct_relu()), NULL))), &x, false,
+                        NULL);
+    CHECK_MSG(used == hidden, "eval forward of Dense, Residual(Relu) keeps %zu bytes, expected %zu", used, hidden);
+}
+
+// A layer that runs its sublayer f twice on its input, [x] -> [f(x) + f(x)]:
+// x is read again after f's first run, so a donation of x meant for this
+// layer must not reach f (ct_layer_forward gives it to one layer).
+static ct_status twice_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                            ct_error *err) {
+    return ct_layer_init(l->sub[0], 0, ic, in, out, key, err);
+}
+
+static ct_status twice_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                               ct_error *err) {
+    bool record = c->record;
+    c->record = false;  // forward only: this test runs no backward
+    ct_tensor a, b;
+    ct_status st = ct_layer_forward(l->sub[0], c, in, &a, key, err);
+    if (st == CT_OK) st = ct_layer_forward(l->sub[0], c, in, &b, key, err);
+    c->record = record;
+    CT_TRY(st);
+    out[0] = ct_tensor_sig(&a);
+    CT_TRY(ct_ctx_alloc(c, &out[0], err));
+    for (int64_t i = 0; i < ct_tensor_numel(&a); i++) ct_f32(&out[0])[i] = ct_f32(&a)[i] + ct_f32(&b)[i];
+    return CT_OK;
+}
+
+static const ct_layer_vtable twice_vt = {.type = "Twice", .init = twice_init, .forward = twice_forward};
+
+static void test_donation_scope(void) {
+    float xs[4 * 8];
+    ct_tensor x = ct_tensor_2d(CT_DTYPE_F32, 4, 8, xs);
+    for (int i = 0; i < 4 * 8; i++) xs[i] = (float)((i * 5) % 9) / 3.0f - 1.2f;
+    ct_layer *tanh_layer[1] = {ct_tanh()};
+    ct_layer *twice = ct_layer_new(&twice_vt, "Twice", 1, 1, NULL, tanh_layer, 1);
+    float got = 0, dense_out = 0;
+    forward_used(ct_serial(CT_LAYERS(ct_dense(8), twice)), &x, true, &got);
+    // The same Dense (same key: sublayer 0 of a Serial) alone.
+    forward_used(ct_serial(CT_LAYERS(ct_dense(8))), &x, true, &dense_out);
+    float want = 2.0f * tanhf(dense_out);
+    CHECK_MSG(fabsf(got - want) <= 1e-6f * fabsf(want) + 1e-7f,
+              "f(x) + f(x) with f = Tanh: %.9g, expected %.9g (x overwritten by the first f?)", got, want);
+}
+
 int main(void) {
     ct_log_set_level(CT_LOG_WARN);
     test_arena_keep();
     test_backward_reuse();
+    test_forward_reuse();
+    test_donation_scope();
     for (int n = 1; n <= 2; n++) {
         test_peaks(false, n);
         test_peaks(true, n);

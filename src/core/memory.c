@@ -272,7 +272,13 @@ static bool since_range(const ct_arena *a, ct_arena_mark mark, unsigned char **b
     else if (!mark.block && !a->head->prev) *base = a->head->data;  // empty at the mark, one block since
     else return false;
     *top = a->head->data + a->head->used;
-    return true;
+    return *base <= *top;
+}
+
+bool ct_arena_since(const ct_arena *a, ct_arena_mark mark, const void *p, size_t bytes) {
+    unsigned char *base, *top;
+    const unsigned char *q = p;
+    return q && since_range(a, mark, &base, &top) && q >= base && q < top && bytes <= (size_t)(top - q);
 }
 
 // One run of kept bytes, as offsets from the mark: [lo, hi).
@@ -280,7 +286,8 @@ typedef struct keep_run {
     size_t lo, hi;
 } keep_run;
 
-size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const size_t *bytes, int n) {
+size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const size_t *bytes, int n,
+                     size_t min_gain) {
     CT_ASSERT(n >= 0 && n <= CT_ARENA_KEEP_MAX);
     unsigned char *base, *top;
     if (!since_range(a, mark, &base, &top) || top == base) return 0;
@@ -316,7 +323,7 @@ size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const 
         kept += runs[k].hi - runs[k].lo;
     }
     size_t freed = span - kept;
-    if (freed == 0 || moved > freed) return 0;
+    if (freed == 0 || moved > freed / (min_gain ? min_gain : 1)) return 0;
     // Runs move down in address order, so a destination never overlaps a
     // run still to move; each pointer moves with the run that holds it.
     size_t dest = 0;

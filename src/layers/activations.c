@@ -1,47 +1,70 @@
 // Elementwise activations (Relu, Gelu, Tanh, Sigmoid) and softmaxes over the
-// last axis (LogSoftmax, Softmax), all weightless ct_fn layers: ct_fn saves
-// the input and the output on the tape, and each backward uses the one its
-// kernel needs.
+// last axis (LogSoftmax, Softmax), all weightless layers of type "Fn". The
+// softmaxes are ct_fn layers (which save the input and the output); the
+// elementwise activations save only the tensor their backward reads, so the
+// other one dies with the walk that made it (ct_stack_walk gives it back):
+// under a Relu the d_ff-wide Dense output is not kept for backward.
 #include "ctrax/layers/combinators.h"
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/softmax.h"
+#include "layers/internal.h"
 
 // One activation: its kernels, and whether backward wants the input or the
-// output (the kernels' second argument).
+// output (the kernels' second argument, the one tensor saved).
 typedef struct act_ops {
     void (*forward)(float *out, const float *inp, int64_t N);
     void (*backward)(float *dinp, const float *saved, const float *dout, int64_t N);
     bool backward_from_input;
 } act_ops;
 
-static ct_status act_shape(const ct_tensor *in, ct_tensor *out, const void *user, ct_error *err) {
-    (void)user;
+typedef struct act_hp {
+    const act_ops *ops;
+} act_hp;
+
+// (...) f32 -> (...) f32
+static ct_status act_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                          ct_error *err) {
+    (void)ic, (void)key;
     if (in[0].dtype != CT_DTYPE_F32) {
         char s[CT_SIG_STR_MAX];
-        return ct_error_set(err, CT_ERR_SHAPE, "input is %s, expected f32",
-                            ct_tensor_sig_str(&in[0], s, sizeof s));
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, "shape", "input is %s, expected f32",
+                             ct_tensor_sig_str(&in[0], s, sizeof s));
     }
     out[0] = ct_tensor_sig(&in[0]);
     return CT_OK;
 }
 
-static void act_forward(const ct_tensor *in, ct_tensor *out, const void *user) {
-    const act_ops *ops = user;
+static ct_status act_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                             ct_error *err) {
+    const act_ops *ops = ((const act_hp *)l->hp)->ops;
+    CT_TRY(act_init(l, NULL, in, out, key, err));
+    // Elementwise, so the output may be the input's memory when that was
+    // donated and backward does not read the input.
+    if (!ops->backward_from_input && ct_arena_donated(c->arena, in[0].data)) out[0].data = in[0].data;
+    else CT_TRY(ct_ctx_alloc(c, &out[0], err));
     ops->forward(ct_f32(&out[0]), ct_f32(&in[0]), ct_tensor_numel(&in[0]));
+    return ct_tape_push(c, ops->backward_from_input ? &in[0] : &out[0], err);
 }
 
-static void act_backward(const ct_tensor *in, const ct_tensor *out, const ct_tensor *grad_out,
-                         ct_tensor *grad_in, const void *user) {
-    const act_ops *ops = user;
-    const float *saved = ops->backward_from_input ? ct_f32(&in[0]) : ct_f32(&out[0]);
-    ops->backward(ct_f32(&grad_in[0]), saved, ct_f32(&grad_out[0]), ct_tensor_numel(&in[0]));
+static ct_status act_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in, ct_key key,
+                              ct_error *err) {
+    (void)key;
+    const act_ops *ops = ((const act_hp *)l->hp)->ops;
+    ct_tensor saved = ct_tape_pop(c);
+    grad_in[0] = ct_tensor_sig(&saved);
+    if (!grad_out[0].data) return CT_OK;  // no gradient flows: a zero (NULL) one back
+    CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
+    ops->backward(ct_f32(&grad_in[0]), ct_f32(&saved), ct_f32(&grad_out[0]), ct_tensor_numel(&saved));
+    return CT_OK;
 }
+
+static const ct_layer_vtable act_vt = {.type = "Fn", .init = act_init, .forward = act_forward, .backward = act_backward};
 
 static ct_layer *act_new(const char *name, const act_ops *ops) {
-    ct_fn_spec spec = {name, 1, 1, act_shape, act_forward, act_backward, ops};
-    return ct_fn(&spec);
+    act_hp hp = {ops};
+    return ct_layer_rename(ct_layer_new_hp(&act_vt, 1, 1, &hp, sizeof hp), name);
 }
 
 static const act_ops relu_ops = {ct_relu_forward, ct_relu_backward, false};

@@ -26,21 +26,68 @@ static ct_status walk_one(ct_layer *s, int i, ct_stack_op op, ct_init_ctx *ic, c
     return ct_layer_reverse(s, c, x, y, k, err);
 }
 
-// Backward, after a sublayer: of what the walk allocated since mark, only
-// the gradients on the stack are still needed (each sublayer popped its own
-// tape records, and its saved tensors come from forward, before the mark),
-// so the rest -- the consumed output gradients, the sublayers' scratch --
-// is given back and the stack's gradients move down over it when that frees
-// more than it copies. Without this, backward's gradients pile up in the
-// arena for the whole step: as much again as forward keeps.
-static void keep_stack_grads(ct_ctx *c, ct_arena_mark mark, ct_tensor *stack, int depth) {
-    void **data[CT_STACK_MAX];
-    size_t bytes[CT_STACK_MAX];
-    for (int k = 0; k < depth; k++) {
-        data[k] = &stack[k].data;
-        bytes[k] = stack[k].data ? ct_tensor_nbytes(&stack[k]) : 0;
+// After each sublayer, of what the walk allocated since mark only what the
+// stack and the tape records pushed since the walk began (from tape_from)
+// point to is still needed; the rest goes back to the arena, the live
+// tensors moving down over it when that frees more than it copies
+// (ct_arena_keep; tape records and stack items move with their data).
+// Forward, that frees outputs the next sublayer consumed without saving --
+// the d_ff-wide Dense output under a Relu, a residual branch's output once
+// added. Backward, where each sublayer pops its own records and its saved
+// tensors come from forward (before the mark), it frees the consumed output
+// gradients and the sublayers' scratch: without it, backward's gradients
+// would pile up for the whole step, as much again as forward keeps. A walk
+// with more records than ct_arena_keep takes keeps everything (its
+// sublayers' own walks gave back what died in them).
+//
+// A forward copy frees its own size for the rest of forward and through
+// backward's peak, so it is made when it frees at least as much as it
+// copies; backward's frees last only until the next sublayer, and the same
+// gradient would move again at each level of nesting, so there it must
+// free twice what it copies (config A: 48 MiB copied per step instead of
+// 108, for 2 MiB more arena).
+static void keep_live(ct_ctx *c, ct_arena_mark mark, ct_tensor *stack, int depth, int tape_from, bool back) {
+    int n_tape = c->tape_len > tape_from ? c->tape_len - tape_from : 0;
+    if (depth + n_tape > CT_ARENA_KEEP_MAX) return;
+    void **data[CT_ARENA_KEEP_MAX];
+    size_t bytes[CT_ARENA_KEEP_MAX];
+    int n = 0;
+    for (int k = 0; k < depth; k++, n++) {
+        data[n] = &stack[k].data;
+        bytes[n] = stack[k].data ? ct_tensor_nbytes(&stack[k]) : 0;
     }
-    ct_arena_keep(c->arena, mark, data, bytes, depth);
+    for (int k = tape_from; k < tape_from + n_tape; k++, n++) {
+        data[n] = &c->tape[k].data;
+        bytes[n] = c->tape[k].data ? ct_tensor_nbytes(&c->tape[k]) : 0;
+    }
+    ct_arena_keep(c->arena, mark, data, bytes, n, back ? 2 : 1);
+}
+
+static bool overlaps(const ct_tensor *t, const unsigned char *p, size_t n) {
+    const unsigned char *q = t->data;
+    return q && q < p + n && p < q + ct_tensor_nbytes(t);
+}
+
+// Forward, before sublayer s runs on the stack's top: donates the first of
+// its inputs that nothing reads after it (ct_arena_donate) -- memory the
+// walk allocated (so no caller holds it), no other stack item and no tape
+// record pushed since the walk began (from tape_from) overlapping it -- so
+// an elementwise sublayer can write its output over it instead of taking
+// new memory that a later copy would have to close up.
+static void donate_dead_input(ct_ctx *c, ct_arena_mark mark, const ct_layer *s, const ct_tensor *stack, int depth,
+                              int tape_from) {
+    for (int i = 0; i < s->n_in; i++) {
+        const ct_tensor *x = &stack[i];
+        size_t n = x->data ? ct_tensor_nbytes(x) : 0;
+        if (!n || !ct_arena_since(c->arena, mark, x->data, n)) continue;
+        bool read_later = false;
+        for (int k = 0; k < depth && !read_later; k++) read_later = k != i && overlaps(&stack[k], x->data, n);
+        for (int k = tape_from; k < c->tape_len && !read_later; k++) read_later = overlaps(&c->tape[k], x->data, n);
+        if (!read_later) {
+            ct_arena_donate(c->arena, x->data);
+            return;
+        }
+    }
 }
 
 ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c, const ct_tensor *top,
@@ -50,16 +97,19 @@ ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c,
     ct_tensor stack[CT_STACK_MAX], step[CT_LAYER_MAX_IO];
     int depth = back ? l->n_out : l->n_in;
     memcpy(stack, top, (size_t)depth * sizeof *stack);
-    ct_arena_mark mark = op == CT_STACK_BACKWARD ? ct_arena_get_mark(c->arena) : (ct_arena_mark){0};
+    bool run = op == CT_STACK_FORWARD || op == CT_STACK_BACKWARD;
+    ct_arena_mark mark = run ? ct_arena_get_mark(c->arena) : (ct_arena_mark){0};
+    int tape_from = run ? c->tape_len : 0;
     for (int j = 0; j < l->n_sub; j++) {
         int i = back ? l->n_sub - 1 - j : j;
         ct_layer *s = l->sub[i];
+        if (op == CT_STACK_FORWARD) donate_dead_input(c, mark, s, stack, depth, tape_from);
         CT_TRY(walk_one(s, i, op, ic, c, stack, step, key, err));
         depth = back ? ct_stack_replace(stack, depth, s->n_out, step, s->n_in)
                      : ct_stack_replace(stack, depth, s->n_in, step, s->n_out);
         if (depth < 0)  // only init can find it: the others run what init checked
             return ct_layer_fail(l, err, CT_ERR_ARG, op_names[op], "stack deeper than %d items", CT_STACK_MAX);
-        if (op == CT_STACK_BACKWARD) keep_stack_grads(c, mark, stack, depth);
+        if (run) keep_live(c, mark, stack, depth, tape_from, op == CT_STACK_BACKWARD);
     }
     memcpy(result, stack, (size_t)(back ? l->n_in : l->n_out) * sizeof *result);
     return CT_OK;
@@ -283,11 +333,21 @@ static ct_status binary_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, 
     return CT_OK;
 }
 
-// out = a + b; (...) x (...) -> (...)
+// out = a + b; (...) x (...) -> (...), over a donated input's memory (a
+// residual branch's output) when there is one.
 static ct_status add_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
                              ct_error *err) {
     (void)key;
     CT_TRY(check_same(l, in, err));
+    for (int i = 0; i < 2; i++)
+        if (ct_arena_donated(c->arena, in[i].data)) {
+            const float *x = in[0].data, *y = in[1].data;
+            float *o = in[i].data;
+            int64_t n = ct_tensor_numel(&in[0]);
+            for (int64_t k = 0; k < n; k++) o[k] = x[k] + y[k];
+            out[0] = in[i];
+            return CT_OK;
+        }
     return ct_ctx_sum(c, &in[0], &in[1], &out[0], err);
 }
 

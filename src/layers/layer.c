@@ -272,7 +272,12 @@ ct_status ct_ctx_check_grads(const ct_ctx *c, const ct_layer *l, const ct_tensor
 
 ct_status ct_layer_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
                            ct_error *err) {
-    CT_TRY(l->vt->forward(l, c, in, out, key, err));
+    // A donated input (ct_arena_donate) is l's to overwrite, not its
+    // sublayers'.
+    const void *outer = ct_arena_take_donation(c->arena);
+    ct_status st = l->vt->forward(l, c, in, out, key, err);
+    ct_arena_end_donation(c->arena, outer);
+    CT_TRY(st);
     return c->check_finite ? check_forward(l, c, out, err) : CT_OK;
 }
 

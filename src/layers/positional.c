@@ -66,7 +66,9 @@ static ct_status positional_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in,
     const ct_tensor *x = &in[0];
     CT_TRY(positional_check(l, x, "forward", err));
     out[0] = ct_tensor_sig(x);
-    CT_TRY(ct_ctx_alloc(c, &out[0], err));
+    // Elementwise, and backward needs only x's shape: over x when donated.
+    if (ct_arena_donated(c->arena, x->data)) out[0].data = x->data;
+    else CT_TRY(ct_ctx_alloc(c, &out[0], err));
     // Rows t < T of a (max_len, D) table are its first T * D floats.
     ct_positional_forward(out[0].data, x->data, positional_table(l, c), x->shape[0], x->shape[1] * x->shape[2]);
     return ct_tape_push_sig(c, x, err);

@@ -10,6 +10,7 @@
 #ifndef CTRAX_CORE_MEMORY_H
 #define CTRAX_CORE_MEMORY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "ctrax/core/error.h"
@@ -83,6 +84,10 @@ typedef struct ct_arena {
     size_t measure_reserved;  // bytes of address space reserved
     size_t measure_counted;   // bytes counted on the device
     size_t measure_max;       // the most bytes in use at once while measuring
+    // Buffer donation (ct_arena_donate): what the next layer to run may
+    // overwrite, and what the running one may.
+    const void *donate_next;
+    const void *donated;
 } ct_arena;
 
 typedef struct ct_arena_mark {
@@ -101,20 +106,46 @@ ct_arena_mark ct_arena_get_mark(const ct_arena *a);
 // Frees everything allocated after the mark.
 void ct_arena_reset_to(ct_arena *a, ct_arena_mark mark);
 // Keeps some of what was allocated since the mark and frees the rest
-// (backward's walkers: after each sublayer, the gradients on the stack are
-// all that is still needed of what the walk allocated). The n regions
+// (the Serial walks: after each sublayer, what the stack and the new tape
+// records point to is all that is still needed of what the walk
+// allocated). The n regions
 // [*data[i], *data[i] + bytes[i]) that lie in memory handed out since the
 // mark move down to it, in address order and each by a multiple of the
 // alignment; regions that overlap move together, so a view stays a view of
 // its tensor; *data[i] is updated. Regions outside that memory (allocated
 // before the mark, or not the arena's) and NULL data stay as they are.
 // Everything else since the mark is freed. Nothing happens, and it returns
-// 0, when there is nothing to free, when the move would copy more bytes than
-// it frees (so compacting never costs more than it saves), or when the
-// arena chained a new block since the mark (an unplanned first step).
-// Returns the bytes freed. n <= CT_ARENA_KEEP_MAX; allocates nothing.
+// 0, when there is nothing to free, when it would free fewer than min_gain
+// times the bytes it copies (a copy is time: the caller says what a freed
+// byte is worth), or when the arena chained a new block since the mark (an
+// unplanned first step). Returns the bytes freed. n <= CT_ARENA_KEEP_MAX;
+// allocates nothing.
 #define CT_ARENA_KEEP_MAX 64
-size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const size_t *bytes, int n);
+// Whether [p, p + bytes) lies in memory handed out since the mark (false
+// also when the arena chained a new block since).
+bool ct_arena_since(const ct_arena *a, ct_arena_mark mark, const void *p, size_t bytes);
+size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const size_t *bytes, int n,
+                     size_t min_gain);
+
+// Buffer donation, as JAX's donate_argnums: the owner of a tensor that
+// nobody reads after the next layer runs (a Serial walk, for a sublayer's
+// input that the stack and the tape no longer hold) donates its memory,
+// and that layer may write its output over it instead of allocating
+// (ct_arena_donated(a, in[k].data)): Relu over its Dense's output, Add over
+// the residual branch's. ct_layer_forward hands a donation to the layer it
+// runs alone: ct_arena_take_donation when it starts (the layers it runs in
+// turn see none), ct_arena_end_donation when it returns.
+static inline void ct_arena_donate(ct_arena *a, const void *p) { a->donate_next = p; }
+static inline bool ct_arena_donated(const ct_arena *a, const void *p) { return p && p == a->donated; }
+// Makes the pending donation the running layer's; returns the one it
+// replaces, for ct_arena_end_donation.
+static inline const void *ct_arena_take_donation(ct_arena *a) {
+    const void *outer = a->donated;
+    a->donated = a->donate_next;
+    a->donate_next = NULL;
+    return outer;
+}
+static inline void ct_arena_end_donation(ct_arena *a, const void *outer) { a->donated = outer; }
 // Frees everything; merges blocks into one sized for the high-water mark.
 void ct_arena_reset(ct_arena *a);
 // Capacity reserved on the device by the arena, in bytes.
