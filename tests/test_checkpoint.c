@@ -1003,6 +1003,57 @@ static void test_retention(void) {
     CHECK(set_is(dir2, want3, 1));
 }
 
+// A manifest edited by hand: "keep" absent (manifests before permanent
+// checkpoints) is not kept; anything but true or false is refused by name,
+// and the checkpoint is then not complete, so pruning leaves it alone
+// instead of reading "keep": "yes" as false and removing it.
+static void test_keep_field(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("keep_field"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "model_1", 1, 1, false, false, 0, &err), &err);
+    CHECK_OK(make_ckpt(dir, "model_2", 2, 2, true, false, 0, &err), &err);
+    CHECK_OK(make_ckpt(dir, "model_3", 3, 3, false, true, 0, &err), &err);
+    char path[1200], *text = NULL;
+    snprintf(path, sizeof path, "%s/model_1/manifest.json", dir);
+    CHECK_OK(ct_fs_read(path, &text, NULL, &err), &err);
+    cJSON *m = cJSON_Parse(text);
+    free(text);
+    cJSON_DeleteItemFromObjectCaseSensitive(m, "keep");
+    text = cJSON_Print(m);
+    write_text(path, text);
+    cJSON_free(text);
+    cJSON_Delete(m);
+    ct_checkpoint *c = NULL;
+    CHECK_OK(ct_checkpoint_open(&c, dir, "model_1", &err), &err);
+    CHECK(c && !ct_checkpoint_kept(c));
+    ct_checkpoint_close(c);
+
+    const char *bad[3] = {"\"yes\"", "1", "null"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s/model_2/manifest.json", dir);
+        CHECK_OK(ct_fs_read(path, &text, NULL, &err), &err);
+        m = cJSON_Parse(text);
+        free(text);
+        cJSON_ReplaceItemInObjectCaseSensitive(m, "keep", cJSON_Parse(bad[k]));
+        text = cJSON_Print(m);
+        write_text(path, text);
+        cJSON_free(text);
+        cJSON_Delete(m);
+        c = NULL;
+        ct_status st = ct_checkpoint_open(&c, dir, "model_2", &err);
+        CHECK_MSG(st == CT_ERR_FORMAT && strstr(err.msg, "model_2/manifest.json") && strstr(err.msg, "\"keep\""),
+                  "\"keep\": %s: %s", bad[k], st == CT_OK ? "accepted" : err.msg);
+        if (k == 0) printf("\"keep\": %s: %s\n", bad[k], err.msg);
+        ct_checkpoint_close(c);
+        // keep_last 0: only the pointer's (model_3) and what cannot be read stay.
+        CHECK_OK(ct_checkpoint_prune(dir, 0, NULL, NULL, &err), &err);
+        CHECK(exists(path));
+    }
+    snprintf(path, sizeof path, "%s/model_1", dir);
+    CHECK(!exists(path));
+}
+
 int main(void) {
     scratch_init("test_checkpoint");
     printf("scratch directory %s\n", g_tmp);
@@ -1016,6 +1067,7 @@ int main(void) {
     test_atomic_replace();
     test_pointer_fallback();
     test_retention();
+    test_keep_field();
     ct_error err;
     if (!check_failed_) ct_fs_remove_tree(g_tmp, &err);
     return check_summary("test_checkpoint");

@@ -176,8 +176,10 @@ typedef struct two_tasks {
 } two_tasks;
 
 // Task 0: Adam and its loss; task 1: Adafactor (own: true) or task 0's
-// optimizer (own: false), with a loss layer of its own.
-static ct_status two_tasks_new(two_tasks *r, const char *dir, bool own, ct_error *err) {
+// optimizer (own: false), with a loss layer of its own. base: the options
+// (NULL: checkpoints every 4 steps, seed 3).
+static ct_status two_tasks_new_with(two_tasks *r, const char *dir, bool own, const ct_loop_options *base,
+                                    ct_error *err) {
     memset(r, 0, sizeof *r);
     r->a = copy_batches(1);
     r->b = copy_batches(5);
@@ -188,10 +190,15 @@ static ct_status two_tasks_new(two_tasks *r, const char *dir, bool own, ct_error
     ct_train_task tasks[2] = {{r->a, r->loss_a, ct_adam_new(ct_adam_default_params()), NULL, "loss", lr_adam()},
                               {r->b, r->loss_b, own ? ct_adafactor_new(ap) : NULL, NULL, "loss_b", 0.01f}};
     ct_loop_options o = ct_loop_default_options();
-    o.output_dir = dir;
     o.n_steps_per_checkpoint = 4;
     o.seed = 3;
+    if (base) o = *base;
+    o.output_dir = dir;
     return ct_loop_new(&r->loop, r->model, tasks, 2, NULL, &o, err);
+}
+
+static ct_status two_tasks_new(two_tasks *r, const char *dir, bool own, ct_error *err) {
+    return two_tasks_new_with(r, dir, own, NULL, err);
 }
 
 static void two_tasks_free(two_tasks *r) {
@@ -503,11 +510,407 @@ static void test_init_checkpoint(void) {
         if (st != CT_OK) printf("init_checkpoint '%s': %s\n", bad[k], err.msg);
         else ct_loop_free(loop);
     }
+    // Another model's checkpoint (another width: every name the same, most
+    // shapes not): an error naming init_checkpoint and a tensor, not a run
+    // that goes on from mostly random weights after a warning.
+    ct_transformer_lm_params wide = ct_transformer_lm_default_params();
+    wide.vocab_size = VOCAB, wide.d_model = 8, wide.d_ff = 32, wide.n_layers = 1, wide.n_heads = 2;
+    wide.max_len = 2 * LEN + 2;
+    ct_layer *other = ct_transformer_lm(wide);
+    ct_fs_remove_tree(b, NULL);
+    o = ct_loop_default_options();
+    o.init_checkpoint = a;
+    o.output_dir = b;
+    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()};
+    ct_status st = ct_loop_new(&loop, other, &task, 1, NULL, &o, &err);
+    CHECK_MSG(st == CT_ERR_SHAPE && strstr(err.msg, "init_checkpoint") && strstr(err.msg, "expected"),
+              "init_checkpoint of another model: %s", st == CT_OK ? "accepted" : err.msg);
+    printf("init_checkpoint of a model of another width: %.200s\n", err.msg);
+    if (st == CT_OK) ct_loop_free(loop);
+    ct_layer_free(other);
     free(w5);
     ct_stream_free(train);
     ct_layer_free(model), ct_layer_free(loss);
     ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL), ct_fs_remove_tree(c, NULL);
     free(a), free(b), free(c);
+}
+
+// ---- 9: every feature at once, resumed --------------------------------------------------
+
+// Which of model_1 .. model_12 are in dir: "1" kept, "0" regular, "-" absent.
+static void kept_string(const char *dir, char *out) {
+    for (int s = 1; s <= 12; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "model_%d", s);
+        int k = kept(dir, name);
+        out[s - 1] = k < 0 ? '-' : (char)('0' + k);
+    }
+    out[12] = '\0';
+}
+
+// Two tasks with their own optimizers and losses, permanent checkpoints at a
+// list, regular ones at another, keep_last 1 and a seed drawn from the
+// system: 12 steps straight, and 6 + resumed 6 (the resume finds the seed
+// in the checkpoint, as ctrax train does), end with the same weights, slots,
+// checkpoints on disk and history.
+static void test_all_resumed(void) {
+    char *a = temp_dir("all_a"), *b = temp_dir("all_b");
+    ct_error err;
+    uint64_t seed;
+    CHECK_OK(ct_loop_system_seed(&seed, &err), &err);
+    int64_t perm[3] = {1, 5, 9}, ck[4] = {2, 4, 8, 10};
+    ct_loop_options o = ct_loop_default_options();
+    o.permanent_checkpoints_at = perm, o.n_permanent_checkpoints_at = 3;
+    o.checkpoints_at = ck, o.n_checkpoints_at = 4;
+    o.n_steps_per_checkpoint = 3;  // evals and logs at 1, 3, 6, 9, 12
+    o.keep_last = 1;
+    o.seed = seed;
+    two_tasks r;
+    CHECK_OK(two_tasks_new_with(&r, a, true, &o, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 12, &err), &err);
+    const ct_net *net = ct_loop_net(r.loop);
+    size_t nw = net->n_weights, ns;
+    float *w = copy_floats(net->weights, nw);
+    const float *slots = ct_trainer_slots(ct_loop_trainer(r.loop), &ns);  // (sets ns before the copy reads it)
+    float *sl = copy_floats(slots, ns);
+    int nh;
+    const ct_history_entry *h = ct_loop_history(r.loop, &nh);
+    ct_history_entry *hist = malloc((size_t)nh * sizeof *hist + 1);
+    memcpy(hist, h, (size_t)nh * sizeof *hist);
+    two_tasks_free(&r);
+
+    CHECK_OK(two_tasks_new_with(&r, b, true, &o, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 6, &err), &err);
+    two_tasks_free(&r);
+    // The resume takes the seed its checkpoint recorded, as ctrax train does
+    // for random_seed = None.
+    bool found;
+    uint64_t recorded;
+    CHECK_OK(ct_loop_checkpoint_seed(b, &found, &recorded, &err), &err);
+    CHECK(found && recorded == seed);
+    o.seed = recorded;
+    CHECK_OK(two_tasks_new_with(&r, b, true, &o, &err), &err);
+    CHECK(ct_loop_step(r.loop) == 6);
+    CHECK_OK(ct_loop_run(r.loop, 12, &err), &err);
+    net = ct_loop_net(r.loop);
+    CHECK_MSG(memcmp(net->weights, w, nw * sizeof *w) == 0, "all features, resumed at 6: weights differ");
+    CHECK_MSG(memcmp(ct_trainer_slots(ct_loop_trainer(r.loop), NULL), sl, ns * sizeof *sl) == 0,
+              "all features, resumed at 6: task 0's slots differ");
+    h = ct_loop_history(r.loop, &nh);
+    int same = 0, compared = 0;
+    for (int i = 0; i < nh; i++) {
+        if (strstr(hist[i].metric, "per second")) continue;
+        compared++;
+        same += !strcmp(h[i].metric, hist[i].metric) && h[i].step == hist[i].step &&
+                (h[i].value == hist[i].value || (isnan(h[i].value) && isnan(hist[i].value)));
+    }
+    CHECK_MSG(same == compared && compared > 0, "history: %d of %d entries the same", same, compared);
+    two_tasks_free(&r);
+    char ka[16], kb[16];
+    kept_string(a, ka);
+    kept_string(b, kb);
+    printf("all features (2 own optimizers, permanent [1, 5, 9], checkpoints [2, 4, 8, 10], keep 1, drawn seed "
+           "%llu): model_1..12 straight %s, resumed at 6 %s; weights, slots, %d history entries equal\n",
+           (unsigned long long)seed, ka, kb, compared);
+    // Permanent 1, 5, 9 kept; of the regular ones only the final 12.
+    CHECK_MSG(!strcmp(ka, "1---1---1--0") && !strcmp(ka, kb), "checkpoints on disk: %s and %s", ka, kb);
+    char pa[512], pb[512];
+    snprintf(pa, sizeof pa, "%s/model_12/slots_task1.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/model_12/slots_task1.safetensors", b);
+    char *ta = NULL, *tb = NULL;
+    size_t na = 0, nb = 0;
+    CHECK_OK(ct_fs_read(pa, &ta, &na, &err), &err);
+    CHECK_OK(ct_fs_read(pb, &tb, &nb, &err), &err);
+    CHECK_MSG(na == nb && na > 0 && memcmp(ta, tb, na) == 0, "task 1's slots differ after the resume");
+    free(ta), free(tb), free(w), free(sl), free(hist);
+    ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL);
+    free(a), free(b);
+}
+
+// ---- 10: edges of the cadences ------------------------------------------------------------
+
+static void test_cadence_edges(void) {
+    char *dir = temp_dir("edges");
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
+    ct_error err;
+    // A checkpoint at step 0 (before any update) is on no cadence, so not
+    // permanent: Trax's _at_step_1_and_every_nth_step asks for step > 0.
+    ct_loop_options o = ct_loop_default_options();
+    o.n_steps_per_permanent_checkpoint = 4;
+    ct_loop *loop = one_task_loop(dir, o, train, model, loss);
+    CHECK_OK(ct_loop_run(loop, 0, &err), &err);
+    ct_loop_free(loop);
+    printf("a run of 0 steps with permanent checkpoints every 4: model_0 %d (0 regular, 1 kept)\n",
+           kept(dir, "model_0"));
+    CHECK_MSG(kept(dir, "model_0") == 0, "model_0 is %d (want 0, regular: step 0 is no multiple of the period)",
+              kept(dir, "model_0"));
+
+    // A step twice in a list is refused by name, like a step 0.
+    int64_t twice[3] = {4, 8, 4};
+    const char *what[3] = {"checkpoints_at", "eval_at_steps", "permanent_checkpoints_at"};
+    for (int k = 0; k < 3; k++) {
+        o = ct_loop_default_options();
+        if (k == 0) o.checkpoints_at = twice, o.n_checkpoints_at = 3;
+        if (k == 1) o.eval_at_steps = twice, o.n_eval_at_steps = 3;
+        if (k == 2) o.permanent_checkpoints_at = twice, o.n_permanent_checkpoints_at = 3;
+        ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()};
+        ct_status st = ct_loop_new(&loop, model, &task, 1, NULL, &o, &err);
+        CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, what[k]) && strstr(err.msg, "step 4 twice"), "%s [4, 8, 4]: %s",
+                  what[k], st == CT_OK ? "accepted" : err.msg);
+        if (st == CT_OK) ct_loop_free(loop);
+        else if (k == 0) printf("a step twice: %s\n", err.msg);
+    }
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(loss);
+    ct_fs_remove_tree(dir, NULL);
+    free(dir);
+}
+
+// ---- 11: a checkpoint edited by hand -------------------------------------------------------
+
+// The files of one checkpoint, read once, to write edited copies of it.
+typedef struct ckpt_files {
+    const char *dir, *name;
+    int64_t step;
+    int n;
+    const char *file[8];
+    char *data[8];
+    size_t size[8];
+} ckpt_files;
+
+static void ckpt_files_read(ckpt_files *f, const char *dir, const char *name) {
+    static const char *const names[] = {"weights.safetensors", "slots.safetensors", "slots_task1.safetensors",
+                                        "config.gin", "state.json"};
+    memset(f, 0, sizeof *f);
+    f->dir = dir, f->name = name;
+    ct_checkpoint *c;
+    ct_error err;
+    CHECK_OK(ct_checkpoint_open(&c, dir, name, &err), &err);
+    f->step = ct_checkpoint_step(c);
+    ct_checkpoint_close(c);
+    for (int i = 0; i < 5; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s/%s", dir, name, names[i]);
+        if (!exists(dir, path + strlen(dir) + 1)) continue;
+        f->file[f->n] = names[i];
+        CHECK_OK(ct_fs_read(path, &f->data[f->n], &f->size[f->n], &err), &err);
+        f->n++;
+    }
+}
+
+static void ckpt_files_free(ckpt_files *f) {
+    for (int i = 0; i < f->n; i++) free(f->data[i]);
+}
+
+// The file's bytes, or NULL.
+static const char *ckpt_file(const ckpt_files *f, const char *file, size_t *size) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->file[i], file)) {
+            if (size) *size = f->size[i];
+            return f->data[i];
+        }
+    return NULL;
+}
+
+// Writes the checkpoint again through the writer (so its manifest's sizes
+// and checksums hold, and the loop's own checks are what is tested), with
+// state.json as given, file `drop` left out and file `as` holding the
+// bytes of file `from` (NULLs: neither).
+static void ckpt_write(const ckpt_files *f, const char *state, const char *drop, const char *as, const char *from) {
+    ct_checkpoint_options co = ct_checkpoint_default_options();
+    co.step = f->step;
+    ct_checkpoint_writer *w;
+    ct_error err;
+    CHECK_OK(ct_checkpoint_writer_begin(&w, f->dir, f->name, &co, &err), &err);
+    for (int i = 0; i < f->n; i++) {
+        if (!strcmp(f->file[i], "state.json") || (drop && !strcmp(f->file[i], drop))) continue;
+        size_t n = f->size[i];
+        const char *data = as && !strcmp(f->file[i], as) ? ckpt_file(f, from, &n) : f->data[i];
+        CHECK_OK(ct_checkpoint_writer_add_bytes(w, f->file[i], data, n, &err), &err);
+    }
+    CHECK_OK(ct_checkpoint_writer_set_state(w, state, &err), &err);
+    CHECK_OK(ct_checkpoint_writer_commit(w, &err), &err);
+}
+
+// state.json with field `path` ("a", "a.b" or "a[i]") set to the JSON `raw`
+// (NULL: removed). The caller frees the text.
+static char *state_edit(const char *state, const char *path, const char *raw) {
+    cJSON *root = cJSON_Parse(state);
+    char key[64];
+    snprintf(key, sizeof key, "%s", path);
+    char *dot = strchr(key, '.'), *br = strchr(key, '[');
+    cJSON *parent = root;
+    const char *field = key;
+    int index = -1;
+    if (dot) *dot = '\0', parent = cJSON_GetObjectItemCaseSensitive(root, key), field = dot + 1;
+    if (br) *br = '\0', parent = cJSON_GetObjectItemCaseSensitive(root, key), index = atoi(br + 1);
+    CHECK(parent != NULL);
+    if (index >= 0) {
+        if (raw) cJSON_ReplaceItemInArray(parent, index, cJSON_Parse(raw));
+        else cJSON_DeleteItemFromArray(parent, index);
+    } else if (raw) {
+        if (cJSON_GetObjectItemCaseSensitive(parent, field))
+            cJSON_ReplaceItemInObjectCaseSensitive(parent, field, cJSON_Parse(raw));
+        else cJSON_AddItemToObject(parent, field, cJSON_Parse(raw));
+    } else {
+        cJSON_DeleteItemFromObjectCaseSensitive(parent, field);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+static void test_hostile_checkpoint(void) {
+    char *dir = temp_dir("hostile");
+    two_tasks r;
+    ct_error err;
+    CHECK_OK(two_tasks_new(&r, dir, true, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 3, &err), &err);
+    two_tasks_free(&r);
+    ckpt_files f;
+    ckpt_files_read(&f, dir, "model_3");
+    const char *state = ckpt_file(&f, "state.json", NULL);
+    CHECK(state != NULL);
+    if (!state) return;
+
+    // Each edit: the field, its new value (NULL: removed), and what the error must say.
+    static const struct {
+        const char *path, *raw, *says;
+    } edits[] = {
+        {"step", "5", "\"step\" is 5, the manifest's is 3"},
+        {"step", "-3", "\"step\""},
+        {"step", "1e300", "\"step\""},
+        {"step", "\"3\"", "\"step\""},
+        {"version", "99", "version 2 to 4"},
+        {"version", "\"4\"", "version 2 to 4"},
+        {"key", "[1]", "\"key\""},
+        {"key[0]", "4294967296", "\"key\""},
+        {"train_cursors", NULL, "\"train_cursors\""},
+        {"train_cursors[1]", "{\"position\": \"99999999999999999999\", \"fingerprint\": \"1\"}", "train cursor"},
+        {"train_cursors[0]", "{\"position\": \"-1\", \"fingerprint\": \"1\"}", "train cursor"},
+        {"train_since_log", NULL, "\"train_since_log\""},
+        {"train_since_log.loss_count", "7", "\"train_since_log\""},
+        {"train_since_log.gradients_l2_sum", "\"x\"", "\"train_since_log\""},
+        {"train_since_log.weights_l2_sum", NULL, "\"train_since_log\""},
+        {"skipped_steps", "-1", "\"skipped_steps\""},
+        {"additional_eval_cursors", NULL, "\"additional_eval_cursors\""},
+        {"task_optimizers", NULL, "\"task_optimizers\""},
+        {"task_optimizers", "[null]", "\"task_optimizers\""},
+        {"task_optimizers[1]", "5", "\"task_optimizers\"[1]"},
+        {"task_optimizers[1]", "null", "train task 1 shared task 0's optimizer there"},
+        {"task_optimizers[1]", "{\"name\": \"SGD\", \"params\": {}}", "task_optimizers[1]: trained with optimizer SGD"},
+        {"optimizer", "[]", "\"optimizer\""},
+        {"best", "3", "\"best\""},
+        {"history", "{}", "\"history\""},
+        {"history[0]", "[\"bogus\", \"metrics/loss\", 1, 2.5]", "history[0]"},
+        {"history[0]", "[\"train\", \"metrics/loss\", 4, 2.5]", "history[0]"},
+        {"history[0]", "[\"train\", \"\", 1, 2.5]", "history[0]"},
+    };
+    int n_edits = (int)(sizeof edits / sizeof edits[0]);
+    for (int k = 0; k < n_edits; k++) {
+        char *edited = state_edit(state, edits[k].path, edits[k].raw);
+        ckpt_write(&f, edited, NULL, NULL, NULL);
+        free(edited);
+        ct_status st = two_tasks_new(&r, dir, true, &err);
+        CHECK_MSG(st != CT_OK && strstr(err.msg, "model_3") && strstr(err.msg, edits[k].says),
+                  "state.json %s = %s: %s (want an error saying %s)", edits[k].path, edits[k].raw ? edits[k].raw : "(none)",
+                  st == CT_OK ? "accepted" : err.msg, edits[k].says);
+        if (st != CT_OK && k % 7 == 0) printf("state.json %s = %s: %s\n", edits[k].path, edits[k].raw, err.msg);
+        two_tasks_free(&r);
+    }
+
+    // Task 1's slots missing, or another optimizer's in their place (Adam's
+    // two slots per weight where Adafactor has its factored ones).
+    ckpt_write(&f, state, "slots_task1.safetensors", NULL, NULL);
+    ct_status st = two_tasks_new(&r, dir, true, &err);
+    CHECK_MSG(st != CT_OK && strstr(err.msg, "slots_task1.safetensors"), "slots_task1 missing: %s",
+              st == CT_OK ? "accepted" : err.msg);
+    printf("slots_task1.safetensors missing: %s\n", err.msg);
+    two_tasks_free(&r);
+    ckpt_write(&f, state, NULL, "slots_task1.safetensors", "slots.safetensors");
+    st = two_tasks_new(&r, dir, true, &err);
+    CHECK_MSG(st != CT_OK && strstr(err.msg, "slots_task1.safetensors"), "slots_task1 with Adam's slots: %s",
+              st == CT_OK ? "accepted" : err.msg);
+    printf("slots_task1.safetensors holding Adam's slots: %s\n", err.msg);
+    two_tasks_free(&r);
+
+    // The seed a resume of a drawn-seed run reads back: ill-typed is an error.
+    const char *seeds[3] = {"\"-5\"", "\"123456789012345678901234\"", "\"12x\""};
+    for (int k = 0; k < 3; k++) {
+        char *edited = state_edit(state, "seed_text", seeds[k]);
+        ckpt_write(&f, edited, NULL, NULL, NULL);
+        free(edited);
+        bool found = true;
+        uint64_t seed;
+        st = ct_loop_checkpoint_seed(dir, &found, &seed, &err);
+        CHECK_MSG(st == CT_ERR_FORMAT && !found && strstr(err.msg, "seed_text") && strstr(err.msg, "model_3"),
+                  "seed_text %s: %s", seeds[k], st == CT_OK ? "accepted" : err.msg);
+    }
+
+    // The untouched state resumes.
+    ckpt_write(&f, state, NULL, NULL, NULL);
+    CHECK_OK(two_tasks_new(&r, dir, true, &err), &err);
+    CHECK(ct_loop_step(r.loop) == 3);
+    two_tasks_free(&r);
+    ckpt_files_free(&f);
+    ct_fs_remove_tree(dir, NULL);
+    free(dir);
+}
+
+// ---- 12: state.json versions 2 and 3 still load -------------------------------------------
+
+static void test_old_versions(void) {
+    char *dir = temp_dir("versions");
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
+    ct_error err;
+    ct_loop_options o = ct_loop_default_options();
+    o.n_steps_per_checkpoint = 2;  // logs at 1, 2: step 3's loss is the one since the last log
+    ct_loop *loop = one_task_loop(dir, o, train, model, loss);
+    CHECK_OK(ct_loop_run(loop, 3, &err), &err);
+    ct_loop_free(loop);
+    ckpt_files f;
+    ckpt_files_read(&f, dir, "model_3");
+    const char *state = ckpt_file(&f, "state.json", NULL);
+    CHECK(state != NULL);
+    if (!state) return;
+    // Version 3: no norms since the last log, no additional eval cursors, no
+    // task optimizers; version 2 also no loss since the last log and no
+    // skipped steps.
+    const char *v4_only[4] = {"train_since_log.gradients_l2_sum", "train_since_log.weights_l2_sum",
+                              "additional_eval_cursors", "task_optimizers"};
+    const char *v3_only[2] = {"train_since_log", "skipped_steps"};
+    char *text = state_edit(state, "version", "3");
+    for (int i = 0; i < 4; i++) {
+        char *t = state_edit(text, v4_only[i], NULL);
+        free(text);
+        text = t;
+    }
+    for (int version = 3; version >= 2; version--) {
+        if (version == 2) {
+            for (int i = 0; i < 2; i++) {
+                char *t = state_edit(text, v3_only[i], NULL);
+                free(text);
+                text = t;
+            }
+            char *t = state_edit(text, "version", "2");
+            free(text);
+            text = t;
+        }
+        ckpt_write(&f, text, NULL, NULL, NULL);
+        loop = one_task_loop(dir, o, train, model, loss);
+        printf("state.json version %d: resumed at step %lld\n", version, (long long)ct_loop_step(loop));
+        CHECK(ct_loop_step(loop) == 3 && !strcmp(ct_loop_restored_from(loop), "model_3"));
+        CHECK_OK(ct_loop_run(loop, 4, &err), &err);
+        ct_loop_free(loop);
+        ct_fs_remove_tree(dir, NULL);
+    }
+    free(text);
+    ckpt_files_free(&f);
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(loss);
+    free(dir);
 }
 
 int main(void) {
@@ -519,5 +922,9 @@ int main(void) {
     test_averaged_since_log();
     test_system_seed();
     test_init_checkpoint();
+    test_all_resumed();
+    test_cadence_edges();
+    test_hostile_checkpoint();
+    test_old_versions();
     return check_summary("test_loop_trax");
 }

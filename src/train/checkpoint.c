@@ -215,6 +215,7 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step");
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+    const cJSON *keep = cJSON_GetObjectItemCaseSensitive(root, "keep");
     uint64_t v = 0, s = 0;
     if (!cJSON_IsString(format) || strcmp(format->valuestring, FORMAT_NAME))
         st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"format\" is not \"" FORMAT_NAME "\"", path);
@@ -225,6 +226,11 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
     else if (!cJSON_IsString(name) || !plain_name(name->valuestring))
         st = ct_error_set(err, CT_ERR_FORMAT, "%s: no valid \"name\"", path);
     else if (!json_u64(step, &s)) st = ct_error_set(err, CT_ERR_FORMAT, "%s: no valid \"step\"", path);
+    // "keep" may be absent (manifests before permanent checkpoints: not
+    // kept); anything but a boolean would silently read as false and let
+    // ct_checkpoint_prune remove a checkpoint someone marked by hand.
+    else if (keep && !cJSON_IsBool(keep))
+        st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"keep\" is not true or false", path);
     else if (!cJSON_IsArray(files)) st = ct_error_set(err, CT_ERR_FORMAT, "%s: no \"files\" array", path);
     else if (cJSON_GetArraySize(files) > MANIFEST_FILES_MAX)
         st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"files\" lists %d files, more than %d", path,
@@ -232,7 +238,7 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
     if (st == CT_OK) {
         snprintf(m->name, sizeof m->name, "%s", name->valuestring);
         m->step = (int64_t)s;
-        m->keep = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "keep"));
+        m->keep = cJSON_IsTrue(keep);
         int n = cJSON_GetArraySize(files);
         if (!(m->files = ct_calloc_checked((size_t)n + 1, sizeof *m->files, err, "%s: %d file entries", path, n)))
             st = CT_ERR_MEMORY;

@@ -119,25 +119,32 @@ static bool in_list(const step_list *sl, int64_t step) {
     return false;
 }
 
+// Trax's _at_step_1_and_every_nth_step(period): step 1, and every period
+// steps after step 0 (a checkpoint saved at step 0, before any update, is
+// on no cadence: ct_loop_save_checkpoint or a run of 0 steps writes one).
+static bool at_1_and_every(int64_t step, int64_t period) {
+    return step == 1 || (period > 0 && step > 0 && step % period == 0);
+}
+
 static bool checkpoint_at(const ct_loop *l, int64_t step) {
     if (l->opts.checkpoint_at) return l->opts.checkpoint_at(step, l->opts.predicate_user);
     if (l->ckpt_list.on) return in_list(&l->ckpt_list, step);
-    return step == 1 || (l->opts.n_steps_per_checkpoint > 0 && step % l->opts.n_steps_per_checkpoint == 0);
+    return at_1_and_every(step, l->opts.n_steps_per_checkpoint);
 }
 
 static bool eval_at(const ct_loop *l, int64_t step) {
     if (l->opts.eval_at) return l->opts.eval_at(step, l->opts.predicate_user);
     if (l->eval_list.on) return in_list(&l->eval_list, step);
-    return step == 1 || (l->opts.n_steps_per_checkpoint > 0 && step % l->opts.n_steps_per_checkpoint == 0);
+    return at_1_and_every(step, l->opts.n_steps_per_checkpoint);
 }
 
-// Trax's _at_step_1_and_every_nth_step(n_steps_per_permanent_checkpoint):
-// a period also means a permanent checkpoint at step 1.
+// A period of permanent checkpoints also means one at step 1, as Trax's; no
+// period, none.
 static bool permanent_at(const ct_loop *l, int64_t step) {
     if (l->opts.permanent_checkpoint_at) return l->opts.permanent_checkpoint_at(step, l->opts.predicate_user);
     if (l->perm_list.on) return in_list(&l->perm_list, step);
     int64_t every = l->opts.n_steps_per_permanent_checkpoint;
-    return every > 0 && (step == 1 || step % every == 0);
+    return every > 0 && at_1_and_every(step, every);
 }
 
 // Trax's default which_task is `lambda n: n % len(tasks)`, called with its
@@ -353,20 +360,28 @@ static ct_status check_finite(ct_loop *l, ct_error *err) {
 // The file of task i's own slots: slots_task<i>.safetensors.
 static void task_slots_file(int task, char *buf, size_t cap) { snprintf(buf, cap, "slots_task%d.safetensors", task); }
 
+// Task i's own slots as named tensors (the names and views the trainer
+// gives its own slots, into task i's slab; the caller frees the array).
+static ct_named_tensor *task_slot_tensors(ct_loop *l, int task, int *n) {
+    ct_named_tensor *wt, *st;
+    int nw;
+    swap_task_optimizer(l, task);
+    ct_trainer_checkpoint_tensors(l->trainer, &wt, &nw, &st, n);
+    swap_task_optimizer(l, task);
+    ct_free(wt);
+    return st;
+}
+
 // Writes the slots of every task with its own optimizer, as slots.safetensors.
 static ct_status add_task_slots(ct_loop *l, ct_checkpoint_writer *w, ct_error *err) {
     for (int i = 1; i < l->n_tasks; i++) {
         if (!l->task_opts[i].opt) continue;
         char file[64];
         task_slots_file(i, file, sizeof file);
-        swap_task_optimizer(l, i);
-        int nw, ns;
-        ct_named_tensor *wt, *st;
-        ct_trainer_checkpoint_tensors(l->trainer, &wt, &nw, &st, &ns);
-        ct_kv meta[1] = {{"optimizer", ct_optimizer_name(ct_trainer_optimizer(l->trainer))}};
+        int ns;
+        ct_named_tensor *st = task_slot_tensors(l, i, &ns);
+        ct_kv meta[1] = {{"optimizer", ct_optimizer_name(l->task_opts[i].opt)}};
         ct_status s = ct_checkpoint_writer_add_tensors(w, file, st, ns, meta, 1, err);
-        swap_task_optimizer(l, i);
-        ct_free(wt);
         ct_free(st);
         CT_TRY(s);
     }
@@ -420,8 +435,9 @@ static ct_status json_cursor(const cJSON *o, ct_stream_cursor *c, const char *wh
     int64_t values[2];
     for (int i = 0; i < 2; i++) {
         char *end = NULL;
+        errno = 0;  // strtoll's only sign of an overflow: it clamps to LLONG_MAX
         long long v = cJSON_IsString(fields[i]) ? strtoll(fields[i]->valuestring, &end, 10) : -1;
-        if (!end || end == fields[i]->valuestring || *end || v < 0)
+        if (!end || end == fields[i]->valuestring || *end || v < 0 || errno == ERANGE)
             return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json has no valid %s cursor (%s)", ckpt,
                                 what, i == 0 ? "position" : "fingerprint");
         values[i] = v;
@@ -457,7 +473,7 @@ static ct_status bad_field(ct_error *err, const char *ckpt, const char *field, c
                         expected);
 }
 
-static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name, ct_error *err) {
+static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name, int64_t last_step, ct_error *err) {
     if (!cJSON_IsArray(hist)) return bad_field(err, name, "history", "an array");
     l->n_history = 0;
     int i = 0;
@@ -467,10 +483,16 @@ static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name
                     *v = cJSON_GetArrayItem(row, 3);
         int64_t step;
         double value;
+        // The mode picks the summary file and the metric names it: both as
+        // the loop writes them (a longer name would come back cut short).
         if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != 4 || !cJSON_IsString(m) || !cJSON_IsString(k) ||
-            !json_count(s, STATE_INT_MAX, &step) || !json_value(v, &value))
+            (strcmp(m->valuestring, "train") && strcmp(m->valuestring, "eval")) || !k->valuestring[0] ||
+            strlen(k->valuestring) >= sizeof l->history[0].metric || !json_count(s, (double)last_step, &step) ||
+            !json_value(v, &value))
             return ct_error_set(err, CT_ERR_FORMAT,
-                                "checkpoint %s: state.json: history[%d] is not [mode, metric, step, value]", name, i);
+                                "checkpoint %s: state.json: history[%d] is not [\"train\" or \"eval\", metric (1 to %zu "
+                                "characters), step up to the checkpoint's, value]",
+                                name, i, sizeof l->history[0].metric - 1);
         int64_t saved = l->step;
         l->step = step;
         record(l, m->valuestring, k->valuestring, value, NULL);  // no summary is open yet
@@ -513,6 +535,10 @@ static ct_status parse_v4(const ct_loop *l, const cJSON *root, const char *name,
     for (int i = 0; i < l->n_tasks; i++) {
         const cJSON *o = cJSON_GetArrayItem(opts, i);
         bool own = i > 0 && l->task_opts[i].opt, saved = !cJSON_IsNull(o);
+        if (saved && !cJSON_IsObject(o))
+            return ct_error_set(err, CT_ERR_FORMAT,
+                                "checkpoint %s: state.json: \"task_optimizers\"[%d] is neither null nor an optimizer "
+                                "object", name, i);
         if (i > 0 && own != saved)
             return ct_error_set(err, CT_ERR_FORMAT,
                                 "checkpoint %s: train task %d %s there, %s in this run", name, i,
@@ -585,18 +611,13 @@ static ct_status load_tensors(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     ct_tensor_request *reqs = ct_calloc((size_t)cap, sizeof *reqs);
     for (int i = 0; i < nw; i++) reqs[n++] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
     for (int i = 0; i < ns; i++) reqs[n++] = (ct_tensor_request){"slots.safetensors", sl[i].name, sl[i].tensor, 0};
-    // The views stay good after the swap back: they point into the task's slab.
     char files[CT_LOOP_MAX_TASKS][64];
     ct_named_tensor *task_sl[CT_LOOP_MAX_TASKS] = {0};
     for (int t = 1; t < l->n_tasks; t++) {
         if (!l->task_opts[t].opt) continue;
         task_slots_file(t, files[t], sizeof files[t]);
-        ct_named_tensor *w2;
-        int nw2, ns2;
-        swap_task_optimizer(l, t);
-        ct_trainer_checkpoint_tensors(l->trainer, &w2, &nw2, &task_sl[t], &ns2);
-        swap_task_optimizer(l, t);
-        ct_free(w2);
+        int ns2;
+        task_sl[t] = task_slot_tensors(l, t, &ns2);
         for (int i = 0; i < ns2; i++) reqs[n++] = (ct_tensor_request){files[t], task_sl[t][i].name, task_sl[t][i].tensor, 0};
     }
     ct_status st = ct_checkpoint_load(c, reqs, n, CT_LOAD_EXACT, err);
@@ -607,21 +628,23 @@ static ct_status load_tensors(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     return st;
 }
 
-// Everything after the tensors: the optimizer, the cursors, the history and
-// the loop's own fields.
-static ct_status apply_state(ct_loop *l, const cJSON *root, const char *name, const char *what, const loop_state *s,
+// Everything after the tensors: the optimizers, the cursors and the loop's
+// own fields.
+static ct_status apply_state(ct_loop *l, const cJSON *root, const char *what, const loop_state *s,
                              ct_error *err) {
     CT_TRY(ct_optimizer_restore_json(ct_trainer_optimizer(l->trainer), cJSON_GetObjectItemCaseSensitive(root, "optimizer"),
                                      what, err));
     const cJSON *task_opts = cJSON_GetObjectItemCaseSensitive(root, "task_optimizers");
-    for (int i = 1; i < l->n_tasks; i++)
-        if (l->task_opts[i].opt)  // parse_v4 checked that the checkpoint has it too
-            CT_TRY(ct_optimizer_restore_json(l->task_opts[i].opt, cJSON_GetArrayItem(task_opts, i), what, err));
+    for (int i = 1; i < l->n_tasks; i++) {
+        if (!l->task_opts[i].opt) continue;  // parse_v4 checked that the checkpoint has it too
+        char task_what[CT_CHECKPOINT_NAME_MAX + 48];
+        snprintf(task_what, sizeof task_what, "%s: task_optimizers[%d]", what, i);
+        CT_TRY(ct_optimizer_restore_json(l->task_opts[i].opt, cJSON_GetArrayItem(task_opts, i), task_what, err));
+    }
     for (int i = 0; i < l->n_tasks; i++) CT_TRY(ct_stream_set_cursor(l->tasks[i].stream, s->train_cur[i], err));
     if (s->have_eval_cursor) CT_TRY(ct_stream_set_cursor(ct_evaluator_stream(l->evaluators[0]), s->eval_cur, err));
     for (int i = 1; s->have_more_cursors && i < l->n_evaluators; i++)
         CT_TRY(ct_stream_set_cursor(ct_evaluator_stream(l->evaluators[i]), s->more_cur[i - 1], err));
-    CT_TRY(restore_history(l, cJSON_GetObjectItemCaseSensitive(root, "history"), name, err));
     l->step = s->step;
     l->key.w[0] = (uint32_t)s->key_words[0];
     l->key.w[1] = (uint32_t)s->key_words[1];
@@ -652,8 +675,14 @@ static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     if (!root) return err ? err->code : CT_ERR_FORMAT;
     loop_state s = {0};
     ct_status st = parse_core(l, root, name, &s, err);
+    // A state.json edited (or copied) apart from its checkpoint would resume
+    // the wrong step's schedule, cadences and keys with these weights.
+    if (st == CT_OK && s.step != ct_checkpoint_step(c))
+        st = ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json: \"step\" is %lld, the manifest's is %lld", name,
+                          (long long)s.step, (long long)ct_checkpoint_step(c));
+    if (st == CT_OK) st = restore_history(l, cJSON_GetObjectItemCaseSensitive(root, "history"), name, s.step, err);
     if (st == CT_OK) st = load_tensors(l, c, err);
-    if (st == CT_OK) st = apply_state(l, root, name, what, &s, err);
+    if (st == CT_OK) st = apply_state(l, root, what, &s, err);
     cJSON_Delete(root);
     return st;
 }
@@ -692,42 +721,56 @@ ct_status ct_loop_load_weights(ct_loop *loop, const char *checkpoint_dir, const 
     return st;
 }
 
-// opts.init_checkpoint: "<dir>/<name>" when that directory is a checkpoint
-// (it has a manifest), else a run's output directory and its newest
-// checkpoint. Every process reads the same files.
-static ct_status load_init_checkpoint(ct_loop *l, ct_error *err) {
-    const char *path = l->opts.init_checkpoint;
+// Where opts.init_checkpoint points: "<dir>/<name>" when that directory is a
+// checkpoint (it has a manifest), else a run's output directory and its
+// newest checkpoint. dir holds 4096 bytes, name CT_CHECKPOINT_NAME_MAX.
+static ct_status init_checkpoint_where(const char *path, char *dir, char *name, ct_error *err) {
     size_t len = strlen(path);
     if (len == 0 || len >= 4000)
         return ct_error_set(err, CT_ERR_ARG, "loop: init_checkpoint '%.200s' is %zu characters (1 to 3999)", path, len);
-    char dir[4096], name[CT_CHECKPOINT_NAME_MAX] = "", manifest[4200];
-    snprintf(dir, sizeof dir, "%s", path);
+    char manifest[4200];
+    snprintf(dir, 4096, "%s", path);
     while (len > 1 && dir[len - 1] == '/') dir[--len] = '\0';
     snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
     struct stat sb;
     if (stat(manifest, &sb) == 0) {
         char *slash = strrchr(dir, '/');
         const char *base = slash ? slash + 1 : dir;
-        if (strlen(base) >= sizeof name)
+        if (strlen(base) >= CT_CHECKPOINT_NAME_MAX)
             return ct_error_set(err, CT_ERR_ARG, "loop: init_checkpoint '%s': the checkpoint name is too long", path);
-        snprintf(name, sizeof name, "%s", base);
+        snprintf(name, CT_CHECKPOINT_NAME_MAX, "%s", base);
         if (slash == dir) dir[1] = '\0';
         else if (slash) *slash = '\0';
-        else snprintf(dir, sizeof dir, ".");
-    } else {
-        struct stat ds;
-        if (stat(dir, &ds) != 0)
-            return ct_error_set(err, CT_ERR_IO, "loop: init_checkpoint '%s': %s", path, strerror(errno));
-        if (!S_ISDIR(ds.st_mode))
-            return ct_error_set(err, CT_ERR_ARG,
-                                "loop: init_checkpoint '%s' is not a directory (a checkpoint such as <run>/model_100, or "
-                                "a run's output directory)", path);
-        CT_TRY(ct_checkpoint_find_latest(dir, name, sizeof name, err));
-        if (!name[0])
-            return ct_error_set(err, CT_ERR_ARG, "loop: init_checkpoint '%s' holds no checkpoint", path);
+        else snprintf(dir, 4096, ".");
+        return CT_OK;
     }
-    if (ct_loop_load_weights(l, dir, name, err) != CT_OK)
+    if (stat(dir, &sb) != 0) return ct_error_set(err, CT_ERR_IO, "loop: init_checkpoint '%s': %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return ct_error_set(err, CT_ERR_ARG,
+                            "loop: init_checkpoint '%s' is not a directory (a checkpoint such as <run>/model_100, or "
+                            "a run's output directory)", path);
+    name[0] = '\0';
+    if (ct_checkpoint_find_latest(dir, name, CT_CHECKPOINT_NAME_MAX, err) != CT_OK)
         return ct_error_prefix(err, "loop: init_checkpoint '%s'", path);
+    if (!name[0]) return ct_error_set(err, CT_ERR_ARG, "loop: init_checkpoint '%s' holds no checkpoint", path);
+    return CT_OK;
+}
+
+// opts.init_checkpoint: the model's weights and state, every one of them
+// (CT_LOAD_STRICT: a weight missing or of another shape is an error, as
+// Trax's load fails on another model; a partial load of another model's
+// weights is ct_loop_load_weights). Every process reads the same files.
+static ct_status load_init_checkpoint(ct_loop *l, ct_error *err) {
+    const char *path = l->opts.init_checkpoint;
+    char dir[4096], name[CT_CHECKPOINT_NAME_MAX];
+    CT_TRY(init_checkpoint_where(path, dir, name, err));
+    ct_checkpoint *c;
+    ct_status st = ct_checkpoint_open(&c, dir, name, err);
+    if (st == CT_OK) {
+        st = ct_trainer_load_checkpoint(l->trainer, c, CT_LOAD_STRICT, err);
+        ct_checkpoint_close(c);
+    }
+    if (st != CT_OK) return ct_error_prefix(err, "loop: init_checkpoint '%s'", path);
     if (is_chief(l))
         ct_log(CT_LOG_INFO, "weights from %s/%s (init_checkpoint); fresh optimizer slots, step 0", dir, name);
     return CT_OK;
@@ -958,10 +1001,17 @@ static ct_status check_tasks(const ct_train_task *tasks, int n_tasks, const ct_l
         if (lists[k].n < 0 || lists[k].n > CT_LOOP_MAX_STEP_LIST || (lists[k].n > 0 && !lists[k].steps))
             return ct_error_set(err, CT_ERR_ARG, "loop: %s has %d steps (0 to %d)", lists[k].what, lists[k].n,
                                 CT_LOOP_MAX_STEP_LIST);
-        for (int i = 0; i < lists[k].n; i++)
+        for (int i = 0; i < lists[k].n; i++) {
             if (lists[k].steps[i] < 1)
                 return ct_error_set(err, CT_ERR_ARG, "loop: %s[%d] is step %lld; steps start at 1", lists[k].what, i,
                                     (long long)lists[k].steps[i]);
+            // A step listed twice is harmless to the cadence but is most
+            // likely a typo for another step: say so rather than skip it.
+            for (int j = 0; j < i; j++)
+                if (lists[k].steps[j] == lists[k].steps[i])
+                    return ct_error_set(err, CT_ERR_ARG, "loop: %s lists step %lld twice ([%d] and [%d])",
+                                        lists[k].what, (long long)lists[k].steps[i], j, i);
+        }
     }
     return CT_OK;
 }

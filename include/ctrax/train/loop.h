@@ -44,8 +44,9 @@
 //     steps per second).
 //   - opts.init_checkpoint (Trax's train(init_checkpoint=...)): a run that
 //     starts fresh (nothing to resume in output_dir) first loads the model's
-//     weights from another run's checkpoint by name; the optimizer slots
-//     are fresh and the step is 0.
+//     weights and state from another run's checkpoint, by name, every one
+//     with its shape (a missing or reshaped one is an error naming it); the
+//     optimizer slots are fresh and the step is 0.
 //   - A step whose loss or gradients are NaN or infinite updates nothing; the
 //     run stops with CT_ERR_NONFINITE naming the step and the first layer
 //     that went non-finite, or, with opts.skip_nonfinite, skips the step and
@@ -177,8 +178,10 @@ typedef struct ct_loop_options {
     uint64_t seed;      // the loop's key (init, dropout): 0; recorded in state.json
     // Trax's init_checkpoint: a checkpoint directory (<run>/model_100) or a
     // run's output directory (its newest checkpoint). A run with nothing to
-    // resume loads the model's weights from it by name (ct_loop_load_weights),
-    // with fresh optimizer slots at step 0. NULL: none.
+    // resume loads all the model's weights and state from it by name, each
+    // of the same dtype and shape (else an error naming init_checkpoint and
+    // the tensor; a partial load is ct_loop_load_weights), with fresh
+    // optimizer slots at step 0. NULL: none.
     const char *init_checkpoint;
     // The trainer: devices, comm, Adasum, clipping, frozen weights, and
     // trainer.memory_efficient for the memory-efficient (reversible) one:
@@ -246,7 +249,8 @@ double ct_loop_last_value(const ct_loop *loop, const char *mode, const char *met
 
 // Loads only the weights of another run's checkpoint (fine-tuning): every
 // weight of this loop's model that has a tensor of the same name, dtype and
-// shape there; the rest keep their values (a warning lists them).
+// shape there; the rest keep their values (a warning lists them). None
+// matching is an error.
 ct_status ct_loop_load_weights(ct_loop *loop, const char *checkpoint_dir, const char *name, ct_error *err);
 
 // Trax's random_seed = None: a seed drawn from the system (getrandom, else
