@@ -6,7 +6,9 @@
 # logged, recorded in config.gin and state.json, and reused by a resume (the
 # interrupted run ends bit-equal to an uninterrupted one started with the
 # recorded seed); train.init_checkpoint (another run's weights, step 0) and
-# its errors, which name the setting; eval/ bindings build the eval model.
+# its errors, which name the setting; eval/ bindings build the eval model;
+# step lists with a step twice or below 1, a permanent period with a permanent
+# list, and a manifest's "keep" edited to a non-boolean, each refused by name.
 #   cli_loop_test.sh CTRAX
 set -uo pipefail
 ctrax=$1
@@ -90,6 +92,39 @@ rc=$?
     >"$work/zero.log" 2>&1
 grep -q "train.checkpoints_at\[0\] = 0: steps start at 1" "$work/zero.log" && ok "checkpoints_at = [0] refused" ||
     bad "checkpoints_at = [0]: $(tail -n 2 "$work/zero.log")"
+# A step twice (a typo for another step, most likely), a step 0 in Loop.eval_at, and a
+# permanent period with a permanent list (Trax's train refuses both): each refused
+# naming the setting and where it is bound.
+refused() {  # refused NAME WANT ARGS...: exit 1 and WANT in the log
+    local name=$1 want=$2
+    shift 2
+    "$ctrax" train "$b" --set 'train.random_seed=1' "$@" --output-dir "$work/$name" >"$work/$name.log" 2>&1
+    local rc=$?
+    ((rc == 1)) && grep -qF -- "$want" "$work/$name.log" && [[ ! -d $work/$name/model_1 ]] &&
+        ok "$name: $(tail -n 1 "$work/$name.log" | cut -c1-160)" ||
+        bad "$name: exit $rc: $(tail -n 2 "$work/$name.log")"
+}
+refused twice "--config:1:1: train.checkpoints_at lists step 2 twice ([0] and [2])" \
+    --config 'train.checkpoints_at = [2, 4, 2]'
+refused perm_twice "Loop.permanent_checkpoints_at lists step 3 twice" --config 'Loop.permanent_checkpoints_at = [3, 3]'
+refused eval_zero "--config:1:1: Loop.eval_at[0] = 0: steps start at 1" --config 'Loop.eval_at = [0, 2]'
+refused eval_twice "Loop.eval_at lists step 5 twice" --config 'Loop.eval_at = [5, 5]'
+refused perm_both "--set:1:1: train.permanent_checkpoint_frequency = 4 and --config:1:1: Loop.permanent_checkpoints_at are both bound" \
+    --set 'train.permanent_checkpoint_frequency=4' --config 'Loop.permanent_checkpoints_at = [3]'
+
+# ---- a manifest edited by hand ------------------------------------------------------
+# "keep": "yes" is not read as false (and then pruned): the checkpoint does not
+# load, and with no other to fall back on, the resume stops naming the file and field.
+if train keep_edit "$b" --set 'train.random_seed=1' --set 'train.steps=2' --output-dir "$work/keep_edit"; then
+    sed -i 's/"keep":[[:space:]]*false/"keep": "yes"/' "$work/keep_edit/model_2/manifest.json"
+    "$ctrax" train "$b" --set 'train.random_seed=1' --set 'train.steps=3' --output-dir "$work/keep_edit" \
+        >"$work/keep_edit2.log" 2>&1
+    rc=$?
+    ((rc == 1)) && grep -q 'model_2/manifest.json: "keep" is not true or false' "$work/keep_edit2.log" &&
+        [[ -f $work/keep_edit/model_2/manifest.json && ! -d $work/keep_edit/model_3 ]] &&
+        ok "manifest \"keep\": \"yes\": $(tail -n 1 "$work/keep_edit2.log" | cut -c1-160)" ||
+        bad "manifest \"keep\": \"yes\": exit $rc: $(tail -n 2 "$work/keep_edit2.log")"
+fi
 
 # ---- Loop.eval_at --------------------------------------------------------------
 if train eval_at "$b" --set 'train.random_seed=1' --config 'Loop.eval_at = [2, 5]' --output-dir "$work/eval_at"; then
@@ -156,6 +191,16 @@ if [[ -d $work/perm/model_8 ]] && train init "$b" --set 'train.random_seed=2' --
     grep -q "weights from $work/perm/model_8 (init_checkpoint); fresh optimizer slots, step 0" "$work/init.log" &&
         grep -q "^done: step 1" "$work/init.log" && ok "train.init_checkpoint: model_8's weights, trained from step 0" ||
         bad "init_checkpoint: $(grep -E 'weights from|done' "$work/init.log")"
+fi
+# Another model's checkpoint (d_model 8 against 16): refused naming the setting and a
+# tensor, not trained on from mostly random weights.
+if [[ -d $work/perm/model_8 ]]; then
+    "$ctrax" train "$b" --set 'train.random_seed=2' --set 'TransformerLM.d_model=8' \
+        --config "train.init_checkpoint = '$work/perm/model_8'" --output-dir "$work/init_wide" >"$work/init_wide.log" 2>&1
+    rc=$?
+    ((rc == 1)) && grep -q "train.init_checkpoint = '$work/perm/model_8': loop: init_checkpoint .* is (.*) f32 in the checkpoint, expected" \
+        "$work/init_wide.log" && ok "init_checkpoint of a model of another width: refused" ||
+        bad "init_checkpoint of another width: exit $rc: $(tail -n 2 "$work/init_wide.log")"
 fi
 for path in "$work/none" "$work/base.gin" /dev/zero; do
     "$ctrax" train "$b" --set 'train.random_seed=2' --config "train.init_checkpoint = '$path'" \

@@ -266,6 +266,7 @@ typedef struct train_run {
     int64_t ckpt_steps[CT_LOOP_MAX_STEP_LIST], perm_steps[CT_LOOP_MAX_STEP_LIST];
     int n_ckpt_steps, n_perm_steps;
     bool ckpt_list, perm_list;
+    const char *perm_list_from;  // "train" or "Loop": where permanent_checkpoints_at is bound
     char init_where[300];  // where train.init_checkpoint is bound
     ct_loop *loop;
     char *config_text;
@@ -306,11 +307,31 @@ static ct_status permanent_period(ct_config *c, const ct_train_settings *t, cons
     return CT_OK;
 }
 
+// The steps of a list bound as <name>.<param>: each from 1, none twice (a
+// repeat is most likely a typo for another step). Errors say where it is bound.
+static ct_status check_steps(ct_config *c, const char *name, const char *param, const int64_t *steps, int n,
+                             ct_error *err) {
+    for (int i = 0; i < n; i++) {
+        int twice = -1;
+        for (int j = 0; j < i && twice < 0; j++)
+            if (steps[j] == steps[i]) twice = j;
+        if (steps[i] >= 1 && twice < 0) continue;
+        char w[300];
+        ct_config_where(c, name, param, w, sizeof w);
+        if (steps[i] < 1)
+            return ct_error_set(err, CT_ERR_ARG, "%s%s.%s[%d] = %lld: steps start at 1", w, name, param, i,
+                                (long long)steps[i]);
+        return ct_error_set(err, CT_ERR_ARG, "%s%s.%s lists step %lld twice ([%d] and [%d])", w, name, param,
+                            (long long)steps[i], twice, i);
+    }
+    return CT_OK;
+}
+
 // A list of steps from train.<param> or Loop.<loop_param> (either may be
 // bound; both, to different lists, is an error naming both). *on: one is
 // bound to a list (even an empty one: no such steps).
 static ct_status step_list_setting(ct_config *c, const char *param, const char *loop_param, int64_t *out, int *n,
-                                   bool *on, ct_error *err) {
+                                   bool *on, const char **from, ct_error *err) {
     const ct_config_value *tv, *lv;
     int64_t other[CT_LOOP_MAX_STEP_LIST];
     int n_other = 0;
@@ -332,30 +353,25 @@ static ct_status step_list_setting(ct_config *c, const char *param, const char *
         *n = n_other;
     }
     *on = tv || lv;
-    for (int i = 0; i < *n; i++)
-        if (out[i] < 1) {
-            char w[300];
-            ct_config_where(c, tv ? "train" : "Loop", tv ? param : loop_param, w, sizeof w);
-            return ct_error_set(err, CT_ERR_ARG, "%s%s.%s[%d] = %lld: steps start at 1", w, tv ? "train" : "Loop",
-                                tv ? param : loop_param, i, (long long)out[i]);
-        }
-    return CT_OK;
+    *from = tv ? "train" : "Loop";
+    return check_steps(c, tv ? "train" : "Loop", tv ? param : loop_param, out, *n, err);
 }
 
 // The step lists: regular and permanent checkpoints, and evals.
 static ct_status read_step_lists(train_run *r, ct_error *err) {
     ct_config *c = r->cfg;
+    const char *from;
     CT_TRY(step_list_setting(c, "checkpoints_at", "checkpoints_at", r->ckpt_steps, &r->n_ckpt_steps, &r->ckpt_list,
-                             err));
+                             &from, err));
     CT_TRY(step_list_setting(c, "permanent_checkpoints_at", "permanent_checkpoints_at", r->perm_steps,
-                             &r->n_perm_steps, &r->perm_list, err));
+                             &r->n_perm_steps, &r->perm_list, &r->perm_list_from, err));
     const ct_config_value *ev;
     CT_TRY(ct_config_get_list(c, "Loop", "eval_at", NULL, &ev, err));
     r->hook.eval_list = ev != NULL;
     if (ev)
         CT_TRY(ct_config_get_int_list(c, "Loop", "eval_at", NULL, 0, r->hook.eval_steps, CT_LOOP_MAX_STEP_LIST,
                                       &r->hook.n_eval_steps, err));
-    return CT_OK;
+    return check_steps(c, "Loop", "eval_at", r->hook.eval_steps, r->hook.n_eval_steps, err);
 }
 
 // Trax's random_seed = None (also when unbound): a seed drawn from the
@@ -577,6 +593,19 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     r->hook.fit_threads = !a->fixed_threads && (a->devices ? a->devices : t.n_devices) == 1;
     r->eval_steps = t.eval_steps;
     CT_TRY(read_step_lists(r, err));
+    if (permanent && r->perm_list) {
+        // Trax's train() raises a ValueError for both: which one wins is not obvious.
+        char wa[300], wb[300];
+        const char *period_name = t.permanent_checkpoint_frequency ? "train" : "Loop";
+        const char *period = t.permanent_checkpoint_frequency ? "permanent_checkpoint_frequency"
+                                                              : "n_steps_per_permanent_checkpoint";
+        ct_config_where(c, period_name, period, wa, sizeof wa);
+        ct_config_where(c, r->perm_list_from, "permanent_checkpoints_at", wb, sizeof wb);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s.%s = %lld and %s%s.permanent_checkpoints_at are both bound: bind one of them (Trax's "
+                            "train refuses both too)",
+                            wa, period_name, period, (long long)permanent, wb, r->perm_list_from);
+    }
     output_dir(r, a);
     CT_TRY(resolve_seed(r, a, &t, err));
     if (t.init_checkpoint) ct_config_where(c, "train", "init_checkpoint", r->init_where, sizeof r->init_where);
