@@ -10,13 +10,10 @@
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
 #include "core/fs.h"
+#include "scratch.h"
 
-static char *temp_dir(const char *tag) {
-    char *d = malloc(256);
-    snprintf(d, 256, "/tmp/ctrax_test_loop_%s_%d", tag, (int)getpid());
-    ct_fs_remove_tree(d, NULL);
-    return d;
-}
+// A run directory in this program's scratch directory (the caller frees the name).
+static char *temp_dir(const char *tag) { return strdup(tmp_path(tag)); }
 
 static bool exists(const char *dir, const char *name) {
     char p[512];
@@ -612,6 +609,7 @@ static void test_switch_trainers(void) {
 }
 
 int main(void) {
+    scratch_init("test_loop");
     ct_log_set_level(CT_LOG_WARN);
     test_files_and_resume();
     test_first_checkpoint();
@@ -619,5 +617,6 @@ int main(void) {
     test_best_checkpoints();
     test_stop_final_tasks_finetune();
     test_switch_trainers();
+    if (!check_failed_) ct_fs_remove_tree(g_tmp, NULL);
     return check_summary("test_loop");
 }

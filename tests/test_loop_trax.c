@@ -17,13 +17,10 @@
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
 #include "core/fs.h"
+#include "scratch.h"
 
-static char *temp_dir(const char *tag) {
-    char *d = malloc(256);
-    snprintf(d, 256, "/tmp/ctrax_test_loop_trax_%s_%d", tag, (int)getpid());
-    ct_fs_remove_tree(d, NULL);
-    return d;
-}
+// A run directory in this program's scratch directory (the caller frees the name).
+static char *temp_dir(const char *tag) { return strdup(tmp_path(tag)); }
 
 static bool exists(const char *dir, const char *name) {
     char p[512];
@@ -761,6 +758,13 @@ static char *state_edit(const char *state, const char *path, const char *raw) {
     return text;
 }
 
+// The same on *text, in place.
+static void state_edit_in(char **text, const char *path, const char *raw) {
+    char *edited = state_edit(*text, path, raw);
+    free(*text);
+    *text = edited;
+}
+
 static void test_hostile_checkpoint(void) {
     char *dir = temp_dir("hostile");
     two_tasks r;
@@ -882,21 +886,11 @@ static void test_old_versions(void) {
                               "additional_eval_cursors", "task_optimizers"};
     const char *v3_only[2] = {"train_since_log", "skipped_steps"};
     char *text = state_edit(state, "version", "3");
-    for (int i = 0; i < 4; i++) {
-        char *t = state_edit(text, v4_only[i], NULL);
-        free(text);
-        text = t;
-    }
+    for (int i = 0; i < 4; i++) state_edit_in(&text, v4_only[i], NULL);
     for (int version = 3; version >= 2; version--) {
         if (version == 2) {
-            for (int i = 0; i < 2; i++) {
-                char *t = state_edit(text, v3_only[i], NULL);
-                free(text);
-                text = t;
-            }
-            char *t = state_edit(text, "version", "2");
-            free(text);
-            text = t;
+            for (int i = 0; i < 2; i++) state_edit_in(&text, v3_only[i], NULL);
+            state_edit_in(&text, "version", "2");
         }
         ckpt_write(&f, text, NULL, NULL, NULL);
         loop = one_task_loop(dir, o, train, model, loss);
@@ -914,6 +908,7 @@ static void test_old_versions(void) {
 }
 
 int main(void) {
+    scratch_init("test_loop_trax");
     ct_log_set_level(CT_LOG_WARN);
     test_permanent_and_lists();
     test_which_task_default();
@@ -926,5 +921,6 @@ int main(void) {
     test_cadence_edges();
     test_hostile_checkpoint();
     test_old_versions();
+    if (!check_failed_) ct_fs_remove_tree(g_tmp, NULL);
     return check_summary("test_loop_trax");
 }
