@@ -13,6 +13,10 @@
 // - LayerNorm: mean and variance from shifted sums in lanes against two
 //   passes in index order, both in double; rstd and the outputs round the
 //   same double to float except in the last bit: 1e-6 relative to max(1, |y|).
+// - Dense's bias copy and bias gradient (ct_matmul_*), the GEMM the same
+//   call: bitwise equal.
+// - The sum of squares: lanes against index order, both in double: 1e-12
+//   relative; and bitwise the same for a row at another address.
 // - GELU against double math: the fast tanh's error, 1e-6 (test_layers_core
 //   checks the same bound on a sweep).
 #include <omp.h>
@@ -22,9 +26,11 @@
 #include "check.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/loss.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cpu/vmath.h"
 
 // Deterministic test data: xorshift64*, uniform in [lo, hi).
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -251,6 +257,65 @@ static void test_adam(void) {
     }
 }
 
+// ct_matmul_forward/backward against the plain bias loops; (N, C, OC) with
+// odd widths, with and without a bias.
+static void test_matmul(void) {
+    static const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 255}, {64, 256, 257}, {130, 64, 1000}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        int64_t N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+        float *x = alloc_f(N * C), *w = alloc_f(C * OC), *b = alloc_f(OC), *g = alloc_f(N * OC);
+        fill(x, N * C, -1.0f, 1.0f);
+        fill(w, C * OC, -0.5f, 0.5f);
+        fill(b, OC, -1.0f, 1.0f);
+        fill(g, N * OC, -1.0f, 1.0f);
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const float *bias = with_bias ? b : NULL;
+            float *y = alloc_f(N * OC), *yr = alloc_f(N * OC);
+            ct_matmul_forward(y, x, w, bias, N, C, OC);
+            ct_matmul_forward_ref(yr, x, w, bias, N, C, OC);
+            CHECK_MSG(same_bits(y, yr, N * OC), "matmul forward (%lld, %lld, %lld) bias %d", (long long)N,
+                      (long long)C, (long long)OC, with_bias);
+            // Backward adds into gradients that already hold something.
+            float *dx = alloc_f(N * C), *dw = alloc_f(C * OC), *db = alloc_f(OC);
+            fill(dx, N * C, -1.0f, 1.0f);
+            fill(dw, C * OC, -1.0f, 1.0f);
+            fill(db, OC, -1.0f, 1.0f);
+            float *dxr = dup_f(dx, N * C), *dwr = dup_f(dw, C * OC), *dbr = dup_f(db, OC);
+            ct_matmul_backward(dx, dw, with_bias ? db : NULL, g, x, w, N, C, OC);
+            ct_matmul_backward_ref(dxr, dwr, with_bias ? dbr : NULL, g, x, w, N, C, OC);
+            CHECK_MSG(same_bits(dx, dxr, N * C) && same_bits(dw, dwr, C * OC) && same_bits(db, dbr, OC),
+                      "matmul backward (%lld, %lld, %lld) bias %d", (long long)N, (long long)C, (long long)OC,
+                      with_bias);
+            free(y), free(yr), free(dx), free(dw), free(db), free(dxr), free(dwr), free(dbr);
+        }
+        free(x), free(w), free(b), free(g);
+    }
+}
+
+// ct_sum_squares against index order (1e-12), and bitwise against its
+// stated order (element i in lane i % CT_LANES, the lanes added 0 to 7),
+// which no vector width or alignment may change; at two addresses.
+static void test_sum_squares(void) {
+    for (int s = 0; s < N_SIZES; s++) {
+        int64_t n = k_sizes[s];
+        float *x = alloc_f(n + 1);
+        fill(x, n + 1, -3.0f, 3.0f);
+        for (int shift = 0; shift < 2; shift++) {
+            if (shift) memmove(x + 1, x, (size_t)n * sizeof(float));
+            const float *v = x + shift;
+            double got = ct_sum_squares(v, n), want = ct_sum_squares_ref(v, n);
+            double err = fabs(got - want) / (want > 1e-30 ? want : 1e-30);
+            CHECK_MSG(err <= 1e-12, "sum_squares n %lld: %.17g against %.17g", (long long)n, got, want);
+            double lane[CT_LANES] = {0}, lanes = 0.0;
+            for (int64_t i = 0; i < n; i++) lane[i % CT_LANES] += (double)v[i] * v[i];
+            for (int j = 0; j < CT_LANES; j++) lanes += lane[j];
+            CHECK_MSG(memcmp(&got, &lanes, sizeof got) == 0, "sum_squares n %lld shift %d: %.17g, in lanes %.17g",
+                      (long long)n, shift, got, lanes);
+        }
+        free(x);
+    }
+}
+
 // One Adafactor step as src/optim/adafactor.c runs it, through the fast or
 // the reference kernels.
 static void adafactor_factored(bool ref, float *w, float *m, const float *g, float *vr, float *vc, int64_t B,
@@ -336,6 +401,8 @@ int main(void) {
     test_softmax();
     test_cross_entropy();
     test_adam();
+    test_sum_squares();
+    test_matmul();
     test_adafactor();
     test_thread_count();
     return check_summary("test_kernels");

@@ -13,6 +13,12 @@ void ct_matmul_forward(float *out, const float *inp, const float *weight, const 
 // dweight (C, OC) += inp^T dout, dbias (OC) += sum over N of dout (if not NULL)
 void ct_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, int64_t N, int64_t C, int64_t OC);
+// The plain loops of the two ct_matmul_ above (bias copy and bias gradient),
+// for tests/test_kernels.c; bitwise the same results.
+void ct_matmul_forward_ref(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
+                           int64_t C, int64_t OC);
+void ct_matmul_backward_ref(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, int64_t N, int64_t C, int64_t OC);
 
 // C (M, N) = alpha * op(A) op(B) + beta * C, row-major; op transposes if the
 // flag is set. A thin wrapper so kernels share one call into BLAS.

@@ -14,8 +14,11 @@ void ct_sgd_update(float *w, const float *g, int64_t n, float lr);
 void ct_adam_update(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                     float eps, float weight_decay_rate, float bias1, float bias2);
 
-// x (n) -> sum of x^2, accumulated in double in index order.
+// x (n) -> sum of x^2, accumulated in double in CT_LANES lanes (vmath.h:
+// element i in lane i % 8, lanes added in order), the same bits on any CPU.
 double ct_sum_squares(const float *x, int64_t n);
+// The plain loop, in index order (tests/test_kernels.c compares the two).
+double ct_sum_squares_ref(const float *x, int64_t n);
 
 // Trax's Momentum; v (n) is the slot: v = mass v + g; u = mass v + g (nesterov)
 // or v; w = (1 - weight_decay_rate) w - lr u.
