@@ -252,20 +252,9 @@ static cJSON *optimizer_json(const ct_optimizer *opt) {
     return o;
 }
 
-static char *state_json(const ct_loop *l) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "format", LOOP_STATE_FORMAT);
-    cJSON_AddNumberToObject(root, "version", LOOP_STATE_VERSION);
-    cJSON_AddNumberToObject(root, "step", (double)l->step);
-    cJSON_AddNumberToObject(root, "seed", (double)l->opts.seed);
-    // The seed exactly (a double holds 53 bits): what a resume of a run
-    // that drew its seed reads back (ct_loop_checkpoint_seed).
-    char seed_text[32];
-    snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)l->opts.seed);
-    cJSON_AddStringToObject(root, "seed_text", seed_text);
-    cJSON *key = cJSON_AddArrayToObject(root, "key");
-    cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[0]));
-    cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[1]));
+// The data cursors: every train task's, the main eval task's and the
+// additional ones'.
+static void add_cursors_json(cJSON *root, const ct_loop *l) {
     cJSON *tasks = cJSON_AddArrayToObject(root, "train_cursors");
     for (int i = 0; i < l->n_tasks; i++) cJSON_AddItemToArray(tasks, cursor_json(ct_stream_get_cursor(l->tasks[i].stream)));
     if (l->evaluators[0])
@@ -273,11 +262,11 @@ static char *state_json(const ct_loop *l) {
     cJSON *more = cJSON_AddArrayToObject(root, "additional_eval_cursors");
     for (int i = 1; i < l->n_evaluators; i++)
         cJSON_AddItemToArray(more, cursor_json(ct_stream_get_cursor(ct_evaluator_stream(l->evaluators[i]))));
-    cJSON_AddItemToObject(root, "optimizer", optimizer_json(ct_trainer_optimizer(l->trainer)));
-    // Tasks with optimizers of their own (null: the task shares task 0's).
-    cJSON *task_opts = cJSON_AddArrayToObject(root, "task_optimizers");
-    for (int i = 0; i < l->n_tasks; i++)
-        cJSON_AddItemToArray(task_opts, l->task_opts[i].opt ? optimizer_json(l->task_opts[i].opt) : cJSON_CreateNull());
+}
+
+// The bests, the training metrics since the last log and the history:
+// doubles written exactly, so a resumed run goes on from the same sums.
+static void add_metrics_json(cJSON *root, const ct_loop *l) {
     cJSON *best = cJSON_AddObjectToObject(root, "best");
     if (l->have_low) cJSON_AddItemToObject(best, "low", exact_number(l->best_low));
     if (l->have_high) cJSON_AddItemToObject(best, "high", exact_number(l->best_high));
@@ -297,6 +286,31 @@ static char *state_json(const ct_loop *l) {
         cJSON_AddItemToArray(row, exact_number(e->value));
         cJSON_AddItemToArray(hist, row);
     }
+}
+
+// state.json: what a resume needs besides the tensors (parse_core and
+// parse_v4 read it back).
+static char *state_json(const ct_loop *l) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", LOOP_STATE_FORMAT);
+    cJSON_AddNumberToObject(root, "version", LOOP_STATE_VERSION);
+    cJSON_AddNumberToObject(root, "step", (double)l->step);
+    cJSON_AddNumberToObject(root, "seed", (double)l->opts.seed);
+    // The seed exactly (a double holds 53 bits): what a resume of a run
+    // that drew its seed reads back (ct_loop_checkpoint_seed).
+    char seed_text[32];
+    snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)l->opts.seed);
+    cJSON_AddStringToObject(root, "seed_text", seed_text);
+    cJSON *key = cJSON_AddArrayToObject(root, "key");
+    cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[0]));
+    cJSON_AddItemToArray(key, cJSON_CreateNumber(l->key.w[1]));
+    add_cursors_json(root, l);
+    cJSON_AddItemToObject(root, "optimizer", optimizer_json(ct_trainer_optimizer(l->trainer)));
+    // Tasks with optimizers of their own (null: the task shares task 0's).
+    cJSON *task_opts = cJSON_AddArrayToObject(root, "task_optimizers");
+    for (int i = 0; i < l->n_tasks; i++)
+        cJSON_AddItemToArray(task_opts, l->task_opts[i].opt ? optimizer_json(l->task_opts[i].opt) : cJSON_CreateNull());
+    add_metrics_json(root, l);
     cJSON_AddNumberToObject(root, "n_weights", (double)ct_trainer_net(l->trainer)->n_weights);
     cJSON_AddNumberToObject(root, "devices", ct_trainer_global_devices(l->trainer));
     cJSON_AddStringToObject(root, "trainer", ct_trainer_memory_efficient(l->trainer) ? "memory_efficient" : "standard");
@@ -510,6 +524,18 @@ typedef struct loop_state {
     ct_stream_cursor train_cur[CT_LOOP_MAX_TASKS], eval_cur, more_cur[CT_LOOP_MAX_EVAL_TASKS];
 } loop_state;
 
+// Version 3's fields: the loss since the last log and the skipped steps.
+static ct_status parse_v3(const cJSON *root, const char *name, loop_state *s, ct_error *err) {
+    const cJSON *since = cJSON_GetObjectItemCaseSensitive(root, "train_since_log");
+    if (!json_value(cJSON_GetObjectItemCaseSensitive(since, "loss_sum"), &s->loss_sum) ||
+        !json_count(cJSON_GetObjectItemCaseSensitive(since, "loss_count"), STATE_INT_MAX, &s->loss_count) ||
+        s->loss_count > s->step)
+        return bad_field(err, name, "train_since_log", "{loss_sum, loss_count} with a count up to the step");
+    if (!json_count(cJSON_GetObjectItemCaseSensitive(root, "skipped_steps"), (double)s->step, &s->skipped))
+        return bad_field(err, name, "skipped_steps", "an integer from 0 to the step");
+    return CT_OK;
+}
+
 // Version 4's fields: the norms since the last log, the additional eval
 // tasks' cursors, and which tasks have optimizers of their own (the run's
 // tasks must say the same).
@@ -575,17 +601,9 @@ static ct_status parse_core(const ct_loop *l, const cJSON *root, const char *nam
         return bad_field(err, name, "best", "an object of numbers");
     s->have_low = lo != NULL;
     s->have_high = hi != NULL;
-    if (version >= 3) {
-        const cJSON *since = cJSON_GetObjectItemCaseSensitive(root, "train_since_log");
-        if (!json_value(cJSON_GetObjectItemCaseSensitive(since, "loss_sum"), &s->loss_sum) ||
-            !json_count(cJSON_GetObjectItemCaseSensitive(since, "loss_count"), STATE_INT_MAX, &s->loss_count) ||
-            s->loss_count > s->step)
-            return bad_field(err, name, "train_since_log", "{loss_sum, loss_count} with a count up to the step");
-        if (!json_count(cJSON_GetObjectItemCaseSensitive(root, "skipped_steps"), (double)s->step, &s->skipped))
-            return bad_field(err, name, "skipped_steps", "an integer from 0 to the step");
-    }
-    // Before version 4 only the loss was averaged: the norms start from zero.
-    s->grads_l2_sum = s->weights_l2_sum = 0;
+    // Before version 3 nothing since the last log was saved, before 4 only
+    // the loss: what is not there starts from zero.
+    if (version >= 3) CT_TRY(parse_v3(root, name, s, err));
     if (version >= 4) CT_TRY(parse_v4(l, root, name, s, err));
     for (int i = 1; version < 4 && i < l->n_tasks; i++)
         if (l->task_opts[i].opt)

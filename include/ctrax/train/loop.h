@@ -103,8 +103,9 @@ extern "C" {
 // task 0's optimizer and slots, one with its own keeps its own slots (the
 // standard trainer only: the memory-efficient one lays its slots out once).
 // Tasks with losses of their own must give the model's outputs and their
-// batches' other tensors (targets, weights) the same shapes as task 0's. Each batch of the stream is the global batch: every process
-// takes its own rows of it (process p of P: rows [p B/P, (p+1) B/P)).
+// batches' other tensors (targets, weights) the same shapes as task 0's.
+// Each batch of the stream is the global batch: every process takes its own
+// rows of it (process p of P: rows [p B/P, (p+1) B/P)).
 typedef struct ct_train_task {
     ct_stream *stream;
     ct_layer *loss;
@@ -140,7 +141,8 @@ typedef struct ct_loop_options {
     // permanent checkpoints, instead of the cadences above (Trax's
     // checkpoints_at, permanent_checkpoints_at). n_* = 0 with a NULL list:
     // the cadence; n_* = 0 with a non-NULL list: never. Copied by
-    // ct_loop_new; at most CT_LOOP_MAX_STEP_LIST steps each.
+    // ct_loop_new; at most CT_LOOP_MAX_STEP_LIST steps each, each step from
+    // 1 and listed once (else ct_loop_new fails naming the list).
     const int64_t *checkpoints_at;
     int n_checkpoints_at;
     const int64_t *eval_at_steps;
