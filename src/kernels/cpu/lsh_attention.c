@@ -44,6 +44,9 @@ static lsh_work carve(float *w, const ct_lsh_dims *d, bool backward) {
     return k;
 }
 
+// Rotation dots per block of this many, so the sums sit in registers.
+#define HASH_BLOCK 32
+
 void ct_lsh_hash(float *buckets, const float *q, const float *mask, const float *rot, int64_t T, int64_t dk,
                  int64_t R, const int *f, int n_f) {
     int64_t n_rot = 0, NB = 1;
@@ -65,12 +68,21 @@ void ct_lsh_hash(float *buckets, const float *q, const float *mask, const float 
                 // on a tie between the two, z's (the lower index) wins.
                 int64_t best_p = 0, best_n = 0;
                 float vp = -INFINITY, vn = -INFINITY;
-                for (int64_t c = 0; c < h; c++) {
-                    double z = 0.0;
-                    for (int64_t i = 0; i < dk; i++) z += (double)q[t * dk + i] * rot[(i * R + r) * n_rot + c0 + c];
-                    float zv = (float)z;
-                    if (zv > vp) vp = zv, best_p = c;
-                    if (-zv > vn) vn = -zv, best_n = c;
+                for (int64_t c0b = 0; c0b < h; c0b += HASH_BLOCK) {
+                    // HASH_BLOCK dots at once, each summed over i in order in
+                    // double; the loop over c reads rot's contiguous row.
+                    const int64_t nc = h - c0b < HASH_BLOCK ? h - c0b : HASH_BLOCK;
+                    double z[HASH_BLOCK] = {0};
+                    for (int64_t i = 0; i < dk; i++) {
+                        const double qi = q[t * dk + i];
+                        const float *rrow = rot + (i * R + r) * n_rot + c0 + c0b;
+                        for (int64_t c = 0; c < nc; c++) z[c] += qi * rrow[c];
+                    }
+                    for (int64_t c = 0; c < nc; c++) {
+                        float zv = (float)z[c];
+                        if (zv > vp) vp = zv, best_p = c0b + c;
+                        if (-zv > vn) vn = -zv, best_n = c0b + c;
+                    }
                 }
                 int64_t best = vn > vp ? h + best_n : best_p;
                 bucket += best * stride, stride *= f[j], c0 += h;
