@@ -67,6 +67,11 @@ static double worst_err(const float *a, const float *b, int64_t n, double floor)
 static bool same_bits(const float *a, const float *b, int64_t n) {
     return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
 }
+static bool any_nan(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (isnan(x[i])) return true;
+    return false;
+}
 
 // The comparison above catches what the tolerances are meant to catch: one
 // element off by 1e-5 relative, or a NaN.
@@ -89,7 +94,7 @@ static void test_relu(void) {
         float *x = alloc_f(n), *g = alloc_f(n), *d0 = alloc_f(n);
         fill(x, n, -1.0f, 1.0f);
         fill(g, n, -1.0f, 1.0f);
-        fill(d0, n, -1.0f, 1.0f);
+        for (int64_t i = 0; i < n; i++) d0[i] = NAN;  // backward writes dinp: nothing of it may show
         x[0] = n > 1 ? -0.0f : NAN;  // -0 and NaN give 0 in both
         if (n > 3) x[2] = 0.0f, x[3] = INFINITY;
         float *y = alloc_f(n), *yr = alloc_f(n), *d = dup_f(d0, n), *dr = dup_f(d0, n);
@@ -98,7 +103,7 @@ static void test_relu(void) {
         CHECK_MSG(same_bits(y, yr, n), "relu forward, n %lld", (long long)n);
         ct_relu_backward(d, yr, g, n);
         ct_relu_backward_ref(dr, yr, g, n);
-        CHECK_MSG(same_bits(d, dr, n), "relu backward, n %lld", (long long)n);
+        CHECK_MSG(same_bits(d, dr, n) && !any_nan(d, n), "relu backward, n %lld", (long long)n);
         free(x), free(g), free(d0), free(y), free(yr), free(d), free(dr);
     }
 }
@@ -109,7 +114,7 @@ static void test_gelu(void) {
         float *x = alloc_f(n), *g = alloc_f(n), *d0 = alloc_f(n);
         fill(x, n, -8.0f, 8.0f);
         fill(g, n, -1.0f, 1.0f);
-        fill(d0, n, -1.0f, 1.0f);
+        for (int64_t i = 0; i < n; i++) d0[i] = NAN;  // backward writes dinp: nothing of it may show
         float *y = alloc_f(n), *yr = alloc_f(n), *d = dup_f(d0, n), *dr = dup_f(d0, n);
         ct_gelu_forward(y, x, n);
         ct_gelu_forward_ref(yr, x, n);
@@ -118,7 +123,8 @@ static void test_gelu(void) {
         ct_gelu_backward(d, x, g, n);
         ct_gelu_backward_ref(dr, x, g, n);
         double ed = worst_err(d, dr, n, 1.0);
-        CHECK_MSG(ed <= 1e-6, "gelu backward, n %lld: error %g", (long long)n, ed);
+        CHECK_MSG(ed <= 1e-6 && !any_nan(d, n) && !any_nan(dr, n), "gelu backward, n %lld: error %g", (long long)n,
+                  ed);
         free(x), free(g), free(d0), free(y), free(yr), free(d), free(dr);
     }
 }
@@ -150,17 +156,30 @@ static void layernorm_case(int64_t N, int64_t C, float offset) {
     // backward differs.
     float *dx = alloc_f(N * C), *dxr = alloc_f(N * C), *dw = alloc_f(C), *dwr = alloc_f(C), *db = alloc_f(C),
           *dbr = alloc_f(C);
-    fill(dx, N * C, -1.0f, 1.0f);
-    memcpy(dxr, dx, (size_t)(N * C) * sizeof(float));
+    for (int64_t i = 0; i < N * C; i++) dx[i] = dxr[i] = NAN;  // backward writes dinp: nothing of it may show
     fill(dw, C, -1.0f, 1.0f);
     memcpy(dwr, dw, (size_t)C * sizeof(float));
+    float *dw0 = dup_f(dw, C);
+    // One thread (one fused pass per row) and two (a row pass, then a
+    // column pass for dweight/dbias above the threshold): the same bits.
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
     ct_layernorm_backward(dx, dw, db, g, x, w, mr, rr, N, C);
     ct_layernorm_backward_ref(dxr, dwr, dbr, g, x, w, mr, rr, N, C);
     double edx = worst_err(dx, dxr, N * C, 1.0);
-    CHECK_MSG(edx <= 1e-6, "layernorm backward dx (%lld, %lld) offset %g: error %g", (long long)N, (long long)C,
-              offset, edx);
+    CHECK_MSG(edx <= 1e-6 && !any_nan(dx, N * C), "layernorm backward dx (%lld, %lld) offset %g: error %g",
+              (long long)N, (long long)C, offset, edx);
     CHECK_MSG(same_bits(dw, dwr, C) && same_bits(db, dbr, C), "layernorm backward dweight/dbias (%lld, %lld)",
               (long long)N, (long long)C);
+    omp_set_num_threads(2);
+    memcpy(dw, dw0, (size_t)C * sizeof(float));
+    memset(db, 0, (size_t)C * sizeof(float));
+    for (int64_t i = 0; i < N * C; i++) dxr[i] = NAN;
+    ct_layernorm_backward(dxr, dw, db, g, x, w, mr, rr, N, C);
+    CHECK_MSG(same_bits(dx, dxr, N * C) && same_bits(dw, dwr, C) && same_bits(db, dbr, C),
+              "layernorm backward (%lld, %lld), 2 threads against 1", (long long)N, (long long)C);
+    omp_set_num_threads(saved);
+    free(dw0);
     free(x), free(w), free(b), free(g), free(y), free(yr), free(m), free(mr), free(r), free(rr);
     free(dx), free(dxr), free(dw), free(dwr), free(db), free(dbr);
 }

@@ -55,7 +55,7 @@ static ct_status act_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
     ct_tensor saved = ct_tape_pop(c);
     grad_in[0] = ct_tensor_sig(&saved);
     if (!grad_out[0].data) return CT_OK;  // no gradient flows: a zero (NULL) one back
-    CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
+    CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));  // the kernels write it (no zeroing pass)
     ops->backward(ct_f32(&grad_in[0]), ct_f32(&saved), ct_f32(&grad_out[0]), ct_tensor_numel(&saved));
     return CT_OK;
 }

@@ -1,5 +1,6 @@
 // Elementwise activations and dropout over N floats, forward and backward,
-// llm.c style. Backward adds into dinp.
+// llm.c style. The activations' backward writes dinp (an input gradient the
+// layer owns: no zeroing pass first); dropout's backward adds into it.
 #ifndef CTRAX_KERNELS_CPU_ACTIVATION_H
 #define CTRAX_KERNELS_CPU_ACTIVATION_H
 
@@ -9,13 +10,13 @@
 
 // inp (N) -> out (N), out = max(x, 0)
 void ct_relu_forward(float *out, const float *inp, int64_t N);
-// dinp (N) += dout * (out > 0); the derivative at 0 is taken as 0
+// dinp (N) = dout * (out > 0); the derivative at 0 is taken as 0
 void ct_relu_backward(float *dinp, const float *out, const float *dout, int64_t N);
 
 // inp (N) -> out (N), the tanh approximation exactly as Trax writes it:
 // out = x * 0.5 * (1 + tanh(x * 0.7978845608 * (1 + 0.044715 * x * x)))
 void ct_gelu_forward(float *out, const float *inp, int64_t N);
-// dinp (N) += dout * d gelu(x) / dx, from the input
+// dinp (N) = dout * d gelu(x) / dx, from the input
 void ct_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t N);
 
 // Plain versions of the kernels above, used only by tests/test_kernels.c to
@@ -28,12 +29,12 @@ void ct_gelu_backward_ref(float *dinp, const float *inp, const float *dout, int6
 
 // inp (N) -> out (N), out = tanh(x)
 void ct_tanh_forward(float *out, const float *inp, int64_t N);
-// dinp (N) += dout * (1 - out^2)
+// dinp (N) = dout * (1 - out^2)
 void ct_tanh_backward(float *dinp, const float *out, const float *dout, int64_t N);
 
 // inp (N) -> out (N), out = 1 / (1 + exp(-x))
 void ct_sigmoid_forward(float *out, const float *inp, int64_t N);
-// dinp (N) += dout * out * (1 - out)
+// dinp (N) = dout * out * (1 - out)
 void ct_sigmoid_backward(float *dinp, const float *out, const float *dout, int64_t N);
 
 // Dropout's mask: element j is kept iff ct_random_bits(key, j) >= threshold,

@@ -1,6 +1,9 @@
 #include "kernels/cpu/norm.h"
 
 #include <math.h>
+#include <omp.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "kernels/cpu/vmath.h"
 
@@ -49,52 +52,77 @@ void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
     }
 }
 
+// One row's input gradient, written to dx:
+// dx = rstd * (w*g - mean(w*g) - norm * mean(w*g*norm)); both means in one
+// pass, in lanes as in the forward. With dweight and dbias (not NULL), the
+// row's terms are added to them in the same pass over the row (the fused,
+// one-thread case of ct_layernorm_backward), as the column loop adds them.
+static void layernorm_row_backward(float *dx, float *dweight, float *dbias, const float *g, const float *x,
+                                   const float *weight, float m, float s, int64_t C) {
+    double lg[CT_LANES] = {0}, lgn[CT_LANES] = {0};
+    int64_t c0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
+    for (; c0 + CT_LANES <= C; c0 += CT_LANES) {
+        const int nj = CT_LANES;
+#pragma omp simd
+        for (int j = 0; j < nj; j++) {
+            int64_t c = c0 + j;
+            float wg = weight[c] * g[c];
+            lg[j] += wg;
+            lgn[j] += (double)wg * ((x[c] - m) * s);
+        }
+    }
+    {
+        const int nj = (int)(C - c0);
+        for (int j = 0; j < nj; j++) {
+            int64_t c = c0 + j;
+            float wg = weight[c] * g[c];
+            lg[j] += wg;
+            lgn[j] += (double)wg * ((x[c] - m) * s);
+        }
+    }
+    float mean_g = (float)(ct_lanes_total(lg) / (double)C), mean_gn = (float)(ct_lanes_total(lgn) / (double)C);
+    if (dweight) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            dx[c] = s * (weight[c] * g[c] - mean_g - norm * mean_gn);
+            dweight[c] += g[c] * norm;
+            dbias[c] += g[c];
+        }
+        return;
+    }
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++) {
+        float norm = (x[c] - m) * s;
+        dx[c] = s * (weight[c] * g[c] - mean_g - norm * mean_gn);
+    }
+}
+
 void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const float *mean, const float *rstd,
                            int64_t N, int64_t C) {
-    // The input gradient, row by row:
-    // dx = rstd * (w*g - mean(w*g) - norm * mean(w*g*norm)); both means in
-    // one pass, in lanes as in the forward.
+    const bool threads = N * C > CT_NORM_PARALLEL_MIN && omp_get_max_threads() > 1;
+    // On one thread, one pass: each row's input gradient and its share of
+    // dweight and dbias while the row is in L1 (the column loop below reads
+    // dout and the input again; the two passes were 2-3% of a TransformerLM
+    // step). The rows go in order, so the sums are the column loop's bits.
+    if (dinp && !threads) {
+        for (int64_t n = 0; n < N; n++)
+            layernorm_row_backward(dinp + n * C, dweight, dbias, dout + n * C, inp + n * C, weight, mean[n],
+                                   rstd[n], C);
+        return;
+    }
     if (dinp) {
-#pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
-        for (int64_t n = 0; n < N; n++) {
-            const float *x = inp + n * C, *g = dout + n * C;
-            float *dx = dinp + n * C;
-            float m = mean[n], s = rstd[n];
-            double lg[CT_LANES] = {0}, lgn[CT_LANES] = {0};
-            int64_t c0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
-            for (; c0 + CT_LANES <= C; c0 += CT_LANES) {
-                const int nj = CT_LANES;
-#pragma omp simd
-                for (int j = 0; j < nj; j++) {
-                    int64_t c = c0 + j;
-                    float wg = weight[c] * g[c];
-                    lg[j] += wg;
-                    lgn[j] += (double)wg * ((x[c] - m) * s);
-                }
-            }
-            {
-                const int nj = (int)(C - c0);
-                for (int j = 0; j < nj; j++) {
-                    int64_t c = c0 + j;
-                    float wg = weight[c] * g[c];
-                    lg[j] += wg;
-                    lgn[j] += (double)wg * ((x[c] - m) * s);
-                }
-            }
-            float mean_g = (float)(ct_lanes_total(lg) / (double)C), mean_gn = (float)(ct_lanes_total(lgn) / (double)C);
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++) {
-                float norm = (x[c] - m) * s;
-                dx[c] += s * (weight[c] * g[c] - mean_g - norm * mean_gn);
-            }
-        }
+#pragma omp parallel for schedule(static) if (threads)
+        for (int64_t n = 0; n < N; n++)
+            layernorm_row_backward(dinp + n * C, NULL, NULL, dout + n * C, inp + n * C, weight, mean[n], rstd[n],
+                                   C);
     }
     // Weight and bias gradients sum over rows: threads take blocks of
     // columns and walk the rows in order, so the result does not depend on
     // the thread count (and is bitwise the reference's).
     int64_t n_blocks = (C + CT_NORM_COL_BLOCK - 1) / CT_NORM_COL_BLOCK;
-#pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (threads)
     for (int64_t blk = 0; blk < n_blocks; blk++) {
         int64_t c0 = blk * CT_NORM_COL_BLOCK;
         int64_t c1 = c0 + CT_NORM_COL_BLOCK < C ? c0 + CT_NORM_COL_BLOCK : C;
@@ -152,7 +180,7 @@ void ct_layernorm_backward_ref(float *dinp, float *dweight, float *dbias, const 
             float mean_g = (float)(sum_g / (double)C), mean_gn = (float)(sum_gn / (double)C);
             for (int64_t c = 0; c < C; c++) {
                 float norm = (x[c] - m) * s;
-                dx[c] += s * (weight[c] * g[c] - mean_g - norm * mean_gn);
+                dx[c] = s * (weight[c] * g[c] - mean_g - norm * mean_gn);
             }
         }
     }

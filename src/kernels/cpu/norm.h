@@ -1,5 +1,6 @@
 // Layer normalization over the last axis of (N, C) rows, llm.c style.
-// Backward adds into its outputs.
+// Backward writes the input gradient (the layer's own buffer: no zeroing
+// pass) and adds into the weight gradients.
 #ifndef CTRAX_KERNELS_CPU_NORM_H
 #define CTRAX_KERNELS_CPU_NORM_H
 
@@ -10,7 +11,7 @@
 // C, rstd = 1 / sqrt(var + eps). mean and rstd are saved for backward.
 void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                           const float *bias, int64_t N, int64_t C, float eps);
-// dout (N, C) -> dinp (N, C) += d/dx, dweight (C) += sum_n dout * norm,
+// dout (N, C) -> dinp (N, C) = d/dx, dweight (C) += sum_n dout * norm,
 // dbias (C) += sum_n dout, with norm = (x - mean) * rstd. dinp may be NULL.
 // Sums over n run in row order for every thread count.
 void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
