@@ -359,6 +359,31 @@ static void test_eval_tasks_and_model(void) {
     CHECK(ct_loop_last_value(r.loop, "eval", "metrics/other/loss") == more_v[1]);
     evals_free(&r);
 
+    // Two additional tasks under one prefix ("1", the first one's number)
+    // would record into the same metric names: refused.
+    {
+        ct_stream *t = copy_batches(1), *e0 = copy_batches(99), *e1 = copy_batches(99), *e2 = copy_batches(99);
+        ct_layer *m = small_lm(0), *l = ct_weighted_category_cross_entropy();
+        ct_layer *k0 = ct_weighted_category_cross_entropy(), *k1 = ct_weighted_category_cross_entropy(),
+                 *k2 = ct_weighted_category_cross_entropy();
+        ct_eval_task main_ev = {.stream = e0, .n_metrics = 1, .n_batches = 1}, more[2];
+        main_ev.metrics[0] = k0, main_ev.metric_names[0] = "loss";
+        more[0] = main_ev, more[0].stream = e1, more[0].metrics[0] = k1;
+        more[1] = main_ev, more[1].stream = e2, more[1].metrics[0] = k2;
+        const char *const prefixes[2] = {NULL, "1"};
+        ct_loop_options o = ct_loop_default_options();
+        o.additional_eval_tasks = more, o.n_additional_eval_tasks = 2, o.eval_export_prefixes = prefixes;
+        ct_train_task task = {t, l, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()};
+        ct_loop *loop = NULL;
+        ct_status st = ct_loop_new(&loop, m, &task, 1, &main_ev, &o, &err);
+        CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "metrics/1/"), "two eval tasks under prefix 1: %s",
+                  st == CT_OK ? "accepted" : err.msg);
+        printf("two additional eval tasks under one prefix: %s\n", err.msg);
+        if (st == CT_OK) ct_loop_free(loop);
+        ct_stream_free(t), ct_stream_free(e0), ct_stream_free(e1), ct_stream_free(e2);
+        ct_layer_free(m), ct_layer_free(l), ct_layer_free(k0), ct_layer_free(k1), ct_layer_free(k2);
+    }
+
     // An eval model whose weights are not the model's is refused, by name.
     ct_fs_remove_tree(d[3], NULL);
     CHECK(evals_new(&r, d[3], 3, &err) == CT_ERR_ARG && strstr(err.msg, "eval model"));

@@ -1144,6 +1144,13 @@ static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error 
                                 "characters (1 to %zu)", i + 1, prefix, strlen(prefix), sizeof l->eval_prefix[0] - 1);
         if (prefix) snprintf(l->eval_prefix[i + 1], sizeof l->eval_prefix[0], "%s", prefix);
         else snprintf(l->eval_prefix[i + 1], sizeof l->eval_prefix[0], "%d", i + 1);
+        // Two tasks under one prefix would record their metrics under the
+        // same names, one task's values then read as the other's.
+        for (int j = 1; j <= i; j++)
+            if (!strcmp(l->eval_prefix[j], l->eval_prefix[i + 1]))
+                return ct_error_set(err, CT_ERR_ARG,
+                                    "loop: additional eval tasks %d and %d both record as metrics/%s/...: give them "
+                                    "export_prefixes of their own", j, i + 1, l->eval_prefix[j]);
         CT_TRY(ct_evaluator_new(&l->evaluators[i + 1], runs, &l->opts.additional_eval_tasks[i], l->comm, l->dev, err));
         l->n_evaluators++;
     }

@@ -161,7 +161,9 @@ typedef struct ct_loop_options {
     // More eval tasks after the main one (Trax's additional_eval_tasks), run
     // at every eval. Metric m of additional task i is recorded as
     // "metrics/<prefix>/<name>" with prefix its export_prefix (NULL: its
-    // number, 1 for the first). Not copied: must outlive the loop.
+    // number, 1 for the first); two tasks with one prefix are refused. Not
+    // copied: must outlive the loop. A resume with another number of them
+    // starts their streams from the beginning (evals change no weight).
     const ct_eval_task *additional_eval_tasks;
     int n_additional_eval_tasks;
     const char *const *eval_export_prefixes;  // one per additional task, or NULL
