@@ -6,6 +6,7 @@
 // last log; the system seed recorded in the checkpoint; init_checkpoint.
 #define _GNU_SOURCE  // memmem
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -439,6 +440,67 @@ static void test_averaged_since_log(void) {
     ct_loop_free(a), ct_loop_free(b);
     ct_stream_free(s1), ct_stream_free(s2);
     ct_layer_free(m1), ct_layer_free(m2), ct_layer_free(loss), ct_layer_free(loss2);
+}
+
+// A stop requested at step 6 (as SIGINT does).
+static volatile sig_atomic_t stop_flag;
+static void stop_at_6(int64_t step, void *user) {
+    (void)user;
+    if (step == 6) stop_flag = 1;
+}
+
+// The averages since the last log survive a stop between logs: 10 steps
+// straight and stopped at 6 + resumed to 10 log the same training metrics
+// (the log at 8 averages steps 5..8 in both).
+static void test_averaged_across_stop(void) {
+    char *a = temp_dir("avg_a"), *b = temp_dir("avg_b");
+    ct_stream *s1 = copy_batches(1);
+    ct_layer *m1 = small_lm(0.1f), *loss = ct_weighted_category_cross_entropy();
+    ct_error err;
+    ct_loop_options o = ct_loop_default_options();
+    o.n_steps_per_checkpoint = 4;
+    ct_loop *loop = one_task_loop(a, o, s1, m1, loss);
+    CHECK_OK(ct_loop_run(loop, 10, &err), &err);
+    int n;
+    const ct_history_entry *h = ct_loop_history(loop, &n);
+    ct_history_entry *straight = malloc((size_t)n * sizeof *straight + 1);
+    memcpy(straight, h, (size_t)n * sizeof *straight);
+    int n_straight = n;
+    ct_loop_free(loop);
+
+    // A fresh stream for the second run (the first moved s1 on by 10 batches).
+    ct_stream_free(s1);
+    s1 = copy_batches(1);
+    stop_flag = 0;
+    o.stop = &stop_flag;
+    o.callbacks[0] = (ct_loop_callback){.on_step_end = stop_at_6};
+    o.n_callbacks = 1;
+    loop = one_task_loop(b, o, s1, m1, loss);
+    CHECK_OK(ct_loop_run(loop, 10, &err), &err);
+    CHECK(ct_loop_stopped(loop) && ct_loop_step(loop) == 6);
+    ct_loop_free(loop);
+    stop_flag = 0;
+    o.n_callbacks = 0;
+    loop = one_task_loop(b, o, s1, m1, loss);
+    CHECK(ct_loop_step(loop) == 6);
+    CHECK_OK(ct_loop_run(loop, 10, &err), &err);
+    h = ct_loop_history(loop, &n);
+    int same = 0, compared = 0;
+    for (int i = 0; i < n && i < n_straight; i++) {
+        if (strstr(h[i].metric, "per second")) continue;
+        compared++;
+        same += !strcmp(h[i].metric, straight[i].metric) && h[i].step == straight[i].step && h[i].value == straight[i].value;
+    }
+    printf("stopped at 6 and resumed vs straight, 10 steps: %d of %d history entries equal (%d and %d in all)\n", same,
+           compared, n, n_straight);
+    CHECK_MSG(n == n_straight && same == compared, "history after a stop: %d of %d equal, %d vs %d entries", same,
+              compared, n, n_straight);
+    ct_loop_free(loop);
+    free(straight);
+    ct_stream_free(s1);
+    ct_layer_free(m1), ct_layer_free(loss);
+    ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL);
+    free(a), free(b);
 }
 
 // ---- 7: the system seed, recorded ---------------------------------------------------
@@ -940,6 +1002,7 @@ int main(void) {
     test_own_loss_and_optimizer();
     test_eval_tasks_and_model();
     test_averaged_since_log();
+    test_averaged_across_stop();
     test_system_seed();
     test_init_checkpoint();
     test_all_resumed();

@@ -39,9 +39,12 @@
 //     the training metrics since the last log and the operative config. A
 //     run pointed at a directory with a checkpoint resumes from the newest
 //     complete one, and the steps it then takes are the ones the
-//     uninterrupted run would have taken (same weights, bit for bit), and
-//     it logs the same metrics (metrics.jsonl and TensorBoard, apart from
-//     steps per second).
+//     uninterrupted run would have taken (same weights, bit for bit). A run
+//     stopped (opts.stop) or killed and resumed logs the same metrics too
+//     (metrics.jsonl and TensorBoard, apart from steps per second: the sums
+//     since the last log are in the checkpoint); a run that reached its
+//     n_steps logged the training metrics there, so a longer run from its
+//     checkpoint averages from that step on.
 //   - opts.init_checkpoint (Trax's train(init_checkpoint=...)): a run that
 //     starts fresh (nothing to resume in output_dir) first loads the model's
 //     weights and state from another run's checkpoint, by name, every one
