@@ -1003,53 +1003,64 @@ static void test_retention(void) {
     CHECK(set_is(dir2, want3, 1));
 }
 
-// A manifest edited by hand: "keep" absent (manifests before permanent
-// checkpoints) is not kept; anything but true or false is refused by name,
-// and the checkpoint is then not complete, so pruning leaves it alone
-// instead of reading "keep": "yes" as false and removing it.
-static void test_keep_field(void) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", tmp_path("keep_field"));
-    ct_error err = {0};
-    CHECK_OK(make_ckpt(dir, "model_1", 1, 1, false, false, 0, &err), &err);
-    CHECK_OK(make_ckpt(dir, "model_2", 2, 2, true, false, 0, &err), &err);
-    CHECK_OK(make_ckpt(dir, "model_3", 3, 3, false, true, 0, &err), &err);
+// manifest.json of dir/name with field set to the JSON raw (NULL: removed).
+static void edit_manifest(const char *dir, const char *name, const char *field, const char *raw) {
     char path[1200], *text = NULL;
-    snprintf(path, sizeof path, "%s/model_1/manifest.json", dir);
+    ct_error err;
+    snprintf(path, sizeof path, "%s/%s/manifest.json", dir, name);
     CHECK_OK(ct_fs_read(path, &text, NULL, &err), &err);
     cJSON *m = cJSON_Parse(text);
     free(text);
-    cJSON_DeleteItemFromObjectCaseSensitive(m, "keep");
+    if (!m) return;
+    if (!raw) cJSON_DeleteItemFromObjectCaseSensitive(m, field);
+    else if (cJSON_GetObjectItemCaseSensitive(m, field)) cJSON_ReplaceItemInObjectCaseSensitive(m, field, cJSON_Parse(raw));
+    else cJSON_AddItemToObject(m, field, cJSON_Parse(raw));
     text = cJSON_Print(m);
     write_text(path, text);
     cJSON_free(text);
     cJSON_Delete(m);
+}
+
+// A manifest edited by hand: "keep" absent (manifests before permanent
+// checkpoints) is not kept; a "keep" other than true or false, or a step
+// that is negative, huge, fractional or a string, is refused naming the
+// file and the field, and the checkpoint is then not complete, so pruning
+// leaves it alone (a "keep": "yes" read as false was removed).
+static void test_manifest_edits(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("manifest_edits"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "model_1", 1, 1, false, false, 0, &err), &err);
+    CHECK_OK(make_ckpt(dir, "model_2", 2, 2, true, false, 0, &err), &err);
+    CHECK_OK(make_ckpt(dir, "model_3", 3, 3, false, true, 0, &err), &err);
+    edit_manifest(dir, "model_1", "keep", NULL);
     ct_checkpoint *c = NULL;
     CHECK_OK(ct_checkpoint_open(&c, dir, "model_1", &err), &err);
     CHECK(c && !ct_checkpoint_kept(c));
     ct_checkpoint_close(c);
 
-    const char *bad[3] = {"\"yes\"", "1", "null"};
-    for (int k = 0; k < 3; k++) {
-        snprintf(path, sizeof path, "%s/model_2/manifest.json", dir);
-        CHECK_OK(ct_fs_read(path, &text, NULL, &err), &err);
-        m = cJSON_Parse(text);
-        free(text);
-        cJSON_ReplaceItemInObjectCaseSensitive(m, "keep", cJSON_Parse(bad[k]));
-        text = cJSON_Print(m);
-        write_text(path, text);
-        cJSON_free(text);
-        cJSON_Delete(m);
+    static const struct {
+        const char *field, *raw;
+    } bad[] = {{"keep", "\"yes\""}, {"keep", "1"}, {"keep", "null"}, {"step", "-2"},
+               {"step", "1e300"},    {"step", "2.5"}, {"step", "\"2\""}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        edit_manifest(dir, "model_2", bad[k].field, bad[k].raw);
         c = NULL;
         ct_status st = ct_checkpoint_open(&c, dir, "model_2", &err);
-        CHECK_MSG(st == CT_ERR_FORMAT && strstr(err.msg, "model_2/manifest.json") && strstr(err.msg, "\"keep\""),
-                  "\"keep\": %s: %s", bad[k], st == CT_OK ? "accepted" : err.msg);
-        if (k == 0) printf("\"keep\": %s: %s\n", bad[k], err.msg);
+        char want[32];
+        snprintf(want, sizeof want, "\"%s\"", bad[k].field);
+        CHECK_MSG(st == CT_ERR_FORMAT && strstr(err.msg, "model_2/manifest.json") && strstr(err.msg, want),
+                  "manifest %s: %s: %s", bad[k].field, bad[k].raw, st == CT_OK ? "accepted" : err.msg);
+        if (k == 0) printf("manifest \"keep\": %s: %s\n", bad[k].raw, err.msg);
         ct_checkpoint_close(c);
         // keep_last 0: only the pointer's (model_3) and what cannot be read stay.
         CHECK_OK(ct_checkpoint_prune(dir, 0, NULL, NULL, &err), &err);
+        char path[1200];
+        snprintf(path, sizeof path, "%s/model_2/manifest.json", dir);
         CHECK(exists(path));
+        edit_manifest(dir, "model_2", bad[k].field, !strcmp(bad[k].field, "keep") ? "true" : "2");
     }
+    char path[1200];
     snprintf(path, sizeof path, "%s/model_1", dir);
     CHECK(!exists(path));
 }
@@ -1067,7 +1078,7 @@ int main(void) {
     test_atomic_replace();
     test_pointer_fallback();
     test_retention();
-    test_keep_field();
+    test_manifest_edits();
     ct_error err;
     if (!check_failed_) ct_fs_remove_tree(g_tmp, &err);
     return check_summary("test_checkpoint");
