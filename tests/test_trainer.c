@@ -1,5 +1,6 @@
 // The single-device Trainer: stats, learning, bitwise determinism for a seed,
-// and clear errors for a bad batch.
+// clear errors for a bad batch, and a second optimizer for its weights
+// (ct_trainer_opt_state) swapped in and out.
 #include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -286,7 +287,140 @@ static void test_grads_both_trainers(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// A second optimizer for the trainer's weights (ct_trainer_opt_state, as a
+// Loop's train task with its own): laid out as the trainer's own (frozen
+// weights none), counted in the memory plan, swapped in and out by pointer;
+// a step with it swapped in is the step of a trainer built with it and
+// leaves the trainer's own slots alone. The memory-efficient trainer, and a
+// device without room, refuse it with nothing left behind.
+static ct_trainer *dense_trainer(ct_optimizer *opt, bool memory_efficient, const ct_tensor *batch, ct_device *dev) {
+    ct_layer *model = ct_serial(CT_LAYERS(ct_dense(3), ct_dense(2))), *loss = ct_l2_loss();
+    static const char *const frozen[] = {"Serial/Dense[0]/bias"};
+    ct_trainer_options o = ct_trainer_default_options();
+    o.frozen = frozen;
+    o.n_frozen = 1;
+    o.memory_efficient = memory_efficient;
+    o.reversible.log_every = 0;
+    ct_trainer *tr = NULL;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, opt, ct_key_from_seed(4), dev, &o, &err), &err);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    return tr;
+}
+
+static void test_opt_state(void) {
+    float x[4 * 3], y[4 * 2], w[4 * 2];
+    ct_random_uniform(ct_key_from_seed(8), x, 12, -1, 1);
+    ct_random_uniform(ct_key_from_seed(9), y, 8, -3, 3);
+    for (int i = 0; i < 8; i++) w[i] = 1;
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, 3, x), ct_tensor_2d(CT_DTYPE_F32, 4, 2, y),
+                          ct_tensor_2d(CT_DTYPE_F32, 4, 2, w)};
+    ct_device dev = ct_device_cpu();
+    ct_error err;
+    ct_step_stats st;
+    ct_trainer *tr = dense_trainer(ct_adam_new(ct_adam_default_params()), false, batch, &dev);
+    const ct_net *net = ct_trainer_net(tr);
+    ct_memory_plan plan0 = *ct_trainer_memory_plan(tr);
+    size_t bytes0 = dev.current_bytes, n_own;
+    float *own = ct_trainer_slots(tr, &n_own);
+    ct_optimizer *adam = ct_trainer_optimizer(tr);
+
+    ct_trainer_opt_state s;
+    CHECK_OK(ct_trainer_opt_state_new(tr, ct_adafactor_new(ct_adafactor_default_params()), &s, &err), &err);
+    ct_optimizer *ada = s.opt;
+    float *theirs = s.slots;
+    size_t n_theirs = s.n_slot_floats;
+    // Laid out as the trainer's own: per weight, Adafactor's count, frozen none.
+    bool layout = s.slot_offsets[0] == 0 && n_theirs > 0;
+    for (int i = 0; i < net->n_params; i++) {
+        size_t want = ct_trainer_param_frozen(tr, i) ? 0 : ct_optimizer_slot_floats(ada, &net->params[i]->sig);
+        layout &= s.slot_offsets[i + 1] - s.slot_offsets[i] == want;
+    }
+    CHECK_MSG(layout, "the state's slots are not laid out per weight as the trainer's");
+    CHECK(ct_trainer_param_frozen(tr, 1));  // Serial/Dense[0]/bias: there was a frozen weight to skip
+    // Counted on the device and in the plan alike.
+    const ct_memory_plan *plan = ct_trainer_memory_plan(tr);
+    size_t added = dev.current_bytes - bytes0;
+    CHECK(added >= n_theirs * sizeof(float) && added < n_theirs * sizeof(float) + 64);
+    CHECK_MSG(plan->slots == plan0.slots + added && plan->device_bytes == plan0.device_bytes + added,
+              "plan slots %zu -> %zu, device %zu -> %zu; the device grew by %zu", plan0.slots, plan->slots,
+              plan0.device_bytes, plan->device_bytes, added);
+
+    // Swapped twice: everything as it was, and the state holds its own again.
+    ct_trainer_swap_optimizer(tr, &s);
+    size_t n;
+    CHECK(ct_trainer_slots(tr, &n) == theirs && n == n_theirs && ct_trainer_optimizer(tr) == ada);
+    CHECK(s.opt == adam && s.slots == own && s.n_slot_floats == n_own);
+    ct_trainer_swap_optimizer(tr, &s);
+    CHECK(ct_trainer_slots(tr, &n) == own && n == n_own && ct_trainer_optimizer(tr) == adam);
+    CHECK(s.opt == ada && s.slots == theirs && s.n_slot_floats == n_theirs);
+
+    // A step with it swapped in: the state's slots move, the trainer's own
+    // do not, and the weights and slots are those of a trainer built with
+    // Adafactor from the same init (bit for bit).
+    float *own_before = malloc(n_own * sizeof *own_before), *theirs_before = malloc(n_theirs * sizeof *theirs_before);
+    memcpy(own_before, own, n_own * sizeof *own);
+    memcpy(theirs_before, theirs, n_theirs * sizeof *theirs);
+    ct_trainer_swap_optimizer(tr, &s);
+    CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(2), 1, 0.05f, &st, &err), &err);
+    ct_named_tensor *wt, *sl;
+    int nw, ns;
+    ct_trainer_checkpoint_tensors(tr, &wt, &nw, &sl, &ns);  // a checkpoint sees the swapped-in slots
+    CHECK(ns > 0 && (float *)sl[0].tensor.data >= theirs && (float *)sl[0].tensor.data < theirs + n_theirs);
+    ct_free(wt);
+    ct_free(sl);
+    ct_trainer_swap_optimizer(tr, &s);
+    CHECK_MSG(memcmp(own, own_before, n_own * sizeof *own) == 0, "the trainer's own slots changed in another's step");
+    CHECK_MSG(memcmp(theirs, theirs_before, n_theirs * sizeof *theirs) != 0, "the swapped-in slots did not move");
+    ct_device dev2 = ct_device_cpu();
+    ct_trainer *ref = dense_trainer(ct_adafactor_new(ct_adafactor_default_params()), false, batch, &dev2);
+    CHECK_OK(ct_trainer_one_step(ref, batch, ct_key_from_seed(2), 1, 0.05f, &st, &err), &err);
+    size_t n_ref;
+    const float *ref_slots = ct_trainer_slots(ref, &n_ref);
+    const ct_net *ref_net = ct_trainer_net(ref);
+    CHECK(n_ref == n_theirs && memcmp(ref_slots, theirs, n_ref * sizeof *ref_slots) == 0);
+    CHECK_MSG(memcmp(ref_net->weights, net->weights, net->n_weights * sizeof(float)) == 0,
+              "a step with Adafactor swapped in differs from a trainer built with Adafactor");
+    ct_trainer_free(ref);
+    // And a step of its own: the trainer's slots move, the state's stay.
+    memcpy(theirs_before, theirs, n_theirs * sizeof *theirs);
+    CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(3), 2, 0.05f, &st, &err), &err);
+    CHECK(memcmp(own, own_before, n_own * sizeof *own) != 0);
+    CHECK(memcmp(theirs, theirs_before, n_theirs * sizeof *theirs) == 0);
+    free(own_before);
+    free(theirs_before);
+
+    // A device without room: refused naming the optimizer, nothing kept.
+    dev.limit_bytes = dev.current_bytes;
+    ct_trainer_opt_state full;
+    CHECK(ct_trainer_opt_state_new(tr, ct_adafactor_new(ct_adafactor_default_params()), &full, &err) == CT_ERR_MEMORY);
+    printf("no room for a second optimizer: %s\n", err.msg);
+    CHECK(strstr(err.msg, "Adafactor") != NULL);
+    CHECK(full.opt == NULL && full.slots == NULL && full.slot_offsets == NULL);
+    CHECK(plan->slots == plan0.slots + added);
+    dev.limit_bytes = 0;
+
+    ct_trainer_opt_state_free(tr, &s);
+    CHECK(s.opt == NULL && s.slots == NULL);
+    CHECK(plan->slots == plan0.slots && plan->device_bytes == plan0.device_bytes && dev.current_bytes == bytes0);
+    ct_trainer_free(tr);
+    CHECK(dev.current_bytes == 0);
+
+    // The memory-efficient trainer refuses, naming itself and the setting.
+    ct_trainer *mem = dense_trainer(ct_adam_new(ct_adam_default_params()), true, batch, &dev);
+    bytes0 = dev.current_bytes;
+    CHECK(ct_trainer_opt_state_new(mem, ct_momentum_new(ct_momentum_default_params()), &s, &err) == CT_ERR_ARG);
+    printf("memory-efficient trainer: %s\n", err.msg);
+    CHECK(strstr(err.msg, "memory_efficient") != NULL && strstr(err.msg, "standard trainer") != NULL);
+    CHECK(s.opt == NULL && s.slots == NULL && dev.current_bytes == bytes0);
+    ct_trainer_opt_state_free(mem, &s);  // a zeroed state frees nothing
+    ct_trainer_free(mem);
+    CHECK(dev.current_bytes == 0);
+}
+
 int main(void) {
+    test_opt_state();
     test_grads_both_trainers();
     test_clip_and_freeze();
     test_stats_and_errors();

@@ -20,7 +20,7 @@
 #include "core/json.h"
 #include "train/summary_internal.h"
 #include "optim/internal.h"
-#include "train/train_internal.h"
+#include "train/train_internal.h"  // ct_train_local_rows
 
 #define LOOP_STATE_FORMAT "ctrax-loop"
 // 2: cursors as decimal strings; 3: the training metrics since the last log,
@@ -36,16 +36,6 @@ typedef struct step_list {
     bool on;
 } step_list;
 
-// A train task with an optimizer of its own: its optimizer and slots, laid
-// out as the trainer's (per weight, frozen weights none). Swapped into the
-// trainer for that task's steps.
-typedef struct task_opt {
-    ct_optimizer *opt;  // NULL: the task shares task 0's
-    float *slots;
-    size_t n_slot_floats;
-    size_t *slot_offsets;  // n_params + 1
-} task_opt;
-
 struct ct_loop {
     ct_loop_options opts;
     ct_device own_dev;
@@ -53,7 +43,11 @@ struct ct_loop {
     ct_layer *model;  // one reference
     ct_train_task tasks[CT_LOOP_MAX_TASKS];
     int n_tasks;
-    task_opt task_opts[CT_LOOP_MAX_TASKS];
+    // A train task with an optimizer of its own: its optimizer (set in
+    // ct_loop_new) and, once the trainer is made, its slots
+    // (ct_trainer_opt_state_new), swapped into the trainer for that task's
+    // steps. opt NULL: the task shares task 0's, the trainer's own.
+    ct_trainer_opt_state task_opts[CT_LOOP_MAX_TASKS];
     ct_layer *task_losses;  // tasks with losses of their own: the layer that picks one; NULL: one loss
     // evaluators[0] is the main eval task (NULL: no evals), then the
     // additional ones with their export prefixes.
@@ -321,18 +315,10 @@ static char *state_json(const ct_loop *l) {
 }
 
 // Puts task i's own optimizer and slots into the trainer, or takes them
-// back out (the same swap twice): the standard trainer reads t->opt,
-// t->slots and t->slot_offsets afresh at every step, so a task's step, its
-// checkpoint tensors and its checks see its own. A task with none is a no-op.
+// back out (the same swap twice), so a task's step, its checkpoint tensors
+// and its checks see its own. A task with none is a no-op.
 static void swap_task_optimizer(ct_loop *l, int task) {
-    task_opt *o = &l->task_opts[task];
-    if (!o->opt) return;
-    ct_trainer *t = l->trainer;
-    ct_optimizer *opt = t->opt;
-    float *slots = t->slots;
-    size_t n = t->n_slot_floats, *offsets = t->slot_offsets;
-    t->opt = o->opt, t->slots = o->slots, t->n_slot_floats = o->n_slot_floats, t->slot_offsets = o->slot_offsets;
-    o->opt = opt, o->slots = slots, o->n_slot_floats = n, o->slot_offsets = offsets;
+    if (l->task_opts[task].opt) ct_trainer_swap_optimizer(l->trainer, &l->task_opts[task]);
 }
 
 // The trainer's weights and the slots it holds now are finite.
@@ -1062,25 +1048,15 @@ static ct_status make_trainer(ct_loop *l, ct_optimizer *opt, ct_error *err) {
 }
 
 // The slots of the tasks with optimizers of their own, laid out as the
-// trainer's (ct_trainer_param_slots): the same weights, frozen ones none.
+// trainer's (ct_trainer_param_slots: the same weights, frozen ones none), on
+// its slab device and in its memory plan.
 static ct_status make_task_slots(ct_loop *l, ct_error *err) {
-    const ct_net *net = ct_trainer_net(l->trainer);
     for (int t = 1; t < l->n_tasks; t++) {
-        task_opt *o = &l->task_opts[t];
+        ct_trainer_opt_state *o = &l->task_opts[t];
         if (!o->opt) continue;
-        o->slot_offsets = ct_calloc((size_t)net->n_params + 1, sizeof *o->slot_offsets);
-        for (int i = 0; i < net->n_params; i++) {
-            o->slot_offsets[i] = o->n_slot_floats;
-            if (!ct_trainer_param_frozen(l->trainer, i))
-                o->n_slot_floats += ct_optimizer_slot_floats(o->opt, &net->params[i]->sig);
-        }
-        o->slot_offsets[net->n_params] = o->n_slot_floats;
-        char what[64];
-        snprintf(what, sizeof what, "train task %d's optimizer slots", t);
-        CT_TRY(ct_device_alloc(l->dev, o->n_slot_floats * sizeof(float), what, (void **)&o->slots, err));
-        for (int i = 0; i < net->n_params; i++)
-            if (!ct_trainer_param_frozen(l->trainer, i))
-                ct_optimizer_init_slots(o->opt, &net->params[i]->sig, o->slots + o->slot_offsets[i]);
+        // Takes the optimizer on every path: a failure leaves *o zeroed.
+        if (ct_trainer_opt_state_new(l->trainer, o->opt, o, err) != CT_OK)
+            return ct_error_prefix(err, "loop: train task %d", t);
     }
     return CT_OK;
 }
@@ -1210,14 +1186,11 @@ void ct_loop_free(ct_loop *loop) {
     for (int e = 0; e < l->n_evaluators; e++) ct_evaluator_free(l->evaluators[e]);
     ct_net_free(&l->eval_net);
     ct_layer_free(l->eval_model);
+    // The tasks' slots are on the trainer's device: before the trainer
+    // (with no trainer, a task holds only its optimizer).
+    for (int i = 0; i < l->n_tasks; i++) ct_trainer_opt_state_free(l->trainer, &l->task_opts[i]);
     ct_trainer_free(l->trainer);
-    for (int i = 0; i < l->n_tasks; i++) {
-        task_opt *o = &l->task_opts[i];
-        ct_optimizer_free(o->opt);
-        if (o->slots) ct_device_free(l->dev, o->slots, o->n_slot_floats * sizeof(float));
-        ct_free(o->slot_offsets);
-        ct_layer_free(l->tasks[i].loss);
-    }
+    for (int i = 0; i < l->n_tasks; i++) ct_layer_free(l->tasks[i].loss);
     ct_layer_free(l->task_losses);
     ct_layer_free(l->model);
     ct_free(l->ckpt_list.steps);

@@ -62,23 +62,41 @@ static ct_status device_sigs(const char *who, const ct_tensor *batch_sigs, int n
     return CT_OK;
 }
 
-// The slot slab: each weight's slots in slab order; frozen weights have none.
+// opt's slot slab for t's weights, into s: each weight's slots in slab
+// order, frozen weights (t->frozen) none, on t->slab_dev (counted there).
+// On failure s holds what was made (the offsets; slots NULL) for the caller
+// to free.
+static ct_status alloc_slots(ct_trainer *t, ct_optimizer *opt, ct_trainer_opt_state *s, ct_error *err) {
+    const ct_net *net = &t->net;
+    *s = (ct_trainer_opt_state){.opt = opt};
+    s->slot_offsets = ct_calloc((size_t)net->n_params + 1, sizeof *s->slot_offsets);
+    for (int i = 0; i < net->n_params; i++) {
+        s->slot_offsets[i] = s->n_slot_floats;
+        if (!t->frozen[i]) s->n_slot_floats += ct_optimizer_slot_floats(opt, &net->params[i]->sig);
+    }
+    s->slot_offsets[net->n_params] = s->n_slot_floats;
+    CT_TRY(ct_device_alloc(t->slab_dev, s->n_slot_floats * sizeof(float), "optimizer slots", (void **)&s->slots, err));
+    for (int i = 0; i < net->n_params; i++)
+        if (!t->frozen[i]) ct_optimizer_init_slots(opt, &net->params[i]->sig, s->slots + s->slot_offsets[i]);
+    return CT_OK;
+}
+
+// The trainer's own slot slab (t->opt's), after which weights are frozen.
 static ct_status layout_slots(ct_trainer *t, ct_error *err) {
     const ct_net *net = &t->net;
-    t->slot_offsets = ct_calloc((size_t)net->n_params + 1, sizeof *t->slot_offsets);
     t->frozen = ct_calloc((size_t)net->n_params + 1, sizeof *t->frozen);
     t->ranges = ct_calloc((size_t)net->n_params + 1, sizeof *t->ranges);
     for (int i = 0; i < net->n_params; i++) {
         t->frozen[i] = options_frozen(&t->opts, net->params[i]->full_name);
-        t->slot_offsets[i] = t->n_slot_floats;
-        if (!t->frozen[i]) t->n_slot_floats += ct_optimizer_slot_floats(t->opt, &net->params[i]->sig);
         t->ranges[i] = (ct_range){net->params[i]->offset, (size_t)ct_tensor_numel(&net->params[i]->sig)};
     }
-    t->slot_offsets[net->n_params] = t->n_slot_floats;
-    CT_TRY(ct_device_alloc(t->slab_dev, t->n_slot_floats * sizeof(float), "optimizer slots", (void **)&t->slots, err));
-    for (int i = 0; i < net->n_params; i++)
-        if (!t->frozen[i]) ct_optimizer_init_slots(t->opt, &net->params[i]->sig, t->slots + t->slot_offsets[i]);
-    return CT_OK;
+    ct_trainer_opt_state own;
+    ct_status st = alloc_slots(t, t->opt, &own, err);
+    // Even on failure: ct_train_base_free frees what was made.
+    t->slots = own.slots;
+    t->n_slot_floats = own.n_slot_floats;
+    t->slot_offsets = own.slot_offsets;
+    return st;
 }
 
 ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *model, ct_layer *loss,
@@ -329,6 +347,62 @@ ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key
                             t->vt->who, sums[0]);
     *loss = (float)(sums[1] / sums[0]);
     return CT_OK;
+}
+
+// ---- other optimizers for the same weights ----------------------------------------
+
+// Frees what s holds, without touching t's plan (t is read only for slots).
+static void release_state(ct_trainer *t, ct_trainer_opt_state *s) {
+    if (s->slots) ct_device_free(t->slab_dev, s->slots, s->n_slot_floats * sizeof(float));
+    ct_free(s->slot_offsets);
+    ct_optimizer_free(s->opt);
+    memset(s, 0, sizeof *s);
+}
+
+ct_status ct_trainer_opt_state_new(ct_trainer *t, ct_optimizer *opt, ct_trainer_opt_state *out, ct_error *err) {
+    memset(out, 0, sizeof *out);
+    CT_ASSERT(opt != NULL);
+    if (t->opts.memory_efficient) {
+        ct_status st = ct_error_set(err, CT_ERR_ARG,
+                                    "%s: a second optimizer for its weights (%s, e.g. a train task's own) needs the "
+                                    "standard trainer: the memory-efficient one (ct_trainer_options.memory_efficient) "
+                                    "stages each layer's slots at ranges fixed when it is built",
+                                    t->vt->who, ct_optimizer_name(opt));
+        ct_optimizer_free(opt);
+        return st;
+    }
+    ct_status st = alloc_slots(t, opt, out, err);
+    if (st != CT_OK) {
+        ct_error_prefix(err, "%s: a second optimizer for its weights (%s)", t->vt->who, ct_optimizer_name(opt));
+        release_state(t, out);
+        return st;
+    }
+    // On the slab device, which is dev for the standard trainer: the plan
+    // stays what dev holds.
+    t->plan.slots += ct_train_padded(out->n_slot_floats * sizeof(float));
+    t->plan.device_bytes += ct_train_padded(out->n_slot_floats * sizeof(float));
+    return CT_OK;
+}
+
+void ct_trainer_opt_state_free(ct_trainer *t, ct_trainer_opt_state *s) {
+    if (s->slots) {  // none (SGD, or only an optimizer): nothing of t's to touch, t may be NULL
+        t->plan.slots -= ct_train_padded(s->n_slot_floats * sizeof(float));
+        t->plan.device_bytes -= ct_train_padded(s->n_slot_floats * sizeof(float));
+    }
+    release_state(t, s);
+}
+
+void ct_trainer_swap_optimizer(ct_trainer *t, ct_trainer_opt_state *s) {
+    // Every reader (the step's update, the accessors, the checkpoint
+    // tensors) takes these four afresh; the memory-efficient trainer keeps
+    // ranges of its own, and has no state to swap (ct_trainer_opt_state_new).
+    CT_ASSERT(s->opt && !t->opts.memory_efficient);
+    ct_trainer_opt_state mine = {t->opt, t->slots, t->n_slot_floats, t->slot_offsets};
+    t->opt = s->opt;
+    t->slots = s->slots;
+    t->n_slot_floats = s->n_slot_floats;
+    t->slot_offsets = s->slot_offsets;
+    *s = mine;
 }
 
 // ---- weights, slots and state by name ----------------------------------------------

@@ -17,7 +17,9 @@
 // Two implementations behind one ct_trainer: the standard step (this file)
 // and the memory-efficient one (reversible_trainer.h), picked by
 // ct_trainer_options.memory_efficient. The trainer owns the net (slabs), the
-// optimizer slot slab, the arenas and the run contexts. Device memory is allocated when the trainer is
+// optimizer slot slab, the arenas and the run contexts; other optimizers
+// for the same weights (ct_trainer_opt_state) are laid out and counted by
+// it but owned by the caller. Device memory is allocated when the trainer is
 // created, as its memory plan says (ct_trainer_memory_plan); steps of the
 // construction shapes allocate nothing on the device.
 #ifndef CTRAX_TRAIN_TRAINER_H
@@ -196,6 +198,36 @@ void ct_trainer_checkpoint_tensors(const ct_trainer *t, ct_named_tensor **weight
 
 // The optimizer (its hyperparameters are read and set by name).
 ct_optimizer *ct_trainer_optimizer(const ct_trainer *t);
+
+// Another optimizer for the same weights (Trax's train task with an
+// optimizer of its own: the Loop swaps it in for that task's steps). An
+// optimizer and its slot slab, laid out as the trainer's own
+// (ct_trainer_param_slots: per weight in net order, frozen weights none).
+typedef struct ct_trainer_opt_state {
+    ct_optimizer *opt;      // owned
+    float *slots;           // on the trainer's slab device, counted there; NULL when it keeps none (SGD)
+    size_t n_slot_floats;
+    size_t *slot_offsets;   // n_params + 1: weight i's slots are [slot_offsets[i], slot_offsets[i + 1])
+} ct_trainer_opt_state;
+// Lays out, allocates and initializes opt's slots for t's weights, as the
+// trainer's own are at construction; takes opt on every path (a failure
+// frees it and leaves *out zeroed). The slots are added to t's memory plan
+// (ct_memory_plan.slots and device_bytes), so a plan read afterwards (the
+// Loop's, which makes its tasks' states right after the trainer) counts
+// them. Standard trainer only: the memory-efficient one stages each layer's
+// slots at ranges fixed at construction, and is refused with CT_ERR_ARG.
+ct_status ct_trainer_opt_state_new(ct_trainer *t, ct_optimizer *opt, ct_trainer_opt_state *out, ct_error *err);
+// Frees s's optimizer and slots and takes them out of t's plan; s is
+// zeroed. Before ct_trainer_free (the slots are on its device); t may be
+// NULL for a state that holds no slots (only an optimizer). Either side of
+// a swap may be freed first: each frees what it holds then.
+void ct_trainer_opt_state_free(ct_trainer *t, ct_trainer_opt_state *s);
+// Exchanges t's optimizer and slots with *s: steps, ct_trainer_slots,
+// ct_trainer_param_slots, ct_trainer_tensor(CT_PART_SLOTS),
+// ct_trainer_optimizer and ct_trainer_checkpoint_tensors then see s's, and
+// s holds the trainer's. Calling it again puts them back. Nothing is copied
+// or allocated. s must come from ct_trainer_opt_state_new for this t.
+void ct_trainer_swap_optimizer(ct_trainer *t, ct_trainer_opt_state *s);
 // Bytes the step arenas reserve (all replicas), as planned at construction.
 size_t ct_trainer_arena_bytes(const ct_trainer *t);
 // What a trainer holds on its device, in bytes (each part padded as
@@ -207,14 +239,16 @@ size_t ct_trainer_arena_bytes(const ct_trainer *t);
 // limit below the plan fails in ct_trainer_new with CT_ERR_MEMORY naming
 // the bytes. The device parts add up to device_bytes: what dev holds from
 // construction on (dev->current_bytes right after ct_trainer_new, when
-// nothing else is on it). Attention scratch has no part of its own: it is
+// nothing else is on it; ct_trainer_opt_state_new and _free add and take
+// their slots in both). Attention scratch has no part of its own: it is
 // in the arena (activations). With loss_chunk_size the planning pass runs
 // the chunked loss too, so the arenas hold one chunk's tail and loss
 // activations (and the tail input's full-size gradient), not the logits.
 typedef struct ct_memory_plan {
     size_t weights;      // the weight slab; memory-efficient: staged layer weights (copy_weights)
     size_t grads;        // one gradient slab per local device; memory-efficient: one layer's, per device
-    size_t slots;        // the optimizer slot slab; memory-efficient: staged layer slots (copy_weights)
+    size_t slots;        // the optimizer slot slab, and those of every ct_trainer_opt_state made for the
+                         // trainer; memory-efficient: staged layer slots (copy_weights)
     size_t state;        // layer state and its copy for a non-finite step (standard)
     size_t activations;  // the step arenas, every local device's
     size_t stack;        // memory-efficient: stack items and kept inputs; standard: 0
