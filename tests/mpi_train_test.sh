@@ -3,6 +3,10 @@
 # trainer: one process, one process with 2 local devices, `mpirun -np 2`,
 # and `mpirun -np 2` with 2 devices each (stopped at step 10 and resumed)
 # end with the same weights (within 1e-7 relative); only rank 0 writes.
+# With train.random_seed unbound (None) `mpirun -np 2` draws one seed, the
+# chief's (the one "random seed: N" line), and one process given N ends
+# with the same weights (a rank on a seed of its own would train on other
+# data from other initial weights).
 #   mpi_train_test.sh CTRAX CONFIG MPIRUN [MPIRUN ARGS...]
 set -uo pipefail
 ctrax=$1
@@ -30,8 +34,19 @@ says local2 "2 device(s) x 1 process(es)"
 says mpi2 "1 device(s) x 2 process(es)"
 says mpi2x2 "2 device(s) x 2 process(es)"
 grep -q "resum" "$work/mpi2x2.log" || fail "the second mpi2x2 run did not resume: $(head -5 "$work/mpi2x2.log")"
+run mpi2_drawn "$@" -np 2 "$ctrax" train "$config" --set 'train.random_seed=None' --output-dir "$work/mpi2_drawn"
+says mpi2_drawn "1 device(s) x 2 process(es)"
+seeds=$(grep -c '^random seed: ' "$work/mpi2_drawn.log")
+seed=$(sed -n 's/^random seed: \([0-9]*\) (train.random_seed is None: drawn from the system)$/\1/p' \
+    "$work/mpi2_drawn.log")
+[[ $seeds == 1 && -n $seed ]] || fail "mpi2_drawn: $seeds 'random seed:' lines, not one drawn seed: $(grep 'random seed' "$work/mpi2_drawn.log")"
+grep -q "^train.random_seed = $seed\$" "$work/mpi2_drawn/config.gin" ||
+    fail "mpi2_drawn: config.gin records $(grep random_seed "$work/mpi2_drawn/config.gin"), the log seed $seed"
+echo "  mpi2_drawn: one seed drawn, $seed"
+run one_drawn "$ctrax" train "$config" --set "train.random_seed=$seed" --output-dir "$work/one_drawn"
 
-/usr/bin/python3 - "$work" <<'PY' || fail "weights differ"
+# Each REF:RUN pair: RUN's final weights against REF's.
+/usr/bin/python3 - "$work" one:local2 one:mpi2 one:mpi2x2 one_drawn:mpi2_drawn <<'PY' || fail "weights differ"
 import json, struct, sys
 import numpy as np
 
@@ -44,16 +59,17 @@ def weights(run):
     data = raw[8 + n:]
     return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], "<f4") for k, v in header.items()}
 
-ref = weights("one")
-flat = np.concatenate([ref[k] for k in sorted(ref)])
 ok = True
-for run in ["local2", "mpi2", "mpi2x2"]:
+for pair in sys.argv[2:]:
+    base, run = pair.split(":")
+    ref = weights(base)
+    flat = np.concatenate([ref[k] for k in sorted(ref)])
     w = weights(run)
     if sorted(w) != sorted(ref):
-        print(f"{run}: other tensor names"); ok = False; continue
+        print(f"{run}: other tensor names than {base}"); ok = False; continue
     d = np.concatenate([w[k] - ref[k] for k in sorted(ref)])
     rel = float(np.linalg.norm(d.astype(np.float64)) / np.linalg.norm(flat.astype(np.float64)))
-    print(f"  {run}: relative weight difference to one process, one device: {rel:.3g}")
+    print(f"  {run}: relative weight difference to {base} (one process, one device): {rel:.3g}")
     # Same arithmetic but for summation order: about 1e-8. (A gradient off
     # by the device count, under Adam, moves the weights by a few 1e-6.)
     ok &= rel <= 1e-7
