@@ -9,8 +9,16 @@
 #include "kernels/cpu/vmath.h"
 
 // The largest tile the tiled kernels take: their per-row state (running max
-// and sum, dropout factors, dO . o) lives on the stack, TILE_MAX rows of it.
+// and sum, dO . o) lives on the stack, TILE_MAX rows of it, and a row's
+// dropout factors, KEY_TILES * TILE_MAX of them.
 #define TILE_MAX 256
+
+// A query tile of `tile` rows meets the keys it sees in blocks of up to
+// KEY_TILES * tile columns: one GEMM per block instead of one per tile
+// pair. At T 256 (bench config B) a query tile's keys are one block (2
+// GEMMs forward and 5 backward per query tile instead of per tile pair);
+// at T 128 nothing changes. The block is bounded so the scratch is too.
+#define KEY_TILES 4
 
 int ct_attention_n_slots(void) {
     int n = omp_get_max_threads();
@@ -20,11 +28,11 @@ int ct_attention_n_slots(void) {
 // ---- tiled --------------------------------------------------------------------------------------
 
 int64_t ct_attention_scratch_floats(int64_t tile, bool backward) {
-    return (backward ? 2 : 1) * tile * tile;
+    return (backward ? 2 : 1) * tile * KEY_TILES * tile;
 }
 
-// max of row[0 .. n), n >= 1: exact in any order, so every clone gives the
-// same bits.
+// max of row[0 .. n) (-inf for n == 0): exact in any order, so every clone
+// gives the same bits.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static float row_max(const float *row, int64_t n) {
     float m = -INFINITY;
@@ -64,31 +72,38 @@ static float row_dot(const float *a, const float *b, int64_t n) {
     return (float)ct_lanes_total(lane);
 }
 
-// Columns of row r that tile pair (i, j) lets it see: every one of a tile
-// left of the diagonal; on it (same first position, nr == nc) s <= t, so
-// r + 1.
-static int64_t visible(int64_t i, int64_t j, int64_t r, int64_t nc) { return i == j ? r + 1 : nc; }
+// Columns of a key block (first key s0, nc keys) that query t sees (s <= t):
+// all of a block left of t, t + 1 - s0 of one across it (none of one past
+// it, which the kernels never form).
+static int64_t visible(int64_t t, int64_t s0, int64_t nc) {
+    int64_t n = t + 1 - s0;
+    return n < 0 ? 0 : n > nc ? nc : n;
+}
 
-// Query tile i of head (b, h): rows t0 .. t0 + nr of out (ld C) and lse.
-// S: one (tile, tile) scratch tile.
+// Query tile i of head (b, h): rows t0 .. t0 + nr of out (ld C) and lse,
+// against keys [0, t0 + nr) in key blocks. S: (tile, KEY_TILES * tile)
+// scratch.
 static void query_tile_forward(float *oh, float *lseh, const float *qh, const float *kh, const float *vh,
                                float *S, ct_key key, float dropout, int64_t bh, int64_t i, int64_t T, int64_t C,
                                int64_t hs, int64_t tile) {
     const float scale = 1.0f / sqrtf((float)hs);
     const int64_t t0 = i * tile, nr = T - t0 < tile ? T - t0 : tile;
-    float m[TILE_MAX], f[TILE_MAX];
+    const int64_t e = t0 + nr, kw = KEY_TILES * tile;  // keys [0, e) in blocks of kw
+    float m[TILE_MAX], f[KEY_TILES * TILE_MAX];
     double l[TILE_MAX];
     for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0;
     float *oi = oh + t0 * C;
-    for (int64_t j = 0; j <= i; j++) {
-        const int64_t s0 = j * tile, nc = T - s0 < tile ? T - s0 : tile;
-        // S (nr, nc) = q_i k_j^T / sqrt(hs)
+    for (int64_t s0 = 0; s0 < e; s0 += kw) {
+        const int64_t nc = e - s0 < kw ? e - s0 : kw;
+        // S (nr, nc) = q_i k_block^T / sqrt(hs)
         ct_sgemm(false, true, nr, nc, hs, scale, qh + t0 * C, C, kh + s0 * C, C, 0.0f, S, nc);
         for (int64_t r = 0; r < nr; r++) {
             float *row = S + r * nc;
-            const int64_t n = visible(i, j, r, nc);
+            const int64_t n = visible(t0 + r, s0, nc);
             // Online softmax: the new running max, the old sum and output
-            // row rescaled to it (exp(-inf) = 0 before the first tile).
+            // row rescaled to it (exp(-inf) = 0 before the first block).
+            // Blocks start at multiples of the tile, at or before t0, so
+            // every row sees at least one column of each (n >= 1).
             const float mt = row_max(row, n), mnew = mt > m[r] ? mt : m[r];
             const float alpha = ct_vexp_nonpos(m[r] - mnew);
             ct_attention_row_probs(row, mnew, n);
@@ -99,11 +114,11 @@ static void query_tile_forward(float *oh, float *lseh, const float *qh, const fl
                 ct_attention_drop_span(f, (bh * T + t0 + r) * T + s0, n, key, dropout);
                 for (int64_t s = 0; s < n; s++) row[s] *= f[s];
             }
-            if (j > 0 && alpha != 1.0f)
+            if (s0 > 0 && alpha != 1.0f)
                 for (int64_t x = 0; x < hs; x++) oi[r * C + x] *= alpha;
         }
-        // out_i (+)= P v_j; the first tile sets it.
-        ct_sgemm(false, false, nr, hs, nc, 1.0f, S, nc, vh + s0 * C, C, j > 0 ? 1.0f : 0.0f, oi, C);
+        // out_i (+)= P v_block; the first block sets it.
+        ct_sgemm(false, false, nr, hs, nc, 1.0f, S, nc, vh + s0 * C, C, s0 > 0 ? 1.0f : 0.0f, oi, C);
     }
     for (int64_t r = 0; r < nr; r++) {
         const float inv = (float)(1.0 / l[r]);  // l >= 1: the max term is exp(0)
@@ -129,34 +144,36 @@ void ct_attention_forward(float *out, float *lse, const float *q, const float *k
     }
 }
 
-// Head (b, h)'s backward, query tile by query tile: S, G two (tile, tile)
-// scratch tiles.
+// Head (b, h)'s backward, query tile by query tile, each against its keys
+// in key blocks as forward: S, G two (tile, KEY_TILES * tile) scratch blocks.
 static void head_backward(float *dqh, float *dkh, float *dvh, float *S, float *G, const float *doh,
                           const float *oh, const float *lseh, const float *qh, const float *kh, const float *vh,
                           ct_key key, float dropout, int64_t bh, int64_t T, int64_t C, int64_t hs, int64_t tile) {
     const float scale = 1.0f / sqrtf((float)hs);
-    float dot[TILE_MAX], f[TILE_MAX];
-    for (int64_t t0 = 0, i = 0; t0 < T; t0 += tile, i++) {
+    const int64_t kw = KEY_TILES * tile;
+    float dot[TILE_MAX], f[KEY_TILES * TILE_MAX];
+    for (int64_t t0 = 0; t0 < T; t0 += tile) {
         const int64_t nr = T - t0 < tile ? T - t0 : tile;
         const float *qi = qh + t0 * C, *doi = doh + t0 * C;
         // dot[r] = dO_t . o_t = sum_s P f G over the whole row: the softmax
         // backward's row term, known before any tile is recomputed.
         for (int64_t r = 0; r < nr; r++) dot[r] = row_dot(doi + r * C, oh + (t0 + r) * C, hs);
-        for (int64_t j = 0; j <= i; j++) {
-            const int64_t s0 = j * tile, nc = T - s0 < tile ? T - s0 : tile;
-            // S = P = exp(q_i k_j^T / sqrt(hs) - lse), G = dO_i v_j^T
+        const int64_t e = t0 + nr;  // keys [0, e)
+        for (int64_t s0 = 0; s0 < e; s0 += kw) {
+            const int64_t nc = e - s0 < kw ? e - s0 : kw;
+            // S = P = exp(q_i k_block^T / sqrt(hs) - lse), G = dO_i v_block^T
             ct_sgemm(false, true, nr, nc, hs, scale, qi, C, kh + s0 * C, C, 0.0f, S, nc);
             ct_sgemm(false, true, nr, nc, hs, 1.0f, doi, C, vh + s0 * C, C, 0.0f, G, nc);
             for (int64_t r = 0; r < nr; r++) {
                 float *p = S + r * nc, *g = G + r * nc;
-                const int64_t n = visible(i, j, r, nc);
+                const int64_t n = visible(t0 + r, s0, nc);
                 ct_attention_row_probs(p, lseh[t0 + r], n);
                 if (dropout > 0.0f) ct_attention_drop_span(f, (bh * T + t0 + r) * T + s0, n, key, dropout);
                 // S <- dScores, G <- the dropped probabilities
                 ct_attention_row_grads(p, g, dropout > 0.0f ? f : NULL, dot[r], n);
                 for (int64_t s = n; s < nc; s++) p[s] = 0.0f, g[s] = 0.0f;
             }
-            // dv_j += Pdrop^T dO_i; dq_i += scale dS k_j; dk_j += scale dS^T q_i
+            // dv_block += Pdrop^T dO_i; dq_i += scale dS k_block; dk_block += scale dS^T q_i
             ct_sgemm(true, false, nc, hs, nr, 1.0f, G, nc, doi, C, 1.0f, dvh + s0 * C, C);
             ct_sgemm(false, false, nr, hs, nc, scale, S, nc, kh + s0 * C, C, 1.0f, dqh + t0 * C, C);
             ct_sgemm(true, false, nc, hs, nr, scale, S, nc, qi, C, 1.0f, dkh + s0 * C, C);
@@ -175,7 +192,7 @@ void ct_attention_backward(float *dq, float *dk, float *dv, float *scratch, int 
 #pragma omp parallel for schedule(static) num_threads(n_slots)
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH, off = b * T * C + h * hs;
-        float *S = scratch + (int64_t)omp_get_thread_num() * per_slot, *G = S + tile * tile;
+        float *S = scratch + (int64_t)omp_get_thread_num() * per_slot, *G = S + KEY_TILES * tile * tile;
         head_backward(dq + off, dk + off, dv + off, S, G, dout + off, out + off, lse + bh * T, q + off, k + off,
                       v + off, key, dropout, bh, T, C, hs, tile);
     }
