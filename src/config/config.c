@@ -887,17 +887,25 @@ static double float_as_decimal(float f) {
 static ct_config_value field_value(const cfg_param *p, const unsigned char *buf) {
     ct_config_value v = {0};
     const unsigned char *f = buf + p->field;
-    if (p->type == CFG_INT && p->field_size == sizeof(int64_t)) {
+    if (p->type == CFG_INT) {
         int64_t x;
-        memcpy(&x, f, sizeof x);
-        v.kind = CT_CONFIG_INT;
-        v.i = x;
-    } else if (p->type == CFG_INT) {
-        CT_ASSERT(p->field_size == sizeof(int));
-        int x;
-        memcpy(&x, f, sizeof x);
-        v.kind = CT_CONFIG_INT;
-        v.i = x;
+        if (p->field_size == sizeof(int64_t)) {
+            memcpy(&x, f, sizeof x);
+        } else {
+            CT_ASSERT(p->field_size == sizeof(int));
+            int y;
+            memcpy(&y, f, sizeof y);
+            x = y;
+        }
+        // A nullable int whose stored value lies outside its own range
+        // stands for None (LSHSelfAttention.max_length_for_buckets: 0), so
+        // the operative config writes None, which parses back.
+        if (p->none_ok && ((double)x < p->lo || (double)x > p->hi)) {
+            v.kind = CT_CONFIG_NONE;
+        } else {
+            v.kind = CT_CONFIG_INT;
+            v.i = x;
+        }
     } else if (p->type == CFG_FLOAT && p->field_size == sizeof(double)) {
         double x;
         memcpy(&x, f, sizeof x);
