@@ -10,18 +10,29 @@
 #define CT_NORM_PARALLEL_MIN 32768
 #define CT_NORM_COL_BLOCK 64
 
+// The row kernels are compiled for the widest vectors this CPU has (the
+// sums are in double: 2 lanes at x86-64's baseline, 8 with AVX-512), and
+// without contracting a * b + c into one fused multiply-add, which the
+// AVX-512 clone could do and the others cannot: so every clone gives the
+// same bits, the _ref loops' where the tests say bitwise. GCC takes the
+// optimize attribute, clang the pragma (each ignores or rejects the other's).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#define ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off")))
+#endif
+
 // Forward reads each row once from memory: mean and variance come from one
 // pass of shifted sums in double, S1 = sum d, S2 = sum d^2 with d = x - x[0]
 // (the shift keeps S2 / C - (S1 / C)^2 free of the cancellation the plain
 // sum of squares has when |mean| >> std), then the row, now in L1, is
 // written. The sums run in CT_LANES lanes (vmath.h): the same bits for any
 // thread count, vector width or row address.
-void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                          const float *bias, int64_t N, int64_t C, float eps) {
-#pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
-    for (int64_t n = 0; n < N; n++) {
-        const float *x = inp + n * C;
-        float *y = out + n * C;
+ROW_KERNEL
+static void layernorm_row_forward(float *y, float *mean, float *rstd, const float *x, const float *weight,
+                                  const float *bias, int64_t C, float eps) {
+    {
         double x0 = C > 0 ? x[0] : 0.0, l1[CT_LANES] = {0}, l2[CT_LANES] = {0};
         int64_t c0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
         for (; c0 + CT_LANES <= C; c0 += CT_LANES) {
@@ -47,9 +58,16 @@ void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
         float s = 1.0f / sqrtf((float)(var > 0.0 ? var : 0.0) + eps);
 #pragma omp simd
         for (int64_t c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
-        mean[n] = m;
-        rstd[n] = s;
+        *mean = m;
+        *rstd = s;
     }
+}
+
+void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                          const float *bias, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
+    for (int64_t n = 0; n < N; n++)
+        layernorm_row_forward(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C, eps);
 }
 
 // One row's input gradient, written to dx:
@@ -57,6 +75,7 @@ void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 // pass, in lanes as in the forward. With dweight and dbias (not NULL), the
 // row's terms are added to them in the same pass over the row (the fused,
 // one-thread case of ct_layernorm_backward), as the column loop adds them.
+ROW_KERNEL
 static void layernorm_row_backward(float *dx, float *dweight, float *dbias, const float *g, const float *x,
                                    const float *weight, float m, float s, int64_t C) {
     double lg[CT_LANES] = {0}, lgn[CT_LANES] = {0};
@@ -98,6 +117,22 @@ static void layernorm_row_backward(float *dx, float *dweight, float *dbias, cons
     }
 }
 
+// dweight, dbias [c0, c1) += their terms of every row, rows in order.
+ROW_KERNEL
+static void layernorm_cols_backward(float *dweight, float *dbias, const float *dout, const float *inp,
+                                    const float *mean, const float *rstd, int64_t N, int64_t C, int64_t c0,
+                                    int64_t c1) {
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * C, *g = dout + n * C;
+        float m = mean[n], s = rstd[n];
+#pragma omp simd
+        for (int64_t c = c0; c < c1; c++) {
+            dweight[c] += g[c] * ((x[c] - m) * s);
+            dbias[c] += g[c];
+        }
+    }
+}
+
 void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const float *mean, const float *rstd,
                            int64_t N, int64_t C) {
@@ -126,15 +161,7 @@ void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
     for (int64_t blk = 0; blk < n_blocks; blk++) {
         int64_t c0 = blk * CT_NORM_COL_BLOCK;
         int64_t c1 = c0 + CT_NORM_COL_BLOCK < C ? c0 + CT_NORM_COL_BLOCK : C;
-        for (int64_t n = 0; n < N; n++) {
-            const float *x = inp + n * C, *g = dout + n * C;
-            float m = mean[n], s = rstd[n];
-#pragma omp simd
-            for (int64_t c = c0; c < c1; c++) {
-                dweight[c] += g[c] * ((x[c] - m) * s);
-                dbias[c] += g[c];
-            }
-        }
+        layernorm_cols_backward(dweight, dbias, dout, inp, mean, rstd, N, C, c0, c1);
     }
 }
 
