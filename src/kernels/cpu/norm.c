@@ -32,35 +32,33 @@
 ROW_KERNEL
 static void layernorm_row_forward(float *y, float *mean, float *rstd, const float *x, const float *weight,
                                   const float *bias, int64_t C, float eps) {
-    {
-        double x0 = C > 0 ? x[0] : 0.0, l1[CT_LANES] = {0}, l2[CT_LANES] = {0};
-        int64_t c0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
-        for (; c0 + CT_LANES <= C; c0 += CT_LANES) {
-            const int nj = CT_LANES;
+    double x0 = C > 0 ? x[0] : 0.0, l1[CT_LANES] = {0}, l2[CT_LANES] = {0};
+    int64_t c0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
+    for (; c0 + CT_LANES <= C; c0 += CT_LANES) {
+        const int nj = CT_LANES;
 #pragma omp simd
-            for (int j = 0; j < nj; j++) {
-                double d = (double)x[c0 + j] - x0;
-                l1[j] += d;
-                l2[j] += d * d;
-            }
+        for (int j = 0; j < nj; j++) {
+            double d = (double)x[c0 + j] - x0;
+            l1[j] += d;
+            l2[j] += d * d;
         }
-        {
-            const int nj = (int)(C - c0);
-            for (int j = 0; j < nj; j++) {
-                double d = (double)x[c0 + j] - x0;
-                l1[j] += d;
-                l2[j] += d * d;
-            }
-        }
-        double s1 = ct_lanes_total(l1), s2 = ct_lanes_total(l2);
-        double md = s1 / (double)C, var = s2 / (double)C - md * md;
-        float m = (float)(x0 + md);
-        float s = 1.0f / sqrtf((float)(var > 0.0 ? var : 0.0) + eps);
-#pragma omp simd
-        for (int64_t c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
-        *mean = m;
-        *rstd = s;
     }
+    {
+        const int nj = (int)(C - c0);
+        for (int j = 0; j < nj; j++) {
+            double d = (double)x[c0 + j] - x0;
+            l1[j] += d;
+            l2[j] += d * d;
+        }
+    }
+    double s1 = ct_lanes_total(l1), s2 = ct_lanes_total(l2);
+    double md = s1 / (double)C, var = s2 / (double)C - md * md;
+    float m = (float)(x0 + md);
+    float s = 1.0f / sqrtf((float)(var > 0.0 ? var : 0.0) + eps);
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    *mean = m;
+    *rstd = s;
 }
 
 void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
