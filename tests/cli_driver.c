@@ -46,7 +46,8 @@ static const char *config_fmt =
     "sequence_copy_inputs.train_length = 5\n"
     "sequence_copy_inputs.train_min_length = 4\n"
     "sequence_copy_inputs.eval_min_length = 4\n"
-    "sequence_copy_inputs.eval_max_length = 5\n";
+    "sequence_copy_inputs.eval_max_length = 5\n"
+    "sequence_copy_inputs.pad_to_multiple = 1\n";  // unpadded, as before Trax's default 32
 
 // The Loop evaluates once, at the last step, so its eval stream starts at
 // its beginning, as `ctrax eval`'s does: the two must print the same numbers.

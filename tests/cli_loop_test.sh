@@ -41,6 +41,7 @@ sequence_copy_inputs.vocab_size = 8
 sequence_copy_inputs.train_length = 5
 sequence_copy_inputs.eval_min_length = 4
 sequence_copy_inputs.eval_max_length = 5
+sequence_copy_inputs.pad_to_multiple = 1
 TransformerLM.vocab_size = 8
 TransformerLM.d_model = 16
 TransformerLM.d_ff = 32

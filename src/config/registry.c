@@ -807,8 +807,8 @@ static ct_status constant_new(const void *p, ct_schedule **out, ct_error *err) {
 // builders query them one by one, there is no struct.
 #define INPUT_ROW(...) ROW(void, __VA_ARGS__)
 #define PAD_TO_MULTIPLE(X)                                                                                        \
-    X(INT, pad_to_multiple, "1", RANGE(1, 1 << 20), UNSTORED,                                                    \
-      "round the fixed padded length up to a multiple of this (Trax's default: 32)")                              \
+    X(INT, pad_to_multiple, "32", RANGE(1, 1 << 20), UNSTORED,                                                   \
+      "round the padded length up to a multiple of this (Trax's default, 32; 1: no rounding)")                    \
     X(INT, batch_size, "None", RANGE(1, 1 << 24), UNSTORED_NULLABLE,                                             \
       "examples per batch, as Trax sets it; None: train.batch_size (binding both differently is an error)")
 
