@@ -3,6 +3,9 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +108,18 @@ void ct_blas_set_threads(int n) {
 }
 
 int ct_blas_threads(void) { return omp_get_max_threads(); }
+
+static void flush_denormals_here(void) {
+#if defined(__SSE2__)
+    _mm_setcsr(_mm_getcsr() | 0x8040);  // FTZ (bit 15) and DAZ (bit 6)
+#endif
+}
+
+void ct_cpu_flush_denormals(void) {
+    flush_denormals_here();
+#pragma omp parallel
+    flush_denormals_here();
+}
 
 // CPU seconds the whole machine has spent busy since boot (the first line
 // of /proc/stat: user, nice, system, irq, softirq, steal; guest time is in
