@@ -2,8 +2,9 @@
 # Every shipped config (configs/*.gin) reads, builds its model, inputs and
 # trainer, and trains one step with one eval batch, and `ctrax eval` reads
 # the run's operative config back (what eval and sample build the model
-# from): a config that no longer matches the code, or an operative config
-# that does not parse back, fails here, not in a user's hands. A config whose data
+# from), and `ctrax sample` writes from each byte-level text model: a config
+# that no longer matches the code, an operative config that does not parse
+# back, or a model sample cannot run, fails here, not in a user's hands. A config whose data
 # this machine lacks is skipped, and says so.
 # usage: configs_test.sh CTRAX SOURCE_DIR
 set -u
@@ -25,7 +26,8 @@ for cfg in "$src"/configs/*.gin; do
     fi
     if out=$("$ctrax" train "$cfg" --steps 1 --output-dir "$work/$name" --set 'train.eval_steps = 1' 2>&1) &&
         grep -q "^Step      1: eval" <<<"$out" &&
-        out=$("$ctrax" eval "$work/$name" --steps 1 2>&1) && grep -q "^Step      1: eval" <<<"$out"; then
+        out=$("$ctrax" eval "$work/$name" --steps 1 2>&1) && grep -q "^Step      1: eval" <<<"$out" &&
+        { ! grep -q "@TextInputs" "$cfg" || out=$("$ctrax" sample "$work/$name" --prompt 'The ' --length 2 2>&1); }; then
         echo "ok   $name"
         pass=$((pass + 1))
     else
