@@ -175,13 +175,19 @@ static ct_status hash_into_state(ct_layer *l, ct_ctx *c, const float *q, const f
     uint32_t count = get_u32(hs + HASH_COUNT);
     ct_key key_now = count ? (ct_key){{get_u32(hs + HASH_KEY), get_u32(hs + HASH_KEY + 2)}} : hp->hash_base;
     ct_key hk = ct_key_split(key_now, 1), next = ct_key_split(key_now, 0);
-    ct_tensor rot = ct_tensor_1d(CT_DTYPE_F32, d->dk * d->R * n_rot, NULL);
+    // One rotation (dk, R, n_rot) per (example, head), drawn from its own
+    // key, so the pairs hash in parallel with the same bits at any thread
+    // count.
+    const int64_t per = d->dk * d->R * n_rot;
+    ct_tensor rot = ct_tensor_1d(CT_DTYPE_F32, B * H * per, NULL);
     CT_TRY(ct_ctx_alloc(c, &rot, err));
+#pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < B * H; s++) {
-        ct_random_normal(ct_key_split(hk, (uint32_t)s), rot.data, (size_t)rot.shape[0], 1.0f);
+        float *rs = (float *)rot.data + s * per;
+        ct_random_normal(ct_key_split(hk, (uint32_t)s), rs, (size_t)per, 1.0f);
         memset(sb + s * row, 0, (size_t)row * sizeof(float));  // zero past R T
-        ct_lsh_hash(sb + s * row, q + s * d->T * d->dk, mask ? mask + s / H * d->T : NULL, rot.data, d->T, d->dk,
-                    d->R, f, n_f);
+        ct_lsh_hash(sb + s * row, q + s * d->T * d->dk, mask ? mask + s / H * d->T : NULL, rs, d->T, d->dk, d->R, f,
+                    n_f);
     }
     put_u32(hs + HASH_KEY, next.w[0]);
     put_u32(hs + HASH_KEY + 2, next.w[1]);

@@ -123,6 +123,7 @@ void ct_attention_drop_factors(float *f, int64_t r, int64_t W, ct_key key, float
 // the same bits).
 void ct_attention_row_grads(float *p, float *g, const float *f, float dot, int64_t n) {
     if (!f) {
+#pragma omp simd  // p and g are rows of two different buffers
         for (int64_t i = 0; i < n; i++) {
             float pw = p[i];
             p[i] = pw * (g[i] - dot);
@@ -130,6 +131,7 @@ void ct_attention_row_grads(float *p, float *g, const float *f, float dot, int64
         }
         return;
     }
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float pw = p[i];
         p[i] = pw * (f[i] * g[i] - dot);

@@ -232,13 +232,15 @@ static void chunk_row_grads(lsh_work *k, float *f, int64_t c, ct_key key, const 
         ct_attention_row_probs(p, k->slse[j], W);
         if (d->dropout > 0.0f) {
             ct_attention_drop_factors(f, r, W, key, d->dropout);
+#pragma omp simd  // p and g are rows of two different buffers
             for (int64_t w = 0; w < W; w++) {
                 float pw = p[w];
                 p[w] = pw * (f[w] * g[w] + extra);
                 g[w] = pw * f[w];
             }
         } else {
-            for (int64_t w = 0; w < W; w++) {  // f = 1: the same bits without the products
+#pragma omp simd  // f = 1: the same bits without the products
+            for (int64_t w = 0; w < W; w++) {
                 float pw = p[w];
                 p[w] = pw * (g[w] + extra);
                 g[w] = pw;
