@@ -9,7 +9,7 @@
 #   before        as ctrax ran before: libgomp's spinning waits
 #                 (GOMP_SPINCOUNT=300000) and a fixed count
 #
-#   bash bench/threads.sh [--steps 200] [--before-steps 50] [--repeats 2]
+#   bash bench/threads.sh [--steps 1000] [--before-steps 50] [--repeats 2]
 #       [--config configs/copy.gin] [--build build] [--nice N]
 #
 # Each row is a separate `ctrax train` (evals off, output in a temporary
@@ -25,7 +25,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-STEPS=200
+STEPS=1000
 BEFORE_STEPS=50
 REPEATS=2
 NICE=0
