@@ -10,12 +10,7 @@ set -uo pipefail
 ctrax=$1
 src=$(cd "$(dirname "$0")/.." && pwd)
 py=/usr/bin/python3
-work=$(mktemp -d /tmp/ctrax_cli_hostile_XXXXXX)
-trap 'rm -rf "$work"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+source "$(dirname "$0")/cli_common.sh" cli_hostile_test
 
 # The checkpoints of a run: every regular file's sha256 and every link's
 # target (a link to /dev/zero is not read).
@@ -209,5 +204,4 @@ EOF
 d=$(fresh idx_run)
 expect "train: IDX 800 GB header" "$d" 1 "huge-images" "200 images of 65536x65536" -- "$ctrax" train "$work/idx.gin" --output-dir "$d"
 
-echo "cli_hostile_test: $pass passed, $fail failed"
-((fail == 0))
+cli_done

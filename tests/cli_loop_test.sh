@@ -12,18 +12,7 @@
 #   cli_loop_test.sh CTRAX
 set -uo pipefail
 ctrax=$1
-work=$(mktemp -d /tmp/ctrax_cli_loop_XXXXXX)
-trap 'rm -rf "$work"' EXIT
-pass=0
-fail=0
-ok() {
-    pass=$((pass + 1))
-    echo "ok   $1"
-}
-bad() {
-    fail=$((fail + 1))
-    echo "FAIL $1"
-}
+source "$(dirname "$0")/cli_common.sh" cli_loop_test
 
 # A small run: the copy task and a one-layer TransformerLM with dropout (so
 # the seed matters to every step), no random_seed bound.
@@ -200,5 +189,4 @@ for path in "$work/none" "$work/base.gin" /dev/zero; do
         bad "init_checkpoint '$path': exit $rc: $(tail -n 2 "$work/init_bad.log")"
 done
 
-echo "cli_loop_test: $pass passed, $fail failed"
-((fail == 0))
+cli_done

@@ -8,16 +8,7 @@
 #   cli_system_test.sh CTRAX
 set -uo pipefail
 ctrax=$1
-pass=0
-fail=0
-ok() {
-    pass=$((pass + 1))
-    echo "ok   $1"
-}
-bad() {
-    fail=$((fail + 1))
-    echo "FAIL $1"
-}
+source "$(dirname "$0")/cli_common.sh" cli_system_test
 
 # OpenBLAS's x86-64 vector kernels (AVX2 or AVX-512); every other name is generic.
 vector_kernel() { [[ $1 =~ ^(Haswell|Zen|SkylakeX|Cooperlake|SapphireRapids)$ ]]; }
@@ -77,5 +68,4 @@ rc=$?
 rm -f "${TMPDIR:-/tmp}/cli_system_err.$$"
 "$ctrax" info --help | grep -q -- "--system" && ok "info --help lists --system" || bad "info --help lacks --system"
 
-echo "cli_system_test: $pass passed, $fail failed"
-((fail == 0))
+cli_done

@@ -10,18 +10,7 @@
 #   cli_trainer_main_test.sh CTRAX
 set -uo pipefail
 ctrax=$1
-work=$(mktemp -d /tmp/ctrax_trainer_main_XXXXXX)
-trap 'rm -rf "$work"' EXIT
-pass=0
-fail=0
-ok() {
-    pass=$((pass + 1))
-    echo "ok   $1"
-}
-bad() {
-    fail=$((fail + 1))
-    echo "FAIL $1"
-}
+source "$(dirname "$0")/cli_common.sh" cli_trainer_main_test
 
 # A small run: the copy task and a one-layer TransformerLM, evals off.
 cat >"$work/base.gin" <<'EOF'
@@ -205,5 +194,4 @@ else
     bad "--fixed-threads: $(grep -E '^threads|^done' <<<"$fixed")"
 fi
 
-echo "cli_trainer_main_test: $pass passed, $fail failed"
-((fail == 0))
+cli_done
