@@ -2,7 +2,9 @@
 # Every shipped config (configs/*.gin) reads, builds its model, inputs and
 # trainer, and trains one step with one eval batch, and `ctrax eval` reads
 # the run's operative config back (what eval and sample build the model
-# from), and `ctrax sample` writes from each byte-level text model: a config
+# from), and `ctrax sample` writes from each byte-level text model (4 + 2
+# bytes, which no chunk length divides, and 4 + 124 = 128, which they do,
+# sampled through shorter windows): a config
 # that no longer matches the code, an operative config that does not parse
 # back, or a model sample cannot run, fails here, not in a user's hands. A config whose data
 # this machine lacks is skipped, and says so.
@@ -27,7 +29,8 @@ for cfg in "$src"/configs/*.gin; do
     if out=$("$ctrax" train "$cfg" --steps 1 --output-dir "$work/$name" --set 'train.eval_steps = 1' 2>&1) &&
         grep -q "^Step      1: eval" <<<"$out" &&
         out=$("$ctrax" eval "$work/$name" --steps 1 2>&1) && grep -q "^Step      1: eval" <<<"$out" &&
-        { ! grep -q "@TextInputs" "$cfg" || out=$("$ctrax" sample "$work/$name" --prompt 'The ' --length 2 2>&1); }; then
+        { ! grep -q "@TextInputs" "$cfg" || { out=$("$ctrax" sample "$work/$name" --prompt 'The ' --length 2 2>&1) &&
+            out=$("$ctrax" sample "$work/$name" --prompt 'The ' --length 124 2>&1); }; }; then
         echo "ok   $name"
         pass=$((pass + 1))
     else

@@ -139,38 +139,14 @@ static int fail(const char *what, const ct_error *err) {
     return CTRAX_EXIT_ERROR;
 }
 
-// Every weight of net from checkpoint c (all must match), then each state
-// tensor that has the same shape there: state shaped by the training batch
-// (LSHSelfAttention's stored buckets, (batch x heads, T)) does not fit a
-// batch of one and keeps its initial value, as at any new batch size (an
-// eval-mode forward does not read it).
-static ct_status load_weights_and_state(const ct_net *net, const ct_checkpoint *c, ct_error *err) {
-    ct_tensor_request *reqs = calloc((size_t)net->n_params + 1, sizeof *reqs);
-    if (!reqs) return ct_error_set(err, CT_ERR_MEMORY, "out of memory for %d weight names", net->n_params);
-    for (int i = 0; i < net->n_params; i++) {
-        const ct_param *p = net->params[i];
-        reqs[i] = (ct_tensor_request){"weights.safetensors", p->full_name, p->sig, 0};
-        reqs[i].dest.data = net->weights + p->offset;
-    }
-    ct_status st = ct_checkpoint_load(c, reqs, net->n_params, CT_LOAD_STRICT, err);
-    free(reqs);
-    for (int i = 0; i < net->n_state_params && st == CT_OK; i++) {
-        const ct_param *p = net->state_params[i];
-        ct_tensor_request r = {"weights.safetensors", p->full_name, p->sig, 0};
-        r.dest.data = net->state + p->offset;
-        ct_error ignored = {0};
-        (void)ct_checkpoint_load(c, &r, 1, CT_LOAD_STRICT, &ignored);  // a mismatch leaves it as initialized
-    }
-    return st;
-}
-
 // Prints the prompt, then o->length bytes drawn from the model on net, one
-// at a time from the last W - 1 bytes (P of them the prompt's). fixed: every
-// forward is W long, the bytes so far at its start and zeros after them (a
-// model whose chunked attention takes only multiples of its chunk length; the
-// zeros come after the predicted position, so causal attention does not see
-// them, though LSH attention's sorted chunks may shift).
-static int generate(const sample_opts *o, const ct_net *net, int64_t P, int64_t W, int V, bool fixed) {
+// at a time from the last W - 1 bytes (P of them the prompt's). Every
+// forward is W long, the bytes so far at its start and zeros after them:
+// chunked attention takes only multiples of its chunk length, and W is one
+// the model was built for; the zeros come after the predicted position, so
+// causal attention does not see them (LSH attention's sorted chunks may
+// shift).
+static int generate(const sample_opts *o, const ct_net *net, int64_t P, int64_t W, int V) {
     int64_t total = P + o->length;
     int32_t *tokens = malloc((size_t)(total + 1) * sizeof *tokens), *window = malloc((size_t)W * sizeof *window);
     scored *scratch = malloc((size_t)V * sizeof *scratch);
@@ -195,10 +171,9 @@ static int generate(const sample_opts *o, const ct_net *net, int64_t P, int64_t 
     for (int64_t i = 0; i < o->length && ok; i++) {
         int64_t t = P + i;                  // tokens so far; predict token t
         int64_t L = t + 1 <= W ? t + 1 : W;  // the last L - 1 of them and a placeholder
-        const int64_t R = fixed ? W : L;    // the forward's length
         memcpy(window, tokens + (t + 1 - L), (size_t)(L - 1) * sizeof *window);
-        for (int64_t j = L - 1; j < R; j++) window[j] = 0;
-        ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 1, R, window), logits;
+        for (int64_t j = L - 1; j < W; j++) window[j] = 0;
+        ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 1, W, window), logits;
         if (ct_layer_forward(net->root, &ctx, &in, &logits, ct_key_from_seed(0), &err) != CT_OK) {
             fail("running the model", &err);
             ok = false;
@@ -274,10 +249,9 @@ static int sample(const sample_opts *o) {
     int64_t W = total > 0 ? total : 1;
     if (context > 0 && W > context) W = context;
     ct_tensor in_sig = ct_tensor_2d(CT_DTYPE_I32, 1, W, NULL);
-    bool fixed = false;
     if (ct_net_init(&net, model, &in_sig, 1, ct_key_from_seed(0), &dev, &err) != CT_OK) {
-        // Chunked attention takes only multiple lengths: every forward at the
-        // full context instead, which the model was built for.
+        // Chunked attention takes only multiple lengths: the full context
+        // instead, which the model was built for.
         ct_error first = err;
         in_sig = ct_tensor_2d(CT_DTYPE_I32, 1, context, NULL);
         if (context <= W || ct_net_init(&net, model, &in_sig, 1, ct_key_from_seed(0), &dev, &err) != CT_OK) {
@@ -285,7 +259,6 @@ static int sample(const sample_opts *o) {
             goto done;
         }
         W = context;
-        fixed = true;
     }
     have_net = true;
     const ct_tensor *os = &net.out_sigs[0];
@@ -304,7 +277,7 @@ static int sample(const sample_opts *o) {
 
     // Its weights, every one of them, from the checkpoint, and the state
     // tensors that fit a batch of one.
-    if (load_weights_and_state(&net, c, &err) != CT_OK) {
+    if (ct_net_load_checkpoint_weights(&net, c, &err) != CT_OK) {
         fail("loading the weights", &err);
         goto done;
     }
@@ -324,7 +297,7 @@ static int sample(const sample_opts *o) {
             ctrax_format_count((int64_t)net.n_weights, count, sizeof count), (long long)W, o->temperature,
             (long long)o->top_k, (long long)o->seed);
 
-    rc = generate(o, &net, P, W, V, fixed);
+    rc = generate(o, &net, P, W, V);
 done:
     if (have_net) ct_net_free(&net);
     ct_layer_free(model);

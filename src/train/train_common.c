@@ -509,6 +509,21 @@ ct_status ct_net_load_checkpoint(const ct_net *net, const ct_checkpoint *c, ct_l
     return st;
 }
 
+ct_status ct_net_load_checkpoint_weights(const ct_net *net, const ct_checkpoint *c, ct_error *err) {
+    int n;
+    ct_named_tensor *wt = weight_tensors(net, &n);  // weights first, then state
+    ct_tensor_request *reqs = ct_calloc((size_t)n + 1, sizeof *reqs);
+    for (int i = 0; i < n; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
+    ct_status st = ct_checkpoint_load(c, reqs, net->n_params, CT_LOAD_STRICT, err);
+    for (int i = net->n_params; i < n && st == CT_OK; i++) {
+        ct_error mismatch = {0};
+        (void)ct_checkpoint_load(c, &reqs[i], 1, CT_LOAD_STRICT, &mismatch);  // a misfit keeps its initial value
+    }
+    ct_free(reqs);
+    ct_free(wt);
+    return st;
+}
+
 ct_status ct_trainer_load_checkpoint(ct_trainer *t, const ct_checkpoint *c, ct_load_mode mode, ct_error *err) {
     return ct_net_load_checkpoint(&t->net, c, mode, err);
 }
