@@ -1,12 +1,12 @@
 // The vectorized CPU kernels against their plain _ref versions (issue 13):
-// LayerNorm, softmax and log-softmax, softmax + cross-entropy, ReLU, GELU,
+// LayerNorm, softmax and log-softmax, softmax + cross-entropy, add, ReLU, GELU,
 // Adam and Adafactor, forward and backward, on random inputs of sizes that
 // are not multiples of any vector width (1, 3, 17, 255, ...) and of sizes
 // above the kernels' thresholds for threads; and each kernel run with 1 and
 // 2 threads gives the same bits.
 //
 // Tolerances, from what differs between the two versions:
-// - ReLU, Adam, the Adafactor apply steps, LayerNorm's dweight/dbias: the
+// - add, ReLU, Adam, the Adafactor apply steps, LayerNorm's dweight/dbias: the
 //   same float operations per element; bitwise equal.
 // - exp (softmax, cross-entropy): vmath's exp is within 2 ulp of expf, sums
 //   in vector lanes against index order: 1e-6 relative.
@@ -16,7 +16,8 @@
 // - Dense's bias copy and bias gradient (ct_matmul_*), the GEMM the same
 //   call: bitwise equal.
 // - The sum of squares: lanes against index order, both in double: 1e-12
-//   relative; and bitwise the same for a row at another address.
+//   relative; bitwise its stated order (lanes within chunks, chunks in
+//   order) for a row at either of two addresses, and at 1 and 2 threads.
 // - GELU against double math: the fast tanh's error, 1e-6 (test_layers_core
 //   checks the same bound on a sweep).
 #include <omp.h>
@@ -105,6 +106,23 @@ static void test_relu(void) {
         ct_relu_backward_ref(dr, yr, g, n);
         CHECK_MSG(same_bits(d, dr, n) && !any_nan(d, n), "relu backward, n %lld", (long long)n);
         free(x), free(g), free(d0), free(y), free(yr), free(d), free(dr);
+    }
+}
+
+// ct_add_forward against the plain loop, bitwise, into new memory and over x itself
+// (the residual's donated input), below and above the threads' threshold.
+static void test_add(void) {
+    for (int s = 0; s < N_SIZES; s++) {
+        int64_t n = k_sizes[s];
+        float *x = alloc_f(n), *y = alloc_f(n), *o = alloc_f(n), *want = alloc_f(n);
+        fill(x, n, -1.0f, 1.0f);
+        fill(y, n, -1.0f, 1.0f);
+        for (int64_t i = 0; i < n; i++) want[i] = x[i] + y[i];
+        ct_add_forward(o, x, y, n);
+        CHECK_MSG(same_bits(o, want, n), "add, n %lld", (long long)n);
+        ct_add_forward(x, x, y, n);
+        CHECK_MSG(same_bits(x, want, n), "add over its input, n %lld", (long long)n);
+        free(x), free(y), free(o), free(want);
     }
 }
 
@@ -294,7 +312,8 @@ static void test_matmul(void) {
             ct_matmul_forward_ref(yr, x, w, bias, N, C, OC);
             CHECK_MSG(same_bits(y, yr, N * OC), "matmul forward (%lld, %lld, %lld) bias %d", (long long)N,
                       (long long)C, (long long)OC, with_bias);
-            // Backward adds into gradients that already hold something.
+            // Backward writes dinp and adds into dweight and dbias, which
+            // already hold something (dinp's old values must not survive).
             float *dx = alloc_f(N * C), *dw = alloc_f(C * OC), *db = alloc_f(OC);
             fill(dx, N * C, -1.0f, 1.0f);
             fill(dw, C * OC, -1.0f, 1.0f);
@@ -325,9 +344,13 @@ static void test_sum_squares(void) {
             double got = ct_sum_squares(v, n), want = ct_sum_squares_ref(v, n);
             double err = fabs(got - want) / (want > 1e-30 ? want : 1e-30);
             CHECK_MSG(err <= 1e-12, "sum_squares n %lld: %.17g against %.17g", (long long)n, got, want);
-            double lane[CT_LANES] = {0}, lanes = 0.0;
-            for (int64_t i = 0; i < n; i++) lane[i % CT_LANES] += (double)v[i] * v[i];
-            for (int j = 0; j < CT_LANES; j++) lanes += lane[j];
+            double lanes = 0.0;  // the stated order: lanes within each chunk, chunks in order
+            for (int64_t c0 = 0; c0 < n; c0 += CT_SUMSQ_CHUNK) {
+                double lane[CT_LANES] = {0}, chunk = 0.0;
+                for (int64_t i = c0; i < n && i < c0 + CT_SUMSQ_CHUNK; i++) lane[i % CT_LANES] += (double)v[i] * v[i];
+                for (int j = 0; j < CT_LANES; j++) chunk += lane[j];
+                lanes += chunk;
+            }
             CHECK_MSG(memcmp(&got, &lanes, sizeof got) == 0, "sum_squares n %lld shift %d: %.17g, in lanes %.17g",
                       (long long)n, shift, got, lanes);
         }
@@ -398,6 +421,7 @@ static void test_thread_count(void) {
     fill(b, C, -0.5f, 0.5f);
     fill(g, n, -1.0f, 1.0f);
     float *out[2], *dx[2], *dw[2], *db[2], *mean = alloc_f(N), *rstd = alloc_f(N);
+    double sumsq[2];
     for (int t = 0; t < 2; t++) {
         omp_set_num_threads(t + 1);
         out[t] = alloc_f(n), dx[t] = alloc_f(n), dw[t] = alloc_f(C), db[t] = alloc_f(C);
@@ -405,9 +429,11 @@ static void test_thread_count(void) {
         ct_layernorm_backward(dx[t], dw[t], db[t], g, x, w, mean, rstd, N, C);
         ct_log_softmax_forward(out[t], x, N, C);
         ct_log_softmax_backward(dx[t], g, out[t], N, C);
+        sumsq[t] = ct_sum_squares(x, n);  // 3 chunks
     }
     CHECK(same_bits(out[0], out[1], n) && same_bits(dx[0], dx[1], n));
     CHECK(same_bits(dw[0], dw[1], C) && same_bits(db[0], db[1], C));
+    CHECK(memcmp(&sumsq[0], &sumsq[1], sizeof(double)) == 0);
     for (int t = 0; t < 2; t++) free(out[t]), free(dx[t]), free(dw[t]), free(db[t]);
     free(x), free(w), free(b), free(g), free(mean), free(rstd);
 }
@@ -415,6 +441,7 @@ static void test_thread_count(void) {
 int main(void) {
     test_comparator();
     test_relu();
+    test_add();
     test_gelu();
     test_layernorm();
     test_softmax();

@@ -6,6 +6,7 @@
 #include "ctrax/layers/combinators.h"
 
 #include "ctrax/layers/reversible.h"
+#include "kernels/cpu/activation.h"
 #include "layers/internal.h"
 #include "layers/stack.h"
 
@@ -341,10 +342,7 @@ static ct_status add_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_ten
     CT_TRY(check_same(l, in, err));
     for (int i = 0; i < 2; i++)
         if (ct_arena_donated(c->arena, in[i].data)) {
-            const float *x = in[0].data, *y = in[1].data;
-            float *o = in[i].data;
-            int64_t n = ct_tensor_numel(&in[0]);
-            for (int64_t k = 0; k < n; k++) o[k] = x[k] + y[k];
+            ct_add_forward(in[i].data, in[0].data, in[1].data, ct_tensor_numel(&in[0]));
             out[0] = in[i];
             return CT_OK;
         }

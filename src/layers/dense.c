@@ -66,7 +66,7 @@ static ct_status dense_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_ou
     ct_tensor x = ct_tape_pop(c);
     grad_in[0] = ct_tensor_sig(&x);
     if (!grad_out[0].data) return CT_OK;  // no gradient flows: nothing to add
-    CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
+    CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));  // written by the product, not added to
     int64_t d_in = x.shape[x.ndim - 1];
     int64_t n = ct_tensor_numel(&x) / (d_in ? d_in : 1);
     ct_matmul_backward(grad_in[0].data, ct_weight_grad(c, l, 0), hp->use_bias ? ct_weight_grad(c, l, 1) : NULL,

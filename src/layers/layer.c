@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ctrax/core/blas.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/embedding.h"
 #include "layers/internal.h"
 
@@ -335,11 +336,7 @@ bool ct_tape_pop_input_sig(ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad
 ct_status ct_ctx_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum, ct_error *err) {
     ct_tensor s = ct_tensor_sig(a);
     CT_TRY(ct_ctx_alloc(c, &s, err));
-    const float *x = a->data, *y = b->data;
-    float *o = s.data;
-    int64_t n = ct_tensor_numel(&s);
-#pragma omp simd  // o is new memory: no overlap with x or y (GCC would not vectorize it unaided at -O2)
-    for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+    ct_add_forward(s.data, a->data, b->data, ct_tensor_numel(&s));
     *sum = s;  // last: sum may be a or b
     return CT_OK;
 }

@@ -354,7 +354,6 @@ static void gru_cell_backward(float *gx, float *gh, float *gw1, float *gb1, floa
                               const float *xh, const float *ur, const float *xrh, const float *cand,
                               const float *w1, const float *w2, float *tmp, int64_t rows, int64_t D, int64_t n) {
     float *dcand = tmp, *dy = dcand + rows * n, *dxrh = dy + rows * 2 * n, *dxh = dxrh + rows * (D + n);
-    memset(dxrh, 0, (size_t)(2 * rows * (D + n)) * sizeof *tmp);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t k = 0; k < n; k++) {
             float u = ur[r * 2 * n + k], cd = cand[r * n + k], h = xh[r * (D + n) + D + k], g = dh[r * n + k];
@@ -500,7 +499,6 @@ static void lstm_cell_backward(float *gx, float *gs, float *gw, float *gb, const
             gs[r * 2 * n + k] += dc * sf;
         }
     }
-    memset(dxh, 0, (size_t)(rows * (D + n)) * sizeof *dxh);
     ct_matmul_backward(dxh, gw, gb, dy, xh, w, rows, D + n, 4 * n);
     split_cols_add(gx, gs + n, 2 * n, dxh, D, n, rows);
 }

@@ -8,6 +8,10 @@
 
 #include "ctrax/core/rng.h"
 
+// x, y (N) -> out (N) = x + y; out may be x or y. Threads for big N (a serial
+// sum left the second core idle in each residual's and branch's gradient).
+void ct_add_forward(float *out, const float *x, const float *y, int64_t N);
+
 // inp (N) -> out (N), out = max(x, 0)
 void ct_relu_forward(float *out, const float *inp, int64_t N);
 // dinp (N) = dout * (out > 0); the derivative at 0 is taken as 0

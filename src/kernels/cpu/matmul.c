@@ -17,6 +17,10 @@
 #include "core/clock.h"
 #include "ctrax/core/blas.h"
 
+// Below this many output floats the bias copy and the bias gradient stay on
+// one thread (waking the others costs more than the loop).
+#define CT_MATMUL_PARALLEL_MIN 65536
+
 void ct_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
               int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
@@ -25,11 +29,14 @@ void ct_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
 }
 
 // The bias is copied row by row (memcpy, not a scalar loop: it was 2% of a
-// TransformerLM step) and the GEMM adds the product to it, as before.
+// TransformerLM step) and the GEMM adds the product to it, as before. The
+// rows are copied by the threads the GEMM then uses: run serially, the copy
+// left the second core idle for 1-2% of a two-thread step.
 void ct_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
                        int64_t C, int64_t OC) {
     float beta = 0.0f;
     if (bias) {
+#pragma omp parallel for schedule(static) if (N * OC > CT_MATMUL_PARALLEL_MIN)
         for (int64_t n = 0; n < N; n++) memcpy(out + n * OC, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
@@ -37,21 +44,34 @@ void ct_matmul_forward(float *out, const float *inp, const float *weight, const 
 }
 
 // dbias (OC) += sum over the N rows of dout (N, OC), row after row: each
-// column's sum is in row order whatever the vector width, so the bits are
-// the scalar loop's (ct_matmul_backward_ref). `simd` because GCC's -O2 cost
-// model leaves a loop whose arrays may overlap scalar (it was 3% of a step).
+// column's sum is in row order whatever the vector width or the thread
+// count, so the bits are the scalar loop's (ct_matmul_backward_ref). The
+// threads take blocks of columns (a serial loop was 1% of a two-thread
+// step, the other core idle). `simd` because GCC's -O2 cost model leaves a
+// loop whose arrays may overlap scalar (it was 3% of a step).
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static void bias_grad(float *dbias, const float *dout, int64_t N, int64_t OC) {
+static void bias_grad_cols(float *dbias, const float *dout, int64_t N, int64_t OC, int64_t o0, int64_t o1) {
     for (int64_t n = 0; n < N; n++) {
         const float *row = dout + n * OC;
 #pragma omp simd
-        for (int64_t o = 0; o < OC; o++) dbias[o] += row[o];
+        for (int64_t o = o0; o < o1; o++) dbias[o] += row[o];
     }
 }
 
+static void bias_grad(float *dbias, const float *dout, int64_t N, int64_t OC) {
+    enum { COLS = 64 };  // a block: 256 bytes of each row
+    int64_t n_blocks = (OC + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static) if (N * OC > CT_MATMUL_PARALLEL_MIN && n_blocks > 1)
+    for (int64_t b = 0; b < n_blocks; b++)
+        bias_grad_cols(dbias, dout, N, OC, b * COLS, b * COLS + COLS < OC ? b * COLS + COLS : OC);
+}
+
+// dinp is written (beta 0), not added to: the input gradient is the
+// caller's own buffer, so zeroing it first was a wasted pass (a memset, 1%
+// of a TransformerLM step).
 void ct_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, int64_t N, int64_t C, int64_t OC) {
-    if (dinp) ct_sgemm(false, true, N, C, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, C);
+    if (dinp) ct_sgemm(false, true, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
     ct_sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
     if (dbias) bias_grad(dbias, dout, N, OC);
 }
@@ -69,7 +89,7 @@ void ct_matmul_forward_ref(float *out, const float *inp, const float *weight, co
 
 void ct_matmul_backward_ref(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, int64_t N, int64_t C, int64_t OC) {
-    if (dinp) ct_sgemm(false, true, N, C, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, C);
+    if (dinp) ct_sgemm(false, true, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
     ct_sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
     if (dbias)
         for (int64_t n = 0; n < N; n++)

@@ -1,5 +1,6 @@
 // Matrix products through OpenBLAS (cblas_sgemm), llm.c style: plain arrays,
-// outputs first, shapes in the comment. Backward adds into its outputs.
+// outputs first, shapes in the comment. Backward writes the input gradient
+// and adds into the weight and bias gradients.
 #ifndef CTRAX_KERNELS_CPU_MATMUL_H
 #define CTRAX_KERNELS_CPU_MATMUL_H
 
@@ -9,7 +10,7 @@
 // inp (N, C), weight (C, OC), bias (OC) or NULL -> out (N, OC)
 void ct_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
                        int64_t C, int64_t OC);
-// dout (N, OC) -> dinp (N, C) += dout W^T (skipped if dinp is NULL),
+// dout (N, OC) -> dinp (N, C) = dout W^T (written; skipped if dinp is NULL),
 // dweight (C, OC) += inp^T dout, dbias (OC) += sum over N of dout (if not NULL)
 void ct_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, int64_t N, int64_t C, int64_t OC);

@@ -1,6 +1,7 @@
 #include "kernels/cpu/optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctrax/core/error.h"
@@ -48,9 +49,12 @@ void ct_adam_update_ref(float *w, const float *g, float *m, float *v, int64_t n,
 // logged norms, clipping): one chain of dependent double adds ran at a
 // quarter of memory speed (2% of a TransformerLM step). CT_LANES lanes
 // (vmath.h) vectorize and give the same bits at any vector width or
-// address.
+// address. Threads take chunks of CT_SUMSQ_CHUNK floats (run serially, the
+// two passes left the second core idle for 1% of a two-thread step); the
+// chunks' totals are added in chunk order, so the bits do not depend on the
+// thread count either.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static double sum_squares(const float *x, int64_t n) {
+static double sum_squares_lanes(const float *x, int64_t n) {
     double lane[CT_LANES] = {0};
     int64_t i0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
     for (; i0 + CT_LANES <= n; i0 += CT_LANES) {
@@ -65,7 +69,21 @@ static double sum_squares(const float *x, int64_t n) {
     return ct_lanes_total(lane);
 }
 
-double ct_sum_squares(const float *x, int64_t n) { return sum_squares(x, n); }
+double ct_sum_squares(const float *x, int64_t n) {
+    int64_t n_chunks = (n + CT_SUMSQ_CHUNK - 1) / CT_SUMSQ_CHUNK;
+    if (n_chunks <= 1) return sum_squares_lanes(x, n);
+    double *chunk = malloc((size_t)n_chunks * sizeof *chunk);
+    CT_ASSERT(chunk);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < n_chunks; c++) {
+        int64_t start = c * CT_SUMSQ_CHUNK, len = n - start < CT_SUMSQ_CHUNK ? n - start : CT_SUMSQ_CHUNK;
+        chunk[c] = sum_squares_lanes(x + start, len);
+    }
+    double total = 0.0;
+    for (int64_t c = 0; c < n_chunks; c++) total += chunk[c];
+    free(chunk);
+    return total;
+}
 
 double ct_sum_squares_ref(const float *x, int64_t n) {
     double s = 0.0;

@@ -14,8 +14,12 @@ void ct_sgd_update(float *w, const float *g, int64_t n, float lr);
 void ct_adam_update(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                     float eps, float weight_decay_rate, float bias1, float bias2);
 
-// x (n) -> sum of x^2, accumulated in double in CT_LANES lanes (vmath.h:
-// element i in lane i % 8, lanes added in order), the same bits on any CPU.
+// Chunks of the sum of squares: each a multiple of CT_LANES floats.
+#define CT_SUMSQ_CHUNK 32768
+// x (n) -> sum of x^2, accumulated in double: per chunk of CT_SUMSQ_CHUNK
+// floats in CT_LANES lanes (vmath.h: element i in lane i % 8, lanes added in
+// order), the chunks' sums added in order; the same bits on any CPU and at
+// any thread count.
 double ct_sum_squares(const float *x, int64_t n);
 // The plain loop, in index order (tests/test_kernels.c compares the two).
 double ct_sum_squares_ref(const float *x, int64_t n);
