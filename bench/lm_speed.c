@@ -11,6 +11,7 @@
 //       [--heads H] [--d-ff F] [--seq T] [--batch B]        # train: JSON line
 //   bench_lm_speed --config A --sgemm [--seconds 1]        # sgemm: JSON line
 //   bench_lm_speed --vector-core                          # see below
+//   bench_lm_speed --spincount                            # CT_OMP_SPINCOUNT
 //
 // Configurations (issue 13): A d_model 256, 4 layers, 4 heads, d_ff 1024,
 // T 128, batch 16; B d_model 512, 6 layers, 8 heads, d_ff 2048, T 256,
@@ -29,6 +30,9 @@
 // OpenBLAS's model table fell back to a generic one) or nothing when
 // OpenBLAS already runs its best kernel. The JSON line names the kernel
 // that ran (ct_blas_core()), so the table shows both sides ran the same.
+// --spincount prints the GOMP_SPINCOUNT `ctrax` sets (CT_OMP_SPINCOUNT), so
+// the script runs this side with the waits ctrax's users get; the JSON line
+// records the OMP_WAIT_POLICY and GOMP_SPINCOUNT it ran with.
 //
 // Model FLOPs per token (the same formula in torch_lm_speed.py):
 //   6 * P_dense + 6 * n_layers * T * d_model,
@@ -69,7 +73,7 @@ typedef struct args {
     char config;
     int d_model, layers, heads, d_ff, seq, batch, steps;
     double seconds;
-    bool sgemm, vector_core;
+    bool sgemm, vector_core, spincount;
 } args;
 
 static bool set_config(char c, args *a) {
@@ -94,6 +98,10 @@ static int parse(int argc, char **argv, args *a) {
         }
         if (strcmp(k, "--vector-core") == 0) {
             a->vector_core = true;
+            continue;
+        }
+        if (strcmp(k, "--spincount") == 0) {
+            a->spincount = true;
             continue;
         }
         if (!v) return -1;
@@ -213,6 +221,15 @@ static int run_sgemm(const args *a) {
 
 // ---- training -----------------------------------------------------------------
 
+// How OpenMP's idle threads wait in this process, as the environment set it:
+// "OMP_WAIT_POLICY=... GOMP_SPINCOUNT=...", "-" for an unset one.
+static const char *wait_env(void) {
+    static char buf[160];
+    const char *p = getenv("OMP_WAIT_POLICY"), *s = getenv("GOMP_SPINCOUNT");
+    snprintf(buf, sizeof buf, "OMP_WAIT_POLICY=%.40s GOMP_SPINCOUNT=%.40s", p ? p : "-", s ? s : "-");
+    return buf;
+}
+
 static int run_train(const args *a) {
     ct_transformer_lm_params p = ct_transformer_lm_default_params();
     p.vocab_size = VOCAB;
@@ -261,10 +278,10 @@ static int run_train(const args *a) {
         if (step == 1) loss_first = stats.loss;
         loss_last = stats.loss;
     }
-    printf("{\"impl\": \"ctrax\", \"config\": \"%c\", \"threads\": %d, \"blas_core\": \"%s\", \"d_model\": %d, "
-           "\"layers\": %d, \"heads\": %d, \"d_ff\": %d, \"seq\": %d, \"batch\": %d, \"n_weights\": %zu, "
+    printf("{\"impl\": \"ctrax\", \"config\": \"%c\", \"threads\": %d, \"blas_core\": \"%s\", \"wait\": \"%s\", "
+           "\"d_model\": %d, \"layers\": %d, \"heads\": %d, \"d_ff\": %d, \"seq\": %d, \"batch\": %d, \"n_weights\": %zu, "
            "\"flops_per_token\": %.0f, \"steps\": %d, \"wall_s\": [",
-           a->config, omp_get_max_threads(), ct_blas_core(), a->d_model, a->layers, a->heads, a->d_ff, a->seq,
+           a->config, omp_get_max_threads(), ct_blas_core(), wait_env(), a->d_model, a->layers, a->heads, a->d_ff, a->seq,
            a->batch, ct_trainer_net(t)->n_weights, flops_per_token(a), a->steps);
     // Step 1 is warm-up: left out of the lists.
     for (int i = 1; i < a->steps; i++) printf("%s%.4f", i > 1 ? ", " : "", wall[i]);
@@ -294,6 +311,10 @@ int main(int argc, char **argv) {
                 "[--seq T] [--batch B] [--sgemm [--seconds S]] [--vector-core]\n",
                 argv[0], MAX_STEPS);
         return 2;
+    }
+    if (a.spincount) {
+        printf("%s\n", CT_OMP_SPINCOUNT);
+        return 0;
     }
     if (a.vector_core) {
         const char *core = ct_blas_vector_core();

@@ -9,7 +9,7 @@
 # issue 13's targets.
 #
 #   bash bench/lm_speed.sh [--configs A,B] [--repeats 2] [--threads 1,2]
-#       [--steps N] [--build build] [--wait-policy passive|active]
+#       [--steps N] [--build build] [--wait-policy own|passive|active]
 #       [--busy-core] [--no-torch] [--out FILE]
 #
 # Configs (issue 13): A d_model 256, 4 layers, 4 heads, d_ff 1024, T 128,
@@ -34,9 +34,15 @@
 #       too; each JSON line names the kernel that ran.
 #   OMP_NUM_THREADS=N  ctrax's OpenMP loops and OpenBLAS (OpenMP build);
 #       PyTorch also gets torch.set_num_threads(N).
-#   OMP_WAIT_POLICY    passive by default (threads sleep instead of
-#       spinning, so a shared machine does not collapse the run); --wait-policy
-#       active to compare.
+#   How OpenMP's idle threads wait: by default each side as its users get
+#       it (--wait-policy own): ctrax with the GOMP_SPINCOUNT `ctrax` sets
+#       (bench_lm_speed --spincount, CT_OMP_SPINCOUNT: a short spin, then
+#       sleep), PyTorch with OpenMP's default (both variables unset: libgomp
+#       spins longer). PyTorch runs many more, smaller parallel loops than
+#       ctrax: with threads that sleep at once (OMP_WAIT_POLICY=passive) its
+#       config B ran 20-30% slower, so forcing passive on both sides (what
+#       this script did before) understated it. --wait-policy passive or
+#       active sets that OMP_WAIT_POLICY for both sides instead.
 # --busy-core keeps one core busy with a shell loop for the whole bench (the
 # oversubscribed case of issue 13, item 2). The JSON lines of every run go
 # to --out (default: a file under /tmp).
@@ -48,7 +54,7 @@ REPEATS=2
 THREADS=1,2
 STEPS=
 BUILD=build
-WAIT=passive
+WAIT=own
 BUSY=0
 TORCH=1
 OUT=
@@ -79,9 +85,14 @@ fi
 
 CORE=$("$BIN" --vector-core)
 if [ -n "$CORE" ]; then export OPENBLAS_CORETYPE=$CORE; fi
-export OMP_WAIT_POLICY=$WAIT
-echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-as OpenBLAS chose}; OMP_WAIT_POLICY=$WAIT; $(nproc) cores;" \
-     "load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+unset OMP_WAIT_POLICY GOMP_SPINCOUNT
+case "$WAIT" in
+    own) CTRAX_WAIT=(GOMP_SPINCOUNT="$("$BIN" --spincount)"); TORCH_WAIT=() ;;
+    passive|active) CTRAX_WAIT=(OMP_WAIT_POLICY=$WAIT); TORCH_WAIT=(OMP_WAIT_POLICY=$WAIT) ;;
+    *) echo "lm_speed.sh: --wait-policy is own, passive or active, not '$WAIT'" >&2; exit 2 ;;
+esac
+echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-as OpenBLAS chose}; idle threads: ctrax ${CTRAX_WAIT[*]:-(OpenMP's default)}," \
+     "PyTorch ${TORCH_WAIT[*]:-(OpenMP's default)}; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 BUSY_PID=
 if [ "$BUSY" = 1 ]; then
@@ -93,13 +104,14 @@ fi
 
 run_ctrax() {  # config threads steps
     echo "== ctrax, config $1, $2 thread(s)" >&2
-    OMP_NUM_THREADS=$2 "$BIN" --config "$1" --steps "$3" | grep '^{' >> "$OUT" || echo "   (failed)" >&2
+    env "${CTRAX_WAIT[@]}" OMP_NUM_THREADS="$2" "$BIN" --config "$1" --steps "$3" | grep '^{' >> "$OUT" ||
+        echo "   (failed)" >&2
 }
 run_torch() {
     [ "$TORCH" = 1 ] || return 0
     echo "== torch, config $1, $2 thread(s)" >&2
-    OMP_NUM_THREADS=$2 /usr/bin/python3 "$ROOT/bench/torch_lm_speed.py" --config "$1" --threads "$2" \
-        --steps "$3" | grep '^{' >> "$OUT" || echo "   (failed)" >&2
+    env "${TORCH_WAIT[@]}" OMP_NUM_THREADS="$2" /usr/bin/python3 "$ROOT/bench/torch_lm_speed.py" --config "$1" \
+        --threads "$2" --steps "$3" | grep '^{' >> "$OUT" || echo "   (failed)" >&2
 }
 
 started=$(date +%s)
@@ -109,7 +121,7 @@ for rep in $(seq 1 "$REPEATS"); do
             *) echo "lm_speed.sh: unknown config '$cfg' (A, B or C)" >&2; exit 2 ;; esac
         for n in ${THREADS//,/ }; do
             echo "== repeat $rep, config $cfg: sgemm, $n thread(s)" >&2
-            OMP_NUM_THREADS=$n "$BIN" --config "$cfg" --sgemm --seconds 1 >> "$OUT"
+            env "${CTRAX_WAIT[@]}" OMP_NUM_THREADS="$n" "$BIN" --config "$cfg" --sgemm --seconds 1 >> "$OUT"
         done
         for n in ${THREADS//,/ }; do
             if [ $((rep % 2)) = 1 ]; then

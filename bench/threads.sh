@@ -2,10 +2,12 @@
 # bench/threads (issue 13, threads on a shared machine): ctrax training
 # steps/s with 2 threads alone, 1 thread alone, and 2 threads while a second
 # process keeps one core busy (`bash -c 'while :; do :; done'`):
-#   default       idle OpenMP threads sleep (ctrax sets OMP_WAIT_POLICY=passive)
-#                 and the count follows the cores other processes leave free
-#                 (measured every 2 s, never above --threads)
-#   fixed         sleeping, the count fixed (ctrax train --fixed-threads)
+#   default       idle OpenMP threads spin briefly, then sleep (ctrax sets
+#                 GOMP_SPINCOUNT=20000, CT_OMP_SPINCOUNT) and the count
+#                 follows the cores other processes leave free (measured
+#                 every 2 s, never above --threads)
+#   fixed         threads that sleep at once (OMP_WAIT_POLICY=passive), the
+#                 count fixed (ctrax train --fixed-threads)
 #   before        as ctrax ran before: libgomp's spinning waits
 #                 (GOMP_SPINCOUNT=300000) and a fixed count
 #
@@ -63,6 +65,7 @@ run() {
     local name=$1 threads=$2 mode=$3 with_busy=$4 log=$tmp/$1.log steps=$STEPS
     local -a env=(nice -n "$NICE" env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_NUM_THREADS) extra=()
     [[ $mode = before ]] && env+=(GOMP_SPINCOUNT=300000) && steps=$BEFORE_STEPS
+    [[ $mode = fixed ]] && env+=(OMP_WAIT_POLICY=passive)
     [[ $mode != default ]] && extra+=(--fixed-threads)
     if [[ $with_busy = busy ]]; then
         nice -n "$NICE" bash -c 'while :; do :; done' &

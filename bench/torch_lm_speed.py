@@ -76,6 +76,13 @@ def peak_rss():
     return 0
 
 
+def wait_env():
+    """How OpenMP's idle threads wait in this process, as the environment set
+    it (the same string as bench/lm_speed.c's)."""
+    import os
+    return " ".join(f"{k}={os.environ.get(k, '-')}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
+
+
 def blas_core():
     """The OpenBLAS kernel of the OpenBLAS torch loaded (the same library
     object: dlopen returns the already loaded one)."""
@@ -164,7 +171,7 @@ def worker(a):
         cpu.append(time.process_time() - c0)
     n_weights = sum(p.numel() for p in model.parameters())
     print(json.dumps({
-        "impl": "torch", "config": a.config, "threads": a.threads, "blas_core": blas_core(),
+        "impl": "torch", "config": a.config, "threads": a.threads, "blas_core": blas_core(), "wait": wait_env(),
         "torch_threads": torch.get_num_threads(), "d_model": d, "layers": layers, "heads": heads, "d_ff": d_ff,
         "seq": T, "batch": B, "n_weights": n_weights, "flops_per_token": flops_per_token(d, layers, d_ff, T),
         "steps": a.steps, "wall_s": [round(x, 4) for x in wall[1:]], "cpu_s": [round(x, 4) for x in cpu[1:]],
@@ -201,6 +208,10 @@ def table(path):
               + ("" if len(fpt) == 1 else "  (MISMATCH between the sides)"))
         kernels = sorted({r["blas_core"] for r in rs})
         print("  OpenBLAS kernel: " + ", ".join(kernels) + ("" if len(kernels) == 1 else "  (NOT THE SAME)"))
+        for impl in ("ctrax", "torch"):
+            waits = sorted({r.get("wait", "?") for r in train if r["impl"] == impl})
+            if waits:
+                print(f"  {impl} idle threads: " + ", ".join(waits))
         # Per run: tokens/s from the median timed step; the spread over runs.
         peak, peak_cpu = {}, {}
         for r in rs:

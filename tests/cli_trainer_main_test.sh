@@ -162,8 +162,10 @@ fails "more replicas than threads" 1 "--devices 2 replicas are 2 threads, more t
 fails "more replicas than train.n_threads" 1 "train.n_devices = 2 replicas are 2 threads, more than --set:1:1: train.n_threads = 1" \
     "$b" --set train.n_devices=2 --set train.n_threads=1 --output-dir "$work/t6"
 out=$(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$ctrax" train "$b" --steps 1 --output-dir "$work/t8" 2>&1)
-if grep -q "idle threads sleep (OMP_WAIT_POLICY=passive)" <<<"$out"; then ok "idle threads sleep by default"; else
-    bad "no 'idle threads sleep' line when no wait policy is set: $(grep threads: <<<"$out")"
+if grep -q "idle threads spin briefly, then sleep (GOMP_SPINCOUNT=20000)" <<<"$out"; then
+    ok "idle threads spin briefly by default"
+else
+    bad "no 'idle threads spin briefly' line when no wait policy is set: $(grep threads: <<<"$out")"
 fi
 out=$(OMP_WAIT_POLICY=active "$ctrax" train "$b" --steps 1 --output-dir "$work/t9" 2>&1)
 if grep -q "OMP_WAIT_POLICY=active" <<<"$out"; then ok "a user's OMP_WAIT_POLICY is kept"; else

@@ -122,7 +122,8 @@ char *ctrax_format_bytes(double bytes, char *buf, size_t cap);
 // and CTRAX_BLAS_GENERIC when it replaces a generic kernel.
 char *ctrax_blas_describe(char *buf, size_t cap);
 // The thread count of ctrax's loops and the GEMM and how OpenMP's idle
-// threads wait, into buf ("2; idle threads sleep (OMP_WAIT_POLICY=passive)");
+// threads wait, into buf ("2 ...; idle threads spin briefly, then sleep
+// (GOMP_SPINCOUNT=20000)");
 // returns buf.
 char *ctrax_threads_describe(char *buf, size_t cap);
 // Parses a --threads value (an integer in [1, CTRAX_MAX_THREADS]); -1 after

@@ -758,8 +758,10 @@ static void usage(FILE *f) {
 //   sleep. On a core another process is using, a spinning thread takes the
 //   time slices the thread doing work needs, and a training step waits for
 //   the slowest thread at every barrier: 14x slower with 2 threads and one
-//   core busy (bench/threads.sh). OMP_WAIT_POLICY=passive makes idle threads
-//   sleep at once; alone on the cores it costs little (bench/threads.sh).
+//   core busy (bench/threads.sh). Sleeping at once (passive) costs a wake-up
+//   at each of a step's parallel loops: 8% of config A's speed in
+//   bench/lm_speed. So threads spin briefly (GOMP_SPINCOUNT=CT_OMP_SPINCOUNT)
+//   and the trainer keeps them off cores others use (ct_blas_threads_fit).
 // A user's own OPENBLAS_CORETYPE, OMP_WAIT_POLICY or GOMP_SPINCOUNT is left
 // alone. CTRAX_REEXEC marks the second run, so it never loops.
 static void prepare_environment(char **argv) {
@@ -769,12 +771,12 @@ static void prepare_environment(char **argv) {
     if (!core && !wait) return;
     if (setenv("CTRAX_REEXEC", "1", 1)) return;
     if (core && (setenv("CTRAX_BLAS_GENERIC", ct_blas_core(), 1) || setenv("OPENBLAS_CORETYPE", core, 1))) core = NULL;
-    if (wait && setenv("OMP_WAIT_POLICY", "passive", 1)) wait = false;
+    if (wait && setenv("GOMP_SPINCOUNT", CT_OMP_SPINCOUNT, 1)) wait = false;
     if (core || wait) execv("/proc/self/exe", argv);
     // Could not run again: what this process runs is what the log says.
     unsetenv("OPENBLAS_CORETYPE");
     unsetenv("CTRAX_BLAS_GENERIC");
-    if (wait) unsetenv("OMP_WAIT_POLICY");
+    if (wait) unsetenv("GOMP_SPINCOUNT");
 }
 
 // `--threads N` (or --threads=N) of a command that computes (eval, sample,

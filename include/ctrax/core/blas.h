@@ -54,6 +54,18 @@ int ct_blas_threads(void);
 // elsewhere (AArch64 included) it does nothing.
 void ct_cpu_flush_denormals(void);
 
+// How long an idle OpenMP thread polls for work before it sleeps, in
+// libgomp's polls (GOMP_SPINCOUNT; each a pause instruction, about
+// 0.1-1 ms in all), as `ctrax` sets it when the user set neither
+// GOMP_SPINCOUNT nor OMP_WAIT_POLICY. Sleeping at once (passive) made each
+// of a step's few hundred parallel loops and GEMMs wait for a thread to be
+// woken: TransformerLM config A of bench/lm_speed ran 8% slower (2 threads,
+// idle machine). Spinning as long as libgomp's default (300,000 polls)
+// made a step wait for a spinning thread on a core another process keeps
+// busy, 14x slower (bench/threads.sh); a short spin and the fitted thread
+// count below (no thread on a busy core) avoid both.
+#define CT_OMP_SPINCOUNT "20000"
+
 // Fitting the thread count to the cores other processes leave free. Idle
 // threads that sleep (OMP_WAIT_POLICY=passive) stop a busy core from
 // stealing a spinning thread's time, but every parallel loop and GEMM still
