@@ -221,8 +221,11 @@ typedef struct step_hook {
     ct_thread_fit fit;  // the last measurement
 } step_hook;
 
-// Seconds between measurements of the cores other processes keep busy.
+// Seconds between measurements of the cores other processes keep busy; the
+// first, from the reading taken before the model is built, comes sooner (a
+// core busy from the start slows every step until it is measured).
 #define THREAD_FIT_INTERVAL_S 2.0
+#define THREAD_FIT_FIRST_S 0.25
 
 // Evals at step 1 and every train.eval_frequency steps (Trax's default).
 // The Loop asks this between steps, on the thread that runs them: there the
@@ -232,8 +235,7 @@ static bool eval_every(int64_t step, void *user) {
     step_hook *h = user;
     if (h->fit_threads) {
         int before = h->fit.threads ? h->fit.threads : h->max_threads;
-        // The first measurement comes sooner: a busy core is there from the start.
-        int now = ct_blas_threads_fit(&h->fit, h->max_threads, h->fit.threads ? THREAD_FIT_INTERVAL_S : 0.5);
+        int now = ct_blas_threads_fit(&h->fit, h->max_threads, h->fit.threads ? THREAD_FIT_INTERVAL_S : THREAD_FIT_FIRST_S);
         if (now != before && h->log)
             printf("threads: %d of %d at step %lld: other processes keep %.1f cores busy\n", now, h->max_threads,
                    (long long)step, h->fit.others);
@@ -591,6 +593,10 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     r->hook.eval_frequency = t.eval_frequency;
     r->hook.max_threads = ct_blas_threads();
     r->hook.fit_threads = !a->fixed_threads && (a->devices ? a->devices : t.n_devices) == 1;
+    // The first reading now, so the first count is set by the first step
+    // when the setup took THREAD_FIT_FIRST_S: with a core busy from the
+    // start, steps before it run at a fraction of one thread's speed.
+    if (r->hook.fit_threads) ct_blas_threads_fit(&r->hook.fit, r->hook.max_threads, 0);
     r->eval_steps = t.eval_steps;
     CT_TRY(read_step_lists(r, err));
     if (permanent && r->perm_list) {
