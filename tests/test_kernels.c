@@ -313,14 +313,16 @@ static void test_matmul(void) {
             CHECK_MSG(same_bits(y, yr, N * OC), "matmul forward (%lld, %lld, %lld) bias %d", (long long)N,
                       (long long)C, (long long)OC, with_bias);
             // Backward writes dinp and adds into dweight and dbias, which
-            // already hold something (dinp's old values must not survive).
+            // already hold something (dinp's old values, NaN, must not survive).
             float *dx = alloc_f(N * C), *dw = alloc_f(C * OC), *db = alloc_f(OC);
-            fill(dx, N * C, -1.0f, 1.0f);
             fill(dw, C * OC, -1.0f, 1.0f);
             fill(db, OC, -1.0f, 1.0f);
             float *dxr = dup_f(dx, N * C), *dwr = dup_f(dw, C * OC), *dbr = dup_f(db, OC);
+            for (int64_t i = 0; i < N * C; i++) dx[i] = dxr[i] = NAN;  // written, not added to: none may show
             ct_matmul_backward(dx, dw, with_bias ? db : NULL, g, x, w, N, C, OC);
             ct_matmul_backward_ref(dxr, dwr, with_bias ? dbr : NULL, g, x, w, N, C, OC);
+            CHECK_MSG(!any_nan(dx, N * C), "matmul backward (%lld, %lld, %lld): dinp kept its old values",
+                      (long long)N, (long long)C, (long long)OC);
             CHECK_MSG(same_bits(dx, dxr, N * C) && same_bits(dw, dwr, C * OC) && same_bits(db, dbr, OC),
                       "matmul backward (%lld, %lld, %lld) bias %d", (long long)N, (long long)C, (long long)OC,
                       with_bias);

@@ -72,7 +72,12 @@ static double sum_squares_lanes(const float *x, int64_t n) {
 double ct_sum_squares(const float *x, int64_t n) {
     int64_t n_chunks = (n + CT_SUMSQ_CHUNK - 1) / CT_SUMSQ_CHUNK;
     if (n_chunks <= 1) return sum_squares_lanes(x, n);
-    double *chunk = malloc((size_t)n_chunks * sizeof *chunk);
+    // The chunks' sums on the stack (32 KiB) up to 2^27 floats, a model of
+    // 134M weights (the trainer calls this twice a step); beyond, the heap.
+    double stack_chunks[1 << 12];
+    double *chunk = n_chunks <= (int64_t)(sizeof stack_chunks / sizeof *stack_chunks)
+                        ? stack_chunks
+                        : malloc((size_t)n_chunks * sizeof *chunk);
     CT_ASSERT(chunk);
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < n_chunks; c++) {
@@ -81,7 +86,7 @@ double ct_sum_squares(const float *x, int64_t n) {
     }
     double total = 0.0;
     for (int64_t c = 0; c < n_chunks; c++) total += chunk[c];
-    free(chunk);
+    if (chunk != stack_chunks) free(chunk);
     return total;
 }
 
