@@ -55,8 +55,8 @@ int ct_blas_threads(void);
 void ct_cpu_flush_denormals(void);
 
 // How long an idle OpenMP thread polls for work before it sleeps, in
-// libgomp's polls (GOMP_SPINCOUNT; each a pause instruction, about
-// 0.1-1 ms in all), as `ctrax` sets it when the user set neither
+// libgomp's polls (GOMP_SPINCOUNT; each poll a load and a pause
+// instruction), as `ctrax` sets it when the user set neither
 // GOMP_SPINCOUNT nor OMP_WAIT_POLICY. Sleeping at once (passive) made each
 // of a step's few hundred parallel loops and GEMMs wait for a thread to be
 // woken: TransformerLM config A of bench/lm_speed ran 8% slower (2 threads,
