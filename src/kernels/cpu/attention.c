@@ -57,20 +57,7 @@ static double row_sum(const float *row, int64_t n) {
 // (vmath.h): the softmax backward's row term. (A single chain of dependent
 // adds was most of head_backward's own time.)
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static float row_dot(const float *a, const float *b, int64_t n) {
-    double lane[CT_LANES] = {0};
-    int64_t x0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
-    for (; x0 + CT_LANES <= n; x0 += CT_LANES) {
-        const int nj = CT_LANES;
-#pragma omp simd
-        for (int j = 0; j < nj; j++) lane[j] += (double)a[x0 + j] * b[x0 + j];
-    }
-    {
-        const int nj = (int)(n - x0);
-        for (int j = 0; j < nj; j++) lane[j] += (double)a[x0 + j] * b[x0 + j];
-    }
-    return (float)ct_lanes_total(lane);
-}
+static float row_dot(const float *a, const float *b, int64_t n) { return (float)ct_lanes_dot(a, b, n); }
 
 // Columns of a key block (first key s0, nc keys) that query t sees (s <= t):
 // all of a block left of t, t + 1 - s0 of one across it (none of one past

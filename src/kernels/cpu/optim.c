@@ -54,20 +54,7 @@ void ct_adam_update_ref(float *w, const float *g, float *m, float *v, int64_t n,
 // chunks' totals are added in chunk order, so the bits do not depend on the
 // thread count either.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static double sum_squares_lanes(const float *x, int64_t n) {
-    double lane[CT_LANES] = {0};
-    int64_t i0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
-    for (; i0 + CT_LANES <= n; i0 += CT_LANES) {
-        const int nj = CT_LANES;
-#pragma omp simd
-        for (int j = 0; j < nj; j++) lane[j] += (double)x[i0 + j] * x[i0 + j];
-    }
-    {
-        const int nj = (int)(n - i0);
-        for (int j = 0; j < nj; j++) lane[j] += (double)x[i0 + j] * x[i0 + j];
-    }
-    return ct_lanes_total(lane);
-}
+static double sum_squares_lanes(const float *x, int64_t n) { return ct_lanes_dot(x, x, n); }
 
 double ct_sum_squares(const float *x, int64_t n) {
     int64_t n_chunks = (n + CT_SUMSQ_CHUNK - 1) / CT_SUMSQ_CHUNK;

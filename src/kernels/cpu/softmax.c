@@ -82,18 +82,7 @@ void ct_softmax_backward(float *dinp, const float *dout, const float *out, int64
     for (int64_t n = 0; n < N; n++) {  // dx = y * (g - <g, y>)
         const float *g = dout + n * C, *y = out + n * C;
         float *dx = dinp + n * C;
-        double lane[CT_LANES] = {0};
-        int64_t c0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
-        for (; c0 + CT_LANES <= C; c0 += CT_LANES) {
-            const int nj = CT_LANES;
-#pragma omp simd
-            for (int j = 0; j < nj; j++) lane[j] += (double)g[c0 + j] * y[c0 + j];
-        }
-        {
-            const int nj = (int)(C - c0);
-            for (int j = 0; j < nj; j++) lane[j] += (double)g[c0 + j] * y[c0 + j];
-        }
-        float fdot = (float)ct_lanes_total(lane);
+        float fdot = (float)ct_lanes_dot(g, y, C);
 #pragma omp simd
         for (int64_t c = 0; c < C; c++) dx[c] += y[c] * (g[c] - fdot);
     }

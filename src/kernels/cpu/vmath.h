@@ -61,6 +61,24 @@ static inline double ct_lanes_total(const double lane[CT_LANES]) {
     return s;
 }
 
+// a . b over n floats, in double, in CT_LANES lanes: the same bits at any
+// vector width or address. Inline, so a caller compiled for wider vectors
+// (target_clones) gets them here too.
+static inline double ct_lanes_dot(const float *a, const float *b, int64_t n) {
+    double lane[CT_LANES] = {0};
+    int64_t i0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
+    for (; i0 + CT_LANES <= n; i0 += CT_LANES) {
+        const int nj = CT_LANES;
+#pragma omp simd
+        for (int j = 0; j < nj; j++) lane[j] += (double)a[i0 + j] * b[i0 + j];
+    }
+    {
+        const int nj = (int)(n - i0);
+        for (int j = 0; j < nj; j++) lane[j] += (double)a[i0 + j] * b[i0 + j];
+    }
+    return ct_lanes_total(lane);
+}
+
 // Put before a loop that calls sqrtf, in place of `#pragma omp simd`: the
 // pragma only where sqrtf cannot set errno (built with -fno-math-errno,
 // which defines __NO_MATH_ERRNO__). With errno, GCC leaves such a loop
