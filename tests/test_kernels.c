@@ -332,6 +332,37 @@ static void test_matmul(void) {
     }
 }
 
+// A vector of more chunks than ct_sum_squares keeps on its stack at once
+// (a group of 4096 chunks of CT_SUMSQ_CHUNK floats; 4099 chunks here, 537
+// MB), zero but for 8192 (8192^2 = 2^26) in the first chunk and q = 2^-14 in
+// the last chunk of the first group and in each chunk of the second: each
+// q^2 is a quarter of the double ulp at 2^26, so adding the chunks' sums in
+// chunk order (as stated) loses every one, while adding the second group's
+// sums first (or any other order) keeps three quarters of an ulp and rounds
+// up. Bitwise, at one and two threads.
+static void test_sum_squares_groups(void) {
+    enum { GROUP = 1 << 12 };
+    const int64_t chunk = CT_SUMSQ_CHUNK, n = (GROUP + 3) * chunk;
+    float *x = alloc_f(n);
+    CHECK(x != NULL);
+    if (!x) return;
+    const float q = 0x1p-14f;
+    x[0] = 8192.0f;
+    x[GROUP * chunk - 1] = q;
+    for (int64_t c = GROUP; c < GROUP + 3; c++) x[c * chunk + 5] = q;
+    double big = 0x1p26, q2 = (double)q * q;
+    double want = big + q2 + q2 + q2 + q2;  // chunk order: every q^2 rounds away
+    double other = big + (q2 + (q2 + q2 + q2));  // the second group first: rounds up
+    CHECK(want == big && other > big);
+    for (int t = 1; t <= 2; t++) {
+        omp_set_num_threads(t);
+        double got = ct_sum_squares(x, n);
+        CHECK_MSG(memcmp(&got, &want, sizeof got) == 0, "sum_squares of %lld floats, %d threads: %.17g, in order %.17g",
+                  (long long)n, t, got, want);
+    }
+    free(x);
+}
+
 // ct_sum_squares against index order (1e-12), and bitwise against its
 // stated order (element i in lane i % CT_LANES, the lanes added 0 to 7),
 // which no vector width or alignment may change; at two addresses.
@@ -450,6 +481,7 @@ int main(void) {
     test_cross_entropy();
     test_adam();
     test_sum_squares();
+    test_sum_squares_groups();
     test_matmul();
     test_adafactor();
     test_thread_count();

@@ -59,21 +59,21 @@ static double sum_squares_lanes(const float *x, int64_t n) { return ct_lanes_dot
 double ct_sum_squares(const float *x, int64_t n) {
     int64_t n_chunks = (n + CT_SUMSQ_CHUNK - 1) / CT_SUMSQ_CHUNK;
     if (n_chunks <= 1) return sum_squares_lanes(x, n);
-    // The chunks' sums on the stack (32 KiB) up to 2^27 floats, a model of
-    // 134M weights (the trainer calls this twice a step); beyond, the heap.
-    double stack_chunks[1 << 12];
-    double *chunk = n_chunks <= (int64_t)(sizeof stack_chunks / sizeof *stack_chunks)
-                        ? stack_chunks
-                        : malloc((size_t)n_chunks * sizeof *chunk);
-    CT_ASSERT(chunk);
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < n_chunks; c++) {
-        int64_t start = c * CT_SUMSQ_CHUNK, len = n - start < CT_SUMSQ_CHUNK ? n - start : CT_SUMSQ_CHUNK;
-        chunk[c] = sum_squares_lanes(x + start, len);
-    }
+    // The chunks' sums go on the stack (32 KiB), a group of up to 4096
+    // chunks (134M floats) at a time; the groups run one after another, so
+    // the total is still the chunks' sums added in chunk order.
+    enum { GROUP = 1 << 12 };
+    double chunk[GROUP];
     double total = 0.0;
-    for (int64_t c = 0; c < n_chunks; c++) total += chunk[c];
-    if (chunk != stack_chunks) free(chunk);
+    for (int64_t g0 = 0; g0 < n_chunks; g0 += GROUP) {
+        int64_t g1 = n_chunks - g0 < GROUP ? n_chunks : g0 + GROUP;
+#pragma omp parallel for schedule(static)
+        for (int64_t c = g0; c < g1; c++) {
+            int64_t start = c * CT_SUMSQ_CHUNK, len = n - start < CT_SUMSQ_CHUNK ? n - start : CT_SUMSQ_CHUNK;
+            chunk[c - g0] = sum_squares_lanes(x + start, len);
+        }
+        for (int64_t c = g0; c < g1; c++) total += chunk[c - g0];
+    }
     return total;
 }
 
