@@ -6,7 +6,7 @@
 #                 ASan+UBSan at -O2 -g (build-asan/), fuzz briefly (build-fuzz/);
 #                 ends with "make test: N passed, N failed"
 #   make install PREFIX=/usr/local    library, headers, ctrax.pc, the ctrax program
-#   make bench-deps                   what the benchmarks need besides (python3-torch)
+#   make bench-deps                   what the benchmarks need besides (python3-torch, libdnnl-dev)
 #
 # CMake does the building; this file only strings the steps together.
 

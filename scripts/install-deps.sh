@@ -34,6 +34,7 @@ BUILD_PACKAGES=(
 )
 BENCH_PACKAGES=(
     python3-torch           # reference timings for the benchmarks
+    libdnnl-dev             # oneDNN, timed against OpenBLAS by bench/gemm_backends.c
 )
 
 say() { printf 'install-deps: %s\n' "$*"; }
