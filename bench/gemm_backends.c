@@ -18,7 +18,6 @@
 // --system` names (bench/lm_speed.sh does) and OMP_NUM_THREADS to the
 // thread count: both libraries read it.
 #include <oneapi/dnnl/dnnl.h>
-#include <omp.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,7 +81,7 @@ int main(int argc, char **argv) {
         {"feed-forward out weight gradient", true, false, F, D, T, 1},
     };
     enum { N_SHAPES = sizeof shapes / sizeof *shapes };
-    size_t n_floats = (size_t)(T * F > F * F ? T * F : F * F);
+    size_t n_floats = (size_t)((T > D ? T : D) * F);  // the largest operand: (T, F) or (D, F)
     float *A = malloc(n_floats * sizeof(float)), *B = malloc(n_floats * sizeof(float));
     float *C = malloc(n_floats * sizeof(float)), *C1 = malloc(n_floats * sizeof(float));
     if (!A || !B || !C || !C1) {
