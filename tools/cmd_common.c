@@ -342,6 +342,16 @@ char *ctrax_threads_describe(char *buf, size_t cap) {
     return buf;
 }
 
+char *ctrax_sgemm_describe(double seconds, char *buf, size_t cap) {
+    const int64_t M = 2048, K = 512, N = 512;
+    double gflops = ct_blas_sgemm_gflops(M, N, K, seconds);
+    if (gflops < 0) return NULL;
+    int threads = ct_blas_threads();
+    snprintf(buf, cap, "%.1f GFLOP/s (M %lld, K %lld, N %lld, %d thread%s, %g s)", gflops, (long long)M, (long long)K,
+             (long long)N, threads, threads == 1 ? "" : "s", seconds);
+    return buf;
+}
+
 int ctrax_parse_threads(const char *cmd, const char *value, int *out) {
     int64_t n;
     if (ctrax_parse_int(cmd, "--threads", value, 1, CTRAX_MAX_THREADS, &n) < 0) return -1;

@@ -633,10 +633,13 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
 }
 
 
-// Which OpenBLAS kernel the matrix products run and why, and the threads.
+// Which OpenBLAS kernel the matrix products run and why, what it measures
+// here (0.1 s: a generic kernel or a machine other work loads shows at
+// once), and the threads.
 static void print_blas(void) {
-    char blas[512], threads[256];
+    char blas[512], threads[256], sgemm[160];
     printf("blas: OpenBLAS kernel %s\n", ctrax_blas_describe(blas, sizeof blas));
+    if (ctrax_sgemm_describe(0.1, sgemm, sizeof sgemm)) printf("sgemm: %s\n", sgemm);
     printf("threads: %s\n", ctrax_threads_describe(threads, sizeof threads));
 }
 
