@@ -168,7 +168,7 @@ else
     bad "no 'idle threads spin briefly' line when no wait policy is set: $(grep threads: <<<"$out")"
 fi
 # The start-up log says what the GEMM measures on the run's threads.
-gflops=$(sed -nE 's/^sgemm: ([0-9.]+) GFLOP\/s \(M 2048, K 512, N 512, [0-9]+ threads?, 0.1 s\)$/\1/p' <<<"$out")
+gflops=$(sed -nE 's/^sgemm: ([0-9.]+) GFLOP\/s \(M 512, K 256, N 256, [0-9]+ threads?, 0.1 s\)$/\1/p' <<<"$out")
 if [[ -n $gflops ]] && awk -v g="$gflops" 'BEGIN { exit !(g > 0) }'; then ok "start-up sgemm $gflops GFLOP/s"; else
     bad "no 'sgemm: N GFLOP/s (..., 0.1 s)' line at start-up: $(grep -e '^sgemm' -e '^blas' <<<"$out")"
 fi

@@ -342,8 +342,7 @@ char *ctrax_threads_describe(char *buf, size_t cap) {
     return buf;
 }
 
-char *ctrax_sgemm_describe(double seconds, char *buf, size_t cap) {
-    const int64_t M = 2048, K = 512, N = 512;
+char *ctrax_sgemm_describe(int64_t M, int64_t K, int64_t N, double seconds, char *buf, size_t cap) {
     double gflops = ct_blas_sgemm_gflops(M, N, K, seconds);
     if (gflops < 0) return NULL;
     int threads = ct_blas_threads();

@@ -314,8 +314,9 @@ static int system_info(void) {
     printf("gemm kernel  %s\n", ctrax_blas_describe(blas, sizeof blas));
     printf("threads      %s\n", ctrax_threads_describe(threads, sizeof threads));
     fflush(stdout);
+    // A TransformerLM's shape: tokens x d_model by d_model x d_ff.
     char sgemm[160];
-    if (!ctrax_sgemm_describe(1.0, sgemm, sizeof sgemm)) {
+    if (!ctrax_sgemm_describe(2048, 512, 512, 1.0, sgemm, sizeof sgemm)) {
         fprintf(stderr, "ctrax info: out of memory for the sgemm measurement's operands\n");
         return CTRAX_EXIT_ERROR;
     }

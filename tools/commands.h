@@ -126,12 +126,11 @@ char *ctrax_blas_describe(char *buf, size_t cap);
 // (GOMP_SPINCOUNT=20000)");
 // returns buf.
 char *ctrax_threads_describe(char *buf, size_t cap);
-// The GEMM's speed on this run's threads, measured for `seconds` on one
-// TransformerLM-like shape (tokens x d_model by d_model x d_ff: M 2048, K
-// 512, N 512; ct_blas_sgemm_gflops), into buf ("151.2 GFLOP/s (M 2048, K
-// 512, N 512, 2 threads, 0.1 s)"); returns buf, or NULL when the operands
-// (8 MiB) cannot be allocated.
-char *ctrax_sgemm_describe(double seconds, char *buf, size_t cap);
+// The GEMM's speed on this run's threads: C (M, N) = A (M, K) B (K, N) for
+// `seconds` (ct_blas_sgemm_gflops), into buf ("151.2 GFLOP/s (M 2048, K
+// 512, N 512, 2 threads, 1 s)"); returns buf, or NULL when the operands
+// cannot be allocated.
+char *ctrax_sgemm_describe(int64_t M, int64_t K, int64_t N, double seconds, char *buf, size_t cap);
 // Parses a --threads value (an integer in [1, CTRAX_MAX_THREADS]); -1 after
 // "ctrax CMD: --threads expects ..." on stderr.
 #define CTRAX_MAX_THREADS 4096
