@@ -333,15 +333,15 @@ static void test_matmul(void) {
 }
 
 // A vector of more chunks than ct_sum_squares keeps on its stack at once
-// (a group of 4096 chunks of CT_SUMSQ_CHUNK floats; 4099 chunks here, 537
-// MB), zero but for 8192 (8192^2 = 2^26) in the first chunk and q = 2^-14 in
+// (a group of CT_SUMSQ_GROUP chunks of CT_SUMSQ_CHUNK floats; 4099 chunks
+// here, 537 MB), zero but for 8192 (8192^2 = 2^26) in the first chunk and q = 2^-14 in
 // the last chunk of the first group and in each chunk of the second: each
 // q^2 is a quarter of the double ulp at 2^26, so adding the chunks' sums in
 // chunk order (as stated) loses every one, while adding the second group's
 // sums first (or any other order) keeps three quarters of an ulp and rounds
 // up. Bitwise, at one and two threads.
 static void test_sum_squares_groups(void) {
-    enum { GROUP = 1 << 12 };
+    enum { GROUP = CT_SUMSQ_GROUP };
     const int64_t chunk = CT_SUMSQ_CHUNK, n = (GROUP + 3) * chunk;
     float *x = alloc_f(n);
     CHECK(x != NULL);

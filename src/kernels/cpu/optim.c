@@ -1,7 +1,6 @@
 #include "kernels/cpu/optim.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ctrax/core/error.h"
@@ -59,10 +58,10 @@ static double sum_squares_lanes(const float *x, int64_t n) { return ct_lanes_dot
 double ct_sum_squares(const float *x, int64_t n) {
     int64_t n_chunks = (n + CT_SUMSQ_CHUNK - 1) / CT_SUMSQ_CHUNK;
     if (n_chunks <= 1) return sum_squares_lanes(x, n);
-    // The chunks' sums go on the stack (32 KiB), a group of up to 4096
+    // The chunks' sums go on the stack (32 KiB), a group of CT_SUMSQ_GROUP
     // chunks (134M floats) at a time; the groups run one after another, so
     // the total is still the chunks' sums added in chunk order.
-    enum { GROUP = 1 << 12 };
+    enum { GROUP = CT_SUMSQ_GROUP };
     double chunk[GROUP];
     double total = 0.0;
     for (int64_t g0 = 0; g0 < n_chunks; g0 += GROUP) {

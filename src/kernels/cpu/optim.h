@@ -14,8 +14,10 @@ void ct_sgd_update(float *w, const float *g, int64_t n, float lr);
 void ct_adam_update(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                     float eps, float weight_decay_rate, float bias1, float bias2);
 
-// Chunks of the sum of squares: each a multiple of CT_LANES floats.
+// Chunks of the sum of squares: each a multiple of CT_LANES floats; their
+// sums are kept (on the stack) CT_SUMSQ_GROUP chunks at a time.
 #define CT_SUMSQ_CHUNK 32768
+#define CT_SUMSQ_GROUP 4096
 // x (n) -> sum of x^2, accumulated in double: per chunk of CT_SUMSQ_CHUNK
 // floats in CT_LANES lanes (vmath.h: element i in lane i % 8, lanes added in
 // order), the chunks' sums added in order; the same bits on any CPU and at
