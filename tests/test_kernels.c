@@ -471,6 +471,41 @@ static void test_thread_count(void) {
     free(x), free(w), free(b), free(g), free(mean), free(rstd);
 }
 
+// ct_sgemm gives the same bits at any thread count, on shapes where
+// OpenBLAS's own threading does not: OpenBLAS cuts a product among its
+// threads by their number, and the cut changes how some elements are summed
+// (SkylakeX: K over 448 and not 0 or 31 modulo 32, as Fashion-MNIST's 784
+// inputs; Haswell and the generic kernel: almost any K). Each shape with
+// and without the transposes, beta 0 and 1 (C already holding values).
+static void test_gemm_thread_count(void) {
+    static const int64_t shapes[][3] = {{100, 256, 784}, {784, 256, 100}, {300, 130, 36}, {2048, 64, 449}, {5, 3, 1000}};
+    int threads_before = omp_get_max_threads();
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float *A = alloc_f(M * K), *B = alloc_f(K * N), *C0 = alloc_f(M * N), *C[2] = {alloc_f(M * N), alloc_f(M * N)};
+        fill(A, M * K, -1.0f, 1.0f);
+        fill(B, K * N, -1.0f, 1.0f);
+        fill(C0, M * N, -1.0f, 1.0f);
+        for (int op = 0; op < 8; op++) {
+            bool ta = op & 1, tb = op & 2;
+            float beta = (op & 4) ? 1.0f : 0.0f;
+            bool same = true;
+            int differs_at = 0;
+            for (int t = 1; t <= 4; t++) {
+                float *out = C[t > 1];
+                memcpy(out, C0, (size_t)(M * N) * sizeof(float));
+                omp_set_num_threads(t);
+                ct_sgemm(ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, out, N);
+                if (t > 1 && !same_bits(C[0], C[1], M * N) && same) same = false, differs_at = t;
+            }
+            CHECK_MSG(same, "sgemm (M %lld, N %lld, K %lld, %s%s, beta %g): %d threads differ from 1",
+                      (long long)M, (long long)N, (long long)K, ta ? "T" : "N", tb ? "T" : "N", beta, differs_at);
+        }
+        free(A), free(B), free(C0), free(C[0]), free(C[1]);
+    }
+    omp_set_num_threads(threads_before);
+}
+
 int main(void) {
     test_comparator();
     test_relu();
@@ -485,5 +520,6 @@ int main(void) {
     test_matmul();
     test_adafactor();
     test_thread_count();
+    test_gemm_thread_count();
     return check_summary("test_kernels");
 }

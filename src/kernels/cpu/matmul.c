@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #if defined(__SSE2__)
 #include <xmmintrin.h>
 #endif
@@ -21,11 +22,69 @@
 // one thread (waking the others costs more than the loop).
 #define CT_MATMUL_PARALLEL_MIN 65536
 
-void ct_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-              int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+// The most pieces a product is cut into: the machine's cores, read once, so
+// that the cut never depends on the thread count of the moment.
+static int g_sgemm_parts;
+static void sgemm_parts_init(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    g_sgemm_parts = cores < 1 ? 1 : cores > CT_SGEMM_MAX_PARTS ? CT_SGEMM_MAX_PARTS : (int)cores;
+}
+
+int ct_sgemm_blocks(int64_t M, int64_t N, int64_t K) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, sgemm_parts_init);
+    int64_t blocks = g_sgemm_parts;
+    int64_t by_side = (M >= N ? M : N) / CT_SGEMM_BLOCK_MIN;
+    int64_t by_flops = (int64_t)(2.0 * (double)M * (double)N * (double)K / CT_SGEMM_BLOCK_FLOPS);
+    if (blocks > by_side) blocks = by_side;
+    if (blocks > by_flops) blocks = by_flops;
+    return blocks < 1 ? 1 : (int)blocks;
+}
+
+// Piece b of ct_sgemm's cut: `per` rows of C (by_rows) or `per` columns, one
+// OpenBLAS call. OpenBLAS's OpenMP build runs it on the calling thread
+// inside an active parallel region, or where the thread count is 1.
+static void sgemm_piece(int b, int64_t per, bool by_rows, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                        int64_t K, float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                        float *C, int64_t ldc) {
+    int64_t o = b * per, len = (by_rows ? M : N) - o;
+    if (len > per) len = per;
+    if (len <= 0) return;
+    if (by_rows) A = trans_a ? A + o : A + o * lda, C += o * ldc, M = len;
+    else B = trans_b ? B + o * ldb : B + o, C += o, N = len;
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C,
                 (blasint)ldc);
+}
+
+// OpenBLAS cuts a product among its threads by their number, and on some
+// kernels and shapes the cut changes how elements are summed (SkylakeX: K
+// over 448 and not 0 or 31 modulo 32; Haswell and the generic kernel: almost
+// any K), so the bits would follow the thread count, which follows what
+// other processes leave free (ct_blas_threads_fit). ctrax cuts instead, by
+// the shape alone: C's longer side into ct_sgemm_blocks pieces, whole
+// multiples of CT_SGEMM_BLOCK_MIN but the last, each a single-threaded
+// OpenBLAS call; the threads share the pieces. Each piece packs the other
+// operand again, so the cut goes across the longer side, repeating the
+// smaller operand (measured on TransformerLM's shapes at 1 and 2 threads:
+// two pieces as fast as OpenBLAS's own threads, within the noise).
+void ct_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    int blocks = ct_sgemm_blocks(M, N, K);
+    bool by_rows = M >= N;
+    int64_t side = by_rows ? M : N;
+    int64_t per = ((side + blocks - 1) / blocks + CT_SGEMM_BLOCK_MIN - 1) / CT_SGEMM_BLOCK_MIN * CT_SGEMM_BLOCK_MIN;
+    int icv = omp_get_max_threads(), threads = icv < blocks ? icv : blocks;
+    if (threads > 1) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (int b = 0; b < blocks; b++)
+            sgemm_piece(b, per, by_rows, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (icv > 1) omp_set_num_threads(1);  // else OpenBLAS would start its own threads
+    for (int b = 0; b < blocks; b++)
+        sgemm_piece(b, per, by_rows, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (icv > 1) omp_set_num_threads(icv);
 }
 
 // The bias is copied row by row (memcpy, not a scalar loop: it was 2% of a

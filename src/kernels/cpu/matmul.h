@@ -22,8 +22,18 @@ void ct_matmul_backward_ref(float *dinp, float *dweight, float *dbias, const flo
                             const float *weight, int64_t N, int64_t C, int64_t OC);
 
 // C (M, N) = alpha * op(A) op(B) + beta * C, row-major; op transposes if the
-// flag is set. A thin wrapper so kernels share one call into BLAS.
+// flag is set. Every kernel's one way into BLAS. The same bits at any thread
+// count: the product is cut into pieces by its shape alone (matmul.c).
 void ct_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
               int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+// How many pieces ct_sgemm cuts a product with C (M, N) and inner size K
+// into: the machine's cores (at most CT_SGEMM_MAX_PARTS), fewer where a piece
+// would have under CT_SGEMM_BLOCK_MIN rows (columns) on C's longer side or
+// under CT_SGEMM_BLOCK_FLOPS of work. Never the thread count.
+#define CT_SGEMM_MAX_PARTS 64
+#define CT_SGEMM_BLOCK_MIN 64
+#define CT_SGEMM_BLOCK_FLOPS 8e6
+int ct_sgemm_blocks(int64_t M, int64_t N, int64_t K);
 
 #endif
