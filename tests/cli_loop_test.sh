@@ -189,4 +189,22 @@ for path in "$work/none" "$work/base.gin" /dev/zero; do
         bad "init_checkpoint '$path': exit $rc: $(tail -n 2 "$work/init_bad.log")"
 done
 
+# The live progress line on a terminal (script(1) gives the run one): its
+# tokens/s over its steps/s is the tokens of one step, copy.gin's 32 x 34 =
+# 1088 (each update adds one step's tokens, not those since the last log).
+if command -v script >/dev/null; then
+    script -qc "'$ctrax' train '$(dirname "$0")/../configs/copy.gin' --steps 60 --output-dir '$work/tty'" /dev/null \
+        >"$work/tty.log" 2>&1
+    line=$(tr '\r' '\n' <"$work/tty.log" | grep '^step 60/60 ' | tail -n 1)
+    per_step=$(awk -F' [|] ' '{ split($3, s, " "); split($4, t, " "); r = s[1]; k = t[1];
+        m = (k ~ /k$/) ? 1e3 : (k ~ /M$/) ? 1e6 : 1; sub(/[kM]$/, "", k); if (r > 0) printf "%.0f", k * m / r }' <<<"$line")
+    if [[ -n $per_step ]] && ((per_step > 1077 && per_step < 1099)); then
+        ok "progress line: tokens/s / steps/s = $per_step tokens per step (1088)"
+    else
+        bad "progress line: tokens/s / steps/s = '$per_step', want 1088: '$line'"
+    fi
+else
+    ok "progress line: no script(1) here (skipped)"
+fi
+
 cli_done

@@ -161,6 +161,18 @@ fails "more replicas than threads" 1 "--devices 2 replicas are 2 threads, more t
     "$b" --devices 2 --threads 1 --output-dir "$work/t6"
 fails "more replicas than train.n_threads" 1 "train.n_devices = 2 replicas are 2 threads, more than --set:1:1: train.n_threads = 1" \
     "$b" --set train.n_devices=2 --set train.n_threads=1 --output-dir "$work/t6"
+# --devices 2 on a model whose state has a batch axis (LSHSelfAttention's
+# buckets, for one device's rows): the evals, in training and in `ctrax
+# eval`, run the rows in the trainer's two pieces; config.gin records it.
+out=$("$ctrax" train "$(dirname "$0")/../configs/copy_lsh.gin" --devices 2 --steps 2 --set train.eval_steps=1 \
+    --set ReformerLM.n_layers=1 --output-dir "$work/d2" 2>&1)
+if grep -q "eval  loss" <<<"$out" && grep -qx "train.n_devices = 2" "$work/d2/config.gin"; then
+    ok "--devices 2 with LSHSelfAttention: evals run, config.gin records train.n_devices = 2"
+else
+    bad "--devices 2 with LSHSelfAttention: $(tail -n 2 <<<"$out")"
+fi
+out=$("$ctrax" eval "$work/d2" 2>&1)
+grep -q "eval *loss" <<<"$out" && ok "ctrax eval of a --devices 2 run" || bad "ctrax eval of a --devices 2 run: $(tail -n 2 <<<"$out")"
 out=$(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$ctrax" train "$b" --steps 1 --output-dir "$work/t8" 2>&1)
 if grep -q "idle threads spin briefly, then sleep (GOMP_SPINCOUNT=20000)" <<<"$out"; then
     ok "idle threads spin briefly by default"

@@ -534,8 +534,12 @@ static void test_stop_final_tasks_finetune(void) {
 
 // ---- switching trainers across a restore ------------------------------------------
 
-static ct_layer *small_reformer(void) {
+static ct_layer *small_reformer(bool lsh) {
     ct_reformer_lm_params p = ct_reformer_lm_default_params();
+    if (lsh) {
+        p.attention[0] = CT_REFORMER_LSH_ATTENTION;
+        p.lsh_attention.chunk_len = LEN + 1;  // half of the 2 LEN + 2 tokens
+    }
     p.vocab_size = VOCAB;
     p.d_model = 8;
     p.d_ff = 16;
@@ -551,7 +555,7 @@ static ct_layer *small_reformer(void) {
 // there; returns the weights.
 static float *reformer_run(const char *dir, int64_t to, bool memory_efficient, int n_devices, size_t *n) {
     ct_stream *train = copy_batches(1);
-    ct_layer *model = small_reformer(), *loss = ct_weighted_category_cross_entropy();
+    ct_layer *model = small_reformer(false), *loss = ct_weighted_category_cross_entropy();
     ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, ct_adam_default_params().learning_rate};
     ct_loop_options o = ct_loop_default_options();
     o.output_dir = dir;
@@ -608,6 +612,39 @@ static void test_switch_trainers(void) {
     free(a), free(b), free(c), free(d);
 }
 
+// LSHSelfAttention keeps buckets per example: its state has a batch axis,
+// sized at init for one device's share of the batch. On 2 local devices the
+// Loop's evals run each batch in the same two pieces (ct_eval_task.n_devices,
+// set from the trainer); whole, the batch did not fit the state.
+static void test_devices_eval_lsh(void) {
+    ct_stream *train = copy_batches(1), *eval = copy_batches(99);
+    ct_layer *model = small_reformer(true), *loss = ct_weighted_category_cross_entropy();
+    ct_layer *metric = ct_weighted_category_cross_entropy();
+    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, ct_adam_default_params().learning_rate};
+    ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 2, .metrics = {metric}, .metric_names = {"loss"}};
+    ct_loop_options o = ct_loop_default_options();
+    o.trainer.n_devices = 2;
+    o.eval_at = every_step;
+    ct_loop *loop;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, &ev, &o, &err), &err);
+    if (loop) {
+        CHECK_OK(ct_loop_run(loop, 2, &err), &err);  // an eval at each step
+        int n_hist, n_evals = 0;
+        const ct_history_entry *h = ct_loop_history(loop, &n_hist);
+        for (int i = 0; i < n_hist; i++)
+            if (!strcmp(h[i].mode, "eval") && !strcmp(h[i].metric, "metrics/loss")) {
+                CHECK_MSG(isfinite(h[i].value) && h[i].value > 0, "eval loss at step %lld: %g", (long long)h[i].step,
+                          h[i].value);
+                n_evals++;
+            }
+        CHECK_MSG(n_evals == 2, "%d evals recorded, want 2", n_evals);
+        ct_loop_free(loop);
+    }
+    ct_stream_free(train), ct_stream_free(eval);
+    ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
+}
+
 int main(void) {
     scratch_init("test_loop");
     ct_log_set_level(CT_LOG_WARN);
@@ -617,6 +654,7 @@ int main(void) {
     test_best_checkpoints();
     test_stop_final_tasks_finetune();
     test_switch_trainers();
+    test_devices_eval_lsh();
     if (!check_failed_) ct_fs_remove_tree(g_tmp, NULL);
     return check_summary("test_loop");
 }

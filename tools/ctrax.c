@@ -580,6 +580,14 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
             return ct_error_set(err, CT_ERR_ARG, "%s: a value of %zu bytes is too long", flags[i][0], strlen(flags[i][2]));
         CT_TRY(ct_config_parse_text(r->cfg, text, (size_t)n, flags[i][0], err));
     }
+    // --devices is a binding too, so the operative config says how the rows
+    // were split (`ctrax eval` runs them the same way: the per-device batch
+    // is in the state of some layers).
+    if (a->devices) {
+        char text[64];
+        snprintf(text, sizeof text, "train.n_devices = %d", a->devices);
+        CT_TRY(ct_config_set(r->cfg, text, err));
+    }
     CT_TRY(ct_config_validate(r->cfg, err));
 
     ct_config *c = r->cfg;

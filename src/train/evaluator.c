@@ -13,6 +13,7 @@ struct ct_evaluator {
     ct_comm *comm;
     ct_device *dev;
     int rank, n_proc;
+    int pieces;  // task.n_devices, at least 1
     ct_net metric_nets[CT_EVAL_MAX_METRICS];  // initialized at the first run
     bool metrics_ready;
     ct_arena arena;  // the model's outputs and the metrics
@@ -30,6 +31,7 @@ ct_status ct_evaluator_new(ct_evaluator **out, ct_layer *model, const ct_eval_ta
     e->model = ct_layer_ref(model);
     e->task = *task;
     if (e->task.n_batches < 1) e->task.n_batches = 1;
+    e->pieces = e->task.n_devices > 1 ? e->task.n_devices : 1;
     for (int m = 0; m < e->task.n_metrics; m++) ct_layer_ref(e->task.metrics[m]);
     e->comm = comm;
     e->dev = dev;
@@ -68,13 +70,28 @@ static ct_status next_rows(ct_evaluator *e, ct_batch *global, ct_tensor *out, ct
     return ct_train_local_rows(global, e->rank, e->n_proc, out, err);
 }
 
+// Piece p of this process's rows (views).
+static ct_status piece_rows(const ct_evaluator *e, const ct_tensor *rows, int n, int p, ct_tensor *out,
+                            ct_error *err) {
+    for (int i = 0; i < n; i++) {
+        if (rows[i].ndim < 1 || rows[i].shape[0] % e->pieces != 0) {
+            char s[CT_SIG_STR_MAX];
+            return ct_error_set(err, CT_ERR_SHAPE, "eval: batch item %d %s (this process's rows) does not split "
+                                "evenly over %d devices", i, ct_tensor_sig_str(&rows[i], s, sizeof s), e->pieces);
+        }
+        out[i] = ct_tensor_split_rows(&rows[i], e->pieces, p);
+    }
+    return CT_OK;
+}
+
 ct_status ct_evaluator_model_net(ct_evaluator *e, ct_net *net, ct_key init_key, ct_error *err) {
     ct_batch global;
-    ct_tensor local[CT_BATCH_MAX_TENSORS];
+    ct_tensor local[CT_BATCH_MAX_TENSORS], piece[CT_BATCH_MAX_TENSORS];
     ct_stream_cursor start = ct_stream_get_cursor(e->task.stream);
     CT_TRY(next_rows(e, &global, local, err));
+    CT_TRY(piece_rows(e, local, global.n, 0, piece, err));
     ct_tensor sigs[CT_BATCH_MAX_TENSORS];
-    for (int i = 0; i < global.n; i++) sigs[i] = ct_tensor_sig(&local[i]);
+    for (int i = 0; i < global.n; i++) sigs[i] = ct_tensor_sig(&piece[i]);
     CT_TRY(ct_stream_set_cursor(e->task.stream, start, err));
     if (global.n < e->model->n_in)
         return ct_error_set(err, CT_ERR_SHAPE, "eval: the model %s takes %d inputs, the eval batch has %d",
@@ -99,17 +116,16 @@ static ct_status init_metrics(ct_evaluator *e, const ct_tensor *in, int n, ct_er
     return CT_OK;
 }
 
-// One batch: the model, then each metric; sums[2m] += value * weight,
-// sums[2m+1] += weight.
-static ct_status run_batch(ct_evaluator *e, const ct_net *net, ct_key key, double *sums, ct_error *err) {
-    ct_batch global;
-    ct_tensor batch[CT_BATCH_MAX_TENSORS], outputs[CT_LAYER_MAX_IO], in[CT_LAYER_MAX_IO];
-    CT_TRY(next_rows(e, &global, batch, err));
+// One piece of a batch: the model, then each metric; sums[2m] += value *
+// weight, sums[2m+1] += weight.
+static ct_status run_piece(ct_evaluator *e, const ct_net *net, const ct_tensor *batch, int n_batch, ct_key key,
+                           double *sums, ct_error *err) {
+    ct_tensor outputs[CT_LAYER_MAX_IO], in[CT_LAYER_MAX_IO];
     ct_net_bind(net, &e->model_ctx, false);
     CT_TRY(ct_layer_forward(e->model, &e->model_ctx, batch, outputs, key, err));
     int n = 0;
     for (int i = 0; i < e->model->n_out; i++) in[n++] = outputs[i];
-    for (int i = e->model->n_in; i < global.n && n < CT_LAYER_MAX_IO; i++) in[n++] = batch[i];
+    for (int i = e->model->n_in; i < n_batch && n < CT_LAYER_MAX_IO; i++) in[n++] = batch[i];
     if (!e->metrics_ready) CT_TRY(init_metrics(e, in, n, err));
     for (int m = 0; m < e->task.n_metrics; m++) {
         ct_tensor value;
@@ -123,13 +139,23 @@ static ct_status run_batch(ct_evaluator *e, const ct_net *net, ct_key key, doubl
     return CT_OK;
 }
 
-ct_status ct_evaluator_run(ct_evaluator *e, const ct_net *net, ct_key key, double *values, ct_error *err) {
-    double sums[2 * CT_EVAL_MAX_METRICS] = {0};
-    for (int b = 0; b < e->task.n_batches; b++) {
-        ct_status st = run_batch(e, net, key, sums, err);
+// One batch: this process's rows, piece after piece.
+static ct_status run_batch(ct_evaluator *e, const ct_net *net, ct_key key, double *sums, ct_error *err) {
+    ct_batch global;
+    ct_tensor rows[CT_BATCH_MAX_TENSORS], piece[CT_BATCH_MAX_TENSORS];
+    CT_TRY(next_rows(e, &global, rows, err));
+    for (int p = 0; p < e->pieces; p++) {
+        CT_TRY(piece_rows(e, rows, global.n, p, piece, err));
+        ct_status st = run_piece(e, net, piece, global.n, key, sums, err);
         ct_arena_reset(&e->arena);
         CT_TRY(st);
     }
+    return CT_OK;
+}
+
+ct_status ct_evaluator_run(ct_evaluator *e, const ct_net *net, ct_key key, double *values, ct_error *err) {
+    double sums[2 * CT_EVAL_MAX_METRICS] = {0};
+    for (int b = 0; b < e->task.n_batches; b++) CT_TRY(run_batch(e, net, key, sums, err));
     if (e->comm) CT_TRY(ct_comm_allreduce_f64(e->comm, sums, (size_t)(2 * e->task.n_metrics), err));
     for (int m = 0; m < e->task.n_metrics; m++) values[m] = sums[2 * m + 1] > 0 ? sums[2 * m] / sums[2 * m + 1] : NAN;
     return CT_OK;

@@ -1111,7 +1111,12 @@ static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error 
                                 l->opts.n_additional_eval_tasks);
         return CT_OK;
     }
-    CT_TRY(ct_evaluator_new(&l->evaluators[0], runs, eval, l->comm, l->dev, err));
+    // The evaluators run each process's rows in the pieces the trainer's
+    // local devices take (layers with a batch axis in their state were
+    // initialized for one).
+    ct_eval_task task = *eval;
+    if (!task.n_devices) task.n_devices = l->opts.trainer.n_devices;
+    CT_TRY(ct_evaluator_new(&l->evaluators[0], runs, &task, l->comm, l->dev, err));
     l->n_evaluators = 1;
     for (int i = 0; i < l->opts.n_additional_eval_tasks; i++) {
         const char *prefix = l->opts.eval_export_prefixes ? l->opts.eval_export_prefixes[i] : NULL;
@@ -1127,7 +1132,9 @@ static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error 
                 return ct_error_set(err, CT_ERR_ARG,
                                     "loop: additional eval tasks %d and %d both record as metrics/%s/...: give them "
                                     "export_prefixes of their own", j, i + 1, l->eval_prefix[j]);
-        CT_TRY(ct_evaluator_new(&l->evaluators[i + 1], runs, &l->opts.additional_eval_tasks[i], l->comm, l->dev, err));
+        task = l->opts.additional_eval_tasks[i];
+        if (!task.n_devices) task.n_devices = l->opts.trainer.n_devices;
+        CT_TRY(ct_evaluator_new(&l->evaluators[i + 1], runs, &task, l->comm, l->dev, err));
         l->n_evaluators++;
     }
     return CT_OK;
@@ -1276,7 +1283,7 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
         l->loss_count++;
     }
     if (l->progress)
-        ct_progress_update(l->progress, l->step, l->last_stats.loss, l->opts.tokens_per_batch * (l->step - l->log_step));
+        ct_progress_update(l->progress, l->step, l->last_stats.loss, l->opts.tokens_per_batch);  // this step's
     for (int i = 0; i < l->opts.n_callbacks; i++)
         if (l->opts.callbacks[i].on_step_end) l->opts.callbacks[i].on_step_end(l->step, l->opts.callbacks[i].user);
     return CT_OK;
