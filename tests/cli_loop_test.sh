@@ -189,6 +189,22 @@ for path in "$work/none" "$work/base.gin" /dev/zero; do
         bad "init_checkpoint '$path': exit $rc: $(tail -n 2 "$work/init_bad.log")"
 done
 
+# A resume takes the optimizer's hyperparameters from its config, as Trax's
+# Loop (its checkpoints hold none): --set Adam.b2 changes the next steps,
+# is logged, and is what the next state.json records.
+if train hp "$b" --set train.random_seed=5 --set train.steps=2 --output-dir "$work/hp"; then
+    cp -r "$work/hp" "$work/hp_b2"
+    train hp_same "$b" --set train.random_seed=5 --set train.steps=3 --output-dir "$work/hp" &&
+        train hp_b2 "$b" --set train.random_seed=5 --set train.steps=3 --set Adam.b2=0.5 --output-dir "$work/hp_b2" &&
+        if grep -q "resuming with Adam.b2 = 0.5; .*model_2/state.json had 0.999" "$work/hp_b2.log" &&
+            grep -q '"b2":[[:space:]]*0.5' "$work/hp_b2/model_3/state.json" && grep -q '"b2":[[:space:]]*0.999' "$work/hp/model_3/state.json" &&
+            ! cmp -s "$work/hp/model_3/weights.safetensors" "$work/hp_b2/model_3/weights.safetensors"; then
+            ok "resume with --set Adam.b2=0.5: logged, recorded, other weights"
+        else
+            bad "resume with --set Adam.b2=0.5: $(grep -i b2 "$work/hp_b2.log" "$work/hp_b2/model_3/state.json" | head -n 3)"
+        fi
+fi
+
 # The live progress line on a terminal (script(1) gives the run one): its
 # tokens/s over its steps/s is the tokens of one step, copy.gin's 32 x 34 =
 # 1088 (each update adds one step's tokens, not those since the last log).

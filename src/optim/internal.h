@@ -47,14 +47,18 @@ size_t ct_optimizer_one_slot(const ct_optimizer *o, const ct_tensor *sig);
 // The vtable's table fields.
 #define CT_OPT_TABLE(t) .param_table = (t), .n_param_table = (int)(sizeof(t) / sizeof((t)[0]))
 
-// Restores the hyperparameters of a checkpoint's state.json "optimizer"
+// Checks the hyperparameters of a checkpoint's state.json "optimizer"
 // object, {"name": "<optimizer>", "params": {"<hyperparameter>": <number>,
-// ...}}: the name must be o's, "params" an object of numbers, each a known
-// hyperparameter with a valid value (finite, a float, 0 or 1 for a
-// boolean, a whole number in range for an enum, unchanged for a fixed one).
-// Everything is checked before anything is set, so on failure o is as it
-// was. Errors name what (the state.json's path) and the field
+// ...}}, against o: the name must be o's, "params" an object of numbers,
+// each a known hyperparameter with a valid value (finite, a float, 0 or 1
+// for a boolean, a whole number in range for an enum, o's own for a fixed
+// one: it decided the slot layout). o keeps its values, the run's config,
+// as in Trax, whose checkpoints hold no hyperparameters: a resume may change
+// them. With report, each that differs is logged ("resuming with Adam.b2 =
+// 0.99; <what> had 0.999"), but learning_rate, which the schedule sets every
+// step. Errors name what (the state.json's path) and the field
 // ("optimizer.params.b1").
-ct_status ct_optimizer_restore_json(ct_optimizer *o, const cJSON *optimizer, const char *what, ct_error *err);
+ct_status ct_optimizer_check_json(const ct_optimizer *o, const cJSON *optimizer, const char *what, bool report,
+                                  ct_error *err);
 
 #endif

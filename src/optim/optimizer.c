@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "optim/internal.h"
+#include "ctrax/core/log.h"
 #include "ctrax/core/memory.h"
 
 ct_optimizer *ct_optimizer_wrap(const ct_optimizer_vtable *vt, const void *params, size_t size) {
@@ -156,7 +157,8 @@ static bool json_float(const cJSON *j, float *out) {
     return true;
 }
 
-ct_status ct_optimizer_restore_json(ct_optimizer *o, const cJSON *optimizer, const char *what, ct_error *err) {
+ct_status ct_optimizer_check_json(const ct_optimizer *o, const cJSON *optimizer, const char *what, bool report,
+                                  ct_error *err) {
     if (!cJSON_IsObject(optimizer))
         return ct_error_set(err, CT_ERR_FORMAT, "%s: \"optimizer\" is missing or not an object", what);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(optimizer, "name");
@@ -168,8 +170,8 @@ ct_status ct_optimizer_restore_json(ct_optimizer *o, const cJSON *optimizer, con
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(optimizer, "params");
     if (!cJSON_IsObject(params))
         return ct_error_set(err, CT_ERR_FORMAT, "%s: optimizer.params is missing or not an object", what);
-    // Everything checked first: a bad field leaves o as it was.
-    for (int pass = 0; pass < 2; pass++) {
+    // Everything checked before anything is reported.
+    for (int pass = 0; pass < (report ? 2 : 1); pass++) {
         const cJSON *p;
         cJSON_ArrayForEach(p, params) {
             float v;
@@ -182,7 +184,10 @@ ct_status ct_optimizer_restore_json(ct_optimizer *o, const cJSON *optimizer, con
                 ct_error_prefix(err, "%s: optimizer.params.%s", what, p->string);
                 return s;
             }
-            if (pass == 1) write_param(o, d, v);
+            float now = read_param(o, d);
+            if (pass == 1 && now != v && strcmp(d->name, "learning_rate"))
+                ct_log(CT_LOG_INFO, "resuming with %s.%s = %g; %s had %g", o->vt->name, d->name, (double)now, what,
+                       (double)v);
         }
     }
     return CT_OK;

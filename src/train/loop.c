@@ -233,7 +233,7 @@ static cJSON *exact_number(double v) {
     return cJSON_CreateRaw(buf);
 }
 
-// An optimizer's name and hyperparameters, as ct_optimizer_restore_json reads them.
+// An optimizer's name and hyperparameters, as ct_optimizer_check_json reads them.
 static cJSON *optimizer_json(const ct_optimizer *opt) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", ct_optimizer_name(opt));
@@ -636,14 +636,15 @@ static ct_status load_tensors(ct_loop *l, const ct_checkpoint *c, ct_error *err)
 // own fields.
 static ct_status apply_state(ct_loop *l, const cJSON *root, const char *what, const loop_state *s,
                              ct_error *err) {
-    CT_TRY(ct_optimizer_restore_json(ct_trainer_optimizer(l->trainer), cJSON_GetObjectItemCaseSensitive(root, "optimizer"),
-                                     what, err));
+    CT_TRY(ct_optimizer_check_json(ct_trainer_optimizer(l->trainer), cJSON_GetObjectItemCaseSensitive(root, "optimizer"),
+                                   what, is_chief(l), err));
     const cJSON *task_opts = cJSON_GetObjectItemCaseSensitive(root, "task_optimizers");
     for (int i = 1; i < l->n_tasks; i++) {
         if (!l->task_opts[i].opt) continue;  // parse_v4 checked that the checkpoint has it too
         char task_what[CT_CHECKPOINT_NAME_MAX + 48];
         snprintf(task_what, sizeof task_what, "%s: task_optimizers[%d]", what, i);
-        CT_TRY(ct_optimizer_restore_json(l->task_opts[i].opt, cJSON_GetArrayItem(task_opts, i), task_what, err));
+        CT_TRY(ct_optimizer_check_json(l->task_opts[i].opt, cJSON_GetArrayItem(task_opts, i), task_what, is_chief(l),
+                                       err));
     }
     for (int i = 0; i < l->n_tasks; i++) CT_TRY(ct_stream_set_cursor(l->tasks[i].stream, s->train_cur[i], err));
     if (s->have_eval_cursor) CT_TRY(ct_stream_set_cursor(ct_evaluator_stream(l->evaluators[0]), s->eval_cur, err));

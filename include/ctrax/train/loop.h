@@ -39,7 +39,9 @@
 //     the training metrics since the last log and the operative config. A
 //     run pointed at a directory with a checkpoint resumes from the newest
 //     complete one, and the steps it then takes are the ones the
-//     uninterrupted run would have taken (same weights, bit for bit). A run
+//     uninterrupted run would have taken (same weights, bit for bit). The
+//     optimizers keep their own hyperparameters, as Trax's (a resume may
+//     change them: each change is logged); the saved ones are checked. A run
 //     stopped (opts.stop) or killed and resumed logs the same metrics too
 //     (metrics.jsonl and TensorBoard, apart from steps per second: the sums
 //     since the last log are in the checkpoint); a run that reached its
