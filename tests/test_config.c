@@ -2770,6 +2770,51 @@ static void test_rnnlm_config(void) {
                    "RNNLM", 0, 64);
 }
 
+// The activation references of Trax's configs: ReformerLM.ff_activation
+// takes Relu, Gelu or FastGelu as a string or a reference (any module path
+// or scope); TransformerLM.ff_activation and MLP.activation_fn take Relu
+// only (ctrax's models are Relu there) and refuse another at its binding.
+static void test_activation_refs(void) {
+    ct_error err = {0};
+    static const char reformer[] = "ReformerLM.vocab_size = 8\nReformerLM.d_model = 8\nReformerLM.d_ff = 16\n"
+                                   "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 16\n";
+    static const struct {
+        const char *model, *base, *binding;
+    } ok[] = {
+        {"ReformerLM", reformer, "ReformerLM.ff_activation = @trax.layers.FastGelu\n"},
+        {"ReformerLM", reformer, "ReformerLM.ff_activation = @Relu\n"},
+        {"ReformerLM", reformer, "ReformerLM.ff_activation = @s/Gelu\n"},
+        {"ReformerLM", reformer, "ReformerLM.ff_activation = 'Relu'\n"},
+        {"TransformerLM", "TransformerLM.d_model = 8\n", "TransformerLM.ff_activation = @trax.layers.Relu\n"},
+        {"TransformerLM", "TransformerLM.d_model = 8\n", "TransformerLM.ff_activation = 'Relu'\n"},
+        {"MLP", "", "MLP.activation_fn = @trax.layers.Relu\n"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "%s%s", ok[i].base, ok[i].binding);
+        ct_config *cfg = config_text("a.gin", text, &err);
+        ct_layer *model = build_model(cfg, ok[i].model, &err);
+        CHECK_MSG(model != NULL, "%s: %s", ok[i].binding, err.msg);
+        ct_layer_free(model);
+        ct_config_free(cfg);
+    }
+    static const struct {
+        const char *model, *text, *want;
+    } bad[] = {
+        {"TransformerLM", "TransformerLM.ff_activation = @trax.layers.FastGelu\n",
+         "a.gin:1:1: TransformerLM.ff_activation = @FastGelu is not supported by ctrax: TransformerLM's activation is Relu"},
+        {"MLP", "MLP.activation_fn = 'Gelu'\n", "a.gin:1:1: MLP.activation_fn = 'Gelu' is not supported"},
+        {"ReformerLM", "ReformerLM.ff_activation = @GRUCell\n", "ReformerLM.ff_activation = 'GRUCell' is not supported"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ct_config *cfg = config_text("a.gin", bad[i].text, &err);
+        CHECK(build_model(cfg, bad[i].model, &err) == NULL);
+        CHECK_MSG(strstr(err.msg, bad[i].want), "'%s' not in: %s", bad[i].want, err.msg);
+        ct_config_free(cfg);
+    }
+    EXPECT_ERROR("a.gin", "TransformerLM.ff_activation = @Adam\n", "a.gin:1:1", "expects a reference to a layer type");
+}
+
 int main(void) {
     find_config_dir();
     printf("configs in %s\n", config_dir);
@@ -2796,6 +2841,7 @@ int main(void) {
     test_trax_defaults_issue14();
     test_batcher_inputs();
     test_rnnlm_config();
+    test_activation_refs();
     test_skip_nonfinite_setting();
     test_fuzz();
     return check_summary("test_config");

@@ -87,7 +87,11 @@ const char *cfg_type_name(cfg_type t) {
 
 // ---- Models -------------------------------------------------------------------------------
 
-#define TRANSFORMER_ROW(...) ROW(ct_transformer_lm_params, __VA_ARGS__)
+#define CFG_TYPE_TRANSFORMER_INT CFG_TYPE_INT
+#define CFG_TYPE_TRANSFORMER_FLOAT CFG_TYPE_FLOAT
+#define CFG_TYPE_TRANSFORMER_BOOL CFG_TYPE_BOOL
+#define CFG_TYPE_TRANSFORMER_STRING CFG_TYPE_STRING, .ref_kinds = CFG_KIND_BIT(CFG_LAYER_TYPE)
+#define TRANSFORMER_ROW(TYPE, ...) ROW(ct_transformer_lm_params, TRANSFORMER_##TYPE, __VA_ARGS__)
 static const cfg_param transformer_lm_params[] = {CT_TRANSFORMER_LM_PARAMS(TRANSFORMER_ROW)};
 static void transformer_lm_defaults(void *p) { *(ct_transformer_lm_params *)p = ct_transformer_lm_default_params(); }
 static ct_layer *transformer_lm_new(const void *p) { return ct_transformer_lm(*(const ct_transformer_lm_params *)p); }
@@ -118,8 +122,30 @@ static ct_status check_layer_count(ct_config *cfg, const char *name, int n_layer
                         where, name, n_layers, count, (INT_MAX - extra) / per_block);
 }
 
+// A model whose activation is always Relu (TransformerLM.ff_activation,
+// MLP.activation_fn) takes Trax's default, as a string ('Relu') or a
+// reference (@Relu, @trax.layers.Relu, @scope/Relu); another is refused,
+// naming the binding.
+static ct_status only_relu(ct_config *cfg, const char *name, const char *param, ct_error *err) {
+    char where[300];
+    cfg_where(cfg, name, param, where, sizeof where);
+    if (!where[0]) return CT_OK;
+    const ct_config_value *v;
+    CT_TRY(cfg_query_default(cfg, name, param, &v, err));
+    const char *s = v->kind == CT_CONFIG_STRING || v->kind == CT_CONFIG_REFERENCE ? v->s : "";
+    const char *tail = strrchr(s, '/') ? strrchr(s, '/') + 1 : s;
+    if (v->kind == CT_CONFIG_REFERENCE && strrchr(tail, '.')) tail = strrchr(tail, '.') + 1;
+    if (!strcmp(tail, "Relu")) return CT_OK;
+    char *text = ct_config_value_to_gin(v);
+    ct_status st = ct_error_set(err, CT_ERR_ARG, "%s%s.%s = %.60s is not supported by ctrax: %s's activation is Relu",
+                                where, name, param, text, name);
+    ct_free(text);
+    return st;
+}
+
 static ct_status transformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
     const ct_transformer_lm_params *p = vp;
+    CT_TRY(only_relu(cfg, name, "ff_activation", err));
     if (p->learned_positions && p->fixed_positions) {
         char where[300];
         cfg_where(cfg, name, "fixed_positions", where, sizeof where);
@@ -454,6 +480,8 @@ static ct_status reformer_positions_fill(ct_config *cfg, const char *name, ct_re
 // axial positions' tuples.
 static ct_status reformer_lm_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
     ct_reformer_lm_params *p = vp;
+    const char *slash = p->ff_activation ? strrchr(p->ff_activation, '/') : NULL;
+    if (slash) p->ff_activation = slash + 1;  // @s/Relu: the scope has no settings to give it
     CT_TRY(reformer_positions_fill(cfg, name, p, err));
     const ct_config_value *v;
     CT_TRY(cfg_query_default(cfg, name, "attention_type", &v, err));
@@ -493,7 +521,13 @@ static ct_status reformer_lm_fill(ct_config *cfg, const char *name, void *vp, ct
     return CT_OK;
 }
 
-#define REFORMER_ROW(...) ROW(ct_reformer_lm_params, __VA_ARGS__)
+// Its string rows also take a reference to a layer type, as its name:
+// Trax's configs write ReformerLM.ff_activation = @trax.layers.FastGelu.
+#define CFG_TYPE_REFORMER_INT CFG_TYPE_INT
+#define CFG_TYPE_REFORMER_FLOAT CFG_TYPE_FLOAT
+#define CFG_TYPE_REFORMER_BOOL CFG_TYPE_BOOL
+#define CFG_TYPE_REFORMER_STRING CFG_TYPE_STRING, .ref_kinds = CFG_KIND_BIT(CFG_LAYER_TYPE)
+#define REFORMER_ROW(TYPE, ...) ROW(ct_reformer_lm_params, REFORMER_##TYPE, __VA_ARGS__)
 // The list's rows, then those whose forms are Trax's references and tuples
 // (filled by reformer_lm_fill).
 static const cfg_param reformer_lm_params[] = {
@@ -645,6 +679,8 @@ static ct_status rnnlm_check(ct_config *cfg, const char *name, const void *vp, c
 // MLP's: cross-entropy and accuracy read logits and log-probabilities alike.
 static const cfg_param mlp_params[] = {
     {.name = "layer_widths", .type = CFG_LIST, .default_gin = "[128, 64]", .doc = "widths of the Dense layers"},
+    {.name = "activation_fn", .type = CFG_STRING, .ref_kinds = CFG_KIND_BIT(CFG_LAYER_TYPE), .default_gin = "'Relu'",
+     .doc = "Trax's activation between the Dense layers: Relu only (@trax.layers.Relu or 'Relu')"},
     {.name = "out_activation", .type = CFG_BOOL, .default_gin = "False", .doc = "Relu after the last Dense too"},
     {.name = "flatten", .type = CFG_BOOL, .default_gin = "True", .doc = "flatten all but the batch axis first"},
     {.name = "d_hidden", .type = CFG_INT, .default_gin = "512", .lo = 1, .hi = 1 << 24,
@@ -705,6 +741,7 @@ ct_status cfg_mlp_widths(ct_config *cfg, const char *name, int *w, int *n, ct_er
 
 static ct_status build_mlp(ct_config *cfg, const char *name, ct_layer **out, ct_error *err) {
     const ct_config_value *out_activation, *flatten;
+    CT_TRY(only_relu(cfg, name, "activation_fn", err));
     CT_TRY(cfg_query_default(cfg, name, "out_activation", &out_activation, err));
     CT_TRY(cfg_query_default(cfg, name, "flatten", &flatten, err));
     int w[CFG_MLP_MAX_LAYERS], n;
@@ -1035,6 +1072,13 @@ static const cfg_def registry[] = {
      .doc = "Trax's GRUCell, as RNNLM.rnn_cell names it (RNNLM passes n_units = d_model)"},
     {.name = "LSTMCell", .kind = CFG_LAYER_TYPE, .modules = "trax.layers trax.layers.rnn",
      .doc = "Trax's LSTMCell, as RNNLM.rnn_cell names it (RNNLM passes n_units = d_model)"},
+    // The activations models name (ReformerLM.ff_activation,
+    // TransformerLM.ff_activation, MLP.activation_fn), built only inside them.
+    {.name = "Relu", .kind = CFG_LAYER_TYPE, .modules = "trax.layers", .doc = "max(x, 0), as a model's activation"},
+    {.name = "Gelu", .kind = CFG_LAYER_TYPE, .modules = "trax.layers",
+     .doc = "Trax's Gelu (the tanh form), as ReformerLM.ff_activation"},
+    {.name = "FastGelu", .kind = CFG_LAYER_TYPE, .modules = "trax.layers",
+     .doc = "Trax's FastGelu (the tanh form), as ReformerLM.ff_activation"},
     {.name = "MLP", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(mlp_params), .build_layer = build_mlp,
      .plan = cfg_plan_mlp,
      .doc = "Dense layers with Relu between them: (B, ...) -> (B, last width)"},

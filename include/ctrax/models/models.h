@@ -36,7 +36,8 @@ ct_layer *ct_mlp(int n_widths, const int *layer_widths, bool out_activation, boo
 #define CT_TRANSFORMER_LM_PARAMS(X)                                                                          \
     CT_LM_PARAMS(X, "width of the residual stream", "decoder blocks")                                        \
     X(BOOL, learned_positions, false, ANY, NONE, "the positions' table starts at N(0, 0.02^2) (ctrax's)")    \
-    X(BOOL, fixed_positions, false, ANY, NONE, "the sinusoids fixed, no weights (ctrax's; Trax's train them)")
+    X(BOOL, fixed_positions, false, ANY, NONE, "the sinusoids fixed, no weights (ctrax's; Trax's train them)") \
+    X(STRING, ff_activation, "'Relu'", ANY, UNSTORED, "Trax's feed-forward activation: Relu only (@trax.layers.Relu)")
 typedef struct ct_transformer_lm_params {
     CT_TRANSFORMER_LM_PARAMS(CT_PARAM_FIELD)
 } ct_transformer_lm_params;
