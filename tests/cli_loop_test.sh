@@ -205,6 +205,22 @@ if train hp "$b" --set train.random_seed=5 --set train.steps=2 --output-dir "$wo
         fi
 fi
 
+# --restart moves the previous run's files into previous-<time>/ (nothing
+# deleted, nothing mixed with the new run's); other files stay.
+if train rs1 "$b" --set train.random_seed=5 --set train.steps=4 --output-dir "$work/rs"; then
+    echo note >"$work/rs/notes.txt"
+    train rs2 "$b" --set train.random_seed=5 --set train.steps=2 --restart --output-dir "$work/rs" &&
+        prev=$(ls -d "$work"/rs/previous-* 2>/dev/null) &&
+        if [[ $(ls "$work/rs" | grep -c '^model_') == 1 && -d $work/rs/model_2 && -d $prev/model_4 &&
+            -f $work/rs/notes.txt && $(ls "$work/rs/train" | wc -l) == 1 ]] &&
+            grep -q '"step": 4' "$prev/metrics.jsonl" && ! grep -q '"step": 4' "$work/rs/metrics.jsonl" &&
+            grep -qF "the previous run's files are now in $prev" "$work/rs2.log"; then
+            ok "--restart: the previous run's files in $(basename "$prev")"
+        else
+            bad "--restart: $(ls "$work/rs" "$prev" | tr '\n' ' ')"
+        fi
+fi
+
 # The live progress line on a terminal (script(1) gives the run one): its
 # tokens/s over its steps/s is the tokens of one step, copy.gin's 32 x 34 =
 # 1088 (each update adds one step's tokens, not those since the last log).

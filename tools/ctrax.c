@@ -6,15 +6,19 @@
 //               [--output_dir=DIR] [--dataset=NAME] [--data_dir=DIR] [--model=NAME]  (Trax's trainer_main)
 //
 // Exit codes: 0 done, 1 error, 2 bad usage.
+#include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "commands.h"
+#include "core/fs.h"
 #include "ctrax/core/blas.h"
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
@@ -90,7 +94,8 @@ static void train_usage(FILE *f) {
             "                            default OMP_NUM_THREADS, else every core. Fewer while other\n"
             "                            processes keep cores busy (measured every 2 s), never more\n"
             "  --fixed-threads           keep the thread count whatever else runs\n"
-            "  --restart                 start from step 0 even if DIR holds checkpoints\n"
+            "  --restart                 start from step 0 even if DIR holds checkpoints; the previous\n"
+            "                            run's files move to DIR/previous-<UTC time>/\n"
             "  --configurables           list every name a config can bind, with its parameters\n"
             "  -h, --help                show this help\n"
             "\n"
@@ -672,6 +677,59 @@ static void print_memory_plan(const ct_memory_plan *p, const char *output_dir) {
     fclose(f);
 }
 
+// --restart: the previous run's files (checkpoints and their pointer, best
+// and temporary checkpoints, metrics, TensorBoard events, config.gin,
+// memory_plan.json) move into DIR/previous-<UTC time>/, so the new run's
+// are not mixed with them (a resume, `ctrax info` and TensorBoard would see
+// both) and nothing is deleted. Other files stay.
+static bool previous_run_file(const char *name) {
+    static const char *const exact[] = {"checkpoint", "config.gin", "memory_plan.json", "metrics.jsonl",
+                                        "metrics.svg", "train", "eval"};
+    static const char *const prefixes[] = {"model_", "highest_", "lowest_", ".tmp-"};
+    for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+        if (!strcmp(name, exact[i])) return true;
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+        if (!strncmp(name, prefixes[i], strlen(prefixes[i]))) return true;
+    return false;
+}
+
+static ct_status set_aside_previous_run(const char *dir, ct_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? CT_OK : ct_error_set(err, CT_ERR_IO, "%s: cannot read: %s", dir, strerror(errno));
+    char aside[4200] = "";
+    ct_status st = CT_OK;
+    struct dirent *e;
+    while (st == CT_OK && (e = readdir(d))) {
+        if (!previous_run_file(e->d_name)) continue;
+        if (!aside[0]) {
+            time_t now = time(NULL);
+            struct tm tm;
+            char stamp[32];
+            strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", gmtime_r(&now, &tm));
+            for (int n = 0; n < 100 && !aside[0]; n++) {
+                if (n) snprintf(aside, sizeof aside, "%s/previous-%s-%d", dir, stamp, n);
+                else snprintf(aside, sizeof aside, "%s/previous-%s", dir, stamp);
+                if (mkdir(aside, 0755) == 0) break;
+                if (errno != EEXIST) st = ct_error_set(err, CT_ERR_IO, "%s: cannot create: %s", aside, strerror(errno));
+                aside[0] = '\0';
+            }
+            if (st == CT_OK && !aside[0]) st = ct_error_set(err, CT_ERR_IO, "%s: no free previous-%s name", dir, stamp);
+            if (st != CT_OK) break;
+        }
+        char from[4400], to[4400];
+        snprintf(from, sizeof from, "%s/%s", dir, e->d_name);
+        snprintf(to, sizeof to, "%s/%s", aside, e->d_name);
+        if (rename(from, to) != 0)
+            st = ct_error_set(err, CT_ERR_IO, "--restart: cannot move %s to %s: %s", from, to, strerror(errno));
+    }
+    closedir(d);
+    if (st == CT_OK && aside[0]) {
+        st = ct_fs_sync_dir(dir, err);
+        ct_log(CT_LOG_INFO, "--restart: the previous run's files are now in %s", aside);
+    }
+    return st;
+}
+
 static int run_train(const train_args *a) {
     train_run r;
     memset(&r, 0, sizeof r);
@@ -701,6 +759,7 @@ static int run_train(const train_args *a) {
         ev.metrics[i] = r.metrics[i];
         ev.metric_names[i] = r.metric_names[i];
     }
+    if (a->restart && rank == 0 && set_aside_previous_run(r.output_dir, &err) != CT_OK) goto done;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     if (ct_loop_new(&r.loop, r.model, &task, 1, r.eval_steps > 0 ? &ev : NULL, &o, &err) != CT_OK) {
