@@ -30,6 +30,7 @@ static void usage(FILE *f) {
             "options:\n"
             "  --steps N     eval batches [the config's train.eval_steps]\n"
             "  --name NAME   use checkpoint NAME of OUTPUT_DIR instead of the newest\n"
+            "  --threads N   threads for ctrax's loops and the GEMM together\n"
             "  -h, --help    show this help\n");
 }
 

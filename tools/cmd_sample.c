@@ -55,6 +55,7 @@ static void usage(FILE *f) {
             "                      slide out [the model's max_len]\n"
             "  --name NAME         use checkpoint NAME of OUTPUT_DIR instead of the newest\n"
             "  --raw               write the bytes as they are, with no newline at the end\n"
+            "  --threads N         threads for ctrax's loops and the GEMM together\n"
             "  -h, --help          show this help\n",
             (long long)d.length, d.temperature, (long long)d.top_k, (long long)d.seed);
 }
