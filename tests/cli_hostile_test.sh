@@ -151,6 +151,7 @@ history_row|s["history"] = [["train", "metrics/loss", -5, 1.0]]|history[0]
 loss_count|s["train_since_log"]["loss_count"] = 10**6|"train_since_log"
 param_huge|s["optimizer"]["params"]["learning_rate"] = 1e300|optimizer.params.learning_rate
 cursor|s["train_cursors"] = [{"position": "-3", "fingerprint": "1"}]|train cursor
+cursor_huge|s["train_cursors"][0]["position"] = "4611686018427387904"|over 2^48
 CASES
 
 # 4. state.json, config.gin and manifest.json as links to /dev/zero: refused, not read.
@@ -203,5 +204,14 @@ EOF
 # Into a run directory that holds a checkpoint: the error comes before anything is touched.
 d=$(fresh idx_run)
 expect "train: IDX 800 GB header" "$d" 1 "huge-images" "200 images of 65536x65536" -- "$ctrax" train "$work/idx.gin" --output-dir "$d"
+
+# 7. OMP_NUM_THREADS in the tens of thousands (OpenMP reads it before any
+# check): exit 2 naming it, as --threads out of range.
+OMP_NUM_THREADS=100000 expect "OMP_NUM_THREADS=100000" "$work/base" 2 "OMP_NUM_THREADS=100000" "1 to 4096" -- \
+    "$ctrax" train "$cfg" --steps 1 --output-dir "$work/omp"
+# 8. A metrics list with something that is not a layer after one that is:
+# refused, and (under the sanitizers) the layer built before it is not leaked.
+expect "train.metrics with an optimizer" "$work/base" 1 "Adam is an optimizer, not a layer" -- \
+    "$ctrax" train "$cfg" --steps 1 --set 'train.metrics=[@WeightedCategoryAccuracy, @Adam]' --output-dir "$work/lk"
 
 cli_done

@@ -262,10 +262,10 @@ static const char *metric_name(const char *configurable) {
     return base;
 }
 
-ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task *ev, ct_error *err) {
+// Builds the metric layers into ev; on failure frees what it built (ev has none).
+static ct_status eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task *ev, ct_error *err) {
     const ct_config_value *list = NULL;
     CT_TRY(ct_config_get_list(cfg, "train", "metrics", "[@WeightedCategoryAccuracy]", &list, err));
-    ev->n_metrics = 0;
     // The loss again (a layer belongs to one net: a new instance), as "loss".
     CT_TRY(ct_config_build_layer(cfg, loss_name, &ev->metrics[0], err));
     ev->metric_names[0] = "loss";
@@ -286,6 +286,19 @@ ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task
         ev->metric_names[ev->n_metrics++] = name;
     }
     return CT_OK;
+}
+
+ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task *ev, ct_error *err) {
+    ev->n_metrics = 0;
+    ct_status st = eval_metrics(cfg, loss_name, ev, err);
+    if (st != CT_OK) {
+        for (int m = 0; m < CT_EVAL_MAX_METRICS; m++) {
+            ct_layer_free(ev->metrics[m]);
+            ev->metrics[m] = NULL;
+        }
+        ev->n_metrics = 0;
+    }
+    return st;
 }
 
 ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c, const char *dir) {

@@ -141,7 +141,7 @@ int ctrax_parse_threads(const char *cmd, const char *value, int *out);
 // (default [@WeightedCategoryAccuracy]) under Trax's name for it
 // (WeightedCategoryAccuracy -> "accuracy", SequenceAccuracy ->
 // "sequence_accuracy", ...), each once. Fills ev->metrics, metric_names and
-// n_metrics; the caller frees the layers.
+// n_metrics; the caller frees the layers (on failure none are left).
 ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task *ev, ct_error *err);
 
 #endif

@@ -882,6 +882,14 @@ static int take_threads(const char *cmd, int *argc, char **argv) {
 
 int main(int argc, char **argv) {
     prepare_environment(argv);
+    // OpenMP read OMP_NUM_THREADS when it loaded; --threads has the same
+    // bounds (a count in the tens of thousands overflowed libgomp's stack).
+    if (ct_blas_threads() > CTRAX_MAX_THREADS) {
+        const char *env = getenv("OMP_NUM_THREADS");
+        fprintf(stderr, "ctrax: OMP_NUM_THREADS=%.40s asks for %d threads; ctrax runs 1 to %d (or use --threads N)\n",
+                env ? env : "?", ct_blas_threads(), CTRAX_MAX_THREADS);
+        return EXIT_USAGE;
+    }
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;

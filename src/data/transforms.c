@@ -474,8 +474,11 @@ static ct_status batch_next(ct_stream *s, ct_batch *out, ct_error *err) {
 }
 
 static ct_status batch_seek(ct_stream *s, int64_t position, ct_error *err) {
-    (void)err;
     batcher *bt = s->impl;
+    // The inner stream's position is the window's first example: it must fit.
+    if (position / bt->w > INT64_MAX / ((int64_t)bt->w * bt->p.batch_size))
+        return ct_error_set(err, CT_ERR_ARG, "batch: cannot seek to batch %lld: its examples' position overflows",
+                            (long long)position);
     bt->window = position / bt->w;
     bt->loaded = false;
     // The window is staged at the next call; then skip to the batch.

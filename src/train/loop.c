@@ -429,6 +429,8 @@ ct_status ct_loop_save_checkpoint(ct_loop *loop, ct_error *err) {
     return CT_OK;
 }
 
+#define CT_CURSOR_POSITION_MAX (INT64_C(1) << 48)
+
 static ct_status json_cursor(const cJSON *o, ct_stream_cursor *c, const char *what, const char *ckpt, ct_error *err) {
     const cJSON *fields[2] = {cJSON_GetObjectItemCaseSensitive(o, "position"),
                               cJSON_GetObjectItemCaseSensitive(o, "fingerprint")};
@@ -440,6 +442,11 @@ static ct_status json_cursor(const cJSON *o, ct_stream_cursor *c, const char *wh
         if (!end || end == fields[i]->valuestring || *end || v < 0 || errno == ERANGE)
             return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json has no valid %s cursor (%s)", ckpt,
                                 what, i == 0 ? "position" : "fingerprint");
+        // No run reaches 2^48 batches; a larger position would overflow the
+        // streams' arithmetic (the batcher's example index is position x B).
+        if (i == 0 && v > CT_CURSOR_POSITION_MAX)
+            return ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json's %s cursor position %lld is over 2^48",
+                                ckpt, what, v);
         values[i] = v;
     }
     c->position = values[0];
