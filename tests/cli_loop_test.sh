@@ -221,6 +221,26 @@ if train rs1 "$b" --set train.random_seed=5 --set train.steps=4 --output-dir "$w
         fi
 fi
 
+# A second SIGTERM stops at once, during an eval that would take minutes
+# (the first asks for a stop after the step).
+"$ctrax" train "$b" --set train.random_seed=5 --set train.steps=1000 --set train.eval_steps=100000000 \
+    --output-dir "$work/sig2" >"$work/sig2.log" 2>&1 &
+pid=$!
+sleep 2
+kill -TERM $pid
+sleep 1
+kill -TERM $pid
+for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+if kill -0 $pid 2>/dev/null; then
+    kill -KILL $pid
+    bad "a second SIGTERM: still running 5 s later"
+else
+    wait $pid
+    rc=$?
+    ((rc == 143)) && grep -q "again: stop at once" "$work/sig2.log" && ok "a second SIGTERM stops at once (exit $rc)" ||
+        bad "a second SIGTERM: exit $rc: $(tail -n 2 "$work/sig2.log")"
+fi
+
 # The live progress line on a terminal (script(1) gives the run one): its
 # tokens/s over its steps/s is the tokens of one step, copy.gin's 32 x 34 =
 # 1088 (each update adds one step's tokens, not those since the last log).

@@ -157,6 +157,12 @@ threads_logged "train.n_threads" 1 "$b" --set train.n_threads=1 --steps 1 --outp
 threads_logged "--threads over train.n_threads" 2 "$b" --set train.n_threads=1 --threads 2 --steps 1 \
     --output-dir "$work/t4"
 OMP_NUM_THREADS=1 threads_logged "OMP_NUM_THREADS when nothing is set" 1 "$b" --steps 1 --output-dir "$work/t5"
+# A config whose name gives runs/ itself or runs/.. as the output directory.
+cp "$b" "$work/..gin"
+cp "$b" "$work/.gin"
+fails "a config named ..gin" 1 "..gin: its name gives no output directory (runs/.): give --output-dir DIR" "$work/..gin"
+fails "a config named .gin" 1 ".gin: its name gives no output directory (runs/): give --output-dir DIR" "$work/.gin"
+fails "--output-dir ''" 1 "--output-dir is empty" "$b" --output-dir ""
 fails "more replicas than threads" 1 "--devices 2 replicas are 2 threads, more than --threads 1 allows" \
     "$b" --devices 2 --threads 1 --output-dir "$work/t6"
 fails "more replicas than train.n_threads" 1 "train.n_devices = 2 replicas are 2 threads, more than --set:1:1: train.n_threads = 1" \

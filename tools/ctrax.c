@@ -32,9 +32,20 @@
 // returns (a program global, not the library's).
 static volatile sig_atomic_t stop_requested;
 
+// The first SIGINT/SIGTERM asks the loop to stop after the step (with a
+// checkpoint); a second one stops the process at once, for a step or eval
+// that takes long (checkpoints are written atomically, so none is left
+// half-written).
 static void on_signal(int sig) {
-    (void)sig;
+    if (stop_requested) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
     stop_requested = 1;
+    static const char msg[] = "\nctrax: stopping after this step, with a checkpoint (again: stop at once)\n";
+    ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)n;
 }
 
 // ---- train ------------------------------------------------------------------------
@@ -520,16 +531,24 @@ static void loop_options(train_run *r, const train_args *a, const ct_train_setti
 }
 
 // runs/<config name without its extension>, or --output-dir.
-static void output_dir(train_run *r, const train_args *a) {
+// --output-dir, else runs/<the first config's name without its extension>;
+// a name that would be runs/ itself or another directory ('.gin', '..gin')
+// is refused.
+static ct_status output_dir(train_run *r, const train_args *a, ct_error *err) {
     if (a->output_dir) {
+        if (!a->output_dir[0]) return ct_error_set(err, CT_ERR_ARG, "--output-dir is empty");
         snprintf(r->output_dir, sizeof r->output_dir, "%s", a->output_dir);
-        return;
+        return CT_OK;
     }
     char copy[4096];
     snprintf(copy, sizeof copy, "%s", a->configs[0]);
     char *base = basename(copy), *dot = strrchr(base, '.');
     if (dot) *dot = '\0';
+    if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
+        return ct_error_set(err, CT_ERR_ARG, "%s: its name gives no output directory (runs/%s): give --output-dir DIR",
+                            a->configs[0], base);
     snprintf(r->output_dir, sizeof r->output_dir, "runs/%s", base);
+    return CT_OK;
 }
 
 // Threads for ctrax's loops and the GEMM: --threads, else train.n_threads,
@@ -625,7 +644,7 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
                             "train refuses both too)",
                             wa, period_name, period, (long long)permanent, wb, r->perm_list_from);
     }
-    output_dir(r, a);
+    CT_TRY(output_dir(r, a, err));
     CT_TRY(resolve_seed(r, a, &t, err));
     if (t.init_checkpoint) ct_config_where(c, "train", "init_checkpoint", r->init_where, sizeof r->init_where);
     if (!t.model) return ct_error_set(err, CT_ERR_ARG, "%s: no model: bind train.model = @SomeModel", a->configs[0]);
