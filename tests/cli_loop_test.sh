@@ -214,12 +214,36 @@ if train rs1 "$b" --set train.random_seed=5 --set train.steps=4 --output-dir "$w
         if [[ $(ls "$work/rs" | grep -c '^model_') == 1 && -d $work/rs/model_2 && -d $prev/model_4 &&
             -f $work/rs/notes.txt && $(ls "$work/rs/train" | wc -l) == 1 ]] &&
             grep -q '"step": 4' "$prev/metrics.jsonl" && ! grep -q '"step": 4' "$work/rs/metrics.jsonl" &&
-            grep -qF "the previous run's files are now in $prev" "$work/rs2.log"; then
+            grep -qF "are now in $prev" "$work/rs2.log"; then
             ok "--restart: the previous run's files in $(basename "$prev")"
         else
             bad "--restart: $(ls "$work/rs" "$prev" | tr '\n' ' ')"
         fi
 fi
+
+# A fresh run into a directory with files but no checkpoint (a user's, or a
+# run stopped before its first checkpoint) sets them aside, not over them.
+mkdir -p "$work/own"
+echo mine >"$work/own/config.gin"
+echo '{"my": 1}' >"$work/own/metrics.jsonl"
+if train own "$b" --set train.random_seed=5 --set train.steps=1 --output-dir "$work/own"; then
+    prev=$(ls -d "$work"/own/previous-* 2>/dev/null)
+    [[ -n $prev && $(cat "$prev/config.gin") == mine && $(cat "$prev/metrics.jsonl") == '{"my": 1}' ]] &&
+        grep -q "are now in" "$work/own.log" && ok "a fresh run sets aside the files it finds ($(basename "$prev"))" ||
+        bad "a fresh run into a directory with files: $(ls "$work/own" | tr '\n' ' ')"
+fi
+
+# One run per output directory: a second one is refused while the first runs.
+"$ctrax" train "$b" --set train.random_seed=5 --set train.steps=100000 --output-dir "$work/busy" >"$work/busy1.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do [[ -d $work/busy/model_1 ]] && break; sleep 0.1; done
+"$ctrax" train "$b" --set train.random_seed=5 --set train.steps=100000 --output-dir "$work/busy" >"$work/busy2.log" 2>&1
+rc=$?
+kill -TERM $pid
+wait $pid
+((rc == 1)) && grep -q "is in use by another ctrax train (pid $pid)" "$work/busy2.log" &&
+    ok "a second run in the same directory: $(grep 'in use' "$work/busy2.log")" ||
+    bad "a second run in the same directory: exit $rc: $(tail -n 2 "$work/busy2.log")"
 
 # A second SIGTERM stops at once, during an eval that would take minutes
 # (the first asks for a stop after the step).

@@ -8,11 +8,13 @@
 // Exit codes: 0 done, 1 error, 2 bad usage.
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -289,10 +291,12 @@ typedef struct train_run {
     ct_loop *loop;
     char *config_text;
     char output_dir[4096];
+    int lock_fd;  // output_dir/.ctrax-lock, held (flock) while this run writes there; -1: none
 } train_run;
 
 static void train_run_free(train_run *r) {
     ct_loop_free(r->loop);
+    if (r->lock_fd >= 0) close(r->lock_fd);  // the lock goes with it
     for (int i = 0; i < r->n_metrics; i++) ct_layer_free(r->metrics[i]);
     ct_stream_free(r->train);
     ct_stream_free(r->eval);
@@ -696,11 +700,13 @@ static void print_memory_plan(const ct_memory_plan *p, const char *output_dir) {
     fclose(f);
 }
 
-// --restart: the previous run's files (checkpoints and their pointer, best
-// and temporary checkpoints, metrics, TensorBoard events, config.gin,
-// memory_plan.json) move into DIR/previous-<UTC time>/, so the new run's
-// are not mixed with them (a resume, `ctrax info` and TensorBoard would see
-// both) and nothing is deleted. Other files stay.
+// A run that starts at step 0 in a directory an earlier run wrote (with
+// --restart, or with no checkpoint to resume from): the earlier run's files
+// (checkpoints and their pointer, best and temporary checkpoints, metrics,
+// TensorBoard events, config.gin, memory_plan.json) move into
+// DIR/previous-<UTC time>/, so the new run's are not mixed with them (a
+// resume, `ctrax info` and TensorBoard would see both) and nothing is
+// overwritten or deleted. Other files stay.
 static bool previous_run_file(const char *name) {
     static const char *const exact[] = {"checkpoint", "config.gin", "memory_plan.json", "metrics.jsonl",
                                         "metrics.svg", "train", "eval"};
@@ -744,14 +750,59 @@ static ct_status set_aside_previous_run(const char *dir, ct_error *err) {
     closedir(d);
     if (st == CT_OK && aside[0]) {
         st = ct_fs_sync_dir(dir, err);
-        ct_log(CT_LOG_INFO, "--restart: the previous run's files are now in %s", aside);
+        ct_log(CT_LOG_INFO, "this run starts at step 0: the files an earlier run left in %s are now in %s", dir, aside);
     }
     return st;
+}
+
+// One run writes an output directory at a time: two would resume the same
+// checkpoint and overwrite each other's (and interleave metrics.jsonl). The
+// lock is flock on DIR/.ctrax-lock, which holds the owner's pid for the
+// message; the kernel lets it go when the process ends, however it ends.
+static ct_status lock_output_dir(train_run *r, ct_error *err) {
+    CT_TRY(ct_fs_mkdirs(r->output_dir, err));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.ctrax-lock", r->output_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return ct_error_set(err, CT_ERR_STATE, "%s is in use by another ctrax train (pid %s): one run per output "
+                                "directory", r->output_dir, pid[0] ? pid : "?");
+        return ct_error_set(err, CT_ERR_IO, "%s: cannot lock: %s", path, strerror(e));
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        ct_status st = ct_error_set(err, CT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
+    r->lock_fd = fd;
+    return CT_OK;
+}
+
+// Whether dir holds a checkpoint a run would resume from (the pointer or a model_* directory).
+static bool has_checkpoint(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    bool found = false;
+    for (struct dirent *e; !found && (e = readdir(d));)
+        found = !strcmp(e->d_name, "checkpoint") || !strncmp(e->d_name, "model_", 6);
+    closedir(d);
+    return found;
 }
 
 static int run_train(const train_args *a) {
     train_run r;
     memset(&r, 0, sizeof r);
+    r.lock_fd = -1;
     ct_error err;
     ct_error_clear(&err);
     ct_loop_options o;
@@ -778,7 +829,13 @@ static int run_train(const train_args *a) {
         ev.metrics[i] = r.metrics[i];
         ev.metric_names[i] = r.metric_names[i];
     }
-    if (a->restart && rank == 0 && set_aside_previous_run(r.output_dir, &err) != CT_OK) goto done;
+    // The chief owns the directory. A run that starts at step 0 (--restart,
+    // or nothing to resume) sets aside what an earlier run left there
+    // (config.gin, metrics.jsonl, events of a run stopped before its first
+    // checkpoint) instead of writing over it.
+    if (rank == 0 && lock_output_dir(&r, &err) != CT_OK) goto done;
+    if (rank == 0 && (a->restart || !has_checkpoint(r.output_dir)) && set_aside_previous_run(r.output_dir, &err) != CT_OK)
+        goto done;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     if (ct_loop_new(&r.loop, r.model, &task, 1, r.eval_steps > 0 ? &ev : NULL, &o, &err) != CT_OK) {
