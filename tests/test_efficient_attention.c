@@ -582,7 +582,34 @@ static void test_mask_errors(void) {
     }
 }
 
+// A window may wrap round the input's chunks (the reference tests do), up
+// to 2 N + 1 chunks; a wider one is refused at init, naming both settings
+// (n_chunks_before = 10^6 once ran for hours on a 12-chunk input).
+static void test_window_bound(void) {
+    float xd[B * T * D];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd);  // T 12 in chunks of 3: N = 4
+    static const struct {
+        int before, after;
+        bool ok;
+    } cases[] = {{8, 0, true}, {4, 4, true}, {9, 0, false}, {1000000, 0, false}, {0, 9, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fixture f;
+        ct_layer *l = ct_self_attention(sa_params(2, 3, 3, true, 3, cases[i].before, cases[i].after));
+        ct_status st = fixture_init(&f, l, &x, 1, false);
+        CHECK_MSG((st == CT_OK) == cases[i].ok, "before %d, after %d: %s", cases[i].before, cases[i].after,
+                  st == CT_OK ? "accepted" : f.err.msg);
+        if (st != CT_OK)
+            CHECK_MSG(strstr(f.err.msg, "n_chunks_before") && strstr(f.err.msg, "over twice the 4 of the input"),
+                      "%s", f.err.msg);
+        if (st == CT_OK) ct_net_free(&f.net);
+        ct_ctx_free(&f.ctx);
+        ct_arena_free(&f.arena);
+        ct_layer_free(l);
+    }
+}
+
 int main(void) {
+    test_window_bound();
     test_gradients();
     test_reference();
     test_one_chunk_is_full();

@@ -55,6 +55,15 @@ ct_status ct_attention_check_dropouts(const ct_layer *l, float attention_dropout
     return CT_OK;
 }
 
+ct_status ct_attention_check_window(const ct_layer *l, int64_t n_chunks, int before, int after, ct_error *err) {
+    int64_t window = 1 + (int64_t)before + after, most = 2 * n_chunks + 1;
+    if (window <= most) return CT_OK;
+    return ct_layer_fail(l, err, CT_ERR_ARG, "init",
+                         "n_chunks_before %d + n_chunks_after %d: a window of %lld chunks, over twice the %lld of the "
+                         "input plus one: it would only repeat them, at a cost that grows with it",
+                         before, after, (long long)window, (long long)n_chunks);
+}
+
 ct_status ct_attention_check_mask(const ct_layer *l, const ct_tensor *x, const ct_tensor *mask, const char *op,
                                   ct_error *err) {
     if ((mask->dtype == CT_DTYPE_F32 || mask->dtype == CT_DTYPE_I32) && mask->ndim == 2 && x->ndim == 3 &&

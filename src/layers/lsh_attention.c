@@ -134,6 +134,7 @@ static ct_status lsh_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_
     ct_lsh_dims d;
     int f[2], n_f;
     CT_TRY(lsh_dims(l, NULL, &in[0], "init", &d, f, &n_f, err));
+    CT_TRY(ct_attention_check_window(l, d.R * d.T / d.m, p->n_chunks_before, p->n_chunks_after, err));
     if (p->masked) CT_TRY(ct_attention_check_mask(l, &in[0], &in[1], "init", err));
     int64_t D = hp->d_model = in[0].shape[2], H = p->n_heads;
     hp->init_B = in[0].shape[0];
