@@ -221,6 +221,11 @@ if train rs1 "$b" --set train.random_seed=5 --set train.steps=4 --output-dir "$w
         fi
 fi
 
+# A best-checkpoint metric that the evals do not record (a typo) is refused
+# at its binding: it kept no best checkpoint, silently.
+refused best_typo "--set:1:1: train.checkpoint_highest: loop: checkpoint_high_metric 'acuracy' is not a metric of the eval task (loss, accuracy)" \
+    --set "train.checkpoint_highest='acuracy'"
+
 # A fresh run into a directory with files but no checkpoint (a user's, or a
 # run stopped before its first checkpoint) sets them aside, not over them.
 mkdir -p "$work/own"

@@ -842,6 +842,14 @@ static int run_train(const train_args *a) {
         // The loop's message names init_checkpoint; this says where it is bound.
         if (o.init_checkpoint && !strncmp(err.msg, "loop: init_checkpoint", 21))
             ct_error_prefix(&err, "%strain.init_checkpoint = '%s'", r.init_where, o.init_checkpoint);
+        const char *best = !strncmp(err.msg, "loop: checkpoint_low_metric", 27)    ? "checkpoint_lowest"
+                           : !strncmp(err.msg, "loop: checkpoint_high_metric", 28) ? "checkpoint_highest"
+                                                                                    : NULL;
+        if (best) {
+            char where[300];
+            ct_config_where(r.cfg, "train", best, where, sizeof where);
+            ct_error_prefix(&err, "%strain.%s", where, best);
+        }
         if (o.eval_model && !strncmp(err.msg, "loop: the eval model", 20))
             ct_error_prefix(&err, "%s, built because the config has eval/ bindings", r.eval_model_name);
         goto done;

@@ -1148,6 +1148,29 @@ static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error 
     return CT_OK;
 }
 
+// checkpoint_low_metric / checkpoint_high_metric name a metric of the main
+// eval task: another name would silently keep no best checkpoint.
+static ct_status check_best_metrics(const ct_loop *l, ct_error *err) {
+    const char *asked[2] = {l->opts.checkpoint_low_metric, l->opts.checkpoint_high_metric};
+    const char *opt[2] = {"checkpoint_low_metric", "checkpoint_high_metric"};
+    for (int k = 0; k < 2; k++) {
+        if (!asked[k]) continue;
+        const ct_evaluator *e = l->n_evaluators ? l->evaluators[0] : NULL;
+        char known[256] = "";
+        size_t n = 0;
+        for (int m = 0; e && m < ct_evaluator_n_metrics(e); m++) {
+            if (!strcmp(ct_evaluator_metric_name(e, m), asked[k])) goto found;
+            n += (size_t)snprintf(known + n, n < sizeof known ? sizeof known - n : 0, "%s%s", m ? ", " : "",
+                                  ct_evaluator_metric_name(e, m));
+            if (n >= sizeof known) n = sizeof known - 1;
+        }
+        return ct_error_set(err, CT_ERR_ARG, "loop: %s '%.80s' is not a metric of the eval task (%s)", opt[k],
+                            asked[k], e ? known : "there is none");
+    found:;
+    }
+    return CT_OK;
+}
+
 ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks, int n_tasks,
                       const ct_eval_task *eval, const ct_loop_options *opts, ct_error *err) {
     *out = NULL;
@@ -1178,6 +1201,7 @@ ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks
     l->key = ct_key_from_seed(l->opts.seed);
     l->last_checkpoint_step = -1;
     ct_status st = make_evaluators(l, eval, err);
+    if (st == CT_OK) st = check_best_metrics(l, err);
     if (st != CT_OK) ct_optimizer_free(tasks[0].optimizer);
     else st = make_trainer(l, tasks[0].optimizer, err);  // the trainer owns it from here
     if (st == CT_OK) st = make_task_slots(l, err);
