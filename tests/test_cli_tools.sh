@@ -142,6 +142,15 @@ with open(sys.argv[1], "w") as f:
     w(step=500, mode="eval", metric="metrics/loss", value=4.0)
     f.write('{"step": 3010, "mode": "tr')
 EOF
+# Files no run writes: 100 metrics are more panels than a page holds (the
+# caller chooses), 2,000 distinct series are not a run's metrics at all.
+"$py" -c 'import json, sys
+for n, name in ((100, "wide"), (2000, "many")):
+    with open(f"{sys.argv[1]}/{name}.jsonl", "w") as f:
+        for i in range(n): f.write(json.dumps({"step": 1, "mode": "train", "metric": f"metrics/m{i}", "value": 1.0}) + "\n")' "$tmp"
+expect_exit 1 "100 metrics to draw, at most 64 panels" plot "$tmp/wide.jsonl" -o "$tmp/wide.svg"
+expect_exit 0 "" plot "$tmp/wide.jsonl" -o "$tmp/wide.svg" --metrics m1,m99
+expect_exit 1 "more than 1024 \(metric, mode\) series" plot "$tmp/many.jsonl" -o "$tmp/many.svg"
 expect_exit 0 "skipped 1 line" plot "$tmp/odd.jsonl" -o "$tmp/odd.svg"
 check "plot of odd.jsonl" "$py" "$src/tests/check_svg.py" "$tmp/odd.svg" "$tmp/odd.jsonl" "metrics/loss,metrics/a<b&\"c'"
 has "$tmp/odd.svg" 'class="nonfinite"'

@@ -54,11 +54,23 @@ typedef struct metrics {
     int n, cap;
 } metrics;
 
+// A run logs a few dozen series; a file with thousands is not one to draw
+// (each new line scans the series, each panel is drawn: 20,000 names took
+// 13 s and made a 37 MB SVG).
+#define PLOT_MAX_SERIES 1024
+#define PLOT_MAX_PANELS 64
+
 // The series of (metric, mode), made if new; NULL after a message when
-// memory runs out (their count comes from the file).
+// memory runs out (their count comes from the file) or there would be more
+// than PLOT_MAX_SERIES.
 static series *find_series(metrics *m, const char *metric, const char *mode) {
     for (int i = 0; i < m->n; i++)
         if (!strcmp(m->s[i].metric, metric) && !strcmp(m->s[i].mode, mode)) return &m->s[i];
+    if (m->n == PLOT_MAX_SERIES) {
+        fprintf(stderr, "ctrax plot: more than %d (metric, mode) series: not a metrics file of a run\n",
+                PLOT_MAX_SERIES);
+        return NULL;
+    }
     series *grown = ctrax_grow("plot", m->s, m->n, &m->cap, sizeof *m->s, 16, "the list of series");
     if (!grown) return NULL;
     m->s = grown;
@@ -201,8 +213,21 @@ static bool metric_known(const metrics *m, const char *name) {
     return false;
 }
 
-// The panels: the requested metrics, or every metrics/* one (loss first).
+static int choose_panels_of(const metrics *m, const char *request, const char *path, names *out);
+
+// The panels: the requested metrics, or every metrics/* one (loss first);
+// at most PLOT_MAX_PANELS.
 static int choose_panels(const metrics *m, const char *request, const char *path, names *out) {
+    int rc = choose_panels_of(m, request, path, out);
+    if (rc == CTRAX_EXIT_OK && out->n > PLOT_MAX_PANELS) {
+        fprintf(stderr, "ctrax plot: %s: %d metrics to draw, at most %d panels: choose them with --metrics a,b,...\n",
+                path, out->n, PLOT_MAX_PANELS);
+        return CTRAX_EXIT_ERROR;
+    }
+    return rc;
+}
+
+static int choose_panels_of(const metrics *m, const char *request, const char *path, names *out) {
     if (!request) {
         if (metric_known(m, "metrics/loss")) names_add(out, "metrics/loss");
         for (int i = 0; i < m->n; i++)
