@@ -429,6 +429,14 @@ static void test_errors(void) {
     EXPECT_ERROR("e.gin", "W = 'wide'\n\nTransformerLM.d_model = %W\n", "e.gin:3:1", "expects an int",
                  "the value is at e.gin:1:5");
     EXPECT_ERROR("e.gin", "A = %B\nB = %A\nTransformerLM.d_model = %A\n", "e.gin:", "cycle");
+    {
+        // A chain of 40 macros without a cycle: too deep, and said so.
+        char chain[1024];
+        int n = 0;
+        for (int i = 0; i < 40; i++) n += snprintf(chain + n, sizeof chain - (size_t)n, "M%d = %%M%d\n", i, i + 1);
+        snprintf(chain + n, sizeof chain - (size_t)n, "M40 = 3\nTransformerLM.d_model = %%M0\n");
+        EXPECT_ERROR("e.gin", chain, "e.gin:", "more than 32 deep");
+    }
     // Syntax errors: file:line:col and what was expected.
     EXPECT_ERROR("s.gin", "TransformerLM.d_model = 8\nTransformerLM.d_ff 8\n", "s.gin:2:20", "expected '='");
     EXPECT_ERROR("s.gin", "TransformerLM.d_model =\n", "s.gin:1:24", "expected a value, got the end of the line");

@@ -472,8 +472,9 @@ static ct_status resolve_in(ct_config *cfg, const ct_config_value *v, ct_config_
             return st;
         }
         if (depth >= MAX_MACRO_DEPTH)
-            return ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: macro %%%.100s: macros refer to each other in a cycle",
-                                v->file, v->line, v->col, v->s);
+            return ct_error_set(err, CT_ERR_ARG,
+                                "%s:%d:%d: macro %%%.100s: macros refer to macros more than %d deep (a cycle?)",
+                                v->file, v->line, v->col, v->s, MAX_MACRO_DEPTH);
         return resolve_in(cfg, &m->value, out, depth + 1, budget, err);
     }
     *out = *v;
