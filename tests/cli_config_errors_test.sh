@@ -37,6 +37,13 @@ expect wrong_type 1 "wrong_type.gin:7" "$base
 TransformerLM.n_layers = 'two'"
 expect syntax_error 1 "syntax_error.gin:7" "$base
 TransformerLM.d_model == 32"
+# Includes that multiply (each of six files includes the next 20 times:
+# 20^6 parses) stop after 1000 in all.
+for n in 1 2 3 4 5; do
+    for _ in $(seq 20); do echo "include 'inc$((n + 1)).gin'"; done >"$work/inc$n.gin"
+done
+echo "train.steps = 1" >"$work/inc6.gin"
+expect includes_multiply 1 "more than 1000 includes in all" "$(for _ in $(seq 20); do echo "include 'inc1.gin'"; done)"
 expect missing_include 1 "missing_include.gin:1" "include 'no_such_file.gin'
 $base"
 expect missing_data_file 1 "missing_data_file.gin:3" "train.model = @TransformerLM

@@ -55,6 +55,7 @@ struct ct_config {
     int n_strings, cap_strings;
     char **includes;  // the include stack (real paths)
     int n_includes, cap_includes;
+    int n_included;  // every include parsed, for CFG_MAX_INCLUDES
     char **warned;  // warnings already given (cfg_warn_once)
     int n_warned, cap_warned;
 };
@@ -134,6 +135,8 @@ int cfg_include_push(ct_config *cfg, const char *real_path, int max_depth) {
     for (int i = 0; i < cfg->n_includes; i++)
         if (!strcmp(cfg->includes[i], real_path)) return -1;
     if (cfg->n_includes >= max_depth) return -2;
+    if (cfg->n_included >= CFG_MAX_INCLUDES) return -3;
+    cfg->n_included++;
     cfg->includes = grow(cfg->includes, &cfg->cap_includes, cfg->n_includes + 1, sizeof *cfg->includes);
     cfg->includes[cfg->n_includes++] = ct_strdup(real_path);
     return 0;

@@ -248,7 +248,10 @@ const char *cfg_intern(ct_config *cfg, const char *s);
 // then the build), its warnings are said once.
 void cfg_warn_once(ct_config *cfg, const char *msg);
 // Include stack for cycle detection (real paths): 0 when pushed, -1 when
-// real_path is already on it (a cycle), -2 when it is max_depth deep.
+// real_path is already on it (a cycle), -2 when it is max_depth deep, -3
+// after CFG_MAX_INCLUDES includes in all (seven files of 20 includes each
+// once meant 20^6 parses).
+#define CFG_MAX_INCLUDES 1000
 int cfg_include_push(ct_config *cfg, const char *real_path, int max_depth);
 void cfg_include_pop(ct_config *cfg);
 // "a.gin -> b.gin -> " of the stack from where real_path first appears.

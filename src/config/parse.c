@@ -550,8 +550,10 @@ static ct_status do_include(parser *p, const char *path, int line, int col) {
     }
     ct_status st;
     int pushed = cfg_include_push(p->cfg, real, MAX_INCLUDE_DEPTH);
-    if (pushed == -2) {
-        st = fail_at(p, line, col, "include '%s': includes nested deeper than %d", path, MAX_INCLUDE_DEPTH);
+    if (pushed == -2 || pushed == -3) {
+        st = pushed == -2 ? fail_at(p, line, col, "include '%s': includes nested deeper than %d", path, MAX_INCLUDE_DEPTH)
+                          : fail_at(p, line, col, "include '%s': more than %d includes in all (includes that multiply?)",
+                                    path, CFG_MAX_INCLUDES);
         free(real);
         ct_free(full);
         return st;
