@@ -205,6 +205,18 @@ EOF
 d=$(fresh idx_run)
 expect "train: IDX 800 GB header" "$d" 1 "huge-images" "200 images of 65536x65536" -- "$ctrax" train "$work/idx.gin" --output-dir "$d"
 
+# 6b. A labels file with a label over n_classes: the error names the labels
+# setting (it named the images one).
+"$py" - "$work/small-images" "$work/bad-labels" <<'EOF'
+import struct, sys
+open(sys.argv[1], "wb").write(struct.pack(">IIII", 0x803, 4, 2, 2) + bytes(16))
+open(sys.argv[2], "wb").write(struct.pack(">II", 0x801, 4) + bytes([1, 2, 200, 3]))
+EOF
+sed -e "s|$work/huge-images|$work/small-images|" -e "s|IDXInputs.train_labels = .*|IDXInputs.train_labels = '$work/bad-labels'|" \
+    "$work/idx.gin" >"$work/idx_labels.gin"
+expect "train: IDX label 200" "$work/base" 1 "idx_labels.gin:8:26: IDXInputs.train_labels" "bad-labels" -- \
+    "$ctrax" train "$work/idx_labels.gin" --output-dir "$work/idx_labels"
+
 # 7. OMP_NUM_THREADS in the tens of thousands (OpenMP reads it before any
 # check): exit 2 naming it, as --threads out of range.
 OMP_NUM_THREADS=100000 expect "OMP_NUM_THREADS=100000" "$work/base" 2 "OMP_NUM_THREADS=100000" "1 to 4096" -- \

@@ -280,9 +280,11 @@ static ct_status idx_source(ct_config *cfg, const char *name, const char *images
     p.labels_path = lv->s;
     p.n_classes = n_classes;
     if (ct_idx_stream_new(out, &p, err) == CT_OK) return CT_OK;
+    // The setting of the file the message is about (it names the path).
+    bool about_labels = err && strstr(err->msg, lv->s) && !strstr(err->msg, iv->s);
     char where[300];
-    value_where(iv, where, sizeof where);
-    return ct_error_prefix(err, "%s%s.%s", where, name, images);
+    value_where(about_labels ? lv : iv, where, sizeof where);
+    return ct_error_prefix(err, "%s%s.%s", where, name, about_labels ? labels : images);
 }
 
 ct_status cfg_build_idx_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
