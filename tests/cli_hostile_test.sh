@@ -217,6 +217,13 @@ sed -e "s|$work/huge-images|$work/small-images|" -e "s|IDXInputs.train_labels = 
 expect "train: IDX label 200" "$work/base" 1 "idx_labels.gin:8:26: IDXInputs.train_labels" "bad-labels" -- \
     "$ctrax" train "$work/idx_labels.gin" --output-dir "$work/idx_labels"
 
+# 6c. A shuffle buffer of 2^24 examples of 1,024 bytes (about 200 GiB):
+# refused before it is allocated, naming the setting.
+head -c 300000 /dev/urandom | base64 >"$work/corpus.txt"
+expect "train: shuffle buffer 2^24" "$work/base" 1 "TextInputs.shuffle_buffer = 16777216" "needs about" -- \
+    "$ctrax" train "$src/configs/fortunes_reformer.gin" --set "TextInputs.paths=['$work/corpus.txt']" \
+    --set TextInputs.shuffle_buffer=16777216 --output-dir "$work/shuffle"
+
 # 7. OMP_NUM_THREADS in the tens of thousands (OpenMP reads it before any
 # check): exit 2 naming it, as --threads out of range.
 OMP_NUM_THREADS=100000 expect "OMP_NUM_THREADS=100000" "$work/base" 2 "OMP_NUM_THREADS=100000" "1 to 4096" -- \

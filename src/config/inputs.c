@@ -246,6 +246,11 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         p.split = CT_DATA_SPLIT_TRAIN;
         st = text ? ct_text_stream_new(train, &p, err) : ct_token_stream_new(train, &p, err);
         if (st == CT_OK) st = train_pipeline(train, true, shuffle_buffer, seed, batch_size, err);
+        if (st == CT_ERR_MEMORY) {  // the shuffle buffer: name the setting
+            char sw[300];
+            cfg_where(cfg, name, "shuffle_buffer", sw, sizeof sw);
+            ct_error_prefix(err, "%s%s.shuffle_buffer = %d", sw, name, shuffle_buffer);
+        }
         if (st == CT_OK && p.eval_fraction > 0) {
             p.split = CT_DATA_SPLIT_EVAL;
             st = text ? ct_text_stream_new(eval, &p, err) : ct_token_stream_new(eval, &p, err);

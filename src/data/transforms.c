@@ -257,6 +257,25 @@ ct_status ct_shuffle_stream_new(ct_stream **out, ct_stream *inner, int buffer_si
     CT_STAGE_CHECK(buffer_size >= 1 && buffer_size <= (1 << 24), inner, err,
                    "shuffle: buffer_size is %d; expected 1..2^24", buffer_size);
     size_t k = (size_t)buffer_size;
+    // The full buffer (bookkeeping and each example's tensors, a varying
+    // dim counted as 1) against the machine's memory, before allocating.
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    double example = 0;
+    for (int i = 0, n = ct_stream_signature(inner, sigs); i < n; i++) {
+        double numel = 1;
+        for (int d = 0; d < sigs[i].ndim; d++) numel *= sigs[i].shape[d] > 0 ? (double)sigs[i].shape[d] : 1.0;
+        example += numel * (double)ct_dtype_size(sigs[i].dtype);
+    }
+    double need = (double)k * ((double)(sizeof(ct_item) + 2 * sizeof(int64_t) + sizeof(int)) + example);
+    size_t machine = ct_machine_memory_bytes();
+    if (machine && need > (double)machine) {
+        char a[32], b[32];
+        ct_status st = ct_error_set(err, CT_ERR_MEMORY, "shuffle: a buffer of %d examples needs about %s; this "
+                                    "machine has %s", buffer_size, ct_format_bytes(need, a, sizeof a),
+                                    ct_format_bytes((double)machine, b, sizeof b));
+        ct_stream_free(inner);
+        return st;
+    }
     char *at = ct_calloc(1, ct_round16(sizeof(shuffle)) + ct_round16(k * sizeof(ct_item)) +
                                 2 * ct_round16(k * sizeof(int64_t)) + k * sizeof(int));
     shuffle *sh = ct_carve(&at, sizeof *sh);
