@@ -2823,8 +2823,33 @@ static void test_activation_refs(void) {
     EXPECT_ERROR("a.gin", "TransformerLM.ff_activation = @Adam\n", "a.gin:1:1", "expects a reference to a layer type");
 }
 
+// Many macros and scoped bindings (the lookups go through a hash index that
+// grows as they come): each resolves to its own value, a later definition
+// replaces an earlier one, and scopes stay apart.
+static void test_many_names(void) {
+    enum { N = 5000 };
+    size_t cap = (size_t)N * 64 + 256, n = 0;
+    char *text = malloc(cap);
+    for (int i = 0; i < N; i++) n += (size_t)snprintf(text + n, cap - n, "M%d = %d\ns%d/train.steps = %d\n", i, i, i, i + 7);
+    n += (size_t)snprintf(text + n, cap - n, "M17 = 170017\ntrain.steps = %%M4999\ntrain.eval_steps = %%M17\n");
+    ct_error err = {0};
+    ct_config *cfg = config_text("many.gin", text, &err);
+    int64_t v = 0;
+    CHECK_OK(ct_config_get_int(cfg, "train", "steps", -1, &v, &err), &err);
+    CHECK_MSG(v == 4999, "train.steps = %lld, want 4999", (long long)v);
+    CHECK_OK(ct_config_get_int(cfg, "train", "eval_steps", -1, &v, &err), &err);
+    CHECK_MSG(v == 170017, "train.eval_steps = %lld, want 170017 (M17 redefined)", (long long)v);
+    CHECK_OK(ct_config_get_int(cfg, "s0/train", "steps", -1, &v, &err), &err);
+    CHECK_MSG(v == 7, "s0/train.steps = %lld, want 7", (long long)v);
+    CHECK_OK(ct_config_get_int(cfg, "s4321/train", "steps", -1, &v, &err), &err);
+    CHECK_MSG(v == 4328, "s4321/train.steps = %lld, want 4328", (long long)v);
+    ct_config_free(cfg);
+    free(text);
+}
+
 int main(void) {
     find_config_dir();
+    test_many_names();
     printf("configs in %s\n", config_dir);
     test_value_types();
     test_realistic();
