@@ -1153,20 +1153,20 @@ static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error 
 static ct_status check_best_metrics(const ct_loop *l, ct_error *err) {
     const char *asked[2] = {l->opts.checkpoint_low_metric, l->opts.checkpoint_high_metric};
     const char *opt[2] = {"checkpoint_low_metric", "checkpoint_high_metric"};
+    const ct_evaluator *e = l->n_evaluators ? l->evaluators[0] : NULL;
     for (int k = 0; k < 2; k++) {
         if (!asked[k]) continue;
-        const ct_evaluator *e = l->n_evaluators ? l->evaluators[0] : NULL;
+        bool found = false;
         char known[256] = "";
         size_t n = 0;
-        for (int m = 0; e && m < ct_evaluator_n_metrics(e); m++) {
-            if (!strcmp(ct_evaluator_metric_name(e, m), asked[k])) goto found;
-            n += (size_t)snprintf(known + n, n < sizeof known ? sizeof known - n : 0, "%s%s", m ? ", " : "",
-                                  ct_evaluator_metric_name(e, m));
+        for (int m = 0; e && m < ct_evaluator_n_metrics(e) && !found; m++) {
+            found = !strcmp(ct_evaluator_metric_name(e, m), asked[k]);
+            n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", m ? ", " : "", ct_evaluator_metric_name(e, m));
             if (n >= sizeof known) n = sizeof known - 1;
         }
-        return ct_error_set(err, CT_ERR_ARG, "loop: %s '%.80s' is not a metric of the eval task (%s)", opt[k],
-                            asked[k], e ? known : "there is none");
-    found:;
+        if (!found)
+            return ct_error_set(err, CT_ERR_ARG, "loop: %s '%.80s' is not a metric of the eval task (%s)", opt[k],
+                                asked[k], e ? known : "there is none");
     }
     return CT_OK;
 }
