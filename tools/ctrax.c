@@ -719,35 +719,43 @@ static bool previous_run_file(const char *name) {
 }
 
 static ct_status set_aside_previous_run(const char *dir, ct_error *err) {
+    // The names first, then the moves: a directory changed while readdir
+    // walks it may skip or repeat entries.
     DIR *d = opendir(dir);
     if (!d) return errno == ENOENT ? CT_OK : ct_error_set(err, CT_ERR_IO, "%s: cannot read: %s", dir, strerror(errno));
-    char aside[4200] = "";
-    ct_status st = CT_OK;
-    struct dirent *e;
-    while (st == CT_OK && (e = readdir(d))) {
+    char **names = NULL;
+    int n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
         if (!previous_run_file(e->d_name)) continue;
-        if (!aside[0]) {
-            time_t now = time(NULL);
-            struct tm tm;
-            char stamp[32];
-            strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", gmtime_r(&now, &tm));
-            for (int n = 0; n < 100 && !aside[0]; n++) {
-                if (n) snprintf(aside, sizeof aside, "%s/previous-%s-%d", dir, stamp, n);
-                else snprintf(aside, sizeof aside, "%s/previous-%s", dir, stamp);
-                if (mkdir(aside, 0755) == 0) break;
-                if (errno != EEXIST) st = ct_error_set(err, CT_ERR_IO, "%s: cannot create: %s", aside, strerror(errno));
-                aside[0] = '\0';
-            }
-            if (st == CT_OK && !aside[0]) st = ct_error_set(err, CT_ERR_IO, "%s: no free previous-%s name", dir, stamp);
-            if (st != CT_OK) break;
-        }
-        char from[4400], to[4400];
-        snprintf(from, sizeof from, "%s/%s", dir, e->d_name);
-        snprintf(to, sizeof to, "%s/%s", aside, e->d_name);
-        if (rename(from, to) != 0)
-            st = ct_error_set(err, CT_ERR_IO, "--restart: cannot move %s to %s: %s", from, to, strerror(errno));
+        if (n == cap) names = ct_realloc(names, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *names);
+        names[n++] = ct_strdup(e->d_name);
     }
     closedir(d);
+    ct_status st = CT_OK;
+    char aside[4200] = "";
+    if (n > 0) {
+        time_t now = time(NULL);
+        struct tm tm;
+        char stamp[32];
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", gmtime_r(&now, &tm));
+        for (int k = 0; k < 100 && !aside[0] && st == CT_OK; k++) {
+            if (k) snprintf(aside, sizeof aside, "%s/previous-%s-%d", dir, stamp, k);
+            else snprintf(aside, sizeof aside, "%s/previous-%s", dir, stamp);
+            if (mkdir(aside, 0755) == 0) break;
+            if (errno != EEXIST) st = ct_error_set(err, CT_ERR_IO, "%s: cannot create: %s", aside, strerror(errno));
+            aside[0] = '\0';
+        }
+        if (st == CT_OK && !aside[0]) st = ct_error_set(err, CT_ERR_IO, "%s: no free previous-%s name", dir, stamp);
+    }
+    for (int k = 0; k < n && st == CT_OK; k++) {
+        char from[4400], to[4400];
+        snprintf(from, sizeof from, "%s/%s", dir, names[k]);
+        snprintf(to, sizeof to, "%s/%s", aside, names[k]);
+        if (rename(from, to) != 0)
+            st = ct_error_set(err, CT_ERR_IO, "cannot move %s aside to %s: %s", from, to, strerror(errno));
+    }
+    for (int k = 0; k < n; k++) ct_free(names[k]);
+    ct_free(names);
     if (st == CT_OK && aside[0]) {
         st = ct_fs_sync_dir(dir, err);
         ct_log(CT_LOG_INFO, "this run starts at step 0: the files an earlier run left in %s are now in %s", dir, aside);
