@@ -100,6 +100,12 @@ has "$tmp/out" "^step +2$"
 has "$tmp/out" "model_2 \(step 2, shown here\)"
 # Errors (1) and bad usage (2).
 expect_exit 1 "no such checkpoint" info "$run10" --name model_9
+# A checkpoint name that is a file, or a link to itself: said as such.
+cp -r "$run10" "$tmp/odd_run"
+touch "$tmp/odd_run/model_7"
+ln -s model_8 "$tmp/odd_run/model_8"
+expect_exit 1 "model_7: not a checkpoint: not a directory" info "$tmp/odd_run" --name model_7
+expect_exit 1 "model_8: no such checkpoint \(Too many levels of symbolic links\)" info "$tmp/odd_run" --name model_8
 expect_exit 1 "no such directory" info "$tmp/nowhere"
 expect_exit 1 "holds no checkpoint" info "$tmp"
 expect_exit 2 "missing CHECKPOINT_DIR" info

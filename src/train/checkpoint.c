@@ -614,8 +614,10 @@ ct_status ct_checkpoint_open(ct_checkpoint **out, const char *output_dir, const 
     ct_status s = join(c->dir, output_dir, name, err);
     manifest m = {0};
     struct stat sb;
-    if (s == CT_OK && (stat(c->dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-        s = ct_error_set(err, CT_ERR_IO, "%s: no such checkpoint", c->dir);
+    if (s == CT_OK && stat(c->dir, &sb) != 0)
+        s = ct_error_set(err, CT_ERR_IO, "%s: no such checkpoint (%s)", c->dir, strerror(errno));
+    else if (s == CT_OK && !S_ISDIR(sb.st_mode))
+        s = ct_error_set(err, CT_ERR_IO, "%s: not a checkpoint: not a directory", c->dir);
     if (s == CT_OK) s = manifest_read(c->dir, &m, err);
     if (s == CT_OK && strcmp(m.name, name))
         s = ct_error_set(err, CT_ERR_FORMAT, "%s: the manifest names checkpoint '%s'", c->dir, m.name);
