@@ -68,7 +68,7 @@ typedef struct train_args {
     const char *output_dir;
     const char *dataset, *data_dir, *model;  // Trax's --dataset, --data_dir, --model (NULL: not given)
     long steps;    // -1: the config's train.steps
-    int devices;   // 0: the config's train.n_devices
+    int devices;   // 0: none given; else bound as train.n_devices
     int threads;   // 0: the config's train.n_threads
     bool restart;        // ignore checkpoints in the output dir
     bool fixed_threads;  // keep the thread count when other processes keep cores busy
@@ -440,7 +440,7 @@ static ct_status resolve_seed(train_run *r, const train_args *a, ct_train_settin
 // the bytes, not by the kernel's OOM killer later.
 static ct_status check_memory(train_run *r, const train_args *a, const ct_train_settings *t, ct_error *err) {
     ct_config_run_shape shape = {.model = t->model, .optimizer = t->optimizer, .inputs = t->inputs,
-                                 .batch_size = t->batch_size, .n_devices = a->devices ? a->devices : (int)t->n_devices,
+                                 .batch_size = t->batch_size, .n_devices = (int)t->n_devices,
                                  .n_processes = r->comm ? ct_comm_size(r->comm) : 1,
                                  .memory_efficient = t->use_memory_efficient_trainer,
                                  .loss_chunk_size = t->loss_chunk_size};
@@ -519,7 +519,7 @@ static void loop_options(train_run *r, const train_args *a, const ct_train_setti
     if (r->perm_list) o->permanent_checkpoints_at = r->perm_steps, o->n_permanent_checkpoints_at = r->n_perm_steps;
     o->checkpoint_low_metric = t->checkpoint_lowest;
     o->checkpoint_high_metric = t->checkpoint_highest;
-    o->trainer.n_devices = a->devices ? a->devices : (int)t->n_devices;
+    o->trainer.n_devices = (int)t->n_devices;
     o->trainer.adasum = t->adasum;
     o->trainer.memory_efficient = t->use_memory_efficient_trainer;
     o->trainer.loss_chunk_size = t->loss_chunk_size;
@@ -564,7 +564,7 @@ static ct_status output_dir(train_run *r, const train_args *a, ct_error *err) {
 static ct_status apply_threads(ct_config *c, const train_args *a, const ct_train_settings *t, ct_error *err) {
     int threads = a->threads ? a->threads : (int)t->n_threads;
     if (!threads) return CT_OK;
-    int devices = a->devices ? a->devices : (int)t->n_devices;
+    int devices = (int)t->n_devices;
     if (devices > threads) {
         char wd[300], wt[300], d[340], th[340];
         ct_config_where(c, "train", "n_devices", wd, sizeof wd);
@@ -628,7 +628,7 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     CT_TRY(apply_threads(c, a, &t, err));
     r->hook.eval_frequency = t.eval_frequency;
     r->hook.max_threads = ct_blas_threads();
-    r->hook.fit_threads = !a->fixed_threads && (a->devices ? a->devices : t.n_devices) == 1;
+    r->hook.fit_threads = !a->fixed_threads && t.n_devices == 1;
     // The first reading now, so the first count is set by the first step
     // when the setup took THREAD_FIT_FIRST_S: with a core busy from the
     // start, steps before it run at a fraction of one thread's speed.
