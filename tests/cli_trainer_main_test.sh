@@ -179,6 +179,26 @@ else
 fi
 out=$("$ctrax" eval "$work/d2" 2>&1)
 grep -q "eval *loss" <<<"$out" && ok "ctrax eval of a --devices 2 run" || bad "ctrax eval of a --devices 2 run: $(tail -n 2 <<<"$out")"
+# `ctrax info` counts LSHSelfAttention's state (buckets, hash counter) apart
+# from the weights, by weights.safetensors' "state_tensors" metadata; the
+# counts are the header's, read here by Python.
+counts=$(/usr/bin/python3 - "$work/d2/model_2/weights.safetensors" <<'PY'
+import json, math, struct, sys
+raw = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+h = json.loads(raw[8:8 + n]); state = set(h.pop("__metadata__", {}).get("state_tensors", "").split("\n")) - {""}
+size = lambda names: f"{sum(math.prod(h[k]['shape']) for k in names):,}"
+weights = [k for k in h if k not in state]
+print(size(weights), len(weights), size(state), len(state))
+PY
+)
+read -r n_w t_w n_s t_s <<<"$counts"
+out=$("$ctrax" info "$work/d2" 2>&1)
+if [[ $t_s -ge 2 ]] && grep -qE "^parameters +$n_w in $t_w tensors" <<<"$out" && grep -qE "^state +$n_s in $t_s tensors" <<<"$out"; then
+    ok "ctrax info: $n_w parameters in $t_w tensors, state $n_s in $t_s"
+else
+    bad "ctrax info: expected parameters $n_w in $t_w tensors, state $n_s in $t_s: $(grep -e ^parameters -e ^state <<<"$out")"
+fi
 out=$(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$ctrax" train "$b" --steps 1 --output-dir "$work/t8" 2>&1)
 if grep -q "idle threads spin briefly, then sleep (GOMP_SPINCOUNT=20000)" <<<"$out"; then
     ok "idle threads spin briefly by default"

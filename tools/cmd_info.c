@@ -63,6 +63,28 @@ static int64_t total_elements(const ct_safetensors *st, size_t *bytes) {
     return n;
 }
 
+// The tensors weights.safetensors' "state_tensors" metadata names (one per
+// line; the layers' state, not trained): their count, elements and bytes.
+// Names the file lacks, or names twice, count once or not at all.
+static int state_elements(const ct_safetensors *w, int64_t *n, size_t *bytes) {
+    *n = 0, *bytes = 0;
+    const char *names = ct_safetensors_metadata(w, "state_tensors");
+    if (!names) return 0;
+    bool *seen = ct_calloc((size_t)ct_safetensors_count(w) + 1, sizeof *seen);
+    int count = 0;
+    char *list = ct_strdup(names), *save = NULL;
+    for (char *name = strtok_r(list, "\n", &save); name; name = strtok_r(NULL, "\n", &save)) {
+        int i = ct_safetensors_find(w, name);
+        if (i < 0 || seen[i]) continue;
+        seen[i] = true;
+        ct_tensor t = ct_safetensors_tensor(w, i);
+        *n += ct_tensor_numel(&t), *bytes += ct_tensor_nbytes(&t), count++;
+    }
+    ct_free(list);
+    ct_free(seen);
+    return count;
+}
+
 static void print_optimizer(const ct_checkpoint *c, const cJSON *state) {
     const ct_safetensors *slots = ct_checkpoint_tensors(c, "slots.safetensors");
     const char *name = slots ? ct_safetensors_metadata(slots, "optimizer") : NULL;
@@ -213,9 +235,14 @@ static void print_summary(const ct_checkpoint *c, const char *dir, const cJSON *
     if (w) {
         size_t bytes;
         char a[32], b[32];
-        int64_t n = total_elements(w, &bytes);
-        printf("parameters   %s in %d tensors (%s)\n", ctrax_format_count(n, a, sizeof a), ct_safetensors_count(w),
-               ctrax_format_bytes((double)bytes, b, sizeof b));
+        int64_t n = total_elements(w, &bytes), n_state;
+        size_t state_bytes;
+        int state = state_elements(w, &n_state, &state_bytes);
+        printf("parameters   %s in %d tensors (%s)\n", ctrax_format_count(n - n_state, a, sizeof a),
+               ct_safetensors_count(w) - state, ctrax_format_bytes((double)(bytes - state_bytes), b, sizeof b));
+        if (state)
+            printf("state        %s in %d tensors (%s; the layers' state, not trained)\n",
+                   ctrax_format_count(n_state, a, sizeof a), state, ctrax_format_bytes((double)state_bytes, b, sizeof b));
     } else {
         printf("parameters   (no weights.safetensors)\n");
     }

@@ -388,6 +388,17 @@ static ct_status add_task_slots(ct_loop *l, ct_checkpoint_writer *w, ct_error *e
     return CT_OK;
 }
 
+// The names of tensors [first, n) of wt, one per line: weights.safetensors'
+// "state_tensors" metadata, which tells its readers (ctrax info, Python) the
+// layers' state (LSH buckets, counters: kept, not trained) from the weights.
+static char *tensor_names(const ct_named_tensor *wt, int first, int n) {
+    size_t len = 1;
+    for (int i = first; i < n; i++) len += strlen(wt[i].name) + 1;
+    char *names = ct_calloc(len, 1), *end = names;
+    for (int i = first; i < n; i++) end += sprintf(end, "%s%s", i > first ? "\n" : "", wt[i].name);
+    return names;
+}
+
 static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, ct_error *err) {
     if (!l->opts.output_dir) return CT_OK;
     if (check_finite(l, err) != CT_OK) return ct_error_prefix(err, "loop: no checkpoint %s written", name);
@@ -402,7 +413,11 @@ static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, ct_er
         ct_trainer_checkpoint_tensors(l->trainer, &wt, &nw, &st, &ns);
         ct_kv meta[1] = {{"optimizer", ct_optimizer_name(ct_trainer_optimizer(l->trainer))}};
         char *json = state_json(l);
-        ct_status s = ct_checkpoint_writer_add_tensors(w, "weights.safetensors", wt, nw, NULL, 0, err);
+        int n_state = ct_trainer_net(l->trainer)->n_state_params;
+        char *state_names = tensor_names(wt, nw - n_state, nw);
+        ct_kv wmeta[1] = {{"state_tensors", state_names}};
+        ct_status s = ct_checkpoint_writer_add_tensors(w, "weights.safetensors", wt, nw, wmeta, n_state ? 1 : 0, err);
+        ct_free(state_names);
         if (s == CT_OK) s = ct_checkpoint_writer_add_tensors(w, "slots.safetensors", st, ns, meta, 1, err);
         if (s == CT_OK) s = add_task_slots(l, w, err);
         if (s == CT_OK && l->opts.config_text)
