@@ -142,6 +142,42 @@ static void test_checked_alloc(void) {
     CHECK(strncmp(err.msg, "file 7: xxx", 11) == 0 && strlen(err.msg) == CT_ERROR_MSG_MAX - 1);
 }
 
+// A message longer than CT_ERROR_MSG_MAX keeps its start and its end (the
+// reason), " ... " for the middle (a long path), set or prefixed; a cut
+// never splits a UTF-8 character.
+static void test_error_long_message(void) {
+    char path[3 * CT_ERROR_MSG_MAX];
+    memset(path, 'd', sizeof path - 1);
+    path[sizeof path - 1] = '\0';
+    ct_error err;
+    ct_error_set(&err, CT_ERR_IO, "%s: cannot open: %s", path, "No such file or directory");
+    size_t n = strlen(err.msg);
+    CHECK(n == CT_ERROR_MSG_MAX - 1 && strncmp(err.msg, "ddd", 3) == 0 && strstr(err.msg, "d ... d"));
+    CHECK(n > 40 && strcmp(err.msg + n - 40, "ddd: cannot open: No such file or directory" + 3) == 0);
+    ct_error_set(&err, CT_ERR_FORMAT, "bad value");
+    CHECK(ct_error_prefix(&err, "config %s, line %d", path, 3) == CT_ERR_FORMAT);
+    n = strlen(err.msg);
+    CHECK(n == CT_ERROR_MSG_MAX - 1 && strncmp(err.msg, "config ddd", 10) == 0);
+    CHECK(strcmp(err.msg + n - strlen("d, line 3: bad value"), "d, line 3: bad value") == 0);
+    // Two-byte characters (U+00E9): every byte of the result is part of a whole one.
+    char wide[2 * CT_ERROR_MSG_MAX + 1];
+    for (int i = 0; i < CT_ERROR_MSG_MAX; i++) wide[2 * i] = (char)0xC3, wide[2 * i + 1] = (char)0xA9;
+    wide[2 * CT_ERROR_MSG_MAX] = '\0';
+    for (int shift = 0; shift < 2; shift++) {
+        ct_error_set(&err, CT_ERR_ARG, "%.*s%s", shift, "x", wide);
+        const unsigned char *m = (const unsigned char *)err.msg + shift;
+        bool whole = true;
+        for (size_t i = 0; m[i]; i++) {
+            if (m[i] == 0xC3) whole = whole && m[i + 1] == 0xA9, i++;
+            else if (m[i] == 0xA9) whole = false;
+        }
+        CHECK(whole && strstr(err.msg, " ... "));
+    }
+    // A message that fits is as formatted.
+    ct_error_set(&err, CT_ERR_IO, "%s: %d", "short", 5);
+    CHECK(strcmp(err.msg, "short: 5") == 0);
+}
+
 static jmp_buf abort_jump;
 static char abort_msg[256];
 
@@ -205,5 +241,6 @@ int main(void) {
     test_device_limit();
     test_errors();
     test_checked_alloc();
+    test_error_long_message();
     return check_summary("test_core");
 }

@@ -24,10 +24,40 @@ _Noreturn void ct_abort(const char *file, int line, const char *fmt, ...) {
     abort();  // a handler must not return; make sure of it
 }
 
+// Copies the len bytes of src into dst (cap bytes, 0-terminated). A message
+// too long keeps its start (what failed) and its end (why: errno's text, the
+// value refused), and puts " ... " for the middle, which is where long paths
+// are; a cut never splits a UTF-8 character.
+static void fit(char *dst, size_t cap, const char *src, size_t len) {
+    static const char gap[] = " ... ";
+    if (len < cap) {
+        memcpy(dst, src, len);
+        dst[len] = '\0';
+        return;
+    }
+    size_t head = cap / 4, tail = cap - 1 - head - (sizeof gap - 1);
+    while (head > 0 && (src[head] & 0xC0) == 0x80) head--;  // src[head] starts the next character
+    size_t from = len - tail;
+    while (from < len && (src[from] & 0xC0) == 0x80) from++;
+    memcpy(dst, src, head);
+    memcpy(dst + head, gap, sizeof gap - 1);
+    memcpy(dst + head + sizeof gap - 1, src + from, len - from);
+    dst[head + sizeof gap - 1 + len - from] = '\0';
+}
+
 ct_status ct_error_setv(ct_error *err, ct_status code, const char *fmt, va_list ap) {
     if (!err) return code;
     err->code = code;
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    char *whole = n >= (int)sizeof err->msg ? malloc((size_t)n + 1) : NULL;
+    if (whole) {  // without memory the message keeps its start only
+        vsnprintf(whole, (size_t)n + 1, fmt, again);
+        fit(err->msg, sizeof err->msg, whole, (size_t)n);
+        free(whole);
+    }
+    va_end(again);
     return code;
 }
 
@@ -39,27 +69,32 @@ ct_status ct_error_set(ct_error *err, ct_status code, const char *fmt, ...) {
     return code;
 }
 
-// Puts prefix (already formatted) and ": " in front of err->msg, cutting
-// what does not fit.
-static void prepend(ct_error *err, const char *prefix) {
-    size_t plen = strlen(prefix), olen = strlen(err->msg);
-    if (plen + 2 >= sizeof err->msg) plen = sizeof err->msg - 3;
-    if (plen + 2 + olen >= sizeof err->msg) olen = sizeof err->msg - plen - 3;
-    memmove(err->msg + plen + 2, err->msg, olen);
-    memcpy(err->msg, prefix, plen);
-    err->msg[plen] = ':';
-    err->msg[plen + 1] = ' ';
-    err->msg[plen + 2 + olen] = '\0';
+// Puts prefix and ": " in front of err->msg, fitted as ct_error_setv fits.
+static void prepend(ct_error *err, const char *prefix, size_t plen) {
+    size_t olen = strlen(err->msg), n = plen + 2 + olen;
+    char *whole = malloc(n + 1);
+    if (!whole) return;  // the message stays without its context
+    memcpy(whole, prefix, plen);
+    memcpy(whole + plen, ": ", 2);
+    memcpy(whole + plen + 2, err->msg, olen + 1);
+    fit(err->msg, sizeof err->msg, whole, n);
+    free(whole);
 }
 
 ct_status ct_error_prefix(ct_error *err, const char *fmt, ...) {
     if (!err) return CT_OK;
-    ct_error prefix;
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    ct_error_setv(&prefix, err->code, fmt, ap);
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *prefix = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (prefix) {
+        vsnprintf(prefix, (size_t)n + 1, fmt, again);
+        prepend(err, prefix, (size_t)n);
+        free(prefix);
+    }
+    va_end(again);
     va_end(ap);
-    prepend(err, prefix.msg);
     return err->code;
 }
 

@@ -26,7 +26,9 @@ typedef enum ct_status {
     CT_ERR_NONFINITE,  // a loss, gradient or weight went NaN or infinite (nothing was updated)
 } ct_status;
 
-#define CT_ERROR_MSG_MAX 512
+// A message longer than this keeps its start and its end, " ... " between
+// (a path of hundreds of characters must not cut off the reason).
+#define CT_ERROR_MSG_MAX 1024
 
 // The message of the most recent failure. Pass NULL where a caller does not
 // want it; the status code is returned either way.
