@@ -391,6 +391,38 @@ static void test_sum_squares(void) {
     }
 }
 
+// ct_lanes_sum compiled as the kernels compile it: for the widest vectors
+// this CPU has (inline, so each clone vectorizes it at its own width).
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static double lanes_sum_wide(const float *x, int64_t n) { return ct_lanes_sum(x, n); }
+
+// ct_lanes_sum (at the default and the widest vector width) and ct_lanes_dot
+// bitwise against their stated order (element i in lane i % CT_LANES, the
+// lanes added 0 to 7), at two addresses.
+static void test_lanes_sum(void) {
+    for (int s = 0; s < N_SIZES; s++) {
+        int64_t n = k_sizes[s];
+        float *x = alloc_f(n + 1);
+        fill(x, n + 1, -3.0f, 3.0f);
+        // Magnitudes from 2^-60 to 2^60, so that a double sum rounds and its
+        // order shows (floats of one range add exactly in double).
+        for (int64_t i = 0; i <= n; i++) x[i] = ldexpf(x[i], (int)(i * 37 % 121) - 60);
+        for (int shift = 0; shift < 2; shift++) {
+            if (shift) memmove(x + 1, x, (size_t)n * sizeof(float));
+            const float *v = x + shift;
+            double lane[CT_LANES] = {0}, dot_lane[CT_LANES] = {0}, want = 0.0, want_dot = 0.0;
+            for (int64_t i = 0; i < n; i++) lane[i % CT_LANES] += v[i], dot_lane[i % CT_LANES] += (double)v[i] * x[i];
+            for (int j = 0; j < CT_LANES; j++) want += lane[j], want_dot += dot_lane[j];
+            double got = ct_lanes_sum(v, n), got_wide = lanes_sum_wide(v, n), got_dot = ct_lanes_dot(v, x, n);
+            CHECK_MSG(memcmp(&got, &want, sizeof got) == 0 && memcmp(&got_wide, &want, sizeof got) == 0 &&
+                          memcmp(&got_dot, &want_dot, sizeof got) == 0,
+                      "lanes n %lld shift %d: sum %a (widest vectors %a) against %a, dot %a against %a", (long long)n,
+                      shift, got, got_wide, want, got_dot, want_dot);
+        }
+        free(x);
+    }
+}
+
 // One Adafactor step as src/optim/adafactor.c runs it, through the fast or
 // the reference kernels.
 static void adafactor_factored(bool ref, float *w, float *m, const float *g, float *vr, float *vc, int64_t B,
@@ -516,6 +548,7 @@ int main(void) {
     test_cross_entropy();
     test_adam();
     test_sum_squares();
+    test_lanes_sum();
     test_sum_squares_groups();
     test_matmul();
     test_adafactor();

@@ -41,17 +41,14 @@ static float row_max(const float *row, int64_t n) {
     return m;
 }
 
-// sum of row[0 .. n) in double (the exps of a softmax row: its normalizer).
-// (Measured: a separate pass after the 16-wide exp of row_probs beats one
-// fused pass in CT_LANES double lanes, whose exps run 8 wide: attention
-// forward at T 128 took 4.2 ms against 5.0.)
+// sum of row[0 .. n) in double (the exps of a softmax row: its normalizer),
+// in CT_LANES lanes (vmath.h): the same bits at any vector width (an `omp
+// simd` reduction's order followed the clone's width). (Measured: a separate
+// pass after the 16-wide exp of row_probs beats one fused pass in CT_LANES
+// double lanes, whose exps run 8 wide: attention forward at T 128 took 4.2 ms
+// against 5.0.)
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static double row_sum(const float *row, int64_t n) {
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t s = 0; s < n; s++) sum += row[s];
-    return sum;
-}
+static double row_sum(const float *row, int64_t n) { return ct_lanes_sum(row, n); }
 
 // dO_t . o_t over one head's hs columns, in double, in CT_LANES lanes
 // (vmath.h): the softmax backward's row term. (A single chain of dependent

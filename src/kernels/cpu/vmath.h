@@ -79,6 +79,22 @@ static inline double ct_lanes_dot(const float *a, const float *b, int64_t n) {
     return ct_lanes_total(lane);
 }
 
+// The sum of x[0 .. n), in double, in CT_LANES lanes: as ct_lanes_dot.
+static inline double ct_lanes_sum(const float *x, int64_t n) {
+    double lane[CT_LANES] = {0};
+    int64_t i0 = 0;
+    for (; i0 + CT_LANES <= n; i0 += CT_LANES) {
+        const int nj = CT_LANES;
+#pragma omp simd
+        for (int j = 0; j < nj; j++) lane[j] += x[i0 + j];
+    }
+    {
+        const int nj = (int)(n - i0);
+        for (int j = 0; j < nj; j++) lane[j] += x[i0 + j];
+    }
+    return ct_lanes_total(lane);
+}
+
 // Put before a loop that calls sqrtf, in place of `#pragma omp simd`: the
 // pragma only where sqrtf cannot set errno (built with -fno-math-errno,
 // which defines __NO_MATH_ERRNO__). With errno, GCC leaves such a loop
