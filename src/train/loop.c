@@ -825,7 +825,7 @@ ct_status ct_loop_checkpoint_seed(const char *output_dir, bool *found, uint64_t 
     CT_TRY(ct_checkpoint_open_latest(&c, output_dir, err));
     if (!c) return CT_OK;
     const char *json = ct_checkpoint_state(c);
-    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    cJSON *root = json ? ct_json_parse(json, strlen(json), "state.json", NULL) : NULL;  // checked at open
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "seed_text");
     const cJSON *num = cJSON_GetObjectItemCaseSensitive(root, "seed");
     ct_status st = CT_OK;
