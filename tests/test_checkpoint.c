@@ -910,6 +910,15 @@ static void test_pointer_fallback(void) {
     log = capture_end(&cap);
     CHECK(!strcmp(name, "model_2") && strstr(log, "missing"));
     free(log);
+    // A best checkpoint (written without moving the pointer) is newer, but a
+    // copy written before its step's own checkpoint: not resumed from.
+    CHECK_OK(make_ckpt(dir, "lowest_loss", 4, 4, true, false, 0, &err), &err);
+    unlink(tmp_path("fallback/checkpoint"));
+    capture_begin(&cap);
+    CHECK_OK(ct_checkpoint_find_latest(dir, name, sizeof name, &err), &err);
+    free(capture_end(&cap));
+    CHECK_MSG(!strcmp(name, "model_2"), "resumes from %s, not model_2", name);
+    ct_fs_remove_tree(tmp_path("fallback/lowest_loss"), NULL);
     // Nothing loads: an error that lists why.
     truncate_by(tmp_path("fallback/model_2/weights.safetensors"), 1);
     flip_byte(tmp_path("fallback/model_1/state.json"), 0);
@@ -1041,8 +1050,8 @@ static void test_manifest_edits(void) {
 
     static const struct {
         const char *field, *raw;
-    } bad[] = {{"keep", "\"yes\""}, {"keep", "1"}, {"keep", "null"}, {"step", "-2"},
-               {"step", "1e300"},    {"step", "2.5"}, {"step", "\"2\""}};
+    } bad[] = {{"keep", "\"yes\""}, {"keep", "1"},    {"keep", "null"},  {"step", "-2"},
+               {"step", "1e300"},    {"step", "2.5"}, {"step", "\"2\""}, {"resume_point", "0"}};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         edit_manifest(dir, "model_2", bad[k].field, bad[k].raw);
         c = NULL;
@@ -1058,7 +1067,7 @@ static void test_manifest_edits(void) {
         char path[1200];
         snprintf(path, sizeof path, "%s/model_2/manifest.json", dir);
         CHECK(exists(path));
-        edit_manifest(dir, "model_2", bad[k].field, !strcmp(bad[k].field, "keep") ? "true" : "2");
+        edit_manifest(dir, "model_2", bad[k].field, !strcmp(bad[k].field, "step") ? "2" : "true");
     }
     char path[1200];
     snprintf(path, sizeof path, "%s/model_1", dir);

@@ -402,15 +402,46 @@ static ct_status scalar_shape(const ct_tensor *in, ct_tensor *out, const void *u
 }
 
 typedef struct ckpt_counts {
+    const char *dir;
     int lowest, highest, regular;
+    int pointer_moved;  // best checkpoints the pointer named once written
+    int unlogged;       // checkpoints whose step's last metrics line was not in metrics.jsonl yet
+    int64_t last_step;  // the run's last step, which logs whether or not it evaluates
 } ckpt_counts;
 
+// Does dir/file hold the line prefix?
+static bool file_has(const char *dir, const char *file, const char *prefix) {
+    char path[512], *text = NULL;
+    size_t n;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (ct_fs_read(path, &text, &n, NULL) != CT_OK) return false;
+    bool found = false;
+    for (char *p = text; p && *p && !found; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        found = !strncmp(p, prefix, strlen(prefix));
+    free(text);
+    return found;
+}
+
+// Counts the checkpoints by kind; when one is written, its step's metrics
+// are already in metrics.jsonl (a resumed run would not log them again) and
+// a best checkpoint is not what the pointer names (it is a copy, written
+// before its step's own checkpoint).
 static void count_checkpoint(const char *name, int64_t step, void *user) {
-    (void)step;
     ckpt_counts *c = user;
+    bool best = !strncmp(name, "lowest_", 7) || !strncmp(name, "highest_", 8);
     if (!strncmp(name, "lowest_", 7)) c->lowest++;
     else if (!strncmp(name, "highest_", 8)) c->highest++;
     else c->regular++;
+    char line[128];
+    if (best) {
+        snprintf(line, sizeof line, "%s\n", name);
+        c->pointer_moved += file_has(c->dir, "checkpoint", line);
+        snprintf(line, sizeof line, "{\"step\": %lld, \"mode\": \"eval\", \"metric\": \"metrics/falling\"", (long long)step);
+    } else {
+        snprintf(line, sizeof line, "{\"step\": %lld, \"mode\": \"train\", \"metric\": \"training/loss\"", (long long)step);
+    }
+    bool logs = step % 2 == 0 || step == c->last_step;  // steps 2, 4, ... and the last
+    if (logs && !file_has(c->dir, "metrics.jsonl", line)) c->unlogged++;
 }
 
 static bool every_2(int64_t step, void *user) {
@@ -428,7 +459,7 @@ static void test_best_checkpoints(void) {
     ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 1};
     ev.metrics[0] = metric;
     ev.metric_names[0] = "falling";
-    ckpt_counts counts = {0, 0, 0};
+    ckpt_counts counts = {.dir = dir, .last_step = 10};
     ct_loop_options o = ct_loop_default_options();
     o.output_dir = dir;
     o.eval_at = every_2;
@@ -446,6 +477,13 @@ static void test_best_checkpoints(void) {
     // Regular ones at step 1 and at the end (step 10): the default cadence is
     // every 100 steps.
     CHECK_MSG(counts.regular == 2, "%d regular checkpoints, expected 2 (steps 1 and 10)", counts.regular);
+    CHECK_MSG(counts.pointer_moved == 0, "the pointer named a best checkpoint %d times", counts.pointer_moved);
+    CHECK_MSG(counts.unlogged == 0, "%d checkpoints written before their step's metrics were", counts.unlogged);
+    // A last step that does not evaluate logs its training metrics before its checkpoint too.
+    counts = (ckpt_counts){.dir = dir, .last_step = 11};
+    CHECK_OK(ct_loop_run(loop, 11, &err), &err);
+    CHECK_MSG(counts.regular == 1 && counts.unlogged == 0, "step 11: %d regular checkpoints, %d before their metrics",
+              counts.regular, counts.unlogged);
     CHECK(exists(dir, "lowest_falling") && exists(dir, "highest_falling"));
     ct_loop_free(loop);
     ct_stream_free(train);

@@ -133,6 +133,7 @@ typedef struct manifest {
     char name[CT_CHECKPOINT_NAME_MAX];
     int64_t step;
     bool keep;
+    bool resume_point;
     int n_files;
     mfile *files;
 } manifest;
@@ -216,6 +217,7 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step");
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     const cJSON *keep = cJSON_GetObjectItemCaseSensitive(root, "keep");
+    const cJSON *resume = cJSON_GetObjectItemCaseSensitive(root, "resume_point");
     uint64_t v = 0, s = 0;
     if (!cJSON_IsString(format) || strcmp(format->valuestring, FORMAT_NAME))
         st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"format\" is not \"" FORMAT_NAME "\"", path);
@@ -231,6 +233,9 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
     // ct_checkpoint_prune remove a checkpoint someone marked by hand.
     else if (keep && !cJSON_IsBool(keep))
         st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"keep\" is not true or false", path);
+    // "resume_point" may be absent (manifests before it: every checkpoint was one).
+    else if (resume && !cJSON_IsBool(resume))
+        st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"resume_point\" is not true or false", path);
     else if (!cJSON_IsArray(files)) st = ct_error_set(err, CT_ERR_FORMAT, "%s: no \"files\" array", path);
     else if (cJSON_GetArraySize(files) > MANIFEST_FILES_MAX)
         st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"files\" lists %d files, more than %d", path,
@@ -239,6 +244,7 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
         snprintf(m->name, sizeof m->name, "%s", name->valuestring);
         m->step = (int64_t)s;
         m->keep = cJSON_IsTrue(keep);
+        m->resume_point = !resume || cJSON_IsTrue(resume);
         int n = cJSON_GetArraySize(files);
         if (!(m->files = ct_calloc_checked((size_t)n + 1, sizeof *m->files, err, "%s: %d file entries", path, n)))
             st = CT_ERR_MEMORY;
@@ -439,6 +445,7 @@ ct_status ct_checkpoint_writer_commit(ct_checkpoint_writer *w, ct_error *err) {
         cJSON_AddStringToObject(root, "name", w->name);
         cJSON_AddItemToObject(root, "step", ct_json_int(w->opts.step));
         cJSON_AddBoolToObject(root, "keep", w->opts.keep);
+        cJSON_AddBoolToObject(root, "resume_point", w->opts.update_pointer);
         cJSON_AddStringToObject(root, "checksum", "crc32");
         cJSON_AddItemToObject(root, "files", w->files);
         w->files = NULL;
@@ -817,7 +824,9 @@ ct_status ct_checkpoint_open_latest(ct_checkpoint **out, const char *output_dir,
     CT_TRY(ct_checkpoint_list(output_dir, &infos, &n, err));
     int tried = pointer[0] ? 1 : 0;
     for (int i = n - 1; i >= 0; i--) {  // newest first
-        if (!strcmp(infos[i].name, pointer)) continue;
+        // A best checkpoint (lowest_*, highest_*) is a copy, written before
+        // its step's own checkpoint: resuming there would skip that one.
+        if (!strcmp(infos[i].name, pointer) || !infos[i].resume_point) continue;
         tried++;
         if (ct_checkpoint_open(out, output_dir, infos[i].name, &e) != CT_OK) {
             add_reason(reasons, sizeof reasons, e.msg);
@@ -901,6 +910,7 @@ ct_status ct_checkpoint_list(const char *output_dir, ct_checkpoint_info **infos,
         if (manifest_read(dir, &m, NULL) != CT_OK) continue;  // listed, not complete
         info->step = m.step;
         info->keep = m.keep;
+        info->resume_point = m.resume_point;
         info->complete = true;
         for (int i = 0; i < m.n_files && info->complete; i++) {
             char path[PATH_CAP];

@@ -399,13 +399,20 @@ static char *tensor_names(const ct_named_tensor *wt, int first, int n) {
     return names;
 }
 
-static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, ct_error *err) {
+// Writes checkpoint name of the loop's state now. A resume point (model_<step>)
+// becomes what the pointer names; a best checkpoint is a copy. The metrics
+// logged so far are flushed before the commit: a checkpoint never exists
+// whose step's metrics are still in a buffer (a resumed run would not log
+// them again).
+static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, bool resume_point, ct_error *err) {
     if (!l->opts.output_dir) return CT_OK;
     if (check_finite(l, err) != CT_OK) return ct_error_prefix(err, "loop: no checkpoint %s written", name);
+    if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
     if (is_chief(l)) {
         ct_checkpoint_options co = ct_checkpoint_default_options();
         co.step = l->step;
         co.keep = keep;
+        co.update_pointer = resume_point;
         ct_checkpoint_writer *w;
         CT_TRY(ct_checkpoint_writer_begin(&w, l->opts.output_dir, name, &co, err));
         int nw, ns;
@@ -439,7 +446,7 @@ static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, ct_er
 ct_status ct_loop_save_checkpoint(ct_loop *loop, ct_error *err) {
     char name[CT_CHECKPOINT_NAME_MAX];
     snprintf(name, sizeof name, "model_%lld", (long long)loop->step);
-    CT_TRY(write_checkpoint(loop, name, permanent_at(loop, loop->step), err));
+    CT_TRY(write_checkpoint(loop, name, permanent_at(loop, loop->step), true, err));
     loop->last_checkpoint_step = loop->step;
     return CT_OK;
 }
@@ -852,23 +859,38 @@ ct_status ct_loop_checkpoint_seed(const char *output_dir, bool *found, uint64_t 
 
 // ---- evals -------------------------------------------------------------------------------
 
-// After an eval: lowest_<metric> / highest_<metric> at a new best (ties
-// count, as Trax).
-static ct_status save_bests(ct_loop *l, const char *name, double value, ct_error *err) {
-    char ckpt[CT_CHECKPOINT_NAME_MAX];
-    if (l->opts.checkpoint_low_metric && !strcmp(l->opts.checkpoint_low_metric, name) &&
-        (!l->have_low || value <= l->best_low)) {
-        l->have_low = true;
-        l->best_low = value;
-        snprintf(ckpt, sizeof ckpt, "lowest_%s", name);
-        CT_TRY(write_checkpoint(l, ckpt, true, err));
+// After all of a step's evals are recorded and flushed: lowest_<metric> /
+// highest_<metric> at a new best of the main task's metrics (ties count, as
+// Trax, which saves them "after all evals are run and recorded"). Both bests
+// are updated before either is written, and neither moves the pointer: a
+// kill before the step's own checkpoint resumes from the one before and
+// writes them again.
+static ct_status save_bests(ct_loop *l, const double *values, ct_error *err) {
+    ct_evaluator *ev = l->evaluators[0];
+    const char *low = NULL, *high = NULL;
+    for (int m = 0; m < ct_evaluator_n_metrics(ev); m++) {
+        const char *name = ct_evaluator_metric_name(ev, m);
+        if (l->opts.checkpoint_low_metric && !strcmp(l->opts.checkpoint_low_metric, name) &&
+            (!l->have_low || values[m] <= l->best_low)) {
+            l->have_low = true;
+            l->best_low = values[m];
+            low = name;
+        }
+        if (l->opts.checkpoint_high_metric && !strcmp(l->opts.checkpoint_high_metric, name) &&
+            (!l->have_high || values[m] >= l->best_high)) {
+            l->have_high = true;
+            l->best_high = values[m];
+            high = name;
+        }
     }
-    if (l->opts.checkpoint_high_metric && !strcmp(l->opts.checkpoint_high_metric, name) &&
-        (!l->have_high || value >= l->best_high)) {
-        l->have_high = true;
-        l->best_high = value;
-        snprintf(ckpt, sizeof ckpt, "highest_%s", name);
-        CT_TRY(write_checkpoint(l, ckpt, true, err));
+    char ckpt[CT_CHECKPOINT_NAME_MAX];
+    if (low) {
+        snprintf(ckpt, sizeof ckpt, "lowest_%s", low);
+        CT_TRY(write_checkpoint(l, ckpt, true, false, err));
+    }
+    if (high) {
+        snprintf(ckpt, sizeof ckpt, "highest_%s", high);
+        CT_TRY(write_checkpoint(l, ckpt, true, false, err));
     }
     return CT_OK;
 }
@@ -884,11 +906,11 @@ static void copy_to_eval_net(ct_loop *l) {
         memcpy(l->eval_net.state, src->state + l->model->s_begin, l->eval_net.n_state * sizeof(float));
 }
 
-// Runs evaluator e and records its metrics: the main task's as
-// "metrics/<name>", an additional task's as "metrics/<prefix>/<name>".
-static ct_status run_one_eval(ct_loop *l, int e, const ct_net *net, ct_error *err) {
+// Runs evaluator e, records its metrics (the main task's as
+// "metrics/<name>", an additional task's as "metrics/<prefix>/<name>") and
+// leaves them in values.
+static ct_status run_one_eval(ct_loop *l, int e, const ct_net *net, double *values, ct_error *err) {
     ct_evaluator *ev = l->evaluators[e];
-    double values[CT_EVAL_MAX_METRICS];
     CT_TRY(ct_evaluator_run(ev, net, l->key, values, err));
     for (int m = 0; m < ct_evaluator_n_metrics(ev); m++) {
         const char *name = ct_evaluator_metric_name(ev, m);
@@ -898,7 +920,6 @@ static ct_status run_one_eval(ct_loop *l, int e, const ct_net *net, ct_error *er
         snprintf(tag, sizeof tag, "metrics/%s", shown);
         CT_TRY(record(l, "eval", tag, values[m], err));
         log_line(l, "eval", shown, values[m]);
-        if (e == 0) CT_TRY(save_bests(l, name, values[m], err));
     }
     return CT_OK;
 }
@@ -912,8 +933,10 @@ ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err) {
         copy_to_eval_net(l);
         net = &l->eval_net;
     }
-    for (int e = 0; e < l->n_evaluators; e++) CT_TRY(run_one_eval(l, e, net, err));
+    double main_values[CT_EVAL_MAX_METRICS], values[CT_EVAL_MAX_METRICS];
+    for (int e = 0; e < l->n_evaluators; e++) CT_TRY(run_one_eval(l, e, net, e == 0 ? main_values : values, err));
     if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
+    if (l->n_evaluators) CT_TRY(save_bests(l, main_values, err));
     return CT_OK;
 }
 

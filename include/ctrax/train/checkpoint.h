@@ -61,7 +61,8 @@ extern "C" {
 typedef struct ct_checkpoint_options {
     int64_t step;         // recorded in the manifest; orders checkpoints (newest = largest step)
     bool keep;            // never removed by ct_checkpoint_prune (permanent, lowest_*, highest_*)
-    bool update_pointer;  // make <output_dir>/checkpoint name this one on commit
+    bool update_pointer;  // make <output_dir>/checkpoint name this one on commit; false: a copy
+                          // (a best checkpoint), never resumed from (manifest "resume_point")
 } ct_checkpoint_options;
 
 // step 0, keep false, update_pointer true.
@@ -106,7 +107,8 @@ typedef struct ct_checkpoint ct_checkpoint;
 ct_status ct_checkpoint_open(ct_checkpoint **out, const char *output_dir, const char *name, ct_error *err);
 // Opens the newest complete checkpoint: the one the pointer names if it opens;
 // otherwise (a warning through ct_log says why and which one is used instead)
-// the complete checkpoint with the largest step. *out is NULL with CT_OK when
+// the complete checkpoint with the largest step among the resume points (not
+// the copies written with update_pointer false). *out is NULL with CT_OK when
 // output_dir holds no checkpoint at all (or does not exist); it is an error
 // when it holds checkpoints and none of them opens.
 ct_status ct_checkpoint_open_latest(ct_checkpoint **out, const char *output_dir, ct_error *err);
@@ -174,8 +176,9 @@ ct_status ct_checkpoint_find_latest(const char *output_dir, char *name, size_t n
 typedef struct ct_checkpoint_info {
     char name[CT_CHECKPOINT_NAME_MAX];
     int64_t step;
-    bool keep;      // marked kept when written
-    bool complete;  // every listed file present with its size (checksums are not read here)
+    bool keep;          // marked kept when written
+    bool resume_point;  // written with update_pointer (a run may resume from it)
+    bool complete;      // every listed file present with its size (checksums are not read here)
 } ct_checkpoint_info;
 
 // The checkpoints in output_dir (directories with a ctrax manifest; dot
