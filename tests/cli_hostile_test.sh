@@ -220,9 +220,21 @@ expect "train: IDX label 200" "$work/base" 1 "idx_labels.gin:8:26: IDXInputs.tra
 # 6c. A shuffle buffer of 2^24 examples of 1,024 bytes (about 200 GiB):
 # refused before it is allocated, naming the setting.
 head -c 300000 /dev/urandom | base64 >"$work/corpus.txt"
-expect "train: shuffle buffer 2^24" "$work/base" 1 "TextInputs.shuffle_buffer = 16777216" "needs about" -- \
+expect "train: shuffle buffer 2^24" "$work/base" 1 "TextInputs.shuffle_buffer = 16777216" "examples needs" -- \
     "$ctrax" train "$src/configs/fortunes_reformer.gin" --set "TextInputs.paths=['$work/corpus.txt']" \
     --set TextInputs.shuffle_buffer=16777216 --output-dir "$work/shuffle"
+# 6d. A sparse 8 GiB token file read one token an example: 2^32 examples,
+# whose index (32 GiB) aborted in malloc; refused before, naming seq_len.
+# And a seq_len longer than the corpus names the --set that made it so.
+truncate -s 8G "$work/sparse_tokens.bin"
+expect "train: 2^32 examples" "$work/base" 1 "TokenInputs.seq_len = 1 (--set:1:1)" "more than 2^32" -- \
+    "$ctrax" train "$src/configs/copy.gin" --set train.inputs=@TokenInputs \
+    --set "TokenInputs.paths=['$work/sparse_tokens.bin']" --set TokenInputs.seq_len=1 --output-dir "$work/sparse"
+rm -f "$work/sparse_tokens.bin"
+expect "train: seq_len past the corpus" "$work/base" 1 "TextInputs.seq_len = 600000 (--set:1:1)" \
+    "fewer than one example of 600000" -- \
+    "$ctrax" train "$src/configs/copy.gin" --set train.inputs=@TextInputs --set train.batch_size=1 \
+    --set "TextInputs.paths=['$work/corpus.txt']" --set TextInputs.seq_len=600000 --output-dir "$work/long_seq"
 
 # 7. OMP_NUM_THREADS in the tens of thousands (OpenMP reads it before any
 # check): exit 2 naming it, as --threads out of range.

@@ -736,6 +736,15 @@ static void test_epochs_and_shuffle(void) {
     CHECK(ct_copy_stream_new(&s, &t, &err) == CT_OK);
     CHECK(ct_epochs_stream_new(&s, s, true, 1, 0, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "epochs: the copy stream is endless"), "%s", err.msg);
+    // So many epochs that the stream's length would overflow: refused (it
+    // read as a negative length and yielded nothing).
+    s = numbered_stream(N);
+    CHECK(ct_epochs_stream_new(&s, s, false, 1, INT64_MAX / 8, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "epochs: n_epochs is 1152921504606846975; expected 0 (forever) to"), "%s", err.msg);
+    s = numbered_stream(N);
+    CHECK_OK(ct_epochs_stream_new(&s, s, false, 1, INT64_MAX / N, &err), &err);
+    CHECK(ct_stream_length(s) == INT64_MAX / N * N);
+    ct_stream_free(s);
 }
 
 static void test_batch(void) {
@@ -799,9 +808,16 @@ static void test_batch(void) {
     CHECK(st == CT_ERR_SHAPE);
     CHECK_MSG(strstr(err.msg, "longer than length 8 (truncate first)"), "%s", err.msg);
     ct_stream_free(s);
-    // Examples of one fixed length (min_length 0) are padded to a longer
-    // fixed length too (a copy task padded to pad_to_multiple), with zero
-    // tokens and zero weights; a shorter one is an error.
+    // Examples of one fixed length (min_length 0) longer than length: refused
+    // when the batcher is made (they went through at their own length,
+    // against the batch's signature).
+    ct_copy_task too_long = {10, 9, false, 4, 0};  // 2 x 9 + 2 = 20 tokens each
+    CHECK_OK(ct_copy_stream_new(&s, &too_long, &err), &err);
+    CHECK(ct_batch_stream_new(&s, s, &bp, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "batch: tensor 0 of the copy stream is 20 long, longer than length 8 (truncate first)"),
+              "%s", err.msg);
+    // Shorter ones are padded to the fixed length (a copy task padded to
+    // pad_to_multiple), with zero tokens and zero weights.
     ct_copy_task fixed = t;
     fixed.min_length = 0;
     int fixed_len = ct_copy_task_seq_len(&fixed);

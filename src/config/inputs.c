@@ -37,6 +37,18 @@ static void value_where(const ct_config_value *v, char *buf, size_t len) {
     else buf[0] = '\0';
 }
 
+// "Name.param = value (file:line:col)", or "(the default)" when the config
+// does not bind it: for an error that a setting other than the one it is
+// reported at decides.
+static void setting_note(const ct_config *cfg, const char *name, const char *param, const char *value, char *buf,
+                         size_t len) {
+    char at[300];
+    cfg_where(cfg, name, param, at, sizeof at);
+    size_t n = strlen(at);
+    if (n >= 2) at[n - 2] = '\0';  // cfg_where's ": "
+    snprintf(buf, len, "%s.%s = %s (%s)", name, param, value, n >= 2 ? at : "the default");
+}
+
 // An int parameter (the registry's range keeps it within a C int).
 static ct_status get_int(ct_config *cfg, const char *name, const char *param, int *out, ct_error *err) {
     const ct_config_value *v;
@@ -244,19 +256,26 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         p.token_bytes = token_bytes;
         p.vocab_size = vocab_size ? vocab_size->i : 0;
         p.split = CT_DATA_SPLIT_TRAIN;
+        // Each error names the settings behind it: the files with seq_len
+        // (too few or too many examples), the shuffle buffer, the eval split.
+        char note[400], value[32];
+        snprintf(value, sizeof value, "%d", seq_len);
+        setting_note(cfg, name, "seq_len", value, note, sizeof note);
         st = text ? ct_text_stream_new(train, &p, err) : ct_token_stream_new(train, &p, err);
-        if (st == CT_OK) st = train_pipeline(train, true, shuffle_buffer, seed, batch_size, err);
-        if (st == CT_ERR_MEMORY) {  // the shuffle buffer: name the setting
+        if (st != CT_OK) ct_error_prefix(err, "%s%s.paths with %s", where, name, note);
+        if (st == CT_OK && (st = train_pipeline(train, true, shuffle_buffer, seed, batch_size, err)) == CT_ERR_MEMORY) {
             char sw[300];
             cfg_where(cfg, name, "shuffle_buffer", sw, sizeof sw);
             ct_error_prefix(err, "%s%s.shuffle_buffer = %d", sw, name, shuffle_buffer);
         }
         if (st == CT_OK && p.eval_fraction > 0) {
             p.split = CT_DATA_SPLIT_EVAL;
+            snprintf(value, sizeof value, "%g", p.eval_fraction);
+            setting_note(cfg, name, "eval_fraction", value, note, sizeof note);
             st = text ? ct_text_stream_new(eval, &p, err) : ct_token_stream_new(eval, &p, err);
             if (st == CT_OK) st = eval_pipeline(eval, batch_size, err);
+            if (st != CT_OK) ct_error_prefix(err, "%s%s.paths with %s", where, name, note);
         }
-        if (st != CT_OK) ct_error_prefix(err, "%s%s", where, name);
     }
     ct_free(list);
     return st;
@@ -347,9 +366,13 @@ static ct_status idx_pair(const char *images, const char *labels, ct_stream **ou
 ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
                                    ct_stream **train, ct_stream **eval, ct_error *err) {
     const ct_config_value *ref, *dataset, *dir, *holdout, *shuffle_size, *variable;
-    int eval_batch_size;
+    int eval_batch_size, n_devices;
     CT_TRY(cfg_query_default(cfg, name, "data_streams", &ref, err));
     CT_TRY(get_int(cfg, name, "eval_batch_size", &eval_batch_size, err));
+    // As Trax's batch_fn: the eval batch is a multiple of the device count
+    // (32 on 3 devices is 30), so that every device takes equal rows.
+    CT_TRY(get_int(cfg, "train", "n_devices", &n_devices, err));
+    eval_batch_size = (eval_batch_size / n_devices > 1 ? eval_batch_size / n_devices : 1) * n_devices;
     CT_TRY(cfg_query_default(cfg, name, "variable_shapes", &variable, err));  // fixed-shape data: no effect
     const char *slash = ref->kind == CT_CONFIG_REFERENCE ? strrchr(ref->s, '/') : NULL;
     const char *base = ref->kind == CT_CONFIG_REFERENCE ? (slash ? slash + 1 : ref->s) : "";

@@ -908,7 +908,7 @@ static const cfg_param idx_inputs_params[] = {IDX_INPUTS_PARAMS(INPUT_ROW)};
     X(REF(SETTINGS), data_streams, "@data_streams", ANY, UNSTORED, "@data_streams (Trax's gin.REQUIRED)")         \
     X(INT, batch_size_per_device, "32", RANGE(1, 1 << 24), UNSTORED, "the batch is this x train.n_devices")       \
     X(INT, batch_size, "None", RANGE(1, 1 << 24), UNSTORED_NULLABLE, "None: batch_size_per_device x devices")     \
-    X(INT, eval_batch_size, "32", RANGE(1, 1 << 24), UNSTORED, "examples per eval batch")                        \
+    X(INT, eval_batch_size, "32", RANGE(1, 1 << 24), UNSTORED, "per eval batch; a multiple of train.n_devices")  \
     X(BOOL, variable_shapes, "True", ANY, UNSTORED,                                                               \
       "no effect: the datasets ctrax has here are of one shape (Trax buckets variable lengths)")
 static const cfg_param batcher_params[] = {BATCHER_PARAMS(INPUT_ROW)};

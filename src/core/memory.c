@@ -82,6 +82,15 @@ char *ct_format_bytes(double bytes, char *buf, size_t len) {
     return buf;
 }
 
+ct_status ct_host_check_room(double bytes, const char *what, ct_error *err) {
+    size_t machine = ct_machine_memory_bytes();
+    char need[32], have[32];
+    if (machine && bytes > (double)machine)
+        return ct_error_set(err, CT_ERR_MEMORY, "%s needs %s; this machine has %s", what,
+                            ct_format_bytes(bytes, need, sizeof need), ct_format_bytes((double)machine, have, sizeof have));
+    return CT_OK;
+}
+
 ct_status ct_device_check_room(const ct_device *dev, double bytes, const char *what, ct_error *err) {
     double used = (double)__atomic_load_n(&dev->current_bytes, __ATOMIC_RELAXED);
     char need[32], have[32];

@@ -173,7 +173,19 @@ static ct_status corpus_map(corpus *c, const char *kind, ct_error *err) {
         return ct_error_set(err, CT_ERR_FORMAT, "%s: %d file%s (%s%s) hold %lld tokens, fewer than one example of %lld",
                             kind, c->n_files, c->n_files == 1 ? "" : "s", c->files[0].path,
                             c->n_files > 1 ? ", ..." : "", (long long)c->total_tokens, (long long)c->chunk_len);
-    return CT_OK;
+    // The chunk index is 8 bytes a chunk, and the epochs stage orders at most
+    // 2^32: a huge (or sparse) file with a short seq_len is refused here,
+    // before the index is allocated.
+    if (c->n_total > UINT32_MAX)
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s: %d file%s (%s%s) hold %lld tokens: %lld examples of %lld, more than 2^32; "
+                            "a longer seq_len makes fewer",
+                            kind, c->n_files, c->n_files == 1 ? "" : "s", c->files[0].path,
+                            c->n_files > 1 ? ", ..." : "", (long long)c->total_tokens, (long long)c->n_total,
+                            (long long)c->chunk_len);
+    char what[64];
+    snprintf(what, sizeof what, "%s: the index of %lld examples", kind, (long long)c->n_total);
+    return ct_host_check_room((double)c->n_total * (double)sizeof *c->chunks, what, err);
 }
 
 // The chunks of p's split: chunk k is eval when its hash falls below

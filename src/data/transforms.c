@@ -86,9 +86,16 @@ ct_status ct_epochs_stream_new(ct_stream **out, ct_stream *inner, bool shuffle, 
                    inner->ops->name, inner->length < 0 ? "endless" : "empty");
     CT_STAGE_CHECK(inner->length <= UINT32_MAX, inner, err, "epochs: the %s stream has %lld items, more than 2^32",
                    inner->ops->name, (long long)inner->length);
-    CT_STAGE_CHECK(n_epochs >= 0, inner, err, "epochs: n_epochs is %lld; expected >= 0 (0: forever)",
-                   (long long)n_epochs);
+    CT_STAGE_CHECK(n_epochs >= 0 && n_epochs <= INT64_MAX / inner->length, inner, err,
+                   "epochs: n_epochs is %lld; expected 0 (forever) to %lld (%lld items each)", (long long)n_epochs,
+                   (long long)(INT64_MAX / inner->length), (long long)inner->length);
     size_t perm = shuffle ? (size_t)inner->length * sizeof(int64_t) : 0;
+    char what[96];
+    snprintf(what, sizeof what, "epochs: the shuffled order of %lld items", (long long)inner->length);
+    if (ct_host_check_room((double)perm, what, err) != CT_OK) {
+        ct_stream_free(inner);
+        return CT_ERR_MEMORY;
+    }
     char *at = ct_calloc(1, ct_round16(sizeof(epochs)) + perm);
     epochs *e = ct_carve(&at, sizeof *e);
     e->perm = ct_carve(&at, perm);
@@ -267,14 +274,11 @@ ct_status ct_shuffle_stream_new(ct_stream **out, ct_stream *inner, int buffer_si
         example += numel * (double)ct_dtype_size(sigs[i].dtype);
     }
     double need = (double)k * ((double)(sizeof(ct_item) + 2 * sizeof(int64_t) + sizeof(int)) + example);
-    size_t machine = ct_machine_memory_bytes();
-    if (machine && need > (double)machine) {
-        char a[32], b[32];
-        ct_status st = ct_error_set(err, CT_ERR_MEMORY, "shuffle: a buffer of %d examples needs about %s; this "
-                                    "machine has %s", buffer_size, ct_format_bytes(need, a, sizeof a),
-                                    ct_format_bytes((double)machine, b, sizeof b));
+    char what[64];
+    snprintf(what, sizeof what, "shuffle: a buffer of %d examples", buffer_size);
+    if (ct_host_check_room(need, what, err) != CT_OK) {
         ct_stream_free(inner);
-        return st;
+        return CT_ERR_MEMORY;
     }
     char *at = ct_calloc(1, ct_round16(sizeof(shuffle)) + ct_round16(k * sizeof(ct_item)) +
                                 2 * ct_round16(k * sizeof(int64_t)) + k * sizeof(int));
@@ -564,6 +568,10 @@ static ct_status batch_check(const ct_stream *inner, const ct_batch_params *p, c
         for (int d = 1; d < sig->ndim; d++)
             CT_STREAM_CHECK(sig->shape[d] >= 0, err,
                             "batch: tensor %d varies in dim %d; only dim 0 (the sequence) may vary", i, d);
+        // A varying one is checked example by example (batch_pad).
+        CT_STREAM_CHECK(sig->ndim < 1 || p->length == 0 || sig->shape[0] <= p->length, err,
+                        "batch: tensor %d of the %s stream is %lld long, longer than length %lld (truncate first)", i,
+                        inner->ops->name, (long long)sig->shape[0], (long long)p->length);
     }
     return CT_OK;
 }

@@ -52,6 +52,11 @@ ct_status ct_device_check_room(const ct_device *dev, double bytes, const char *w
 // it does not move with the page cache or other processes, so a run that
 // fits today fits tomorrow, and nothing larger can ever be held at once.
 size_t ct_machine_memory_bytes(void);
+// Can the process hold `bytes` more on the host at all (the machine's
+// memory)? CT_OK, or CT_ERR_MEMORY: "<what> needs <size>; this machine has
+// <size>". For an allocation whose size comes from outside (a file, a
+// setting), before making it.
+ct_status ct_host_check_room(double bytes, const char *what, ct_error *err);
 // MemAvailable of /proc/meminfo now (what the kernel can give without
 // swapping), in bytes; 0 if unknown. For warnings, not refusals.
 size_t ct_machine_available_bytes(void);
