@@ -263,10 +263,15 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         setting_note(cfg, name, "seq_len", value, note, sizeof note);
         st = text ? ct_text_stream_new(train, &p, err) : ct_token_stream_new(train, &p, err);
         if (st != CT_OK) ct_error_prefix(err, "%s%s.paths with %s", where, name, note);
-        if (st == CT_OK && (st = train_pipeline(train, true, shuffle_buffer, seed, batch_size, err)) == CT_ERR_MEMORY) {
-            char sw[300];
-            cfg_where(cfg, name, "shuffle_buffer", sw, sizeof sw);
-            ct_error_prefix(err, "%s%s.shuffle_buffer = %d", sw, name, shuffle_buffer);
+        if (st == CT_OK) {
+            st = train_pipeline(train, true, shuffle_buffer, seed, batch_size, err);
+            if (st == CT_ERR_MEMORY) {  // the shuffle buffer
+                char sw[300];
+                cfg_where(cfg, name, "shuffle_buffer", sw, sizeof sw);
+                ct_error_prefix(err, "%s%s.shuffle_buffer = %d", sw, name, shuffle_buffer);
+            } else if (st != CT_OK) {
+                ct_error_prefix(err, "%s%s", where, name);
+            }
         }
         if (st == CT_OK && p.eval_fraction > 0) {
             p.split = CT_DATA_SPLIT_EVAL;
