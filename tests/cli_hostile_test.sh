@@ -227,14 +227,22 @@ expect "train: shuffle buffer 2^24" "$work/base" 1 "TextInputs.shuffle_buffer = 
 # whose index (32 GiB) aborted in malloc; refused before, naming seq_len.
 # And a seq_len longer than the corpus names the --set that made it so.
 truncate -s 8G "$work/sparse_tokens.bin"
-expect "train: 2^32 examples" "$work/base" 1 "TokenInputs.seq_len = 1 (--set:1:1)" "more than 2^32" -- \
+expect "train: 2^32 examples" "$work/base" 1 "(with --set:1:1: TokenInputs.seq_len = 1)" "more than 2^32" -- \
     "$ctrax" train "$src/configs/copy.gin" --set train.inputs=@TokenInputs \
     --set "TokenInputs.paths=['$work/sparse_tokens.bin']" --set TokenInputs.seq_len=1 --output-dir "$work/sparse"
 rm -f "$work/sparse_tokens.bin"
-expect "train: seq_len past the corpus" "$work/base" 1 "TextInputs.seq_len = 600000 (--set:1:1)" \
+expect "train: seq_len past the corpus" "$work/base" 1 "(with --set:1:1: TextInputs.seq_len = 600000)" \
     "fewer than one example of 600000" -- \
     "$ctrax" train "$src/configs/copy.gin" --set train.inputs=@TextInputs --set train.batch_size=1 \
     --set "TextInputs.paths=['$work/corpus.txt']" --set TextInputs.seq_len=600000 --output-dir "$work/long_seq"
+
+# 6e. Evals of examples far longer than training's (a copy task's
+# eval_max_length): refused at start, naming the setting, not at the first
+# eval after 16 GB were taken.
+expect "train: eval_max_length 10^6" "$work/base" 1 "sequence_copy_inputs.eval_max_length = 1000000" \
+    "an eval step's activations need about" -- \
+    "$ctrax" train "$src/configs/copy.gin" --set sequence_copy_inputs.eval_max_length=1000000 \
+    --set sequence_copy_inputs.eval_min_length=999999 --set TransformerLM.max_len=2000002 --output-dir "$work/evmem"
 
 # 7. OMP_NUM_THREADS in the tens of thousands (OpenMP reads it before any
 # check): exit 2 naming it, as --threads out of range.

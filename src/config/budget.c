@@ -302,7 +302,7 @@ static ct_status model_need(ct_config *cfg, const char *name, const cfg_def *d, 
     if (tot) *tot = t;
     int64_t length = 0;
     const char *length_param;
-    if (run && run->inputs) CT_TRY(cfg_inputs_length(cfg, run->inputs, &length, &length_param, err));
+    if (run && run->inputs) CT_TRY(cfg_inputs_length(cfg, run->inputs, false, &length, &length_param, err));
     *bytes = model_bytes(&t, run, length);
     return CT_OK;
 }
@@ -332,24 +332,10 @@ static void limit_text(limit l, char *buf, size_t len) {
     else snprintf(buf, len, "this machine has %s", b);
 }
 
-// "file:line:col: Name.param = value" (" (its default)" when unbound) of the
-// setting blamed; value is its text, or NULL to read it from the config.
-static void setting_text(ct_config *cfg, const char *name, const char *param, const char *value, char *buf,
-                         size_t len) {
-    char where[300];
-    cfg_where(cfg, name, param, where, sizeof where);
-    const ct_config_value *v;
-    char *text = NULL;
-    if (!value && cfg_query_default(cfg, name, param, &v, NULL) == CT_OK) text = ct_config_value_to_gin(v);
-    snprintf(buf, len, "%s%s.%s = %.60s%s", where, name, param, value ? value : text ? text : "?",
-             where[0] || value ? "" : " (its default)");
-    ct_free(text);
-}
-
 static void batch_size_text(ct_config *cfg, const ct_config_run_shape *run, char *buf, size_t len) {
     char v[32];
     snprintf(v, sizeof v, "%lld", (long long)run->batch_size);
-    setting_text(cfg, "train", "batch_size", v, buf, len);
+    cfg_setting_text(cfg, "train", "batch_size", v, buf, len);
 }
 
 // The int parameter of the struct-backed model d whose binding makes the
@@ -388,8 +374,8 @@ static ct_status refuse_model(ct_config *cfg, const char *name, const cfg_def *d
                               limit l, ct_error *err) {
     const cfg_param *q = blame_model(cfg, name, d, p, run, opt, bytes);
     char setting[400], lim[80], need[32];
-    if (q) setting_text(cfg, name, q->name, NULL, setting, sizeof setting);
-    else if (!p) setting_text(cfg, name, d->params[0].name, NULL, setting, sizeof setting);  // MLP.layer_widths
+    if (q) cfg_setting_text(cfg, name, q->name, NULL, setting, sizeof setting);
+    else if (!p) cfg_setting_text(cfg, name, d->params[0].name, NULL, setting, sizeof setting);  // MLP.layer_widths
     else snprintf(setting, sizeof setting, "%s (its settings together)", name);
     limit_text(l, lim, sizeof lim);
     ct_format_bytes(bytes, need, sizeof need);
@@ -430,14 +416,14 @@ ct_status cfg_check_model_memory(ct_config *cfg, const char *name, const cfg_def
 static ct_status refuse_exact_length(ct_config *cfg, const ct_config_run_shape *run, const cfg_plan *plan,
                                      int64_t length, const char *length_param, ct_error *err) {
     char model_setting[400], input_setting[400];
-    setting_text(cfg, run->model, plan->exact_length_param, NULL, model_setting, sizeof model_setting);
+    cfg_setting_text(cfg, run->model, plan->exact_length_param, NULL, model_setting, sizeof model_setting);
     if (!strcmp(plan->exact_length_param, "pos_axial_shape")) {
         // Trax's older spelling, when that is what the config wrote.
         char where[300];
         cfg_where(cfg, run->model, "axial_pos_shape", where, sizeof where);
-        if (where[0]) setting_text(cfg, run->model, "axial_pos_shape", NULL, model_setting, sizeof model_setting);
+        if (where[0]) cfg_setting_text(cfg, run->model, "axial_pos_shape", NULL, model_setting, sizeof model_setting);
     }
-    setting_text(cfg, run->inputs, length_param ? length_param : "?", NULL, input_setting, sizeof input_setting);
+    cfg_setting_text(cfg, run->inputs, length_param ? length_param : "?", NULL, input_setting, sizeof input_setting);
     return ct_error_set(err, CT_ERR_ARG,
                         "%s multiplies to %lld, but the inputs' examples are %lld tokens long (%s): the axial "
                         "positions cover exactly that product",
@@ -460,7 +446,7 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
     // Then one step's activations, for this process's share of the batch.
     int64_t length = 0;
     const char *length_param = NULL;
-    if (run->inputs) CT_TRY(cfg_inputs_length(cfg, run->inputs, &length, &length_param, err));
+    if (run->inputs) CT_TRY(cfg_inputs_length(cfg, run->inputs, false, &length, &length_param, err));
     if (plan.exact_length > 0 && length > 0 && length != plan.exact_length)
         return refuse_exact_length(cfg, run, &plan, length, length_param, err);
     if (plan.uses_length && length <= 0) return CT_OK;  // the data decide T: nothing to estimate
@@ -493,6 +479,28 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
     // machine holds everything.
     limit la = limit_for(run, true);
     double need = run->memory_efficient && la.device ? act : mbytes + act;
+    // Evals run the same batch of longer examples (a copy task's
+    // eval_max_length): counted as a step's activations at their length, so
+    // that a run that cannot evaluate is refused now, not at its first eval.
+    int64_t eval_length = 0;
+    const char *eval_param = NULL;
+    if (run->inputs && plan.uses_length && la.bytes > 0)
+        CT_TRY(cfg_inputs_length(cfg, run->inputs, true, &eval_length, &eval_param, err));
+    if (eval_length > length) {
+        double Te = (double)eval_length;
+        double eval_act = share * F32 * (plan.act_per_token * Te + plan.act_per_token_sq * Te * Te + plan.act_per_example);
+        double eval_need = need - act + eval_act;
+        if (eval_need > la.bytes) {
+            char setting[400], lim[80], b[32], m[32];
+            cfg_setting_text(cfg, run->inputs, eval_param, NULL, setting, sizeof setting);
+            limit_text(la, lim, sizeof lim);
+            return ct_error_set(err, CT_ERR_MEMORY,
+                                "%s: an eval step's activations need about %s (%.0f x %.0f tokens) on top of the "
+                                "model's %s; %s",
+                                setting, ct_format_bytes(eval_act, b, sizeof b), share, Te,
+                                ct_format_bytes(eval_need - eval_act, m, sizeof m), lim);
+        }
+    }
     if (la.bytes > 0 && need > la.bytes) {
         char setting[400], lim[80], b[32], m[32], tail[160] = "";
         limit_text(la, lim, sizeof lim);
@@ -500,7 +508,7 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
         double one = need - act + per_example;
         if (one > la.bytes && length_param) {
             // One example is already too big: its length is the setting.
-            setting_text(cfg, run->inputs, length_param, NULL, setting, sizeof setting);
+            cfg_setting_text(cfg, run->inputs, length_param, NULL, setting, sizeof setting);
             return ct_error_set(err, CT_ERR_MEMORY,
                                 "%s: one example's activations need about %s (%.0f tokens)%s; %s",
                                 setting, ct_format_bytes(per_example, b, sizeof b), T, tail, lim);

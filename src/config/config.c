@@ -1090,6 +1090,17 @@ void cfg_where(const ct_config *cfg, const char *name, const char *param, char *
     ct_free(scope);
 }
 
+void cfg_setting_text(ct_config *cfg, const char *name, const char *param, const char *value, char *buf, size_t len) {
+    char where[300];
+    cfg_where(cfg, name, param, where, sizeof where);
+    const ct_config_value *v;
+    char *text = NULL;
+    if (!value && cfg_query_default(cfg, name, param, &v, NULL) == CT_OK) text = ct_config_value_to_gin(v);
+    snprintf(buf, len, "%s%s.%s = %.60s%s", where, name, param, value ? value : text ? text : "?",
+             where[0] || value ? "" : " (its default)");
+    ct_free(text);
+}
+
 // ---- Builders -------------------------------------------------------------------------------
 
 // Fills a struct-backed configurable's params struct from its defaults and

@@ -37,18 +37,6 @@ static void value_where(const ct_config_value *v, char *buf, size_t len) {
     else buf[0] = '\0';
 }
 
-// "Name.param = value (file:line:col)", or "(the default)" when the config
-// does not bind it: for an error that a setting other than the one it is
-// reported at decides.
-static void setting_note(const ct_config *cfg, const char *name, const char *param, const char *value, char *buf,
-                         size_t len) {
-    char at[300];
-    cfg_where(cfg, name, param, at, sizeof at);
-    size_t n = strlen(at);
-    if (n >= 2) at[n - 2] = '\0';  // cfg_where's ": "
-    snprintf(buf, len, "%s.%s = %s (%s)", name, param, value, n >= 2 ? at : "the default");
-}
-
 // An int parameter (the registry's range keeps it within a C int).
 static ct_status get_int(ct_config *cfg, const char *name, const char *param, int *out, ct_error *err) {
     const ct_config_value *v;
@@ -153,8 +141,10 @@ ct_status cfg_build_addition_inputs(ct_config *cfg, const char *name, int batch_
 // ---- example lengths (for the memory budget) ---------------------------------------------------
 
 // Each length below is the one the builder above gives its train batches
-// (the synthetic ones pad every batch to the longest example).
-ct_status cfg_inputs_length(ct_config *cfg, const char *name, int64_t *length, const char **param, ct_error *err) {
+// (eval false) or its eval batches (eval true; the synthetic ones pad every
+// batch to the longest example).
+ct_status cfg_inputs_length(ct_config *cfg, const char *name, bool eval, int64_t *length, const char **param,
+                            ct_error *err) {
     *length = 0;
     *param = NULL;
     const char *slash = strrchr(name, '/');  // "scope/Name"
@@ -162,18 +152,14 @@ ct_status cfg_inputs_length(ct_config *cfg, const char *name, int64_t *length, c
     char why[256];
     const cfg_def *d = cfg_lookup(base, why, sizeof why);
     if (!d || d->kind != CFG_INPUT) return CT_OK;  // the builder says what is wrong
-    int train_length, pad;
-    if (d->build_inputs == cfg_build_copy_inputs) {
-        CT_TRY(get_int(cfg, name, "train_length", &train_length, err));
+    int longest, pad;
+    bool copy = d->build_inputs == cfg_build_copy_inputs;
+    if (copy || d->build_inputs == cfg_build_addition_inputs) {
+        *param = eval ? "eval_max_length" : "train_length";
+        CT_TRY(get_int(cfg, name, *param, &longest, err));
         CT_TRY(get_int(cfg, name, "pad_to_multiple", &pad, err));
-        ct_copy_task tt = {.length = train_length - 1};
-        *length = round_up(ct_copy_task_seq_len(&tt), pad);
-        *param = "train_length";
-    } else if (d->build_inputs == cfg_build_addition_inputs) {
-        CT_TRY(get_int(cfg, name, "train_length", &train_length, err));
-        CT_TRY(get_int(cfg, name, "pad_to_multiple", &pad, err));
-        *length = round_up(2 * (int64_t)train_length + 1, pad);
-        *param = "train_length";
+        ct_copy_task t = {.length = longest - 1};  // w below the length
+        *length = round_up(copy ? ct_copy_task_seq_len(&t) : 2 * (int64_t)longest + 1, pad);
     } else if (d->build_inputs == cfg_build_text_inputs || d->build_inputs == cfg_build_token_inputs) {
         int seq_len;
         CT_TRY(get_int(cfg, name, "seq_len", &seq_len, err));
@@ -258,11 +244,10 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         p.split = CT_DATA_SPLIT_TRAIN;
         // Each error names the settings behind it: the files with seq_len
         // (too few or too many examples), the shuffle buffer, the eval split.
-        char note[400], value[32];
-        snprintf(value, sizeof value, "%d", seq_len);
-        setting_note(cfg, name, "seq_len", value, note, sizeof note);
+        char note[400];
+        cfg_setting_text(cfg, name, "seq_len", NULL, note, sizeof note);
         st = text ? ct_text_stream_new(train, &p, err) : ct_token_stream_new(train, &p, err);
-        if (st != CT_OK) ct_error_prefix(err, "%s%s.paths with %s", where, name, note);
+        if (st != CT_OK) ct_error_prefix(err, "%s%s.paths (with %s)", where, name, note);
         if (st == CT_OK) {
             st = train_pipeline(train, true, shuffle_buffer, seed, batch_size, err);
             if (st == CT_ERR_MEMORY) {  // the shuffle buffer
@@ -275,11 +260,10 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         }
         if (st == CT_OK && p.eval_fraction > 0) {
             p.split = CT_DATA_SPLIT_EVAL;
-            snprintf(value, sizeof value, "%g", p.eval_fraction);
-            setting_note(cfg, name, "eval_fraction", value, note, sizeof note);
+            cfg_setting_text(cfg, name, "eval_fraction", NULL, note, sizeof note);
             st = text ? ct_text_stream_new(eval, &p, err) : ct_token_stream_new(eval, &p, err);
             if (st == CT_OK) st = eval_pipeline(eval, batch_size, err);
-            if (st != CT_OK) ct_error_prefix(err, "%s%s.paths with %s", where, name, note);
+            if (st != CT_OK) ct_error_prefix(err, "%s%s.paths (with %s)", where, name, note);
         }
     }
     ct_free(list);

@@ -167,6 +167,10 @@ void cfg_record_int(ct_config *cfg, const char *name, const char *param, int64_t
 // "file:line:col: " of the binding a query of name.param would read, or ""
 // if it is not bound; for checks across parameters.
 void cfg_where(const ct_config *cfg, const char *name, const char *param, char *buf, size_t len);
+// "file:line:col: Name.param = value" (" (its default)" when unbound) of a
+// setting an error blames; value is its text, or NULL to read it from the
+// config.
+void cfg_setting_text(ct_config *cfg, const char *name, const char *param, const char *value, char *buf, size_t len);
 
 // Fills a struct-backed configurable's params struct (buf, d->struct_size
 // bytes) from its defaults and the config, and runs its check.
@@ -195,10 +199,11 @@ ct_status cfg_check_model_memory(ct_config *cfg, const char *name, const cfg_def
 
 // ---- Input builders (inputs.c), named by the registry's input entries ----------------------
 
-// The length T of the training examples the input name makes, from its
-// settings, and the parameter that sets it; 0 and NULL when the data decide
-// (IDX images).
-ct_status cfg_inputs_length(ct_config *cfg, const char *name, int64_t *length, const char **param, ct_error *err);
+// The length T of the training (eval false) or eval examples the input name
+// makes, from its settings, and the parameter that sets it; 0 and NULL when
+// the data decide (IDX images).
+ct_status cfg_inputs_length(ct_config *cfg, const char *name, bool eval, int64_t *length, const char **param,
+                            ct_error *err);
 
 ct_status cfg_build_copy_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
                                 ct_stream **eval, ct_error *err);
