@@ -436,9 +436,11 @@ static void count_checkpoint(const char *name, int64_t step, void *user) {
     if (best) {
         snprintf(line, sizeof line, "%s\n", name);
         c->pointer_moved += file_has(c->dir, "checkpoint", line);
-        snprintf(line, sizeof line, "{\"step\": %lld, \"mode\": \"eval\", \"metric\": \"metrics/falling\"", (long long)step);
+        snprintf(line, sizeof line, "{\"step\": %lld, \"mode\": \"eval\", \"metric\": \"metrics/falling\"",
+                 (long long)step);
     } else {
-        snprintf(line, sizeof line, "{\"step\": %lld, \"mode\": \"train\", \"metric\": \"training/loss\"", (long long)step);
+        snprintf(line, sizeof line, "{\"step\": %lld, \"mode\": \"train\", \"metric\": \"training/loss\"",
+                 (long long)step);
     }
     bool logs = step % 2 == 0 || step == c->last_step;  // steps 2, 4, ... and the last
     if (logs && !file_has(c->dir, "metrics.jsonl", line)) c->unlogged++;

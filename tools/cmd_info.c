@@ -242,7 +242,8 @@ static void print_summary(const ct_checkpoint *c, const char *dir, const cJSON *
                ct_safetensors_count(w) - state, ctrax_format_bytes((double)(bytes - state_bytes), b, sizeof b));
         if (state)
             printf("state        %s in %d tensors (%s; the layers' state, not trained)\n",
-                   ctrax_format_count(n_state, a, sizeof a), state, ctrax_format_bytes((double)state_bytes, b, sizeof b));
+                   ctrax_format_count(n_state, a, sizeof a), state,
+                   ctrax_format_bytes((double)state_bytes, b, sizeof b));
     } else {
         printf("parameters   (no weights.safetensors)\n");
     }

@@ -488,7 +488,8 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
         CT_TRY(cfg_inputs_length(cfg, run->inputs, true, &eval_length, &eval_param, err));
     if (eval_length > length) {
         double Te = (double)eval_length;
-        double eval_act = share * F32 * (plan.act_per_token * Te + plan.act_per_token_sq * Te * Te + plan.act_per_example);
+        double eval_act =
+            share * F32 * (plan.act_per_token * Te + plan.act_per_token_sq * Te * Te + plan.act_per_example);
         double eval_need = need - act + eval_act;
         if (eval_need > la.bytes) {
             char setting[400], lim[80], b[32], m[32];

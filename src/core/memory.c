@@ -87,7 +87,8 @@ ct_status ct_host_check_room(double bytes, const char *what, ct_error *err) {
     char need[32], have[32];
     if (machine && bytes > (double)machine)
         return ct_error_set(err, CT_ERR_MEMORY, "%s needs %s; this machine has %s", what,
-                            ct_format_bytes(bytes, need, sizeof need), ct_format_bytes((double)machine, have, sizeof have));
+                            ct_format_bytes(bytes, need, sizeof need),
+                            ct_format_bytes((double)machine, have, sizeof have));
     return CT_OK;
 }
 

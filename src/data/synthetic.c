@@ -53,7 +53,8 @@ void ct_copy_task_batch(const ct_copy_task *t, uint64_t index, int batch, int32_
         seq[0] = 0;
         seq[n + 1] = 0;
         for (int i = 0; i < n; i++) {
-            uint32_t bits = ct_random_bits(key, (uint32_t)b * (uint32_t)n + (uint32_t)i);  // counter mod 2^32, no int overflow
+            // The counter in uint32 (b * n as int overflowed past 2^31).
+            uint32_t bits = ct_random_bits(key, (uint32_t)b * (uint32_t)n + (uint32_t)i);
             seq[1 + i] = 1 + (int32_t)(bits % (uint32_t)(t->vocab_size - 1));
         }
         for (int i = 0; i < n; i++) seq[n + 2 + i] = seq[1 + (t->reverse ? n - 1 - i : i)];
