@@ -35,7 +35,8 @@ def rmsprop(w, gs, lr, gamma=f(0.9), eps=f(1e-8)):
     return w, a
 
 def adafactor(w, gs, lr=f(0.05), factored=True, beta1=None, decay_exp=f(0.8), thr=f(1.0), wd=f(1e-5),
-              e1=f(1e-30), e2=f(1e-3)):
+              e1=f(1e-16), e2=f(1e-3)):
+    # Trax's current Adafactor: epsilon1 where the accumulators are read.
     w = w.copy()
     fac = factored and w.ndim >= 2
     if fac:
@@ -48,16 +49,16 @@ def adafactor(w, gs, lr=f(0.05), factored=True, beta1=None, decay_exp=f(0.8), th
         decay = f(1) - t ** (-decay_exp)
         mix = f(1) - decay
         scale = f(lr) * max(np.sqrt(np.mean(w * w, dtype=f)), e2)
-        G = g * g + e1
+        G = g * g
         if fac:
             vr = decay * vr + mix * np.mean(G, axis=-1)
             vc = decay * vc + mix * np.mean(G, axis=-2)
-            rf = (vr / np.mean(vr, axis=-1, keepdims=True)) ** f(-0.5)
-            cf = vc ** f(-0.5)
+            rf = (np.mean(vr, axis=-1, keepdims=True) / (vr + e1)) ** f(0.5)
+            cf = (vc + e1) ** f(-0.5)
             y = g * rf[..., :, None] * cf[..., None, :]
         else:
             v = decay * v + mix * G
-            y = g * v ** f(-0.5)
+            y = g * (v + e1) ** f(-0.5)
         y = y / max(f(1), np.sqrt(np.mean(y * y, dtype=f)) / thr)
         s = scale * y
         if beta1 is not None:
@@ -119,6 +120,9 @@ w, (vr, vc), _ = adafactor(w2, g2); p("adafactor 2d w", w); p("adafactor 2d vr",
 w, _, m = adafactor(w2, g2, beta1=0.9); p("adafactor 2d mom w", w); p("adafactor 2d mom m", m)
 w, (vr, vc), _ = adafactor(w3, g3, lr=0.5); p("adafactor 3d lr0.5 w", w); p("adafactor 3d vr", vr); p("adafactor 3d vc", vc)
 w, v, _ = adafactor(w2, g2, factored=False); p("adafactor 2d unfactored w", w)
+# Gradients near 1e-8, where g^2 is near epsilon1 (1e-16) and where it is added matters.
+w, v, _ = adafactor(w1, g1 * f(1e-8)); p("adafactor tiny 1d w", w)
+w, (vr, vc), _ = adafactor(w2, g2 * f(1e-8)); p("adafactor tiny 2d w", w)
 w, v, m = sm3(w1, g1, lr=f(0.1)); p("sm3 1d w", w); p("sm3 1d v", v[0])
 w, v, m = sm3(w2, g2, lr=f(0.1)); p("sm3 2d w", w); p("sm3 2d v0", v[0]); p("sm3 2d v1", v[1]); p("sm3 2d m", m)
 w, v, m = sm3(w3, g3, lr=f(0.1)); p("sm3 3d w", w); p("sm3 3d v", np.concatenate(v))

@@ -170,16 +170,16 @@ static void test_value_types(void) {
 
     // Ints where floats are expected become floats; integral floats where
     // ints are expected become ints.
-    const char *conv = "Adam.eps = 0\ntrain.steps = 1e3\nTransformerLM.n_layers = 2.0\n";
+    const char *conv = "Adam.eps = 2\ntrain.steps = 1e3\nTransformerLM.n_layers = 2.0\n";
     cfg = ct_config_new();
     CHECK_OK(ct_config_parse_text(cfg, conv, strlen(conv), "conv.gin", &err), &err);
     double eps = 1;
     CHECK_OK(ct_config_get_float(cfg, "Adam", "eps", 1.0, &eps, &err), &err);
-    CHECK(eps == 0.0);
+    CHECK(eps == 2.0);
     CHECK_OK(ct_config_get_int(cfg, "train", "steps", 1, &steps, &err), &err);
     CHECK(steps == 1000);
     char *op = ct_config_operative_text(cfg);
-    CHECK(strstr(op, "Adam.eps = 0.0\n") && strstr(op, "train.steps = 1000\n"));
+    CHECK(strstr(op, "Adam.eps = 2.0\n") && strstr(op, "train.steps = 1000\n"));
     ct_free(op);
     ct_config_free(cfg);
 }
@@ -754,6 +754,9 @@ static void test_optimizers(void) {
     ct_config_free(cfg);
     EXPECT_ERROR("e.gin", "SM3.momentum_type = 4\n", "e.gin:1:1", "must be <= 3");
     EXPECT_ERROR("e.gin", "RMSProp.gamma = 1.5\n", "e.gin:1:1", "must be <= 1");
+    // An epsilon of 0 divides 0 by 0 where a gradient is 0: above 0.
+    EXPECT_ERROR("e.gin", "Adam.eps = 0\n", "e.gin:1:1", "Adam.eps must be > 0, got 0");
+    EXPECT_ERROR("e.gin", "Adafactor.epsilon1 = 0.0\n", "e.gin:1:1", "must be > 0");
     EXPECT_ERROR("e.gin", "Momentum.nesterov = 1\n", "e.gin:1:1", "expects a bool");
     EXPECT_ERROR("e.gin", "Adafactor.beta2 = 0.9\n", "e.gin:1:1", "did you mean 'beta1'");
 

@@ -199,6 +199,27 @@ static void test_adafactor(void) {
               6, 2e-7);
     free(slots);
     ct_optimizer_free(o);
+
+    // Gradients near 1e-8: g^2 is near epsilon1 (1e-16), so where epsilon1
+    // goes shows (Trax's current Adafactor adds it where the accumulators
+    // are read; added to g^2, as older Traxes did, w[0] of the 2-D case ended
+    // at 1.597 rather than 1.687).
+    o = ct_adafactor_new(ct_adafactor_default_params());
+    float tiny1[9], tiny2[18];
+    for (int i = 0; i < 9; i++) tiny1[i] = (&grads[0][0])[i] * 1e-8f;
+    for (int i = 0; i < 18; i++) tiny2[i] = (&g2[0][0])[i] * 1e-8f;
+    float wt[3] = {0.5f, -1.0f, 2.0f};
+    slots = run_sig(o, 0.05f, &sig1, wt, tiny1);
+    // "adafactor tiny 1d w"
+    check_all("adafactor tiny 1d w", wt, (const double[]){0.477244586, -1.01785052, 1.99417615}, 3, 2e-6);
+    free(slots);
+    memcpy(wf, w2_init, sizeof wf);
+    slots = run_sig(o, 0.05f, &sig2, wf, tiny2);
+    // "adafactor tiny 2d w"
+    check_all("adafactor tiny 2d w", wf,
+              (const double[]){1.68666828, 0.433157146, 1.04299772, 2.18712783, 1.78308165, -0.988813698}, 6, 3e-6);
+    free(slots);
+    ct_optimizer_free(o);
 }
 
 static void test_sm3(void) {
@@ -312,6 +333,26 @@ static void test_params_by_name(void) {
               err.msg);
     CHECK(ct_optimizer_set_param(o, "momentum", 0.5f, &err) == CT_ERR_ARG);
     CHECK(ct_optimizer_set_param(o, "b2", NAN, &err) == CT_ERR_ARG);
+    // Values outside the config's ranges are refused here too (b1 = 1
+    // divided by 0 in the bias correction; eps = 0 made 0/0 where a
+    // gradient is 0), and the value stays.
+    static const struct {
+        const char *name;
+        float value;
+        const char *says;
+    } out[] = {{"b1", 1.0f, "b1 must be in [0, 1), got 1"},
+               {"b2", -0.1f, "b2 must be in [0, 1), got -0.1"},
+               {"eps", 0.0f, "eps must be in (0, inf], got 0"},
+               {"learning_rate", -1.0f, "learning_rate must be in [0, inf], got -1"}};
+    for (size_t k = 0; k < sizeof out / sizeof out[0]; k++) {
+        float before, after;
+        CHECK_OK(ct_optimizer_get_param(o, out[k].name, &before, &err), &err);
+        CHECK_MSG(ct_optimizer_set_param(o, out[k].name, out[k].value, &err) == CT_ERR_ARG &&
+                      strstr(err.msg, out[k].says),
+                  "%s = %g: %s", out[k].name, (double)out[k].value, err.msg);
+        CHECK_OK(ct_optimizer_get_param(o, out[k].name, &after, &err), &err);
+        CHECK(after == before);
+    }
     ct_optimizer_free(o);
 
     // Every optimizer's parameters read back what was set, by index.

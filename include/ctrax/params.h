@@ -18,7 +18,7 @@
 //            KIND: MODEL, LAYER, OPTIMIZER, SCHEDULE, INPUT; None allowed),
 //            LIST (a gin list; UNSTORED only)
 //   default  a C expression of the field's type; for UNSTORED, gin text
-//   RANGE    ANY, AT_LEAST(x), UNIT ([0, 1]), UNIT_OPEN ([0, 1)),
+//   RANGE    ANY, AT_LEAST(x), POSITIVE (> 0), UNIT ([0, 1]), UNIT_OPEN ([0, 1)),
 //            RANGE(a, b) ([a, b]), checked when a config binds it
 //   FLAGS    NONE; FIXED (an optimizer's hyperparameter fixed when it is
 //            made); REQUIRED (no default: a config must bind it);

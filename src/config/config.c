@@ -465,8 +465,8 @@ static bool check_value(const cfg_param *p, const ct_config_value *v, char *why,
     }
     if (p->type == CFG_INT || p->type == CFG_FLOAT) {
         if (p->lo < p->hi) {
-            if (x < p->lo) {
-                fmt_into(why, len, "must be >= %.10g, got %s", p->lo, text);
+            if (x < p->lo || (p->lo_open && x <= p->lo)) {
+                fmt_into(why, len, "must be %s %.10g, got %s", p->lo_open ? ">" : ">=", p->lo, text);
                 return false;
             }
             if (x > p->hi || (p->hi_open && x >= p->hi)) {
@@ -1354,7 +1354,7 @@ char *ct_config_registry_text(void) {
             cfg_buf_printf(&tail, "  # %s", cfg_type_name(p->type));
             if (p->none_ok) cfg_buf_puts(&tail, " or None");
             if (p->lo < p->hi) {
-                if (isinf(p->hi)) cfg_buf_printf(&tail, ", >= %.10g", p->lo);
+                if (isinf(p->hi)) cfg_buf_printf(&tail, ", %s %.10g", p->lo_open ? ">" : ">=", p->lo);
                 else cfg_buf_printf(&tail, ", in [%.10g, %.10g%s", p->lo, p->hi, p->hi_open ? ")" : "]");
             }
             if (p->doc) cfg_buf_printf(&tail, "; %s", p->doc);

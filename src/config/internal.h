@@ -54,9 +54,10 @@ typedef struct cfg_param {
     size_t field_size;  // sizeof the field (see cfg_type)
     // No default: a builder fails when it is not bound (Trax's gin.REQUIRED).
     bool required;
-    // Numeric range, checked when lo < hi: lo <= v <= hi (v < hi if hi_open).
+    // Numeric range, checked when lo < hi: lo <= v <= hi (v > lo if
+    // lo_open, v < hi if hi_open).
     double lo, hi;
-    bool hi_open;
+    bool lo_open, hi_open;
     bool none_ok;        // None is accepted (queries then give their default)
     // CFG_REFERENCE: CFG_KIND_BITs accepted. CFG_STRING: 0, or the kinds
     // whose @Name (no call) is taken as the string Name.

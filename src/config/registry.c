@@ -54,6 +54,7 @@
 #define CFG_STORE_ASKED(S, f, def) .required = true
 #define CFG_RANGE_ANY
 #define CFG_RANGE_AT_LEAST(x) .lo = (x), .hi = INFINITY,
+#define CFG_RANGE_POSITIVE .lo = 0, .hi = INFINITY, .lo_open = true,
 #define CFG_RANGE_UNIT .lo = 0, .hi = 1,
 #define CFG_RANGE_UNIT_OPEN .lo = 0, .hi = 1, .hi_open = true,
 #define CFG_RANGE_RANGE(a, b) .lo = (a), .hi = (b),

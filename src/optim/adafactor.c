@@ -49,18 +49,18 @@ static void adafactor_update(const ct_optimizer *o, int64_t step, float lr, cons
         mats mt = as_mats(sig);
         float *vr = slots, *vc = slots + mt.B * mt.R;
         if (p->do_momentum) m = vc + mt.B * mt.C;
-        ct_adafactor_factored_moments(vr, vc, g, mt.B, mt.R, mt.C, decay, mix, p->epsilon1);
-        y2 = p->do_clipping ? ct_adafactor_factored_y_sumsq(g, vr, vc, mt.B, mt.R, mt.C) : 0.0;
+        ct_adafactor_factored_moments(vr, vc, g, mt.B, mt.R, mt.C, decay, mix);
+        y2 = p->do_clipping ? ct_adafactor_factored_y_sumsq(g, vr, vc, mt.B, mt.R, mt.C, p->epsilon1) : 0.0;
         float denom = p->do_clipping ? fmaxf(1.0f, (float)sqrt(y2 / (double)n) / p->clipping_threshold) : 1.0f;
-        ct_adafactor_factored_apply(w, m, g, vr, vc, mt.B, mt.R, mt.C, denom, scale, p->beta1,
+        ct_adafactor_factored_apply(w, m, g, vr, vc, mt.B, mt.R, mt.C, p->epsilon1, denom, scale, p->beta1,
                                     p->weight_decay_rate);
     } else {
         float *v = slots;
         if (p->do_momentum) m = v + n;
-        ct_adafactor_moments(v, g, n, decay, mix, p->epsilon1);
-        y2 = p->do_clipping ? ct_adafactor_y_sumsq(g, v, n) : 0.0;
+        ct_adafactor_moments(v, g, n, decay, mix);
+        y2 = p->do_clipping ? ct_adafactor_y_sumsq(g, v, n, p->epsilon1) : 0.0;
         float denom = p->do_clipping ? fmaxf(1.0f, (float)sqrt(y2 / (double)n) / p->clipping_threshold) : 1.0f;
-        ct_adafactor_apply(w, m, g, v, n, denom, scale, p->beta1, p->weight_decay_rate);
+        ct_adafactor_apply(w, m, g, v, n, p->epsilon1, denom, scale, p->beta1, p->weight_decay_rate);
     }
 }
 

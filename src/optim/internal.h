@@ -3,7 +3,7 @@
 #define CTRAX_OPTIM_INTERNAL_H
 
 #include <cjson/cJSON.h>
-
+#include <math.h>  // INFINITY (the float ranges)
 #include <stddef.h>
 
 #include "ctrax/optim/optimizer.h"
@@ -40,9 +40,10 @@ size_t ct_optimizer_one_slot(const ct_optimizer *o, const ct_tensor *sig);
 #define CT_OPT_KIND_BOOL CT_OPT_PARAM_BOOL
 #define CT_OPT_KIND_ENUM(t) CT_OPT_PARAM_INT
 #define CT_OPT_LIMITS_ANY
-#define CT_OPT_LIMITS_AT_LEAST(x)
-#define CT_OPT_LIMITS_UNIT
-#define CT_OPT_LIMITS_UNIT_OPEN
+#define CT_OPT_LIMITS_AT_LEAST(x) .min = (x), .max = INFINITY,
+#define CT_OPT_LIMITS_POSITIVE .min = 0, .max = INFINITY, .min_open = true,
+#define CT_OPT_LIMITS_UNIT .min = 0, .max = 1,
+#define CT_OPT_LIMITS_UNIT_OPEN .min = 0, .max = 1, .max_open = true,
 #define CT_OPT_LIMITS_RANGE(a, b) .lo = (a), .hi = (b),
 // The vtable's table fields.
 #define CT_OPT_TABLE(t) .param_table = (t), .n_param_table = (int)(sizeof(t) / sizeof((t)[0]))

@@ -107,6 +107,11 @@ static ct_status check_value(const ct_optimizer *o, const ct_optimizer_param *d,
     if (d->kind == CT_OPT_PARAM_BOOL && value != 0.0f && value != 1.0f)
         return ct_error_set(err, CT_ERR_ARG, "optimizer %s: hyperparameter %s is a boolean (0 or 1), got %g",
                             o->vt->name, name, (double)value);
+    if (d->kind == CT_OPT_PARAM_FLOAT && d->min < d->max &&
+        (value < d->min || (d->min_open && value <= d->min) || value > d->max || (d->max_open && value >= d->max)))
+        return ct_error_set(err, CT_ERR_ARG, "optimizer %s: hyperparameter %s must be in %s%g, %g%s, got %g",
+                            o->vt->name, name, d->min_open ? "(" : "[", d->min, d->max, d->max_open ? ")" : "]",
+                            (double)value);
     if (d->kind == CT_OPT_PARAM_INT && (value != floorf(value) || value < (float)d->lo || value > (float)d->hi))
         return ct_error_set(err, CT_ERR_ARG,
                             "optimizer %s: hyperparameter %s must be a whole number in [%d, %d], got %g", o->vt->name,

@@ -43,6 +43,10 @@ typedef struct ct_optimizer_param {
     size_t offset;  // offsetof(the params struct, the field)
     ct_optimizer_param_kind kind;
     int lo, hi;     // CT_OPT_PARAM_INT: the valid range
+    // CT_OPT_PARAM_FLOAT: the valid range when min < max (the config's
+    // RANGE column), each end open or closed.
+    double min, max;
+    bool min_open, max_open;
     // Fixed when the optimizer is made (it decides the slot layout, or Trax
     // fixes it in the constructor): set_param accepts only its current value.
     bool fixed;
@@ -122,7 +126,7 @@ ct_optimizer *ct_sgd_new(ct_sgd_params p);
     X(FLOAT, learning_rate, 1e-4f, AT_LEAST(0), NONE, CT_LR_DOC)            \
     X(FLOAT, b1, 0.9f, UNIT_OPEN, NONE, NULL)                               \
     X(FLOAT, b2, 0.999f, UNIT_OPEN, NONE, NULL)                             \
-    X(FLOAT, eps, 1e-5f, AT_LEAST(0), NONE, NULL)                           \
+    X(FLOAT, eps, 1e-5f, POSITIVE, NONE, NULL)                              \
     X(FLOAT, weight_decay_rate, 1e-5f, AT_LEAST(0), NONE, CT_DECAY_DOC)
 typedef struct ct_adam_params {
     CT_ADAM_PARAMS(CT_PARAM_FIELD)
@@ -157,14 +161,14 @@ typedef struct ct_rmsprop_params {
 ct_rmsprop_params ct_rmsprop_default_params(void);
 ct_optimizer *ct_rmsprop_new(ct_rmsprop_params p);
 
-// Adafactor as Trax (https://arxiv.org/abs/1804.04235):
+// Adafactor as Trax's current one (https://arxiv.org/abs/1804.04235):
 //   decay = 1 - (step + 1)^-decay_rate, mix = 1 - decay
 //   scale = lr * max(RMS(w), epsilon2)          (multiply_by_parameter_scale)
-//   G = g^2 + epsilon1
 //   factored (rank >= 2; the leading dims are a batch of (R, C) matrices):
-//     vr = decay vr + mix mean_c G   (R)      vc = decay vc + mix mean_r G   (C)
-//     y  = g / sqrt(vr / mean_r vr) / sqrt(vc)
-//   otherwise: v = decay v + mix G; y = g / sqrt(v)
+//     vr = decay vr + mix mean_c g^2   (R)      vc = decay vc + mix mean_r g^2   (C)
+//     y  = g * sqrt(mean_r vr / (vr + epsilon1)) / sqrt(vc + epsilon1)
+//   otherwise: v = decay v + mix g^2; y = g / sqrt(v + epsilon1)
+//   (older Traxes added epsilon1, then 1e-30, to g^2 instead)
 //   y /= max(1, RMS(y) / clipping_threshold)    (do_clipping)
 //   s = scale y; with do_momentum: m = beta1 m + (1 - beta1) s; s = m
 //   w = (1 - weight_decay_rate) w - s
@@ -186,7 +190,7 @@ ct_optimizer *ct_rmsprop_new(ct_rmsprop_params p);
     X(FLOAT, clipping_threshold, 1.0f, AT_LEAST(0), NONE, NULL)                                                  \
     X(FLOAT, weight_decay_rate, 1e-5f, AT_LEAST(0), NONE, NULL)                                                  \
     X(INT, weight_decay_n_steps, "0", AT_LEAST(0), UNSTORED, "Trax's; only 0 (decay at every step)")            \
-    X(FLOAT, epsilon1, 1e-16f, AT_LEAST(0), NONE, "added to g^2 (Trax's current default)")                      \
+    X(FLOAT, epsilon1, 1e-16f, POSITIVE, NONE, "added to the accumulators where read")                          \
     X(FLOAT, epsilon2, 1e-3f, AT_LEAST(0), NONE, "floor of the parameter scale")
 typedef struct ct_adafactor_params {
     CT_ADAFACTOR_PARAMS(CT_PARAM_FIELD)

@@ -103,7 +103,7 @@ void ct_rmsprop_update(float *w, const float *g, float *a, int64_t n, float lr, 
 // ---- Adafactor ----
 
 void ct_adafactor_factored_moments(float *vr, float *vc, const float *g, int64_t B, int64_t R, int64_t C, float decay,
-                                   float mix, float eps1) {
+                                   float mix) {
     for (int64_t b = 0; b < B; b++) {
         const float *gb = g + b * R * C;
         float *vrb = vr + b * R, *vcb = vc + b * C;
@@ -116,7 +116,7 @@ void ct_adafactor_factored_moments(float *vr, float *vc, const float *g, int64_t
             for (int64_t r = 0; r < R; r++) {
                 const float *x = gb + r * C + c0;
 #pragma omp simd
-                for (int64_t c = 0; c < nc; c++) col_sum[c] += (double)(x[c] * x[c] + eps1);
+                for (int64_t c = 0; c < nc; c++) col_sum[c] += (double)(x[c] * x[c]);
             }
             for (int64_t c = 0; c < nc; c++)
                 vcb[c0 + c] = decay * vcb[c0 + c] + mix * (float)(col_sum[c] / (double)R);
@@ -128,11 +128,11 @@ void ct_adafactor_factored_moments(float *vr, float *vc, const float *g, int64_t
             for (; c0 + CT_LANES <= C; c0 += CT_LANES) {
                 const int nj = CT_LANES;
 #pragma omp simd
-                for (int j = 0; j < nj; j++) lane[j] += (double)(x[c0 + j] * x[c0 + j] + eps1);
+                for (int j = 0; j < nj; j++) lane[j] += (double)(x[c0 + j] * x[c0 + j]);
             }
             {
                 const int nj = (int)(C - c0);
-                for (int j = 0; j < nj; j++) lane[j] += (double)(x[c0 + j] * x[c0 + j] + eps1);
+                for (int j = 0; j < nj; j++) lane[j] += (double)(x[c0 + j] * x[c0 + j]);
             }
             vrb[r] = decay * vrb[r] + mix * (float)(ct_lanes_total(lane) / (double)C);
         }
@@ -146,16 +146,21 @@ static float row_mean(const float *vrb, int64_t R) {
     return (float)(s / (double)R);
 }
 
+// Trax's row factor (mean_r vr / (vr + eps1))^0.5 and column factor
+// (vc + eps1)^-0.5: epsilon1 where the accumulators are read, not in them.
+static inline float row_factor_of(float vr, float mean, float eps1) { return sqrtf(mean / (vr + eps1)); }
+static inline float col_factor_of(float vc, float eps1) { return 1.0f / sqrtf(vc + eps1); }
+
 double ct_adafactor_factored_y_sumsq(const float *g, const float *vr, const float *vc, int64_t B, int64_t R,
-                                     int64_t C) {
+                                     int64_t C, float eps1) {
     double s = 0.0;
     for (int64_t b = 0; b < B; b++) {
         const float *gb = g + b * R * C, *vrb = vr + b * R, *vcb = vc + b * C;
         float mean = row_mean(vrb, R);
         for (int64_t r = 0; r < R; r++) {
-            float row_factor = 1.0f / sqrtf(vrb[r] / mean);
+            float row_factor = row_factor_of(vrb[r], mean, eps1);
             for (int64_t c = 0; c < C; c++) {
-                float y = gb[r * C + c] * row_factor * (1.0f / sqrtf(vcb[c]));
+                float y = gb[r * C + c] * row_factor * col_factor_of(vcb[c], eps1);
                 s += (double)y * y;
             }
         }
@@ -175,22 +180,23 @@ static inline void adafactor_step(float *w, float *m, float y, float denom, floa
     *w = (1.0f - wd) * *w - sub;
 }
 
-// One row of C elements of a factored update; y = g * row_factor / sqrt(vc).
+// One row of C elements of a factored update; y = g * row_factor * (vc + eps1)^-0.5.
 static inline void adafactor_factored_row(float *w, float *m, const float *g, const float *vc, int64_t C,
-                                          float row_factor, float denom, float scale, float beta1, float wd) {
+                                          float row_factor, float eps1, float denom, float scale, float beta1,
+                                          float wd) {
     if (m) {
         CT_SIMD_SQRT
         for (int64_t c = 0; c < C; c++)
-            adafactor_step(&w[c], &m[c], g[c] * row_factor * (1.0f / sqrtf(vc[c])), denom, scale, beta1, wd);
+            adafactor_step(&w[c], &m[c], g[c] * row_factor * col_factor_of(vc[c], eps1), denom, scale, beta1, wd);
     } else {
         CT_SIMD_SQRT
         for (int64_t c = 0; c < C; c++)
-            adafactor_step(&w[c], NULL, g[c] * row_factor * (1.0f / sqrtf(vc[c])), denom, scale, beta1, wd);
+            adafactor_step(&w[c], NULL, g[c] * row_factor * col_factor_of(vc[c], eps1), denom, scale, beta1, wd);
     }
 }
 
 void ct_adafactor_factored_apply(float *w, float *m, const float *g, const float *vr, const float *vc, int64_t B,
-                                 int64_t R, int64_t C, float denom, float scale, float beta1,
+                                 int64_t R, int64_t C, float eps1, float denom, float scale, float beta1,
                                  float weight_decay_rate) {
     for (int64_t b = 0; b < B; b++) {
         const float *vrb = vr + b * R, *vcb = vc + b * C;
@@ -198,34 +204,33 @@ void ct_adafactor_factored_apply(float *w, float *m, const float *g, const float
 #pragma omp parallel for schedule(static) if (R * C > 65536)
         for (int64_t r = 0; r < R; r++) {
             int64_t row = (b * R + r) * C;
-            float row_factor = 1.0f / sqrtf(vrb[r] / mean);
-            adafactor_factored_row(w + row, m ? m + row : NULL, g + row, vcb, C, row_factor, denom, scale, beta1,
-                                   weight_decay_rate);
+            adafactor_factored_row(w + row, m ? m + row : NULL, g + row, vcb, C, row_factor_of(vrb[r], mean, eps1),
+                                   eps1, denom, scale, beta1, weight_decay_rate);
         }
     }
 }
 
-void ct_adafactor_moments(float *v, const float *g, int64_t n, float decay, float mix, float eps1) {
+void ct_adafactor_moments(float *v, const float *g, int64_t n, float decay, float mix) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) v[i] = decay * v[i] + mix * (g[i] * g[i] + eps1);
+    for (int64_t i = 0; i < n; i++) v[i] = decay * v[i] + mix * (g[i] * g[i]);
 }
 
-double ct_adafactor_y_sumsq(const float *g, const float *v, int64_t n) {
+double ct_adafactor_y_sumsq(const float *g, const float *v, int64_t n, float eps1) {
     double s = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        float y = g[i] * (1.0f / sqrtf(v[i]));
+        float y = g[i] * col_factor_of(v[i], eps1);
         s += (double)y * y;
     }
     return s;
 }
 
-void ct_adafactor_apply(float *w, float *m, const float *g, const float *v, int64_t n, float denom, float scale,
-                        float beta1, float weight_decay_rate) {
+void ct_adafactor_apply(float *w, float *m, const float *g, const float *v, int64_t n, float eps1, float denom,
+                        float scale, float beta1, float weight_decay_rate) {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t c = 0; c < n; c += CT_VCHUNK) {
         int64_t len = n - c < CT_VCHUNK ? n - c : CT_VCHUNK;
         // Row functions take one vector, so a 1-row "factor" of 1 is it.
-        adafactor_factored_row(w + c, m ? m + c : NULL, g + c, v + c, len, 1.0f, denom, scale, beta1,
+        adafactor_factored_row(w + c, m ? m + c : NULL, g + c, v + c, len, 1.0f, eps1, denom, scale, beta1,
                                weight_decay_rate);
     }
 }
@@ -234,7 +239,7 @@ void ct_adafactor_apply(float *w, float *m, const float *g, const float *v, int6
 // against these) ----
 
 void ct_adafactor_factored_moments_ref(float *vr, float *vc, const float *g, int64_t B, int64_t R, int64_t C,
-                                       float decay, float mix, float eps1) {
+                                       float decay, float mix) {
     for (int64_t b = 0; b < B; b++) {
         const float *gb = g + b * R * C;
         float *vrb = vr + b * R, *vcb = vc + b * C;
@@ -246,7 +251,7 @@ void ct_adafactor_factored_moments_ref(float *vr, float *vc, const float *g, int
             for (int64_t r = 0; r < R; r++)
                 for (int64_t c = 0; c < nc; c++) {
                     float x = gb[r * C + c0 + c];
-                    col_sum[c] += (double)(x * x + eps1);
+                    col_sum[c] += (double)(x * x);
                 }
             for (int64_t c = 0; c < nc; c++)
                 vcb[c0 + c] = decay * vcb[c0 + c] + mix * (float)(col_sum[c] / (double)R);
@@ -255,7 +260,7 @@ void ct_adafactor_factored_moments_ref(float *vr, float *vc, const float *g, int
             double s = 0.0;
             for (int64_t c = 0; c < C; c++) {
                 float x = gb[r * C + c];
-                s += (double)(x * x + eps1);
+                s += (double)(x * x);
             }
             vrb[r] = decay * vrb[r] + mix * (float)(s / (double)C);
         }
@@ -263,26 +268,26 @@ void ct_adafactor_factored_moments_ref(float *vr, float *vc, const float *g, int
 }
 
 void ct_adafactor_factored_apply_ref(float *w, float *m, const float *g, const float *vr, const float *vc,
-                                     int64_t B, int64_t R, int64_t C, float denom, float scale, float beta1,
-                                     float weight_decay_rate) {
+                                     int64_t B, int64_t R, int64_t C, float eps1, float denom, float scale,
+                                     float beta1, float weight_decay_rate) {
     for (int64_t b = 0; b < B; b++) {
         const float *vrb = vr + b * R, *vcb = vc + b * C;
         float mean = row_mean(vrb, R);
         for (int64_t r = 0; r < R; r++) {
             int64_t row = (b * R + r) * C;
-            float row_factor = 1.0f / sqrtf(vrb[r] / mean);
+            float row_factor = sqrtf(mean / (vrb[r] + eps1));
             for (int64_t c = 0; c < C; c++) {
-                float y = g[row + c] * row_factor * (1.0f / sqrtf(vcb[c]));
+                float y = g[row + c] * row_factor * (1.0f / sqrtf(vcb[c] + eps1));
                 adafactor_step(&w[row + c], m ? &m[row + c] : NULL, y, denom, scale, beta1, weight_decay_rate);
             }
         }
     }
 }
 
-void ct_adafactor_apply_ref(float *w, float *m, const float *g, const float *v, int64_t n, float denom,
+void ct_adafactor_apply_ref(float *w, float *m, const float *g, const float *v, int64_t n, float eps1, float denom,
                             float scale, float beta1, float weight_decay_rate) {
     for (int64_t i = 0; i < n; i++) {
-        float y = g[i] * (1.0f / sqrtf(v[i]));
+        float y = g[i] * (1.0f / sqrtf(v[i] + eps1));
         adafactor_step(&w[i], m ? &m[i] : NULL, y, denom, scale, beta1, weight_decay_rate);
     }
 }

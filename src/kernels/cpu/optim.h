@@ -35,25 +35,26 @@ void ct_momentum_update(float *w, const float *g, float *v, int64_t n, float lr,
 void ct_rmsprop_update(float *w, const float *g, float *a, int64_t n, float lr, float gamma, float eps);
 
 // Adafactor, factored: g, w, m are (B,R,C) (B matrices of R rows, C columns),
-// vr is (B,R), vc is (B,C). G = g^2 + eps1.
-// vr = decay vr + mix mean_c G; vc = decay vc + mix mean_r G (means in double).
+// vr is (B,R), vc is (B,C). As Trax's current Adafactor, epsilon1 is added
+// where the accumulators are read, not to g^2:
+// vr = decay vr + mix mean_c g^2; vc = decay vc + mix mean_r g^2 (means in double).
 void ct_adafactor_factored_moments(float *vr, float *vc, const float *g, int64_t B, int64_t R, int64_t C, float decay,
-                                   float mix, float eps1);
-// -> sum of y^2 in double, y = g / sqrt(vr / mean_r vr) / sqrt(vc).
+                                   float mix);
+// -> sum of y^2 in double, y = g (mean_r vr / (vr + eps1))^0.5 (vc + eps1)^-0.5.
 double ct_adafactor_factored_y_sumsq(const float *g, const float *vr, const float *vc, int64_t B, int64_t R,
-                                     int64_t C);
+                                     int64_t C, float eps1);
 // s = scale (y / denom); with m (not NULL): m = beta1 m + (1 - beta1) s, s = m;
 // w = (1 - weight_decay_rate) w - s.
 void ct_adafactor_factored_apply(float *w, float *m, const float *g, const float *vr, const float *vc, int64_t B,
-                                 int64_t R, int64_t C, float denom, float scale, float beta1,
+                                 int64_t R, int64_t C, float eps1, float denom, float scale, float beta1,
                                  float weight_decay_rate);
-// Adafactor, unfactored: g, w, v, m are (n). v = decay v + mix G.
-void ct_adafactor_moments(float *v, const float *g, int64_t n, float decay, float mix, float eps1);
-// -> sum of y^2 in double, y = g / sqrt(v).
-double ct_adafactor_y_sumsq(const float *g, const float *v, int64_t n);
-// As ct_adafactor_factored_apply with y = g / sqrt(v).
-void ct_adafactor_apply(float *w, float *m, const float *g, const float *v, int64_t n, float denom, float scale,
-                        float beta1, float weight_decay_rate);
+// Adafactor, unfactored: g, w, v, m are (n). v = decay v + mix g^2.
+void ct_adafactor_moments(float *v, const float *g, int64_t n, float decay, float mix);
+// -> sum of y^2 in double, y = g (v + eps1)^-0.5.
+double ct_adafactor_y_sumsq(const float *g, const float *v, int64_t n, float eps1);
+// As ct_adafactor_factored_apply with y = g (v + eps1)^-0.5.
+void ct_adafactor_apply(float *w, float *m, const float *g, const float *v, int64_t n, float eps1, float denom,
+                        float scale, float beta1, float weight_decay_rate);
 
 // Plain versions of the Adam and Adafactor updates above, used only by
 // tests/test_kernels.c to check the vectorized ones. Adam's and the apply
@@ -62,11 +63,11 @@ void ct_adafactor_apply(float *w, float *m, const float *g, const float *v, int6
 void ct_adam_update_ref(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                         float eps, float weight_decay_rate, float bias1, float bias2);
 void ct_adafactor_factored_moments_ref(float *vr, float *vc, const float *g, int64_t B, int64_t R, int64_t C,
-                                       float decay, float mix, float eps1);
+                                       float decay, float mix);
 void ct_adafactor_factored_apply_ref(float *w, float *m, const float *g, const float *vr, const float *vc,
-                                     int64_t B, int64_t R, int64_t C, float denom, float scale, float beta1,
-                                     float weight_decay_rate);
-void ct_adafactor_apply_ref(float *w, float *m, const float *g, const float *v, int64_t n, float denom,
+                                     int64_t B, int64_t R, int64_t C, float eps1, float denom, float scale,
+                                     float beta1, float weight_decay_rate);
+void ct_adafactor_apply_ref(float *w, float *m, const float *g, const float *v, int64_t n, float eps1, float denom,
                             float scale, float beta1, float weight_decay_rate);
 
 // SM3 (see ct_sm3_params in include/ctrax/optim/optimizer.h for the math).
