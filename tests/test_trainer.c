@@ -122,6 +122,20 @@ static void test_stats_and_errors(void) {
     CHECK(ct_trainer_new(&tr, model, not_a_loss, batch, 3, ct_sgd_new(sp), ct_key_from_seed(1), &dev, NULL, &err) != CT_OK);
     printf("bad loss: %s\n", err.msg);
     ct_layer_free(not_a_loss);
+    // A negative or NaN clip_grad_norm is refused by both trainers (the
+    // standard one skipped clipping silently).
+    for (int me = 0; me < 2; me++)
+        for (int k = 0; k < 2; k++) {
+            ct_trainer_options o = ct_trainer_default_options();
+            o.memory_efficient = me;
+            o.clip_grad_norm = k ? NAN : -1.0f;
+            ct_status st = ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(sp), ct_key_from_seed(1), &dev, &o,
+                                          &err);
+            CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "clip_grad_norm is") && strstr(err.msg, "must be >= 0"),
+                      "%s trainer, clip_grad_norm %g: %s", me ? "memory-efficient" : "standard", (double)o.clip_grad_norm,
+                      st == CT_OK ? "accepted" : err.msg);
+            if (st == CT_OK) ct_trainer_free(tr);
+        }
     ct_layer_free(model);
     ct_layer_free(loss);
     CHECK(dev.current_bytes == 0);

@@ -627,10 +627,8 @@ ct_status ct_reversible_trainer_new(ct_trainer **out, ct_layer *model, ct_layer 
     t->replicas = ct_calloc((size_t)t->b.n_local, sizeof *t->replicas);
     for (int d = 0; d < t->b.n_local; d++)
         ct_train_dev_init(&t->b, d, &t->replicas[d].dv, &t->replicas[d].arena, &t->replicas[d].ctx);
-    if (st == CT_OK && (!(t->b.opts.clip_grad_norm >= 0.0f) ||
-                        (t->opt.clip_mode != CT_CLIP_GLOBAL && t->opt.clip_mode != CT_CLIP_PER_LAYER)))
-        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: clip_grad_norm %g or clip mode %d is invalid",
-                          (double)t->b.opts.clip_grad_norm, (int)t->opt.clip_mode);
+    if (st == CT_OK && t->opt.clip_mode != CT_CLIP_GLOBAL && t->opt.clip_mode != CT_CLIP_PER_LAYER)
+        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: clip mode %d is invalid", (int)t->opt.clip_mode);
     if (st == CT_OK) st = host_grads_init(t, err);
     if (st == CT_OK) st = make_plan(t, loss, err);
     if (st != CT_OK) {

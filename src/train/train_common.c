@@ -114,6 +114,11 @@ ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *m
         return ct_error_set(err, CT_ERR_ARG, "%s: n_devices is %d, must be 1 to %d", vt->who,
                             opts ? opts->n_devices : 1, CT_MAX_LOCAL_DEVICES);
     }
+    // Negative or NaN would skip clipping in one trainer and flip the
+    // gradients' sign in ct_clip_grad_norm: refused in both.
+    if (!(t->opts.clip_grad_norm >= 0.0f))
+        return ct_error_set(err, CT_ERR_ARG, "%s: clip_grad_norm is %g, must be >= 0 (0: no clipping)", vt->who,
+                            (double)t->opts.clip_grad_norm);
     t->comm = t->opts.comm ? t->opts.comm : (t->own_comm = ct_comm_single_new());
     t->n_global = t->n_local * ct_comm_size(t->comm);
     t->first_global = t->n_local * ct_comm_rank(t->comm);
