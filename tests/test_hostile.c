@@ -171,6 +171,20 @@ static void test_optimizer_state(void) {
     CHECK(ct_optimizer_get_param(o, "b1", &v, NULL) == CT_OK && v == ct_adam_default_params().b1);
     cJSON_Delete(j);
     ct_optimizer_free(o);
+
+    // SM3's slot layout follows momentum (zero or not) and
+    // second_moment_averaging (1 or not), which a resume may change: a
+    // checkpoint's value that made the other layout is refused, naming it
+    // (SM3(0.9, 1) and SM3(0, 0.9) have slots of the same size for some
+    // shapes, so a size check alone would read momentum as accumulators).
+    o = ct_sm3_new(ct_sm3_default_params());  // momentum 0.9, averaging 1
+    expect_restore_fails(o, "{\"name\": \"SM3\", \"params\": {\"momentum\": 0}}", "optimizer.params.momentum = 0");
+    expect_restore_fails(o, "{\"name\": \"SM3\", \"params\": {\"second_moment_averaging\": 0.9}}",
+                         "gave SM3 grafting accumulators");
+    j = cJSON_Parse("{\"name\": \"SM3\", \"params\": {\"momentum\": 0.5, \"second_moment_averaging\": 1}}");
+    CHECK_OK(ct_optimizer_check_json(o, j, "state.json", false, &err), &err);  // same layout: fine
+    cJSON_Delete(j);
+    ct_optimizer_free(o);
 }
 
 // ---- IDX: sizes from the header against the file ------------------------------------------

@@ -190,6 +190,13 @@ ct_status ct_optimizer_check_json(const ct_optimizer *o, const cJSON *optimizer,
                 return s;
             }
             float now = read_param(o, d);
+            const char *gave = o->vt->layout_change ? o->vt->layout_change(o, d->name, v) : NULL;
+            if (gave)
+                return ct_error_set(err, CT_ERR_STATE,
+                                    "%s: optimizer.params.%s = %g gave %s %s; this run's %s = %g lays the slots "
+                                    "out otherwise (resume with %s = %g, or start over with --restart)",
+                                    what, d->name, (double)v, o->vt->name, gave, d->name, (double)now, d->name,
+                                    (double)v);
             if (pass == 1 && now != v && strcmp(d->name, "learning_rate"))
                 ct_log(CT_LOG_INFO, "resuming with %s.%s = %g; %s had %g", o->vt->name, d->name, (double)now, what,
                        (double)v);

@@ -1,6 +1,7 @@
 // SM3 as Trax's newest version (see optimizer.h for the math).
 #include <assert.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "ctrax/optim/optimizer.h"
 #include "kernels/cpu/optim.h"
@@ -50,7 +51,19 @@ static void sm3_update(const ct_optimizer *o, int64_t step, float lr, const ct_t
                   s->p.second_moment_averaging, s->p.weight_decay);
 }
 
-CT_OPTIMIZER(sm3, "SM3", CT_SM3_PARAMS, .slot_floats = sm3_slot_floats, .update = sm3_update)
+// A checkpoint's momentum or second_moment_averaging that made the other
+// layout: its slots cannot be read as this run's (the sizes may even agree).
+static const char *sm3_layout_change(const ct_optimizer *o, const char *name, float saved) {
+    const sm3_state *s = o->params;
+    if (!strcmp(name, "momentum") && (saved > 0.0f) != s->has_momentum)
+        return s->has_momentum ? "no momentum slot" : "a momentum slot";
+    if (!strcmp(name, "second_moment_averaging") && (saved != 1.0f) != s->graft)
+        return s->graft ? "no grafting accumulators" : "grafting accumulators";
+    return NULL;
+}
+
+CT_OPTIMIZER(sm3, "SM3", CT_SM3_PARAMS, .slot_floats = sm3_slot_floats, .update = sm3_update,
+             .layout_change = sm3_layout_change)
 
 ct_optimizer *ct_sm3_new(ct_sm3_params p) {
     CT_ASSERT(p.momentum_type >= CT_SM3_MOMENTUM_EMA && p.momentum_type <= CT_SM3_MOMENTUM_NESTEROV);

@@ -64,6 +64,11 @@ typedef struct ct_optimizer_vtable {
     // The named hyperparameters, fields of *params (may be NULL / 0).
     const ct_optimizer_param *param_table;
     int n_param_table;
+    // Optional: would hyperparameter name at value `saved` (a checkpoint's)
+    // have given the slots another layout than o's? NULL if not, else what
+    // the saved value gave ("no momentum slot"). For a value that decides
+    // the layout without being fixed (SM3's momentum: zero or not).
+    const char *(*layout_change)(const ct_optimizer *o, const char *name, float saved);
 } ct_optimizer_vtable;
 
 struct ct_optimizer {
