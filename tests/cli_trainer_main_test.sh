@@ -179,6 +179,19 @@ else
 fi
 out=$("$ctrax" eval "$work/d2" 2>&1)
 grep -q "eval *loss" <<<"$out" && ok "ctrax eval of a --devices 2 run" || bad "ctrax eval of a --devices 2 run: $(tail -n 2 <<<"$out")"
+# The evals leave the LSH state as it was, so `ctrax eval` of model_1 (the
+# first eval batches, as the run's first eval) prints the loss the run logged.
+logged=$(/usr/bin/python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if d["step"] == 1 and d["mode"] == "eval" and d["metric"] == "metrics/loss": print("%.8f" % d["value"])' \
+    "$work/d2/metrics.jsonl")
+out=$("$ctrax" eval "$work/d2" --name model_1 2>&1)
+if [[ -n $logged ]] && grep -qE "eval +loss \| +$logged\b" <<<"$out"; then
+    ok "ctrax eval of model_1 repeats the logged eval loss $logged"
+else
+    bad "ctrax eval of model_1: logged '$logged', printed $(grep -i loss <<<"$out")"
+fi
 # `ctrax info` counts LSHSelfAttention's state (buckets, hash counter) apart
 # from the weights, by weights.safetensors' "state_tensors" metadata; the
 # counts are the header's, read here by Python.

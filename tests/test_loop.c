@@ -685,6 +685,49 @@ static void test_devices_eval_lsh(void) {
     ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
 }
 
+// An eval leaves the model's state as it was (Trax drops the state an
+// eval's forward changes): an LSH ReformerLM trained 4 steps with an eval at
+// every step ends with the weights and state of one that never evaluated
+// (the evals advanced its hash counter, so the weights followed the evals).
+static float *lsh_run(bool evals, size_t *n_weights, size_t *n_state, float **state) {
+    ct_stream *train = copy_batches(1), *eval = copy_batches(99);
+    ct_layer *model = small_reformer(true), *loss = ct_weighted_category_cross_entropy();
+    ct_layer *metric = ct_weighted_category_cross_entropy();
+    ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, ct_adam_default_params().learning_rate};
+    ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 3, .metrics = {metric}, .metric_names = {"loss"}};
+    ct_loop_options o = ct_loop_default_options();
+    o.eval_at = evals ? every_step : NULL;
+    ct_loop *loop;
+    ct_error err;
+    float *w = NULL;
+    *state = NULL;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, evals ? &ev : NULL, &o, &err), &err);
+    if (loop) {
+        CHECK_OK(ct_loop_run(loop, 4, &err), &err);
+        const ct_net *net = ct_loop_net(loop);
+        *n_weights = net->n_weights, *n_state = net->n_state;
+        w = malloc(net->n_weights * sizeof *w), *state = malloc(net->n_state * sizeof **state + 1);
+        memcpy(w, net->weights, net->n_weights * sizeof *w);
+        memcpy(*state, net->state, net->n_state * sizeof **state);
+        ct_loop_free(loop);
+    }
+    ct_stream_free(train), ct_stream_free(eval);
+    ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
+    return w;
+}
+
+static void test_evals_keep_state(void) {
+    size_t nw[2], ns[2];
+    float *state[2], *w[2];
+    for (int e = 0; e < 2; e++) w[e] = lsh_run(e, &nw[e], &ns[e], &state[e]);
+    CHECK(w[0] && w[1] && nw[0] == nw[1] && ns[0] == ns[1] && ns[0] > 0);
+    if (w[0] && w[1] && nw[0] == nw[1] && ns[0] == ns[1]) {
+        CHECK_MSG(!memcmp(w[0], w[1], nw[0] * sizeof(float)), "evals changed the weights trained after them");
+        CHECK_MSG(!memcmp(state[0], state[1], ns[0] * sizeof(float)), "evals changed the state");
+    }
+    for (int e = 0; e < 2; e++) free(w[e]), free(state[e]);
+}
+
 int main(void) {
     scratch_init("test_loop");
     ct_log_set_level(CT_LOG_WARN);
@@ -695,6 +738,7 @@ int main(void) {
     test_stop_final_tasks_finetune();
     test_switch_trainers();
     test_devices_eval_lsh();
+    test_evals_keep_state();
     if (!check_failed_) ct_fs_remove_tree(g_tmp, NULL);
     return check_summary("test_loop");
 }

@@ -56,6 +56,7 @@ struct ct_loop {
     int n_evaluators;
     ct_layer *eval_model;  // one reference; NULL: evals run the model
     ct_net eval_net;       // eval_model's weights, copied from the model's before each eval
+    float *state_saved;    // no eval model: the net's state, put back after each eval
     step_list ckpt_list, eval_list, perm_list;
     // Either kind: both lay out and name weights and slots alike, so their
     // checkpoints are interchangeable.
@@ -934,7 +935,16 @@ ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err) {
         net = &l->eval_net;
     }
     double main_values[CT_EVAL_MAX_METRICS], values[CT_EVAL_MAX_METRICS];
-    for (int e = 0; e < l->n_evaluators; e++) CT_TRY(run_one_eval(l, e, net, e == 0 ? main_values : values, err));
+    // An eval's forward may change the state (LSHSelfAttention's hash
+    // counter); Trax drops that, and so does ctrax: the state goes back as
+    // it was, so neither checkpoints nor the training after an eval depend
+    // on when evals ran, and `ctrax eval` of a checkpoint repeats its evals.
+    if (l->state_saved) memcpy(l->state_saved, net->state, net->n_state * sizeof(float));
+    ct_status st = CT_OK;
+    for (int e = 0; e < l->n_evaluators && st == CT_OK; e++)
+        st = run_one_eval(l, e, net, e == 0 ? main_values : values, err);
+    if (l->state_saved) memcpy(net->state, l->state_saved, net->n_state * sizeof(float));
+    CT_TRY(st);
     if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
     if (l->n_evaluators) CT_TRY(save_bests(l, main_values, err));
     return CT_OK;
@@ -1110,6 +1120,9 @@ static ct_status make_task_slots(ct_loop *l, ct_error *err) {
 // The eval model's net: its weights and state must be the model's, in slab
 // order, shape for shape (copy_to_eval_net copies the ranges whole).
 static ct_status make_eval_net(ct_loop *l, ct_error *err) {
+    const ct_net *net = ct_trainer_net(l->trainer);
+    if (!l->eval_model && l->n_evaluators && net->n_state)
+        l->state_saved = ct_malloc(net->n_state * sizeof(float));  // the model's state: bookkeeping (memory.h)
     if (!l->eval_model || !l->n_evaluators) return CT_OK;
     CT_TRY(ct_evaluator_model_net(l->evaluators[0], &l->eval_net, ct_key_split(l->key, 2), err));
     const ct_net *src = ct_trainer_net(l->trainer), *dst = &l->eval_net;
@@ -1262,6 +1275,7 @@ void ct_loop_free(ct_loop *loop) {
     ct_progress_free(l->progress);
     for (int e = 0; e < l->n_evaluators; e++) ct_evaluator_free(l->evaluators[e]);
     ct_net_free(&l->eval_net);
+    ct_free(l->state_saved);
     ct_layer_free(l->eval_model);
     // The tasks' slots are on the trainer's device: before the trainer
     // (with no trainer, a task holds only its optimizer).
