@@ -179,18 +179,32 @@ else
 fi
 out=$("$ctrax" eval "$work/d2" 2>&1)
 grep -q "eval *loss" <<<"$out" && ok "ctrax eval of a --devices 2 run" || bad "ctrax eval of a --devices 2 run: $(tail -n 2 <<<"$out")"
-# The evals leave the LSH state as it was, so `ctrax eval` of model_1 (the
-# first eval batches, as the run's first eval) prints the loss the run logged.
-logged=$(/usr/bin/python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    d = json.loads(l)
-    if d["step"] == 1 and d["mode"] == "eval" and d["metric"] == "metrics/loss": print("%.8f" % d["value"])' \
-    "$work/d2/metrics.jsonl")
+# `ctrax eval` of model_1 runs the first eval batches, as the run's first
+# eval: the same loss as logged, within float printing (same_loss DIR OUT).
+same_loss() {
+    /usr/bin/python3 - "$1/metrics.jsonl" "$2" <<'PY'
+import json, re, sys
+logged = [json.loads(l)["value"] for l in open(sys.argv[1])
+          if '"eval"' in l and '"metrics/loss"' in l and json.loads(l)["step"] == 1]
+printed = re.findall(r"eval +loss \| +([0-9.]+)", sys.argv[2])
+ok = logged and printed and abs(float(printed[0]) - logged[0]) <= 1e-6 * abs(logged[0])
+print("%s %s" % (logged[0] if logged else "?", printed[0] if printed else "?"))
+sys.exit(0 if ok else 1)
+PY
+}
+# eval/ bindings build the eval model (Trax's eval_model) in `ctrax eval` as
+# in training (it used the model itself before).
+"$ctrax" train "$b" --steps 1 --set train.eval_steps=1 --set 'eval/TransformerLM.n_heads=1' \
+    --output-dir "$work/evscope" >/dev/null 2>&1
+out=$("$ctrax" eval "$work/evscope" 2>&1)
+if both=$(same_loss "$work/evscope" "$out"); then ok "ctrax eval with eval/ bindings: logged, printed $both"; else
+    bad "ctrax eval with eval/ bindings: logged, printed $both"
+fi
+# The evals leave the LSH state as it was (its hash counter), so `ctrax eval`
+# of the LSH run's model_1 repeats its first eval too.
 out=$("$ctrax" eval "$work/d2" --name model_1 2>&1)
-if [[ -n $logged ]] && grep -qE "eval +loss \| +$logged\b" <<<"$out"; then
-    ok "ctrax eval of model_1 repeats the logged eval loss $logged"
-else
-    bad "ctrax eval of model_1: logged '$logged', printed $(grep -i loss <<<"$out")"
+if both=$(same_loss "$work/d2" "$out"); then ok "ctrax eval of LSH model_1: logged, printed $both"; else
+    bad "ctrax eval of LSH model_1: logged, printed $both"
 fi
 # `ctrax info` counts LSHSelfAttention's state (buckets, hash counter) apart
 # from the weights, by weights.safetensors' "state_tensors" metadata; the

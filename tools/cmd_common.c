@@ -288,6 +288,15 @@ static ct_status eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_tas
     return CT_OK;
 }
 
+const char *ctrax_eval_model_name(const ct_config *cfg, const char *model, char *buf, size_t cap) {
+    for (int i = 0; i < ct_config_n_bindings(cfg); i++)
+        if (!strncmp(ct_config_binding_at(cfg, i).name, "eval/", 5)) {
+            snprintf(buf, cap, "eval/%s", model);
+            return buf;
+        }
+    return model;
+}
+
 ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task *ev, ct_error *err) {
     ev->n_metrics = 0;
     ct_status st = eval_metrics(cfg, loss_name, ev, err);

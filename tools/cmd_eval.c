@@ -118,7 +118,9 @@ static int evaluate(const eval_opts *o) {
     }
 
     // The model and the metrics (the loss first).
-    if (ct_config_build_model(cfg, model_name, &model, &err) != CT_OK) {
+    char eval_name[300];  // the eval model, as training evaluated with
+    if (ct_config_build_model(cfg, ctrax_eval_model_name(cfg, model_name, eval_name, sizeof eval_name), &model, &err) !=
+        CT_OK) {
         fail("building the model", &err);
         goto done;
     }

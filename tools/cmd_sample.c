@@ -202,10 +202,11 @@ done:
     return rc;
 }
 
-// The model of the checkpoint's config (*model_name), and the context to
+// The model of the checkpoint's config as its evals built it (*model_name:
+// "eval/<model>" with eval/ bindings, in name_buf), and the context to
 // sample with: --context, or the model's max_len (0: none), checked against it.
 static int build_model(ct_config *cfg, const ct_checkpoint *c, const char *dir, const sample_opts *o, ct_layer **model,
-                       const char **model_name, int64_t *context) {
+                       const char **model_name, char *name_buf, size_t name_cap, int64_t *context) {
     ct_error err = {0};
     if (ct_config_get_reference(cfg, "train", "model", NULL, model_name, &err) != CT_OK)
         return fail("the checkpoint's config", &err);
@@ -213,6 +214,7 @@ static int build_model(ct_config *cfg, const ct_checkpoint *c, const char *dir, 
         fprintf(stderr, "ctrax sample: the config of %s/%s binds no train.model\n", dir, ct_checkpoint_name(c));
         return CTRAX_EXIT_ERROR;
     }
+    *model_name = ctrax_eval_model_name(cfg, *model_name, name_buf, name_cap);
     if (ct_config_build_model(cfg, *model_name, model, &err) != CT_OK) return fail("building the model", &err);
     // The model's max_len, if it has one (an MLP has none: the query fails).
     int64_t max_len = 0;
@@ -242,8 +244,10 @@ static int sample(const sample_opts *o) {
     // The model, from the config it was trained with.
     if (!(cfg = ctrax_checkpoint_parse_config("sample", c, dir))) goto done;
     const char *model_name = NULL;
+    char name_buf[300];
     int64_t context = 0;
-    if (build_model(cfg, c, dir, o, &model, &model_name, &context) != CTRAX_EXIT_OK) goto done;
+    if (build_model(cfg, c, dir, o, &model, &model_name, name_buf, sizeof name_buf, &context) != CTRAX_EXIT_OK)
+        goto done;
 
     // A net for inputs (1, W): W the longest input generation needs, at most the context.
     int64_t P = (int64_t)strlen(o->prompt), total = P + o->length;

@@ -144,4 +144,10 @@ int ctrax_parse_threads(const char *cmd, const char *value, int *out);
 // n_metrics; the caller frees the layers (on failure none are left).
 ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task *ev, ct_error *err);
 
+// The name evals build the model by, as Trax's eval_model (train() builds the
+// model again in eval mode): "eval/<model>" into buf when the config has
+// eval/-scoped bindings (eval/TransformerLM.dropout = 0.0), else model.
+// The same for `train`, `eval` and `sample`.
+const char *ctrax_eval_model_name(const ct_config *cfg, const char *model, char *buf, size_t cap);
+
 #endif

@@ -457,17 +457,13 @@ static ct_status check_memory(train_run *r, const train_args *a, const ct_train_
     return CT_OK;
 }
 
-// Trax's eval_model (train() builds the model again in eval mode): a config
-// with eval/-scoped bindings (eval/TransformerLM.dropout = 0.0) gets the
-// model built as "eval/<model>", and the Loop runs the evals with it on a
-// copy of the trained weights. Without such bindings the evals run the
-// model itself (in eval mode: the same values as Trax's eval model).
+// Trax's eval_model (ctrax_eval_model_name): with eval/-scoped bindings the
+// Loop runs the evals with it on a copy of the trained weights. Without
+// them the evals run the model itself (in eval mode: the same values as
+// Trax's eval model).
 static ct_status build_eval_model(train_run *r, const ct_train_settings *t, ct_error *err) {
-    bool scoped = false;
-    for (int i = 0; i < ct_config_n_bindings(r->cfg) && !scoped; i++)
-        scoped = !strncmp(ct_config_binding_at(r->cfg, i).name, "eval/", 5);
-    if (!scoped) return CT_OK;
-    snprintf(r->eval_model_name, sizeof r->eval_model_name, "eval/%s", t->model);
+    if (ctrax_eval_model_name(r->cfg, t->model, r->eval_model_name, sizeof r->eval_model_name) == t->model)
+        return CT_OK;
     if (ct_config_build_model(r->cfg, r->eval_model_name, &r->eval_model, err) != CT_OK)
         return ct_error_prefix(err, "the eval model %s (the config has eval/ bindings)", r->eval_model_name);
     return CT_OK;
