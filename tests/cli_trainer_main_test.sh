@@ -226,6 +226,15 @@ if [[ $t_s -ge 2 ]] && grep -qE "^parameters +$n_w in $t_w tensors" <<<"$out" &&
 else
     bad "ctrax info: expected parameters $n_w in $t_w tensors, state $n_s in $t_s: $(grep -e ^parameters -e ^state <<<"$out")"
 fi
+# A model with no max_len (an RNNLM) samples with a window of 1024 bytes
+# unless --context says (each byte ran every byte before it again: 4,000
+# bytes took 211 s); the start line says so before any byte is made.
+"$ctrax" train "$(dirname "$0")/../configs/gru_copy.gin" --steps 1 --set train.eval_steps=1 \
+    --output-dir "$work/gru" >/dev/null 2>&1
+line=$(timeout 5 "$ctrax" sample "$work/gru" --length 100000 --raw 2>&1 >/dev/null | head -n 1)
+if grep -q "RNNLM, .* context 1024," <<<"$line"; then ok "sample of an RNNLM: context 1024 by default"; else
+    bad "sample of an RNNLM: $line"
+fi
 out=$(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$ctrax" train "$b" --steps 1 --output-dir "$work/t8" 2>&1)
 if grep -q "idle threads spin briefly, then sleep (GOMP_SPINCOUNT=20000)" <<<"$out"; then
     ok "idle threads spin briefly by default"

@@ -205,6 +205,12 @@ n=$(wc -c <"$tmp/out")
 if [[ $n == 34 ]]; then ok; else bad "--context 4: $n bytes, expected 34"; fi
 expect_exit 0 "sampling 0 bytes" sample "$run256" --prompt "just this" --length 0
 has "$tmp/out" "^just this$"
+# Text output passes valid UTF-8 only (RFC 3629): an overlong E0 80 80 and
+# a surrogate ED A0 80 are shown as '?' byte for byte; U+00E9 and U+10000 pass.
+expect_exit 0 "" sample "$run256" --prompt "$(printf 'a\xe0\x80\x80b\xed\xa0\x80c\xc3\xa9\xf0\x90\x80\x80')" --length 0
+if [[ $(od -An -tx1 "$tmp/out" | tr -d ' \n') == "613f3f3f623f3f3f63c3a9f09080800a" ]]; then ok; else
+    bad "sample text of invalid UTF-8: $(od -An -tx1 "$tmp/out")"
+fi
 echo "sample: $(head -c 53 "$tmp/s5a" | od -An -c | head -1 | tr -s ' ')..."
 # Errors and bad usage.
 expect_exit 1 "prompt byte 0 \(0x68\) is not in the model's vocabulary of 10" sample "$run10" --prompt hi

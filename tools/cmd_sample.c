@@ -33,6 +33,9 @@ static sample_opts sample_defaults(void) {
     return (sample_opts){.prompt = "", .length = 200, .temperature = 1.0, .top_k = 0, .seed = 0};
 }
 
+// The context of a model with no max_len (an RNNLM), unless --context says.
+#define CT_SAMPLE_DEFAULT_CONTEXT 1024
+
 static void usage(FILE *f) {
     sample_opts d = sample_defaults();
     fprintf(f,
@@ -52,12 +55,12 @@ static void usage(FILE *f) {
             "  --top-k K           sample among the K likeliest bytes only; 0: all [%lld]\n"
             "  --seed S            random seed [%lld]\n"
             "  --context N         the most bytes the model sees at once; earlier ones\n"
-            "                      slide out [the model's max_len]\n"
+            "                      slide out [the model's max_len; %d for a model with none]\n"
             "  --name NAME         use checkpoint NAME of OUTPUT_DIR instead of the newest\n"
             "  --raw               write the bytes as they are, with no newline at the end\n"
             "  --threads N         threads for ctrax's loops and the GEMM together\n"
             "  -h, --help          show this help\n",
-            (long long)d.length, d.temperature, (long long)d.top_k, (long long)d.seed);
+            (long long)d.length, d.temperature, (long long)d.top_k, (long long)d.seed, CT_SAMPLE_DEFAULT_CONTEXT);
 }
 
 // ---- output -----------------------------------------------------------------------
@@ -83,7 +86,16 @@ static void out_byte(text_out *o, unsigned char c) {
         return;
     }
     if (o->n_pending > 0) {
-        if ((c & 0xc0) == 0x80) {
+        // RFC 3629: after E0, ED, F0 and F4 the second byte has a narrower
+        // range (no overlong forms, surrogates or code points past U+10FFFF).
+        unsigned char lead = o->pending[0], lo = 0x80, hi = 0xbf;
+        if (o->n_pending == 1) {
+            if (lead == 0xe0) lo = 0xa0;
+            else if (lead == 0xed) hi = 0x9f;
+            else if (lead == 0xf0) lo = 0x90;
+            else if (lead == 0xf4) hi = 0x8f;
+        }
+        if (c >= lo && c <= hi) {
             o->pending[o->n_pending++] = c;
             if (o->n_pending == o->need) {
                 fwrite(o->pending, 1, (size_t)o->n_pending, o->f);
@@ -219,7 +231,9 @@ static int build_model(ct_config *cfg, const ct_checkpoint *c, const char *dir, 
     // The model's max_len, if it has one (an MLP has none: the query fails).
     int64_t max_len = 0;
     if (ct_config_get_int(cfg, *model_name, "max_len", 0, &max_len, &err) != CT_OK) max_len = 0;
-    *context = o->context > 0 ? o->context : max_len;
+    // A model with no max_len (an RNNLM) would see every byte so far, each
+    // new byte running all of them again: quadratic in --length.
+    *context = o->context > 0 ? o->context : max_len > 0 ? max_len : CT_SAMPLE_DEFAULT_CONTEXT;
     if (max_len > 0 && *context > max_len) {
         fprintf(stderr, "ctrax sample: --context %lld is longer than the model's max_len %lld\n", (long long)*context,
                 (long long)max_len);
