@@ -241,6 +241,10 @@ if grep -q "idle threads spin briefly, then sleep (GOMP_SPINCOUNT=20000)" <<<"$o
 else
     bad "no 'idle threads spin briefly' line when no wait policy is set: $(grep threads: <<<"$out")"
 fi
+# --steps is a binding: config.gin says how far the run was asked to go.
+if grep -qx "train.steps = 1" "$work/t8/config.gin"; then ok "--steps 1 recorded as train.steps = 1"; else
+    bad "config.gin of a --steps 1 run: $(grep 'train.steps' "$work/t8/config.gin")"
+fi
 # The start-up log says what the GEMM measures on the run's threads.
 gflops=$(sed -nE 's/^sgemm: ([0-9.]+) GFLOP\/s \(M 512, K 256, N 256, [0-9]+ threads?, 0.1 s\)$/\1/p' <<<"$out")
 if [[ -n $gflops ]] && awk -v g="$gflops" 'BEGIN { exit !(g > 0) }'; then ok "start-up sgemm $gflops GFLOP/s"; else

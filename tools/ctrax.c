@@ -604,12 +604,18 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
             return ct_error_set(err, CT_ERR_ARG, "%s: a value of %zu bytes is too long", flags[i][0], strlen(flags[i][2]));
         CT_TRY(ct_config_parse_text(r->cfg, text, (size_t)n, flags[i][0], err));
     }
-    // --devices is a binding too, so the operative config says how the rows
-    // were split (`ctrax eval` runs them the same way: the per-device batch
-    // is in the state of some layers).
+    // --devices and --steps are bindings too, so the operative config says
+    // how the rows were split (`ctrax eval` runs them the same way: the
+    // per-device batch is in the state of some layers) and how far the run
+    // was asked to train.
     if (a->devices) {
         char text[64];
         snprintf(text, sizeof text, "train.n_devices = %d", a->devices);
+        CT_TRY(ct_config_set(r->cfg, text, err));
+    }
+    if (a->steps >= 0) {
+        char text[64];
+        snprintf(text, sizeof text, "train.steps = %ld", a->steps);
         CT_TRY(ct_config_set(r->cfg, text, err));
     }
     CT_TRY(ct_config_validate(r->cfg, err));
@@ -659,7 +665,7 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
             ct_log(CT_LOG_WARN, "%s:%d: %s.%s is bound but this program never reads it", b.file, b.line, b.name,
                    b.param);
     }
-    *steps = a->steps >= 0 ? a->steps : t.steps;
+    *steps = t.steps;
     loop_options(r, a, &t, &l, permanent, o);
     return CT_OK;
 }
