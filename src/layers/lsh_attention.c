@@ -178,14 +178,16 @@ static ct_status hash_into_state(ct_layer *l, ct_ctx *c, const float *q, const f
     ct_key hk = ct_key_split(key_now, 1), next = ct_key_split(key_now, 0);
     // One rotation (dk, R, n_rot) per (example, head), drawn from its own
     // key, so the pairs hash in parallel with the same bits at any thread
-    // count.
+    // count; examples are numbered in the global batch (c->first_row), so
+    // data-parallel replicas draw what one device draws for the whole batch.
+    const int64_t first = c->first_row * H;
     const int64_t per = d->dk * d->R * n_rot;
     ct_tensor rot = ct_tensor_1d(CT_DTYPE_F32, B * H * per, NULL);
     CT_TRY(ct_ctx_alloc(c, &rot, err));
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < B * H; s++) {
         float *rs = (float *)rot.data + s * per;
-        ct_random_normal(ct_key_split(hk, (uint32_t)s), rs, (size_t)per, 1.0f);
+        ct_random_normal(ct_key_split(hk, (uint32_t)(first + s)), rs, (size_t)per, 1.0f);
         memset(sb + s * row, 0, (size_t)row * sizeof(float));  // zero past R T
         ct_lsh_hash(sb + s * row, q + s * d->T * d->dk, mask ? mask + s / H * d->T : NULL, rs, d->T, d->dk, d->R, f,
                     n_f);

@@ -19,6 +19,8 @@ struct ct_evaluator {
     ct_arena arena;  // the model's outputs and the metrics
     ct_ctx metric_ctx;
     ct_ctx model_ctx;  // the model on the caller's net, eval mode
+    float *state_start;  // pieces > 1: the net's state as a batch began
+    size_t n_state;
 };
 
 ct_status ct_evaluator_new(ct_evaluator **out, ct_layer *model, const ct_eval_task *task, ct_comm *comm,
@@ -51,6 +53,7 @@ void ct_evaluator_free(ct_evaluator *e) {
     ct_ctx_free(&e->metric_ctx);
     ct_ctx_free(&e->model_ctx);
     ct_arena_free(&e->arena);
+    ct_free(e->state_start);
     ct_layer_free(e->model);
     ct_free(e);
 }
@@ -139,13 +142,27 @@ static ct_status run_piece(ct_evaluator *e, const ct_net *net, const ct_tensor *
     return CT_OK;
 }
 
-// One batch: this process's rows, piece after piece.
+// One batch: this process's rows, piece after piece. Each piece starts from
+// the state the batch began with and numbers its rows in the global batch,
+// as the trainer's replicas do, so an LSH layer hashes every piece with the
+// same key and rotations as one device hashes the whole batch.
 static ct_status run_batch(ct_evaluator *e, const ct_net *net, ct_key key, double *sums, ct_error *err) {
     ct_batch global;
     ct_tensor rows[CT_BATCH_MAX_TENSORS], piece[CT_BATCH_MAX_TENSORS];
     CT_TRY(next_rows(e, &global, rows, err));
+    if (e->pieces > 1 && net->n_state) {
+        if (e->n_state != net->n_state) {
+            ct_free(e->state_start);
+            e->state_start = ct_malloc(net->n_state * sizeof(float));  // the model's state: bookkeeping (memory.h)
+            e->n_state = net->n_state;
+        }
+        memcpy(e->state_start, net->state, net->n_state * sizeof(float));
+    }
+    int64_t rows_here = rows[0].shape[0], first = (int64_t)e->rank * rows_here;
     for (int p = 0; p < e->pieces; p++) {
         CT_TRY(piece_rows(e, rows, global.n, p, piece, err));
+        if (p > 0 && e->n_state) memcpy(net->state, e->state_start, net->n_state * sizeof(float));
+        e->model_ctx.first_row = first + p * (rows_here / e->pieces);
         ct_status st = run_piece(e, net, piece, global.n, key, sums, err);
         ct_arena_reset(&e->arena);
         CT_TRY(st);

@@ -126,6 +126,7 @@ ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *m
     // The net sees one device's share of the batch.
     ct_tensor sigs[CT_LAYER_MAX_IO];
     CT_TRY(device_sigs(vt->who, batch_sigs, n_batch, t->n_local, sigs, err));
+    t->device_rows = n_batch > 0 ? sigs[0].shape[0] : 0;
     // Unnamed, so the model's weights are named as in a net of their own.
     ct_layer *root = ct_layer_rename(ct_serial(CT_LAYERS(ct_layer_ref(model), ct_layer_ref(loss))), "");
     ct_status st = ct_net_init(&t->net, root, sigs, n_batch, init_key, slab_dev, err);
@@ -141,6 +142,7 @@ ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *m
 void ct_train_dev_init(ct_trainer *t, int d, ct_train_dev *dev, ct_arena *arena, ct_ctx *ctx) {
     ct_arena_init(arena, t->dev);
     ct_ctx_init(ctx, arena);
+    ctx->first_row = (int64_t)(t->first_global + d) * t->device_rows;
     dev->arena = arena;
     t->devs[d] = dev;
 }
@@ -323,7 +325,10 @@ ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key
     for (int d = 0; d < t->n_local && st == CT_OK; d++) {
         ct_tensor shard[CT_LAYER_MAX_IO], out;
         for (int i = 0; i < net->n_in; i++) shard[i] = ct_tensor_split_rows(&batch[i], t->n_local, d);
+        // Each device from the same state, as the step's replicas.
+        if (state && d > 0) memcpy(net->state, state, net->n_state * sizeof(float));
         ct_net_bind(net, &t->eval_ctx, false);
+        t->eval_ctx.first_row = (int64_t)(t->first_global + d) * t->device_rows;
         t->eval_ctx.loss_weight = -1;
         ct_key k = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
         double w = 1.0;

@@ -122,6 +122,7 @@ struct ct_trainer {
     int n_local;           // local devices (opts.n_devices)
     int n_global;          // devices over all processes
     int first_global;      // global index of this process's device 0
+    int64_t device_rows;   // rows of the batch each device takes
     float *slots;          // optimizer slot slab
     size_t n_slot_floats;
     size_t *slot_offsets;  // per net.params[i], into slots (n_params + 1 entries)

@@ -179,6 +179,12 @@ struct ct_ctx {
     // every output: the trainers set it only to re-run a step whose loss or
     // gradient went non-finite, never on a healthy step.
     bool check_finite;
+    // The global index of the first row of the batch this context runs: a
+    // data-parallel replica's rows are rows first_row.. of the global batch
+    // (0 for a whole batch). Layers that draw randomness per example
+    // (LSHSelfAttention's rotations) number examples by it, so N devices
+    // draw what one device draws for the whole batch.
+    int64_t first_row;
 };
 
 void ct_ctx_init(ct_ctx *c, ct_arena *arena);
