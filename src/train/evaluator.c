@@ -161,7 +161,7 @@ static ct_status run_batch(ct_evaluator *e, const ct_net *net, ct_key key, doubl
     int64_t rows_here = rows[0].shape[0], first = (int64_t)e->rank * rows_here;
     for (int p = 0; p < e->pieces; p++) {
         CT_TRY(piece_rows(e, rows, global.n, p, piece, err));
-        if (p > 0 && e->n_state) memcpy(net->state, e->state_start, net->n_state * sizeof(float));
+        if (p > 0 && net->n_state) memcpy(net->state, e->state_start, net->n_state * sizeof(float));
         e->model_ctx.first_row = first + p * (rows_here / e->pieces);
         ct_status st = run_piece(e, net, piece, global.n, key, sums, err);
         ct_arena_reset(&e->arena);
