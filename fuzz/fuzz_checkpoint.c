@@ -72,7 +72,7 @@ static void load_all(const ct_checkpoint *c) {
         for (int i = 0; i < ct_safetensors_count(st); i++) {
             ct_tensor t = ct_safetensors_tensor(st, i);
             t.data = ct_malloc(ct_tensor_nbytes(&t) + 1);
-            reqs[k++] = (ct_tensor_request){file, ct_safetensors_name(st, i), t, 0};
+            reqs[k++] = (ct_tensor_request){.file = file, .name = ct_safetensors_name(st, i), .dest = t};
         }
     }
     ct_error err;

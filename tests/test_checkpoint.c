@@ -209,8 +209,8 @@ static void rset_make(rset *rs) {
         float s = SENTINEL;
         for (size_t k = 0; k + 4 <= bytes; k += 4) memcpy((char *)rs->buf[i] + k, &s, 4);
         if (bytes % 4) memset((char *)rs->buf[i] + bytes - bytes % 4, 0xAB, bytes % 4);
-        rs->r[i] = (ct_tensor_request){sp->file, sp->name, ct_tensor_make(sp->dtype, sp->ndim, sp->shape, rs->buf[i]),
-                                       CT_LOAD_PENDING};
+        rs->r[i] = (ct_tensor_request){.file = sp->file, .name = sp->name,
+            .dest = ct_tensor_make(sp->dtype, sp->ndim, sp->shape, rs->buf[i]), .result = CT_LOAD_PENDING};
     }
 }
 
@@ -563,8 +563,9 @@ static void test_writer_arguments(void) {
         CHECK_OK(ct_checkpoint_writer_begin(&w, dir, "tiny", NULL, &err), &err);
         CHECK_OK(ct_checkpoint_writer_add_tensors(w, "weights.safetensors", t, 2, NULL, 0, &err), &err);
         CHECK_OK(ct_checkpoint_writer_commit(w, &err), &err);
-        ct_tensor_request r[] = {{"weights.safetensors", "empty", ct_tensor_2d(CT_DTYPE_F32, 0, 3, NULL), 0},
-                                 {"weights.safetensors", "scalar", ct_tensor_make(CT_DTYPE_F32, 0, NULL, &got), 0}};
+        ct_tensor_request r[] = {
+            {.file = "weights.safetensors", .name = "empty", .dest = ct_tensor_2d(CT_DTYPE_F32, 0, 3, NULL)},
+            {.file = "weights.safetensors", .name = "scalar", .dest = ct_tensor_make(CT_DTYPE_F32, 0, NULL, &got)}};
         CHECK_OK(ct_checkpoint_read(dir, "tiny", r, 2, CT_LOAD_EXACT, NULL, &err), &err);
         CHECK(got == 3.5f && r[0].result == CT_LOAD_LOADED);
     }
@@ -598,18 +599,25 @@ static void test_load_errors(void) {
     // comes last, so a loader copying as it goes would have written the others.
     float buf[64];
     for (int i = 0; i < 64; i++) buf[i] = SENTINEL;
-    ct_tensor_request shape = {"weights.safetensors", "Serial/Dense[0]/kernel", ct_tensor_2d(CT_DTYPE_F32, 3, 4, buf),
-                               0};
+    ct_tensor_request shape = {.file = "weights.safetensors", .name = "Serial/Dense[0]/kernel",
+        .dest = ct_tensor_2d(CT_DTYPE_F32, 3, 4, buf)};
     expect_read_fails(dir, "m_shape", CT_LOAD_STRICT, &shape, "weights.safetensors", "'Serial/Dense[0]/kernel'",
                       "(3,4)");
-    ct_tensor_request dtype = {"weights.safetensors", "Serial/Dense[0]/bias", ct_tensor_1d(CT_DTYPE_I32, 3, buf), 0};
+    ct_tensor_request dtype = {.file = "weights.safetensors", .name = "Serial/Dense[0]/bias",
+        .dest = ct_tensor_1d(CT_DTYPE_I32, 3, buf)};
     expect_read_fails(dir, "m_shape", CT_LOAD_STRICT, &dtype, "weights.safetensors", "'Serial/Dense[0]/bias'", "i32");
-    ct_tensor_request missing = {"weights.safetensors", "Serial/Dense[7]/kernel", ct_tensor_1d(CT_DTYPE_F32, 3, buf),
-                                 0};
+    ct_tensor_request missing = {.file = "weights.safetensors", .name = "Serial/Dense[7]/kernel",
+        .dest = ct_tensor_1d(CT_DTYPE_F32, 3, buf)};
     expect_read_fails(dir, "m_shape", CT_LOAD_STRICT, &missing, "weights.safetensors", "'Serial/Dense[7]/kernel'",
                       "not in the checkpoint");
-    ct_tensor_request nofile = {"other.safetensors", "x", ct_tensor_1d(CT_DTYPE_F32, 3, buf), 0};
+    ct_tensor_request nofile = {.file = "other.safetensors", .name = "x", .dest = ct_tensor_1d(CT_DTYPE_F32, 3, buf)};
     expect_read_fails(dir, "m_shape", CT_LOAD_STRICT, &nofile, "other.safetensors", "'x'", NULL);
+    for (int i = 0; i < 64; i++) CHECK(buf[i] == SENTINEL);
+    // A cache found with another shape is left as it is, not an error (EXACT:
+    // the tensor counts as asked for).
+    shape.cache = true;
+    CHECK_OK(ct_checkpoint_read(dir, "m_shape", &shape, 1, CT_LOAD_STRICT, NULL, &err), &err);
+    CHECK(shape.result == CT_LOAD_MISMATCH);
     for (int i = 0; i < 64; i++) CHECK(buf[i] == SENTINEL);
 
     // EXACT with one wrong shape: one problem (not also "not asked for").
@@ -703,7 +711,8 @@ static void test_load_by_name(void) {
 
     // Nothing matches: an error.
     float buf[4];
-    ct_tensor_request none = {"weights.safetensors", "nothing", ct_tensor_1d(CT_DTYPE_F32, 4, buf), 0};
+    ct_tensor_request none = {.file = "weights.safetensors", .name = "nothing",
+        .dest = ct_tensor_1d(CT_DTYPE_F32, 4, buf)};
     capture_begin(&cap);
     s = ct_checkpoint_read(dir, "base", &none, 1, CT_LOAD_BY_NAME, NULL, &err);
     free(capture_end(&cap));

@@ -106,7 +106,7 @@ static bool newest_checkpoint_finite(const char *dir, const ct_loop *loop, char 
     for (int i = 0; i < net->n_params; i++) {
         ct_tensor t = net->params[i]->sig;
         t.data = w + net->params[i]->offset;
-        reqs[i] = (ct_tensor_request){"weights.safetensors", net->params[i]->full_name, t, 0};
+        reqs[i] = (ct_tensor_request){.file = "weights.safetensors", .name = net->params[i]->full_name, .dest = t};
     }
     bool ok = ct_checkpoint_read(dir, name, reqs, net->n_params, CT_LOAD_BY_NAME, NULL, &err) == CT_OK;
     for (size_t i = 0; ok && i < net->n_weights; i++) ok = isfinite(w[i]);

@@ -192,6 +192,12 @@ int ct_layer_declare_state(ct_layer *l, ct_init_ctx *ic, const char *name, ct_te
     return declare(l, ic, &l->states, &l->n_states, &ic->n_state, name, sig, init, key);
 }
 
+int ct_layer_declare_cache(ct_layer *l, ct_init_ctx *ic, const char *name, ct_tensor sig) {
+    int i = ct_layer_declare_state(l, ic, name, sig, (ct_initializer){CT_INIT_ZEROS, 0.0f}, ct_key_from_seed(0));
+    l->states[i].cache = true;
+    return i;
+}
+
 // ---- running -----------------------------------------------------------------
 
 void ct_ctx_init(ct_ctx *c, ct_arena *arena) {

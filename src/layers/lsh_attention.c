@@ -144,8 +144,10 @@ static ct_status lsh_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_
     hp->wv = ct_attention_declare_heads(l, ic, "Wv", p->n_heads, D, p->d_v, lim_v, key, 2);
     hp->wo = ct_attention_declare_heads(l, ic, "Wo", p->n_heads, p->d_v, D, lim_v, key, 3);
     ct_initializer zeros = {CT_INIT_ZEROS, 0.0f};
-    hp->s_buckets = ct_layer_declare_state(
-        l, ic, "buckets", ct_tensor_2d(CT_DTYPE_F32, hp->init_B * H, p->n_hashes * hp->len_buckets, NULL), zeros, key);
+    // The buckets are a cache of the last forward's hashing (tagged with its
+    // key and length), sized for one device's rows.
+    hp->s_buckets = ct_layer_declare_cache(
+        l, ic, "buckets", ct_tensor_2d(CT_DTYPE_F32, hp->init_B * H, p->n_hashes * hp->len_buckets, NULL));
     hp->s_hash = ct_layer_declare_state(l, ic, "hash", ct_tensor_1d(CT_DTYPE_F32, HASH_N, NULL), zeros, key);
     hp->hash_base = ct_key_split(key, 4);
     out[0] = ct_tensor_sig(&in[0]);

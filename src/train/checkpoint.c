@@ -727,6 +727,7 @@ ct_status ct_checkpoint_load(const ct_checkpoint *c, ct_tensor_request *reqs, in
             matched++;
             continue;
         }
+        if (r->result == CT_LOAD_MISMATCH && r->cache) continue;  // recomputed: kept as it is
         if (problems++ == 0) snprintf(first, sizeof first, "%s", why);
         if (mode == CT_LOAD_BY_NAME) ct_log(CT_LOG_WARN, "fine-tuning load: skipped: %s", why);
     }

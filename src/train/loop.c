@@ -643,8 +643,14 @@ static ct_status load_tensors(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     // Room for every task's slots: each has at most one tensor per weight.
     int cap = nw + ns + l->n_tasks * (ct_trainer_net(l->trainer)->n_params + 1) + 1, n = 0;
     ct_tensor_request *reqs = ct_calloc((size_t)cap, sizeof *reqs);
-    for (int i = 0; i < nw; i++) reqs[n++] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
-    for (int i = 0; i < ns; i++) reqs[n++] = (ct_tensor_request){"slots.safetensors", sl[i].name, sl[i].tensor, 0};
+    const ct_net *net = ct_trainer_net(l->trainer);
+    for (int i = 0; i < nw; i++) {
+        bool cache = i >= net->n_params && net->state_params[i - net->n_params]->cache;  // weights, then state
+        reqs[n++] = (ct_tensor_request){.file = "weights.safetensors", .name = wt[i].name,
+            .dest = wt[i].tensor, .cache = cache};
+    }
+    for (int i = 0; i < ns; i++) reqs[n++] = (ct_tensor_request){.file = "slots.safetensors", .name = sl[i].name,
+        .dest = sl[i].tensor};
     char files[CT_LOOP_MAX_TASKS][64];
     ct_named_tensor *task_sl[CT_LOOP_MAX_TASKS] = {0};
     for (int t = 1; t < l->n_tasks; t++) {
@@ -652,7 +658,8 @@ static ct_status load_tensors(ct_loop *l, const ct_checkpoint *c, ct_error *err)
         task_slots_file(t, files[t], sizeof files[t]);
         int ns2;
         task_sl[t] = task_slot_tensors(l, t, &ns2);
-        for (int i = 0; i < ns2; i++) reqs[n++] = (ct_tensor_request){files[t], task_sl[t][i].name, task_sl[t][i].tensor, 0};
+        for (int i = 0; i < ns2; i++) reqs[n++] = (ct_tensor_request){.file = files[t], .name = task_sl[t][i].name,
+            .dest = task_sl[t][i].tensor};
     }
     ct_status st = ct_checkpoint_load(c, reqs, n, CT_LOAD_EXACT, err);
     for (int t = 0; t < l->n_tasks; t++) ct_free(task_sl[t]);

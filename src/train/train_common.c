@@ -512,7 +512,8 @@ ct_status ct_net_load_checkpoint(const ct_net *net, const ct_checkpoint *c, ct_l
     int n;
     ct_named_tensor *wt = weight_tensors(net, &n);
     ct_tensor_request *reqs = ct_calloc((size_t)n + 1, sizeof *reqs);
-    for (int i = 0; i < n; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
+    for (int i = 0; i < n; i++) reqs[i] = (ct_tensor_request){.file = "weights.safetensors", .name = wt[i].name,
+        .dest = wt[i].tensor};
     ct_status st = ct_checkpoint_load(c, reqs, n, mode, err);
     ct_free(reqs);
     ct_free(wt);
@@ -523,7 +524,8 @@ ct_status ct_net_load_checkpoint_weights(const ct_net *net, const ct_checkpoint 
     int n;
     ct_named_tensor *wt = weight_tensors(net, &n);  // weights first, then state
     ct_tensor_request *reqs = ct_calloc((size_t)n + 1, sizeof *reqs);
-    for (int i = 0; i < n; i++) reqs[i] = (ct_tensor_request){"weights.safetensors", wt[i].name, wt[i].tensor, 0};
+    for (int i = 0; i < n; i++) reqs[i] = (ct_tensor_request){.file = "weights.safetensors", .name = wt[i].name,
+        .dest = wt[i].tensor};
     ct_status st = ct_checkpoint_load(c, reqs, net->n_params, CT_LOAD_STRICT, err);
     for (int i = net->n_params; i < n && st == CT_OK; i++) {
         ct_error mismatch = {0};

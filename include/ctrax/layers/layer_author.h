@@ -64,6 +64,7 @@ typedef struct ct_param {
     size_t offset;           // into the slab, in floats
     ct_initializer init;
     ct_key key;
+    bool cache;  // state a forward recomputes (ct_layer_declare_cache)
 } ct_param;
 
 typedef struct ct_layer_vtable {
@@ -136,6 +137,10 @@ int ct_layer_declare_weight(ct_layer *l, ct_init_ctx *ic, const char *name, ct_t
                             ct_initializer init, ct_key key);
 int ct_layer_declare_state(ct_layer *l, ct_init_ctx *ic, const char *name, ct_tensor sig,
                            ct_initializer init, ct_key key);
+// Declares state that forward recomputes when it is stale (a per-batch
+// cache, zeros at first): checkpointed like other state, but a resume that
+// finds it with another shape (another device count) keeps the zeros.
+int ct_layer_declare_cache(ct_layer *l, ct_init_ctx *ic, const char *name, ct_tensor sig);
 
 // Sets err to "layer PATH (op): message" and returns code. Every error a
 // layer raises goes through this, so messages always say where.

@@ -143,6 +143,11 @@ typedef struct ct_tensor_request {
     const char *name;
     ct_tensor dest;
     ct_load_result result;  // set by the load
+    // A cache the model recomputes (LSHSelfAttention's buckets, sized for
+    // one device's rows): found with another shape, it is left as dest
+    // holds it (result CT_LOAD_MISMATCH) instead of failing the load, so a
+    // run resumes on another device or process count.
+    bool cache;
 } ct_tensor_request;
 
 typedef enum ct_load_mode {
