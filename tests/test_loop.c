@@ -728,6 +728,31 @@ static void test_evals_keep_state(void) {
     for (int e = 0; e < 2; e++) free(w[e]), free(state[e]);
 }
 
+// An eval batch that does not split over the devices is refused when the
+// Loop is made, naming the batch and the multiple (it failed at the first
+// eval, after training had begun).
+static void test_eval_batch_split(void) {
+    ct_copy_task t = {VOCAB, LEN, false, 5, 0};
+    ct_stream *train = copy_batches(1), *eval;
+    ct_error err;
+    CHECK_OK(ct_copy_stream_new(&eval, &t, &err), &err);
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 3;
+    CHECK_OK(ct_batch_stream_new(&eval, eval, &bp, &err), &err);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
+    ct_layer *metric = ct_weighted_category_cross_entropy();
+    ct_train_task task = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, ct_sgd_default_params().learning_rate};
+    ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 1, .metrics = {metric}, .metric_names = {"loss"}};
+    ct_loop_options o = ct_loop_default_options();
+    o.trainer.n_devices = 2;
+    ct_loop *loop = NULL;
+    CHECK(ct_loop_new(&loop, model, &task, 1, &ev, &o, &err) == CT_ERR_SHAPE && loop == NULL);
+    CHECK_MSG(strstr(err.msg, "does not split over 1 process x 2 devices: make the eval batch size a multiple of 2"),
+              "%s", err.msg);
+    ct_stream_free(train), ct_stream_free(eval);
+    ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
+}
+
 int main(void) {
     scratch_init("test_loop");
     ct_log_set_level(CT_LOG_WARN);
@@ -739,6 +764,7 @@ int main(void) {
     test_switch_trainers();
     test_devices_eval_lsh();
     test_evals_keep_state();
+    test_eval_batch_split();
     if (!check_failed_) ct_fs_remove_tree(g_tmp, NULL);
     return check_summary("test_loop");
 }

@@ -29,6 +29,19 @@ ct_status ct_evaluator_new(ct_evaluator **out, ct_layer *model, const ct_eval_ta
     if (task->n_metrics < 1 || task->n_metrics > CT_EVAL_MAX_METRICS || !task->stream)
         return ct_error_set(err, CT_ERR_ARG, "loop: the eval task needs a stream (%s) and 1 to %d metrics (%d)",
                             task->stream ? "given" : "none", CT_EVAL_MAX_METRICS, task->n_metrics);
+    // Each batch splits over the processes and then the pieces: said now,
+    // not at the first eval after training has begun.
+    int pieces = task->n_devices > 1 ? task->n_devices : 1, n_proc = comm ? ct_comm_size(comm) : 1;
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    for (int i = 0, n = ct_stream_signature(task->stream, sigs); i < n; i++) {
+        if (sigs[i].ndim < 1 || sigs[i].shape[0] <= 0 || sigs[i].shape[0] % ((int64_t)n_proc * pieces) == 0) continue;
+        char sig[CT_SIG_STR_MAX];
+        return ct_error_set(err, CT_ERR_SHAPE,
+                            "eval: the eval batch's item %d %s does not split over %d process%s x %d device%s: "
+                            "make the eval batch size a multiple of %d",
+                            i, ct_tensor_sig_str(&sigs[i], sig, sizeof sig), n_proc, n_proc == 1 ? "" : "es", pieces,
+                            pieces == 1 ? "" : "s", n_proc * pieces);
+    }
     ct_evaluator *e = ct_calloc(1, sizeof *e);
     e->model = ct_layer_ref(model);
     e->task = *task;
