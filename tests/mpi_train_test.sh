@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel training through the ctrax program with the memory-efficient
 # trainer: one process, one process with 2 local devices, `mpirun -np 2`,
-# and `mpirun -np 2` with 2 devices each (stopped at step 10 and resumed)
+# and `mpirun -np 2` with 2 devices each (stopped at step 10 and resumed),
+# and `mpirun -np 2` with half the batch bound per process on the inputs,
 # end with the same weights (within 1e-7 relative); only rank 0 writes.
 # With train.random_seed unbound (None) `mpirun -np 2` draws one seed, the
 # chief's (the one "random seed: N" line), and one process given N ends
@@ -44,9 +45,20 @@ grep -q "^train.random_seed = $seed\$" "$work/mpi2_drawn/config.gin" ||
     fail "mpi2_drawn: config.gin records $(grep random_seed "$work/mpi2_drawn/config.gin"), the log seed $seed"
 echo "  mpi2_drawn: one seed drawn, $seed"
 run one_drawn "$ctrax" train "$config" --set "train.random_seed=$seed" --output-dir "$work/one_drawn"
+# A batch size bound on the inputs is per process, as Trax's is per host:
+# sequence_copy_inputs.batch_size = 4 on 2 processes trains on batches of 8
+# (the same weights as one process with train.batch_size = 8), and the
+# operative config records both.
+sed 's/^train\.batch_size = 8$/sequence_copy_inputs.batch_size = 4/' "$config" >"$work/per_host.gin"
+grep -q "^sequence_copy_inputs.batch_size = 4$" "$work/per_host.gin" || fail "per_host.gin: no per-host batch size"
+run mpi2_per_host "$@" -np 2 "$ctrax" train "$work/per_host.gin" --output-dir "$work/mpi2_per_host"
+grep -q "data: batch(8, " "$work/mpi2_per_host.log" || fail "mpi2_per_host: $(grep 'data:' "$work/mpi2_per_host.log")"
+grep -qx "train.batch_size = 8" "$work/mpi2_per_host/config.gin" &&
+    grep -qx "train.n_processes = 2" "$work/mpi2_per_host/config.gin" ||
+    fail "mpi2_per_host/config.gin: $(grep -E 'batch_size|n_processes' "$work/mpi2_per_host/config.gin")"
 
 # Each REF:RUN pair: RUN's final weights against REF's.
-/usr/bin/python3 - "$work" one:local2 one:mpi2 one:mpi2x2 one_drawn:mpi2_drawn <<'PY' || fail "weights differ"
+/usr/bin/python3 - "$work" one:local2 one:mpi2 one:mpi2x2 one_drawn:mpi2_drawn one:mpi2_per_host <<'PY' || fail "weights differ"
 import json, struct, sys
 import numpy as np
 

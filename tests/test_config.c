@@ -2507,6 +2507,33 @@ static void test_train_defaults_from_trax(void) {
     CHECK_OK(read_train_text(text, &cfg, &t, &err), &err);
     CHECK(t.batch_size == 7);
     ct_config_free(cfg);
+    // Under mpirun (train.n_processes, which ctrax train binds) the inputs'
+    // batch size is per process, as Trax's is per host: 3 processes of 12
+    // make a step of 36, which the operative config records and reads back.
+    snprintf(text, sizeof text, "%ssequence_copy_inputs.batch_size = 12\ntrain.n_processes = 3\n", copy);
+    CHECK_OK(read_train_text(text, &cfg, &t, &err), &err);
+    CHECK_MSG(t.batch_size == 36, "%lld", (long long)t.batch_size);
+    CHECK_OK(ct_config_build_inputs(cfg, t.inputs, t.batch_size, 1, &train, &eval, &err), &err);
+    if (train && ct_stream_next(train, &b, &err) == CT_OK) CHECK(b.t[0].shape[0] == 36);
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    CHECK(ct_config_build_inputs(cfg, t.inputs, 12, 1, &train, &eval, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "sequence_copy_inputs.batch_size = 12 (x 3 processes), but batches of 12 were asked for"),
+              "%s", err.msg);
+    op = ct_config_operative_text(cfg);
+    CHECK(strstr(op, "\ntrain.batch_size = 36\n") && strstr(op, "\ntrain.n_processes = 3\n"));
+    ct_config_free(cfg);
+    CHECK_OK(read_train_text(op, &cfg, &t, &err), &err);
+    CHECK(t.batch_size == 36);
+    ct_config_free(cfg);
+    ct_free(op);
+    snprintf(text, sizeof text, "%ssequence_copy_inputs.batch_size = 12\ntrain.n_processes = 3\ntrain.batch_size = 12\n",
+             copy);
+    CHECK(read_train_text(text, &cfg, &t, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "t.gin:6:1: sequence_copy_inputs.batch_size = 12 (x 3 processes: 36) and t.gin:8:1: "
+                              "train.batch_size = 12 set the batch size differently"),
+              "%s", err.msg);
+    ct_config_free(cfg);
 }
 
 
@@ -2626,6 +2653,22 @@ static void test_batcher_inputs(void) {
               "%s", err.msg);
     printf("  error: %s\n", err.msg);
     ct_config_free(cfg);
+    // Per device of every process (Trax's batcher is per host): 4 x 2
+    // devices x 3 processes; batcher.batch_size, bound, is per process.
+    snprintf(t2, sizeof t2, "%strain.n_devices = 2\ntrain.n_processes = 3\n", text);
+    CHECK_OK(read_train_text(t2, &cfg, &t, &err), &err);
+    CHECK_MSG(t.batch_size == 24, "%lld", (long long)t.batch_size);
+    ct_config_free(cfg);
+    snprintf(t2, sizeof t2, "%strain.n_devices = 2\ntrain.n_processes = 3\ntrain.batch_size = 8\n", text);
+    CHECK(read_train_text(t2, &cfg, &t, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "batcher.batch_size_per_device = 4 (x 2 devices x 3 processes: 24) and t.gin:9:1: "
+                              "train.batch_size = 8 set the batch size differently"),
+              "%s", err.msg);
+    ct_config_free(cfg);
+    snprintf(t2, sizeof t2, "%sbatcher.batch_size = 5\ntrain.n_processes = 2\n", text);
+    CHECK_OK(read_train_text(t2, &cfg, &t, &err), &err);
+    CHECK_MSG(t.batch_size == 10, "%lld", (long long)t.batch_size);
+    ct_config_free(cfg);
 
     // The batches: train of 4 (shuffled epochs of the train files), eval of
     // eval_batch_size 3 from the t10k files, in order.
@@ -2651,18 +2694,23 @@ static void test_batcher_inputs(void) {
     // On n devices the eval batch is a multiple of n, as Trax's batch_fn
     // makes it: max(3 // n, 1) x n (an eval of 3 rows on 2 devices failed
     // after the first training steps).
+    // Each process's eval batch is that; the eval batch is it from every
+    // process (2 devices x 3 processes: 2 x 3).
     for (int n_dev = 2; n_dev <= 4; n_dev += 2) {
-        char with_devices[8192];
-        snprintf(with_devices, sizeof with_devices, "%strain.n_devices = %d\n", text, n_dev);
-        cfg = parse_cfg("b.gin", with_devices, &err);
-        CHECK_OK(ct_config_build_inputs(cfg, "batcher", 4, 1, &train, &eval, &err), &err);
-        ct_tensor sigs[CT_BATCH_MAX_TENSORS];
-        if (eval) ct_stream_signature(eval, sigs);
-        CHECK_MSG(eval && sigs[0].shape[0] == (n_dev == 2 ? 2 : 4), "eval batch on %d devices: %lld", n_dev,
-                  eval ? (long long)sigs[0].shape[0] : -1LL);
-        ct_stream_free(train);
-        ct_stream_free(eval);
-        ct_config_free(cfg);
+        for (int n_proc = 1; n_proc <= 3; n_proc += 2) {
+            char with_devices[8192];
+            snprintf(with_devices, sizeof with_devices, "%strain.n_devices = %d\ntrain.n_processes = %d\n", text, n_dev,
+                     n_proc);
+            cfg = parse_cfg("b.gin", with_devices, &err);
+            CHECK_OK(ct_config_build_inputs(cfg, "batcher", 4 * n_proc, 1, &train, &eval, &err), &err);
+            ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+            if (eval) ct_stream_signature(eval, sigs);
+            CHECK_MSG(eval && sigs[0].shape[0] == (n_dev == 2 ? 2 : 4) * n_proc, "eval batch on %d devices x %d: %lld",
+                      n_dev, n_proc, eval ? (long long)sigs[0].shape[0] : -1LL);
+            ct_stream_free(train);
+            ct_stream_free(eval);
+            ct_config_free(cfg);
+        }
     }
     // The same data as IDXInputs naming the four files.
     char idx[4096];

@@ -618,6 +618,17 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
         snprintf(text, sizeof text, "train.steps = %ld", a->steps);
         CT_TRY(ct_config_set(r->cfg, text, err));
     }
+    // The processes are mpirun's: a batch size bound on the inputs is per
+    // process (Trax's per host), and `ctrax eval` of the run's config.gin
+    // makes the eval batches the run made.
+    char bound[300];
+    ct_config_where(r->cfg, "train", "n_processes", bound, sizeof bound);
+    int n_processes = r->comm ? ct_comm_size(r->comm) : 1;
+    if (n_processes > 1 || bound[0]) {
+        char text[64];
+        snprintf(text, sizeof text, "train.n_processes = %d", n_processes);
+        CT_TRY(ct_config_set(r->cfg, text, err));
+    }
     CT_TRY(ct_config_validate(r->cfg, err));
 
     ct_config *c = r->cfg;

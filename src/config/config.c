@@ -1256,16 +1256,20 @@ ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch
     if (batch_size < 1 || batch_size > (1 << 24))
         return ct_error_set(err, CT_ERR_ARG, "%s: batch_size %lld is out of range (1 to 2^24)", name,
                             (long long)batch_size);
-    // An input that sets its own batch size (Trax's sequence_copy_inputs.batch_size)
-    // is asked for that one: ct_config_read_train gives it as train.batch_size.
+    // An input that sets its own batch size (Trax's sequence_copy_inputs.batch_size,
+    // per process as Trax's is per host) is asked for that one x the processes:
+    // ct_config_read_train gives it as train.batch_size.
     if (cfg_def_param(d, "batch_size")) {
-        const ct_config_value *v;
+        const ct_config_value *v, *procs;
         CT_TRY(cfg_query_default(cfg, name, "batch_size", &v, err));
-        if (v->kind == CT_CONFIG_INT && v->i != batch_size) {
+        CT_TRY(cfg_query_default(cfg, "train", "n_processes", &procs, err));
+        if (v->kind == CT_CONFIG_INT && v->i * procs->i != batch_size) {
             char where[300];
             cfg_where(cfg, name, "batch_size", where, sizeof where);
-            return ct_error_set(err, CT_ERR_ARG, "%s%s.batch_size = %lld, but batches of %lld were asked for", where,
-                                name, (long long)v->i, (long long)batch_size);
+            char times[64] = "";
+            if (procs->i > 1) snprintf(times, sizeof times, " (x %lld processes)", (long long)procs->i);
+            return ct_error_set(err, CT_ERR_ARG, "%s%s.batch_size = %lld%s, but batches of %lld were asked for", where,
+                                name, (long long)v->i, times, (long long)batch_size);
         }
     }
     ct_status st = d->build_inputs(cfg, name, (int)batch_size, seed, train, eval, err);

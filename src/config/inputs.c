@@ -355,13 +355,22 @@ static ct_status idx_pair(const char *images, const char *labels, ct_stream **ou
 ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
                                    ct_stream **train, ct_stream **eval, ct_error *err) {
     const ct_config_value *ref, *dataset, *dir, *holdout, *shuffle_size, *variable;
-    int eval_batch_size, n_devices;
+    int eval_batch_size, n_devices, n_processes;
     CT_TRY(cfg_query_default(cfg, name, "data_streams", &ref, err));
     CT_TRY(get_int(cfg, name, "eval_batch_size", &eval_batch_size, err));
-    // As Trax's batch_fn: the eval batch is a multiple of the device count
-    // (32 on 3 devices is 30), so that every device takes equal rows.
+    // As Trax's batch_fn: each host's eval batch is a multiple of its device
+    // count (32 on 3 devices is 30), so that every device takes equal rows;
+    // the eval batch is that from every process.
     CT_TRY(get_int(cfg, "train", "n_devices", &n_devices, err));
+    CT_TRY(get_int(cfg, "train", "n_processes", &n_processes, err));
     eval_batch_size = (eval_batch_size / n_devices > 1 ? eval_batch_size / n_devices : 1) * n_devices;
+    if ((int64_t)eval_batch_size * n_processes > (1 << 24)) {
+        char where[300];
+        cfg_where(cfg, name, "eval_batch_size", where, sizeof where);
+        return ct_error_set(err, CT_ERR_ARG, "%s%s.eval_batch_size = %d x %d processes is over 2^24 examples", where,
+                            name, eval_batch_size, n_processes);
+    }
+    eval_batch_size *= n_processes;
     CT_TRY(cfg_query_default(cfg, name, "variable_shapes", &variable, err));  // fixed-shape data: no effect
     const char *slash = ref->kind == CT_CONFIG_REFERENCE ? strrchr(ref->s, '/') : NULL;
     const char *base = ref->kind == CT_CONFIG_REFERENCE ? (slash ? slash + 1 : ref->s) : "";

@@ -848,7 +848,8 @@ static ct_status constant_new(const void *p, ct_schedule **out, ct_error *err) {
     X(INT, pad_to_multiple, "32", RANGE(1, 1 << 20), UNSTORED,                                                   \
       "round the padded length up to a multiple of this (Trax's default, 32; 1: no rounding)")                    \
     X(INT, batch_size, "None", RANGE(1, 1 << 24), UNSTORED_NULLABLE,                                             \
-      "examples per batch, as Trax sets it; None: train.batch_size (binding both differently is an error)")
+      "examples per batch of each process, as Trax sets it per host (the step's batch is this x "               \
+      "train.n_processes); None: train.batch_size (binding both differently is an error)")
 
 // Trax's trax.data.sequence_copy_inputs.
 #define COPY_INPUTS_PARAMS(X)                                                                                     \
@@ -907,9 +908,12 @@ static const cfg_param idx_inputs_params[] = {IDX_INPUTS_PARAMS(INPUT_ROW)};
 // rows: a binding of one is refused as unknown.
 #define BATCHER_PARAMS(X)                                                                                         \
     X(REF(SETTINGS), data_streams, "@data_streams", ANY, UNSTORED, "@data_streams (Trax's gin.REQUIRED)")         \
-    X(INT, batch_size_per_device, "32", RANGE(1, 1 << 24), UNSTORED, "the batch is this x train.n_devices")       \
-    X(INT, batch_size, "None", RANGE(1, 1 << 24), UNSTORED_NULLABLE, "None: batch_size_per_device x devices")     \
-    X(INT, eval_batch_size, "32", RANGE(1, 1 << 24), UNSTORED, "per eval batch; a multiple of train.n_devices")  \
+    X(INT, batch_size_per_device, "32", RANGE(1, 1 << 24), UNSTORED,                                              \
+      "per device: the step's batch is this x train.n_devices x train.n_processes")                                 \
+    X(INT, batch_size, "None", RANGE(1, 1 << 24), UNSTORED_NULLABLE,                                             \
+      "per process (Trax's per host); None: batch_size_per_device x train.n_devices")                              \
+    X(INT, eval_batch_size, "32", RANGE(1, 1 << 24), UNSTORED,                                                    \
+      "per process, rounded down to a multiple of train.n_devices; the eval batch is it x train.n_processes")      \
     X(BOOL, variable_shapes, "True", ANY, UNSTORED,                                                               \
       "no effect: the datasets ctrax has here are of one shape (Trax buckets variable lengths)")
 static const cfg_param batcher_params[] = {BATCHER_PARAMS(INPUT_ROW)};
@@ -955,23 +959,24 @@ static ct_status train_schedule_fill(ct_config *cfg, const char *name, ct_train_
     return CT_OK;
 }
 
-// Trax's batcher sets the batch size as batch_size_per_device x devices, or
-// batch_size when that is bound; *v is the value to record (NULL: the
-// product, recorded by the caller).
+// Trax's batcher sets each host's batch size as batch_size_per_device x
+// its devices, or batch_size when that is bound; the step's batch is that x
+// the processes. *v is the bound batch_size (NULL: batch_size_per_device's).
 static ct_status batcher_batch_size(ct_config *cfg, const char *inputs, const ct_train_settings *t, int64_t *out,
                                     const ct_config_value **v, ct_error *err) {
     const ct_config_value *bs, *per;
     CT_TRY(cfg_query_default(cfg, inputs, "batch_size", &bs, err));
     CT_TRY(cfg_query_default(cfg, inputs, "batch_size_per_device", &per, err));
     *v = bs->kind == CT_CONFIG_NONE ? NULL : bs;
-    *out = *v ? bs->i : per->i * t->n_devices;
+    *out = (*v ? bs->i : per->i * t->n_devices) * t->n_processes;
     return CT_OK;
 }
 
 // The train settings a row alone cannot give. Trax sets the batch size on
-// its inputs (sequence_copy_inputs.batch_size, batcher.batch_size_per_device):
-// bound there, it is the run's batch size; train.batch_size (ctrax's) bound
-// to another value too is an error naming both. With train.inputs unbound,
+// its inputs (sequence_copy_inputs.batch_size, batcher.batch_size_per_device)
+// for each host: bound there, that x train.n_processes is the run's batch
+// size; train.batch_size (ctrax's: the whole step's) bound to another value
+// too is an error naming both. With train.inputs unbound,
 // a bound data_streams.dataset_name means Trax's default inputs, @batcher.
 static ct_status train_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
     ct_train_settings *t = vp;
@@ -993,17 +998,21 @@ static ct_status train_fill(ct_config *cfg, const char *name, void *vp, ct_error
     } else {
         CT_TRY(cfg_query_default(cfg, t->inputs, "batch_size", &v, err));
         if (v->kind == CT_CONFIG_NONE) return CT_OK;
-        batch_size = v->i;
+        batch_size = v->i * t->n_processes;
     }
     char where_in[300], where_train[300];
     cfg_where(cfg, t->inputs, param, where_in, sizeof where_in);
     cfg_where(cfg, name, "batch_size", where_train, sizeof where_train);
     if (where_train[0] && t->batch_size != batch_size) {
-        char value[80];
-        if (v) snprintf(value, sizeof value, "%lld", (long long)batch_size);
-        else
-            snprintf(value, sizeof value, "%lld (x %lld devices: %lld)", (long long)(batch_size / t->n_devices),
-                     (long long)t->n_devices, (long long)batch_size);
+        char value[120];
+        int64_t per = batch_size / t->n_processes;
+        int n = v ? snprintf(value, sizeof value, "%lld", (long long)per)
+                  : snprintf(value, sizeof value, "%lld (x %lld devices", (long long)(per / t->n_devices),
+                             (long long)t->n_devices);
+        if (t->n_processes > 1)
+            n += snprintf(value + n, sizeof value - (size_t)n, "%sx %lld processes", v ? " (" : " ",
+                          (long long)t->n_processes);
+        if (!v || t->n_processes > 1) snprintf(value + n, sizeof value - (size_t)n, ": %lld)", (long long)batch_size);
         return ct_error_set(err, CT_ERR_ARG,
                             "%s%s.%s = %s and %s%s.batch_size = %lld set the batch size differently: bind one "
                             "(Trax's configs set it on the inputs)",
@@ -1011,9 +1020,8 @@ static ct_status train_fill(ct_config *cfg, const char *name, void *vp, ct_error
     }
     t->batch_size = batch_size;
     // The operative config says what was used, and reads back without a
-    // conflict.
-    if (v) cfg_record_value(cfg, name, "batch_size", v);
-    else cfg_record_int(cfg, name, "batch_size", batch_size);
+    // conflict (with train.n_processes, which it records too).
+    cfg_record_int(cfg, name, "batch_size", batch_size);
     return CT_OK;
 }
 

@@ -273,6 +273,9 @@ ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch
     X(INT64, loss_chunk_size, 0, AT_LEAST(0), NONE,                                                              \
       "> 0: the model's row-wise tail and the loss run on chunks of this many rows (B*T), so the full logits never exist") \
     X(INT64, n_devices, 1, RANGE(1, 64), NONE, "local devices (replica threads); 1 when unbound")                \
+    X(INT64, n_processes, 1, RANGE(1, 1 << 20), NONE,                                                           \
+      "processes of the run (ctrax train binds mpirun's count); a batch size bound on the inputs is per process, "  \
+      "as Trax's is per host, so the step's batch is it x this")                                                   \
     X(INT64, n_threads, 0, RANGE(0, 4096), NONE,                                                                \
       "threads for ctrax's loops and the GEMM together (ctrax train --threads); 0: OMP_NUM_THREADS, else every core") \
     X(BOOL, adasum, false, ANY, NONE, "combine device gradients with Adasum instead of averaging them")          \
