@@ -265,6 +265,18 @@ if [[ $t_s -ge 2 ]] && grep -qE "^parameters +$n_w in $t_w tensors" <<<"$out" &&
 else
     bad "ctrax info: expected parameters $n_w in $t_w tensors, state $n_s in $t_s: $(grep -e ^parameters -e ^state <<<"$out")"
 fi
+# With a schedule, info shows the rate it set (the last logged, as
+# metrics.jsonl has it), not the optimizer's learning_rate, which no step used.
+lr=$(/usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if "\"training/learning_rate\"" in l]
+print("%.6g at step %d" % (rows[-1]["value"], rows[-1]["step"]))' "$work/d2/metrics.jsonl")
+if grep -qxF "schedule     warmup_and_rsqrt_decay sets the learning rate each step: $lr (the last logged)" <<<"$out" &&
+    grep -qE "^optimizer +Adam: b1 " <<<"$out"; then
+    ok "ctrax info with a schedule: $lr"
+else
+    bad "ctrax info with a schedule ($lr logged): $(grep -e ^optimizer -e ^schedule <<<"$out")"
+fi
 # A model with no max_len (an RNNLM) samples with a window of 1024 bytes
 # unless --context says (each byte ran every byte before it again: 4,000
 # bytes took 211 s); the start line says so before any byte is made.
@@ -279,6 +291,13 @@ if grep -q "idle threads spin briefly, then sleep (GOMP_SPINCOUNT=20000)" <<<"$o
     ok "idle threads spin briefly by default"
 else
     bad "no 'idle threads spin briefly' line when no wait policy is set: $(grep threads: <<<"$out")"
+fi
+# Without one (train.lr_schedule_fn = None), the optimizer's learning_rate.
+info=$("$ctrax" info "$work/t8" 2>&1)
+if grep -qE "^optimizer +Adam: learning_rate 0.0001, " <<<"$info" && ! grep -q "^schedule" <<<"$info"; then
+    ok "ctrax info without a schedule: the optimizer's learning_rate"
+else
+    bad "ctrax info without a schedule: $(grep -e ^optimizer -e ^schedule <<<"$info")"
 fi
 # --steps is a binding: config.gin says how far the run was asked to go.
 if grep -qx "train.steps = 1" "$work/t8/config.gin"; then ok "--steps 1 recorded as train.steps = 1"; else

@@ -112,6 +112,14 @@ expect_exit 2 "missing CHECKPOINT_DIR" info
 expect_exit 2 "unknown option '--bogus'" info "$run10" --bogus
 expect_exit 2 "one checkpoint at a time" info "$run10" "$run256"
 expect_exit 2 "--name needs a value" info "$run10" --name
+# A name no checkpoint can have is bad usage, for each command that takes one.
+for cmd in info eval sample; do
+    expect_exit 2 "--name: invalid checkpoint name '../run256'" "$cmd" "$run10" --name ../run256
+done
+expect_exit 2 "--name: invalid checkpoint name 'checkpoint'" info "$run10" --name checkpoint
+# --threads is --system's (a checkpoint's info computes nothing).
+expect_exit 2 "--threads goes with --system" info "$run10" --threads 2
+expect_exit 2 "--threads goes with --system" info "$run10" --threads=2
 # A damaged checkpoint is an error that names the file.
 mkdir "$tmp/damaged"
 cp -r "$run10/model_6" "$tmp/damaged/"

@@ -138,6 +138,8 @@ int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, c
     *out = NULL;
     if (output_dir) *output_dir = NULL;
     ct_error err = {0};
+    // A name that cannot be a checkpoint's is a usage error, before any file.
+    if (name && ct_checkpoint_check_name(name, &err) != CT_OK) return ctrax_usage_error(cmd, "--name: %s", err.msg);
     struct stat sb;
     if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "ctrax %s: %s: %s\n", cmd, path,

@@ -18,7 +18,8 @@ static void usage(FILE *f) {
             "       ctrax info --system [--threads N]\n"
             "\n"
             "Shows what a checkpoint holds: its step, parameter count, every tensor\n"
-            "(name, dtype, shape), the optimizer and its hyperparameters, the last\n"
+            "(name, dtype, shape), the optimizer and its hyperparameters (with a\n"
+            "learning-rate schedule: the schedule and the last rate logged), the last\n"
             "metrics and the config it was trained with. Given a training run's output\n"
             "directory, shows its newest complete checkpoint and lists the others.\n"
             "\n"
@@ -85,6 +86,44 @@ static int state_elements(const ct_safetensors *w, int64_t *n, size_t *bytes) {
     return count;
 }
 
+// The learning-rate schedule the run's config binds (train.lr_schedule_fn:
+// ctrax train's operative config always does), or NULL: None, unbound (a
+// program's own Loop may pass any config text), or no config that parses
+// (the config section below then says why). The name lives in a static
+// buffer.
+static const char *run_schedule(const ct_checkpoint *c) {
+    static char name[128];
+    const char *source;
+    char *text;
+    if (ctrax_checkpoint_config("info", c, &text, &source) != CTRAX_EXIT_OK || !text) return NULL;
+    ct_config *cfg = ct_config_new();
+    ct_error err = {0};
+    const char *sched = NULL;
+    char where[300] = "";
+    if (ct_config_parse_text(cfg, text, strlen(text), source, &err) == CT_OK && ct_config_validate(cfg, &err) == CT_OK)
+        ct_config_where(cfg, "train", "lr_schedule_fn", where, sizeof where);
+    if (where[0] && ct_config_get_reference(cfg, "train", "lr_schedule_fn", NULL, &sched, &err) == CT_OK && sched)
+        snprintf(name, sizeof name, "%s", sched);
+    ct_config_free(cfg);
+    free(text);
+    return sched ? name : NULL;
+}
+
+// The last training/learning_rate row of state.json's history, or NULL.
+static const cJSON *last_learning_rate(const cJSON *state) {
+    const cJSON *row, *last = NULL;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(state, "history")) {
+        const cJSON *metric = cJSON_GetArrayItem(row, 1);
+        if (cJSON_IsString(metric) && !strcmp(metric->valuestring, "training/learning_rate") &&
+            cJSON_IsNumber(cJSON_GetArrayItem(row, 2)) && cJSON_IsNumber(cJSON_GetArrayItem(row, 3)))
+            last = row;
+    }
+    return last;
+}
+
+// The optimizer and its hyperparameters. With a schedule, the optimizer's
+// learning_rate is not the rate it ran at (the schedule sets the rate every
+// step): that line says the schedule and the last rate logged instead.
 static void print_optimizer(const ct_checkpoint *c, const cJSON *state) {
     const ct_safetensors *slots = ct_checkpoint_tensors(c, "slots.safetensors");
     const char *name = slots ? ct_safetensors_metadata(slots, "optimizer") : NULL;
@@ -92,12 +131,14 @@ static void print_optimizer(const ct_checkpoint *c, const cJSON *state) {
     const cJSON *oname = cJSON_GetObjectItemCaseSensitive(o, "name");
     if (!name && cJSON_IsString(oname)) name = oname->valuestring;
     printf("optimizer    %s", name ? name : "(not recorded)");
+    const char *schedule = run_schedule(c);
     const cJSON *p, *params = cJSON_GetObjectItemCaseSensitive(o, "params");
     int k = 0;
     // Only an object's members have names ("params": [1] has none).
     if (cJSON_IsObject(params))
         cJSON_ArrayForEach(p, params) {
-            if (cJSON_IsNumber(p)) printf("%s%s %.6g", k++ ? ", " : ": ", p->string, p->valuedouble);
+            if (cJSON_IsNumber(p) && !(schedule && !strcmp(p->string, "learning_rate")))
+                printf("%s%s %.6g", k++ ? ", " : ": ", p->string, p->valuedouble);
         }
     if (slots) {
         size_t bytes;
@@ -107,6 +148,14 @@ static void print_optimizer(const ct_checkpoint *c, const cJSON *state) {
                ct_safetensors_count(slots), ctrax_format_bytes((double)bytes, b, sizeof b));
     }
     printf("\n");
+    if (schedule) {
+        const cJSON *lr = last_learning_rate(state);
+        printf("schedule     %s sets the learning rate each step", schedule);
+        if (lr)
+            printf(": %.6g at step %.0f (the last logged)", cJSON_GetArrayItem(lr, 3)->valuedouble,
+                   cJSON_GetArrayItem(lr, 2)->valuedouble);
+        printf("\n");
+    }
 }
 
 // The last value of each (mode, metric) of state.json's history, metrics/* only.
@@ -251,7 +300,7 @@ static void print_summary(const ct_checkpoint *c, const char *dir, const cJSON *
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(state, "seed");
     const cJSON *devices = cJSON_GetObjectItemCaseSensitive(state, "devices");
     if (cJSON_IsNumber(seed)) printf("seed         %.0f\n", seed->valuedouble);
-    if (cJSON_IsNumber(devices)) printf("devices      %.0f\n", devices->valuedouble);
+    if (cJSON_IsNumber(devices)) printf("devices      %.0f (over all processes)\n", devices->valuedouble);
     print_last_metrics(state);
 }
 
@@ -368,6 +417,11 @@ int ctrax_cmd_info(int argc, char **argv) {
         }
         return system_info();
     }
+    // main takes --threads out of argv only with --system.
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--threads") || !strncmp(argv[i], "--threads=", 10))
+            return ctrax_usage_error("info", "--threads goes with --system (its sgemm's threads): a checkpoint's info "
+                                             "computes nothing");
     int rc = ctrax_parse_args(&args, argc, argv, &path);
     return rc >= 0 ? rc : info(path, name);
 }

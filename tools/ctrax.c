@@ -1012,8 +1012,12 @@ int main(int argc, char **argv) {
         return run_train(&a);
     }
     int n = argc - 1;
-    if ((!strcmp(cmd, "eval") || !strcmp(cmd, "sample") || !strcmp(cmd, "info")) && take_threads(cmd, &n, argv + 1))
-        return EXIT_USAGE;
+    // info computes only with --system: there --threads sets its sgemm's
+    // threads; on a checkpoint it would do nothing, so the parser refuses it.
+    bool system = false;
+    for (int i = 2; i < argc; i++) system |= !strcmp(argv[i], "--system");
+    bool computes = !strcmp(cmd, "eval") || !strcmp(cmd, "sample") || (!strcmp(cmd, "info") && system);
+    if (computes && take_threads(cmd, &n, argv + 1)) return EXIT_USAGE;
     if (!strcmp(cmd, "eval")) return ctrax_cmd_eval(n, argv + 1);
     if (!strcmp(cmd, "sample")) return ctrax_cmd_sample(n, argv + 1);
     if (!strcmp(cmd, "info")) return ctrax_cmd_info(n, argv + 1);

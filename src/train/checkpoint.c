@@ -109,7 +109,7 @@ static bool plain_name(const char *s) {
     return n > 0 && n < CT_CHECKPOINT_NAME_MAX && s[0] != '.' && !strchr(s, '/');
 }
 
-static ct_status check_ckpt_name(const char *name, ct_error *err) {
+ct_status ct_checkpoint_check_name(const char *name, ct_error *err) {
     if (!plain_name(name) || !strcmp(name, POINTER))
         return ct_error_set(err, CT_ERR_ARG,
                             "invalid checkpoint name '%s' (1..%d characters, no '/', no leading '.', not \"" POINTER
@@ -283,7 +283,7 @@ ct_status ct_checkpoint_writer_begin(ct_checkpoint_writer **out, const char *out
                                      const ct_checkpoint_options *opts, ct_error *err) {
     CT_ASSERT(out && output_dir);
     *out = NULL;
-    CT_TRY(check_ckpt_name(name, err));
+    CT_TRY(ct_checkpoint_check_name(name, err));
     CT_TRY(ct_fs_mkdirs(output_dir, err));
     ct_error clean_err;
     if (ct_checkpoint_clean_tmp(output_dir, &clean_err) != CT_OK) ct_log(CT_LOG_WARN, "checkpoint: %s", clean_err.msg);
@@ -616,7 +616,7 @@ static ct_status open_plain_file(cfile *cf, const mfile *f, const char *path, ct
 ct_status ct_checkpoint_open(ct_checkpoint **out, const char *output_dir, const char *name, ct_error *err) {
     CT_ASSERT(out && output_dir);
     *out = NULL;
-    CT_TRY(check_ckpt_name(name, err));
+    CT_TRY(ct_checkpoint_check_name(name, err));
     ct_checkpoint *c = ct_calloc(1, sizeof *c);  // a fixed size: bookkeeping (memory.h)
     ct_status s = join(c->dir, output_dir, name, err);
     manifest m = {0};
@@ -797,7 +797,7 @@ static ct_status read_pointer(const char *output_dir, char name[CT_CHECKPOINT_NA
     CT_TRY(ct_fs_read_max(path, POINTER_MAX, &text, &n, err));
     while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ')) text[--n] = '\0';
     ct_status s = CT_OK;
-    if (check_ckpt_name(text, NULL) != CT_OK)
+    if (ct_checkpoint_check_name(text, NULL) != CT_OK)
         s = ct_error_set(err, CT_ERR_FORMAT, "%s: does not hold a checkpoint name", path);
     else snprintf(name, CT_CHECKPOINT_NAME_MAX, "%s", text);
     free(text);
@@ -887,7 +887,7 @@ ct_status ct_checkpoint_list(const char *output_dir, ct_checkpoint_info **infos,
     ct_status s = CT_OK;
     struct dirent *de;
     while (s == CT_OK && (de = readdir(d))) {
-        if (de->d_name[0] == '.' || check_ckpt_name(de->d_name, NULL) != CT_OK) continue;
+        if (de->d_name[0] == '.' || ct_checkpoint_check_name(de->d_name, NULL) != CT_OK) continue;
         char dir[PATH_CAP], mpath[PATH_CAP];
         struct stat sb;
         if (join(dir, output_dir, de->d_name, NULL) != CT_OK || join(mpath, dir, MANIFEST, NULL) != CT_OK) continue;
@@ -932,7 +932,7 @@ ct_status ct_checkpoint_list(const char *output_dir, ct_checkpoint_info **infos,
 }
 
 ct_status ct_checkpoint_remove(const char *output_dir, const char *name, ct_error *err) {
-    CT_TRY(check_ckpt_name(name, err));
+    CT_TRY(ct_checkpoint_check_name(name, err));
     char path[PATH_CAP], old[PATH_CAP], base[PATH_CAP];
     CT_TRY(join(path, output_dir, name, err));
     if (access(path, F_OK) != 0) return CT_OK;

@@ -70,6 +70,11 @@ ct_checkpoint_options ct_checkpoint_default_options(void);
 
 typedef struct ct_checkpoint_writer ct_checkpoint_writer;
 
+// CT_OK if name can name a checkpoint (1..CT_CHECKPOINT_NAME_MAX-1
+// characters, no '/', no leading '.', not "checkpoint"), else CT_ERR_ARG
+// with a message saying so.
+ct_status ct_checkpoint_check_name(const char *name, ct_error *err);
+
 // Starts the checkpoint <output_dir>/<name>: creates output_dir if needed,
 // removes temporary directories that dead writers left there, and makes the
 // temporary directory. A name is 1..CT_CHECKPOINT_NAME_MAX-1 characters, has
