@@ -220,6 +220,18 @@ if [[ $(od -An -tx1 "$tmp/out" | tr -d ' \n') == "613f3f3f623f3f3f63c3a9f0908080
     bad "sample text of invalid UTF-8: $(od -An -tx1 "$tmp/out")"
 fi
 echo "sample: $(head -c 53 "$tmp/s5a" | od -An -c | head -1 | tr -s ' ')..."
+# --prompt-file: any bytes, 0 included (the copy task's separator), which an
+# argument cannot hold; --raw writes them back as they are.
+printf '\x01\x00\x02' >"$tmp/prompt0"
+expect_exit 0 "sampling 3 bytes" sample "$run10" --prompt-file "$tmp/prompt0" --length 3 --raw --seed 1
+got=$(od -An -tx1 "$tmp/out" | tr -d ' \n')
+if [[ ${got:0:6} == 010002 && ${#got} == 12 ]]; then ok; else bad "sample --prompt-file wrote $got"; fi
+expect_exit 2 "--prompt and --prompt-file are two prompts" sample "$run10" --prompt-file "$tmp/prompt0" --prompt x
+expect_exit 1 "--prompt-file: .*/nowhere: cannot open" sample "$run10" --prompt-file "$tmp/nowhere"
+expect_exit 1 "--prompt-file: /dev/zero: not a regular file" sample "$run10" --prompt-file /dev/zero
+truncate -s 17M "$tmp/prompt_big"
+expect_exit 1 "--prompt-file: .*prompt_big" sample "$run10" --prompt-file "$tmp/prompt_big"
+echo "sample --prompt-file of 17 MiB: $(cat "$tmp/err")"
 # Errors and bad usage.
 expect_exit 1 "prompt byte 0 \(0x68\) is not in the model's vocabulary of 10" sample "$run10" --prompt hi
 expect_exit 1 "longer than the model's max_len 10" sample "$run10" --context 11

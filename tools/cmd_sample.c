@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "core/fs.h"
 #include "ctrax/config/config.h"
 #include "ctrax/layers/layer_author.h"
 #include "ctrax/core/memory.h"
@@ -20,7 +21,9 @@
 
 typedef struct sample_opts {
     const char *path, *name;
-    const char *prompt;
+    const char *prompt;  // prompt_len bytes, any byte values (--prompt-file)
+    size_t prompt_len;
+    const char *prompt_file;
     int64_t length;
     double temperature;
     int64_t top_k;
@@ -32,6 +35,9 @@ typedef struct sample_opts {
 static sample_opts sample_defaults(void) {
     return (sample_opts){.prompt = "", .length = 200, .temperature = 1.0, .top_k = 0, .seed = 0};
 }
+
+// The longest --prompt-file: the bytes --length may make.
+#define SAMPLE_PROMPT_FILE_MAX ((size_t)1 << 24)
 
 // The context of a model with no max_len (an RNNLM), unless --context says.
 #define CT_SAMPLE_DEFAULT_CONTEXT 1024
@@ -50,6 +56,8 @@ static void usage(FILE *f) {
             "\n"
             "options (defaults in brackets):\n"
             "  --prompt TEXT       text to continue [none]\n"
+            "  --prompt-file FILE  the bytes of FILE to continue, as they are (any byte,\n"
+            "                      0 included), instead of --prompt; at most 16 MiB\n"
             "  --length N          bytes to generate [%lld]\n"
             "  --temperature T     divides the logits; 0 always takes the likeliest byte [%g]\n"
             "  --top-k K           sample among the K likeliest bytes only; 0: all [%lld]\n"
@@ -265,7 +273,7 @@ static int sample(const sample_opts *o) {
         goto done;
 
     // A net for inputs (1, W): W the longest input generation needs, at most the context.
-    int64_t P = (int64_t)strlen(o->prompt), total = P + o->length;
+    int64_t P = (int64_t)o->prompt_len, total = P + o->length;
     int64_t W = total > 0 ? total : 1;
     if (context > 0 && W > context) W = context;
     ct_tensor in_sig = ct_tensor_2d(CT_DTYPE_I32, 1, W, NULL);
@@ -339,8 +347,8 @@ int ctrax_cmd_sample(int argc, char **argv) {
             o.raw = true;
             continue;
         }
-        static const char *const value_opts[] = {"--prompt", "--name",  "--length", "--temperature",
-                                                 "--top-k",  "--seed",  "--context"};
+        static const char *const value_opts[] = {"--prompt", "--prompt-file", "--name",    "--length",
+                                                 "--temperature", "--top-k", "--seed", "--context"};
         const char *opt = NULL;
         int r = 0, bad = 0;
         for (size_t k = 0; k < sizeof value_opts / sizeof *value_opts && !r; k++)
@@ -348,6 +356,7 @@ int ctrax_cmd_sample(int argc, char **argv) {
         if (r < 0) return CTRAX_EXIT_USAGE;
         if (r > 0) {
             if (!strcmp(opt, "--prompt")) o.prompt = v;
+            else if (!strcmp(opt, "--prompt-file")) o.prompt_file = v;
             else if (!strcmp(opt, "--name")) o.name = v;
             else if (!strcmp(opt, "--length")) bad = ctrax_parse_int("sample", opt, v, 0, 1 << 24, &o.length);
             else if (!strcmp(opt, "--temperature")) bad = ctrax_parse_double("sample", opt, v, 0, 1e6, &o.temperature);
@@ -362,5 +371,19 @@ int ctrax_cmd_sample(int argc, char **argv) {
         o.path = a;
     }
     if (!o.path) return ctrax_usage_error("sample", "missing OUTPUT_DIR");
-    return sample(&o);
+    if (o.prompt_file && *o.prompt)
+        return ctrax_usage_error("sample", "--prompt and --prompt-file are two prompts: give one");
+    o.prompt_len = strlen(o.prompt);
+    char *file_prompt = NULL;
+    if (o.prompt_file) {
+        ct_error err = {0};
+        if (ct_fs_read_max(o.prompt_file, SAMPLE_PROMPT_FILE_MAX, &file_prompt, &o.prompt_len, &err) != CT_OK) {
+            fprintf(stderr, "ctrax sample: --prompt-file: %s\n", err.msg);
+            return CTRAX_EXIT_ERROR;
+        }
+        o.prompt = file_prompt;
+    }
+    int rc = sample(&o);
+    free(file_prompt);
+    return rc;
 }
