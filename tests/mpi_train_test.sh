@@ -57,6 +57,25 @@ grep -qx "train.batch_size = 8" "$work/mpi2_per_host/config.gin" &&
     grep -qx "train.n_processes = 2" "$work/mpi2_per_host/config.gin" ||
     fail "mpi2_per_host/config.gin: $(grep -E 'batch_size|n_processes' "$work/mpi2_per_host/config.gin")"
 
+# SIGTERM to mpirun (which passes it to every process): each says it heard
+# it, they agree on the step to stop after, and the job ends with that
+# step's checkpoint, from which it resumes. (mpirun itself exits 1 after a
+# SIGTERM even when every process exits 0, so its status says nothing here.)
+"$@" -np 2 "$ctrax" train "$config" --output-dir "$work/stop" --steps 100000000 >"$work/stop.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do [[ -d $work/stop/model_10 ]] && break; sleep 0.1; done
+kill -TERM "$job"
+wait "$job"
+rc=$?
+stopped=$(sed -n 's/^stopped at step \([0-9]*\); checkpoint written.*/\1/p' "$work/stop.log")
+[[ -n $stopped && -d $work/stop/model_$stopped ]] &&
+    grep -q "ctrax (process 0 of 2): stopping after this step" "$work/stop.log" &&
+    grep -q "ctrax (process 1 of 2): stopping after this step" "$work/stop.log" ||
+    fail "SIGTERM to mpirun: exit $rc, stopped at '$stopped': $(tail -n 4 "$work/stop.log")"
+run stop_resumed "$@" -np 2 "$ctrax" train "$config" --output-dir "$work/stop" --steps $((stopped + 2))
+grep -q "^done: step $((stopped + 2))" "$work/stop_resumed.log" || fail "stop_resumed: $(tail -n 2 "$work/stop_resumed.log")"
+echo "  SIGTERM to mpirun: stopped at step $stopped with its checkpoint; resumed to $((stopped + 2))"
+
 # Each REF:RUN pair: RUN's final weights against REF's.
 /usr/bin/python3 - "$work" one:local2 one:mpi2 one:mpi2x2 one_drawn:mpi2_drawn one:mpi2_per_host <<'PY' || fail "weights differ"
 import json, struct, sys

@@ -38,6 +38,12 @@ static volatile sig_atomic_t stop_requested;
 // checkpoint); a second one stops the process at once, for a step or eval
 // that takes long (checkpoints are written atomically, so none is left
 // half-written).
+// Under mpirun the message says which process heard it, and that the stop
+// waits for every process: mpirun also sends SIGTERM to the others when one
+// of them fails, and those are then ended without a checkpoint.
+static char stop_message[200] = "\nctrax: stopping after this step, with a checkpoint (again: stop at once)\n";
+static size_t stop_message_len = sizeof "\nctrax: stopping after this step, with a checkpoint (again: stop at once)\n" - 1;
+
 static void on_signal(int sig) {
     if (stop_requested) {
         signal(sig, SIG_DFL);
@@ -45,8 +51,7 @@ static void on_signal(int sig) {
         return;
     }
     stop_requested = 1;
-    static const char msg[] = "\nctrax: stopping after this step, with a checkpoint (again: stop at once)\n";
-    ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+    ssize_t n = write(STDERR_FILENO, stop_message, stop_message_len);
     (void)n;
 }
 
@@ -857,6 +862,13 @@ static int run_train(const train_args *a) {
     if (rank == 0 && lock_output_dir(&r, &err) != CT_OK) goto done;
     if (rank == 0 && (a->restart || !has_checkpoint(r.output_dir)) && set_aside_previous_run(r.output_dir, &err) != CT_OK)
         goto done;
+    if (r.comm && ct_comm_size(r.comm) > 1) {
+        int n = snprintf(stop_message, sizeof stop_message,
+                         "\nctrax (process %d of %d): stopping after this step, with a checkpoint, when every process "
+                         "has finished it (again: stop at once)\n",
+                         rank, ct_comm_size(r.comm));
+        stop_message_len = n > 0 && (size_t)n < sizeof stop_message ? (size_t)n : strlen(stop_message);
+    }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     if (ct_loop_new(&r.loop, r.model, &task, 1, r.eval_steps > 0 ? &ev : NULL, &o, &err) != CT_OK) {
