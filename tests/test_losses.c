@@ -255,6 +255,38 @@ static void test_l2_loss(void) {
     ct_layer_free(l);
 }
 
+// Trax's BinaryCrossEntropy: the mean of -(t log q + (1 - t) log(1 - q)),
+// q = sigmoid(x), against that plain form in double; large logits stay
+// finite (the plain form in float gives log(0) from |x| of about 17).
+static void test_binary_cross_entropy(void) {
+    float x[6] = {-3.0f, -0.5f, 0.0f, 0.25f, 2.0f, 4.0f}, g[6];
+    int32_t t[6] = {0, 1, 1, 0, 1, 0};
+    ct_tensor in[2] = {ct_tensor_2d(CT_DTYPE_F32, 2, 3, x), ct_tensor_2d(CT_DTYPE_I32, 2, 3, t)};
+    double want = 0, want_g[6];
+    for (int i = 0; i < 6; i++) {
+        double q = 1.0 / (1.0 + exp(-(double)x[i]));
+        want -= (t[i] * log(q) + (1 - t[i]) * log(1 - q)) / 6;
+        want_g[i] = (q - t[i]) / 6;
+    }
+    double v;
+    bool null[2];
+    ct_error err;
+    ct_layer *l = ct_binary_cross_entropy();
+    CHECK_OK(eval_layer(l, in, 2, &v, g, null, &err), &err);
+    CHECK_MSG(fabs(v - want) < 1e-6, "BinaryCrossEntropy %.9g, want %.9g", v, want);
+    for (int i = 0; i < 6; i++) CHECK_MSG(fabs(g[i] - want_g[i]) < 1e-7, "grad[%d] %g, want %g", i, g[i], want_g[i]);
+    CHECK(!null[0] && null[1]);
+    ct_layer_free(l);
+    // x = 100 with t = 0 costs 100; x = -100 with t = 0 costs e^-100.
+    float big[2] = {100.0f, -100.0f};
+    int32_t zero[2] = {0, 0};
+    ct_tensor bin[2] = {ct_tensor_1d(CT_DTYPE_F32, 2, big), ct_tensor_1d(CT_DTYPE_I32, 2, zero)};
+    l = ct_binary_cross_entropy();
+    CHECK_OK(eval_layer(l, bin, 2, &v, g, NULL, &err), &err);
+    CHECK_MSG(fabs(v - 50.0) < 1e-5 && fabs(g[0] - 0.5f) < 1e-7 && fabs(g[1]) < 1e-7, "%g (%g %g)", v, g[0], g[1]);
+    ct_layer_free(l);
+}
+
 // ---- gradients by finite differences --------------------------------------------
 
 static void test_gradchecks(void) {
@@ -290,6 +322,16 @@ static void test_gradchecks(void) {
     feed f2 = {1, 2, {ys, w2s}};
     l = with_feed(&f2, ct_l2_loss());
     e = gradcheck("L2Loss", l, &xs, 1, o);
+    printf("  max rel err %.3e\n", e);
+    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
+    ct_layer_free(l);
+
+    // BinaryCrossEntropy over (NB, NT, V) logits, targets 0/1.
+    int32_t bt[NB * NT * V];
+    for (int i = 0; i < NB * NT * V; i++) bt[i] = (i * 5 + 1) % 3 == 0;
+    feed fb = {1, 1, {ct_tensor_3d(CT_DTYPE_I32, NB, NT, V, bt)}};
+    l = with_feed(&fb, ct_binary_cross_entropy());
+    e = gradcheck("BinaryCrossEntropy", l, &xs, 1, o);
     printf("  max rel err %.3e\n", e);
     CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
     ct_layer_free(l);
@@ -366,6 +408,13 @@ static void test_errors(void) {
     ct_tensor l2bad[3] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_1d(CT_DTYPE_F32, 3, (float[]){0, 0, 0}),
                           l2in[2]};
     expect_error(ct_l2_loss(), l2bad, 3, CT_ERR_SHAPE, "L2Loss (init)", "targets (3) f32");
+    // BinaryCrossEntropy: targets of the logits' shape, each 0 or 1.
+    ct_tensor bce[2] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_1d(CT_DTYPE_I32, 2, (int32_t[]){1, 2})};
+    expect_error(ct_binary_cross_entropy(), bce, 2, CT_ERR_ARG, "BinaryCrossEntropy",
+                 "target id 2 at flat index 1 of targets (2) i32 is outside [0, 2)");
+    bce[1] = ct_tensor_1d(CT_DTYPE_I32, 3, (int32_t[]){0, 1, 0});
+    expect_error(ct_binary_cross_entropy(), bce, 2, CT_ERR_SHAPE, "BinaryCrossEntropy (init)",
+                 "targets (3) i32 do not match logits (2) f32");
 }
 
 // A NULL-data gradient into a loss gives NULL-data gradients out.
@@ -394,6 +443,7 @@ int main(void) {
     test_accuracies();
     test_sequence_accuracy();
     test_l2_loss();
+    test_binary_cross_entropy();
     test_gradchecks();
     test_errors();
     test_null_grad_out();

@@ -1106,6 +1106,8 @@ static const cfg_def registry[] = {
          "[outputs, targets, weights] -> sum((argmax == target) * w) / sum(w)"),
     LOSS("SequenceAccuracy", ct_sequence_accuracy, "fraction of sequences right at every weighted position"),
     LOSS("L2Loss", ct_l2_loss, "[outputs, targets, weights] -> sum(w * (o - t)^2) / sum(w)"),
+    LOSS("BinaryCrossEntropy", ct_binary_cross_entropy,
+         "[logits, targets 0/1] -> mean(-(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))))"),
 
     {.name = "Momentum", .kind = CFG_OPTIMIZER, .modules = "trax.optimizers", PARAMS(momentum_params),
      .struct_size = sizeof(ct_momentum_params), .defaults = momentum_defaults, .new_optimizer = momentum_new,

@@ -1,12 +1,14 @@
 // Losses and metrics: [model output, targets(, weights)] -> a scalar (an
 // ndim-0 f32 tensor), as Trax's WeightedCategoryCrossEntropy,
 // CrossEntropyLoss, CategoryAccuracy, WeightedCategoryAccuracy,
-// (Masked)SequenceAccuracy and L2Loss.
+// (Masked)SequenceAccuracy, L2Loss and BinaryCrossEntropy.
 //
 // Shapes: outputs (..., V) f32, targets (...) int32 class ids, weights (...)
 // f32 of the targets' shape (L2Loss: outputs, targets and weights are f32 of
-// one shape). A target id outside [0, V) is an error naming it; so is a
-// weight sum of 0, since a weighted mean over nothing has no value.
+// one shape; BinaryCrossEntropy: logits f32 and targets int32 of one shape,
+// no weights). A target id outside [0, V) (BinaryCrossEntropy: other than 0
+// or 1) is an error naming it; so is a NaN weight sum. A weight sum of 0
+// gives 0, with loss weight 0 (see weight_sum).
 //
 // Gradients: a loss's backward gives the gradient of its f32 model output
 // only. Targets and weights get none (NULL-data gradients): they are data,
@@ -30,6 +32,7 @@ typedef enum loss_kind {
     LOSS_WEIGHTED_CATEGORY_ACCURACY,
     LOSS_SEQUENCE_ACCURACY,
     LOSS_L2,
+    LOSS_BINARY_CE,
 } loss_kind;
 
 typedef struct loss_hp {
@@ -50,7 +53,14 @@ static ct_status loss_shape(const ct_layer *l, const ct_tensor *in, ct_tensor *o
     if (in[0].dtype != CT_DTYPE_F32 || in[0].ndim < 1)
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "model output %s is not an f32 tensor of rank >= 1",
                              ct_tensor_sig_str(&in[0], a, sizeof a));
-    if (k == LOSS_L2) {
+    if (k == LOSS_BINARY_CE) {
+        ct_tensor want = ct_tensor_sig(&in[0]);
+        want.dtype = CT_DTYPE_I32;
+        if (!ct_tensor_same_sig(&in[1], &want))
+            return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "targets %s do not match logits %s (want int32 0/1 of "
+                                 "that shape)",
+                                 ct_tensor_sig_str(&in[1], a, sizeof a), ct_tensor_sig_str(&in[0], b, sizeof b));
+    } else if (k == LOSS_L2) {
         for (int i = 1; i < 3; i++)
             if (!ct_tensor_same_sig(&in[i], &in[0]))
                 return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "%s %s do not match model output %s",
@@ -123,7 +133,7 @@ static ct_status loss_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
     float *o = out[0].data;
     int64_t V = in[0].shape[in[0].ndim - 1];
     int64_t N = k == LOSS_L2 ? ct_tensor_numel(&in[0]) : ct_tensor_numel(&in[1]);
-    if (k != LOSS_L2) CT_TRY(check_targets(l, &in[1], V, err));
+    if (k != LOSS_L2) CT_TRY(check_targets(l, &in[1], k == LOSS_BINARY_CE ? 2 : V, err));
     double wsum = 0.0;
     if (l->n_in == 3) CT_TRY(weight_sum(l, &in[2], &wsum, err));
     const int32_t *targets = in[1].data;
@@ -147,6 +157,10 @@ static ct_status loss_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
     }
     case LOSS_L2:
         ct_l2_loss_forward(o, in[0].data, in[1].data, weights, denom_w, N);
+        CT_TRY(ct_tape_push(c, &in[0], err));
+        break;
+    case LOSS_BINARY_CE:
+        ct_binary_cross_entropy_forward(o, in[0].data, targets, N);
         CT_TRY(ct_tape_push(c, &in[0], err));
         break;
     case LOSS_CATEGORY_ACCURACY:
@@ -178,7 +192,7 @@ static ct_status loss_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
     }
     // What this scalar averages over, so replicas can combine their values
     // exactly (see ct_ctx.loss_weight).
-    if (k == LOSS_WEIGHTED_CATEGORY_CE || k == LOSS_CROSS_ENTROPY || k == LOSS_L2)
+    if (k == LOSS_WEIGHTED_CATEGORY_CE || k == LOSS_CROSS_ENTROPY || k == LOSS_L2 || k == LOSS_BINARY_CE)
         c->loss_weight = weights ? wsum : (double)N;
     // Targets and weights, for backward's gradient signatures (and data).
     for (int i = 1; i < l->n_in; i++) CT_TRY(ct_tape_push(c, &in[i], err));
@@ -196,6 +210,11 @@ static ct_status loss_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out
 
     float dout = ct_f32(&grad_out[0])[0];
     const ct_tensor *x = &saved[0], *targets = &saved[1], *weights = &saved[2];
+    if (k == LOSS_BINARY_CE) {  // no weights
+        CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
+        ct_binary_cross_entropy_backward(grad_in[0].data, dout, x->data, targets->data, ct_tensor_numel(x));
+        return CT_OK;
+    }
     double wsum = ct_weight_sum(weights->data, ct_tensor_numel(weights));  // as forward summed it
     if (wsum == 0.0) wsum = 1.0;  // every weight 0: the gradient is 0, as forward's value
     int64_t V = x->shape[x->ndim - 1];
@@ -228,6 +247,7 @@ static const ct_layer_vtable loss_vts[] = {
     LOSS_VT(LOSS_WEIGHTED_CATEGORY_ACCURACY, "WeightedCategoryAccuracy"),
     LOSS_VT(LOSS_SEQUENCE_ACCURACY, "SequenceAccuracy"),
     LOSS_VT(LOSS_L2, "L2Loss"),
+    LOSS_VT(LOSS_BINARY_CE, "BinaryCrossEntropy"),
 };
 #undef LOSS_VT
 
@@ -241,3 +261,4 @@ ct_layer *ct_category_accuracy(void) { return loss_new(LOSS_CATEGORY_ACCURACY, 2
 ct_layer *ct_weighted_category_accuracy(void) { return loss_new(LOSS_WEIGHTED_CATEGORY_ACCURACY, 3); }
 ct_layer *ct_sequence_accuracy(void) { return loss_new(LOSS_SEQUENCE_ACCURACY, 3); }
 ct_layer *ct_l2_loss(void) { return loss_new(LOSS_L2, 3); }
+ct_layer *ct_binary_cross_entropy(void) { return loss_new(LOSS_BINARY_CE, 2); }

@@ -101,6 +101,10 @@ ct_layer *ct_weighted_category_accuracy(void);
 ct_layer *ct_sequence_accuracy(void);
 // [outputs, targets, weights] f32 of one shape -> sum(w * (o - t)^2) / sum(w).
 ct_layer *ct_l2_loss(void);
+// [logits, targets] f32 and int32 of one shape, targets 0 or 1 -> the mean
+// binary cross-entropy of sigmoid(logits) (Trax's BinaryCrossEntropy: no
+// weights).
+ct_layer *ct_binary_cross_entropy(void);
 
 #ifdef __cplusplus
 }

@@ -89,6 +89,24 @@ void ct_l2_loss_backward(float *doutputs, float dout, const float *outputs, cons
         doutputs[n] += (float)(k * weights[n] * ((double)outputs[n] - targets[n]));
 }
 
+void ct_binary_cross_entropy_forward(float *out, const float *x, const int32_t *t, int64_t N) {
+    double s = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+        double v = x[n];
+        s += fmax(v, 0.0) - t[n] * v + log1p(exp(-fabs(v)));
+    }
+    out[0] = (float)(N ? s / (double)N : 0.0);
+}
+
+void ct_binary_cross_entropy_backward(float *dx, float dout, const float *x, const int32_t *t, int64_t N) {
+    double k = (double)dout / (double)N;
+    for (int64_t n = 0; n < N; n++) {
+        double v = x[n], e = exp(-fabs(v));
+        double sigmoid = v >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+        dx[n] += (float)(k * (sigmoid - t[n]));
+    }
+}
+
 void ct_argmax_forward(int32_t *out, const float *inp, int64_t N, int64_t V) {
 #pragma omp parallel for schedule(static) if (N * V > 32768)
     for (int64_t n = 0; n < N; n++) {

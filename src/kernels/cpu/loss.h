@@ -43,6 +43,14 @@ void ct_l2_loss_forward(float *out, const float *outputs, const float *targets, 
 void ct_l2_loss_backward(float *doutputs, float dout, const float *outputs, const float *targets,
                          const float *weights, double wsum, int64_t N);
 
+// x, t (N) -> out (1) = mean_n -(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))),
+// computed as softplus(x) - t x = max(x, 0) - t x + log1p(exp(-|x|)), finite
+// for every finite x (the plain form's log(1 - sigmoid(x)) is -inf from x of
+// about 17 in float). t is 0 or 1.
+void ct_binary_cross_entropy_forward(float *out, const float *x, const int32_t *t, int64_t N);
+// dx (N) += dout * (sigmoid(x[n]) - t[n]) / N
+void ct_binary_cross_entropy_backward(float *dx, float dout, const float *x, const int32_t *t, int64_t N);
+
 // inp (N, V) -> out (N): index of the largest value in each row; ties go to
 // the first, and a NaN counts as the largest (numpy's argmax).
 void ct_argmax_forward(int32_t *out, const float *inp, int64_t N, int64_t V);
