@@ -204,6 +204,18 @@ print("weights %.2e apart, eval losses %.2e" % (rel, worst))
 sys.exit(0 if rel < 1e-6 and worst < 1e-6 else 1)
 PY
 ); then ok "copy_lsh on 2 devices against 1: $why"; else bad "copy_lsh on 2 devices against 1: $why"; fi
+# Evals of longer examples than training's: LSH hashes an eval batch into
+# its own memory, any B and T (the state sized by training's T 48 refused
+# the eval's 64 after step 1's training).
+grep -v '^ReformerLM.pos_' "$(dirname "$0")/../configs/copy_lsh.gin" >"$work/lsh_long.gin"
+out=$("$ctrax" train "$work/lsh_long.gin" --steps 1 --set train.eval_steps=1 --set ReformerLM.n_layers=1 \
+    --set ReformerLM.max_len=64 --set sequence_copy_inputs.eval_min_length=24 \
+    --set sequence_copy_inputs.eval_max_length=25 --output-dir "$work/lsh_long" 2>&1)
+if grep -q "eval  loss" <<<"$out" && grep -q "^done: step 1" <<<"$out"; then
+    ok "LSH evals of length 64 after training at 48"
+else
+    bad "LSH evals of length 64 after training at 48: $(tail -n 1 <<<"$out")"
+fi
 # A run on 2 devices resumes on 1 (and back): LSH's buckets, sized for a
 # device's rows, are a cache the next forward recomputes, so a checkpoint
 # holding them at another size keeps the fresh zeros (the resume failed on

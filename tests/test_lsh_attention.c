@@ -409,7 +409,8 @@ static void test_max_length_for_buckets(void) {
     p.max_length_for_buckets = Lb;
     ct_layer *l = ct_lsh_self_attention(p), *l0 = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 4, 1, 0, R, 4, 0));
     fixture r, r0;
-    if (fixture_init_ok(&r, l, &x16, 1, false)) {
+    // Training forwards: they keep their buckets in the state.
+    if (fixture_init_ok(&r, l, &x16, 1, true)) {
         const ct_param *bp = NULL;
         for (int i = 0; i < r.net.n_state_params; i++)
             if (strcmp(r.net.state_params[i]->name, "buckets") == 0) bp = r.net.state_params[i];
@@ -419,9 +420,10 @@ static void test_max_length_for_buckets(void) {
         float *sb = state_of(&r.net, "buckets"), *y32 = malloc(sizeof x32d);
         run_forward(&r, &x32, ct_key_from_seed(1), y32);  // T = Lb, over init's T
         free(y32);
-        if (fixture_init_ok(&r0, l0, &x16, 1, false)) {
-            // The same count of hashes on both: the layer sized by T 16 hashes once first.
-            run_forward(&r0, &x16, ct_key_from_seed(1), b);
+        if (fixture_init_ok(&r0, l0, &x16, 1, true)) {
+            // The same count of hashes on both: the layer sized by T 16 hashes
+            // once first (under another key, or the second would reuse it).
+            run_forward(&r0, &x16, ct_key_from_seed(5), b);
             run_forward(&r, &x16, ct_key_from_seed(1), a);
             run_forward(&r0, &x16, ct_key_from_seed(1), b);
             int nonzero_tail = 0;
@@ -435,6 +437,7 @@ static void test_max_length_for_buckets(void) {
         }
         ct_tensor out[1];
         r.ctx.record = false;
+        r.ctx.train = true;  // a training forward keeps its buckets in the state (an eval takes any T)
         ct_status st = ct_layer_forward(r.net.root, &r.ctx, &x48, out, ct_key_from_seed(2), &r.err);
         printf("T 48: %s\n", st == CT_OK ? "(accepted)" : r.err.msg);
         CHECK_MSG(st != CT_OK && strstr(r.err.msg, "LSHSelfAttention") && strstr(r.err.msg, "T=48") &&
@@ -447,7 +450,7 @@ static void test_max_length_for_buckets(void) {
     ct_layer_free(l0);
     // Without it the state is sized by init's T: a longer T fails.
     l0 = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 4, 1, 0, R, 4, 0));
-    if (fixture_init_ok(&r0, l0, &x16, 1, false)) {
+    if (fixture_init_ok(&r0, l0, &x16, 1, true)) {
         ct_tensor out[1];
         ct_status st = ct_layer_forward(r0.net.root, &r0.ctx, &x32, out, ct_key_from_seed(2), &r0.err);
         printf("T 32 on a layer sized by T 16: %s\n", st == CT_OK ? "(accepted)" : r0.err.msg);
@@ -457,6 +460,50 @@ static void test_max_length_for_buckets(void) {
         fixture_free(&r0);
     }
     ct_layer_free(l0);
+}
+
+// An eval forward takes any B and T (REFORMER.md section 7: Trax's state
+// sized at init fails on other shapes, its issue 1664): it hashes into its
+// own memory, so a layer initialized for (2, 16) gives, on (3, 32), what a
+// layer initialized for (3, 32) gives, bitwise, and leaves the stored
+// buckets as they were. A training forward of another B is refused, naming
+// init's B.
+static void test_eval_any_shape(void) {
+    enum { H = 2, R = 2, Dn = 4 };
+    float x16d[2 * 16 * Dn], x32d[3 * 32 * Dn], a[3 * 32 * Dn], b[3 * 32 * Dn];
+    ct_tensor x16 = ct_tensor_3d(CT_DTYPE_F32, 2, 16, Dn, x16d), x32 = ct_tensor_3d(CT_DTYPE_F32, 3, 32, Dn, x32d);
+    gradcheck_fill(&x16, 201, -1.0f, 1.0f);
+    gradcheck_fill(&x32, 202, -1.0f, 1.0f);
+    ct_lsh_self_attention_params p = lsh_params(H, 4, 4, true, 4, 1, 0, R, 4, 0);
+    ct_layer *small = ct_lsh_self_attention(p), *big = ct_lsh_self_attention(p);
+    fixture rs, rb;
+    if (fixture_init_ok(&rs, small, &x16, 1, false)) {
+        if (fixture_init_ok(&rb, big, &x32, 1, false)) {
+            const float *sb = state_of(&rs.net, "buckets");
+            size_t n_sb = (size_t)2 * H * R * 16;
+            float *before = malloc(n_sb * sizeof *before);
+            memcpy(before, sb, n_sb * sizeof *before);
+            run_forward(&rs, &x32, ct_key_from_seed(3), a);
+            run_forward(&rb, &x32, ct_key_from_seed(3), b);
+            bool same = memcmp(a, b, sizeof a) == 0, kept = memcmp(before, sb, n_sb * sizeof *before) == 0;
+            printf("eval (3, 32) on a layer initialized for (2, 16): %s a layer initialized for (3, 32); stored "
+                   "buckets %s\n",
+                   same ? "bitwise equal to" : "DIFFERS from", kept ? "unchanged" : "CHANGED");
+            CHECK(same && kept);
+            free(before);
+            fixture_free(&rb);
+        }
+        ct_tensor out[1];
+        rs.ctx.record = false;
+        rs.ctx.train = true;
+        ct_status st = ct_layer_forward(rs.net.root, &rs.ctx, &x32, out, ct_key_from_seed(4), &rs.err);
+        printf("training (3, 32) on a layer initialized for (2, 16): %s\n", st == CT_OK ? "(accepted)" : rs.err.msg);
+        CHECK_MSG(st != CT_OK && strstr(rs.err.msg, "sized for init's B 2"), "%s", st == CT_OK ? "accepted" : rs.err.msg);
+        ct_arena_reset(&rs.arena);
+        fixture_free(&rs);
+    }
+    ct_layer_free(small);
+    ct_layer_free(big);
 }
 
 int main(void) {
@@ -470,5 +517,6 @@ int main(void) {
     test_masked_all_ones_and_dtypes();
     test_masked_padding_ignored();
     test_max_length_for_buckets();
+    test_eval_any_shape();
     return check_summary("test_lsh_attention");
 }

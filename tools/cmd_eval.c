@@ -126,7 +126,6 @@ static int evaluate(const eval_opts *o) {
     }
     ev.stream = eval;
     ev.n_batches = (int)eval_steps;
-    ev.n_devices = (int)ts.n_devices;  // the pieces training ran the rows in
     if (ctrax_eval_metrics(cfg, loss_name, &ev, &err) != CT_OK) {
         fail("building the metrics", &err);
         goto done;

@@ -303,9 +303,9 @@ static int sample(const sample_opts *o) {
         goto done;
     }
 
-    // Its weights, every one of them, from the checkpoint, and the state
-    // tensors that fit a batch of one.
-    if (ct_net_load_checkpoint_weights(&net, c, &err) != CT_OK) {
+    // Its weights and state, every one of them, from the checkpoint (LSH's
+    // stored buckets, shaped by the training batch, start fresh).
+    if (ct_net_load_checkpoint(&net, c, CT_LOAD_STRICT, &err) != CT_OK) {
         fail("loading the weights", &err);
         goto done;
     }

@@ -87,22 +87,30 @@ static ct_status lsh_dims(const ct_layer *l, const ct_ctx *c, const ct_tensor *x
     if (x->dtype != CT_DTYPE_F32 || x->ndim != 3)
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "input is %s, expected f32 (B, T, D)",
                              ct_tensor_sig_str(x, s, sizeof s));
-    if (hp->d_model > 0 && (x->shape[2] != hp->d_model || x->shape[0] != hp->init_B))
-        return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "input %s does not fit the layer (D %lld, the state's B %lld)",
-                             ct_tensor_sig_str(x, s, sizeof s), (long long)hp->d_model, (long long)hp->init_B);
+    if (hp->d_model > 0 && x->shape[2] != hp->d_model)
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "input %s does not fit the layer (D %lld)",
+                             ct_tensor_sig_str(x, s, sizeof s), (long long)hp->d_model);
     const int64_t T = x->shape[1], R = p->n_hashes;
-    // The buckets state holds R Lb per (b, h): at init (d_model 0) Lb is
-    // still to be set from max_length_for_buckets (T itself when 0).
+    // An eval forward hashes into its own memory (step_buckets): any B and T.
+    // A training forward keeps its buckets in the state, which holds R Lb
+    // per (b, h) of init's B: at init (d_model 0) Lb is still to be set from
+    // max_length_for_buckets (T itself when 0).
+    const bool stored = !c || c->train;
+    if (stored && hp->d_model > 0 && x->shape[0] != hp->init_B)
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
+                             "training input %s does not fit the buckets state, sized for init's B %lld (evals take "
+                             "any B)",
+                             ct_tensor_sig_str(x, s, sizeof s), (long long)hp->init_B);
     const int64_t Lb = hp->d_model > 0 ? hp->len_buckets : p->max_length_for_buckets ? p->max_length_for_buckets : T;
-    if (T > Lb) {
+    if (stored && T > Lb) {
         if (p->max_length_for_buckets)
             return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
-                                 "length T=%lld of input %s is over max_length_for_buckets %d (the buckets state's "
-                                 "length)",
+                                 "length T=%lld of training input %s is over max_length_for_buckets %d (the buckets "
+                                 "state's length; evals take any T)",
                                  (long long)T, ct_tensor_sig_str(x, s, sizeof s), p->max_length_for_buckets);
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
-                             "length T=%lld of input %s is over init's T=%lld, the buckets state's length "
-                             "(max_length_for_buckets 0; set it for longer inputs)",
+                             "length T=%lld of training input %s is over init's T=%lld, the buckets state's length "
+                             "(max_length_for_buckets 0; set it for longer inputs; evals take any T)",
                              (long long)T, ct_tensor_sig_str(x, s, sizeof s), (long long)Lb);
     }
     if ((R * T) % p->chunk_len != 0)
@@ -164,14 +172,16 @@ static bool tag_matches(const float *hs, ct_key key, int64_t T) {
            get_u32(hs + HASH_TAG_KEY + 2) == key.w[1];
 }
 
-// Hashes q (B,H,T,dk) into the state's buckets with the count's rotations
-// (padding, where mask (B,T) is 0, into the extra bucket), then advances the
-// count and tags the buckets with key and T.
-static ct_status hash_into_state(ct_layer *l, ct_ctx *c, const float *q, const float *mask, int64_t B,
-                                 const ct_lsh_dims *d, const int *f, int n_f, ct_key key, ct_error *err) {
+// Hashes q (B,H,T,dk) with the count's rotations (padding, where mask
+// (B,T) is 0, into the extra bucket) into sb, row floats per (b, h) (zero
+// past R T), then advances the count. stored: sb is the state's buckets,
+// tagged with key and T.
+static ct_status hash_buckets(ct_layer *l, ct_ctx *c, float *sb, int64_t row, bool stored, const float *q,
+                              const float *mask, int64_t B, const ct_lsh_dims *d, const int *f, int n_f, ct_key key,
+                              ct_error *err) {
     const lsh_hp *hp = l->hp;
-    float *hs = ct_state(c, l, hp->s_hash), *sb = ct_state(c, l, hp->s_buckets);
-    const int64_t H = hp->p.n_heads, row = d->R * hp->len_buckets, n_rot = f[0] / 2 + (n_f == 2 ? f[1] / 2 : 0);
+    float *hs = ct_state(c, l, hp->s_hash);
+    const int64_t H = hp->p.n_heads, n_rot = f[0] / 2 + (n_f == 2 ? f[1] / 2 : 0);
     // Trax's (next, sub) = split(state key): sub draws the rotations, next
     // is stored. A zero count means the state holds no key yet (it starts
     // as zeros): the init key's split(4) is the first.
@@ -197,9 +207,11 @@ static ct_status hash_into_state(ct_layer *l, ct_ctx *c, const float *q, const f
     put_u32(hs + HASH_KEY, next.w[0]);
     put_u32(hs + HASH_KEY + 2, next.w[1]);
     put_u32(hs + HASH_COUNT, count + 1);
-    put_u32(hs + HASH_TAG_KEY, key.w[0]);
-    put_u32(hs + HASH_TAG_KEY + 2, key.w[1]);
-    hs[HASH_TAG_T] = (float)d->T;
+    if (stored) {
+        put_u32(hs + HASH_TAG_KEY, key.w[0]);
+        put_u32(hs + HASH_TAG_KEY + 2, key.w[1]);
+        hs[HASH_TAG_T] = (float)d->T;
+    }
     return CT_OK;
 }
 
@@ -228,17 +240,25 @@ static int n_slots(int64_t BH) {
     return (int)(n > BH ? (BH > 0 ? BH : 1) : n);
 }
 
-// The buckets of this step into t[T_BK]: the stored ones when training and
-// the tag matches, else freshly hashed into the state. mask: (B,T) or NULL.
+// The buckets of this step into t[T_BK]. Training: the stored ones when
+// the tag matches, else freshly hashed into the state. Eval: hashed
+// straight into t[T_BK], whatever B and T, the state's buckets untouched
+// (only a training step reruns a forward on one key, for backward's
+// recomputation; an evaluator runs every batch under one key). mask: (B,T)
+// or NULL.
 static ct_status step_buckets(ct_layer *l, ct_ctx *c, ct_tensor *t, const float *mask, int64_t B,
                               const ct_lsh_dims *d, const int *f, int n_f, ct_key key, ct_error *err) {
     const lsh_hp *hp = l->hp;
     const int64_t BH = B * hp->p.n_heads, row = d->R * hp->len_buckets, RT = d->R * d->T;
-    // Only a training step reruns a forward on one key (backward's
-    // recomputation); an evaluator runs every batch under one key.
-    if (!c->train || !tag_matches(ct_state(c, l, hp->s_hash), key, d->T)) {
-        ct_arena_mark mark = ct_arena_get_mark(c->arena);
-        CT_TRY(hash_into_state(l, c, t[T_Q].data, mask, B, d, f, n_f, key, err));
+    ct_arena_mark mark = ct_arena_get_mark(c->arena);
+    if (!c->train) {
+        CT_TRY(hash_buckets(l, c, t[T_BK].data, RT, false, t[T_Q].data, mask, B, d, f, n_f, key, err));
+        ct_arena_reset_to(c->arena, mark);
+        return CT_OK;
+    }
+    if (!tag_matches(ct_state(c, l, hp->s_hash), key, d->T)) {
+        CT_TRY(hash_buckets(l, c, ct_state(c, l, hp->s_buckets), row, true, t[T_Q].data, mask, B, d, f, n_f, key,
+                            err));
         ct_arena_reset_to(c->arena, mark);
     }
     const float *sb = ct_state(c, l, hp->s_buckets);

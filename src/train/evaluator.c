@@ -13,14 +13,11 @@ struct ct_evaluator {
     ct_comm *comm;
     ct_device *dev;
     int rank, n_proc;
-    int pieces;  // task.n_devices, at least 1
     ct_net metric_nets[CT_EVAL_MAX_METRICS];  // initialized at the first run
     bool metrics_ready;
     ct_arena arena;  // the model's outputs and the metrics
     ct_ctx metric_ctx;
     ct_ctx model_ctx;  // the model on the caller's net, eval mode
-    float *state_start;  // pieces > 1: the net's state as a batch began
-    size_t n_state;
 };
 
 ct_status ct_evaluator_new(ct_evaluator **out, ct_layer *model, const ct_eval_task *task, ct_comm *comm,
@@ -29,24 +26,22 @@ ct_status ct_evaluator_new(ct_evaluator **out, ct_layer *model, const ct_eval_ta
     if (task->n_metrics < 1 || task->n_metrics > CT_EVAL_MAX_METRICS || !task->stream)
         return ct_error_set(err, CT_ERR_ARG, "loop: the eval task needs a stream (%s) and 1 to %d metrics (%d)",
                             task->stream ? "given" : "none", CT_EVAL_MAX_METRICS, task->n_metrics);
-    // Each batch splits over the processes and then the pieces: said now,
-    // not at the first eval after training has begun.
-    int pieces = task->n_devices > 1 ? task->n_devices : 1, n_proc = comm ? ct_comm_size(comm) : 1;
+    // Each batch splits over the processes: said now, not at the first eval
+    // after training has begun.
+    int n_proc = comm ? ct_comm_size(comm) : 1;
     ct_tensor sigs[CT_BATCH_MAX_TENSORS];
     for (int i = 0, n = ct_stream_signature(task->stream, sigs); i < n; i++) {
-        if (sigs[i].ndim < 1 || sigs[i].shape[0] <= 0 || sigs[i].shape[0] % ((int64_t)n_proc * pieces) == 0) continue;
+        if (sigs[i].ndim < 1 || sigs[i].shape[0] <= 0 || sigs[i].shape[0] % n_proc == 0) continue;
         char sig[CT_SIG_STR_MAX];
         return ct_error_set(err, CT_ERR_SHAPE,
-                            "eval: the eval batch's item %d %s does not split over %d process%s x %d device%s: "
-                            "make the eval batch size a multiple of %d",
-                            i, ct_tensor_sig_str(&sigs[i], sig, sizeof sig), n_proc, n_proc == 1 ? "" : "es", pieces,
-                            pieces == 1 ? "" : "s", n_proc * pieces);
+                            "eval: the eval batch's item %d %s does not split over %d processes: make the eval batch "
+                            "size a multiple of %d",
+                            i, ct_tensor_sig_str(&sigs[i], sig, sizeof sig), n_proc, n_proc);
     }
     ct_evaluator *e = ct_calloc(1, sizeof *e);
     e->model = ct_layer_ref(model);
     e->task = *task;
     if (e->task.n_batches < 1) e->task.n_batches = 1;
-    e->pieces = e->task.n_devices > 1 ? e->task.n_devices : 1;
     for (int m = 0; m < e->task.n_metrics; m++) ct_layer_ref(e->task.metrics[m]);
     e->comm = comm;
     e->dev = dev;
@@ -66,7 +61,6 @@ void ct_evaluator_free(ct_evaluator *e) {
     ct_ctx_free(&e->metric_ctx);
     ct_ctx_free(&e->model_ctx);
     ct_arena_free(&e->arena);
-    ct_free(e->state_start);
     ct_layer_free(e->model);
     ct_free(e);
 }
@@ -86,28 +80,13 @@ static ct_status next_rows(ct_evaluator *e, ct_batch *global, ct_tensor *out, ct
     return ct_train_local_rows(global, e->rank, e->n_proc, out, err);
 }
 
-// Piece p of this process's rows (views).
-static ct_status piece_rows(const ct_evaluator *e, const ct_tensor *rows, int n, int p, ct_tensor *out,
-                            ct_error *err) {
-    for (int i = 0; i < n; i++) {
-        if (rows[i].ndim < 1 || rows[i].shape[0] % e->pieces != 0) {
-            char s[CT_SIG_STR_MAX];
-            return ct_error_set(err, CT_ERR_SHAPE, "eval: batch item %d %s (this process's rows) does not split "
-                                "evenly over %d devices", i, ct_tensor_sig_str(&rows[i], s, sizeof s), e->pieces);
-        }
-        out[i] = ct_tensor_split_rows(&rows[i], e->pieces, p);
-    }
-    return CT_OK;
-}
-
 ct_status ct_evaluator_model_net(ct_evaluator *e, ct_net *net, ct_key init_key, ct_error *err) {
     ct_batch global;
-    ct_tensor local[CT_BATCH_MAX_TENSORS], piece[CT_BATCH_MAX_TENSORS];
+    ct_tensor local[CT_BATCH_MAX_TENSORS];
     ct_stream_cursor start = ct_stream_get_cursor(e->task.stream);
     CT_TRY(next_rows(e, &global, local, err));
-    CT_TRY(piece_rows(e, local, global.n, 0, piece, err));
     ct_tensor sigs[CT_BATCH_MAX_TENSORS];
-    for (int i = 0; i < global.n; i++) sigs[i] = ct_tensor_sig(&piece[i]);
+    for (int i = 0; i < global.n; i++) sigs[i] = ct_tensor_sig(&local[i]);
     CT_TRY(ct_stream_set_cursor(e->task.stream, start, err));
     if (global.n < e->model->n_in)
         return ct_error_set(err, CT_ERR_SHAPE, "eval: the model %s takes %d inputs, the eval batch has %d",
@@ -132,55 +111,33 @@ static ct_status init_metrics(ct_evaluator *e, const ct_tensor *in, int n, ct_er
     return CT_OK;
 }
 
-// One piece of a batch: the model, then each metric; sums[2m] += value *
-// weight, sums[2m+1] += weight.
-static ct_status run_piece(ct_evaluator *e, const ct_net *net, const ct_tensor *batch, int n_batch, ct_key key,
-                           double *sums, ct_error *err) {
-    ct_tensor outputs[CT_LAYER_MAX_IO], in[CT_LAYER_MAX_IO];
+// One batch: this process's rows through the model, then each metric;
+// sums[2m] += value * weight, sums[2m+1] += weight. The rows are numbered
+// in the global batch (ct_ctx.first_row), so per-example randomness (LSH's
+// rotations) is what one process draws for the whole batch.
+static ct_status run_batch(ct_evaluator *e, const ct_net *net, ct_key key, double *sums, ct_error *err) {
+    ct_batch global;
+    ct_tensor batch[CT_BATCH_MAX_TENSORS], outputs[CT_LAYER_MAX_IO], in[CT_LAYER_MAX_IO];
+    CT_TRY(next_rows(e, &global, batch, err));
+    e->model_ctx.first_row = (int64_t)e->rank * batch[0].shape[0];
     ct_net_bind(net, &e->model_ctx, false);
-    CT_TRY(ct_layer_forward(e->model, &e->model_ctx, batch, outputs, key, err));
+    ct_status st = ct_layer_forward(e->model, &e->model_ctx, batch, outputs, key, err);
     int n = 0;
     for (int i = 0; i < e->model->n_out; i++) in[n++] = outputs[i];
-    for (int i = e->model->n_in; i < n_batch && n < CT_LAYER_MAX_IO; i++) in[n++] = batch[i];
-    if (!e->metrics_ready) CT_TRY(init_metrics(e, in, n, err));
-    for (int m = 0; m < e->task.n_metrics; m++) {
+    for (int i = e->model->n_in; i < global.n && n < CT_LAYER_MAX_IO; i++) in[n++] = batch[i];
+    if (st == CT_OK && !e->metrics_ready) st = init_metrics(e, in, n, err);
+    for (int m = 0; st == CT_OK && m < e->task.n_metrics; m++) {
         ct_tensor value;
         ct_net_bind(&e->metric_nets[m], &e->metric_ctx, false);
         e->metric_ctx.loss_weight = -1;
-        CT_TRY(ct_layer_forward(e->metric_nets[m].root, &e->metric_ctx, in, &value, key, err));
+        st = ct_layer_forward(e->metric_nets[m].root, &e->metric_ctx, in, &value, key, err);
+        if (st != CT_OK) break;
         double w = e->metric_ctx.loss_weight >= 0 ? e->metric_ctx.loss_weight : 1.0;
         sums[2 * m] += (double)*ct_f32(&value) * w;
         sums[2 * m + 1] += w;
     }
-    return CT_OK;
-}
-
-// One batch: this process's rows, piece after piece. Each piece starts from
-// the state the batch began with and numbers its rows in the global batch,
-// as the trainer's replicas do, so an LSH layer hashes every piece with the
-// same key and rotations as one device hashes the whole batch.
-static ct_status run_batch(ct_evaluator *e, const ct_net *net, ct_key key, double *sums, ct_error *err) {
-    ct_batch global;
-    ct_tensor rows[CT_BATCH_MAX_TENSORS], piece[CT_BATCH_MAX_TENSORS];
-    CT_TRY(next_rows(e, &global, rows, err));
-    if (e->pieces > 1 && net->n_state) {
-        if (e->n_state != net->n_state) {
-            ct_free(e->state_start);
-            e->state_start = ct_malloc(net->n_state * sizeof(float));  // the model's state: bookkeeping (memory.h)
-            e->n_state = net->n_state;
-        }
-        memcpy(e->state_start, net->state, net->n_state * sizeof(float));
-    }
-    int64_t rows_here = rows[0].shape[0], first = (int64_t)e->rank * rows_here;
-    for (int p = 0; p < e->pieces; p++) {
-        CT_TRY(piece_rows(e, rows, global.n, p, piece, err));
-        if (p > 0 && net->n_state) memcpy(net->state, e->state_start, net->n_state * sizeof(float));
-        e->model_ctx.first_row = first + p * (rows_here / e->pieces);
-        ct_status st = run_piece(e, net, piece, global.n, key, sums, err);
-        ct_arena_reset(&e->arena);
-        CT_TRY(st);
-    }
-    return CT_OK;
+    ct_arena_reset(&e->arena);
+    return st;
 }
 
 ct_status ct_evaluator_run(ct_evaluator *e, const ct_net *net, ct_key key, double *values, ct_error *err) {

@@ -1177,12 +1177,7 @@ static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error 
                                 l->opts.n_additional_eval_tasks);
         return CT_OK;
     }
-    // The evaluators run each process's rows in the pieces the trainer's
-    // local devices take (layers with a batch axis in their state were
-    // initialized for one).
-    ct_eval_task task = *eval;
-    if (!task.n_devices) task.n_devices = l->opts.trainer.n_devices;
-    CT_TRY(ct_evaluator_new(&l->evaluators[0], runs, &task, l->comm, l->dev, err));
+    CT_TRY(ct_evaluator_new(&l->evaluators[0], runs, eval, l->comm, l->dev, err));
     l->n_evaluators = 1;
     for (int i = 0; i < l->opts.n_additional_eval_tasks; i++) {
         const char *prefix = l->opts.eval_export_prefixes ? l->opts.eval_export_prefixes[i] : NULL;
@@ -1198,9 +1193,7 @@ static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error 
                 return ct_error_set(err, CT_ERR_ARG,
                                     "loop: additional eval tasks %d and %d both record as metrics/%s/...: give them "
                                     "export_prefixes of their own", j, i + 1, l->eval_prefix[j]);
-        task = l->opts.additional_eval_tasks[i];
-        if (!task.n_devices) task.n_devices = l->opts.trainer.n_devices;
-        CT_TRY(ct_evaluator_new(&l->evaluators[i + 1], runs, &task, l->comm, l->dev, err));
+        CT_TRY(ct_evaluator_new(&l->evaluators[i + 1], runs, &l->opts.additional_eval_tasks[i], l->comm, l->dev, err));
         l->n_evaluators++;
     }
     return CT_OK;

@@ -510,27 +510,14 @@ void ct_trainer_checkpoint_tensors(const ct_trainer *t, ct_named_tensor **weight
 
 ct_status ct_net_load_checkpoint(const ct_net *net, const ct_checkpoint *c, ct_load_mode mode, ct_error *err) {
     int n;
-    ct_named_tensor *wt = weight_tensors(net, &n);
-    ct_tensor_request *reqs = ct_calloc((size_t)n + 1, sizeof *reqs);
-    for (int i = 0; i < n; i++) reqs[i] = (ct_tensor_request){.file = "weights.safetensors", .name = wt[i].name,
-        .dest = wt[i].tensor};
-    ct_status st = ct_checkpoint_load(c, reqs, n, mode, err);
-    ct_free(reqs);
-    ct_free(wt);
-    return st;
-}
-
-ct_status ct_net_load_checkpoint_weights(const ct_net *net, const ct_checkpoint *c, ct_error *err) {
-    int n;
     ct_named_tensor *wt = weight_tensors(net, &n);  // weights first, then state
     ct_tensor_request *reqs = ct_calloc((size_t)n + 1, sizeof *reqs);
-    for (int i = 0; i < n; i++) reqs[i] = (ct_tensor_request){.file = "weights.safetensors", .name = wt[i].name,
-        .dest = wt[i].tensor};
-    ct_status st = ct_checkpoint_load(c, reqs, net->n_params, CT_LOAD_STRICT, err);
-    for (int i = net->n_params; i < n && st == CT_OK; i++) {
-        ct_error mismatch = {0};
-        (void)ct_checkpoint_load(c, &reqs[i], 1, CT_LOAD_STRICT, &mismatch);  // a misfit keeps its initial value
-    }
+    // A cache (LSH's buckets, sized for the rows of the net that wrote it)
+    // found at another shape keeps its initial value: it is recomputed.
+    for (int i = 0; i < n; i++)
+        reqs[i] = (ct_tensor_request){.file = "weights.safetensors", .name = wt[i].name, .dest = wt[i].tensor,
+                                      .cache = i >= net->n_params && net->state_params[i - net->n_params]->cache};
+    ct_status st = ct_checkpoint_load(c, reqs, n, mode, err);
     ct_free(reqs);
     ct_free(wt);
     return st;

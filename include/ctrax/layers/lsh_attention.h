@@ -63,7 +63,8 @@ ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);
 // recomputation sees the same one).
 //
 // State (sized at init for its B and Lb = max_length_for_buckets, or
-// init's T when that is 0; a forward takes any T up to Lb):
+// init's T when that is 0; a training forward takes init's B and any T up
+// to Lb, an eval forward any B and T):
 //   "buckets" (B H, R Lb): the last hashed buckets of each (b, h), exact
 //     integers in f32, round offset r NB included; a T below Lb uses the
 //     prefix R T of each row (zero past it).
@@ -78,7 +79,10 @@ ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);
 // with rotations Rot ~ N(0, 1) (d_qk, R, n_rot / 2) drawn from
 // split(sub, b H + h), where (next, sub) = (split(k, 0), split(k, 1)) of the
 // state's hash key k (before the first hashing: split(init key, 4)), and
-// stores the buckets, next, the tag and count + 1. So hashing depends on the
+// stores next and count + 1, and (training forwards only) the buckets and
+// the tag; an eval forward hashes into its own memory, so it takes any B and
+// T (Trax's state, sized at init, fails on other shapes: REFORMER.md section
+// 7) and leaves the stored buckets as they were. So hashing depends on the
 // init key and the count of forwards (as Trax), not on the step key, and a
 // training step that runs the layer again under its key sees the stored
 // buckets, bitwise, whatever the input: the gradient check holds them fixed
@@ -106,8 +110,8 @@ ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);
 // 1/128, so its probabilities sum to 1 within ~0.4%, as in Trax. The
 // rounds are combined in double relative to their maximum.
 //
-// Errors name the layer: B other than init's, T over Lb (naming T and
-// max_length_for_buckets, at init or forward), R T not a multiple of
+// Errors name the layer: a training forward's B other than init's or T
+// over Lb (naming T and max_length_for_buckets, at init or forward), R T not a multiple of
 // chunk_len, odd or non-positive bucket counts, negative sizes (and a
 // negative max_length_for_buckets), dropout outside [0, 1), and a mask that
 // is not f32 or int32 (B, T) of x's B and T.

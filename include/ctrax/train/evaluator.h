@@ -2,7 +2,8 @@
 // no trainer. Used by the Loop (its evals) and by `ctrax eval`.
 //
 // Each batch of the stream is the global batch: every process takes its own
-// rows of it (process p of P: rows [p B/P, (p+1) B/P)), in n_devices pieces. The model runs alone
+// rows of it (process p of P: rows [p B/P, (p+1) B/P)), all at once, numbered
+// in the global batch (ct_ctx.first_row). The model runs alone
 // in eval mode (dropout off) on the weights of a net the caller gives; each
 // metric layer is applied to [model outputs, the batch's other tensors...].
 // Metrics are averaged over every batch, device and process, weighted by
@@ -29,12 +30,6 @@ typedef struct ct_eval_task {
     const char *metric_names[CT_EVAL_MAX_METRICS];
     int n_metrics;
     int n_batches;  // 1
-    // Each process's rows go through the model in this many equal pieces,
-    // one after another, as a trainer's local devices (n_devices) take them:
-    // layers with a batch axis in their state (LSHSelfAttention's buckets)
-    // were initialized for one piece. 0 or 1: whole. The Loop sets it from
-    // its trainer when 0.
-    int n_devices;  // 0
 } ct_eval_task;
 
 typedef struct ct_evaluator ct_evaluator;

@@ -186,14 +186,13 @@ ct_status ct_trainer_tensor(const ct_trainer *t, ct_trainer_part part, const cha
 ct_status ct_trainer_load_safetensors(ct_trainer *t, const char *path, ct_load_mode mode, ct_error *err);
 // The same from a checkpoint's weights.safetensors.
 ct_status ct_trainer_load_checkpoint(ct_trainer *t, const ct_checkpoint *c, ct_load_mode mode, ct_error *err);
-// The same for any net (ctrax eval and sample load a net of their own).
+// The same for any net (ctrax eval and sample load a net of their own, at
+// their own batch size). A cache state tensor (ct_layer_declare_cache:
+// LSHSelfAttention's stored buckets, shaped by the batch of the net that
+// wrote them) found at another shape keeps its initial value in every
+// mode: the next training forward recomputes it, and an eval forward does
+// not read it.
 ct_status ct_net_load_checkpoint(const ct_net *net, const ct_checkpoint *c, ct_load_mode mode, ct_error *err);
-// For a net at another batch size than the run's (ctrax sample's one):
-// every weight strictly, then each state tensor that has the same dtype and
-// shape in the checkpoint; state shaped by the training batch
-// (LSHSelfAttention's stored buckets, (batch x heads, T)) keeps its initial
-// value, as at any new batch size (an eval-mode forward does not read it).
-ct_status ct_net_load_checkpoint_weights(const ct_net *net, const ct_checkpoint *c, ct_error *err);
 
 // Save/restore, as the Loop writes and reads checkpoints: the weights and
 // state named by their layer paths (*weights), and each trained weight's
