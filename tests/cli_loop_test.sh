@@ -120,6 +120,15 @@ if train eval_at "$b" --set 'train.random_seed=1' --config 'Loop.eval_at = [2, 5
         bad "Loop.eval_at = [2, 5]: evals at steps '$steps'"
 fi
 
+# train.eval_frequency = 0 disables evals (Trax's train(); ctrax evaluated at
+# step 1 still); the last step's training log stays.
+if train eval_off "$b" --set 'train.random_seed=1' --set 'train.eval_frequency=0' --output-dir "$work/eval_off"; then
+    n_eval=$(grep -c '"mode": "eval"' "$work/eval_off/metrics.jsonl")
+    last=$(grep '"metrics/loss"' "$work/eval_off/metrics.jsonl" | sed 's/.*"step": \([0-9]*\).*/\1/' | tr '\n' ' ')
+    [[ $n_eval == 0 && $last == "6 " ]] && ok "train.eval_frequency = 0: no evals; the train loss logged at step 6" ||
+        bad "train.eval_frequency = 0: $n_eval eval lines, train loss at steps '$last'"
+fi
+
 # ---- the eval model: eval/ bindings build the model again for the evals -----------
 if train evm "$b" --set 'train.random_seed=1' --config 'eval/TransformerLM.dropout = 0.0' --output-dir "$work/evm"; then
     e1=$(grep '"mode": "eval"' "$work/evm/metrics.jsonl")

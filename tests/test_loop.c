@@ -2,6 +2,7 @@
 // (Trax's lowest/highest test), stopping on request, a final checkpoint,
 // several tasks, and loading weights by name.
 #include <stdlib.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -762,10 +763,54 @@ static void test_eval_batch_split(void) {
     ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
 }
 
+// A metric layer's first part: passes the logits on after sleeping 0.3 s,
+// an eval far slower than a training step.
+static void slow_forward(const ct_tensor *in, ct_tensor *out, const void *user) {
+    (void)user;
+    memcpy(out[0].data, in[0].data, ct_tensor_nbytes(&in[0]));
+    struct timespec ts = {0, 300000000};
+    nanosleep(&ts, NULL);
+}
+
+// training/steps per second counts training steps alone (Trax restarts its
+// clock after the evals): with a 0.3 s eval after every step, each logged
+// rate is that of one training step, not one step plus an eval (below 3.4
+// per second before).
+static void test_steps_per_second_excludes_evals(void) {
+    ct_stream *train = copy_batches(1), *eval = copy_batches(99);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
+    ct_fn_spec slow = {"SlowPass", 1, 1, NULL, slow_forward, NULL, NULL};
+    ct_layer *metric = ct_serial(CT_LAYERS(ct_fn(&slow), ct_weighted_category_cross_entropy()));
+    ct_train_task task = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, ct_sgd_default_params().learning_rate};
+    ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 1, .metrics = {metric}, .metric_names = {"loss"}};
+    ct_loop_options o = ct_loop_default_options();
+    o.eval_at = every_step;
+    ct_loop *loop = NULL;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, &ev, &o, &err), &err);
+    if (loop) {
+        CHECK_OK(ct_loop_run(loop, 4, &err), &err);
+        int n_hist, n_rates = 0;
+        const ct_history_entry *h = ct_loop_history(loop, &n_hist);
+        for (int i = 0; i < n_hist; i++) {
+            if (strcmp(h[i].metric, "training/steps per second") || h[i].step < 2) continue;
+            printf("steps per second at step %lld: %.1f\n", (long long)h[i].step, h[i].value);
+            CHECK_MSG(h[i].value > 10.0, "step %lld: %g steps per second: the 0.3 s eval was counted",
+                      (long long)h[i].step, h[i].value);
+            n_rates++;
+        }
+        CHECK(n_rates == 3);
+        ct_loop_free(loop);
+    }
+    ct_stream_free(train), ct_stream_free(eval);
+    ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
+}
+
 int main(void) {
     scratch_init("test_loop");
     ct_log_set_level(CT_LOG_WARN);
     test_files_and_resume();
+    test_steps_per_second_excludes_evals();
     test_first_checkpoint();
     test_step_keys();
     test_best_checkpoints();

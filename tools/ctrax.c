@@ -268,8 +268,9 @@ static bool eval_every(int64_t step, void *user) {
             if (h->eval_steps[i] == step) return true;
         return false;
     }
+    // Trax's train(): an eval_frequency of 0 (or None) disables evals.
     int64_t every = h->eval_frequency;
-    return step == 1 || (every > 0 && step % every == 0);
+    return every > 0 && (step == 1 || step % every == 0);
 }
 
 // Everything a training run builds, freed together.

@@ -1393,13 +1393,18 @@ ct_status ct_loop_run(ct_loop *loop, int64_t n_steps, ct_error *err) {
         // The last step logs too, before its checkpoint: what a checkpoint
         // holds of the metrics since the last log is then exactly what a
         // resumed run must go on averaging.
-        if (evaluate || l->step == n_steps) CT_TRY(log_training(l, err));
+        bool logged = evaluate || l->step == n_steps;
+        if (logged) CT_TRY(log_training(l, err));
         if (evaluate) CT_TRY(ct_loop_run_evals(l, err));
         if (stop_requested(l)) {
             l->stopped = true;
             save = true;
         }
         if (save) CT_TRY(ct_loop_save_checkpoint(l, err));
+        // The next log's steps per second count training steps alone: the
+        // clock restarts after this step's evals and checkpoint (Trax
+        // restarts it after its evals).
+        if (logged) l->log_time = now_s();
         if (l->stopped) {
             if (is_chief(l)) ct_log(CT_LOG_INFO, "stopped at step %lld on request; checkpoint written", (long long)l->step);
             break;

@@ -228,9 +228,10 @@ ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks
                       const ct_eval_task *eval, const ct_loop_options *opts, ct_error *err);
 void ct_loop_free(ct_loop *loop);
 
-// Runs until the loop's step reaches n_steps (a total, as Trax's
-// Loop.run(n_steps) counts from the restored step), then writes a final
-// checkpoint if the last step did not.
+// Runs until the loop's step reaches n_steps, then writes a final
+// checkpoint if the last step did not. n_steps is a total, as Trax's
+// train(steps=...) means it (it runs steps - loop.step more); Trax's
+// Loop.run(n) runs n more steps.
 ct_status ct_loop_run(ct_loop *loop, int64_t n_steps, ct_error *err);
 // Runs the eval task now and records its metrics for the current step.
 ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err);
