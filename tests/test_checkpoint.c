@@ -346,6 +346,26 @@ static void test_safetensors_roundtrip(void) {
     ct_named_tensor nodata[] = {{"x", ct_tensor_1d(CT_DTYPE_F32, 3, NULL)}};
     CHECK(ct_safetensors_write(tmp_path("n.safetensors"), nodata, 1, NULL, 0, &err) == CT_ERR_ARG);
     CHECK(!exists(tmp_path("dup.safetensors")) && !exists(tmp_path("n.safetensors")));
+    // The header is UTF-8 JSON with unique keys: a name or metadata that is
+    // not UTF-8 (Python's json refuses the file), or a metadata key twice
+    // (this library's reader refuses it), is not written.
+    ct_named_tensor bad_name[] = {{"w\xff", ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
+    CHECK(ct_safetensors_write(tmp_path("u.safetensors"), bad_name, 1, NULL, 0, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "tensor 0's name is not valid UTF-8"), "%s", err.msg);
+    ct_named_tensor one[] = {{"x", ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
+    ct_kv twice[] = {{"a", "1"}, {"a", "2"}}, overlong[] = {{"k", "\xc0\xaf"}};
+    CHECK(ct_safetensors_write(tmp_path("u.safetensors"), one, 1, twice, 2, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "metadata key 'a' is given twice"), "%s", err.msg);
+    CHECK(ct_safetensors_write(tmp_path("u.safetensors"), one, 1, overlong, 1, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "metadata entry 0 is not valid UTF-8"), "%s", err.msg);
+    CHECK(!exists(tmp_path("u.safetensors")));
+    // UTF-8 of every length is written (and read back by name).
+    ct_named_tensor utf8[] = {{"caf\xc3\xa9/\xe2\x82\xac/\xf0\x9f\x98\x80", ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
+    CHECK_OK(ct_safetensors_write(tmp_path("u.safetensors"), utf8, 1, NULL, 0, &err), &err);
+    ct_safetensors *f = NULL;
+    CHECK_OK(ct_safetensors_open(&f, tmp_path("u.safetensors"), &err), &err);
+    CHECK(f && ct_safetensors_find(f, utf8[0].name) == 0);
+    ct_safetensors_close(f);
 }
 
 // A file from a header text and n data bytes.

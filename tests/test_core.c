@@ -3,6 +3,7 @@
 #include <setjmp.h>
 
 #include "check.h"
+#include "core/json.h"
 #include "ctrax/ctrax.h"
 
 static void test_threefry(void) {
@@ -230,7 +231,31 @@ static void test_first_nonfinite(void) {
     CHECK_MSG(wrong == 0, "%d wrong answers", wrong);
 }
 
+// UTF-8 sequences by RFC 3629's table: each valid form at its edges, and
+// the overlong, surrogate, past-U+10FFFF, stray and cut-short ones.
+static void test_utf8(void) {
+    static const struct {
+        const char *s;
+        size_t n, want;
+    } cases[] = {
+        {"a", 1, 1},                 {"\x7f", 1, 1},             {"\xc2\x80", 2, 2},
+        {"\xdf\xbf", 2, 2},          {"\xe0\xa0\x80", 3, 3},     {"\xed\x9f\xbf", 3, 3},
+        {"\xef\xbf\xbf", 3, 3},      {"\xf0\x90\x80\x80", 4, 4}, {"\xf4\x8f\xbf\xbf", 4, 4},
+        {"\x80", 1, 0},              {"\xc0\x80", 2, 0},          {"\xc1\xbf", 2, 0},
+        {"\xe0\x80\x80", 3, 0},      {"\xed\xa0\x80", 3, 0},     {"\xf0\x80\x80\x80", 4, 0},
+        {"\xf4\x90\x80\x80", 4, 0}, {"\xf5\x80\x80\x80", 4, 0}, {"\xe2\x82", 2, 0},
+        {"\xe2\x82\x41", 3, 0},      {"", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        size_t got = ct_utf8_len((const unsigned char *)cases[i].s, cases[i].n);
+        CHECK_MSG(got == cases[i].want, "case %zu: length %zu, want %zu", i, got, cases[i].want);
+    }
+    CHECK(ct_utf8_valid("caf\xc3\xa9 \xe2\x82\xac") && ct_utf8_valid(""));
+    CHECK(!ct_utf8_valid("caf\xc3") && !ct_utf8_valid("\xed\xa0\x80"));
+}
+
 int main(void) {
+    test_utf8();
     test_first_nonfinite();
     test_abort_handler();
     test_log_level();

@@ -312,19 +312,14 @@ static void put(buf *b, const char *fmt, ...) {
 // valid UTF-8 replaced by '?'.
 static void put_text(buf *b, const char *s) {
     const unsigned char *u = (const unsigned char *)s;
+    size_t left = strlen(s);
     while (*u) {
         unsigned c = *u;
-        int extra = c >= 0xf0 && c < 0xf5 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 && c < 0xe0 ? 1 : 0;
         if (c >= 0x80) {
-            bool ok = c < 0xf5 && extra > 0;
-            for (int k = 1; ok && k <= extra; k++) ok = (u[k] & 0xc0) == 0x80;
-            if (ok) {
-                put(b, "%.*s", extra + 1, (const char *)u);
-                u += extra + 1;
-            } else {
-                put(b, "?");
-                u++;
-            }
+            size_t k = ct_utf8_len(u, left);
+            put(b, "%.*s", k ? (int)k : 1, k ? (const char *)u : "?");
+            u += k ? k : 1;
+            left -= k ? k : 1;
             continue;
         }
         switch (c) {
@@ -336,6 +331,7 @@ static void put_text(buf *b, const char *s) {
         default: put(b, "%c", c < 0x20 || c == 0x7f ? '?' : (char)c);
         }
         u++;
+        left--;
     }
 }
 

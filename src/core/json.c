@@ -94,3 +94,28 @@ cJSON *ct_json_int(int64_t v) {
     snprintf(buf, sizeof buf, "%" PRId64, v);
     return cJSON_CreateRaw(buf);
 }
+
+size_t ct_utf8_len(const unsigned char *s, size_t n) {
+    if (n == 0) return 0;
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (len == 0 || n < len) return 0;
+    // The second byte's range narrows after E0, ED, F0 and F4.
+    unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (size_t k = 2; k < len; k++)
+        if ((s[k] & 0xc0) != 0x80) return 0;
+    return len;
+}
+
+bool ct_utf8_valid(const char *s) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t k = ct_utf8_len(u + i, n - i);
+        if (k == 0) return false;
+        i += k;
+    }
+    return true;
+}

@@ -29,4 +29,12 @@ cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *e
 // through a double and loses those past 2^53). NULL when out of memory.
 cJSON *ct_json_int(int64_t v);
 
+// JSON text is UTF-8 (RFC 8259), and so is what a JSON file ctrax writes
+// holds. The length (1 to 4) of the valid UTF-8 sequence (RFC 3629: no
+// overlong forms, surrogates or code points past U+10FFFF) at the start of
+// the n bytes at s, or 0 when they do not start one (n 0 included).
+size_t ct_utf8_len(const unsigned char *s, size_t n);
+// Whether the NUL-terminated s is valid UTF-8 throughout.
+bool ct_utf8_valid(const char *s);
+
 #endif

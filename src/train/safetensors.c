@@ -56,6 +56,9 @@ static ct_status check_tensors(const char *path, const ct_named_tensor *t, int n
         if (!name || !name[0] || !strcmp(name, "__metadata__"))
             return ct_error_set(err, CT_ERR_ARG, "%s: tensor %d has an invalid name '%s'", path, i,
                                 name ? name : "(null)");
+        // The header is UTF-8 JSON (other readers refuse anything else).
+        if (!ct_utf8_valid(name))
+            return ct_error_set(err, CT_ERR_ARG, "%s: tensor %d's name is not valid UTF-8", path, i);
         const ct_tensor *x = &t[i].tensor;
         if (!st_dtype_name(x->dtype) || x->ndim < 0 || x->ndim > CT_MAX_DIMS)
             return ct_error_set(err, CT_ERR_ARG, "%s: tensor '%s' has an invalid dtype or rank", path, name);
@@ -127,9 +130,16 @@ ct_status ct_safetensors_write(const char *path, const ct_named_tensor *tensors,
                                ct_error *err) {
     CT_ASSERT(path && n >= 0 && (tensors || n == 0) && n_meta >= 0 && (meta || n_meta == 0));
     CT_TRY(check_tensors(path, tensors, n, err));
-    for (int i = 0; i < n_meta; i++)
+    for (int i = 0; i < n_meta; i++) {
         if (!meta[i].key || !meta[i].value)
             return ct_error_set(err, CT_ERR_ARG, "%s: metadata entry %d has a NULL key or value", path, i);
+        if (!ct_utf8_valid(meta[i].key) || !ct_utf8_valid(meta[i].value))
+            return ct_error_set(err, CT_ERR_ARG, "%s: metadata entry %d is not valid UTF-8", path, i);
+        // A key twice would make a header this library's reader refuses.
+        for (int j = 0; j < i; j++)
+            if (!strcmp(meta[j].key, meta[i].key))
+                return ct_error_set(err, CT_ERR_ARG, "%s: metadata key '%s' is given twice", path, meta[i].key);
+    }
 
     // Wider dtypes first keeps every tensor aligned to its element size
     // without gaps (the data starts 8-aligned); otherwise the caller's order.
