@@ -8,7 +8,14 @@
 #include <string.h>
 
 gradcheck_opts gradcheck_default_opts(void) {
-    gradcheck_opts o = {1e-2, 48, true, 1};
+    gradcheck_opts o = {1e-2, 48, true, 1, GRADCHECK_FLOOR};
+    return o;
+}
+
+gradcheck_opts gradcheck_model_opts(double eps) {
+    gradcheck_opts o = gradcheck_default_opts();
+    o.eps = eps;
+    o.floor = GRADCHECK_MODEL_FLOOR;
     return o;
 }
 
@@ -79,11 +86,11 @@ static double compare(gc_run *r, const char *label, const char *what, float *x, 
         aa += a * a;
         nn += g * g;
     }
-    // The floor keeps a gradient that is truly zero (numeric noise only, about
-    // 1e-4 here) from reading as a 100% error; a wrong gradient of norm above
-    // ~5e-4 still fails a 1e-2 tolerance.
+    // The floor keeps a gradient that is truly zero (numeric noise only) from
+    // reading as a 100% error; a wrong gradient of norm above floor * tol
+    // (5e-5 for one layer) still fails.
     double denom = sqrt(aa) + sqrt(nn);
-    double rel = sqrt(dd) / (denom > GRADCHECK_FLOOR ? denom : GRADCHECK_FLOOR);
+    double rel = sqrt(dd) / (denom > o.floor ? denom : o.floor);
     printf("  %-28s %-40s rel err %.2e  (|grad| %.3e)\n", label, what, rel, sqrt(aa));
     return rel;
 }

@@ -24,7 +24,6 @@
 #include "train/train_internal.h"
 
 #define TOL 1e-6
-#define GRAD_TOL 1e-2
 
 // ---- the chunked part as a layer, for gradcheck --------------------------------------
 //
@@ -123,7 +122,7 @@ static void test_gradcheck(void) {
                                               ct_weighted_category_cross_entropy()));
         double e = gradcheck(dropout ? "chunked loss, dropout 0.2" : "chunked loss", l, in, 2, o);
         printf("  max rel err %.3e\n", e);
-        CHECK_MSG(e >= 0 && e < GRAD_TOL, "dropout %d: rel err %g", dropout, e);
+        CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "dropout %d: rel err %g", dropout, e);
         ct_layer_free(l);
     }
 }

@@ -3,8 +3,6 @@
 #include "check.h"
 #include "gradcheck.h"
 
-#define TOL 1e-2
-
 static ct_tensor f32_input(int64_t b, int64_t d, uint64_t seed, float *buf) {
     ct_tensor t = ct_tensor_2d(CT_DTYPE_F32, b, d, buf);
     gradcheck_fill(&t, seed, -1.0f, 1.0f);
@@ -13,7 +11,7 @@ static ct_tensor f32_input(int64_t b, int64_t d, uint64_t seed, float *buf) {
 
 static void check_layer(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
     double e = gradcheck(label, l, in, n_in, gradcheck_default_opts());
-    CHECK_MSG(e >= 0 && e < TOL, "%s: rel err %g", label, e);
+    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "%s: rel err %g", label, e);
     ct_layer_free(l);
 }
 
@@ -74,6 +72,16 @@ static void test_gradients(void) {
     check_layer("nested Serial/Branch/Residual", nested, &x, 1);
 }
 
+// A backward 1.5% too large: the bounds of gradcheck.h must catch it, the
+// model bound too (a 1.5% scale on LSHSelfAttention's input gradient once
+// passed the suite's old bound of 1e-2).
+static void square_bwd_scaled(const ct_tensor *in, const ct_tensor *out, const ct_tensor *g, ct_tensor *gin,
+                              const void *u) {
+    (void)out, (void)u;
+    for (int64_t i = 0; i < ct_tensor_numel(&in[0]); i++)
+        ct_f32(&gin[0])[i] += 2.03f * ct_f32(&g[0])[i] * ct_f32(&in[0])[i];
+}
+
 static void test_checker_catches_wrong_backward(void) {
     float a[4 * 6];
     ct_tensor x = f32_input(4, 6, 1, a);
@@ -81,6 +89,16 @@ static void test_checker_catches_wrong_backward(void) {
     ct_layer *l = ct_fn(&bad);
     double e = gradcheck("deliberately wrong backward", l, &x, 1, gradcheck_default_opts());
     CHECK_MSG(e > 0.1, "the checker missed a wrong backward: rel err %g", e);
+    ct_layer_free(l);
+
+    ct_fn_spec scaled = {"ScaledSquare", 1, 1, NULL, square_fwd, square_bwd_scaled, NULL};
+    l = ct_fn(&scaled);
+    e = gradcheck("backward 1.5% too large", l, &x, 1, gradcheck_default_opts());
+    CHECK_MSG(e > GRADCHECK_TOL, "the checker missed a backward 1.5%% too large: rel err %g", e);
+    ct_layer_free(l);
+    l = ct_fn(&scaled);
+    e = gradcheck("backward 1.5% too large, model bound", l, &x, 1, gradcheck_model_opts(2e-3));
+    CHECK_MSG(e > GRADCHECK_MODEL_TOL, "the model bound missed a backward 1.5%% too large: rel err %g", e);
     ct_layer_free(l);
 }
 

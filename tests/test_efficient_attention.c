@@ -19,8 +19,10 @@ static ct_self_attention_params sa_params(int H, int dk, int dv, bool causal, in
     return p;
 }
 
-static void gradcheck_one(const char *label, ct_self_attention_params p, const ct_tensor *x) {
-    check_layer(label, ct_self_attention(p), x, 1, gradcheck_default_opts().train);
+// In training mode (dropout with the checker's fixed key), on in[0..n_in).
+static void gradcheck_one(const char *label, ct_self_attention_params p, const ct_tensor *in, int n_in) {
+    double eps = p.share_qk ? SHARED_QK_EPS : gradcheck_default_opts().eps;
+    check_layer_eps(label, ct_self_attention(p), in, n_in, true, eps);
 }
 
 enum { B = 2, T = 12, D = 6 };
@@ -31,20 +33,20 @@ static void test_gradients(void) {
     gradcheck_fill(&x, 21, -1.0f, 1.0f);
     // T = 12, chunk 4: three chunks, so look-back and look-ahead wrap.
     ct_self_attention_params p = sa_params(2, 3, 4, true, 4, 1, 0);
-    gradcheck_one("SelfAttention(causal, chunk 4, before 1)", p, &x);
+    gradcheck_one("SelfAttention(causal, chunk 4, before 1)", p, &x, 1);
     p.bias = true, p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
-    gradcheck_one("SelfAttention(causal, chunk 4, before 1, bias, dropout 0.2/0.1)", p, &x);
+    gradcheck_one("SelfAttention(causal, chunk 4, before 1, bias, dropout 0.2/0.1)", p, &x, 1);
     p = sa_params(2, 3, 4, false, 4, 1, 1);
-    gradcheck_one("SelfAttention(chunk 4, before 1, after 1)", p, &x);
+    gradcheck_one("SelfAttention(chunk 4, before 1, after 1)", p, &x, 1);
     p = sa_params(2, 3, 4, true, 4, 1, 0);
     p.share_qk = true;
-    gradcheck_one("SelfAttention(share_qk, causal, chunk 4, before 1)", p, &x);
+    gradcheck_one("SelfAttention(share_qk, causal, chunk 4, before 1)", p, &x, 1);
     p.causal = false, p.bias = true, p.n_chunks_after = 1;
-    gradcheck_one("SelfAttention(share_qk, bias, chunk 4, before 1, after 1)", p, &x);
+    gradcheck_one("SelfAttention(share_qk, bias, chunk 4, before 1, after 1)", p, &x, 1);
     p = sa_params(3, 2, 3, true, 0, 0, 0);
-    gradcheck_one("SelfAttention(full, causal)", p, &x);
+    gradcheck_one("SelfAttention(full, causal)", p, &x, 1);
     p.causal = false, p.share_qk = true, p.attention_dropout = 0.3f;
-    gradcheck_one("SelfAttention(full, share_qk, dropout 0.3)", p, &x);
+    gradcheck_one("SelfAttention(full, share_qk, dropout 0.3)", p, &x, 1);
 }
 
 // mask (B, T) = 1 but at the padding positions listed per example, each
@@ -449,19 +451,17 @@ static void test_masked_gradients(void) {
     mask_to_i32(md, mf, B * T);
     ct_self_attention_params p = sa_params(2, 3, 4, true, 4, 1, 0);
     p.masked = true;
-    check_layer("SelfAttention(masked, causal, chunk 4, before 1)", ct_self_attention(p), in, 2, true);
+    gradcheck_one("SelfAttention(masked, causal, chunk 4, before 1)", p, in, 2);
     p.bias = true, p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
-    check_layer("SelfAttention(masked, causal, chunk 4, before 1, bias, dropout 0.2/0.1)", ct_self_attention(p), in,
-                2, true);
+    gradcheck_one("SelfAttention(masked, causal, chunk 4, before 1, bias, dropout 0.2/0.1)", p, in, 2);
     fill_mask(mf, (const int[]){0, 1, -1, 10, 11, -1});  // padding at 0 and 1: masked, not as Trax
     mask_to_i32(md, mf, B * T);
     p = sa_params(2, 3, 4, false, 4, 1, 1);
     p.masked = true, p.share_qk = true;
-    check_layer("SelfAttention(masked at 0 and 1, share_qk, chunk 4, before 1, after 1)", ct_self_attention(p), in, 2,
-                true);
+    gradcheck_one("SelfAttention(masked at 0 and 1, share_qk, chunk 4, before 1, after 1)", p, in, 2);
     p = sa_params(3, 2, 3, false, 0, 0, 0);
     p.masked = true;
-    check_layer("SelfAttention(masked at 0 and 1, full)", ct_self_attention(p), in, 2, true);
+    gradcheck_one("SelfAttention(masked at 0 and 1, full)", p, in, 2);
 }
 
 // Output and input gradient of one step on in (n_in inputs), gradient gy.

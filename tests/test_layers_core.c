@@ -85,7 +85,7 @@ static void layer_norm_random_weights_check(void) {
         printf("  LayerNorm(random scale/bias) %-10s rel err %.2e\n", t ? "weights" : "input", rel);
         if (rel > worst) worst = rel;
     }
-    CHECK_MSG(worst < TOL, "LayerNorm with random scale/bias: rel err %g", worst);
+    CHECK_MSG(worst < GRADCHECK_TOL, "LayerNorm with random scale/bias: rel err %g", worst);
     fixture_free(&f);
 }
 
@@ -339,7 +339,7 @@ static void test_dropout(void) {
     ct_tensor y = uniform(ct_tensor_2d(CT_DTYPE_F32, 4, 5, a), 3, -1.0f, 1.0f);
     ct_layer *d = ct_dropout(0.5f);
     double e = gradcheck("Dropout(0.5) eval", d, &y, 1, o);
-    CHECK_MSG(e >= 0 && e < TOL, "Dropout eval: rel err %g", e);
+    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "Dropout eval: rel err %g", e);
     ct_layer_free(d);
     free(ones);
 }

@@ -2,6 +2,8 @@
 // (the step-1 one, a period, a list) that pruning never removes;
 // checkpoints_at and eval_at_steps; which_task's default (step % n_tasks);
 // train tasks with their own loss and optimizer, resumed bit for bit;
+// tasks with losses of two kinds (TaskLosses' gradient with each active, a
+// step of each task as a loop of that task alone);
 // several eval tasks and an eval model; training metrics averaged since the
 // last log; the system seed recorded in the checkpoint; init_checkpoint.
 #define _GNU_SOURCE  // memmem
@@ -18,6 +20,8 @@
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
 #include "core/fs.h"
+#include "feed_fixture.h"
+#include "gradcheck.h"
 #include "scratch.h"
 
 // A run directory in this program's scratch directory (the caller frees the name).
@@ -269,6 +273,102 @@ static void test_own_loss_and_optimizer(void) {
     free(w1), free(s1);
     ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL), ct_fs_remove_tree(c, NULL);
     free(a), free(b), free(c);
+}
+
+// ---- 4b: tasks whose losses differ in kind --------------------------------------------
+
+// which_task for the test: every step trains task *(const int *)user.
+static int task_of_user(int64_t step, void *user) {
+    (void)step;
+    return *(const int *)user;
+}
+
+// One step of a loop on model: with n_tasks 2, task 0 is losses[0] on
+// copy_batches(1) and task 1 losses[1] on copy_batches(5), and the step
+// trains task `task`; with n_tasks 1, task `task` alone (as the loop's task
+// 0). SGD for task 0, shared by task 1, so the update is the gradient of the
+// loss that ran. Returns the weights after the step (malloc'd, *nw of them);
+// with tl, a reference to the trainer's loss layer (TaskLosses for 2 tasks).
+static float *one_step(ct_layer *model, ct_layer *const losses[2], int n_tasks, int task, size_t *nw,
+                       ct_layer **tl) {
+    static const uint64_t seeds[2] = {1, 5};
+    ct_stream *s[2] = {NULL, NULL};
+    ct_train_task tasks[2];
+    for (int i = 0; i < n_tasks; i++) {
+        int t = n_tasks == 1 ? task : i;
+        s[i] = copy_batches(seeds[t]);
+        tasks[i] = (ct_train_task){s[i], losses[t], i == 0 ? ct_sgd_new(ct_sgd_default_params()) : NULL, NULL,
+                                   NULL, 0.1f};
+    }
+    int which = n_tasks == 1 ? 0 : task;
+    ct_loop_options o = ct_loop_default_options();
+    o.seed = 3;
+    o.which_task = task_of_user, o.which_task_user = &which;
+    ct_loop *loop;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, tasks, n_tasks, NULL, &o, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 1, &err), &err);
+    const ct_net *net = ct_loop_net(loop);
+    *nw = net->n_weights;
+    float *w = copy_floats(net->weights, net->n_weights);
+    // The trainer's net is Serial(model, loss).
+    if (tl) *tl = ct_layer_ref(net->root->sub[1]);
+    ct_loop_free(loop);
+    for (int i = 0; i < n_tasks; i++) ct_stream_free(s[i]);
+    return w;
+}
+
+// Tasks with losses of different kinds (CrossEntropyLoss: Trax's, for
+// log-probabilities, on these logits linear in them;
+// WeightedCategoryCrossEntropy) share the model through TaskLosses, which
+// runs the active task's loss. With task t active: TaskLosses' gradient
+// against finite differences (forward and backward must both run loss t),
+// and a step of the two-task loop equals a step of a loop of task t alone,
+// bit for bit, while the steps of the two tasks differ. CrossEntropyLoss
+// first: its backward reads no logits, so a TaskLosses that ran loss 0's
+// backward after loss 1's forward gives a wrong gradient here, not a crash.
+static void test_losses_of_two_kinds(void) {
+    ct_layer *model = small_lm(0.0f);
+    ct_layer *losses[2] = {ct_cross_entropy_loss(), ct_weighted_category_cross_entropy()};
+    float *two[2];
+    size_t nw2[2];
+    for (int t = 0; t < 2; t++) {
+        size_t nw1;
+        ct_layer *tl;
+        two[t] = one_step(model, losses, 2, t, &nw2[t], &tl);
+        float *one = one_step(model, losses, 1, t, &nw1, NULL);
+        CHECK_MSG(nw1 == nw2[t] && memcmp(one, two[t], nw1 * sizeof *one) == 0,
+                  "a step of task %d (%s) differs from a loop of that task alone", t, losses[t]->name);
+        free(one);
+
+        // TaskLosses on (logits, targets, weights) shaped as the loop's, the
+        // weights fed (feed_fixture.h), task t's loss still active.
+        CHECK(strcmp(tl->name, "TaskLosses") == 0 && tl->n_sub == 2);
+        ct_tensor x = ct_tensor_sig(&tl->in_sigs[0]), ids = ct_tensor_sig(&tl->in_sigs[1]);
+        ct_tensor ws = ct_tensor_sig(&tl->in_sigs[2]);
+        x.data = malloc(ct_tensor_nbytes(&x)), ids.data = malloc(ct_tensor_nbytes(&ids));
+        ws.data = malloc(ct_tensor_nbytes(&ws));
+        gradcheck_fill(&x, 30, -2.0f, 2.0f);
+        gradcheck_fill(&ws, 31, 0.0f, 1.0f);
+        ((float *)ws.data)[1] = 0.0f;  // a padding position
+        for (int64_t i = 0; i < ct_tensor_numel(&ids); i++) ((int32_t *)ids.data)[i] = (int32_t)((i * 7 + 3) % VOCAB);
+        feed f = {2, 1, {ws}};
+        ct_layer *l = with_feed(&f, tl);
+        char label[64];
+        snprintf(label, sizeof label, "TaskLosses, task %d (%s)", t, losses[t]->name);
+        double e = gradcheck(label, l, (ct_tensor[]){x, ids}, 2, gradcheck_default_opts());
+        CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "%s: rel err %g", label, e);
+        ct_layer_free(l);
+        free(x.data), free(ids.data), free(ws.data);
+    }
+    size_t differ = 0;
+    for (size_t i = 0; nw2[0] == nw2[1] && i < nw2[0]; i++) differ += two[0][i] != two[1][i];
+    CHECK_MSG(nw2[0] == nw2[1] && differ > 0, "a step of task 0 and one of task 1 leave the same weights");
+    printf("tasks with CrossEntropyLoss and WeightedCategoryCrossEntropy: a step of each equals a loop of that task "
+           "alone, bitwise; the two steps leave %zu of %zu weights different\n",
+           differ, nw2[0]);
+    free(two[0]), free(two[1]);
+    ct_layer_free(model), ct_layer_free(losses[0]), ct_layer_free(losses[1]);
 }
 
 // ---- 5: several eval tasks and an eval model -----------------------------------------
@@ -1000,6 +1100,7 @@ int main(void) {
     test_permanent_and_lists();
     test_which_task_default();
     test_own_loss_and_optimizer();
+    test_losses_of_two_kinds();
     test_eval_tasks_and_model();
     test_averaged_since_log();
     test_averaged_across_stop();

@@ -3,18 +3,14 @@
 // weights and metrics, and the errors for bad target ids, zero weight sums
 // and shapes that do not fit.
 //
-// Gradient checks: targets and weights are data and get no gradient by
-// design (losses.c), but gradcheck perturbs every f32 input and would compare
-// their zero gradients with nonzero differences. So each loss is checked
-// inside Serial(Feed, Loss), where Feed is a test layer that passes the model
-// output (and int32 targets) through and appends fixed f32 targets/weights,
-// which are then not inputs of the checked layer.
+// Gradient checks: each loss inside Serial(Feed, Loss), which keeps targets
+// and weights (data, no gradient) out of the checked inputs (feed_fixture.h).
 #include <stdlib.h>
 
 #include "check.h"
+#include "feed_fixture.h"
 #include "gradcheck.h"
 
-#define TOL 1e-2
 static const double LN2 = 0.69314718055994531, LN3 = 1.0986122886681098;
 
 // ---- running a layer ---------------------------------------------------------
@@ -72,42 +68,6 @@ static ct_status eval_layer(ct_layer *l, const ct_tensor *in, int n_in, double *
     }
     runner_free(&r);
     return st;
-}
-
-// ---- Feed: [x(, targets)] -> [x(, targets), fixed f32 tensors...] ----------------
-
-typedef struct feed {
-    int n_pass;      // inputs passed through
-    int n_fixed;     // fixed tensors appended
-    ct_tensor fixed[2];
-} feed;
-
-static ct_status feed_shape(const ct_tensor *in, ct_tensor *out, const void *user, ct_error *err) {
-    (void)err;
-    const feed *f = user;
-    for (int i = 0; i < f->n_pass; i++) out[i] = ct_tensor_sig(&in[i]);
-    for (int j = 0; j < f->n_fixed; j++) out[f->n_pass + j] = ct_tensor_sig(&f->fixed[j]);
-    return CT_OK;
-}
-static void feed_forward(const ct_tensor *in, ct_tensor *out, const void *user) {
-    const feed *f = user;
-    for (int i = 0; i < f->n_pass; i++) memcpy(out[i].data, in[i].data, ct_tensor_nbytes(&in[i]));
-    for (int j = 0; j < f->n_fixed; j++)
-        memcpy(out[f->n_pass + j].data, f->fixed[j].data, ct_tensor_nbytes(&f->fixed[j]));
-}
-static void feed_backward(const ct_tensor *in, const ct_tensor *out, const ct_tensor *g, ct_tensor *gin,
-                          const void *user) {
-    (void)out;
-    const feed *f = user;
-    for (int i = 0; i < f->n_pass; i++) {
-        if (in[i].dtype != CT_DTYPE_F32) continue;
-        for (int64_t k = 0; k < ct_tensor_numel(&in[i]); k++) ct_f32(&gin[i])[k] += ct_f32(&g[i])[k];
-    }
-}
-
-static ct_layer *with_feed(const feed *f, ct_layer *loss) {
-    ct_fn_spec spec = {"Feed", f->n_pass, f->n_pass + f->n_fixed, feed_shape, feed_forward, feed_backward, f};
-    return ct_serial(CT_LAYERS(ct_fn(&spec), loss));
 }
 
 // ---- values --------------------------------------------------------------------
@@ -307,13 +267,13 @@ static void test_gradchecks(void) {
     ct_layer *l = with_feed(&f, ct_weighted_category_cross_entropy());
     double e = gradcheck("WeightedCategoryCrossEntropy", l, in, 2, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
+    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(l);
 
     l = with_feed(&f, ct_cross_entropy_loss());
     e = gradcheck("CrossEntropyLoss", l, in, 2, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
+    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(l);
 
     ct_tensor ys = ct_tensor_3d(CT_DTYPE_F32, NB, NT, V, yt), w2s = ct_tensor_3d(CT_DTYPE_F32, NB, NT, V, w2);
@@ -323,7 +283,7 @@ static void test_gradchecks(void) {
     l = with_feed(&f2, ct_l2_loss());
     e = gradcheck("L2Loss", l, &xs, 1, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
+    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(l);
 
     // BinaryCrossEntropy over (NB, NT, V) logits, targets 0/1.
@@ -333,7 +293,7 @@ static void test_gradchecks(void) {
     l = with_feed(&fb, ct_binary_cross_entropy());
     e = gradcheck("BinaryCrossEntropy", l, &xs, 1, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
+    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(l);
 
     // A model in front of the loss: Dense -> WeightedCategoryCrossEntropy.
@@ -341,7 +301,7 @@ static void test_gradchecks(void) {
     ct_layer *model = ct_serial(CT_LAYERS(ct_dense(V), l));
     e = gradcheck("Dense -> WeightedCategoryCrossEntropy", model, in, 2, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < TOL, "rel err %g", e);
+    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(model);
 }
 
