@@ -126,8 +126,9 @@ static void reformer_lsh_state(cfg_plan *out, const ct_reformer_lm_params *m, do
     }
 }
 
-// Whether every attention layer keeps no T x T probabilities (SelfAttention
-// and LSHSelfAttention keep a logsumexp per row).
+// Whether every attention layer keeps no T x T probabilities nor a
+// logsumexp per head and row (SelfAttention keeps neither; LSHSelfAttention
+// keeps its rounds' logsumexps, counted in the block as from below).
 static bool reformer_attention_linear(const ct_reformer_lm_params *m) {
     for (int i = 0; i < m->n_attention && i < CT_REFORMER_MAX_ATTENTION; i++)
         if (m->attention[i] == CT_REFORMER_CAUSAL_ATTENTION) return false;
@@ -179,7 +180,7 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
     // The memory-efficient trainer holds one reversible layer's activations
     // at a time; the standard one keeps every layer's. From below: a chunked
     // feed-forward keeps none of its d_ff activations (it recomputes them),
-    // and SelfAttention keeps no T x T probabilities (a logsumexp per row).
+    // and SelfAttention keeps no T x T probabilities (and no logsumexp).
     double held = memory_efficient ? 1.0 : layers;
     if (m->n_layers == 0) held = 0;
     double block = block_act_per_token(m->d_model, m->d_ff) - (m->ff_chunk_size > 0 ? 2.0 * m->d_ff : 0.0);

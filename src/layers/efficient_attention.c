@@ -4,7 +4,7 @@
 // include/ctrax/layers/efficient_attention.h.
 //
 // Tape (forward, recording): x, the mask input (masked), q, k, v, o (B, H,
-// T, d) and lse (B, H, T), all linear in T; the dropout masks are redrawn
+// T, d), all linear in T; the dropout masks are redrawn
 // from the key in backward. k is stored as the kernel uses it (scaled, or
 // normalised from q).
 #include "ctrax/layers/efficient_attention.h"
@@ -115,14 +115,13 @@ static float out_rate(const ct_layer *l, const ct_ctx *c) {
 }
 
 // The per-head tensors of one forward: q, k (B,H,T,dk), v, o (B,H,T,dv),
-// lse (B,H,T), in tape order.
-enum { SA_Q, SA_K, SA_V, SA_O, SA_LSE, SA_N };
+// in tape order.
+enum { SA_Q, SA_K, SA_V, SA_O, SA_N };
 
 static ct_status sa_alloc_heads(ct_ctx *c, const ct_chunked_attention_dims *d, ct_tensor *t, ct_error *err) {
     for (int i = 0; i < SA_N; i++) {
         int64_t depth = i == SA_Q || i == SA_K ? d->dk : d->dv;
-        t[i] = i == SA_LSE ? ct_tensor_3d(CT_DTYPE_F32, d->B, d->H, d->T, NULL)
-                           : ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){d->B, d->H, d->T, depth}, NULL);
+        t[i] = ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){d->B, d->H, d->T, depth}, NULL);
         CT_TRY(ct_ctx_alloc(c, &t[i], err));
     }
     return CT_OK;
@@ -158,7 +157,7 @@ static ct_status sa_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tens
     int n_slots = ct_chunked_attention_n_slots(&d);
     ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_chunked_attention_scratch_floats(&d, false), NULL);
     if (scratch.shape[0] > 0) CT_TRY(ct_ctx_alloc(c, &scratch, err));
-    ct_chunked_attention_forward(t[SA_O].data, t[SA_LSE].data, t[SA_Q].data, t[SA_K].data, t[SA_V].data,
+    ct_chunked_attention_forward(t[SA_O].data, t[SA_Q].data, t[SA_K].data, t[SA_V].data,
                                  mf.data, scratch.data, n_slots, ct_key_split(key, 0), &d);
     ct_arena_reset_to(c->arena, after_heads);
     ct_heads_merge_forward(out[0].data, t[SA_O].data, ct_weight(c, l, hp->wo), B, T, D, H, d.dv);
@@ -187,7 +186,7 @@ static ct_status sa_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, 
     ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_chunked_attention_scratch_floats(&d, true), NULL);
     if (scratch.shape[0] > 0) CT_TRY(ct_ctx_alloc(c, &scratch, err));
     ct_chunked_attention_backward(g[0].data, g[1].data, g[2].data, scratch.data, n_slots, dO.data, t[SA_O].data,
-                                  t[SA_LSE].data, t[SA_Q].data, t[SA_K].data, t[SA_V].data, mf.data,
+                                  t[SA_Q].data, t[SA_K].data, t[SA_V].data, mf.data,
                                   ct_key_split(key, 0), &d);
     ct_arena_reset_to(c->arena, mark);
     float *dk = g[1].data;

@@ -59,8 +59,8 @@ ct_self_attention_params ct_self_attention_default_params(void);
 // (d_v, D) array directly (the numbers differ from JAX's anyway, the
 // distribution is the same).
 //
-// Memory: forward keeps q, k, v, o (B, H, T, d) and the logsumexp (B, H, T)
-// for backward, linear in T; the working memory of both passes is a window
+// Memory: forward keeps q, k, v, o (B, H, T, d) for backward, linear in T
+// (backward recomputes each window's row softmax, bitwise the forward's); the working memory of both passes is a window
 // of scores per thread, chunk_len x chunk_len (1 + before + after), never
 // T x T (but for full attention, whose one window is T x T).
 //

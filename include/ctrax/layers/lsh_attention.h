@@ -107,8 +107,9 @@ ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);
 //
 // Numerics: a query whose only targets are its own copies (causal position
 // 0 with R > 1 in one window) has a float logsumexp near -1e5 whose ulp is
-// 1/128, so its probabilities sum to 1 within ~0.4%, as in Trax. The
-// rounds are combined in double relative to their maximum.
+// 1/128; its probabilities are normalized by their sum, in forward and in
+// backward alike (Trax's exp(dots - lse) sum to 1 only within ~0.4%
+// there). The rounds are combined in double relative to their maximum.
 //
 // Errors name the layer: a training forward's B other than init's or T
 // over Lb (naming T and max_length_for_buckets, at init or forward), R T not a multiple of

@@ -55,16 +55,15 @@ int64_t ct_chunked_attention_scratch_floats(const ct_chunked_attention_dims *d, 
 
 // q, k (B,H,T,dk), k already scaled (by 1/sqrt(dk), or normalized), v
 // (B,H,T,dv), mask (B,T) or NULL (0 = padding key, anything else a real
-// token) -> o (B,H,T,dv), lse (B,H,T). scratch: n_slots * scratch
-// floats(forward).
-void ct_chunked_attention_forward(float *o, float *lse, const float *q, const float *k, const float *v,
+// token) -> o (B,H,T,dv). scratch: n_slots * scratch floats(forward).
+void ct_chunked_attention_forward(float *o, const float *q, const float *k, const float *v,
                                   const float *mask, float *scratch, int n_slots, ct_key key,
                                   const ct_chunked_attention_dims *d);
 // do (B,H,T,dv) -> dq, dk (B,H,T,dk), dv (B,H,T,dv) +=, from what forward
-// saw (q, k, v, mask) and gave (o, lse). dropout's mask is recomputed from
-// key.
+// saw (q, k, v, mask) and gave (o); the probabilities are recomputed from
+// the scores, the dropout's mask from key.
 void ct_chunked_attention_backward(float *dq, float *dk, float *dv, float *scratch, int n_slots,
-                                   const float *dout, const float *o, const float *lse, const float *q,
+                                   const float *dout, const float *o, const float *q,
                                    const float *k, const float *v, const float *mask, ct_key key,
                                    const ct_chunked_attention_dims *d);
 
@@ -74,9 +73,10 @@ void ct_chunked_attention_backward(float *dq, float *dk, float *dv, float *scrat
 int64_t ct_attention_window_chunk(int64_t c, int64_t j, int64_t N);
 // row (W) <- its softmax, in place, with one exp per element (the shifted
 // exps scaled by 1 / their sum, ct_row_exp_sum: the same bits for every
-// vector width); returns the row's logsumexp, from which
-// ct_attention_row_probs recomputes the same probabilities within an ulp
-// or two in backward.
+// vector width); returns the row's logsumexp. The chunked and LSH
+// backwards call it again on the recomputed scores for the forward's very
+// probabilities (exp(S - lse), ct_attention_row_probs, is within an ulp or
+// two only where lse is not near the -1e5 self penalty).
 float ct_attention_row_softmax(float *row, int64_t W);
 // f (W): the dropout factors of mask row r of a (rows, W) mask (element w
 // kept iff ct_random_bits(key, r * W + w) >= ceil(rate 2^32), kept ones

@@ -229,7 +229,11 @@ static void chunk_row_grads(lsh_work *k, float *f, int64_t c, ct_key key, const 
         double dot = 0.0;
         for (int64_t i = 0; i < d->dv; i++) dot += (double)k->sdo[j * d->dv + i] * k->so[j * d->dv + i];
         float *p = k->S + r * W, *g = k->G + r * W, extra = k->sdlse[j] - (float)dot;
-        ct_attention_row_probs(p, k->slse[j], W);
+        // The forward's probabilities, bitwise: the row softmax again (a
+        // float logsumexp near the -1e5 self penalty has a spacing of 1/128,
+        // so exp(S - lse) was off by up to 0.4% for a query that sees only
+        // its own copies).
+        (void)ct_attention_row_softmax(p, W);
         if (d->dropout > 0.0f) {
             ct_attention_drop_factors(f, r, W, key, d->dropout);
 #pragma omp simd  // p and g are rows of two different buffers
