@@ -51,6 +51,8 @@ int main(int argc, char **argv) {
         mp.n_heads = 4;
         mp.max_len = T;
         mp.dropout = 0;
+        mp.attention[0] = CT_REFORMER_CAUSAL_ATTENTION;  // the standard trainer's TransformerLM's attention
+        mp.fixed_positions = true;
         model = ct_reformer_lm(mp);
     } else {
         ct_transformer_lm_params mp = ct_transformer_lm_default_params();

@@ -123,6 +123,7 @@ static ct_reformer_lm_params model_params(int seq, int layers) {
     p.ff_activation = "Relu";
     p.ff_chunk_size = 8192;
     p.pos_type = NULL;
+    p.fixed_positions = true;  // the sinusoids as bench/torch_long_context.py adds them (Trax's test trains them)
     p.n_attention = 2;
     p.attention[0] = CT_REFORMER_SELF_ATTENTION;
     p.self_attention.chunk_len = 64;

@@ -177,6 +177,11 @@ int main(int argc, char **argv) {
     p.n_heads = a.heads;
     p.max_len = a.seq;
     p.dropout = 0.1f;
+    // The model bench/torch_reversible_memory.py builds: full causal
+    // attention with biased q, k, v, o (d_model / n_heads per head), fixed
+    // sinusoid positions.
+    p.attention[0] = CT_REFORMER_CAUSAL_ATTENTION;
+    p.fixed_positions = true;
     ct_layer *model = ct_reformer_lm(p), *loss = ct_weighted_category_cross_entropy();
 
     // Random tokens; every position weighted.

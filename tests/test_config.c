@@ -2153,7 +2153,8 @@ static void test_reformer_options(void) {
 #define WIDE_VOCAB                                                                                              \
     "ReformerLM.vocab_size = 256\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\nReformerLM.n_layers = 2\n" \
     "ReformerLM.n_heads = 2\nReformerLM.max_len = 18\nReformerLM.dropout = 0.0\n"                           \
-    "ReformerLM.pos_type = 'no'\nsequence_copy_inputs.vocab_size = 256\n"                                    \
+    "ReformerLM.pos_type = 'no'\nReformerLM.d_attention_key = 8\nReformerLM.d_attention_value = 8\n"        \
+    "sequence_copy_inputs.vocab_size = 256\n"                                                                \
     "sequence_copy_inputs.train_length = 9\nsequence_copy_inputs.eval_min_length = 4\n"                      \
     "sequence_copy_inputs.eval_max_length = 5\nsequence_copy_inputs.pad_to_multiple = 1\n"
     double whole = check_estimate_chunked("ReformerLM(vocab 256)", WIDE_VOCAB, "ReformerLM", 0, 48, 0);
@@ -2186,7 +2187,9 @@ static void test_reformer_options(void) {
                             "r.gin:7:1: ReformerLM.pos_start_from_zero_prob");
     EXPECT_REFORMER_REFUSED("ReformerLM.pos_max_offset_to_add = 3\n", "r.gin:7:1: ReformerLM.pos_max_offset_to_add");
     EXPECT_REFORMER_REFUSED("ReformerLM.mode = 'predict'\n", "r.gin:7:1: ReformerLM.mode = 'predict' is not supported");
-    EXPECT_REFORMER_REFUSED("ReformerLM.d_attention_key = 64\n", "r.gin:7:1: ReformerLM.d_attention_key");
+    // CausalAttention (ctrax's) has d_model / n_heads per head: another depth is refused.
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @CausalAttention\nReformerLM.d_attention_key = 64\n",
+                            "ReformerLM.d_attention_key/d_attention_value = 64/0: CausalAttention's heads");
     // Axial positions from tuples (Trax's pos_axial_shape / pos_d_axial_embs) or Trax's older
     // spellings; the tuples without pos_type 'axial' are refused (Trax would ignore them).
     expect_reformer("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (2, 3)\n"
@@ -2351,7 +2354,8 @@ static void test_reformer_attention_types(void) {
         // Both layer types keep their params struct first in hp.
         const ct_self_attention_params *s = attn[0]->hp;
         CHECK(s->chunk_len == 3 && s->n_chunks_before == 1 && s->n_chunks_after == 0 && s->bias && !s->share_qk);
-        CHECK(s->n_heads == 2 && s->d_qk == 4 && s->d_v == 4 && s->causal && !s->masked);
+        // d_attention_key / d_attention_value unbound: Trax's 64.
+        CHECK(s->n_heads == 2 && s->d_qk == 64 && s->d_v == 64 && s->causal && !s->masked);
         CHECK(s->attention_dropout == 0.1f && s->output_dropout == 0.1f);
         const ct_lsh_self_attention_params *l = attn[1]->hp;
         CHECK(l->chunk_len == 4 && l->n_hashes == 3 && l->n_buckets[0] == 2 && l->n_buckets[1] == 4);
@@ -2372,16 +2376,16 @@ static void test_reformer_attention_types(void) {
     ct_free(log);
     ct_config_free(cfg);
 
-    // The default is CausalAttention: SelfAttention.* and LSHSelfAttention.*
-    // are then never read, so `ctrax train` warns that they are bound but unread.
+    // The default is Trax's SelfAttention: LSHSelfAttention.* is then never
+    // read, so `ctrax train` warns that it is bound but unread.
     m = reformer_with_log("SelfAttention.chunk_len = 2\nLSHSelfAttention.n_hashes = 2\n", &cfg, &log, &err);
     CHECK_MSG(m != NULL, "%s", err.msg);
     if (m) {
         ct_layer *a[4];
-        CHECK(find_layers(m, "DotProductCausalAttention", a, 4, 0) == 1 && find_layers(m, "SelfAttention", a, 4, 0) == 0);
+        CHECK(find_layers(m, "SelfAttention", a, 4, 0) == 1 && find_layers(m, "DotProductCausalAttention", a, 4, 0) == 0);
         ct_layer_free(m);
     }
-    CHECK(!binding_used(cfg, "SelfAttention", "chunk_len") && !binding_used(cfg, "LSHSelfAttention", "n_hashes"));
+    CHECK(binding_used(cfg, "SelfAttention", "chunk_len") && !binding_used(cfg, "LSHSelfAttention", "n_hashes"));
     ct_free(log);
     ct_config_free(cfg);
     // One type, module-qualified (Trax's reformer_copy.gin form); a scope.

@@ -117,6 +117,9 @@ static void test_other_gradients(void) {
     ct_tensor s = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 4, 3, b), 8, -1.0f, 1.0f);
     check_layer("PositionalEncoding(learned)", ct_positional_encoding_learned(6), &s, 1, true);
     check_layer("PositionalEncoding(sinusoidal)", ct_positional_encoding_sinusoidal(6), &s, 1, true);
+    // Trax's trainable table with its channel dropout (train mode, fixed key).
+    check_layer("PositionalEncoding(trainable sinusoids, dropout 0.5)",
+                ct_positional_encoding_trainable_sinusoidal(6, 0.5f), &s, 1, true);
     check_layer("Dense-PosEnc(sinusoidal)",
                 ct_serial(CT_LAYERS(ct_dense(3), ct_positional_encoding_sinusoidal(4))), &s, 1, true);
 
@@ -440,6 +443,86 @@ static void test_positional_values(void) {
     fixture_free(&f);
 }
 
+// Trax's PositionalEncoding dropout: in training, out - x is the table with
+// whole channels dropped (the same channels at every example and position)
+// and the rest scaled by 1 / (1 - rate); in eval, the table itself.
+static void test_positional_dropout(void) {
+    enum { B = 3, T = 5, D = 16 };
+    float x[B * T * D];
+    for (int i = 0; i < B * T * D; i++) x[i] = 0.25f * (float)(i % 7);
+    ct_tensor in = ct_tensor_3d(CT_DTYPE_F32, B, T, D, x);
+    fixture f;
+    ct_layer *l = ct_positional_encoding_trainable_sinusoidal(8, 0.5f);
+    if (!fixture_init_ok(&f, l, &in, 1, true)) {
+        ct_layer_free(l);
+        return;
+    }
+    const float *pe = f.net.weights;  // the table, (8, D): its first T rows apply
+    ct_tensor out;
+    f.ctx.record = false;
+    CHECK_OK(fixture_forward(&f, &in, &out, 4), &f.err);
+    int kept = 0, dropped = 0, wrong = 0;
+    for (int d = 0; d < D; d++) {
+        // Channel d's factor, read at (0, 1), must hold at every (b, t).
+        double factor = (ct_f32(&out)[D + d] - x[D + d]) / pe[D + d];
+        bool keep = fabs(factor - 2.0) < 1e-5;
+        kept += keep, dropped += fabs(factor) < 1e-5;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                int64_t i = ((int64_t)b * T + t) * D + d;
+                wrong += fabs(ct_f32(&out)[i] - (x[i] + (keep ? 2.0f : 0.0f) * pe[t * D + d])) > 1e-6;
+            }
+    }
+    printf("positional dropout 0.5 over %d channels: %d kept (x 2), %d dropped, %d elements off\n", D, kept, dropped,
+           wrong);
+    CHECK(kept + dropped == D && kept > 0 && dropped > 0 && wrong == 0);
+    // Eval: the table as it is.
+    f.ctx.train = false;
+    CHECK_OK(fixture_forward(&f, &in, &out, 4), &f.err);
+    wrong = 0;
+    for (int i = 0; i < B * T * D; i++) wrong += fabs(ct_f32(&out)[i] - (x[i] + pe[i % (T * D)])) > 1e-6;
+    CHECK(wrong == 0);
+    fixture_free(&f);
+    ct_layer_free(l);
+}
+
+// Trax's initializers: Embedding U(+-sqrt(3 / d_feature)) (variance
+// 1 / d_feature), Dense's bias N(0, 1e-12).
+static void test_initializers(void) {
+    enum { V = 64, E = 48 };
+    int32_t ids[1] = {0};
+    ct_tensor t = ct_tensor_1d(CT_DTYPE_I32, 1, ids);
+    fixture f;
+    (void)run1(&f, ct_embedding(V, E), t);
+    double lim = sqrt(3.0 / E), sq = 0, mx = 0;
+    for (size_t i = 0; i < f.net.n_weights; i++) {
+        sq += (double)f.net.weights[i] * f.net.weights[i];
+        mx = fmax(mx, fabs(f.net.weights[i]));
+    }
+    double var = sq / (double)f.net.n_weights;
+    printf("Embedding(%d, %d): max |w| %.4f (bound %.4f), variance %.5f (1 / d_feature %.5f)\n", V, E, mx, lim, var,
+           1.0 / E);
+    CHECK(mx <= lim && mx > 0.95 * lim && fabs(var * E - 1.0) < 0.1);
+    fixture_free(&f);
+    float xd[2 * 32];
+    for (int i = 0; i < 64; i++) xd[i] = 1.0f;
+    (void)run1(&f, ct_dense(256), ct_tensor_2d(CT_DTYPE_F32, 2, 32, xd));
+    const ct_param *bias = ct_net_find_param(&f.net, "Dense/bias");
+    CHECK(bias != NULL);
+    if (bias) {
+        double bsq = 0;
+        int zeros = 0;
+        for (int i = 0; i < 256; i++) {
+            float b = f.net.weights[bias->offset + i];
+            bsq += (double)b * b, zeros += b == 0.0f;
+        }
+        double sd = sqrt(bsq / 256);
+        printf("Dense bias: standard deviation %.3g (Trax's 1e-6), %d of 256 zero\n", sd, zeros);
+        CHECK(sd > 0.7e-6 && sd < 1.3e-6 && zeros == 0);
+    }
+    fixture_free(&f);
+}
+
 static void test_shift_right_values(void) {
     int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     fixture f;
@@ -572,6 +655,8 @@ static void test_layer_norm_threads(void) {
 }
 
 int main(void) {
+    test_positional_dropout();
+    test_initializers();
     test_activation_gradients();
     test_layer_norm_gradients();
     test_other_gradients();

@@ -96,8 +96,8 @@ ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *
 static void reformer_attention_w(cfg_plan *out, const ct_reformer_lm_params *m, double layers) {
     int n = m->n_attention > 0 ? m->n_attention : 1;
     double per_type = layers / n;
-    int64_t dh = m->d_model / (m->n_heads > 0 ? m->n_heads : 1);
-    int64_t dk = m->d_attention_key ? m->d_attention_key : dh, dv = m->d_attention_value ? m->d_attention_value : dh;
+    int64_t dk = m->d_attention_key ? m->d_attention_key : CT_REFORMER_D_ATTENTION;
+    int64_t dv = m->d_attention_value ? m->d_attention_value : CT_REFORMER_D_ATTENTION;
     for (int i = 0; i < n && i < CT_REFORMER_MAX_ATTENTION; i++) {
         if (m->attention[i] == CT_REFORMER_CAUSAL_ATTENTION) {
             dense(out, m->d_model, m->d_model, 4 * per_type);
@@ -126,6 +126,24 @@ static void reformer_lsh_state(cfg_plan *out, const ct_reformer_lm_params *m, do
     }
 }
 
+// What one block's attention keeps per token for backward, averaged over
+// the attention list: CausalAttention's q, k, v and output (4 d_model, its
+// logsumexps counted apart); SelfAttention's q, k, v, o per head; LSH's q,
+// v, o, each round's o and logsumexp, and its buckets per head
+// (src/layers/efficient_attention.c, lsh_attention.c).
+static double reformer_attention_act(const ct_reformer_lm_params *m) {
+    int n = m->n_attention > 0 ? m->n_attention : 1;
+    double dk = m->d_attention_key ? m->d_attention_key : CT_REFORMER_D_ATTENTION;
+    double dv = m->d_attention_value ? m->d_attention_value : CT_REFORMER_D_ATTENTION;
+    double sum = 0.0, R = m->lsh_attention.n_hashes;
+    for (int i = 0; i < n && i < CT_REFORMER_MAX_ATTENTION; i++) {
+        if (m->attention[i] == CT_REFORMER_CAUSAL_ATTENTION) sum += 4.0 * m->d_model;
+        else if (m->attention[i] == CT_REFORMER_SELF_ATTENTION) sum += m->n_heads * (2.0 * dk + 2.0 * dv);
+        else sum += m->n_heads * (dk + 2.0 * dv + R * dv + 2.0 * R);
+    }
+    return sum / n;
+}
+
 // Whether every attention layer keeps no T x T probabilities nor a
 // logsumexp per head and row (SelfAttention keeps neither; LSHSelfAttention
 // keeps its rounds' logsumexps, counted in the block as from below).
@@ -135,13 +153,15 @@ static bool reformer_attention_linear(const ct_reformer_lm_params *m) {
     return true;
 }
 
-// The positional encoding by pos_type: the sinusoid table (host floats),
-// none, fixed-base's Trax defaults (4 bases x 8 digits of d_model / 8, and
-// a start vector), or the axial tables.
+// The positional encoding by pos_type: the trainable table (max_len,
+// d_model), none, fixed-base's Trax defaults (4 bases x 8 digits of d_model
+// / 8, and a start vector), or the axial tables.
 static void reformer_positions(cfg_plan *out, const ct_reformer_lm_params *m) {
     const char *t = m->pos_type;
-    if (!t || !t[0]) {
-        out->host_floats = (double)m->max_len * (double)m->d_model;  // before the halves split
+    if ((!t || !t[0]) && m->fixed_positions) {
+        out->host_floats = (double)m->max_len * (double)m->d_model;  // the fixed sinusoid table
+    } else if (!t || !t[0]) {
+        add_w(out, m->max_len, m->d_model, 1);  // before the halves split
     } else if (!strcmp(t, "fixed-base")) {
         add_w(out, m->d_model / 8, 0, 4 * 8);
         add_w(out, m->d_model, 0, 1);
@@ -183,7 +203,10 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
     // and SelfAttention keeps no T x T probabilities (and no logsumexp).
     double held = memory_efficient ? 1.0 : layers;
     if (m->n_layers == 0) held = 0;
-    double block = block_act_per_token(m->d_model, m->d_ff) - (m->ff_chunk_size > 0 ? 2.0 * m->d_ff : 0.0);
+    // block_act_per_token's q, k, v and attention output (4 d_model) are the
+    // attention's own here.
+    double block = block_act_per_token(m->d_model, m->d_ff) - 4.0 * m->d_model + reformer_attention_act(m) -
+                   (m->ff_chunk_size > 0 ? 2.0 * m->d_ff : 0.0);
     // An SRU keeps its Dense's (3 d_model) output and its cell states
     // (d_model) per token instead of the feed-forward's d_ff activations.
     if (m->ff_use_sru > 0) block += 4.0 * m->d_model * m->ff_use_sru - 2.0 * m->d_ff;

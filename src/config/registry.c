@@ -533,9 +533,9 @@ static ct_status reformer_lm_fill(ct_config *cfg, const char *name, void *vp, ct
 // (filled by reformer_lm_fill).
 static const cfg_param reformer_lm_params[] = {
     CT_REFORMER_LM_PARAMS(REFORMER_ROW)
-    {.name = "attention_type", .type = CFG_ANY, .default_gin = "@CausalAttention",
-     .doc = "@CausalAttention (ctrax's default; Trax's is @SelfAttention), @SelfAttention, @LSHSelfAttention, or a "
-            "list of them: layer i uses entry i % len (n_layers % len == 0)"},
+    {.name = "attention_type", .type = CFG_ANY, .default_gin = "@SelfAttention",
+     .doc = "@SelfAttention (Trax's default: full attention unless SelfAttention.chunk_len), @LSHSelfAttention, "
+            "ctrax's @CausalAttention, or a list of them: layer i uses entry i % len (n_layers % len == 0)"},
     {.name = "pos_axial_shape", .type = CFG_LIST, .default_gin = "()",
      .doc = "pos_type 'axial': a tuple of axis lengths whose product is the sequence length"},
     {.name = "pos_d_axial_embs", .type = CFG_LIST, .default_gin = "None", .none_ok = true,

@@ -28,7 +28,7 @@ static ct_status dense_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, c
                             (ct_initializer){CT_INIT_GLOROT_UNIFORM, 1.0f}, ct_key_split(key, 0));
     if (hp->use_bias)
         ct_layer_declare_weight(l, ic, "bias", ct_tensor_1d(CT_DTYPE_F32, hp->n_units, NULL),
-                                (ct_initializer){CT_INIT_ZEROS, 0.0f}, ct_key_split(key, 1));
+                                (ct_initializer){CT_INIT_NORMAL, 1e-6f}, ct_key_split(key, 1));
     return CT_OK;
 }
 

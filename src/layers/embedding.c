@@ -1,6 +1,10 @@
 // Embedding: int32 ids (...) -> (..., d_feature), out = embedding[id], with
-// weight "embedding" (vocab_size, d_feature) drawn from N(0, 1). An id
-// outside [0, vocab_size) is an error naming the id and its position.
+// weight "embedding" (vocab_size, d_feature) drawn from U(+-sqrt(3 /
+// d_feature)), Trax's (a variance of 1 / d_feature: ScaledInitializer,
+// fan_out, uniform). An id outside [0, vocab_size) is an error naming the id
+// and its position (Trax clips it to the range, which hides a wrong
+// vocabulary).
+#include <math.h>
 #include <stdio.h>
 
 #include "ctrax/layers/core.h"
@@ -32,7 +36,7 @@ static ct_status embedding_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *i
     CT_TRY(embedding_shape(l, in, out, "init", err));
     // One weight: it takes the layer's key, as Trax's Embedding does.
     ct_layer_declare_weight(l, ic, "embedding", ct_tensor_2d(CT_DTYPE_F32, hp->vocab_size, hp->d_feature, NULL),
-                            (ct_initializer){CT_INIT_NORMAL, 1.0f}, key);
+                            (ct_initializer){CT_INIT_UNIFORM, (float)sqrt(3.0 / hp->d_feature)}, key);
     return CT_OK;
 }
 

@@ -3,7 +3,11 @@
 //                        "embedding" (max_len, D) started at N(0, 0.02^2)
 //                        or at the sinusoids of Vaswani et al. (Trax's), or
 //                        those sinusoids fixed (no weights; computed once at
-//                        init and kept with the layer);
+//                        init and kept with the layer). Trax's dropout on the
+//                        learned table: in training, pe[:, d] x keep_d / (1 -
+//                        rate), one (1, 1, D) mask from the step key (channel
+//                        d kept iff ct_random_bits(key, d) >= rate 2^32), so
+//                        whole channels drop for every example and position;
 //   AxialPositionalEncoding and FixedBasePositionalEncoding, Trax's, below.
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +21,7 @@
 typedef struct positional_hp {
     int max_len;
     bool learned;
+    float dropout;  // on the learned table, in training
     ct_initializer init;  // the learned table's start
     float *sinusoids;  // (max_len, D), set by init when !learned; owned
     int64_t d;         // D, set by init
@@ -60,23 +65,45 @@ static const float *positional_table(const ct_layer *l, const ct_ctx *c) {
     return hp->learned ? ct_weight(c, l, 0) : hp->sinusoids;
 }
 
+static bool dropping(const ct_layer *l, const ct_ctx *c) {
+    return c->train && ((const positional_hp *)l->hp)->dropout > 0.0f;
+}
+
+// The table's dropout scale of each channel in this training step: keep_d
+// / (1 - rate) or 0, into scale (D).
+static void channel_scales(const ct_layer *l, ct_key key, float *scale, int64_t D) {
+    const float rate = ((const positional_hp *)l->hp)->dropout;
+    uint64_t threshold = ct_dropout_threshold(rate);
+    for (int64_t d = 0; d < D; d++) scale[d] = ct_random_bits(key, (uint32_t)d) >= threshold ? 1.0f / (1.0f - rate) : 0.0f;
+}
+
 static ct_status positional_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out,
                                     ct_key key, ct_error *err) {
-    (void)key;
     const ct_tensor *x = &in[0];
     CT_TRY(positional_check(l, x, "forward", err));
+    const int64_t T = x->shape[1], D = x->shape[2];
     out[0] = ct_tensor_sig(x);
     // Elementwise, and backward needs only x's shape: over x when donated.
     if (ct_arena_donated(c->arena, x->data)) out[0].data = x->data;
     else CT_TRY(ct_ctx_alloc(c, &out[0], err));
     // Rows t < T of a (max_len, D) table are its first T * D floats.
-    ct_positional_forward(out[0].data, x->data, positional_table(l, c), x->shape[0], x->shape[1] * x->shape[2]);
+    const float *pe = positional_table(l, c);
+    ct_arena_mark mark = ct_arena_get_mark(c->arena);
+    if (dropping(l, c)) {
+        ct_tensor scaled = ct_tensor_2d(CT_DTYPE_F32, T + 1, D, NULL);  // T rows, then the D channel scales
+        CT_TRY(ct_ctx_alloc(c, &scaled, err));
+        float *table = scaled.data, *scale = table + T * D;
+        channel_scales(l, key, scale, D);
+        for (int64_t i = 0; i < T * D; i++) table[i] = pe[i] * scale[i % D];
+        pe = table;
+    }
+    ct_positional_forward(out[0].data, x->data, pe, x->shape[0], T * D);
+    ct_arena_reset_to(c->arena, mark);
     return ct_tape_push_sig(c, x, err);
 }
 
 static ct_status positional_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                                      ct_key key, ct_error *err) {
-    (void)key;
     if (!ct_tape_pop_input_sig(c, grad_out, grad_in)) return CT_OK;
     if (!((const positional_hp *)l->hp)->learned) {
         grad_in[0] = grad_out[0];  // x + constant: the gradient passes through
@@ -84,7 +111,21 @@ static ct_status positional_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gr
     }
     CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
     const int64_t *shape = grad_in[0].shape;  // the input's (B, T, D)
-    ct_positional_backward(grad_in[0].data, ct_weight_grad(c, l, 0), grad_out[0].data, shape[0], shape[1] * shape[2]);
+    const int64_t T = shape[1], D = shape[2];
+    float *dpe = ct_weight_grad(c, l, 0);
+    if (!dropping(l, c)) {
+        ct_positional_backward(grad_in[0].data, dpe, grad_out[0].data, shape[0], T * D);
+        return CT_OK;
+    }
+    // The dropped table: its gradient takes the same channel scales.
+    ct_tensor work = ct_tensor_2d(CT_DTYPE_F32, T + 1, D, NULL);  // the table's gradient, then the scales
+    ct_arena_mark mark = ct_arena_get_mark(c->arena);
+    CT_TRY(ct_ctx_zeros(c, &work, err));
+    float *dtable = work.data, *scale = dtable + T * D;
+    channel_scales(l, key, scale, D);
+    ct_positional_backward(grad_in[0].data, dtable, grad_out[0].data, shape[0], T * D);
+    for (int64_t i = 0; i < T * D; i++) dpe[i] += dtable[i] * scale[i % D];
+    ct_arena_reset_to(c->arena, mark);
     return CT_OK;
 }
 
@@ -98,20 +139,20 @@ static const ct_layer_vtable positional_vt = {
     .type = "PositionalEncoding", .init = positional_init, .forward = positional_forward,
     .backward = positional_backward, .destroy = positional_destroy};
 
-static ct_layer *positional_new(int max_len, bool learned, ct_initializer init) {
-    CT_ASSERT(max_len > 0);
-    positional_hp hp = {.max_len = max_len, .learned = learned, .init = init};
+static ct_layer *positional_new(int max_len, bool learned, ct_initializer init, float dropout) {
+    CT_ASSERT(max_len > 0 && dropout >= 0.0f && dropout < 1.0f);
+    positional_hp hp = {.max_len = max_len, .learned = learned, .dropout = dropout, .init = init};
     return ct_layer_new_hp(&positional_vt, 1, 1, &hp, sizeof hp);
 }
 
 ct_layer *ct_positional_encoding_learned(int max_len) {
-    return positional_new(max_len, true, (ct_initializer){CT_INIT_NORMAL, 0.02f});
+    return positional_new(max_len, true, (ct_initializer){CT_INIT_NORMAL, 0.02f}, 0.0f);
 }
-ct_layer *ct_positional_encoding_trainable_sinusoidal(int max_len) {
-    return positional_new(max_len, true, (ct_initializer){CT_INIT_SINUSOID, 0.0f});
+ct_layer *ct_positional_encoding_trainable_sinusoidal(int max_len, float dropout) {
+    return positional_new(max_len, true, (ct_initializer){CT_INIT_SINUSOID, 0.0f}, dropout);
 }
 ct_layer *ct_positional_encoding_sinusoidal(int max_len) {
-    return positional_new(max_len, false, (ct_initializer){CT_INIT_ZEROS, 0.0f});
+    return positional_new(max_len, false, (ct_initializer){CT_INIT_ZEROS, 0.0f}, 0.0f);
 }
 
 // ---- AxialPositionalEncoding: (B, T, D) -> (B, T, D) ------------------------

@@ -12,7 +12,7 @@
 ct_reformer_lm_params ct_reformer_lm_default_params(void) {
     ct_reformer_lm_params p = {CT_REFORMER_LM_PARAMS(CT_PARAM_DEFAULT)};
     p.n_attention = 1;
-    p.attention[0] = CT_REFORMER_CAUSAL_ATTENTION;
+    p.attention[0] = CT_REFORMER_SELF_ATTENTION;  // Trax's: full attention (chunk_len None)
     p.self_attention = ct_self_attention_default_params();
     p.lsh_attention = ct_lsh_self_attention_default_params();
     return p;
@@ -54,6 +54,9 @@ static ct_status check_attention(const ct_reformer_lm_params *p, ct_error *err) 
 
 static ct_status check_positions(const ct_reformer_lm_params *p, ct_error *err) {
     const char *t = p->pos_type;
+    if (p->fixed_positions && !pos_is_default(t))
+        return ct_error_set(err, CT_ERR_ARG,
+                            "ReformerLM.fixed_positions = True fixes pos_type None's table, but pos_type is '%s'", t);
     if (pos_is_default(t) || str_is(t, "no") || str_is(t, "fixed-base")) {
         if (p->pos_axial_n != 0)
             return ct_error_set(err, CT_ERR_ARG,
@@ -106,8 +109,8 @@ ct_status ct_reformer_lm_check(const ct_reformer_lm_params *p, ct_error *err) {
 // DecoderBlock passes (n_heads, d_qk, d_v, causal, masked False, both
 // dropouts = dropout) over the type's own settings.
 static ct_layer *attention(const ct_reformer_lm_params *p, ct_reformer_attention a) {
-    int dh = p->d_model / p->n_heads;
-    int d_qk = p->d_attention_key ? p->d_attention_key : dh, d_v = p->d_attention_value ? p->d_attention_value : dh;
+    int d_qk = p->d_attention_key ? p->d_attention_key : CT_REFORMER_D_ATTENTION;
+    int d_v = p->d_attention_value ? p->d_attention_value : CT_REFORMER_D_ATTENTION;
     if (a == CT_REFORMER_LSH_ATTENTION) {
         ct_lsh_self_attention_params l = p->lsh_attention;
         l.n_heads = p->n_heads, l.d_qk = d_qk, l.d_v = d_v, l.causal = true, l.masked = false;
@@ -166,9 +169,13 @@ static int decoder_block(const ct_reformer_lm_params *p, ct_reformer_attention a
     return 4;
 }
 
-// The positional encoding by pos_type, or NULL for 'no'.
+// The positional encoding by pos_type, or NULL for 'no'. None: Trax's
+// PositionalEncoding, a trainable table started at the sinusoids, with
+// dropout over whole channels.
 static ct_layer *positions(const ct_reformer_lm_params *p) {
-    if (pos_is_default(p->pos_type)) return ct_positional_encoding_sinusoidal(p->max_len);
+    if (pos_is_default(p->pos_type))
+        return p->fixed_positions ? ct_positional_encoding_sinusoidal(p->max_len)
+                                  : ct_positional_encoding_trainable_sinusoidal(p->max_len, p->dropout);
     if (str_is(p->pos_type, "no")) return NULL;
     if (str_is(p->pos_type, "fixed-base")) return ct_fixed_base_positional_encoding_trax();
     // Trax's ReformerLM: dropout on the table, one mask per example and

@@ -32,7 +32,7 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p) {
     // Trax's PositionalEncoding trains its sinusoid table.
     layers[n++] = p.learned_positions ? ct_positional_encoding_learned(p.max_len)
                   : p.fixed_positions ? ct_positional_encoding_sinusoidal(p.max_len)
-                                      : ct_positional_encoding_trainable_sinusoidal(p.max_len);
+                                      : ct_positional_encoding_trainable_sinusoidal(p.max_len, 0.0f);
     for (int i = 0; i < p.n_layers; i++) layers[n++] = decoder_block(&p);
     layers[n++] = ct_layer_norm(1e-6f);
     layers[n++] = ct_dense(p.vocab_size);

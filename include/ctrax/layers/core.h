@@ -10,11 +10,13 @@ extern "C" {
 #endif
 
 // (..., D) -> (..., n_units): x @ kernel + bias. kernel (D, n_units) is
-// Glorot-uniform, bias zeros; the init key is split into (kernel, bias).
+// Glorot-uniform, bias N(0, 1e-12) (Trax's RandomNormalInitializer(1e-6));
+// the init key is split into (kernel, bias).
 ct_layer *ct_dense(int n_units);
 ct_layer *ct_dense_no_bias(int n_units);
 // int32 ids (...) -> (..., d_feature); weights (vocab_size, d_feature) are
-// N(0, 1). An id outside [0, vocab_size) is an error naming it.
+// U(+-sqrt(3 / d_feature)), Trax's. An id outside [0, vocab_size) is an
+// error naming it (Trax clips it).
 ct_layer *ct_embedding(int vocab_size, int d_feature);
 
 // Elementwise activations, (...) -> (...).
@@ -36,9 +38,12 @@ ct_layer *ct_dropout(float rate);
 // (B, T, D) -> (B, T, D) plus a position embedding for t < max_len:
 // learned weights (max_len, D) drawn from N(0, 0.02^2); Trax's
 // PositionalEncoding, learned weights "embedding" (max_len, D) that start as
-// the sinusoids of Vaswani et al.; or those sinusoids fixed, with no weights.
+// the sinusoids of Vaswani et al., with Trax's training dropout on the table
+// (one (1, 1, D) mask: whole channels dropped for every example and
+// position, the rest scaled by 1 / (1 - dropout)); or those sinusoids fixed,
+// with no weights.
 ct_layer *ct_positional_encoding_learned(int max_len);
-ct_layer *ct_positional_encoding_trainable_sinusoidal(int max_len);
+ct_layer *ct_positional_encoding_trainable_sinusoidal(int max_len, float dropout);
 ct_layer *ct_positional_encoding_sinusoidal(int max_len);
 // Trax's AxialPositionalEncoding (REFORMER.md section 5): (B, T, D) -> (B, T,
 // D) with T = prod shape[k] and D = sum d_embs[k]; position t, in row-major

@@ -54,9 +54,9 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
 // d_attention_value, n_layers, n_heads, dropout, max_len, attention_type,
 // pos_type, pos_axial_shape, pos_d_axial_embs, ff_activation, ff_chunk_size,
 // ...; REFORMER.md section 1). d_model is the width of each of the two
-// reversible halves. The defaults are ctrax's model of before these
-// parameters existed (full CausalAttention, sinusoid table); Trax's differ
-// where the docs say. The UNSTORED rows are Trax's parameters ctrax accepts
+// reversible halves. The defaults are Trax's (REFORMER.md section 1): full
+// SelfAttention with 64-wide heads, a trainable position table; the
+// vocabulary, which Trax requires, defaults to 256 (bytes) here. The UNSTORED rows are Trax's parameters ctrax accepts
 // only at Trax's default: a config that sets another value is refused,
 // naming the parameter. ff_activation is a string here ('Relu'). The
 // fields after the list are what a config writes in Trax's forms
@@ -68,13 +68,16 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
 #define CT_REFORMER_LM_PARAMS(X)                                                                                   \
     CT_LM_PARAMS(X, "width of each of the two reversible halves", "reversible decoder blocks")                     \
     X(INT, d_attention_key, 0, AT_LEAST(0), NONE,                                                                  \
-      "attention's per-head q.k depth; 0: d_model / n_heads (Trax's default: 64)")                                 \
+      "attention's per-head q.k depth; 0: Trax's 64 (CausalAttention: d_model / n_heads)")                         \
     X(INT, d_attention_value, 0, AT_LEAST(0), NONE,                                                                \
-      "attention's per-head value depth; 0: d_model / n_heads (Trax's default: 64)")                               \
+      "attention's per-head value depth; 0: Trax's 64 (CausalAttention: d_model / n_heads)")                       \
     X(STRING, ff_activation, "FastGelu", ANY, NONE, "'Relu', 'Gelu' or 'FastGelu' (both tanh Gelu, as Trax)")      \
     X(INT, ff_chunk_size, 0, AT_LEAST(0), NONE, "> 0: the feed-forward runs on chunks of this many rows (B*T)")    \
     X(INT, ff_use_sru, 0, AT_LEAST(0), NONE, "> 0: the feed-forward is this many SRU(d_model) layers (Trax's)")    \
-    X(STRING, pos_type, NULL, ANY, NULLABLE, "None: sinusoid table (Trax trains one); 'no'; 'fixed-base'; 'axial'") \
+    X(STRING, pos_type, NULL, ANY, NULLABLE,                                                                       \
+      "None: Trax's trainable table started at the sinusoids, channel dropout; 'no'; 'fixed-base'; 'axial'")       \
+    X(BOOL, fixed_positions, false, ANY, NONE,                                                                     \
+      "pos_type None: the sinusoids fixed, no weights, no dropout (ctrax's; Trax trains them)")                    \
     X(FLOAT, pos_start_from_zero_prob, "1.0", ANY, UNSTORED, "random start positions in training: not in ctrax")   \
     X(INT, pos_max_offset_to_add, "0", ANY, UNSTORED, "random position offsets: not in ctrax")                     \
     X(INT, ff_sparsity, "0", ANY, UNSTORED, "a sparse feed-forward: not in ctrax")                                 \
@@ -86,6 +89,9 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
     X(STRING, mode, "'train'", ANY, UNSTORED, "the trainer picks train or eval; 'predict' is not supported")
 // The attention types a ReformerLM layer can use.
 #define CT_REFORMER_MAX_ATTENTION 16
+// SelfAttention's and LSHSelfAttention's per-head depths when
+// d_attention_key / d_attention_value are 0: Trax's defaults.
+#define CT_REFORMER_D_ATTENTION 64
 typedef enum ct_reformer_attention {
     CT_REFORMER_CAUSAL_ATTENTION,  // ctrax's full CausalAttention (d_model / n_heads per head)
     CT_REFORMER_SELF_ATTENTION,    // Trax's SelfAttention (self_attention below)
@@ -95,7 +101,7 @@ typedef struct ct_reformer_lm_params {
     CT_REFORMER_LM_PARAMS(CT_PARAM_FIELD)
     // attention_type: one type (n_attention 1) or a list; layer i uses
     // attention[i % n_attention] (n_layers % n_attention == 0, as Trax
-    // asserts). Default: {CT_REFORMER_CAUSAL_ATTENTION}.
+    // asserts). Default: {CT_REFORMER_SELF_ATTENTION}, Trax's.
     int n_attention;
     ct_reformer_attention attention[CT_REFORMER_MAX_ATTENTION];
     // The settings of every SelfAttention and LSHSelfAttention layer (what a
@@ -131,11 +137,15 @@ ct_status ct_reformer_lm_check(const ct_reformer_lm_params *p, ct_error *err);
 // SelfAttention / LSHSelfAttention(n_heads, d_attention_key, d_attention_value, causal,
 // their other settings from self_attention / lsh_attention, both dropouts =
 // dropout); layer i uses attention[i % n_attention].
+// pos_type None: the trainable table (max_len, D) started at the sinusoids,
+// with training dropout over whole channels (one (1, 1, D) mask), as
+// Trax's PositionalEncoding. attention_type may also be ctrax's
+// CausalAttention (@CausalAttention: Dense q, k, v with biases, d_model /
+// n_heads per head), which Trax's ReformerLM cannot take.
 // Differences from Trax: dropout masks are not shared along the sequence
-// axis (Trax's shared_axes=[-2]); the default attention is the full causal
-// CausalAttention (Trax's default SelfAttention takes the same role); the
-// default positional encoding is fixed sinusoids (Trax starts trainable
-// weights from them); the half-residuals are named
+// axis (Trax's shared_axes=[-2]; REFORMER.md section 7 leaves the choice
+// of masks to ctrax); ids outside the vocabulary are an error (Trax
+// clips them); the half-residuals are named
 // ReversibleHalfResidualAttn/FF (Trax's ...DecoderAttn is longer than a
 // layer name may be); with ff_chunk_size and dropout, each chunk draws its
 // own elementwise masks (Trax one (1, D) mask per chunk), so chunking is
