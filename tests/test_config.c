@@ -319,9 +319,11 @@ static void test_trax_names(void) {
     CHECK_OK(ct_config_get_list(cfg, "train", "metrics", NULL, &m, &err), &err);
     CHECK(m && m->n == 3 && !strcmp(m->items[0].s, "L2Loss") && !strcmp(m->items[1].s, "SequenceAccuracy"));
     // Every loss and metric builds from its name.
+    // (Trax's current name for SequenceAccuracy is MaskedSequenceAccuracy.)
     const char *layers[] = {"WeightedCategoryCrossEntropy", "CrossEntropyLoss", "CategoryAccuracy",
-                            "WeightedCategoryAccuracy", "SequenceAccuracy", "L2Loss", "trax.layers.L2Loss"};
-    for (int k = 0; k < 7; k++) {
+                            "WeightedCategoryAccuracy", "SequenceAccuracy", "L2Loss", "trax.layers.L2Loss",
+                            "BinaryCrossEntropy", "trax.layers.MaskedSequenceAccuracy"};
+    for (int k = 0; k < 9; k++) {
         ct_layer *l = build_layer(cfg, layers[k], &err);
         CHECK_MSG(l != NULL, "%s: %s", layers[k], err.msg);
         if (l) ct_layer_free(l);
