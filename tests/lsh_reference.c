@@ -42,12 +42,22 @@ static ct_lsh_self_attention_params params(int H, int dk, int dv, bool causal, i
     return p;
 }
 
+// p with a third bucket factor.
+static ct_lsh_self_attention_params params3(ct_lsh_self_attention_params p, int nb2) {
+    p.n_buckets[2] = nb2;
+    return p;
+}
+
 // Half the rotation width, sum of f / 2 over the bucket factors, with
-// n_buckets {0, 0} resolved from T as REFORMER.md section 2 says (nb = 2
+// n_buckets all 0 resolved from T as REFORMER.md section 2 says (nb = 2
 // max(1, T / m), factored as [2^ceil(log2 sqrt nb), 2 (nb / (2 f1))] over
 // 128); the reference checks the factors through the buckets.
 static int half_rotation(const ct_lsh_self_attention_params *p, int T) {
-    if (p->n_buckets[0]) return (p->n_buckets[0] + p->n_buckets[1]) / 2;
+    if (p->n_buckets[0]) {
+        int sum = 0;
+        for (int j = 0; j < CT_LSH_MAX_BUCKET_FACTORS; j++) sum += p->n_buckets[j];
+        return sum / 2;
+    }
     int nb = 2 * (T / p->chunk_len > 1 ? T / p->chunk_len : 1);
     if (nb <= 128) return nb / 2;
     int f1 = 1;
@@ -129,18 +139,22 @@ static void run_case(const lsh_case *cs, const char *dir) {
     float *wo = stack_heads(&net, "Wo", H, (int64_t)p->d_v * D);
     float *rot_train = rotations(init_key, 0, BH, per_rot), *rot_eval = rotations(init_key, 1, BH, per_rot);
 
-    enum { N_INT = 11 };
-    const char *keys[N_INT] = {"n_heads",        "d_qk",     "d_v",        "causal",     "chunk_len", "n_chunks_before",
-                               "n_chunks_after", "n_hashes", "n_buckets0", "n_buckets1", "masked"};
+    enum { N_INT = 9 };
+    const char *keys[N_INT] = {"n_heads",        "d_qk",     "d_v",   "causal", "chunk_len", "n_chunks_before",
+                               "n_chunks_after", "n_hashes", "masked"};
     const int ints[N_INT] = {H, p->d_qk, p->d_v, p->causal, p->chunk_len, p->n_chunks_before, p->n_chunks_after, R,
-                             p->n_buckets[0], p->n_buckets[1], p->masked};
-    char text[N_INT][16], path[1024];
-    ct_kv meta[N_INT + 1];
+                             p->masked};
+    char text[N_INT][16], path[1024], factors[64] = "";
+    ct_kv meta[N_INT + 2];
     for (int i = 0; i < N_INT; i++) {
         snprintf(text[i], sizeof text[i], "%d", ints[i]);
         meta[i] = (ct_kv){keys[i], text[i]};
     }
-    meta[N_INT] = (ct_kv){"what", cs->what};
+    // n_buckets as its factors, comma-separated ("" for None).
+    for (int j = 0, n = 0; j < CT_LSH_MAX_BUCKET_FACTORS && p->n_buckets[j]; j++)
+        n += snprintf(factors + n, sizeof factors - (size_t)n, "%s%d", j ? "," : "", p->n_buckets[j]);
+    meta[N_INT] = (ct_kv){"n_buckets", factors};
+    meta[N_INT + 1] = (ct_kv){"what", cs->what};
     int64_t rshape[4] = {BH, p->d_qk, R, n_rot};
     ct_named_tensor t[] = {
         {"x", in[0]},
@@ -155,7 +169,7 @@ static void run_case(const lsh_case *cs, const char *dir) {
         {"mask", in[1]},
     };
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, cs->name);
-    CHECK_OK(ct_safetensors_write(path, t, p->masked ? 10 : 9, meta, N_INT + 1, &err), &err);
+    CHECK_OK(ct_safetensors_write(path, t, p->masked ? 10 : 9, meta, N_INT + 2, &err), &err);
     printf("%s: (B %d, T %d, D %d), %s\n", cs->name, B, T, D, cs->what);
 
     free(wq), free(wv), free(wo), free(rot_train), free(rot_eval);
@@ -195,6 +209,8 @@ int main(int argc, char **argv) {
          2, 12, 4, params(2, 3, 3, false, 8, 4, 0, 2, 4, 0, false), NULL},
         {"no_adjacent", "before 0 after 0, R 2, n_buckets 8, non-causal, 8 chunks", 2, 16, 6,
          params(2, 4, 4, false, 4, 0, 0, 2, 8, 0, false), NULL},
+        {"three_factors", "n_buckets [2, 4, 2] (16 buckets), R 2, causal, before 1, 8 chunks", 2, 16, 6,
+         params3(params(2, 4, 4, true, 4, 1, 0, 2, 2, 4, false), 2), NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], argv[1]);
     return check_summary("lsh_reference");

@@ -50,11 +50,12 @@ TIGHT, SELF_ONLY, TIE = 1e-5, 2e-2, 1e-5
 CAUSAL_PENALTY, SELF_PENALTY, PAD_PENALTY = 1e9, 1e5, 1e9
 
 
-def bucket_factors(nb0, nb1, T, m):
-    """n_buckets as a list of factors: the parameter, or Trax's from the
-    length (nb = 2 max(1, T // m), factored over 128)."""
-    if nb0:
-        return [nb0, nb1] if nb1 else [nb0]
+def bucket_factors(n_buckets, T, m):
+    """n_buckets ("f1,f2,..." or "" for None) as a list of factors: the
+    parameter, or Trax's from the length (nb = 2 max(1, T // m), factored
+    over 128)."""
+    if n_buckets:
+        return [int(f) for f in n_buckets.split(",")]
     nb = 2 * max(1, T // m)
     if nb <= 128:
         return [nb]
@@ -155,7 +156,7 @@ def forward(x, valid, W, rot, P):
     buckets with their near ties and NB per (b, h), and the factors."""
     B, T, D = x.shape
     H = P["n_heads"]
-    factors = bucket_factors(P["n_buckets0"], P["n_buckets1"], T, P["chunk_len"])
+    factors = bucket_factors(P["n_buckets"], T, P["chunk_len"])
     if rot.shape[-1] != sum(f // 2 for f in factors):
         raise ValueError(f"rotations of width {rot.shape[-1]}, factors {factors}")
     y, scale, worst = np.zeros((B, T, D)), np.zeros((B, T, D)), np.zeros((B, T))
@@ -185,7 +186,8 @@ def compare(got, want, scale, worst, valid):
 def run(path):
     tensors, meta = read(path)
     a = {k: v[2].astype(np.float64) for k, v in tensors.items()}
-    P = {k: int(v) for k, v in meta.items() if k != "what"}
+    P = {k: int(v) for k, v in meta.items() if k not in ("what", "n_buckets")}
+    P["n_buckets"] = meta["n_buckets"]
     x = a["x"]
     B, T, _ = x.shape
     valid = a["mask"] != 0 if P["masked"] else np.ones((B, T), bool)

@@ -2423,8 +2423,13 @@ static void test_reformer_attention_types(void) {
                             "r.gin:8:1: LSHSelfAttention.chunk_len = None is not supported");
     EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.n_buckets = 5\n",
                             "r.gin:8:1: LSHSelfAttention.n_buckets = 5: expected None, an even int");
-    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.n_buckets = [2, 4, 8]\n",
-                            "r.gin:8:1: LSHSelfAttention.n_buckets = [2, 4, 8]");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\n"
+                            "LSHSelfAttention.n_buckets = [2, 2, 2, 2, 2]\n",
+                            "r.gin:8:1: LSHSelfAttention.n_buckets = [2, 2, 2, 2, 2]", "up to 4 even factors");
+    // Trax's list of factors, three of them.
+    expect_reformer("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.chunk_len = 2\n"
+                    "LSHSelfAttention.n_buckets = [2, 4, 8]\n",
+                    "ReformerLM/ReversibleSerial[5]/ReversibleHalfResidualAttn[0]/Serial[0]/LSHSelfAttention[1]/Wq[0]");
     EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.n_buckets = 'x'\n",
                             "r.gin:8:1: LSHSelfAttention.n_buckets = 'x'");
     {

@@ -269,16 +269,15 @@ static ct_status self_attention_check(ct_config *cfg, const char *name, const vo
     return attention_check_common(cfg, name, err);
 }
 
-// n_buckets: None, an int, or a pair of factors (Trax's list).
+// n_buckets: None, an int, or Trax's list of factors.
 static ct_status lsh_self_attention_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
     ct_lsh_self_attention_params *p = vp;
     const ct_config_value *v;
     CT_TRY(cfg_query_default(cfg, name, "n_buckets", &v, err));
-    // Trax's n_buckets: an int, or a list of factors (ctrax's layer takes two).
     const ct_config_value *f = v->kind == CT_CONFIG_INT ? v : v->items;
     int n = v->kind == CT_CONFIG_INT ? 1 : v->kind == CT_CONFIG_LIST || v->kind == CT_CONFIG_TUPLE ? v->n : 0;
-    bool ok = v->kind == CT_CONFIG_NONE || (n >= 1 && n <= 2);
-    int64_t nb[2] = {0, 0};
+    bool ok = v->kind == CT_CONFIG_NONE || (n >= 1 && n <= CT_LSH_MAX_BUCKET_FACTORS);
+    int64_t nb[CT_LSH_MAX_BUCKET_FACTORS] = {0};
     for (int i = 0; ok && i < n; i++) {
         ok = f[i].kind == CT_CONFIG_INT && f[i].i >= 2 && f[i].i <= (1 << 24) && f[i].i % 2 == 0;
         nb[i] = f[i].i;
@@ -287,11 +286,10 @@ static ct_status lsh_self_attention_fill(ct_config *cfg, const char *name, void 
         char text[400];
         binding_text(cfg, name, "n_buckets", v, text, sizeof text);
         return ct_error_set(err, CT_ERR_ARG,
-                            "%s: expected None, an even int or a list/tuple of up to 2 even factors, each in 2..2^24",
-                            text);
+                            "%s: expected None, an even int or a list/tuple of up to %d even factors, each in 2..2^24",
+                            text, CT_LSH_MAX_BUCKET_FACTORS);
     }
-    p->n_buckets[0] = (int)nb[0];
-    p->n_buckets[1] = (int)nb[1];
+    for (int i = 0; i < CT_LSH_MAX_BUCKET_FACTORS; i++) p->n_buckets[i] = (int)nb[i];
     return CT_OK;
 }
 

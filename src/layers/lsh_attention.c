@@ -51,21 +51,23 @@ static ct_status lsh_check_params(const ct_layer *l, ct_error *err) {
         return ct_layer_fail(l, err, CT_ERR_ARG, "init",
                              "n_chunks_before %d, n_chunks_after %d and max_length_for_buckets %d must not be negative",
                              p->n_chunks_before, p->n_chunks_after, p->max_length_for_buckets);
-    for (int j = 0; j < 2; j++)
-        if (p->n_buckets[j] < 0 || p->n_buckets[j] % 2 != 0 || (j == 1 && p->n_buckets[1] && !p->n_buckets[0]))
+    for (int j = 0; j < CT_LSH_MAX_BUCKET_FACTORS; j++)
+        if (p->n_buckets[j] < 0 || p->n_buckets[j] % 2 != 0 || (j > 0 && p->n_buckets[j] && !p->n_buckets[j - 1]))
             return ct_layer_fail(l, err, CT_ERR_ARG, "init",
-                                 "n_buckets {%d, %d}: each factor must be even and positive ({0, 0}: from the length)",
-                                 p->n_buckets[0], p->n_buckets[1]);
+                                 "n_buckets[%d] = %d: each factor must be even and positive, the unused entries 0 "
+                                 "after them (all 0: from the length)",
+                                 j, p->n_buckets[j]);
     return ct_attention_check_dropouts(l, p->attention_dropout, p->output_dropout, err);
 }
 
 // The bucket factors f (n_f of them) for length T: the parameter, or Trax's
 // nb = 2 max(1, T / m), factored as [2^ceil(log2(sqrt(nb))), 2 (nb / (2 f1))]
 // when over 128.
-static int bucket_factors(const ct_lsh_self_attention_params *p, int64_t T, int f[2]) {
+static int bucket_factors(const ct_lsh_self_attention_params *p, int64_t T, int f[CT_LSH_MAX_BUCKET_FACTORS]) {
     if (p->n_buckets[0]) {
-        f[0] = p->n_buckets[0], f[1] = p->n_buckets[1];
-        return f[1] ? 2 : 1;
+        int n = 0;
+        while (n < CT_LSH_MAX_BUCKET_FACTORS && p->n_buckets[n]) f[n] = p->n_buckets[n], n++;
+        return n;
     }
     int64_t nb = 2 * (T / p->chunk_len > 1 ? T / p->chunk_len : 1);
     if (nb <= 128) {
@@ -80,7 +82,7 @@ static int bucket_factors(const ct_lsh_self_attention_params *p, int64_t T, int 
 // The kernel's dimensions for x (B, T, D), after checking x against the
 // layer and the state. f/n_f: the bucket factors.
 static ct_status lsh_dims(const ct_layer *l, const ct_ctx *c, const ct_tensor *x, const char *op, ct_lsh_dims *d,
-                          int f[2], int *n_f, ct_error *err) {
+                          int f[CT_LSH_MAX_BUCKET_FACTORS], int *n_f, ct_error *err) {
     const lsh_hp *hp = l->hp;
     const ct_lsh_self_attention_params *p = &hp->p;
     char s[CT_SIG_STR_MAX];
@@ -119,10 +121,17 @@ static ct_status lsh_dims(const ct_layer *l, const ct_ctx *c, const ct_tensor *x
                              (long long)T, ct_tensor_sig_str(x, s, sizeof s), p->chunk_len);
     *n_f = bucket_factors(p, T, f);
     // masked: Trax's extra bucket for padding, after the hashed ones.
-    int64_t NB = f[0] * (int64_t)(*n_f == 2 ? f[1] : 1) + (p->masked ? 1 : 0);
-    if (f[0] <= 0 || f[0] % 2 || (*n_f == 2 && (f[1] <= 0 || f[1] % 2)) || NB * R >= (1 << 24))
-        return ct_layer_fail(l, err, CT_ERR_ARG, op, "bucket factors {%d, %d} must be even, with R NB under 2^24",
-                             f[0], *n_f == 2 ? f[1] : 0);
+    int64_t NB = 1;
+    bool even = true;
+    for (int j = 0; j < *n_f; j++) {
+        even &= f[j] > 0 && f[j] % 2 == 0;
+        NB = NB < (1 << 24) ? NB * f[j] : NB;
+    }
+    NB += p->masked ? 1 : 0;
+    if (!even || NB * R >= (1 << 24))
+        return ct_layer_fail(l, err, CT_ERR_ARG, op,
+                             "%d bucket factors (the first %d) must be even, with n_hashes x their product under 2^24",
+                             *n_f, f[0]);
     *d = (ct_lsh_dims){.T = T, .dk = p->d_qk, .dv = p->d_v, .R = R, .NB = NB, .m = p->chunk_len,
                        .before = p->n_chunks_before, .after = p->n_chunks_after, .causal = p->causal,
                        .dropout = c && c->train ? p->attention_dropout : 0.0f};
@@ -140,7 +149,7 @@ static ct_status lsh_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_
     hp->d_model = 0;
     CT_TRY(lsh_check_params(l, err));
     ct_lsh_dims d;
-    int f[2], n_f;
+    int f[CT_LSH_MAX_BUCKET_FACTORS], n_f;
     CT_TRY(lsh_dims(l, NULL, &in[0], "init", &d, f, &n_f, err));
     CT_TRY(ct_attention_check_window(l, d.R * d.T / d.m, p->n_chunks_before, p->n_chunks_after, err));
     if (p->masked) CT_TRY(ct_attention_check_mask(l, &in[0], &in[1], "init", err));
@@ -181,7 +190,9 @@ static ct_status hash_buckets(ct_layer *l, ct_ctx *c, float *sb, int64_t row, bo
                               ct_error *err) {
     const lsh_hp *hp = l->hp;
     float *hs = ct_state(c, l, hp->s_hash);
-    const int64_t H = hp->p.n_heads, n_rot = f[0] / 2 + (n_f == 2 ? f[1] / 2 : 0);
+    const int64_t H = hp->p.n_heads;
+    int64_t n_rot = 0;  // the rotations' width: half of each factor
+    for (int j = 0; j < n_f; j++) n_rot += f[j] / 2;
     // Trax's (next, sub) = split(state key): sub draws the rotations, next
     // is stored. A zero count means the state holds no key yet (it starts
     // as zeros): the init key's split(4) is the first.
@@ -292,7 +303,7 @@ static ct_status lsh_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_ten
     const lsh_hp *hp = l->hp;
     const ct_tensor *x = &in[0], *mask = hp->p.masked ? &in[1] : NULL;
     ct_lsh_dims d;
-    int f[2], n_f;
+    int f[CT_LSH_MAX_BUCKET_FACTORS], n_f;
     CT_TRY(lsh_dims(l, c, x, "forward", &d, f, &n_f, err));
     if (mask) CT_TRY(ct_attention_check_mask(l, x, mask, "forward", err));
     const int64_t B = x->shape[0], T = d.T, D = hp->d_model, H = hp->p.n_heads;
@@ -350,7 +361,7 @@ static ct_status lsh_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
     if (!ct_attention_tape_pop(c, t, T_N, &x, hp->p.masked ? &mask : NULL, grad_out, grad_in))
         return CT_OK;  // no gradient flows
     ct_lsh_dims d;
-    int f[2], n_f;
+    int f[CT_LSH_MAX_BUCKET_FACTORS], n_f;
     CT_TRY(lsh_dims(l, c, &x, "backward", &d, f, &n_f, err));
     if (hp->p.masked) CT_TRY(ct_attention_mask_f32(c, &mask, &mf, err));
     const int64_t B = x.shape[0], T = d.T, D = hp->d_model, H = hp->p.n_heads;

@@ -9,6 +9,9 @@
 extern "C" {
 #endif
 
+// The most factors n_buckets may list.
+#define CT_LSH_MAX_BUCKET_FACTORS 4
+
 // Trax's arguments and defaults (ct_lsh_self_attention_default_params).
 // Not here: share_qk (always shared), mode ('train' or eval by the ctx;
 // 'predict' is not supported), predict_*, bias (crashes in Trax),
@@ -22,10 +25,11 @@ typedef struct ct_lsh_self_attention_params {
     int n_chunks_before;  // 1
     int n_chunks_after;   // 0
     int n_hashes;         // 1: hash rounds R
-    // {0, 0} (Trax's None): nb = 2 max(1, T / chunk_len) from the length,
-    // factored as Trax when over 128; {nb, 0}: nb buckets; {f1, f2}: a
-    // factored pair (f1 f2 buckets). Every factor even.
-    int n_buckets[2];
+    // All 0 (Trax's None): nb = 2 max(1, T / chunk_len) from the length,
+    // factored as Trax when over 128; {nb}: nb buckets; {f1, f2, ...}:
+    // Trax's list of factors (f1 f2 ... buckets), the unused entries 0.
+    // Every factor even.
+    int n_buckets[CT_LSH_MAX_BUCKET_FACTORS];
     float attention_dropout;  // 0: one (chunk_len, window) mask for all chunks, heads, examples
     float output_dropout;     // 0: one (D,) channel mask for all positions and examples
     bool masked;              // false: n_in 1; true: n_in 2, (x, mask (B, T)): see below
