@@ -26,9 +26,9 @@
 // does not re-execute itself as `ctrax` does): OMP_NUM_THREADS governs
 // ctrax's OpenMP loops and OpenBLAS (the OpenMP build), OPENBLAS_CORETYPE
 // the kernel. --vector-core prints the kernel the script should export:
-// ct_blas_vector_core() (the vector kernel the CPU's features run, when
-// OpenBLAS's model table fell back to a generic one) or nothing when
-// OpenBLAS already runs its best kernel. The JSON line names the kernel
+// ct_blas_vector_core() (the widest kernel the CPU's features run, when
+// OpenBLAS runs a narrower one) or nothing when OpenBLAS already runs its
+// best kernel. The JSON line names the kernel
 // that ran (ct_blas_core()), so the table shows both sides ran the same.
 // --spincount prints the GOMP_SPINCOUNT `ctrax` sets (CT_OMP_SPINCOUNT), so
 // the script runs this side with the waits ctrax's users get; the JSON line

@@ -25,10 +25,11 @@
 #
 # The BLAS kernel and the threads, for both sides alike (the one mechanism):
 #   OPENBLAS_CORETYPE  Debian's OpenBLAS 0.3.21 does not know newer CPUs and
-#       falls back to a generic SSE3 kernel; the script exports the vector
+#       falls back to a generic SSE3 kernel; the script exports the widest
 #       kernel the CPU's features run (bench_lm_speed --vector-core, i.e.
 #       ct_blas_vector_core(), the choice `ctrax` makes when it re-executes
-#       itself), or leaves OpenBLAS's own choice when that is a vector one.
+#       itself) when the kernel OpenBLAS would run, by its own choice or an
+#       OPENBLAS_CORETYPE already set, is narrower; else it leaves it.
 #       PyTorch (python3-torch) does its float GEMMs in the same system
 #       OpenBLAS (libblas.so.3 -> openblas-openmp), so it gets that kernel
 #       too; each JSON line names the kernel that ran.

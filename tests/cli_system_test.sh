@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # `ctrax info --system` (issue 13): the CPU, its vector features, the GEMM
 # backend and kernel, the threads and a sgemm measurement; and the kernel is
-# never a generic one on a CPU that has AVX2 (ctrax replaces OpenBLAS's
-# generic fallback with the kernel the CPU's features run). The check is
-# also run on a generic kernel forced through OPENBLAS_CORETYPE (ctrax keeps
-# a user's choice), where it must find it generic: the test can fail.
+# never a generic one on a CPU that has AVX2, nor an AVX2 one on a CPU with
+# AVX-512 (ctrax replaces OpenBLAS's choice by the widest kernel the CPU's
+# features run). These run without OPENBLAS_CORETYPE, which ctrax leaves
+# to a user who sets it (some machines set it for every program: Haswell
+# on an AVX-512 Zen 5 here). The checks are also run on a generic kernel
+# and an AVX2 one forced through OPENBLAS_CORETYPE, where they must find
+# the narrower kernel and name the wider one: the test can fail.
 #   cli_system_test.sh CTRAX
 set -uo pipefail
 ctrax=$1
@@ -12,10 +15,11 @@ source "$(dirname "$0")/cli_common.sh" cli_system_test
 
 # OpenBLAS's x86-64 vector kernels (AVX2 or AVX-512); every other name is generic.
 vector_kernel() { [[ $1 =~ ^(Haswell|Zen|SkylakeX|Cooperlake|SapphireRapids)$ ]]; }
+avx512_kernel() { [[ $1 =~ ^(SkylakeX|Cooperlake|SapphireRapids)$ ]]; }
 # The kernel named on the "gemm kernel" line of `ctrax info --system`'s output $1.
 kernel_of() { sed -n 's/^gemm kernel  *\([A-Za-z0-9_]*\).*/\1/p' <<<"$1"; }
 
-out=$("$ctrax" info --system 2>&1)
+out=$(env -u OPENBLAS_CORETYPE "$ctrax" info --system 2>&1)
 rc=$?
 echo "$out"
 ((rc == 0)) && ok "info --system exits 0" || bad "info --system exited $rc"
@@ -37,20 +41,37 @@ for f in avx2 avx512f; do
     [[ $has_flag == "$shown" ]] && ok "features: $name $([[ $has_flag = 1 ]] && echo present || echo absent)" ||
         bad "features line says $name is $([[ $shown = 1 ]] && echo present || echo absent), /proc/cpuinfo disagrees"
 done
-if [[ " $flags " == *" avx2 "* ]]; then
+has() { for f; do [[ " $flags " == *" $f "* ]] || return 1; done; }
+if has avx2 fma; then
     vector_kernel "$kernel" && ok "AVX2 CPU: vector kernel $kernel" ||
         bad "this CPU has AVX2 but the GEMM kernel is the generic '$kernel'"
 else
     echo "skip the kernel check: this CPU has no AVX2 (kernel $kernel)"
 fi
-# The check itself finds a generic kernel (a user's OPENBLAS_CORETYPE is kept).
-forced=$(OPENBLAS_CORETYPE=Prescott "$ctrax" info --system 2>&1)
-fk=$(kernel_of "$forced")
-if [[ $fk == Prescott ]] && ! vector_kernel "$fk" && grep -q "^gemm kernel  Prescott (generic)" <<<"$forced"; then
-    ok "a forced generic kernel is named generic (the check can fail)"
+if has avx512f avx512bw avx512dq avx512vl; then
+    avx512_kernel "$kernel" && ok "AVX-512 CPU: AVX-512 kernel $kernel" ||
+        bad "this CPU has AVX-512 but the GEMM kernel is '$kernel'"
+    wider=SkylakeX
 else
-    bad "OPENBLAS_CORETYPE=Prescott: kernel '$fk', line: $(grep '^gemm kernel' <<<"$forced")"
+    echo "skip the AVX-512 kernel check: this CPU has no AVX-512 (kernel $kernel)"
+    wider=Haswell
 fi
+# A user's OPENBLAS_CORETYPE is kept; the check finds a forced generic
+# kernel, and on an AVX-512 CPU a forced AVX2 one, and the line names the
+# kernel this CPU could run.
+for narrow in Prescott Haswell; do
+    [[ $narrow == Haswell && $wider == Haswell ]] && continue
+    has avx2 fma || continue
+    forced=$(OPENBLAS_CORETYPE=$narrow "$ctrax" info --system 2>&1)
+    fk=$(kernel_of "$forced")
+    line=$(grep '^gemm kernel' <<<"$forced")
+    if [[ $fk == "$narrow" ]] && ! avx512_kernel "$fk" && { [[ $narrow == Haswell ]] || ! vector_kernel "$fk"; } &&
+        grep -qF "this CPU could run $wider; set OPENBLAS_CORETYPE=$wider" <<<"$line"; then
+        ok "a forced $narrow kernel is kept, found narrower and $wider named (the check can fail)"
+    else
+        bad "OPENBLAS_CORETYPE=$narrow: kernel '$fk', line: $line"
+    fi
+done
 
 out=$("$ctrax" info --system --threads 1 2>&1)
 grep -q "^threads      1 for ctrax's loops and the GEMM together" <<<"$out" && ok "--threads 1" ||

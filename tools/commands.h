@@ -119,7 +119,7 @@ char *ctrax_format_bytes(double bytes, char *buf, size_t cap);
 // info --system`, into buf ("SkylakeX (vector), chosen from this CPU's
 // features: OpenBLAS's table of CPU models gave the generic Prescott");
 // returns buf. The program's start (tools/ctrax.c) sets OPENBLAS_CORETYPE
-// and CTRAX_BLAS_GENERIC when it replaces a generic kernel.
+// and CTRAX_BLAS_REPLACED when it replaces OpenBLAS's choice by a wider one.
 char *ctrax_blas_describe(char *buf, size_t cap);
 // The thread count of ctrax's loops and the GEMM and how OpenMP's idle
 // threads wait, into buf ("2 ...; idle threads spin briefly, then sleep

@@ -947,9 +947,11 @@ static void usage(FILE *f) {
 // set before anything runs and applied by executing the program again, once
 // (one mechanism for both):
 // - OpenBLAS picks its kernel from a table of CPU models; on a CPU the table
-//   does not know it falls back to a generic SSE3 kernel, 4-5x slower. Then
-//   the kernel the CPU's features run (ct_blas_vector_core) goes in
-//   OPENBLAS_CORETYPE; CTRAX_BLAS_GENERIC keeps the generic name for the log.
+//   does not know it falls back to a generic SSE3 kernel, 4-5x slower (an
+//   AVX2 kernel on an AVX-512 CPU: 1.8x slower on a Zen 5).
+//   Then the widest kernel the CPU's features run (ct_blas_vector_core)
+//   goes in OPENBLAS_CORETYPE; CTRAX_BLAS_REPLACED keeps OpenBLAS's own
+//   choice for the log.
 // - OpenMP's idle threads spin (libgomp: about 300,000 polls) before they
 //   sleep. On a core another process is using, a spinning thread takes the
 //   time slices the thread doing work needs, and a training step waits for
@@ -962,16 +964,16 @@ static void usage(FILE *f) {
 // alone. CTRAX_REEXEC marks the second run, so it never loops.
 static void prepare_environment(char **argv) {
     if (getenv("CTRAX_REEXEC")) return;
-    const char *core = getenv("OPENBLAS_CORETYPE") || getenv("CTRAX_BLAS_GENERIC") ? NULL : ct_blas_vector_core();
+    const char *core = getenv("OPENBLAS_CORETYPE") || getenv("CTRAX_BLAS_REPLACED") ? NULL : ct_blas_vector_core();
     bool wait = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
     if (!core && !wait) return;
     if (setenv("CTRAX_REEXEC", "1", 1)) return;
-    if (core && (setenv("CTRAX_BLAS_GENERIC", ct_blas_core(), 1) || setenv("OPENBLAS_CORETYPE", core, 1))) core = NULL;
+    if (core && (setenv("CTRAX_BLAS_REPLACED", ct_blas_core(), 1) || setenv("OPENBLAS_CORETYPE", core, 1))) core = NULL;
     if (wait && setenv("GOMP_SPINCOUNT", CT_OMP_SPINCOUNT, 1)) wait = false;
     if (core || wait) execv("/proc/self/exe", argv);
     // Could not run again: what this process runs is what the log says.
     unsetenv("OPENBLAS_CORETYPE");
-    unsetenv("CTRAX_BLAS_GENERIC");
+    unsetenv("CTRAX_BLAS_REPLACED");
     if (wait) unsetenv("GOMP_SPINCOUNT");
 }
 

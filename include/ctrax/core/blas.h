@@ -20,10 +20,15 @@ const char *ct_blas_config(void);
 // know this CPU (Debian 12's OpenBLAS 0.3.21 on newer Intel Xeons).
 const char *ct_blas_core(void);
 
-// When OpenBLAS runs a generic kernel on a CPU that has AVX-512 (F, BW, DQ,
-// VL) or AVX2 with FMA, the OpenBLAS kernel those features run: "SkylakeX"
-// or "Haswell" (4-5x the generic kernel's sgemm here); NULL otherwise. It
-// is chosen from the CPU's features, never from a table of models.
+// When OpenBLAS runs a kernel narrower than this CPU's vectors, the
+// OpenBLAS kernel its features run: "SkylakeX" on a CPU with AVX-512 (F,
+// BW, DQ, VL), "Haswell" on one with AVX2 and FMA; NULL when OpenBLAS's
+// own choice is as wide. OpenBLAS picks from a table of CPU models: on a
+// model it does not know it falls back to a generic SSE3 kernel (Debian
+// 12's 0.3.21 on newer Xeons: SkylakeX runs 4-5x its sgemm); an AVX2
+// kernel on an AVX-512 CPU loses less but still much (SkylakeX ran 1.8x
+// Haswell on an AMD Zen 5). It is chosen from the CPU's features, never
+// from a table of models.
 // OpenBLAS reads OPENBLAS_CORETYPE once, when it loads, so a program applies
 // the choice by setting that variable and executing itself again, before it
 // does anything else (`ctrax` does; tools/ctrax.c). A library user can set

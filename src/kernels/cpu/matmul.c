@@ -159,25 +159,37 @@ const char *ct_blas_config(void) { return openblas_get_config(); }
 
 const char *ct_blas_core(void) { return openblas_get_corename(); }
 
-bool ct_blas_core_is_vector(const char *core) {
-    static const char *const vector_cores[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
-    for (size_t i = 0; core && i < sizeof vector_cores / sizeof *vector_cores; i++)
-        if (strcasecmp(core, vector_cores[i]) == 0) return true;
-    return false;
+// OpenBLAS's x86-64 kernels by the widest vectors they use: 2 AVX-512,
+// 1 AVX2 with FMA, 0 a generic (SSE) one.
+static int core_width(const char *core) {
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    static const char *const avx2[] = {"Haswell", "Zen"};
+    for (size_t i = 0; core && i < sizeof avx512 / sizeof *avx512; i++)
+        if (strcasecmp(core, avx512[i]) == 0) return 2;
+    for (size_t i = 0; core && i < sizeof avx2 / sizeof *avx2; i++)
+        if (strcasecmp(core, avx2[i]) == 0) return 1;
+    return 0;
 }
 
-// OpenBLAS's vector kernels for x86-64 (DYNAMIC_ARCH builds) by the
-// features they need.
-const char *ct_blas_vector_core(void) {
+bool ct_blas_core_is_vector(const char *core) { return core_width(core) > 0; }
+
+// The widest of those kernels this CPU's features run, and its width.
+static const char *widest_core(int *width) {
+    *width = 0;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (ct_blas_core_is_vector(openblas_get_corename())) return NULL;  // already a vector kernel
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        return "SkylakeX";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+        return *width = 2, "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return *width = 1, "Haswell";
 #endif
     return NULL;
+}
+
+const char *ct_blas_vector_core(void) {
+    int width;
+    const char *widest = widest_core(&width);
+    return widest && core_width(openblas_get_corename()) < width ? widest : NULL;
 }
 
 void ct_blas_set_threads(int n) {
