@@ -117,7 +117,8 @@ char *ctrax_format_bytes(double bytes, char *buf, size_t cap);
 
 // The GEMM kernel and why it was chosen, for the start-up log and `ctrax
 // info --system`, into buf ("SkylakeX (vector), chosen from this CPU's
-// features: OpenBLAS's table of CPU models gave the generic Prescott");
+// vector features (OpenBLAS's table of CPU models gave the generic
+// Prescott)");
 // returns buf. The program's start (tools/ctrax.c) sets OPENBLAS_CORETYPE
 // and CTRAX_BLAS_REPLACED when it replaces OpenBLAS's choice by a wider one.
 char *ctrax_blas_describe(char *buf, size_t cap);
