@@ -325,6 +325,34 @@ if grep -q "OMP_WAIT_POLICY=active" <<<"$out"; then ok "a user's OMP_WAIT_POLICY
     bad "a user's OMP_WAIT_POLICY=active is not what the log says: $(grep threads: <<<"$out")"
 fi
 
+# ---- a loss's parameter through the checkpoint's config --------------------------------
+# WeightedCategoryCrossEntropy.label_smoothing (Trax's) as a --config binding:
+# config.gin says it, and `ctrax eval` of the step-1 checkpoint (built from
+# the config saved with it) prints the Loop's step-1 eval loss to every digit
+# (both from the start of the eval stream). At learning rate 1e-30 (0 is
+# refused) step 1 moves no weight by more than about 1e-30, so the smoothed
+# and the plain run's losses differ by the smoothing alone.
+eval_loss() { sed -n 's/^Step  *1: eval  *loss | *\([0-9.]*\)$/\1/p' "$1"; }
+ls_args=(--config_file="$b" --config='train.eval_steps = 2' --config='train.steps = 1'
+    --config='Adam.learning_rate = 1e-30')
+"$ctrax" train "${ls_args[@]}" --config='WeightedCategoryCrossEntropy.label_smoothing = 0.1' \
+    --output_dir="$work/ls1" >"$work/ls1.log" 2>&1
+rc1=$?
+"$ctrax" train "${ls_args[@]}" --output_dir="$work/ls0" >"$work/ls0.log" 2>&1
+rc0=$?
+"$ctrax" eval "$work/ls1" --name model_1 >"$work/ls1.eval" 2>&1
+rce=$?
+loop1=$(eval_loss "$work/ls1.log") loop0=$(eval_loss "$work/ls0.log") eval1=$(eval_loss "$work/ls1.eval")
+if ((rc1 == 0 && rc0 == 0 && rce == 0)) && [[ -n $loop1 && -n $loop0 && $loop1 == "$eval1" && $loop1 != "$loop0" ]] &&
+    grep -qx "WeightedCategoryCrossEntropy.label_smoothing = 0.1" "$work/ls1/config.gin" &&
+    grep -qx "WeightedCategoryCrossEntropy.label_smoothing = 0.1" "$work/ls1/model_1/config.gin" &&
+    grep -qx "WeightedCategoryCrossEntropy.label_smoothing = 0.0" "$work/ls0/config.gin"; then
+    ok "label_smoothing 0.1: eval loss $loop1 in the Loop and in ctrax eval (no smoothing: $loop0)"
+else
+    bad "label_smoothing round trip: exits $rc1 $rc0 $rce; Loop $loop1, ctrax eval $eval1, unsmoothed $loop0;" \
+        "config.gin: $(grep label_smoothing "$work/ls1/config.gin")"
+fi
+
 # Another process keeps a core busy: the count drops below --threads (every
 # core) within the run; with --fixed-threads it stays.
 cores=$(nproc)

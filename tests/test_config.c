@@ -2901,6 +2901,100 @@ static void test_activation_refs(void) {
     EXPECT_ERROR("a.gin", "TransformerLM.ff_activation = @Adam\n", "a.gin:1:1", "expects a reference to a layer type");
 }
 
+// The loss a layer gives on a fixed batch: logits (2, 3), targets, weights.
+static double small_loss(ct_layer *l) {
+    float x[6] = {0.5f, -1.0f, 2.0f, 0.0f, 1.0f, -0.5f}, w[2] = {1.0f, 0.5f};
+    int32_t t[2] = {2, 0};
+    ct_tensor in[3] = {ct_tensor_2d(CT_DTYPE_F32, 2, 3, x), ct_tensor_1d(CT_DTYPE_I32, 2, t),
+                       ct_tensor_1d(CT_DTYPE_F32, 2, w)};
+    ct_tensor sigs[3] = {ct_tensor_sig(&in[0]), ct_tensor_sig(&in[1]), ct_tensor_sig(&in[2])};
+    ct_device dev = ct_device_cpu();
+    ct_error err = {0};
+    ct_net net;
+    double v = NAN;
+    CHECK_OK(ct_net_init(&net, l, sigs, 3, ct_key_from_seed(0), &dev, &err), &err);
+    ct_arena arena;
+    ct_ctx ctx;
+    ct_arena_init(&arena, &dev);
+    ct_ctx_init(&ctx, &arena);
+    ct_net_bind(&net, &ctx, false);
+    ct_tensor out[1];
+    CHECK_OK(ct_layer_forward(net.root, &ctx, in, out, ct_key_from_seed(1), &err), &err);
+    v = ct_f32(&out[0])[0];
+    ct_ctx_free(&ctx);
+    ct_arena_free(&arena);
+    ct_net_free(&net);
+    return v;
+}
+
+// WeightedCategoryCrossEntropy.label_smoothing (Trax's; None by default):
+// a binding reaches the layer (the loss is the C constructor's with that
+// value), the operative config records it and builds the same loss when read
+// back, None is no smoothing, and a value outside [0, 1] or of another type
+// is refused at its binding. Trax's CrossEntropyLoss takes no label_smoothing.
+static void test_label_smoothing(void) {
+    ct_error err = {0};
+    ct_weighted_category_cross_entropy_params p = ct_weighted_category_cross_entropy_default_params();
+    CHECK(p.label_smoothing == 0.0f);
+    p.label_smoothing = 0.1f;
+    ct_layer *want = ct_weighted_category_cross_entropy_new(p), *plain = ct_weighted_category_cross_entropy();
+    double v_want = small_loss(want), v_plain = small_loss(plain);
+    ct_layer_free(want);
+    ct_layer_free(plain);
+
+    const char *text = "trax.layers.WeightedCategoryCrossEntropy.label_smoothing = 0.1\n"
+                       "train.loss_fn = @WeightedCategoryCrossEntropy\n";
+    ct_config *cfg = config_text("s.gin", text, &err);
+    const char *loss_fn = NULL;
+    CHECK_OK(ct_config_get_reference(cfg, "train", "loss_fn", NULL, &loss_fn, &err), &err);
+    ct_layer *l = loss_fn ? build_layer(cfg, loss_fn, &err) : NULL;
+    CHECK_MSG(l != NULL, "%s", err.msg);
+    double v = l ? small_loss(l) : NAN;
+    if (l) ct_layer_free(l);
+    printf("label_smoothing 0.1 from a config: loss %.9g (the C constructor's %.9g; unsmoothed %.9g)\n", v, v_want,
+           v_plain);
+    CHECK(v == v_want && v != v_plain);
+    char *op = ct_config_operative_text(cfg);
+    CHECK_MSG(strstr(op, "\nWeightedCategoryCrossEntropy.label_smoothing = 0.1\n") != NULL, "%s", op);
+    ct_config *again = config_text("operative.gin", op, &err);
+    l = build_layer(again, "WeightedCategoryCrossEntropy", &err);
+    CHECK_MSG(l != NULL, "%s", err.msg);
+    CHECK(l && small_loss(l) == v);
+    if (l) ct_layer_free(l);
+    char *op2 = ct_config_operative_text(again);
+    CHECK(strstr(op2, "\nWeightedCategoryCrossEntropy.label_smoothing = 0.1\n") != NULL);
+    ct_free(op2);
+    ct_config_free(again);
+    ct_free(op);
+    ct_config_free(cfg);
+
+    // None (Trax's default) and unbound: no smoothing; the operative config
+    // then says 0.0.
+    static const char *const plain_texts[] = {"WeightedCategoryCrossEntropy.label_smoothing = None\n",
+                                              "WeightedCategoryCrossEntropy.label_smoothing = 0\n", ""};
+    for (int i = 0; i < 3; i++) {
+        cfg = config_text("s.gin", plain_texts[i], &err);
+        l = build_layer(cfg, "WeightedCategoryCrossEntropy", &err);
+        CHECK_MSG(l != NULL && small_loss(l) == v_plain, "'%s': %s", plain_texts[i], err.msg);
+        if (l) ct_layer_free(l);
+        op = ct_config_operative_text(cfg);
+        CHECK_MSG(strstr(op, i == 0 ? "\nWeightedCategoryCrossEntropy.label_smoothing = None\n"
+                                    : "\nWeightedCategoryCrossEntropy.label_smoothing = 0.0\n"),
+                  "'%s': %s", plain_texts[i], op);
+        ct_free(op);
+        ct_config_free(cfg);
+    }
+
+    EXPECT_ERROR("s.gin", "\nWeightedCategoryCrossEntropy.label_smoothing = 1.5\n", "s.gin:2:1",
+                 "WeightedCategoryCrossEntropy.label_smoothing", "must be <= 1, got 1.5");
+    EXPECT_ERROR("s.gin", "eval/WeightedCategoryCrossEntropy.label_smoothing = -0.1\n", "s.gin:1:1",
+                 "label_smoothing", "must be >= 0, got -0.1");
+    EXPECT_ERROR("s.gin", "WeightedCategoryCrossEntropy.label_smoothing = '0.1'\n", "s.gin:1:1",
+                 "WeightedCategoryCrossEntropy.label_smoothing expects a float");
+    EXPECT_ERROR("s.gin", "CrossEntropyLoss.label_smoothing = 0.1\n", "s.gin:1:1",
+                 "CrossEntropyLoss has no parameter 'label_smoothing' (it takes none)");
+}
+
 // Many macros and scoped bindings (the lookups go through a hash index that
 // grows as they come): each resolves to its own value, a later definition
 // replaces an earlier one, and scopes stay apart.
@@ -2953,6 +3047,7 @@ int main(void) {
     test_batcher_inputs();
     test_rnnlm_config();
     test_activation_refs();
+    test_label_smoothing();
     test_skip_nonfinite_setting();
     test_fuzz();
     return check_summary("test_config");

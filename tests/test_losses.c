@@ -1,7 +1,9 @@
 // Losses and metrics: values against hand-computed numbers, gradients
 // (hand-computed and by finite differences), NULL-data gradients for targets,
-// weights and metrics, and the errors for bad target ids, zero weight sums
-// and shapes that do not fit.
+// weights and metrics, and the errors for bad target ids, zero weight sums,
+// shapes that do not fit and a label smoothing outside [0, 1].
+// WeightedCategoryCrossEntropy's label smoothing (0, 0.1, 1): value and
+// gradient against Trax's formula in double, and by finite differences.
 //
 // Gradient checks: each loss inside Serial(Feed, Loss), which keeps targets
 // and weights (data, no gradient) out of the checked inputs (feed_fixture.h).
@@ -107,6 +109,72 @@ static void test_weighted_category_cross_entropy(void) {
     CHECK_OK(eval_layer(l, in, 3, &v, g, NULL, &err), &err);
     CHECK_NEAR(v, LN2, 1e-6);
     CHECK(g[2] == 0.0f && g[3] == 0.0f);
+    ct_layer_free(l);
+}
+
+static ct_layer *smoothed_ce(float label_smoothing) {
+    ct_weighted_category_cross_entropy_params p = ct_weighted_category_cross_entropy_default_params();
+    p.label_smoothing = label_smoothing;
+    return ct_weighted_category_cross_entropy_new(p);
+}
+
+// Trax's _category_cross_entropy in double, with plain loops: targets
+// p = one_hot(t, V) * (1 - s) + s / V, ce = -sum_c p_c log_softmax(x)_c, the
+// loss sum(ce w) / sum(w), and its gradient w / sum(w) (softmax(x) - p).
+static double smoothed_ce_double(const float *x, const int32_t *t, const float *w, int N, int V, double s,
+                                 double *grad) {
+    double wsum = 0, loss = 0;
+    for (int n = 0; n < N; n++) wsum += w[n];
+    for (int n = 0; n < N; n++) {
+        const float *row = x + n * V;
+        double m = row[0], z = 0, ce = 0;
+        for (int c = 1; c < V; c++) m = fmax(m, row[c]);
+        for (int c = 0; c < V; c++) z += exp(row[c] - m);
+        for (int c = 0; c < V; c++) {
+            double p = (c == t[n] ? 1.0 : 0.0) * (1 - s) + s / V, logp = row[c] - m - log(z);
+            ce -= p * logp;
+            grad[n * V + c] = w[n] / wsum * (exp(logp) - p);
+        }
+        loss += ce * w[n];
+    }
+    return loss / wsum;
+}
+
+// Label smoothing 0, 0.1 and 1 (every target 1 / V) on (2, 3, 5) logits
+// with uneven weights, one of them 0: the value within 1e-6 relative and
+// each gradient within 1e-7 of the double computation; smoothing 0 is the
+// plain layer's bits.
+static void test_label_smoothing(void) {
+    enum { NB = 2, NT = 3, V = 5, N = NB * NT };
+    float x[N * V], w[N] = {1.0f, 0.5f, 0.0f, 2.0f, 0.25f, 1.0f}, g[N * V], g0[N * V];
+    int32_t t[N] = {0, 4, 2, 1, 3, 3};
+    ct_tensor in[3] = {ct_tensor_3d(CT_DTYPE_F32, NB, NT, V, x), ct_tensor_2d(CT_DTYPE_I32, NB, NT, t),
+                       ct_tensor_2d(CT_DTYPE_F32, NB, NT, w)};
+    gradcheck_fill(&in[0], 5, -3.0f, 3.0f);
+    static const float smoothing[] = {0.0f, 0.1f, 1.0f};
+    double v, v0 = 0;
+    bool null[3];
+    ct_error err;
+    for (int k = 0; k < 3; k++) {
+        double want_g[N * V];
+        double want = smoothed_ce_double(x, t, w, N, V, smoothing[k], want_g);
+        ct_layer *l = smoothed_ce(smoothing[k]);
+        CHECK_OK(eval_layer(l, in, 3, &v, g, null, &err), &err);
+        double worst = 0;
+        for (int i = 0; i < N * V; i++) worst = fmax(worst, fabs(g[i] - want_g[i]));
+        printf("WeightedCategoryCrossEntropy label_smoothing %g: %.9f, double %.9f; max |grad - double| %.2e\n",
+               (double)smoothing[k], v, want, worst);
+        CHECK_MSG(fabs(v - want) <= 1e-6 * fabs(want), "label_smoothing %g: %.9g, want %.9g", (double)smoothing[k],
+                  v, want);
+        CHECK_MSG(worst <= 1e-7, "label_smoothing %g: gradient off by %g", (double)smoothing[k], worst);
+        CHECK(!null[0] && null[1] && null[2]);
+        for (int c = 0; c < V; c++) CHECK(g[2 * V + c] == 0.0f);  // weight 0: no gradient
+        ct_layer_free(l);
+        if (k == 0) v0 = v, memcpy(g0, g, sizeof g);
+    }
+    ct_layer *l = ct_weighted_category_cross_entropy();
+    CHECK_OK(eval_layer(l, in, 3, &v, g, NULL, &err), &err);
+    CHECK(v == v0 && memcmp(g, g0, sizeof g) == 0);
     ct_layer_free(l);
 }
 
@@ -270,6 +338,17 @@ static void test_gradchecks(void) {
     CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(l);
 
+    static const float smoothing[] = {0.1f, 1.0f};
+    for (int k = 0; k < 2; k++) {
+        char label[96];
+        snprintf(label, sizeof label, "WeightedCategoryCrossEntropy, label_smoothing %g", (double)smoothing[k]);
+        l = with_feed(&f, smoothed_ce(smoothing[k]));
+        e = gradcheck(label, l, in, 2, o);
+        printf("  max rel err %.3e\n", e);
+        CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "%s: rel err %g", label, e);
+        ct_layer_free(l);
+    }
+
     l = with_feed(&f, ct_cross_entropy_loss());
     e = gradcheck("CrossEntropyLoss", l, in, 2, o);
     printf("  max rel err %.3e\n", e);
@@ -348,6 +427,15 @@ static void test_errors(void) {
         CHECK(i == 2 || (g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0));
         ct_layer_free(zero_weight[i]);
     }
+    // A label smoothing outside [0, 1], or NaN: an error at init naming the
+    // layer and the value.
+    in[2].data = w;
+    expect_error(smoothed_ce(1.5f), in, 3, CT_ERR_ARG, "layer WeightedCategoryCrossEntropy (init)",
+                 "label_smoothing 1.5 must be in [0, 1]");
+    expect_error(smoothed_ce(-0.1f), in, 3, CT_ERR_ARG, "WeightedCategoryCrossEntropy (init)",
+                 "label_smoothing -0.1 must be in [0, 1]");
+    expect_error(smoothed_ce(NAN), in, 3, CT_ERR_ARG, "WeightedCategoryCrossEntropy (init)",
+                 "label_smoothing nan must be in [0, 1]");
     ct_tensor l2in[3] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_1d(CT_DTYPE_F32, 2, y),
                          ct_tensor_1d(CT_DTYPE_F32, 2, w0)};
     float wnan[2] = {1, NAN};
@@ -399,6 +487,7 @@ static void test_null_grad_out(void) {
 
 int main(void) {
     test_weighted_category_cross_entropy();
+    test_label_smoothing();
     test_cross_entropy_loss();
     test_accuracies();
     test_sequence_accuracy();

@@ -13,8 +13,10 @@
 // are local.
 //
 // A layer with no parameters (losses and metrics) names its constructor in
-// make_layer. Inputs name a builder (src/config/inputs.c) that reads the
-// parameters their lists here give (gin defaults, no struct).
+// make_layer; WeightedCategoryCrossEntropy, whose label_smoothing is a row,
+// is struct-backed (CT_WEIGHTED_CATEGORY_CROSS_ENTROPY_PARAMS in
+// ctrax/layers/core.h). Inputs name a builder (src/config/inputs.c) that
+// reads the parameters their lists here give (gin defaults, no struct).
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -1043,6 +1045,17 @@ static ct_status loop_fill(ct_config *cfg, const char *name, void *vp, ct_error 
     return CT_OK;
 }
 
+// ---- Losses with parameters ------------------------------------------------------------------
+
+#define WCCE_ROW(...) ROW(ct_weighted_category_cross_entropy_params, __VA_ARGS__)
+static const cfg_param wcce_params[] = {CT_WEIGHTED_CATEGORY_CROSS_ENTROPY_PARAMS(WCCE_ROW)};
+static void wcce_defaults(void *p) {
+    *(ct_weighted_category_cross_entropy_params *)p = ct_weighted_category_cross_entropy_default_params();
+}
+static ct_layer *wcce_new(const void *p) {
+    return ct_weighted_category_cross_entropy_new(*(const ct_weighted_category_cross_entropy_params *)p);
+}
+
 // ---- The table ----------------------------------------------------------------------------
 
 #define PARAMS(a) .params = (a), .n_params = COUNT(a)
@@ -1096,8 +1109,9 @@ static const cfg_def registry[] = {
      .struct_size = sizeof(ct_adam_params), .defaults = adam_defaults, .new_optimizer = adam_new,
      .doc = "Adam with Trax's bias correction and decoupled weight decay"},
 
-    LOSS("WeightedCategoryCrossEntropy", ct_weighted_category_cross_entropy,
-         "[logits, targets, weights] -> sum(ce * w) / sum(w)"),
+    {.name = "WeightedCategoryCrossEntropy", .kind = CFG_LAYER, .modules = "trax.layers", PARAMS(wcce_params),
+     .struct_size = sizeof(ct_weighted_category_cross_entropy_params), .defaults = wcce_defaults,
+     .new_layer = wcce_new, .doc = "[logits, targets, weights] -> sum(ce * w) / sum(w), optionally label-smoothed"},
     LOSS("CrossEntropyLoss", ct_cross_entropy_loss, "[log_probs, targets, weights] -> sum(-log p * w) / sum(w)"),
     LOSS("CategoryAccuracy", ct_category_accuracy, "[outputs, targets] -> mean(argmax == target)"),
     LOSS("WeightedCategoryAccuracy", ct_weighted_category_accuracy,

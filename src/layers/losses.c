@@ -18,6 +18,9 @@
 //
 // Weighted means are normalized by this batch's sum of weights. Positions of
 // weight 0 contribute nothing, even where their term is inf or NaN.
+//
+// WeightedCategoryCrossEntropy's label_smoothing s (Trax's): targets
+// (1 - s) one_hot + s / V; checked at init, where the error names the layer.
 #include <math.h>
 
 #include "ctrax/layers/core.h"
@@ -37,6 +40,7 @@ typedef enum loss_kind {
 
 typedef struct loss_hp {
     loss_kind kind;
+    float label_smoothing;  // LOSS_WEIGHTED_CATEGORY_CE only; 0 for the rest
 } loss_hp;
 
 static loss_kind kind_of(const ct_layer *l) { return ((const loss_hp *)l->hp)->kind; }
@@ -94,6 +98,9 @@ static ct_status loss_shape(const ct_layer *l, const ct_tensor *in, ct_tensor *o
 static ct_status loss_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
                            ct_error *err) {
     (void)ic, (void)key;
+    float s = ((const loss_hp *)l->hp)->label_smoothing;
+    if (!(s >= 0.0f && s <= 1.0f))  // NaN too
+        return ct_layer_fail(l, err, CT_ERR_ARG, "init", "label_smoothing %g must be in [0, 1]", (double)s);
     return loss_shape(l, in, out, "init", err);
 }
 
@@ -145,7 +152,8 @@ static ct_status loss_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
     case LOSS_WEIGHTED_CATEGORY_CE: {
         ct_tensor logp = ct_tensor_sig(&in[0]);
         CT_TRY(ct_ctx_alloc(c, &logp, err));
-        ct_category_cross_entropy_forward(o, logp.data, in[0].data, targets, weights, denom_w, N, V);
+        ct_category_cross_entropy_forward(o, logp.data, in[0].data, targets, weights, denom_w,
+                                          ((const loss_hp *)l->hp)->label_smoothing, N, V);
         CT_TRY(ct_tape_push(c, &logp, err));
         break;
     }
@@ -222,7 +230,7 @@ static ct_status loss_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out
     switch (k) {
     case LOSS_WEIGHTED_CATEGORY_CE:
         ct_category_cross_entropy_backward(grad_in[0].data, dout, x->data, targets->data, weights->data, wsum,
-                                           ct_tensor_numel(targets), V);
+                                           ((const loss_hp *)l->hp)->label_smoothing, ct_tensor_numel(targets), V);
         break;
     case LOSS_CROSS_ENTROPY:
         ct_cross_entropy_backward(grad_in[0].data, dout, targets->data, weights->data, wsum,
@@ -252,10 +260,21 @@ static const ct_layer_vtable loss_vts[] = {
 #undef LOSS_VT
 
 static ct_layer *loss_new(loss_kind kind, int n_in) {
-    return ct_layer_new_hp(&loss_vts[kind], n_in, 1, &(loss_hp){kind}, sizeof(loss_hp));
+    return ct_layer_new_hp(&loss_vts[kind], n_in, 1, &(loss_hp){kind, 0.0f}, sizeof(loss_hp));
 }
 
-ct_layer *ct_weighted_category_cross_entropy(void) { return loss_new(LOSS_WEIGHTED_CATEGORY_CE, 3); }
+ct_weighted_category_cross_entropy_params ct_weighted_category_cross_entropy_default_params(void) {
+    return (ct_weighted_category_cross_entropy_params){CT_WEIGHTED_CATEGORY_CROSS_ENTROPY_PARAMS(CT_PARAM_DEFAULT)};
+}
+
+ct_layer *ct_weighted_category_cross_entropy_new(ct_weighted_category_cross_entropy_params p) {
+    loss_hp hp = {LOSS_WEIGHTED_CATEGORY_CE, p.label_smoothing};
+    return ct_layer_new_hp(&loss_vts[LOSS_WEIGHTED_CATEGORY_CE], 3, 1, &hp, sizeof hp);
+}
+
+ct_layer *ct_weighted_category_cross_entropy(void) {
+    return ct_weighted_category_cross_entropy_new(ct_weighted_category_cross_entropy_default_params());
+}
 ct_layer *ct_cross_entropy_loss(void) { return loss_new(LOSS_CROSS_ENTROPY, 3); }
 ct_layer *ct_category_accuracy(void) { return loss_new(LOSS_CATEGORY_ACCURACY, 2); }
 ct_layer *ct_weighted_category_accuracy(void) { return loss_new(LOSS_WEIGHTED_CATEGORY_ACCURACY, 3); }

@@ -4,6 +4,7 @@
 #define CTRAX_LAYERS_CORE_H
 
 #include "ctrax/layers/layer.h"
+#include "ctrax/params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,7 +93,22 @@ ct_layer *ct_dot_product_causal_attention(int n_heads, float dropout);
 // ---- Losses and metrics: scalars from (model output, targets[, weights]) --
 // Targets are int32 class ids (..., ) for outputs (..., V).
 
-// [logits, targets, weights] -> sum(ce * w) / sum(w), ce from log_softmax.
+// [logits, targets, weights] -> sum(ce * w) / sum(w), Trax's
+// WeightedCategoryCrossEntropy: ce = -sum_c p_c log_softmax(logits)_c with
+// targets p = one_hot(target), or with label_smoothing s (Trax's default
+// None is 0 here) p = (1 - s) one_hot(target) + s / V over the V classes.
+// The gradient of the logits is w / sum(w) (softmax - p). An s outside
+// [0, 1] (or NaN) is an error at init naming the layer; a config's binding
+// outside it is refused naming the binding.
+#define CT_WEIGHTED_CATEGORY_CROSS_ENTROPY_PARAMS(X)                                                          \
+    X(FLOAT, label_smoothing, 0.0f, UNIT, NULLABLE,                                                          \
+      "targets (1 - s) one_hot + s / V over the V classes; 0 or None (Trax's default): one_hot")
+typedef struct ct_weighted_category_cross_entropy_params {
+    CT_WEIGHTED_CATEGORY_CROSS_ENTROPY_PARAMS(CT_PARAM_FIELD)
+} ct_weighted_category_cross_entropy_params;
+ct_weighted_category_cross_entropy_params ct_weighted_category_cross_entropy_default_params(void);
+ct_layer *ct_weighted_category_cross_entropy_new(ct_weighted_category_cross_entropy_params p);
+// The same with the defaults (no smoothing).
 ct_layer *ct_weighted_category_cross_entropy(void);
 // [log_probs, targets, weights] -> sum(-log_probs[target] * w) / sum(w), as
 // Trax's CrossEntropyLoss (the model ends in LogSoftmax).

@@ -24,13 +24,34 @@ void ct_cross_entropy_backward(float *dlogp, float dout, const int32_t *targets,
     for (int64_t n = 0; n < N; n++) dlogp[n * V + targets[n]] -= (float)((double)dout * weights[n] / wsum);
 }
 
+// The sum of one row in CT_LANES lanes (vmath.h), for the widest vectors
+// this CPU has.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static double lanes_row_sum(const float *x, int64_t V) { return ct_lanes_sum(x, V); }
+
 // The forward is the vectorized log-softmax (max, sum of exp and the written
 // row: the row is read from memory once) and the loss picked from the rows
-// it wrote, summed over rows in order.
+// it wrote, summed over rows in order; with label smoothing, a second pass
+// sums each weighted row.
 void ct_category_cross_entropy_forward(float *out, float *logp, const float *logits, const int32_t *targets,
-                                       const float *weights, double wsum, int64_t N, int64_t V) {
+                                       const float *weights, double wsum, float label_smoothing, int64_t N,
+                                       int64_t V) {
     ct_log_softmax_forward(logp, logits, N, V);
-    ct_cross_entropy_forward(out, logp, targets, weights, wsum, N, V);
+    if (label_smoothing == 0.0f) {
+        ct_cross_entropy_forward(out, logp, targets, weights, wsum, N, V);
+        return;
+    }
+    double conf = 1.0 - (double)label_smoothing, share = (double)label_smoothing / (double)V, s = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+        if (weights[n] == 0.0f) continue;
+        const float *lp = logp + n * V;
+        double ce = -share * lanes_row_sum(lp, V);
+        // At s = 1 the target's own term has weight 0: skipped, so that a
+        // logp of -inf there gives the loss's inf, not 0 * inf = NaN.
+        if (conf != 0.0) ce -= conf * lp[targets[n]];
+        s += ce * weights[n];
+    }
+    out[0] = (float)(s / wsum);
 }
 
 // One row of the backward: dx += coef * exp(lp), lp <= 0 a log-probability
@@ -42,32 +63,66 @@ static void ce_row_backward(float *dx, const float *lp, float coef, int64_t V) {
     for (int64_t c = 0; c < V; c++) dx[c] += coef * ct_vexp_nonpos(lp[c]);
 }
 
+// The same with label smoothing: dx += coef * (exp(lp) - share), share =
+// s / V, the smoothed targets' part of every class.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void ce_row_backward_smoothed(float *dx, const float *lp, float coef, float share, int64_t V) {
+#pragma omp simd
+    for (int64_t c = 0; c < V; c++) dx[c] += coef * (ct_vexp_nonpos(lp[c]) - share);
+}
+
+// coef = dout * w / wsum; with smoothing s the target's class gets
+// -coef (1 - s) on top of the row's -coef s / V. Every term is the float
+// coef times a constant of the layer, so a row's gradient depends on dout,
+// w and wsum only through coef (a chunk of the chunked loss that reaches
+// the same float coef by another dout and wsum gives the same bits); with
+// s == 0 they are the unsmoothed kernel's bits.
 void ct_category_cross_entropy_backward(float *dlogits, float dout, const float *logp, const int32_t *targets,
-                                        const float *weights, double wsum, int64_t N, int64_t V) {
+                                        const float *weights, double wsum, float label_smoothing, int64_t N,
+                                        int64_t V) {
+    float share = (float)((double)label_smoothing / (double)V), hot = 1.0f - label_smoothing;
 #pragma omp parallel for schedule(static) if (N * V > 32768)
     for (int64_t n = 0; n < N; n++) {
         float coef = (float)((double)dout * weights[n] / wsum);
         if (coef == 0.0f) continue;  // a padding position: no gradient
-        ce_row_backward(dlogits + n * V, logp + n * V, coef, V);
-        dlogits[n * V + targets[n]] -= coef;
+        if (label_smoothing == 0.0f) ce_row_backward(dlogits + n * V, logp + n * V, coef, V);
+        else ce_row_backward_smoothed(dlogits + n * V, logp + n * V, coef, share, V);
+        dlogits[n * V + targets[n]] -= coef * hot;
     }
 }
 
+// The references write out Trax's target distribution p of each class (no
+// shortcut for s == 0): the loss -sum_c p_c logp_c in index order, the
+// gradient coef (exp(logp_c) - p_c) with libm's expf.
 void ct_category_cross_entropy_forward_ref(float *out, float *logp, const float *logits, const int32_t *targets,
-                                           const float *weights, double wsum, int64_t N, int64_t V) {
+                                           const float *weights, double wsum, float label_smoothing, int64_t N,
+                                           int64_t V) {
     ct_log_softmax_forward_ref(logp, logits, N, V);
-    ct_cross_entropy_forward(out, logp, targets, weights, wsum, N, V);
+    double s = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+        if (weights[n] == 0.0f) continue;
+        double ce = 0.0;
+        for (int64_t c = 0; c < V; c++) {
+            double p = (c == targets[n] ? 1.0 - label_smoothing : 0.0) + (double)label_smoothing / (double)V;
+            if (p != 0.0) ce -= p * logp[n * V + c];
+        }
+        s += ce * weights[n];
+    }
+    out[0] = (float)(s / wsum);
 }
 
 void ct_category_cross_entropy_backward_ref(float *dlogits, float dout, const float *logp, const int32_t *targets,
-                                            const float *weights, double wsum, int64_t N, int64_t V) {
+                                            const float *weights, double wsum, float label_smoothing, int64_t N,
+                                            int64_t V) {
     for (int64_t n = 0; n < N; n++) {
-        float coef = (float)((double)dout * weights[n] / wsum);
-        if (coef == 0.0f) continue;
+        double coef = (double)dout * weights[n] / wsum;
+        if ((float)coef == 0.0f) continue;
         const float *lp = logp + n * V;
         float *dx = dlogits + n * V;
-        for (int64_t c = 0; c < V; c++) dx[c] += coef * expf(lp[c]);
-        dx[targets[n]] -= coef;
+        for (int64_t c = 0; c < V; c++) {
+            double p = (c == targets[n] ? 1.0 - label_smoothing : 0.0) + (double)label_smoothing / (double)V;
+            dx[c] += (float)(coef * ((double)expf(lp[c]) - p));
+        }
     }
 }
 

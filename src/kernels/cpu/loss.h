@@ -21,20 +21,29 @@ void ct_cross_entropy_forward(float *out, const float *logp, const int32_t *targ
 void ct_cross_entropy_backward(float *dlogp, float dout, const int32_t *targets, const float *weights,
                                double wsum, int64_t N, int64_t V);
 
-// logits (N, V), targets (N), weights (N) -> logp (N, V) = log_softmax(logits)
-// and out (1) = sum_n ce[n] * weights[n] / wsum, ce[n] = -logp[n, targets[n]]
+// logits (N, V), targets (N), weights (N), label smoothing s in [0, 1]
+// -> logp (N, V) = log_softmax(logits) and out (1) = sum_n ce[n] * weights[n] / wsum,
+// ce[n] = -sum_c p[n, c] logp[n, c] against Trax's smoothed targets
+// p[n, c] = (1 - s) [c == targets[n]] + s / V, computed as
+// (1 - s) (-logp[n, targets[n]]) + s / V (-sum_c logp[n, c]) in double.
+// s == 0 is the plain -logp[n, targets[n]] (no row sums).
 void ct_category_cross_entropy_forward(float *out, float *logp, const float *logits, const int32_t *targets,
-                                       const float *weights, double wsum, int64_t N, int64_t V);
-// dlogits (N, V) += dout * weights[n] / wsum * (exp(logp[n, c]) - [c == targets[n]])
+                                       const float *weights, double wsum, float label_smoothing, int64_t N,
+                                       int64_t V);
+// dlogits (N, V) += dout * weights[n] / wsum * (exp(logp[n, c]) - p[n, c])
 void ct_category_cross_entropy_backward(float *dlogits, float dout, const float *logp, const int32_t *targets,
-                                        const float *weights, double wsum, int64_t N, int64_t V);
+                                        const float *weights, double wsum, float label_smoothing, int64_t N,
+                                        int64_t V);
 
-// Plain versions of the two above (libm's expf, sums in index order), used
-// only by tests/test_kernels.c to check them.
+// Plain versions of the two above (Trax's p written out class by class,
+// libm's expf, sums in index order), used only by tests/test_kernels.c to
+// check them.
 void ct_category_cross_entropy_forward_ref(float *out, float *logp, const float *logits, const int32_t *targets,
-                                           const float *weights, double wsum, int64_t N, int64_t V);
+                                           const float *weights, double wsum, float label_smoothing, int64_t N,
+                                           int64_t V);
 void ct_category_cross_entropy_backward_ref(float *dlogits, float dout, const float *logp, const int32_t *targets,
-                                            const float *weights, double wsum, int64_t N, int64_t V);
+                                            const float *weights, double wsum, float label_smoothing, int64_t N,
+                                            int64_t V);
 
 // outputs, targets, weights (N) -> out (1) = sum_n w[n] (o[n] - t[n])^2 / wsum
 void ct_l2_loss_forward(float *out, const float *outputs, const float *targets, const float *weights,
