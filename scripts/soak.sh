@@ -24,7 +24,8 @@
 #
 # Where the kills land: each start picks a random step t past the newest
 # checkpoint (up to twice the steps left shared among the kills left, plus
-# two shares, and never past the last checkpoint before the end), waits for
+# two shares, and never so late that the kill could land after the end:
+# lag_steps below), waits for
 # the first checkpoint at or past t, then sleeps a random delay of up to one
 # checkpoint interval's worth of time (as the uninterrupted run took it), so
 # the kill lands anywhere in the next interval: steps, an eval, the metric
@@ -95,8 +96,26 @@ step_us=$(((straight_ms > start_ms ? straight_ms - start_ms : 1) * 1000 / last))
 ((step_us > 0)) || step_us=1
 gap=$(sed -n 's/^Loop\.n_steps_per_checkpoint = \([0-9]*\)$/\1/p' "$work/straight/config.gin")
 [[ $gap =~ ^[0-9]+$ ]] && ((gap >= 1)) || gap=1
+# How late a kill lands: the polling that sees a checkpoint and the commands
+# between the planned moment and the kill start processes (sleep, date, ls),
+# tens of milliseconds in all: 10 steps of a 4 ms step on a 2-core machine,
+# which let a kill planned near the end land after the run had finished.
+# Measured here on that same path, three times; the largest, doubled for a
+# machine that slows under the soak, in steps (lag_steps) keeps each kill's
+# window that far from the end.
+lag_ms=0
+for _ in 1 2 3; do
+    t0=$(now_ms)
+    read -r _ 2>/dev/null <"$work/straight/checkpoint"
+    sleep 0.01
+    sleep "$(secs 0)"
+    fds=$(ls -l "/proc/$$/fd" 2>/dev/null)
+    t0=$(($(now_ms) - t0))
+    ((t0 > lag_ms)) && lag_ms=$t0
+done
+lag_steps=$(((2 * lag_ms * 1000 + step_us - 1) / step_us))
 echo "uninterrupted: $last steps in $(secs "$straight_ms") s, a checkpoint every $gap;" \
-    "a start (and one step) takes $(secs "$start_ms") s"
+    "a start (and one step) takes $(secs "$start_ms") s; a kill lands up to $(secs "$lag_ms") s late ($lag_steps steps, doubled)"
 
 # ---- the run killed at random ---------------------------------------------------------------
 run=$work/killed
@@ -224,12 +243,15 @@ while :; do
         break
     fi
     # A step to wait for: up to twice the steps left shared among the kills
-    # left (and two more shares), before the last checkpoint interval.
+    # left (and two more shares), early enough that the kill, up to a
+    # checkpoint interval after the checkpoint it waits for, a delay of
+    # another interval and lag_steps late, lands before the end.
     share=$(((last - ckpt) / (wanted - kills + 2)))
     span=$((2 * share - gap))
     ((span >= 1)) || span=1
     target=$((ckpt + 1 + ((RANDOM << 15) | RANDOM) % span))
-    if ((target > last - gap)); then target=$((last - gap)); fi
+    latest_target=$((last - 2 * gap - lag_steps))
+    if ((target > latest_target)); then target=$latest_target; fi
     if ((target <= ckpt || RANDOM % 8 == 0)); then
         target=  # killed in its startup
         delay=$((((RANDOM << 15) | RANDOM) % (start_ms + 1)))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The short soak (issue 10): scripts/soak.sh with 5 random SIGKILLs over a
-# 100-step run of tests/configs/soak.gin, then weights, slots, state.json,
+# 200-step run of tests/configs/soak.gin, then weights, slots, state.json,
 # metrics.jsonl and the TensorBoard scalars compared with an uninterrupted run.
 # The delays are random (seed from the clock, printed: SOAK_SEED repeats them).
 # Then a control that the comparisons can fail: a 20-step soak through a
@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 unset SOAK_WORK SOAK_KEEP SOAK_TIMING
 
-CTRAX=$ctrax SOAK_CONFIG=$config SOAK_STEPS=100 bash "$root/scripts/soak.sh" 5 "$seed"
+CTRAX=$ctrax SOAK_CONFIG=$config SOAK_STEPS=200 bash "$root/scripts/soak.sh" 5 "$seed"
 rc=$?
 if ((rc != 0)); then echo "soak_test: 0 passed, 1 failed (SOAK_SEED=$seed)"; exit 1; fi
 
