@@ -18,6 +18,7 @@
 #include "ctrax/layers/layer_author.h"
 #include "ctrax/models/models.h"
 #include "ctrax/train/loop.h"
+#include "layer_fixture.h"
 
 // The builders return a status and write the object to *out, NULL on every
 // failure: these wrappers check that rule and give the object or NULL.
@@ -2903,27 +2904,14 @@ static void test_activation_refs(void) {
 
 // The loss a layer gives on a fixed batch: logits (2, 3), targets, weights.
 static double small_loss(ct_layer *l) {
-    float x[6] = {0.5f, -1.0f, 2.0f, 0.0f, 1.0f, -0.5f}, w[2] = {1.0f, 0.5f};
+    float x[6] = {0.5f, -1.0f, 2.0f, 0.0f, 1.0f, -0.5f}, w[2] = {1.0f, 0.5f}, v = NAN;
     int32_t t[2] = {2, 0};
     ct_tensor in[3] = {ct_tensor_2d(CT_DTYPE_F32, 2, 3, x), ct_tensor_1d(CT_DTYPE_I32, 2, t),
                        ct_tensor_1d(CT_DTYPE_F32, 2, w)};
-    ct_tensor sigs[3] = {ct_tensor_sig(&in[0]), ct_tensor_sig(&in[1]), ct_tensor_sig(&in[2])};
-    ct_device dev = ct_device_cpu();
-    ct_error err = {0};
-    ct_net net;
-    double v = NAN;
-    CHECK_OK(ct_net_init(&net, l, sigs, 3, ct_key_from_seed(0), &dev, &err), &err);
-    ct_arena arena;
-    ct_ctx ctx;
-    ct_arena_init(&arena, &dev);
-    ct_ctx_init(&ctx, &arena);
-    ct_net_bind(&net, &ctx, false);
-    ct_tensor out[1];
-    CHECK_OK(ct_layer_forward(net.root, &ctx, in, out, ct_key_from_seed(1), &err), &err);
-    v = ct_f32(&out[0])[0];
-    ct_ctx_free(&ctx);
-    ct_arena_free(&arena);
-    ct_net_free(&net);
+    fixture f;
+    if (!fixture_init_ok(&f, l, in, 3, false)) return NAN;
+    run_forward(&f, in, ct_key_from_seed(1), &v);
+    fixture_free(&f);
     return v;
 }
 
