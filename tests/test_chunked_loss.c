@@ -249,7 +249,9 @@ static void test_equal(bool reformer, bool memory_efficient, int64_t chunk, floa
     // explain (drift), and no more.
     const float lr = 1e-3f, eps = ct_adam_default_params().eps;
     double max_loss = 0, max_grad = 0, max_eval = 0;
-    double *drift = calloc((size_t)na->n_weights, sizeof *drift);
+    double *drift = calloc(na->n_weights, sizeof *drift);
+    CHECK(drift != NULL);
+    if (!drift) return;
     const char *worst_grad = "", *worst_weight = "";
     for (int step = 1; step <= 2; step++) {
         ct_step_stats sa, sb;
