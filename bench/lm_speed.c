@@ -4,7 +4,8 @@
 // timed steps, model FLOPs per token, peak RSS, the BLAS kernel and the
 // thread count it ran with. With --sgemm it instead measures the sgemm rate
 // of the model's dense shapes through ctrax's own GEMM call (ct_sgemm), the
-// "peak" the bench's MFU divides by. bench/lm_speed.sh runs both, alternating
+// "peak" the bench's MFU divides by, and after it the cores' vector FMA
+// peak with the same threads. bench/lm_speed.sh runs both, alternating
 // with PyTorch (bench/torch_lm_speed.py), and prints the table.
 //
 //   bench_lm_speed --config A|B|C [--steps 20] [--d-model D] [--layers L]
@@ -56,6 +57,9 @@
 #include <time.h>
 
 #include <omp.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "ctrax/core/blas.h"
 #include "ctrax/ctrax.h"
@@ -137,6 +141,82 @@ static double flops_per_token(const args *a) {
     return 6 * p_dense + 6.0 * a->layers * a->seq * d;
 }
 
+// ---- the FMA peak: what the cores' vector units can do at all -------------------
+
+// Twelve independent chains of fused multiply-adds, each x = x * m + a: more
+// chains than an FMA's latency times the FMAs a core starts per cycle (4 x 2
+// on current x86 cores), so the pipes never wait. Returns the FLOPs done
+// (2 per lane per FMA); the sum of the chains goes to *sink so the compiler
+// keeps them. One function per vector width, chosen by the CPU's features:
+// AVX-512 cores with two 512-bit FMA units do twice the 256-bit rate.
+#define FMA_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) static double fma_chains_512(long iters, float *sink) {
+    __m512 m = _mm512_set1_ps(0.999f), add = _mm512_set1_ps(1e-3f);
+#define FMA_DECLARE(i) __m512 x##i = _mm512_set1_ps((float)(i));
+    FMA_CHAINS(FMA_DECLARE)
+#undef FMA_DECLARE
+    for (long k = 0; k < iters; k++) {
+#define FMA_STEP(i) x##i = _mm512_fmadd_ps(x##i, m, add);
+        FMA_CHAINS(FMA_STEP)
+#undef FMA_STEP
+    }
+    float s = 0;
+#define FMA_SUM(i) s += _mm512_reduce_add_ps(x##i);
+    FMA_CHAINS(FMA_SUM)
+#undef FMA_SUM
+    *sink = s;
+    return 12.0 * 16 * 2 * (double)iters;
+}
+
+__attribute__((target("avx2,fma"))) static double fma_chains_256(long iters, float *sink) {
+    __m256 m = _mm256_set1_ps(0.999f), add = _mm256_set1_ps(1e-3f);
+#define FMA_DECLARE(i) __m256 x##i = _mm256_set1_ps((float)(i));
+    FMA_CHAINS(FMA_DECLARE)
+#undef FMA_DECLARE
+    for (long k = 0; k < iters; k++) {
+#define FMA_STEP(i) x##i = _mm256_fmadd_ps(x##i, m, add);
+        FMA_CHAINS(FMA_STEP)
+#undef FMA_STEP
+    }
+    float lanes[8], s = 0;
+#define FMA_SUM(i) _mm256_storeu_ps(lanes, x##i), s += lanes[0];
+    FMA_CHAINS(FMA_SUM)
+#undef FMA_SUM
+    *sink = s;
+    return 12.0 * 8 * 2 * (double)iters;
+}
+
+// The widest of the two this CPU runs, or NULL (no AVX2 with FMA).
+static double (*fma_chains(void))(long, float *) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return fma_chains_512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return fma_chains_256;
+    return NULL;
+}
+#else
+static double (*fma_chains(void))(long, float *) { return NULL; }
+#endif
+
+static volatile float g_fma_sink;
+
+// Every thread runs the chains for about `seconds`; FLOPs per wall second of
+// all threads together, or -1 where the CPU has no vector FMA this knows.
+static double fma_peak_flops(double seconds) {
+    double (*chains)(long, float *) = fma_chains();
+    if (!chains) return -1.0;
+    double flops = 0, t0 = bench_clock_s(CLOCK_MONOTONIC);
+    float sums = 0;
+#pragma omp parallel reduction(+ : flops, sums)
+    {
+        float sink;
+        do flops += chains(1L << 20, &sink), sums += sink;  // about 2-4 ms a call
+        while (bench_clock_s(CLOCK_MONOTONIC) - t0 < seconds);
+    }
+    g_fma_sink = sums;  // the chains' results are used: not dead code
+    return flops / (bench_clock_s(CLOCK_MONOTONIC) - t0);
+}
+
 // ---- sgemm: the model's dense products through ct_sgemm ----------------------
 
 // One Dense of the model, inp (M, C) @ weight (C, OC), and how many the model
@@ -208,9 +288,13 @@ static int run_sgemm(const args *a) {
     // gflops_cpu: per second of process CPU time (all threads' together),
     // what the MFU by CPU time divides by: on a machine shared with other
     // jobs it does not count the time the process waited for a core.
-    printf("], \"gflops\": %.1f, \"gflops_cpu\": %.1f, \"best_gflops\": %.1f, \"seconds\": %.2f}\n",
+    // fma_gflops: the cores' vector FMA peak with the same threads, right
+    // after (the sgemm rate's own ceiling; -1 where unknown).
+    double fma = fma_peak_flops(0.3);
+    printf("], \"gflops\": %.1f, \"gflops_cpu\": %.1f, \"best_gflops\": %.1f, \"fma_gflops\": %.1f, "
+           "\"seconds\": %.2f}\n",
            model_flops / model_secs * 1e-9, model_flops / model_cpu_secs * 1e-9, best * 1e-9,
-           bench_clock_s(CLOCK_MONOTONIC) - t_start);
+           fma < 0 ? -1.0 : fma * 1e-9, bench_clock_s(CLOCK_MONOTONIC) - t_start);
     free(x);
     free(y);
     free(z);

@@ -38,7 +38,10 @@ measured in the same run (bench_lm_speed --sgemm, median over its repeats) at
 the same thread count. "MFU by CPU" divides the same way in process CPU time
 (tokens per CPU-second, sgemm FLOPs per CPU-second): on a machine shared with
 other jobs, wall-clock rates measured a few seconds apart see different loads,
-CPU-time rates much less so.
+CPU-time rates much less so. The table also prints the cores' vector FMA peak
+(measured after each sgemm run) and the ratio ceiling at the sgemm rate: the
+sgemm rate over PyTorch's model FLOP rate, the ratio ctrax would reach with
+every model FLOP at the GEMM's own rate.
 """
 
 import argparse
@@ -213,16 +216,24 @@ def table(path):
             if waits:
                 print(f"  {impl} idle threads: " + ", ".join(waits))
         # Per run: tokens/s from the median timed step; the spread over runs.
-        peak, peak_cpu = {}, {}
+        peak, peak_cpu, fma = {}, {}, {}
         for r in rs:
             if r["impl"] == "sgemm":
                 peak.setdefault(r["threads"], []).append(r["gflops"] * 1e9)
                 if "gflops_cpu" in r:
                     peak_cpu.setdefault(r["threads"], []).append(r["gflops_cpu"] * 1e9)
+                if r.get("fma_gflops", -1) > 0:
+                    fma.setdefault(r["threads"], []).append(r["fma_gflops"] * 1e9)
         for n in sorted(peak):
             print(f"  sgemm (model's dense shapes, ct_sgemm), {n} thread{'s' if n > 1 else ''}: "
                   f"{spread([p / 1e9 for p in peak[n]])} GFLOP/s over {len(peak[n])} runs"
                   + (f"; per CPU-s {spread([p / 1e9 for p in peak_cpu[n]])}" if n in peak_cpu else ""))
+            if n in fma:
+                # The vector units' own limit, measured right after each
+                # sgemm run: how close the GEMM itself comes to the hardware.
+                print(f"  FMA peak (vector FMA chains on every thread), {n} thread{'s' if n > 1 else ''}: "
+                      f"{spread([p / 1e9 for p in fma[n]])} GFLOP/s; the sgemm rate is "
+                      f"{statistics.median(peak[n]) / statistics.median(fma[n]) * 100:.0f}% of it")
         print(f"  {'side':<6} {'threads':>7} {'runs':>4} {'tokens/s (median)':>18} {'runs spread':>15} "
               f"{'step spread':>15} {'MFU':>10} {'peak RSS MiB':>13} {'tokens/CPU-s':>13} {'MFU by CPU':>10}")
         best, cpu_rate = {}, {}
@@ -254,6 +265,18 @@ def table(path):
         print(f"  best: ctrax {c_med:,.0f} tokens/s at {c_n} thread(s), PyTorch {t_med:,.0f} at {t_n}; "
               f"ratio ctrax/PyTorch {ratio:.2f} (run extremes {lo:.2f}-{hi:.2f}); "
               f"peak RSS ctrax/PyTorch {c_rss:,.0f} / {t_rss:,.0f} MiB = {c_rss / t_rss:.2f}")
+        # What the ratio could be at most if ctrax ran every model FLOP at
+        # the GEMM's own rate (no time outside the GEMM, no packing beyond
+        # the sgemm run's): the sgemm rate over PyTorch's model FLOP rate.
+        if c_n in peak:
+            ceiling = statistics.median(peak[c_n]) / (t_med * r0["flops_per_token"])
+            need = TARGET_RATIO.get(cfg)
+            print(f"  ratio ceiling at the sgemm rate: {ceiling:.2f} (ctrax at 100% MFU against PyTorch's "
+                  f"{t_med:,.0f} tokens/s)" + (f"; the {need}x target needs ctrax at "
+                                               f"{need / ceiling * 100:.0f}% MFU" if need else ""))
+        if c_n in fma and t_n in fma:
+            print(f"  of the FMA peak: ctrax {c_med * r0['flops_per_token'] / statistics.median(fma[c_n]) * 100:.0f}%, "
+                  f"PyTorch {t_med * r0['flops_per_token'] / statistics.median(fma[t_n]) * 100:.0f}%")
         # The load-independent view: work per CPU-second at one thread.
         if ("ctrax", 1) in cpu_rate and ("torch", 1) in cpu_rate:
             print(f"  tokens per CPU-second at 1 thread, ctrax/PyTorch: "
