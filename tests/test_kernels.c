@@ -281,6 +281,20 @@ static void test_cross_entropy(void) {
             e = worst_err(d, dr, n, 1.0);
             CHECK_MSG(e <= 1e-6, "cross-entropy backward (%lld, %lld), s %g: error %g", (long long)N, (long long)V,
                       (double)ls, e);
+            // One thread and three (more threads than this machine may have
+            // cores): the loss and the gradient have the same bits.
+            int saved = omp_get_max_threads();
+            float loss_t[2], *lp_t = alloc_f(n), *d_t[2] = {dup_f(d0, n), dup_f(d0, n)};
+            for (int r = 0; r < 2; r++) {
+                omp_set_num_threads(r == 0 ? 1 : 3);
+                ct_category_cross_entropy_forward(&loss_t[r], lp_t, x, t, w, wsum, ls, N, V);
+                ct_category_cross_entropy_backward(d_t[r], 0.7f, lp_t, t, w, wsum, ls, N, V);
+            }
+            omp_set_num_threads(saved);
+            CHECK_MSG(same_bits(&loss_t[0], &loss_t[1], 1) && same_bits(d_t[0], d_t[1], n),
+                      "cross-entropy (%lld, %lld), s %g: 3 threads against 1: loss %.9g vs %.9g", (long long)N,
+                      (long long)V, (double)ls, (double)loss_t[1], (double)loss_t[0]);
+            free(lp_t), free(d_t[0]), free(d_t[1]);
             if (s == N_ROWS - 1)
                 printf("cross-entropy (%lld, %lld), label smoothing %g: loss %.9g, ref %.9g\n", (long long)N,
                        (long long)V, (double)ls, (double)loss, (double)loss_r);

@@ -29,10 +29,17 @@ void ct_cross_entropy_backward(float *dlogp, float dout, const int32_t *targets,
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static double lanes_row_sum(const float *x, int64_t V) { return ct_lanes_sum(x, V); }
 
+// Rows per block of the smoothed loss's sum: a constant, so the grouping of
+// the sum, and its bits, are the same at every thread count.
+#define CE_BLOCK_ROWS 64
+
 // The forward is the vectorized log-softmax (max, sum of exp and the written
 // row: the row is read from memory once) and the loss picked from the rows
-// it wrote, summed over rows in order; with label smoothing, a second pass
-// sums each weighted row.
+// it wrote, summed over rows in order. With label smoothing every class
+// counts, so a second pass sums each weighted row (a full read of logp: at a
+// large vocabulary as much work as the log-softmax): the threads take blocks
+// of CE_BLOCK_ROWS rows, each summed in row order, and the blocks' sums are
+// added in block order (`ordered`).
 void ct_category_cross_entropy_forward(float *out, float *logp, const float *logits, const int32_t *targets,
                                        const float *weights, double wsum, float label_smoothing, int64_t N,
                                        int64_t V) {
@@ -42,14 +49,21 @@ void ct_category_cross_entropy_forward(float *out, float *logp, const float *log
         return;
     }
     double conf = 1.0 - (double)label_smoothing, share = (double)label_smoothing / (double)V, s = 0.0;
-    for (int64_t n = 0; n < N; n++) {
-        if (weights[n] == 0.0f) continue;
-        const float *lp = logp + n * V;
-        double ce = -share * lanes_row_sum(lp, V);
-        // At s = 1 the target's own term has weight 0: skipped, so that a
-        // logp of -inf there gives the loss's inf, not 0 * inf = NaN.
-        if (conf != 0.0) ce -= conf * lp[targets[n]];
-        s += ce * weights[n];
+    int64_t n_blocks = (N + CE_BLOCK_ROWS - 1) / CE_BLOCK_ROWS;
+#pragma omp parallel for ordered schedule(static, 1) if (N * V > 32768 && n_blocks > 1)
+    for (int64_t b = 0; b < n_blocks; b++) {
+        double block = 0.0;
+        for (int64_t n = b * CE_BLOCK_ROWS; n < N && n < (b + 1) * CE_BLOCK_ROWS; n++) {
+            if (weights[n] == 0.0f) continue;
+            const float *lp = logp + n * V;
+            double ce = -share * lanes_row_sum(lp, V);
+            // At s = 1 the target's own term has weight 0: skipped, so that a
+            // logp of -inf there gives the loss's inf, not 0 * inf = NaN.
+            if (conf != 0.0) ce -= conf * lp[targets[n]];
+            block += ce * weights[n];
+        }
+#pragma omp ordered
+        s += block;
     }
     out[0] = (float)(s / wsum);
 }
