@@ -1098,6 +1098,55 @@ static void test_resume(void) {
     ct_stream_free(a);
     ct_stream_free(b);
 
+    // A corpus file rewritten with other bytes of the same size refuses the
+    // cursor; the same bytes at another path take it. numbered.txt's 2,400
+    // bytes are hashed whole; big.txt (300 KiB) in sampled blocks, one of
+    // which covers its last byte.
+    {
+        ct_stream *before = chain_text();
+        ct_stream_cursor saved = ct_stream_get_cursor(before);
+        ct_stream_free(before);
+        FILE *f = fopen(tmp_path("numbered.txt"), "r+b");
+        CHECK(f && fseek(f, 100, SEEK_SET) == 0 && fputc('x', f) == 'x');
+        if (f) fclose(f);
+        ct_stream *edited = chain_text();
+        CHECK(edited && ct_stream_set_cursor(edited, saved, &err) == CT_ERR_STATE);
+        ct_stream_free(edited);
+        numbered_corpus(300);  // the original bytes again
+        ct_stream *again = chain_text();
+        CHECK(again && ct_stream_set_cursor(again, saved, &err) == CT_OK);
+        ct_stream_free(again);
+
+        enum { BIG = 300 * 1024 };
+        char *text = malloc(BIG);
+        for (int i = 0; i < BIG; i++) text[i] = (char)('a' + i % 26);
+        static const char *big_path[1], *moved_path[1];
+        big_path[0] = tmp_path("big.txt");
+        moved_path[0] = tmp_path("big_moved.txt");
+        write_file(big_path[0], text, BIG);
+        write_file(moved_path[0], text, BIG);
+        ct_corpus_params p = ct_corpus_default_params();
+        p.n_paths = 1;
+        p.seq_len = 64;
+        ct_stream *big = NULL, *moved = NULL, *changed = NULL;
+        p.paths = big_path;
+        CHECK_OK(ct_text_stream_new(&big, &p, &err), &err);
+        p.paths = moved_path;
+        CHECK_OK(ct_text_stream_new(&moved, &p, &err), &err);
+        text[BIG - 1] = '!';  // the last byte: in the last sampled block
+        write_file(big_path[0], text, BIG);
+        p.paths = big_path;
+        CHECK_OK(ct_text_stream_new(&changed, &p, &err), &err);
+        ct_stream_cursor c_big = ct_stream_get_cursor(big);
+        CHECK(ct_stream_set_cursor(moved, c_big, &err) == CT_OK);
+        CHECK(ct_stream_set_cursor(changed, c_big, &err) == CT_ERR_STATE);
+        CHECK_MSG(strstr(err.msg, "was saved by a different stream"), "%s", err.msg);
+        ct_stream_free(big);
+        ct_stream_free(moved);
+        ct_stream_free(changed);
+        free(text);
+    }
+
     // Prefetch changes nothing: the same items as the chain without it, and
     // a cursor taken with prefetch restores into the chain without it.
     ct_stream *with = chain_text(), *without;

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "ctrax/core/memory.h"
 #include "data/stream_internal.h"
 
@@ -205,6 +207,28 @@ static ct_status corpus_split(corpus *c, const ct_corpus_params *p, const char *
     return CT_OK;
 }
 
+// A CRC-32 of a file's content, sampled: the whole file up to
+// CORPUS_SAMPLES blocks of CORPUS_SAMPLE_BYTES, else that many blocks spread
+// evenly from its first byte to its last. The same few pages whatever the
+// file's size, so a corpus of any size starts at once; it tells a replaced or
+// regenerated file of the same size from the one a cursor was saved with,
+// though not an edit that falls between the blocks.
+#define CORPUS_SAMPLES 64
+#define CORPUS_SAMPLE_BYTES 4096
+static uint32_t sampled_crc(const corpus_file *f) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    if (f->size <= (size_t)CORPUS_SAMPLES * CORPUS_SAMPLE_BYTES) return (uint32_t)crc32(crc, f->data, (uInt)f->size);
+    // Block i starts at i/(SAMPLES-1) of the way to the last block's start
+    // (the file's size less a block: the last block ends at its last byte).
+    size_t last = f->size - CORPUS_SAMPLE_BYTES;
+    for (int i = 0; i < CORPUS_SAMPLES; i++) {
+        size_t q = last / (CORPUS_SAMPLES - 1), r = last % (CORPUS_SAMPLES - 1);
+        size_t at = (size_t)i * q + (size_t)i * r / (CORPUS_SAMPLES - 1);  // i * last / 63, without overflow
+        crc = crc32(crc, f->data + at, CORPUS_SAMPLE_BYTES);
+    }
+    return (uint32_t)crc;
+}
+
 // The item buffers, the signature and the fingerprint of a loaded corpus.
 static void corpus_finish(ct_stream *s, const ct_corpus_params *p) {
     corpus *c = s->impl;
@@ -218,11 +242,15 @@ static void corpus_finish(ct_stream *s, const ct_corpus_params *p) {
     s->sigs[1] = ct_tensor_1d(CT_DTYPE_I32, c->seq_len, NULL);
     s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, c->seq_len, NULL);
     s->length = c->n_chunks;
-    // The fingerprint covers what decides the items: the files' sizes (not
-    // their paths, so a moved corpus still resumes), widths and the split.
+    // The fingerprint covers what decides the items: the files' sizes and
+    // sampled contents (not their paths, so a moved corpus still resumes),
+    // widths and the split.
     ct_stream_mix(s, (uint64_t)c->token_bytes);
     ct_stream_mix(s, (uint64_t)c->n_files);
-    for (int i = 0; i < c->n_files; i++) ct_stream_mix(s, (uint64_t)c->files[i].size);
+    for (int i = 0; i < c->n_files; i++) {
+        ct_stream_mix(s, (uint64_t)c->files[i].size);
+        ct_stream_mix(s, sampled_crc(&c->files[i]));
+    }
     ct_stream_mix(s, (uint64_t)c->seq_len);
     ct_stream_mix(s, c->shifted);
     ct_stream_mix(s, (uint64_t)c->split);

@@ -84,7 +84,9 @@ void ct_stream_free(ct_stream *s);
 
 // The cursor: JSON-friendly integers (both below 2^53, so a JSON number holds
 // them exactly). position is the number of items the stream has yielded;
-// fingerprint hashes the chain's stages, parameters and source sizes.
+// fingerprint hashes the chain's stages, parameters and sources (their
+// sizes; for text and token files also a CRC-32 of sampled blocks, for IDX
+// files the labels and first image).
 typedef struct ct_stream_cursor {
     int64_t position;
     int64_t fingerprint;
