@@ -80,6 +80,11 @@ static inline double ct_lanes_dot(const float *a, const float *b, int64_t n) {
 }
 
 // The sum of x[0 .. n), in double, in CT_LANES lanes: as ct_lanes_dot.
+// A file that wants it at the widest vectors wraps it in its own
+// target_clones function with a name no other file uses (attention.c's
+// row_sum, loss.c's lanes_row_sum): GCC resolves clones only for calls from
+// the defining file, and clang 14 makes even a static function's resolver a
+// global symbol, so one wrapper here, static inline, fails to link twice.
 static inline double ct_lanes_sum(const float *x, int64_t n) {
     double lane[CT_LANES] = {0};
     int64_t i0 = 0;
