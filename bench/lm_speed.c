@@ -149,43 +149,29 @@ static double flops_per_token(const args *a) {
 // (2 per lane per FMA); the sum of the chains goes to *sink so the compiler
 // keeps them. One function per vector width, chosen by the CPU's features:
 // AVX-512 cores with two 512-bit FMA units do twice the 256-bit rate.
-#define FMA_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define FMA_CHAINS(X, ...)                                                                                  \
+    X(0, __VA_ARGS__) X(1, __VA_ARGS__) X(2, __VA_ARGS__) X(3, __VA_ARGS__) X(4, __VA_ARGS__) X(5, __VA_ARGS__) \
+    X(6, __VA_ARGS__) X(7, __VA_ARGS__) X(8, __VA_ARGS__) X(9, __VA_ARGS__) X(10, __VA_ARGS__) X(11, __VA_ARGS__)
+#define FMA_INIT(i, vec, set1) vec x##i = set1((float)(i));
+#define FMA_STEP(i, fmadd) x##i = fmadd(x##i, m, add);
+#define FMA_SUM(i, storeu) storeu(lanes, x##i), s += lanes[0];
+// The chain function for one vector type: n_lanes floats a vector; set1,
+// fmadd and storeu its intrinsics; isa the target that has them.
+#define FMA_CHAIN_FN(name, isa, vec, n_lanes, set1, fmadd, storeu)                                                     \
+    __attribute__((target(isa))) static double name(long iters, float *sink) {                                         \
+        vec m = set1(0.999f), add = set1(1e-3f);                                                                       \
+        FMA_CHAINS(FMA_INIT, vec, set1)                                                                                \
+        for (long k = 0; k < iters; k++) {                                                                             \
+            FMA_CHAINS(FMA_STEP, fmadd)                                                                                \
+        }                                                                                                              \
+        float lanes[n_lanes], s = 0;                                                                                   \
+        FMA_CHAINS(FMA_SUM, storeu)                                                                                    \
+        *sink = s;                                                                                                     \
+        return 12.0 * n_lanes * 2 * (double)iters;                                                                     \
+    }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx512f"))) static double fma_chains_512(long iters, float *sink) {
-    __m512 m = _mm512_set1_ps(0.999f), add = _mm512_set1_ps(1e-3f);
-#define FMA_DECLARE(i) __m512 x##i = _mm512_set1_ps((float)(i));
-    FMA_CHAINS(FMA_DECLARE)
-#undef FMA_DECLARE
-    for (long k = 0; k < iters; k++) {
-#define FMA_STEP(i) x##i = _mm512_fmadd_ps(x##i, m, add);
-        FMA_CHAINS(FMA_STEP)
-#undef FMA_STEP
-    }
-    float s = 0;
-#define FMA_SUM(i) s += _mm512_reduce_add_ps(x##i);
-    FMA_CHAINS(FMA_SUM)
-#undef FMA_SUM
-    *sink = s;
-    return 12.0 * 16 * 2 * (double)iters;
-}
-
-__attribute__((target("avx2,fma"))) static double fma_chains_256(long iters, float *sink) {
-    __m256 m = _mm256_set1_ps(0.999f), add = _mm256_set1_ps(1e-3f);
-#define FMA_DECLARE(i) __m256 x##i = _mm256_set1_ps((float)(i));
-    FMA_CHAINS(FMA_DECLARE)
-#undef FMA_DECLARE
-    for (long k = 0; k < iters; k++) {
-#define FMA_STEP(i) x##i = _mm256_fmadd_ps(x##i, m, add);
-        FMA_CHAINS(FMA_STEP)
-#undef FMA_STEP
-    }
-    float lanes[8], s = 0;
-#define FMA_SUM(i) _mm256_storeu_ps(lanes, x##i), s += lanes[0];
-    FMA_CHAINS(FMA_SUM)
-#undef FMA_SUM
-    *sink = s;
-    return 12.0 * 8 * 2 * (double)iters;
-}
+FMA_CHAIN_FN(fma_chains_512, "avx512f", __m512, 16, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_storeu_ps)
+FMA_CHAIN_FN(fma_chains_256, "avx2,fma", __m256, 8, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_storeu_ps)
 
 // The widest of the two this CPU runs, or NULL (no AVX2 with FMA).
 static double (*fma_chains(void))(long, float *) {
