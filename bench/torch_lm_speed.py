@@ -234,6 +234,11 @@ def table(path):
                 print(f"  FMA peak (vector FMA chains on every thread), {n} thread{'s' if n > 1 else ''}: "
                       f"{spread([p / 1e9 for p in fma[n]])} GFLOP/s; the sgemm rate is "
                       f"{statistics.median(peak[n]) / statistics.median(fma[n]) * 100:.0f}% of it")
+                # The same loop on the same cores should not move: when it
+                # does, something else took the cores during the run.
+                if max(fma[n]) > 1.15 * min(fma[n]):
+                    print(f"  NOTE: the FMA peak moved {max(fma[n]) / min(fma[n]):.2f}x between runs: other "
+                          "work shared these cores, so the ratios below carry that noise; rerun when idle")
         print(f"  {'side':<6} {'threads':>7} {'runs':>4} {'tokens/s (median)':>18} {'runs spread':>15} "
               f"{'step spread':>15} {'MFU':>10} {'peak RSS MiB':>13} {'tokens/CPU-s':>13} {'MFU by CPU':>10}")
         best, cpu_rate = {}, {}
