@@ -220,9 +220,8 @@ static uint32_t sampled_crc(const corpus_file *f) {
     if (f->size <= (size_t)CORPUS_SAMPLES * CORPUS_SAMPLE_BYTES) return (uint32_t)crc32(crc, f->data, (uInt)f->size);
     // Block i starts at i/(SAMPLES-1) of the way to the last block's start
     // (the file's size less a block: the last block ends at its last byte).
-    size_t last = f->size - CORPUS_SAMPLE_BYTES;
+    size_t last = f->size - CORPUS_SAMPLE_BYTES, q = last / (CORPUS_SAMPLES - 1), r = last % (CORPUS_SAMPLES - 1);
     for (int i = 0; i < CORPUS_SAMPLES; i++) {
-        size_t q = last / (CORPUS_SAMPLES - 1), r = last % (CORPUS_SAMPLES - 1);
         size_t at = (size_t)i * q + (size_t)i * r / (CORPUS_SAMPLES - 1);  // i * last / 63, without overflow
         crc = crc32(crc, f->data + at, CORPUS_SAMPLE_BYTES);
     }
