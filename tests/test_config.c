@@ -408,6 +408,9 @@ static void test_errors(void) {
     EXPECT_ERROR("e.gin", "TransformerLM.d_model = 8\nTransformerLM.d_modle = 8\n", "e.gin:2:1",
                  "TransformerLM has no parameter 'd_modle'", "did you mean 'd_model'");
     EXPECT_ERROR("e.gin", "Adam.beta1 = 0.9\n", "e.gin:1:1", "did you mean 'b1'");
+    // train has more parameters than the message lists: whole names, then a count.
+    EXPECT_ERROR("e.gin", "train.stpes = 10\n", "e.gin:1:1", "did you mean 'steps'", "train takes: model, loss_fn, ",
+                 " more)");
     EXPECT_ERROR("e.gin", "train.model = @TransformerLMM\n", "e.gin:1:15", "did you mean 'TransformerLM'");
     EXPECT_ERROR("e.gin", "train.metrics = [\n  @CategoryAccuracy,\n  @CategoryAcuracy]\n", "e.gin:3:3",
                  "did you mean 'CategoryAccuracy'");

@@ -348,13 +348,19 @@ static void unknown_param(const cfg_def *d, const char *param, char *why, size_t
         fmt_into(why, len, "%s has no parameter '%.100s' (it takes none)", d->name, param);
         return;
     }
+    // The names in order while they fit in about 300 characters, whole,
+    // then how many more: a list cut mid-name reads as a name.
+    enum { LIST_MAX = 300 };
     const char **names = ct_malloc((size_t)d->n_params * sizeof *names);
     cfg_buf all = {0};
+    int more = 0;
     for (int i = 0; i < d->n_params; i++) {
         names[i] = d->params[i].name;
-        cfg_buf_printf(&all, "%s%s", i ? ", " : "", names[i]);
+        if (more || all.len + strlen(names[i]) + 2 > LIST_MAX) more++;
+        else cfg_buf_printf(&all, "%s%s", i ? ", " : "", names[i]);
     }
-    fmt_into(why, len, "%s has no parameter '%.100s' (did you mean '%s'? %s takes: %.200s)", d->name, param,
+    if (more) cfg_buf_printf(&all, " and %d more", more);
+    fmt_into(why, len, "%s has no parameter '%.100s' (did you mean '%s'? %s takes: %s)", d->name, param,
              cfg_closest(param, names, d->n_params), d->name, all.s);
     ct_free(all.s);
     ct_free(names);
