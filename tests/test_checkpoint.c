@@ -956,6 +956,20 @@ static void test_pointer_fallback(void) {
     free(capture_end(&cap));
     CHECK(s == CT_ERR_FORMAT && name[0] == '\0' && strstr(err.msg, "no checkpoint loads (3 tried)"));
     printf("  error as expected: %s\n", err.msg);
+
+    // No pointer and the only checkpoint's manifest damaged: an error, not
+    // "nothing there" (which would start a fresh run over it).
+    char dir2[1024];
+    snprintf(dir2, sizeof dir2, "%s", tmp_path("fallback_manifest"));
+    CHECK_OK(make_ckpt(dir2, "model_5", 5, 5, false, true, 0, &err), &err);
+    unlink(tmp_path("fallback_manifest/checkpoint"));
+    flip_byte(tmp_path("fallback_manifest/model_5/manifest.json"), 0);
+    capture_begin(&cap);
+    s = ct_checkpoint_find_latest(dir2, name, sizeof name, &err);
+    free(capture_end(&cap));
+    CHECK_MSG(s == CT_ERR_FORMAT && name[0] == '\0' && strstr(err.msg, "no checkpoint loads (1 tried)") &&
+                  strstr(err.msg, "manifest.json"),
+              "a damaged manifest without a pointer: %s", s == CT_OK ? "no error" : err.msg);
 }
 
 static bool keep_every_third(const ct_checkpoint_info *info, void *ctx) {

@@ -827,7 +827,9 @@ ct_status ct_checkpoint_open_latest(ct_checkpoint **out, const char *output_dir,
     for (int i = n - 1; i >= 0; i--) {  // newest first
         // A best checkpoint (lowest_*, highest_*) is a copy, written before
         // its step's own checkpoint: resuming there would skip that one.
-        if (!strcmp(infos[i].name, pointer) || !infos[i].resume_point) continue;
+        // A checkpoint whose manifest does not read (step -1) is tried too:
+        // skipping it would start a fresh run over a damaged one, unreported.
+        if (!strcmp(infos[i].name, pointer) || (infos[i].step >= 0 && !infos[i].resume_point)) continue;
         tried++;
         if (ct_checkpoint_open(out, output_dir, infos[i].name, &e) != CT_OK) {
             add_reason(reasons, sizeof reasons, e.msg);
