@@ -1335,6 +1335,38 @@ static void test_real_files(void) {
     ct_stream_free(s);
 }
 
+// Sizes at the ends of their ranges: no signed overflow (UBSan), clear errors.
+static void test_size_limits(void) {
+    ct_error err;
+    ct_stream *s = NULL;
+    // A copy task so long that 2 * length + 2 overflowed an int (and asked
+    // calloc for ~2^64 bytes) is refused.
+    ct_copy_task t = {10, 1 << 30, false, 1, 0};
+    CHECK(ct_copy_stream_new(&s, &t, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "copy task: length is 1073741824; expected 1..2^24"), "%s", err.msg);
+    // seq_len INT_MAX, shifted: chunks of 2^31 tokens (seq_len + 1 overflowed
+    // an int and the error said "fewer than one example of -2147483648").
+    const char *path[] = {tmp_path("limits.txt")};
+    write_file(path[0], "hello world\n", 12);
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = path;
+    p.n_paths = 1;
+    p.seq_len = 2147483647;
+    p.shifted = true;
+    CHECK(ct_text_stream_new(&s, &p, &err) == CT_ERR_FORMAT && s == NULL);
+    CHECK_MSG(strstr(err.msg, "hold 12 tokens, fewer than one example of 2147483648"), "%s", err.msg);
+    // A shuffle buffer over an endless stream, seeked so far that its inner
+    // position (fill + steps) would pass INT64_MAX: an error naming shuffle
+    // (it overflowed and the copy stage refused a negative position).
+    ct_copy_task c = {9, 4, false, 1, 0};
+    CHECK_OK(ct_copy_stream_new(&s, &c, &err), &err);
+    CHECK_OK(ct_shuffle_stream_new(&s, s, 8, 3, &err), &err);
+    CHECK(ct_stream_seek(s, INT64_MAX - 4, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "shuffle: cannot seek to item 9223372036854775803"), "%s", err.msg);
+    CHECK_OK(ct_stream_seek(s, INT64_MAX - 8, &err), &err);
+    ct_stream_free(s);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ctrax_test_data_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -1363,6 +1395,8 @@ int main(void) {
     test_resume();
     printf("prefetch\n");
     test_prefetch();
+    printf("size limits\n");
+    test_size_limits();
     printf("Debian's fortunes and Fashion-MNIST\n");
     test_real_files();
     nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

@@ -120,7 +120,9 @@ static const ct_stream_ops copy_ops = {"copy", copy_next, NULL, NULL, copy_descr
 ct_status ct_copy_stream_new(ct_stream **out, const ct_copy_task *t, ct_error *err) {
     *out = NULL;
     CT_STREAM_CHECK(t->vocab_size >= 2, err, "copy task: vocab_size is %d; expected >= 2", t->vocab_size);
-    CT_STREAM_CHECK(t->length >= 1, err, "copy task: length is %d; expected >= 1", t->length);
+    // 2 * length + 2 tokens an example (an int): bounded like addition's max_length.
+    CT_STREAM_CHECK(t->length >= 1 && t->length <= (1 << 24), err, "copy task: length is %d; expected 1..2^24",
+                    t->length);
     CT_STREAM_CHECK(t->min_length >= 0 && t->min_length <= t->length, err,
                     "copy task: min_length is %d; expected 0 (fixed) or 1..length (%d)", t->min_length, t->length);
     synth *x;

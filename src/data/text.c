@@ -283,7 +283,7 @@ ct_status ct_corpus_stream_new(ct_stream **out, const ct_corpus_params *p, int t
     c->vocab_size = token_bytes == 1 ? 0 : p->vocab_size;
     c->seq_len = p->seq_len;
     c->shifted = p->shifted;
-    c->chunk_len = p->seq_len + (p->shifted ? 1 : 0);
+    c->chunk_len = (int64_t)p->seq_len + (p->shifted ? 1 : 0);  // INT_MAX + 1 fits
     c->split = p->split;
     c->eval_fraction = p->eval_fraction;
     ct_status st = corpus_map(c, kind, err);

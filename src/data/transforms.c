@@ -196,6 +196,10 @@ static ct_status shuffle_seek(ct_stream *s, int64_t p, ct_error *err) {
     }
     // The initial fill: min(k, inner's length).
     int64_t n_in = s->inner->length;
+    // Inner's position after p steps (fill + p over an endless inner) must fit.
+    if (n_in < 0 && p > INT64_MAX - sh->k)
+        return ct_error_set(err, CT_ERR_ARG, "shuffle: cannot seek to item %lld: the %s stream's position overflows",
+                            (long long)p, s->inner->ops->name);
     int fill = n_in < 0 || n_in >= sh->k ? sh->k : (int)n_in;
     int64_t drain = n_in < 0 ? INT64_MAX : n_in - fill;  // D
     int64_t fill_steps = p < drain ? p : drain;          // steps with refills
