@@ -162,7 +162,7 @@ cp "$b" "$work/..gin"
 cp "$b" "$work/.gin"
 fails "a config named ..gin" 1 "..gin: its name gives no output directory (runs/.): give --output-dir DIR" "$work/..gin"
 fails "a config named .gin" 1 ".gin: its name gives no output directory (runs/): give --output-dir DIR" "$work/.gin"
-fails "--output-dir ''" 1 "--output-dir is empty" "$b" --output-dir ""
+fails "--output-dir ''" 2 "--output-dir needs a directory, got ''" "$b" --output-dir ""
 fails "more replicas than threads" 1 "--devices 2 replicas are 2 threads, more than --threads 1 allows" \
     "$b" --devices 2 --threads 1 --output-dir "$work/t6"
 fails "more replicas than train.n_threads" 1 "train.n_devices = 2 replicas are 2 threads, more than --set:1:1: train.n_threads = 1" \

@@ -154,7 +154,13 @@ static int train_value_option(train_args *a, int argc, char **argv, int *i) {
         case 1:
         case 2: return add_binding(a, opt, v) ? -1 : 1;
         case 3:
-        case 4: a->output_dir = v; return 1;
+        case 4:
+            if (!*v) {
+                ctrax_usage_error("train", "%s needs a directory, got ''", opt);
+                return -1;
+            }
+            a->output_dir = v;
+            return 1;
         case 5:
             if (ctrax_parse_int("train", opt, v, 0, 1LL << 40, &n)) return -1;
             a->steps = (long)n;
@@ -541,8 +547,7 @@ static void loop_options(train_run *r, const train_args *a, const ct_train_setti
 // a name that would be runs/ itself or another directory ('.gin', '..gin')
 // is refused.
 static ct_status output_dir(train_run *r, const train_args *a, ct_error *err) {
-    if (a->output_dir) {
-        if (!a->output_dir[0]) return ct_error_set(err, CT_ERR_ARG, "--output-dir is empty");
+    if (a->output_dir) {  // never empty: parse refused it as bad usage
         snprintf(r->output_dir, sizeof r->output_dir, "%s", a->output_dir);
         return CT_OK;
     }
@@ -815,15 +820,22 @@ static ct_status lock_output_dir(train_run *r, ct_error *err) {
     return CT_OK;
 }
 
-// Whether dir holds a checkpoint a run would resume from (the pointer or a model_* directory).
+// Whether the loop will resume from dir (or refuse what is there): the
+// same search as its restore (ct_checkpoint_find_latest), so a run that
+// starts at step 0 always sets the earlier run's files aside first. A name
+// alone is not enough: a file like Trax's model_500.pkl.gz, an empty
+// model_* directory or an unreadable pointer resumes nothing, and the new
+// run would then cut metrics.jsonl to step 0 and replace config.gin.
+// A search that fails counts as a checkpoint: the loop reports it, and
+// nothing is moved. Its warnings are left to the loop's own search.
 static bool has_checkpoint(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return false;
-    bool found = false;
-    for (struct dirent *e; !found && (e = readdir(d));)
-        found = !strcmp(e->d_name, "checkpoint") || !strncmp(e->d_name, "model_", 6);
-    closedir(d);
-    return found;
+    char name[CT_CHECKPOINT_NAME_MAX];
+    ct_error err;
+    ct_log_level level = ct_log_get_level();
+    ct_log_set_level(CT_LOG_ERROR);
+    ct_status st = ct_checkpoint_find_latest(dir, name, sizeof name, &err);
+    ct_log_set_level(level);
+    return st != CT_OK || name[0];
 }
 
 static int run_train(const train_args *a) {

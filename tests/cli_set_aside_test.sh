@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# A run that starts at step 0 sets an earlier run's files aside into
+# previous-<UTC time>/ even when the directory holds names that look like
+# checkpoints but resume nothing (Trax's model_<step>.pkl.gz, an empty
+# model_* directory): nothing of the earlier run is cut or overwritten.
+#   bash tests/cli_set_aside_test.sh build/ctrax
+ctrax=${1:?usage: cli_set_aside_test.sh CTRAX}
+source "$(dirname "$0")/cli_common.sh" cli_set_aside_test
+config="$(dirname "$0")/../configs/copy.gin"
+
+for odd in file dir; do
+    dir=$work/$odd
+    mkdir -p "$dir"
+    echo '# the earlier run' >"$dir/config.gin"
+    echo '{"step": 500, "mode": "train", "metric": "metrics/loss", "value": 1.5}' >"$dir/metrics.jsonl"
+    if [[ $odd == file ]]; then echo pickle >"$dir/model_500.pkl.gz"; else mkdir "$dir/model_500"; fi
+    if "$ctrax" train "$config" --steps 2 --output-dir "$dir" >"$work/out" 2>&1; then
+        ok "$odd: the run trained"
+    else
+        bad "$odd: the run failed: $(tail -1 "$work/out")"
+    fi
+    prev=$(find "$dir" -maxdepth 1 -name 'previous-*' | head -1)
+    if [[ -n $prev ]] && grep -q '"step": 500' "$prev/metrics.jsonl" 2>/dev/null &&
+        grep -q '# the earlier run' "$prev/config.gin" 2>/dev/null; then
+        ok "$odd: the earlier metrics.jsonl and config.gin are in previous-*/"
+    else
+        bad "$odd: the earlier run's files were not set aside: $(ls "$dir" | tr '\n' ' ')"
+    fi
+    if grep -q '"step": 500' "$dir/metrics.jsonl"; then
+        bad "$odd: the new metrics.jsonl holds the earlier run's lines"
+    else
+        ok "$odd: the new metrics.jsonl is the new run's alone"
+    fi
+done
+
+# A real checkpoint is still resumed, with nothing set aside.
+dir=$work/file
+"$ctrax" train "$config" --steps 3 --output-dir "$dir" >"$work/out" 2>&1
+n=$(find "$dir" -maxdepth 1 -name 'previous-*' | wc -l)
+if grep -q 'resuming from' "$work/out" && [[ $n == 1 ]]; then
+    ok "a checkpoint is resumed, nothing more set aside"
+else
+    bad "resume: $n previous-* directories; $(tail -1 "$work/out")"
+fi
+cli_done
