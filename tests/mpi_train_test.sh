@@ -76,6 +76,15 @@ run stop_resumed "$@" -np 2 "$ctrax" train "$config" --output-dir "$work/stop" -
 grep -q "^done: step $((stopped + 2))" "$work/stop_resumed.log" || fail "stop_resumed: $(tail -n 2 "$work/stop_resumed.log")"
 echo "  SIGTERM to mpirun: stopped at step $stopped with its checkpoint; resumed to $((stopped + 2))"
 
+# A process on another config (another model: gradient buckets of other
+# sizes, a heap corruption in MPI; another batch or seed: other rows or
+# other initial weights, silently) is refused at once, by name.
+"$@" -np 1 "$ctrax" train "$config" --output-dir "$work/mismatch" --steps 2 : \
+    -np 1 "$ctrax" train "$config" --output-dir "$work/mismatch" --steps 2 --set 'train.batch_size=4' >"$work/mismatch.log" 2>&1 && fail "mismatched configs ran"
+grep -q "process 1 builds another trainer than process 0 (rows per device: 2 here, 4 on process 0)" "$work/mismatch.log" ||
+    fail "mismatched configs: $(grep -v '^\[' "$work/mismatch.log" | tail -n 4)"
+echo "  a process with another batch size: refused"
+
 # Each REF:RUN pair: RUN's final weights against REF's.
 /usr/bin/python3 - "$work" one:local2 one:mpi2 one:mpi2x2 one_drawn:mpi2_drawn one:mpi2_per_host <<'PY' || fail "weights differ"
 import json, struct, sys

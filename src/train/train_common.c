@@ -99,6 +99,38 @@ static ct_status layout_slots(ct_trainer *t, ct_error *err) {
     return st;
 }
 
+// Every process must build the same trainer: a process with other weights
+// (another model) would send gradient buckets of other sizes (MPI then
+// corrupts memory), and one with another batch, optimizer or initial key
+// would train on other rows from other weights, silently. Each compares its
+// shape with the chief's, and all learn whether any differs.
+static ct_status same_everywhere(ct_trainer *t, ct_key init_key, int n_batch, ct_error *err) {
+    if (ct_comm_size(t->comm) <= 1) return CT_OK;
+    uint64_t mine[7] = {t->net.n_weights, t->net.n_params, t->n_slot_floats, (uint64_t)t->n_local,
+                        (uint64_t)n_batch, (uint64_t)t->device_rows, (uint64_t)init_key.w[0] << 32 | init_key.w[1]};
+    uint64_t chief[7];
+    memcpy(chief, mine, sizeof chief);
+    CT_TRY(ct_comm_broadcast(t->comm, chief, sizeof chief, 0, err));
+    static const char *what[7] = {"weights", "parameters", "optimizer slot floats", "local devices",
+                                  "batch items", "rows per device", "initial key (train.random_seed)"};
+    int bad = -1;
+    for (int i = 0; i < 7 && bad < 0; i++)
+        if (mine[i] != chief[i]) bad = i;
+    double n_bad = bad >= 0;
+    CT_TRY(ct_comm_allreduce_f64(t->comm, &n_bad, 1, err));
+    if (bad >= 0)
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s: process %d builds another trainer than process 0 (%s: %llu here, %llu on process 0): "
+                            "every process must run the same config",
+                            t->vt->who, ct_comm_rank(t->comm), what[bad], (unsigned long long)mine[bad],
+                            (unsigned long long)chief[bad]);
+    if (n_bad > 0)
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s: another process builds another trainer than process 0 (its error is in its output): "
+                            "every process must run the same config", t->vt->who);
+    return CT_OK;
+}
+
 ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *model, ct_layer *loss,
                              const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt, ct_key init_key,
                              ct_device *dev, ct_device *slab_dev, const ct_trainer_options *opts, ct_error *err) {
@@ -136,7 +168,8 @@ ct_status ct_train_base_init(ct_trainer *t, const ct_trainer_vt *vt, ct_layer *m
         return ct_error_set(err, CT_ERR_SHAPE, "%s: the loss layer %s must leave one f32 scalar on the stack", vt->who,
                             loss->name);
     CT_TRY(ct_chunked_loss_init(t, err));
-    return layout_slots(t, err);
+    CT_TRY(layout_slots(t, err));
+    return same_everywhere(t, init_key, n_batch, err);
 }
 
 void ct_train_dev_init(ct_trainer *t, int d, ct_train_dev *dev, ct_arena *arena, ct_ctx *ctx) {
