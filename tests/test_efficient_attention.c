@@ -34,8 +34,10 @@ static void test_gradients(void) {
     // T = 12, chunk 4: three chunks, so look-back and look-ahead wrap.
     ct_self_attention_params p = sa_params(2, 3, 4, true, 4, 1, 0);
     gradcheck_one("SelfAttention(causal, chunk 4, before 1)", p, &x, 1);
-    p.bias = true, p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
-    gradcheck_one("SelfAttention(causal, chunk 4, before 1, bias, dropout 0.2/0.1)", p, &x, 1);
+    // Output dropout 0.3: with the check's key it drops a channel of D = 6 (at 0.1 none is dropped,
+    // so a wrong output-dropout backward passed).
+    p.bias = true, p.attention_dropout = 0.2f, p.output_dropout = 0.3f;
+    gradcheck_one("SelfAttention(causal, chunk 4, before 1, bias, dropout 0.2/0.3)", p, &x, 1);
     p = sa_params(2, 3, 4, false, 4, 1, 1);
     gradcheck_one("SelfAttention(chunk 4, before 1, after 1)", p, &x, 1);
     p = sa_params(2, 3, 4, true, 4, 1, 0);
@@ -452,8 +454,8 @@ static void test_masked_gradients(void) {
     ct_self_attention_params p = sa_params(2, 3, 4, true, 4, 1, 0);
     p.masked = true;
     gradcheck_one("SelfAttention(masked, causal, chunk 4, before 1)", p, in, 2);
-    p.bias = true, p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
-    gradcheck_one("SelfAttention(masked, causal, chunk 4, before 1, bias, dropout 0.2/0.1)", p, in, 2);
+    p.bias = true, p.attention_dropout = 0.2f, p.output_dropout = 0.3f;
+    gradcheck_one("SelfAttention(masked, causal, chunk 4, before 1, bias, dropout 0.2/0.3)", p, in, 2);
     fill_mask(mf, (const int[]){0, 1, -1, 10, 11, -1});  // padding at 0 and 1: masked, not as Trax
     mask_to_i32(md, mf, B * T);
     p = sa_params(2, 3, 4, false, 4, 1, 1);

@@ -268,6 +268,20 @@ static void test_layer_norm_values(void) {
     CHECK(fixture_forward(&f, &wide, &out, 1) == CT_ERR_SHAPE);
     CHECK(strstr(f.err.msg, "LayerNorm (forward)") && strstr(f.err.msg, "(2,3) f32"));
     fixture_free(&f);
+
+    // A zero-width last axis: weights of 0 floats, an empty slab. Init and
+    // forward run (init filled the empty weights with memset(NULL, 0, 0),
+    // which UBSan stops on).
+    ct_layer *l = ct_layer_norm(1e-6f);
+    ct_tensor empty = ct_tensor_2d(CT_DTYPE_F32, 2, 0, x);
+    if (fixture_init_ok(&f, l, &empty, 1, false)) {
+        CHECK(f.net.n_weights == 0);
+        CHECK_OK(fixture_forward(&f, &empty, &out, 1), &f.err);
+        CHECK(out.shape[0] == 2 && out.shape[1] == 0);
+        ct_arena_reset(&f.arena);
+        fixture_free(&f);
+    }
+    ct_layer_free(l);
 }
 
 static void test_dropout(void) {

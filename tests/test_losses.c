@@ -281,6 +281,18 @@ static void test_l2_loss(void) {
     CHECK_NEAR(g[2], -2.0, 1e-7);
     CHECK(!null[0] && null[1] && null[2]);
     ct_layer_free(l);
+
+    // A weight-0 position adds nothing to the value or the gradient, even
+    // with a NaN or inf target there (the forward skipped it, the backward
+    // gave NaN).
+    float tbad[3] = {0, NAN, INFINITY}, w0[3] = {1, 0, 0};
+    in[1].data = tbad, in[2].data = w0;
+    l = ct_l2_loss();
+    CHECK_OK(eval_layer(l, in, 3, &v, g, null, &err), &err);
+    CHECK_NEAR(v, 1.0, 1e-7);
+    CHECK_NEAR(g[0], 2.0, 1e-7);
+    CHECK(g[1] == 0.0f && g[2] == 0.0f);
+    ct_layer_free(l);
 }
 
 // Trax's BinaryCrossEntropy: the mean of -(t log q + (1 - t) log(1 - q)),

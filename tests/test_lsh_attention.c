@@ -45,8 +45,10 @@ static void test_gradients(void) {
                   1);
     gradcheck_one("LSH(causal, chunk 2, before 1, R 3, nb from T)", lsh_params(3, 2, 3, true, 2, 1, 0, 3, 0, 0), &x, 1);
     ct_lsh_self_attention_params p = lsh_params(2, 3, 4, true, 4, 1, 0, 2, 4, 0);
-    p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
-    gradcheck_one("LSH(causal, chunk 4, before 1, R 2, nb 4, dropout 0.2/0.1)", p, &x, 1);
+    // Output dropout 0.3: with the check's key it drops a channel of D = 6 (at 0.1 none is dropped,
+    // so a wrong output-dropout backward passed).
+    p.attention_dropout = 0.2f, p.output_dropout = 0.3f;
+    gradcheck_one("LSH(causal, chunk 4, before 1, R 2, nb 4, dropout 0.2/0.3)", p, &x, 1);
     // One round (n_hashes 1, the default and Trax's): the output is the
     // round's own, so the backward gives the logsumexp no gradient (the
     // rounds' weights are all 1); T = 8 in chunks of 4, look-back wraps.
@@ -299,10 +301,10 @@ static void test_masked_gradients(void) {
     p = lsh_params(2, 3, 4, true, 4, 1, 0, 2, 2, 2);
     p.masked = true;
     gradcheck_one("LSH(masked, causal, chunk 4, before 1, R 2, nb {2, 2})", p, in, 2);
-    p.attention_dropout = 0.2f, p.output_dropout = 0.1f;
-    gradcheck_one("LSH(masked, causal, chunk 4, before 1, R 2, nb {2, 2}, dropout 0.2/0.1)", p, in, 2);
+    p.attention_dropout = 0.2f, p.output_dropout = 0.3f;
+    gradcheck_one("LSH(masked, causal, chunk 4, before 1, R 2, nb {2, 2}, dropout 0.2/0.3)", p, in, 2);
     p.n_hashes = 1;
-    gradcheck_one("LSH(masked, causal, chunk 4, before 1, R 1, nb {2, 2}, dropout 0.2/0.1)", p, in, 2);
+    gradcheck_one("LSH(masked, causal, chunk 4, before 1, R 1, nb {2, 2}, dropout 0.2/0.3)", p, in, 2);
 }
 
 // Output and input gradient of one training step on in (n_in inputs), on a

@@ -371,8 +371,9 @@ static int by_offset(const void *a, const void *b) {
 }
 
 static void fill(float *slab, const ct_param *p) {
-    float *w = slab + p->offset;
     size_t n = (size_t)ct_tensor_numel(&p->sig);
+    if (n == 0) return;  // a zero-width weight: the slab may be NULL (no memset(NULL, 0, 0))
+    float *w = slab + p->offset;
     const ct_tensor *s = &p->sig;
     switch (p->init.kind) {
     case CT_INIT_ZEROS:

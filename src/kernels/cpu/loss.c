@@ -154,8 +154,12 @@ void ct_l2_loss_forward(float *out, const float *outputs, const float *targets, 
 void ct_l2_loss_backward(float *doutputs, float dout, const float *outputs, const float *targets,
                          const float *weights, double wsum, int64_t N) {
     double k = 2.0 * dout / wsum;
-    for (int64_t n = 0; n < N; n++)
+    for (int64_t n = 0; n < N; n++) {
+        // As forward: a weight-0 position adds nothing, even a NaN or inf
+        // difference (0 * NaN would make the gradient NaN under a finite loss).
+        if (weights[n] == 0.0f) continue;
         doutputs[n] += (float)(k * weights[n] * ((double)outputs[n] - targets[n]));
+    }
 }
 
 void ct_binary_cross_entropy_forward(float *out, const float *x, const int32_t *t, int64_t N) {
