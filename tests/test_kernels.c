@@ -419,6 +419,35 @@ static void test_sum_squares(void) {
     }
 }
 
+// ct_row_exp_sum, which computes its exps a piece at a time: its sum is
+// its exps' in the stated order (element i in lane i % CT_LANES, lanes
+// added 0 to 7), the same bits without y, and at two addresses (the exps
+// too: a vector loop's peeling must not change them).
+static void test_row_exp_sum(void) {
+    for (int s = 0; s < N_SIZES; s++) {
+        int64_t n = k_sizes[s];
+        float *x = alloc_f(n + 1), *y = alloc_f(n + 1), *y0 = alloc_f(n + 1);
+        fill(x, n + 1, -20.0f, 20.0f);
+        for (int shift = 0; shift < 2; shift++) {
+            if (shift) memmove(x + 1, x, (size_t)n * sizeof(float));
+            if (shift) memcpy(y0, y, (size_t)n * sizeof(float));
+            float m, m_null;
+            double got = ct_row_exp_sum(x + shift, y + shift, n, &m);
+            double without_y = ct_row_exp_sum(x + shift, NULL, n, &m_null);
+            double lane[CT_LANES] = {0}, lanes = 0.0;
+            for (int64_t i = 0; i < n; i++) lane[i % CT_LANES] += y[shift + i];
+            for (int j = 0; j < CT_LANES; j++) lanes += lane[j];
+            CHECK_MSG(memcmp(&got, &lanes, sizeof got) == 0 && memcmp(&got, &without_y, sizeof got) == 0 &&
+                          (n == 0 || m == m_null),
+                      "row_exp_sum n %lld shift %d: %.17g, in lanes %.17g, without y %.17g", (long long)n, shift,
+                      got, lanes, without_y);
+            CHECK_MSG(!shift || memcmp(y0, y + 1, (size_t)n * sizeof(float)) == 0,
+                      "row_exp_sum n %lld: other exps at another address", (long long)n);
+        }
+        free(x), free(y), free(y0);
+    }
+}
+
 // ct_lanes_sum compiled as the kernels compile it: for the widest vectors
 // this CPU has (inline, so each clone vectorizes it at its own width).
 __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -574,6 +603,7 @@ int main(void) {
     test_gelu();
     test_layernorm();
     test_softmax();
+    test_row_exp_sum();
     test_cross_entropy();
     test_adam();
     test_sum_squares();

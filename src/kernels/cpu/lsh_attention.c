@@ -47,8 +47,12 @@ static lsh_work carve(float *w, const ct_lsh_dims *d, bool backward) {
 // Rotation dots per block of this many, so the sums sit in registers.
 #define HASH_BLOCK 32
 
-void ct_lsh_hash(float *buckets, const float *q, const float *mask, const float *rot, int64_t T, int64_t dk,
-                 int64_t R, const int *f, int n_f) {
+// (Compiled per vector width: the double dots ran 2 wide in the baseline
+// build. The clone is static and ct_lsh_hash a plain call to it, as
+// chunked_attention.c's row_probs.)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void lsh_hash(float *buckets, const float *q, const float *mask, const float *rot, int64_t T, int64_t dk,
+                     int64_t R, const int *f, int n_f) {
     int64_t n_rot = 0, NB = 1;
     for (int j = 0; j < n_f; j++) n_rot += f[j] / 2, NB *= f[j];
     const int64_t pad = NB;  // the padding bucket, one past the hashed ones
@@ -76,6 +80,7 @@ void ct_lsh_hash(float *buckets, const float *q, const float *mask, const float 
                     for (int64_t i = 0; i < dk; i++) {
                         const double qi = q[t * dk + i];
                         const float *rrow = rot + (i * R + r) * n_rot + c0 + c0b;
+#pragma omp simd
                         for (int64_t c = 0; c < nc; c++) z[c] += qi * rrow[c];
                     }
                     for (int64_t c = 0; c < nc; c++) {
@@ -89,6 +94,11 @@ void ct_lsh_hash(float *buckets, const float *q, const float *mask, const float 
             }
             buckets[r * T + t] = (float)(bucket + r * NB);
         }
+}
+
+void ct_lsh_hash(float *buckets, const float *q, const float *mask, const float *rot, int64_t T, int64_t dk,
+                 int64_t R, const int *f, int n_f) {
+    lsh_hash(buckets, q, mask, rot, T, dk, R, f, n_f);
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -122,7 +132,9 @@ static void sort_gather(lsh_work *k, const float *q, const float *v, const float
 
 // S (m, W) = sq_c sk_window^T, penalised by original position (k->keys:
 // the sorted rows' positions) and by the key's padding flag, each penalty
-// subtracted in the order causal, self, padding.
+// subtracted in the order causal, self, padding. (Per vector width: the
+// position compares are of int64s, which the baseline build leaves scalar.)
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static void dots(float *S, const lsh_work *k, int64_t c, const ct_lsh_dims *d) {
     const int64_t m = d->m, W = win_len(d), N = d->R * d->T / m, nw = 1 + d->before + d->after;
     const int64_t *pos = k->keys;

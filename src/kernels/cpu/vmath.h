@@ -79,6 +79,20 @@ static inline double ct_lanes_dot(const float *a, const float *b, int64_t n) {
     return ct_lanes_total(lane);
 }
 
+// lane[i % CT_LANES] += x[i] for i in [0, n): a row summed a piece at a
+// time, each piece starting at a multiple of CT_LANES, gives the bits of
+// one ct_lanes_sum over the whole row.
+static inline void ct_lanes_add(double lane[CT_LANES], const float *x, int64_t n) {
+    int64_t i0 = 0;  // whole groups of CT_LANES (a constant count vectorizes), then the rest
+    for (; i0 + CT_LANES <= n; i0 += CT_LANES) {
+        const int nj = CT_LANES;
+#pragma omp simd
+        for (int j = 0; j < nj; j++) lane[j] += x[i0 + j];
+    }
+    const int nj = (int)(n - i0);
+    for (int j = 0; j < nj; j++) lane[j] += x[i0 + j];
+}
+
 // The sum of x[0 .. n), in double, in CT_LANES lanes: as ct_lanes_dot.
 // A file that wants it at the widest vectors wraps it in its own
 // target_clones function with a name no other file uses (attention.c's
@@ -87,16 +101,7 @@ static inline double ct_lanes_dot(const float *a, const float *b, int64_t n) {
 // global symbol, so one wrapper here, static inline, fails to link twice.
 static inline double ct_lanes_sum(const float *x, int64_t n) {
     double lane[CT_LANES] = {0};
-    int64_t i0 = 0;
-    for (; i0 + CT_LANES <= n; i0 += CT_LANES) {
-        const int nj = CT_LANES;
-#pragma omp simd
-        for (int j = 0; j < nj; j++) lane[j] += x[i0 + j];
-    }
-    {
-        const int nj = (int)(n - i0);
-        for (int j = 0; j < nj; j++) lane[j] += x[i0 + j];
-    }
+    ct_lanes_add(lane, x, n);
     return ct_lanes_total(lane);
 }
 
