@@ -16,6 +16,7 @@
 //   - the device peak of a step of ReformerLM (vocab 256, T 4096, B 1) with
 //     and without chunking, memory-efficient and standard: chunked is lower,
 //     and step 1 peaks no higher than later steps.
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -433,6 +434,10 @@ int main(void) {
             test_equal(reformer, me, 5, 0.1f);  // label smoothing
         }
     test_equal(true, true, 1000, 0.0f);  // one chunk of every row
+    // So is the largest (train.loss_chunk_size = 2^63 - 1): rows + chunk
+    // once overflowed, no chunk ran and the step failed.
+    test_equal(false, false, INT64_MAX, 0.0f);
+    test_equal(true, true, INT64_MAX, 0.0f);
     test_dropout(false);
     test_dropout(true);
     test_refusals();

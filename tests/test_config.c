@@ -86,8 +86,8 @@ static void expect_error(const char *source, const char *text, const char *const
 
 static void test_value_types(void) {
     const char *text =
-        "# every kind of value, in a list any parameter of type list takes\n"
-        "train.metrics = [0x1F, -5, +7, 1_000, 1., .5, 1e-4, -2.5E+3, 0.0,\n"
+        "# every kind of value, in a list a parameter of type list takes (its builder checks the items)\n"
+        "MLP.layer_widths = [0x1F, -5, +7, 1_000, 1., .5, 1e-4, -2.5E+3, 0.0,\n"
         "    'single', \"double\", 'esc\\'\\n\\t\\\\\\x41', 'ab' \"cd\",  # adjacent strings join\n"
         "    True, False, None, @Adam, @trax.optimizers.SGD(), @eval/TransformerLM, %M,\n"
         "    [], (), (1,), (2), (3, 4), [[1], [2, [3]]], {'a': 1, 2: [3]}, {},\n"
@@ -101,14 +101,14 @@ static void test_value_types(void) {
     CHECK_OK(ct_config_parse_text(cfg, text, strlen(text), "types.gin", &err), &err);
     CHECK_OK(ct_config_validate(cfg, &err), &err);
     const ct_config_value *l = NULL;
-    CHECK_OK(ct_config_get_list(cfg, "train", "metrics", NULL, &l, &err), &err);
+    CHECK_OK(ct_config_get_list(cfg, "MLP", "layer_widths", NULL, &l, &err), &err);
     if (!l || l->n != 28) {
-        CHECK_MSG(0, "metrics list has %d items", l ? l->n : -1);
+        CHECK_MSG(0, "layer_widths list has %d items", l ? l->n : -1);
         ct_config_free(cfg);
         return;
     }
     const ct_config_value *it = l->items;
-    CHECK(l->kind == CT_CONFIG_LIST && !strcmp(l->file, "types.gin") && l->line == 2 && l->col == 17);
+    CHECK(l->kind == CT_CONFIG_LIST && !strcmp(l->file, "types.gin") && l->line == 2 && l->col == 20);
     CHECK(it[0].kind == CT_CONFIG_INT && it[0].i == 31);
     CHECK(it[1].kind == CT_CONFIG_INT && it[1].i == -5);
     CHECK(it[2].kind == CT_CONFIG_INT && it[2].i == 7);
@@ -149,11 +149,11 @@ static void test_value_types(void) {
     CHECK(strstr(gin, "'esc\\'\\n\\t\\\\A'") != NULL);
     CHECK(strstr(gin, "(1,)") != NULL && strstr(gin, "0.0001") != NULL && strstr(gin, "-2500.0") != NULL);
     char *again_text = ct_malloc(strlen(gin) + 32);
-    sprintf(again_text, "train.metrics = %s\n", gin);
+    sprintf(again_text, "MLP.layer_widths = %s\n", gin);
     ct_config *again = ct_config_new();
     CHECK_OK(ct_config_parse_text(again, again_text, strlen(again_text), "again", &err), &err);
     const ct_config_value *l2 = NULL;
-    CHECK_OK(ct_config_get_list(again, "train", "metrics", NULL, &l2, &err), &err);
+    CHECK_OK(ct_config_get_list(again, "MLP", "layer_widths", NULL, &l2, &err), &err);
     char *gin2 = l2 ? ct_config_value_to_gin(l2) : NULL;
     CHECK(gin2 && !strcmp(gin, gin2));
     ct_free(gin2);
@@ -427,6 +427,14 @@ static void test_errors(void) {
     EXPECT_ERROR("e.gin", "train.optimizer = @TransformerLM\n", "e.gin:1:1", "expects a reference to an optimizer",
                  "(a model)");
     EXPECT_ERROR("e.gin", "train.optimizer = 'Adam'\n", "e.gin:1:1", "expects a reference");
+    // train.metrics holds losses and metrics only: a model there once trained
+    // until its first eval, then failed there without naming the setting.
+    EXPECT_ERROR("e.gin", "train.metrics = [@WeightedCategoryAccuracy,\n  @TransformerLM]\n", "e.gin:1:1",
+                 "train.metrics expects a list of references to a loss or metric layer",
+                 "item 1 is @TransformerLM (a model) at e.gin:2:3");
+    EXPECT_ERROR("e.gin", "M = @Adam\ntrain.metrics = [%M]\n", "e.gin:2:1",
+                 "item 0 is @Adam (an optimizer) at e.gin:1:5");
+    EXPECT_ERROR("e.gin", "train.metrics = [1]\n", "e.gin:1:1", "item 0 is 1 (an int)");
     EXPECT_ERROR("e.gin", "TransformerLM.d_model = None\n", "e.gin:1:1", "cannot be None");
     EXPECT_ERROR("e.gin", "TransformerLM.dropout = 1.0\n", "e.gin:1:1", "must be < 1");
     EXPECT_ERROR("e.gin", "TransformerLM.n_heads = 0\n", "e.gin:1:1", "must be >= 1");
@@ -1674,6 +1682,7 @@ static int parse_exact(const char *text, size_t len) {
         ct_config_get_float(cfg, "TransformerLM", "dropout", 0.0, &f, &err);
         ct_config_get_reference(cfg, "train", "model", NULL, &s, &err);
         ct_config_get_list(cfg, "train", "metrics", NULL, &v, &err);
+        ct_config_get_list(cfg, "MLP", "layer_widths", NULL, &v, &err);
         ct_config_get_string(cfg, "train", "checkpoint_highest", NULL, &s, &err);
         ct_free(ct_config_operative_text(cfg));
     } else {
@@ -1695,7 +1704,7 @@ static void test_fuzz(void) {
         if (!texts[k]) return;
     }
     // lm.gin without its include, so that every prefix that ends cleanly parses.
-    const char *types = "train.metrics = [0x1F, -5, 1., .5, 1e-4, 'a\\n' \"b\", True, None, @Adam(), %M,\n"
+    const char *types = "MLP.layer_widths = [0x1F, -5, 1., .5, 1e-4, 'a\\n' \"b\", True, None, @Adam(), %M,\n"
                         "  (1,), (2), {'k': [1, (2, 3)]}, []]  # c\nM = \\\n 3\ntrain.steps = -0\n";
     texts[2] = strdup(types);
     lens[2] = strlen(types);
@@ -1897,6 +1906,17 @@ static void test_memory_budget(void) {
     snprintf(text, sizeof text, "%sTransformerLM.max_len = 2147483647\nTransformerLM.fixed_positions = True\n", tlm);
     expect_budget(text, run, CT_ERR_MEMORY,
                   (const char *[]){"TransformerLM.max_len = 2147483647", "positional table alone 128.0 GiB", NULL});
+    // RNNLM's (2 d_model, 4 d_model) kernels with d_model 2^31 - 1 pass 2^63
+    // floats: refused by their weights, their optimizer slots not counted
+    // (counting them overflowed an int64: UB, an abort under UBSan).
+    {
+        ct_config_run_shape rnn = {.model = "RNNLM", .optimizer = "Adam", .batch_size = 4};
+        expect_budget("RNNLM.d_model = 2147483647\nRNNLM.rnn_cell = 'LSTMCell'\n", rnn, CT_ERR_MEMORY,
+                      (const char *[]){"big.gin:1:1: RNNLM.d_model = 2147483647", NULL});
+        expect_budget("RNNLM.d_model = 2147483647\nRNNLM.rnn_cell = 'GRUCell'\nRNNLM.rnn_cell_d_state_multiplier = 1\n",
+                      rnn, CT_ERR_MEMORY,
+                      (const char *[]){"big.gin:1:1: RNNLM.d_model = 2147483647", NULL});
+    }
     // A batch: its activations (B x T tokens).
     snprintf(text, sizeof text, "%strain.batch_size = 16777216\n", tlm);
     run.batch_size = 16777216;
@@ -2215,6 +2235,14 @@ static void test_reformer_options(void) {
     EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (2, 3)\n"
                             "ReformerLM.pos_d_axial_embs = (3, 4)\n",
                             "r.gin:9:1: ReformerLM.pos_d_axial_embs sum to 7, not d_model 8");
+    // A product or sum past a C int is refused, not wrapped (the product once
+    // wrapped to 0 and the model was built, to fail at its first batch).
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (65536, 65536, 65536, 65536)\n"
+                            "ReformerLM.pos_d_axial_embs = (2, 2, 2, 2)\n",
+                            "r.gin:8:1: ReformerLM.pos_axial_shape multiplies to more than 2147483647 tokens");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (2, 3)\n"
+                            "ReformerLM.pos_d_axial_embs = (1073741824, 1073741824)\n",
+                            "r.gin:9:1: ReformerLM.pos_d_axial_embs sum to 2147483648, not d_model 8");
     EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (2, 3)\n"
                             "ReformerLM.pos_d_axial_embs = (8,)\n",
                             "r.gin:8:1: ReformerLM.pos_axial_shape = (2, 3) and r.gin:9:1: ReformerLM.pos_d_axial_embs "

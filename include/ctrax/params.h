@@ -16,7 +16,8 @@
 //            STRING (const char *), ENUM(t) (an enum t, stored as an int),
 //            REF(KIND) (const char *: the ctrax name of a configurable of
 //            KIND: MODEL, LAYER, OPTIMIZER, SCHEDULE, INPUT; None allowed),
-//            LIST (a gin list; UNSTORED only)
+//            LIST (a gin list; UNSTORED only), LIST_OF(KIND) (a gin list of
+//            references to configurables of KIND; UNSTORED only)
 //   default  a C expression of the field's type; for UNSTORED, gin text
 //   RANGE    ANY, AT_LEAST(x), POSITIVE (> 0), UNIT ([0, 1]), UNIT_OPEN ([0, 1)),
 //            RANGE(a, b) ([a, b]), checked when a config binds it

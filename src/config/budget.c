@@ -287,7 +287,10 @@ static totals plan_totals(const cfg_plan *p, const ct_optimizer *opt) {
     for (int i = 0; i < p->n_w; i++) {
         double numel = (double)p->w[i].shape[0] * (p->w[i].ndim == 2 ? (double)p->w[i].shape[1] : 1.0);
         t.weights += numel * p->w[i].count;
-        if (opt && p->w[i].count > 0) {
+        // A shape past 2^62 floats (RNNLM's (2 d_model, 4 d_model) with
+        // d_model near 2^31) is no tensor: its numel would overflow an
+        // int64; its weights alone refuse the run, its slots count as none.
+        if (opt && p->w[i].count > 0 && numel < 0x1p62) {
             ct_tensor sig = p->w[i].ndim == 2 ? ct_tensor_2d(CT_DTYPE_F32, p->w[i].shape[0], p->w[i].shape[1], NULL)
                                               : ct_tensor_1d(CT_DTYPE_F32, p->w[i].shape[0], NULL);
             t.slots += (double)ct_optimizer_slot_floats(opt, &sig) * p->w[i].count;

@@ -422,6 +422,13 @@ static void value_text(const ct_config_value *v, char *buf, size_t len) {
     ct_free(s);
 }
 
+// "a model or an optimizer": the kinds p's references may name.
+static void ref_kinds_text(const cfg_param *p, cfg_buf *out) {
+    for (int k = 0; k < CFG_N_KINDS; k++)
+        if (p->ref_kinds & CFG_KIND_BIT(k))
+            cfg_buf_printf(out, "%s%s", out->len ? " or " : "", cfg_kind_name((cfg_kind)k));
+}
+
 // Checks v (macros resolved) against p; on failure writes why ("expects an
 // int, got 'x' (a string)") and returns false.
 static bool check_value(const cfg_param *p, const ct_config_value *v, char *why, size_t len) {
@@ -460,14 +467,27 @@ static bool check_value(const cfg_param *p, const ct_config_value *v, char *why,
         const cfg_def *d = def_of_ref(v->s);
         if (d && !(p->ref_kinds & CFG_KIND_BIT(d->kind))) {
             cfg_buf kinds = {0};
-            for (int k = 0; k < CFG_N_KINDS; k++)
-                if (p->ref_kinds & CFG_KIND_BIT(k))
-                    cfg_buf_printf(&kinds, "%s%s", kinds.len ? " or " : "", cfg_kind_name((cfg_kind)k));
+            ref_kinds_text(p, &kinds);
             fmt_into(why, len, "expects a reference to %s, got %s (%s)", kinds.s ? kinds.s : "nothing", text,
                      cfg_kind_name(d->kind));
             ct_free(kinds.s);
             return false;
         }
+    }
+    // A list row with ref_kinds holds references of those kinds only
+    // (train.metrics: loss or metric layers, not a model or an optimizer).
+    for (int i = 0; p->type == CFG_LIST && p->ref_kinds && i < v->n; i++) {
+        const ct_config_value *it = &v->items[i];
+        const cfg_def *d = it->kind == CT_CONFIG_REFERENCE ? def_of_ref(it->s) : NULL;
+        if (d && (p->ref_kinds & CFG_KIND_BIT(d->kind))) continue;
+        char item[80];
+        value_text(it, item, sizeof item);
+        cfg_buf kinds = {0};
+        ref_kinds_text(p, &kinds);
+        fmt_into(why, len, "expects a list of references to %s, item %d is %s (%s) at %s:%d:%d", kinds.s, i, item,
+                 d ? cfg_kind_name(d->kind) : ct_config_kind_name(it->kind), it->file, it->line, it->col);
+        ct_free(kinds.s);
+        return false;
     }
     if (p->type == CFG_INT || p->type == CFG_FLOAT) {
         if (p->lo < p->hi) {

@@ -45,6 +45,7 @@
 #define CFG_TYPE_BOOL .type = CFG_BOOL
 #define CFG_TYPE_STRING .type = CFG_STRING
 #define CFG_TYPE_LIST .type = CFG_LIST
+#define CFG_TYPE_LIST_OF(kind) .type = CFG_LIST, .ref_kinds = CFG_KIND_BIT(CFG_##kind)
 #define CFG_TYPE_REF(kind) .type = CFG_REFERENCE, .ref_kinds = CFG_KIND_BIT(CFG_##kind), .none_ok = true
 #define CFG_FIELD(S, f) .has_field = true, .field = offsetof(S, f), .field_size = sizeof(((S *)0)->f)
 #define CFG_STORE_NONE(S, f, def) CFG_FIELD(S, f)

@@ -1,5 +1,7 @@
 // Trax's ReformerLM (models/reformer/reformer.py), decoder-only and
 // reversible (see models.h).
+#include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "ctrax/layers/combinators.h"
@@ -71,16 +73,23 @@ static ct_status check_positions(const ct_reformer_lm_params *p, ct_error *err) 
     if (p->pos_axial_n < 1 || p->pos_axial_n > CT_AXIAL_MAX_AXES)
         return ct_error_set(err, CT_ERR_ARG, "ReformerLM.pos_axial_shape: pos_type 'axial' needs 1 to %d axes, got %d",
                             CT_AXIAL_MAX_AXES, p->pos_axial_n);
-    int sum = 0;
+    // In 64 bits: 8 widths of up to 2^31 - 1 pass an int. The length (the
+    // product) is at most 2^31 - 1, as a batch's rows are.
+    int64_t sum = 0, length = 1;
     for (int k = 0; k < p->pos_axial_n; k++) {
         if (p->pos_axial_shape[k] < 1 || p->pos_d_axial_embs[k] < 1)
             return ct_error_set(err, CT_ERR_ARG, "ReformerLM.pos_axial_shape[%d] = %d, pos_d_axial_embs[%d] = %d: both "
                                                  "must be >= 1",
                                 k, p->pos_axial_shape[k], k, p->pos_d_axial_embs[k]);
+        if (length > INT_MAX / p->pos_axial_shape[k])
+            return ct_error_set(err, CT_ERR_ARG, "ReformerLM.pos_axial_shape multiplies to more than %d tokens",
+                                INT_MAX);
+        length *= p->pos_axial_shape[k];
         sum += p->pos_d_axial_embs[k];
     }
     if (sum != p->d_model)
-        return ct_error_set(err, CT_ERR_ARG, "ReformerLM.pos_d_axial_embs sum to %d, not d_model %d", sum, p->d_model);
+        return ct_error_set(err, CT_ERR_ARG, "ReformerLM.pos_d_axial_embs sum to %lld, not d_model %d", (long long)sum,
+                            p->d_model);
     return CT_OK;
 }
 

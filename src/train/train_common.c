@@ -823,7 +823,7 @@ static ct_status chunk_forward(const ct_chunked_loss *cl, ct_ctx *c, const ct_te
 
 ct_status ct_chunked_loss_forward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *in, ct_key key,
                                   ct_tensor *loss, double *weight, ct_error *err) {
-    int64_t rows = part_rows(&in[0]), n_chunks = rows > 0 ? (rows + cl->rows - 1) / cl->rows : 0;
+    int64_t rows = part_rows(&in[0]), n_chunks = rows > 0 ? (rows - 1) / cl->rows + 1 : 0;
     *loss = ct_tensor_make(CT_DTYPE_F32, 0, NULL, NULL);
     CT_TRY(ct_ctx_alloc(c, loss, err));
     bool record = c->record;
@@ -853,7 +853,7 @@ ct_status ct_chunked_loss_forward(const ct_chunked_loss *cl, ct_ctx *c, const ct
 
 ct_status ct_chunked_loss_backward(const ct_chunked_loss *cl, ct_ctx *c, const ct_tensor *in, ct_key key, float seed,
                                    double weight, ct_tensor *grad_in, ct_error *err) {
-    int64_t rows = part_rows(&in[0]), n_chunks = rows > 0 ? (rows + cl->rows - 1) / cl->rows : 0;
+    int64_t rows = part_rows(&in[0]), n_chunks = rows > 0 ? (rows - 1) / cl->rows + 1 : 0;
     int64_t d = in[0].shape[in[0].ndim - 1];
     for (int k = 0; k < cl->n_in; k++) grad_in[k] = ct_tensor_sig(&in[k]);
     CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));

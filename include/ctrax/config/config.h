@@ -250,7 +250,8 @@ ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch
       "Trax's older spelling: @constant() (a call, as Trax's older configs write it) means lr_schedule_fn = @constant") \
     X(REF(INPUT), inputs, NULL, ANY, NONE,                                                                        \
       "the training and eval streams; unbound with data_streams.dataset_name bound: @batcher (Trax's default)")   \
-    X(LIST, metrics, "[@WeightedCategoryAccuracy]", ANY, UNSTORED_NULLABLE, "eval metrics: a list of @layers")   \
+    X(LIST_OF(LAYER), metrics, "[@WeightedCategoryAccuracy]", ANY, UNSTORED_NULLABLE,                             \
+      "eval metrics: a list of @layers (losses and metrics)")                                                     \
     X(INT64, steps, 1000, AT_LEAST(0), NONE, "training steps")                                                   \
     X(INT64, batch_size, 32, AT_LEAST(1), NONE, "examples per step")                                             \
     X(INT64, eval_frequency, 100, AT_LEAST(0), NONE, "steps between evals (0: none)")                            \
