@@ -86,6 +86,13 @@ rc=$?
 rc=$?
 ((rc == 2)) && grep -q -- "--threads expects" "${TMPDIR:-/tmp}/cli_system_err.$$" && ok "--threads 0: exit 2" ||
     bad "--threads 0: exit $rc"
+# stdout on a full disk: exit 1 saying so, not a listing that looks complete.
+if [[ -c /dev/full ]]; then
+    "$ctrax" info --system --threads 1 >/dev/full 2>"${TMPDIR:-/tmp}/cli_system_err.$$"
+    rc=$?
+    ((rc == 1)) && grep -q "writing to stdout failed" "${TMPDIR:-/tmp}/cli_system_err.$$" &&
+        ok "--system >/dev/full: exit 1" || bad "--system >/dev/full: exit $rc"
+fi
 rm -f "${TMPDIR:-/tmp}/cli_system_err.$$"
 "$ctrax" info --help | grep -q -- "--system" && ok "info --help lists --system" || bad "info --help lacks --system"
 

@@ -174,6 +174,11 @@ if command -v rsvg-convert >/dev/null; then
 else
     echo "plot: rsvg-convert not installed, rendering not checked"
 fi
+# Zeros where a crash left a line (or a NUL inside one): skipped with the
+# warning, not read as a blank line (or as the line's first object alone).
+{ head -n 2 "$run10/metrics.jsonl"; head -c 64 /dev/zero; echo; head -n 1 "$run10/metrics.jsonl" | tr -d '\n'
+  printf '\0'; head -n 1 "$run10/metrics.jsonl"; } >"$tmp/zeros.jsonl"
+expect_exit 0 "skipped 2 line\(s\) .*\(the first: line 3: " plot "$tmp/zeros.jsonl" -o "$tmp/zeros.svg"
 expect_exit 1 "has no metric 'nope'; it has: metrics/loss" plot "$run10" --metrics nope
 expect_exit 1 "cannot open" plot "$tmp/nowhere.jsonl"
 echo '{"step": 1, "mode": "train", "metric": "training/loss", "value": 1}' >"$tmp/nometrics.jsonl"
@@ -264,6 +269,22 @@ if cmp -s "$tmp/out" "$tmp/eval10"; then ok; else bad "eval is not deterministic
 # An earlier checkpoint has other weights: other numbers.
 expect_exit 0 "" eval "$run10" --name model_2
 if ! cmp -s "$tmp/out" "$tmp/eval10"; then ok; else bad "eval of model_2 printed model_6's numbers"; fi
+
+# ---- stdout on a full disk --------------------------------------------------------
+# Each command exits 1 saying so: a lost result must not look done (plot's
+# SVG and sample --raw's bytes failed inside fputs and the per-byte
+# flushes, leaving the last fflush nothing to fail on; info never checked).
+if [[ -c /dev/full ]]; then
+    for args in "info $run10" "eval $run10" "plot $run10 -o -" "sample $run10 --length 30 --raw" \
+        "sample $run256 --prompt-file $tmp/prompt0 --length 0 --raw"; do
+        # shellcheck disable=SC2086 # the words of args
+        "$driver" $args >/dev/full 2>"$tmp/err"
+        rc=$?
+        if [[ $rc == 1 ]] && grep -q "writing to stdout failed" "$tmp/err"; then ok; else
+            bad "'$args' >/dev/full exited $rc: $(cat "$tmp/err")"
+        fi
+    done
+fi
 
 echo "test_cli_tools: $passed passed, $failed failed"
 ((failed == 0))

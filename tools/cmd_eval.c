@@ -108,6 +108,17 @@ static int evaluate(const eval_opts *o) {
     }
     if (o->steps > 0) eval_steps = o->steps;
     if (eval_steps < 1) eval_steps = 1;
+    // A checkpoint's config may be anyone's: a model or batch that cannot fit
+    // is refused from the settings, naming them, as `ctrax train` refuses it,
+    // before the inputs allocate the batch. Here one process on one device
+    // evaluates the whole batch; no optimizer slots.
+    ct_config_run_shape shape = {.model = model_name, .inputs = inputs_name, .batch_size = batch_size,
+                                 .memory_efficient = ts.use_memory_efficient_trainer,
+                                 .loss_chunk_size = ts.loss_chunk_size};
+    if (ct_config_check_memory(cfg, &shape, NULL, &err) != CT_OK) {
+        fail("the checkpoint's config", &err);
+        goto done;
+    }
     if (ct_config_build_inputs(cfg, inputs_name, batch_size, (uint64_t)seed, &train, &eval, &err) != CT_OK) {
         fail("building the inputs", &err);
         goto done;
@@ -136,7 +147,8 @@ static int evaluate(const eval_opts *o) {
             (long long)ct_checkpoint_step(c), (long long)eval_steps, (long long)batch_size,
             ct_stream_describe(eval, desc, sizeof desc));
     if (run_evaluator(c, model, &ev, (uint64_t)seed) != CTRAX_EXIT_OK) goto done;
-    rc = fflush(stdout) == 0 ? CTRAX_EXIT_OK : CTRAX_EXIT_ERROR;
+    if (fflush(stdout) == 0 && !ferror(stdout)) rc = CTRAX_EXIT_OK;
+    else fprintf(stderr, "ctrax eval: writing to stdout failed\n");
 done:
     for (int m = 0; m < CT_EVAL_MAX_METRICS; m++) ct_layer_free(ev.metrics[m]);
     ct_layer_free(model);

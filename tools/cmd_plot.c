@@ -125,10 +125,10 @@ typedef struct skips {
     char first_why[CT_ERROR_MSG_MAX];
 } skips;
 
-// Adds the metrics line `line` (number line_no of path) to m, or counts it
-// in sk when it is not one. False after a message when memory runs out.
-static bool read_line(const char *path, char *line, int line_no, metrics *m, skips *sk) {
-    size_t n = strlen(line);
+// Adds the metrics line `line` (n bytes, number line_no of path) to m, or
+// counts it in sk when it is not one (a NUL in it too: a file a crash left
+// zeros in). False after a message when memory runs out.
+static bool read_line(const char *path, char *line, size_t n, int line_no, metrics *m, skips *sk) {
     if (strspn(line, " \t\r") == n) return true;
     char what[4200];
     snprintf(what, sizeof what, "%s:%d", path, line_no);
@@ -172,10 +172,14 @@ static int read_metrics(const char *path, metrics *m) {
     skips sk = {0};
     bool ok = true;
     for (char *line = text, *next; ok && line < text + len; line = next) {
-        next = memchr(line, '\n', (size_t)(text + len - line));  // a NUL in the file must not end the scan
-        if (next) *next++ = '\0';
-        else next = text + len;
-        ok = read_line(path, line, ++line_no, m, &sk);
+        char *end = memchr(line, '\n', (size_t)(text + len - line));  // a NUL in the file must not end the scan
+        if (end) {
+            *end = '\0';
+            next = end + 1;
+        } else {
+            end = next = text + len;
+        }
+        ok = read_line(path, line, (size_t)(end - line), ++line_no, m, &sk);
     }
     free(text);
     if (ok && sk.n)
@@ -548,6 +552,12 @@ static bool is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// Are a and b one file (a link or a name for the other)?
+static bool same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 static int plot(const char *input, const char *output, const char *request) {
     char jsonl[4096], out_path[4096];
     if (is_dir(input)) snprintf(jsonl, sizeof jsonl, "%s/metrics.jsonl", input);
@@ -557,6 +567,11 @@ static int plot(const char *input, const char *output, const char *request) {
         if (slash) snprintf(out_path, sizeof out_path, "%.*s/metrics.svg", (int)(slash - jsonl), jsonl);
         else snprintf(out_path, sizeof out_path, "metrics.svg");
         output = out_path;
+    }
+    // -o naming the metrics file would replace a run's metrics by the SVG.
+    if (strcmp(output, "-") && same_file(jsonl, output)) {
+        fprintf(stderr, "ctrax plot: -o %s is the metrics file it reads: refusing to write the SVG over it\n", output);
+        return CTRAX_EXIT_ERROR;
     }
     metrics m = {0};
     names panels = {0};
@@ -574,8 +589,8 @@ static int plot(const char *input, const char *output, const char *request) {
     bool to_stdout = !strcmp(output, "-");
     ct_error err;
     if (to_stdout) {
-        fputs(svg, stdout);
-        if (fflush(stdout) != 0) {
+        // A write that failed inside fputs leaves nothing for fflush to fail on.
+        if (fputs(svg, stdout) == EOF || fflush(stdout) != 0 || ferror(stdout)) {
             fprintf(stderr, "ctrax plot: writing to stdout failed\n");
             rc = CTRAX_EXIT_ERROR;
         }
