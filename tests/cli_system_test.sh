@@ -86,6 +86,12 @@ rc=$?
 rc=$?
 ((rc == 2)) && grep -q -- "--threads expects" "${TMPDIR:-/tmp}/cli_system_err.$$" && ok "--threads 0: exit 2" ||
     bad "--threads 0: exit $rc"
+# Under taskset the cpu line says how many cores are this process's.
+if command -v taskset >/dev/null && (($(nproc --all) >= 2)); then
+    out=$(taskset -c 0 "$ctrax" info --system --threads 1 2>&1)
+    grep -q "^cpu .* cores online, 1 for this process)" <<<"$out" && ok "taskset -c 0: 1 core for this process" ||
+        bad "taskset -c 0: $(grep '^cpu' <<<"$out")"
+fi
 # stdout on a full disk: exit 1 saying so, not a listing that looks complete.
 if [[ -c /dev/full ]]; then
     "$ctrax" info --system --threads 1 >/dev/full 2>"${TMPDIR:-/tmp}/cli_system_err.$$"

@@ -216,6 +216,14 @@ if [[ $n == 52 ]]; then ok; else bad "--raw: $n bytes, expected 52"; fi
 expect_exit 0 "context 4" sample "$run256" --prompt "abcdefgh" --length 25 --context 4 --top-k 1
 n=$(wc -c <"$tmp/out")
 if [[ $n == 34 ]]; then ok; else bad "--context 4: $n bytes, expected 34"; fi
+# A prompt that reads like --threads is the prompt (the --threads of eval,
+# sample and info --system was once taken out of argv before the command
+# read it); --threads after it still applies.
+expect_exit 0 "" sample "$run256" --prompt "--threads=1" --length 3 --seed 3 --raw --threads 1
+n=$(wc -c <"$tmp/out")
+if [[ $n == 14 && $(head -c 11 "$tmp/out") == --threads=1 ]]; then ok; else bad "--prompt --threads=1: $(cat "$tmp/out")"; fi
+expect_exit 2 "--threads expects" sample "$run256" --prompt x --threads 0
+expect_exit 2 "--threads expects" eval "$run256" --threads=0
 expect_exit 0 "sampling 0 bytes" sample "$run256" --prompt "just this" --length 0
 has "$tmp/out" "^just this$"
 # Text output passes valid UTF-8 only (RFC 3629): an overlong E0 80 80 and

@@ -380,3 +380,12 @@ int ctrax_parse_threads(const char *cmd, const char *value, int *out) {
     *out = (int)n;
     return 0;
 }
+
+int ctrax_opt_threads(const char *cmd, int argc, char **argv, int *i) {
+    const char *v;
+    int r = ctrax_opt_value(cmd, argc, argv, i, "--threads", &v), n;
+    if (r <= 0) return r;
+    if (ctrax_parse_threads(cmd, v, &n)) return -1;
+    ct_blas_set_threads(n);
+    return 1;
+}

@@ -169,6 +169,10 @@ int ctrax_cmd_eval(int argc, char **argv) {
             return CTRAX_EXIT_OK;
         }
         int r;
+        if ((r = ctrax_opt_threads("eval", argc, argv, &i))) {
+            if (r < 0) return CTRAX_EXIT_USAGE;
+            continue;
+        }
         if ((r = ctrax_opt_value("eval", argc, argv, &i, "--steps", &v))) {
             if (r < 0 || ctrax_parse_int("eval", "--steps", v, 1, 1 << 24, &o.steps)) return CTRAX_EXIT_USAGE;
             continue;

@@ -1,6 +1,8 @@
 // ctrax info: what a checkpoint holds.
+#define _GNU_SOURCE  // sched_getaffinity, CPU_COUNT
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,7 +383,11 @@ static int system_info(void) {
     char model[256], blas[512], threads[256];
     if (!cpuinfo_field("model name", model, sizeof model)) snprintf(model, sizeof model, "(unknown: no /proc/cpuinfo)");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    printf("cpu          %s (%ld cores online)\n", model, cores);
+    // Under taskset or a container's CPU set, fewer than those are ours.
+    cpu_set_t mine;
+    int usable = sched_getaffinity(0, sizeof mine, &mine) == 0 ? CPU_COUNT(&mine) : (int)cores;
+    if (usable < cores) printf("cpu          %s (%ld cores online, %d for this process)\n", model, cores, usable);
+    else printf("cpu          %s (%ld cores online)\n", model, cores);
     bool have_flags = cpuinfo_field("flags", flags, sizeof flags);
     printf("features    ");
     int missing = 0;
@@ -415,17 +421,20 @@ int ctrax_cmd_info(int argc, char **argv) {
     const ctrax_args args = {"info", usage, options, 1, "checkpoint", "CHECKPOINT_DIR_OR_OUTPUT_DIR"};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--system")) continue;
-        // --system describes the machine: no checkpoint, no --name.
+        // --system describes the machine: no checkpoint, no --name; --threads
+        // sets its sgemm's threads.
         for (int k = 1; k < argc; k++) {
             if (!strcmp(argv[k], "-h") || !strcmp(argv[k], "--help")) {
                 usage(stdout);
                 return CTRAX_EXIT_OK;
             }
-            if (k != i) return ctrax_usage_error("info", "--system takes no other argument, got '%s'", argv[k]);
+            int r = k == i ? 0 : ctrax_opt_threads("info", argc, argv, &k);
+            if (r < 0) return CTRAX_EXIT_USAGE;
+            if (k != i && r == 0) return ctrax_usage_error("info", "--system takes no other argument, got '%s'", argv[k]);
         }
         return system_info();
     }
-    // main takes --threads out of argv only with --system.
+    // A checkpoint's info computes nothing: --threads would do nothing.
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--threads") || !strncmp(argv[i], "--threads=", 10))
             return ctrax_usage_error("info", "--threads goes with --system (its sgemm's threads): a checkpoint's info "

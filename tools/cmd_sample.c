@@ -351,7 +351,11 @@ int ctrax_cmd_sample(int argc, char **argv) {
         static const char *const value_opts[] = {"--prompt", "--prompt-file", "--name",    "--length",
                                                  "--temperature", "--top-k", "--seed", "--context"};
         const char *opt = NULL;
-        int r = 0, bad = 0;
+        int r = ctrax_opt_threads("sample", argc, argv, &i), bad = 0;
+        if (r) {
+            if (r < 0) return CTRAX_EXIT_USAGE;
+            continue;
+        }
         for (size_t k = 0; k < sizeof value_opts / sizeof *value_opts && !r; k++)
             if ((r = ctrax_opt_value("sample", argc, argv, &i, value_opts[k], &v))) opt = value_opts[k];
         if (r < 0) return CTRAX_EXIT_USAGE;

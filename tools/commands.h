@@ -136,6 +136,12 @@ char *ctrax_sgemm_describe(int64_t M, int64_t K, int64_t N, double seconds, char
 // "ctrax CMD: --threads expects ..." on stderr.
 #define CTRAX_MAX_THREADS 4096
 int ctrax_parse_threads(const char *cmd, const char *value, int *out);
+// `--threads N` (or --threads=N) at argv[*i], for a command that computes
+// (eval, sample, info --system): parsed and applied, the same count for
+// ctrax's loops and the GEMM as train's. As ctrax_opt_value: 1 taken, 0
+// another argument, -1 after a message. (Each command reads it in its own
+// loop, so another option's value, a prompt say, is never taken for it.)
+int ctrax_opt_threads(const char *cmd, int argc, char **argv, int *i);
 
 // The eval metrics of a training config, the same for `train` and `eval`:
 // the loss (train.loss_fn, reported as "loss"), then each of train.metrics

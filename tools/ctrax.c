@@ -989,29 +989,6 @@ static void prepare_environment(char **argv) {
     if (wait) unsetenv("GOMP_SPINCOUNT");
 }
 
-// `--threads N` (or --threads=N) of a command that computes (eval, sample,
-// info --system), taken out of argv before the command reads it and
-// applied: the same count for ctrax's loops and the GEMM as train's.
-// 0 ok, EXIT_USAGE after a message.
-static int take_threads(const char *cmd, int *argc, char **argv) {
-    for (int i = 1; i < *argc; i++) {
-        int start = i;
-        const char *v;
-        int r = ctrax_opt_value(cmd, *argc, argv, &i, "--threads", &v);
-        if (r < 0) return EXIT_USAGE;
-        if (r == 0) continue;
-        int n;
-        if (ctrax_parse_threads(cmd, v, &n)) return EXIT_USAGE;
-        ct_blas_set_threads(n);
-        int taken = i - start + 1;
-        memmove(argv + start, argv + i + 1, (size_t)(*argc - i - 1) * sizeof *argv);
-        *argc -= taken;
-        argv[*argc] = NULL;
-        i = start - 1;
-    }
-    return 0;
-}
-
 int main(int argc, char **argv) {
     prepare_environment(argv);
     // OpenMP read OMP_NUM_THREADS when it loaded; --threads has the same
@@ -1038,16 +1015,10 @@ int main(int argc, char **argv) {
         if (r) return r;
         return run_train(&a);
     }
-    int n = argc - 1;
-    // info computes only with --system: there --threads sets its sgemm's
-    // threads; on a checkpoint it would do nothing, so the parser refuses it.
-    bool system = false;
-    for (int i = 2; i < argc; i++) system |= !strcmp(argv[i], "--system");
-    bool computes = !strcmp(cmd, "eval") || !strcmp(cmd, "sample") || (!strcmp(cmd, "info") && system);
-    if (computes && take_threads(cmd, &n, argv + 1)) return EXIT_USAGE;
-    if (!strcmp(cmd, "eval")) return ctrax_cmd_eval(n, argv + 1);
-    if (!strcmp(cmd, "sample")) return ctrax_cmd_sample(n, argv + 1);
-    if (!strcmp(cmd, "info")) return ctrax_cmd_info(n, argv + 1);
+    // eval, sample and info --system read --threads themselves.
+    if (!strcmp(cmd, "eval")) return ctrax_cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sample")) return ctrax_cmd_sample(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return ctrax_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot")) return ctrax_cmd_plot(argc - 1, argv + 1);
     fprintf(stderr, "ctrax: unknown command '%s'\n\n", cmd);
     usage(stderr);
