@@ -18,7 +18,8 @@
 // T 128, batch 16; B d_model 512, 6 layers, 8 heads, d_ff 2048, T 256,
 // batch 8; C d_model 256, 2 layers, 4 heads, d_ff 1024, T 2048, batch 2.
 // Always vocabulary 256 (bytes), dropout 0 (so no dropout work on either
-// side: PyTorch's model has no dropout layers), sinusoid positions,
+// side: PyTorch's model has no dropout layers), Trax's PositionalEncoding
+// (a trainable table started at the sinusoids; PyTorch's too),
 // max_len T, Adam (ctrax's defaults: lr 1e-4, b1 0.9, b2 0.999, eps 1e-5,
 // weight decay 1e-5), WeightedCategoryCrossEntropy with every weight 1.
 //

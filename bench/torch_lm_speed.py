@@ -3,7 +3,8 @@
 
 Trains, in PyTorch (Debian's python3-torch, CPU), the model build/bench_lm_speed
 trains in ctrax -- ctrax's TransformerLM (include/ctrax/models/models.h):
-  ShiftRight(1), Embedding(256, d), sinusoid PositionalEncoding,
+  ShiftRight(1), Embedding(256, d), PositionalEncoding (a trainable table
+  started at the sinusoids, as Trax's),
   n_layers x [x + CausalAttention(LayerNorm(x)), x + FF(LayerNorm(x))],
   LayerNorm, Dense(256)
 with CausalAttention = Dense q, k, v (with biases), scaled dot products under
@@ -139,12 +140,15 @@ def worker(a):
         def __init__(self):
             super().__init__()
             self.embed = nn.Embedding(VOCAB, d)
-            # Trax's sinusoid table: sin on even features, cos on odd.
+            # Trax's PositionalEncoding (ctrax's default): a trainable
+            # (max_len, d) table started at the sinusoids, sin on even
+            # features, cos on odd -- a weight with its gradient and Adam
+            # update, as on the ctrax side (T * d weights).
             pos = torch.arange(T, dtype=torch.float32)[:, None]
             div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
             pe = torch.zeros(T, d)
             pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * div), torch.cos(pos * div)
-            self.register_buffer("pe", pe)
+            self.pe = nn.Parameter(pe)
             self.blocks = nn.ModuleList(Block() for _ in range(layers))
             self.ln = nn.LayerNorm(d, eps=1e-6)
             self.out = nn.Linear(d, VOCAB)
@@ -209,6 +213,9 @@ def table(path):
               f"{tokens:,} tokens per step")
         print("  model FLOPs per token: " + ", ".join(f"{f / 1e6:.2f} M" for f in sorted(fpt))
               + ("" if len(fpt) == 1 else "  (MISMATCH between the sides)"))
+        nw = {r["n_weights"] for r in train}
+        print("  weights: " + ", ".join(f"{n:,}" for n in sorted(nw))
+              + ("" if len(nw) == 1 else "  (MISMATCH between the sides)"))
         kernels = sorted({r["blas_core"] for r in rs})
         print("  OpenBLAS kernel: " + ", ".join(kernels) + ("" if len(kernels) == 1 else "  (NOT THE SAME)"))
         for impl in ("ctrax", "torch"):
