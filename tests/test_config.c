@@ -507,6 +507,156 @@ static void test_errors(void) {
     ct_config_free(cfg);
 }
 
+// ---- Values as Python reads them (gin parses values with Python's literal syntax) ---------------
+
+// Parses "MLP.layer_widths = list" as py.gin and returns the list (NULL
+// after a failed CHECK); *cfg is to be freed.
+static const ct_config_value *parse_list(const char *list, ct_config **cfg) {
+    char *text = ct_malloc(strlen(list) + 64);
+    sprintf(text, "MLP.layer_widths = %s\n", list);
+    *cfg = ct_config_new();
+    ct_error err = {0};
+    const ct_config_value *l = NULL;
+    ct_status st = ct_config_parse_text(*cfg, text, strlen(text), "py.gin", &err);
+    if (st == CT_OK) st = ct_config_validate(*cfg, &err);
+    if (st == CT_OK) st = ct_config_get_list(*cfg, "MLP", "layer_widths", NULL, &l, &err);
+    CHECK_MSG(st == CT_OK, "%s: %s", text, err.msg);
+    ct_free(text);
+    return st == CT_OK ? l : NULL;
+}
+
+// Python's escapes: 'a\101' is aA (it was a\101); \x, \u and \U are code
+// points, written as UTF-8; r'' keeps its backslashes. What Python refuses,
+// and a NUL, which a C string cannot hold, are errors at the escape.
+static void test_string_escapes(void) {
+    ct_config *cfg;
+    const ct_config_value *l = parse_list("['a\\101', '\\a\\b\\f\\v', '\\x41\\xe9', '\\u00e9\\U0001F600', "
+                                          "'\\7\\1018\\777', '\\q\\8',\n"
+                                          "  r'a\\d\\'', R\"\\n\", u'x', 'con\\\ntinued', 'next']",
+                                          &cfg);
+    static const char *const want[] = {
+        "aA", "\a\b\f\v", "A\xc3\xa9", "\xc3\xa9\xf0\x9f\x98\x80", "\x07" "A8\xc7\xbf",  // U+00E9, U+1F600, U+01FF
+        "\\q\\8", "a\\d\\'", "\\n", "x", "continued", "next"};
+    int n = (int)(sizeof want / sizeof want[0]);
+    CHECK_MSG(l && l->n == n, "%d items, want %d", l ? l->n : -1, n);
+    for (int i = 0; l && i < l->n && i < n; i++)
+        CHECK_MSG(l->items[i].kind == CT_CONFIG_STRING && !strcmp(l->items[i].s, want[i]), "item %d is '%s', want '%s'",
+                  i, l->items[i].s ? l->items[i].s : "(not a string)", want[i]);
+    // After a string continued past a line end, lines and columns count on.
+    CHECK(l && l->n == n && l->items[10].line == 3 && l->items[10].col == 10);
+    if (l) {  // written back as gin, it reads the same
+        char *gin = ct_config_value_to_gin(l);
+        ct_config *again;
+        const ct_config_value *l2 = parse_list(gin, &again);
+        char *gin2 = l2 ? ct_config_value_to_gin(l2) : NULL;
+        CHECK_MSG(gin2 && !strcmp(gin, gin2), "%s read back is %s", gin, gin2 ? gin2 : "an error");
+        ct_free(gin2);
+        ct_free(gin);
+        ct_config_free(again);
+    }
+    ct_config_free(cfg);
+
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = 'ab\\x4'\n", "s.gin:1:31", "invalid escape '\\x4'",
+                 "\\x takes exactly 2 hex digits");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = '\\u12g4'\n", "s.gin:1:29", "\\u takes exactly 4 hex digits");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = '\\ud800'\n", "s.gin:1:29", "'\\ud800'", "surrogate");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = '\\U00110000'\n", "s.gin:1:29", "'\\U00110000'",
+                 "past the last Unicode code point U+10FFFF");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = 'a\\0'\n", "s.gin:1:30", "'\\0'", "NUL");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = '\\x00'\n", "s.gin:1:29", "NUL");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = '\\N{EN DASH}'\n", "s.gin:1:29", "\\N{...}", "not supported");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = b'x'\n", "s.gin:1:28",
+                 "bytes literals (b'...') are not supported");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = f'x'\n", "s.gin:1:28", "f-strings");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = r'x\\'\n", "s.gin:1:29", "unterminated string");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = 'a\\\nb\n", "s.gin:1:28", "unterminated string");
+}
+
+// Python 3's number literals: prefixes 0x 0o 0b, '_' between digits. 017 is
+// a SyntaxError there (it was read as 17) and 1__0 one (it was 10).
+static void test_number_literals(void) {
+    ct_config *cfg;
+    const ct_config_value *l = parse_list("[0o17, 0O17, 0b101, 0x_1F, 1_000, 00, 0_0, 1_0.5, 017.5, 1e1_0, 5., .5, "
+                                          "1E-3, 0b_1_0]",
+                                          &cfg);
+    static const double want[] = {15, 15, 5, 31, 1000, 0, 0, 10.5, 17.5, 1e10, 5, 0.5, 1e-3, 2};
+    static const bool is_int[] = {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1};
+    int n = (int)(sizeof want / sizeof want[0]);
+    CHECK_MSG(l && l->n == n, "%d items, want %d", l ? l->n : -1, n);
+    for (int i = 0; l && i < l->n && i < n; i++) {
+        const ct_config_value *v = &l->items[i];
+        bool ok = is_int[i] ? v->kind == CT_CONFIG_INT && v->i == (int64_t)want[i]
+                            : v->kind == CT_CONFIG_FLOAT && v->f == want[i];
+        CHECK_MSG(ok, "item %d is %s %g, want %g", i, ct_config_kind_name(v->kind),
+                  v->kind == CT_CONFIG_INT ? (double)v->i : v->f, want[i]);
+    }
+    ct_config_free(cfg);
+
+    EXPECT_ERROR("s.gin", "train.steps = 017\n", "s.gin:1:15", "invalid number '017'", "cannot start with 0", "0o17");
+    EXPECT_ERROR("s.gin", "train.steps = 0_7\n", "s.gin:1:15", "cannot start with 0");
+    EXPECT_ERROR("s.gin", "train.steps = 1__0\n", "s.gin:1:15", "invalid number '1__0'", "'_' may only stand between");
+    EXPECT_ERROR("s.gin", "train.steps = 1_\n", "s.gin:1:15", "'_' may only stand between");
+    EXPECT_ERROR("s.gin", "train.steps = 1_.5\n", "s.gin:1:15", "'_' may only stand between");
+    EXPECT_ERROR("s.gin", "train.steps = 1e1__0\n", "s.gin:1:15", "'_' may only stand between");
+    EXPECT_ERROR("s.gin", "train.steps = 0x1F_\n", "s.gin:1:15", "'_' may only stand between");
+    EXPECT_ERROR("s.gin", "train.steps = 0o18\n", "s.gin:1:15", "invalid number '0o18'", "digits 0-7");
+    EXPECT_ERROR("s.gin", "train.steps = 0b12\n", "s.gin:1:15", "digits 0 and 1");
+    EXPECT_ERROR("s.gin", "train.steps = 0x\n", "s.gin:1:15", "no digits after the prefix");
+    EXPECT_ERROR("s.gin", "train.steps = 1e+\n", "s.gin:1:15", "expected digits after the exponent");
+    EXPECT_ERROR("s.gin", "train.steps = 1j\n", "s.gin:1:15", "invalid number '1j'");
+}
+
+// A float field holds a float32: 1e-50 there was silently 0 (no learning);
+// past float32's range it would be inf.
+static void test_float32_fields(void) {
+    EXPECT_ERROR("f.gin", "Adam.learning_rate = 1e-50\n", "f.gin:1:1", "Adam.learning_rate got 1e-50",
+                 "underflows a float32 to 0");
+    EXPECT_ERROR("f.gin", "LR = 7e-46\nAdam.b1 = %LR\n", "f.gin:2:1", "Adam.b1 got 7e-46", "underflows a float32",
+                 "the value is at f.gin:1:6");
+    EXPECT_ERROR("f.gin", "Adam.eps = 3.4028236e38\n", "f.gin:1:1", "Adam.eps must fit in a float32",
+                 "3.4028236e+38", "overflows it to inf");
+    // The extremes that round to a float32 other than 0 and inf are taken.
+    const char *ok = "Adam.learning_rate = 8e-46\nAdam.eps = 3.4028235e38\nAdam.b1 = 0.0\n";
+    ct_config *cfg = ct_config_new();
+    ct_error err = {0};
+    ct_status st = ct_config_parse_text(cfg, ok, strlen(ok), "f.gin", &err);
+    if (st == CT_OK) st = ct_config_validate(cfg, &err);
+    CHECK_MSG(st == CT_OK, "%s", err.msg);
+    ct_config_free(cfg);
+}
+
+// A value too big for the parser: the error says so, without the macros it
+// once blamed when there were none.
+static void test_value_size_limit(void) {
+    enum { N = 1000000 };
+    size_t cap = 2 * (size_t)N + 64;
+    char *text = malloc(cap);
+    for (int extra = 0; extra <= 1; extra++) {
+        size_t k = (size_t)snprintf(text, cap, extra ? "train.metrics = [" : "MLP.layer_widths = [");
+        for (int i = 0; i < N + extra; i++) {
+            text[k++] = '1';
+            text[k++] = ',';
+        }
+        snprintf(text + k, cap - k, "]\n");
+        ct_config *cfg = ct_config_new();
+        ct_error err = {0};
+        ct_status st = ct_config_parse_text(cfg, text, strlen(text), "big.gin", &err);
+        if (extra) {  // N + 1 items
+            CHECK(st != CT_OK);
+            CHECK_MSG(strstr(err.msg, "big.gin:1:17: a value of more than 1000000 items") && !strstr(err.msg, "macro"),
+                      "%s", err.msg);
+            printf("  error: %s\n", err.msg);
+        } else {  // N items are taken
+            if (st == CT_OK) st = ct_config_validate(cfg, &err);
+            const ct_config_value *l = NULL;
+            if (st == CT_OK) st = ct_config_get_list(cfg, "MLP", "layer_widths", NULL, &l, &err);
+            CHECK_MSG(st == CT_OK && l && l->n == N, "%s", err.msg);
+        }
+        ct_config_free(cfg);
+    }
+    free(text);
+}
+
 // ---- Building models and optimizers -----------------------------------------------------------
 
 static const ct_param *find_param_shape(const ct_net *net, const char *name, int64_t d0, int64_t d1) {
@@ -3047,6 +3197,10 @@ int main(void) {
     test_trax_names();
     test_overrides();
     test_errors();
+    test_string_escapes();
+    test_number_literals();
+    test_float32_fields();
+    test_value_size_limit();
     test_build();
     test_operative_round_trip();
     test_optimizers();

@@ -2,6 +2,7 @@
 // that record what the program used, builders, and the operative config.
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -504,9 +505,20 @@ static bool check_value(const cfg_param *p, const ct_config_value *v, char *why,
             fmt_into(why, len, "must fit in a C int, got %s", text);
             return false;
         }
-        if (p->type == CFG_FLOAT && p->has_field && p->field_size == sizeof(float) && fabs(x) > 3.4e38) {
-            fmt_into(why, len, "must fit in a float, got %s", text);
-            return false;
+        // A float field holds a float32: a value past its range would be
+        // inf, one that rounds to 0 would silently turn the setting off.
+        if (p->type == CFG_FLOAT && p->has_field && p->field_size == sizeof(float)) {
+            if (fabs(x) >= 0x1.ffffffp127) {  // FLT_MAX and half an ulp: what rounds to inf
+                fmt_into(why, len,
+                         "must fit in a float32, got %s, which overflows it to inf (its largest value is %.8g)", text,
+                         (double)FLT_MAX);
+                return false;
+            }
+            if (x != 0 && (float)x == 0) {
+                fmt_into(why, len, "got %s, which underflows a float32 to 0 (its smallest nonzero value is %.2g)", text,
+                         (double)FLT_TRUE_MIN);
+                return false;
+            }
         }
     }
     return true;
@@ -533,16 +545,14 @@ static macro *find_macro(ct_config *cfg, const char *name) {
     return at < 0 ? NULL : &cfg->macros[at];
 }
 
-#define MAX_RESOLVED_NODES 1000000  // [%A, %A] with A = [%B, %B] ... grows fast
-
 // A deep copy of v with its macros replaced by their values; *budget counts
 // the values made, so that macros that double at each level stop early.
 static ct_status resolve_in(ct_config *cfg, const ct_config_value *v, ct_config_value *out, int depth, long *budget,
                             ct_error *err) {
     memset(out, 0, sizeof *out);
     if (--*budget < 0)
-        return ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: the value expands to more than %d values through macros",
-                            v->file, v->line, v->col, MAX_RESOLVED_NODES);
+        return ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: the value expands to more than %d items through macros",
+                            v->file, v->line, v->col, CFG_MAX_VALUE_NODES);
     if (v->kind == CT_CONFIG_MACRO) {
         macro *m = find_macro(cfg, v->s);
         if (!m) {
@@ -591,7 +601,9 @@ static ct_status resolve_in(ct_config *cfg, const ct_config_value *v, ct_config_
 }
 
 static ct_status resolve(ct_config *cfg, const ct_config_value *v, ct_config_value *out, ct_error *err) {
-    long budget = MAX_RESOLVED_NODES;
+    // v and its items: the parser refuses a value of more items as written,
+    // so only macros run past this.
+    long budget = CFG_MAX_VALUE_NODES + 1;
     return resolve_in(cfg, v, out, 0, &budget, err);
 }
 

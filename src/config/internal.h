@@ -258,6 +258,10 @@ void cfg_warn_once(ct_config *cfg, const char *msg);
 // after CFG_MAX_INCLUDES includes in all (seven files of 20 includes each
 // once meant 20^6 parses).
 #define CFG_MAX_INCLUDES 1000
+// The most items one value holds, everything nested in it counted, as
+// written (the parser refuses more) and with its macros replaced (resolving
+// refuses more: [%A, %A] with A = [%B, %B] ... doubles at each level).
+#define CFG_MAX_VALUE_NODES 1000000
 int cfg_include_push(ct_config *cfg, const char *real_path, int max_depth);
 void cfg_include_pop(ct_config *cfg);
 // "a.gin -> b.gin -> " of the stack from where real_path first appears.

@@ -10,6 +10,9 @@
 //               | '{' [value ':' value (',' value ':' value)* [',']] '}'
 //   ref        := NAME (('.' | '/') NAME)*
 //
+// NUMBER and STRING are Python 3's literals, as gin reads them (lex_number,
+// lex_string): 0x1F 0o17 0b101 1_000 1e-3 .5; 'a\101' r'\d' u'x' 'a' "b".
+//
 // Newlines end statements except inside brackets; a backslash at the end of
 // a line continues it. The lexer never reads past len: text need not end in
 // a NUL, and a NUL byte is an error.
@@ -60,6 +63,8 @@ typedef struct parser {
     int line;
     size_t line_start;
     int depth;  // open brackets
+    long nodes;  // items in the value being parsed, nested ones counted
+    int value_line, value_col;  // where it starts
     token tok;
     bool override;
     ct_error *err;
@@ -104,77 +109,211 @@ static ct_status bad_char(parser *p, int c) {
     return fail_at(p, p->line, col, "unexpected character '%c'", c);
 }
 
+static bool is_digit_in(int c, int base) {
+    switch (base) {
+    case 2: return c == '0' || c == '1';
+    case 8: return c >= '0' && c <= '7';
+    case 16: return is_hex(c);
+    default: return is_digit(c);
+    }
+}
+
+// Past digit (['_'] digit)* in base from s[i] (i itself if s[i] is no
+// digit): Python's digit groups, an '_' only between two digits.
+static size_t skip_digits(const char *s, size_t n, size_t i, int base) {
+    if (i >= n || !is_digit_in((unsigned char)s[i], base)) return i;
+    i++;
+    while (i < n) {
+        if (is_digit_in((unsigned char)s[i], base)) i++;
+        else if (s[i] == '_' && i + 1 < n && is_digit_in((unsigned char)s[i + 1], base)) i += 2;
+        else break;
+    }
+    return i;
+}
+
+#define UNDERSCORE_RULE "'_' may only stand between two digits (1_000)"
+
+// Whether s[0..n) is a number in Python 3's grammar, which gin reads: NULL if
+// so, with *base (2, 8, 10, 16) and *is_float set; else why not ("" when
+// "invalid number" says it all). Accepted: 0x1F 0o17 0b101 0x_1F 1_000 0 00
+// 1.5 1. .5 1_0.5 017.5 1e-3 1E+1_0. Refused: 017 (Python 3's SyntaxError,
+// not octal and not 17), 1__0, 1_, 1_.5, 0o8, 0x.
+static const char *number_syntax(const char *s, size_t n, int *base, bool *is_float) {
+    *base = 10;
+    *is_float = false;
+    int c1 = n >= 2 && s[0] == '0' ? s[1] | 0x20 : 0;  // lower case
+    if (c1 == 'x' || c1 == 'o' || c1 == 'b') {
+        *base = c1 == 'x' ? 16 : c1 == 'o' ? 8 : 2;
+        size_t i = 2 + (n > 2 && s[2] == '_');
+        size_t e = skip_digits(s, n, i, *base);
+        if (e == n && e > i) return NULL;
+        if (e == n) return "no digits after the prefix";
+        if (*base == 8 && is_digit(s[e])) return "an octal number takes the digits 0-7";
+        if (*base == 2 && is_digit(s[e])) return "a binary number takes the digits 0 and 1";
+        return s[e] == '_' || s[e - 1] == '_' ? UNDERSCORE_RULE : "";
+    }
+    size_t i = skip_digits(s, n, 0, 10);
+    size_t int_end = i;
+    if (i < n && s[i] == '.') {
+        *is_float = true;
+        i = skip_digits(s, n, i + 1, 10);
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        *is_float = true;
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        size_t e = skip_digits(s, n, i, 10);
+        if (e == i) return i < n && s[i] == '_' ? UNDERSCORE_RULE : "expected digits after the exponent";
+        i = e;
+    }
+    if (i < n) return s[i] == '_' || (i > 0 && s[i - 1] == '_') ? UNDERSCORE_RULE : "";
+    if (!*is_float && s[0] == '0')
+        for (size_t k = 0; k < int_end; k++)
+            if (s[k] != '0' && s[k] != '_')
+                return "a decimal integer cannot start with 0 (Python 3 refuses it: write 17, or 0o17 for octal)";
+    return NULL;
+}
+
 static ct_status lex_number(parser *p, token *t) {
     size_t b = p->pos, e = b;
-    bool is_float = false, hex = false;
+    int c1 = peek_at(p, b + 1) | 0x20;
+    bool prefixed = peek_at(p, b) == '0' && (c1 == 'x' || c1 == 'o' || c1 == 'b');
+    // The whole word, so that 12abc is one invalid number; a sign after a
+    // decimal's e is the exponent's (1e-3).
+    for (;;) {
+        int c = peek_at(p, e);
+        if (is_name_char(c) || c == '.') e++;
+        else if ((c == '+' || c == '-') && !prefixed && (p->text[e - 1] | 0x20) == 'e') e++;
+        else break;
+    }
+    const char *s = p->text + b;
+    size_t n = e - b;
+    int shown = n > 40 ? 40 : (int)n;
+    int base;
+    bool is_float;
+    const char *why = number_syntax(s, n, &base, &is_float);
+    if (why) return fail_at(p, p->line, col_of(p, b), "invalid number '%.*s'%s%s", shown, s, *why ? ": " : "", why);
     char digits[128];
     size_t nd = 0;
-    if (peek_at(p, e) == '0' && (peek_at(p, e + 1) == 'x' || peek_at(p, e + 1) == 'X')) {
-        hex = true;
-        e += 2;
-        while (is_hex(peek_at(p, e)) || peek_at(p, e) == '_') e++;
-    } else {
-        while (is_digit(peek_at(p, e)) || peek_at(p, e) == '_') e++;
-        if (peek_at(p, e) == '.') {
-            is_float = true;
-            e++;
-            while (is_digit(peek_at(p, e)) || peek_at(p, e) == '_') e++;
-        }
-        if (peek_at(p, e) == 'e' || peek_at(p, e) == 'E') {
-            size_t x = e + 1;
-            if (peek_at(p, x) == '+' || peek_at(p, x) == '-') x++;
-            if (!is_digit(peek_at(p, x)))
-                return fail_at(p, p->line, col_of(p, e), "expected digits after the exponent");
-            is_float = true;
-            e = x;
-            while (is_digit(peek_at(p, e))) e++;
-        }
-    }
-    if (is_name_char(peek_at(p, e)) || peek_at(p, e) == '.') {
-        while (is_name_char(peek_at(p, e)) || peek_at(p, e) == '.') e++;
-        int n = (int)(e - b) > 40 ? 40 : (int)(e - b);
-        return fail_at(p, p->line, col_of(p, b), "invalid number '%.*s'", n, p->text + b);
-    }
-    for (size_t i = hex ? b + 2 : b; i < e; i++) {
-        if (p->text[i] == '_') continue;
+    for (size_t i = base == 10 ? 0 : 2; i < n; i++) {
+        if (s[i] == '_') continue;
         if (nd + 1 >= sizeof digits) return fail_at(p, p->line, col_of(p, b), "number too long");
-        digits[nd++] = p->text[i];
+        digits[nd++] = s[i];
     }
     digits[nd] = '\0';
-    if (nd == 0 || (p->text[e - 1] == '_'))
-        return fail_at(p, p->line, col_of(p, b), "invalid number '%.*s'", (int)(e - b), p->text + b);
     errno = 0;
     if (is_float) {
         t->kind = T_FLOAT;
         t->f = strtod(digits, NULL);
         if (errno == ERANGE && isinf(t->f))
-            return fail_at(p, p->line, col_of(p, b), "float %.*s is out of range", (int)(e - b), p->text + b);
+            return fail_at(p, p->line, col_of(p, b), "float %.*s is out of range", shown, s);
     } else {
         t->kind = T_INT;
-        t->u = strtoull(digits, NULL, hex ? 16 : 10);
+        t->u = strtoull(digits, NULL, base);
         if (errno == ERANGE || t->u > (uint64_t)INT64_MAX + 1)
-            return fail_at(p, p->line, col_of(p, b), "integer %.*s does not fit in 64 bits", (int)(e - b),
-                           p->text + b);
+            return fail_at(p, p->line, col_of(p, b), "integer %.*s does not fit in 64 bits", shown, s);
     }
     p->pos = e;
     return CT_OK;
 }
 
-static ct_status lex_string(parser *p, token *t) {
+// Appends code point cp (at most 0x10FFFF, not a surrogate) as UTF-8.
+static void put_utf8(cfg_buf *b, uint32_t cp) {
+    char u[4];
+    size_t n;
+    if (cp < 0x80) {
+        u[0] = (char)cp;
+        n = 1;
+    } else if (cp < 0x800) {
+        u[0] = (char)(0xC0 | (cp >> 6));
+        u[1] = (char)(0x80 | (cp & 0x3F));
+        n = 2;
+    } else if (cp < 0x10000) {
+        u[0] = (char)(0xE0 | (cp >> 12));
+        u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        u[2] = (char)(0x80 | (cp & 0x3F));
+        n = 3;
+    } else {
+        u[0] = (char)(0xF0 | (cp >> 18));
+        u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        u[3] = (char)(0x80 | (cp & 0x3F));
+        n = 4;
+    }
+    cfg_buf_put(b, u, n);
+}
+
+// The escape whose backslash is at i (not a line end), as Python reads it in
+// a string literal: appended to b, *end set past it. An escape Python does
+// not know keeps its backslash ('\q' is \q), as in Python.
+static ct_status lex_escape(parser *p, size_t i, cfg_buf *b, size_t *end) {
+    int d = peek_at(p, i + 1);
+    int col = col_of(p, i);
+    static const char simple[] = "abfnrtv\\'\"", simple_means[] = "\a\b\f\n\r\t\v\\'\"";
+    const char *at = d > 0 ? strchr(simple, d) : NULL;
+    if (at) {
+        cfg_buf_put(b, &simple_means[at - simple], 1);
+        *end = i + 2;
+        return CT_OK;
+    }
+    uint32_t cp = 0;
+    size_t e = i + 2;
+    if (d >= '0' && d <= '7') {  // \o, \oo, \ooo: octal, up to \777
+        e = i + 1;
+        while (e < i + 4 && peek_at(p, e) >= '0' && peek_at(p, e) <= '7') cp = cp * 8 + (uint32_t)(p->text[e++] - '0');
+    } else if (d == 'x' || d == 'u' || d == 'U') {
+        size_t want = d == 'x' ? 2 : d == 'u' ? 4 : 8;
+        for (size_t k = 0; k < want; k++, e++) {
+            int h = peek_at(p, e);
+            if (!is_hex(h))
+                return fail_at(p, p->line, col, "invalid escape '%.*s': \\%c takes exactly %zu hex digits",
+                               (int)(e - i), p->text + i, d, want);
+            cp = cp * 16 + (uint32_t)(is_digit(h) ? h - '0' : (h | 0x20) - 'a' + 10);
+        }
+    } else if (d == 'N') {
+        return fail_at(p, p->line, col, "the escape \\N{...} (a character by its Unicode name) is not supported: "
+                                        "write the character itself or \\u with its code point");
+    } else {
+        cfg_buf_put(b, "\\", 1);
+        *end = i + 1;  // the character after the backslash is read as any other
+        return CT_OK;
+    }
+    int n = (int)(e - i);
+    if (cp == 0)
+        return fail_at(p, p->line, col, "invalid escape '%.*s': a NUL character is not allowed in a string", n,
+                       p->text + i);
+    if (cp >= 0xD800 && cp <= 0xDFFF)
+        return fail_at(p, p->line, col, "invalid escape '%.*s': U+%04X is a surrogate, which UTF-8 cannot encode", n,
+                       p->text + i, (unsigned)cp);
+    if (cp > 0x10FFFF)
+        return fail_at(p, p->line, col, "invalid escape '%.*s': U+%X is past the last Unicode code point U+10FFFF", n,
+                       p->text + i, (unsigned)cp);
+    put_utf8(b, cp);
+    *end = e;
+    return CT_OK;
+}
+
+// A string literal from its opening quote at p->pos, as Python reads it
+// (gin reads values with Python's literal syntax): escapes as lex_escape
+// says, a backslash before a line end joins the next line; raw (r'...')
+// keeps every backslash, one before a quote or a line end too.
+static ct_status lex_string(parser *p, token *t, bool raw) {
     char q = p->text[p->pos];
-    int col = col_of(p, p->pos);
+    int line = p->line, col = col_of(p, p->pos);
     size_t i = p->pos + 1;
     cfg_buf b = {0};
     cfg_buf_put(&b, "", 0);
+    ct_status st = CT_OK;
     for (;;) {
         int c = peek_at(p, i);
         if (c < 0 || c == '\n') {
-            ct_free(b.s);
-            return fail_at(p, p->line, col, "unterminated string (expected a closing %c on this line)", q);
+            st = fail_at(p, line, col, "unterminated string (expected a closing %c on %s)", q,
+                         line == p->line ? "this line" : "its last line");
+            break;
         }
         if (c == 0) {
-            ct_free(b.s);
-            return fail_at(p, p->line, col_of(p, i), "unexpected NUL byte in a string");
+            st = fail_at(p, p->line, col_of(p, i), "unexpected NUL byte in a string");
+            break;
         }
         if (c == q) break;
         if (c != '\\') {
@@ -183,42 +322,61 @@ static ct_status lex_string(parser *p, token *t) {
             continue;
         }
         int d = peek_at(p, i + 1);
-        char ch;
-        i += 2;
-        switch (d) {
-        case 'n': ch = '\n'; break;
-        case 't': ch = '\t'; break;
-        case 'r': ch = '\r'; break;
-        case '\\': ch = '\\'; break;
-        case '\'': ch = '\''; break;
-        case '"': ch = '"'; break;
-        case 'x':
-            if (!is_hex(peek_at(p, i)) || !is_hex(peek_at(p, i + 1))) {
-                ct_free(b.s);
-                return fail_at(p, p->line, col_of(p, i - 2), "expected two hex digits after \\x");
-            }
-            ch = (char)strtol((char[]){p->text[i], p->text[i + 1], 0}, NULL, 16);
+        size_t nl = d == '\n' ? 1 : d == '\r' && peek_at(p, i + 2) == '\n' ? 2 : 0;
+        if (nl) {  // a backslash-continued line: the string goes on
+            if (raw) cfg_buf_put(&b, p->text + i, 1 + nl);
+            i += 1 + nl;
+            p->line++;
+            p->line_start = i;
+        } else if (d < 0 || d == 0) {
+            i++;  // the unterminated or NUL error, next time round
+        } else if (raw) {
+            cfg_buf_put(&b, p->text + i, 2);  // r'\'' is \'
             i += 2;
-            if (ch == 0) {
-                ct_free(b.s);
-                return fail_at(p, p->line, col_of(p, i - 4), "\\x00 is not allowed in a string");
-            }
+        } else if ((st = lex_escape(p, i, &b, &i)) != CT_OK) {
             break;
-        default:  // as Python: an unknown escape keeps its backslash
-            if (d < 0 || d == '\n' || d == 0) {
-                ct_free(b.s);
-                return fail_at(p, p->line, col, "unterminated string (expected a closing %c on this line)", q);
-            }
-            cfg_buf_put(&b, "\\", 1);
-            ch = (char)d;
         }
-        cfg_buf_put(&b, &ch, 1);
+    }
+    if (st != CT_OK) {
+        ct_free(b.s);
+        return st;
     }
     t->kind = T_STRING;
     t->s = b.s;
     t->s_len = b.len;
     p->pos = i + 1;
     return CT_OK;
+}
+
+// Whether s[0..n) is one of Python 3's string prefixes: r u b f, rb br rf fr
+// (any case).
+static bool is_string_prefix(const char *s, size_t n) {
+    int a = s[0] | 0x20, b = n == 2 ? s[1] | 0x20 : 0;
+    if (n == 1) return a == 'r' || a == 'u' || a == 'b' || a == 'f';
+    return n == 2 && ((a == 'r' && (b == 'b' || b == 'f')) || ((a == 'b' || a == 'f') && b == 'r'));
+}
+
+// Python's string prefixes that can stand before a quote (u'' and r'' read
+// as text, as in gin; bytes and f-strings are refused).
+static ct_status lex_prefixed_string(parser *p, token *t, size_t name_len) {
+    const char *s = p->text + p->pos;
+    int col = col_of(p, p->pos);
+    bool raw = false, bytes = false, fmt = false;
+    for (size_t k = 0; k < name_len; k++) {
+        int c = s[k] | 0x20;
+        raw |= c == 'r';
+        bytes |= c == 'b';
+        fmt |= c == 'f';
+    }
+    if (bytes)
+        return fail_at(p, p->line, col, "bytes literals (%.*s'...') are not supported: write a plain string",
+                       (int)name_len, s);
+    if (fmt)
+        return fail_at(p, p->line, col,
+                       "f-strings (%.*s'...') are not literals, and gin refuses them: write a plain string",
+                       (int)name_len, s);
+    p->pos += name_len;
+    return lex_string(p, t, raw);
 }
 
 // Reads the next token into p->tok (the old one is released).
@@ -261,13 +419,15 @@ static ct_status next(parser *p) {
     if (is_name_start(c)) {
         size_t e = p->pos;
         while (is_name_char(peek_at(p, e))) e++;
+        if ((peek_at(p, e) == '\'' || peek_at(p, e) == '"') && is_string_prefix(p->text + p->pos, e - p->pos))
+            return lex_prefixed_string(p, t, e - p->pos);
         t->kind = T_NAME;
         t->len = e - p->pos;
         p->pos = e;
         return CT_OK;
     }
     if (is_digit(c) || (c == '.' && is_digit(peek_at(p, p->pos + 1)))) return lex_number(p, t);
-    if (c == '\'' || c == '"') return lex_string(p, t);
+    if (c == '\'' || c == '"') return lex_string(p, t, false);
     if (strchr("=,:()[]{}@%/.-+", c) && c != 0) {
         if (c == '(' || c == '[' || c == '{') p->depth++;
         if ((c == ')' || c == ']' || c == '}') && p->depth > 0) p->depth--;
@@ -436,6 +596,7 @@ static ct_status parse_tuple(parser *p, ct_config_value *v, int nest) {
     }
     if (is_punct(p, ')')) {  // (x) is x
         *v = first;
+        p->nodes--;  // one value, not two
         return next(p);
     }
     if (!is_punct(p, ',')) {
@@ -463,6 +624,15 @@ static ct_status parse_value(parser *p, ct_config_value *v, int nest) {
     v->line = p->tok.line;
     v->col = p->tok.col;
     if (nest > MAX_NESTING) return fail_at(p, v->line, v->col, "values nested deeper than %d", MAX_NESTING);
+    // Refused here, before a 60 MB list of items is held in memory.
+    if (nest == 0) {
+        p->nodes = 0;
+        p->value_line = v->line;
+        p->value_col = v->col;
+    } else if (++p->nodes > CFG_MAX_VALUE_NODES) {
+        return fail_at(p, p->value_line, p->value_col, "a value of more than %d items (nested ones counted): too big",
+                       CFG_MAX_VALUE_NODES);
+    }
     token *t = &p->tok;
     switch (t->kind) {
     case T_INT:
