@@ -496,6 +496,62 @@ static void test_best_checkpoints(void) {
     free(dir);
 }
 
+// A metric that is NaN at its first eval (every weight 0, say), then falls.
+static void nan_then_falling_fwd(const ct_tensor *in, ct_tensor *out, const void *user) {
+    (void)in;
+    int *calls = (int *)user;
+    ct_f32(&out[0])[0] = ++*calls == 1 ? NAN : 1.0f / (float)*calls;
+}
+
+// The step of checkpoint name in dir, or -1.
+static int64_t checkpoint_step_of(const char *dir, const char *name) {
+    ct_checkpoint *c;
+    if (ct_checkpoint_open(&c, dir, name, NULL) != CT_OK) return -1;
+    int64_t step = ct_checkpoint_step(c);
+    ct_checkpoint_close(c);
+    return step;
+}
+
+// A NaN eval is no best, and does not stop later evals from being one (a
+// first NaN was kept as the best, and no value compares <= or >= NaN, so
+// lowest_ stayed the step-2 checkpoint for good).
+static void test_best_after_nan(void) {
+    char *dir = temp_dir("best_nan");
+    int calls = 0;
+    ct_fn_spec spec = {"NanThenFalling", 3, 1, scalar_shape, nan_then_falling_fwd, NULL, &calls};
+    ct_stream *train = copy_batches(1), *eval = copy_batches(2);
+    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy(), *metric = ct_fn(&spec);
+    ct_train_task task = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, ct_sgd_default_params().learning_rate};
+    ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 1};
+    ev.metrics[0] = metric;
+    ev.metric_names[0] = "falling";
+    ckpt_counts counts = {.dir = dir, .last_step = 6};
+    ct_loop_options o = ct_loop_default_options();
+    o.output_dir = dir;
+    o.eval_at = every_2;
+    o.checkpoint_low_metric = "falling";
+    o.checkpoint_high_metric = "falling";
+    o.callbacks[0] = (ct_loop_callback){.on_checkpoint = count_checkpoint, .user = &counts};
+    o.n_callbacks = 1;
+    ct_loop *loop;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, &ev, &o, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 6, &err), &err);
+    int64_t low = checkpoint_step_of(dir, "lowest_falling"), high = checkpoint_step_of(dir, "highest_falling");
+    printf("evals NaN, 1/2, 1/3 at steps 2, 4, 6: lowest %d (of step %lld), highest %d (of step %lld)\n",
+           counts.lowest, (long long)low, counts.highest, (long long)high);
+    CHECK_MSG(counts.lowest == 2 && low == 6, "lowest_falling written %d times, of step %lld (want 2, step 6)",
+              counts.lowest, (long long)low);
+    CHECK_MSG(counts.highest == 1 && high == 4, "highest_falling written %d times, of step %lld (want 1, step 4)",
+              counts.highest, (long long)high);
+    ct_loop_free(loop);
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
+    ct_fs_remove_tree(dir, NULL);
+    free(dir);
+}
+
 // ---- stop, final checkpoint, tasks, fine-tuning -----------------------------------------
 
 static volatile sig_atomic_t stop_flag;
@@ -814,6 +870,7 @@ int main(void) {
     test_first_checkpoint();
     test_step_keys();
     test_best_checkpoints();
+    test_best_after_nan();
     test_stop_final_tasks_finetune();
     test_switch_trainers();
     test_devices_eval_lsh();

@@ -485,6 +485,51 @@ static void test_eval_tasks_and_model(void) {
         ct_layer_free(m), ct_layer_free(l), ct_layer_free(k0), ct_layer_free(k1), ct_layer_free(k2);
     }
 
+    // A metric's name as recorded (metrics/<prefix>/<name>) must fit the
+    // history's entries: one cut short there was another name than the
+    // summaries' (ct_loop_last_value of it found nothing), and two tasks whose
+    // prefixes differ past the cut recorded under one name. Refused, naming it.
+    {
+        ct_stream *t = copy_batches(1), *e0 = copy_batches(99), *e1 = copy_batches(99);
+        ct_layer *m = small_lm(0), *l = ct_weighted_category_cross_entropy();
+        ct_layer *k0 = ct_weighted_category_cross_entropy(), *k1 = ct_weighted_category_cross_entropy();
+        ct_eval_task main_ev = {.stream = e0, .n_metrics = 1, .n_batches = 1}, more;
+        main_ev.metrics[0] = k0, main_ev.metric_names[0] = "loss";
+        more = main_ev, more.stream = e1, more.metrics[0] = k1;
+        char prefix[64], tag[128];
+        memset(prefix, 'p', 60);
+        prefix[60] = '\0';
+        snprintf(tag, sizeof tag, "metrics/%s/loss", prefix);
+        const char *const prefixes[1] = {prefix};
+        ct_loop_options o = ct_loop_default_options();
+        o.additional_eval_tasks = &more, o.n_additional_eval_tasks = 1, o.eval_export_prefixes = prefixes;
+        ct_train_task task = {t, l, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()};
+        ct_loop *loop = NULL;
+        ct_status st = ct_loop_new(&loop, m, &task, 1, &main_ev, &o, &err);
+        if (st == CT_OK) {
+            CHECK_OK(ct_loop_run(loop, 1, &err), &err);
+            int n;
+            const ct_history_entry *h = ct_loop_history(loop, &n);
+            printf("a 73-character metric name: accepted; recorded as '%s', %s\n", h[n - 1].metric,
+                   isnan(ct_loop_last_value(loop, "eval", tag)) ? "not found by its name" : "found by its name");
+            ct_loop_free(loop);
+        } else {
+            printf("a 73-character metric name: %s\n", err.msg);
+        }
+        CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, tag), "eval metric %s: %s", tag,
+                  st == CT_OK ? "accepted" : err.msg);
+        // The same for a train task's loss, recorded as metrics/<loss_name>.
+        memcpy(prefix, "loss", 4);
+        task = (ct_train_task){t, l, ct_adam_new(ct_adam_default_params()), NULL, prefix, lr_adam()};
+        st = ct_loop_new(&loop, m, &task, 1, NULL, NULL, &err);
+        if (st == CT_OK) ct_loop_free(loop);
+        snprintf(tag, sizeof tag, "metrics/%s", prefix);
+        CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, tag), "train loss %s: %s", tag,
+                  st == CT_OK ? "accepted" : err.msg);
+        ct_stream_free(t), ct_stream_free(e0), ct_stream_free(e1);
+        ct_layer_free(m), ct_layer_free(l), ct_layer_free(k0), ct_layer_free(k1);
+    }
+
     // An eval model whose weights are not the model's is refused, by name.
     ct_fs_remove_tree(d[3], NULL);
     CHECK(evals_new(&r, d[3], 3, &err) == CT_ERR_ARG && strstr(err.msg, "eval model"));

@@ -869,23 +869,26 @@ ct_status ct_loop_checkpoint_seed(const char *output_dir, bool *found, uint64_t 
 
 // After all of a step's evals are recorded and flushed: lowest_<metric> /
 // highest_<metric> at a new best of the main task's metrics (ties count, as
-// Trax, which saves them "after all evals are run and recorded"). Both bests
-// are updated before either is written, and neither moves the pointer: a
-// kill before the step's own checkpoint resumes from the one before and
-// writes them again.
+// Trax, which saves them "after all evals are run and recorded"). A NaN is
+// never a best, and a NaN best (one restored from a checkpoint) counts as
+// none: nothing compares <= or >= NaN, so Trax, whose min() keeps a first
+// NaN, saves no best after one. Both bests are updated before either is
+// written, and neither moves the pointer: a kill before the step's own
+// checkpoint resumes from the one before and writes them again.
 static ct_status save_bests(ct_loop *l, const double *values, ct_error *err) {
     ct_evaluator *ev = l->evaluators[0];
     const char *low = NULL, *high = NULL;
     for (int m = 0; m < ct_evaluator_n_metrics(ev); m++) {
         const char *name = ct_evaluator_metric_name(ev, m);
+        if (isnan(values[m])) continue;
         if (l->opts.checkpoint_low_metric && !strcmp(l->opts.checkpoint_low_metric, name) &&
-            (!l->have_low || values[m] <= l->best_low)) {
+            (!l->have_low || isnan(l->best_low) || values[m] <= l->best_low)) {
             l->have_low = true;
             l->best_low = values[m];
             low = name;
         }
         if (l->opts.checkpoint_high_metric && !strcmp(l->opts.checkpoint_high_metric, name) &&
-            (!l->have_high || values[m] >= l->best_high)) {
+            (!l->have_high || isnan(l->best_high) || values[m] >= l->best_high)) {
             l->have_high = true;
             l->best_high = values[m];
             high = name;
@@ -1022,6 +1025,21 @@ static void make_task_losses(ct_loop *l) {
     l->task_losses = ct_layer_new(&task_losses_vt, "TaskLosses", subs[0]->n_in, 1, hp, subs, n);
 }
 
+// What a metric is recorded as ("metrics/<name>", or "metrics/<prefix>/<name>"
+// for an additional eval task) must fit a history entry: cut short there, it
+// would be another name than the summaries' (ct_loop_last_value would not
+// find it) and two names could become one.
+static ct_status check_metric_tag(const char *prefix, const char *name, const char *what, ct_error *err) {
+    char tag[256];
+    size_t cap = sizeof ((ct_history_entry *)0)->metric;
+    int n = prefix ? snprintf(tag, sizeof tag, "metrics/%s/%s", prefix, name)
+                   : snprintf(tag, sizeof tag, "metrics/%s", name);
+    if (n < 0 || (size_t)n >= cap)
+        return ct_error_set(err, CT_ERR_ARG, "loop: %s is recorded as %.200s, %d characters (at most %zu)", what, tag,
+                            n, cap - 1);
+    return CT_OK;
+}
+
 // ct_loop_new owns the tasks' optimizers on every path, failures included.
 static ct_status refuse_tasks(const ct_train_task *tasks, int n_tasks, ct_error *err) {
     for (int i = 0; tasks && i < n_tasks && i < CT_LOOP_MAX_TASKS; i++) ct_optimizer_free(tasks[i].optimizer);
@@ -1047,6 +1065,8 @@ static ct_status check_tasks(const ct_train_task *tasks, int n_tasks, const ct_l
                                 "loop: train task %d has an optimizer of its own, which the memory-efficient trainer "
                                 "cannot swap in (it lays its slots out once): give it none to share task 0's",
                                 i);
+        CT_TRY(check_metric_tag(NULL, tasks[i].loss_name ? tasks[i].loss_name : tasks[i].loss->name,
+                                "a train task's loss", err));
         if (!tasks[i].lr_schedule && !(tasks[i].learning_rate > 0))
             return ct_error_set(err, CT_ERR_ARG,
                                 "loop: train task %d has no lr_schedule and its learning_rate is %g (must be > 0)", i,
@@ -1167,6 +1187,14 @@ static ct_status open_output(ct_loop *l, ct_error *err) {
     return ct_fs_write_atomic(path, l->opts.config_text, strlen(l->opts.config_text), err);
 }
 
+// The names evaluator e's metrics are recorded as fit (check_metric_tag).
+static ct_status check_metric_tags(const ct_loop *l, int e, ct_error *err) {
+    const ct_evaluator *ev = l->evaluators[e];
+    for (int m = 0; m < ct_evaluator_n_metrics(ev); m++)
+        CT_TRY(check_metric_tag(e ? l->eval_prefix[e] : NULL, ct_evaluator_metric_name(ev, m), "an eval metric", err));
+    return CT_OK;
+}
+
 // The evaluators: the main eval task, then the additional ones, each
 // running the eval model when there is one.
 static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error *err) {
@@ -1179,6 +1207,7 @@ static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error 
     }
     CT_TRY(ct_evaluator_new(&l->evaluators[0], runs, eval, l->comm, l->dev, err));
     l->n_evaluators = 1;
+    CT_TRY(check_metric_tags(l, 0, err));
     for (int i = 0; i < l->opts.n_additional_eval_tasks; i++) {
         const char *prefix = l->opts.eval_export_prefixes ? l->opts.eval_export_prefixes[i] : NULL;
         if (prefix && (!prefix[0] || strlen(prefix) >= sizeof l->eval_prefix[0]))
@@ -1195,6 +1224,7 @@ static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error 
                                     "export_prefixes of their own", j, i + 1, l->eval_prefix[j]);
         CT_TRY(ct_evaluator_new(&l->evaluators[i + 1], runs, &l->opts.additional_eval_tasks[i], l->comm, l->dev, err));
         l->n_evaluators++;
+        CT_TRY(check_metric_tags(l, i + 1, err));
     }
     return CT_OK;
 }
