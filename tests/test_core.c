@@ -3,8 +3,10 @@
 #include <setjmp.h>
 
 #include "check.h"
+#include "core/fs.h"
 #include "core/json.h"
 #include "ctrax/ctrax.h"
+#include "ctrax/layers/layer_author.h"
 
 static void test_threefry(void) {
     // Known-answer vectors of Random123 (kat_vectors, threefry2x32_20).
@@ -47,6 +49,12 @@ static void test_keys(void) {
         if (u[i] > hi) hi = u[i];
     }
     CHECK(lo >= -1.0 && hi < 1.0 && fabs(mean) < 0.03);
+    // [lo, hi) also where lo + (hi - lo) * u rounds up to hi: in steps of
+    // 1/16 near 1e6, every u past 1 - 1/32 did (some 3% of draws).
+    int at_hi = 0;
+    ct_random_uniform(a, u, 10000, 1000000.0f, 1000001.0f);
+    for (int i = 0; i < 10000; i++) at_hi += !(u[i] >= 1000000.0f && u[i] < 1000001.0f);
+    CHECK_MSG(at_hi == 0, "%d of 10000 draws outside [1e6, 1e6 + 1)", at_hi);
     float nrm[10000];
     ct_random_normal(b, nrm, 10000, 2.0f);
     double m = 0, v = 0;
@@ -97,6 +105,98 @@ static void test_arena(void) {
     CHECK(dev.n_allocs == allocs);
     ct_arena_free(&a);
     CHECK(dev.current_bytes == 0 && dev.peak_bytes > 0);
+}
+
+// Sizes that do not fit: a shape product past int64 (it was signed
+// overflow, wrapping to 0 for (2^40, 2^30) so that ct_net_init accepted a
+// kernel of 2^70 floats in a slab of none) and arena requests near SIZE_MAX
+// (the rounding up wrapped: ct_arena_alloc(SIZE_MAX) returned memory,
+// SIZE_MAX - 64 crashed in block_new, and ct_arena_reserve(SIZE_MAX - 10)
+// made a 64-byte block of that capacity).
+static void test_hostile_sizes(void) {
+    ct_tensor t = ct_tensor_3d(CT_DTYPE_F32, (int64_t)1 << 40, (int64_t)1 << 20, (int64_t)1 << 10, NULL);
+    CHECK(ct_tensor_numel(&t) == INT64_MAX && ct_tensor_nbytes(&t) == SIZE_MAX);
+    ct_tensor big = ct_tensor_2d(CT_DTYPE_F32, (int64_t)1 << 31, (int64_t)1 << 31, NULL);  // fits int64, not bytes
+    CHECK(ct_tensor_numel(&big) == (int64_t)1 << 62 && ct_tensor_nbytes(&big) == SIZE_MAX);
+    ct_tensor empty = ct_tensor_3d(CT_DTYPE_F32, (int64_t)1 << 40, (int64_t)1 << 40, 0, NULL);
+    CHECK(ct_tensor_numel(&empty) == 0 && ct_tensor_nbytes(&empty) == 0);
+
+    ct_device dev = ct_device_cpu();
+    ct_error err;
+    ct_tensor in = ct_tensor_2d(CT_DTYPE_F32, 2, (int64_t)1 << 40, NULL);
+    ct_layer *dense = ct_dense(1 << 30);
+    ct_net net;
+    ct_status st = ct_net_init(&net, dense, &in, 1, ct_key_from_seed(0), &dev, &err);
+    CHECK_MSG(st == CT_ERR_MEMORY, "a (2^40, 2^30) kernel: status %d", (int)st);
+    if (st == CT_OK) ct_net_free(&net);
+    ct_layer_free(dense);
+
+    ct_arena a;
+    ct_arena_init(&a, &dev);
+    const size_t sizes[3] = {SIZE_MAX, SIZE_MAX - 64, SIZE_MAX / 2 + 1};
+    for (int i = 0; i < 3; i++) {
+        ct_error_clear(&err);
+        CHECK(ct_arena_alloc(&a, sizes[i], &err) == NULL && err.code == CT_ERR_MEMORY);
+        CHECK(ct_arena_calloc(&a, sizes[i], &err) == NULL);
+    }
+    CHECK(ct_arena_alloc(&a, 100, &err) != NULL);
+    CHECK(ct_arena_alloc(&a, SIZE_MAX - 100, &err) == NULL && a.used == 128);
+    ct_arena_free(&a);
+    CHECK(ct_arena_reserve(&a, SIZE_MAX - 10, &err) == CT_ERR_MEMORY && ct_arena_capacity(&a) == 0);
+    CHECK(ct_arena_measure_begin(&a, &err) == CT_OK);
+    CHECK(ct_arena_alloc(&a, SIZE_MAX, &err) == NULL && err.code == CT_ERR_MEMORY && a.used == 0);
+    ct_arena_measure_end(&a);
+    ct_arena_free(&a);
+    CHECK(dev.current_bytes == 0);
+}
+
+// A layer whose one state tensor, (65536, 65537) floats from N(0, 1), holds
+// more numbers than the 2^32 counters of its key.
+static ct_status big_state_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                                ct_error *err) {
+    (void)err;
+    ct_layer_declare_state(l, ic, "table", ct_tensor_2d(CT_DTYPE_F32, 65536, 65537, NULL),
+                           (ct_initializer){CT_INIT_NORMAL, 1.0f}, key);
+    out[0] = in[0];
+    return CT_OK;
+}
+
+// A random initializer past its key's counters was an assertion in
+// ct_random_normal (from 2^31 numbers on) once the slabs were allocated; now
+// up to 2^32 are drawn and more refused before any slab. The state slab
+// (16 GiB here) must pass the memory check first, so a smaller machine skips.
+static void test_random_init_limit(void) {
+    if (ct_machine_memory_bytes() < ((size_t)17 << 30)) {
+        printf("test_random_init_limit: skipped (less than 17 GiB of memory)\n");
+        return;
+    }
+    static const ct_layer_vtable vt = {.type = "BigState", .init = big_state_init};
+    ct_layer *l = ct_layer_new(&vt, NULL, 1, 1, NULL, NULL, 0);
+    ct_tensor in = ct_tensor_1d(CT_DTYPE_F32, 4, NULL);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    ct_status st = ct_net_init(&net, l, &in, 1, ct_key_from_seed(0), &dev, &err);
+    CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "(65536,65537) f32: a random initializer draws at most 2^32"),
+              "status %d, %s", (int)st, err.msg);
+    CHECK(dev.n_allocs == 0);
+    if (st == CT_OK) ct_net_free(&net);
+    ct_layer_free(l);
+}
+
+// Leaves the stack below the caller's frame full of non-zero bytes.
+__attribute__((noinline)) static void dirty_stack(void) {
+    volatile char junk[16384];
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = 'x';
+}
+
+// ct_fs_mkdirs("") walked from buf[1], past the path's terminator, through
+// whatever the stack held (past the buffer: ASan's stack-buffer-overflow).
+static void test_mkdirs_empty(void) {
+    ct_error err;
+    ct_error_clear(&err);
+    dirty_stack();
+    CHECK(ct_fs_mkdirs("", &err) == CT_ERR_ARG);
 }
 
 static void test_device_limit(void) {
@@ -263,6 +363,9 @@ int main(void) {
     test_keys();
     test_tensor();
     test_arena();
+    test_hostile_sizes();
+    test_random_init_limit();
+    test_mkdirs_empty();
     test_device_limit();
     test_errors();
     test_checked_alloc();

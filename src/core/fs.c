@@ -45,6 +45,7 @@ ct_status ct_fs_mkdirs(const char *path, ct_error *err) {
     char buf[CT_FS_PATH_CAP];
     if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf)
         return ct_error_set(err, CT_ERR_ARG, "path too long: %s", path);
+    if (!buf[0]) return ct_error_set(err, CT_ERR_ARG, "an empty path is no directory");  // the walk starts at buf[1]
     for (char *p = buf + 1;; p++) {
         bool last = *p == '\0';
         if (*p == '/' || last) {

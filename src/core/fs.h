@@ -41,7 +41,7 @@ ct_status ct_fs_temp_name(char *buf, size_t cap, const char *path, ct_error *err
 void ct_fs_parent_dir(char *dir, const char *path);
 // fsyncs a directory (so renames and creations in it are durable).
 ct_status ct_fs_sync_dir(const char *dir, ct_error *err);
-// mkdir -p.
+// mkdir -p. An empty path is CT_ERR_ARG.
 ct_status ct_fs_mkdirs(const char *path, ct_error *err);
 // Opens path read-only and checks it is a regular file: /dev/zero (or a link
 // to it) would be read until memory runs out, a fifo or a terminal forever,

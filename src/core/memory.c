@@ -177,6 +177,8 @@ struct ct_arena_block {
 static ct_status block_new(ct_arena *a, size_t cap, ct_arena_block **out, ct_error *err) {
     void *mem;
     size_t header = round_up(sizeof(ct_arena_block), CT_ALIGN);
+    if (cap > SIZE_MAX / 2)  // header + cap would wrap around to a small block
+        return ct_error_set(err, CT_ERR_MEMORY, "step arena: %zu bytes, more than an address space holds", cap);
     CT_TRY(ct_device_alloc(a->dev, header + cap, "step arena", &mem, err));
     ct_arena_block *b = mem;
     b->prev = NULL;
@@ -226,10 +228,16 @@ static void *measure_alloc(ct_arena *a, size_t n, ct_error *err) {
 }
 
 void *ct_arena_alloc(ct_arena *a, size_t bytes, ct_error *err) {
+    // Past half the address space, the rounding up below and a block's
+    // header would wrap around to a small size.
+    if (bytes > SIZE_MAX / 2) {
+        ct_error_set(err, CT_ERR_MEMORY, "step arena: %zu bytes, more than an address space holds", bytes);
+        return NULL;
+    }
     size_t n = round_up(bytes ? bytes : 1, CT_ALIGN);
     if (a->measure_base) return measure_alloc(a, n, err);
     ct_arena_block *b = a->head;
-    if (!b || b->used + n > b->cap) {
+    if (!b || n > b->cap - b->used) {
         size_t cap = CT_ARENA_MIN_BLOCK;
         if (b && 2 * b->cap > cap) cap = 2 * b->cap;
         if (n > cap) cap = n;

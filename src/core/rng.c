@@ -82,16 +82,19 @@ ct_key ct_key_fold_in(ct_key key, uint32_t data) {
 }
 
 void ct_random_uniform(ct_key key, float *out, size_t n, float lo, float hi) {
-    CT_ASSERT(n <= UINT32_MAX);
+    CT_ASSERT(n <= CT_RANDOM_MAX_N);
     for (size_t j = 0; j < n; j++) {
         // 24 high bits -> [0, 1) exactly representable in float.
         float u = (float)(ct_random_bits(key, (uint32_t)j) >> 8) * (1.0f / 16777216.0f);
-        out[j] = lo + (hi - lo) * u;
+        // lo + (hi - lo) * u rounds up to hi for u near 1 when hi - lo is
+        // small next to lo (never for the initializers' -a, a).
+        float v = lo + (hi - lo) * u;
+        out[j] = v < hi ? v : nextafterf(hi, lo);
     }
 }
 
 void ct_random_normal(ct_key key, float *out, size_t n, float stddev) {
-    CT_ASSERT(n <= UINT32_MAX / 2);
+    CT_ASSERT(n <= CT_RANDOM_MAX_N);  // j is even and below n, so j + 1 < 2^32
     for (size_t j = 0; j < n; j += 2) {
         // u1 in (0, 1] so log is finite.
         double u1 = ((double)(ct_random_bits(key, (uint32_t)j) >> 8) + 1.0) / 16777216.0;

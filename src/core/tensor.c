@@ -62,15 +62,21 @@ ct_tensor ct_tensor_split_rows(const ct_tensor *t, int n_parts, int part) {
 }
 
 int64_t ct_tensor_dims_product(const ct_tensor *t, int from, int to) {
+    // A product too large for int64 is INT64_MAX, which every size check
+    // refuses; a zero dimension anywhere still makes it 0.
+    for (int i = from; i < to; i++)
+        if (t->shape[i] == 0) return 0;
     int64_t n = 1;
-    for (int i = from; i < to; i++) n *= t->shape[i];
+    for (int i = from; i < to; i++)
+        if (__builtin_mul_overflow(n, t->shape[i], &n)) return INT64_MAX;
     return n;
 }
 
 int64_t ct_tensor_numel(const ct_tensor *t) { return ct_tensor_dims_product(t, 0, t->ndim); }
 
 size_t ct_tensor_nbytes(const ct_tensor *t) {
-    return (size_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype);
+    size_t n = (size_t)ct_tensor_numel(t), size = ct_dtype_size(t->dtype);
+    return size && n > SIZE_MAX / size ? SIZE_MAX : n * size;
 }
 
 bool ct_tensor_same_sig(const ct_tensor *a, const ct_tensor *b) {

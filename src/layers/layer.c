@@ -478,6 +478,19 @@ ct_status ct_net_init(ct_net *net, ct_layer *root, const ct_tensor *in_sigs, int
         goto fail;
     }
     if ((st = ct_device_check_room(dev, slab_bytes, what, err)) != CT_OK) goto fail;
+    // A random initializer draws one number per counter of its key: more
+    // would be an assertion in fill, after the slabs were allocated.
+    for (int i = 0; i < net->n_params + net->n_state_params; i++) {
+        const ct_param *p = i < net->n_params ? net->params[i] : net->state_params[i - net->n_params];
+        bool random = p->init.kind == CT_INIT_GLOROT_UNIFORM || p->init.kind == CT_INIT_NORMAL ||
+                      p->init.kind == CT_INIT_UNIFORM;
+        if (random && (uint64_t)ct_tensor_numel(&p->sig) > CT_RANDOM_MAX_N) {
+            char s[CT_SIG_STR_MAX];
+            st = ct_error_set(err, CT_ERR_ARG, "%s is %s: a random initializer draws at most 2^32 numbers",
+                              p->full_name, ct_tensor_sig_str(&p->sig, s, sizeof s));
+            goto fail;
+        }
+    }
     size_t wbytes = net->n_weights * sizeof(float), sbytes = net->n_state * sizeof(float);
     if ((st = ct_device_alloc(dev, wbytes, "weight slab", (void **)&net->weights, err)) != CT_OK ||
         (st = ct_device_alloc(dev, wbytes, "gradient slab", (void **)&net->grads, err)) != CT_OK ||

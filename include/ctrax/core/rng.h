@@ -29,9 +29,14 @@ ct_key ct_key_split(ct_key key, uint32_t i);
 // A key that mixes data into key: threefry(k, (data, 1)).
 ct_key ct_key_fold_in(ct_key key, uint32_t data);
 
+// The most numbers ct_random_uniform and ct_random_normal draw from one key
+// (one per 32-bit counter).
+#define CT_RANDOM_MAX_N ((uint64_t)1 << 32)
 // n uniform floats in [lo, hi), element j from threefry(key, (j, 2)).
+// n <= CT_RANDOM_MAX_N.
 void ct_random_uniform(ct_key key, float *out, size_t n, float lo, float hi);
-// n normal floats (mean 0, given stddev), by Box-Muller over uniform pairs.
+// n normal floats (mean 0, given stddev), by Box-Muller over uniform pairs
+// (elements j and j + 1 from counters j and j + 1). n <= CT_RANDOM_MAX_N.
 void ct_random_normal(ct_key key, float *out, size_t n, float stddev);
 // The 32 random bits of element j of key's stream: threefry(key, (j, 2))[0].
 // ct_random_uniform draws element j from these same bits.

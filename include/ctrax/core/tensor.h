@@ -47,9 +47,12 @@ ct_tensor ct_tensor_sig(const ct_tensor *t);
 // by n_parts.
 ct_tensor ct_tensor_split_rows(const ct_tensor *t, int n_parts, int part);
 
+// A size that does not fit (hostile shapes: (2^40, 2^30) floats) is
+// INT64_MAX elements, SIZE_MAX bytes, which every size check refuses,
+// never a product that wrapped around to a small one.
 int64_t ct_tensor_numel(const ct_tensor *t);
 size_t ct_tensor_nbytes(const ct_tensor *t);
-// Product of dims [from, to).
+// Product of dims [from, to) (INT64_MAX when it does not fit).
 int64_t ct_tensor_dims_product(const ct_tensor *t, int from, int to);
 // The index of the first NaN or Inf of x[0..n), or n. One pass of integer
 // bit tests (vectorizes; no floating-point compare per element).
