@@ -452,28 +452,56 @@ static bool every_2(int64_t step, void *user) {
     return step % 2 == 0;
 }
 
-static void test_best_checkpoints(void) {
-    char *dir = temp_dir("best");
-    int calls = 0;
-    ct_fn_spec spec = {"Falling", 3, 1, scalar_shape, falling_fwd, NULL, &calls};
-    ct_stream *train = copy_batches(1), *eval = copy_batches(2);
-    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy(), *metric = ct_fn(&spec);
-    ct_train_task task = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, ct_sgd_default_params().learning_rate};
-    ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 1};
-    ev.metrics[0] = metric;
+// A loop over copy batches whose one eval metric, "falling", is what fwd
+// gives (its user: the count of calls), evaluated every 2 steps, with both
+// best checkpoints on it; counts sees every checkpoint.
+typedef struct best_run {
+    char *dir;
+    int calls;
+    ct_stream *train, *eval;
+    ct_layer *model, *loss, *metric;
+    ckpt_counts counts;
+    ct_loop *loop;
+} best_run;
+
+static void best_run_start(best_run *r, const char *name, const char *fn_name,
+                           void (*fwd)(const ct_tensor *, ct_tensor *, const void *)) {
+    *r = (best_run){.dir = temp_dir(name)};
+    ct_fn_spec spec = {fn_name, 3, 1, scalar_shape, fwd, NULL, &r->calls};
+    r->train = copy_batches(1), r->eval = copy_batches(2);
+    r->model = small_lm(0), r->loss = ct_weighted_category_cross_entropy(), r->metric = ct_fn(&spec);
+    ct_train_task task = {r->train, r->loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL,
+                          ct_sgd_default_params().learning_rate};
+    ct_eval_task ev = {.stream = r->eval, .n_metrics = 1, .n_batches = 1};
+    ev.metrics[0] = r->metric;
     ev.metric_names[0] = "falling";
-    ckpt_counts counts = {.dir = dir, .last_step = 10};
     ct_loop_options o = ct_loop_default_options();
-    o.output_dir = dir;
+    o.output_dir = r->dir;
     o.eval_at = every_2;
     o.checkpoint_low_metric = "falling";
     o.checkpoint_high_metric = "falling";
-    o.callbacks[0] = (ct_loop_callback){.on_checkpoint = count_checkpoint, .user = &counts};
+    o.callbacks[0] = (ct_loop_callback){.on_checkpoint = count_checkpoint, .user = &r->counts};
     o.n_callbacks = 1;
-    ct_loop *loop;
     ct_error err;
-    CHECK_OK(ct_loop_new(&loop, model, &task, 1, &ev, &o, &err), &err);
-    CHECK_OK(ct_loop_run(loop, 10, &err), &err);
+    CHECK_OK(ct_loop_new(&r->loop, r->model, &task, 1, &ev, &o, &err), &err);
+}
+
+static void best_run_free(best_run *r) {
+    ct_loop_free(r->loop);
+    ct_stream_free(r->train);
+    ct_stream_free(r->eval);
+    ct_layer_free(r->model), ct_layer_free(r->loss), ct_layer_free(r->metric);
+    ct_fs_remove_tree(r->dir, NULL);
+    free(r->dir);
+}
+
+static void test_best_checkpoints(void) {
+    best_run r;
+    best_run_start(&r, "best", "Falling", falling_fwd);
+    ct_error err;
+    r.counts = (ckpt_counts){.dir = r.dir, .last_step = 10};
+    CHECK_OK(ct_loop_run(r.loop, 10, &err), &err);
+    ckpt_counts counts = r.counts;
     printf("best checkpoints over 10 steps, eval every 2: lowest %d, highest %d, regular %d\n", counts.lowest,
            counts.highest, counts.regular);
     CHECK(counts.lowest == 5 && counts.highest == 1);
@@ -483,17 +511,12 @@ static void test_best_checkpoints(void) {
     CHECK_MSG(counts.pointer_moved == 0, "the pointer named a best checkpoint %d times", counts.pointer_moved);
     CHECK_MSG(counts.unlogged == 0, "%d checkpoints written before their step's metrics were", counts.unlogged);
     // A last step that does not evaluate logs its training metrics before its checkpoint too.
-    counts = (ckpt_counts){.dir = dir, .last_step = 11};
-    CHECK_OK(ct_loop_run(loop, 11, &err), &err);
-    CHECK_MSG(counts.regular == 1 && counts.unlogged == 0, "step 11: %d regular checkpoints, %d before their metrics",
-              counts.regular, counts.unlogged);
-    CHECK(exists(dir, "lowest_falling") && exists(dir, "highest_falling"));
-    ct_loop_free(loop);
-    ct_stream_free(train);
-    ct_stream_free(eval);
-    ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
-    ct_fs_remove_tree(dir, NULL);
-    free(dir);
+    r.counts = (ckpt_counts){.dir = r.dir, .last_step = 11};
+    CHECK_OK(ct_loop_run(r.loop, 11, &err), &err);
+    CHECK_MSG(r.counts.regular == 1 && r.counts.unlogged == 0,
+              "step 11: %d regular checkpoints, %d before their metrics", r.counts.regular, r.counts.unlogged);
+    CHECK(exists(r.dir, "lowest_falling") && exists(r.dir, "highest_falling"));
+    best_run_free(&r);
 }
 
 // A metric that is NaN at its first eval (every weight 0, say), then falls.
@@ -516,40 +539,19 @@ static int64_t checkpoint_step_of(const char *dir, const char *name) {
 // first NaN was kept as the best, and no value compares <= or >= NaN, so
 // lowest_ stayed the step-2 checkpoint for good).
 static void test_best_after_nan(void) {
-    char *dir = temp_dir("best_nan");
-    int calls = 0;
-    ct_fn_spec spec = {"NanThenFalling", 3, 1, scalar_shape, nan_then_falling_fwd, NULL, &calls};
-    ct_stream *train = copy_batches(1), *eval = copy_batches(2);
-    ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy(), *metric = ct_fn(&spec);
-    ct_train_task task = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, ct_sgd_default_params().learning_rate};
-    ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 1};
-    ev.metrics[0] = metric;
-    ev.metric_names[0] = "falling";
-    ckpt_counts counts = {.dir = dir, .last_step = 6};
-    ct_loop_options o = ct_loop_default_options();
-    o.output_dir = dir;
-    o.eval_at = every_2;
-    o.checkpoint_low_metric = "falling";
-    o.checkpoint_high_metric = "falling";
-    o.callbacks[0] = (ct_loop_callback){.on_checkpoint = count_checkpoint, .user = &counts};
-    o.n_callbacks = 1;
-    ct_loop *loop;
+    best_run r;
+    best_run_start(&r, "best_nan", "NanThenFalling", nan_then_falling_fwd);
     ct_error err;
-    CHECK_OK(ct_loop_new(&loop, model, &task, 1, &ev, &o, &err), &err);
-    CHECK_OK(ct_loop_run(loop, 6, &err), &err);
-    int64_t low = checkpoint_step_of(dir, "lowest_falling"), high = checkpoint_step_of(dir, "highest_falling");
+    r.counts = (ckpt_counts){.dir = r.dir, .last_step = 6};
+    CHECK_OK(ct_loop_run(r.loop, 6, &err), &err);
+    int64_t low = checkpoint_step_of(r.dir, "lowest_falling"), high = checkpoint_step_of(r.dir, "highest_falling");
     printf("evals NaN, 1/2, 1/3 at steps 2, 4, 6: lowest %d (of step %lld), highest %d (of step %lld)\n",
-           counts.lowest, (long long)low, counts.highest, (long long)high);
-    CHECK_MSG(counts.lowest == 2 && low == 6, "lowest_falling written %d times, of step %lld (want 2, step 6)",
-              counts.lowest, (long long)low);
-    CHECK_MSG(counts.highest == 1 && high == 4, "highest_falling written %d times, of step %lld (want 1, step 4)",
-              counts.highest, (long long)high);
-    ct_loop_free(loop);
-    ct_stream_free(train);
-    ct_stream_free(eval);
-    ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
-    ct_fs_remove_tree(dir, NULL);
-    free(dir);
+           r.counts.lowest, (long long)low, r.counts.highest, (long long)high);
+    CHECK_MSG(r.counts.lowest == 2 && low == 6, "lowest_falling written %d times, of step %lld (want 2, step 6)",
+              r.counts.lowest, (long long)low);
+    CHECK_MSG(r.counts.highest == 1 && high == 4, "highest_falling written %d times, of step %lld (want 1, step 4)",
+              r.counts.highest, (long long)high);
+    best_run_free(&r);
 }
 
 // ---- stop, final checkpoint, tasks, fine-tuning -----------------------------------------

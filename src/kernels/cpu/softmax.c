@@ -16,8 +16,10 @@
 // C == 0; NaNs are skipped, as fmaxf does) and the sum of exp(x[c] - m) in
 // double, each term written to y[c] when y is not NULL. The exps run a
 // piece at a time at full float width, then the piece is summed into the
-// lanes: 2.3-2.7x faster at C 128 than one loop doing both, whose exps ran
-// only CT_LANES wide (the lanes are doubles), with the same bits.
+// lanes in their order: 2.3-2.7x faster at C 128 than one loop doing both,
+// whose exps ran only CT_LANES wide (the lanes are doubles). (Some exps
+// round otherwise than that loop's did: make train's losses moved in the
+// 3rd-4th digit, README.)
 #define EXP_PIECE 256  // a multiple of CT_LANES
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static double row_exp_sum(const float *x, float *y, int64_t C, float *m) {
