@@ -265,9 +265,14 @@ static bool eval_every(int64_t step, void *user) {
     if (h->fit_threads) {
         int before = h->fit.threads ? h->fit.threads : h->max_threads;
         int now = ct_blas_threads_fit(&h->fit, h->max_threads, h->fit.threads ? THREAD_FIT_INTERVAL_S : THREAD_FIT_FIRST_S);
-        if (now != before && h->log)
+        if (now != before && h->log) {
+            // On a terminal the Loop's live progress line (stderr) is up:
+            // cleared first, as the Loop clears it before its own lines.
+            if (isatty(STDERR_FILENO)) fputs("\r\033[K", stderr);
             printf("threads: %d of %d at step %lld: other processes keep %.1f cores busy\n", now, h->max_threads,
                    (long long)step, h->fit.others);
+            fflush(stdout);
+        }
     }
     if (h->eval_list) {
         for (int i = 0; i < h->n_eval_steps; i++)
