@@ -42,4 +42,12 @@ if grep -q 'resuming from' "$work/out" && [[ $n == 1 ]]; then
 else
     bad "resume: $n previous-* directories; $(tail -1 "$work/out")"
 fi
+
+# A resume at or past train.steps trains nothing, and says so.
+"$ctrax" train "$config" --steps 2 --output-dir "$dir" >"$work/out" 2>&1
+if grep -q 'nothing to train: the run is at step 3, train.steps is 2' "$work/out"; then
+    ok "a resume past train.steps says it trains nothing"
+else
+    bad "resume past train.steps: $(tail -2 "$work/out" | tr '\n' ' ')"
+fi
 cli_done

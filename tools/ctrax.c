@@ -117,8 +117,9 @@ static void train_usage(FILE *f) {
             "  --configurables           list every name a config can bind, with its parameters\n"
             "  -h, --help                show this help\n"
             "\n"
-            "Output: runs/NAME/model_<step>/ (weights.safetensors, slots.safetensors, state.json),\n"
-            "metrics.jsonl, train/ and eval/ TensorBoard event files, config.gin (the operative config).\n");
+            "Output: runs/NAME/model_<step>/ (weights.safetensors, slots.safetensors, state.json,\n"
+            "manifest.json, config.gin), checkpoint (the newest complete one), metrics.jsonl, train/ and\n"
+            "eval/ TensorBoard event files, config.gin (the operative config), memory_plan.json.\n");
 }
 
 // Adds a config file (the positional CONFIG or --config_file's value).
@@ -920,6 +921,9 @@ static int run_train(const train_args *a) {
         if (ct_loop_restored_from(r.loop)[0])
             printf("resuming from %s/%s at step %lld\n", r.output_dir, ct_loop_restored_from(r.loop),
                    (long long)ct_loop_step(r.loop));
+        if (ct_loop_step(r.loop) >= steps && steps > 0)
+            printf("nothing to train: the run is at step %lld, train.steps is %lld (raise it, or --restart)\n",
+                   (long long)ct_loop_step(r.loop), (long long)steps);
         fflush(stdout);
     }
     if (ct_loop_run(r.loop, steps, &err) != CT_OK) goto done;
