@@ -381,6 +381,12 @@ int ctrax_parse_threads(const char *cmd, const char *value, int *out) {
     return 0;
 }
 
+int ctrax_flush_stdout(const char *cmd) {
+    if (fflush(stdout) == 0 && !ferror(stdout)) return CTRAX_EXIT_OK;
+    fprintf(stderr, "ctrax %s: writing to stdout failed\n", cmd);
+    return CTRAX_EXIT_ERROR;
+}
+
 int ctrax_opt_threads(const char *cmd, int argc, char **argv, int *i) {
     const char *v;
     int r = ctrax_opt_value(cmd, argc, argv, i, "--threads", &v), n;

@@ -147,8 +147,7 @@ static int evaluate(const eval_opts *o) {
             (long long)ct_checkpoint_step(c), (long long)eval_steps, (long long)batch_size,
             ct_stream_describe(eval, desc, sizeof desc));
     if (run_evaluator(c, model, &ev, (uint64_t)seed) != CTRAX_EXIT_OK) goto done;
-    if (fflush(stdout) == 0 && !ferror(stdout)) rc = CTRAX_EXIT_OK;
-    else fprintf(stderr, "ctrax eval: writing to stdout failed\n");
+    rc = ctrax_flush_stdout("eval");
 done:
     for (int m = 0; m < CT_EVAL_MAX_METRICS; m++) ct_layer_free(ev.metrics[m]);
     ct_layer_free(model);

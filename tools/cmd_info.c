@@ -306,14 +306,6 @@ static void print_summary(const ct_checkpoint *c, const char *dir, const cJSON *
     print_last_metrics(state);
 }
 
-// Stdout written out: CTRAX_EXIT_OK, else CTRAX_EXIT_ERROR after a message
-// (a full disk must not look like a complete listing).
-static int flush_stdout(void) {
-    if (fflush(stdout) == 0 && !ferror(stdout)) return CTRAX_EXIT_OK;
-    fprintf(stderr, "ctrax info: writing to stdout failed\n");
-    return CTRAX_EXIT_ERROR;
-}
-
 static int info(const char *path, const char *name) {
     ct_checkpoint *c;
     char *dir;
@@ -336,7 +328,7 @@ static int info(const char *path, const char *name) {
     }
     cJSON_Delete(state);
     ctrax_close_checkpoint(c, dir);
-    return rc == CTRAX_EXIT_OK ? flush_stdout() : rc;
+    return rc == CTRAX_EXIT_OK ? ctrax_flush_stdout("info") : rc;
 }
 
 // ---- --system ------------------------------------------------------------------------
@@ -412,7 +404,7 @@ static int system_info(void) {
         return CTRAX_EXIT_ERROR;
     }
     printf("sgemm        %s\n", sgemm);
-    return flush_stdout();
+    return ctrax_flush_stdout("info");
 }
 
 int ctrax_cmd_info(int argc, char **argv) {

@@ -589,11 +589,8 @@ static int plot(const char *input, const char *output, const char *request) {
     bool to_stdout = !strcmp(output, "-");
     ct_error err;
     if (to_stdout) {
-        // A write that failed inside fputs leaves nothing for fflush to fail on.
-        if (fputs(svg, stdout) == EOF || fflush(stdout) != 0 || ferror(stdout)) {
-            fprintf(stderr, "ctrax plot: writing to stdout failed\n");
-            rc = CTRAX_EXIT_ERROR;
-        }
+        fputs(svg, stdout);
+        if (ctrax_flush_stdout("plot") != CTRAX_EXIT_OK) rc = CTRAX_EXIT_ERROR;
     } else if (ct_fs_write_atomic(output, svg, strlen(svg), &err) != CT_OK) {
         fprintf(stderr, "ctrax plot: %s\n", err.msg);
         rc = CTRAX_EXIT_ERROR;

@@ -213,9 +213,7 @@ static int generate(const sample_opts *o, const ct_net *net, int64_t P, int64_t 
     if (ok) {
         out_flush_pending(&out);
         if (!o->raw) fputc('\n', stdout);
-        // The per-byte flushes may have failed already, leaving nothing to fail here.
-        if (fflush(stdout) != 0 || ferror(stdout)) fprintf(stderr, "ctrax sample: writing to stdout failed\n");
-        else rc = CTRAX_EXIT_OK;
+        rc = ctrax_flush_stdout("sample");
     }
 done:
     free(tokens);

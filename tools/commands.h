@@ -142,6 +142,11 @@ int ctrax_parse_threads(const char *cmd, const char *value, int *out);
 // another argument, -1 after a message. (Each command reads it in its own
 // loop, so another option's value, a prompt say, is never taken for it.)
 int ctrax_opt_threads(const char *cmd, int argc, char **argv, int *i);
+// Flushes stdout: CTRAX_EXIT_OK when everything written to it got out, else
+// CTRAX_EXIT_ERROR after "ctrax CMD: writing to stdout failed" on stderr (a
+// full disk must not look like complete output; ferror also catches a write
+// that failed in an earlier flush, leaving nothing for this one to fail on).
+int ctrax_flush_stdout(const char *cmd);
 
 // The eval metrics of a training config, the same for `train` and `eval`:
 // the loss (train.loss_fn, reported as "loss"), then each of train.metrics
