@@ -432,6 +432,10 @@ static void test_safetensors_damage(void) {
     expect_open_fails(p, "'u' appears twice", NULL);
     write_st(p, "{\"__metadata__\": {\"k\": 3}}", 0);
     expect_open_fails(p, "__metadata__", NULL);
+    // The header is UTF-8 (Hugging Face's reader refuses anything else, and
+    // ct_safetensors_write would refuse the name).
+    write_st(p, "{\"w\xff\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4);
+    expect_open_fails(p, "not UTF-8", "byte 11");
 
     // A good file cut short: the tensor it cuts is named.
     float x[4] = {1, 2, 3, 4}, y[4] = {5, 6, 7, 8};

@@ -6,7 +6,9 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -265,6 +267,68 @@ static void test_summary_resume(void) {
     CHECK(python("read_tfevents.py", files[1], exp) == 0);
 }
 
+// ---- a write that fails partway -------------------------------------------------
+
+// Runs flush with the file size limit at limit bytes (EFBIG past it, the
+// write before it cut short, as a full disk does), then lifts the limit.
+static ct_status flush_limited(ct_status (*flush)(void *, ct_error *), void *w, off_t limit, ct_error *err) {
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)limit;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    ct_status s = flush(w, err);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, was);
+    return s;
+}
+
+static ct_status tb_flush(void *w, ct_error *err) { return ct_tb_writer_flush(w, err); }
+static ct_status metrics_flush(void *w, ct_error *err) { return ct_metrics_writer_flush(w, err); }
+
+static off_t file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? sb.st_size : -1;
+}
+
+// A flush that fails partway (disk full) and a later one that succeeds
+// (space freed, or the flush of close) leave the file as if the first had
+// never failed: what went out is not written a second time.
+static void test_partial_write(void) {
+    ct_error err = {0};
+    ct_tb_writer *w;
+    CHECK_OK(ct_tb_writer_open(&w, tmp_path("partial/tb"), &err), &err);
+    if (!w) return;
+    char path[2048], expect[4096];
+    snprintf(path, sizeof path, "%s", ct_tb_writer_path(w));
+    size_t len = (size_t)snprintf(expect, sizeof expect, "{\"scalars\": [");
+    for (int s = 1; s <= 10; s++) {
+        CHECK_OK(ct_tb_writer_scalar(w, "metrics/loss", s, 1.0f / (float)s, &err), &err);
+        len += (size_t)snprintf(expect + len, sizeof expect - len,
+                                "%s{\"tag\": \"metrics/loss\", \"step\": %d, \"value\": %.9g}", s > 1 ? "," : "", s,
+                                1.0f / (float)s);
+    }
+    snprintf(expect + len, sizeof expect - len, "]}");
+    off_t before = file_size(path);
+    CHECK(flush_limited(tb_flush, w, before + 70, &err) == CT_ERR_IO);  // 70 bytes: inside the second record
+    CHECK_MSG(file_size(path) == before + 70, "%lld bytes", (long long)file_size(path));
+    CHECK_OK(ct_tb_writer_close(w, &err), &err);
+    const char *exp_path = tmp_path("partial_expect.json");
+    write_text(exp_path, expect);
+    CHECK_MSG(python("read_tfevents.py", path, exp_path) == 0, "the event file reads back: %s", path);
+
+    const char *mpath = tmp_path("partial/metrics.jsonl");
+    ct_metrics_writer *m;
+    CHECK_OK(ct_metrics_writer_open(&m, mpath, &err), &err);
+    if (!m) return;
+    for (int s = 1; s <= 10; s++) CHECK_OK(ct_metrics_writer_add(m, s, "train", "metrics/loss", s / 8.0, &err), &err);
+    CHECK(flush_limited(metrics_flush, m, 100, &err) == CT_ERR_IO);
+    CHECK(file_size(mpath) == 100);
+    CHECK_OK(ct_metrics_writer_close(m, &err), &err);
+    CHECK(parse_metrics(mpath, 10) == 10);
+}
+
 // ---- the progress line ---------------------------------------------------------
 
 static void test_progress(void) {
@@ -331,6 +395,7 @@ int main(void) {
     test_metrics();
     test_tensorboard();
     test_summary_resume();
+    test_partial_write();
     test_progress();
     ct_error err;
     if (!check_failed_) ct_fs_remove_tree(g_tmp, &err);

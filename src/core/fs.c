@@ -67,16 +67,21 @@ ct_status ct_fs_mkdirs(const char *path, ct_error *err) {
     return CT_OK;
 }
 
-ct_status ct_fs_write_all(int fd, const void *data, size_t n, const char *path, ct_error *err) {
+ct_status ct_fs_write_from(int fd, const void *data, size_t n, size_t *done, const char *path, ct_error *err) {
     const char *p = data;
-    while (n > 0) {
-        ssize_t k = write(fd, p, n < (1u << 30) ? n : (1u << 30));
+    while (*done < n) {
+        size_t left = n - *done;
+        ssize_t k = write(fd, p + *done, left < (1u << 30) ? left : (1u << 30));
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) return ct_error_set(err, CT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        p += k;
-        n -= (size_t)k;
+        *done += (size_t)k;
     }
     return CT_OK;
+}
+
+ct_status ct_fs_write_all(int fd, const void *data, size_t n, const char *path, ct_error *err) {
+    size_t done = 0;
+    return ct_fs_write_from(fd, data, n, &done, path, err);
 }
 
 ct_status ct_fs_close(int fd, const char *path, ct_status st, ct_error *err) {

@@ -29,6 +29,11 @@ ct_status ct_fs_write_atomic_parts(const char *path, const ct_fs_part *parts, in
 // write(2) of all n bytes to fd (retrying short writes and EINTR); an error
 // names path.
 ct_status ct_fs_write_all(int fd, const void *data, size_t n, const char *path, ct_error *err);
+// Same, from byte *done on, counting in *done what was written: after an
+// error (a full disk may take half a write first) it says how far the file
+// got, so that a writer that keeps its buffer retries with the rest and never
+// writes a byte twice.
+ct_status ct_fs_write_from(int fd, const void *data, size_t n, size_t *done, const char *path, ct_error *err);
 // Closes fd. A failed close (data that did not reach the disk) becomes the
 // error when st is CT_OK; returns the resulting status. For writers' close
 // functions: s = ct_fs_close(fd, path, flush(...), err).

@@ -396,6 +396,15 @@ static ct_status parse_header(ct_safetensors *st, ct_error *err) {
     if (hlen > ST_HEADER_MAX || hlen < 2)
         return ct_error_set(err, CT_ERR_FORMAT, "%s: header length %" PRIu64 " is not plausible", st->path, hlen);
     const char *h = (const char *)st->map + 8;
+    // UTF-8, as the format says: Hugging Face's reader refuses anything else,
+    // and ct_safetensors_write would refuse such a name.
+    for (uint64_t i = 0; i < hlen;) {
+        size_t k = ct_utf8_len((const unsigned char *)h + i, (size_t)(hlen - i));
+        if (k == 0)
+            return ct_error_set(err, CT_ERR_FORMAT, "%s: the header is not UTF-8 (byte %" PRIu64 " of the file)",
+                                st->path, 8 + i);
+        i += k;
+    }
     // Duplicate keys are refused: one tensor name must not mean two tensors.
     ct_error jerr;
     cJSON *root = ct_json_parse(h, (size_t)hlen, st->path, &jerr);

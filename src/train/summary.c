@@ -101,18 +101,11 @@ ct_status ct_metrics_writer_add(ct_metrics_writer *w, int64_t step, const char *
 ct_status ct_metrics_writer_flush(ct_metrics_writer *w, ct_error *err) {
     CT_ASSERT(w);
     size_t done = 0;
-    while (done < w->n) {
-        ssize_t k = write(w->fd, w->buf + done, w->n - done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) {
-            // Keep what did not go out, to try again.
-            memmove(w->buf, w->buf + done, w->n - done);
-            w->n -= done;
-            return ct_error_set(err, CT_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
-        }
-        done += (size_t)k;
-    }
-    w->n = 0;
+    ct_status s = ct_fs_write_from(w->fd, w->buf, w->n, &done, w->path, err);
+    // Keep what did not go out, to try again.
+    if (done) memmove(w->buf, w->buf + done, w->n - done);
+    w->n -= done;
+    CT_TRY(s);
     if (fsync(w->fd) != 0) return ct_error_set(err, CT_ERR_IO, "%s: fsync failed: %s", w->path, strerror(errno));
     return CT_OK;
 }

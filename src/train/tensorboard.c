@@ -196,8 +196,13 @@ ct_status ct_tb_writer_session_start(ct_tb_writer *w, int64_t step, ct_error *er
 
 ct_status ct_tb_writer_flush(ct_tb_writer *w, ct_error *err) {
     CT_ASSERT(w);
-    CT_TRY(ct_fs_write_all(w->fd, w->out.p, w->out.n, w->path, err));
-    w->out.n = 0;
+    size_t done = 0;
+    ct_status s = ct_fs_write_from(w->fd, w->out.p, w->out.n, &done, w->path, err);
+    // Only what did not go out is kept for the next try: a record written
+    // twice, or cut in two, would end TensorBoard's reading of the file there.
+    if (done) memmove(w->out.p, w->out.p + done, w->out.n - done);
+    w->out.n -= done;
+    CT_TRY(s);
     if (fsync(w->fd) != 0) return ct_error_set(err, CT_ERR_IO, "%s: fsync failed: %s", w->path, strerror(errno));
     return CT_OK;
 }
