@@ -921,6 +921,11 @@ static void test_optimizers(void) {
     // An epsilon of 0 divides 0 by 0 where a gradient is 0: above 0.
     EXPECT_ERROR("e.gin", "Adam.eps = 0\n", "e.gin:1:1", "Adam.eps must be > 0, got 0");
     EXPECT_ERROR("e.gin", "Adafactor.epsilon1 = 0.0\n", "e.gin:1:1", "must be > 0");
+    EXPECT_ERROR("e.gin", "RMSProp.eps = 0\n", "e.gin:1:1", "RMSProp.eps must be > 0, got 0");
+    // A clipping threshold of 0 divided every update by inf; SM3's EMA
+    // momentum of 1 kept m, and so every update, at 0.
+    EXPECT_ERROR("e.gin", "Adafactor.clipping_threshold = 0\n", "e.gin:1:1", "must be > 0");
+    EXPECT_ERROR("e.gin", "SM3.momentum = 1\n", "e.gin:1:1", "SM3.momentum must be < 1, got 1");
     EXPECT_ERROR("e.gin", "Momentum.nesterov = 1\n", "e.gin:1:1", "expects a bool");
     EXPECT_ERROR("e.gin", "Adafactor.beta2 = 0.9\n", "e.gin:1:1", "did you mean 'beta1'");
 
@@ -1047,6 +1052,15 @@ static void test_schedules(void) {
     printf("  error: %s\n", err.msg);
     ct_config_free(cfg);
     EXPECT_ERROR("e.gin", "multifactor.steps_per_decay = 0\n", "e.gin:1:1", "must be >= 1");
+    // A negative learning rate, refused where it is bound.
+    cfg = parse_cfg("s.gin", "multifactor.warmup_steps = 10\nmultifactor.constant = -0.1\n", &err);
+    CHECK(build_schedule(cfg, "multifactor", &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "s.gin:2:1") && strstr(err.msg, "constant must be >= 0"), "%s", err.msg);
+    ct_config_free(cfg);
+    cfg = parse_cfg("s.gin", "constant.value = -0.001\n", &err);
+    CHECK(build_schedule(cfg, "constant", &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "s.gin:1:1") && strstr(err.msg, "value must be >= 0"), "%s", err.msg);
+    ct_config_free(cfg);
 
     char *reg = ct_config_registry_text();
     CHECK(strstr(reg, "multifactor.warmup_steps = 400") && strstr(reg, "# warmup.max_value = (required") &&
@@ -1497,6 +1511,18 @@ static void test_text_inputs(void) {
     cfg = parse_cfg("short.gin", text, &err);
     CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) != CT_OK);
     CHECK_MSG(strstr(err.msg, "short.gin:2:") && strstr(err.msg, "fewer than one example"), "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    // An eval_fraction that leaves no training chunk: the error names that
+    // setting and its line (it named seq_len only).
+    snprintf(text, sizeof text,
+             "TextInputs.paths = ['%s']\nTextInputs.seq_len = 1000\nTextInputs.eval_fraction = 0.999\n",
+             tmp_file("corpus"));
+    cfg = parse_cfg("split.gin", text, &err);
+    CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG && !train && !eval);
+    CHECK_MSG(strstr(err.msg, "split.gin:3:1: TextInputs.eval_fraction = 0.999") &&
+                  strstr(err.msg, "the train split of") && strstr(err.msg, "is empty"),
+              "%s", err.msg);
     printf("  error: %s\n", err.msg);
     ct_config_free(cfg);
     const char *names[] = {"corpus/sub/b.txt", "corpus/a.txt", "corpus/sub", "corpus"};
@@ -2101,6 +2127,28 @@ static void test_memory_budget(void) {
     expect_budget(tlm, run, CT_ERR_MEMORY, (const char *[]){"the device's limit is 4.0 KiB", NULL});
     run.device_limit_bytes = 0;
     expect_budget(tlm, run, CT_OK, (const char *[]){NULL});
+    // A batch that does not split into equal rows over the devices and
+    // processes, refused naming the settings (the trainer said so at the
+    // first step, naming none).
+    snprintf(text, sizeof text, "%strain.batch_size = 30\ntrain.n_devices = 4\n", tlm);
+    run.batch_size = 30;
+    run.n_devices = 4;
+    expect_budget(text, run, CT_ERR_ARG,
+                  (const char *[]){"big.gin:13:1: train.batch_size = 30 does not split into equal rows over "
+                                   "big.gin:14:1: train.n_devices = 4: make it a multiple of 4",
+                                   NULL});
+    run.batch_size = 28;
+    expect_budget(text, run, CT_OK, (const char *[]){NULL});
+    run.n_devices = 2;
+    run.n_processes = 3;
+    run.batch_size = 9;
+    expect_budget(tlm, run, CT_ERR_ARG,
+                  (const char *[]){"train.n_devices = 2 x train.n_processes = 3: make it a multiple of 6", NULL});
+    run.batch_size = 12;
+    expect_budget(tlm, run, CT_OK, (const char *[]){NULL});
+    run.n_devices = 1;
+    run.n_processes = 0;
+    run.batch_size = 4;
 
     // Layer counts the constructors keep in a C int.
     snprintf(text, sizeof text, "%sTransformerLM.n_layers = 2147483647\n", tlm);
@@ -2862,6 +2910,17 @@ static void test_batcher_inputs(void) {
     CHECK_OK(read_train_text(t2, &cfg, &t, &err), &err);
     CHECK_MSG(t.batch_size == 10, "%lld", (long long)t.batch_size);
     ct_config_free(cfg);
+    // A bound batch_size is rounded as Trax's batch_fn rounds it: down to a
+    // multiple of the devices, at least one row each (30 on 4 devices is 28,
+    // 3 on 4 is 4). Unrounded, 30 failed at the first step, naming no setting.
+    const int bound[] = {30, 3, 8}, n_dev[] = {4, 4, 4}, want[] = {28, 4, 8};
+    for (int i = 0; i < 3; i++) {
+        snprintf(t2, sizeof t2, "%sbatcher.batch_size = %d\ntrain.n_devices = %d\n", text, bound[i], n_dev[i]);
+        CHECK_OK(read_train_text(t2, &cfg, &t, &err), &err);
+        CHECK_MSG(t.batch_size == want[i], "batch_size %d on %d devices: %lld", bound[i], n_dev[i],
+                  (long long)t.batch_size);
+        ct_config_free(cfg);
+    }
 
     // The batches: train of 4 (shuffled epochs of the train files), eval of
     // eval_batch_size 3 from the t10k files, in order.

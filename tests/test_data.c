@@ -849,6 +849,25 @@ static void test_batch(void) {
     }
     CHECK(shapes_ok);
     ct_stream_free(s);
+    // Boundaries not ascending, and a boundary or fixed length no machine
+    // can hold: refused when the batcher is made, with the stream it was
+    // given freed (a boundary of 2^40 aborted in malloc at the first batch).
+    int64_t flat[] = {6, 6}, huge[] = {6, INT64_C(1) << 40};
+    bp.boundaries = flat;
+    bp.n_boundaries = 2;
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK(ct_batch_stream_new(&s, s, &bp, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "batch: boundaries must be positive and ascending (boundary 1 is 6)"), "%s", err.msg);
+    bp.boundaries = huge;
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK(ct_batch_stream_new(&s, s, &bp, &err) == CT_ERR_MEMORY && s == NULL);
+    CHECK_MSG(strstr(err.msg, "batch: a window of 1 x 4 examples padded to length 1099511627776 needs"), "%s", err.msg);
+    bp.boundaries = NULL;
+    bp.n_boundaries = 0;
+    bp.length = INT64_C(1) << 40;
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK(ct_batch_stream_new(&s, s, &bp, &err) == CT_ERR_MEMORY && s == NULL);
+    CHECK_MSG(strstr(err.msg, "padded to length 1099511627776 needs"), "%s", err.msg);
 
     // The remainder of a finite stream: dropped, or padded with weight-0 rows.
     for (int pad = 0; pad < 2; pad++) {
@@ -915,11 +934,37 @@ static void test_batch(void) {
            (long long)unbucketed_spread);
     ct_stream_free(s);
     ct_stream_free(plain);
+
+    // Examples of one length: the sort is stable (each batch is 4 examples
+    // in stream order) and a window's 5 batches come out in an order drawn
+    // from the seed, not always in the stream's.
+    s = numbered_stream(40);
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    int in_order = 1, reordered = 0, seen_batch[10] = {0};
+    for (int w = 0; w < 2; w++) {
+        int prev = -1;
+        for (int i = 0; i < 5; i++) {
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            int first = chunk_of(&b, 0);
+            for (int r = 0; r < 4; r++) in_order &= chunk_of(&b, r) == first + r;
+            in_order &= first % 4 == 0 && first / 20 == w;
+            if (first % 4 == 0 && first >= 0 && first < 40) seen_batch[first / 4]++;
+            reordered += first < prev;
+            prev = first;
+        }
+    }
+    int each_once = 1;
+    for (int i = 0; i < 10; i++) each_once &= seen_batch[i] == 1;
+    CHECK_MSG(in_order && each_once, "bucketing examples of one length: batches not consecutive runs of the window");
+    CHECK_MSG(reordered > 0, "bucketing: the batches of both windows came out in stream order");
+    ct_stream_free(s);
 }
 
 static void test_weights(void) {
     ct_error err;
-    // mask_id 0 zeroes the weights of 0 targets (the copy task's separators).
+    // mask_id 0 zeroes the weights of 0 targets (the copy task's separators);
+    // the item's own weights are kept (0 on "0 w 0", 1 on the second w):
+    // the first w's targets are not 0, so only the kept weights zero them.
     ct_copy_task t = {10, 3, false, 1, 0};
     ct_stream *s;
     CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
@@ -927,7 +972,9 @@ static void test_weights(void) {
     ct_batch b;
     CHECK_OK(ct_stream_next(s, &b, &err), &err);
     const float *w = ct_f32(&b.t[2]);
-    CHECK(w[0] == 0 && w[4] == 0 && w[5] == 1 && w[7] == 1);
+    const float want_w[8] = {0, 0, 0, 0, 0, 1, 1, 1};
+    CHECK(b.n == 3 && ct_tensor_numel(&b.t[2]) == 8 && !memcmp(w, want_w, sizeof want_w));
+    CHECK(ct_i32(&b.t[1])[1] != 0 && ct_i32(&b.t[1])[3] != 0);
     ct_stream_free(s);
 
     // The copy task's weights are already 0 at its separators; a token file

@@ -200,6 +200,16 @@ static void test_adafactor(void) {
     free(slots);
     ct_optimizer_free(o);
 
+    // A zero weight (a bias): its RMS is 0, so the step is lr * epsilon2 (1e-3)
+    // times the clipped y (+-1 at step 1: g / sqrt(mix g^2), RMS 1.32 > 1).
+    o = ct_adafactor_new(ct_adafactor_default_params());
+    float wz[3] = {0};
+    slots = calloc(3, sizeof(float));
+    ct_optimizer_update(o, 1, 0.05f, &sig1, wz, grads[0], slots);
+    check_all("adafactor zero w", wz, (const double[]){-5e-5, 5e-5, -5e-5}, 3, 1e-10);
+    free(slots);
+    ct_optimizer_free(o);
+
     // Gradients near 1e-8: g^2 is near epsilon1 (1e-16), so where epsilon1
     // goes shows (Trax's current Adafactor adds it where the accumulators
     // are read; added to g^2, as older Traxes did, w[0] of the 2-D case ended
@@ -384,6 +394,19 @@ static void test_params_by_name(void) {
     CHECK_OK(ct_optimizer_set_param(all[3], "beta1", 0.5f, &err), &err);
     CHECK(ct_optimizer_get_param(all[3], "beta", &x, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "Adafactor") && strstr(err.msg, "epsilon2"), "%s", err.msg);
+    // RMSProp's eps = 0 gave 0/0 = NaN at a zero gradient once the mean
+    // square reached 0 (gamma 0: at once); Adafactor's clipping_threshold = 0
+    // divided every update by inf (the weights never moved).
+    CHECK_MSG(ct_optimizer_set_param(all[2], "eps", 0.0f, &err) == CT_ERR_ARG &&
+                  strstr(err.msg, "RMSProp: hyperparameter eps must be in (0, inf], got 0"),
+              "%s", err.msg);
+    CHECK_MSG(ct_optimizer_set_param(all[3], "clipping_threshold", 0.0f, &err) == CT_ERR_ARG &&
+                  strstr(err.msg, "clipping_threshold must be in (0, inf], got 0"),
+              "%s", err.msg);
+    // SM3's momentum 1 kept EMA's m, and so every update, at 0.
+    CHECK_MSG(ct_optimizer_set_param(all[4], "momentum", 1.0f, &err) == CT_ERR_ARG &&
+                  strstr(err.msg, "SM3: hyperparameter momentum must be in [0, 1), got 1"),
+              "%s", err.msg);
     // SM3's momentum_type is an enum in [1, 3].
     CHECK_OK(ct_optimizer_set_param(all[4], "momentum_type", 3.0f, &err), &err);
     CHECK(((ct_sm3_params *)all[4]->params)->momentum_type == CT_SM3_MOMENTUM_NESTEROV);

@@ -61,6 +61,15 @@ static void test_warmup(void) {
     CHECK_OK(ct_schedule_warmup(0, 0.5, &s, &err), &err);
     CHECK_LR(s, 1, 0.5);
     ct_schedule_free(s);
+    // The longest warm-up: n + 1 does not fit in int64 (it wrapped: 0.5 at
+    // step 1, and NaN from warmup_and_rsqrt_decay).
+    CHECK_OK(ct_schedule_warmup(INT64_MAX, 0.5, &s, &err), &err);
+    CHECK_LR(s, 1, 0.5 / 0x1p63);
+    CHECK_LR(s, INT64_MAX, 0.5);
+    ct_schedule_free(s);
+    CHECK_OK(ct_schedule_warmup_and_rsqrt_decay(INT64_MAX, 0.5, &s, &err), &err);
+    CHECK_LR(s, 1, 0.5 / 0x1p63);
+    ct_schedule_free(s);
 }
 
 static void test_warmup_and_rsqrt_decay(void) {
@@ -202,6 +211,31 @@ static void test_errors(void) {
     ct_schedule_free(s);
     CHECK(ct_schedule_warmup(-1, 0.1, &s, &err) == CT_ERR_ARG);
     CHECK(ct_schedule_constant(NAN, &s, &err) == CT_ERR_ARG);
+    // A negative learning rate climbs the loss (the optimizers and the Loop
+    // refuse one; schedules gave them unchecked).
+    CHECK(ct_schedule_constant(-0.1, &s, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "value must be >= 0, got -0.1"), "%s", err.msg);
+    CHECK(ct_schedule_warmup(9, -0.01, &s, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "warmup: max_value must be >= 0, got -0.01"), "%s", err.msg);
+    CHECK(ct_schedule_warmup_and_rsqrt_decay(9, -0.01, &s, &err) == CT_ERR_ARG);
+    p = ct_multifactor_default_params();
+    p.constant = -0.1;
+    CHECK(ct_schedule_multifactor(&p, &s, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "constant must be >= 0, got -0.1"), "%s", err.msg);
+    p = ct_multifactor_default_params();
+    p.factors = "constant * decay_every";
+    p.decay_factor = -0.5;
+    CHECK(ct_schedule_multifactor(&p, &s, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "decay_factor must be >= 0, got -0.5"), "%s", err.msg);
+    p = ct_multifactor_default_params();
+    p.factors = "two_constants";
+    p.second_constant = -0.01;
+    CHECK(ct_schedule_multifactor(&p, &s, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "second_constant must be >= 0, got -0.01"), "%s", err.msg);
+    // Unused by the factors: not checked.
+    p.factors = "constant * linear_warmup";
+    CHECK_OK(ct_schedule_multifactor(&p, &s, &err), &err);
+    ct_schedule_free(s);
 }
 
 int main(void) {

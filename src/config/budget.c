@@ -459,6 +459,21 @@ static ct_status refuse_exact_length(ct_config *cfg, const ct_config_run_shape *
 
 static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const cfg_def *d, const void *p,
                            const ct_optimizer *opt, ct_config_memory *mem, ct_error *err) {
+    // Every process, then every device, takes equal rows: said here, naming
+    // the settings, rather than by the trainer at the first step.
+    int n_proc_run = run->n_processes > 0 ? run->n_processes : 1, n_dev_run = run->n_devices > 0 ? run->n_devices : 1;
+    if (run->batch_size > 0 && run->batch_size % ((int64_t)n_proc_run * n_dev_run) != 0) {
+        char setting[400], dev[400], proc[400] = "", v[32];
+        batch_size_text(cfg, run, setting, sizeof setting);
+        snprintf(v, sizeof v, "%d", n_dev_run);
+        cfg_setting_text(cfg, "train", "n_devices", v, dev, sizeof dev);
+        if (n_proc_run > 1) {
+            snprintf(v, sizeof v, "%d", n_proc_run);
+            cfg_setting_text(cfg, "train", "n_processes", v, proc, sizeof proc);
+        }
+        return ct_error_set(err, CT_ERR_ARG, "%s does not split into equal rows over %s%s%s: make it a multiple of %lld",
+                            setting, dev, proc[0] ? " x " : "", proc, (long long)n_proc_run * n_dev_run);
+    }
     cfg_plan plan;
     totals t;
     double mbytes;

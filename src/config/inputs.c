@@ -243,11 +243,16 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         p.vocab_size = vocab_size ? vocab_size->i : 0;
         p.split = CT_DATA_SPLIT_TRAIN;
         // Each error names the settings behind it: the files with seq_len
-        // (too few or too many examples), the shuffle buffer, the eval split.
-        char note[400];
+        // (too few or too many examples) or with eval_fraction (an empty
+        // train split), the shuffle buffer, the eval split.
+        char note[400], frac[400];
         cfg_setting_text(cfg, name, "seq_len", NULL, note, sizeof note);
+        cfg_setting_text(cfg, name, "eval_fraction", NULL, frac, sizeof frac);
         st = text ? ct_text_stream_new(train, &p, err) : ct_token_stream_new(train, &p, err);
-        if (st != CT_OK) ct_error_prefix(err, "%s%s.paths (with %s)", where, name, note);
+        if (st != CT_OK) {
+            bool split = err && strstr(err->msg, "the train split of");
+            ct_error_prefix(err, "%s%s.paths (with %s)", where, name, split ? frac : note);
+        }
         if (st == CT_OK) {
             st = train_pipeline(train, true, shuffle_buffer, seed, batch_size, err);
             if (st == CT_ERR_MEMORY) {  // the shuffle buffer
@@ -260,10 +265,9 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         }
         if (st == CT_OK && p.eval_fraction > 0) {
             p.split = CT_DATA_SPLIT_EVAL;
-            cfg_setting_text(cfg, name, "eval_fraction", NULL, note, sizeof note);
             st = text ? ct_text_stream_new(eval, &p, err) : ct_token_stream_new(eval, &p, err);
             if (st == CT_OK) st = eval_pipeline(eval, batch_size, err);
-            if (st != CT_OK) ct_error_prefix(err, "%s%s.paths (with %s)", where, name, note);
+            if (st != CT_OK) ct_error_prefix(err, "%s%s.paths (with %s)", where, name, frac);
         }
     }
     ct_free(list);

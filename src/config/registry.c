@@ -912,7 +912,8 @@ static const cfg_param idx_inputs_params[] = {IDX_INPUTS_PARAMS(INPUT_ROW)};
     X(INT, batch_size_per_device, "32", RANGE(1, 1 << 24), UNSTORED,                                              \
       "per device: the step's batch is this x train.n_devices x train.n_processes")                                 \
     X(INT, batch_size, "None", RANGE(1, 1 << 24), UNSTORED_NULLABLE,                                             \
-      "per process (Trax's per host); None: batch_size_per_device x train.n_devices")                              \
+      "per process (Trax's per host), rounded down to a multiple of train.n_devices; None: "                     \
+      "batch_size_per_device x train.n_devices")                                                                  \
     X(INT, eval_batch_size, "32", RANGE(1, 1 << 24), UNSTORED,                                                    \
       "per process, rounded down to a multiple of train.n_devices; the eval batch is it x train.n_processes")      \
     X(BOOL, variable_shapes, "True", ANY, UNSTORED,                                                               \
@@ -961,15 +962,20 @@ static ct_status train_schedule_fill(ct_config *cfg, const char *name, ct_train_
 }
 
 // Trax's batcher sets each host's batch size as batch_size_per_device x
-// its devices, or batch_size when that is bound; the step's batch is that x
-// the processes. *v is the bound batch_size (NULL: batch_size_per_device's).
+// its devices, or batch_size when that is bound, rounded as its batch_fn
+// rounds it: down to a multiple of the devices, at least one row each (30 on
+// 4 devices is 28), so that every device takes equal rows. The step's batch
+// is that x the processes. *v is the bound batch_size (NULL:
+// batch_size_per_device's).
 static ct_status batcher_batch_size(ct_config *cfg, const char *inputs, const ct_train_settings *t, int64_t *out,
                                     const ct_config_value **v, ct_error *err) {
     const ct_config_value *bs, *per;
     CT_TRY(cfg_query_default(cfg, inputs, "batch_size", &bs, err));
     CT_TRY(cfg_query_default(cfg, inputs, "batch_size_per_device", &per, err));
     *v = bs->kind == CT_CONFIG_NONE ? NULL : bs;
-    *out = (*v ? bs->i : per->i * t->n_devices) * t->n_processes;
+    int64_t host = *v ? bs->i : per->i * t->n_devices;
+    host = (host / t->n_devices > 1 ? host / t->n_devices : 1) * t->n_devices;
+    *out = host * t->n_processes;
     return CT_OK;
 }
 

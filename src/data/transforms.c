@@ -580,6 +580,20 @@ static ct_status batch_check(const ct_stream *inner, const ct_batch_params *p, c
     return CT_OK;
 }
 
+// The bytes of a window staged and its batch out, with every dim that is
+// padded at the fixed length or the last boundary (1 when neither bounds it).
+static double window_bytes(const ct_stream *inner, const ct_batch_params *p, int64_t bound) {
+    double batch = 0;
+    for (int i = 0; i < inner->n_out; i++) {
+        const ct_tensor *sig = &inner->sigs[i];
+        double numel = p->batch_size;
+        for (int d = 0; d < sig->ndim; d++)
+            numel *= d == 0 && (sig->shape[0] < 0 || sig->shape[0] < p->length) ? (double)bound : (double)sig->shape[d];
+        batch += numel * (double)ct_dtype_size(sig->dtype);
+    }
+    return (double)((p->bucket_window > 0 ? p->bucket_window : 1) + 1) * batch;
+}
+
 // The batcher and its arrays (sized by the window), one block.
 static batcher *batcher_new(const ct_batch_params *p) {
     int w = p->bucket_window > 0 ? p->bucket_window : 1;
@@ -604,6 +618,15 @@ ct_status ct_batch_stream_new(ct_stream **out, ct_stream *inner, const ct_batch_
     *out = NULL;
     CT_ASSERT(inner && p);
     ct_status st = batch_check(inner, p, err);
+    if (st == CT_OK) {
+        // Against the machine's memory before allocating: a fixed length or a
+        // boundary of 2^40 passed the checks and aborted in malloc at the first batch.
+        int64_t bound = p->length > 0 ? p->length : p->n_boundaries > 0 ? p->boundaries[p->n_boundaries - 1] : 1;
+        char what[128];
+        snprintf(what, sizeof what, "batch: a window of %d x %d examples padded to length %lld",
+                 p->bucket_window > 0 ? p->bucket_window : 1, p->batch_size, (long long)bound);
+        st = ct_host_check_room(window_bytes(inner, p, bound), what, err);
+    }
     if (st != CT_OK) {
         ct_stream_free(inner);  // owned on every path
         return st;

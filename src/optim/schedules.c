@@ -54,6 +54,7 @@ void ct_schedule_free(ct_schedule *s) { ct_free(s); }
 
 ct_status ct_schedule_constant(double value, ct_schedule **out, ct_error *err) {
     if (!isfinite(value)) return ct_error_set(err, CT_ERR_ARG, "schedule constant: value %g is not finite", value);
+    if (value < 0) return ct_error_set(err, CT_ERR_ARG, "schedule constant: value must be >= 0, got %g", value);
     *out = schedule_alloc(KIND_CONSTANT);
     (*out)->value = value;
     return CT_OK;
@@ -65,6 +66,8 @@ static ct_status warmup_new(schedule_kind kind, const char *name, int64_t n, dou
         return ct_error_set(err, CT_ERR_ARG, "schedule %s: n_warmup_steps must be >= 0, got %lld", name, (long long)n);
     if (!isfinite(max_value))
         return ct_error_set(err, CT_ERR_ARG, "schedule %s: max_value %g is not finite", name, max_value);
+    if (max_value < 0)
+        return ct_error_set(err, CT_ERR_ARG, "schedule %s: max_value must be >= 0, got %g", name, max_value);
     *out = schedule_alloc(kind);
     (*out)->value = max_value;
     (*out)->n_warmup = n;
@@ -137,6 +140,14 @@ static ct_status check_multifactor(const ct_schedule *s, const ct_multifactor_pa
     for (int i = 0; i < 4; i++)
         if (!isfinite(values[i]))
             return ct_error_set(err, CT_ERR_ARG, "schedule multifactor: %s %g is not finite", names[i], values[i]);
+    // A negative factor makes a negative learning rate: the update would
+    // climb the loss (decay_factor's sign would alternate).
+    bool used[] = {uses(s, FACTOR_CONSTANT) || uses(s, FACTOR_TWO_CONSTANTS), uses(s, FACTOR_DECAY_EVERY),
+                   uses(s, FACTOR_TWO_CONSTANTS)};
+    for (int i = 0; i < 3; i++)
+        if (used[i] && values[i] < 0)
+            return ct_error_set(err, CT_ERR_ARG, "schedule multifactor: %s must be >= 0, got %g", names[i],
+                                values[i]);
     return CT_OK;
 }
 
@@ -204,14 +215,16 @@ float ct_schedule_value(const ct_schedule *s, int64_t step) {
         // Trax's constant is a body starting at step 1, after a warm-up from
         // (0, 0): only step 0 (never a Loop step) differs.
         return (float)(step < 1 ? st / 1.0 * s->value : s->value);
+    // Trax's body or tail starts at n + 1: step <= n is the warm-up (n + 1
+    // in int64 would overflow for n = INT64_MAX).
     case KIND_WARMUP: {
-        int64_t body_start = s->n_warmup + 1;
-        return (float)(step < body_start ? st / (double)body_start * s->value : s->value);
+        double body_start = (double)s->n_warmup + 1.0;
+        return (float)(step <= s->n_warmup ? st / body_start * s->value : s->value);
     }
     case KIND_WARMUP_AND_RSQRT_DECAY: {
-        int64_t tail_start = s->n_warmup + 1;
-        if (step < tail_start) return (float)(st / (double)tail_start * s->value);
-        return (float)(s->value * (sqrt((double)tail_start) / sqrt(st)));
+        double tail_start = (double)s->n_warmup + 1.0;
+        if (step <= s->n_warmup) return (float)(st / tail_start * s->value);
+        return (float)(s->value * (sqrt(tail_start) / sqrt(st)));
     }
     case KIND_MULTIFACTOR:
         return (float)multifactor_value(s, step);

@@ -155,11 +155,12 @@ ct_optimizer *ct_momentum_new(ct_momentum_params p);
 
 // RMSProp as Trax: a = gamma a + (1 - gamma) g^2; w -= lr g / (sqrt(a) + eps).
 // Slot: a, which starts at 1 (not 0), as Trax's does. Clipping is
-// train.clip_grad_norm.
+// train.clip_grad_norm. eps > 0: at 0, a zero gradient where a has decayed to
+// 0 (gamma 0: at once; gamma 0.1: after 46 zero gradients) gave 0/0 = NaN.
 #define CT_RMSPROP_PARAMS(X)                                                \
     X(FLOAT, learning_rate, 1e-3f, AT_LEAST(0), NONE, CT_LR_DOC)            \
     X(FLOAT, gamma, 0.9f, UNIT, NONE, "decay of the mean square")           \
-    X(FLOAT, eps, 1e-8f, AT_LEAST(0), NONE, NULL)
+    X(FLOAT, eps, 1e-8f, POSITIVE, NONE, NULL)
 typedef struct ct_rmsprop_params {
     CT_RMSPROP_PARAMS(CT_PARAM_FIELD)
 } ct_rmsprop_params;
@@ -174,7 +175,8 @@ ct_optimizer *ct_rmsprop_new(ct_rmsprop_params p);
 //     y  = g * sqrt(mean_r vr / (vr + epsilon1)) / sqrt(vc + epsilon1)
 //   otherwise: v = decay v + mix g^2; y = g / sqrt(v + epsilon1)
 //   (older Traxes added epsilon1, then 1e-30, to g^2 instead)
-//   y /= max(1, RMS(y) / clipping_threshold)    (do_clipping)
+//   y /= max(1, RMS(y) / clipping_threshold)    (do_clipping; the threshold is
+//                                                > 0: at 0, y / inf froze w)
 //   s = scale y; with do_momentum: m = beta1 m + (1 - beta1) s; s = m
 //   w = (1 - weight_decay_rate) w - s
 // RMS means are accumulated in double. Slots: vr, vc (factored) or v, then m
@@ -192,7 +194,7 @@ ct_optimizer *ct_rmsprop_new(ct_rmsprop_params p);
     X(FLOAT, beta1, 0.0f, UNIT_OPEN, NONE, NULL)                                                                 \
     X(FLOAT, decay_rate, 0.8f, AT_LEAST(0), NONE,                                                                \
       "exponent of the second-moment decay 1 - (step + 1)^-decay_rate")                                          \
-    X(FLOAT, clipping_threshold, 1.0f, AT_LEAST(0), NONE, NULL)                                                  \
+    X(FLOAT, clipping_threshold, 1.0f, POSITIVE, NONE, NULL)                                                     \
     X(FLOAT, weight_decay_rate, 1e-5f, AT_LEAST(0), NONE, NULL)                                                  \
     X(INT, weight_decay_n_steps, "0", AT_LEAST(0), UNSTORED, "Trax's; only 0 (decay at every step)")            \
     X(FLOAT, epsilon1, 1e-16f, POSITIVE, NONE, "added to the accumulators where read")                          \
@@ -230,7 +232,7 @@ typedef enum ct_sm3_momentum_type {
 } ct_sm3_momentum_type;
 #define CT_SM3_PARAMS(X)                                                                                        \
     X(FLOAT, learning_rate, 0.01f, AT_LEAST(0), NONE, CT_LR_DOC)                                                \
-    X(FLOAT, momentum, 0.9f, UNIT, NONE, "0: no momentum slot")                                                 \
+    X(FLOAT, momentum, 0.9f, UNIT_OPEN, NONE, "0: no momentum slot; below 1 (at 1, EMA's m stays 0)")           \
     X(FLOAT, second_moment_averaging, 1.0f, UNIT, NONE,                                                         \
       "1: plain sums (AdaGrad-like); below 1: decaying averages with grafting")                                 \
     X(FLOAT, weight_decay, 0.0f, AT_LEAST(0), NONE, "L2, added to the preconditioned gradient")                 \

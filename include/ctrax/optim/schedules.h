@@ -60,7 +60,9 @@ typedef struct ct_multifactor_params {
 ct_multifactor_params ct_multifactor_default_params(void);
 
 // Constructors. Each writes a new schedule to *out (free it with
-// ct_schedule_free) or returns CT_ERR_ARG naming the bad argument.
+// ct_schedule_free) or returns CT_ERR_ARG naming the bad argument. Values
+// are finite and, as learning rates (and multifactor's constant,
+// second_constant and decay_factor, where a factor uses them), >= 0.
 ct_status ct_schedule_constant(double value, ct_schedule **out, ct_error *err);
 // n_warmup_steps >= 0.
 ct_status ct_schedule_warmup(int64_t n_warmup_steps, double max_value, ct_schedule **out, ct_error *err);
