@@ -342,12 +342,101 @@ static void test_donation_scope(void) {
               "f(x) + f(x) with f = Tanh: %.9g, expected %.9g (x overwritten by the first f?)", got, want);
 }
 
+// The evaluator's arena: the first batch is measured and
+// the arena reserved at that, so the stack walks give back each layer's
+// activations and the eval peak does not grow with depth; later batches
+// allocate nothing. Unplanned, a 16-layer TransformerLM's eval held every
+// layer's activations at once (the arena's first run chains blocks, where
+// ct_arena_keep does nothing). The values are those of the first batch run
+// again.
+// values: the two metrics, then ct_trainer_eval_loss's device peak.
+static size_t eval_peak(int n_layers, double *values) {
+    ct_error err;
+    // Big enough that every layer's activations (8 x 64 tokens x d_ff 256
+    // floats: 512 KiB) outgrow the arena's first block.
+    ct_transformer_lm_params p = ct_transformer_lm_default_params();
+    p.vocab_size = VOCAB;
+    p.d_model = 64;
+    p.d_ff = 256;
+    p.n_layers = n_layers;
+    p.n_heads = 4;
+    p.max_len = 64;
+    ct_layer *model = ct_transformer_lm(p);
+    ct_copy_task task = {VOCAB, 31, false, 3, 0};  // 2 x 31 + 2 = 64 tokens
+    ct_stream *s;
+    CHECK_OK(ct_copy_stream_new(&s, &task, &err), &err);
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 8;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    ct_eval_task et = {.stream = s, .metrics = {ct_sequence_accuracy(), ct_weighted_category_cross_entropy()},
+                       .n_metrics = 2, .n_batches = 1};
+    ct_device dev = ct_device_cpu();
+    ct_evaluator *e;
+    ct_net net;
+    CHECK_OK(ct_evaluator_new(&e, model, &et, NULL, &dev, &err), &err);
+    CHECK_OK(ct_evaluator_model_net(e, &net, ct_key_from_seed(4), &err), &err);
+    ct_stream_cursor start = ct_stream_get_cursor(s);
+    size_t weights = dev.current_bytes;  // the net's (the eval's own bytes are above them)
+    ct_device_reset_peak(&dev);
+    CHECK_OK(ct_evaluator_run(e, &net, ct_key_from_seed(5), values, &err), &err);
+    size_t peak = dev.peak_bytes - weights;
+    uint64_t allocs = dev.n_allocs;
+    double again[2];
+    CHECK_OK(ct_stream_set_cursor(s, start, &err), &err);
+    CHECK_OK(ct_evaluator_run(e, &net, ct_key_from_seed(5), again, &err), &err);
+    CHECK_MSG(dev.n_allocs == allocs, "%d layers: the second eval made %llu device allocations", n_layers,
+              (unsigned long long)(dev.n_allocs - allocs));
+    CHECK_MSG(again[0] == values[0] && again[1] == values[1], "%d layers: eval %.9g %.9g, again %.9g %.9g", n_layers,
+              values[0], values[1], again[0], again[1]);
+    ct_evaluator_free(e);
+    ct_net_free(&net);
+    // ct_trainer_eval_loss on the same batch: its arena is planned the same way.
+    CHECK_OK(ct_stream_set_cursor(s, start, &err), &err);
+    ct_batch b;
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    ct_device tdev = ct_device_cpu();
+    ct_trainer *tr;
+    ct_trainer_options o = ct_trainer_default_options();
+    ct_layer *loss = ct_weighted_category_cross_entropy();
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, b.n, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(4),
+                            &tdev, &o, &err),
+             &err);
+    ct_layer_free(loss);
+    size_t held = tdev.current_bytes;
+    ct_device_reset_peak(&tdev);
+    float l1, l2;
+    CHECK_OK(ct_trainer_eval_loss(tr, b.t, ct_key_from_seed(5), &l1, &err), &err);
+    values[2] = (double)(tdev.peak_bytes - held);
+    allocs = tdev.n_allocs;
+    CHECK_OK(ct_trainer_eval_loss(tr, b.t, ct_key_from_seed(5), &l2, &err), &err);
+    CHECK_MSG(tdev.n_allocs == allocs && l1 == l2, "%d layers: eval loss %.9g then %.9g, %llu allocations", n_layers,
+              l1, l2, (unsigned long long)(tdev.n_allocs - allocs));
+    ct_trainer_free(tr);
+    for (int m = 0; m < et.n_metrics; m++) ct_layer_free(et.metrics[m]);
+    ct_stream_free(s);
+    ct_layer_free(model);
+    CHECK(dev.current_bytes == 0);
+    return peak;
+}
+
+static void test_eval_peak(void) {
+    double v2[3], v16[3];
+    size_t p2 = eval_peak(2, v2), p16 = eval_peak(16, v16);
+    printf("eval device peak: 2 layers %zu bytes, 16 layers %zu bytes (loss %.6f, %.6f)\n", p2, p16, v2[1], v16[1]);
+    CHECK_MSG(p16 <= p2 + p2 / 4, "eval peak grows with depth: %zu bytes at 2 layers, %zu at 16", p2, p16);
+    printf("eval_loss device peak: 2 layers %.0f bytes, 16 layers %.0f bytes\n", v2[2], v16[2]);
+    CHECK_MSG(v16[2] <= v2[2] * 1.25, "eval_loss peak grows with depth: %.0f bytes at 2 layers, %.0f at 16", v2[2],
+              v16[2]);
+    CHECK(isfinite(v2[1]) && isfinite(v16[1]));
+}
+
 int main(void) {
     ct_log_set_level(CT_LOG_WARN);
     test_arena_keep();
     test_backward_reuse();
     test_forward_reuse();
     test_donation_scope();
+    test_eval_peak();
     for (int n = 1; n <= 2; n++) {
         test_peaks(false, n);
         test_peaks(true, n);

@@ -6,8 +6,10 @@
 // options (copy, prefetch thread, freeing device buffers) bitwise equal to
 // zero-copy, the per-layer stats, layer state as the forward left it for the
 // recomputation (a layer that hashes its input must see its own hashes
-// again), gradient clipping (global: equal to the standard update; per
-// layer: Trax's, different), shared weights refused, and a 64-layer
+// again) and put back after a non-finite loss (the loss layer's too),
+// gradient clipping (global: equal to the standard update, and with staged
+// copies bitwise the zero-copy one; per layer: Trax's, each layer's update
+// clipped to its own norm), shared weights refused, and a 64-layer
 // ReformerLM that trains under a device byte limit the standard trainer
 // cannot train under.
 // The equivalence tests run with Adam and with Adafactor.
@@ -585,6 +587,56 @@ static void test_state(void) {
     }
 }
 
+// A counter in the loss layer too (after the last reversible layer): a
+// step whose loss is not finite (a huge kernel in the loss layer) updates nothing,
+// and every counter, the loss layer's included, counts as before it.
+static void loss_state_model(ct_layer **model, ct_layer **loss) {
+    stateful_model(model, loss);
+    ct_layer_free(*loss);
+    *loss = ct_serial(CT_LAYERS(ct_concatenate(2, -1), ct_dense(19), counter(), ct_log_softmax(),
+                                ct_cross_entropy_loss()));
+}
+
+static void test_loss_state_nonfinite(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    ct_layer *model, *loss;
+    loss_state_model(&model, &loss);
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr;
+    ct_error err;
+    ct_trainer_options o = ct_reversible_default_options();
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(12), &dev, &o, &err), &err);
+    for (int i = 1; i <= 2; i++)
+        CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(trax_seeds[i]), i, 1e-2f, NULL, &err), &err);
+    const ct_net *net = ct_trainer_net(tr);
+    // The loss layer's Dense kernel (the last kernel) huge: infinite logits.
+    const ct_param *kernel = NULL;
+    for (int i = 0; i < net->n_params; i++)
+        if (strstr(net->params[i]->full_name, "/kernel")) kernel = net->params[i];
+    for (int64_t i = 0; i < ct_tensor_numel(&kernel->sig); i++) net->weights[kernel->offset + (size_t)i] = 1e38f;
+    size_t n_slots;
+    const float *slots = ct_trainer_slots(tr, &n_slots);
+    result before = {0}, after = {0};
+    result_take(&before, net, slots, n_slots);
+    CHECK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(9), 3, 1e-2f, NULL, &err) == CT_ERR_NONFINITE);
+    printf("huge kernel in the loss layer (a counter there too): %s\n", err.msg);
+    result_take(&after, net, slots, n_slots);
+    const float *counts[3];
+    int n = find_states(&after, "count", counts, NULL, 3);
+    CHECK_MSG(n == 3, "%d counters, expected 3", n);
+    for (int i = 0; i < n; i++) CHECK_MSG(counts[i][0] == 2.0f, "counter %d counts %g after 2 steps", i, counts[i][0]);
+    CHECK(memcmp(before.state, after.state, before.n_state * sizeof(float)) == 0);
+    CHECK(memcmp(before.w, after.w, before.n_w * sizeof(float)) == 0);
+    CHECK(memcmp(before.slots, after.slots, before.n_slots * sizeof(float)) == 0);
+    result_free(&before);
+    result_free(&after);
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
 static void test_options(void) {
     // Every staging variant gives bitwise the same weights as zero-copy.
     copy_batch b;
@@ -615,6 +667,23 @@ static void test_options(void) {
         result_free(&r);
     }
     result_free(&base);
+
+    // Global clipping updates every layer in a second pass, staged in copies
+    // of its own: bitwise the zero-copy update too (0.05 binds at each step).
+    o = ct_reversible_default_options();
+    o.clip_grad_norm = 0.05f;
+    base = (result){0};
+    if (run_reversible(&s, &o, &base, NULL, NULL) == 0) {
+        o.reversible.copy_weights = true;
+        result r = {0};
+        if (run_reversible(&s, &o, &r, NULL, NULL) == 0) {
+            CHECK_MSG(memcmp(r.w, base.w, base.n_w * sizeof(float)) == 0, "copy + global clipping: weights differ");
+            CHECK_MSG(memcmp(r.slots, base.slots, base.n_slots * sizeof(float)) == 0,
+                      "copy + global clipping: slots differ");
+            result_free(&r);
+        }
+        result_free(&base);
+    }
 
     // Freeing at each step leaves nothing on the device between steps.
     ct_layer *model, *loss;
@@ -700,6 +769,54 @@ static void test_stats(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// The update norm of one SGD step: |lr * g|, per-layer clipped to
+// sqrt(sum over layers of min(|g_l|, c)^2), |g_l| read from the layer
+// stats (before clipping). c is half the largest layer norm, so it binds
+// for some layers and the unclipped update's norm is larger.
+static void test_per_layer_clip_norms(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    const float lr = 0.5f;
+    float clip = 0;
+    for (int run = 0; run < 2; run++) {
+        ct_layer *model, *loss;
+        extended_model(&model, &loss);
+        ct_device dev = ct_device_cpu();
+        ct_trainer_options o = ct_reversible_default_options();
+        o.clip_grad_norm = clip;
+        o.reversible.clip_mode = CT_CLIP_PER_LAYER;
+        ct_trainer *tr;
+        ct_error err;
+        CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, sgd(), ct_key_from_seed(12), &dev, &o, &err), &err);
+        const ct_net *net = ct_trainer_net(tr);
+        float *before = malloc(net->n_weights * sizeof(float));
+        memcpy(before, net->weights, net->n_weights * sizeof(float));
+        ct_step_stats st;
+        CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(7), 1, lr, &st, &err), &err);
+        double step2 = 0, want2 = 0, most = 0;
+        for (size_t i = 0; i < net->n_weights; i++)
+            step2 += ((double)net->weights[i] - before[i]) * ((double)net->weights[i] - before[i]);
+        int n;
+        const ct_layer_stat *stats = ct_trainer_layer_stats(tr, &n);
+        for (int i = 0; i < n; i++) {
+            if (!strstr(stats[i].name, "gradients_l2")) continue;
+            double g = stats[i].value, c = run ? fmin(g, clip) : g;
+            want2 += c * c;
+            most = fmax(most, g);
+        }
+        printf("per-layer clipping to %.4f: update norm / lr %.6f, expected %.6f (unclipped %.6f)\n", clip,
+               sqrt(step2) / lr, sqrt(want2), (double)st.gradients_l2);
+        CHECK_NEAR(sqrt(step2) / lr, sqrt(want2), 1e-4 * sqrt(want2));
+        if (run) CHECK(sqrt(want2) < 0.99 * st.gradients_l2);
+        clip = 0.5f * (float)most;
+        free(before);
+        ct_trainer_free(tr);
+        ct_layer_free(model);
+        ct_layer_free(loss);
+        CHECK(dev.current_bytes == 0);
+    }
+}
+
 static void test_clipping(void) {
     // SGD: global clipping is the update lr * min(1, c/|g|) * g, which the
     // standard trainer gives with its learning rate scaled by that factor.
@@ -727,6 +844,7 @@ static void test_clipping(void) {
     double d_un = max_abs_diff(unclipped.w, global.w, global.n_w);
     printf("per-layer (Trax) clipping differs from global by %.3e (unclipped differs by %.3e)\n", d_pl, d_un);
     CHECK(d_pl > 1e-3 && d_un > 1e-3);
+    test_per_layer_clip_norms();
     result_free(&unclipped);
     result_free(&global);
     result_free(&per_layer);
@@ -867,6 +985,7 @@ int main(void) {
     test_lsh_reformer_equivalence();
     test_counter_gradients();
     test_state();
+    test_loss_state_nonfinite();
     test_stats();
     test_options();
     test_clipping();

@@ -347,11 +347,16 @@ bool ct_train_first_finding(const ct_trainer *t, ct_error *found) {
 ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key, float *loss, ct_error *err) {
     const ct_net *net = &t->net;
     ct_status st = ct_train_check_batch(t, batch, err);
+    // The first call is measured and the arena then reserved at its
+    // high-water mark, as the evaluator's (evaluator.c: run_batch): on a
+    // planned arena the stack walks give back each layer's activations.
+    bool measure = !t->eval_ready && st == CT_OK;
     if (!t->eval_ready) {
         ct_arena_init(&t->eval_arena, t->dev);
         ct_ctx_init(&t->eval_ctx, &t->eval_arena);
         t->eval_ready = true;
     }
+    if (measure) st = ct_arena_measure_begin(&t->eval_arena, err);
     float *state = net->n_state && st == CT_OK ? ct_malloc(net->n_state * sizeof(float)) : NULL;
     if (state) memcpy(state, net->state, net->n_state * sizeof(float));
     double sums[2] = {0, 0};  // sum of W_d, sum of L_d * W_d
@@ -378,6 +383,10 @@ ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key
             sums[1] += (double)*ct_f32(&out) * w;
         }
         ct_arena_reset(&t->eval_arena);
+    }
+    if (measure && t->eval_arena.measure_base) {
+        size_t high = ct_arena_measure_end(&t->eval_arena);
+        if (st == CT_OK) st = ct_arena_reserve(&t->eval_arena, high, err);
     }
     if (state) memcpy(net->state, state, net->n_state * sizeof(float));
     ct_free(state);
