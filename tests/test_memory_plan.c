@@ -34,6 +34,17 @@ static void fixture_init(fixture *f) {
     f->batch[2] = ct_tensor_2d(CT_DTYPE_F32, BATCH, LEN, f->weights);
 }
 
+static ct_layer *transformer(int d_model, int d_ff, int n_layers, int n_heads) {
+    ct_transformer_lm_params p = ct_transformer_lm_default_params();
+    p.vocab_size = VOCAB;
+    p.d_model = d_model;
+    p.d_ff = d_ff;
+    p.n_layers = n_layers;
+    p.n_heads = n_heads;
+    p.max_len = 64;
+    return ct_transformer_lm(p);
+}
+
 static ct_layer *make_model_layers(bool reformer, int n_layers) {
     if (reformer) {
         ct_reformer_lm_params p = ct_reformer_lm_default_params();
@@ -45,14 +56,7 @@ static ct_layer *make_model_layers(bool reformer, int n_layers) {
         p.max_len = 64;
         return ct_reformer_lm(p);
     }
-    ct_transformer_lm_params p = ct_transformer_lm_default_params();
-    p.vocab_size = VOCAB;
-    p.d_model = 16;
-    p.d_ff = 32;
-    p.n_layers = n_layers;
-    p.n_heads = 2;
-    p.max_len = 64;
-    return ct_transformer_lm(p);
+    return transformer(16, 32, n_layers, 2);
 }
 
 static ct_layer *make_model(bool reformer) { return make_model_layers(reformer, 2); }
@@ -354,14 +358,7 @@ static size_t eval_peak(int n_layers, double *values) {
     ct_error err;
     // Big enough that every layer's activations (8 x 64 tokens x d_ff 256
     // floats: 512 KiB) outgrow the arena's first block.
-    ct_transformer_lm_params p = ct_transformer_lm_default_params();
-    p.vocab_size = VOCAB;
-    p.d_model = 64;
-    p.d_ff = 256;
-    p.n_layers = n_layers;
-    p.n_heads = 4;
-    p.max_len = 64;
-    ct_layer *model = ct_transformer_lm(p);
+    ct_layer *model = transformer(64, 256, n_layers, 4);
     ct_copy_task task = {VOCAB, 31, false, 3, 0};  // 2 x 31 + 2 = 64 tokens
     ct_stream *s;
     CHECK_OK(ct_copy_stream_new(&s, &task, &err), &err);
