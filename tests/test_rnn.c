@@ -1,12 +1,14 @@
-// RNN layers and RNNLM (include/ctrax/layers/rnn.h, models.h): finite-
-// difference gradients of GRUCell, LSTMCell, Scan (over axis 1 and 0, with
-// two carries, with no carry, with dropout inside so the per-step keys
-// matter) and RNNLM (both cells, dropout on); each cell against a plain
-// double-precision scalar implementation of Trax's formulas on the net's
-// own weights; Scan's outputs and last carry equal to running the cell step
-// by step with key fold_in(key, t); RNNLM is causal; shapes and settings
-// refused by name; and RNNLM with GRUCell learning the copy task to a
-// held-out sequence accuracy.
+// RNN layers and RNNLM (include/ctrax/layers/rnn.h, models.h): the cells'
+// initializers (Trax's); finite-difference gradients of GRUCell, LSTMCell,
+// Scan (over axis 1 and 0, with two carries, with no carry, with dropout
+// inside so the per-step keys matter, T = 1 and 17 on one example) and
+// RNNLM (both cells, dropout on); each cell, and RNNLM with 1 to 3 layers,
+// against a plain double-precision scalar implementation of Trax's
+// formulas on the net's own weights; RNNLM's checkpoint names; Scan's
+// outputs and last carry equal to running the cell step by step with key
+// fold_in(key, t); RNNLM is causal; shapes and settings refused by name;
+// and RNNLM with GRUCell learning the copy task to a held-out sequence
+// accuracy.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +135,46 @@ static void test_cells_reference(void) {
     ct_layer_free(lstm);
 }
 
+// The largest |w| of the net's weight named ...suffix (numel n), or -1.
+static double max_abs_weight(const ct_net *net, const char *suffix, int64_t n) {
+    const float *w = weight_ending(net, suffix);
+    double m = w ? 0.0 : -1.0;
+    for (int64_t i = 0; w && i < n; i++) m = fmax(m, fabs(w[i]));
+    return m;
+}
+
+// Trax's initializers: GRUCell kernels U(-0.01, 0.01) and biases
+// N(0, 1e-6^2) (forget_bias 0); LSTMCell's kernel Glorot uniform, limit
+// sqrt(6 / (fan_in + fan_out)) over (D + n, 4 n).
+static void test_cell_init(void) {
+    float xd[RB * RD], sd[RB * 2 * RN];
+    ct_tensor in[2] = {ct_tensor_2d(CT_DTYPE_F32, RB, RD, xd), ct_tensor_2d(CT_DTYPE_F32, RB, RN, sd)};
+    fixture f;
+    ct_layer *gru = ct_gru_cell(RN);
+    if (fixture_init_ok(&f, gru, in, 2, false)) {
+        double k1 = max_abs_weight(&f.net, "/kernel_gates", (RD + RN) * 2 * RN);
+        double k2 = max_abs_weight(&f.net, "/kernel_candidate", (RD + RN) * RN);
+        double b1 = max_abs_weight(&f.net, "/bias_gates", 2 * RN), b2 = max_abs_weight(&f.net, "/bias_candidate", RN);
+        printf("GRUCell init: max |kernel| %.4f %.4f, max |bias| %.2e %.2e\n", k1, k2, b1, b2);
+        CHECK_MSG(k1 > 0.005 && k1 <= 0.01 && k2 > 0.005 && k2 <= 0.01,
+                  "GRUCell kernels not Trax's U(-0.01, 0.01): max |w| %g, %g", k1, k2);
+        CHECK_MSG(b1 > 0 && b1 < 1e-5 && b2 > 0 && b2 < 1e-5, "GRUCell biases not Trax's N(0, 1e-6^2): max |b| %g, %g",
+                  b1, b2);
+        fixture_free(&f);
+    }
+    ct_layer_free(gru);
+
+    in[1] = ct_tensor_2d(CT_DTYPE_F32, RB, 2 * RN, sd);
+    ct_layer *lstm = ct_lstm_cell(RN);
+    if (fixture_init_ok(&f, lstm, in, 2, false)) {
+        double lim = sqrt(6.0 / (RD + RN + 4 * RN)), k = max_abs_weight(&f.net, "/kernel", (RD + RN) * 4 * RN);
+        printf("LSTMCell init: max |kernel| %.4f, Glorot limit %.4f\n", k, lim);
+        CHECK_MSG(k > 0.8 * lim && k <= lim, "LSTMCell kernel not Glorot uniform: max |w| %g, limit %g", k, lim);
+        fixture_free(&f);
+    }
+    ct_layer_free(lstm);
+}
+
 static void test_cell_gradients(void) {
     float xd[2 * 3 * RD], sd[2 * 3 * 2 * RN];
     ct_tensor in[2] = {uniform(ct_tensor_2d(CT_DTYPE_F32, RB, RD, xd), 1, -1, 1),
@@ -178,6 +220,19 @@ static void test_scan_gradients(void) {
                                          ct_parallel(CT_LAYERS(ct_gru_cell(RN), ct_lstm_cell(RN))),
                                          ct_select(4, (int[]){0, 2, 1, 3}, 4)));
     check_layer("Scan(GRU | LSTM, 2 xs, 2 carries)", ct_scan(pair, 1, 2), in, 4, false);
+
+    // One example, odd widths, one step and 17 (BPTT over a long chain).
+    float lx[17 * 3], lh[2 * 5];
+    for (int T1 = 1; T1 <= 17; T1 += 16) {
+        char label[64];
+        ct_tensor one[2] = {uniform(ct_tensor_3d(CT_DTYPE_F32, 1, T1, 3, lx), 9, -1, 1),
+                            uniform(ct_tensor_2d(CT_DTYPE_F32, 1, 5, lh), 10, -1, 1)};
+        snprintf(label, sizeof label, "Scan(GRUCell(5)) (1,%d,3)", T1);
+        check_layer(label, ct_scan(ct_gru_cell(5), 1, 1), one, 2, false);
+        one[1] = uniform(ct_tensor_2d(CT_DTYPE_F32, 1, 10, lh), 11, -1, 1);
+        snprintf(label, sizeof label, "Scan(LSTMCell(5)) (1,%d,3)", T1);
+        check_layer(label, ct_scan(ct_lstm_cell(5), 1, 1), one, 2, false);
+    }
 }
 
 // Scan(cell) against the cell run by hand on each x_t with key
@@ -249,6 +304,110 @@ static void test_rnnlm_gradients(void) {
     p = small_rnnlm("LSTMCell");
     p.n_layers = 1;
     check_layer("RNNLM(LSTMCell, 1 layer)", ct_rnnlm(p), in, 1, false);
+}
+
+// RNNLM on its own (randomized) weights against Trax's RNNLM run by hand:
+// ShiftRight, Embedding, then per step each layer k's cell on (x, s_k)
+// with x its output and s_k its own state slice (SerialWithSideOutputs
+// keeps the states in layer order), then the Dense. Three layers, so a
+// state handed to the wrong layer shows.
+static double rnnlm_reference_error(const char *cell, int L) {
+    enum { B = 2, T = 5, V = 7, D = 4 };
+    int32_t tok[B * T] = {1, 2, 3, 4, 5, 6, 0, 3, 2, 1};
+    ct_tensor in[1] = {ct_tensor_2d(CT_DTYPE_I32, B, T, tok)};
+    ct_rnnlm_params p = small_rnnlm(cell);
+    p.n_layers = L;
+    bool lstm = strcmp(cell, "LSTMCell") == 0;
+    ct_layer *m = ct_rnnlm(p);
+    fixture f;
+    double err = INFINITY;
+    if (fixture_init_ok(&f, m, in, 1, false)) {
+        randomize_weights(&f.net, 50);
+        float logits[B * T * V];
+        run_forward(&f, in, ct_key_from_seed(1), logits);
+        const float *E = weight_ending(&f.net, "/embedding"), *Wo = weight_ending(&f.net, "/Dense[6]/kernel");
+        const float *bo = weight_ending(&f.net, "/Dense[6]/bias");
+        const float *w[8][4];
+        bool found = E && Wo && bo;
+        for (int k = 0; k < L; k++) {
+            char nm[4][64];
+            int idx = L > 1 ? 2 * k + 1 : 0;
+            for (int i = 0; i < 4; i++) {
+                static const char *gru[4] = {"kernel_gates", "bias_gates", "kernel_candidate", "bias_candidate"};
+                snprintf(nm[i], sizeof nm[i], "/%s[%d]/%s", cell, idx, lstm ? (i ? "bias" : "kernel") : gru[i]);
+                w[k][i] = i < 2 || !lstm ? weight_ending(&f.net, nm[i]) : NULL;
+                found = found && (w[k][i] || (lstm && i >= 2));
+            }
+        }
+        CHECK_MSG(found, "RNNLM(%s, %d layers): weights not found", cell, L);
+        err = found ? 0 : INFINITY;
+        for (int b = 0; found && b < B; b++) {
+            float s[8][2 * D] = {{0}}, x[D];
+            for (int t = 0; t < T; t++) {
+                int id = t == 0 ? 0 : tok[b * T + t - 1];  // ShiftRight
+                memcpy(x, E + id * D, sizeof x);
+                for (int k = 0; k < L; k++) {
+                    double sn[2 * D];
+                    if (lstm)
+                        lstm_ref(sn, x, s[k], w[k][0], w[k][1], D, D);
+                    else
+                        gru_ref(sn, x, s[k], w[k][0], w[k][1], w[k][2], w[k][3], D, D);
+                    for (int i = 0; i < (lstm ? 2 : 1) * D; i++) s[k][i] = (float)sn[i];
+                    memcpy(x, s[k] + (lstm ? D : 0), sizeof x);
+                }
+                double xd[D], lo[V];
+                for (int i = 0; i < D; i++) xd[i] = x[i];
+                dense_row(lo, xd, D, Wo, bo, V);
+                for (int v = 0; v < V; v++) err = fmax(err, fabs(lo[v] - logits[(b * T + t) * V + v]));
+            }
+        }
+        fixture_free(&f);
+    }
+    ct_layer_free(m);
+    printf("RNNLM(%s, %d layers) vs Trax's RNNLM by hand: max abs err %.2e\n", cell, L, err);
+    return err;
+}
+
+static void test_rnnlm_reference(void) {
+    const char *cells[2] = {"GRUCell", "LSTMCell"};
+    for (int c = 0; c < 2; c++)
+        for (int L = 1; L <= 3; L++) {
+            double e = rnnlm_reference_error(cells[c], L);
+            CHECK_MSG(e < 1e-4, "RNNLM(%s, %d layers) differs from Trax's by %g", cells[c], L, e);
+        }
+}
+
+// The checkpoint names pin Trax's RNNLM layer by layer: ShiftRight,
+// Embedding, Dropout, Branch(zero state), Scan(MultiRNNCell), Select,
+// Dense, the cells at MultiRNNCell[1] and [3] between its Split and Selects.
+static void test_rnnlm_names(void) {
+    static const char *want[] = {
+        "RNNLM/Embedding[1]/embedding",
+        "RNNLM/Scan[4]/MultiRNNCell[0]/GRUCell[1]/kernel_gates",
+        "RNNLM/Scan[4]/MultiRNNCell[0]/GRUCell[1]/bias_gates",
+        "RNNLM/Scan[4]/MultiRNNCell[0]/GRUCell[1]/kernel_candidate",
+        "RNNLM/Scan[4]/MultiRNNCell[0]/GRUCell[1]/bias_candidate",
+        "RNNLM/Scan[4]/MultiRNNCell[0]/GRUCell[3]/kernel_gates",
+        "RNNLM/Scan[4]/MultiRNNCell[0]/GRUCell[3]/bias_gates",
+        "RNNLM/Scan[4]/MultiRNNCell[0]/GRUCell[3]/kernel_candidate",
+        "RNNLM/Scan[4]/MultiRNNCell[0]/GRUCell[3]/bias_candidate",
+        "RNNLM/Dense[6]/kernel",
+        "RNNLM/Dense[6]/bias",
+    };
+    int n_want = (int)(sizeof want / sizeof *want);
+    int32_t tok[2 * 5] = {0};
+    ct_tensor in[1] = {ct_tensor_2d(CT_DTYPE_I32, 2, 5, tok)};
+    ct_layer *m = ct_rnnlm(small_rnnlm("GRUCell"));
+    fixture f;
+    if (fixture_init_ok(&f, m, in, 1, false)) {
+        CHECK_MSG(ct_net_weight_count(&f.net) == n_want, "RNNLM has %d weights, expected %d",
+                  ct_net_weight_count(&f.net), n_want);
+        for (int i = 0; i < n_want && i < ct_net_weight_count(&f.net); i++)
+            CHECK_MSG(strcmp(ct_net_weight_name(&f.net, i), want[i]) == 0, "RNNLM weight %d is %s, expected %s", i,
+                      ct_net_weight_name(&f.net, i), want[i]);
+        fixture_free(&f);
+    }
+    ct_layer_free(m);
 }
 
 // Logits at position t depend on tokens < t only (ShiftRight, then a scan
@@ -431,10 +590,13 @@ static void test_rnnlm_learns_copy(void) {
 
 int main(void) {
     test_cells_reference();
+    test_cell_init();
     test_cell_gradients();
     test_scan_gradients();
     test_scan_steps();
     test_rnnlm_gradients();
+    test_rnnlm_reference();
+    test_rnnlm_names();
     test_rnnlm_causal();
     test_refusals();
     test_rnnlm_learns_copy();

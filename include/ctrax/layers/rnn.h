@@ -54,7 +54,8 @@ ct_layer *ct_gru_cell(int n_units);
 //   c' = c sigmoid(f) + sigmoid(i) tanh(j)
 //   h' = tanh(c') sigmoid(o)
 // Trax's initializers: W Glorot uniform, b N(0, 1e-6^2) + forget_bias (Trax
-// adds forget_bias, 1.0, to all 4 n biases at init, not to f in forward).
+// adds forget_bias, 1.0, to all 4 n biases at init, not to f in forward);
+// ctrax starts b at exactly 1 (the N(0, 1e-6^2) part is a few ulps at 1).
 // The state width must be 2 n_units (init fails naming both).
 ct_layer *ct_lstm_cell(int n_units);
 
