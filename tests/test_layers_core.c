@@ -15,6 +15,7 @@ static void test_activation_gradients(void) {
     float a[4 * 6], b[4 * 6];
     ct_tensor x = uniform(ct_tensor_2d(CT_DTYPE_F32, 4, 6, a), 1, -2.0f, 2.0f);
     check_layer("Gelu", ct_gelu(), &x, 1, true);
+    check_layer("Gelu (erf)", ct_gelu_erf(), &x, 1, true);
     check_layer("Tanh", ct_tanh(), &x, 1, true);
     check_layer("Sigmoid", ct_sigmoid(), &x, 1, true);
 
@@ -163,6 +164,14 @@ static void test_activation_values(void) {
     fixture f;
     ct_tensor out = run1(&f, ct_gelu(), ct_tensor_1d(CT_DTYPE_F32, 6, xs));
     for (int i = 0; i < 6; i++) CHECK_NEAR(ct_f32(&out)[i], want[i], 1e-6);
+    fixture_free(&f);
+
+    // Trax's Gelu, exact: x/2 (1 + erf(x / sqrt 2)) (values from Python's math.erf),
+    // gelu(1) = 0.8413447460685429, 1.5e-4 above the tanh form's.
+    const double want_erf[6] = {-0.04550026389635842, -0.15426876936299344, 0.0,
+                                0.34573123063700656, 0.8413447460685429, 2.99595030590511};
+    out = run1(&f, ct_gelu_erf(), ct_tensor_1d(CT_DTYPE_F32, 6, xs));
+    for (int i = 0; i < 6; i++) CHECK_NEAR(ct_f32(&out)[i], want_erf[i], 1e-6);
     fixture_free(&f);
 
     // The GELU kernels (their own vectorized tanh) against double, over

@@ -517,6 +517,55 @@ static void test_eval_any_shape(void) {
     ct_layer_free(big);
 }
 
+// Hashing edge cases, on the stored buckets of a training forward:
+// a zero query (x = 0 at a position) rotates to all zeros, a tie across the
+// whole concat(z, -z), which Trax's argmax gives to the first index: bucket
+// 0 of every round (r NB). And nb from T with floor(nb / f1) odd: T 144,
+// chunk_len 2, nb 144 > 128 factors as Trax's [16, 2 (144 / 32)] = [16, 8]
+// (NB 128), not [16, 9].
+static void test_hash_edge_cases(void) {
+    enum { Bn = 2, Tn = 8, Dn = 4, H = 2, R = 2, NB = 4 };
+    float xd[Bn * Tn * Dn], y[Bn * Tn * Dn];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, xd);
+    gradcheck_fill(&x, 301, -1.0f, 1.0f);
+    const int zero_t[3] = {0, 3, 7};  // example 1's zero positions
+    for (int k = 0; k < 3; k++) memset(xd + (Tn + zero_t[k]) * Dn, 0, Dn * sizeof(float));
+    ct_layer *l = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 4, 1, 0, R, NB, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
+        run_forward(&r, &x, ct_key_from_seed(1), y);
+        const float *bk = state_of(&r.net, "buckets");
+        int bad = 0, nonzero_elsewhere = 0;
+        for (int h = 0; h < H; h++)
+            for (int rr = 0; rr < R; rr++) {
+                for (int k = 0; k < 3; k++) bad += bk[(1 * H + h) * R * Tn + rr * Tn + zero_t[k]] != (float)(rr * NB);
+                for (int t = 0; t < Tn; t++) nonzero_elsewhere += bk[(0 * H + h) * R * Tn + rr * Tn + t] != rr * NB;
+            }
+        printf("zero queries: %d of %d not in bucket r NB (first index of a tie); other rows off it: %d\n", bad,
+               H * R * 3, nonzero_elsewhere);
+        CHECK(bad == 0 && nonzero_elsewhere > 0);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+
+    enum { Tb = 144 };
+    float *xb = malloc(sizeof(float) * Tb * Dn), *yb = malloc(sizeof(float) * Tb * Dn);
+    ct_tensor x144 = ct_tensor_3d(CT_DTYPE_F32, 1, Tb, Dn, xb);
+    gradcheck_fill(&x144, 302, -1.0f, 1.0f);
+    l = ct_lsh_self_attention(lsh_params(1, 4, 4, true, 2, 1, 0, 1, 0, 0));
+    if (fixture_init_ok(&r, l, &x144, 1, true)) {
+        run_forward(&r, &x144, ct_key_from_seed(1), yb);
+        const float *bk = state_of(&r.net, "buckets");
+        float top = 0;
+        for (int t = 0; t < Tb; t++) top = bk[t] > top ? bk[t] : top;
+        printf("nb from T 144, chunk_len 2 (nb 144 -> [16, 8]): largest bucket %g\n", (double)top);
+        CHECK(top < 128.0f && top >= 64.0f);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+    free(xb), free(yb);
+}
+
 int main(void) {
     test_gradients();
     test_one_chunk_is_shared_qk();
@@ -529,5 +578,6 @@ int main(void) {
     test_masked_padding_ignored();
     test_max_length_for_buckets();
     test_eval_any_shape();
+    test_hash_edge_cases();
     return check_summary("test_lsh_attention");
 }

@@ -110,8 +110,9 @@ static ct_reformer_lm_params small_reformer(void) {
 // ReformerLM at Trax's defaults (REFORMER.md section 1), built by hand from
 // layers: full causal SelfAttention with the given depths and both dropouts
 // at dropout, Trax's trainable position table with its channel dropout,
-// FastGelu. ct_reformer_lm's defaults must be this model, weight for weight
-// and step for step.
+// FastGelu (the tanh GELU; ff_activation 'Gelu': Trax's exact erf one).
+// ct_reformer_lm's defaults must be this model, weight for weight and step
+// for step.
 static ct_layer *trax_default_reformer_lm(ct_reformer_lm_params p) {
     ct_layer *blocks[4 * 8];
     CT_ASSERT(p.n_layers <= 8);
@@ -121,7 +122,9 @@ static ct_layer *trax_default_reformer_lm(ct_reformer_lm_params p) {
         sa.attention_dropout = sa.output_dropout = p.dropout;
         ct_layer *attn = ct_reversible_half_residual(CT_LAYERS(ct_layer_norm(1e-6f), ct_self_attention(sa)));
         ct_layer *ff = ct_reversible_half_residual(CT_LAYERS(ct_layer_norm(1e-6f), ct_dense(p.d_ff),
-                                                             ct_dropout(p.dropout), ct_gelu(), ct_dense(p.d_model),
+                                                             ct_dropout(p.dropout),
+                                                             strcmp(p.ff_activation, "Gelu") ? ct_gelu() : ct_gelu_erf(),
+                                                             ct_dense(p.d_model),
                                                              ct_dropout(p.dropout)));
         blocks[4 * i] = ct_layer_rename(attn, "ReversibleHalfResidualAttn");
         blocks[4 * i + 1] = ct_reversible_swap();
@@ -162,6 +165,21 @@ static void test_reformer_default_unchanged(void) {
             free(wa), free(wb);
             ct_layer_free(a), ct_layer_free(b);
         }
+    // ff_activation 'Gelu' is Trax's exact Gelu, x / 2 (1 + erf(x / sqrt 2)),
+    // not FastGelu's tanh (they differ by up to ~5e-4, 1.5e-4 at x = 1).
+    p.ff_activation = "Gelu";
+    ct_reformer_lm_params trax = p;
+    trax.d_attention_key = trax.d_attention_value = 64;
+    ct_layer *a = ct_reformer_lm(p), *b = trax_default_reformer_lm(trax);
+    size_t na, nb;
+    float la, lb;
+    float *wa = train_reformer(a, 3, false, &na, &la), *wb = train_reformer(b, 3, false, &nb, &lb);
+    bool same = wa && wb && na == nb && na > 0 && memcmp(wa, wb, na * sizeof *wa) == 0;
+    printf("ReformerLM(ff_activation 'Gelu') vs Trax's by hand with the erf Gelu, 3 standard steps: %s\n",
+           same ? "bitwise equal" : "DIFFER");
+    CHECK(same && memcmp(&la, &lb, sizeof la) == 0);
+    free(wa), free(wb);
+    ct_layer_free(a), ct_layer_free(b);
 }
 
 // One ReformerLM option set: builds, passes a gradient check of the whole

@@ -182,6 +182,31 @@ static void test_fixed_base_values(void) {
     printf("fixed-base train, base dropout 1 in 2: %d of %d examples keep only start_vec\n", silent, B);
     CHECK(silent > 0 && silent < B);
     fixture_free(&f);
+    // One in 1: Trax's randint(0, 1) is always 0, so every example starts
+    // at 0 and loses its digit embeddings (only start_vec at t = 0 is left);
+    // at base dropout one in 100 none drops under this key: training = eval.
+    float *eval_out = malloc(sizeof z);
+    for (int drop = 0; drop < 2; drop++) {
+        l = fixed_base(1, drop ? 1 : 100);
+        CHECK_OK(fixture_init(&f, l, &x, 1, false), &f.err);
+        ct_layer_free(l);
+        CHECK_OK(ct_layer_forward(f.net.root, &f.ctx, &x, &out, ct_key_from_seed(1), &f.err), &f.err);
+        memcpy(eval_out, ct_f32(&out), sizeof z);
+        f.ctx.train = true;
+        CHECK_OK(ct_layer_forward(f.net.root, &f.ctx, &x, &out, ct_key_from_seed(3), &f.err), &f.err);
+        o = ct_f32(&out);
+        int off = 0;
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < T * D; j++) {
+                float want = !drop ? eval_out[b * T * D + j]
+                             : j < D ? f.net.weights[f.net.params[6]->offset + j] : 0.0f;
+                off += o[b * T * D + j] != want;
+            }
+        printf("fixed-base train, start from zero 1 in 1, base dropout 1 in %d: %d values off\n", drop ? 1 : 100, off);
+        CHECK(off == 0);
+        fixture_free(&f);
+    }
+    free(eval_out);
     // D must split into n_digits blocks.
     ct_tensor bad = ct_tensor_3d(CT_DTYPE_F32, 1, 5, 7, NULL);
     ct_layer *lb = fixed_base(2, 2);

@@ -1103,7 +1103,7 @@ static const cfg_def registry[] = {
     // TransformerLM.ff_activation, MLP.activation_fn), built only inside them.
     {.name = "Relu", .kind = CFG_LAYER_TYPE, .modules = "trax.layers", .doc = "max(x, 0), as a model's activation"},
     {.name = "Gelu", .kind = CFG_LAYER_TYPE, .modules = "trax.layers",
-     .doc = "Trax's Gelu (the tanh form), as ReformerLM.ff_activation"},
+     .doc = "Trax's Gelu (the exact erf form), as ReformerLM.ff_activation"},
     {.name = "FastGelu", .kind = CFG_LAYER_TYPE, .modules = "trax.layers",
      .doc = "Trax's FastGelu (the tanh form), as ReformerLM.ff_activation"},
     {.name = "MLP", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(mlp_params), .build_layer = build_mlp,

@@ -69,11 +69,13 @@ static ct_layer *act_new(const char *name, const act_ops *ops) {
 
 static const act_ops relu_ops = {ct_relu_forward, ct_relu_backward, false};
 static const act_ops gelu_ops = {ct_gelu_forward, ct_gelu_backward, true};
+static const act_ops gelu_erf_ops = {ct_gelu_erf_forward, ct_gelu_erf_backward, true};
 static const act_ops tanh_ops = {ct_tanh_forward, ct_tanh_backward, false};
 static const act_ops sigmoid_ops = {ct_sigmoid_forward, ct_sigmoid_backward, false};
 
 ct_layer *ct_relu(void) { return act_new("Relu", &relu_ops); }
-ct_layer *ct_gelu(void) { return act_new("Gelu", &gelu_ops); }
+ct_layer *ct_gelu(void) { return act_new("FastGelu", &gelu_ops); }
+ct_layer *ct_gelu_erf(void) { return act_new("Gelu", &gelu_erf_ops); }
 ct_layer *ct_tanh(void) { return act_new("Tanh", &tanh_ops); }
 ct_layer *ct_sigmoid(void) { return act_new("Sigmoid", &sigmoid_ops); }
 

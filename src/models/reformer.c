@@ -142,8 +142,10 @@ static void ff_layers(const ct_reformer_lm_params *p, ct_layer **out) {
     out[0] = ct_layer_norm(1e-6f);
     out[1] = ct_dense(p->d_ff);
     out[2] = ct_dropout(p->dropout);
-    // Trax's Gelu (approximate=True) and FastGelu are the same tanh formula.
-    out[3] = str_is(p->ff_activation, "Relu") ? ct_relu() : ct_gelu();
+    // Trax's FastGelu is the tanh formula, its Gelu the exact erf one.
+    out[3] = str_is(p->ff_activation, "Relu")   ? ct_relu()
+             : str_is(p->ff_activation, "Gelu") ? ct_gelu_erf()
+                                                : ct_gelu();
     out[4] = ct_dense(p->d_model);
     out[5] = ct_dropout(p->dropout);
 }

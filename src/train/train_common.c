@@ -711,7 +711,7 @@ ct_status ct_train_leaves_run(const ct_train_leaf *leaves, int n, ct_key key, ct
 // activations (ct_fn layers, type "Fn") by their built-in names.
 static bool row_wise(const ct_layer *l) {
     static const char *const types[] = {"LayerNorm", "Dense", "Dropout"};
-    static const char *const fns[] = {"Relu", "Gelu", "Tanh", "Sigmoid", "LogSoftmax", "Softmax"};
+    static const char *const fns[] = {"Relu", "Gelu", "FastGelu", "Tanh", "Sigmoid", "LogSoftmax", "Softmax"};
     if (l->n_in != 1 || l->n_out != 1) return false;
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (strcmp(l->vt->type, types[i]) == 0) return true;

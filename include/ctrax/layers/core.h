@@ -22,7 +22,8 @@ ct_layer *ct_embedding(int vocab_size, int d_feature);
 
 // Elementwise activations, (...) -> (...).
 ct_layer *ct_relu(void);
-ct_layer *ct_gelu(void);  // tanh approximation, as Trax
+ct_layer *ct_gelu(void);      // tanh approximation, as Trax's FastGelu
+ct_layer *ct_gelu_erf(void);  // x / 2 (1 + erf(x / sqrt 2)), as Trax's Gelu
 ct_layer *ct_tanh(void);
 ct_layer *ct_sigmoid(void);
 // Over the last axis.

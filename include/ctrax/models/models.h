@@ -71,7 +71,7 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
       "attention's per-head q.k depth; 0: Trax's 64 (CausalAttention: d_model / n_heads)")                         \
     X(INT, d_attention_value, 0, AT_LEAST(0), NONE,                                                                \
       "attention's per-head value depth; 0: Trax's 64 (CausalAttention: d_model / n_heads)")                       \
-    X(STRING, ff_activation, "FastGelu", ANY, NONE, "'Relu', 'Gelu' or 'FastGelu' (both tanh Gelu, as Trax)")      \
+    X(STRING, ff_activation, "FastGelu", ANY, NONE, "'Relu', 'Gelu' (erf) or 'FastGelu' (tanh), as Trax")      \
     X(INT, ff_chunk_size, 0, AT_LEAST(0), NONE, "> 0: the feed-forward runs on chunks of this many rows (B*T)")    \
     X(INT, ff_use_sru, 0, AT_LEAST(0), NONE, "> 0: the feed-forward is this many SRU(d_model) layers (Trax's)")    \
     X(STRING, pos_type, NULL, ANY, NULLABLE,                                                                       \

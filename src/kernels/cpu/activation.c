@@ -127,6 +127,26 @@ void ct_gelu_backward_ref(float *dinp, const float *inp, const float *dout, int6
     }
 }
 
+// The exact GELU in double: erf and exp of libm.
+#define INV_SQRT2 0.70710678118654752440       // 1 / sqrt(2)
+#define INV_SQRT_2PI 0.39894228040143267794    // 1 / sqrt(2 pi): the normal density at 0
+void ct_gelu_erf_forward(float *out, const float *inp, int64_t N) {
+#pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        double x = inp[i];
+        out[i] = (float)(x * 0.5 * (1.0 + erf(x * INV_SQRT2)));
+    }
+}
+
+void ct_gelu_erf_backward(float *dinp, const float *inp, const float *dout, int64_t N) {
+#pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        double x = inp[i];
+        double d = 0.5 * (1.0 + erf(x * INV_SQRT2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI;
+        dinp[i] = (float)(dout[i] * d);
+    }
+}
+
 void ct_tanh_forward(float *out, const float *inp, int64_t N) {
 #pragma omp parallel for schedule(static) if (N > CT_ELEMWISE_PARALLEL_MIN)
     for (int64_t i = 0; i < N; i++) out[i] = tanhf(inp[i]);

@@ -23,6 +23,12 @@ void ct_gelu_forward(float *out, const float *inp, int64_t N);
 // dinp (N) = dout * d gelu(x) / dx, from the input
 void ct_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t N);
 
+// inp (N) -> out (N), Trax's Gelu (the exact one, not FastGelu's tanh):
+// out = x * 0.5 * (1 + erf(x / sqrt(2)))
+void ct_gelu_erf_forward(float *out, const float *inp, int64_t N);
+// dinp (N) = dout * (Phi(x) + x phi(x)), from the input
+void ct_gelu_erf_backward(float *dinp, const float *inp, const float *dout, int64_t N);
+
 // Plain versions of the kernels above, used only by tests/test_kernels.c to
 // check the vectorized ones: ReLU's are bitwise equal, GELU's in double (the
 // fast GELU is within 1e-6 of it).
