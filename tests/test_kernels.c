@@ -3,7 +3,10 @@
 // Adam and Adafactor, forward and backward, on random inputs of sizes that
 // are not multiples of any vector width (1, 3, 17, 255, ...) and of sizes
 // above the kernels' thresholds for threads; and each kernel run with 1 and
-// 2 threads gives the same bits.
+// 2 threads gives the same bits. Also: LayerNorm's rstd where |mean| >>
+// std against double, cross-entropy's edge cases (smoothing 1 with a -inf
+// target logit, a NaN in a padding row), and the backward kernels that add
+// into their input gradient (dropout, positions, ShiftRight, Mean) adding.
 //
 // Tolerances, from what differs between the two versions:
 // - add, ReLU, Adam, the Adafactor apply steps, LayerNorm's dweight/dbias: the
@@ -29,10 +32,12 @@
 
 #include "check.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
+#include "kernels/cpu/reshape.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/vmath.h"
 
@@ -212,6 +217,36 @@ static void test_layernorm(void) {
     }
 }
 
+// Rows whose |mean| is a million times their spread: rstd against the
+// variance in double, two passes around the double mean. The kernel's
+// shifted sums keep it to rounding; the plain E[x^2] - E[x]^2, even in
+// double, puts rstd 2e-5 off at (1, 3). (The _ref loops subtract the mean
+// rounded to float, which adds that rounding squared to the variance:
+// rstd up to 4e-4 off at this offset, so they are not the oracle here.)
+static void test_layernorm_large_mean(void) {
+    static const int64_t shapes[][2] = {{1, 3}, {4, 17}, {3, 256}, {2, 1001}};
+    for (int s = 0; s < 4; s++) {
+        int64_t N = shapes[s][0], C = shapes[s][1];
+        float *x = alloc_f(N * C), *w = alloc_f(C), *b = alloc_f(C), *y = alloc_f(N * C), *m = alloc_f(N),
+              *r = alloc_f(N);
+        fill(x, N * C, 1e6f - 2.0f, 1e6f + 2.0f);
+        for (int64_t c = 0; c < C; c++) w[c] = 1.0f, b[c] = 0.0f;
+        ct_layernorm_forward(y, m, r, x, w, b, N, C, 1e-6f);
+        double worst = 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            double mean = 0.0, var = 0.0;
+            for (int64_t c = 0; c < C; c++) mean += x[n * C + c];
+            mean /= (double)C;
+            for (int64_t c = 0; c < C; c++) var += ((double)x[n * C + c] - mean) * ((double)x[n * C + c] - mean);
+            double want = 1.0 / sqrt(var / (double)C + 1e-6);
+            worst = fmax(worst, fabs(r[n] - want) / want);
+        }
+        CHECK_MSG(worst <= 1e-6, "layernorm rstd (%lld, %lld) at mean 1e6: error %g", (long long)N, (long long)C,
+                  worst);
+        free(x), free(w), free(b), free(y), free(m), free(r);
+    }
+}
+
 static void test_softmax(void) {
     for (int s = 0; s < N_ROWS; s++) {
         int64_t N = k_rows[s][0], C = k_rows[s][1], n = N * C;
@@ -300,6 +335,92 @@ static void test_cross_entropy(void) {
                        (long long)V, (double)ls, (double)loss, (double)loss_r);
             free(x), free(w), free(d0), free(t), free(lp), free(lpr), free(d), free(dr);
         }
+}
+
+// Cross-entropy's edge cases, in the kernel and the reference alike:
+// - label smoothing 1 with the target's logit -inf: the target's own term
+//   has weight 0 and is skipped, so the loss is +inf (every class's share
+//   of -inf), not 0 * -inf = NaN;
+// - a padding row (weight 0) whose logits hold a NaN: no loss and no
+//   gradient from it (its gradient row keeps its bits), at smoothing 0 and
+//   0.1; the other rows' loss stays finite.
+static void test_cross_entropy_edges(void) {
+    enum { N = 3, V = 7 };
+    float x[N * V], lp[N * V], lpr[N * V], w[N] = {1.0f, 0.0f, 0.5f}, d0[N * V];
+    int32_t t[N] = {2, 4, 6};
+    fill(x, N * V, -3.0f, 3.0f);
+    fill(d0, N * V, -1.0f, 1.0f);
+    x[0 * V + 2] = -INFINITY;
+    float loss, loss_r;
+    ct_category_cross_entropy_forward(&loss, lp, x, t, w, ct_weight_sum(w, N), 1.0f, N, V);
+    ct_category_cross_entropy_forward_ref(&loss_r, lpr, x, t, w, ct_weight_sum(w, N), 1.0f, N, V);
+    CHECK_MSG(isinf(loss) && loss > 0 && isinf(loss_r) && loss_r > 0,
+              "cross-entropy, smoothing 1, target logit -inf: loss %g, ref %g (want +inf)", (double)loss,
+              (double)loss_r);
+    x[0 * V + 2] = 0.5f;
+    x[1 * V + 3] = NAN;  // in the padding row
+    static const float smoothing[] = {0.0f, 0.1f};
+    for (int k = 0; k < 2; k++) {
+        float d[N * V], dr[N * V];
+        memcpy(d, d0, sizeof d);
+        memcpy(dr, d0, sizeof dr);
+        ct_category_cross_entropy_forward(&loss, lp, x, t, w, ct_weight_sum(w, N), smoothing[k], N, V);
+        ct_category_cross_entropy_forward_ref(&loss_r, lpr, x, t, w, ct_weight_sum(w, N), smoothing[k], N, V);
+        CHECK_MSG(isfinite(loss) && isfinite(loss_r), "cross-entropy, s %g, NaN in a padding row: loss %g, ref %g",
+                  (double)smoothing[k], (double)loss, (double)loss_r);
+        ct_category_cross_entropy_backward(d, 1.0f, lp, t, w, ct_weight_sum(w, N), smoothing[k], N, V);
+        ct_category_cross_entropy_backward_ref(dr, 1.0f, lpr, t, w, ct_weight_sum(w, N), smoothing[k], N, V);
+        CHECK_MSG(same_bits(d + V, d0 + V, V) && same_bits(dr + V, d0 + V, V) && !any_nan(d, N * V),
+                  "cross-entropy backward, s %g: the padding row's gradient changed", (double)smoothing[k]);
+    }
+}
+
+// Backward kernels documented to add into their input gradient (dropout,
+// the position encoding's input, ShiftRight, Mean; the layers happen to
+// zero it first) add to what the buffer holds, against plain loops, on
+// sizes with a tail past the kernels' chunks (dropout's 256) and above
+// their thresholds for threads.
+static void test_backward_adds(void) {
+    static const int64_t sizes[] = {1, 7, 257, 70001};
+    for (int s = 0; s < 4; s++) {
+        int64_t n = sizes[s];
+        float *g = alloc_f(n), *d0 = alloc_f(n), *d = alloc_f(n), *want = alloc_f(n);
+        fill(g, n, -1.0f, 1.0f);
+        fill(d0, n, -1.0f, 1.0f);
+        // Dropout 0.3: element i kept iff ct_random_bits(key, i) >= the threshold.
+        ct_key key = ct_key_from_seed(41 + (uint64_t)n);
+        uint64_t thr = ct_dropout_threshold(0.3f);
+        float scale = 1.0f / (1.0f - 0.3f);
+        for (int64_t i = 0; i < n; i++)
+            want[i] = ct_random_bits(key, (uint32_t)i) >= thr ? d0[i] + g[i] * scale : d0[i];
+        memcpy(d, d0, (size_t)n * sizeof(float));
+        ct_dropout_backward(d, g, key, thr, scale, n);
+        CHECK_MSG(same_bits(d, want, n), "dropout backward adds, n %lld", (long long)n);
+        // PositionalEncoding: dinp (B, TC) += dout; dpe (TC) += the batch's sum.
+        const int64_t B = 2, TC = n;
+        float *gb = alloc_f(B * TC), *di = alloc_f(B * TC), *dpe = dup_f(d0, TC), *want_i = alloc_f(B * TC);
+        fill(gb, B * TC, -1.0f, 1.0f);
+        fill(di, B * TC, -1.0f, 1.0f);
+        for (int64_t i = 0; i < B * TC; i++) want_i[i] = di[i] + gb[i];
+        for (int64_t i = 0; i < TC; i++) want[i] = (d0[i] + gb[i]) + gb[TC + i];
+        ct_positional_backward(di, dpe, gb, B, TC);
+        CHECK_MSG(same_bits(di, want_i, B * TC) && same_bits(dpe, want, TC), "positional backward adds, TC %lld",
+                  (long long)TC);
+        // ShiftRight by 1 of (B, T, 1): dinp[b, t] += dout[b, t + 1].
+        fill(di, B * TC, -1.0f, 1.0f);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < TC; i++)
+                want_i[b * TC + i] = di[b * TC + i] + (i + 1 < TC ? gb[b * TC + i + 1] : 0.0f);
+        ct_shift_right_backward(di, gb, B, TC, 1, 1);
+        CHECK_MSG(same_bits(di, want_i, B * TC), "shift_right backward adds, T %lld", (long long)TC);
+        // Mean over the middle axis of (1, B, TC): dinp[0, a, i] += dout[i] / B.
+        fill(di, B * TC, -1.0f, 1.0f);
+        for (int64_t a = 0; a < B; a++)
+            for (int64_t i = 0; i < TC; i++) want_i[a * TC + i] = di[a * TC + i] + g[i] * (1.0f / (float)B);
+        ct_mean_backward(di, g, 1, B, TC);
+        CHECK_MSG(same_bits(di, want_i, B * TC), "mean backward adds, I %lld", (long long)TC);
+        free(g), free(d0), free(d), free(want), free(gb), free(di), free(dpe), free(want_i);
+    }
 }
 
 static void test_adam(void) {
@@ -602,9 +723,12 @@ int main(void) {
     test_add();
     test_gelu();
     test_layernorm();
+    test_layernorm_large_mean();
     test_softmax();
     test_row_exp_sum();
     test_cross_entropy();
+    test_cross_entropy_edges();
+    test_backward_adds();
     test_adam();
     test_sum_squares();
     test_lanes_sum();
