@@ -10,6 +10,7 @@
 #include <omp.h>
 #include <stdlib.h>
 
+#include "kernels/cpu/chunked_attention.h"
 #include "layer_fixture.h"
 
 static ct_self_attention_params sa_params(int H, int dk, int dv, bool causal, int m, int before, int after) {
@@ -610,7 +611,58 @@ static void test_window_bound(void) {
     }
 }
 
+// The kernel on a window wider than one dropout block of 256 (m 128, before
+// 1, after 1: W 384), against the double reference of ref_head's dropout
+// counters r W + w: the forward and dv (= sum over queries of the dropped
+// probability times dO). Also ct_attention_drop_factors' counters r W + w.
+static void test_wide_window_dropout(void) {
+    ct_chunked_attention_dims d = {.B = 1, .H = 1, .T = 384, .dk = 2, .dv = 2, .m = 128, .before = 1, .after = 1,
+                                   .causal = false, .exclude_self = false, .dropout = 0.25f};
+    enum { Tn = 384, W = 384, dk = 2, dv = 2 };
+    const int m = 128, N = Tn / m;
+    float *q = malloc(sizeof(float) * Tn * dk), *k = malloc(sizeof(float) * Tn * dk);
+    float *v = malloc(sizeof(float) * Tn * dv), *o = malloc(sizeof(float) * Tn * dv);
+    float *dout = malloc(sizeof(float) * Tn * dv), *dq = calloc(Tn * dk, sizeof(float));
+    float *dkk = calloc(Tn * dk, sizeof(float)), *dvv = calloc(Tn * dv, sizeof(float));
+    double *dots = malloc(sizeof(double) * W), *rdv = calloc(Tn * dv, sizeof(double));
+    for (int i = 0; i < Tn * dk; i++) q[i] = (float)sin(0.37 * i), k[i] = (float)cos(0.23 * i + 1.0);
+    for (int i = 0; i < Tn * dv; i++) v[i] = (float)sin(0.11 * i + 2.0), dout[i] = (float)cos(0.07 * i);
+    const ct_key key = ct_key_from_seed(17);
+    const int n_slots = ct_chunked_attention_n_slots(&d);
+    float *scratch = malloc(sizeof(float) * (size_t)(n_slots * ct_chunked_attention_scratch_floats(&d, true)));
+    ct_chunked_attention_forward(o, q, k, v, NULL, scratch, n_slots, key, &d);
+    ct_chunked_attention_backward(dq, dkk, dvv, scratch, n_slots, dout, o, q, k, v, NULL, key, &d);
+    double mo = 0, mdv = 0;
+    for (int t = 0; t < Tn; t++) {
+        int c = t / m, r = t % m;
+        double mx = -INFINITY, sum = 0, ro[dv] = {0};
+        for (int w = 0; w < W; w++) {
+            int kp = ref_chunk(c, w / m - 1, N) * m + w % m;
+            dots[w] = (double)q[t * dk] * k[kp * dk] + (double)q[t * dk + 1] * k[kp * dk + 1];
+            mx = fmax(mx, dots[w]);
+        }
+        for (int w = 0; w < W; w++) sum += exp(dots[w] - mx);
+        for (int w = 0; w < W; w++) {
+            int kp = ref_chunk(c, w / m - 1, N) * m + w % m;
+            double pr = exp(dots[w] - mx) / sum * ref_keep(key, (uint32_t)(r * W + w), d.dropout);
+            for (int i = 0; i < dv; i++) ro[i] += pr * v[kp * dv + i], rdv[kp * dv + i] += pr * dout[t * dv + i];
+        }
+        for (int i = 0; i < dv; i++) mo = fmax(mo, fabs(ro[i] - o[t * dv + i]));
+    }
+    for (int i = 0; i < Tn * dv; i++) mdv = fmax(mdv, fabs(rdv[i] - dvv[i]));
+    float f[W];
+    ct_attention_drop_factors(f, 3, W, key, d.dropout);
+    int bad_f = 0;
+    for (int w = 0; w < W; w++) bad_f += f[w] != (float)ref_keep(key, (uint32_t)(3 * W + w), d.dropout);
+    printf("window 384 (> 256), dropout 0.25: max abs diff o %.3e, dv %.3e; drop_factors row 3 off: %d\n", mo, mdv,
+           bad_f);
+    CHECK_MSG(mo < 1e-5 && mdv < 1e-4 && bad_f == 0, "o %g dv %g factors %d", mo, mdv, bad_f);
+    free(q), free(k), free(v), free(o), free(dout), free(dq), free(dkk), free(dvv), free(dots), free(rdv);
+    free(scratch);
+}
+
 int main(void) {
+    test_wide_window_dropout();
     test_window_bound();
     test_gradients();
     test_reference();

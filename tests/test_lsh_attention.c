@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/cpu/lsh_attention.h"
 #include "layer_fixture.h"
 
 static float *state_of(const ct_net *net, const char *name) {
@@ -566,7 +567,121 @@ static void test_hash_edge_cases(void) {
     free(xb), free(yb);
 }
 
+// ct_lsh_hash with a factor of 128 buckets (64 rotation columns, over one
+// block of 32 dots) against a plain first-index argmax over concat(z, -z),
+// z summed in double over i as the kernel does. In round 0 columns 5 and 40
+// are equal and the lowest (q > 0, columns -10): a tie in -z, the first
+// (h + 5) wins; round 1's columns 7 and 50 equal and highest: 7 wins. Then
+// without the ties, some argmax past column 32.
+static void hash_reference(int *bad, int *arg_of, const float *buckets, const float *q, const float *rot, int Tn,
+                           int dk, int R, int NR) {
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < Tn; t++) {
+            float best = -INFINITY;
+            int arg = 0;
+            for (int c = 0; c < 2 * NR; c++) {
+                double z = 0;
+                for (int i = 0; i < dk; i++) z += (double)q[t * dk + i] * rot[(i * R + r) * NR + c % NR];
+                float zv = c < NR ? (float)z : -(float)z;
+                if (zv > best) best = zv, arg = c;
+            }
+            *bad += buckets[r * Tn + t] != (float)(arg + r * 2 * NR);
+            arg_of[r * Tn + t] = arg;
+        }
+}
+
+static void test_hash_wide_factor(void) {
+    enum { Tn = 16, dk = 4, R = 2, NR = 64 };
+    const int f[1] = {128};
+    float q[Tn * dk], rot[dk * R * NR], buckets[R * Tn];
+    int arg[R * Tn], bad = 0, tie_n = 0, tie_p = 0, spread = 0;
+    for (int i = 0; i < Tn * dk; i++) q[i] = 0.1f + 0.9f * (float)fabs(sin(0.7 * i + 0.3));
+    for (int i = 0; i < dk * R * NR; i++) rot[i] = (float)sin(1.3 * i + 0.5);
+    for (int i = 0; i < dk; i++) {
+        rot[(i * R + 0) * NR + 5] = rot[(i * R + 0) * NR + 40] = -10.0f;
+        rot[(i * R + 1) * NR + 7] = rot[(i * R + 1) * NR + 50] = 10.0f;
+    }
+    ct_lsh_hash(buckets, q, NULL, rot, Tn, dk, R, f, 1);
+    hash_reference(&bad, arg, buckets, q, rot, Tn, dk, R, NR);
+    for (int t = 0; t < Tn; t++) tie_n += arg[t] == NR + 5, tie_p += arg[Tn + t] == 7;
+    for (int i = 0; i < dk; i++) {
+        rot[(i * R + 0) * NR + 5] = rot[(i * R + 0) * NR + 40] = 0.0f;
+        rot[(i * R + 1) * NR + 7] = rot[(i * R + 1) * NR + 50] = 0.0f;
+    }
+    ct_lsh_hash(buckets, q, NULL, rot, Tn, dk, R, f, 1);
+    hash_reference(&bad, arg, buckets, q, rot, Tn, dk, R, NR);
+    for (int i = 0; i < R * Tn; i++) spread += arg[i] % NR >= 32;
+    printf("hash, factor 128: %d of %d off the plain argmax; ties to the first %d, %d of %d; past column 32 %d\n",
+           bad, 2 * R * Tn, tie_n, tie_p, Tn, spread);
+    CHECK(bad == 0 && tie_n == Tn && tie_p == Tn && spread > 0);
+}
+
+// nb from the length with one chunk (T = chunk_len 8): 2 max(1, T / m) = 2,
+// so each round's buckets are r 2 and r 2 + 1.
+static void test_one_chunk_two_buckets(void) {
+    enum { Bn = 2, Tn = 8, Dn = 4, H = 2, R = 2 };
+    float xd[Bn * Tn * Dn], y[Bn * Tn * Dn];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, xd);
+    gradcheck_fill(&x, 303, -1.0f, 1.0f);
+    ct_layer *l = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 8, 1, 0, R, 0, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
+        run_forward(&r, &x, ct_key_from_seed(1), y);
+        const float *bk = state_of(&r.net, "buckets");
+        int bad = 0, used[2 * R] = {0};
+        for (int s = 0; s < Bn * H; s++)
+            for (int i = 0; i < R * Tn; i++) {
+                float b = bk[s * R * Tn + i];
+                int rr = i / Tn;
+                if (b != floorf(b) || b < rr * 2 || b >= rr * 2 + 2) bad++;
+                else used[(int)b] = 1;
+            }
+        printf("one chunk, nb from T: %d buckets outside r 2 + {0, 1}; used %d %d %d %d\n", bad, used[0], used[1],
+               used[2], used[3]);
+        CHECK(bad == 0 && used[0] + used[1] + used[2] + used[3] == 4);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
+// Data parallelism: a replica holding example 1 of a batch of 2 (ctx
+// first_row 1) draws example 1's rotations, so its buckets and output are
+// the whole batch's for that example; numbered from 0 they differ.
+static void test_first_row_rotations(void) {
+    enum { Bn = 2, Tn = 8, Dn = 4, H = 2, R = 2 };
+    float xd[Bn * Tn * Dn], y[Bn * Tn * Dn], y1[Tn * Dn];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, xd), x1 = ct_tensor_3d(CT_DTYPE_F32, 1, Tn, Dn, xd + Tn * Dn);
+    gradcheck_fill(&x, 304, -1.0f, 1.0f);
+    ct_layer *la = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 4, 1, 0, R, 8, 0));
+    ct_layer *lb = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 4, 1, 0, R, 8, 0));
+    fixture a, b;
+    if (fixture_init_ok(&a, la, &x, 1, true)) {
+        run_forward(&a, &x, ct_key_from_seed(5), y);
+        const float *bka = state_of(&a.net, "buckets") + 1 * H * R * Tn;
+        int diff[2] = {0, 0};
+        bool out_same[2] = {false, false};
+        for (int first = 0; first < 2; first++)
+            if (fixture_init_ok(&b, lb, &x1, 1, true)) {
+                b.ctx.first_row = first;
+                run_forward(&b, &x1, ct_key_from_seed(5), y1);
+                const float *bkb = state_of(&b.net, "buckets");
+                for (int i = 0; i < H * R * Tn; i++) diff[first] += bka[i] != bkb[i];
+                out_same[first] = memcmp(y + Tn * Dn, y1, sizeof y1) == 0;
+                fixture_free(&b);
+            }
+        printf("example 1 alone: buckets off the batch's %d (first_row 1), %d (first_row 0); output %s\n", diff[1],
+               diff[0], out_same[1] ? "bitwise equal" : "DIFFERS");
+        CHECK(diff[1] == 0 && out_same[1] && diff[0] > 0);
+        fixture_free(&a);
+    }
+    ct_layer_free(la);
+    ct_layer_free(lb);
+}
+
 int main(void) {
+    test_hash_wide_factor();
+    test_one_chunk_two_buckets();
+    test_first_row_rotations();
     test_gradients();
     test_one_chunk_is_shared_qk();
     test_trax_shapes();
