@@ -461,18 +461,18 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
                            const ct_optimizer *opt, ct_config_memory *mem, ct_error *err) {
     // Every process, then every device, takes equal rows: said here, naming
     // the settings, rather than by the trainer at the first step.
-    int n_proc_run = run->n_processes > 0 ? run->n_processes : 1, n_dev_run = run->n_devices > 0 ? run->n_devices : 1;
-    if (run->batch_size > 0 && run->batch_size % ((int64_t)n_proc_run * n_dev_run) != 0) {
+    int n_proc = run->n_processes > 0 ? run->n_processes : 1, n_dev = run->n_devices > 0 ? run->n_devices : 1;
+    if (run->batch_size > 0 && run->batch_size % ((int64_t)n_proc * n_dev) != 0) {
         char setting[400], dev[400], proc[400] = "", v[32];
         batch_size_text(cfg, run, setting, sizeof setting);
-        snprintf(v, sizeof v, "%d", n_dev_run);
+        snprintf(v, sizeof v, "%d", n_dev);
         cfg_setting_text(cfg, "train", "n_devices", v, dev, sizeof dev);
-        if (n_proc_run > 1) {
-            snprintf(v, sizeof v, "%d", n_proc_run);
+        if (n_proc > 1) {
+            snprintf(v, sizeof v, "%d", n_proc);
             cfg_setting_text(cfg, "train", "n_processes", v, proc, sizeof proc);
         }
         return ct_error_set(err, CT_ERR_ARG, "%s does not split into equal rows over %s%s%s: make it a multiple of %lld",
-                            setting, dev, proc[0] ? " x " : "", proc, (long long)n_proc_run * n_dev_run);
+                            setting, dev, proc[0] ? " x " : "", proc, (long long)n_proc * n_dev);
     }
     cfg_plan plan;
     totals t;
@@ -494,7 +494,6 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
     if (plan.uses_length && length <= 0) return CT_OK;  // the data decide T: nothing to estimate
     mem->example_length = plan.uses_length ? length : 0;
     double T = plan.uses_length ? (double)length : 0;
-    int n_proc = run->n_processes > 0 ? run->n_processes : 1, n_dev = run->n_devices > 0 ? run->n_devices : 1;
     double share = ceil((double)run->batch_size / n_proc);
     // The matrix products take their rows (a device's examples x T) as the
     // BLAS's int.

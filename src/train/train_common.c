@@ -356,7 +356,10 @@ ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key
         ct_ctx_init(&t->eval_ctx, &t->eval_arena);
         t->eval_ready = true;
     }
-    if (measure) st = ct_arena_measure_begin(&t->eval_arena, err);
+    if (measure) {
+        st = ct_arena_measure_begin(&t->eval_arena, err);
+        measure = st == CT_OK;  // measure_end only after a begin
+    }
     float *state = net->n_state && st == CT_OK ? ct_malloc(net->n_state * sizeof(float)) : NULL;
     if (state) memcpy(state, net->state, net->n_state * sizeof(float));
     double sums[2] = {0, 0};  // sum of W_d, sum of L_d * W_d
@@ -384,7 +387,7 @@ ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key
         }
         ct_arena_reset(&t->eval_arena);
     }
-    if (measure && t->eval_arena.measure_base) {
+    if (measure) {
         size_t high = ct_arena_measure_end(&t->eval_arena);
         if (st == CT_OK) st = ct_arena_reserve(&t->eval_arena, high, err);
     }
