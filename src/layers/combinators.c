@@ -37,7 +37,10 @@ static ct_status walk_one(ct_layer *s, int i, ct_stack_op op, ct_init_ctx *ic, c
 // added. Backward, where each sublayer pops its own records and its saved
 // tensors come from forward (before the mark), it frees the consumed output
 // gradients and the sublayers' scratch: without it, backward's gradients
-// would pile up for the whole step, as much again as forward keeps. A walk
+// would pile up for the whole step, as much again as forward keeps. Reverse
+// (a ReversibleSerial rebuilding its inputs) frees each sublayer's outputs
+// once the one below has rebuilt its own, so its memory does not grow with
+// the depth (ReversibleSerial's reverse_and_grad does the same). A walk
 // with more records than ct_arena_keep takes keeps everything (its
 // sublayers' own walks gave back what died in them).
 //
@@ -46,8 +49,12 @@ static ct_status walk_one(ct_layer *s, int i, ct_stack_op op, ct_init_ctx *ic, c
 // copies; backward's frees last only until the next sublayer, and the same
 // gradient would move again at each level of nesting, so there it must
 // free twice what it copies (config A: 48 MiB copied per step instead of
-// 108, for 2 MiB more arena).
-static void keep_live(ct_ctx *c, ct_arena_mark mark, ct_tensor *stack, int depth, int tape_from, bool back) {
+// 108, for 2 MiB more arena). Reverse copies at a gain of 1: a rebuilt
+// input sits above the output it replaced, so each sublayer frees one
+// tensor by moving one, and refusing that would let the memory grow with
+// the depth, which is what a reversible stack is for.
+void ct_stack_keep_live(ct_ctx *c, ct_arena_mark mark, ct_tensor *stack, int depth, int tape_from,
+                        size_t min_gain) {
     int n_tape = c->tape_len > tape_from ? c->tape_len - tape_from : 0;
     if (depth + n_tape > CT_ARENA_KEEP_MAX) return;
     void **data[CT_ARENA_KEEP_MAX];
@@ -61,7 +68,7 @@ static void keep_live(ct_ctx *c, ct_arena_mark mark, ct_tensor *stack, int depth
         data[n] = &c->tape[k].data;
         bytes[n] = c->tape[k].data ? ct_tensor_nbytes(&c->tape[k]) : 0;
     }
-    ct_arena_keep(c->arena, mark, data, bytes, n, back ? 2 : 1);
+    ct_arena_keep(c->arena, mark, data, bytes, n, min_gain);
 }
 
 static bool overlaps(const ct_tensor *t, const unsigned char *p, size_t n) {
@@ -98,7 +105,7 @@ ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c,
     ct_tensor stack[CT_STACK_MAX], step[CT_LAYER_MAX_IO];
     int depth = back ? l->n_out : l->n_in;
     memcpy(stack, top, (size_t)depth * sizeof *stack);
-    bool run = op == CT_STACK_FORWARD || op == CT_STACK_BACKWARD;
+    bool run = op != CT_STACK_INIT;
     ct_arena_mark mark = run ? ct_arena_get_mark(c->arena) : (ct_arena_mark){0};
     int tape_from = run ? c->tape_len : 0;
     for (int j = 0; j < l->n_sub; j++) {
@@ -110,7 +117,7 @@ ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c,
                      : ct_stack_replace(stack, depth, s->n_in, step, s->n_out);
         if (depth < 0)  // only init can find it: the others run what init checked
             return ct_layer_fail(l, err, CT_ERR_ARG, op_names[op], "stack deeper than %d items", CT_STACK_MAX);
-        if (run) keep_live(c, mark, stack, depth, tape_from, op == CT_STACK_BACKWARD);
+        if (run) ct_stack_keep_live(c, mark, stack, depth, tape_from, op == CT_STACK_BACKWARD ? 2 : 1);
     }
     memcpy(result, stack, (size_t)(back ? l->n_in : l->n_out) * sizeof *result);
     return CT_OK;

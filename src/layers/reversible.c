@@ -220,15 +220,25 @@ static ct_status rserial_reverse(ct_layer *l, ct_ctx *c, const ct_tensor *out, c
 static ct_status rserial_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tensor *out,
                                           const ct_tensor *grad_out, ct_tensor *in, ct_tensor *grad_in,
                                           ct_key key, ct_error *err) {
-    ct_tensor vals[CT_STACK_MAX], grads[CT_STACK_MAX], ins[CT_LAYER_MAX_IO], gins[CT_LAYER_MAX_IO];
+    // live: the values (depth items), then their gradients (depth more).
+    // After each sublayer only those are needed (its tape is balanced on
+    // return), so the rest goes back to the arena, as in a reverse walk
+    // (combinators.c: at a gain of 1): the memory of a reversible stack
+    // must not grow with its depth.
+    ct_tensor live[2 * CT_STACK_MAX], ins[CT_LAYER_MAX_IO], gins[CT_LAYER_MAX_IO];
+    ct_tensor *vals = live, *grads = live + CT_STACK_MAX;
     int depth = l->n_out;
     memcpy(vals, out, (size_t)depth * sizeof *vals);
     memcpy(grads, grad_out, (size_t)depth * sizeof *grads);
+    ct_arena_mark mark = ct_arena_get_mark(c->arena);
     for (int i = l->n_sub - 1; i >= 0; i--) {
         ct_layer *s = l->sub[i];
         CT_TRY(ct_layer_reverse_and_grad(s, c, vals, grads, ins, gins, ct_key_split(key, (uint32_t)i), err));
         ct_stack_replace(vals, depth, s->n_out, ins, s->n_in);
         depth = ct_stack_replace(grads, depth, s->n_out, gins, s->n_in);
+        memmove(live + depth, grads, (size_t)depth * sizeof *live);  // the two stacks side by side
+        ct_stack_keep_live(c, mark, live, 2 * depth, c->tape_len, 1);
+        memmove(grads, live + depth, (size_t)depth * sizeof *live);
     }
     memcpy(in, vals, (size_t)l->n_in * sizeof *in);
     memcpy(grad_in, grads, (size_t)l->n_in * sizeof *grad_in);

@@ -31,6 +31,13 @@ typedef enum ct_stack_op { CT_STACK_INIT, CT_STACK_FORWARD, CT_STACK_BACKWARD, C
 ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c, const ct_tensor *top,
                         ct_tensor *result, ct_key key, ct_error *err);
 
+// After a walk's sublayer: gives back to the arena what the walk allocated
+// since mark that neither the depth stack items nor the tape records pushed
+// since tape_from point to, moving live tensors down when that frees at
+// least min_gain times what it copies (combinators.c says which gain).
+void ct_stack_keep_live(ct_ctx *c, ct_arena_mark mark, ct_tensor *stack, int depth, int tape_from,
+                        size_t min_gain);
+
 // The arity of n layers run in sequence: *n_in is the deepest they reach
 // into the stack, *n_out what they leave above that depth.
 void ct_stack_arity(int n, ct_layer *const *layers, int *n_in, int *n_out);
