@@ -33,14 +33,17 @@ for odd in file dir; do
     fi
 done
 
-# A real checkpoint is still resumed, with nothing set aside.
+# A real checkpoint is still resumed, with nothing set aside, and the
+# resume is announced once (the loop says it; the program does not repeat it).
 dir=$work/file
 "$ctrax" train "$config" --steps 3 --output-dir "$dir" >"$work/out" 2>&1
 n=$(find "$dir" -maxdepth 1 -name 'previous-*' | wc -l)
-if grep -q 'resuming from' "$work/out" && [[ $n == 1 ]]; then
-    ok "a checkpoint is resumed, nothing more set aside"
+said=$(grep -c 'resuming from' "$work/out")
+if [[ $said == 1 && $n == 1 ]] && grep -q "resuming from $dir/model_2 at step 2\$" "$work/out"; then
+    ok "a checkpoint is resumed (said once), nothing more set aside"
 else
-    bad "resume: $n previous-* directories; $(tail -1 "$work/out")"
+    bad "resume: $n previous-* directories, 'resuming from' said $said times:" \
+        "$(grep 'resuming from' "$work/out" | tr '\n' ' ')"
 fi
 
 # A resume at or past train.steps trains nothing, and says so.

@@ -143,6 +143,23 @@ static void test_files_and_resume(void) {
     CHECK_OK(run_new(&r, b, o, &err), &err);
     CHECK(ct_loop_step(r.loop) == 0 && ct_loop_restored_from(r.loop)[0] == 0);
     run_free(&r);
+    // A caller that has searched already (ctrax train does, to decide what to
+    // set aside) hands the loop what it opened, and the loop resumes from
+    // that without a search of its own (one reads and checks every byte of
+    // the checkpoint): given model_15, it resumes there, not at the newest,
+    // model_20, and leaves the caller's checkpoint open.
+    ct_checkpoint *given = NULL;
+    CHECK_OK(ct_checkpoint_open(&given, a, "model_15", &err), &err);
+    o.restore = true;
+    o.restore_checkpoint = given;
+    CHECK_OK(run_new(&r, a, o, &err), &err);
+    CHECK_MSG(r.loop && ct_loop_step(r.loop) == 15 && !strcmp(ct_loop_restored_from(r.loop), "model_15"),
+              "resumed from '%s' at step %lld", r.loop ? ct_loop_restored_from(r.loop) : "",
+              r.loop ? (long long)ct_loop_step(r.loop) : -1LL);
+    run_free(&r);
+    CHECK(given && ct_checkpoint_step(given) == 15);
+    ct_checkpoint_close(given);
+    o.restore_checkpoint = NULL;
 
     free(w1), free(w2), free(s1), free(s2);
     ct_fs_remove_tree(a, NULL);

@@ -526,6 +526,31 @@ static void test_eval_tasks_and_model(void) {
         snprintf(tag, sizeof tag, "metrics/%s", prefix);
         CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, tag), "train loss %s: %s", tag,
                   st == CT_OK ? "accepted" : err.msg);
+        // A name that is not UTF-8 would go into metrics.jsonl and into
+        // TensorBoard's proto3 strings, and readers refuse both files: refused
+        // here, at the byte that breaks it. A loss name (a byte that starts
+        // no character), an eval metric name (a character cut short) and an
+        // additional eval task's prefix (a surrogate, which UTF-8 excludes).
+        task = (ct_train_task){t, l, ct_adam_new(ct_adam_default_params()), NULL, "loss\xff", lr_adam()};
+        st = ct_loop_new(&loop, m, &task, 1, NULL, NULL, &err);
+        if (st == CT_OK) ct_loop_free(loop);
+        CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "train task's loss 'loss\\xff...'") && strstr(err.msg, "byte 4"),
+                  "loss name not UTF-8: %s", st == CT_OK ? "accepted" : err.msg);
+        printf("a loss name that is not UTF-8: %s\n", st == CT_OK ? "accepted" : err.msg);
+        ct_eval_task bad_ev = main_ev;
+        bad_ev.metric_names[0] = "acc\xe2\x82";
+        task = (ct_train_task){t, l, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()};
+        st = ct_loop_new(&loop, m, &task, 1, &bad_ev, NULL, &err);
+        if (st == CT_OK) ct_loop_free(loop);
+        CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "eval metric 'acc\\xe2...'") && strstr(err.msg, "byte 3"),
+                  "eval metric name not UTF-8: %s", st == CT_OK ? "accepted" : err.msg);
+        const char *const bad_prefixes[1] = {"p\xed\xa0\x80"};
+        o.eval_export_prefixes = bad_prefixes;
+        task = (ct_train_task){t, l, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()};
+        st = ct_loop_new(&loop, m, &task, 1, &main_ev, &o, &err);
+        if (st == CT_OK) ct_loop_free(loop);
+        CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "export_prefix 'p\\xed...'") && strstr(err.msg, "byte 1"),
+                  "export_prefix not UTF-8: %s", st == CT_OK ? "accepted" : err.msg);
         ct_stream_free(t), ct_stream_free(e0), ct_stream_free(e1);
         ct_layer_free(m), ct_layer_free(l), ct_layer_free(k0), ct_layer_free(k1);
     }

@@ -181,6 +181,71 @@ static void test_metrics(void) {
     CHECK(dropped == 0 && access(tmp_path("nope.jsonl"), F_OK) != 0);
 }
 
+// The file's size and inode (a rewrite renames a new file into place).
+static void file_id(const char *path, long long *size, long long *ino) {
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0);
+    *size = (long long)sb.st_size;
+    *ino = (long long)sb.st_ino;
+}
+
+// metrics.jsonl grows with the run, past what a file may hold in memory
+// (CT_FS_READ_MAX): truncation streams it, a line at a time.
+static void test_metrics_large(void) {
+    const char *path = tmp_path("large.jsonl");
+    ct_error err = {0};
+    int64_t dropped = -1;
+    // The values parse_metrics expects: step / 8 for train, -step for eval.
+    const char *kept = "{\"step\": 1, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": 0.125}\n"
+                       "{\"step\": 2, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": 0.25}\n"
+                       "{\"step\": 3, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": 0.375}\n";
+    char lines[1024];
+    snprintf(lines, sizeof lines,
+             "%s{\"step\": 9, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": 1.125}\n", kept);
+    write_text(path, lines);
+    // A file past the cap costs no disk as a sparse file: the real lines,
+    // then NUL bytes, one junk line of a GiB with no newline (what a crash
+    // can leave where the file system had extended the file but not yet
+    // written its data). It is dropped as a torn line is, with the line of
+    // step 9.
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)CT_FS_READ_MAX + 4096) == 0);
+    if (fd >= 0) close(fd);
+    CHECK_OK(ct_metrics_truncate_after(path, 3, &dropped, &err), &err);
+    CHECK_MSG(dropped == 2, "dropped %lld", (long long)dropped);
+    CHECK(parse_metrics(path, 3) == 3);
+    long long size, ino, size2, ino2;
+    file_id(path, &size, &ino);
+    CHECK_MSG(size == (long long)strlen(kept), "%lld bytes left", size);
+
+    // Nothing to drop: the file is not rewritten.
+    CHECK_OK(ct_metrics_truncate_after(path, 3, &dropped, &err), &err);
+    file_id(path, &size2, &ino2);
+    CHECK(dropped == 0 && size2 == size && ino2 == ino);
+
+    // A line of a MiB or more is no line ctrax wrote: dropped as a torn one,
+    // and the lines after it are read on.
+    FILE *f = fopen(path, "ab");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"step\": 2, \"junk\": \"", f);
+    for (int i = 0; i < (1 << 20); i++) fputc('x', f);
+    fputs("\"}\n{\"step\": 3, \"mode\": \"eval\", \"metric\": \"metrics/accuracy\", \"value\": -3}", f);
+    fclose(f);
+    CHECK_OK(ct_metrics_truncate_after(path, 3, &dropped, &err), &err);
+    CHECK_MSG(dropped == 1, "dropped %lld", (long long)dropped);
+    CHECK(parse_metrics(path, 3) == 4);
+    // The last line had no newline: the rewrite gives it one.
+    char *text = NULL;
+    size_t n = 0;
+    CHECK_OK(ct_fs_read(path, &text, &n, &err), &err);
+    CHECK(n > 0 && text && text[n - 1] == '\n');
+    free(text);
+
+    // What is not a regular file is refused, not read forever.
+    CHECK(ct_metrics_truncate_after("/dev/zero", 3, &dropped, &err) == CT_ERR_IO);
+}
+
 // ---- TensorBoard ---------------------------------------------------------------
 
 static void test_tensorboard(void) {
@@ -214,6 +279,16 @@ static void test_tensorboard(void) {
     const char *exp_path = tmp_path("tb_expect.json");
     write_text(exp_path, expect);
     CHECK_MSG(python("read_tfevents.py", path, exp_path) == 0, "the event file reads back: %s", path);
+
+    // Value.tag is a proto3 string, which must be UTF-8 (TensorBoard's
+    // reader refuses the file otherwise): refused, naming the byte.
+    CHECK_OK(ct_tb_writer_open(&w, tmp_path("tb/bad"), &err), &err);
+    if (w) {
+        ct_status st = ct_tb_writer_scalar(w, "metrics/acc\xe9" "e", 1, 1.0f, &err);
+        CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "tag 'metrics/acc\\xe9...'") && strstr(err.msg, "byte 11"),
+                  "a tag that is not UTF-8: %s", st == CT_OK ? "accepted" : err.msg);
+        CHECK_OK(ct_tb_writer_close(w, &err), &err);
+    }
 
     // A second writer in the same second gets its own file.
     ct_tb_writer *w1, *w2;
@@ -259,6 +334,12 @@ static void test_summary_resume(void) {
     CHECK(parse_metrics(tmp_path("run/metrics.jsonl"), 5) == 6);
     CHECK_OK(ct_summary_scalar(s, CT_SUMMARY_TRAIN, 6, "metrics/loss", 6 / 8.0, &err), &err);
     CHECK_OK(ct_summary_scalar(s, CT_SUMMARY_EVAL, 6, "metrics/accuracy", -6, &err), &err);
+    // A name that is not UTF-8 is refused before it reaches either file (the
+    // checks below find neither a ninth line nor a second eval scalar).
+    ct_status bad = ct_summary_scalar(s, CT_SUMMARY_EVAL, 6, "metrics/\xc3(", -6, &err);
+    CHECK_MSG(bad == CT_ERR_ARG && strstr(err.msg, "metrics.jsonl: metric name 'metrics/\\xc3...'") &&
+                  strstr(err.msg, "byte 8"),
+              "a metric name that is not UTF-8: %s", bad == CT_OK ? "accepted" : err.msg);
     CHECK_OK(ct_summary_close(s, &err), &err);
     CHECK(parse_metrics(tmp_path("run/metrics.jsonl"), 6) == 8);
     CHECK(event_files(tmp_path("run/eval"), files, 4) == 2);
@@ -393,6 +474,7 @@ int main(void) {
     scratch_init("test_summary");
     test_formats();
     test_metrics();
+    test_metrics_large();
     test_tensorboard();
     test_summary_resume();
     test_partial_write();

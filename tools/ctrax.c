@@ -310,10 +310,12 @@ typedef struct train_run {
     char *config_text;
     char output_dir[4096];
     int lock_fd;  // output_dir/.ctrax-lock, held (flock) while this run writes there; -1: none
+    ct_checkpoint *resume;  // the checkpoint the run resumes from, open until ct_loop_new
 } train_run;
 
 static void train_run_free(train_run *r) {
     ct_loop_free(r->loop);
+    ct_checkpoint_close(r->resume);
     if (r->lock_fd >= 0) close(r->lock_fd);  // the lock goes with it
     for (int i = 0; i < r->n_metrics; i++) ct_layer_free(r->metrics[i]);
     ct_stream_free(r->train);
@@ -827,21 +829,21 @@ static ct_status lock_output_dir(train_run *r, ct_error *err) {
 }
 
 // Whether the loop will resume from dir (or refuse what is there): the
-// same search as its restore (ct_checkpoint_find_latest), so a run that
-// starts at step 0 always sets the earlier run's files aside first. A name
-// alone is not enough: a file like Trax's model_500.pkl.gz, an empty
-// model_* directory or an unreadable pointer resumes nothing, and the new
-// run would then cut metrics.jsonl to step 0 and replace config.gin.
-// A search that fails counts as a checkpoint: the loop reports it, and
-// nothing is moved. Its warnings are left to the loop's own search.
-static bool has_checkpoint(const char *dir) {
-    char name[CT_CHECKPOINT_NAME_MAX];
+// loop's own search (ct_checkpoint_open_latest), so a run that starts at
+// step 0 always sets the earlier run's files aside first. A name alone is
+// not enough: a file like Trax's model_500.pkl.gz, an empty model_*
+// directory or an unreadable pointer resumes nothing, and the new run would
+// then cut metrics.jsonl to step 0 and replace config.gin.
+// The checkpoint found stays open in *found, for the loop to resume from
+// (ct_loop_options.restore_checkpoint) without a second search: each reads
+// and checks every byte of the checkpoint. Its warnings (a pointer that
+// does not load, the checkpoint used instead) are then this search's to
+// give. A search that fails counts as a checkpoint: nothing is moved, and
+// the loop searches again and reports it.
+static bool has_checkpoint(const char *dir, ct_checkpoint **found) {
     ct_error err;
-    ct_log_level level = ct_log_get_level();
-    ct_log_set_level(CT_LOG_ERROR);
-    ct_status st = ct_checkpoint_find_latest(dir, name, sizeof name, &err);
-    ct_log_set_level(level);
-    return st != CT_OK || name[0];
+    ct_status st = ct_checkpoint_open_latest(found, dir, &err);
+    return st != CT_OK || *found;
 }
 
 static int run_train(const train_args *a) {
@@ -879,8 +881,10 @@ static int run_train(const train_args *a) {
     // (config.gin, metrics.jsonl, events of a run stopped before its first
     // checkpoint) instead of writing over it.
     if (rank == 0 && lock_output_dir(&r, &err) != CT_OK) goto done;
-    if (rank == 0 && (a->restart || !has_checkpoint(r.output_dir)) && set_aside_previous_run(r.output_dir, &err) != CT_OK)
+    if (rank == 0 && (a->restart || !has_checkpoint(r.output_dir, &r.resume)) &&
+        set_aside_previous_run(r.output_dir, &err) != CT_OK)
         goto done;
+    o.restore_checkpoint = r.resume;
     if (r.comm && ct_comm_size(r.comm) > 1) {
         int n = snprintf(stop_message, sizeof stop_message,
                          "\nctrax (process %d of %d): stopping after this step, with a checkpoint, when every process "
@@ -890,7 +894,10 @@ static int run_train(const train_args *a) {
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    if (ct_loop_new(&r.loop, r.model, &task, 1, r.eval_steps > 0 ? &ev : NULL, &o, &err) != CT_OK) {
+    ct_status made = ct_loop_new(&r.loop, r.model, &task, 1, r.eval_steps > 0 ? &ev : NULL, &o, &err);
+    ct_checkpoint_close(r.resume);  // restored from (or not wanted): done with
+    r.resume = NULL;
+    if (made != CT_OK) {
         // The loop's message names init_checkpoint; this says where it is bound.
         if (o.init_checkpoint && !strncmp(err.msg, "loop: init_checkpoint", 21))
             ct_error_prefix(&err, "%strain.init_checkpoint = '%s'", r.init_where, o.init_checkpoint);
@@ -918,9 +925,9 @@ static int run_train(const train_args *a) {
         if (r.eval_model) printf("evals: the model as %s, on the trained weights\n", r.eval_model_name);
         print_blas();
         print_memory_plan(ct_trainer_memory_plan(ct_loop_trainer(r.loop)), r.output_dir);
-        if (ct_loop_restored_from(r.loop)[0])
-            printf("resuming from %s/%s at step %lld\n", r.output_dir, ct_loop_restored_from(r.loop),
-                   (long long)ct_loop_step(r.loop));
+        // Where the run resumes is the loop's to say (ct_loop_new logs it, as it
+        // logs the hyperparameters a resume changes): every program using the
+        // loop gets the line, and this one does not repeat it.
         if (ct_loop_step(r.loop) >= steps && steps > 0)
             printf("nothing to train: the run is at step %lld, train.steps is %lld (raise it, or --restart)\n",
                    (long long)ct_loop_step(r.loop), (long long)steps);

@@ -102,18 +102,20 @@ static ct_status check_replaceable(const char *path, ct_error *err) {
                                                                      : "a socket or other special file");
 }
 
-ct_status ct_fs_write_atomic_parts(const char *path, const ct_fs_part *parts, int n_parts, ct_error *err) {
-    char tmp[CT_FS_PATH_CAP], dir[CT_FS_PATH_CAP];
+ct_status ct_fs_atomic_begin(const char *path, int *fd, char *tmp, ct_error *err) {
+    *fd = -1;
     CT_TRY(check_replaceable(path, err));
-    CT_TRY(ct_fs_temp_name(tmp, sizeof tmp, path, err));
+    CT_TRY(ct_fs_temp_name(tmp, CT_FS_PATH_CAP, path, err));
     // A leftover of this pid's is ours to replace; O_EXCL | O_NOFOLLOW then
     // makes sure the data goes to a new file, never through a planted link.
     if (unlink(tmp) != 0 && errno != ENOENT)
         return ct_error_set(err, CT_ERR_IO, "%s: cannot remove the old temporary file: %s", tmp, strerror(errno));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    ct_status st = CT_OK;
-    for (int i = 0; i < n_parts && st == CT_OK; i++) st = ct_fs_write_all(fd, parts[i].data, parts[i].n, tmp, err);
+    *fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (*fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    return CT_OK;
+}
+
+ct_status ct_fs_atomic_end(const char *path, int fd, const char *tmp, ct_status st, ct_error *err) {
     if (st == CT_OK && fsync(fd) != 0) st = ct_error_set(err, CT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     st = ct_fs_close(fd, tmp, st, err);
     if (st == CT_OK && rename(tmp, path) != 0)
@@ -123,8 +125,18 @@ ct_status ct_fs_write_atomic_parts(const char *path, const ct_fs_part *parts, in
         return st;
     }
     // The directory entry is durable only once the directory is synced.
+    char dir[CT_FS_PATH_CAP];
     ct_fs_parent_dir(dir, path);
     return ct_fs_sync_dir(dir, err);
+}
+
+ct_status ct_fs_write_atomic_parts(const char *path, const ct_fs_part *parts, int n_parts, ct_error *err) {
+    char tmp[CT_FS_PATH_CAP];
+    int fd;
+    CT_TRY(ct_fs_atomic_begin(path, &fd, tmp, err));
+    ct_status st = CT_OK;
+    for (int i = 0; i < n_parts && st == CT_OK; i++) st = ct_fs_write_all(fd, parts[i].data, parts[i].n, tmp, err);
+    return ct_fs_atomic_end(path, fd, tmp, st, err);
 }
 
 ct_status ct_fs_write_atomic(const char *path, const void *data, size_t n, ct_error *err) {

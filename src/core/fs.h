@@ -26,6 +26,13 @@ typedef struct ct_fs_part {
 ct_status ct_fs_write_atomic(const char *path, const void *data, size_t n, ct_error *err);
 // Same, the file being the n_parts pieces one after the other.
 ct_status ct_fs_write_atomic_parts(const char *path, const ct_fs_part *parts, int n_parts, ct_error *err);
+// The same write for a file too big to hold in memory, made piece by piece:
+// begin creates the temporary file (*fd, open for writing; its name goes to
+// tmp[CT_FS_PATH_CAP]); end, when st is CT_OK, fsyncs it, renames it over
+// path and fsyncs the directory, and otherwise removes it. end always closes
+// fd and returns the resulting status (st when that is an error).
+ct_status ct_fs_atomic_begin(const char *path, int *fd, char *tmp, ct_error *err);
+ct_status ct_fs_atomic_end(const char *path, int fd, const char *tmp, ct_status st, ct_error *err);
 // write(2) of all n bytes to fd (retrying short writes and EINTR); an error
 // names path.
 ct_status ct_fs_write_all(int fd, const void *data, size_t n, const char *path, ct_error *err);

@@ -109,13 +109,24 @@ size_t ct_utf8_len(const unsigned char *s, size_t n) {
     return len;
 }
 
-bool ct_utf8_valid(const char *s) {
+size_t ct_utf8_valid_prefix(const char *s) {
     const unsigned char *u = (const unsigned char *)s;
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
         size_t k = ct_utf8_len(u + i, n - i);
-        if (k == 0) return false;
+        if (k == 0) return i;
         i += k;
     }
-    return true;
+    return n;
+}
+
+bool ct_utf8_valid(const char *s) { return s[ct_utf8_valid_prefix(s)] == '\0'; }
+
+ct_status ct_utf8_check_name(const char *s, const char *what, const char *where, ct_error *err) {
+    size_t at = ct_utf8_valid_prefix(s);
+    if (!s[at]) return CT_OK;
+    // The valid start as it is, the byte that breaks it escaped: the message
+    // itself stays UTF-8.
+    return ct_error_set(err, CT_ERR_ARG, "%s: %s '%.*s\\x%02x...' is not valid UTF-8 at byte %zu: it goes into "
+                        "files that hold UTF-8 text only", where, what, (int)at, s, (unsigned)(unsigned char)s[at], at);
 }

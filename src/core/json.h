@@ -36,5 +36,14 @@ cJSON *ct_json_int(int64_t v);
 size_t ct_utf8_len(const unsigned char *s, size_t n);
 // Whether the NUL-terminated s is valid UTF-8 throughout.
 bool ct_utf8_valid(const char *s);
+// The offset of the first byte of the NUL-terminated s that does not start a
+// valid sequence (the length of its valid start: an error message can show
+// that much and name the byte); strlen(s) when s is valid throughout.
+size_t ct_utf8_valid_prefix(const char *s);
+// CT_OK when the NUL-terminated s is valid UTF-8; else CT_ERR_ARG with
+// "<where>: <what> '<valid start>\xNN...' is not valid UTF-8 at byte N: ...",
+// for a name that goes into a file that must be UTF-8 (metrics.jsonl, a
+// TensorBoard tag).
+ct_status ct_utf8_check_name(const char *s, const char *what, const char *where, ct_error *err);
 
 #endif

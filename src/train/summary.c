@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/json.h"
@@ -82,7 +83,11 @@ ct_status ct_metrics_writer_open(ct_metrics_writer **out, const char *path, ct_e
 ct_status ct_metrics_writer_add(ct_metrics_writer *w, int64_t step, const char *mode, const char *metric, double value,
                                 ct_error *err) {
     CT_ASSERT(w && mode && metric);
-    (void)err;  // nothing here fails: the buffer is bookkeeping (memory.h)
+    // JSON text is UTF-8: a name that is not would make the line one that
+    // readers (and ct_metrics_truncate_after) refuse. Refused before a byte
+    // is buffered; the buffer itself is bookkeeping (memory.h).
+    CT_TRY(ct_utf8_check_name(mode, "mode", w->path, err));
+    CT_TRY(ct_utf8_check_name(metric, "metric name", w->path, err));
     size_t need = ct_metrics_format_line(NULL, 0, step, mode, metric, value) + (w->need_newline ? 1 : 0);
     if (w->n + need + 1 > w->cap) {
         size_t cap = w->cap ? w->cap : 4096;
@@ -130,47 +135,135 @@ static bool line_step(const char *line, size_t n, int64_t *step) {
     return ok;
 }
 
+// metrics.jsonl grows with the run (a long one passes CT_FS_READ_MAX), so it
+// is read a line at a time. A line ctrax writes holds a step, a mode, a
+// metric name and a number; one of a MiB or more is none of those (junk, or
+// the NUL bytes a crash can leave where the file was extended), and is
+// dropped as a line cut short is, without holding it in memory.
+#define METRICS_LINE_MAX ((size_t)1 << 20)
+
+typedef struct line_reader {
+    int fd;
+    const char *path;
+    char *buf;          // METRICS_LINE_MAX bytes
+    size_t start, end;  // buf[start, end): read, not yet returned
+    bool eof;
+} line_reader;
+
+// The next line: *line and *len (without the '\n'; *line NULL for one of
+// METRICS_LINE_MAX bytes or more, skipped to its end), *nl whether it ended
+// in one. *more is false at the end of the file.
+static ct_status next_line(line_reader *r, const char **line, size_t *len, bool *nl, bool *more, ct_error *err) {
+    bool skipping = false;
+    *more = true;
+    for (;;) {
+        char *p = memchr(r->buf + r->start, '\n', r->end - r->start);
+        if (p || (r->eof && (r->start < r->end || skipping))) {
+            *len = p ? (size_t)(p - (r->buf + r->start)) : r->end - r->start;
+            *line = skipping ? NULL : r->buf + r->start;
+            *nl = p != NULL;
+            r->start += *len + (p ? 1 : 0);
+            return CT_OK;
+        }
+        if (r->eof) {
+            *more = false;
+            return CT_OK;
+        }
+        if (r->end - r->start == METRICS_LINE_MAX) skipping = true;  // too long: read on to its end
+        if (skipping) r->start = r->end = 0;
+        else if (r->start > 0) {
+            memmove(r->buf, r->buf + r->start, r->end - r->start);
+            r->end -= r->start;
+            r->start = 0;
+        }
+        ssize_t k = read(r->fd, r->buf + r->end, METRICS_LINE_MAX - r->end);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return ct_error_set(err, CT_ERR_IO, "%s: read failed: %s", r->path, strerror(errno));
+        if (k == 0) r->eof = true;
+        r->end += (size_t)k;
+    }
+}
+
+// One pass over the file from its start. With out < 0 it only looks, and
+// stops at the first line that a rewrite would change (*changed). With out
+// it writes the lines kept there, through obuf (METRICS_LINE_MAX + 1 bytes),
+// and counts the lines dropped and, of those, the torn ones.
+static ct_status filter_lines(line_reader *r, int64_t step, int out, const char *out_path, char *obuf, bool *changed,
+                              int64_t *dropped, int64_t *torn, ct_error *err) {
+    if (lseek(r->fd, 0, SEEK_SET) != 0)
+        return ct_error_set(err, CT_ERR_IO, "%s: cannot seek: %s", r->path, strerror(errno));
+    r->start = r->end = 0;
+    r->eof = false;
+    *changed = false;
+    *dropped = *torn = 0;
+    size_t o = 0;
+    for (;;) {
+        const char *line = NULL;
+        size_t len = 0;
+        bool nl = false, more = false;
+        CT_TRY(next_line(r, &line, &len, &nl, &more, err));
+        if (!more) break;
+        bool blank = line != NULL;
+        for (size_t i = 0; line && i < len; i++) blank = blank && (line[i] == ' ' || line[i] == '\r');
+        int64_t s;
+        bool parsed = line && line_step(line, len, &s), keep = parsed && s <= step;
+        if (keep) {
+            *changed |= !nl;  // a whole line that lost its newline
+            if (out >= 0) {
+                if (o + len + 1 > METRICS_LINE_MAX + 1) {
+                    CT_TRY(ct_fs_write_all(out, obuf, o, out_path, err));
+                    o = 0;
+                }
+                memcpy(obuf + o, line, len);
+                o += len;
+                obuf[o++] = '\n';
+            }
+        } else {
+            *changed = true;
+            if (!blank) {
+                (*dropped)++;
+                *torn += !parsed;  // a step past the cut parses; anything else is torn
+            }
+        }
+        if (*changed && out < 0) return CT_OK;
+    }
+    return out >= 0 ? ct_fs_write_all(out, obuf, o, out_path, err) : CT_OK;
+}
+
 ct_status ct_metrics_truncate_after(const char *path, int64_t step, int64_t *n_dropped, ct_error *err) {
     CT_ASSERT(path);
     if (n_dropped) *n_dropped = 0;
     if (access(path, F_OK) != 0) return CT_OK;
-    char *text;
-    size_t n;
-    CT_TRY(ct_fs_read(path, &text, &n, err));
-    char *out = malloc(n + 1);  // the file's size: checked (memory.h)
-    if (!out) {
-        free(text);
-        return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory", path);
+    line_reader r = {.path = path};
+    struct stat sb;
+    CT_TRY(ct_fs_open_regular(path, &r.fd, &sb, err));
+    // Two buffers of a fixed size, whatever the file's: bookkeeping (memory.h).
+    r.buf = ct_malloc(METRICS_LINE_MAX);
+    char *obuf = ct_malloc(METRICS_LINE_MAX + 1);
+    bool changed;
+    int64_t dropped, torn;
+    // The first pass only reads, up to the first line to drop: a resume
+    // with nothing past its step writes nothing. The second writes the kept
+    // lines to a new file that replaces the old one atomically (a crash in
+    // between leaves the old file whole).
+    ct_status st = filter_lines(&r, step, -1, NULL, NULL, &changed, &dropped, &torn, err);
+    if (st == CT_OK && changed) {
+        char tmp[CT_FS_PATH_CAP];
+        int out;
+        st = ct_fs_atomic_begin(path, &out, tmp, err);
+        if (st == CT_OK) {
+            st = filter_lines(&r, step, out, tmp, obuf, &changed, &dropped, &torn, err);
+            st = ct_fs_atomic_end(path, out, tmp, st, err);
+        }
+        if (st == CT_OK && torn)
+            ct_log(CT_LOG_WARN, "%s: dropped %" PRId64 " line(s) that do not parse (cut short by a crash?)", path,
+                   torn);
+        if (st == CT_OK && n_dropped) *n_dropped = dropped;
     }
-    size_t m = 0;
-    int64_t dropped = 0, torn = 0;
-    bool changed = false;
-    for (size_t pos = 0; pos < n;) {
-        const char *nl = memchr(text + pos, '\n', n - pos);
-        size_t len = nl ? (size_t)(nl - (text + pos)) : n - pos;
-        bool blank = true;
-        for (size_t i = 0; i < len; i++) blank = blank && (text[pos + i] == ' ' || text[pos + i] == '\r');
-        int64_t s;
-        if (line_step(text + pos, len, &s)) {
-            if (s <= step) {
-                memcpy(out + m, text + pos, len);
-                m += len;
-                out[m++] = '\n';
-                changed |= !nl;  // a whole line that lost its newline
-            } else dropped++;
-        } else if (!blank) {
-            torn++;
-            dropped++;
-        } else changed = true;
-        pos += len + (nl ? 1 : 0);
-    }
-    free(text);
-    if (torn)
-        ct_log(CT_LOG_WARN, "%s: dropped %" PRId64 " line(s) that do not parse (cut short by a crash?)", path, torn);
-    ct_status s = dropped || changed ? ct_fs_write_atomic(path, out, m, err) : CT_OK;
-    free(out);
-    if (s == CT_OK && n_dropped) *n_dropped = dropped;
-    return s;
+    close(r.fd);
+    ct_free(r.buf);
+    ct_free(obuf);
+    return st;
 }
 
 // ---- all summaries of a run ------------------------------------------------

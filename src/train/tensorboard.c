@@ -17,6 +17,7 @@
 
 #include "core/clock.h"
 #include "core/fs.h"
+#include "core/json.h"
 #include "ctrax/core/memory.h"
 #include "train/summary_internal.h"
 
@@ -172,7 +173,10 @@ static void add_event(ct_tb_writer *w, int64_t step, int field, const pb *payloa
 
 ct_status ct_tb_writer_scalar(ct_tb_writer *w, const char *tag, int64_t step, float value, ct_error *err) {
     CT_ASSERT(w && tag);
-    (void)err;  // buffered: write errors come from ct_tb_writer_flush
+    // Value.tag is a proto3 string, which must be UTF-8: TensorBoard's
+    // reader refuses the record (and the rest of the file with it).
+    CT_TRY(ct_utf8_check_name(tag, "tag", w->path, err));
+    // Buffered: write errors come from ct_tb_writer_flush.
     pb v = {0}, summary = {0};
     pb_len(&v, 1, tag, strlen(tag));
     pb_float(&v, 2, value);

@@ -94,6 +94,7 @@
 #include "ctrax/layers/layer.h"
 #include "ctrax/optim/optimizer.h"
 #include "ctrax/optim/schedules.h"
+#include "ctrax/train/checkpoint.h"
 #include "ctrax/train/evaluator.h"
 #include "ctrax/train/trainer.h"
 
@@ -184,6 +185,13 @@ typedef struct ct_loop_options {
     const char *checkpoint_high_metric;
     int keep_last;      // regular checkpoints kept: 2
     bool restore;       // resume from output_dir's newest checkpoint: true
+    // With restore: output_dir's newest checkpoint, when the caller has
+    // already searched for it (ct_checkpoint_open_latest found this one; the
+    // chief's, other processes ignore it). The loop resumes from it instead
+    // of searching again, which would read and check every byte of it once
+    // more. Borrowed: the caller closes it after ct_loop_new. NULL: the loop
+    // searches.
+    const ct_checkpoint *restore_checkpoint;
     uint64_t seed;      // the loop's key (init, dropout): 0; recorded in state.json
     // Trax's init_checkpoint: a checkpoint directory (<run>/model_100) or a
     // run's output directory (its newest checkpoint). A run with nothing to

@@ -36,7 +36,9 @@ typedef struct ct_metrics_writer ct_metrics_writer;
 
 // Opens path for appending (creates it). Lines are buffered until flush.
 ct_status ct_metrics_writer_open(ct_metrics_writer **out, const char *path, ct_error *err);
-// Adds one line. mode is "train" or "eval" (any string is accepted).
+// Adds one line. mode is "train" or "eval" (any string is accepted). A mode
+// or metric that is not valid UTF-8 (JSON text is UTF-8) is CT_ERR_ARG,
+// naming the byte, and adds nothing.
 ct_status ct_metrics_writer_add(ct_metrics_writer *w, int64_t step, const char *mode, const char *metric, double value,
                                 ct_error *err);
 // Appends the buffered lines and fsyncs the file.
@@ -45,9 +47,11 @@ ct_status ct_metrics_writer_flush(ct_metrics_writer *w, ct_error *err);
 ct_status ct_metrics_writer_close(ct_metrics_writer *w, ct_error *err);
 
 // Rewrites path atomically keeping only the lines whose step is <= step (a
-// line that does not parse, such as one cut short by a crash, is dropped with
-// a warning). Call it before opening a writer on path. A missing file is fine.
-// n_dropped (may be NULL) gets the number of lines removed.
+// line that does not parse, such as one cut short by a crash, or one of a
+// MiB or more, is dropped with a warning). The file is streamed, so its size
+// is not bounded by memory, and left as it is when nothing changes. Call it
+// before opening a writer on path. A missing file is fine. n_dropped (may be
+// NULL) gets the number of lines removed.
 ct_status ct_metrics_truncate_after(const char *path, int64_t step, int64_t *n_dropped, ct_error *err);
 
 
@@ -66,7 +70,8 @@ typedef struct ct_summary ct_summary;
 // resume_step + 1.
 ct_status ct_summary_open(ct_summary **out, const char *output_dir, int64_t resume_step, ct_error *err);
 // One scalar to metrics.jsonl and to the mode's event file, e.g.
-// (TRAIN, 100, "metrics/loss", 2.3456).
+// (TRAIN, 100, "metrics/loss", 2.3456). A tag that is not valid UTF-8 is
+// CT_ERR_ARG and reaches neither file.
 ct_status ct_summary_scalar(ct_summary *s, ct_summary_mode mode, int64_t step, const char *tag, double value,
                             ct_error *err);
 // Makes everything written so far durable (call it once per logged step).

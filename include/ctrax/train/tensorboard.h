@@ -21,6 +21,8 @@ typedef struct ct_tb_writer ct_tb_writer;
 // Creates logdir (mkdir -p) and logdir/events.out.tfevents.<unix time>.<host>
 // (with a numeric suffix if that name exists), and writes the file_version record.
 ct_status ct_tb_writer_open(ct_tb_writer **out, const char *logdir, ct_error *err);
+// tag is a proto3 string, which must be UTF-8: one that is not is CT_ERR_ARG
+// (naming the byte), and nothing is written.
 ct_status ct_tb_writer_scalar(ct_tb_writer *w, const char *tag, int64_t step, float value, ct_error *err);
 // A SessionLog START at step: TensorBoard then drops the scalars of earlier
 // writers at steps >= step (what a run that died wrote past its checkpoint).
