@@ -1525,8 +1525,23 @@ static void test_text_inputs(void) {
               "%s", err.msg);
     printf("  error: %s\n", err.msg);
     ct_config_free(cfg);
-    const char *names[] = {"corpus/sub/b.txt", "corpus/a.txt", "corpus/sub", "corpus"};
-    remove_tmp(names, 4);
+    // Which setting is named follows what failed, not the message's words: a
+    // file under a directory called "the train split of" that is too short for
+    // seq_len is seq_len's error still.
+    mkdir(tmp_file("the train split of"), 0755);
+    write_text(tmp_file("the train split of/c.txt"), 100, 3);
+    snprintf(text, sizeof text, "TextInputs.paths = ['%s']\nTextInputs.seq_len = 1000\nTextInputs.eval_fraction = 0.5\n",
+             tmp_file("the train split of/c.txt"));
+    cfg = parse_cfg("words.gin", text, &err);
+    CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) != CT_OK && !train && !eval);
+    CHECK_MSG(strstr(err.msg, "(with words.gin:2:1: TextInputs.seq_len = 1000)") &&
+                  strstr(err.msg, "fewer than one example") && !strstr(err.msg, "TextInputs.eval_fraction"),
+              "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    const char *names[] = {"corpus/sub/b.txt", "corpus/a.txt", "corpus/sub", "corpus", "the train split of/c.txt",
+                           "the train split of"};
+    remove_tmp(names, 6);
 }
 
 static void test_token_inputs(void) {

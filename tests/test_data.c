@@ -470,8 +470,21 @@ static void test_split(void) {
     p.split = CT_DATA_SPLIT_EVAL;
     p.eval_fraction = 0;
     ct_stream *s;
+    bool empty = false;
+    p.empty_split = &empty;
     CHECK(ct_text_stream_new(&s, &p, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "the eval split of") && strstr(err.msg, "is empty"), "%s", err.msg);
+    // empty_split tells that failure from the others (the config layer names
+    // eval_fraction for it, seq_len for a corpus too short), not the words.
+    CHECK(empty);
+    p.seq_len = 100000;
+    CHECK(ct_text_stream_new(&s, &p, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "fewer than one example") && !empty, "%s", err.msg);
+    p.seq_len = 8;
+    p.eval_fraction = 0.2;
+    CHECK_OK(ct_text_stream_new(&s, &p, &err), &err);
+    CHECK(!empty);
+    ct_stream_free(s);
 }
 
 static void put16(uint8_t *p, uint16_t v) {
@@ -642,6 +655,80 @@ static void test_idx(void) {
     write_file(tmp_path("long"), longer, nim + 3);
     CHECK(open_idx(tmp_path("long"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
     CHECK_MSG(strstr(err.msg, "long: unexpected data at byte 46"), "%s", err.msg);
+    // The same in a gzip file: past the data inside the uncompressed stream,
+    // and as junk after the gzip member (zlib's gzread skips that silently).
+    write_gz(tmp_path("long.gz"), longer, nim + 3);
+    CHECK(open_idx(tmp_path("long.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "long.gz: unexpected data at byte 46 (uncompressed), after the 5 images of 2x3"), "%s",
+              err.msg);
+    {
+        FILE *f = fopen(tmp_path("im.gz"), "rb");
+        uint8_t gz[512 + 5];
+        size_t n = f ? fread(gz, 1, 512, f) : 0;
+        if (f) fclose(f);
+        memcpy(gz + n, "junk\n", 5);
+        write_file(tmp_path("junk.gz"), gz, n + 5);
+        CHECK(open_idx(tmp_path("junk.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+        char want[128];
+        snprintf(want, sizeof want, "junk.gz: 5 bytes after the gzip data ends at byte %zu", n);
+        CHECK_MSG(strstr(err.msg, want) && strstr(err.msg, "(IDX images)"), "%s", err.msg);
+        printf("  junk after gzip: %s\n", err.msg);
+        // Only the trailer (CRC-32, length) cut off, or its CRC wrong: the
+        // data is all there but the member is not whole.
+        write_file(tmp_path("junk.gz"), gz, n - 8);
+        CHECK(open_idx(tmp_path("junk.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+        CHECK_MSG(strstr(err.msg, "junk.gz: gzip stream truncated after byte 46 (uncompressed)"), "%s", err.msg);
+        gz[n - 8] ^= 1;
+        write_file(tmp_path("junk.gz"), gz, n);
+        CHECK(open_idx(tmp_path("junk.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+        CHECK_MSG(strstr(err.msg, "junk.gz: corrupt gzip data after byte 46 (uncompressed): incorrect data check"), "%s",
+                  err.msg);
+        gz[n - 8] ^= 1;
+        // Zero padding (a tape block's) is skipped, as gzip(1) and Python's
+        // gzip module skip it, before the file's end or another member; junk
+        // after it is not, nor is a lone 0x1f.
+        memset(gz + n, 0, 5);
+        write_file(tmp_path("junk.gz"), gz, n + 5);
+        CHECK_OK(open_idx(tmp_path("junk.gz"), tmp_path("lb"), &s, &err), &err);
+        ct_stream_free(s);
+        s = NULL;
+        gz[n + 4] = 'j';
+        write_file(tmp_path("junk.gz"), gz, n + 5);
+        CHECK(open_idx(tmp_path("junk.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+        snprintf(want, sizeof want, "junk.gz: 1 byte after the gzip data ends at byte %zu", n + 4);
+        CHECK_MSG(strstr(err.msg, want), "%s", err.msg);
+        gz[n] = 0x1f;
+        write_file(tmp_path("junk.gz"), gz, n + 1);
+        CHECK(open_idx(tmp_path("junk.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+        snprintf(want, sizeof want, "junk.gz: 1 byte after the gzip data ends at byte %zu", n);
+        CHECK_MSG(strstr(err.msg, want), "%s", err.msg);
+        // Two gzip members back to back are one stream (gzip -c a b > ab):
+        // read as one, refused only when together they hold too much.
+        uint8_t two[2 * 512];
+        write_gz(tmp_path("head.gz"), im, 20);
+        write_gz(tmp_path("tail.gz"), im + 20, nim - 20);
+        size_t n1 = 0, n2 = 0;
+        if ((f = fopen(tmp_path("head.gz"), "rb"))) n1 = fread(two, 1, 512, f), fclose(f);
+        if ((f = fopen(tmp_path("tail.gz"), "rb"))) n2 = fread(two + n1, 1, 512, f), fclose(f);
+        write_file(tmp_path("two.gz"), two, n1 + n2);
+        CHECK_OK(open_idx(tmp_path("two.gz"), tmp_path("lb"), &s, &err), &err);
+        ct_stream_free(s);
+        s = NULL;
+        // Zero padding between the members is skipped too.
+        uint8_t padded[2 * 512 + 7];
+        memcpy(padded, two, n1);
+        memset(padded + n1, 0, 7);
+        memcpy(padded + n1 + 7, two + n1, n2);
+        write_file(tmp_path("two.gz"), padded, n1 + 7 + n2);
+        CHECK_OK(open_idx(tmp_path("two.gz"), tmp_path("lb"), &s, &err), &err);
+        ct_stream_free(s);
+        s = NULL;
+        write_gz(tmp_path("tail.gz"), longer + 20, nim + 3 - 20);
+        if ((f = fopen(tmp_path("tail.gz"), "rb"))) n2 = fread(two + n1, 1, 512, f), fclose(f);
+        write_file(tmp_path("two.gz"), two, n1 + n2);
+        CHECK(open_idx(tmp_path("two.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+        CHECK_MSG(strstr(err.msg, "two.gz: unexpected data at byte 46 (uncompressed)"), "%s", err.msg);
+    }
     // Counts that disagree.
     uint8_t lb4[8 + 4];
     write_file(tmp_path("lb4"), lb4, idx_labels(lb4, 4));

@@ -81,6 +81,21 @@ static void test_json(void) {
         expect_json_fails(big, "'dup' appears twice", NULL);
         free(big);
     }
+    // A NUL in a string, escaped or raw: cJSON's strings end at it, so
+    // "a\u0000b" would read as the key "a" (two such keys as one).
+    expect_json_fails("{\"a\\u0000b\": 1, \"a\\u0000c\": 2}", "key at line 1, column 2", "NUL");
+    expect_json_fails("{\"x\": 1,\n \"w\": {\"dtype\": \"F32\\u0000junk\"}}", "string value at line 2, column 17", "NUL");
+    {
+        const char raw[] = "{\"a\0b\": 1}";
+        ct_error e = {0};
+        CHECK(ct_json_parse(raw, sizeof raw - 1, "raw.json", &e) == NULL);
+        CHECK_MSG(strstr(e.msg, "raw.json: the key at line 1, column 2 holds a NUL"), "%s", e.msg);
+    }
+    // An escaped backslash before "u0000" is no NUL.
+    const char *bs = "{\"a\\\\u0000\": \"\\\\u0000\"}";
+    j = ct_json_parse(bs, strlen(bs), "bs.json", &err);
+    CHECK_MSG(j != NULL && cJSON_GetObjectItemCaseSensitive(j, "a\\u0000") != NULL, "%s", err.msg);
+    cJSON_Delete(j);
     // Not JSON, and JSON followed by more: where is said.
     expect_json_fails("{\"a\": 1,\n \"b\": }", "not valid JSON", "line 2");
     expect_json_fails("{\"a\": 1} {\"b\": 2}", "more after the JSON value", NULL);
@@ -121,6 +136,21 @@ static void test_safetensors_duplicate_metadata(void) {
     free(f2);
     CHECK(ct_safetensors_open(&st, path, &err) == CT_ERR_FORMAT);
     expect_msg(&err, path, "'w' appears twice", NULL);
+    ct_safetensors_close(st);
+
+    // A tensor name with an escaped NUL: cJSON would read "w\u0000x" as "w".
+    const char *j3 = "{\"w\\u0000x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    size_t n3 = strlen(j3), padded3 = (n3 + 7) / 8 * 8;
+    unsigned char *f3 = calloc(1, 8 + padded3 + 4);
+    uint64_t h3 = padded3;
+    memcpy(f3, &h3, 8);
+    memset(f3 + 8, ' ', padded3);
+    memcpy(f3 + 8, j3, n3);
+    write_raw(path, f3, 8 + padded3 + 4);
+    free(f3);
+    CHECK(ct_safetensors_open(&st, path, &err) == CT_ERR_FORMAT);
+    CHECK(st == NULL);
+    expect_msg(&err, path, "the key at line 1, column 2 holds a NUL", NULL);
     ct_safetensors_close(st);
 }
 

@@ -242,6 +242,8 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         p.token_bytes = token_bytes;
         p.vocab_size = vocab_size ? vocab_size->i : 0;
         p.split = CT_DATA_SPLIT_TRAIN;
+        bool empty_split = false;
+        p.empty_split = &empty_split;
         // Each error names the settings behind it: the files with seq_len
         // (too few or too many examples) or with eval_fraction (an empty
         // train split), the shuffle buffer, the eval split.
@@ -249,10 +251,7 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         cfg_setting_text(cfg, name, "seq_len", NULL, note, sizeof note);
         cfg_setting_text(cfg, name, "eval_fraction", NULL, frac, sizeof frac);
         st = text ? ct_text_stream_new(train, &p, err) : ct_token_stream_new(train, &p, err);
-        if (st != CT_OK) {
-            bool split = err && strstr(err->msg, "the train split of");
-            ct_error_prefix(err, "%s%s.paths (with %s)", where, name, split ? frac : note);
-        }
+        if (st != CT_OK) ct_error_prefix(err, "%s%s.paths (with %s)", where, name, empty_split ? frac : note);
         if (st == CT_OK) {
             st = train_pipeline(train, true, shuffle_buffer, seed, batch_size, err);
             if (st == CT_ERR_MEMORY) {  // the shuffle buffer

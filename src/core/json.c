@@ -57,6 +57,43 @@ static ct_status check_unique(const cJSON *j, char *path, const char *what, ct_e
     return CT_OK;
 }
 
+// cJSON's strings are NUL-terminated: a "\u0000" (or a raw NUL byte, which
+// it lets through) inside one cuts the string short there, so the key
+// "a\u0000b" reads as "a" and two distinct keys become one. ctrax writes no
+// such string; one in a file is refused. text holds one valid JSON value
+// (cJSON parsed it), so backslashes and quotes are only those of strings.
+static ct_status check_no_nul(const char *text, size_t len, const char *what, ct_error *err) {
+    size_t start = 0;
+    bool in_string = false, nul = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (!in_string) {
+            if (c == '"') in_string = true, start = i, nul = false;
+        } else if (c == '\\') {
+            nul |= i + 5 < len && text[i + 1] == 'u' && !memcmp(text + i + 2, "0000", 4);
+            i++;  // the escaped character: an escaped quote or backslash is no delimiter
+        } else if (c == '\0') {
+            nul = true;
+        } else if (c == '"') {
+            in_string = false;
+            if (!nul) continue;
+            // A key is followed by ':'; anything else is a value.
+            size_t k = i + 1;
+            while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\n' || text[k] == '\r')) k++;
+            int line = 1, col = 1;
+            for (size_t p = 0; p < start; p++) {
+                if (text[p] == '\n') line++, col = 1;
+                else col++;
+            }
+            return ct_error_set(err, CT_ERR_FORMAT,
+                                "%s: the %s at line %d, column %d holds a NUL (\\u0000), which would cut it short: "
+                                "refused",
+                                what, k < len && text[k] == ':' ? "key" : "string value", line, col);
+        }
+    }
+    return CT_OK;
+}
+
 cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *err) {
     if (!what) what = "JSON";
     const char *end = NULL;
@@ -82,7 +119,8 @@ cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *e
             return NULL;
         }
     char path[PATH_MAX_CHARS] = "";
-    if (check_unique(root, path, what, err) != CT_OK) {
+    // Before the duplicate check: "a\u0000b" and "a\u0000c" are not the same key.
+    if (check_no_nul(text, (size_t)(end - text), what, err) != CT_OK || check_unique(root, path, what, err) != CT_OK) {
         cJSON_Delete(root);
         return NULL;
     }

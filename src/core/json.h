@@ -4,8 +4,9 @@
 // see one of the two while code that walks the members sees both: a
 // checkpoint's state.json or a safetensors header could say one thing to
 // one reader and another to the next (safetensors' __metadata__ twice
-// once overflowed an array). Every JSON file ctrax reads goes through
-// ct_json_parse, which refuses that.
+// once overflowed an array). A NUL in a string ("a\u0000b") does the same:
+// cJSON's strings end at it, so the key reads as "a". Every JSON file ctrax
+// reads goes through ct_json_parse, which refuses both.
 #ifndef CTRAX_CORE_JSON_H
 #define CTRAX_CORE_JSON_H
 
@@ -17,12 +18,14 @@
 #include "ctrax/core/error.h"
 
 // Parses len bytes of text (NUL-terminated or not) as one JSON value, with
-// nothing but whitespace after it, and checks that no object anywhere in it
-// holds a key twice. what names the file for errors ("run/model_2/state.json",
-// "metrics.jsonl:12"). Returns the tree (cJSON_Delete it), or NULL with
-// CT_ERR_FORMAT: "<what>: not valid JSON (line L, column C)" or "<what>: key
-// 'k' appears twice in the object at <path>"; CT_ERR_MEMORY when out of
-// memory. err may be NULL.
+// nothing but whitespace after it, and checks that no string in it holds a
+// NUL (escaped or raw) and no object anywhere in it holds a key twice. what
+// names the file for errors ("run/model_2/state.json", "metrics.jsonl:12").
+// Returns the tree (cJSON_Delete it), or NULL with CT_ERR_FORMAT: "<what>:
+// not valid JSON (line L, column C)", "<what>: the key at line L, column C
+// holds a NUL ..." (or "the string value at") or "<what>: key 'k' appears
+// twice in the object at <path>"; CT_ERR_MEMORY when out of memory. err may
+// be NULL.
 cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *err);
 
 // An integer as a raw JSON number with all its digits (a cJSON number goes

@@ -37,13 +37,27 @@ ct_idx_params ct_idx_default_params(void) {
 }
 
 // One opened file: tracks the (uncompressed) byte offset for messages.
+// A gzip file is inflated here rather than through gzread: gzread skips
+// whatever follows the last gzip member when it is not another member, so
+// junk appended to a .gz would pass where the same bytes after a plain file
+// are refused, and it took a member cut short in its trailer (CRC-32 and
+// length unchecked) for a whole one.
 typedef struct idx_file {
     const char *path;
     const char *what;  // "IDX images" or "IDX labels"
-    gzFile f;
+    int fd;
     size_t offset;
     bool compressed;
     uint64_t file_size;  // on disk (compressed or not)
+    // gzip only:
+    z_stream z;
+    bool z_ready;        // inflateInit2 succeeded: inflateEnd at close
+    unsigned char *in;   // IDX_IN_SIZE bytes of compressed input
+    uint64_t in_pos;     // file bytes read into in so far
+    bool in_eof;         // read() has returned 0
+    bool member_done;    // inflate finished a member: another or the file's end follows
+    bool at_end;         // nothing more comes out
+    bool truncated;      // the file ended inside a member
 } idx_file;
 
 // Deflate's best case is about 1032 bytes out per byte in (zlib's FAQ): a
@@ -52,25 +66,108 @@ typedef struct idx_file {
 // Data is read into memory in pieces of at most this, so that what a header
 // declares is allocated only as far as the file really holds it.
 #define IDX_READ_PIECE ((size_t)64 << 20)
+// Compressed input is read in pieces of this.
+#define IDX_IN_SIZE ((size_t)128 << 10)
+
+// read(2) into buf until n bytes or the end of the file.
+static ct_status idx_read_raw(idx_file *x, void *buf, size_t n, size_t *got, ct_error *err) {
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = read(x->fd, (uint8_t *)buf + *got, n - *got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return ct_error_set(err, CT_ERR_IO, "%s: read failed: %s (%s)", x->path, strerror(errno), x->what);
+        if (r == 0) break;
+        *got += (size_t)r;
+    }
+    return CT_OK;
+}
+
+// The next piece of compressed input, once inflate has taken the last.
+static ct_status idx_fill(idx_file *x, ct_error *err) {
+    size_t r;
+    CT_TRY(idx_read_raw(x, x->in, IDX_IN_SIZE, &r, err));
+    x->in_eof = r < IDX_IN_SIZE;
+    x->in_pos += r;
+    x->z.next_in = x->in;
+    x->z.avail_in = (uInt)r;
+    return CT_OK;
+}
+
+// The next member of a gzip file, or its end. Zero bytes after a member
+// are padding (a tape block's), skipped as gzip(1) and Python's gzip module
+// skip them; anything else after a member is junk, refused as bytes after
+// the data of a plain file are (Python's gzip refuses it too).
+static ct_status idx_next_member(idx_file *x, ct_error *err) {
+    for (;;) {
+        while (x->z.avail_in && *x->z.next_in == 0) x->z.next_in++, x->z.avail_in--;
+        if (x->z.avail_in || x->in_eof) break;
+        CT_TRY(idx_fill(x, err));
+    }
+    uint64_t at = x->in_pos - x->z.avail_in;  // the file offset of the first byte not yet inflated
+    uint8_t b[2];
+    ssize_t r;
+    do r = pread(x->fd, b, 2, (off_t)at);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) return ct_error_set(err, CT_ERR_IO, "%s: read failed: %s (%s)", x->path, strerror(errno), x->what);
+    if (r == 0) {
+        x->at_end = true;
+        return CT_OK;
+    }
+    if (r < 2 || b[0] != 0x1f || b[1] != 0x8b) {
+        uint64_t junk = x->file_size > at ? x->file_size - at : (uint64_t)r;
+        return ct_error_set(err, CT_ERR_FORMAT,
+                            "%s: %llu byte%s after the gzip data ends at byte %llu, not another gzip member: junk "
+                            "appended to the file? (%s)",
+                            x->path, (unsigned long long)junk, junk == 1 ? "" : "s", (unsigned long long)at, x->what);
+    }
+    if (inflateReset(&x->z) != Z_OK)
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: cannot restart inflate at byte %llu (%s)", x->path,
+                            (unsigned long long)at, x->what);
+    x->member_done = false;
+    return CT_OK;
+}
+
+// Up to n bytes of the (uncompressed) data into dst; *got < n only at the
+// end of the file (x->truncated says whether it came inside a gzip member).
+static ct_status idx_pull(idx_file *x, uint8_t *dst, size_t n, size_t *got, ct_error *err) {
+    if (!x->compressed) {
+        CT_TRY(idx_read_raw(x, dst, n, got, err));
+        x->offset += *got;
+        return CT_OK;
+    }
+    *got = 0;
+    while (*got < n && !x->at_end) {
+        if (x->z.avail_in == 0 && !x->in_eof) CT_TRY(idx_fill(x, err));
+        if (x->member_done) {
+            CT_TRY(idx_next_member(x, err));
+            continue;
+        }
+        size_t want = n - *got > (1u << 30) ? (1u << 30) : n - *got;
+        x->z.next_out = dst + *got;
+        x->z.avail_out = (uInt)want;
+        int ret = inflate(&x->z, Z_NO_FLUSH);
+        size_t out = want - x->z.avail_out;
+        *got += out;
+        x->offset += out;
+        if (ret == Z_STREAM_END) x->member_done = true;
+        else if (ret == Z_MEM_ERROR)
+            return ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory inflating gzip data (%s)", x->path, x->what);
+        else if (ret != Z_OK && ret != Z_BUF_ERROR)
+            return ct_error_set(err, CT_ERR_FORMAT, "%s: corrupt gzip data after byte %zu (uncompressed): %s", x->path,
+                                x->offset, x->z.msg ? x->z.msg : "inflate failed");
+        else if (x->z.avail_in == 0 && x->in_eof && out == 0) {
+            // Nothing left to read and no progress: the file ends inside a member.
+            x->truncated = true;
+            x->at_end = true;
+        }
+    }
+    return CT_OK;
+}
 
 // Reads exactly n bytes, or fails naming where the file ended.
 static ct_status idx_read(idx_file *x, void *dst, size_t n, const char *needed_for, ct_error *err) {
-    uint8_t *p = dst;
-    size_t got = 0;
-    while (got < n) {
-        size_t want = n - got > (1u << 30) ? (1u << 30) : n - got;
-        int r = gzread(x->f, p + got, (unsigned)want);
-        if (r < 0) {
-            int code;
-            const char *msg = gzerror(x->f, &code);
-            if (code == Z_BUF_ERROR) break;  // "unexpected end of file": truncated gzip data
-            return ct_error_set(err, CT_ERR_FORMAT, "%s: corrupt gzip data after byte %zu (uncompressed): %s", x->path,
-                                x->offset + got, msg);
-        }
-        if (r == 0) break;
-        got += (size_t)r;
-    }
-    x->offset += got;
+    size_t got;
+    CT_TRY(idx_pull(x, dst, n, &got, err));
     if (got < n)
         return ct_error_set(err, CT_ERR_FORMAT, "%s: truncated at byte %zu%s: %zu more bytes expected for %s (%s)",
                             x->path, x->offset, x->compressed ? " (uncompressed)" : "", n - got, needed_for, x->what);
@@ -89,26 +186,29 @@ static ct_status idx_open(idx_file *x, const char *path, const char *what, uint3
     x->offset = 0;
     // A regular file only: its size bounds what is read (/dev/zero would
     // not end; O_NONBLOCK keeps a fifo's open from waiting for a writer).
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s (%s)", path, strerror(errno), what);
+    x->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (x->fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s (%s)", path, strerror(errno), what);
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
+    if (fstat(x->fd, &sb) != 0 || !S_ISREG(sb.st_mode))
         return ct_error_set(err, CT_ERR_IO, "%s: not a regular file (a directory, device or fifo): refusing it (%s)",
                             path, what);
-    }
     x->file_size = (uint64_t)sb.st_size;
-    errno = 0;
-    x->f = gzdopen(fd, "rb");  // closes fd with gzclose
-    if (!x->f) {
-        close(fd);
-        return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s (%s)", path, errno ? strerror(errno) : "out of memory",
-                            what);
-    }
-    gzbuffer(x->f, 1 << 17);
+    // gzip by its magic, as gzread decides (the name is not asked).
     uint8_t b[4];
+    ssize_t r;
+    do r = pread(x->fd, b, 2, 0);
+    while (r < 0 && errno == EINTR);
+    x->compressed = r == 2 && b[0] == 0x1f && b[1] == 0x8b;
+    if (x->compressed) {
+        x->in = ct_malloc(IDX_IN_SIZE);
+        // 16 + MAX_WBITS: gzip members only (a zlib or raw stream is not a .gz).
+        int zr = inflateInit2(&x->z, 16 + MAX_WBITS);
+        if (zr != Z_OK)
+            return ct_error_set(err, zr == Z_MEM_ERROR ? CT_ERR_MEMORY : CT_ERR_IO, "%s: cannot start inflate (%s)",
+                                path, what);
+        x->z_ready = true;
+    }
     CT_TRY(idx_read(x, b, 4, "the magic number", err));
-    x->compressed = gzdirect(x->f) == 0;
     uint32_t m = be32(b);
     if (m != magic)
         return ct_error_set(err, CT_ERR_FORMAT,
@@ -164,26 +264,25 @@ static ct_status idx_read_data(idx_file *x, uint8_t **dst, size_t n, const char 
         have += piece;
     }
     uint8_t extra;
-    int r = gzread(x->f, &extra, 1);
-    if (r > 0)
+    size_t got;
+    CT_TRY(idx_pull(x, &extra, 1, &got, err));
+    if (got > 0)
         return ct_error_set(err, CT_ERR_FORMAT,
                             "%s: unexpected data at byte %zu%s, after the %s its header declares (%s)", x->path,
-                            x->offset, x->compressed ? " (uncompressed)" : "", desc, x->what);
-    if (r < 0) {
-        int code;
-        const char *msg = gzerror(x->f, &code);
-        if (code == Z_BUF_ERROR)
-            return ct_error_set(err, CT_ERR_FORMAT, "%s: gzip stream truncated after byte %zu (uncompressed): %s",
-                                x->path, x->offset, msg);
-        return ct_error_set(err, CT_ERR_FORMAT, "%s: corrupt gzip data after byte %zu (uncompressed): %s", x->path,
-                            x->offset, msg);
-    }
+                            x->offset - 1, x->compressed ? " (uncompressed)" : "", desc, x->what);
+    if (x->truncated)
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: gzip stream truncated after byte %zu (uncompressed) (%s)",
+                            x->path, x->offset, x->what);
     return CT_OK;
 }
 
 static void idx_close(idx_file *x) {
-    if (x->f) gzclose(x->f);
-    x->f = NULL;
+    if (x->z_ready) inflateEnd(&x->z);
+    x->z_ready = false;
+    ct_free(x->in);
+    x->in = NULL;
+    if (x->fd >= 0) close(x->fd);
+    x->fd = -1;
 }
 
 static ct_status idx_next(ct_stream *s, ct_batch *out, ct_error *err) {
@@ -221,7 +320,7 @@ static void idx_free(ct_stream *s) {
 static const ct_stream_ops idx_ops = {"idx", idx_next, NULL, idx_free, idx_describe};
 
 static ct_status idx_load(idx_data *d, const ct_idx_params *p, ct_error *err) {
-    idx_file im = {0}, lb = {0};
+    idx_file im = {.fd = -1}, lb = {.fd = -1};
     uint32_t idims[3], ldims[1];
     ct_status st = idx_open(&im, p->images_path, "IDX images", IDX_IMAGES_MAGIC, idims, err);
     if (st == CT_OK) {

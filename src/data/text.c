@@ -199,11 +199,13 @@ static ct_status corpus_split(corpus *c, const ct_corpus_params *p, const char *
         bool eval = ct_stream_hash(p->split_seed, (uint32_t)k, (uint32_t)((uint64_t)k >> 32)) < threshold;
         if (p->split == CT_DATA_SPLIT_ALL || eval == (p->split == CT_DATA_SPLIT_EVAL)) c->chunks[c->n_chunks++] = k;
     }
-    if (c->n_chunks == 0)
+    if (c->n_chunks == 0) {
+        if (p->empty_split) *p->empty_split = true;
         return ct_error_set(err, CT_ERR_ARG, "%s: the %s split of %s%s is empty (eval_fraction %g of %lld chunks of %lld)",
                             kind, p->split == CT_DATA_SPLIT_EVAL ? "eval" : "train", c->files[0].path,
                             c->n_files > 1 ? ", ..." : "", p->eval_fraction, (long long)c->n_total,
                             (long long)c->chunk_len);
+    }
     return CT_OK;
 }
 
@@ -262,6 +264,7 @@ static void corpus_finish(ct_stream *s, const ct_corpus_params *p) {
 
 ct_status ct_corpus_stream_new(ct_stream **out, const ct_corpus_params *p, int token_bytes, ct_error *err) {
     *out = NULL;
+    if (p->empty_split) *p->empty_split = false;
     const char *kind = kind_name(token_bytes);
     CT_STREAM_CHECK(token_bytes == 1 || token_bytes == 2 || token_bytes == 4, err,
                     "token files: token_bytes is %d; expected 2 (uint16) or 4 (uint32)", token_bytes);
