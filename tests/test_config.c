@@ -535,7 +535,7 @@ static void test_string_escapes(void) {
                                           "  r'a\\d\\'', R\"\\n\", u'x', 'con\\\ntinued', 'next']",
                                           &cfg);
     static const char *const want[] = {
-        "aA", "\a\b\f\v", "A\xc3\xa9", "\xc3\xa9\xf0\x9f\x98\x80", "\x07" "A8\xc7\xbf",  // U+00E9, U+1F600, U+01FF
+        "aA", "\a\b\f\v", "A\xc3\xa9", "\xc3\xa9\xf0\x9f\x98\x80", "\aA8\xc7\xbf",  // U+00E9, U+1F600; \7 is \a; U+01FF
         "\\q\\8", "a\\d\\'", "\\n", "x", "continued", "next"};
     int n = (int)(sizeof want / sizeof want[0]);
     CHECK_MSG(l && l->n == n, "%d items, want %d", l ? l->n : -1, n);
