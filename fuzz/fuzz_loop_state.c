@@ -81,7 +81,7 @@ static void resume(void) {
     run_free(&r);
     bool found;
     uint64_t seed;
-    ct_loop_checkpoint_seed(run_dir, &found, &seed, &err);
+    ct_loop_checkpoint_seed(run_dir, NULL, &found, &seed, &err);
 }
 
 static void setup(void) {

@@ -53,4 +53,22 @@ if grep -q 'nothing to train: the run is at step 3, train.steps is 2' "$work/out
 else
     bad "resume past train.steps: $(tail -2 "$work/out" | tr '\n' ' ')"
 fi
+
+# A resume with train.random_seed unbound (drawn, then read back from the
+# checkpoint) opens its checkpoint once too: the search for the seed is the
+# one the run resumes from. A pointer naming a checkpoint that does not load
+# shows it: each search warns of it, so the warning comes once.
+grep -v 'random_seed' "$config" >"$work/noseed.gin"
+dir=$work/noseed
+"$ctrax" train "$work/noseed.gin" --steps 2 --output-dir "$dir" >"$work/out" 2>&1
+cp -r "$dir/model_2" "$dir/model_3"
+head -c 100 "$dir/model_2/weights.safetensors" >"$dir/model_3/weights.safetensors"
+echo model_3 >"$dir/checkpoint"
+"$ctrax" train "$work/noseed.gin" --steps 3 --output-dir "$dir" >"$work/out" 2>&1
+warned=$(grep -c "names 'model_3', which does not load" "$work/out")
+if [[ $warned == 1 ]] && grep -q "resuming from $dir/model_2 at step 2\$" "$work/out"; then
+    ok "a drawn seed's resume searches once (the broken pointer warned of once)"
+else
+    bad "drawn seed's resume: the broken pointer warned of $warned times; $(grep 'resuming from' "$work/out")"
+fi
 cli_done

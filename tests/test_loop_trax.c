@@ -686,7 +686,7 @@ static void test_system_seed(void) {
     char *dir = temp_dir("seed");
     bool found = true;
     uint64_t got = 0;
-    CHECK_OK(ct_loop_checkpoint_seed(dir, &found, &got, &err), &err);
+    CHECK_OK(ct_loop_checkpoint_seed(dir, NULL, &found, &got, &err), &err);
     CHECK(!found);
     ct_stream *train = copy_batches(1);
     ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
@@ -698,7 +698,7 @@ static void test_system_seed(void) {
     CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
     CHECK_OK(ct_loop_run(loop, 2, &err), &err);
     ct_loop_free(loop);
-    CHECK_OK(ct_loop_checkpoint_seed(dir, &found, &got, &err), &err);
+    CHECK_OK(ct_loop_checkpoint_seed(dir, NULL, &found, &got, &err), &err);
     CHECK_MSG(found && got == o.seed, "recorded seed %llu, want %llu", (unsigned long long)got,
               (unsigned long long)o.seed);
     ct_stream_free(train);
@@ -840,7 +840,7 @@ static void test_all_resumed(void) {
     // for random_seed = None.
     bool found;
     uint64_t recorded;
-    CHECK_OK(ct_loop_checkpoint_seed(b, &found, &recorded, &err), &err);
+    CHECK_OK(ct_loop_checkpoint_seed(b, NULL, &found, &recorded, &err), &err);
     CHECK(found && recorded == seed);
     o.seed = recorded;
     CHECK_OK(two_tasks_new_with(&r, b, true, &o, &err), &err);
@@ -1104,7 +1104,7 @@ static void test_hostile_checkpoint(void) {
         free(edited);
         bool found = true;
         uint64_t seed;
-        st = ct_loop_checkpoint_seed(dir, &found, &seed, &err);
+        st = ct_loop_checkpoint_seed(dir, NULL, &found, &seed, &err);
         CHECK_MSG(st == CT_ERR_FORMAT && !found && strstr(err.msg, "seed_text") && strstr(err.msg, "model_3"),
                   "seed_text %s: %s", seeds[k], st == CT_OK ? "accepted" : err.msg);
     }

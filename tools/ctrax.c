@@ -430,7 +430,8 @@ static ct_status resolve_seed(train_run *r, const train_args *a, ct_train_settin
     ct_status st = CT_OK;
     int rank = r->comm ? ct_comm_rank(r->comm) : 0;
     if (rank == 0) {
-        if (!a->restart) st = ct_loop_checkpoint_seed(r->output_dir, &found, &seed, err);
+        // The checkpoint found stays open: the run resumes from it (has_checkpoint).
+        if (!a->restart) st = ct_loop_checkpoint_seed(r->output_dir, &r->resume, &found, &seed, err);
         if (st == CT_OK && !found) st = ct_loop_system_seed(&seed, err);
     }
     if (r->comm && ct_comm_size(r->comm) > 1) {
@@ -601,6 +602,8 @@ static ct_status apply_threads(ct_config *c, const train_args *a, const ct_train
 // metrics. Every setting is read here (ct_config_read_train/loop read each
 // one the registry accepts), before training, so the operative config is
 // complete and every config error shows before step 1.
+static ct_status lock_output_dir(train_run *r, ct_error *err);
+
 static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o, int64_t *steps, ct_error *err) {
     r->cfg = ct_config_new();
     for (int i = 0; i < a->n_configs; i++) CT_TRY(ct_config_parse_file(r->cfg, a->configs[i], err));
@@ -681,6 +684,10 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
                             wa, period_name, period, (long long)permanent, wb, r->perm_list_from);
     }
     CT_TRY(output_dir(r, a, err));
+    // The chief owns the directory from here: the seed's search below opens
+    // the checkpoint the run then resumes from, so no other run may write
+    // one in between.
+    if (!r->comm || ct_comm_rank(r->comm) == 0) CT_TRY(lock_output_dir(r, err));
     CT_TRY(resolve_seed(r, a, &t, err));
     if (t.init_checkpoint) ct_config_where(c, "train", "init_checkpoint", r->init_where, sizeof r->init_where);
     if (!t.model) return ct_error_set(err, CT_ERR_ARG, "%s: no model: bind train.model = @SomeModel", a->configs[0]);
@@ -839,8 +846,11 @@ static ct_status lock_output_dir(train_run *r, ct_error *err) {
 // and checks every byte of the checkpoint. Its warnings (a pointer that
 // does not load, the checkpoint used instead) are then this search's to
 // give. A search that fails counts as a checkpoint: nothing is moved, and
-// the loop searches again and reports it.
+// the loop searches again and reports it. One already open in *found (the
+// search for the seed a run drew found it: resolve_seed) is not searched for
+// again.
 static bool has_checkpoint(const char *dir, ct_checkpoint **found) {
+    if (*found) return true;
     ct_error err;
     ct_status st = ct_checkpoint_open_latest(found, dir, &err);
     return st != CT_OK || *found;
@@ -876,11 +886,10 @@ static int run_train(const train_args *a) {
         ev.metrics[i] = r.metrics[i];
         ev.metric_names[i] = r.metric_names[i];
     }
-    // The chief owns the directory. A run that starts at step 0 (--restart,
-    // or nothing to resume) sets aside what an earlier run left there
-    // (config.gin, metrics.jsonl, events of a run stopped before its first
-    // checkpoint) instead of writing over it.
-    if (rank == 0 && lock_output_dir(&r, &err) != CT_OK) goto done;
+    // The chief owns the directory (build_run locked it). A run that starts
+    // at step 0 (--restart, or nothing to resume) sets aside what an earlier
+    // run left there (config.gin, metrics.jsonl, events of a run stopped
+    // before its first checkpoint) instead of writing over it.
     if (rank == 0 && (a->restart || !has_checkpoint(r.output_dir, &r.resume)) &&
         set_aside_previous_run(r.output_dir, &err) != CT_OK)
         goto done;

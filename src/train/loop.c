@@ -852,8 +852,10 @@ ct_status ct_loop_system_seed(uint64_t *seed, ct_error *err) {
     return CT_OK;
 }
 
-ct_status ct_loop_checkpoint_seed(const char *output_dir, bool *found, uint64_t *seed, ct_error *err) {
+ct_status ct_loop_checkpoint_seed(const char *output_dir, ct_checkpoint **opened, bool *found, uint64_t *seed,
+                                  ct_error *err) {
     *found = false;
+    if (opened) *opened = NULL;
     ct_checkpoint *c;
     CT_TRY(ct_checkpoint_open_latest(&c, output_dir, err));
     if (!c) return CT_OK;
@@ -879,7 +881,8 @@ ct_status ct_loop_checkpoint_seed(const char *output_dir, bool *found, uint64_t 
     }
     *found = st == CT_OK;
     cJSON_Delete(root);
-    ct_checkpoint_close(c);
+    if (opened && st == CT_OK) *opened = c;
+    else ct_checkpoint_close(c);
     return st;
 }
 

@@ -277,7 +277,11 @@ ct_status ct_loop_system_seed(uint64_t *seed, ct_error *err);
 // The seed recorded in the newest complete checkpoint of output_dir (what a
 // run that drew its seed must use again when it resumes): *found false when
 // output_dir holds no checkpoint.
-ct_status ct_loop_checkpoint_seed(const char *output_dir, bool *found, uint64_t *seed, ct_error *err);
+// opened, when not NULL, gets the checkpoint it read (NULL when none was
+// found or on error; the caller closes it), for a caller that resumes from
+// it (ct_loop_options.restore_checkpoint) without opening it again.
+ct_status ct_loop_checkpoint_seed(const char *output_dir, ct_checkpoint **opened, bool *found, uint64_t *seed,
+                                  ct_error *err);
 
 #ifdef __cplusplus
 }
