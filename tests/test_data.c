@@ -742,6 +742,81 @@ static void test_idx(void) {
     CHECK(s == NULL);
 }
 
+// A gzip file larger than the compressed input ctrax reads at a time (128
+// KiB, idx.c): the member is inflated across several reads, and the offsets
+// that a junk message names, and zero padding, go on across them too (the
+// files of test_idx fit in one read). Fashion-MNIST in test_real_files is
+// one such file, but it is not installed everywhere.
+static void test_idx_large(void) {
+    enum { N = 400, PX = 28 * 28, IN = 128 << 10 };  // about 310 KiB of noise: as much compressed
+    ct_error err;
+    uint8_t *im = malloc(16 + (size_t)N * PX), lb[8 + N];
+    CHECK(im != NULL);
+    if (!im) return;
+    be32(im, 0x803);
+    be32(im + 4, N);
+    be32(im + 8, 28);
+    be32(im + 12, 28);
+    uint64_t r = 12345;
+    for (size_t i = 0; i < (size_t)N * PX; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        im[16 + i] = (uint8_t)(r >> 56);
+    }
+    be32(lb, 0x801);
+    be32(lb + 4, N);
+    for (int i = 0; i < N; i++) lb[8 + i] = (uint8_t)(i % 10);
+    write_file(tmp_path("lb_large"), lb, sizeof lb);
+    write_gz(tmp_path("im_large.gz"), im, 16 + (size_t)N * PX);
+    // The compressed file, with room for padding past the third read.
+    size_t cap = 3 * (size_t)IN + 64, n = 0;
+    uint8_t *gz = calloc(1, cap);
+    FILE *f = fopen(tmp_path("im_large.gz"), "rb");
+    if (f && gz) n = fread(gz, 1, cap, f), fclose(f);
+    CHECK_MSG(n > 2 * (size_t)IN && n < 3 * (size_t)IN, "%zu compressed bytes: not in a third read", n);
+    if (!gz || n <= 2 * (size_t)IN || n >= 3 * (size_t)IN) {
+        free(im), free(gz);
+        return;
+    }
+    ct_stream *s = NULL;
+    CHECK_OK(open_idx(tmp_path("im_large.gz"), tmp_path("lb_large"), &s, &err), &err);
+    if (s) {
+        int ok = 0;
+        for (int i = 0; i < N; i++) {
+            ct_batch b;
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            int good = b.n == 3 && *ct_i32(&b.t[1]) == i % 10;
+            for (int k = 0; k < PX; k += 97) good &= ct_f32(&b.t[0])[k] == (float)im[16 + (size_t)i * PX + k] / 255.0f;
+            ok += good;
+        }
+        CHECK_MSG(ok == N, "%d of %d images read back", ok, N);
+        ct_stream_free(s);
+        s = NULL;
+    }
+    // Junk after it names the byte where the member ended, which is in the
+    // last read.
+    memcpy(gz + n, "junk", 4);
+    write_file(tmp_path("im_large.gz"), gz, n + 4);
+    CHECK(open_idx(tmp_path("im_large.gz"), tmp_path("lb_large"), &s, &err) == CT_ERR_FORMAT);
+    char want[160];
+    snprintf(want, sizeof want, "im_large.gz: 4 bytes after the gzip data ends at byte %zu", n);
+    CHECK_MSG(strstr(err.msg, want), "%s", err.msg);
+    // Zero padding that runs on past the end of a read (3 * 128 KiB) is
+    // skipped to the file's end; junk after it is named at its own byte.
+    memset(gz + n, 0, cap - n);
+    write_file(tmp_path("im_large.gz"), gz, cap);
+    CHECK_OK(open_idx(tmp_path("im_large.gz"), tmp_path("lb_large"), &s, &err), &err);
+    ct_stream_free(s);
+    s = NULL;
+    gz[cap - 1] = 'j';
+    write_file(tmp_path("im_large.gz"), gz, cap);
+    CHECK(open_idx(tmp_path("im_large.gz"), tmp_path("lb_large"), &s, &err) == CT_ERR_FORMAT);
+    snprintf(want, sizeof want, "im_large.gz: 1 byte after the gzip data ends at byte %zu", cap - 1);
+    CHECK_MSG(strstr(err.msg, want), "%s", err.msg);
+    CHECK(s == NULL);
+    free(im);
+    free(gz);
+}
+
 // ---- transforms -----------------------------------------------------------------------------------
 
 static ct_stream *numbered_stream(int n_chunks) {
@@ -1521,6 +1596,7 @@ int main(void) {
     test_tokens();
     printf("idx\n");
     test_idx();
+    test_idx_large();
     printf("epochs, shuffle buffer, truncate\n");
     test_epochs_and_shuffle();
     printf("batch, padding, bucketing\n");

@@ -96,6 +96,16 @@ static void test_json(void) {
     j = ct_json_parse(bs, strlen(bs), "bs.json", &err);
     CHECK_MSG(j != NULL && cJSON_GetObjectItemCaseSensitive(j, "a\\u0000") != NULL, "%s", err.msg);
     cJSON_Delete(j);
+    // Other \u escapes are no NUL, "\u0000" alone is: \u0041 and \u00e9 (a
+    // key and a value) parse, \u0001 too.
+    const char *esc = "{\"a\\u0041\": \"\\u00e9\\u0001\"}";
+    j = ct_json_parse(esc, strlen(esc), "esc.json", &err);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "aA");
+    CHECK_MSG(cJSON_IsString(v) && !strcmp(v->valuestring, "\xc3\xa9\x01"), "%s", j ? "key or value wrong" : err.msg);
+    cJSON_Delete(j);
+    // Whitespace (of every kind JSON allows) between a key and its ':' still
+    // makes it a key.
+    expect_json_fails("{\"k\\u0000\" \t\r\n : 1}", "the key at line 1, column 2", "NUL");
     // Not JSON, and JSON followed by more: where is said.
     expect_json_fails("{\"a\": 1,\n \"b\": }", "not valid JSON", "line 2");
     expect_json_fails("{\"a\": 1} {\"b\": 2}", "more after the JSON value", NULL);

@@ -688,6 +688,12 @@ static void test_system_seed(void) {
     uint64_t got = 0;
     CHECK_OK(ct_loop_checkpoint_seed(dir, NULL, &found, &got, &err), &err);
     CHECK(!found);
+    // No checkpoint: *opened is NULL (loop.h), whatever the caller left in
+    // it, so that a caller may close it unconditionally.
+    static int junk;
+    ct_checkpoint *opened = (ct_checkpoint *)&junk;
+    CHECK_OK(ct_loop_checkpoint_seed(dir, &opened, &found, &got, &err), &err);
+    CHECK_MSG(!found && opened == NULL, "no checkpoint, yet *opened was left %p", (void *)opened);
     ct_stream *train = copy_batches(1);
     ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
     ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, NULL, lr_adam()};
@@ -701,6 +707,13 @@ static void test_system_seed(void) {
     CHECK_OK(ct_loop_checkpoint_seed(dir, NULL, &found, &got, &err), &err);
     CHECK_MSG(found && got == o.seed, "recorded seed %llu, want %llu", (unsigned long long)got,
               (unsigned long long)o.seed);
+    // Asked for, the checkpoint the search read is handed back open (ctrax
+    // train resumes from it without a second search).
+    got = 0;
+    CHECK_OK(ct_loop_checkpoint_seed(dir, &opened, &found, &got, &err), &err);
+    CHECK_MSG(found && got == o.seed && opened && ct_checkpoint_step(opened) == 2, "opened %p at step %lld",
+              (void *)opened, opened ? (long long)ct_checkpoint_step(opened) : -1LL);
+    ct_checkpoint_close(opened);
     ct_stream_free(train);
     ct_layer_free(model), ct_layer_free(loss);
     ct_fs_remove_tree(dir, NULL);
@@ -1107,6 +1120,12 @@ static void test_hostile_checkpoint(void) {
         st = ct_loop_checkpoint_seed(dir, NULL, &found, &seed, &err);
         CHECK_MSG(st == CT_ERR_FORMAT && !found && strstr(err.msg, "seed_text") && strstr(err.msg, "model_3"),
                   "seed_text %s: %s", seeds[k], st == CT_OK ? "accepted" : err.msg);
+        // On the error nothing is handed back (loop.h): the checkpoint it
+        // read is closed there, not left to a caller that sees a failure.
+        ct_checkpoint *opened = NULL;
+        st = ct_loop_checkpoint_seed(dir, &opened, &found, &seed, &err);
+        CHECK_MSG(st == CT_ERR_FORMAT && !found && opened == NULL, "seed_text %s: %s, *opened %p", seeds[k],
+                  st == CT_OK ? "accepted" : err.msg, (void *)opened);
     }
 
     // The untouched state resumes.

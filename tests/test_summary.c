@@ -176,6 +176,23 @@ static void test_metrics(void) {
     CHECK_OK(ct_metrics_truncate_after(path, 100, &dropped, &err), &err);
     CHECK(dropped == 1);
     CHECK(parse_metrics(path, 7) == 10);
+    // Blank lines (empty, or spaces and a '\r') are no lines to drop: not
+    // counted, though the rewrite leaves them out.
+    f = fopen(path, "ab");
+    fputs("\n  \r\n{\"step\": 7, \"mode\": \"eval\", \"metric\": \"metrics/accuracy\", \"value\": -7}\n \n", f);
+    fclose(f);
+    CHECK_OK(ct_metrics_truncate_after(path, 100, &dropped, &err), &err);
+    CHECK_MSG(dropped == 0, "blank lines: dropped %lld", (long long)dropped);
+    CHECK(parse_metrics(path, 7) == 11);
+    // The last line whole but for its newline: kept, and the file rewritten
+    // with one (the next append would otherwise run on into it), though no
+    // line is dropped.
+    f = fopen(path, "ab");
+    fputs("{\"step\": 8, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": 1}", f);
+    fclose(f);
+    CHECK_OK(ct_metrics_truncate_after(path, 100, &dropped, &err), &err);
+    CHECK(dropped == 0);
+    CHECK(parse_metrics(path, 8) == 12);  // checks the file ends in '\n'
     // A missing file is fine.
     CHECK_OK(ct_metrics_truncate_after(tmp_path("nope.jsonl"), 1, &dropped, &err), &err);
     CHECK(dropped == 0 && access(tmp_path("nope.jsonl"), F_OK) != 0);
@@ -241,6 +258,26 @@ static void test_metrics_large(void) {
     CHECK_OK(ct_fs_read(path, &text, &n, &err), &err);
     CHECK(n > 0 && text && text[n - 1] == '\n');
     free(text);
+
+    // More kept lines than the output buffer holds (a MiB): written out in
+    // pieces, each once, in order.
+    f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    enum { MANY = 20000 };  // about 1.4 MiB
+    long long kept_size = 0;
+    for (int s = 1; s <= MANY; s++) {
+        int k = fprintf(f, "{\"step\": %d, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": %.17g}\n", s,
+                        s / 8.0);
+        kept_size += k > 0 ? k : 0;
+    }
+    fprintf(f, "{\"step\": %d, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": 0}\n", MANY + 1);
+    fclose(f);
+    CHECK_OK(ct_metrics_truncate_after(path, MANY, &dropped, &err), &err);
+    CHECK_MSG(dropped == 1, "dropped %lld", (long long)dropped);
+    file_id(path, &size, &ino);
+    CHECK_MSG(size == kept_size, "%lld bytes left, %lld kept", size, kept_size);
+    CHECK(parse_metrics(path, MANY) == MANY);
 
     // What is not a regular file is refused, not read forever.
     CHECK(ct_metrics_truncate_after("/dev/zero", 3, &dropped, &err) == CT_ERR_IO);
