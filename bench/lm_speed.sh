@@ -37,7 +37,7 @@
 #       PyTorch also gets torch.set_num_threads(N).
 #   How OpenMP's idle threads wait: by default each side as its users get
 #       it (--wait-policy own): ctrax with the GOMP_SPINCOUNT `ctrax` sets
-#       (bench_lm_speed --spincount, CT_OMP_SPINCOUNT: a short spin, then
+#       (bench_lm_speed --spincount, CT_OMP_SPINCOUNT: libgomp's spin, then
 #       sleep), PyTorch with OpenMP's default (both variables unset: libgomp
 #       spins longer). PyTorch runs many more, smaller parallel loops than
 #       ctrax: with threads that sleep at once (OMP_WAIT_POLICY=passive) its

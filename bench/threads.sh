@@ -2,8 +2,8 @@
 # bench/threads (issue 13, threads on a shared machine): ctrax training
 # steps/s with 2 threads alone, 1 thread alone, and 2 threads while a second
 # process keeps one core busy (`bash -c 'while :; do :; done'`):
-#   default       idle OpenMP threads spin briefly, then sleep (ctrax sets
-#                 GOMP_SPINCOUNT=20000, CT_OMP_SPINCOUNT) and the count
+#   default       idle OpenMP threads spin, then sleep (ctrax sets
+#                 GOMP_SPINCOUNT=300000, CT_OMP_SPINCOUNT) and the count
 #                 follows the cores other processes leave free (measured
 #                 every 2 s, never above --threads)
 #   fixed         threads that sleep at once (OMP_WAIT_POLICY=passive), the

@@ -357,7 +357,7 @@ char *ctrax_threads_describe(char *buf, size_t cap) {
     if (policy && !strcasecmp(policy, "passive") && !spin)
         snprintf(buf + n, cap - (size_t)n, "; idle threads sleep (OMP_WAIT_POLICY=passive)");
     else if (!policy && spin && !strcmp(spin, CT_OMP_SPINCOUNT))
-        snprintf(buf + n, cap - (size_t)n, "; idle threads spin briefly, then sleep (GOMP_SPINCOUNT=%s)", spin);
+        snprintf(buf + n, cap - (size_t)n, "; idle threads spin, then sleep (GOMP_SPINCOUNT=%s)", spin);
     else if (policy || spin)
         snprintf(buf + n, cap - (size_t)n, "; idle threads wait as OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s say",
                  policy ? policy : "(unset)", spin ? spin : "(unset)");

@@ -123,8 +123,8 @@ char *ctrax_format_bytes(double bytes, char *buf, size_t cap);
 // and CTRAX_BLAS_REPLACED when it replaces OpenBLAS's choice by a wider one.
 char *ctrax_blas_describe(char *buf, size_t cap);
 // The thread count of ctrax's loops and the GEMM and how OpenMP's idle
-// threads wait, into buf ("2 ...; idle threads spin briefly, then sleep
-// (GOMP_SPINCOUNT=20000)");
+// threads wait, into buf ("2 ...; idle threads spin, then sleep
+// (GOMP_SPINCOUNT=300000)");
 // returns buf.
 char *ctrax_threads_describe(char *buf, size_t cap);
 // The GEMM's speed on this run's threads: C (M, N) = A (M, K) B (K, N) for

@@ -995,7 +995,7 @@ static void usage(FILE *f) {
 //   the slowest thread at every barrier: 14x slower with 2 threads and one
 //   core busy (bench/threads.sh). Sleeping at once (passive) costs a wake-up
 //   at each of a step's parallel loops: 8% of config A's speed in
-//   bench/lm_speed. So threads spin briefly (GOMP_SPINCOUNT=CT_OMP_SPINCOUNT)
+//   bench/lm_speed. So threads spin (GOMP_SPINCOUNT=CT_OMP_SPINCOUNT)
 //   and the trainer keeps them off cores others use (ct_blas_threads_fit).
 // A user's own OPENBLAS_CORETYPE, OMP_WAIT_POLICY or GOMP_SPINCOUNT is left
 // alone. CTRAX_REEXEC marks the second run, so it never loops.

@@ -62,14 +62,18 @@ void ct_cpu_flush_denormals(void);
 // How long an idle OpenMP thread polls for work before it sleeps, in
 // libgomp's polls (GOMP_SPINCOUNT; each poll a load and a pause
 // instruction), as `ctrax` sets it when the user set neither
-// GOMP_SPINCOUNT nor OMP_WAIT_POLICY. Sleeping at once (passive) made each
-// of a step's few hundred parallel loops and GEMMs wait for a thread to be
-// woken: TransformerLM config A of bench/lm_speed ran 8% slower (2 threads,
-// idle machine). Spinning as long as libgomp's default (300,000 polls)
-// made a step wait for a spinning thread on a core another process keeps
-// busy, 14x slower (bench/threads.sh); a short spin and the fitted thread
-// count below (no thread on a busy core) avoid both.
-#define CT_OMP_SPINCOUNT "20000"
+// GOMP_SPINCOUNT nor OMP_WAIT_POLICY: libgomp's own default. Sleeping at
+// once (passive) made each of a step's few hundred parallel loops and GEMMs
+// wait for a thread to be woken: TransformerLM config A of bench/lm_speed
+// ran 8% slower (2 threads, idle machine). A short spin (20,000 polls, the
+// value before 2026-12-03) was as costly on a virtual machine whose host
+// took a third of its CPU time: a CPU that sleeps waits for the host to
+// run it again, and config A ran 1,920-2,838 tokens/s against 3,452-4,832
+// with this spin (3 alternating pairs, bench_lm_speed). A spinning thread
+// on a core another process keeps busy made a step 14x slower
+// (bench/threads.sh): the fitted thread count below keeps threads off such
+// a core.
+#define CT_OMP_SPINCOUNT "300000"
 
 // Fitting the thread count to the cores other processes leave free. Idle
 // threads that sleep (OMP_WAIT_POLICY=passive) stop a busy core from

@@ -218,18 +218,21 @@ void ct_cpu_flush_denormals(void) {
 }
 
 // CPU seconds the whole machine has spent busy since boot (the first line
-// of /proc/stat: user, nice, system, irq, softirq, steal; guest time is in
-// user already); negative if unknown.
+// of /proc/stat: user, nice, system, irq, softirq; guest time is in user
+// already); negative if unknown. Steal time (a virtual machine's CPUs given
+// to other guests by the host) is not counted: it is no process of this
+// machine, and every thread of ours loses it alike. Counted, a host taking a
+// third of the time cut a run alone to 1 thread every other interval: 41-42
+// steps/s against 60-75 with 2 threads (bench/threads.sh, 2026-12-03).
 static double machine_busy_s(void) {
     FILE *f = fopen("/proc/stat", "r");
     if (!f) return -1.0;
-    unsigned long long v[8] = {0};
-    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                   &v[7]);
+    unsigned long long v[7] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]);
     fclose(f);
     long tick = sysconf(_SC_CLK_TCK);
-    if (n < 8 || tick <= 0) return -1.0;
-    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)tick;
+    if (n < 7 || tick <= 0) return -1.0;
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / (double)tick;
 }
 
 // CPU seconds this process has used (every thread).
