@@ -28,6 +28,19 @@ static void write_raw(const char *path, const void *data, size_t n) {
     fclose(f);
 }
 
+// A safetensors file: the header length, the JSON header padded with spaces
+// to a multiple of 8 bytes, then data_bytes zero bytes.
+static void write_safetensors(const char *path, const char *json, size_t data_bytes) {
+    size_t n = strlen(json), padded = (n + 7) / 8 * 8;
+    unsigned char *f = calloc(1, 8 + padded + data_bytes);
+    uint64_t header = padded;
+    memcpy(f, &header, 8);
+    memset(f + 8, ' ', padded);
+    memcpy(f + 8, json, n);
+    write_raw(path, f, 8 + padded + data_bytes);
+    free(f);
+}
+
 // a/b into buf (a test path: never too long, but the compiler cannot know).
 static void pjoin(char *buf, size_t cap, const char *a, const char *b) {
     if ((size_t)snprintf(buf, cap, "%s/%s", a, b) >= cap) abort();
@@ -136,28 +149,14 @@ static void test_safetensors_duplicate_metadata(void) {
     // lookups and the layout check must see the same tensor).
     const char *j2 = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                      "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
-    size_t n2 = strlen(j2), padded = (n2 + 7) / 8 * 8;
-    unsigned char *f2 = calloc(1, 8 + padded + 8);
-    uint64_t h2 = padded;
-    memcpy(f2, &h2, 8);
-    memset(f2 + 8, ' ', padded);
-    memcpy(f2 + 8, j2, n2);
-    write_raw(path, f2, 8 + padded + 8);
-    free(f2);
+    write_safetensors(path, j2, 8);
     CHECK(ct_safetensors_open(&st, path, &err) == CT_ERR_FORMAT);
     expect_msg(&err, path, "'w' appears twice", NULL);
     ct_safetensors_close(st);
 
     // A tensor name with an escaped NUL: cJSON would read "w\u0000x" as "w".
     const char *j3 = "{\"w\\u0000x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
-    size_t n3 = strlen(j3), padded3 = (n3 + 7) / 8 * 8;
-    unsigned char *f3 = calloc(1, 8 + padded3 + 4);
-    uint64_t h3 = padded3;
-    memcpy(f3, &h3, 8);
-    memset(f3 + 8, ' ', padded3);
-    memcpy(f3 + 8, j3, n3);
-    write_raw(path, f3, 8 + padded3 + 4);
-    free(f3);
+    write_safetensors(path, j3, 4);
     CHECK(ct_safetensors_open(&st, path, &err) == CT_ERR_FORMAT);
     CHECK(st == NULL);
     expect_msg(&err, path, "the key at line 1, column 2 holds a NUL", NULL);

@@ -117,21 +117,35 @@ static void test_gradients(void) {
     ct_layer_free(l);
 }
 
+// l's net on dev, initialized for the n_in items of in (seed), with an
+// arena and a context bound to it (recording); unbind_net frees them.
+static void bind_net(ct_net *net, ct_arena *arena, ct_ctx *c, ct_device *dev, ct_layer *l, const ct_tensor *in,
+                     int n_in, uint64_t seed) {
+    ct_error err;
+    ct_tensor sigs[CT_LAYER_MAX_IO];
+    for (int i = 0; i < n_in; i++) sigs[i] = ct_tensor_sig(&in[i]);
+    CHECK_OK(ct_net_init(net, l, sigs, n_in, ct_key_from_seed(seed), dev, &err), &err);
+    ct_arena_init(arena, dev);
+    ct_ctx_init(c, arena);
+    ct_net_bind(net, c, true);
+}
+
+static void unbind_net(ct_net *net, ct_arena *arena, ct_ctx *c) {
+    ct_ctx_free(c);
+    ct_arena_free(arena);
+    ct_net_free(net);
+}
+
 // forward (tape) + backward with random output gradients, then reverse and
 // reverse_and_grad from the outputs: inputs, input gradients and weight
 // gradients must agree.
 static void check_reverse(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
     ct_device dev = ct_device_cpu();
     ct_net net;
-    ct_error err;
-    ct_tensor sigs[CT_LAYER_MAX_IO];
-    for (int i = 0; i < n_in; i++) sigs[i] = ct_tensor_sig(&in[i]);
-    CHECK_OK(ct_net_init(&net, l, sigs, n_in, ct_key_from_seed(5), &dev, &err), &err);
     ct_arena arena;
-    ct_arena_init(&arena, &dev);
     ct_ctx c;
-    ct_ctx_init(&c, &arena);
-    ct_net_bind(&net, &c, true);
+    ct_error err;
+    bind_net(&net, &arena, &c, &dev, l, in, n_in, 5);
     ct_key key = ct_key_from_seed(9);
     int n_out = net.n_out;
 
@@ -201,9 +215,7 @@ static void check_reverse(const char *label, ct_layer *l, const ct_tensor *in, i
         free(gin_ref[i]);
     }
     free(wgrad_ref);
-    ct_ctx_free(&c);
-    ct_arena_free(&arena);
-    ct_net_free(&net);
+    unbind_net(&net, &arena, &c);
     ct_layer_free(l);
     CHECK(dev.current_bytes == 0);
 }
@@ -255,13 +267,9 @@ static void test_deep_reconstruction(void) {
     ct_tensor in[2] = {ct_tensor_3d(CT_DTYPE_F32, B, T, D, x1), ct_tensor_3d(CT_DTYPE_F32, B, T, D, x2)};
     gradcheck_fill(&in[0], 21, -1, 1);
     gradcheck_fill(&in[1], 22, -1, 1);
-    ct_tensor sigs[2] = {ct_tensor_sig(&in[0]), ct_tensor_sig(&in[1])};
-    CHECK_OK(ct_net_init(&net, rs, sigs, 2, ct_key_from_seed(1), &dev, &err), &err);
     ct_arena arena;
-    ct_arena_init(&arena, &dev);
     ct_ctx c;
-    ct_ctx_init(&c, &arena);
-    ct_net_bind(&net, &c, true);
+    bind_net(&net, &arena, &c, &dev, rs, in, 2, 1);
     c.record = false;
     ct_key key = ct_key_from_seed(2);
 
@@ -313,9 +321,7 @@ static void test_deep_reconstruction(void) {
         ct_arena_reset(&arena);
     }
     free(after);
-    ct_ctx_free(&c);
-    ct_arena_free(&arena);
-    ct_net_free(&net);
+    unbind_net(&net, &arena, &c);
     ct_layer_free(rs);
 }
 
@@ -345,13 +351,9 @@ static void reverse_peaks(int n_blocks, size_t *reverse_peak, size_t *grad_peak)
     ct_device dev = ct_device_cpu();
     ct_net net;
     ct_error err;
-    ct_tensor sigs[2] = {ct_tensor_sig(&in[0]), ct_tensor_sig(&in[1])};
-    CHECK_OK(ct_net_init(&net, rs, sigs, 2, ct_key_from_seed(3), &dev, &err), &err);
     ct_arena arena;
-    ct_arena_init(&arena, &dev);
     ct_ctx c;
-    ct_ctx_init(&c, &arena);
-    ct_net_bind(&net, &c, true);
+    bind_net(&net, &arena, &c, &dev, rs, in, 2, 3);
     c.record = false;
     ct_key key = ct_key_from_seed(4);
     ct_tensor out[2], back[2], gin[2];
@@ -379,9 +381,7 @@ static void reverse_peaks(int n_blocks, size_t *reverse_peak, size_t *grad_peak)
     CHECK_MSG(rebuilt_error(back, x, N * D) <= 1e-5 * size, "%d blocks: rebuilt with error %g (max |y| %g)", n_blocks,
               rebuilt_error(back, x, N * D), size);
     *grad_peak = ct_arena_measure_end(&arena);
-    ct_ctx_free(&c);
-    ct_arena_free(&arena);
-    ct_net_free(&net);
+    unbind_net(&net, &arena, &c);
     ct_layer_free(rs);
     CHECK(dev.current_bytes == 0);
 }
