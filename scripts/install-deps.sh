@@ -29,6 +29,7 @@ BUILD_PACKAGES=(
     python3-numpy
     clang                   # libFuzzer harnesses of fuzz/ (make test runs them briefly)
     libclang-rt-14-dev      # libFuzzer and clang's sanitizer runtimes
+    qemu-user               # runs the kernel tests on an emulated CPU without AVX (make test)
     fortunes                # text for the default config and tests (/usr/share/games/fortunes)
     dataset-fashion-mnist   # IDX images for the MLP config and tests (/usr/share/datasets/fashion-mnist)
 )

@@ -717,7 +717,21 @@ static void test_gemm_thread_count(void) {
     omp_set_num_threads(threads_before);
 }
 
+// The clone of each target_clones kernel this CPU runs: GCC's resolvers pick
+// the first of avx512f, avx2 that the CPU has, else the default (SSE2).
+// tests/kernel_clones_test.sh runs this program on an emulated CPU without
+// AVX and looks for "default" here.
+static const char *kernel_clone(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return "avx512f";
+    if (__builtin_cpu_supports("avx2")) return "avx2";
+#endif
+    return "default";
+}
+
 int main(void) {
+    printf("test_kernels: the %s clones run\n", kernel_clone());
     test_comparator();
     test_relu();
     test_add();
