@@ -267,7 +267,7 @@ static void test_realistic(void) {
     CHECK(ct_config_get_float(cfg, "train", "steps", 0, &f, &err) == CT_ERR_STATE);
     ct_config_free(cfg);
 
-    // An include is relative to the including file, not the working directory.
+    // An include beside the including file (the working directory has no ../base.gin).
     cfg = ct_config_new();
     CHECK_OK(ct_config_parse_file(cfg, config_path("sub/nested.gin"), &err), &err);
     CHECK_OK(ct_config_get_int(cfg, "TransformerLM", "d_model", 512, &i, &err), &err);
@@ -1367,6 +1367,60 @@ static void write_bytes(const char *path, const void *data, size_t n) {
     if (!f) return;
     CHECK(fwrite(data, 1, n, f) == n);
     fclose(f);
+}
+
+static void write_string(const char *path, const char *text) { write_bytes(path, text, strlen(text)); }
+
+// An include's relative name is looked for beside the including file and,
+// as gin looks, from the working directory; two different files found the
+// two ways are an error.
+static void test_include_places(void) {
+    char dir[] = "/tmp/ctrax_test_config_include_XXXXXX", cwd[4096];
+    CHECK(mkdtemp(dir) != NULL && getcwd(cwd, sizeof cwd) != NULL && chdir(dir) == 0);
+    CHECK(mkdir("top", 0700) == 0 && mkdir("inc", 0700) == 0 && mkdir("top/inc", 0700) == 0);
+    write_string("top/a.gin", "include 'inc/b.gin'\n");
+    write_string("inc/b.gin", "TransformerLM.d_model = 32\n");
+    ct_error err = {0};
+    int64_t d_model = 0;
+    // Only from the working directory (gin's way): that file.
+    ct_config *cfg = ct_config_new();
+    CHECK_OK(ct_config_parse_file(cfg, "top/a.gin", &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "TransformerLM", "d_model", 512, &d_model, &err), &err);
+    CHECK(d_model == 32);
+    ct_config_free(cfg);
+    // Both ways, one file (a link): that file.
+    CHECK(symlink("../../inc/b.gin", "top/inc/b.gin") == 0);
+    cfg = ct_config_new();
+    CHECK_OK(ct_config_parse_file(cfg, "top/a.gin", &err), &err);
+    ct_config_free(cfg);
+    // Both ways, two files: an error naming both.
+    CHECK(unlink("top/inc/b.gin") == 0);
+    write_string("top/inc/b.gin", "TransformerLM.d_model = 48\n");
+    cfg = ct_config_new();
+    CHECK(ct_config_parse_file(cfg, "top/a.gin", &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "top/a.gin:1:1") && strstr(err.msg, "two files by that name") &&
+                  strstr(err.msg, "'top/inc/b.gin' beside") && strstr(err.msg, "'inc/b.gin' in the working"),
+              "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    // Only beside the including file (ctrax's way): that file.
+    CHECK(unlink("inc/b.gin") == 0);
+    cfg = ct_config_new();
+    CHECK_OK(ct_config_parse_file(cfg, "top/a.gin", &err), &err);
+    CHECK_OK(ct_config_get_int(cfg, "TransformerLM", "d_model", 512, &d_model, &err), &err);
+    CHECK(d_model == 48);
+    ct_config_free(cfg);
+    // Neither: both places named.
+    CHECK(unlink("top/inc/b.gin") == 0);
+    cfg = ct_config_new();
+    CHECK(ct_config_parse_file(cfg, "top/a.gin", &err) != CT_OK);
+    CHECK_MSG(strstr(err.msg, "cannot open 'top/inc/b.gin' (beside the including file): No such file") &&
+                  strstr(err.msg, "nor 'inc/b.gin' (from the working directory"),
+              "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    CHECK(unlink("top/a.gin") == 0 && rmdir("top/inc") == 0 && rmdir("top") == 0 && rmdir("inc") == 0);
+    CHECK(chdir(cwd) == 0 && rmdir(dir) == 0);
 }
 
 static void make_tmp_dir(void) {
@@ -3271,6 +3325,7 @@ int main(void) {
     test_trax_names();
     test_overrides();
     test_errors();
+    test_include_places();
     test_string_escapes();
     test_number_literals();
     test_float32_fields();

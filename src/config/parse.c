@@ -673,7 +673,7 @@ static ct_status parse_value(parser *p, ct_config_value *v, int nest) {
     }
 }
 
-// Where an include names: absolute, or relative to the including file.
+// path from dir ("" for the working directory), unless path is absolute.
 static char *join_path(const char *dir, const char *path) {
     cfg_buf b = {0};
     if (path[0] != '/' && dir[0]) {
@@ -709,16 +709,54 @@ static void note_included_from(ct_error *err, const char *source, int line) {
         snprintf(err->msg + n, sizeof err->msg - n, " (included from %s:%d)", source, line);
 }
 
-static ct_status do_include(parser *p, const char *path, int line, int col) {
-    if (!path[0]) return fail_at(p, line, col, "include '': the file name is empty");
-    char *full = join_path(p->dir, path);
-    char *real = realpath(full, NULL);
-    if (!real) {
-        ct_status st = fail_at(p, line, col, "include '%s': cannot open '%s': %s", path, full, strerror(errno));
-        ct_free(full);
+// The file an include names, as the path to open (*full, ct_free it) and
+// its realpath (*real, free it). gin opens the name as given, from the
+// working directory; ctrax's configs name it from the including file's
+// directory. A relative name is looked for both ways: found one way, it is
+// that file; found both ways as two different files, it is an error (which
+// one the author meant cannot be told, and gin would read the second).
+static ct_status include_file(parser *p, const char *path, int line, int col, char **full, char **real) {
+    *full = join_path(p->dir, path);
+    *real = realpath(*full, NULL);
+    int beside_errno = errno;
+    if (path[0] == '/' || !p->dir[0]) {  // one place only
+        if (*real) return CT_OK;
+        ct_status st = fail_at(p, line, col, "include '%s': cannot open '%s': %s", path, *full, strerror(beside_errno));
+        ct_free(*full);
         return st;
     }
-    ct_status st;
+    char *from_cwd = realpath(path, NULL);
+    int cwd_errno = errno;
+    ct_status st = CT_OK;
+    if (!*real && !from_cwd)
+        st = fail_at(p, line, col,
+                     "include '%s': cannot open '%s' (beside the including file): %s; nor '%s' (from the working "
+                     "directory, where gin looks): %s",
+                     path, *full, strerror(beside_errno), path, strerror(cwd_errno));
+    else if (*real && from_cwd && strcmp(*real, from_cwd))
+        st = fail_at(p, line, col,
+                     "include '%s': two files by that name, '%s' beside the including file and '%s' in the working "
+                     "directory (gin reads that one): rename one, or name it by an absolute path",
+                     path, *full, path);
+    else if (!*real) {
+        ct_free(*full);
+        *full = join_path("", path);
+        *real = from_cwd;
+        return CT_OK;
+    }
+    free(from_cwd);
+    if (st != CT_OK) {
+        free(*real);
+        ct_free(*full);
+    }
+    return st;
+}
+
+static ct_status do_include(parser *p, const char *path, int line, int col) {
+    if (!path[0]) return fail_at(p, line, col, "include '': the file name is empty");
+    char *full, *real;
+    ct_status st = include_file(p, path, line, col, &full, &real);
+    if (st != CT_OK) return st;
     int pushed = cfg_include_push(p->cfg, real, MAX_INCLUDE_DEPTH);
     if (pushed == -2 || pushed == -3) {
         st = pushed == -2 ? fail_at(p, line, col, "include '%s': includes nested deeper than %d", path, MAX_INCLUDE_DEPTH)

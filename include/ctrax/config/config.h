@@ -4,7 +4,8 @@
 // overrides:
 //
 //   # comments run to the end of the line
-//   include 'base.gin'                    # relative to this file's directory
+//   include 'base.gin'                    # beside this file, or (gin's way) from the working
+//                                         # directory; two different files: an error
 //   D_MODEL = 512                         # a macro
 //   train.model = @trax.models.TransformerLM
 //   TransformerLM.d_model = %D_MODEL
