@@ -209,6 +209,10 @@ int main(int argc, char **argv) {
          2, 12, 4, params(2, 3, 3, false, 8, 4, 0, 2, 4, 0, false), NULL},
         {"no_adjacent", "before 0 after 0, R 2, n_buckets 8, non-causal, 8 chunks", 2, 16, 6,
          params(2, 4, 4, false, 4, 0, 0, 2, 8, 0, false), NULL},
+        {"nb_at_128",
+         "n_buckets None = 128 (T 128 / m 2): at Trax's bound of 128, one factor of 128, not factored (into [16, 8]); "
+         "R 1, causal, before 1, 64 chunks",
+         1, 128, 6, params(1, 4, 3, true, 2, 1, 0, 1, 0, 0, false), NULL},
         {"three_factors", "n_buckets [2, 4, 2] (16 buckets), R 2, causal, before 1, 8 chunks", 2, 16, 6,
          params3(params(2, 4, 4, true, 4, 1, 0, 2, 2, 4, false), 2), NULL},
     };

@@ -322,6 +322,34 @@ static void test_dropout(bool memory_efficient) {
     CHECK(isfinite(losses[0]) && losses[0] == losses[1]);
 }
 
+// One chunk of every row keeps the tail's keys (the layers' own, as
+// unchunked): with dropout the loss and gradients of a step equal the
+// unchunked step's, the masks included.
+static void test_one_chunk_dropout(bool memory_efficient) {
+    fixture f;
+    fixture_init(&f);
+    ct_device dev = ct_device_cpu();
+    ct_error err;
+    ct_trainer *tr[2];
+    for (int i = 0; i < 2; i++) {
+        ct_layer *model = make_model(true, 0.1f), *loss = ct_weighted_category_cross_entropy();
+        CHECK_OK(make_trainer(&tr[i], model, loss, f.batch, memory_efficient, i ? 1000 : 0, &dev, &err), &err);
+        ct_layer_free(model);
+        ct_layer_free(loss);
+    }
+    ct_step_stats s[2];
+    for (int i = 0; i < 2; i++)
+        CHECK_OK(ct_trainer_one_step(tr[i], f.batch, ct_key_from_seed(30), 1, 1e-3f, &s[i], &err), &err);
+    const char *worst = "";
+    double e_loss = fabs((double)s[0].loss - s[1].loss) / fabs((double)s[0].loss);
+    double e_grad = net_diff(ct_trainer_net(tr[0]), ct_trainer_grads(tr[0]), ct_trainer_grads(tr[1]), &worst);
+    printf("dropout 0.1, %s, one chunk of every row vs unchunked: loss %.2e, gradients %.2e (%s)\n",
+           memory_efficient ? "memory-efficient" : "standard", e_loss, e_grad, worst);
+    CHECK(e_loss <= TOL && e_grad <= TOL);
+    for (int i = 0; i < 2; i++) ct_trainer_free(tr[i]);
+    CHECK(dev.current_bytes == 0);
+}
+
 // ---- refusals ------------------------------------------------------------------------------
 
 static void expect_refused(const char *what, ct_layer *model, ct_layer *loss, bool memory_efficient, int64_t chunk,
@@ -440,6 +468,8 @@ int main(void) {
     test_equal(true, true, INT64_MAX, 0.0f);
     test_dropout(false);
     test_dropout(true);
+    test_one_chunk_dropout(false);
+    test_one_chunk_dropout(true);
     test_refusals();
     test_memory(true);
     test_memory(false);

@@ -6,7 +6,8 @@
 // errors, arena memory linear in T at a fixed chunk_len; masked (against the
 // reference, gradient checks, Trax's padding test, padding at positions 0
 // and 1 masked too, an all-ones mask = unmasked, int32 = f32 masks, mask
-// errors).
+// errors); the init (Wq, Wk, Wv, Wo on their documented keys) and no
+// dropout in eval.
 #include <omp.h>
 #include <stdlib.h>
 
@@ -661,6 +662,99 @@ static void test_wide_window_dropout(void) {
     free(scratch);
 }
 
+// Init as Trax's _kernel_initializer: head h's Wq, Wk, Wv, Wo from
+// split(split(layer key, h), 0 / 1 / 2 / 3), each U(+-sqrt(6 / (D + d H))),
+// d = d_qk for Wq and Wk, d_v for Wv and Wo (so Wk is not Wq). The
+// fixture's layer key is the net's, seed 3.
+static void test_init_weights(void) {
+    enum { H = 3, dk = 4, dv = 5 };
+    float xd[T * D];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 1, T, D, xd);
+    gradcheck_fill(&x, 9, -1.0f, 1.0f);
+    ct_layer *l = ct_self_attention(sa_params(H, dk, dv, false, 4, 1, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
+        const struct {
+            const char *name;
+            int n, d;
+            uint32_t which;
+        } w[4] = {{"Wq", D * dk, dk, 0}, {"Wk", D * dk, dk, 1}, {"Wv", D * dv, dv, 2}, {"Wo", dv * D, dv, 3}};
+        int bad = 0;
+        for (int i = 0; i < 4; i++)
+            for (int h = 0; h < H; h++) {
+                char name[64];
+                snprintf(name, sizeof name, "SelfAttention/%s[%d]", w[i].name, h);
+                const ct_param *p = ct_net_find_param(&r.net, name);
+                float want[D * dv], lim = (float)sqrt(6.0 / (double)(D + w[i].d * H));
+                ct_key k = ct_key_split(ct_key_split(ct_key_from_seed(3), (uint32_t)h), w[i].which);
+                ct_random_uniform(k, want, (size_t)w[i].n, -lim, lim);
+                bad += !p || memcmp(want, r.net.weights + p->offset, sizeof(float) * (size_t)w[i].n) != 0;
+            }
+        printf("init: %d of %d weights differ from U(+-sqrt(6 / (D + d H))) on their documented keys\n", bad, 4 * H);
+        CHECK(bad == 0);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
+// Outside training both dropouts are off (Trax sets them to 0 when mode is
+// not 'train'): an eval forward with attention_dropout and output_dropout
+// 0.5 equals, bitwise, the same layer's without them.
+static void test_eval_no_dropout(void) {
+    float xd[B * T * D], a[B * T * D], b[B * T * D];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd);
+    gradcheck_fill(&x, 12, -1.0f, 1.0f);
+    ct_self_attention_params p = sa_params(2, 3, 4, true, 4, 1, 0);
+    ct_layer *plain = ct_self_attention(p);
+    p.attention_dropout = 0.5f, p.output_dropout = 0.5f;
+    ct_layer *dropped = ct_self_attention(p);
+    fixture ra, rb;
+    if (fixture_init_ok(&ra, plain, &x, 1, false)) {
+        if (fixture_init_ok(&rb, dropped, &x, 1, false)) {
+            run_forward(&ra, &x, ct_key_from_seed(5), a);
+            run_forward(&rb, &x, ct_key_from_seed(5), b);
+            bool same = memcmp(a, b, sizeof a) == 0;
+            printf("eval with dropouts 0.5/0.5: %s the layer without them\n",
+                   same ? "bitwise equal to" : "DIFFERS from");
+            CHECK(same);
+            fixture_free(&rb);
+        }
+        fixture_free(&ra);
+    }
+    ct_layer_free(plain);
+    ct_layer_free(dropped);
+}
+
+// A zero-length input (T 0) is an empty sequence: init, forward and
+// backward give (B, 0, D), as CausalAttention's do, for full attention (its
+// one chunk of T is 0 rows long) and a chunked look-back alike.
+static void test_zero_length(void) {
+    ct_self_attention_params ps[2] = {sa_params(2, 3, 4, true, 0, 0, 0), sa_params(2, 3, 4, true, 4, 1, 0)};
+    for (int i = 0; i < 2; i++) {
+        static float xd[1], gd[1];
+        ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, 0, D, xd), gy = ct_tensor_3d(CT_DTYPE_F32, B, 0, D, gd);
+        ct_layer *l = ct_self_attention(ps[i]);
+        fixture r;
+        ct_status st = fixture_init(&r, l, &x, 1, true);
+        printf("T 0, chunk_len %d, before %d: init %s\n", ps[i].chunk_len, ps[i].n_chunks_before,
+               st == CT_OK ? "ok" : r.err.msg);
+        CHECK(st == CT_OK);
+        if (st == CT_OK) {
+            ct_tensor out[1], gin[1];
+            CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, &x, out, ct_key_from_seed(4), &r.err), &r.err);
+            CHECK(out[0].ndim == 3 && out[0].shape[0] == B && out[0].shape[1] == 0 && out[0].shape[2] == D);
+            CHECK_OK(ct_layer_backward(r.net.root, &r.ctx, &gy, gin, ct_key_from_seed(4), &r.err), &r.err);
+            CHECK(gin[0].ndim == 3 && gin[0].shape[1] == 0);
+            ct_arena_reset(&r.arena);
+            fixture_free(&r);
+        } else {
+            ct_ctx_free(&r.ctx);
+            ct_arena_free(&r.arena);
+        }
+        ct_layer_free(l);
+    }
+}
+
 int main(void) {
     test_wide_window_dropout();
     test_window_bound();
@@ -676,5 +770,8 @@ int main(void) {
     test_masked_all_ones_and_dtypes();
     test_masked_padding_ignored();
     test_mask_errors();
+    test_init_weights();
+    test_eval_no_dropout();
+    test_zero_length();
     return check_summary("test_efficient_attention");
 }

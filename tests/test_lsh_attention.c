@@ -5,7 +5,9 @@
 // the stored buckets bitwise equal, the count advancing under a new key, the
 // parameter errors; masked (Trax's padding test, padding at positions 0 and
 // 1 masked too, gradient checks, an all-ones mask = unmasked, int32 = f32
-// masks) and max_length_for_buckets.
+// masks) and max_length_for_buckets; the init (weights on their documented
+// keys), no dropout in eval, an eval leaving the stored buckets' tag alone,
+// and the -1e5 self mask against a float64 reference at scores near 1e4.
 #include <math.h>
 #include <stdlib.h>
 
@@ -678,6 +680,191 @@ static void test_first_row_rotations(void) {
     ct_layer_free(lb);
 }
 
+// Init as lsh_attention.h says (Trax's _kernel_initializer): head h's Wq,
+// Wv, Wo from split(split(layer key, h), 0 / 2 / 3), each U(+-sqrt(6 / (D
+// + d H))), d = d_qk for Wq, d_v for Wv and Wo. The fixture's layer key is
+// the net's, seed 3.
+static void test_init_weights(void) {
+    enum { Tn = 8, Dn = 6, H = 3, dk = 4, dv = 5 };
+    float xd[Tn * Dn];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 1, Tn, Dn, xd);
+    gradcheck_fill(&x, 9, -1.0f, 1.0f);
+    ct_layer *l = ct_lsh_self_attention(lsh_params(H, dk, dv, false, 4, 1, 0, 1, 2, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
+        const struct {
+            const char *name;
+            int n, d;
+            uint32_t which;
+        } w[3] = {{"Wq", Dn * dk, dk, 0}, {"Wv", Dn * dv, dv, 2}, {"Wo", dv * Dn, dv, 3}};
+        int bad = 0;
+        for (int i = 0; i < 3; i++)
+            for (int h = 0; h < H; h++) {
+                char name[64];
+                snprintf(name, sizeof name, "LSHSelfAttention/%s[%d]", w[i].name, h);
+                const ct_param *p = ct_net_find_param(&r.net, name);
+                float want[Dn * dv], lim = (float)sqrt(6.0 / (double)(Dn + w[i].d * H));
+                ct_key k = ct_key_split(ct_key_split(ct_key_from_seed(3), (uint32_t)h), w[i].which);
+                ct_random_uniform(k, want, (size_t)w[i].n, -lim, lim);
+                bad += !p || memcmp(want, r.net.weights + p->offset, sizeof(float) * (size_t)w[i].n) != 0;
+            }
+        printf("init: %d of %d weights differ from U(+-sqrt(6 / (D + d H))) on their documented keys\n", bad, 3 * H);
+        CHECK(bad == 0);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
+// Outside training both dropouts are off (Trax sets them to 0 when mode is
+// not 'train'): an eval forward of a layer with attention_dropout and
+// output_dropout 0.5 equals, bitwise, the same layer's without them (the
+// same init key: the same weights and the same first rotations).
+static void test_eval_no_dropout(void) {
+    enum { Bn = 2, Tn = 16, Dn = 6 };
+    float xd[Bn * Tn * Dn], a[Bn * Tn * Dn], b[Bn * Tn * Dn];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, xd);
+    gradcheck_fill(&x, 12, -1.0f, 1.0f);
+    ct_lsh_self_attention_params p = lsh_params(2, 4, 4, true, 4, 1, 0, 2, 4, 0);
+    ct_layer *plain = ct_lsh_self_attention(p);
+    p.attention_dropout = 0.5f, p.output_dropout = 0.5f;
+    ct_layer *dropped = ct_lsh_self_attention(p);
+    fixture ra, rb;
+    if (fixture_init_ok(&ra, plain, &x, 1, false)) {
+        if (fixture_init_ok(&rb, dropped, &x, 1, false)) {
+            run_forward(&ra, &x, ct_key_from_seed(5), a);
+            run_forward(&rb, &x, ct_key_from_seed(5), b);
+            bool same = memcmp(a, b, sizeof a) == 0;
+            printf("eval with dropouts 0.5/0.5: %s the layer without them\n",
+                   same ? "bitwise equal to" : "DIFFERS from");
+            CHECK(same);
+            fixture_free(&rb);
+        }
+        fixture_free(&ra);
+    }
+    ct_layer_free(plain);
+    ct_layer_free(dropped);
+}
+
+// An eval forward hashes into its own memory and leaves the stored buckets
+// and their tag alone: a training forward afterwards under the eval's key
+// hashes anew (count 3) instead of taking buckets hashed under another key
+// for its own.
+static void test_eval_leaves_tag(void) {
+    enum { Bn = 2, Tn = 16, Dn = 4 };
+    float xd[Bn * Tn * Dn], y[Bn * Tn * Dn];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, xd);
+    gradcheck_fill(&x, 13, -1.0f, 1.0f);
+    ct_layer *l = ct_lsh_self_attention(lsh_params(2, 4, 4, true, 4, 1, 0, 2, 4, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
+        const float *hs = state_of(&r.net, "hash");
+        run_forward(&r, &x, ct_key_from_seed(1), y);
+        ct_net_bind(&r.net, &r.ctx, false);
+        run_forward(&r, &x, ct_key_from_seed(2), y);
+        ct_net_bind(&r.net, &r.ctx, true);
+        run_forward(&r, &x, ct_key_from_seed(2), y);
+        printf("count after train (key 1), eval (key 2), train (key 2): %g\n", (double)hs[4]);
+        CHECK(hs[4] == 3.0f);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
+// The self mask is -1e5 (Trax's), large against any real score: with x
+// scaled so that |q| is ~1e4, a query's score with itself (|q|, as its key
+// is q / rms(q) / sqrt(d_qk)) still loses to every other key's. One chunk
+// of all T rows (no hashing matters), R 1, non-causal, no adjacent chunks,
+// against a float64 reference of REFORMER.md section 2; the float32 scores
+// near 1e4 are rounded by ~1e-3, hence the tolerance (a self penalty too
+// small to win moves rows by their whole size).
+static void test_self_mask_large_scores(void) {
+    enum { Bn = 2, Tn = 8, Dn = 6, H = 2, dk = 4, dv = 3 };
+    float xd[Bn * Tn * Dn], y[Bn * Tn * Dn];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, xd);
+    gradcheck_fill(&x, 14, -1.0f, 1.0f);
+    for (int i = 0; i < Bn * Tn * Dn; i++) xd[i] *= 1e4f;
+    ct_layer *l = ct_lsh_self_attention(lsh_params(H, dk, dv, false, Tn, 0, 0, 1, 2, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, false)) {
+        run_forward(&r, &x, ct_key_from_seed(6), y);
+        const float *W[3];
+        const char *names[3] = {"Wq", "Wv", "Wo"};
+        for (int i = 0; i < 3; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "LSHSelfAttention/%s[0]", names[i]);
+            const ct_param *p = ct_net_find_param(&r.net, name);
+            CHECK(p != NULL);
+            W[i] = p ? r.net.weights + p->offset : NULL;  // heads stacked: (H, rows, cols)
+        }
+        double worst = 0, qmax = 0;
+        for (int b = 0; b < Bn && W[0] && W[1] && W[2]; b++) {
+            double want[Tn][Dn] = {{0}}, scale[Tn][Dn] = {{0}};
+            for (int h = 0; h < H; h++) {
+                double q[Tn][dk] = {{0}}, k[Tn][dk], v[Tn][dv] = {{0}};
+                for (int t = 0; t < Tn; t++) {
+                    const float *xt = xd + (b * Tn + t) * Dn;
+                    for (int i = 0; i < Dn; i++) {
+                        for (int j = 0; j < dk; j++) q[t][j] += (double)xt[i] * W[0][(h * Dn + i) * dk + j];
+                        for (int j = 0; j < dv; j++) v[t][j] += (double)xt[i] * W[1][(h * Dn + i) * dv + j];
+                    }
+                    double ms = 0;
+                    for (int j = 0; j < dk; j++) ms += q[t][j] * q[t][j];
+                    qmax = fmax(qmax, sqrt(ms));
+                    for (int j = 0; j < dk; j++) k[t][j] = q[t][j] / sqrt(ms / dk + 1e-6) / sqrt((double)dk);
+                }
+                for (int t = 0; t < Tn; t++) {
+                    double s[Tn], mx = -INFINITY, sum = 0, o[dv] = {0};
+                    for (int u = 0; u < Tn; u++) {
+                        s[u] = (u == t ? -1e5 : 0.0);
+                        for (int j = 0; j < dk; j++) s[u] += q[t][j] * k[u][j];
+                        mx = fmax(mx, s[u]);
+                    }
+                    for (int u = 0; u < Tn; u++) sum += exp(s[u] - mx);
+                    for (int u = 0; u < Tn; u++)
+                        for (int j = 0; j < dv; j++) o[j] += exp(s[u] - mx) / sum * v[u][j];
+                    for (int i = 0; i < Dn; i++)
+                        for (int j = 0; j < dv; j++) {
+                            double wo = W[2][(h * dv + j) * Dn + i];
+                            want[t][i] += o[j] * wo, scale[t][i] += fabs(o[j] * wo);
+                        }
+                }
+            }
+            for (int t = 0; t < Tn; t++)
+                for (int i = 0; i < Dn; i++)
+                    worst = fmax(worst, fabs(y[(b * Tn + t) * Dn + i] - want[t][i]) / scale[t][i]);
+        }
+        printf("self mask with |q| up to %.0f: max error %.2e relative to sum |o| |Wo| (tol 1e-2)\n", qmax, worst);
+        CHECK(qmax > 5e3 && worst < 1e-2);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
+// A zero-length input (T 0) is an empty sequence: init (with Trax's default
+// look-back of one chunk), a training forward and backward give (B, 0, D).
+static void test_zero_length(void) {
+    static float xd[1], gd[1];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, 0, D, xd), gy = ct_tensor_3d(CT_DTYPE_F32, B, 0, D, gd);
+    ct_layer *l = ct_lsh_self_attention(lsh_params(2, 4, 4, true, 4, 1, 0, 2, 4, 0));
+    fixture r;
+    ct_status st = fixture_init(&r, l, &x, 1, true);
+    printf("T 0, before 1: init %s\n", st == CT_OK ? "ok" : r.err.msg);
+    CHECK(st == CT_OK);
+    if (st == CT_OK) {
+        ct_tensor out[1], gin[1];
+        CHECK_OK(ct_layer_forward(r.net.root, &r.ctx, &x, out, ct_key_from_seed(4), &r.err), &r.err);
+        CHECK(out[0].ndim == 3 && out[0].shape[0] == B && out[0].shape[1] == 0 && out[0].shape[2] == D);
+        CHECK_OK(ct_layer_backward(r.net.root, &r.ctx, &gy, gin, ct_key_from_seed(4), &r.err), &r.err);
+        CHECK(gin[0].ndim == 3 && gin[0].shape[1] == 0);
+        ct_arena_reset(&r.arena);
+        fixture_free(&r);
+    } else {
+        ct_ctx_free(&r.ctx);
+        ct_arena_free(&r.arena);
+    }
+    ct_layer_free(l);
+}
+
 int main(void) {
     test_hash_wide_factor();
     test_one_chunk_two_buckets();
@@ -694,5 +881,10 @@ int main(void) {
     test_max_length_for_buckets();
     test_eval_any_shape();
     test_hash_edge_cases();
+    test_init_weights();
+    test_eval_no_dropout();
+    test_eval_leaves_tag();
+    test_self_mask_large_scores();
+    test_zero_length();
     return check_summary("test_lsh_attention");
 }

@@ -1,6 +1,8 @@
 // Axial positional encoding, the fixed position tables and Chunk (the chunked
-// feed-forward): gradient checks, the axial table's values, size, errors and
-// dropout mask, and chunked = unchunked (forward and every gradient).
+// feed-forward): gradient checks, the axial table's values, size, errors,
+// init keys and dropout mask (negative broadcast dims, ReformerLM's dims),
+// the trainable table's dropout (train and eval), chunked = unchunked
+// (forward and every gradient) and Chunk(layer, c < 1) = layer.
 #include <stdlib.h>
 
 #include "layer_fixture.h"
@@ -317,6 +319,133 @@ static void test_chunk_memory(void) {
     CHECK(chunked * 4 < whole);
 }
 
+// Axis k's table is drawn from split(layer key, k) (Trax's split(key, K)[k]),
+// N(0, 1): the fixture's layer key is the net's, seed 3.
+static void test_axial_init_keys(void) {
+    float z[1 * 12 * 5] = {0};
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 1, 12, 5, z);
+    fixture f;
+    ct_layer *l = axial(2, (int[]){3, 4}, (int[]){2, 3}, 0, 0, NULL);
+    CHECK_OK(fixture_init(&f, l, &x, 1, false), &f.err);
+    ct_layer_free(l);
+    const int n[2] = {3 * 2, 4 * 3};
+    int bad = 0;
+    for (int k = 0; k < 2; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "AxialPositionalEncoding/axis_%d", k);
+        const ct_param *p = ct_net_find_param(&f.net, name);
+        float want[12];
+        ct_random_normal(ct_key_split(ct_key_from_seed(3), (uint32_t)k), want, (size_t)n[k], 1.0f);
+        bad += !p || memcmp(want, f.net.weights + p->offset, sizeof(float) * (size_t)n[k]) != 0;
+    }
+    printf("axial init: %d of 2 axis tables differ from N(0, 1) on split(key, k)\n", bad);
+    CHECK(bad == 0);
+    fixture_free(&f);
+}
+
+// Negative dropout_broadcast_dims count from the end of the noise shape (B,
+// n_0, n_1, D), as Python's noise_shape[dim]: -1 is D (3), -2 is n_1 (2).
+static void test_axial_negative_dims(void) {
+    enum { B = 2, T = 12, D = 5 };
+    static float z[B * T * D];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, z);
+    const int neg[2] = {-1, -2}, pos[2] = {3, 2};
+    for (int i = 0; i < 2; i++) {
+        float a[B * T * D], b[B * T * D];
+        fixture fa, fb;
+        ct_layer *la = axial(2, (int[]){3, 4}, (int[]){2, 3}, 0.5f, 1, &neg[i]);
+        ct_layer *lb = axial(2, (int[]){3, 4}, (int[]){2, 3}, 0.5f, 1, &pos[i]);
+        CHECK_OK(fixture_init(&fa, la, &x, 1, true), &fa.err);
+        CHECK_OK(fixture_init(&fb, lb, &x, 1, true), &fb.err);
+        ct_layer_free(la);
+        ct_layer_free(lb);
+        run_forward(&fa, &x, ct_key_from_seed(5), a);
+        run_forward(&fb, &x, ct_key_from_seed(5), b);
+        bool same = memcmp(a, b, sizeof a) == 0;
+        printf("axial dropout dims (%d) vs (%d): %s\n", neg[i], pos[i], same ? "bitwise equal" : "DIFFER");
+        CHECK(same);
+        fixture_free(&fa);
+        fixture_free(&fb);
+    }
+}
+
+// The trainable table with Trax's channel dropout: the gradient check in
+// training (the table's gradient takes the same channel scales), and no
+// dropout in eval (on a zero input the output is the sinusoids, exactly).
+static void test_trainable_dropout(void) {
+    enum { B = 2, T = 5, D = 6 };
+    float a[B * T * D], y[B * T * D], pe[8 * D];
+    ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, B, T, D, a), 3, -1.0f, 1.0f);
+    check_layer("PositionalEncoding(trainable, dropout 0.3) train",
+                ct_positional_encoding_trainable_sinusoidal(8, 0.3f), &x, 1, true);
+    memset(a, 0, sizeof a);
+    fixture f;
+    ct_layer *l = ct_positional_encoding_trainable_sinusoidal(8, 0.5f);
+    CHECK_OK(fixture_init(&f, l, &x, 1, false), &f.err);
+    ct_layer_free(l);
+    run_forward(&f, &x, ct_key_from_seed(5), y);
+    memcpy(pe, f.net.weights, sizeof pe);
+    int bad = 0;
+    for (int i = 0; i < B * T * D; i++) bad += y[i] != pe[i % (T * D)];
+    printf("trainable table, dropout 0.5, eval: %d of %d outputs differ from the table\n", bad, B * T * D);
+    CHECK(f.net.n_weights == 8 * D && bad == 0);
+    // Training: each channel is 0 everywhere or the table / (1 - 0.5)
+    // (told apart at position 1, where no sinusoid is 0).
+    ct_net_bind(&f.net, &f.ctx, true);
+    run_forward(&f, &x, ct_key_from_seed(5), y);
+    int kept = 0, dropped = 0;
+    bad = 0;
+    for (int d = 0; d < D; d++) {
+        bool zero = y[D + d] == 0.0f;
+        kept += !zero, dropped += zero;
+        for (int i = d; i < B * T * D; i += D) bad += y[i] != (zero ? 0.0f : 2.0f * pe[i % (T * D)]);
+    }
+    printf("trainable table, dropout 0.5, train: %d channels kept (x 2), %d dropped, %d outputs otherwise\n", kept,
+           dropped, bad);
+    CHECK(bad == 0 && kept > 0 && dropped > 0);
+    fixture_free(&f);
+}
+
+// Trax's Chunk(layer, c) with c < 1 is the layer itself.
+static void test_chunk_below_one(void) {
+    ct_layer *l = ff(0);
+    CHECK(ct_chunk(l, 0) == l && ct_chunk(l, -3) == l);
+    ct_layer_free(l);
+}
+
+// ReformerLM's 'axial' passes dropout_broadcast_dims 1..K, as Trax: in
+// training one (B, D) mask, each (example, channel) dropped at every
+// position or at none (zero input: the output is PE x mask / keep).
+static void test_reformer_axial_dropout(void) {
+    enum { B = 4, T = 20, D = 8 };
+    ct_reformer_lm_params p = ct_reformer_lm_default_params();
+    p.vocab_size = 8, p.d_model = D, p.d_ff = 8, p.n_layers = 0, p.n_heads = 2, p.max_len = T, p.dropout = 0.5f;
+    p.pos_type = "axial", p.pos_axial_n = 2;
+    p.pos_axial_shape[0] = 4, p.pos_axial_shape[1] = 5, p.pos_d_axial_embs[0] = 3, p.pos_d_axial_embs[1] = 5;
+    ct_layer *m = ct_reformer_lm(p), *ax = NULL;
+    for (int i = 0; i < m->n_sub; i++)
+        if (strcmp(m->sub[i]->vt->type, "AxialPositionalEncoding") == 0) ax = m->sub[i];
+    CHECK(ax != NULL);
+    static float z[B * T * D], o[B * T * D];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, z);
+    fixture f;
+    if (ax && fixture_init_ok(&f, ax, &x, 1, true)) {
+        run_forward(&f, &x, ct_key_from_seed(5), o);
+        int mixed = 0, dropped = 0;
+        for (int b = 0; b < B; b++)
+            for (int d = 0; d < D; d++) {
+                int zeros = 0;
+                for (int t = 0; t < T; t++) zeros += o[(b * T + t) * D + d] == 0.0f;
+                mixed += zeros != 0 && zeros != T, dropped += zeros == T;
+            }
+        printf("ReformerLM axial, dropout 0.5: %d of %d (example, channel) masks dropped, %d mixed\n", dropped,
+               B * D, mixed);
+        CHECK(mixed == 0 && dropped > 0 && dropped < B * D);
+        fixture_free(&f);
+    }
+    ct_layer_free(m);
+}
+
 int main(void) {
     test_axial_gradients();
     test_axial_values();
@@ -330,5 +459,10 @@ int main(void) {
     test_chunk_exact(5);  // 24 rows: one chunk
     test_chunk_exact(1);
     test_chunk_memory();
+    test_axial_init_keys();
+    test_axial_negative_dims();
+    test_trainable_dropout();
+    test_chunk_below_one();
+    test_reformer_axial_dropout();
     return check_summary("test_positions_chunk");
 }

@@ -86,7 +86,8 @@ static ct_status sa_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_t
     CT_TRY(sa_check_params(l, err));
     ct_chunked_attention_dims d;
     CT_TRY(sa_dims(l, NULL, &in[0], "init", &d, err));
-    CT_TRY(ct_attention_check_window(l, d.T / d.m, p->n_chunks_before, p->n_chunks_after, err));
+    // Full attention on T 0 has one chunk of 0 rows (m = T): no chunks.
+    CT_TRY(ct_attention_check_window(l, d.m ? d.T / d.m : 0, p->n_chunks_before, p->n_chunks_after, err));
     if (p->masked) CT_TRY(ct_attention_check_mask(l, &in[0], &in[1], "init", err));
     int64_t D = hp->d_model = in[0].shape[2], H = p->n_heads;
     float lim_qk = (float)sqrt(6.0 / (double)(D + p->d_qk * H)), lim_v = (float)sqrt(6.0 / (double)(D + p->d_v * H));
