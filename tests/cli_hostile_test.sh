@@ -248,7 +248,8 @@ expect "train: shuffle buffer 2^24" "$work/base" 1 "TextInputs.shuffle_buffer = 
 # whose index (32 GiB) aborted in malloc; refused before, naming seq_len.
 # And a seq_len longer than the corpus names the --set that made it so.
 truncate -s 8G "$work/sparse_tokens.bin"
-expect "train: 2^32 examples" "$work/base" 1 "(with --set:1:1: TokenInputs.seq_len = 1)" "more than 2^32" -- \
+expect "train: 2^32 examples" "$work/base" 1 \
+    "(with --set:1:1: TokenInputs.seq_len = 1, TokenInputs.token_bytes = 2 (its default))" "more than 2^32" -- \
     "$ctrax" train "$src/configs/copy.gin" --set train.inputs=@TokenInputs \
     --set "TokenInputs.paths=['$work/sparse_tokens.bin']" --set TokenInputs.seq_len=1 --output-dir "$work/sparse"
 rm -f "$work/sparse_tokens.bin"

@@ -1339,6 +1339,16 @@ static void test_synthetic_inputs(void) {
     CHECK(ct_config_build_inputs(cfg, "sequence_copy_inputs", 0, 1, &t, &e, &err) == CT_ERR_ARG &&
           strstr(err.msg, "batch_size 0"));
     ct_config_free(cfg);
+    // Training w has train_min_length..train_length-1 tokens: equal bounds leave none.
+    cfg = parse_cfg("c.gin",
+                    "sequence_copy_inputs.vocab_size = 10\nsequence_copy_inputs.train_length = 6\n"
+                    "sequence_copy_inputs.train_min_length = 6\nsequence_copy_inputs.eval_min_length = 8\n"
+                    "sequence_copy_inputs.eval_max_length = 9\n",
+                    &err);
+    CHECK(ct_config_build_inputs(cfg, "sequence_copy_inputs", 4, 1, &t, &e, &err) == CT_ERR_ARG && !t && !e);
+    CHECK_MSG(strstr(err.msg, "c.gin:3:1") && strstr(err.msg, "train_min_length 6 must be < train_length 6"), "%s",
+              err.msg);
+    ct_config_free(cfg);
     EXPECT_ERROR("e.gin", "addition_inputs.vocab_size = 4\n", "e.gin:1:1", "must be >= 5");
     EXPECT_ERROR("e.gin", "CopyInputs.vocab_sise = 4\n", "e.gin:1:1", "did you mean 'vocab_size'");
     EXPECT_ERROR("e.gin", "train.inputs = @CopyInput\n", "e.gin:1:16", "did you mean 'CopyInputs'");
@@ -1639,6 +1649,25 @@ static void test_token_inputs(void) {
     ct_config_free(cfg);
     CHECK(same_first_batch(text, "TokenInputs", 4, 2, 2, false) == 1);
     CHECK(same_first_batch(text, "TokenInputs", 4, 2, 3, false) == 0);
+    // With a shuffle buffer the epochs under it are in order: a buffer of 1
+    // shuffles nothing, so the first batch is chunks 0..3, token j of chunk r
+    // being 7 (10 r + j) mod 50.
+    snprintf(text, sizeof text,
+             "TokenInputs.paths = ['%s']\nTokenInputs.seq_len = 10\nTokenInputs.eval_fraction = 0\n"
+             "TokenInputs.shuffle_buffer = 1\n",
+             tmp_file("tokens.bin"));
+    cfg = parse_cfg("tok.gin", text, &err);
+    CHECK_OK(ct_config_build_inputs(cfg, "TokenInputs", 4, 1, &train, &eval, &err), &err);
+    if (train) {
+        ct_batch tb;
+        CHECK_OK(ct_stream_next(train, &tb, &err), &err);
+        int in_order = tb.n == 3 && is_lm_batch(&tb, 4, 10);
+        for (int i = 0; in_order && i < 40; i++) in_order = ((const int32_t *)tb.t[0].data)[i] == (7 * i) % 50;
+        CHECK_MSG(in_order, "shuffle_buffer 1: the first batch is not chunks 0..3 in order");
+    }
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_config_free(cfg);
 
     // Errors: a token width that does not exist, one the file does not fit,
     // a token out of the vocabulary, a missing file.
@@ -1656,6 +1685,8 @@ static void test_token_inputs(void) {
         CHECK_MSG(strstr(err.msg, bad[k].want1) && strstr(err.msg, bad[k].want2) &&
                       (k == 0 || strstr(err.msg, "tokens.bin")),
                   "%s", err.msg);
+        // A file the width does not fit names the width's setting, the one to change.
+        CHECK_MSG(k == 0 || strstr(err.msg, "bad.gin:2:1: TokenInputs.token_bytes = 4"), "%s", err.msg);
         printf("  error: %s\n", err.msg);
         ct_config_free(cfg);
     }
@@ -1801,6 +1832,17 @@ static void test_idx_inputs(void) {
     CHECK(ct_config_build_inputs(cfg, "IDXInputs", 4, 1, &train, &eval, &err) == CT_ERR_FORMAT);
     CHECK_MSG(strstr(err.msg, "idx.gin:1:") && strstr(err.msg, "bad magic"), "%s", err.msg);
     printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    // Images given as labels: the labels' setting and line.
+    snprintf(text, sizeof text,
+             "IDXInputs.train_images = '%s'\nIDXInputs.train_labels = '%s'\n"
+             "IDXInputs.eval_images = '%s'\nIDXInputs.eval_labels = '%s'\n",
+             tmp_file("train-images"), tmp_file("eval-images"), tmp_file("eval-images"), tmp_file("eval-labels"));
+    cfg = parse_cfg("idx.gin", text, &err);
+    CHECK(ct_config_build_inputs(cfg, "IDXInputs", 4, 1, &train, &eval, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "idx.gin:2:") && strstr(err.msg, "IDXInputs.train_labels") &&
+                  strstr(err.msg, "bad magic 0x00000803"),
+              "%s", err.msg);
     ct_config_free(cfg);
     cfg = parse_cfg("idx.gin", "IDXInputs.n_classes = 10\n", &err);
     CHECK(ct_config_build_inputs(cfg, "IDXInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG);

@@ -13,9 +13,11 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "ctrax/core/memory.h"
 #include "ctrax/core/rng.h"
 #include "ctrax/data/stream.h"
 #include "ctrax/data/synthetic.h"
+#include "data/stream_internal.h"
 
 static char tmpdir[256];
 
@@ -314,6 +316,29 @@ static void test_addition(void) {
     for (int l = 1; l <= 4; l++) CHECK_MSG(l1_seen[l] > 0, "l1 = %d never drawn", l);
     CHECK(l2_seen[1] > 0 && l2_seen[7] > 0);
     ct_stream_free(s);
+    // An even min_length: Trax's a = (4 - 1) // 2 = 1, so with lengths 4..4
+    // l1 is drawn from [1, 1 + (4 - 1 + 1) // 2) = {1, 2} and l2 from [1, 4 - l1 - 1].
+    CHECK_OK(ct_addition_stream_new(&s, &(ct_addition_task){13, 4, 4, 6}, &err), &err);
+    int l1_count[3] = {0}, odd = 0;
+    for (int e = 0; e < 100; e++) {
+        ct_batch b;
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        const int32_t *x = ct_i32(&b.t[0]);
+        int plus = -1, sep = -1;
+        for (int i = 1; i < b.t[0].shape[0]; i++) {
+            if (x[i] == 11 && plus < 0) plus = i;
+            if (x[i] == 12 && sep < 0) sep = i;
+        }
+        int l1 = plus - 1, l2 = sep - plus - 1;
+        if (l1 < 1 || l1 > 2 || l2 < 1 || l2 > 4 - l1 - 1) {
+            odd++;
+            continue;
+        }
+        l1_count[l1]++;
+    }
+    CHECK_MSG(odd == 0 && l1_count[1] > 0 && l1_count[2] > 0, "lengths 4..4: %d odd, l1 = 1 %d times, l1 = 2 %d times",
+              odd, l1_count[1], l1_count[2]);
+    ct_stream_free(s);
     // Trax's own check: lengths below 3 are an error.
     CHECK(ct_addition_stream_new(&s, &(ct_addition_task){13, 2, 9, 0}, &err) == CT_ERR_ARG);
 }
@@ -386,6 +411,20 @@ static void test_text(void) {
     CHECK_OK(ct_stream_next(s, &b, &err), &err);
     CHECK(ct_i32(&b.t[0])[0] == 'a');
     ct_stream_free(s);
+    const char *with_binary[] = {tmp_path("text/bin.dat"), tmp_path("text/a.txt")};
+    p.paths = with_binary;
+    p.seq_len = 2;
+    CHECK_OK(ct_text_stream_new(&s, &p, &err), &err);
+    CHECK(ct_corpus_n_files(s) == 2 && ct_stream_length(s) == 7);  // (4 + 10) / 2
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(ct_i32(&b.t[0])[0] == 0 && ct_i32(&b.t[0])[1] == 0);
+    // A position past the end is the end: the cursor says where it stopped.
+    CHECK_OK(ct_stream_seek(s, 12, &err), &err);
+    CHECK(ct_stream_get_cursor(s).position == 7);
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(b.n == 0);
+    ct_stream_free(s);
+    p.seq_len = 10;
 
     // Errors: a missing file, a directory with nothing in it, too little text.
     const char *missing[] = {tmp_path("text/nope.txt")};
@@ -484,6 +523,14 @@ static void test_split(void) {
     p.eval_fraction = 0.2;
     CHECK_OK(ct_text_stream_new(&s, &p, &err), &err);
     CHECK(!empty);
+    // The split seed decides which chunks a stream holds: a cursor saved with
+    // another is refused (at the same position, of the same length).
+    ct_stream_cursor c = ct_stream_get_cursor(s);
+    ct_stream_free(s);
+    p.split_seed = 12;
+    CHECK_OK(ct_text_stream_new(&s, &p, &err), &err);
+    CHECK(ct_stream_set_cursor(s, c, &err) == CT_ERR_STATE);
+    CHECK_MSG(strstr(err.msg, "was saved by a different stream"), "%s", err.msg);
     ct_stream_free(s);
 }
 
@@ -539,6 +586,20 @@ static void test_tokens(void) {
               err.msg);
     printf("  bad token: %s\n", err.msg);
     ct_stream_free(s);
+    // Without a vocab_size a uint32 token must still fit an int32 id; the
+    // error does not speak of a vocab_size no one set.
+    buf[8] = 0, buf[9] = 0, buf[10] = 0, buf[11] = 0x80;  // token 2 is 2^31
+    write_file(tmp_path("tok32big.bin"), buf, 160);
+    const char *big[] = {tmp_path("tok32big.bin")};
+    p.paths = big;
+    p.vocab_size = 0;
+    CHECK_OK(ct_token_stream_new(&s, &p, &err), &err);
+    CHECK(ct_stream_next(s, &b, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "tok32big.bin: token 2147483648 at byte 8 is above 2147483647, the largest id an int32 "
+                              "holds (uint32 tokens)"),
+              "%s", err.msg);
+    ct_stream_free(s);
+    p.paths = p32;
 
     // An odd size: 81 bytes of uint16 tokens.
     buf[0] = 1;
@@ -813,6 +874,39 @@ static void test_idx_large(void) {
     snprintf(want, sizeof want, "im_large.gz: 1 byte after the gzip data ends at byte %zu", cap - 1);
     CHECK_MSG(strstr(err.msg, want), "%s", err.msg);
     CHECK(s == NULL);
+
+    // The fingerprint tells two image files with the same labels apart by
+    // their first image: a cursor from one is refused by the other.
+    ct_stream *a = NULL, *other = NULL;
+    write_file(tmp_path("im_plain"), im, 16 + (size_t)N * PX);
+    im[16] ^= 1;
+    write_file(tmp_path("im_other"), im, 16 + (size_t)N * PX);
+    CHECK_OK(open_idx(tmp_path("im_plain"), tmp_path("lb_large"), &a, &err), &err);
+    CHECK_OK(open_idx(tmp_path("im_other"), tmp_path("lb_large"), &other, &err), &err);
+    if (a && other) {
+        CHECK(ct_stream_set_cursor(other, ct_stream_get_cursor(a), &err) == CT_ERR_STATE);
+        CHECK_MSG(strstr(err.msg, "was saved by a different stream"), "%s", err.msg);
+    }
+    ct_stream_free(a);
+    ct_stream_free(other);
+    // Headers that declare more than any file holds are refused before
+    // anything is allocated: 2^22 images of 2^21 x 2^21 (2^64 bytes, 0 in
+    // 64 bits), and 60000 images of 28 x 28 in a gzip file of a few bytes.
+    be32(im + 4, 1u << 22);
+    be32(im + 8, 1u << 21);
+    be32(im + 12, 1u << 21);
+    write_file(tmp_path("im_huge"), im, 16);
+    CHECK(open_idx(tmp_path("im_huge"), tmp_path("lb_large"), &s, &err) == CT_ERR_FORMAT && s == NULL);
+    CHECK_MSG(strstr(err.msg, "im_huge: the header declares 4194304 images of 2097152x2097152, more than 10^12 bytes"),
+              "%s", err.msg);
+    be32(im + 4, 60000);
+    be32(im + 8, 28);
+    be32(im + 12, 28);
+    write_gz(tmp_path("im_huge.gz"), im, 16);
+    CHECK(open_idx(tmp_path("im_huge.gz"), tmp_path("lb_large"), &s, &err) == CT_ERR_FORMAT && s == NULL);
+    CHECK_MSG(strstr(err.msg, "im_huge.gz: the header declares 60000 images of 28x28 (47040000 bytes), more than a") &&
+                  strstr(err.msg, "-byte gzip file can hold (deflate gives at most 1032x)"),
+              "%s", err.msg);
     free(im);
     free(gz);
 }
@@ -907,6 +1001,36 @@ static void test_epochs_and_shuffle(void) {
     CHECK_OK(ct_epochs_stream_new(&s, s, false, 1, INT64_MAX / N, &err), &err);
     CHECK(ct_stream_length(s) == INT64_MAX / N * N);
     ct_stream_free(s);
+
+    // Each epoch is a Fisher-Yates permutation (j uniform in [0, k]), so an
+    // item can stay where it was: a uniform permutation of 50 keeps at least
+    // one item in place with probability 1 - 1/e, and in 20 epochs some epoch
+    // does. Sattolo's variant (j in [0, k)) draws only single cycles, which
+    // never do.
+    s = numbered_stream(N);
+    CHECK_OK(ct_epochs_stream_new(&s, s, true, 5, 20, &err), &err);
+    int fixed_points = 0;
+    for (int i = 0; i < 20 * N; i++) {
+        ct_batch b;
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        fixed_points += b.n > 0 && chunk_of(&b, 0) == i % N;
+    }
+    CHECK_MSG(fixed_points > 0, "20 shuffled epochs of %d items left no item in its place: not Fisher-Yates", N);
+    ct_stream_free(s);
+    // An epoch of more than 2^32 items is refused (the permutation draws
+    // 32-bit indices): 2^31 epochs of 4 items are 2^33.
+    s = numbered_stream(4);
+    CHECK_OK(ct_epochs_stream_new(&s, s, false, 1, INT64_C(1) << 31, &err), &err);
+    CHECK(ct_stream_length(s) == INT64_C(1) << 33);
+    CHECK(ct_epochs_stream_new(&s, s, false, 1, 0, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "epochs: the epochs stream has 8589934592 items, more than 2^32"), "%s", err.msg);
+    // The shuffle buffer holds at most 2^24 items; truncate keeps at least 1.
+    s = numbered_stream(4);
+    CHECK(ct_shuffle_stream_new(&s, s, (1 << 24) + 1, 1, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "shuffle: buffer_size is 16777217; expected 1..2^24"), "%s", err.msg);
+    s = numbered_stream(4);
+    CHECK(ct_truncate_stream_new(&s, s, 0, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "truncate: max_len is 0; expected >= 1"), "%s", err.msg);
 }
 
 static void test_batch(void) {
@@ -970,6 +1094,18 @@ static void test_batch(void) {
     CHECK(st == CT_ERR_SHAPE);
     CHECK_MSG(strstr(err.msg, "longer than length 8 (truncate first)"), "%s", err.msg);
     ct_stream_free(s);
+    // One token too long is too long (w of 1..3: examples of 4, 6 or 8).
+    ct_copy_task up_to_8 = {10, 3, false, 4, 1};
+    CHECK_OK(ct_copy_stream_new(&s, &up_to_8, &err), &err);
+    bp.length = 7;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    st = CT_OK;
+    for (int i = 0; i < 20 && st == CT_OK; i++) st = ct_stream_next(s, &b, &err);
+    CHECK(st == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(err.msg, "batch: an example of length 8 is longer than length 7 (truncate first)"), "%s",
+              err.msg);
+    ct_stream_free(s);
+    bp.length = 8;
     // Examples of one fixed length (min_length 0) longer than length: refused
     // when the batcher is made (they went through at their own length,
     // against the batch's signature).
@@ -1020,6 +1156,32 @@ static void test_batch(void) {
     CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
     CHECK(ct_batch_stream_new(&s, s, &bp, &err) == CT_ERR_ARG && s == NULL);
     CHECK_MSG(strstr(err.msg, "batch: boundaries must be positive and ascending (boundary 1 is 6)"), "%s", err.msg);
+    // A batch whose first example's position passes 2^63 cannot be sought.
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    ct_batch_params four = ct_batch_default_params();
+    four.batch_size = 4;
+    CHECK_OK(ct_batch_stream_new(&s, s, &four, &err), &err);
+    CHECK(ct_stream_seek(s, INT64_MAX / 4 + 1, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "batch: cannot seek to batch 2305843009213693952: its examples' position overflows"),
+              "%s", err.msg);
+    CHECK_OK(ct_stream_seek(s, INT64_MAX / 4, &err), &err);
+    ct_stream_free(s);
+    int64_t from_zero[] = {0, 8};
+    bp.boundaries = from_zero;
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK(ct_batch_stream_new(&s, s, &bp, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "batch: boundaries must be positive and ascending (boundary 0 is 0)"), "%s", err.msg);
+    // Negative windows and multiples are refused, not read as 0.
+    ct_batch_params negative = ct_batch_default_params();
+    negative.bucket_window = -1;
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK(ct_batch_stream_new(&s, s, &negative, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "batch: batch_size 32 x bucket_window -1 is out of range"), "%s", err.msg);
+    negative = ct_batch_default_params();
+    negative.pad_to_multiple = -1;
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK(ct_batch_stream_new(&s, s, &negative, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "batch: pad_to_multiple is -1; expected >= 0"), "%s", err.msg);
     bp.boundaries = huge;
     CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
     CHECK(ct_batch_stream_new(&s, s, &bp, &err) == CT_ERR_MEMORY && s == NULL);
@@ -1120,10 +1282,100 @@ static void test_batch(void) {
     CHECK_MSG(in_order && each_once, "bucketing examples of one length: batches not consecutive runs of the window");
     CHECK_MSG(reordered > 0, "bucketing: the batches of both windows came out in stream order");
     ct_stream_free(s);
+
+    // A window's order is a Fisher-Yates permutation: with 3 batches a window
+    // keeps its first batch first with probability 1/3, and of 30 windows
+    // some do (Sattolo's single 3-cycles never would).
+    s = numbered_stream(360);
+    bp.bucket_window = 3;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    // Each window draws its own order (from the seed and its index).
+    int first_stays = 0, orders_seen[3] = {0};
+    for (int w = 0; w < 30; w++)
+        for (int i = 0; i < 3; i++) {
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            first_stays += i == 0 && b.n > 0 && chunk_of(&b, 0) == 12 * w;
+            int k = b.n > 0 ? (chunk_of(&b, 0) - 12 * w) / 4 : -1;
+            if (i == 0 && k >= 0 && k < 3) orders_seen[k] = 1;
+        }
+    CHECK_MSG(first_stays > 0, "bucketing: no window of 30 kept its first batch first: not Fisher-Yates");
+    CHECK_MSG(orders_seen[0] + orders_seen[1] + orders_seen[2] == 3,
+              "bucketing: over 30 windows the first batch out was always among the same ones");
+    ct_stream_free(s);
+
+    // Padding to a multiple: the width is the longest example rounded up, no
+    // more (w of 1..3 tokens: examples of 4, 6 or 8; with 4, 8 stays 8 and 6
+    // becomes 8; with 1 the width is the longest itself).
+    for (int m = 1; m <= 4; m += 3) {
+        ct_copy_task short_w = {10, 3, false, 6, 1};
+        CHECK_OK(ct_copy_stream_new(&ex, &short_w, &err), &err);
+        CHECK_OK(ct_copy_stream_new(&s, &short_w, &err), &err);
+        bp = ct_batch_default_params();
+        bp.batch_size = 2;
+        bp.pad_to_multiple = m;
+        CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+        int wrong_width = 0, at_multiple = 0;
+        for (int i = 0; i < 20; i++) {
+            int64_t longest = 0;
+            for (int r = 0; r < 2; r++) {
+                ct_batch e;
+                CHECK_OK(ct_stream_next(ex, &e, &err), &err);
+                if (e.t[0].shape[0] > longest) longest = e.t[0].shape[0];
+            }
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            int64_t want = (longest + m - 1) / m * m;
+            wrong_width += b.t[0].shape[1] != want || b.t[2].shape[1] != want;
+            at_multiple += longest % m == 0;
+        }
+        CHECK_MSG(wrong_width == 0, "pad_to_multiple %d: %d of 20 batches not padded to the longest rounded up", m,
+                  wrong_width);
+        CHECK(at_multiple > 0);
+        ct_stream_free(s);
+        ct_stream_free(ex);
+    }
+}
+
+// A source of one item that no library source yields: targets of the given
+// dtype (4) and weights of n_weights, to reach the weights stage's checks.
+typedef struct odd_item {
+    int32_t tokens[4];
+    float weights[4];
+} odd_item;
+
+static ct_status odd_next(ct_stream *s, ct_batch *out, ct_error *err) {
+    (void)err;
+    odd_item *it = s->impl;
+    *out = (ct_batch){3, {s->sigs[0], s->sigs[1], s->sigs[2]}};
+    out->t[0].data = out->t[1].data = it->tokens;
+    out->t[2].data = it->weights;
+    return CT_OK;
+}
+
+static const ct_stream_ops odd_ops = {"odd", odd_next, NULL, NULL, NULL};
+
+static ct_stream *odd_stream(ct_dtype targets, int n_weights) {
+    ct_stream *s = ct_stream_alloc(&odd_ops, NULL, ct_calloc(1, sizeof(odd_item)));
+    s->n_out = 3;
+    s->sigs[0] = ct_tensor_1d(CT_DTYPE_I32, 4, NULL);
+    s->sigs[1] = ct_tensor_1d(targets, 4, NULL);
+    s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, n_weights, NULL);
+    return s;
 }
 
 static void test_weights(void) {
     ct_error err;
+    // Weights that do not match the targets, and a mask id over float
+    // targets, are errors (not a read past the weights, not a float compared
+    // as an int).
+    ct_stream *odd = odd_stream(CT_DTYPE_I32, 3);
+    CHECK_OK(ct_weights_stream_new(&odd, odd, -1, &err), &err);
+    ct_batch ob;
+    CHECK(ct_stream_next(odd, &ob, &err) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(err.msg, "loss weights: weights") && strstr(err.msg, "do not match targets"), "%s", err.msg);
+    ct_stream_free(odd);
+    odd = odd_stream(CT_DTYPE_F32, 4);
+    CHECK(ct_weights_stream_new(&odd, odd, 0, &err) == CT_ERR_ARG && odd == NULL);
+    CHECK_MSG(strstr(err.msg, "loss weights: mask_id 0 needs int32 targets; they are"), "%s", err.msg);
     // mask_id 0 zeroes the weights of 0 targets (the copy task's separators);
     // the item's own weights are kept (0 on "0 w 0", 1 on the second w):
     // the first w's targets are not 0, so only the kept weights zero them.
@@ -1451,6 +1703,19 @@ static void test_prefetch(void) {
     CHECK(b.n == 0);
     ct_stream_free(s);
     CHECK(ct_prefetch_stream_new(&s, numbered_stream(3), 0, &err) == CT_ERR_ARG);
+
+    // The item handed out stays as it was while the worker runs ahead: given
+    // time to fill every free slot, the worker leaves the held one alone.
+    s = numbered_stream(40);
+    CHECK_OK(ct_prefetch_stream_new(&s, s, 1, &err), &err);
+    int intact = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        usleep(20000);
+        intact += b.n > 0 && chunk_of(&b, 0) == i;
+    }
+    CHECK_MSG(intact == 8, "prefetch: %d of 8 items held by the caller were overwritten", 8 - intact);
+    ct_stream_free(s);
 }
 
 // ---- the Debian packages -----------------------------------------------------------------------

@@ -245,10 +245,17 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         bool empty_split = false;
         p.empty_split = &empty_split;
         // Each error names the settings behind it: the files with seq_len
-        // (too few or too many examples) or with eval_fraction (an empty
-        // train split), the shuffle buffer, the eval split.
-        char note[400], frac[400];
+        // (too few or too many examples; for token files with token_bytes
+        // too, which also decides whether a file's size fits) or with
+        // eval_fraction (an empty train split), the shuffle buffer, the eval split.
+        char note[800], frac[400];
         cfg_setting_text(cfg, name, "seq_len", NULL, note, sizeof note);
+        if (!text) {
+            size_t used = strlen(note);
+            snprintf(note + used, sizeof note - used, ", ");
+            used += strlen(note + used);
+            cfg_setting_text(cfg, name, "token_bytes", NULL, note + used, sizeof note - used);
+        }
         cfg_setting_text(cfg, name, "eval_fraction", NULL, frac, sizeof frac);
         st = text ? ct_text_stream_new(train, &p, err) : ct_token_stream_new(train, &p, err);
         if (st != CT_OK) ct_error_prefix(err, "%s%s.paths (with %s)", where, name, empty_split ? frac : note);

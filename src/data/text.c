@@ -80,10 +80,14 @@ static ct_status read_chunk(corpus *c, int64_t chunk, ct_error *err) {
                      : c->token_bytes == 2
                          ? (uint32_t)p[0] | (uint32_t)p[1] << 8
                          : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        if (v > INT32_MAX || (c->vocab_size > 0 && (int64_t)v >= c->vocab_size))
+        // Ids are int32 whatever vocab_size is: past that, the error names no vocab_size (which may be unset).
+        if (v > INT32_MAX)
+            return ct_error_set(err, CT_ERR_FORMAT,
+                                "%s: token %u at byte %zu is above %d, the largest id an int32 holds (%s)", cf->path, v,
+                                at, INT32_MAX, kind_name(c->token_bytes));
+        if (c->vocab_size > 0 && (int64_t)v >= c->vocab_size)
             return ct_error_set(err, CT_ERR_FORMAT, "%s: token %u at byte %zu is not below vocab_size %lld (%s)",
-                                cf->path, v, at, (long long)(c->vocab_size > 0 ? c->vocab_size : INT32_MAX),
-                                kind_name(c->token_bytes));
+                                cf->path, v, at, (long long)c->vocab_size, kind_name(c->token_bytes));
         c->tokens[i] = (int32_t)v;
     }
     return CT_OK;
