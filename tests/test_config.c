@@ -1844,12 +1844,27 @@ static void test_idx_inputs(void) {
                   strstr(err.msg, "bad magic 0x00000803"),
               "%s", err.msg);
     ct_config_free(cfg);
+    // A labels file whose path holds the images file's path: still the
+    // labels' setting (the stream says which file failed, not the message).
+    write_idx(tmp_file("train-images.labels"), tmp_file("unused-labels"), 4, 0);  // images where labels belong
+    snprintf(text, sizeof text,
+             "IDXInputs.train_images = '%s'\nIDXInputs.train_labels = '%s'\n"
+             "IDXInputs.eval_images = '%s'\nIDXInputs.eval_labels = '%s'\n",
+             tmp_file("train-images"), tmp_file("train-images.labels"), tmp_file("eval-images"),
+             tmp_file("eval-labels"));
+    cfg = parse_cfg("idx.gin", text, &err);
+    CHECK(ct_config_build_inputs(cfg, "IDXInputs", 4, 1, &train, &eval, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "idx.gin:2:") && strstr(err.msg, "IDXInputs.train_labels") &&
+                  strstr(err.msg, "bad magic 0x00000803"),
+              "%s", err.msg);
+    ct_config_free(cfg);
     cfg = parse_cfg("idx.gin", "IDXInputs.n_classes = 10\n", &err);
     CHECK(ct_config_build_inputs(cfg, "IDXInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "IDXInputs.train_images is not set"), "%s", err.msg);
     ct_config_free(cfg);
-    const char *names[] = {"train-images", "train-labels", "eval-images", "eval-labels"};
-    remove_tmp(names, 4);
+    const char *names[] = {"train-images", "train-labels", "eval-images", "eval-labels", "train-images.labels",
+                           "unused-labels"};
+    remove_tmp(names, 6);
 }
 
 // ---- A whole run from one config ----------------------------------------------------------------

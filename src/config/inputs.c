@@ -302,9 +302,9 @@ static ct_status idx_source(ct_config *cfg, const char *name, const char *images
     p.images_path = iv->s;
     p.labels_path = lv->s;
     p.n_classes = n_classes;
+    bool about_labels = false;
+    p.labels_failed = &about_labels;
     if (ct_idx_stream_new(out, &p, err) == CT_OK) return CT_OK;
-    // The setting of the file the message is about (it names the path).
-    bool about_labels = err && strstr(err->msg, lv->s) && !strstr(err->msg, iv->s);
     char where[300];
     value_where(about_labels ? lv : iv, where, sizeof where);
     return ct_error_prefix(err, "%s%s.%s", where, name, about_labels ? labels : images);

@@ -338,6 +338,7 @@ static ct_status idx_load(idx_data *d, const ct_idx_params *p, ct_error *err) {
     }
     idx_close(&im);
     if (st != CT_OK) return st;
+    if (p->labels_failed) *p->labels_failed = true;  // from here on, any error is the labels file's
     st = idx_open(&lb, p->labels_path, "IDX labels", IDX_LABELS_MAGIC, ldims, err);
     if (st == CT_OK && (int64_t)ldims[0] != d->n)
         st = ct_error_set(err, CT_ERR_FORMAT, "%s holds %u labels but %s holds %lld images", p->labels_path, ldims[0],
@@ -357,6 +358,7 @@ static ct_status idx_load(idx_data *d, const ct_idx_params *p, ct_error *err) {
 
 ct_status ct_idx_stream_new(ct_stream **out, const ct_idx_params *p, ct_error *err) {
     *out = NULL;
+    if (p->labels_failed) *p->labels_failed = false;
     CT_STREAM_CHECK(p->images_path && p->images_path[0], err, "idx: no images_path given");
     CT_STREAM_CHECK(p->labels_path && p->labels_path[0], err, "idx: no labels_path given");
     CT_STREAM_CHECK(p->n_classes >= 0 && p->n_classes <= 256, err, "idx: n_classes is %d; expected 0..256",

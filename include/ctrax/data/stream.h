@@ -182,9 +182,12 @@ typedef struct ct_idx_params {
     const char *labels_path;
     int n_classes;  // > 0: every label must be below it
     bool scale;     // pixels / 255 (true) or 0..255 (false)
+    bool *labels_failed;  // out, if not NULL: set to whether the stream failed on the
+                          // labels file (else on the images or the arguments), for a
+                          // caller that names the setting behind the file
 } ct_idx_params;
 
-// n_classes 10, scale true; no paths.
+// n_classes 10, scale true; no paths, no labels_failed.
 ct_idx_params ct_idx_default_params(void);
 ct_status ct_idx_stream_new(ct_stream **out, const ct_idx_params *p, ct_error *err);
 
