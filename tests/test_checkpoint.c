@@ -436,6 +436,24 @@ static void test_safetensors_damage(void) {
     // ct_safetensors_write would refuse the name).
     write_st(p, "{\"w\xff\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4);
     expect_open_fails(p, "not UTF-8", "byte 11");
+    // Limits a crafted header must not get past: a length that runs 1 to 8
+    // bytes past the end (the 8 bytes of the length itself), a length under
+    // 2, a rank above CT_MAX_DIMS, 2^62 elements (whose byte count wraps to
+    // 0 in 64 bits, matching data_offsets [0, 0]) and a dimension of 2^53
+    // (no longer exact through a double).
+    unsigned char past[16] = {12};  // a 12-byte header in a 16-byte file
+    memcpy(past + 8, "{}      ", 8);
+    write_raw(p, past, sizeof past);
+    expect_open_fails(p, "header length 12", "runs past the end");
+    unsigned char tiny[9] = {1, 0, 0, 0, 0, 0, 0, 0, '{'};
+    write_raw(p, tiny, sizeof tiny);
+    expect_open_fails(p, "header length 1 ", "not plausible");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [1, 1, 1, 1, 1, 1, 1], \"data_offsets\": [0, 4]}}", 4);
+    expect_open_fails(p, "'w'", "rank 7 is above 6");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [2147483648, 2147483648], \"data_offsets\": [0, 0]}}", 0);
+    expect_open_fails(p, "'w'", "shape is too large");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [9007199254740992], \"data_offsets\": [0, 0]}}", 0);
+    expect_open_fails(p, "'w'", "shape[0] is not a non-negative integer");
 
     // A good file cut short: the tensor it cuts is named.
     float x[4] = {1, 2, 3, 4}, y[4] = {5, 6, 7, 8};
@@ -1116,9 +1134,218 @@ static void test_manifest_edits(void) {
         CHECK(exists(path));
         edit_manifest(dir, "model_2", bad[k].field, !strcmp(bad[k].field, "step") ? "2" : "true");
     }
+    // A format newer than this ctrax reads is refused as such.
+    char newer[32];
+    snprintf(newer, sizeof newer, "%d", CT_CHECKPOINT_FORMAT_VERSION + 1);
+    edit_manifest(dir, "model_2", "version", newer);
+    c = NULL;
+    ct_status st = ct_checkpoint_open(&c, dir, "model_2", &err);
+    CHECK_MSG(st == CT_ERR_FORMAT && strstr(err.msg, "model_2/manifest.json") && strstr(err.msg, "is newer than"),
+              "manifest version %s: %s", newer, st == CT_OK ? "accepted" : err.msg);
+    ct_checkpoint_close(c);
     char path[1200];
     snprintf(path, sizeof path, "%s/model_1", dir);
     CHECK(!exists(path));
+}
+
+// A file's "crc32" in the manifest is 8 hex digits: one of another length is
+// refused as such, not read as a number that may happen to match.
+static void test_manifest_crc_field(void) {
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s", tmp_path("manifest_crc"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "model_1", 1, 1, false, true, 0, &err), &err);
+    snprintf(path, sizeof path, "%s/model_1/manifest.json", dir);
+    char *text = NULL;
+    CHECK_OK(ct_fs_read(path, &text, NULL, &err), &err);
+    cJSON *m = cJSON_Parse(text);
+    free(text);
+    cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "files"), 0);
+    const cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
+    CHECK(cJSON_IsString(crc) && strlen(crc->valuestring) == 8);
+    char shorter[8];
+    snprintf(shorter, sizeof shorter, "%s", crc->valuestring + 1);  // 7 digits
+    cJSON_ReplaceItemInObjectCaseSensitive(f, "crc32", cJSON_CreateString(shorter));
+    text = cJSON_Print(m);
+    write_text(path, text);
+    cJSON_free(text);
+    cJSON_Delete(m);
+    ct_checkpoint *c = NULL;
+    ct_status st = ct_checkpoint_open(&c, dir, "model_1", &err);
+    CHECK_MSG(st == CT_ERR_FORMAT && strstr(err.msg, "model_1/manifest.json") && strstr(err.msg, "\"crc32\""),
+              "a 7-digit crc32: %s", st == CT_OK ? "accepted" : err.msg);
+    ct_checkpoint_close(c);
+}
+
+// Removing a checkpoint removes its directory, never what a link in it
+// points to.
+static void test_remove_keeps_link_targets(void) {
+    char dir[1024], victim[1200], link[1200];
+    snprintf(dir, sizeof dir, "%s", tmp_path("remove_links"));
+    snprintf(victim, sizeof victim, "%s", tmp_path("remove_links_victim"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "model_1", 1, 1, false, false, 0, &err), &err);
+    CHECK(mkdir(victim, 0755) == 0);
+    char keep[1300];
+    snprintf(keep, sizeof keep, "%s/precious.txt", victim);
+    write_text(keep, "keep me\n");
+    snprintf(link, sizeof link, "%s/model_1/notes", dir);
+    CHECK(symlink(victim, link) == 0);
+    CHECK_OK(ct_checkpoint_remove(dir, "model_1", &err), &err);
+    snprintf(link, sizeof link, "%s/model_1", dir);
+    CHECK(!exists(link));
+    CHECK_MSG(exists(keep), "%s was removed through a link in the checkpoint", keep);
+}
+
+// A manifest's "files": a name listed twice, or more than 1024 entries, is
+// refused naming the manifest (before any of them is opened).
+static void test_manifest_files_list(void) {
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s", tmp_path("manifest_files"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "model_1", 1, 1, false, true, 0, &err), &err);
+    snprintf(path, sizeof path, "%s/model_1/manifest.json", dir);
+    char *orig = NULL;
+    CHECK_OK(ct_fs_read(path, &orig, NULL, &err), &err);
+    for (int how = 0; how < 2; how++) {
+        cJSON *m = cJSON_Parse(orig);
+        cJSON *files = cJSON_GetObjectItemCaseSensitive(m, "files");
+        const cJSON *first = cJSON_GetArrayItem(files, 0);
+        if (how == 0) cJSON_AddItemToArray(files, cJSON_Duplicate(first, true));
+        for (int i = 0; how == 1 && cJSON_GetArraySize(files) <= 1024; i++) {
+            cJSON *e = cJSON_Duplicate(first, true);
+            char name[32];
+            snprintf(name, sizeof name, "extra_%d.bin", i);
+            cJSON_ReplaceItemInObjectCaseSensitive(e, "name", cJSON_CreateString(name));
+            cJSON_AddItemToArray(files, e);
+        }
+        char *text = cJSON_Print(m);
+        write_text(path, text);
+        cJSON_free(text);
+        cJSON_Delete(m);
+        ct_checkpoint *c = NULL;
+        ct_status st = ct_checkpoint_open(&c, dir, "model_1", &err);
+        const char *want = how == 0 ? "is listed twice" : "more than 1024";
+        CHECK_MSG(st == CT_ERR_FORMAT && strstr(err.msg, "model_1/manifest.json") && strstr(err.msg, want),
+                  "manifest files %s: %s", want, st == CT_OK ? "accepted" : err.msg);
+        ct_checkpoint_close(c);
+    }
+    write_text(path, orig);
+    free(orig);
+}
+
+// A file larger than its manifest says is reported as changed, by size; and
+// damage in many tensors names the first three, then "and more".
+static void test_damage_reports(void) {
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s", tmp_path("damage_reports"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "grown", 1, 1, false, false, 0, &err), &err);
+    snprintf(path, sizeof path, "%s/grown/weights.safetensors", dir);
+    FILE *f = fopen(path, "ab");
+    CHECK(f && fwrite("12345678", 1, 8, f) == 8);
+    if (f) fclose(f);
+    ct_checkpoint *c = NULL;
+    ct_status st = ct_checkpoint_open(&c, dir, "grown", &err);
+    CHECK_MSG(st == CT_ERR_FORMAT && strstr(err.msg, "grown/weights.safetensors") &&
+                  strstr(err.msg, "but the manifest says") && strstr(err.msg, "the file changed"),
+              "8 bytes appended: %s", st == CT_OK ? "accepted" : err.msg);
+    ct_checkpoint_close(c);
+    // Not complete either, for pruning: only the sizes the manifest says are.
+    ct_checkpoint_info *infos;
+    int n_infos;
+    CHECK_OK(ct_checkpoint_list(dir, &infos, &n_infos, &err), &err);
+    CHECK_MSG(n_infos == 1 && !infos[0].complete, "a grown file leaves its checkpoint incomplete (%d listed)", n_infos);
+    free(infos);
+
+    // One bit of each of weights.safetensors' 5 tensors flipped.
+    CHECK_OK(make_ckpt(dir, "damaged", 1, 1, false, false, 0, &err), &err);
+    snprintf(path, sizeof path, "%s/damaged/weights.safetensors", dir);
+    ct_safetensors *s;
+    CHECK_OK(ct_safetensors_open(&s, path, &err), &err);
+    int n = ct_safetensors_count(s);
+    long offsets[8];
+    const unsigned char *base = ct_safetensors_bytes(s, NULL);
+    for (int i = 0; i < n && i < 8; i++) offsets[i] = (long)((const unsigned char *)ct_safetensors_tensor(s, i).data - base);
+    ct_safetensors_close(s);
+    CHECK(n == 5);
+    for (int i = 0; i < n && i < 8; i++) flip_byte(path, offsets[i]);
+    st = ct_checkpoint_open(&c, dir, "damaged", &err);
+    int quotes = 0;
+    for (const char *p = err.msg; st != CT_OK && (p = strstr(p, "'Serial/")) != NULL; p++) quotes++;
+    for (const char *p = err.msg; st != CT_OK && (p = strstr(p, "'state/")) != NULL; p++) quotes++;
+    CHECK_MSG(st == CT_ERR_FORMAT && quotes == 3 && strstr(err.msg, " and more"),
+              "5 damaged tensors: the first 3 named, then \"and more\": %s", st == CT_OK ? "accepted" : err.msg);
+    ct_checkpoint_close(c);
+}
+
+// Two writers of one process at once (a best checkpoint written while a
+// regular one is open): the second's cleanup leaves the first's temporary
+// directory alone.
+static void test_two_writers(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("two_writers"));
+    float x[2] = {1, 2};
+    ct_named_tensor t[] = {{"x", ct_tensor_1d(CT_DTYPE_F32, 2, x)}};
+    ct_checkpoint_options o = ct_checkpoint_default_options();
+    ct_checkpoint_writer *a, *b;
+    ct_error err = {0};
+    CHECK_OK(ct_checkpoint_writer_begin(&a, dir, "model_1", &o, &err), &err);
+    CHECK_OK(ct_checkpoint_writer_add_tensors(a, "weights.safetensors", t, 1, NULL, 0, &err), &err);
+    o.update_pointer = false;
+    CHECK_OK(ct_checkpoint_writer_begin(&b, dir, "lowest_loss", &o, &err), &err);
+    CHECK_OK(ct_checkpoint_writer_add_tensors(b, "weights.safetensors", t, 1, NULL, 0, &err), &err);
+    CHECK_OK(ct_checkpoint_writer_commit(b, &err), &err);
+    ct_status st = ct_checkpoint_writer_commit(a, &err);
+    CHECK_MSG(st == CT_OK, "the first writer's commit after the second's: %s", st == CT_OK ? "ok" : err.msg);
+    char name[CT_CHECKPOINT_NAME_MAX];
+    CHECK_OK(ct_checkpoint_find_latest(dir, name, sizeof name, &err), &err);
+    CHECK(!strcmp(name, "model_1"));
+}
+
+// A leftover whose writer is alive but another user's process (kill gives
+// EPERM, not ESRCH) is not removed: pid 1 stands for that writer, seen by a
+// child that is not root.
+static void test_clean_tmp_other_user(void) {
+    char dir[1024], left[1200];
+    snprintf(dir, sizeof dir, "%s", tmp_path("other_user"));
+    snprintf(left, sizeof left, "%s/.tmp-model_9-1", dir);
+    CHECK(mkdir(dir, 0777) == 0 && chmod(dir, 0777) == 0 && mkdir(left, 0777) == 0 && chmod(left, 0777) == 0);
+    CHECK(chmod(g_tmp, 0711) == 0);  // the child may pass through the scratch directory
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (geteuid() == 0 && setuid(65534) != 0) _exit(3);
+        ct_error e;
+        _exit(ct_checkpoint_clean_tmp(dir, &e) == CT_OK ? 0 : 4);
+    }
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(chmod(g_tmp, 0700) == 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the cleaning child ended with status %d", status);
+    CHECK_MSG(exists(left), "%s, of a live writer of another user, was removed", left);
+}
+
+// A dead writer's ".old-<name>-<pid>" goes back under <name> only when it is
+// a whole checkpoint: one that pruning had begun to remove is removed.
+static void test_clean_tmp_partial_old(void) {
+    char dir[1024], aside[1200], file[1300];
+    snprintf(dir, sizeof dir, "%s", tmp_path("partial_old"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "model_7", 7, 7, false, false, 0, &err), &err);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    CHECK(waitpid(pid, NULL, 0) == pid);  // a pid nobody has now
+    char final[1100];
+    snprintf(final, sizeof final, "%s/model_7", dir);
+    snprintf(aside, sizeof aside, "%s/.old-model_7-%ld", dir, (long)pid);
+    CHECK(rename(final, aside) == 0);
+    snprintf(file, sizeof file, "%s/weights.safetensors", aside);
+    CHECK(unlink(file) == 0);
+    CHECK_OK(ct_checkpoint_clean_tmp(dir, &err), &err);
+    CHECK_MSG(!exists(final) && !exists(aside), "a half-removed checkpoint was %s",
+              exists(final) ? "put back" : "left");
 }
 
 int main(void) {
@@ -1135,6 +1362,13 @@ int main(void) {
     test_pointer_fallback();
     test_retention();
     test_manifest_edits();
+    test_manifest_crc_field();
+    test_manifest_files_list();
+    test_remove_keeps_link_targets();
+    test_damage_reports();
+    test_two_writers();
+    test_clean_tmp_other_user();
+    test_clean_tmp_partial_old();
     ct_error err;
     if (!check_failed_) ct_fs_remove_tree(g_tmp, &err);
     return check_summary("test_checkpoint");

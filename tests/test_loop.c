@@ -483,7 +483,7 @@ typedef struct best_run {
 
 static void best_run_start(best_run *r, const char *name, const char *fn_name,
                            void (*fwd)(const ct_tensor *, ct_tensor *, const void *)) {
-    *r = (best_run){.dir = temp_dir(name)};
+    *r = (best_run){.dir = name ? temp_dir(name) : r->dir};
     ct_fn_spec spec = {fn_name, 3, 1, scalar_shape, fwd, NULL, &r->calls};
     r->train = copy_batches(1), r->eval = copy_batches(2);
     r->model = small_lm(0), r->loss = ct_weighted_category_cross_entropy(), r->metric = ct_fn(&spec);
@@ -503,14 +503,19 @@ static void best_run_start(best_run *r, const char *name, const char *fn_name,
     CHECK_OK(ct_loop_new(&r->loop, r->model, &task, 1, &ev, &o, &err), &err);
 }
 
-static void best_run_free(best_run *r) {
+// keep_dir: the directory stays, for a run that resumes there (best_run_start
+// with no name).
+static void best_run_stop(best_run *r, bool keep_dir) {
     ct_loop_free(r->loop);
     ct_stream_free(r->train);
     ct_stream_free(r->eval);
     ct_layer_free(r->model), ct_layer_free(r->loss), ct_layer_free(r->metric);
+    if (keep_dir) return;
     ct_fs_remove_tree(r->dir, NULL);
     free(r->dir);
 }
+
+static void best_run_free(best_run *r) { best_run_stop(r, false); }
 
 static void test_best_checkpoints(void) {
     best_run r;
@@ -568,6 +573,28 @@ static void test_best_after_nan(void) {
               r.counts.lowest, (long long)low);
     CHECK_MSG(r.counts.highest == 1 && high == 4, "highest_falling written %d times, of step %lld (want 1, step 4)",
               r.counts.highest, (long long)high);
+    best_run_free(&r);
+}
+
+// The bests are part of a checkpoint: a run resumed after evals of 1 and
+// 1/2 writes lowest_ for 1/3 (below 1/2), and highest_ for none of them.
+static void test_best_resumed(void) {
+    best_run r;
+    best_run_start(&r, "best_resumed", "FallingResumed", falling_fwd);
+    ct_error err;
+    r.counts = (ckpt_counts){.dir = r.dir, .last_step = 4};
+    CHECK_OK(ct_loop_run(r.loop, 4, &err), &err);
+    CHECK(r.counts.lowest == 2 && r.counts.highest == 1);
+    best_run_stop(&r, true);
+    best_run_start(&r, NULL, "FallingResumed", falling_fwd);
+    CHECK(ct_loop_step(r.loop) == 4);
+    r.calls = 2;  // the metric goes on where it was: 1/3 at step 6
+    r.counts = (ckpt_counts){.dir = r.dir, .last_step = 6};
+    CHECK_OK(ct_loop_run(r.loop, 6, &err), &err);
+    CHECK_MSG(r.counts.lowest == 1 && r.counts.highest == 0 && checkpoint_step_of(r.dir, "lowest_falling") == 6 &&
+                  checkpoint_step_of(r.dir, "highest_falling") == 2,
+              "resumed at 4, eval 1/3 at 6: lowest_ written %d times, highest_ %d times", r.counts.lowest,
+              r.counts.highest);
     best_run_free(&r);
 }
 
@@ -890,6 +917,7 @@ int main(void) {
     test_step_keys();
     test_best_checkpoints();
     test_best_after_nan();
+    test_best_resumed();
     test_stop_final_tasks_finetune();
     test_switch_trainers();
     test_devices_eval_lsh();

@@ -165,6 +165,21 @@ static void test_nonfinite_skipped(void) {
     char name[64] = "";
     CHECK(newest_checkpoint_finite(dir, r.loop, name, sizeof name) && !strcmp(name, "model_10"));
     run_free(&r);
+
+    // Stopped at step 6 (one step skipped) and resumed: the count goes on.
+    snprintf(dir, sizeof dir, "%s", tmp_path("skip_resumed"));
+    CHECK_OK(run_new(&r, dir, o, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 6, &err), &err);
+    run_free(&r);
+    CHECK_OK(run_new(&r, dir, o, &err), &err);
+    CHECK(ct_loop_step(r.loop) == 6);
+    CHECK_OK(ct_loop_run(r.loop, 10, &err), &err);
+    h = ct_loop_history(r.loop, &n);
+    at10 = -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(h[i].metric, "training/skipped_steps") && h[i].step == 10) at10 = (int64_t)h[i].value;
+    CHECK_MSG(at10 == 2, "skipped by step 10 of a run resumed at 6: %lld, not 2", (long long)at10);
+    run_free(&r);
 }
 
 // metrics.jsonl without its timing rows.
@@ -246,12 +261,38 @@ static void test_new_owns_optimizers(void) {
     ct_layer_free(loss);
 }
 
+// A weight made NaN between steps (by a caller holding the net): no
+// checkpoint of it is written, the error names the weight, and model_2 (the
+// run's final checkpoint, of the same step) stays the finite one.
+static void test_nonfinite_not_saved(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("not_saved"));
+    memset(poison_step, 0, sizeof poison_step);
+    ct_error err;
+    run r;
+    CHECK_OK(run_new(&r, dir, ct_loop_default_options(), &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 2, &err), &err);
+    ct_net *net = (ct_net *)ct_loop_net(r.loop);
+    float saved = net->weights[0];
+    net->weights[0] = NAN;
+    ct_status st = ct_loop_save_checkpoint(r.loop, &err);
+    CHECK_MSG(st == CT_ERR_NONFINITE && strstr(err.msg, "no checkpoint model_2 written") &&
+                  strstr(err.msg, net->params[0]->full_name),
+              "a NaN weight saved: %s", st == CT_OK ? "accepted" : err.msg);
+    net->weights[0] = saved;
+    char name[64] = "";
+    CHECK(newest_checkpoint_finite(dir, r.loop, name, sizeof name));
+    CHECK_MSG(!strcmp(name, "model_2"), "newest checkpoint %s", name);
+    run_free(&r);
+}
+
 int main(void) {
     scratch_init("loop_safety");
     test_nonfinite_stops();
     test_nonfinite_skipped();
     test_metrics_resume();
     test_new_owns_optimizers();
+    test_nonfinite_not_saved();
     ct_fs_remove_tree(g_tmp, NULL);
     return check_summary("test_loop_safety");
 }

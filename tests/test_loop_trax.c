@@ -1063,6 +1063,7 @@ static void test_hostile_checkpoint(void) {
         {"train_cursors", NULL, "\"train_cursors\""},
         {"train_cursors[1]", "{\"position\": \"99999999999999999999\", \"fingerprint\": \"1\"}", "train cursor"},
         {"train_cursors[0]", "{\"position\": \"-1\", \"fingerprint\": \"1\"}", "train cursor"},
+        {"train_cursors[0]", "{\"position\": \"281474976710657\", \"fingerprint\": \"1\"}", "over 2^48"},
         {"train_since_log", NULL, "\"train_since_log\""},
         {"train_since_log.loss_count", "7", "\"train_since_log\""},
         {"train_since_log.gradients_l2_sum", "\"x\"", "\"train_since_log\""},

@@ -415,12 +415,18 @@ static ct_status move_into_place(const char *output_dir, const char *name, const
         return ct_error_set(err, CT_ERR_IO, "%s exists and is not a checkpoint (no " MANIFEST "): not replacing it",
                             final);
     // An older checkpoint of this name: swap the two in one step; tmp then
-    // holds the old one, which goes.
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) return ct_fs_remove_tree(tmp, err);
+    // holds the old one, which goes once the swap is durable (else a crash
+    // could leave the old name on a half-removed directory).
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+        CT_TRY(ct_fs_sync_dir(output_dir, err));
+        return ct_fs_remove_tree(tmp, err);
+    }
     if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
         return ct_error_set(err, CT_ERR_IO, "%s: exchange with %s failed: %s", final, tmp, strerror(errno));
-    // No RENAME_EXCHANGE here: two renames. In between, the name is absent
-    // and readers fall back to the newest other checkpoint.
+    // No RENAME_EXCHANGE here (NFS): two renames. In between, the name is
+    // absent and readers fall back to the newest other checkpoint; a writer
+    // that dies there leaves the old one aside, and the next writer puts it
+    // back (ct_checkpoint_clean_tmp).
     char old[PATH_CAP], base[PATH_CAP];
     snprintf(base, sizeof base, ".old-%s-%ld", name, (long)getpid());
     CT_TRY(join(old, output_dir, base, err));
@@ -431,6 +437,7 @@ static ct_status move_into_place(const char *output_dir, const char *name, const
         if (rename(old, final) != 0) ct_log(CT_LOG_ERROR, "checkpoint: could not restore %s from %s", final, old);
         return ct_error_set(err, CT_ERR_IO, "%s: rename from %s failed: %s", final, tmp, strerror(e));
     }
+    CT_TRY(ct_fs_sync_dir(output_dir, err));
     return ct_fs_remove_tree(old, err);
 }
 
@@ -870,6 +877,18 @@ ct_status ct_checkpoint_find_latest(const char *output_dir, char *name, size_t n
 
 // ---- listing and retention ------------------------------------------------
 
+// Every file the manifest of dir lists is there, of the size it says.
+static bool files_present(const char *dir, const manifest *m) {
+    for (int i = 0; i < m->n_files; i++) {
+        char path[PATH_CAP];
+        struct stat sb;
+        if (join(path, dir, m->files[i].name, NULL) != CT_OK || stat(path, &sb) != 0 ||
+            (uint64_t)sb.st_size != m->files[i].bytes)
+            return false;
+    }
+    return true;
+}
+
 static int cmp_info(const void *a, const void *b) {
     const ct_checkpoint_info *x = a, *y = b;
     if (x->step != y->step) return x->step < y->step ? -1 : 1;
@@ -914,12 +933,7 @@ ct_status ct_checkpoint_list(const char *output_dir, ct_checkpoint_info **infos,
         info->step = m.step;
         info->keep = m.keep;
         info->resume_point = m.resume_point;
-        info->complete = true;
-        for (int i = 0; i < m.n_files && info->complete; i++) {
-            char path[PATH_CAP];
-            info->complete = join(path, dir, m.files[i].name, NULL) == CT_OK && stat(path, &sb) == 0 &&
-                             (uint64_t)sb.st_size == m.files[i].bytes;
-        }
+        info->complete = files_present(dir, &m);
         manifest_free(&m);
     }
     closedir(d);
@@ -994,6 +1008,31 @@ static long leftover_pid(const char *entry) {
     return *end || pid <= 0 ? 0 : pid;
 }
 
+// A dead writer's ".old-<name>-<pid>" while <name> is gone: it died between
+// moving the old checkpoint aside and renaming the new one in (a file system
+// without RENAME_EXCHANGE), or while pruning it. A complete one goes back
+// under its name, so the previous good checkpoint is never lost (a pruned
+// one is pruned again). Whether it went back.
+static bool put_back(const char *output_dir, const char *entry, const char *path) {
+    const char *dash = strrchr(entry, '-');
+    int len = (int)(dash - entry) - 5;
+    char name[CT_CHECKPOINT_NAME_MAX], final[PATH_CAP];
+    if (strncmp(entry, ".old-", 5) || len <= 0 || len >= (int)sizeof name) return false;
+    snprintf(name, sizeof name, "%.*s", len, entry + 5);
+    struct stat sb;
+    if (ct_checkpoint_check_name(name, NULL) != CT_OK || join(final, output_dir, name, NULL) != CT_OK ||
+        lstat(final, &sb) == 0 || errno != ENOENT)
+        return false;
+    manifest m;
+    if (manifest_read(path, &m, NULL) != CT_OK) return false;
+    bool whole = !strcmp(m.name, name) && files_present(path, &m);
+    manifest_free(&m);
+    if (!whole || rename(path, final) != 0) return false;
+    // A pruned one comes back too, and is pruned again: not worth a warning.
+    ct_log(CT_LOG_INFO, "checkpoint: %s put back from %s (its writer died replacing or removing it)", final, path);
+    return true;
+}
+
 ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err) {
     DIR *d = opendir(output_dir);
     if (!d) {
@@ -1001,6 +1040,7 @@ ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err) {
         return ct_error_set(err, CT_ERR_IO, "%s: cannot list: %s", output_dir, strerror(errno));
     }
     ct_status s = CT_OK;
+    bool put = false;
     struct dirent *de;
     while ((de = readdir(d))) {
         long pid = leftover_pid(de->d_name);
@@ -1008,9 +1048,14 @@ ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err) {
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;  // its writer still runs
         char path[PATH_CAP];
         if (join(path, output_dir, de->d_name, err) != CT_OK) continue;
+        if (put_back(output_dir, de->d_name, path)) {
+            put = true;
+            continue;
+        }
         ct_status r = ct_fs_remove_tree(path, err);
         if (r != CT_OK) s = r;
     }
     closedir(d);
+    if (put && s == CT_OK) s = ct_fs_sync_dir(output_dir, err);
     return s;
 }

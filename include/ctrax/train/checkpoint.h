@@ -16,8 +16,10 @@
 // rename, fsync). A process killed at any moment leaves either the old or the
 // new checkpoint complete, and the pointer names a complete one or, in the one
 // window between the two renames of a replacement on a file system without
-// RENAME_EXCHANGE, a missing one, which ct_checkpoint_open_latest falls back
-// from.
+// RENAME_EXCHANGE (NFS), a missing one, which ct_checkpoint_open_latest falls
+// back from; the old one then waits in .old-<name>-<pid> and the next writer
+// puts it back (ct_checkpoint_clean_tmp). An old copy is removed only after
+// the directory that no longer names it is fsynced.
 //
 // Loading never writes a byte into a destination before everything is known to
 // be good: every file's size and checksum, every safetensors header, and every
@@ -214,7 +216,10 @@ ct_status ct_checkpoint_remove(const char *output_dir, const char *name, ct_erro
 
 // Removes what interrupted writers left in output_dir: the dot directories
 // .tmp-<name>-<pid> and .old-<name>-<pid> and the dot files .<file>.tmp-<pid>
-// of processes no longer running. ct_checkpoint_writer_begin calls it.
+// of processes no longer running; but a complete .old-<name>-<pid> whose
+// <name> is missing (its writer died between the two renames of a
+// replacement, or while pruning it) goes back under <name>.
+// ct_checkpoint_writer_begin calls it.
 ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err);
 
 #ifdef __cplusplus
