@@ -95,6 +95,11 @@ static void test_gradients(void) {
     l = ct_reversible_half_residual(CT_LAYERS(ct_branch(CT_LAYERS(ct_dense(D), ct_dense(3)))));
     check_grad("HalfResidual(dropped output)", l, two, 2);
     ct_layer_free(l);
+    // The context output is dropped (a zero gradient): its input gradient
+    // is f's alone.
+    l = ct_serial(CT_LAYERS(half_dense(D), ct_select(1, (int[]){0}, 2)));
+    check_grad("HalfResidual(Dense), context dropped", l, two, 2);
+    ct_layer_free(l);
     l = ct_reversible_swap();
     check_grad("ReversibleSwap", l, two, 2);
     ct_layer_free(l);
@@ -166,11 +171,11 @@ static void check_reverse(const char *label, ct_layer *l, const ct_tensor *in, i
     float *wgrad_ref = malloc(net.n_weights * sizeof(float) + 4);
     if (net.n_weights) memcpy(wgrad_ref, net.grads, net.n_weights * sizeof(float));
 
-    // reverse: inputs from outputs.
+    // reverse: inputs from outputs (recording on: it leaves the tape as it
+    // found it).
     ct_tensor rin[CT_LAYER_MAX_IO], rin2[CT_LAYER_MAX_IO], rgin[CT_LAYER_MAX_IO];
-    c.record = false;
     CHECK_OK(ct_layer_reverse(l, &c, out, rin, key, &err), &err);
-    c.record = true;
+    CHECK_MSG(c.tape_len == 0, "%s: reverse left %d tape entries", label, c.tape_len);
     double e_in = 0, e_in2 = 0, e_gin = 0, e_w;
     for (int i = 0; i < n_in; i++) {
         CHECK(ct_tensor_same_sig(&rin[i], &in[i]));
@@ -412,6 +417,46 @@ static void test_errors(void) {
     CHECK(ct_net_init(&net, l, sigs, 2, ct_key_from_seed(1), &dev, &err) == CT_ERR_ARG);
     printf("reversible serial error: %s\n", err.msg);
     CHECK(strstr(err.msg, "sublayer 1 (Swap) is not reversible") != NULL);
+    ct_layer_free(l);
+    // reverse and reverse_and_grad from an accumulator of the wrong shape:
+    // refused naming the layer, with the tape as it was (the recomputation
+    // of f pushed onto it before the check).
+    float a[4 * 6], b[4 * 6], g[4 * 6];
+    ct_tensor in[2] = {ct_tensor_2d(CT_DTYPE_F32, 4, 6, a), ct_tensor_2d(CT_DTYPE_F32, 4, 6, b)};
+    gradcheck_fill(&in[0], 1, -1, 1);
+    gradcheck_fill(&in[1], 2, -1, 1);
+    memcpy(g, a, sizeof g);
+    l = half_dense(6);
+    ct_arena arena;
+    ct_ctx c;
+    bind_net(&net, &arena, &c, &dev, l, in, 2, 1);
+    ct_tensor out[2] = {ct_tensor_2d(CT_DTYPE_F32, 4, 5, a), in[1]};
+    ct_tensor gout[2] = {ct_tensor_2d(CT_DTYPE_F32, 4, 5, g), in[1]};
+    ct_tensor rin[2], rgin[2];
+    // A good reverse gives back what f allocated: only the rebuilt
+    // accumulator stays in the arena.
+    ct_tensor fwd[2], one = ct_tensor_sig(&in[0]);
+    CHECK_OK(ct_layer_forward(l, &c, in, fwd, ct_key_from_seed(2), &err), &err);
+    ct_net_zero_grads(&net);
+    c.tape_len = 0;
+    size_t used = arena.used;
+    CHECK_OK(ct_ctx_alloc(&c, &one, &err), &err);
+    size_t one_bytes = arena.used - used;
+    used = arena.used;
+    CHECK_OK(ct_layer_reverse(l, &c, fwd, rin, ct_key_from_seed(2), &err), &err);
+    CHECK_MSG(arena.used - used == one_bytes, "reverse kept %zu bytes in the arena, the accumulator takes %zu",
+              arena.used - used, one_bytes);
+    ct_arena_reset(&arena);
+    for (int op = 0; op < 2; op++) {
+        ct_status st = op ? ct_layer_reverse_and_grad(l, &c, out, gout, rin, rgin, ct_key_from_seed(2), &err)
+                          : ct_layer_reverse(l, &c, out, rin, ct_key_from_seed(2), &err);
+        printf("%s, accumulator (4,5): %s\n", op ? "reverse_and_grad" : "reverse", err.msg);
+        CHECK(st == CT_ERR_SHAPE && strstr(err.msg, "ReversibleHalfResidual") &&
+              strstr(err.msg, op ? "reverse_and_grad" : "reverse") && strstr(err.msg, "(4,5) f32"));
+        CHECK_MSG(c.tape_len == 0, "%d tape entries left", c.tape_len);
+        ct_arena_reset(&arena);
+    }
+    unbind_net(&net, &arena, &c);
     ct_layer_free(l);
     // Arity.
     l = half_with_ids(6, 7);

@@ -9,11 +9,16 @@
 // again) and put back after a non-finite loss (the loss layer's too),
 // gradient clipping (global: equal to the standard update, and with staged
 // copies bitwise the zero-copy one; per layer: Trax's, each layer's update
-// clipped to its own norm), shared weights refused, and a 64-layer
+// clipped to its own norm), shared weights and shared state refused (a
+// weightless layer used in two trainer layers accepted), a layer's state
+// put back after its recomputation, frozen weights, unequal loss weights
+// over 2 devices and kept gradients as the standard Trainer's, the stack
+// items of a failed step given back, the host memory log, and a 64-layer
 // ReformerLM that trains under a device byte limit the standard trainer
 // cannot train under.
 // The equivalence tests run with Adam and with Adafactor.
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
@@ -252,8 +257,10 @@ static void copy_batch_free(copy_batch *b) {
 typedef struct result {
     size_t n_w, n_state, n_slots;
     float *w, *state, *slots;
+    float *grads;  // the last step's gradients (n_w), when the trainer has them
     int n_params, n_state_params;
     char **names, **state_names;
+    size_t *offsets;  // per weight: where it starts in w
     size_t *state_offsets;
     int64_t *state_numel;
     ct_step_stats last;
@@ -272,7 +279,11 @@ static void result_take(result *r, const ct_net *net, const float *slots, size_t
     if (r->n_slots) memcpy(r->slots, slots, r->n_slots * sizeof(float));
     r->n_params = net->n_params;
     r->names = malloc((size_t)r->n_params * sizeof *r->names + 1);
-    for (int i = 0; i < r->n_params; i++) r->names[i] = strdup(net->params[i]->full_name);
+    r->offsets = malloc((size_t)r->n_params * sizeof *r->offsets + 1);
+    for (int i = 0; i < r->n_params; i++) {
+        r->names[i] = strdup(net->params[i]->full_name);
+        r->offsets[i] = net->params[i]->offset;
+    }
     r->n_state_params = net->n_state_params;
     r->state_names = malloc((size_t)r->n_state_params * sizeof *r->state_names + 1);
     r->state_offsets = malloc((size_t)r->n_state_params * sizeof *r->state_offsets + 1);
@@ -288,8 +299,10 @@ static void result_free(result *r) {
     free(r->w);
     free(r->state);
     free(r->slots);
+    free(r->grads);
     for (int i = 0; i < r->n_params; i++) free(r->names[i]);
     free(r->names);
+    free(r->offsets);
     for (int i = 0; i < r->n_state_params; i++) free(r->state_names[i]);
     free(r->state_names);
     free(r->state_offsets);
@@ -322,6 +335,15 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
     return m;
 }
 
+// The trainer's last gradients into r->grads (NULL when it kept none).
+static void take_grads(result *r, const ct_trainer *tr) {
+    const float *g = ct_trainer_grads(tr);
+    r->grads = NULL;
+    if (!g) return;
+    r->grads = malloc(r->n_w * sizeof(float) + 4);
+    memcpy(r->grads, g, r->n_w * sizeof(float));
+}
+
 typedef struct run_spec {
     model_fn model;
     optimizer_fn opt;
@@ -334,6 +356,9 @@ typedef struct run_spec {
     float clip;             // standard trainer only: lr scaled by min(1, clip/|g|) from clip_norms
     const float *clip_norms;
     int n_devices;          // local devices (0: 1)
+    const char *const *frozen;  // both trainers: weights frozen by name prefix
+    int n_frozen;
+    bool keep_grads;  // reversible: keep the last step's gradients (the standard trainer always has them)
 } run_spec;
 
 static int run_standard(const run_spec *s, result *r) {
@@ -344,6 +369,8 @@ static int run_standard(const run_spec *s, result *r) {
     ct_error err;
     ct_trainer_options o = ct_trainer_default_options();
     o.n_devices = s->n_devices ? s->n_devices : 1;
+    o.frozen = s->frozen;
+    o.n_frozen = s->n_frozen;
     ct_status st = ct_trainer_new(&tr, model, loss, s->batch, s->n_batch, s->opt(), ct_key_from_seed(s->init_seed),
                                   &dev, &o, &err);
     CHECK_OK(st, &err);
@@ -357,6 +384,7 @@ static int run_standard(const run_spec *s, result *r) {
     size_t n_slots;
     float *slots = ct_trainer_slots(tr, &n_slots);
     result_take(r, ct_trainer_net(tr), slots, n_slots);
+    take_grads(r, tr);
     ct_trainer_free(tr);
     ct_layer_free(model);
     ct_layer_free(loss);
@@ -373,6 +401,8 @@ static int run_reversible(const run_spec *s, const ct_trainer_options *o, result
     ct_error err;
     ct_trainer_options opts = o ? *o : ct_reversible_default_options();
     if (s->n_devices) opts.n_devices = s->n_devices;
+    if (s->n_frozen) opts.frozen = s->frozen, opts.n_frozen = s->n_frozen;
+    if (s->keep_grads) opts.reversible.keep_grads = true;
     ct_status st = ct_trainer_new(&tr, model, loss, s->batch, s->n_batch, s->opt(),
                                              ct_key_from_seed(s->init_seed), &dev, &opts, &err);
     CHECK_OK(st, &err);
@@ -387,6 +417,7 @@ static int run_reversible(const run_spec *s, const ct_trainer_options *o, result
     size_t n_slots;
     float *slots = ct_trainer_slots(tr, &n_slots);
     result_take(r, ct_trainer_net(tr), slots, n_slots);
+    take_grads(r, tr);
     if (dev_out) *dev_out = dev;
     ct_trainer_free(tr);
     ct_layer_free(model);
@@ -424,6 +455,12 @@ static bool same_as_standard(const char *label, const run_spec *s, result *std_r
     double ds = max_abs_diff(std_r->slots, rev_r->slots, std_r->n_slots);
     CHECK_MSG(ds <= WEIGHT_TOL, "%s: slots differ by %g", label, ds);
     CHECK_MSG(max_abs_diff(std_r->state, rev_r->state, std_r->n_state) == 0, "%s: state differs", label);
+    if (s->keep_grads) {
+        CHECK_MSG(rev_r->grads != NULL, "%s: keep_grads kept no gradients", label);
+        double dg = rev_r->grads ? max_abs_diff(std_r->grads, rev_r->grads, std_r->n_w) : INFINITY;
+        printf("  last step's gradients kept: max |grad diff| %.2e\n", dg);
+        CHECK_MSG(dg <= WEIGHT_TOL, "%s: kept gradients differ by %g", label, dg);
+    }
     for (int i = 0; i < s->n_steps; i++) CHECK_NEAR(std_r->losses[i], rev_r->losses[i], 1e-5);
     CHECK_NEAR(std_r->last.gradients_l2, rev_r->last.gradients_l2, 1e-5 * (1 + std_r->last.gradients_l2));
     CHECK_NEAR(std_r->last.weights_l2, rev_r->last.weights_l2, 1e-5 * (1 + std_r->last.weights_l2));
@@ -445,7 +482,7 @@ static void test_trax_equivalence(optimizer_fn opt, float default_lr, const char
     // Trax's first step uses the optimizer's own learning rate.
     float lrs[3] = {default_lr, 0.02f, 0.03f};
     char label[96];
-    run_spec s = {basic_model, opt, b.t, 3, 2, lrs, trax_seeds, 12, 0, NULL, 0};
+    run_spec s = {basic_model, opt, b.t, 3, 2, lrs, trax_seeds, 12, 0, NULL, 0, NULL, 0, false};
     snprintf(label, sizeof label, "basic model, %s, 2 steps", name);
     check_same_as_standard(label, &s);
     s.model = extended_model;
@@ -459,7 +496,7 @@ static void test_blocks_api(void) {
     trax_batch b;
     trax_batch_init(&b);
     float lrs[2] = {1e-4f, 0.02f};
-    run_spec s = {basic_model, adam, b.t, 3, 2, lrs, trax_seeds, 12, 0, NULL, 0};
+    run_spec s = {basic_model, adam, b.t, 3, 2, lrs, trax_seeds, 12, 0, NULL, 0, NULL, 0, false};
     result std_r = {0};
     if (run_standard(&s, &std_r)) return;
     ct_layer *std_layers[3] = {ct_embedding(9, 4), ct_dropout(0.5f), ct_dup()};
@@ -505,7 +542,7 @@ static void test_reformer_equivalence(void) {
     copy_batch b;
     copy_batch_init(&b, 11, 3, 2, 1);
     float lrs[3] = {1e-3f, 1e-3f, 2e-3f};
-    run_spec s = {reformer_model, adam, b.t, 3, 3, lrs, trax_seeds, 3, 0, NULL, 0};
+    run_spec s = {reformer_model, adam, b.t, 3, 3, lrs, trax_seeds, 3, 0, NULL, 0, NULL, 0, false};
     check_same_as_standard("ReformerLM(2 layers, dropout 0.1), Adam, 3 steps", &s);
     copy_batch_free(&b);
 }
@@ -536,7 +573,7 @@ static void test_lsh_reformer_equivalence(void) {
     copy_batch b;
     copy_batch_init(&b, 11, 7, 2, 3);
     float lrs[3] = {1e-3f, 1e-3f, 2e-3f};
-    run_spec s = {lsh_reformer_model, adam, b.t, 3, 3, lrs, trax_seeds, 5, 0, NULL, 0};
+    run_spec s = {lsh_reformer_model, adam, b.t, 3, 3, lrs, trax_seeds, 5, 0, NULL, 0, NULL, 0, false};
     result std_r, rev_r;
     if (same_as_standard("ReformerLM(4 layers, Self/LSH, dropout 0.2), Adam, 3 steps", &s, &std_r, &rev_r)) {
         // One hashing per training forward (each step has its own key) and
@@ -575,7 +612,8 @@ static void test_state(void) {
         for (int run = 0; run < 2; run++) {
             // On 2 local devices (each its own row of the batch) the state is
             // device 0's, counted once per step.
-            run_spec s = {stateful_model, adam, b.t, 3, run ? 3 : 1, lrs[run], trax_seeds, 12, 0, NULL, n_devices};
+            run_spec s = {stateful_model, adam, b.t, 3, run ? 3 : 1, lrs[run], trax_seeds, 12, 0, NULL, n_devices,
+                          NULL, 0, false};
             char label[96];
             snprintf(label, sizeof label, "layer with state (counter), %d device%s, %d step%s%s", n_devices,
                      n_devices > 1 ? "s" : "", s.n_steps, s.n_steps > 1 ? "s" : "", run ? " at lr 0" : "");
@@ -610,17 +648,23 @@ static void test_loss_state_nonfinite(void) {
     for (int i = 1; i <= 2; i++)
         CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(trax_seeds[i]), i, 1e-2f, NULL, &err), &err);
     const ct_net *net = ct_trainer_net(tr);
+    size_t healthy_bytes = dev.current_bytes;  // the stack items a step needs, from the planning pass on
     // The loss layer's Dense kernel (the last kernel) huge: infinite logits.
     const ct_param *kernel = NULL;
     for (int i = 0; i < net->n_params; i++)
         if (strstr(net->params[i]->full_name, "/kernel")) kernel = net->params[i];
-    for (int64_t i = 0; i < ct_tensor_numel(&kernel->sig); i++) net->weights[kernel->offset + (size_t)i] = 1e38f;
+    size_t kernel_n = (size_t)ct_tensor_numel(&kernel->sig);
+    float *kernel_was = malloc(kernel_n * sizeof(float));
+    memcpy(kernel_was, net->weights + kernel->offset, kernel_n * sizeof(float));
+    for (size_t i = 0; i < kernel_n; i++) net->weights[kernel->offset + i] = 1e38f;
     size_t n_slots;
     const float *slots = ct_trainer_slots(tr, &n_slots);
     result before = {0}, after = {0};
     result_take(&before, net, slots, n_slots);
     CHECK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(9), 3, 1e-2f, NULL, &err) == CT_ERR_NONFINITE);
     printf("huge kernel in the loss layer (a counter there too): %s\n", err.msg);
+    // Found at the loss, before any backward (not as the loss layer's gradient).
+    CHECK_MSG(strncmp(err.msg, "non-finite loss (", 17) == 0, "%s", err.msg);
     result_take(&after, net, slots, n_slots);
     const float *counts[3];
     int n = find_states(&after, "count", counts, NULL, 3);
@@ -629,6 +673,14 @@ static void test_loss_state_nonfinite(void) {
     CHECK(memcmp(before.state, after.state, before.n_state * sizeof(float)) == 0);
     CHECK(memcmp(before.w, after.w, before.n_w * sizeof(float)) == 0);
     CHECK(memcmp(before.slots, after.slots, before.n_slots * sizeof(float)) == 0);
+    // The failed step's stack items are given back: the next steps reuse
+    // the same buffers.
+    memcpy(net->weights + kernel->offset, kernel_was, kernel_n * sizeof(float));
+    for (int i = 3; i <= 4; i++)
+        CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(trax_seeds[i - 3]), i, 1e-2f, NULL, &err), &err);
+    CHECK_MSG(dev.current_bytes == healthy_bytes, "device bytes %zu after a failed step, %zu before",
+              dev.current_bytes, healthy_bytes);
+    free(kernel_was);
     result_free(&before);
     result_free(&after);
     ct_trainer_free(tr);
@@ -642,7 +694,7 @@ static void test_options(void) {
     copy_batch b;
     copy_batch_init(&b, 11, 3, 2, 2);
     float lrs[2] = {1e-3f, 1e-3f};
-    run_spec s = {reformer_model, adam, b.t, 3, 2, lrs, trax_seeds, 4, 0, NULL, 0};
+    run_spec s = {reformer_model, adam, b.t, 3, 2, lrs, trax_seeds, 4, 0, NULL, 0, NULL, 0, false};
     ct_trainer_options o = ct_reversible_default_options();
     result base = {0};
     ct_device dev_zero, dev;
@@ -769,6 +821,47 @@ static void test_stats(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// Host memory is logged at steps 1, 1 + log_every, 1 + 2 log_every, ...
+// (Trax's every 100 steps), three times a step: read back from stderr.
+static void test_memory_log(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    ct_layer *model, *loss;
+    basic_model(&model, &loss);
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr;
+    ct_error err;
+    ct_trainer_options o = ct_reversible_default_options();
+    o.reversible.log_every = 2;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(12), &dev, &o, &err), &err);
+    char log[4096] = "";
+    FILE *f = tmpfile();
+    int saved = dup(2);
+    fflush(stderr);
+    if (f && saved >= 0 && dup2(fileno(f), 2) >= 0) {
+        ct_log_set_level(CT_LOG_INFO);
+        for (int i = 1; i <= 4; i++)
+            CHECK_OK(ct_trainer_one_step(tr, b.t, ct_key_from_seed(7), i, 1e-3f, NULL, &err), &err);
+        ct_log_set_level(CT_LOG_WARN);
+        fflush(stderr);
+        dup2(saved, 2);
+        rewind(f);
+        log[fread(log, 1, sizeof log - 1, f)] = '\0';
+    }
+    if (saved >= 0) close(saved);
+    if (f) fclose(f);
+    int lines = 0;
+    for (const char *p = log; (p = strstr(p, "reversible trainer step")); p++) lines++;
+    printf("memory log, log_every 2, 4 steps: %d lines\n", lines);
+    CHECK_MSG(lines == 6 && strstr(log, "step 1, forward") && strstr(log, "step 3, backward done") &&
+                  !strstr(log, "step 2,") && !strstr(log, "step 4,"),
+              "memory log: %s", log);
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
 // The update norm of one SGD step: |lr * g|, per-layer clipped to
 // sqrt(sum over layers of min(|g_l|, c)^2), |g_l| read from the layer
 // stats (before clipping). c is half the largest layer norm, so it binds
@@ -823,7 +916,7 @@ static void test_clipping(void) {
     trax_batch b;
     trax_batch_init(&b);
     float lrs[3] = {0.5f, 0.5f, 0.5f}, norms[3];
-    run_spec s = {extended_model, sgd, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL, 0};
+    run_spec s = {extended_model, sgd, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL, 0, NULL, 0, false};
     ct_trainer_options o = ct_reversible_default_options();
     result unclipped = {0}, global = {0}, per_layer = {0}, std_r = {0};
     if (run_reversible(&s, &o, &unclipped, NULL, norms)) return;
@@ -870,7 +963,140 @@ static void test_shared_weights_refused(void) {
     CHECK(strstr(err.msg, "Dense[0]/kernel is shared between trainer layer 3") != NULL);
     ct_layer_free(model);
     ct_layer_free(loss);
+    // The same Dense as a leaf of the loss layer too: the message names it,
+    // not the loss layer's first leaf (Add).
+    shared = ct_dense(4);
+    model = ct_serial(CT_LAYERS(shared, ct_dup(), half(ct_dense(4), NULL), ct_reversible_swap(), ct_add(),
+                                ct_layer_ref(shared)));
+    loss = ct_l2_loss();
+    CHECK(ct_trainer_new(&tr, model, loss, batch, 3, sgd(), ct_key_from_seed(1), &dev, &me, &err) == CT_ERR_ARG);
+    printf("shared leaf: %s\n", err.msg);
+    CHECK(strstr(err.msg, "layer 3 (Serial/Dense[0]) shares weights or state with an earlier layer") != NULL);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    // A layer with state (no weights) in the first trainer layer and inside
+    // the loss layer: the first one's recomputation would put back its own
+    // state over what the loss layer's use left (the standard Trainer counts
+    // two uses a step).
+    trax_batch tb;
+    trax_batch_init(&tb);
+    shared = counter();
+    model = ct_serial(CT_LAYERS(ct_embedding(9, 4), shared, ct_dup(), half(ct_dense(4), NULL), ct_reversible_swap()));
+    loss = ct_serial(
+        CT_LAYERS(ct_add(), ct_layer_ref(shared), ct_dense(19), ct_log_softmax(), ct_cross_entropy_loss()));
+    CHECK(ct_trainer_new(&tr, model, loss, tb.t, 3, sgd(), ct_key_from_seed(1), &dev, &me, &err) == CT_ERR_ARG);
+    printf("shared state: %s\n", err.msg);
+    CHECK(strstr(err.msg, "state Serial/Counter[1]/count is shared between trainer layer 3") != NULL);
+    ct_layer_free(model);
+    ct_layer_free(loss);
     CHECK(dev.current_bytes == 0);
+}
+
+// A weightless layer instance used twice, in two trainer layers: one
+// ReversibleSwap for both swaps, one Relu in two blocks' standard layers.
+// Nothing is shared but the instance (its empty weight range lies where its
+// first use put it), so both are the standard Trainer's model.
+static void shared_weightless_model(ct_layer **model, ct_layer **loss) {
+    ct_layer *relu = ct_relu(), *swap = ct_reversible_swap();
+    ct_layer *first = ct_serial(CT_LAYERS(ct_embedding(9, 4), relu, ct_dup()));
+    ct_layer *mid = ct_serial(CT_LAYERS(ct_add(), ct_dense(4), ct_layer_ref(relu), ct_dup()));
+    *model = ct_serial(CT_LAYERS(first, half(ct_dense(4), ct_dropout(0.2f)), swap, half(ct_dropout(0.5f), ct_dense(4)),
+                                 ct_layer_ref(swap), mid, half(ct_dense(4), NULL), ct_layer_ref(swap)));
+    *loss = trax_loss();
+}
+
+static void test_shared_weightless(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    float lrs[3] = {1e-2f, 0.02f, 0.03f};
+    run_spec s = {shared_weightless_model, adam, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL, 0, NULL, 0, false};
+    check_same_as_standard("one Swap and one Relu instance used twice, Adam, 3 steps", &s);
+}
+
+// A layer that does not recognise its recomputation (reversible.h asks it
+// to): it counts every training forward, y = x. The trainer puts the state
+// the forward left back after each recomputation, so the counts are the
+// standard Trainer's: one per step.
+static ct_status ticks_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                            ct_error *err) {
+    (void)err;
+    ct_layer_declare_state(l, ic, "ticks", ct_tensor_1d(CT_DTYPE_F32, 1, NULL), (ct_initializer){CT_INIT_ZEROS, 0},
+                           key);
+    out[0] = ct_tensor_sig(&in[0]);
+    return CT_OK;
+}
+
+static ct_status ticks_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                               ct_error *err) {
+    (void)key, (void)err;
+    if (c->train) *ct_state(c, l, 0) += 1.0f;
+    out[0] = in[0];
+    return CT_OK;
+}
+
+static ct_status ticks_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in, ct_key key,
+                                ct_error *err) {
+    (void)l, (void)c, (void)key, (void)err;
+    grad_in[0] = grad_out[0];
+    return CT_OK;
+}
+
+static const ct_layer_vtable ticks_vt = {
+    .type = "Ticks", .init = ticks_init, .forward = ticks_forward, .backward = ticks_backward};
+
+static void ticks_model(ct_layer **model, ct_layer **loss) {
+    ct_layer *ticks[2] = {ct_layer_new(&ticks_vt, "Ticks", 1, 1, NULL, NULL, 0),
+                          ct_layer_new(&ticks_vt, "Ticks", 1, 1, NULL, NULL, 0)};
+    *model = ct_serial(CT_LAYERS(ct_embedding(9, 4), ticks[0], ct_dup(), half(ct_dense(4), ticks[1]),
+                                 ct_reversible_swap(), half(ct_dense(4), NULL), ct_reversible_swap()));
+    *loss = ct_serial(CT_LAYERS(ct_concatenate(2, -1), ct_dense(19), ct_log_softmax(), ct_cross_entropy_loss()));
+}
+
+static void test_state_put_back(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    float lrs[3] = {1e-2f, 1e-2f, 1e-2f};
+    run_spec s = {ticks_model, adam, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL, 0, NULL, 0, false};
+    result std_r, rev_r;
+    if (same_as_standard("a layer that counts every forward, 3 steps", &s, &std_r, &rev_r)) {
+        const float *at[2];
+        int n = find_states(&rev_r, "ticks", at, NULL, 2);
+        CHECK_MSG(n == 2, "%d Ticks states, expected 2", n);
+        for (int i = 0; i < n; i++) CHECK_MSG(at[i][0] == 3.0f, "Ticks %d counted %g forwards in 3 steps", i, at[i][0]);
+    }
+    result_free(&std_r);
+    result_free(&rev_r);
+}
+
+// Frozen weights (Adam: no slots of their own, and weight decay would move
+// them), loss weights that differ between the 2 local devices (each device's
+// seed is its share of the global weight), and the last step's gradients
+// kept (keep_grads): all as the standard Trainer.
+static void test_frozen_weighted_devices(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    for (int i = 4; i < 8; i++) b.weights[i] = 0.25f * (float)(i - 3);  // device 1's row: 0.25 .. 1
+    const char *frozen[2] = {"Serial/Embedding", "Serial/Dense[8]"};
+    float lrs[3] = {1e-2f, 0.02f, 0.03f};
+    run_spec s = {extended_model, adam, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL, 2, frozen, 2, true};
+    result std_r, rev_r;
+    if (same_as_standard("frozen weights, unequal loss weights on 2 devices, kept gradients", &s, &std_r, &rev_r)) {
+        int n_frozen = 0;
+        for (int i = 0; i < std_r.n_params; i++) {
+            if (strncmp(std_r.names[i], frozen[0], strlen(frozen[0])) &&
+                strncmp(std_r.names[i], frozen[1], strlen(frozen[1])))
+                continue;
+            // Never moved: bitwise the same init in both.
+            size_t end = i + 1 < std_r.n_params ? std_r.offsets[i + 1] : std_r.n_w;
+            CHECK_MSG(memcmp(std_r.w + std_r.offsets[i], rev_r.w + std_r.offsets[i],
+                             (end - std_r.offsets[i]) * sizeof(float)) == 0,
+                      "frozen %s moved", std_r.names[i]);
+            n_frozen++;
+        }
+        CHECK_MSG(n_frozen == 3, "%d frozen weights, expected 3 (embedding, kernel, bias)", n_frozen);
+    }
+    result_free(&std_r);
+    result_free(&rev_r);
 }
 
 static void test_no_reversible_layers(void) {
@@ -987,9 +1213,13 @@ int main(void) {
     test_state();
     test_loss_state_nonfinite();
     test_stats();
+    test_memory_log();
     test_options();
     test_clipping();
     test_shared_weights_refused();
+    test_shared_weightless();
+    test_state_put_back();
+    test_frozen_weighted_devices();
     test_no_reversible_layers();
     test_memory_limit();
     return check_summary("test_reversible_trainer");

@@ -354,18 +354,28 @@ static ct_status flatten(ct_layer *l, uint32_t *path, int depth, bool root, bool
     return CT_OK;
 }
 
-// Every weight reachable from l must lie in [begin, end): a weight shared
-// with another trainer layer would be outside this layer's staged range.
-static ct_status check_owned(const ct_layer *l, size_t begin, size_t end, int unit, ct_error *err) {
+// Every weight reachable from l must lie in u's weight range, every state
+// in its state range: a weight shared with another trainer layer would be
+// outside this layer's staged range, a state outside the range its
+// recomputation puts back (the other layer's would undo this one's update).
+static ct_status check_owned(const ct_layer *l, const rt_unit *u, int unit, ct_error *err) {
     for (int i = 0; i < l->n_weights; i++) {
         size_t off = l->weights[i].offset;
-        if (off < begin || off >= end)
+        if (off < u->w_begin || off >= u->w_end)
             return ct_error_set(err, CT_ERR_ARG,
                                 "reversible trainer: weight %s is shared between trainer layer %d and "
                                 "another one (weights may be shared only within one layer)",
                                 l->weights[i].full_name, unit);
     }
-    for (int i = 0; i < l->n_sub; i++) CT_TRY(check_owned(l->sub[i], begin, end, unit, err));
+    for (int i = 0; i < l->n_states; i++) {
+        size_t off = l->states[i].offset;
+        if (off < u->s_begin || off >= u->s_end)
+            return ct_error_set(err, CT_ERR_ARG,
+                                "reversible trainer: state %s is shared between trainer layer %d and "
+                                "another one (layers with state may be shared only within one layer)",
+                                l->states[i].full_name, unit);
+    }
+    for (int i = 0; i < l->n_sub; i++) CT_TRY(check_owned(l->sub[i], u, unit, err));
     return CT_OK;
 }
 
@@ -447,20 +457,20 @@ static ct_status unit_ranges(rt_trainer *t, rt_unit *u, int k, size_t *w_cursor,
     u->w_begin = u->w_end = *w_cursor;
     u->s_begin = u->s_end = *s_cursor;
     if (u->n_leaves) {
-        u->w_begin = u->leaves[0].layer->w_begin;
-        u->s_begin = u->leaves[0].layer->s_begin;
         for (int i = 0; i < u->n_leaves; i++) {
             const ct_layer *l = u->leaves[i].layer;
-            if (l->w_begin < u->w_begin) u->w_begin = l->w_begin;
-            if (l->w_end > u->w_end) u->w_end = l->w_end;
-            if (l->s_begin < u->s_begin) u->s_begin = l->s_begin;
-            if (l->s_end > u->s_end) u->s_end = l->s_end;
+            // Only a leaf with weights (state) places the range: a weightless
+            // layer used again (one Swap instance for every swap) keeps the
+            // empty range of its first use, before the cursor.
+            bool has_w = l->w_end > l->w_begin, has_s = l->s_end > l->s_begin;
+            if ((has_w && l->w_begin < *w_cursor) || (has_s && l->s_begin < *s_cursor))
+                return ct_error_set(err, CT_ERR_ARG,
+                                    "reversible trainer: layer %d (%s) shares weights or state with an earlier "
+                                    "layer", k, l->path);
+            if (has_w && l->w_end > u->w_end) u->w_end = l->w_end;
+            if (has_s && l->s_end > u->s_end) u->s_end = l->s_end;
         }
-        if (u->w_begin < *w_cursor || u->s_begin < *s_cursor)
-            return ct_error_set(err, CT_ERR_ARG,
-                                "reversible trainer: layer %d (%s) shares weights or state with an earlier "
-                                "layer", k, u->leaves[0].layer->path);
-        for (int i = 0; i < u->n_leaves; i++) CT_TRY(check_owned(u->leaves[i].layer, u->w_begin, u->w_end, k, err));
+        for (int i = 0; i < u->n_leaves; i++) CT_TRY(check_owned(u->leaves[i].layer, u, k, err));
         *w_cursor = u->w_end;
         *s_cursor = u->s_end;
     }
