@@ -782,8 +782,9 @@ ct_status ct_loop_load_weights(ct_loop *loop, const char *checkpoint_dir, const 
 }
 
 // Where opts.init_checkpoint points: "<dir>/<name>" when that directory is a
-// checkpoint (it has a manifest), else a run's output directory and its
-// newest checkpoint. dir holds 4096 bytes, name CT_CHECKPOINT_NAME_MAX.
+// checkpoint (it has a manifest), else a run's output directory (name "":
+// its newest checkpoint, found when opened). dir holds 4096 bytes, name
+// CT_CHECKPOINT_NAME_MAX.
 static ct_status init_checkpoint_where(const char *path, char *dir, char *name, ct_error *err) {
     size_t len = strlen(path);
     if (len == 0 || len >= 4000)
@@ -810,9 +811,6 @@ static ct_status init_checkpoint_where(const char *path, char *dir, char *name, 
                             "loop: init_checkpoint '%s' is not a directory (a checkpoint such as <run>/model_100, or "
                             "a run's output directory)", path);
     name[0] = '\0';
-    if (ct_checkpoint_find_latest(dir, name, CT_CHECKPOINT_NAME_MAX, err) != CT_OK)
-        return ct_error_prefix(err, "loop: init_checkpoint '%s'", path);
-    if (!name[0]) return ct_error_set(err, CT_ERR_ARG, "loop: init_checkpoint '%s' holds no checkpoint", path);
     return CT_OK;
 }
 
@@ -824,9 +822,12 @@ static ct_status load_init_checkpoint(ct_loop *l, ct_error *err) {
     const char *path = l->opts.init_checkpoint;
     char dir[4096], name[CT_CHECKPOINT_NAME_MAX];
     CT_TRY(init_checkpoint_where(path, dir, name, err));
-    ct_checkpoint *c;
-    ct_status st = ct_checkpoint_open(&c, dir, name, err);
+    ct_checkpoint *c = NULL;
+    // A run's directory is searched and its checkpoint read and checked once.
+    ct_status st = name[0] ? ct_checkpoint_open(&c, dir, name, err) : ct_checkpoint_open_latest(&c, dir, err);
+    if (st == CT_OK && !c) return ct_error_set(err, CT_ERR_ARG, "loop: init_checkpoint '%s' holds no checkpoint", path);
     if (st == CT_OK) {
+        snprintf(name, sizeof name, "%s", ct_checkpoint_name(c));
         st = ct_trainer_load_checkpoint(l->trainer, c, CT_LOAD_STRICT, err);
         ct_checkpoint_close(c);
     }
