@@ -35,7 +35,7 @@ def rmsprop(w, gs, lr, gamma=f(0.9), eps=f(1e-8)):
     return w, a
 
 def adafactor(w, gs, lr=f(0.05), factored=True, beta1=None, decay_exp=f(0.8), thr=f(1.0), wd=f(1e-5),
-              e1=f(1e-16), e2=f(1e-3)):
+              e1=f(1e-16), e2=f(1e-3), param_scale=True):
     # Trax's current Adafactor: epsilon1 where the accumulators are read.
     w = w.copy()
     fac = factored and w.ndim >= 2
@@ -48,7 +48,7 @@ def adafactor(w, gs, lr=f(0.05), factored=True, beta1=None, decay_exp=f(0.8), th
         t = f(step) + f(1)
         decay = f(1) - t ** (-decay_exp)
         mix = f(1) - decay
-        scale = f(lr) * max(np.sqrt(np.mean(w * w, dtype=f)), e2)
+        scale = f(lr) * max(np.sqrt(np.mean(w * w, dtype=f)), e2) if param_scale else f(lr)
         G = g * g
         if fac:
             vr = decay * vr + mix * np.mean(G, axis=-1)
@@ -67,9 +67,11 @@ def adafactor(w, gs, lr=f(0.05), factored=True, beta1=None, decay_exp=f(0.8), th
         w = (f(1) - wd) * w - s
     return (w, (vr, vc) if fac else v, m)
 
-def sm3(w, gs, lr=f(0.01), mom=f(0.9), beta2=f(1.0), wd=f(0.0), mtype="ema"):
+def sm3(w, gs, lr=f(0.01), mom=f(0.9), beta2=f(1.0), wd=f(0.0), mtype="ema", graft=None):
+    # graft: Trax decides it in the constructor (second_moment_averaging != 1
+    # then); None: from beta2.
     w = w.copy(); m = np.zeros_like(w)
-    graft = beta2 != 1
+    graft = beta2 != 1 if graft is None else graft
     c = f(1) if beta2 == 1 else f(1) - beta2
     if w.ndim <= 1:
         v = [np.zeros_like(w)]; u = [np.zeros_like(w)]
@@ -128,6 +130,16 @@ w, v, m = sm3(w2, g2, lr=f(0.1)); p("sm3 2d w", w); p("sm3 2d v0", v[0]); p("sm3
 w, v, m = sm3(w3, g3, lr=f(0.1)); p("sm3 3d w", w); p("sm3 3d v", np.concatenate(v))
 w, v, m = sm3(w2, g2, lr=f(0.1), beta2=f(0.9), wd=f(0.01), mtype="heavy"); p("sm3 2d graft heavy w", w)
 w, v, m = sm3(w1, g1, lr=f(0.1), beta2=f(0.9), wd=f(0.01), mtype="nesterov"); p("sm3 1d graft nesterov w", w)
+# Hyperparameters at values the cases above leave at their defaults.
+p("rmsprop eps0.1 lr0.01", rmsprop(w1, g1, 0.01, eps=f(0.1))[0])
+p("adafactor 1d thr0.5 w", adafactor(w1, g1, thr=f(0.5))[0])
+p("adafactor 2d thr0.5 w", adafactor(w2, g2, thr=f(0.5))[0])
+p("adafactor 2d noscale w", adafactor(w2, g2, param_scale=False)[0])
+w, _, m = adafactor(w3, g3, lr=0.5, beta1=0.9); p("adafactor 3d lr0.5 mom w", w); p("adafactor 3d mom m", m)
+# Gradients near 1e-17: sqrt(acc) is near SM3's 1e-16.
+p("sm3 tiny 1d w", sm3(w1, g1 * f(1e-16), lr=f(0.1))[0])
+# second_moment_averaging 0.9 set after a construction at 1: no grafting.
+p("sm3 2d b2 0.9 nograft w", sm3(w2, g2, lr=f(0.1), beta2=f(0.9), graft=False)[0])
 gg = np.array([3.0, -4.0, 0.0, 12.0], f)
 print("clip norm %.9g" % np.sqrt(np.sum(gg.astype(np.float64) ** 2)))
 p("clip to 6.5", gg * (f(6.5) / f(13)))

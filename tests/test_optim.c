@@ -119,6 +119,16 @@ static void test_rmsprop(void) {
     check_all("rmsprop a", slots, (const double[]){0.79321003, 0.754739881, 0.84969002}, 3, 2e-6);
     free(slots);
     ct_optimizer_free(o);
+
+    // eps large enough to show where it goes: after the square root.
+    p.eps = 0.1f;
+    o = ct_rmsprop_new(p);
+    float we[3] = {0.5f, -1.0f, 2.0f};
+    slots = run_sig(o, 0.01f, &sig, we, &grads[0][0]);
+    // "rmsprop eps0.1 lr0.01"
+    check_all("rmsprop eps 0.1 w", we, (const double[]){0.495943606, -1.00301909, 2.0001018}, 3, 2e-6);
+    free(slots);
+    ct_optimizer_free(o);
 }
 
 static void test_adafactor(void) {
@@ -197,6 +207,57 @@ static void test_adafactor(void) {
               (const double[]){0.0235946905, -0.012482442, -0.00675910711, 0.0137945097, 0.0232952237,
                                0.000736112241},
               6, 2e-7);
+    free(slots);
+    ct_optimizer_free(o);
+
+    // clipping_threshold 0.5: the update's RMS is clipped to it (1-D and 2-D
+    // take separate paths).
+    p = ct_adafactor_default_params();
+    p.clipping_threshold = 0.5f;
+    o = ct_adafactor_new(p);
+    float wc[3] = {0.5f, -1.0f, 2.0f};
+    slots = run_sig(o, 0.05f, &sig1, wc, &grads[0][0]);
+    // "adafactor 1d thr0.5 w"
+    check_all("adafactor 1d thr 0.5 w", wc, (const double[]){0.459712744, -0.999165237, 1.97392344}, 3, 2e-6);
+    free(slots);
+    memcpy(wf, w2_init, sizeof wf);
+    slots = run_sig(o, 0.05f, &sig2, wf, &g2[0][0]);
+    // "adafactor 2d thr0.5 w"
+    check_all("adafactor 2d thr 0.5 w", wf,
+              (const double[]){1.62543821, 0.469950229, 1.01039362, 2.16732049, 1.74354088, -0.991147101}, 6, 3e-6);
+    free(slots);
+    ct_optimizer_free(o);
+
+    // multiply_by_parameter_scale off: the step is lr itself.
+    p = ct_adafactor_default_params();
+    p.multiply_by_parameter_scale = false;
+    o = ct_adafactor_new(p);
+    memcpy(wf, w2_init, sizeof wf);
+    slots = run_sig(o, 0.05f, &sig2, wf, &g2[0][0]);
+    // "adafactor 2d noscale w"
+    check_all("adafactor 2d noscale w", wf,
+              (const double[]){1.58049977, 0.493781596, 1.02223265, 2.14192319, 1.70023203, -0.993777812}, 6, 3e-6);
+    free(slots);
+    ct_optimizer_free(o);
+
+    // Momentum on the rank-3 weight: m follows vr (2*2) and vc (2*3).
+    p = ct_adafactor_default_params();
+    p.do_momentum = true;
+    p.beta1 = 0.9f;
+    o = ct_adafactor_new(p);
+    CHECK(ct_optimizer_slot_floats(o, &sig3) == 4 + 6 + 12);
+    memcpy(w3, w3_init, sizeof w3);
+    slots = run_sig(o, 0.5f, &sig3, w3, &g3[0][0]);
+    // "adafactor 3d lr0.5 mom w", "adafactor 3d mom m"
+    check_all("adafactor 3d mom w", w3,
+              (const double[]){2.27804852, -1.54769063, 0.273799539, -0.093527481, 1.74443066, 1.86770201,
+                               0.417718112, 0.162882566, -0.718881488, -1.96671808, -0.164752185, 0.00339527428},
+              12, 5e-6);
+    check_all("adafactor 3d mom m", slots + 10,
+              (const double[]){-0.0621815696, -0.002696082, -0.127873465, -0.0875617564, -0.0670485497,
+                               -0.166764677, -0.143561751, 0.0896470845, -0.110491261, 0.00979712605,
+                               -0.0208329931, 0.040892411},
+              12, 2e-6);
     free(slots);
     ct_optimizer_free(o);
 
@@ -302,6 +363,29 @@ static void test_sm3(void) {
     slots = run_sig(o, 0.1f, &sig1, w1, &grads[0][0]);
     // "sm3 1d graft nesterov w"
     check_all("sm3 graft nesterov w", w1, (const double[]){0.251625836, -0.900493085, 1.55108678}, 3, 3e-6);
+    free(slots);
+    ct_optimizer_free(o);
+
+    // Gradients near 1e-17: sqrt(acc) is near the 1e-16 added to it.
+    o = ct_sm3_new(ct_sm3_default_params());
+    float tiny[9], wt[3] = {0.5f, -1.0f, 2.0f};
+    for (int i = 0; i < 9; i++) tiny[i] = (&grads[0][0])[i] * 1e-16f;
+    slots = run_sig(o, 0.1f, &sig1, wt, tiny);
+    // "sm3 tiny 1d w"
+    check_all("sm3 tiny w", wt, (const double[]){0.499055326, -1.00165808, 1.99116349}, 3, 2e-6);
+    free(slots);
+
+    // second_moment_averaging set to 0.9 after a construction at 1: decaying
+    // averages (g^2 weighted by 1 - 0.9) without grafting, whose norms would
+    // cancel that weight.
+    ct_error err;
+    CHECK_OK(ct_optimizer_set_param(o, "second_moment_averaging", 0.9f, &err), &err);
+    CHECK(ct_optimizer_slot_floats(o, &sig2) == 6 + 5 + 5);
+    memcpy(wf, w2_init, sizeof wf);
+    slots = run_sig(o, 0.1f, &sig2, wf, &g2[0][0]);
+    // "sm3 2d b2 0.9 nograft w"
+    check_all("sm3 b2 0.9 no graft w", wf,
+              (const double[]){1.62712252, 0.466098994, 1.06829786, 2.11775351, 1.70810914, -1.04116774}, 6, 3e-6);
     free(slots);
     ct_optimizer_free(o);
 }

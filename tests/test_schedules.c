@@ -36,6 +36,8 @@ static void test_constant(void) {
     CHECK_OK(ct_schedule_constant(0.02, &s, &err), &err);
     const int64_t steps[] = {1, 20, 300, 4000, 50000, 600000, 7000000, 80000000, 900000000};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) CHECK(ct_schedule_value(s, steps[i]) == 0.02f);
+    // Trax's constant is a body from step 1 after a warm-up from (0, 0).
+    CHECK(ct_schedule_value(s, 0) == 0.0f);
     CHECK(strcmp(ct_schedule_name(s), "constant") == 0);
     check_describe(s, "constant(value=0.02)");
     ct_schedule_free(s);
@@ -140,6 +142,9 @@ static void test_multifactor(void) {
     CHECK_LR(s, 20000, 0.05);
     CHECK_LR(s, 40000, 0.025);
     CHECK_LR(s, 65000, 0.0125);
+    // Python's floor division, as Trax's step // steps_per_decay (a negative
+    // step, which no Loop passes: -1 // 20000 is -1).
+    CHECK_LR(s, -1, 0.2);
     check_describe(s, "multifactor(factors='constant * decay_every', constant=0.1, decay_factor=0.5, "
                       "steps_per_decay=20000)");
     ct_schedule_free(s);
@@ -204,6 +209,15 @@ static void test_errors(void) {
     p.factors = "cosine_decay";
     p.steps_per_cycle = -1;
     CHECK(ct_schedule_multifactor(&p, &s, &err) == CT_ERR_ARG);
+    p.steps_per_cycle = 0;  // Trax: a division by zero
+    CHECK(ct_schedule_multifactor(&p, &s, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "steps_per_cycle > 0, got 0") != NULL, "%s", err.msg);
+    // rsqrt_normalized_decay of a negative warmup_steps: Trax's sqrt(-1).
+    p = ct_multifactor_default_params();
+    p.factors = "constant * rsqrt_normalized_decay";
+    p.warmup_steps = -1;
+    CHECK(ct_schedule_multifactor(&p, &s, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "warmup_steps must be >= 0, got -1") != NULL, "%s", err.msg);
     // A parameter no factor uses is not checked (decay_every is absent).
     p = ct_multifactor_default_params();
     p.steps_per_decay = 0;

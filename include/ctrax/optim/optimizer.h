@@ -99,7 +99,9 @@ ct_status ct_optimizer_get_param(const ct_optimizer *o, const char *name, float 
 ct_status ct_optimizer_set_param(ct_optimizer *o, const char *name, float value, ct_error *err);
 
 // Global-norm clipping over n gradient floats, as Trax's clip_grad_norm:
-// norm = sqrt(sum g^2) (accumulated in double, in index order); if
+// norm = sqrt(sum g^2) (accumulated in double, in 8 lanes per chunk of
+// 32768 floats, the chunks added in order: the same bits at any thread
+// count); if
 // norm >= max_norm, every g is scaled by max_norm / norm. Returns the norm
 // before clipping. Better than Trax: a zero gradient (norm 0) is left alone
 // instead of becoming 0 * (max_norm / 0) = NaN when max_norm is 0.
