@@ -223,6 +223,37 @@ static void test_optimizer_state(void) {
     j = cJSON_Parse("{\"name\": \"SM3\", \"params\": {\"momentum\": 0.5, \"second_moment_averaging\": 1}}");
     CHECK_OK(ct_optimizer_check_json(o, j, "state.json", false, &err), &err);  // same layout: fine
     cJSON_Delete(j);
+
+    // The layout an SM3 was made with stays when its values change later
+    // (as Trax's, whose constructor fixes it): the checkpoint says which
+    // (slot_layout), and that is what a resume compares, not the values.
+    // A run made as SM3(0.9, 1) that set averaging 0.9 resumes as SM3(0.9, 1);
+    // SM3(0, 0.9), whose slots have the same size for rank 1, is refused.
+    ct_optimizer *changed = ct_sm3_new(ct_sm3_default_params());
+    CHECK_OK(ct_optimizer_set_param(changed, "second_moment_averaging", 0.9f, &err), &err);
+    const char *layout = ct_optimizer_slot_layout(changed);
+    CHECK(layout && !strcmp(layout, ct_optimizer_slot_layout(o)));
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"name\": \"SM3\", \"slot_layout\": \"%s\", \"params\": {\"momentum\": 0.9, "
+             "\"second_moment_averaging\": 0.9}}",
+             layout ? layout : "");
+    j = cJSON_Parse(text);
+    CHECK_OK(ct_optimizer_check_json(o, j, "state.json", true, &err), &err);
+    cJSON_Delete(j);
+    ct_sm3_params other = ct_sm3_default_params();
+    other.momentum = 0.0f, other.second_moment_averaging = 0.9f;
+    ct_optimizer *o2 = ct_sm3_new(other);
+    expect_restore_fails(o2, text, "optimizer.slot_layout");
+    expect_restore_fails(o2, "{\"name\": \"SM3\", \"slot_layout\": 7, \"params\": {}}", "optimizer.slot_layout");
+    ct_optimizer_free(o2);
+    ct_optimizer_free(changed);
+    ct_optimizer_free(o);
+    // An optimizer whose layout follows no value has none to compare.
+    o = ct_adam_new(ct_adam_default_params());
+    CHECK(ct_optimizer_slot_layout(o) == NULL);
+    expect_restore_fails(o, "{\"name\": \"Adam\", \"slot_layout\": \"m, v\", \"params\": {}}",
+                         "optimizer.slot_layout");
     ct_optimizer_free(o);
 }
 

@@ -48,9 +48,15 @@ size_t ct_optimizer_one_slot(const ct_optimizer *o, const ct_tensor *sig);
 // The vtable's table fields.
 #define CT_OPT_TABLE(t) .param_table = (t), .n_param_table = (int)(sizeof(t) / sizeof((t)[0]))
 
+// The slot layout o was made with, in words, for an optimizer whose layout
+// follows hyperparameters that may change later (SM3); NULL for the others.
+const char *ct_optimizer_slot_layout(const ct_optimizer *o);
+
 // Checks the hyperparameters of a checkpoint's state.json "optimizer"
-// object, {"name": "<optimizer>", "params": {"<hyperparameter>": <number>,
-// ...}}, against o: the name must be o's, "params" an object of numbers,
+// object, {"name": "<optimizer>", "slot_layout": "<words>" (SM3's),
+// "params": {"<hyperparameter>": <number>, ...}}, against o: the name must
+// be o's, slot_layout o's (or, in a checkpoint without it, each value that
+// decides the layout must give o's), "params" an object of numbers,
 // each a known hyperparameter with a valid value (finite, a float, 0 or 1
 // for a boolean, a whole number in range for an enum, o's own for a fixed
 // one: it decided the slot layout). o keeps its values, the run's config,

@@ -162,6 +162,8 @@ static bool json_float(const cJSON *j, float *out) {
     return true;
 }
 
+const char *ct_optimizer_slot_layout(const ct_optimizer *o) { return o->vt->slot_layout ? o->vt->slot_layout(o) : NULL; }
+
 ct_status ct_optimizer_check_json(const ct_optimizer *o, const cJSON *optimizer, const char *what, bool report,
                                   ct_error *err) {
     if (!cJSON_IsObject(optimizer))
@@ -172,6 +174,19 @@ ct_status ct_optimizer_check_json(const ct_optimizer *o, const cJSON *optimizer,
     if (strcmp(name->valuestring, o->vt->name))
         return ct_error_set(err, CT_ERR_STATE, "%s: trained with optimizer %s (optimizer.name), this run uses %s",
                             what, name->valuestring, o->vt->name);
+    // The layout the checkpoint's optimizer was made with, where it says.
+    const cJSON *layout = cJSON_GetObjectItemCaseSensitive(optimizer, "slot_layout");
+    const char *mine = ct_optimizer_slot_layout(o);
+    if (layout && !cJSON_IsString(layout))
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: optimizer.slot_layout is not a string", what);
+    if (layout && !mine)
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: optimizer.slot_layout '%.100s': %s has one slot layout only",
+                            what, layout->valuestring, o->vt->name);
+    if (layout && strcmp(layout->valuestring, mine))
+        return ct_error_set(err, CT_ERR_STATE,
+                            "%s: optimizer.slot_layout is '%.100s'; this run's %s has %s: its slots cannot be read "
+                            "(make the optimizer as that run did, or start over with --restart)",
+                            what, layout->valuestring, o->vt->name, mine);
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(optimizer, "params");
     if (!cJSON_IsObject(params))
         return ct_error_set(err, CT_ERR_FORMAT, "%s: optimizer.params is missing or not an object", what);
@@ -190,7 +205,7 @@ ct_status ct_optimizer_check_json(const ct_optimizer *o, const cJSON *optimizer,
                 return s;
             }
             float now = read_param(o, d);
-            const char *gave = o->vt->layout_change ? o->vt->layout_change(o, d->name, v) : NULL;
+            const char *gave = !layout && o->vt->layout_change ? o->vt->layout_change(o, d->name, v) : NULL;
             if (gave)
                 return ct_error_set(err, CT_ERR_STATE,
                                     "%s: optimizer.params.%s = %g gave %s %s; this run's %s = %g lays the slots "

@@ -51,8 +51,17 @@ static void sm3_update(const ct_optimizer *o, int64_t step, float lr, const ct_t
                   s->p.second_moment_averaging, s->p.weight_decay);
 }
 
-// A checkpoint's momentum or second_moment_averaging that made the other
-// layout: its slots cannot be read as this run's (the sizes may even agree).
+static const char *sm3_slot_layout(const ct_optimizer *o) {
+    const sm3_state *s = o->params;
+    static const char *const words[2][2] = {
+        {"no momentum slot, no grafting accumulators", "no momentum slot, grafting accumulators"},
+        {"momentum slot, no grafting accumulators", "momentum slot, grafting accumulators"}};
+    return words[s->has_momentum][s->graft];
+}
+
+// A checkpoint without slot_layout: its momentum or second_moment_averaging
+// that would make the other layout, whose slots cannot be read as this run's
+// (the sizes may even agree).
 static const char *sm3_layout_change(const ct_optimizer *o, const char *name, float saved) {
     const sm3_state *s = o->params;
     if (!strcmp(name, "momentum") && (saved > 0.0f) != s->has_momentum)
@@ -63,7 +72,7 @@ static const char *sm3_layout_change(const ct_optimizer *o, const char *name, fl
 }
 
 CT_OPTIMIZER(sm3, "SM3", CT_SM3_PARAMS, .slot_floats = sm3_slot_floats, .update = sm3_update,
-             .layout_change = sm3_layout_change)
+             .slot_layout = sm3_slot_layout, .layout_change = sm3_layout_change)
 
 ct_optimizer *ct_sm3_new(ct_sm3_params p) {
     CT_ASSERT(p.momentum_type >= CT_SM3_MOMENTUM_EMA && p.momentum_type <= CT_SM3_MOMENTUM_NESTEROV);

@@ -238,6 +238,8 @@ static cJSON *exact_number(double v) {
 static cJSON *optimizer_json(const ct_optimizer *opt) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", ct_optimizer_name(opt));
+    const char *layout = ct_optimizer_slot_layout(opt);
+    if (layout) cJSON_AddStringToObject(o, "slot_layout", layout);
     cJSON *params = cJSON_AddObjectToObject(o, "params");
     for (int i = 0; i < ct_optimizer_n_params(opt); i++) {
         float v = 0;
@@ -669,10 +671,10 @@ static ct_status load_tensors(ct_loop *l, const ct_checkpoint *c, ct_error *err)
     return st;
 }
 
-// Everything after the tensors: the optimizers, the cursors and the loop's
-// own fields.
-static ct_status apply_state(ct_loop *l, const cJSON *root, const char *what, const loop_state *s,
-                             ct_error *err) {
+// The checkpoint's optimizers against the run's (name, slot layout,
+// values), before any tensor is loaded: a slot layout that differs is told
+// as such, not as slots of the wrong size.
+static ct_status check_optimizers(ct_loop *l, const cJSON *root, const char *what, ct_error *err) {
     CT_TRY(ct_optimizer_check_json(ct_trainer_optimizer(l->trainer), cJSON_GetObjectItemCaseSensitive(root, "optimizer"),
                                    what, is_chief(l), err));
     const cJSON *task_opts = cJSON_GetObjectItemCaseSensitive(root, "task_optimizers");
@@ -683,6 +685,11 @@ static ct_status apply_state(ct_loop *l, const cJSON *root, const char *what, co
         CT_TRY(ct_optimizer_check_json(l->task_opts[i].opt, cJSON_GetArrayItem(task_opts, i), task_what, is_chief(l),
                                        err));
     }
+    return CT_OK;
+}
+
+// Everything after the tensors: the cursors and the loop's own fields.
+static ct_status apply_state(ct_loop *l, const loop_state *s, ct_error *err) {
     for (int i = 0; i < l->n_tasks; i++) CT_TRY(ct_stream_set_cursor(l->tasks[i].stream, s->train_cur[i], err));
     if (s->have_eval_cursor) CT_TRY(ct_stream_set_cursor(ct_evaluator_stream(l->evaluators[0]), s->eval_cur, err));
     for (int i = 1; s->have_more_cursors && i < l->n_evaluators; i++)
@@ -723,8 +730,9 @@ static ct_status restore_from(ct_loop *l, const ct_checkpoint *c, ct_error *err)
         st = ct_error_set(err, CT_ERR_FORMAT, "checkpoint %s: state.json: \"step\" is %lld, the manifest's is %lld", name,
                           (long long)s.step, (long long)ct_checkpoint_step(c));
     if (st == CT_OK) st = restore_history(l, cJSON_GetObjectItemCaseSensitive(root, "history"), name, s.step, err);
+    if (st == CT_OK) st = check_optimizers(l, root, what, err);
     if (st == CT_OK) st = load_tensors(l, c, err);
-    if (st == CT_OK) st = apply_state(l, root, what, &s, err);
+    if (st == CT_OK) st = apply_state(l, &s, err);
     cJSON_Delete(root);
     return st;
 }

@@ -64,10 +64,17 @@ typedef struct ct_optimizer_vtable {
     // The named hyperparameters, fields of *params (may be NULL / 0).
     const ct_optimizer_param *param_table;
     int n_param_table;
-    // Optional: would hyperparameter name at value `saved` (a checkpoint's)
-    // have given the slots another layout than o's? NULL if not, else what
-    // the saved value gave ("no momentum slot"). For a value that decides
-    // the layout without being fixed (SM3's momentum: zero or not).
+    // Optional, for an optimizer whose slot layout follows hyperparameters
+    // that may change after it is made (SM3's momentum, zero or not, and
+    // second_moment_averaging, 1 or not): the layout o was made with, in
+    // words ("momentum slot, no grafting accumulators"). A checkpoint saves
+    // it and a resume compares it.
+    const char *(*slot_layout)(const ct_optimizer *o);
+    // Optional, for checkpoints written before slot_layout was saved: would
+    // hyperparameter name at value `saved` (a checkpoint's) have given the
+    // slots another layout than o's? NULL if not, else what it gave ("no
+    // momentum slot"). Only a guess: the saved value may have changed after
+    // that run's optimizer was made.
     const char *(*layout_change)(const ct_optimizer *o, const char *name, float saved);
 } ct_optimizer_vtable;
 
