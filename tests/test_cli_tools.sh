@@ -2,7 +2,10 @@
 # The subcommands info, plot, sample and eval (tools/cmd_*.c), through
 # tests/cli_driver.c:
 #
-#   tests/test_cli_tools.sh CLI_DRIVER SOURCE_DIR
+#   tests/test_cli_tools.sh CLI_DRIVER SOURCE_DIR [CTRAX]
+#
+# (CTRAX, the program, for what only its main() does: `ctrax --help`,
+# `ctrax train --help`.)
 #
 # Trains two small runs first (copy-task TransformerLMs, vocabulary 10 and
 # 256, checkpoints every 2 steps), then checks what each command prints and
@@ -11,6 +14,7 @@
 set -uo pipefail
 driver=$1
 src=$2
+ctrax=${3:-}
 py=/usr/bin/python3
 tmp=$(mktemp -d /tmp/ctrax_test_cli_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -48,6 +52,26 @@ has() {
     if grep -qE -- "$2" "$1"; then ok; else bad "$1 has no line matching /$2/"; fi
 }
 
+# edit_checkpoint SRC_CHECKPOINT DST_CHECKPOINT FILE PYTHON_EXPR: a copy of
+# the checkpoint whose FILE holds PYTHON_EXPR's bytes (of `data`, the old
+# ones), with the manifest's size and checksum made to match, as a hostile
+# writer would.
+edit_checkpoint() {
+    "$py" - "$@" <<'EOF'
+import json, shutil, sys, zlib
+src, dst, name, expr = sys.argv[1:5]
+shutil.copytree(src, dst)
+data = open(f"{dst}/{name}", "rb").read()
+data = eval(expr)
+open(f"{dst}/{name}", "wb").write(data)
+m = json.load(open(f"{dst}/manifest.json"))
+for f in m["files"]:
+    if f["name"] == name:
+        f["bytes"], f["crc32"] = len(data), "%08x" % zlib.crc32(data)
+json.dump(m, open(f"{dst}/manifest.json", "w"))
+EOF
+}
+
 # ---- two small runs --------------------------------------------------------------
 run10=$tmp/run10
 run256=$tmp/run256
@@ -60,6 +84,13 @@ check "make-run vocab 256" test "${PIPESTATUS[0]}" = 0
 for cmd in info plot sample eval; do
     expect_exit 0 "" "$cmd" --help
     has "$tmp/out" "^usage: ctrax $cmd "
+    # Every option the help names is one the command reads (--system runs
+    # a 1-second measurement: not here).
+    for opt in $(grep -oE -- '(^| |\[)--?[a-z][a-z-]*' "$tmp/out" | tr -d ' [' | sort -u); do
+        [[ $opt == --help || $opt == --system ]] && continue
+        "$driver" "$cmd" "$tmp/nowhere" "$opt" >/dev/null 2>"$tmp/err"
+        if ! grep -q "unknown option" "$tmp/err"; then ok; else bad "$cmd --help names $opt: $(cat "$tmp/err")"; fi
+    done
 done
 
 # ---- info ----------------------------------------------------------------------------
@@ -98,6 +129,40 @@ has "$tmp/out" "^step +4$"
 expect_exit 0 "" info "$run10" --name model_2
 has "$tmp/out" "^step +2$"
 has "$tmp/out" "model_2 \(step 2, shown here\)"
+# --name is a checkpoint of the directory given, even when that is a checkpoint itself.
+expect_exit 1 "model_4/model_2: no such checkpoint" info "$run10/model_4" --name model_2
+# A directory with one checkpoint lists no others.
+mkdir "$tmp/one_run"
+cp -r "$run10/model_6" "$tmp/one_run/"
+expect_exit 0 "" info "$tmp/one_run"
+if ! grep -q "^checkpoints" "$tmp/out"; then ok; else bad "info of one checkpoint listed: $(grep "^checkpoints" "$tmp/out")"; fi
+# With a schedule, the optimizer's learning_rate is not the rate it ran at:
+# the schedule line says it instead, and the other hyperparameters stay.
+edit_checkpoint "$run10/model_6" "$tmp/sched_run/model_6" config.gin 'data + b"train.lr_schedule_fn = @multifactor\n"'
+expect_exit 0 "" info "$tmp/sched_run/model_6"
+has "$tmp/out" "^optimizer +Adam: b1 0.9, b2 0.999"
+has "$tmp/out" "^schedule +multifactor sets the learning rate each step"
+if ! grep -q "learning_rate 0.01" "$tmp/out"; then ok; else bad "info with a schedule shows Adam's learning_rate"; fi
+# Last metrics: metrics/* only (not 'metricsx/y', whose name has no "metrics/").
+edit_checkpoint "$run10/model_6" "$tmp/hist_run/model_6" state.json \
+    'json.dumps(dict(json.loads(data), history=[["train", "metricsx/y", 6, 1.5], ["eval", "metrics/loss", 6, 2.5]])).encode()'
+expect_exit 0 "" info "$tmp/hist_run/model_6"
+has "$tmp/out" "^last metrics eval +loss = 2.5 \(step 6\)$"
+if ! grep -q "metricsx\|= 1.5" "$tmp/out"; then ok; else bad "info showed a metric that is not metrics/*"; fi
+# A hostile checkpoint's escape sequences (in the config, a metric's name and
+# mode, a hyperparameter's name) never reach the terminal: each control
+# character is a '?'.
+edit_checkpoint "$run10/model_6" "$tmp/esc1/model_6" config.gin 'data + b"# \x1b]0;title\x07\x1b[2J \xc2\x9b31m\n"'
+edit_checkpoint "$tmp/esc1/model_6" "$tmp/esc_run/model_6" state.json \
+    'json.dumps(dict(json.loads(data), history=[["\x1b[2J", "metrics/\x1b[31m", 6, 1.5]],
+                     optimizer={"name": "Adam\x1b[0m", "params": {"b1\x07": 0.9}})).encode()'
+expect_exit 0 "" info "$tmp/esc_run/model_6"
+if ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]\|\xc2[\x80-\x9f]' "$tmp/out"; then ok; else
+    bad "info wrote control characters: $(LC_ALL=C grep -a $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/out" | od -c | head -3)"
+fi
+has "$tmp/out" '^  # \?\]0;title\?\?\[2J \?\?31m$'
+has "$tmp/out" '^last metrics \?\[2J +\?\[31m = 1.5 \(step 6\)$'
+has "$tmp/out" '^optimizer +Adam: b1\? 0.9'  # the name: slots.safetensors'
 # Errors (1) and bad usage (2).
 expect_exit 1 "no such checkpoint" info "$run10" --name model_9
 # A checkpoint name that is a file, or a link to itself: said as such.
@@ -111,6 +176,8 @@ expect_exit 1 "holds no checkpoint" info "$tmp"
 expect_exit 2 "missing CHECKPOINT_DIR" info
 expect_exit 2 "unknown option '--bogus'" info "$run10" --bogus
 expect_exit 2 "one checkpoint at a time" info "$run10" "$run256"
+# '-' alone is an operand, not an option.
+expect_exit 1 "info: -: no such directory" info -
 expect_exit 2 "--name needs a value" info "$run10" --name
 # A name no checkpoint can have is bad usage, for each command that takes one.
 for cmd in info eval sample; do
@@ -185,6 +252,30 @@ echo '{"step": 1, "mode": "train", "metric": "training/loss", "value": 1}' >"$tm
 expect_exit 1 "no metrics/\* values" plot "$tmp/nometrics.jsonl" -o "$tmp/x.svg"
 expect_exit 2 "missing METRICS_JSONL" plot
 expect_exit 2 "names separated by commas" plot "$run10" --metrics loss,
+expect_exit 2 "names separated by commas" plot "$run10" --metrics loss,,accuracy
+# A short option takes its value apart only ("-o=x" would be a file "=x").
+expect_exit 2 "unknown option '-o=" plot "$run10" -o="$tmp/eq.svg"
+expect_exit 0 "" plot "$run10" --output="$tmp/eq.svg" --metrics loss
+has "$tmp/out" "^wrote $tmp/eq.svg: 1 panel"
+# -o naming the metrics file it reads is refused (the SVG would replace it).
+cp "$run10/metrics.jsonl" "$tmp/metrics_before"
+expect_exit 1 "is the metrics file it reads" plot "$run10" -o "$run10/metrics.jsonl"
+check "plot -o metrics.jsonl left it alone" cmp -s "$tmp/metrics_before" "$run10/metrics.jsonl"
+# 64 panels are the most, and fit; the loss comes first wherever it is in
+# the file; a step beyond 2^53 is no step (skipped, with the warning).
+"$py" -c 'import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(64): f.write(json.dumps({"step": 1, "mode": "train", "metric": f"metrics/m{i}", "value": 1.0}) + "\n")
+with open(sys.argv[2], "w") as f:
+    for m in ("metrics/accuracy", "metrics/loss"): f.write(json.dumps({"step": 1, "mode": "eval", "metric": m, "value": 0.5}) + "\n")
+    f.write(json.dumps({"step": 1e19, "mode": "eval", "metric": "metrics/loss", "value": 0.25}) + "\n")' \
+    "$tmp/p64.jsonl" "$tmp/order.jsonl"
+expect_exit 0 "" plot "$tmp/p64.jsonl" -o "$tmp/p64.svg"
+has "$tmp/out" "^wrote .*: 64 panel"
+expect_exit 0 "skipped 1 line\(s\) .*\(the first: line 3: not a metrics line\)" plot "$tmp/order.jsonl" -o "$tmp/order.svg"
+if [[ $(sed -n 2p "$tmp/out") == "  metrics/loss: eval 1 point(s), steps 1 to 1;" ]]; then ok; else
+    bad "plot: the loss is not the first panel, or has more points: $(cat "$tmp/out")"
+fi
 expect_exit 2 "-o needs a value" plot "$run10" -o
 expect_exit 2 "unknown option '--bogus'" plot "$run10" --bogus
 
@@ -205,6 +296,19 @@ expect_exit 0 "temperature 0" sample "$run10" --length 20 --temperature 0 --seed
 cp "$tmp/out" "$tmp/g1"
 expect_exit 0 "" sample "$run10" --length 20 --temperature 0 --seed 2
 check "greedy sampling ignores the seed" cmp -s "$tmp/g1" "$tmp/out"
+# --top-k 1 and a temperature near 0 are greedy too (--raw: the bytes of a
+# vocabulary of 10 are control characters, shown as '?'); --top-k 0 (all)
+# and the largest K are accepted.
+expect_exit 0 "" sample "$run10" --length 20 --temperature 0 --raw
+cp "$tmp/out" "$tmp/g1raw"
+expect_exit 0 "" sample "$run10" --length 20 --raw --seed 3
+if ! cmp -s "$tmp/g1raw" "$tmp/out"; then ok; else bad "sampling at temperature 1 gave the greedy bytes"; fi
+expect_exit 0 "top-k 1" sample "$run10" --length 20 --top-k 1 --seed 3 --raw
+check "top-k 1 is greedy" cmp -s "$tmp/g1raw" "$tmp/out"
+expect_exit 0 "temperature 1e-06" sample "$run10" --length 20 --temperature 1e-6 --seed 4 --raw
+check "temperature 1e-6 is greedy" cmp -s "$tmp/g1raw" "$tmp/out"
+expect_exit 0 "top-k 0" sample "$run10" --length 1 --top-k 0
+expect_exit 0 "top-k 16777216" sample "$run10" --length 1 --top-k 16777216
 # A byte model with a text prompt; --raw; top-k; a context that slides.
 expect_exit 0 "top-k 5" sample "$run256" --prompt "Hello, world" --length 40 --seed 3 --top-k 5
 n=$(wc -c <"$tmp/out")
@@ -232,6 +336,13 @@ expect_exit 0 "" sample "$run256" --prompt "$(printf 'a\xe0\x80\x80b\xed\xa0\x80
 if [[ $(od -An -tx1 "$tmp/out" | tr -d ' \n') == "613f3f3f623f3f3f63c3a9f09080800a" ]]; then ok; else
     bad "sample text of invalid UTF-8: $(od -An -tx1 "$tmp/out")"
 fi
+# The overlong leads C0 and C1, DEL, past U+10FFFF (F4 90 80 80, and F5 80
+# 80 80): '?' byte for byte; U+10FFFF (F4 8F BF BF) passes.
+expect_exit 0 "" sample "$run256" --prompt "$(printf '\xc0\xaf\xc1\xbf\x7f\xf4\x90\x80\x80\xf5\x80\x80\x80\xf4\x8f\xbf\xbf')" \
+    --length 0
+if [[ $(od -An -tx1 "$tmp/out" | tr -d ' \n') == "3f3f3f3f3f3f3f3f3f3f3f3f3ff48fbfbf0a" ]]; then ok; else
+    bad "sample text of invalid UTF-8 (2): $(od -An -tx1 "$tmp/out")"
+fi
 echo "sample: $(head -c 53 "$tmp/s5a" | od -An -c | head -1 | tr -s ' ')..."
 # --prompt-file: any bytes, 0 included (the copy task's separator), which an
 # argument cannot hold; --raw writes them back as they are.
@@ -247,11 +358,17 @@ expect_exit 1 "--prompt-file: .*prompt_big" sample "$run10" --prompt-file "$tmp/
 echo "sample --prompt-file of 17 MiB: $(cat "$tmp/err")"
 # Errors and bad usage.
 expect_exit 1 "prompt byte 0 \(0x68\) is not in the model's vocabulary of 10" sample "$run10" --prompt hi
+# The first byte past the vocabulary (10, a newline).
+expect_exit 1 "prompt byte 1 \(0x0a\) is not in the model's vocabulary of 10" sample "$run10" --prompt "$(printf '\001\n\002')"
 expect_exit 1 "longer than the model's max_len 10" sample "$run10" --context 11
 expect_exit 1 "no such directory" sample "$tmp/nowhere"
 expect_exit 2 "missing OUTPUT_DIR" sample
 expect_exit 2 "--length expects an integer" sample "$run10" --length -1
 expect_exit 2 "--temperature expects a number" sample "$run10" --temperature warm
+expect_exit 2 "--temperature expects a number in \[0, 1e\+06\], got '1e400'" sample "$run10" --temperature 1e400
+expect_exit 2 "--temperature expects a number" sample "$run10" --temperature nan
+# A subnormal is in [0, 1e6] (strtod's ERANGE once refused it, saying so).
+expect_exit 0 "temperature 9.99989e-321" sample "$run10" --length 3 --temperature 1e-320
 expect_exit 2 "--top-k expects an integer" sample "$run10" --top-k 1.5
 expect_exit 2 "--seed needs a value" sample "$run10" --seed
 expect_exit 2 "unknown option '--bogus'" sample "$run10" --bogus
@@ -277,14 +394,33 @@ if cmp -s "$tmp/out" "$tmp/eval10"; then ok; else bad "eval is not deterministic
 # An earlier checkpoint has other weights: other numbers.
 expect_exit 0 "" eval "$run10" --name model_2
 if ! cmp -s "$tmp/out" "$tmp/eval10"; then ok; else bad "eval of model_2 printed model_6's numbers"; fi
+# A config's train.eval_steps beyond an int is refused, naming it (2^31
+# once became 1 batch while the log said 2147483648).
+edit_checkpoint "$run10/model_6" "$tmp/steps_run/model_6" config.gin 'data + b"train.eval_steps = 2147483648\n"'
+expect_exit 1 "config.gin:[0-9]+:1: train.eval_steps must be <= 2147483647, got 2147483648" \
+    eval "$tmp/steps_run/model_6"
+# Each line: the checkpoint's step, the names right-aligned to the longest
+# ('|' in one column), each metric once however many of train.metrics
+# report under its name.
+has "$tmp/eval10" "^Step +6: eval +loss \| "
+n=$(awk -F'|' '{print length($1)}' "$tmp/eval10" | sort -u | wc -l)
+if [[ $n == 1 && $(wc -l <"$tmp/eval10") == 3 ]]; then ok; else bad "eval's columns: $(cat "$tmp/eval10")"; fi
+edit_checkpoint "$run10/model_6" "$tmp/twice_run/model_6" config.gin \
+    'data + b"train.metrics = [@WeightedCategoryAccuracy, @CategoryAccuracy, @SequenceAccuracy]\n"'
+expect_exit 0 "" eval "$tmp/twice_run/model_6"
+n=$(grep -c " accuracy |" "$tmp/out")
+if [[ $n == 1 ]]; then ok; else bad "eval printed accuracy $n times: $(cat "$tmp/out")"; fi
 
 # ---- stdout on a full disk --------------------------------------------------------
 # Each command exits 1 saying so: a lost result must not look done (plot's
 # SVG and sample --raw's bytes failed inside fputs and the per-byte
 # flushes, leaving the last fflush nothing to fail on; info never checked).
 if [[ -c /dev/full ]]; then
+    # plot -o FILE: the SVG is written, the summary on stdout is lost. --help:
+    # the usage is the output.
     for args in "info $run10" "eval $run10" "plot $run10 -o -" "sample $run10 --length 30 --raw" \
-        "sample $run256 --prompt-file $tmp/prompt0 --length 0 --raw"; do
+        "sample $run256 --prompt-file $tmp/prompt0 --length 0 --raw" "plot $run10 -o $tmp/full.svg" \
+        "info --help" "info --system --help" "plot --help" "sample --help" "eval --help"; do
         # shellcheck disable=SC2086 # the words of args
         "$driver" $args >/dev/full 2>"$tmp/err"
         rc=$?
@@ -292,6 +428,23 @@ if [[ -c /dev/full ]]; then
             bad "'$args' >/dev/full exited $rc: $(cat "$tmp/err")"
         fi
     done
+    # sample stops at the first failed write: 2^24 bytes would take minutes
+    # (it once generated them all, then said the output was lost).
+    timeout 60 "$driver" sample "$run10" --length 16777216 --raw >/dev/full 2>"$tmp/err"
+    rc=$?
+    if [[ $rc == 1 ]] && grep -q "writing to stdout failed" "$tmp/err"; then ok; else
+        bad "sample --length 16777216 >/dev/full exited $rc: $(tail -1 "$tmp/err")"
+    fi
+    if [[ -n $ctrax ]]; then
+        for args in "--help" "train --help"; do
+            # shellcheck disable=SC2086 # the words of args
+            "$ctrax" $args >/dev/full 2>"$tmp/err"
+            rc=$?
+            if [[ $rc == 1 ]] && grep -q "writing to stdout failed" "$tmp/err"; then ok; else
+                bad "'ctrax $args' >/dev/full exited $rc: $(cat "$tmp/err")"
+            fi
+        done
+    fi
 fi
 
 echo "test_cli_tools: $passed passed, $failed failed"

@@ -2,6 +2,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,9 @@ int ctrax_parse_double(const char *cmd, const char *opt, const char *s, double l
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+    // ERANGE also marks an underflow (1e-320, a subnormal): in range, so
+    // only an overflow (inf) is refused.
+    if (end == s || *end || !isfinite(v) || !(v >= lo && v <= hi)) {
         fprintf(stderr, "ctrax %s: %s expects a number in [%g, %g], got '%s'\n", cmd, opt, lo, hi, s);
         return -1;
     }
@@ -89,7 +92,7 @@ int ctrax_parse_args(const ctrax_args *a, int argc, char **argv, const char **op
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
             a->usage(stdout);
-            return CTRAX_EXIT_OK;
+            return ctrax_flush_stdout(a->cmd);
         }
         int r = read_option(a, argc, argv, &i);
         if (r < 0) return CTRAX_EXIT_USAGE;

@@ -20,7 +20,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ctrax eval OUTPUT_DIR [--steps N] [--name NAME]\n"
+            "usage: ctrax eval OUTPUT_DIR [--steps N] [--name NAME] [--threads N]\n"
             "\n"
             "Evaluates the newest checkpoint of a training run (or a checkpoint directory\n"
             "given instead) on the eval stream of the config it was trained with: the\n"
@@ -165,7 +165,7 @@ int ctrax_cmd_eval(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return CTRAX_EXIT_OK;
+            return ctrax_flush_stdout("eval");
         }
         int r;
         if ((r = ctrax_opt_threads("eval", argc, argv, &i))) {

@@ -36,6 +36,20 @@ static void usage(FILE *f) {
             "  -h, --help    show this help\n");
 }
 
+// Text from the checkpoint (names, the config) as it is, but each control
+// character as '?' (C1's too, U+0080..U+009F): a hostile file's escape
+// sequences must not reach the terminal. Returns the bytes written.
+static int put_text(const char *s) {
+    int n = 0;
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++, n++) {
+        if (u[0] == 0xc2 && u[1] >= 0x80 && u[1] <= 0x9f) {
+            fputs("??", stdout);
+            u++, n++;
+        } else putchar((*u < 0x20 && *u != '\t') || *u == 0x7f ? '?' : *u);
+    }
+    return n;
+}
+
 // "[10, 16]"
 static char *shape_str(const ct_tensor *t, char *buf, size_t cap) {
     size_t o = (size_t)snprintf(buf, cap, "[");
@@ -132,15 +146,19 @@ static void print_optimizer(const ct_checkpoint *c, const cJSON *state) {
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(state, "optimizer");
     const cJSON *oname = cJSON_GetObjectItemCaseSensitive(o, "name");
     if (!name && cJSON_IsString(oname)) name = oname->valuestring;
-    printf("optimizer    %s", name ? name : "(not recorded)");
+    printf("optimizer    ");
+    put_text(name ? name : "(not recorded)");
     const char *schedule = run_schedule(c);
     const cJSON *p, *params = cJSON_GetObjectItemCaseSensitive(o, "params");
     int k = 0;
     // Only an object's members have names ("params": [1] has none).
     if (cJSON_IsObject(params))
         cJSON_ArrayForEach(p, params) {
-            if (cJSON_IsNumber(p) && !(schedule && !strcmp(p->string, "learning_rate")))
-                printf("%s%s %.6g", k++ ? ", " : ": ", p->string, p->valuedouble);
+            if (cJSON_IsNumber(p) && !(schedule && !strcmp(p->string, "learning_rate"))) {
+                printf("%s", k++ ? ", " : ": ");
+                put_text(p->string);
+                printf(" %.6g", p->valuedouble);
+            }
         }
     if (slots) {
         size_t bytes;
@@ -181,8 +199,11 @@ static void print_last_metrics(const cJSON *state) {
     }
     for (int k = 0; k < n; k++) {
         const cJSON *value = cJSON_GetArrayItem(last[k], 3);
-        printf("%s %-5s %s = ", k ? "            " : "last metrics", cJSON_GetArrayItem(last[k], 0)->valuestring,
-               cJSON_GetArrayItem(last[k], 1)->valuestring + 8);
+        printf("%s ", k ? "            " : "last metrics");
+        int w = put_text(cJSON_GetArrayItem(last[k], 0)->valuestring);
+        printf("%*s ", w < 5 ? 5 - w : 0, "");
+        put_text(cJSON_GetArrayItem(last[k], 1)->valuestring + 8);
+        printf(" = ");
         if (cJSON_IsNumber(value)) printf("%.6g", value->valuedouble);
         else printf("nan");
         printf(" (step %.0f)\n", cJSON_GetArrayItem(last[k], 2)->valuedouble);  // a double: any value prints
@@ -251,8 +272,10 @@ static void print_tensors(const ct_checkpoint *c) {
         for (int i = 0; i < n; i++) {
             ct_tensor t = ct_safetensors_tensor(st, i);
             char s[CT_SIG_STR_MAX], a[32];
-            printf("  %-5s  %-16s  %10s  %s\n", st_dtype(t.dtype), shape_str(&t, s, sizeof s),
-                   ctrax_format_count(ct_tensor_numel(&t), a, sizeof a), ct_safetensors_name(st, i));
+            printf("  %-5s  %-16s  %10s  ", st_dtype(t.dtype), shape_str(&t, s, sizeof s),
+                   ctrax_format_count(ct_tensor_numel(&t), a, sizeof a));
+            put_text(ct_safetensors_name(st, i));
+            printf("\n");
         }
     }
 }
@@ -270,7 +293,9 @@ static int print_config(const ct_checkpoint *c) {
     for (char *line = config, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = '\0';
-        printf(*line ? "  %s\n" : "%s\n", line);
+        if (*line) printf("  ");
+        put_text(line);
+        printf("\n");
     }
     free(config);
     return CTRAX_EXIT_OK;
@@ -418,7 +443,7 @@ int ctrax_cmd_info(int argc, char **argv) {
         for (int k = 1; k < argc; k++) {
             if (!strcmp(argv[k], "-h") || !strcmp(argv[k], "--help")) {
                 usage(stdout);
-                return CTRAX_EXIT_OK;
+                return ctrax_flush_stdout("info");
             }
             int r = k == i ? 0 : ctrax_opt_threads("info", argc, argv, &k);
             if (r < 0) return CTRAX_EXIT_USAGE;

@@ -609,6 +609,7 @@ static int plot(const char *input, const char *output, const char *request) {
                             (long long)(m.s[k].n ? m.s[k].p[m.s[k].n - 1].step : 0));
             fprintf(f, "\n");
         }
+        if (!to_stdout) rc = ctrax_flush_stdout("plot");
     }
 done:
     free(panels.v);

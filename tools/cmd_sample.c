@@ -190,7 +190,8 @@ static int generate(const sample_opts *o, const ct_net *net, int64_t P, int64_t 
     fflush(stdout);
     ct_key key = ct_key_from_seed((uint64_t)o->seed);
     bool ok = true;
-    for (int64_t i = 0; i < o->length && ok; i++) {
+    // A write that failed (a full disk) ends the generation: the rest would be lost.
+    for (int64_t i = 0; i < o->length && ok && !ferror(stdout); i++) {
         int64_t t = P + i;                  // tokens so far; predict token t
         int64_t L = t + 1 <= W ? t + 1 : W;  // the last L - 1 of them and a placeholder
         memcpy(window, tokens + (t + 1 - L), (size_t)(L - 1) * sizeof *window);
@@ -340,7 +341,7 @@ int ctrax_cmd_sample(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return CTRAX_EXIT_OK;
+            return ctrax_flush_stdout("sample");
         }
         if (!strcmp(a, "--raw")) {
             o.raw = true;

@@ -23,16 +23,17 @@
 #define CTRAX_EXIT_ERROR 1
 #define CTRAX_EXIT_USAGE 2
 
-// ctrax info CHECKPOINT_DIR_OR_OUTPUT_DIR [--name NAME]
+// ctrax info CHECKPOINT_DIR_OR_OUTPUT_DIR [--name NAME] | --system [--threads N]
 //   step, parameter count, tensors, optimizer, last metrics and config of a checkpoint.
 int ctrax_cmd_info(int argc, char **argv);
 // ctrax plot METRICS_JSONL_OR_OUTPUT_DIR [-o OUT.svg] [--metrics a,b]
 //   an SVG of the train and eval curves in metrics.jsonl.
 int ctrax_cmd_plot(int argc, char **argv);
-// ctrax sample OUTPUT_DIR [--prompt TEXT] [--length N] [--temperature T] [--top-k K] [--seed S]
+// ctrax sample OUTPUT_DIR [--prompt TEXT | --prompt-file FILE] [--length N] [--temperature T] [--top-k K]
+//                          [--seed S] [--context N] [--name NAME] [--raw] [--threads N]
 //   text from a byte-level language model checkpoint.
 int ctrax_cmd_sample(int argc, char **argv);
-// ctrax eval OUTPUT_DIR [--steps N]
+// ctrax eval OUTPUT_DIR [--steps N] [--name NAME] [--threads N]
 //   the eval metrics of a checkpoint on the config's eval stream.
 int ctrax_cmd_eval(int argc, char **argv);
 
@@ -63,7 +64,8 @@ typedef struct ctrax_args {
 // Reads argv[1..argc) in order: -h/--help prints the usage to stdout, an
 // option of a->options sets its value, anything else not starting with '-'
 // is the operand (*operand). Returns -1 when the command is to go on, else
-// its exit code: CTRAX_EXIT_OK after --help, CTRAX_EXIT_USAGE after a
+// its exit code: CTRAX_EXIT_OK after --help (CTRAX_EXIT_ERROR when the
+// usage could not be written: ctrax_flush_stdout), CTRAX_EXIT_USAGE after a
 // message on stderr (an unknown option, a missing or refused value, two
 // operands or none).
 int ctrax_parse_args(const ctrax_args *a, int argc, char **argv, const char **operand);

@@ -1031,12 +1031,12 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
         usage(stdout);
-        return 0;
+        return ctrax_flush_stdout("--help");
     }
     if (!strcmp(cmd, "train")) {
         train_args a;
         int r = parse_train_args(argc - 2, argv + 2, &a);
-        if (r == 1) return 0;
+        if (r == 1) return ctrax_flush_stdout("train");  // --help, --configurables
         if (r) return r;
         return run_train(&a);
     }

@@ -256,7 +256,7 @@ ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch
     X(INT64, steps, 1000, AT_LEAST(0), NONE, "training steps")                                                   \
     X(INT64, batch_size, 32, AT_LEAST(1), NONE, "examples per step")                                             \
     X(INT64, eval_frequency, 100, AT_LEAST(0), NONE, "steps between evals (0: none)")                            \
-    X(INT64, eval_steps, 10, AT_LEAST(0), NONE, "batches per eval")                                              \
+    X(INT64, eval_steps, 10, RANGE(0, 2147483647), NONE, "batches per eval")                                              \
     X(INT64, random_seed, 0, AT_LEAST(0), NULLABLE,                                                              \
       "seed of init, data, dropout; unbound or None: drawn from the system (as Trax), logged, and recorded in the "    \
       "run (config.gin, state.json), which a resume reuses")                                                       \
