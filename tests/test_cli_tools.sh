@@ -230,6 +230,11 @@ for n, name in ((100, "wide"), (2000, "many")):
     with open(f"{sys.argv[1]}/{name}.jsonl", "w") as f:
         for i in range(n): f.write(json.dumps({"step": 1, "mode": "train", "metric": f"metrics/m{i}", "value": 1.0}) + "\n")' "$tmp"
 expect_exit 1 "100 metrics to draw, at most 64 panels" plot "$tmp/wide.jsonl" -o "$tmp/wide.svg"
+# A directory whose metrics.jsonl's path passes 4095 bytes: refused, not
+# read (and written beside) under a path cut short.
+long=$tmp
+while ((${#long} < 4090)); do long+=/.; done
+expect_exit 1 "the path is longer than 4095 bytes" plot "$long"
 expect_exit 0 "" plot "$tmp/wide.jsonl" -o "$tmp/wide.svg" --metrics m1,m99
 expect_exit 1 "more than 1024 \(metric, mode\) series" plot "$tmp/many.jsonl" -o "$tmp/many.svg"
 expect_exit 0 "skipped 1 line" plot "$tmp/odd.jsonl" -o "$tmp/odd.svg"

@@ -560,12 +560,22 @@ static bool same_file(const char *a, const char *b) {
 
 static int plot(const char *input, const char *output, const char *request) {
     char jsonl[4096], out_path[4096];
-    if (is_dir(input)) snprintf(jsonl, sizeof jsonl, "%s/metrics.jsonl", input);
-    else snprintf(jsonl, sizeof jsonl, "%s", input);
+    // A path cut short would name another file (and the SVG another place).
+    int n = is_dir(input) ? snprintf(jsonl, sizeof jsonl, "%s/metrics.jsonl", input)
+                          : snprintf(jsonl, sizeof jsonl, "%s", input);
+    if (n < 0 || (size_t)n >= sizeof jsonl) {
+        fprintf(stderr, "ctrax plot: %.100s...: the path is longer than %zu bytes\n", input, sizeof jsonl - 1);
+        return CTRAX_EXIT_ERROR;
+    }
     if (!output) {
         const char *slash = strrchr(jsonl, '/');
-        if (slash) snprintf(out_path, sizeof out_path, "%.*s/metrics.svg", (int)(slash - jsonl), jsonl);
-        else snprintf(out_path, sizeof out_path, "metrics.svg");
+        n = slash ? snprintf(out_path, sizeof out_path, "%.*s/metrics.svg", (int)(slash - jsonl), jsonl)
+                  : snprintf(out_path, sizeof out_path, "metrics.svg");
+        if (n < 0 || (size_t)n >= sizeof out_path) {
+            fprintf(stderr, "ctrax plot: %.100s...: the SVG's path beside it is longer than %zu bytes (give -o)\n",
+                    jsonl, sizeof out_path - 1);
+            return CTRAX_EXIT_ERROR;
+        }
         output = out_path;
     }
     // -o naming the metrics file would replace a run's metrics by the SVG.
