@@ -3,8 +3,11 @@
 #ifndef CTRAX_TESTS_LAYER_FIXTURE_H
 #define CTRAX_TESTS_LAYER_FIXTURE_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -120,6 +123,32 @@ static inline void fixture_step(ct_layer *l, const ct_tensor *in, int n_in, cons
         fixture_free(&r);
     }
     ct_layer_free(l);
+}
+
+// An attention layer's per-head weights against Trax's _kernel_initializer:
+// head h's weight `which` drawn from split(split(key of seed, h), which),
+// U(+-sqrt(6 / (D + d H))). Returns how many of the n_w x H differ.
+typedef struct head_weight {
+    const char *name;  // "Wq": the net names it "<layer>/Wq[h]"
+    int n, d;          // its floats, and its d (d_qk or d_v)
+    uint32_t which;
+} head_weight;
+
+static inline int head_init_mismatches(const ct_net *net, const char *layer, const head_weight *w, int n_w, int H,
+                                       int D, uint64_t seed) {
+    int bad = 0;
+    for (int i = 0; i < n_w; i++)
+        for (int h = 0; h < H; h++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s/%s[%d]", layer, w[i].name, h);
+            const ct_param *p = ct_net_find_param(net, name);
+            float *want = malloc(sizeof(float) * (size_t)w[i].n), lim = (float)sqrt(6.0 / (double)(D + w[i].d * H));
+            ct_key k = ct_key_split(ct_key_split(ct_key_from_seed(seed), (uint32_t)h), w[i].which);
+            ct_random_uniform(k, want, (size_t)w[i].n, -lim, lim);
+            bad += !p || memcmp(want, net->weights + p->offset, sizeof(float) * (size_t)w[i].n) != 0;
+            free(want);
+        }
+    return bad;
 }
 
 #endif

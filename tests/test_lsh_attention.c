@@ -692,22 +692,8 @@ static void test_init_weights(void) {
     ct_layer *l = ct_lsh_self_attention(lsh_params(H, dk, dv, false, 4, 1, 0, 1, 2, 0));
     fixture r;
     if (fixture_init_ok(&r, l, &x, 1, true)) {
-        const struct {
-            const char *name;
-            int n, d;
-            uint32_t which;
-        } w[3] = {{"Wq", Dn * dk, dk, 0}, {"Wv", Dn * dv, dv, 2}, {"Wo", dv * Dn, dv, 3}};
-        int bad = 0;
-        for (int i = 0; i < 3; i++)
-            for (int h = 0; h < H; h++) {
-                char name[64];
-                snprintf(name, sizeof name, "LSHSelfAttention/%s[%d]", w[i].name, h);
-                const ct_param *p = ct_net_find_param(&r.net, name);
-                float want[Dn * dv], lim = (float)sqrt(6.0 / (double)(Dn + w[i].d * H));
-                ct_key k = ct_key_split(ct_key_split(ct_key_from_seed(3), (uint32_t)h), w[i].which);
-                ct_random_uniform(k, want, (size_t)w[i].n, -lim, lim);
-                bad += !p || memcmp(want, r.net.weights + p->offset, sizeof(float) * (size_t)w[i].n) != 0;
-            }
+        const head_weight w[3] = {{"Wq", Dn * dk, dk, 0}, {"Wv", Dn * dv, dv, 2}, {"Wo", dv * Dn, dv, 3}};
+        int bad = head_init_mismatches(&r.net, "LSHSelfAttention", w, 3, H, Dn, 3);
         printf("init: %d of %d weights differ from U(+-sqrt(6 / (D + d H))) on their documented keys\n", bad, 3 * H);
         CHECK(bad == 0);
         fixture_free(&r);
