@@ -151,4 +151,29 @@ static inline int head_init_mismatches(const ct_net *net, const char *layer, con
     return bad;
 }
 
+// Two layers that differ only by their dropouts, run in eval mode on x with
+// one key: true if their outputs (n floats) are bitwise equal (Trax turns
+// dropout off outside 'train'). Frees both layers.
+static inline bool eval_equal_without_dropout(ct_layer *plain, ct_layer *dropped, const ct_tensor *x, size_t n) {
+    float *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
+    bool same = false;
+    fixture ra, rb;
+    if (fixture_init_ok(&ra, plain, x, 1, false)) {
+        if (fixture_init_ok(&rb, dropped, x, 1, false)) {
+            run_forward(&ra, x, ct_key_from_seed(5), a);
+            run_forward(&rb, x, ct_key_from_seed(5), b);
+            same = memcmp(a, b, n * sizeof *a) == 0;
+            printf("eval with dropouts 0.5/0.5: %s the layer without them\n",
+                   same ? "bitwise equal to" : "DIFFERS from");
+            fixture_free(&rb);
+        }
+        fixture_free(&ra);
+    }
+    free(a);
+    free(b);
+    ct_layer_free(plain);
+    ct_layer_free(dropped);
+    return same;
+}
+
 #endif

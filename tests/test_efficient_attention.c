@@ -688,28 +688,14 @@ static void test_init_weights(void) {
 // not 'train'): an eval forward with attention_dropout and output_dropout
 // 0.5 equals, bitwise, the same layer's without them.
 static void test_eval_no_dropout(void) {
-    float xd[B * T * D], a[B * T * D], b[B * T * D];
+    float xd[B * T * D];
     ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd);
     gradcheck_fill(&x, 12, -1.0f, 1.0f);
     ct_self_attention_params p = sa_params(2, 3, 4, true, 4, 1, 0);
     ct_layer *plain = ct_self_attention(p);
     p.attention_dropout = 0.5f, p.output_dropout = 0.5f;
     ct_layer *dropped = ct_self_attention(p);
-    fixture ra, rb;
-    if (fixture_init_ok(&ra, plain, &x, 1, false)) {
-        if (fixture_init_ok(&rb, dropped, &x, 1, false)) {
-            run_forward(&ra, &x, ct_key_from_seed(5), a);
-            run_forward(&rb, &x, ct_key_from_seed(5), b);
-            bool same = memcmp(a, b, sizeof a) == 0;
-            printf("eval with dropouts 0.5/0.5: %s the layer without them\n",
-                   same ? "bitwise equal to" : "DIFFERS from");
-            CHECK(same);
-            fixture_free(&rb);
-        }
-        fixture_free(&ra);
-    }
-    ct_layer_free(plain);
-    ct_layer_free(dropped);
+    CHECK(eval_equal_without_dropout(plain, dropped, &x, sizeof xd / sizeof *xd));
 }
 
 // A zero-length input (T 0) is an empty sequence: init, forward and
