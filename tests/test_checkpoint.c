@@ -1148,6 +1148,68 @@ static void test_manifest_edits(void) {
     CHECK(!exists(path));
 }
 
+// The manifest has no checksum of its own, so every single-bit flip of a
+// permanent checkpoint's manifest.json is tried: the checkpoint must then
+// either read as damaged (step -1 in the listing, which pruning leaves
+// alone) or still be kept. "keep" -> "keeq" once read as a manifest without
+// "keep" (not kept), and pruning removed it. A checkpoint that still opens
+// after a flip says the same name and kept, and an unknown key is refused
+// naming the file and the key.
+static void test_manifest_bit_flips(void) {
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s", tmp_path("manifest_flips"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "model_4", 4, 4, true, true, 0, &err), &err);
+    snprintf(path, sizeof path, "%s/model_4/manifest.json", dir);
+    char *orig = NULL;
+    size_t len = 0;
+    CHECK_OK(ct_fs_read(path, &orig, &len, &err), &err);
+    if (!orig) return;
+    int flips = 0, damaged = 0, opened = 0, bad = 0;
+    for (size_t at = 0; at < len; at++) {
+        for (int bit = 0; bit < 8; bit++) {
+            orig[at] ^= (char)(1 << bit);
+            write_raw(path, orig, len);
+            orig[at] ^= (char)(1 << bit);
+            flips++;
+            ct_checkpoint_info *infos = NULL;
+            int n = 0;
+            CHECK_OK(ct_checkpoint_list(dir, &infos, &n, &err), &err);
+            bool ok = n == 1 && (infos[0].step < 0 || infos[0].keep);
+            if (n == 1 && infos[0].step < 0) damaged++;
+            free(infos);
+            ct_checkpoint *c = NULL;
+            if (ct_checkpoint_open(&c, dir, "model_4", &err) == CT_OK) {
+                opened++;
+                ok = ok && ct_checkpoint_kept(c) && !strcmp(ct_checkpoint_name(c), "model_4");
+            }
+            ct_checkpoint_close(c);
+            if (!ok && bad++ < 5) printf("FAIL byte %zu ('%c') bit %d: no longer kept\n", at, orig[at], bit);
+        }
+    }
+    CHECK_MSG(bad == 0, "%d of %d single-bit flips of a kept manifest made it prunable", bad, flips);
+    printf("manifest bit flips: %d, %d read as damaged, %d still opened as kept, %d prunable\n", flips, damaged,
+           opened, bad);
+    // "keep" renamed, and a checksum other than crc32: refused by name.
+    static const char *const edits[][2] = {{"\"keep\"", "\"keeq\""}, {"\"crc32\",", "\"crc33\","}};
+    for (int k = 0; k < 2; k++) {
+        char *text = strdup(orig), *hit = strstr(text, edits[k][0]);
+        CHECK(hit != NULL);
+        if (hit) memcpy(hit, edits[k][1], strlen(edits[k][1]));
+        write_text(path, text);
+        free(text);
+        ct_checkpoint *c = NULL;
+        ct_status st = ct_checkpoint_open(&c, dir, "model_4", &err);
+        CHECK_MSG(st == CT_ERR_FORMAT && strstr(err.msg, "model_4/manifest.json") &&
+                      strstr(err.msg, k == 0 ? "\"keeq\"" : "\"checksum\""),
+                  "%s: %s", edits[k][1], st == CT_OK ? "accepted" : err.msg);
+        if (st != CT_OK) printf("%s: %s\n", edits[k][1], err.msg);
+        ct_checkpoint_close(c);
+    }
+    write_raw(path, orig, len);
+    free(orig);
+}
+
 // A file's "crc32" in the manifest is 8 hex digits: one of another length is
 // refused as such, not read as a number that may happen to match.
 static void test_manifest_crc_field(void) {
@@ -1363,6 +1425,7 @@ int main(void) {
     test_retention();
     test_manifest_edits();
     test_manifest_crc_field();
+    test_manifest_bit_flips();
     test_manifest_files_list();
     test_remove_keeps_link_targets();
     test_damage_reports();

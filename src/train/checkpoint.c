@@ -155,7 +155,31 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
+// The manifest has no checksum of its own, and the fields it may leave out
+// ("keep", "resume_point", "tensors") read as defaults: a bit flipped in one's
+// key ("keep" -> "keeq") would turn a permanent checkpoint into one that
+// pruning removes. Every other single-bit flip already fails to parse or
+// fails a check (a value's syntax, a file's size or crc32, the name, the
+// step), so a key no manifest holds is refused too: the checkpoint then
+// reads as damaged, which pruning leaves alone. The first key of obj not in
+// keys (which ends with NULL), or NULL when there is none.
+static const char *unknown_key(const cJSON *obj, const char *const *keys) {
+    const cJSON *item;
+    cJSON_ArrayForEach(item, obj) {
+        const char *const *k = keys;
+        while (*k && strcmp(*k, item->string)) k++;
+        if (!*k) return item->string;
+    }
+    return NULL;
+}
+
 static ct_status manifest_parse_file(const cJSON *j, mfile *f, const char *path, ct_error *err) {
+    static const char *const keys[] = {"name", "bytes", "crc32", "tensors", NULL};
+    if (!cJSON_IsObject(j)) return ct_error_set(err, CT_ERR_FORMAT, "%s: a file entry is not an object", path);
+    const char *unknown = unknown_key(j, keys);
+    if (unknown)
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: a file entry's key \"%s\" is not one ctrax writes: damaged",
+                            path, unknown);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     if (!cJSON_IsString(name) || !plain_name(name->valuestring) || !strcmp(name->valuestring, MANIFEST))
         return ct_error_set(err, CT_ERR_FORMAT, "%s: a file entry has no valid \"name\"", path);
@@ -218,8 +242,14 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     const cJSON *keep = cJSON_GetObjectItemCaseSensitive(root, "keep");
     const cJSON *resume = cJSON_GetObjectItemCaseSensitive(root, "resume_point");
+    const cJSON *checksum = cJSON_GetObjectItemCaseSensitive(root, "checksum");
+    static const char *const keys[] = {"format", "version", "name",     "step",
+                                       "keep",   "files",   "checksum", "resume_point", NULL};
+    const char *unknown = unknown_key(root, keys);
     uint64_t v = 0, s = 0;
-    if (!cJSON_IsString(format) || strcmp(format->valuestring, FORMAT_NAME))
+    if (unknown)
+        st = ct_error_set(err, CT_ERR_FORMAT, "%s: key \"%s\" is not one ctrax writes: damaged", path, unknown);
+    else if (!cJSON_IsString(format) || strcmp(format->valuestring, FORMAT_NAME))
         st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"format\" is not \"" FORMAT_NAME "\"", path);
     else if (!json_u64(version, &v) || v < 1) st = ct_error_set(err, CT_ERR_FORMAT, "%s: no valid \"version\"", path);
     else if (v > CT_CHECKPOINT_FORMAT_VERSION)
@@ -236,6 +266,9 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
     // "resume_point" may be absent (manifests before it: every checkpoint was one).
     else if (resume && !cJSON_IsBool(resume))
         st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"resume_point\" is not true or false", path);
+    // Every manifest ctrax wrote says "crc32" (the one checksum it computes).
+    else if (checksum && (!cJSON_IsString(checksum) || strcmp(checksum->valuestring, "crc32")))
+        st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"checksum\" is not \"crc32\"", path);
     else if (!cJSON_IsArray(files)) st = ct_error_set(err, CT_ERR_FORMAT, "%s: no \"files\" array", path);
     else if (cJSON_GetArraySize(files) > MANIFEST_FILES_MAX)
         st = ct_error_set(err, CT_ERR_FORMAT, "%s: \"files\" lists %d files, more than %d", path,
