@@ -174,6 +174,7 @@ expect_exit 1 "model_8: no such checkpoint \(Too many levels of symbolic links\)
 expect_exit 1 "no such directory" info "$tmp/nowhere"
 expect_exit 1 "holds no checkpoint" info "$tmp"
 expect_exit 2 "missing CHECKPOINT_DIR" info
+expect_exit 2 "the directory argument is empty \\(''\\)" info ""
 expect_exit 2 "unknown option '--bogus'" info "$run10" --bogus
 expect_exit 2 "one checkpoint at a time" info "$run10" "$run256"
 # '-' alone is an operand, not an option.
@@ -368,6 +369,7 @@ expect_exit 1 "prompt byte 1 \(0x0a\) is not in the model's vocabulary of 10" sa
 expect_exit 1 "longer than the model's max_len 10" sample "$run10" --context 11
 expect_exit 1 "no such directory" sample "$tmp/nowhere"
 expect_exit 2 "missing OUTPUT_DIR" sample
+expect_exit 2 "the directory argument is empty \\(''\\)" sample ""
 expect_exit 2 "--length expects an integer" sample "$run10" --length -1
 expect_exit 2 "--temperature expects a number" sample "$run10" --temperature warm
 expect_exit 2 "--temperature expects a number in \[0, 1e\+06\], got '1e400'" sample "$run10" --temperature 1e400
@@ -380,6 +382,7 @@ expect_exit 2 "unknown option '--bogus'" sample "$run10" --bogus
 
 # ---- eval ----------------------------------------------------------------------------
 expect_exit 2 "missing OUTPUT_DIR" eval
+expect_exit 2 "the directory argument is empty \\(''\\)" eval ""
 expect_exit 2 "--steps expects an integer" eval "$run10" --steps 0
 expect_exit 2 "unknown option '--bogus'" eval "$run10" --bogus
 expect_exit 1 "no such directory" eval "$tmp/nowhere"

@@ -143,6 +143,8 @@ int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, c
     ct_error err = {0};
     // A name that cannot be a checkpoint's is a usage error, before any file.
     if (name && ct_checkpoint_check_name(name, &err) != CT_OK) return ctrax_usage_error(cmd, "--name: %s", err.msg);
+    // An empty argument (an unset shell variable: "$RUN") names no directory.
+    if (!*path) return ctrax_usage_error(cmd, "the directory argument is empty ('')");
     struct stat sb;
     if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "ctrax %s: %s: %s\n", cmd, path,
