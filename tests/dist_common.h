@@ -29,18 +29,12 @@ typedef enum dist_run {
     DIST_STANDARD_TRANSFORMER,  // ct_trainer, TransformerLM
     DIST_STANDARD_REFORMER,     // ct_trainer, ReformerLM
     DIST_REVERSIBLE_REFORMER,   // the memory-efficient trainer, ReformerLM
+    DIST_STANDARD_LSH_REFORMER, // ct_trainer, ReformerLM with LSHSelfAttention (per-example rotations)
 } dist_run;
 
-// Trains for n_steps on rows [row0, row0 + rows) of each global batch; returns
-// a malloc'd copy of the weights (and their count in *n). The ReformerLM has
-// the given dropout rate (the TransformerLM none).
-static inline float *dist_train_with(dist_run run, float dropout, int n_steps, int row0, int rows,
-                                     const ct_trainer_options *opts, float *last_loss, size_t *n) {
-    int32_t tokens[DIST_B * DIST_T];
-    float weights[DIST_B * DIST_T];
-    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens + row0 * DIST_T),
-                          ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens + row0 * DIST_T),
-                          ct_tensor_2d(CT_DTYPE_F32, rows, DIST_T, weights + row0 * DIST_T)};
+// The model run trains: the ReformerLM with the given dropout rate (the
+// TransformerLM has none).
+static inline ct_layer *dist_model(dist_run run, float dropout) {
     ct_layer *model;
     if (run == DIST_STANDARD_TRANSFORMER) {
         ct_transformer_lm_params mp = ct_transformer_lm_default_params();
@@ -61,8 +55,25 @@ static inline float *dist_train_with(dist_run run, float dropout, int n_steps, i
         mp.n_heads = 2;
         mp.max_len = DIST_T;
         mp.dropout = dropout;
+        if (run == DIST_STANDARD_LSH_REFORMER) {
+            mp.attention[0] = CT_REFORMER_LSH_ATTENTION;
+            mp.lsh_attention.chunk_len = 4;  // 6 buckets over T 12
+        }
         model = ct_reformer_lm(mp);
     }
+    return model;
+}
+
+// Trains for n_steps on rows [row0, row0 + rows) of each global batch; returns
+// a malloc'd copy of the weights (and their count in *n).
+static inline float *dist_train_with(dist_run run, float dropout, int n_steps, int row0, int rows,
+                                     const ct_trainer_options *opts, float *last_loss, size_t *n) {
+    int32_t tokens[DIST_B * DIST_T];
+    float weights[DIST_B * DIST_T];
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens + row0 * DIST_T),
+                          ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens + row0 * DIST_T),
+                          ct_tensor_2d(CT_DTYPE_F32, rows, DIST_T, weights + row0 * DIST_T)};
+    ct_layer *model = dist_model(run, dropout);
     ct_layer *loss = ct_weighted_category_cross_entropy();
     ct_device dev = ct_device_cpu();
     ct_trainer *tr = NULL;
@@ -114,6 +125,25 @@ static inline double dist_rel_diff(const float *a, const float *b, size_t n) {
         aa += (double)a[i] * a[i];
     }
     return sqrt(dd / (aa > 0 ? aa : 1));
+}
+
+// Adasum as comm.h documents it, in double, for checking ct_adasum: per
+// tensor (ranges), a + b -> (1 - a.b / (2|a|^2)) a + (1 - a.b / (2|b|^2)) b
+// (a zero vector leaves the other), pairs (0,1), (2,3), ... level by level,
+// an odd one out moving up unchanged. v holds k vectors of n doubles, one
+// after another (clobbered); the result is v[0..n).
+static inline void dist_adasum_reference(double *v, int k, size_t n, const ct_range *ranges, int n_ranges) {
+    for (int stride = 1; stride < k; stride *= 2)
+        for (int i = 0; i + stride < k; i += 2 * stride)
+            for (int t = 0; t < n_ranges; t++) {
+                double *a = v + (size_t)i * n + ranges[t].offset;
+                const double *b = v + (size_t)(i + stride) * n + ranges[t].offset;
+                double ab = 0, aa = 0, bb = 0;
+                for (size_t j = 0; j < ranges[t].length; j++) ab += a[j] * b[j], aa += a[j] * a[j], bb += b[j] * b[j];
+                double ca = aa == 0 ? 0 : bb == 0 ? 1 : 1 - ab / (2 * aa);
+                double cb = bb == 0 ? 0 : aa == 0 ? 1 : 1 - ab / (2 * bb);
+                for (size_t j = 0; j < ranges[t].length; j++) a[j] = ca * a[j] + cb * b[j];
+            }
 }
 
 #endif

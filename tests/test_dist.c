@@ -64,7 +64,15 @@ static void test_local_comm(void) {
     float x[2] = {1, 2};
     CHECK(ct_comm_allreduce_f32(one, x, 2, &err) == CT_OK && x[0] == 1 && x[1] == 2);
     CHECK(ct_comm_broadcast(one, x, 8, 1, &err) == CT_ERR_ARG);
+    // ... and gathers its own vector: out is in.
+    float gathered[2] = {0, 0};
+    CHECK(ct_comm_allgather_f32(one, x, gathered, 2, &err) == CT_OK && gathered[0] == 1 && gathered[1] == 2);
     ct_comm_free(one);
+    // Groups of 1 to CT_COMM_LOCAL_MAX threads.
+    ct_comm *none[1] = {NULL};
+    CHECK(ct_comm_local_new(none, 0, &err) == CT_ERR_ARG && none[0] == NULL);
+    CHECK(ct_comm_local_new(none, CT_COMM_LOCAL_MAX + 1, &err) == CT_ERR_ARG && none[0] == NULL);
+    printf("local comm of %d: %s\n", CT_COMM_LOCAL_MAX + 1, err.msg);
 }
 
 // ---- Adasum ---------------------------------------------------------------------------
@@ -101,6 +109,45 @@ static void test_adasum(void) {
     }
 }
 
+// Vectors neither orthogonal nor equal, where each coefficient and the tree's
+// order show: by hand, and against the double reference for 3 to 8 workers.
+static void test_adasum_values(void) {
+    // a = (1, 0), b = (1, 1): a.b = 1, |a|^2 = 1, |b|^2 = 2, so
+    // (1 - 1/2) a + (1 - 1/4) b = (1.25, 0.75).
+    ct_range whole = {0, 2};
+    float a[2] = {1, 0}, b[2] = {1, 1}, *ab[2] = {a, b};
+    ct_adasum(ab, 2, &whole, 1);
+    CHECK_MSG(a[0] == 1.25f && a[1] == 0.75f, "adasum((1,0), (1,1)) = (%g, %g), want (1.25, 0.75)", a[0], a[1]);
+    // A zero vector on either side leaves the other.
+    float z[2] = {0, 0}, c[2] = {2, -3}, *zc[2] = {z, c};
+    ct_adasum(zc, 2, &whole, 1);
+    CHECK_MSG(z[0] == 2 && z[1] == -3, "adasum(0, (2,-3)) = (%g, %g)", z[0], z[1]);
+    float c2[2] = {2, -3}, z2[2] = {0, 0}, *cz[2] = {c2, z2};
+    ct_adasum(cz, 2, &whole, 1);
+    CHECK_MSG(c2[0] == 2 && c2[1] == -3, "adasum((2,-3), 0) = (%g, %g)", c2[0], c2[1]);
+    enum { D = 7, K = 8 };
+    ct_range ranges[2] = {{0, 4}, {4, 3}};
+    const int ks[4] = {3, 5, 6, 8};
+    for (int ki = 0; ki < 4; ki++) {
+        int k = ks[ki];
+        float v[K][D], *vecs[K];
+        double ref[K * D];
+        for (int w = 0; w < k; w++) {
+            for (int i = 0; i < D; i++) {
+                v[w][i] = (float)((w * 7 + i * 3) % 11) * 0.25f - 1.0f;
+                ref[w * D + i] = v[w][i];
+            }
+            vecs[w] = v[w];
+        }
+        ct_adasum(vecs, k, ranges, 2);
+        dist_adasum_reference(ref, k, D, ranges, 2);
+        double worst = 0;
+        for (int i = 0; i < D; i++) worst = fmax(worst, fabs(v[0][i] - ref[i]) / fmax(fabs(ref[i]), 1e-3));
+        printf("adasum of %d workers against the double reference: worst relative error %.3g\n", k, worst);
+        CHECK_MSG(worst <= 1e-5, "%d workers: rel err %g", k, worst);
+    }
+}
+
 // ---- the trainer over local devices ------------------------------------------------------
 
 static void test_local_devices_match_one(void) {
@@ -116,6 +163,28 @@ static void test_local_devices_match_one(void) {
         printf("20 steps: 1 device x batch %d vs 2 local devices x %d: relative weight difference %.3g, loss %.5f vs %.5f\n",
                DIST_B, DIST_B / 2, rel, l1, l2);
         CHECK_MSG(rel <= 1e-5, "max rel diff %g", rel);
+        CHECK_NEAR(l1, l2, 1e-5);
+    }
+    free(w1);
+    free(w2);
+}
+
+// LSHSelfAttention draws each example's rotations by its row in the global
+// batch (ct_ctx.first_row), so 2 local devices hash as one device with the
+// whole batch does, and train alike.
+static void test_lsh_local_devices_match_one(void) {
+    ct_trainer_options one = ct_trainer_default_options(), two = one;
+    two.n_devices = 2;
+    size_t n1, n2;
+    float l1, l2;
+    float *w1 = dist_train_with(DIST_STANDARD_LSH_REFORMER, 0.0f, 20, 0, DIST_B, &one, &l1, &n1);
+    float *w2 = dist_train_with(DIST_STANDARD_LSH_REFORMER, 0.0f, 20, 0, DIST_B, &two, &l2, &n2);
+    CHECK(w1 && w2 && n1 == n2);
+    if (w1 && w2 && n1 == n2) {
+        double rel = dist_rel_diff(w1, w2, n1);
+        printf("ReformerLM with LSH attention, 20 steps: 1 device x batch %d vs 2 local devices x %d: relative weight "
+               "difference %.3g, loss %.5f vs %.5f\n", DIST_B, DIST_B / 2, rel, l1, l2);
+        CHECK_MSG(rel <= 1e-5, "LSH: rel diff %g", rel);
         CHECK_NEAR(l1, l2, 1e-5);
     }
     free(w1);
@@ -276,7 +345,9 @@ static void test_reversible_batch_must_split(void) {
 int main(void) {
     test_local_comm();
     test_adasum();
+    test_adasum_values();
     test_local_devices_match_one();
+    test_lsh_local_devices_match_one();
     test_batch_must_split();
     test_adasum_training_converges();
     test_reversible_local_devices();

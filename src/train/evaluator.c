@@ -157,9 +157,23 @@ static ct_status run_batch(ct_evaluator *e, const ct_net *net, ct_key key, doubl
 }
 
 ct_status ct_evaluator_run(ct_evaluator *e, const ct_net *net, ct_key key, double *values, ct_error *err) {
-    double sums[2 * CT_EVAL_MAX_METRICS] = {0};
-    for (int b = 0; b < e->task.n_batches; b++) CT_TRY(run_batch(e, net, key, sums, err));
-    if (e->comm) CT_TRY(ct_comm_allreduce_f64(e->comm, sums, (size_t)(2 * e->task.n_metrics), err));
+    // The metrics' sums, then how many processes failed: a process whose
+    // batch failed still joins the sum, so no process waits on it (or takes
+    // its next collective for this one) and every one stops here.
+    int n = 2 * e->task.n_metrics;
+    double sums[2 * CT_EVAL_MAX_METRICS + 1] = {0};
+    ct_status st = CT_OK;
+    for (int b = 0; b < e->task.n_batches && st == CT_OK; b++) st = run_batch(e, net, key, sums, err);
+    if (e->comm) {
+        sums[n] = st != CT_OK;
+        ct_status cst = ct_comm_allreduce_f64(e->comm, sums, (size_t)n + 1, st == CT_OK ? err : NULL);
+        CT_TRY(st);
+        CT_TRY(cst);
+        if (sums[n] > 0)
+            return ct_error_set(err, CT_ERR_STATE,
+                                "eval: another process failed (its error is in that process's output)");
+    }
+    CT_TRY(st);
     for (int m = 0; m < e->task.n_metrics; m++) values[m] = sums[2 * m + 1] > 0 ? sums[2 * m] / sums[2 * m + 1] : NAN;
     return CT_OK;
 }

@@ -106,6 +106,16 @@ static double now_s(void) {
 
 static bool is_chief(const ct_loop *l) { return l->rank == 0; }
 
+// Only the chief writes files (checkpoints, metrics, event files), so only
+// it can fail at that: every process learns here whether it did (one
+// allreduce), so that none goes on into a collective the chief never
+// reaches, and all stop with an error.
+static ct_status chief_agrees(ct_loop *l, ct_status st, const char *what, ct_error *err) {
+    if (!l->comm) return st;
+    return ct_train_agree(l->comm, st, err, "loop: step %lld: process 0 failed %s (its error is in its output)",
+                          (long long)l->step, what);
+}
+
 // ---- cadences ------------------------------------------------------------------
 
 static bool in_list(const step_list *sl, int64_t step) {
@@ -402,14 +412,12 @@ static char *tensor_names(const ct_named_tensor *wt, int first, int n) {
     return names;
 }
 
-// Writes checkpoint name of the loop's state now. A resume point (model_<step>)
-// becomes what the pointer names; a best checkpoint is a copy. The metrics
-// logged so far are flushed before the commit: a checkpoint never exists
-// whose step's metrics are still in a buffer (a resumed run would not log
-// them again).
-static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, bool resume_point, ct_error *err) {
-    if (!l->opts.output_dir) return CT_OK;
-    if (check_finite(l, err) != CT_OK) return ct_error_prefix(err, "loop: no checkpoint %s written", name);
+// The chief's part of write_checkpoint: checkpoint name of the loop's state
+// now. A resume point (model_<step>) becomes what the pointer names; a best
+// checkpoint is a copy. The metrics logged so far are flushed before the
+// commit: a checkpoint never exists whose step's metrics are still in a
+// buffer (a resumed run would not log them again).
+static ct_status write_files(ct_loop *l, const char *name, bool keep, bool resume_point, ct_error *err) {
     if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
     if (is_chief(l)) {
         ct_checkpoint_options co = ct_checkpoint_default_options();
@@ -417,7 +425,8 @@ static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, bool 
         co.keep = keep;
         co.update_pointer = resume_point;
         ct_checkpoint_writer *w;
-        CT_TRY(ct_checkpoint_writer_begin(&w, l->opts.output_dir, name, &co, err));
+        if (ct_checkpoint_writer_begin(&w, l->opts.output_dir, name, &co, err) != CT_OK)
+            return ct_error_prefix(err, "loop: writing checkpoint %s at step %lld", name, (long long)l->step);
         int nw, ns;
         ct_named_tensor *wt, *st;
         ct_trainer_checkpoint_tensors(l->trainer, &wt, &nw, &st, &ns);
@@ -441,6 +450,14 @@ static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, bool 
         if (s == CT_OK) s = ct_checkpoint_prune(l->opts.output_dir, l->opts.keep_last, NULL, NULL, err);
         if (s != CT_OK) return ct_error_prefix(err, "loop: writing checkpoint %s at step %lld", name, (long long)l->step);
     }
+    return CT_OK;
+}
+
+// Writes checkpoint name of the loop's state now (write_files, on the chief).
+static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, bool resume_point, ct_error *err) {
+    if (!l->opts.output_dir) return CT_OK;
+    if (check_finite(l, err) != CT_OK) return ct_error_prefix(err, "loop: no checkpoint %s written", name);
+    CT_TRY(chief_agrees(l, write_files(l, name, keep, resume_point, err), "to write a checkpoint", err));
     for (int i = 0; i < l->opts.n_callbacks; i++)
         if (l->opts.callbacks[i].on_checkpoint) l->opts.callbacks[i].on_checkpoint(name, l->step, l->opts.callbacks[i].user);
     return CT_OK;
@@ -755,11 +772,12 @@ static ct_status restore_latest(ct_loop *l, ct_error *err) {
     if (c) snprintf(name, sizeof name, "%s", ct_checkpoint_name(c));
     if (l->comm) {
         double ok = st == CT_OK;
-        // every rank learns whether the chief failed
+        // every rank learns whether the chief failed, and what it found
+        // (every process makes both calls, the chief after a failure too)
         ct_status cs = ct_comm_allreduce_f64(l->comm, &ok, 1, err);
+        if (cs == CT_OK) cs = ct_comm_broadcast(l->comm, name, sizeof name, 0, err);
         if (cs == CT_OK && st == CT_OK && ok < l->n_proc)
             cs = ct_error_set(err, CT_ERR_IO, "loop: the chief could not find a checkpoint");
-        if (cs == CT_OK) cs = ct_comm_broadcast(l->comm, name, sizeof name, 0, err);
         if (cs != CT_OK) {
             ct_checkpoint_close(opened);
             return cs;
@@ -768,11 +786,15 @@ static ct_status restore_latest(ct_loop *l, ct_error *err) {
     CT_TRY(st);
     if (!name[0]) return CT_OK;
     if (!c) {
-        CT_TRY(ct_checkpoint_open(&opened, l->opts.output_dir, name, err));
+        st = ct_checkpoint_open(&opened, l->opts.output_dir, name, err);
         c = opened;
     }
-    st = restore_from(l, c, err);
+    if (st == CT_OK) st = restore_from(l, c, err);
     ct_checkpoint_close(opened);
+    // Each process loads the checkpoint itself (from its own disk, where
+    // the output directory is not shared): all learn whether every one did.
+    if (l->comm)
+        st = ct_train_agree(l->comm, st, err, "another process could not load it (its error is in its output)");
     if (st != CT_OK) return ct_error_prefix(err, "loop: resuming from %s/%s", l->opts.output_dir, name);
     snprintf(l->restored_from, sizeof l->restored_from, "%s", name);
     l->last_checkpoint_step = l->step;
@@ -953,16 +975,17 @@ static void copy_to_eval_net(ct_loop *l) {
 static ct_status run_one_eval(ct_loop *l, int e, const ct_net *net, double *values, ct_error *err) {
     ct_evaluator *ev = l->evaluators[e];
     CT_TRY(ct_evaluator_run(ev, net, l->key, values, err));
-    for (int m = 0; m < ct_evaluator_n_metrics(ev); m++) {
+    ct_status st = CT_OK;
+    for (int m = 0; m < ct_evaluator_n_metrics(ev) && st == CT_OK; m++) {
         const char *name = ct_evaluator_metric_name(ev, m);
         char tag[160], shown[128];
         if (e == 0) snprintf(shown, sizeof shown, "%s", name);
         else snprintf(shown, sizeof shown, "%s/%s", l->eval_prefix[e], name);
         snprintf(tag, sizeof tag, "metrics/%s", shown);
-        CT_TRY(record(l, "eval", tag, values[m], err));
-        log_line(l, "eval", shown, values[m]);
+        st = record(l, "eval", tag, values[m], err);
+        if (st == CT_OK) log_line(l, "eval", shown, values[m]);
     }
-    return CT_OK;
+    return chief_agrees(l, st, "to record eval metrics", err);
 }
 
 ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err) {
@@ -985,7 +1008,7 @@ ct_status ct_loop_run_evals(ct_loop *loop, ct_error *err) {
         st = run_one_eval(l, e, net, e == 0 ? main_values : values, err);
     if (l->state_saved) memcpy(net->state, l->state_saved, net->n_state * sizeof(float));
     CT_TRY(st);
-    if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
+    CT_TRY(chief_agrees(l, l->summary ? ct_summary_flush(l->summary, err) : CT_OK, "to write the metrics", err));
     if (l->n_evaluators) CT_TRY(save_bests(l, main_values, err));
     return CT_OK;
 }
@@ -1458,7 +1481,7 @@ ct_status ct_loop_run(ct_loop *loop, int64_t n_steps, ct_error *err) {
         // holds of the metrics since the last log is then exactly what a
         // resumed run must go on averaging.
         bool logged = evaluate || l->step == n_steps;
-        if (logged) CT_TRY(log_training(l, err));
+        if (logged) CT_TRY(chief_agrees(l, log_training(l, err), "to record the training metrics", err));
         if (evaluate) CT_TRY(ct_loop_run_evals(l, err));
         if (stop_requested(l)) {
             l->stopped = true;
@@ -1476,7 +1499,7 @@ ct_status ct_loop_run(ct_loop *loop, int64_t n_steps, ct_error *err) {
     }
     // Trax saves nothing at the end of run; ctrax does, so no step is lost.
     if (l->last_checkpoint_step != l->step) CT_TRY(ct_loop_save_checkpoint(l, err));
-    if (l->summary) CT_TRY(ct_summary_flush(l->summary, err));
+    CT_TRY(chief_agrees(l, l->summary ? ct_summary_flush(l->summary, err) : CT_OK, "to write the metrics", err));
     if (l->progress) ct_progress_finish(l->progress);
     return CT_OK;
 }

@@ -1,6 +1,7 @@
 // What both trainers share (see train_internal.h), and the ct_trainer calls
 // that do not depend on which step runs.
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -295,15 +296,23 @@ void ct_train_clip(float *g, size_t n, double norm, float clip) {
         for (size_t i = 0; i < n; i++) g[i] *= factor;
 }
 
-ct_status ct_train_agree_on_failure(const ct_trainer *t, ct_status failed, const char *where, ct_error *err) {
+ct_status ct_train_agree(ct_comm *comm, ct_status failed, ct_error *err, const char *fmt, ...) {
     double flag = failed != CT_OK ? 1.0 : 0.0;
-    ct_status cst = ct_comm_allreduce_f64(t->comm, &flag, 1, failed == CT_OK ? err : NULL);
+    ct_status cst = ct_comm_allreduce_f64(comm, &flag, 1, failed == CT_OK ? err : NULL);
     if (failed != CT_OK) return failed;
     if (cst != CT_OK) return cst;
     if (flag == 0) return CT_OK;
-    return ct_error_set(err, CT_ERR_STATE,
-                        "%s: a device of another process failed (its error is in that process's output); stopped %s",
-                        t->vt->who, where);
+    va_list ap;
+    va_start(ap, fmt);
+    ct_error_setv(err, CT_ERR_STATE, fmt, ap);
+    va_end(ap);
+    return CT_ERR_STATE;
+}
+
+ct_status ct_train_agree_on_failure(const ct_trainer *t, ct_status failed, const char *where, ct_error *err) {
+    return ct_train_agree(t->comm, failed, err,
+                          "%s: a device of another process failed (its error is in that process's output); stopped %s",
+                          t->vt->who, where);
 }
 
 double ct_train_shown(double v) { return isnan(v) ? fabs(v) : v; }

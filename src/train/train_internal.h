@@ -208,8 +208,11 @@ double ct_train_sum_squares(const float *x, size_t n);
 // After a failure on some process, every process must still call the same
 // collectives: each says here whether it failed (one f64 allreduce over
 // comm). Returns this process's own error (failed, whose message is in
-// err), or, where it did not fail, an error naming `where` that says another
-// process did, or CT_OK when none failed.
+// err), or, where it did not fail, CT_ERR_STATE with the message fmt (which
+// says another process failed), or CT_OK when none failed.
+ct_status ct_train_agree(ct_comm *comm, ct_status failed, ct_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+// The same for a trainer's step: the message names `where` it stopped.
 ct_status ct_train_agree_on_failure(const ct_trainer *t, ct_status failed, const char *where, ct_error *err);
 
 // The checking re-run of a non-finite step. ct_train_nonfinite_begin sets

@@ -32,12 +32,14 @@ typedef struct bucketer {
     int next_param;   // params [next_param, n) are ready
     size_t sent;      // floats [sent, n_weights) are started
     size_t bucket_floats;
-    // The buckets one step starts, in order (recorded in the first step that
-    // completes; the same every step): a process whose backward fails starts
+    // The buckets one step starts, in order (recorded by the planning pass
+    // at construction, whose backward walks the layers as every step's
+    // does): a process whose backward fails, the first step's too, starts
     // the ones it did not reach, so the others' collectives find theirs.
     ct_range *plan;
     int n_plan, n_started;
     bool planned;
+    bool planning;  // the planning pass: buckets are recorded, none is sent
     ct_status status;
     ct_error err;
 } bucketer;
@@ -81,6 +83,7 @@ static void bucket_start(std_trainer *t, size_t lo, size_t hi) {
         b->plan = ct_realloc(b->plan, (size_t)(b->n_plan + 1) * sizeof *b->plan);
         b->plan[b->n_plan++] = (ct_range){lo, hi - lo};
     }
+    if (b->planning) return;
     b->n_started++;
     b->status = ct_comm_allreduce_start(t->b.comm, t->b.net.grads + lo, hi - lo, &b->err);
 }
@@ -108,7 +111,7 @@ static void bucketer_reset(std_trainer *t) {
     b->next_param = t->b.net.n_params;
     b->sent = t->b.net.n_weights;
     b->n_started = 0;
-    if (!b->planned) b->n_plan = 0;  // a step that did not complete leaves no plan
+    if (!b->planned) b->n_plan = 0;  // a pass that did not complete leaves no plan
     b->status = CT_OK;
 }
 
@@ -173,9 +176,10 @@ static void plan_slabs(std_trainer *t) {
 
 // The planning pass: one step's forward and backward on zeros (seed 0),
 // with the arenas measuring, then one block each of the high-water mark.
-// No bucket goes to the comm and no update runs; the state goes back to
-// what init left, and forward zeroes the gradients again at step 1, so
-// the steps are bitwise as without it.
+// The overlapped buckets are recorded (bucketer.plan), but none goes to the
+// comm, and no update runs; the state goes back to what init left, and
+// forward zeroes the gradients again at step 1, so the steps are bitwise as
+// without it.
 static ct_status plan_step(std_trainer *t, const ct_tensor *batch_sigs, ct_error *err) {
     ct_net *net = &t->b.net;
     int n_local = t->b.n_local;
@@ -183,14 +187,11 @@ static ct_status plan_step(std_trainer *t, const ct_tensor *batch_sigs, ct_error
     ct_arena *arenas[CT_MAX_LOCAL_DEVICES];
     ct_key keys[CT_MAX_LOCAL_DEVICES];
     CT_TRY(ct_train_plan_batch(batch_sigs, net->n_in, zeros, err));
-    void (*on_grads[CT_MAX_LOCAL_DEVICES])(void *, const ct_layer *);
     if (net->n_state) memcpy(t->state_before, net->state, net->n_state * sizeof(float));
     ct_status st = CT_OK;
     for (int d = 0; d < n_local; d++) {
         arenas[d] = &t->replicas[d].arena;
         keys[d] = ct_key_from_seed(0);
-        on_grads[d] = t->replicas[d].ctx.on_weight_grads;
-        t->replicas[d].ctx.on_weight_grads = NULL;
         t->replicas[d].dv.seed = 0.0f;
         if (st == CT_OK) st = ct_arena_measure_begin(arenas[d], err);
     }
@@ -199,12 +200,18 @@ static ct_status plan_step(std_trainer *t, const ct_tensor *batch_sigs, ct_error
         st = ct_train_devices_status(&t->b, err);
     }
     if (st == CT_OK) {
+        t->bk.planning = true;
+        if (t->bk.active) bucketer_reset(t);
         backward_all(t, keys);
         st = ct_train_devices_status(&t->b, err);
+        if (st == CT_OK && t->bk.active) {
+            bucket_start(t, 0, t->bk.sent);  // what is left, as combine does
+            t->bk.planned = true;
+        }
+        t->bk.planning = false;
     }
     for (int d = 0; d < n_local; d++) {
         ct_arena_reset(arenas[d]);
-        t->replicas[d].ctx.on_weight_grads = on_grads[d];
         memset(t->replicas[d].grads, 0, net->n_weights * sizeof(float));
     }
     if (net->n_state) memcpy(net->state, t->state_before, net->n_state * sizeof(float));
@@ -315,7 +322,6 @@ static ct_status combine(std_trainer *t, ct_error *err) {
         return t->bk.status;
     }
     CT_TRY(st);
-    t->bk.planned = true;
     ct_train_divide(&t->b, net->grads, net->n_weights);
     return CT_OK;
 }
@@ -402,7 +408,7 @@ static ct_status combine_or_fail(std_trainer *t, ct_status failed, ct_error *err
             bucket_start(t, t->bk.plan[i].offset, t->bk.plan[i].offset + t->bk.plan[i].length);
         st = ct_comm_allreduce_wait(t->b.comm, NULL);
     } else {
-        st = failed;  // the first step: no plan of the buckets yet; the others stop at the comm's deadline
+        st = failed;  // no plan: the planning pass failed, and with it the trainer's construction
     }
     if (st == CT_OK && many_processes) st = ct_train_agree_on_failure(&t->b, failed, "before the update", err);
     return st == CT_OK ? failed : st;
