@@ -11,6 +11,7 @@
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
 #include "core/fs.h"
+#include "data/stream_internal.h"
 #include "scratch.h"
 
 // A run directory in this program's scratch directory (the caller frees the name).
@@ -324,7 +325,8 @@ static void frozen_losses(const char *dir, float dropout, int n, double *loss) {
 // keys loop.h promises: fold_in(split(key, 1), s) for step s, where key comes
 // from the seed and the trainer's init key is split(key, 0). With constant
 // = true the hand-driven trainer uses split(key, 1) at every step instead.
-static float *trainer_by_hand(uint64_t seed, int n, bool constant, size_t *nw) {
+// lr: step s's learning rate is lr's value at s (NULL: SGD's default).
+static float *trainer_by_hand(uint64_t seed, int n, bool constant, const ct_schedule *lr, size_t *nw) {
     ct_error err;
     ct_stream *s = copy_batches(1);
     ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
@@ -344,7 +346,8 @@ static float *trainer_by_hand(uint64_t seed, int n, bool constant, size_t *nw) {
         CHECK_OK(ct_stream_next(s, &b, &err), &err);
         ct_key k = constant ? ct_key_split(key, 1) : ct_key_fold_in(ct_key_split(key, 1), (uint32_t)step);
         ct_step_stats stats;
-        CHECK_OK(ct_trainer_one_step(t, b.t, k, step, ct_sgd_default_params().learning_rate, &stats, &err), &err);
+        float rate = lr ? ct_schedule_value(lr, step) : ct_sgd_default_params().learning_rate;
+        CHECK_OK(ct_trainer_one_step(t, b.t, k, step, rate, &stats, &err), &err);
     }
     const ct_net *net = ct_trainer_net(t);
     *nw = net->n_weights;
@@ -390,7 +393,8 @@ static void test_step_keys(void) {
     CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
     CHECK_OK(ct_loop_run(loop, 3, &err), &err);
     size_t n_by_hand, n_constant;
-    float *by_hand = trainer_by_hand(11, 3, false, &n_by_hand), *constant = trainer_by_hand(11, 3, true, &n_constant);
+    float *by_hand = trainer_by_hand(11, 3, false, NULL, &n_by_hand);
+    float *constant = trainer_by_hand(11, 3, true, NULL, &n_constant);
     const ct_net *net = ct_loop_net(loop);
     CHECK(n_by_hand == net->n_weights && n_constant == net->n_weights);
     if (n_by_hand == net->n_weights && n_constant == net->n_weights) {
@@ -403,6 +407,45 @@ static void test_step_keys(void) {
     ct_loop_free(loop);
     ct_stream_free(train);
     ct_layer_free(model), ct_layer_free(l);
+}
+
+// ---- the learning-rate schedule sees the 1-based step ----------------------------
+
+// Trax's warmup(9, 0.01) is 0.001 at step 1 (its test's value): the Loop's
+// first update is step 1, so it logs 0.001 there and 0.002 at step 2, and
+// its weights are a trainer's given the schedule's value at steps 1, 2, 3.
+static void test_schedule_steps(void) {
+    ct_error err;
+    ct_schedule *warm;
+    CHECK_OK(ct_schedule_warmup(9, 0.01, &warm, &err), &err);
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
+    ct_train_task task = {train, l, ct_sgd_new(ct_sgd_default_params()), warm, NULL, 0};
+    ct_loop_options o = ct_loop_default_options();
+    o.seed = 11;
+    o.eval_at = every_step;  // logs every step's learning rate
+    ct_loop *loop;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 3, &err), &err);
+    int n_hist;
+    double lr[4] = {NAN, NAN, NAN, NAN};
+    const ct_history_entry *h = ct_loop_history(loop, &n_hist);
+    for (int i = 0; i < n_hist; i++)
+        if (!strcmp(h[i].metric, "training/learning_rate") && h[i].step >= 1 && h[i].step <= 3) lr[h[i].step] = h[i].value;
+    printf("warmup(9, 0.01): learning rate logged at steps 1, 2, 3: %.9g %.9g %.9g\n", lr[1], lr[2], lr[3]);
+    for (int s = 1; s <= 3; s++)
+        CHECK_MSG(fabs(lr[s] - 0.001 * s) <= 1e-9, "step %d's learning rate %.9g, Trax's warmup(9, 0.01)(%d) = %g", s,
+                  lr[s], s, 0.001 * s);
+    size_t nw;
+    float *by_hand = trainer_by_hand(11, 3, false, warm, &nw);
+    const ct_net *net = ct_loop_net(loop);
+    CHECK_MSG(nw == net->n_weights && memcmp(net->weights, by_hand, nw * sizeof *by_hand) == 0,
+              "the Loop's 3 steps differ from a trainer given the schedule's value at steps 1, 2, 3");
+    free(by_hand);
+    ct_loop_free(loop);
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(l);
+    ct_schedule_free(warm);
 }
 
 // ---- Trax's lowest/highest test --------------------------------------------------
@@ -541,6 +584,27 @@ static void test_best_checkpoints(void) {
     best_run_free(&r);
 }
 
+// A metric that never moves: every eval ties the best.
+static void constant_fwd(const ct_tensor *in, ct_tensor *out, const void *user) {
+    (void)in, (void)user;
+    ct_f32(&out[0])[0] = 0.5f;
+}
+
+// Ties count, as Trax's (its _at_lowest is vals[-1] == min(vals)): a metric
+// that never moves writes lowest_ and highest_ at every eval.
+static void test_best_ties(void) {
+    best_run r;
+    best_run_start(&r, "best_ties", "Constant", constant_fwd);
+    ct_error err;
+    r.counts = (ckpt_counts){.dir = r.dir, .last_step = 6};
+    CHECK_OK(ct_loop_run(r.loop, 6, &err), &err);
+    printf("a constant metric, evals at 2, 4, 6: lowest_ written %d times, highest_ %d times\n", r.counts.lowest,
+           r.counts.highest);
+    CHECK_MSG(r.counts.lowest == 3 && r.counts.highest == 3, "ties: lowest_ %d times, highest_ %d (want 3 and 3)",
+              r.counts.lowest, r.counts.highest);
+    best_run_free(&r);
+}
+
 // A metric that is NaN at its first eval (every weight 0, say), then falls.
 static void nan_then_falling_fwd(const ct_tensor *in, ct_tensor *out, const void *user) {
     (void)in;
@@ -595,6 +659,14 @@ static void test_best_resumed(void) {
                   checkpoint_step_of(r.dir, "highest_falling") == 2,
               "resumed at 4, eval 1/3 at 6: lowest_ written %d times, highest_ %d times", r.counts.lowest,
               r.counts.highest);
+    // Resumed at 6 and run to 6: nothing to do, and no checkpoint written
+    // again (the one it resumed from is the final one).
+    best_run_stop(&r, true);
+    best_run_start(&r, NULL, "FallingResumed", falling_fwd);
+    r.counts = (ckpt_counts){.dir = r.dir, .last_step = 6};
+    CHECK_OK(ct_loop_run(r.loop, 6, &err), &err);
+    CHECK_MSG(ct_loop_step(r.loop) == 6 && r.counts.regular + r.counts.lowest + r.counts.highest == 0,
+              "resumed at 6, run to 6: %d checkpoints written", r.counts.regular + r.counts.lowest + r.counts.highest);
     best_run_free(&r);
 }
 
@@ -908,6 +980,73 @@ static void test_steps_per_second_excludes_evals(void) {
     ct_layer_free(model), ct_layer_free(loss), ct_layer_free(metric);
 }
 
+// ---- eval metrics weighted by what they average over ----------------------------
+
+// Eval batches of two rows, in turn: logits (2, 3), targets (2), weights
+// (2); the first batch weighs one row, the second both.
+static const float wb_logits[2][2][3] = {{{0.5f, -1.0f, 2.0f}, {1.0f, 0.0f, 0.0f}},
+                                         {{0.0f, 0.0f, 0.0f}, {3.0f, -2.0f, 0.5f}}};
+static const int32_t wb_targets[2][2] = {{2, 0}, {1, 1}};
+static const float wb_weights[2][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}};
+
+static ct_status wb_next(ct_stream *s, ct_batch *out, ct_error *err) {
+    (void)err;
+    int64_t i = s->position % 2;
+    *out = (ct_batch){3, {s->sigs[0], s->sigs[1], s->sigs[2]}};
+    out->t[0].data = (void *)wb_logits[i];
+    out->t[1].data = (void *)wb_targets[i];
+    out->t[2].data = (void *)wb_weights[i];
+    return CT_OK;
+}
+static const ct_stream_ops wb_ops = {"weighted_batches", wb_next, NULL, NULL, NULL};
+
+// An eval of n_batches of them through LogSoftmax, its metric
+// WeightedCategoryCrossEntropy.
+static double weighted_eval(int n_batches) {
+    ct_stream *s = ct_stream_alloc(&wb_ops, NULL, ct_calloc(1, 16));
+    s->n_out = 3;
+    s->length = -1;
+    s->sigs[0] = ct_tensor_2d(CT_DTYPE_F32, 2, 3, NULL);
+    s->sigs[1] = ct_tensor_1d(CT_DTYPE_I32, 2, NULL);
+    s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, 2, NULL);
+    ct_layer *model = ct_log_softmax(), *metric = ct_weighted_category_cross_entropy();
+    ct_eval_task task = {.stream = s, .n_metrics = 1, .n_batches = n_batches, .metrics = {metric}};
+    ct_device dev = ct_device_cpu();
+    ct_evaluator *e;
+    ct_net net;
+    ct_error err;
+    double v = NAN;
+    CHECK_OK(ct_evaluator_new(&e, model, &task, NULL, &dev, &err), &err);
+    CHECK_OK(ct_evaluator_model_net(e, &net, ct_key_from_seed(1), &err), &err);
+    CHECK_OK(ct_evaluator_run(e, &net, ct_key_from_seed(2), &v, &err), &err);
+    ct_net_free(&net);
+    ct_evaluator_free(e);
+    ct_layer_free(model), ct_layer_free(metric);
+    ct_stream_free(s);
+    return v;
+}
+
+// An eval over batches weighs every token alike (Trax averages per batch, so
+// a batch of one weighted token counts as much as one of many): two batches
+// of 1 and 2 weighted rows give the mean of the 3 rows' cross-entropies,
+// each -log softmax(x)[t] in double. n_batches 0 is the default, 1.
+static void test_eval_weighted_by_tokens(void) {
+    double ce[2][2];
+    for (int b = 0; b < 2; b++)
+        for (int r = 0; r < 2; r++) {
+            const float *x = wb_logits[b][r];
+            double lse = log(exp((double)x[0]) + exp((double)x[1]) + exp((double)x[2]));
+            ce[b][r] = lse - x[wb_targets[b][r]];
+        }
+    double by_token = (ce[0][0] + ce[1][0] + ce[1][1]) / 3, by_batch = (ce[0][0] + (ce[1][0] + ce[1][1]) / 2) / 2;
+    double two = weighted_eval(2), one = weighted_eval(0);
+    printf("eval of batches weighing 1 and 2 rows: %.7f (by token %.7f; Trax's mean of batches %.7f); "
+           "n_batches 0: %.7f (batch 1's %.7f)\n", two, by_token, by_batch, one, ce[0][0]);
+    CHECK(fabs(by_token - by_batch) > 0.1);  // the check can tell the two apart
+    CHECK_MSG(fabs(two - by_token) <= 1e-6 * by_token, "eval %.9g, the mean over tokens is %.9g", two, by_token);
+    CHECK_MSG(fabs(one - ce[0][0]) <= 1e-6 * ce[0][0], "n_batches 0: eval %.9g, batch 1's %.9g", one, ce[0][0]);
+}
+
 int main(void) {
     scratch_init("test_loop");
     ct_log_set_level(CT_LOG_WARN);
@@ -915,7 +1054,9 @@ int main(void) {
     test_steps_per_second_excludes_evals();
     test_first_checkpoint();
     test_step_keys();
+    test_schedule_steps();
     test_best_checkpoints();
+    test_best_ties();
     test_best_after_nan();
     test_best_resumed();
     test_stop_final_tasks_finetune();
@@ -923,6 +1064,7 @@ int main(void) {
     test_devices_eval_lsh();
     test_evals_keep_state();
     test_eval_batch_split();
+    test_eval_weighted_by_tokens();
     if (!check_failed_) ct_fs_remove_tree(g_tmp, NULL);
     return check_summary("test_loop");
 }

@@ -371,6 +371,38 @@ static void test_losses_of_two_kinds(void) {
     ct_layer_free(model), ct_layer_free(losses[0]), ct_layer_free(losses[1]);
 }
 
+// Three tasks whose losses are A, A, B: TaskLosses holds A and B once each,
+// and task 2 runs B (its index among the distinct losses is 1, not 2): a
+// step of task 2 equals a step of a loop of B alone.
+static void test_three_tasks_two_losses(void) {
+    ct_layer *model = small_lm(0.0f);
+    ct_layer *losses[2] = {ct_cross_entropy_loss(), ct_weighted_category_cross_entropy()};
+    ct_stream *s[3] = {copy_batches(1), copy_batches(1), copy_batches(5)};
+    ct_train_task tasks[3] = {{s[0], losses[0], ct_sgd_new(ct_sgd_default_params()), NULL, NULL, 0.1f},
+                              {s[1], losses[0], NULL, NULL, NULL, 0.1f},
+                              {s[2], losses[1], NULL, NULL, NULL, 0.1f}};
+    int which = 2;
+    ct_loop_options o = ct_loop_default_options();
+    o.seed = 3;
+    o.which_task = task_of_user, o.which_task_user = &which;
+    ct_loop *loop;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, tasks, 3, NULL, &o, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 1, &err), &err);
+    const ct_net *net = ct_loop_net(loop);
+    CHECK(net->root->sub[1]->n_sub == 2);  // TaskLosses: A and B once each
+    size_t n3 = net->n_weights, nw;
+    float *three = copy_floats(net->weights, n3);
+    ct_loop_free(loop);  // the model is then free for the loop of B alone
+    float *alone = one_step(model, losses, 1, 1, &nw, NULL);
+    bool same = nw == n3 && memcmp(alone, three, nw * sizeof *alone) == 0;
+    CHECK_MSG(same, "a step of task 2 (loss B, after two tasks of loss A) differs from a loop of B alone");
+    printf("three tasks with losses A, A, B: a step of task 2 equals a loop of B alone: %s\n", same ? "yes" : "no");
+    free(alone), free(three);
+    for (int i = 0; i < 3; i++) ct_stream_free(s[i]);
+    ct_layer_free(model), ct_layer_free(losses[0]), ct_layer_free(losses[1]);
+}
+
 // ---- 5: several eval tasks and an eval model -----------------------------------------
 
 typedef struct evals_run {
@@ -563,6 +595,70 @@ static void test_eval_tasks_and_model(void) {
     for (int i = 0; i < 4; i++) ct_fs_remove_tree(d[i], NULL), free(d[i]);
 }
 
+// An eval model runs on the model's state too: a layer whose output is
+// x * (1 + count), count going up by one at each training forward (a
+// counter, as LSHSelfAttention's), makes an eval depend on the state
+// training left. Loop a evals with an eval model, loop b on the model.
+static ct_status counted_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                              ct_error *err) {
+    (void)err;
+    ct_layer_declare_state(l, ic, "count", ct_tensor_1d(CT_DTYPE_F32, 1, NULL), (ct_initializer){CT_INIT_ZEROS, 0},
+                           key);
+    out[0] = ct_tensor_sig(&in[0]);
+    return CT_OK;
+}
+static ct_status counted_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                                 ct_error *err) {
+    (void)key;
+    out[0] = ct_tensor_sig(&in[0]);
+    CT_TRY(ct_ctx_alloc(c, &out[0], err));
+    float scale = 1.0f + ct_state(c, l, 0)[0];
+    for (int64_t i = 0; i < ct_tensor_numel(&in[0]); i++) ct_f32(&out[0])[i] = ct_f32(&in[0])[i] * scale;
+    if (c->train) ct_state(c, l, 0)[0] += 1.0f;
+    return CT_OK;
+}
+static ct_status counted_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in, ct_key key,
+                                  ct_error *err) {
+    (void)key;
+    ct_tensor g = grad_out[0];
+    CT_TRY(ct_ctx_grad_or_zeros(c, &g, err));
+    grad_in[0] = ct_tensor_sig(&g);
+    CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));
+    float scale = ct_state(c, l, 0)[0];  // 1 + the count forward read: it has gone up by one since
+    for (int64_t i = 0; i < ct_tensor_numel(&g); i++) ct_f32(&grad_in[0])[i] = ct_f32(&g)[i] * scale;
+    return CT_OK;
+}
+static const ct_layer_vtable counted_vt = {
+    .type = "Counted", .init = counted_init, .forward = counted_forward, .backward = counted_backward};
+static ct_layer *counted_lm(float dropout) {
+    return ct_serial(CT_LAYERS(small_lm(dropout), ct_layer_new(&counted_vt, "Counted", 1, 1, NULL, NULL, 0)));
+}
+
+static void test_eval_model_state(void) {
+    double v[2];
+    for (int k = 0; k < 2; k++) {
+        ct_stream *train = copy_batches(1), *ev = copy_batches(99);
+        ct_layer *model = counted_lm(0.1f), *eval_model = k == 0 ? counted_lm(0) : NULL;
+        ct_layer *loss = ct_weighted_category_cross_entropy(), *metric = ct_weighted_category_cross_entropy();
+        ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, "loss", lr_adam()};
+        ct_eval_task e = {.stream = ev, .n_metrics = 1, .n_batches = 1, .metrics = {metric}, .metric_names = {"loss"}};
+        ct_loop_options o = ct_loop_default_options();
+        o.n_steps_per_checkpoint = 3;  // evals at 1 and 3
+        o.seed = 5;
+        o.eval_model = eval_model;
+        ct_loop *loop;
+        ct_error err;
+        CHECK_OK(ct_loop_new(&loop, model, &task, 1, &e, &o, &err), &err);
+        CHECK_OK(ct_loop_run(loop, 3, &err), &err);
+        v[k] = ct_loop_last_value(loop, "eval", "metrics/loss");
+        ct_loop_free(loop);
+        ct_stream_free(train), ct_stream_free(ev);
+        ct_layer_free(model), ct_layer_free(eval_model), ct_layer_free(loss), ct_layer_free(metric);
+    }
+    printf("a model with a counter, eval at step 3: with an eval model %.9g, on the model %.9g\n", v[0], v[1]);
+    CHECK_MSG(isfinite(v[0]) && v[0] == v[1], "the eval model's eval %.9g differs from the model's %.9g", v[0], v[1]);
+}
+
 // ---- 6: training metrics averaged since the last log ---------------------------------
 
 static bool every_step(int64_t step, void *user) {
@@ -586,7 +682,12 @@ static void test_averaged_since_log(void) {
     ct_error err;
     ct_loop_options o = ct_loop_default_options();
     o.n_steps_per_checkpoint = 4;  // logs at 1, 4 (steps 2..4 averaged), 8 (5..8)
+    char *log_text = NULL;
+    size_t log_len = 0;
+    FILE *a_log = open_memstream(&log_text, &log_len);
+    o.log = a_log;
     ct_loop *a = one_task_loop(NULL, o, s1, m1, loss);
+    o.log = NULL;
     o.eval_at = every_step;  // logs every step: each step's own values
     ct_loop *b = one_task_loop(NULL, o, s2, m2, loss2);
     CHECK_OK(ct_loop_run(a, 8, &err), &err);
@@ -607,7 +708,14 @@ static void test_averaged_since_log(void) {
     }
     // The runs are the same run: its weights are the same (evals change nothing).
     CHECK(memcmp(ct_loop_net(a)->weights, ct_loop_net(b)->weights, ct_loop_net(a)->n_weights * sizeof(float)) == 0);
+    // Trax's log lines count the steps since the last log: 1, then 3, then 4.
     ct_loop_free(a), ct_loop_free(b);
+    fclose(a_log);
+    const char *ran[3] = {"Step      1: Ran 1 train steps in", "Step      4: Ran 3 train steps in",
+                          "Step      8: Ran 4 train steps in"};
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(log_text && strstr(log_text, ran[i]), "no line '%s' in the log:\n%s", ran[i], log_text ? log_text : "");
+    free(log_text);
     ct_stream_free(s1), ct_stream_free(s2);
     ct_layer_free(m1), ct_layer_free(m2), ct_layer_free(loss), ct_layer_free(loss2);
 }
@@ -617,6 +725,11 @@ static volatile sig_atomic_t stop_flag;
 static void stop_at_6(int64_t step, void *user) {
     (void)user;
     if (step == 6) stop_flag = 1;
+}
+
+static void stop_at_3(int64_t step, void *user) {
+    (void)user;
+    if (step == 3) stop_flag = 1;
 }
 
 // The averages since the last log survive a stop between logs: 10 steps
@@ -671,6 +784,75 @@ static void test_averaged_across_stop(void) {
     ct_layer_free(m1), ct_layer_free(loss);
     ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL);
     free(a), free(b);
+}
+
+// Two tasks whose losses differ (the default which_task: odd steps train
+// task 1, "loss_b", even steps task 0, "loss"): the log at a step of task t
+// gives metrics/<task t's loss> as the mean of task t's steps since the last
+// log alone (Trax starts its average over whenever the task changes: it
+// never mixes two tasks' losses under one name), and training/loss, as
+// Trax's optimizer stat, the mean of every step since the last log. Run b
+// logs every step, so its logs are each step's own values.
+static void test_averaged_per_task(void) {
+    two_tasks ra, rb;
+    ct_error err;
+    ct_loop_options o = ct_loop_default_options();
+    o.n_steps_per_checkpoint = 4;  // logs at 1, 4 (steps 2..4), 8 (5..8)
+    o.seed = 3;
+    CHECK_OK(two_tasks_new_with(&ra, NULL, true, &o, &err), &err);
+    o.eval_at = every_step;
+    CHECK_OK(two_tasks_new_with(&rb, NULL, true, &o, &err), &err);
+    CHECK_OK(ct_loop_run(ra.loop, 8, &err), &err);
+    CHECK_OK(ct_loop_run(rb.loop, 8, &err), &err);
+    for (int64_t end = 4; end <= 8; end += 4) {
+        int64_t from = end == 4 ? 2 : 5;
+        double task0 = 0, all = 0;
+        int n0 = 0;
+        for (int64_t s = from; s <= end; s++) {
+            const char *name = s % 2 ? "metrics/loss_b" : "metrics/loss";
+            all += logged(rb.loop, name, s);
+            if (s % 2 == 0) task0 += logged(rb.loop, name, s), n0++;
+        }
+        double want = task0 / n0, got = logged(ra.loop, "metrics/loss", end);
+        double want_all = all / (double)(end - from + 1), got_all = logged(ra.loop, "training/loss", end);
+        printf("two tasks, log at step %lld: metrics/loss %.7f (task 0's steps: %.7f; all steps: %.7f), "
+               "training/loss %.7f (all steps: %.7f)\n",
+               (long long)end, got, want, want_all, got_all, want_all);
+        CHECK_MSG(fabs(got - want) <= 1e-6 * fabs(want), "metrics/loss at step %lld: %.9g, task 0's mean is %.9g",
+                  (long long)end, got, want);
+        CHECK_MSG(fabs(got_all - want_all) <= 1e-6 * fabs(want_all), "training/loss at step %lld: %.9g, the mean is %.9g",
+                  (long long)end, got_all, want_all);
+    }
+    // Step 1 trains task 1: its log names task 1's loss.
+    CHECK(logged(ra.loop, "metrics/loss_b", 1) == logged(rb.loop, "metrics/loss_b", 1));
+    CHECK(isnan(logged(ra.loop, "metrics/loss", 1)));
+    two_tasks_free(&rb);
+
+    // Stopped at 6 (between the logs at 4 and 8) and resumed: the log at 8
+    // averages task 0's steps 6 and 8 as the straight run's does.
+    char *dir = temp_dir("per_task");
+    o = ct_loop_default_options();
+    o.n_steps_per_checkpoint = 4;
+    o.seed = 3;
+    stop_flag = 0;
+    o.stop = &stop_flag;
+    o.callbacks[0] = (ct_loop_callback){.on_step_end = stop_at_6};
+    o.n_callbacks = 1;
+    CHECK_OK(two_tasks_new_with(&rb, dir, true, &o, &err), &err);
+    CHECK_OK(ct_loop_run(rb.loop, 8, &err), &err);
+    CHECK(ct_loop_stopped(rb.loop) && ct_loop_step(rb.loop) == 6);
+    two_tasks_free(&rb);
+    stop_flag = 0;
+    o.n_callbacks = 0;
+    CHECK_OK(two_tasks_new_with(&rb, dir, true, &o, &err), &err);
+    CHECK_OK(ct_loop_run(rb.loop, 8, &err), &err);
+    double straight = logged(ra.loop, "metrics/loss", 8), resumed = logged(rb.loop, "metrics/loss", 8);
+    printf("two tasks, stopped at 6 and resumed: metrics/loss at 8 %.9g, straight %.9g\n", resumed, straight);
+    CHECK_MSG(resumed == straight, "two tasks resumed at 6: metrics/loss at 8 is %.9g, straight %.9g", resumed,
+              straight);
+    two_tasks_free(&ra), two_tasks_free(&rb);
+    ct_fs_remove_tree(dir, NULL);
+    free(dir);
 }
 
 // ---- 7: the system seed, recorded ---------------------------------------------------
@@ -928,6 +1110,55 @@ static void test_cadence_edges(void) {
         if (st == CT_OK) ct_loop_free(loop);
         else if (k == 0) printf("a step twice: %s\n", err.msg);
     }
+    // No schedule and a learning rate of 0: refused (every step would update nothing).
+    {
+        o = ct_loop_default_options();
+        ct_train_task task = {train, loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, 0.0f};
+        ct_status st = ct_loop_new(&loop, model, &task, 1, NULL, &o, &err);
+        CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "learning_rate is 0"), "learning_rate 0, no schedule: %s",
+                  st == CT_OK ? "accepted" : err.msg);
+        if (st == CT_OK) ct_loop_free(loop);
+    }
+
+    // A stop before the first log (evals at step 5 only): every step so far
+    // is in the loss since the last log (its count is the step), and the
+    // run resumes from there, logging at 5 what a run straight to 5 logs.
+    ct_fs_remove_tree(dir, NULL);
+    int64_t at5[1] = {5};
+    o = ct_loop_default_options();
+    o.eval_at_steps = at5, o.n_eval_at_steps = 1;
+    ct_stream *s2 = copy_batches(1);
+    loop = one_task_loop(dir, o, s2, model, loss);
+    CHECK_OK(ct_loop_run(loop, 5, &err), &err);
+    double straight = ct_loop_last_value(loop, "train", "metrics/loss");
+    ct_loop_free(loop);
+    ct_fs_remove_tree(dir, NULL);
+    ct_stream_free(s2);
+    s2 = copy_batches(1);
+    stop_flag = 0;
+    o.stop = &stop_flag;
+    o.callbacks[0] = (ct_loop_callback){.on_step_end = stop_at_3};
+    o.n_callbacks = 1;
+    loop = one_task_loop(dir, o, s2, model, loss);
+    CHECK_OK(ct_loop_run(loop, 5, &err), &err);
+    CHECK(ct_loop_stopped(loop) && ct_loop_step(loop) == 3);
+    ct_loop_free(loop);
+    stop_flag = 0;
+    o.n_callbacks = 0;
+    ct_train_task task = {s2, loss, ct_adam_new(ct_adam_default_params()), NULL, "loss", lr_adam()};
+    o.output_dir = dir, o.seed = 11;
+    ct_status st = ct_loop_new(&loop, model, &task, 1, NULL, &o, &err);
+    CHECK_MSG(st == CT_OK, "resuming a stop before the first log: %s", st == CT_OK ? "" : err.msg);
+    if (st == CT_OK) {
+        CHECK(ct_loop_step(loop) == 3);
+        CHECK_OK(ct_loop_run(loop, 5, &err), &err);
+        double resumed = ct_loop_last_value(loop, "train", "metrics/loss");
+        printf("stopped at 3 before the first log (at 5), resumed: metrics/loss at 5 %.9g, straight %.9g\n", resumed,
+               straight);
+        CHECK(resumed == straight);
+        ct_loop_free(loop);
+    }
+    ct_stream_free(s2);
     ct_stream_free(train);
     ct_layer_free(model), ct_layer_free(loss);
     ct_fs_remove_tree(dir, NULL);
@@ -1056,8 +1287,8 @@ static void test_hostile_checkpoint(void) {
         {"step", "-3", "\"step\""},
         {"step", "1e300", "\"step\""},
         {"step", "\"3\"", "\"step\""},
-        {"version", "99", "version 2 to 4"},
-        {"version", "\"4\"", "version 2 to 4"},
+        {"version", "99", "version 2 to 5"},
+        {"version", "\"4\"", "version 2 to 5"},
         {"key", "[1]", "\"key\""},
         {"key[0]", "4294967296", "\"key\""},
         {"train_cursors", NULL, "\"train_cursors\""},
@@ -1068,6 +1299,12 @@ static void test_hostile_checkpoint(void) {
         {"train_since_log.loss_count", "7", "\"train_since_log\""},
         {"train_since_log.gradients_l2_sum", "\"x\"", "\"train_since_log\""},
         {"train_since_log.weights_l2_sum", NULL, "\"train_since_log\""},
+        {"train_since_log.task_loss_counts", NULL, "task_loss_counts"},
+        {"train_since_log.task_loss_counts", "[0]", "task_loss_counts"},
+        {"train_since_log.task_loss_counts", "[1, 0]", "task_loss_counts"},
+        {"train_since_log.task_loss_sums", "[0, \"x\"]", "task_loss_sums"},
+        {"train_since_log", "{\"loss_sum\": 1, \"loss_count\": 1, \"gradients_l2_sum\": 1, \"weights_l2_sum\": 1, "
+                            "\"task_loss_sums\": [0, 0], \"task_loss_counts\": [0, 0]}", "adding up to loss_count"},
         {"skipped_steps", "-1", "\"skipped_steps\""},
         {"additional_eval_cursors", NULL, "\"additional_eval_cursors\""},
         {"task_optimizers", NULL, "\"task_optimizers\""},
@@ -1139,7 +1376,7 @@ static void test_hostile_checkpoint(void) {
     free(dir);
 }
 
-// ---- 12: state.json versions 2 and 3 still load -------------------------------------------
+// ---- 12: state.json versions 2 to 4 still load -------------------------------------------
 
 static void test_old_versions(void) {
     char *dir = temp_dir("versions");
@@ -1147,24 +1384,47 @@ static void test_old_versions(void) {
     ct_layer *model = small_lm(0), *loss = ct_weighted_category_cross_entropy();
     ct_error err;
     ct_loop_options o = ct_loop_default_options();
-    o.n_steps_per_checkpoint = 2;  // logs at 1, 2: step 3's loss is the one since the last log
+    o.n_steps_per_checkpoint = 2;  // logs at 1, 2, 4
+    // Stopped at 3 (a checkpoint, no log): step 3's loss is the one since the last log.
+    stop_flag = 0;
+    o.stop = &stop_flag;
+    o.callbacks[0] = (ct_loop_callback){.on_step_end = stop_at_3};
+    o.n_callbacks = 1;
     ct_loop *loop = one_task_loop(dir, o, train, model, loss);
-    CHECK_OK(ct_loop_run(loop, 3, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 4, &err), &err);
+    CHECK(ct_loop_stopped(loop) && ct_loop_step(loop) == 3);
     ct_loop_free(loop);
+    stop_flag = 0;
+    o.n_callbacks = 0;
     ckpt_files f;
     ckpt_files_read(&f, dir, "model_3");
     const char *state = ckpt_file(&f, "state.json", NULL);
     CHECK(state != NULL);
     if (!state) return;
-    // Version 3: no norms since the last log, no additional eval cursors, no
-    // task optimizers; version 2 also no loss since the last log and no
-    // skipped steps.
+    // What a run straight to step 4 logs there (the mean of steps 3 and 4):
+    // a resume at 3 from a version that keeps the loss since the last log
+    // (3 and up; one task's is the loss itself) logs the same.
+    char *dir4 = temp_dir("versions4");
+    ct_stream *fresh = copy_batches(1);
+    loop = one_task_loop(dir4, o, fresh, model, loss);
+    CHECK_OK(ct_loop_run(loop, 4, &err), &err);
+    double want = ct_loop_last_value(loop, "train", "metrics/loss");
+    ct_loop_free(loop);
+    // Version 4: no task_loss_sums / task_loss_counts; version 3 also no
+    // norms since the last log, no additional eval cursors, no task
+    // optimizers; version 2 also no loss since the last log and no skipped
+    // steps.
+    const char *v5_only[2] = {"train_since_log.task_loss_sums", "train_since_log.task_loss_counts"};
     const char *v4_only[4] = {"train_since_log.gradients_l2_sum", "train_since_log.weights_l2_sum",
                               "additional_eval_cursors", "task_optimizers"};
     const char *v3_only[2] = {"train_since_log", "skipped_steps"};
-    char *text = state_edit(state, "version", "3");
-    for (int i = 0; i < 4; i++) state_edit_in(&text, v4_only[i], NULL);
-    for (int version = 3; version >= 2; version--) {
+    char *text = state_edit(state, "version", "4");
+    for (int i = 0; i < 2; i++) state_edit_in(&text, v5_only[i], NULL);
+    for (int version = 4; version >= 2; version--) {
+        if (version == 3) {
+            for (int i = 0; i < 4; i++) state_edit_in(&text, v4_only[i], NULL);
+            state_edit_in(&text, "version", "3");
+        }
         if (version == 2) {
             for (int i = 0; i < 2; i++) state_edit_in(&text, v3_only[i], NULL);
             state_edit_in(&text, "version", "2");
@@ -1174,10 +1434,17 @@ static void test_old_versions(void) {
         printf("state.json version %d: resumed at step %lld\n", version, (long long)ct_loop_step(loop));
         CHECK(ct_loop_step(loop) == 3 && !strcmp(ct_loop_restored_from(loop), "model_3"));
         CHECK_OK(ct_loop_run(loop, 4, &err), &err);
+        double got = ct_loop_last_value(loop, "train", "metrics/loss");
+        if (version >= 3)
+            CHECK_MSG(got == want, "state.json version %d resumed at 3: metrics/loss at 4 is %.9g, straight %.9g",
+                      version, got, want);
         ct_loop_free(loop);
         ct_fs_remove_tree(dir, NULL);
     }
     free(text);
+    ct_stream_free(fresh);
+    ct_fs_remove_tree(dir4, NULL);
+    free(dir4);
     ckpt_files_free(&f);
     ct_stream_free(train);
     ct_layer_free(model), ct_layer_free(loss);
@@ -1191,8 +1458,11 @@ int main(void) {
     test_which_task_default();
     test_own_loss_and_optimizer();
     test_losses_of_two_kinds();
+    test_three_tasks_two_losses();
     test_eval_tasks_and_model();
+    test_eval_model_state();
     test_averaged_since_log();
+    test_averaged_per_task();
     test_averaged_across_stop();
     test_system_seed();
     test_init_checkpoint();

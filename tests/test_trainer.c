@@ -115,6 +115,20 @@ static void test_stats_and_errors(void) {
     CHECK(ct_trainer_one_step(tr, bad, ct_key_from_seed(2), 1, 0.1f, &s, &err) == CT_ERR_SHAPE);
     printf("bad batch: %s\n", err.msg);
     CHECK(strstr(err.msg, "batch item 0 is (4,3) i32") != NULL);
+    // Items of two batch sizes: said as such, not as a size that does not
+    // split over the (one) local device.
+    ct_tensor ragged[3] = {xt, ct_tensor_2d(CT_DTYPE_F32, 2, 1, y), ct_tensor_2d(CT_DTYPE_F32, 2, 1, w)};
+    CHECK(ct_trainer_one_step(tr, ragged, ct_key_from_seed(2), 1, 0.1f, &s, &err) == CT_ERR_SHAPE);
+    printf("batch items of two sizes: %s\n", err.msg);
+    CHECK_MSG(strstr(err.msg, "batch item 1 (2,1) f32 has 2 rows, item 0 has 4") && !strstr(err.msg, "split"),
+              "batch items of two sizes: %s", err.msg);
+    // Every loss weight 0: nothing to average over, said so (not a 0/0 loss
+    // reported as non-finite).
+    float zero_w[4] = {0, 0, 0, 0};
+    ct_tensor unweighted[3] = {xt, batch[1], ct_tensor_2d(CT_DTYPE_F32, 4, 1, zero_w)};
+    CHECK(ct_trainer_one_step(tr, unweighted, ct_key_from_seed(2), 1, 0.1f, &s, &err) == CT_ERR_STATE);
+    printf("loss weights all 0: %s\n", err.msg);
+    CHECK_MSG(strstr(err.msg, "loss weights sum to 0"), "loss weights all 0: %s", err.msg);
     ct_trainer_free(tr);
 
     // A loss that does not leave a scalar is refused.

@@ -26,8 +26,9 @@
 // 2: cursors as decimal strings; 3: the training metrics since the last log,
 // skipped steps, and exact (decimal string) bests; 4: the gradient and
 // weight norms since the last log, the additional eval tasks' cursors and
-// the optimizers of tasks with their own. Versions 2 and 3 still load.
-#define LOOP_STATE_VERSION 4
+// the optimizers of tasks with their own; 5: each train task's loss since
+// the last log. Versions 2 to 4 still load.
+#define LOOP_STATE_VERSION 5
 
 // A list of steps (checkpoints_at, ...): on with the list given, even empty.
 typedef struct step_list {
@@ -80,6 +81,11 @@ struct ct_loop {
     // resumed run logs the same averages as an uninterrupted one.
     double loss_sum, grads_l2_sum, weights_l2_sum;
     int64_t loss_count;
+    // Each task's loss since the last log: a log gives metrics/<loss> of the
+    // logged step's task from its own steps alone, never another task's loss
+    // under its name. The counts add up to loss_count.
+    double task_loss_sum[CT_LOOP_MAX_TASKS];
+    int64_t task_loss_count[CT_LOOP_MAX_TASKS];
     int64_t skipped_steps;  // non-finite steps skipped (opts.skip_nonfinite), in all
 
     double log_time;
@@ -282,6 +288,12 @@ static void add_metrics_json(cJSON *root, const ct_loop *l) {
     cJSON_AddNumberToObject(since_log, "loss_count", (double)l->loss_count);
     cJSON_AddItemToObject(since_log, "gradients_l2_sum", exact_number(l->grads_l2_sum));
     cJSON_AddItemToObject(since_log, "weights_l2_sum", exact_number(l->weights_l2_sum));
+    cJSON *task_sums = cJSON_AddArrayToObject(since_log, "task_loss_sums");
+    cJSON *task_counts = cJSON_AddArrayToObject(since_log, "task_loss_counts");
+    for (int i = 0; i < l->n_tasks; i++) {
+        cJSON_AddItemToArray(task_sums, exact_number(l->task_loss_sum[i]));
+        cJSON_AddItemToArray(task_counts, cJSON_CreateNumber((double)l->task_loss_count[i]));
+    }
     cJSON_AddNumberToObject(root, "skipped_steps", (double)l->skipped_steps);
     cJSON *hist = cJSON_AddArrayToObject(root, "history");
     for (int i = 0; i < l->n_history; i++) {
@@ -553,8 +565,8 @@ static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name
 
 // What state.json says, checked whole before anything is loaded.
 typedef struct loop_state {
-    int64_t step, key_words[2], loss_count, skipped;
-    double loss_sum, grads_l2_sum, weights_l2_sum, best_low, best_high;
+    int64_t step, key_words[2], loss_count, skipped, task_loss_count[CT_LOOP_MAX_TASKS];
+    double loss_sum, grads_l2_sum, weights_l2_sum, best_low, best_high, task_loss_sum[CT_LOOP_MAX_TASKS];
     bool have_low, have_high, have_eval_cursor, have_more_cursors;
     ct_stream_cursor train_cur[CT_LOOP_MAX_TASKS], eval_cur, more_cur[CT_LOOP_MAX_EVAL_TASKS];
 } loop_state;
@@ -609,6 +621,28 @@ static ct_status parse_v4(const ct_loop *l, const cJSON *root, const char *name,
     return CT_OK;
 }
 
+// Version 5's fields: each train task's loss since the last log, one entry
+// per task, the counts adding up to loss_count.
+static ct_status parse_v5(const ct_loop *l, const cJSON *root, const char *name, loop_state *s, ct_error *err) {
+    const cJSON *since = cJSON_GetObjectItemCaseSensitive(root, "train_since_log");
+    const cJSON *sums = cJSON_GetObjectItemCaseSensitive(since, "task_loss_sums");
+    const cJSON *counts = cJSON_GetObjectItemCaseSensitive(since, "task_loss_counts");
+    bool ok = cJSON_IsArray(sums) && cJSON_IsArray(counts) && cJSON_GetArraySize(sums) == l->n_tasks &&
+              cJSON_GetArraySize(counts) == l->n_tasks;
+    int64_t total = 0;
+    for (int i = 0; ok && i < l->n_tasks; i++) {
+        ok = json_value(cJSON_GetArrayItem(sums, i), &s->task_loss_sum[i]) &&
+             json_count(cJSON_GetArrayItem(counts, i), (double)s->loss_count, &s->task_loss_count[i]);
+        total += ok ? s->task_loss_count[i] : 0;
+    }
+    if (!ok || total != s->loss_count)
+        return ct_error_set(err, CT_ERR_FORMAT,
+                            "checkpoint %s: state.json: \"train_since_log\" has no task_loss_sums and task_loss_counts "
+                            "of %d entries (one per train task) with counts adding up to loss_count",
+                            name, l->n_tasks);
+    return CT_OK;
+}
+
 // The format, the step, the key, the cursors and the bests.
 static ct_status parse_core(const ct_loop *l, const cJSON *root, const char *name, loop_state *s, ct_error *err) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
@@ -640,6 +674,10 @@ static ct_status parse_core(const ct_loop *l, const cJSON *root, const char *nam
     // the loss: what is not there starts from zero.
     if (version >= 3) CT_TRY(parse_v3(root, name, s, err));
     if (version >= 4) CT_TRY(parse_v4(l, root, name, s, err));
+    if (version >= 5) CT_TRY(parse_v5(l, root, name, s, err));
+    // Before version 5 one task's loss was the loss; several tasks' losses
+    // since the last log are lost (their next log averages from the resume).
+    if (version < 5 && l->n_tasks == 1) s->task_loss_sum[0] = s->loss_sum, s->task_loss_count[0] = s->loss_count;
     for (int i = 1; version < 4 && i < l->n_tasks; i++)
         if (l->task_opts[i].opt)
             return ct_error_set(err, CT_ERR_FORMAT,
@@ -722,6 +760,8 @@ static ct_status apply_state(ct_loop *l, const loop_state *s, ct_error *err) {
     l->grads_l2_sum = s->grads_l2_sum;
     l->weights_l2_sum = s->weights_l2_sum;
     l->loss_count = s->loss_count;
+    memcpy(l->task_loss_sum, s->task_loss_sum, sizeof l->task_loss_sum);
+    memcpy(l->task_loss_count, s->task_loss_count, sizeof l->task_loss_count);
     l->skipped_steps = s->skipped;
     return CT_OK;
 }
@@ -1381,20 +1421,23 @@ void ct_loop_free(ct_loop *loop) {
 // ---- run ---------------------------------------------------------------------------------------
 
 // Logs the training metrics averaged since the last log (Trax's
-// _log_training_progress).
+// _log_training_progress): metrics/<loss> over the logged step's task's
+// steps alone, the optimizer stats (training/...) over every step.
 static ct_status log_training(ct_loop *l, ct_error *err) {
     if (l->loss_count == 0 && l->step == l->log_step) return CT_OK;
-    // Every step since the last log may have been skipped (non-finite): NaN.
-    double now = now_s(), count = l->loss_count ? (double)l->loss_count : NAN;
-    double loss = l->loss_sum / count, grads_l2 = l->grads_l2_sum / count, weights_l2 = l->weights_l2_sum / count;
-    double steps_per_s = (double)(l->step - l->log_step) / (now - l->log_time > 1e-9 ? now - l->log_time : 1e-9);
     int t;
     CT_TRY(task_at(l, l->step, &t, err));
+    // Every step since the last log may have been skipped (non-finite): NaN.
+    double now = now_s(), count = l->loss_count ? (double)l->loss_count : NAN;
+    double task_count = l->task_loss_count[t] ? (double)l->task_loss_count[t] : NAN;
+    double task_loss = l->task_loss_sum[t] / task_count, loss = l->loss_sum / count;
+    double grads_l2 = l->grads_l2_sum / count, weights_l2 = l->weights_l2_sum / count;
+    double steps_per_s = (double)(l->step - l->log_step) / (now - l->log_time > 1e-9 ? now - l->log_time : 1e-9);
     const ct_train_task *task = &l->tasks[t];
     const char *loss_name = task->loss_name ? task->loss_name : task->loss->name;
     char tag[96];
     snprintf(tag, sizeof tag, "metrics/%s", loss_name);
-    CT_TRY(record(l, "train", tag, loss, err));
+    CT_TRY(record(l, "train", tag, task_loss, err));
     CT_TRY(record(l, "train", "training/learning_rate", l->last_lr, err));
     CT_TRY(record(l, "train", "training/steps per second", steps_per_s, err));
     // Trax averages its optimizer metrics (the loss among them) since the last log.
@@ -1407,9 +1450,11 @@ static ct_status log_training(ct_loop *l, ct_error *err) {
         fprintf(l->opts.log, "Step %6lld: Ran %lld train steps in %.2f secs\n", (long long)l->step,
                 (long long)(l->step - l->log_step), now - l->log_time);
     }
-    log_line(l, "train", loss_name, loss);
+    log_line(l, "train", loss_name, task_loss);
     l->loss_sum = l->grads_l2_sum = l->weights_l2_sum = 0;
     l->loss_count = 0;
+    memset(l->task_loss_sum, 0, sizeof l->task_loss_sum);
+    memset(l->task_loss_count, 0, sizeof l->task_loss_count);
     l->log_time = now;
     l->log_step = l->step;
     return CT_OK;
@@ -1452,6 +1497,8 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
         l->grads_l2_sum += l->last_stats.gradients_l2;
         l->weights_l2_sum += l->last_stats.weights_l2;
         l->loss_count++;
+        l->task_loss_sum[t] += l->last_stats.loss;
+        l->task_loss_count[t]++;
     }
     if (l->progress)
         ct_progress_update(l->progress, l->step, l->last_stats.loss, l->opts.tokens_per_batch);  // this step's

@@ -220,7 +220,11 @@ ct_status ct_train_check_batch(const ct_trainer *t, const ct_tensor *batch, ct_e
         if (b->dtype != s->dtype || b->ndim != s->ndim)
             return ct_error_set(err, CT_ERR_SHAPE, "%s: batch item %d is %s, the trainer was built for %s per device",
                                 t->vt->who, i, ct_tensor_sig_str(b, a, sizeof a), ct_tensor_sig_str(s, c, sizeof c));
-        if (b->shape[0] % t->n_local != 0 || b->shape[0] != batch[0].shape[0])
+        if (b->shape[0] != batch[0].shape[0])
+            return ct_error_set(err, CT_ERR_SHAPE, "%s: batch item %d %s has %lld rows, item 0 has %lld (one batch size)",
+                                t->vt->who, i, ct_tensor_sig_str(b, a, sizeof a), (long long)b->shape[0],
+                                (long long)batch[0].shape[0]);
+        if (b->shape[0] % t->n_local != 0)
             return ct_error_set(err, CT_ERR_SHAPE,
                                 "%s: batch item %d %s: its batch size %lld does not split evenly over %d local devices",
                                 t->vt->who, i, ct_tensor_sig_str(b, a, sizeof a), (long long)b->shape[0], t->n_local);

@@ -62,7 +62,11 @@
 //     training/gradients_l2, training/weights_l2) are logged at every eval
 //     step and at the last step of run, each averaged over the (finite)
 //     steps since the last log, as Trax's _log_training_progress;
-//     training/learning_rate is the logged step's.
+//     training/learning_rate is the logged step's. With several train tasks,
+//     metrics/<loss> is the logged step's task's loss, averaged over that
+//     task's steps since the last log alone; the training/ metrics average
+//     every step. (Trax starts its loss average over whenever the task
+//     changes, so with tasks alternating it logs one step's loss.)
 //   - Evals are averaged over all batches, devices and processes, weighted by
 //     what each metric averages over (tokens, for a weighted loss); Trax
 //     averages per batch and per host.
