@@ -72,6 +72,11 @@ static int numeric_at(gc_run *r, float *x, int64_t k, double eps, double *g) {
     return 0;
 }
 
+// An error that is NaN (a NaN gradient or loss) as +inf: NaN compares false
+// with every bound, so it would pass the callers' checks and drop out of the
+// largest error.
+static double not_nan(double rel) { return isnan(rel) ? INFINITY : rel; }
+
 // Compares analytic gradient ga with numeric ones at sampled elements of x.
 static double compare(gc_run *r, const char *label, const char *what, float *x, const float *ga,
                       int64_t n, gradcheck_opts o) {
@@ -90,7 +95,7 @@ static double compare(gc_run *r, const char *label, const char *what, float *x, 
     // reading as a 100% error; a wrong gradient of norm above floor * tol
     // (5e-5 for one layer) still fails.
     double denom = sqrt(aa) + sqrt(nn);
-    double rel = sqrt(dd) / (denom > o.floor ? denom : o.floor);
+    double rel = not_nan(sqrt(dd) / (denom > o.floor ? denom : o.floor));
     printf("  %-28s %-40s rel err %.2e  (|grad| %.3e)\n", label, what, rel, sqrt(aa));
     return rel;
 }
@@ -145,13 +150,42 @@ static double accumulation_error(const gc_run *r, const char *label, const float
             bb += want * want;
         }
         double denom = sqrt(aa) + sqrt(bb);
-        double rel = sqrt(dd) / (denom > GRADCHECK_FLOOR ? denom : GRADCHECK_FLOOR);
+        double rel = not_nan(sqrt(dd) / (denom > GRADCHECK_FLOOR ? denom : GRADCHECK_FLOOR));
         if (rel >= worst) worst = rel, worst_name = pp->full_name;
     }
     char what[256];
     snprintf(what, sizeof what, "weights: 2 backwards add 2 g (worst %s)", worst_name);
     printf("  %-28s %-40s rel err %.2e\n", label, what, worst);
     return worst;
+}
+
+// Fills the arena's memory with NaNs (all bits set) and frees it: a layer
+// that reads arena memory it did not write (adds into ct_ctx_alloc'ed
+// memory, or reads a buffer given back while still needed) finds NaNs there
+// in the second pass instead of the zeros of a fresh arena.
+static void poison_arena(ct_arena *a) {
+    size_t n = ct_arena_capacity(a);
+    void *p = n ? ct_arena_alloc(a, n, NULL) : NULL;
+    if (p) memset(p, 0xff, n);
+    ct_arena_reset(a);
+}
+
+// The second pass's gradient of input i (over the poisoned arena) against
+// the first's, as compare's error (NULL data: zeros); printed.
+static double repeat_error(const char *label, int i, const float *first, const float *second, int64_t n) {
+    double dd = 0, aa = 0, bb = 0;
+    for (int64_t k = 0; k < n; k++) {
+        double a = first ? first[k] : 0.0, b = second ? second[k] : 0.0;
+        dd += (a - b) * (a - b);
+        aa += a * a;
+        bb += b * b;
+    }
+    double denom = sqrt(aa) + sqrt(bb);
+    double rel = not_nan(sqrt(dd) / (denom > GRADCHECK_FLOOR ? denom : GRADCHECK_FLOOR));
+    char what[64];
+    snprintf(what, sizeof what, "input %d: pass 2 (NaN arena) = pass 1", i);
+    printf("  %-28s %-40s rel err %.2e\n", label, what, rel);
+    return rel;
 }
 
 double gradcheck(const char *label, ct_layer *layer, const ct_tensor *inputs, int n_in,
@@ -216,14 +250,24 @@ double gradcheck(const char *label, ct_layer *layer, const ct_tensor *inputs, in
     }
     for (size_t k = 0; k < r->net.n_weights; k++) wgrad[k] = (float)((double)r->net.grads[k] - g0[k]);
     ct_arena_reset(&r->arena);
+    poison_arena(&r->arena);
     if (backward_pass(r, label, gin)) goto failed_quiet;
-    ct_arena_reset(&r->arena);
 
     printf("gradcheck %s:\n", label);
     if (r->net.n_params) {
         double e = accumulation_error(r, label, g0, wgrad);
         if (e > worst) worst = e;
     }
+    for (int i = 0; i < n_in; i++) {
+        if (inputs[i].dtype != CT_DTYPE_F32) continue;
+        if (gin[i].data && !ct_tensor_same_sig(&gin[i], &inputs[i])) {
+            fprintf(stderr, "gradcheck %s: gradient of input %d has the wrong shape in pass 2\n", label, i);
+            goto failed_quiet;
+        }
+        double e = repeat_error(label, i, gin_copy[i], gin[i].data, ct_tensor_numel(&inputs[i]));
+        if (e > worst) worst = e;
+    }
+    ct_arena_reset(&r->arena);
     for (int i = 0; i < n_in; i++) {
         if (inputs[i].dtype != CT_DTYPE_F32) continue;
         char what[64];

@@ -6,11 +6,13 @@
 // into the weight gradients, so the gradient slab starts at random values g0
 // (the analytic gradient is what backward added), and a second forward and
 // backward must leave g0 + 2 g (an error per weight, as below, printed as
-// one line); backward must not write into the r_i. Central differences
+// one line); backward must not write into the r_i. That second pass runs
+// over an arena filled with NaNs and must give the first pass's input
+// gradients, so memory read before it is written shows. Central differences
 // (L(x + eps) - L(x - eps)) / 2 eps give the numeric ones, at up to
 // max_elems sampled elements per tensor. The error per tensor is
 // ||analytic - numeric|| / max(||analytic|| + ||numeric||, floor) over the
-// sample; each is printed, and the largest is returned.
+// sample; each is printed, and the largest is returned (a NaN one as +inf).
 #ifndef CTRAX_TESTS_GRADCHECK_H
 #define CTRAX_TESTS_GRADCHECK_H
 

@@ -1,18 +1,9 @@
 // Gradient checks and shape semantics for the combinators, a shared-weight
 // model, and the error a shape mismatch at init gives.
-#include "check.h"
-#include "gradcheck.h"
+#include "layer_fixture.h"
 
 static ct_tensor f32_input(int64_t b, int64_t d, uint64_t seed, float *buf) {
-    ct_tensor t = ct_tensor_2d(CT_DTYPE_F32, b, d, buf);
-    gradcheck_fill(&t, seed, -1.0f, 1.0f);
-    return t;
-}
-
-static void check_layer(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
-    double e = gradcheck(label, l, in, n_in, gradcheck_default_opts());
-    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "%s: rel err %g", label, e);
-    ct_layer_free(l);
+    return uniform(ct_tensor_2d(CT_DTYPE_F32, b, d, buf), seed, -1.0f, 1.0f);
 }
 
 // out = x^2, with a backward that forgets the factor 2: the checker must
@@ -38,30 +29,30 @@ static void test_gradients(void) {
     ct_tensor x = f32_input(4, 6, 1, a), y = f32_input(4, 6, 2, b), z = f32_input(4, 6, 3, c);
     ct_tensor xy[2] = {x, y}, xyz[3] = {x, y, z};
 
-    check_layer("Dense", ct_dense(5), &x, 1);
-    check_layer("Dense(no bias)", ct_dense_no_bias(3), &x, 1);
-    check_layer("Serial", ct_serial(CT_LAYERS(ct_dense(8), ct_dense(3))), &x, 1);
-    check_layer("Parallel", ct_parallel(CT_LAYERS(ct_dense(3), ct_dense(2))), xy, 2);
-    check_layer("Branch", ct_branch(CT_LAYERS(ct_dense(3), ct_dense(3))), &x, 1);
-    check_layer("Residual", ct_residual(CT_LAYERS(ct_dense(6), ct_dense(6)), NULL), &x, 1);
-    check_layer("Residual(shortcut)", ct_residual(CT_LAYERS(ct_dense(4)), ct_dense(4)), &x, 1);
-    check_layer("Select", ct_select(3, (int[]){1, 0, 1}, 2), xy, 2);
-    check_layer("Dup", ct_dup(), &x, 1);
-    check_layer("Swap", ct_swap(), xy, 2);
-    check_layer("Drop", ct_serial(CT_LAYERS(ct_drop(), ct_dense(2))), xy, 2);
-    check_layer("Add", ct_add(), xy, 2);
-    check_layer("Multiply", ct_multiply(), xy, 2);
-    check_layer("Concatenate", ct_concatenate(3, -1), xyz, 3);
-    check_layer("Concatenate(axis 0)", ct_concatenate(2, 0), xy, 2);
-    check_layer("Split", ct_split(3, -1), &x, 1);
-    check_layer("Split(axis 0)", ct_split(2, 0), &x, 1);
+    check_layer("Dense", ct_dense(5), &x, 1, true);
+    check_layer("Dense(no bias)", ct_dense_no_bias(3), &x, 1, true);
+    check_layer("Serial", ct_serial(CT_LAYERS(ct_dense(8), ct_dense(3))), &x, 1, true);
+    check_layer("Parallel", ct_parallel(CT_LAYERS(ct_dense(3), ct_dense(2))), xy, 2, true);
+    check_layer("Branch", ct_branch(CT_LAYERS(ct_dense(3), ct_dense(3))), &x, 1, true);
+    check_layer("Residual", ct_residual(CT_LAYERS(ct_dense(6), ct_dense(6)), NULL), &x, 1, true);
+    check_layer("Residual(shortcut)", ct_residual(CT_LAYERS(ct_dense(4)), ct_dense(4)), &x, 1, true);
+    check_layer("Select", ct_select(3, (int[]){1, 0, 1}, 2), xy, 2, true);
+    check_layer("Dup", ct_dup(), &x, 1, true);
+    check_layer("Swap", ct_swap(), xy, 2, true);
+    check_layer("Drop", ct_serial(CT_LAYERS(ct_drop(), ct_dense(2))), xy, 2, true);
+    check_layer("Add", ct_add(), xy, 2, true);
+    check_layer("Multiply", ct_multiply(), xy, 2, true);
+    check_layer("Concatenate", ct_concatenate(3, -1), xyz, 3, true);
+    check_layer("Concatenate(axis 0)", ct_concatenate(2, 0), xy, 2, true);
+    check_layer("Split", ct_split(3, -1), &x, 1, true);
+    check_layer("Split(axis 0)", ct_split(2, 0), &x, 1, true);
     ct_fn_spec sq = {"Square", 1, 1, NULL, square_fwd, square_bwd, NULL};
-    check_layer("Fn", ct_fn(&sq), &x, 1);
+    check_layer("Fn", ct_fn(&sq), &x, 1, true);
 
     // One Dense used twice: one set of weights, gradients of both uses added.
     ct_layer *shared = ct_dense(6);
     ct_layer *model = ct_serial(CT_LAYERS(shared, ct_fn(&sq), ct_layer_ref(shared)));
-    check_layer("shared Dense", model, &x, 1);
+    check_layer("shared Dense", model, &x, 1, true);
 
     // Nested Serial / Branch / Residual.
     ct_layer *nested = ct_serial(CT_LAYERS(
@@ -69,7 +60,81 @@ static void test_gradients(void) {
         ct_branch(CT_LAYERS(ct_residual(CT_LAYERS(ct_dense(6), ct_fn(&sq), ct_dense(6)), NULL),
                             ct_serial(CT_LAYERS(ct_dense(6), ct_dense(6))))),
         ct_add(), ct_residual(CT_LAYERS(ct_serial(CT_LAYERS(ct_dense(6)))), NULL)));
-    check_layer("nested Serial/Branch/Residual", nested, &x, 1);
+    check_layer("nested Serial/Branch/Residual", nested, &x, 1, true);
+
+    // Fan-out that Select makes: an index used three times and one input
+    // no output uses (a zero gradient); a second copy dropped after a first
+    // that takes a gradient (Select then sums a gradient with none).
+    check_layer("Select(0, 0, 1, 0)", ct_select(4, (int[]){0, 0, 1, 0}, 2), xy, 2, true);
+    check_layer("Select(1, 1) of 3", ct_select(2, (int[]){1, 1}, 3), xyz, 3, true);
+    check_layer("Dup, Parallel(Tanh, Drop)",
+                ct_serial(CT_LAYERS(ct_dup(), ct_parallel(CT_LAYERS(ct_tanh(), ct_drop())))), &x, 1, true);
+    // Concatenate of unequal pieces (4,6)+(4,2) and (4,6)+(2,6); one whose
+    // output is dropped (a zero gradient for every piece).
+    float d[4 * 2], e[2 * 6];
+    ct_tensor narrow[2] = {x, f32_input(4, 2, 4, d)}, short_rows[2] = {x, f32_input(2, 6, 5, e)};
+    check_layer("Concatenate (4,6)+(4,2)", ct_concatenate(2, -1), narrow, 2, true);
+    check_layer("Concatenate (4,6)+(2,6), axis 0", ct_concatenate(2, 0), short_rows, 2, true);
+    check_layer("Concatenate dropped",
+                ct_serial(CT_LAYERS(ct_select(4, (int[]){0, 1, 0, 1}, 2), ct_concatenate(2, -1), ct_drop(),
+                                    ct_multiply())),
+                xy, 2, true);
+
+    // A Serial lets an elementwise layer write its output over a dead input
+    // (ct_arena_donate), never over one still read: Tanh's output, which
+    // Tanh saved for its backward, under a Sigmoid; a Dup's other copy,
+    // which the Add reads.
+    check_layer("Dense, Tanh, Sigmoid", ct_serial(CT_LAYERS(ct_dense(6), ct_tanh(), ct_sigmoid())), &x, 1, true);
+    check_layer("Dense, Dup, Sigmoid, Add", ct_serial(CT_LAYERS(ct_dense(6), ct_dup(), ct_sigmoid(), ct_add())), &x, 1,
+                true);
+
+    // A shared layer whose output differs from its input (6 -> 3): its
+    // second use gets the output signature of its first.
+    ct_layer *narrowing = ct_dense(3);
+    check_layer("Branch(Dense(3), same Dense(3))",
+                ct_serial(CT_LAYERS(ct_branch(CT_LAYERS(narrowing, ct_layer_ref(narrowing))), ct_multiply())), &x, 1,
+                true);
+    // A layer used inside and outside a Residual, and as its shortcut.
+    ct_layer *inside = ct_dense(6);
+    check_layer("Dense, Square, Residual(same Dense)",
+                ct_serial(CT_LAYERS(inside, ct_fn(&sq), ct_residual(CT_LAYERS(ct_layer_ref(inside)), NULL))), &x, 1,
+                true);
+    ct_layer *cut = ct_dense(6);
+    check_layer("Residual(Square, Dense; shortcut the same Dense)",
+                ct_serial(CT_LAYERS(ct_layer_ref(cut), ct_residual(CT_LAYERS(ct_fn(&sq), ct_layer_ref(cut)), cut))),
+                &x, 1, true);
+    // The same layer twice in one Parallel.
+    ct_layer *twin = ct_dense(6);
+    check_layer("Dup, Parallel(Dense, same Dense), Multiply",
+                ct_serial(CT_LAYERS(ct_dup(), ct_parallel(CT_LAYERS(twin, ct_layer_ref(twin))), ct_multiply())), &x, 1,
+                true);
+
+    // Deep and wide. 16 residual blocks in a row and 10 Residuals nested
+    // in one another (every other with a Dense shortcut): a step of 2e-3,
+    // since at 1e-2 the truncation error of central differences through 16
+    // Tanh layers reads 2.4e-3 on the input (6.0e-4 at 5e-3, 1.0e-4 at
+    // 2e-3: it falls as eps^2).
+    ct_layer *blocks[16];
+    for (int i = 0; i < 16; i++) blocks[i] = ct_residual(CT_LAYERS(ct_dense(6), ct_tanh()), NULL);
+    check_layer_eps("16 Residual(Dense, Tanh)", ct_serial(16, blocks), &x, 1, true, 2e-3);
+    ct_layer *nest = ct_dense(6);
+    for (int i = 0; i < 10; i++) nest = ct_residual(CT_LAYERS(ct_tanh(), nest), i % 2 ? ct_dense(6) : NULL);
+    check_layer_eps("10 nested Residuals", nest, &x, 1, true, 2e-3);
+    ct_layer *wide[8];
+    for (int i = 0; i < 8; i++) wide[i] = ct_serial(CT_LAYERS(ct_dense(2), ct_tanh()));
+    check_layer("Branch of 8, Concatenate(8)", ct_serial(CT_LAYERS(ct_branch(8, wide), ct_concatenate(8, -1))), &x, 1,
+                true);
+
+    // Zero-size tensors: 0 rows through a Serial of every kind of step.
+    float none[1];
+    ct_tensor empty = ct_tensor_2d(CT_DTYPE_F32, 0, 6, none);
+    check_layer("0 rows",
+                ct_serial(CT_LAYERS(ct_dense(6), ct_tanh(), ct_residual(CT_LAYERS(ct_dense(6), ct_sigmoid()), NULL),
+                                    ct_dup(), ct_concatenate(2, 0), ct_split(2, -1), ct_add())),
+                &empty, 1, true);
+    // 0 features: every weight is empty, and so are the slabs (NULL).
+    ct_tensor featureless = ct_tensor_2d(CT_DTYPE_F32, 4, 0, none);
+    check_layer("0 features", ct_serial(CT_LAYERS(ct_layer_norm(1e-6f), ct_dense_no_bias(3))), &featureless, 1, true);
 }
 
 // A backward 1.5% too large: the bounds of gradcheck.h must catch it, the
@@ -80,6 +145,64 @@ static void square_bwd_scaled(const ct_tensor *in, const ct_tensor *out, const c
     (void)out, (void)u;
     for (int64_t i = 0; i < ct_tensor_numel(&in[0]); i++)
         ct_f32(&gin[0])[i] += 2.03f * ct_f32(&g[0])[i] * ct_f32(&in[0])[i];
+}
+
+// y = w x with w one weight (1 at init), and a deliberately wrong backward
+// of either kind: one that adds the input gradient into memory it never
+// zeroed (ct_ctx_alloc, not ct_ctx_zeros), which reads as zeros in a fresh
+// arena; one that adds NaN to the weight gradient.
+static ct_status scale_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                            ct_error *err) {
+    (void)err;
+    ct_layer_declare_weight(l, ic, "w", ct_tensor_1d(CT_DTYPE_F32, 1, NULL), (ct_initializer){CT_INIT_ONES, 0.0f}, key);
+    out[0] = ct_tensor_sig(&in[0]);
+    return CT_OK;
+}
+
+static ct_status scale_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                               ct_error *err) {
+    (void)key;
+    out[0] = ct_tensor_sig(&in[0]);
+    CT_TRY(ct_ctx_alloc(c, &out[0], err));
+    const float w = ct_weight(c, l, 0)[0];
+    for (int64_t i = 0; i < ct_tensor_numel(&in[0]); i++) ct_f32(&out[0])[i] = w * ct_f32(&in[0])[i];
+    return ct_tape_push(c, &in[0], err);
+}
+
+static ct_status scale_backward_unzeroed(ct_layer *l, ct_ctx *c, const ct_tensor *g, ct_tensor *gin, ct_key key,
+                                         ct_error *err) {
+    (void)key;
+    ct_tensor x = ct_tape_pop(c);
+    gin[0] = ct_tensor_sig(&x);
+    CT_TRY(ct_ctx_alloc(c, &gin[0], err));
+    for (int64_t i = 0; i < ct_tensor_numel(&x); i++) {
+        ct_f32(&gin[0])[i] += ct_weight(c, l, 0)[0] * ct_f32(&g[0])[i];
+        ct_weight_grad(c, l, 0)[0] += ct_f32(&g[0])[i] * ct_f32(&x)[i];
+    }
+    return CT_OK;
+}
+
+static ct_status scale_backward_nan(ct_layer *l, ct_ctx *c, const ct_tensor *g, ct_tensor *gin, ct_key key,
+                                    ct_error *err) {
+    (void)key;
+    ct_tensor x = ct_tape_pop(c);
+    gin[0] = ct_tensor_sig(&x);
+    CT_TRY(ct_ctx_zeros(c, &gin[0], err));
+    for (int64_t i = 0; i < ct_tensor_numel(&x); i++) ct_f32(&gin[0])[i] = ct_weight(c, l, 0)[0] * ct_f32(&g[0])[i];
+    ct_weight_grad(c, l, 0)[0] += NAN;
+    return CT_OK;
+}
+
+static const ct_layer_vtable scale_unzeroed_vt = {
+    .type = "ScaleUnzeroed", .init = scale_init, .forward = scale_forward, .backward = scale_backward_unzeroed};
+static const ct_layer_vtable scale_nan_vt = {
+    .type = "ScaleNaN", .init = scale_init, .forward = scale_forward, .backward = scale_backward_nan};
+
+// A backward that writes NaN as the input gradient.
+static void square_bwd_nan(const ct_tensor *in, const ct_tensor *out, const ct_tensor *g, ct_tensor *gin,
+                           const void *u) {
+    (void)out, (void)g, (void)u;
+    for (int64_t i = 0; i < ct_tensor_numel(&in[0]); i++) ct_f32(&gin[0])[i] = NAN;
 }
 
 static void test_checker_catches_wrong_backward(void) {
@@ -99,6 +222,23 @@ static void test_checker_catches_wrong_backward(void) {
     l = ct_fn(&scaled);
     e = gradcheck("backward 1.5% too large, model bound", l, &x, 1, gradcheck_model_opts(2e-3));
     CHECK_MSG(e > GRADCHECK_MODEL_TOL, "the model bound missed a backward 1.5%% too large: rel err %g", e);
+    ct_layer_free(l);
+
+    // NaN gradients fail (a NaN error compares false with every bound).
+    ct_fn_spec nan_grad = {"NaNSquare", 1, 1, NULL, square_fwd, square_bwd_nan, NULL};
+    l = ct_fn(&nan_grad);
+    e = gradcheck("NaN input gradient", l, &x, 1, gradcheck_default_opts());
+    CHECK_MSG(!(e >= 0 && e < GRADCHECK_TOL), "the checker passed a NaN input gradient: rel err %g", e);
+    ct_layer_free(l);
+    l = ct_layer_new(&scale_nan_vt, NULL, 1, 1, NULL, NULL, 0);
+    e = gradcheck("NaN weight gradient", l, &x, 1, gradcheck_default_opts());
+    CHECK_MSG(!(e >= 0 && e < GRADCHECK_TOL), "the checker passed a NaN weight gradient: rel err %g", e);
+    ct_layer_free(l);
+    // Memory read before it is written: right by luck in a fresh arena.
+    l = ct_layer_new(&scale_unzeroed_vt, NULL, 1, 1, NULL, NULL, 0);
+    e = gradcheck("adds into unzeroed memory", l, &x, 1, gradcheck_default_opts());
+    CHECK_MSG(!(e >= 0 && e < GRADCHECK_TOL), "the checker passed a backward that reads unwritten memory: rel err %g",
+              e);
     ct_layer_free(l);
 }
 
@@ -120,6 +260,253 @@ static void test_arity(void) {
     s = ct_serial(CT_LAYERS(ct_dense(2), ct_serial(CT_LAYERS(ct_dense(3), ct_dense(4)))));
     CHECK(s->n_sub == 3);
     ct_layer_free(s);
+    // A shared one keeps its identity: one object in both places.
+    ct_layer *inner = ct_serial(CT_LAYERS(ct_dense(2), ct_dense(2)));
+    s = ct_serial(CT_LAYERS(inner, ct_layer_ref(inner)));
+    CHECK(s->n_sub == 2 && s->sub[0] == inner && s->sub[1] == inner);
+    ct_layer_free(s);
+}
+
+// Trax's Serial() with no sublayers is a one-in one-out no-op
+// (combinators.py: "a special-case (but useful) 1-input 1-output no-op"),
+// and so Trax's Residual() with no layers, Serial(Branch(None, Serial()),
+// Add), is x + x, and Parallel(Serial(), F) passes its first input by.
+static void test_empty_serial(void) {
+    ct_layer *s = ct_serial(0, NULL);
+    CHECK_MSG(s->n_in == 1 && s->n_out == 1, "Serial() takes %d items and leaves %d (Trax: 1 and 1)", s->n_in,
+              s->n_out);
+    ct_layer_free(s);
+    // Nested, it keeps that arity: Serial(Drop, Serial()) reaches 2 deep.
+    s = ct_serial(CT_LAYERS(ct_drop(), ct_serial(0, NULL)));
+    CHECK_MSG(s->n_in == 2 && s->n_out == 1, "Serial(Drop, Serial()) takes %d and leaves %d (Trax: 2 and 1)",
+              s->n_in, s->n_out);
+    ct_layer_free(s);
+
+    float x[3] = {1, 2, 3}, y[3] = {10, 20, 30}, z[3] = {100, 200, 300};
+    ct_tensor in[3] = {ct_tensor_1d(CT_DTYPE_F32, 3, x), ct_tensor_1d(CT_DTYPE_F32, 3, y),
+                       ct_tensor_1d(CT_DTYPE_F32, 3, z)};
+    fixture f;
+    ct_layer *r = ct_residual(0, NULL, NULL);
+    if (fixture_init_ok(&f, r, in, 1, false)) {
+        ct_tensor out;
+        CHECK_OK(fixture_forward(&f, in, &out, 1), &f.err);
+        const float *o = ct_f32(&out);
+        CHECK_MSG(o[0] == 2 && o[1] == 4 && o[2] == 6, "Residual() of (1, 2, 3): %g %g %g", o[0], o[1], o[2]);
+        fixture_free(&f);
+    }
+    ct_layer_free(r);
+    // [x, y, z] -> [x, y + z].
+    ct_layer *p = ct_parallel(CT_LAYERS(ct_serial(0, NULL), ct_add()));
+    if (fixture_init_ok(&f, p, in, 3, false)) {
+        ct_tensor out[2];
+        CHECK_OK(fixture_forward(&f, in, out, 1), &f.err);
+        CHECK(ct_f32(&out[0])[2] == 3 && ct_f32(&out[1])[0] == 110 && ct_f32(&out[1])[2] == 330);
+        fixture_free(&f);
+    }
+    ct_layer_free(p);
+
+    float a[4 * 6];
+    ct_tensor t = f32_input(4, 6, 1, a);
+    check_layer("Serial()", ct_serial(0, NULL), &t, 1, true);
+    check_layer("Residual()", ct_residual(0, NULL, NULL), &t, 1, true);
+    check_layer("Residual(shortcut Dense)", ct_residual(0, NULL, ct_dense(6)), &t, 1, true);
+}
+
+// Keys (SEMANTICS.md): a combinator gives its sublayer i ct_key_split(key,
+// i), at init and in forward, and Branch, being Serial(Select, Parallel),
+// splits twice. Dense draws its kernel from split(its key, 0), Glorot
+// uniform: U(+-sqrt(6 / (fan_in + fan_out))), U(-1, 1) for (3, 3).
+static bool kernel_drawn_from(const ct_net *net, const char *name, ct_key key) {
+    const ct_param *p = ct_net_find_param(net, name);
+    float want[9];
+    ct_random_uniform(ct_key_split(key, 0), want, 9, -1.0f, 1.0f);
+    return p && ct_tensor_numel(&p->sig) == 9 && memcmp(want, net->weights + p->offset, sizeof want) == 0;
+}
+
+static void test_keys(void) {
+    ct_key k = ct_key_from_seed(5);
+    ct_tensor sig = ct_tensor_2d(CT_DTYPE_F32, 2, 3, NULL);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    ct_layer *s = ct_serial(CT_LAYERS(ct_dense(3), ct_dense(3)));
+    CHECK_OK(ct_net_init(&net, s, &sig, 1, k, &dev, &err), &err);
+    CHECK(kernel_drawn_from(&net, "Serial/Dense[0]/kernel", ct_key_split(k, 0)));
+    CHECK(kernel_drawn_from(&net, "Serial/Dense[1]/kernel", ct_key_split(k, 1)));
+    ct_net_free(&net);
+    ct_layer_free(s);
+    ct_layer *b = ct_branch(CT_LAYERS(ct_dense(3), ct_dense(3)));
+    CHECK_OK(ct_net_init(&net, b, &sig, 1, k, &dev, &err), &err);
+    CHECK(kernel_drawn_from(&net, "Branch/Parallel[1]/Dense[0]/kernel", ct_key_split(ct_key_split(k, 1), 0)));
+    CHECK(kernel_drawn_from(&net, "Branch/Parallel[1]/Dense[1]/kernel", ct_key_split(ct_key_split(k, 1), 1)));
+    ct_net_free(&net);
+    ct_layer_free(b);
+    CHECK(dev.current_bytes == 0);
+
+    // Forward: Parallel(Dropout(0.5), Dropout(0.5)) on ones, key k. Dropout
+    // keeps element j iff ct_random_bits(its key, j) >= 2^31, times 2.
+    float ones[2][64];
+    for (int j = 0; j < 64; j++) ones[0][j] = ones[1][j] = 1.0f;
+    ct_tensor in[2] = {ct_tensor_1d(CT_DTYPE_F32, 64, ones[0]), ct_tensor_1d(CT_DTYPE_F32, 64, ones[1])};
+    fixture f;
+    ct_layer *p = ct_parallel(CT_LAYERS(ct_dropout(0.5f), ct_dropout(0.5f)));
+    if (fixture_init_ok(&f, p, in, 2, true)) {
+        ct_tensor out[2];
+        CHECK_OK(fixture_forward(&f, in, out, 5), &f.err);
+        int bad = 0;
+        for (int i = 0; i < 2; i++)
+            for (uint32_t j = 0; j < 64; j++) {
+                float want = ct_random_bits(ct_key_split(k, (uint32_t)i), j) >= 0x80000000u ? 2.0f : 0.0f;
+                bad += ct_f32(&out[i])[j] != want;
+            }
+        CHECK_MSG(bad == 0, "%d of 128 dropout elements differ from the masks of split(key, 0) and split(key, 1)", bad);
+        fixture_free(&f);
+    }
+    ct_layer_free(p);
+}
+
+// The checkpoint names of a Residual's weights follow Trax's layout,
+// Serial(Branch(shortcut, layer), Add) with layer the one layer itself or a
+// Serial of several; a child of an unnamed root (the trainers'
+// Serial(model, loss)) is named by its name alone, as in a net of its own.
+static void test_weight_names(void) {
+    ct_tensor sig = ct_tensor_2d(CT_DTYPE_F32, 2, 6, NULL);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    ct_layer *r = ct_residual(CT_LAYERS(ct_dense(6)), ct_layer_rename(ct_dense(6), "Shortcut"));
+    CHECK_OK(ct_net_init(&net, r, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+    CHECK(ct_net_find_param(&net, "Residual/Branch[0]/Parallel[1]/Shortcut[0]/kernel") != NULL);
+    CHECK(ct_net_find_param(&net, "Residual/Branch[0]/Parallel[1]/Dense[1]/kernel") != NULL);
+    ct_net_free(&net);
+    ct_layer_free(r);
+    r = ct_residual(CT_LAYERS(ct_dense(6), ct_dense(6)), NULL);
+    CHECK_OK(ct_net_init(&net, r, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+    CHECK(ct_net_find_param(&net, "Residual/Branch[0]/Parallel[1]/Serial[1]/Dense[0]/kernel") != NULL);
+    CHECK(ct_net_find_param(&net, "Residual/Branch[0]/Parallel[1]/Serial[1]/Dense[1]/kernel") != NULL);
+    ct_net_free(&net);
+    ct_layer_free(r);
+    ct_layer *root = ct_layer_rename(ct_serial(CT_LAYERS(ct_dense(3), ct_layer_rename(ct_dense(2), "Head"))), "");
+    CHECK_OK(ct_net_init(&net, root, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+    CHECK(ct_net_find_param(&net, "Dense/kernel") != NULL && ct_net_find_param(&net, "Head/kernel") != NULL);
+    ct_net_free(&net);
+    ct_layer_free(root);
+    // Two children of one name there would give two weights one name:
+    // refused, since checkpoints find weights by name.
+    root = ct_layer_rename(ct_serial(CT_LAYERS(ct_dense(3), ct_dense(2))), "");
+    CHECK(ct_net_init(&net, root, &sig, 1, ct_key_from_seed(1), &dev, &err) == CT_ERR_ARG);
+    CHECK(strstr(err.msg, "two weights are named Dense/kernel: rename one of the layers") != NULL);
+    ct_layer_free(root);
+    CHECK(dev.current_bytes == 0);
+}
+
+// A layer that declares a weight after initializing its sublayer (the
+// layer_author.h API allows it): the weight is named by the layer's own
+// path, not by the sublayer's.
+static ct_status wrapper_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                              ct_error *err) {
+    CT_TRY(ct_layer_init(l->sub[0], 0, ic, in, out, ct_key_split(key, 0), err));
+    ct_layer_declare_weight(l, ic, "own", ct_tensor_1d(CT_DTYPE_F32, 1, NULL), (ct_initializer){CT_INIT_ONES, 0.0f},
+                            ct_key_split(key, 1));
+    return CT_OK;
+}
+
+static const ct_layer_vtable wrapper_vt = {.type = "Wrapper", .init = wrapper_init};
+
+static void test_declare_after_sublayer(void) {
+    ct_layer *sub[1] = {ct_dense(2)};
+    ct_layer *w = ct_layer_new(&wrapper_vt, NULL, 1, 1, NULL, sub, 1);
+    ct_tensor sig = ct_tensor_2d(CT_DTYPE_F32, 2, 3, NULL);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    CHECK_OK(ct_net_init(&net, w, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+    CHECK(ct_net_find_param(&net, "Wrapper/own") != NULL && ct_net_find_param(&net, "Wrapper/Dense[0]/kernel") != NULL);
+    ct_net_free(&net);
+    ct_layer_free(w);
+}
+
+// An Fn without a backward (NULL) takes no gradient: zeros for its inputs.
+static void copy_fwd(const ct_tensor *in, ct_tensor *out, const void *u) {
+    (void)u;
+    memcpy(out[0].data, in[0].data, ct_tensor_nbytes(&in[0]));
+}
+
+static void test_fn_without_backward(void) {
+    float a[4 * 6], g[4 * 6], out[4 * 6], dx[4 * 6];
+    ct_tensor x = f32_input(4, 6, 1, a), gy = f32_input(4, 6, 2, g);
+    ct_fn_spec stop = {"StopGradient", 1, 1, NULL, copy_fwd, NULL, NULL};
+    for (int i = 0; i < 4 * 6; i++) dx[i] = 1.0f;
+    fixture_step(ct_fn(&stop), &x, 1, &gy, true, out, dx);
+    bool zero = true;
+    for (int i = 0; i < 4 * 6; i++) zero = zero && dx[i] == 0.0f;
+    CHECK(memcmp(out, a, sizeof a) == 0 && zero);
+}
+
+// Init fails with code and a message holding want (and want2 if given).
+static void init_fails(const char *label, ct_layer *l, const ct_tensor *sigs, int n, ct_status code, const char *want,
+                       const char *want2) {
+    fixture f;
+    ct_status st = fixture_init(&f, l, sigs, n, false);
+    printf("%s: %s\n", label, f.err.msg);
+    CHECK_MSG(st == code && strstr(f.err.msg, want) && (!want2 || strstr(f.err.msg, want2)), "%s: status %d: %s",
+              label, (int)st, f.err.msg);
+    ct_layer_free(l);
+    fixture_free(&f);
+}
+
+// Errors name the layer, what it was doing and the shapes.
+static void test_errors(void) {
+    ct_tensor x = ct_tensor_2d(CT_DTYPE_F32, 4, 6, NULL), rows3 = ct_tensor_2d(CT_DTYPE_F32, 3, 6, NULL);
+    ct_tensor rank3 = ct_tensor_3d(CT_DTYPE_F32, 4, 6, 1, NULL), ids = ct_tensor_2d(CT_DTYPE_I32, 4, 6, NULL);
+    ct_tensor scalar = ct_tensor_make(CT_DTYPE_F32, 0, NULL, NULL);
+    ct_tensor x_rows3[2] = {x, rows3}, x_rank3[2] = {x, rank3}, two_ids[2] = {ids, ids}, xx[2] = {x, x};
+    init_fails("Concatenate (4,6)+(3,6)", ct_concatenate(2, -1), x_rows3, 2, CT_ERR_SHAPE,
+               "input 1 (3,6) f32 does not match input 0 (4,6) f32 outside axis 1", NULL);
+    init_fails("Concatenate (4,6)+(4,6,1)", ct_concatenate(2, 0), x_rank3, 2, CT_ERR_SHAPE,
+               "input 1 (4,6,1) f32 does not match input 0 (4,6) f32", NULL);
+    init_fails("Concatenate axis 2 of rank 2", ct_concatenate(2, 2), xx, 2, CT_ERR_SHAPE,
+               "axis 2 does not fit input 0 (4,6) f32", NULL);
+    init_fails("Concatenate axis -3 of rank 2", ct_concatenate(2, -3), xx, 2, CT_ERR_SHAPE,
+               "axis -3 does not fit input 0 (4,6) f32", NULL);
+    init_fails("Split(4) of 6", ct_split(4, -1), &x, 1, CT_ERR_SHAPE, "cannot split (4,6) f32 into 4 parts", NULL);
+    init_fails("Split axis 2 of rank 2", ct_split(2, 2), &x, 1, CT_ERR_SHAPE, "cannot split (4,6) f32", NULL);
+    // Equal shapes of the wrong dtype: the message says which, not "differ".
+    init_fails("Add of i32", ct_add(), two_ids, 2, CT_ERR_SHAPE, "(4,6) i32", "need f32");
+    init_fails("Multiply of i32", ct_multiply(), two_ids, 2, CT_ERR_SHAPE, "(4,6) i32", "need f32");
+    init_fails("Dense on a scalar", ct_dense(2), &scalar, 1, CT_ERR_SHAPE, "input 0 is () f32, expected rank >= 1",
+               NULL);
+    init_fails("2 inputs to Dense", ct_dense(2), xx, 2, CT_ERR_ARG, "takes 1 inputs, got 2", NULL);
+
+    // The stack a Serial builds holds CT_STACK_MAX (32) items: 31 Dups
+    // reach 32, 32 Dups one too many.
+    ct_layer *ladder[64];
+    for (int i = 0; i < 31; i++) ladder[i] = ct_dup(), ladder[31 + i] = ct_drop();
+    fixture f;
+    ct_layer *ok = ct_serial(62, ladder);
+    if (fixture_init_ok(&f, ok, &x, 1, false)) fixture_free(&f);
+    ct_layer_free(ok);
+    for (int i = 0; i < 32; i++) ladder[i] = ct_dup(), ladder[32 + i] = ct_drop();
+    init_fails("32 Dups", ct_serial(64, ladder), &x, 1, CT_ERR_ARG, "layer Serial (init): stack deeper than 32 items",
+               NULL);
+
+    // Paths are at most 1024 characters: 40 nested Serials of 30-character
+    // names would be 1364.
+    ct_layer *deep = ct_dense(2);
+    for (int i = 0; i < 40; i++) deep = ct_layer_rename(ct_serial(CT_LAYERS(deep)), "ThirtyCharacterNameOfASerialXX");
+    init_fails("40 nested Serials", deep, &x, 1, CT_ERR_ARG, "layer path longer than 1024 characters", NULL);
+
+    // Add checks again in forward, and says so: (4,6) + (2,6).
+    float a[4 * 6] = {0}, b[2 * 6] = {0};
+    ct_tensor run[2] = {ct_tensor_2d(CT_DTYPE_F32, 4, 6, a), ct_tensor_2d(CT_DTYPE_F32, 2, 6, b)}, out;
+    ct_layer *add = ct_add();
+    if (fixture_init_ok(&f, add, xx, 2, false)) {
+        CHECK(fixture_forward(&f, run, &out, 1) == CT_ERR_SHAPE);
+        printf("Add (4,6) + (2,6) in forward: %s\n", f.err.msg);
+        CHECK(strstr(f.err.msg, "layer Add (forward): inputs (4,6) f32 and (2,6) f32 differ") != NULL);
+        fixture_free(&f);
+    }
+    ct_layer_free(add);
 }
 
 static void test_select_values(void) {
@@ -187,6 +574,11 @@ static void test_layer_in_one_net(void) {
     // Once the first net is gone the layer can join another.
     CHECK_OK(ct_net_init(&b, other, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
     CHECK(b.n_weights == 3 * 3 + 3 + 3 * 2 + 2);
+    for (size_t i = 0; i < b.n_weights; i++) b.grads[i] = 1.0f;
+    ct_net_zero_grads(&b);
+    bool zero = true;
+    for (size_t i = 0; i < b.n_weights; i++) zero = zero && b.grads[i] == 0.0f;
+    CHECK(zero);
     ct_net_free(&b);
     ct_layer_free(other);
     ct_layer_free(d);
@@ -198,6 +590,12 @@ int main(void) {
     test_gradients();
     test_checker_catches_wrong_backward();
     test_arity();
+    test_empty_serial();
+    test_keys();
+    test_weight_names();
+    test_declare_after_sublayer();
+    test_fn_without_backward();
+    test_errors();
     test_select_values();
     test_shape_error_names_path();
     return check_summary("test_combinators");

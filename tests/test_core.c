@@ -71,6 +71,17 @@ static void test_tensor(void) {
     ct_tensor scalar = ct_tensor_make(CT_DTYPE_I32, 0, NULL, NULL);
     CHECK(ct_tensor_numel(&scalar) == 1);
     CHECK(strcmp(ct_tensor_sig_str(&scalar, s, sizeof s), "() i32") == 0);
+    // A buffer too small: cut short, terminated, nothing written past it.
+    ct_tensor wide = ct_tensor_make(CT_DTYPE_F32, 6, (int64_t[]){123456789, 2, 3, 4, 5, 6}, NULL);
+    char small[64];
+    memset(small, 'Z', sizeof small);
+    ct_tensor_sig_str(&wide, small, 8);
+    bool untouched = true;
+    for (size_t i = 8; i < sizeof small; i++) untouched = untouched && small[i] == 'Z';
+    CHECK(strcmp(small, "(123456") == 0 && untouched);
+    // Signatures compare dtype, rank and dims.
+    ct_tensor ids = ct_tensor_3d(CT_DTYPE_I32, 2, 3, 4, NULL), flat = ct_tensor_2d(CT_DTYPE_F32, 6, 4, NULL);
+    CHECK(ct_tensor_same_sig(&t, &t) && !ct_tensor_same_sig(&t, &ids) && !ct_tensor_same_sig(&t, &flat));
     CHECK(ct_dtype_size(CT_DTYPE_BF16) == 2);
     // Part 2 of 3 along axis 0 of a (6, 2) tensor: rows 4 and 5, a view.
     int32_t rows[12];

@@ -582,6 +582,13 @@ static void test_shift_right_values(void) {
     for (int i = 0; i < 6; i++) zeros += ct_f32(&out)[i] == 0.0f;
     CHECK(zeros == 6);
     fixture_free(&f);
+
+    // Time is axis 1: a rank-1 input has none.
+    ct_layer *l = ct_shift_right(1);
+    CHECK(fixture_init(&f, l, (ct_tensor[]){ct_tensor_1d(CT_DTYPE_F32, 6, x)}, 1, false) == CT_ERR_SHAPE);
+    CHECK(strstr(f.err.msg, "ShiftRight (init): input is (6) f32, expected f32 or i32 of rank >= 2") != NULL);
+    ct_layer_free(l);
+    fixture_free(&f);
 }
 
 static void test_flatten_mean_values(void) {
@@ -621,6 +628,12 @@ static void test_flatten_mean_values(void) {
     l = ct_mean(3, false);
     CHECK(fixture_init(&f, l, &in, 1, false) == CT_ERR_SHAPE);
     CHECK(strstr(f.err.msg, "Mean (init)") != NULL);
+    ct_layer_free(l);
+    fixture_free(&f);
+    // The mean over an empty axis is 0 / 0: an init error, not NaNs.
+    l = ct_mean(1, false);
+    CHECK(fixture_init(&f, l, (ct_tensor[]){ct_tensor_3d(CT_DTYPE_F32, 2, 0, 4, x)}, 1, false) == CT_ERR_SHAPE);
+    CHECK(strstr(f.err.msg, "empty axis 1 of input (2,0,4) f32") != NULL);
     ct_layer_free(l);
     fixture_free(&f);
 }

@@ -195,6 +195,47 @@ static void test_arena_keep(void) {
     CHECK(small && big && ct_arena_keep(&a, m, one, big_bytes, 1, 1) == 0 && pbig == big && a.used == used);
     // Nothing kept: everything since the mark goes, without a copy.
     CHECK(ct_arena_keep(&a, m, NULL, NULL, 0, 1) == used && a.used == 0);
+
+    // What a move costs is the bytes that move: a big region already at the
+    // mark stays where it is, so keeping it and a small one past a dead one
+    // copies 64 bytes to free 1024.
+    unsigned char *stays = ct_arena_alloc(&a, 4096, &err), *gap = ct_arena_alloc(&a, 1024, &err);
+    unsigned char *moves = ct_arena_alloc(&a, 64, &err);
+    void *ps = stays, *pm = moves;
+    void **two[] = {&ps, &pm};
+    size_t two_bytes[] = {4096, 64};
+    CHECK(gap && ct_arena_keep(&a, m, two, two_bytes, 2, 1) == 1024 && ps == stays && pm == stays + 4096);
+    // min_gain: freeing 128 bytes by moving 128 is worth it at a gain of 1,
+    // not at 2.
+    ct_arena_reset(&a);
+    m = ct_arena_get_mark(&a);
+    unsigned char *dead3 = ct_arena_alloc(&a, 128, &err), *z = ct_arena_alloc(&a, 128, &err);
+    void *pz = z;
+    void **onez[] = {&pz};
+    size_t z_bytes[] = {128};
+    CHECK(dead3 && ct_arena_keep(&a, m, onez, z_bytes, 1, 2) == 0 && pz == z);
+    CHECK(ct_arena_keep(&a, m, onez, z_bytes, 1, 1) == 128 && pz == dead3);
+    // A view kept alone (100 bytes into a tensor, 50 long) moves by a
+    // multiple of the alignment, its bytes with it.
+    ct_arena_reset(&a);
+    m = ct_arena_get_mark(&a);
+    unsigned char *dead4 = ct_arena_alloc(&a, 1024, &err), *t = ct_arena_alloc(&a, 256, &err);
+    for (int i = 0; i < 50; i++) t[100 + i] = (unsigned char)(i + 1);
+    void *pv = t + 100;
+    void **onev[] = {&pv};
+    size_t v_bytes[] = {50};
+    CHECK(dead4 && ct_arena_keep(&a, m, onev, v_bytes, 1, 1) > 0);
+    unsigned char *nv = pv;
+    same = ((size_t)(t + 100 - nv)) % 64 == 0 && nv < t + 100;
+    for (int i = 0; i < 50; i++) same &= nv[i] == (unsigned char)(i + 1);
+    CHECK_MSG(same, "a view kept alone moved from %p to %p", (void *)(t + 100), (void *)nv);
+    // ct_arena_since: a region wholly in what was handed out since the mark.
+    ct_arena_reset(&a);
+    unsigned char *old = ct_arena_alloc(&a, 64, &err);
+    m = ct_arena_get_mark(&a);
+    unsigned char *fresh = ct_arena_alloc(&a, 128, &err);
+    CHECK(ct_arena_since(&a, m, fresh, 128) && ct_arena_since(&a, m, fresh + 64, 64));
+    CHECK(!ct_arena_since(&a, m, fresh, 129) && !ct_arena_since(&a, m, old, 64) && !ct_arena_since(&a, m, NULL, 0));
     ct_arena_free(&a);
 
     // An unplanned arena that chained a block since the mark: left alone.
@@ -261,8 +302,9 @@ static void test_backward_reuse(void) {
 
 // ---- forward: what nobody reads is given back or written over ----------------
 
-// Runs layer forward on x over a fresh arena; the bytes in use after it.
-static size_t forward_used(ct_layer *layer, const ct_tensor *x, bool record, float *out_first) {
+// Runs layer forward on x over a fresh arena; the bytes in use after it,
+// and the most in use during it in *high (if not NULL).
+static size_t forward_used(ct_layer *layer, const ct_tensor *x, bool record, float *out_first, size_t *high) {
     ct_device dev = ct_device_cpu();
     ct_net net;
     ct_error err;
@@ -276,6 +318,7 @@ static size_t forward_used(ct_layer *layer, const ct_tensor *x, bool record, flo
     ct_tensor out;
     CHECK_OK(ct_layer_forward(net.root, &c, x, &out, ct_key_from_seed(4), &err), &err);
     size_t used = arena.used;
+    if (high) *high = arena.high_water;
     if (out_first) *out_first = ct_f32(&out)[0];
     ct_ctx_free(&c);
     ct_arena_free(&arena);
@@ -289,21 +332,28 @@ static size_t forward_used(ct_layer *layer, const ct_tensor *x, bool record, flo
 // Dense's output (donated: the walk's, and nothing else reads it), so
 // forward holds the Relu's output (saved by the last Dense) and the result,
 // not the 128 KiB pre-activation too; without a tape (eval) only the result
-// stays.
+// stays. Written over, not copied down after: the peak holds one hidden
+// tensor, not two.
 static void test_forward_reuse(void) {
     float xs[32 * 8];
     ct_tensor x = ct_tensor_2d(CT_DTYPE_F32, 32, 8, xs);
     for (int i = 0; i < 32 * 8; i++) xs[i] = (float)((i * 7) % 11) / 11.0f - 0.5f;
     const size_t hidden = 32 * 1024 * sizeof(float), result = 512;  // (32, 4) f32, aligned
-    size_t used = forward_used(ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4))), &x, true, NULL);
+    size_t high;
+    size_t used = forward_used(ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4))), &x, true, NULL, &high);
     CHECK_MSG(used == hidden + result, "forward keeps %zu bytes, expected %zu (the Relu's output and the result)",
               used, hidden + result);
-    used = forward_used(ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4))), &x, false, NULL);
+    CHECK_MSG(high == hidden + result, "forward peaks at %zu bytes, expected %zu (the Relu over its input)", high,
+              hidden + result);
+    used = forward_used(ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4))), &x, false, NULL, NULL);
     CHECK_MSG(used == result, "eval forward keeps %zu bytes, expected %zu (the result)", used, result);
-    // A residual block: the Add writes over the branch's output.
+    // A residual block: the Add writes over the branch's output (the Relu's
+    // input is the Residual's, so the Relu takes new memory).
     used = forward_used(ct_serial(CT_LAYERS(ct_dense(1024), ct_residual(CT_LAYERS(ct_relu()), NULL))), &x, false,
-                        NULL);
+                        NULL, &high);
     CHECK_MSG(used == hidden, "eval forward of Dense, Residual(Relu) keeps %zu bytes, expected %zu", used, hidden);
+    CHECK_MSG(high == 2 * hidden, "eval forward of Dense, Residual(Relu) peaks at %zu bytes, expected %zu (the Add "
+              "over the Relu's output)", high, 2 * hidden);
 }
 
 // A layer that runs its sublayer f twice on its input, [x] -> [f(x) + f(x)]:
@@ -338,9 +388,9 @@ static void test_donation_scope(void) {
     ct_layer *tanh_layer[1] = {ct_tanh()};
     ct_layer *twice = ct_layer_new(&twice_vt, "Twice", 1, 1, NULL, tanh_layer, 1);
     float got = 0, dense_out = 0;
-    forward_used(ct_serial(CT_LAYERS(ct_dense(8), twice)), &x, true, &got);
+    forward_used(ct_serial(CT_LAYERS(ct_dense(8), twice)), &x, true, &got, NULL);
     // The same Dense (same key: sublayer 0 of a Serial) alone.
-    forward_used(ct_serial(CT_LAYERS(ct_dense(8))), &x, true, &dense_out);
+    forward_used(ct_serial(CT_LAYERS(ct_dense(8))), &x, true, &dense_out, NULL);
     float want = 2.0f * tanhf(dense_out);
     CHECK_MSG(fabsf(got - want) <= 1e-6f * fabsf(want) + 1e-7f,
               "f(x) + f(x) with f = Tanh: %.9g, expected %.9g (x overwritten by the first f?)", got, want);

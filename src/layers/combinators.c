@@ -152,9 +152,11 @@ ct_status ct_serial_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, 
 static const ct_layer_vtable serial_vt = {
     .type = "Serial", .init = ct_serial_init, .forward = ct_serial_forward, .backward = ct_serial_backward};
 
-// A plain Serial that may be flattened into the one it is put in.
+// A plain Serial that may be flattened into the one it is put in. An empty
+// one stays: it is a one-in one-out no-op, and flattened it would take that
+// item out of the arity (Serial(Drop, Serial()) reaches 2 deep, as Trax's).
 static bool flattens(const ct_layer *s) {
-    return s->vt == &serial_vt && strcmp(s->name, "Serial") == 0 && s->refcount == 1;
+    return s->vt == &serial_vt && strcmp(s->name, "Serial") == 0 && s->refcount == 1 && s->n_sub > 0;
 }
 
 ct_layer *ct_serial(int n, ct_layer **layers) {
@@ -173,8 +175,10 @@ ct_layer *ct_serial(int n, ct_layer **layers) {
             subs[k++] = s;
         }
     }
-    int n_in, n_out;
-    ct_stack_arity(total, subs, &n_in, &n_out);
+    // No sublayers: Trax's one-in one-out no-op (the identity a Residual
+    // with no layers adds, and a Parallel passes an input through).
+    int n_in = 1, n_out = 1;
+    if (total) ct_stack_arity(total, subs, &n_in, &n_out);
     ct_layer *l = ct_layer_new(&serial_vt, "Serial", n_in, n_out, NULL, subs, total);
     ct_free(subs);
     return l;
@@ -324,19 +328,20 @@ ct_layer *ct_drop(void) { return ct_layer_rename(ct_select(0, NULL, 1), "Drop");
 
 // ---- Add and Multiply ------------------------------------------------------------
 
-static ct_status check_same(const ct_layer *l, const ct_tensor *in, ct_error *err) {
-    if (in[0].dtype != CT_DTYPE_F32 || !ct_tensor_same_sig(&in[0], &in[1])) {
-        char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
-        return ct_layer_fail(l, err, CT_ERR_SHAPE, "init", "inputs %s and %s differ (need two equal f32 shapes)",
-                             ct_tensor_sig_str(&in[0], a, sizeof a), ct_tensor_sig_str(&in[1], b, sizeof b));
-    }
-    return CT_OK;
+// Two equal f32 shapes, or an error that says which of the two is wrong.
+static ct_status check_same(const ct_layer *l, const ct_tensor *in, const char *op, ct_error *err) {
+    bool f32 = in[0].dtype == CT_DTYPE_F32 && in[1].dtype == CT_DTYPE_F32;
+    if (f32 && ct_tensor_same_sig(&in[0], &in[1])) return CT_OK;
+    char a[CT_SIG_STR_MAX], b[CT_SIG_STR_MAX];
+    return ct_layer_fail(l, err, CT_ERR_SHAPE, op, f32 ? "inputs %s and %s differ (need two equal f32 shapes)"
+                                                       : "inputs %s and %s: need f32",
+                         ct_tensor_sig_str(&in[0], a, sizeof a), ct_tensor_sig_str(&in[1], b, sizeof b));
 }
 
 static ct_status binary_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out,
                              ct_key key, ct_error *err) {
     (void)ic, (void)key;
-    CT_TRY(check_same(l, in, err));
+    CT_TRY(check_same(l, in, "init", err));
     out[0] = in[0];
     return CT_OK;
 }
@@ -346,7 +351,7 @@ static ct_status binary_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, 
 static ct_status add_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
                              ct_error *err) {
     (void)key;
-    CT_TRY(check_same(l, in, err));
+    CT_TRY(check_same(l, in, "forward", err));
     for (int i = 0; i < 2; i++)
         if (ct_arena_donated(c->arena, in[i].data)) {
             ct_add_forward(in[i].data, in[0].data, in[1].data, ct_tensor_numel(&in[0]));
@@ -372,7 +377,7 @@ ct_layer *ct_add(void) { return ct_layer_new_hp(&add_vt, 2, 1, NULL, 0); }
 static ct_status mul_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
                              ct_error *err) {
     (void)key;
-    CT_TRY(check_same(l, in, err));
+    CT_TRY(check_same(l, in, "forward", err));
     out[0] = ct_tensor_sig(&in[0]);
     CT_TRY(ct_ctx_alloc(c, &out[0], err));
     const float *a = in[0].data, *b = in[1].data;

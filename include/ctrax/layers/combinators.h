@@ -20,15 +20,17 @@ extern "C" {
     (int)(sizeof((ct_layer *[]){__VA_ARGS__}) / sizeof(ct_layer *)), (ct_layer *[]){__VA_ARGS__}
 
 // Runs layers in order; nested unnamed Serials are flattened into this one.
-// n_in is the deepest the sublayers reach into the stack.
+// n_in is the deepest the sublayers reach into the stack. With no layers it
+// is Trax's one-in one-out no-op: [x] -> [x].
 ct_layer *ct_serial(int n, ct_layer **layers);
 // Sublayer i takes its own consecutive span of inputs.
 ct_layer *ct_parallel(int n, ct_layer **layers);
 // Each layer sees copies of the top inputs: Serial(Select, Parallel), named
 // "Branch".
 ct_layer *ct_branch(int n, ct_layer **layers);
-// Serial(Branch(shortcut, Serial(layers)), Add), named "Residual"; a NULL
-// shortcut is the identity.
+// Serial(Branch(shortcut, layer), Add), named "Residual", layer being the
+// one layer given or else Serial(layers) (as Trax); a NULL shortcut is the
+// identity.
 ct_layer *ct_residual(int n, ct_layer **layers, ct_layer *shortcut);
 
 // Copies stack items: out[i] = in[indices[i]]; n_in = 0 means max index + 1.
@@ -64,6 +66,7 @@ typedef struct ct_fn_spec {
     // the signature of in[0]. Return an error message through err.
     ct_status (*shape)(const ct_tensor *in, ct_tensor *out, const void *user, ct_error *err);
     void (*forward)(const ct_tensor *in, ct_tensor *out, const void *user);
+    // NULL: the inputs take zero gradients.
     void (*backward)(const ct_tensor *in, const ct_tensor *out, const ct_tensor *grad_out,
                      ct_tensor *grad_in, const void *user);
     const void *user;  // handed to the three functions; not owned
