@@ -37,6 +37,10 @@ expect wrong_type 1 "wrong_type.gin:7" "$base
 TransformerLM.n_layers = 'two'"
 expect syntax_error 1 "syntax_error.gin:7" "$base
 TransformerLM.d_model == 32"
+# A setting the Loop holds in a C int: 2^32 was 0 there, and the run kept one
+# checkpoint instead of all of them.
+expect keep_checkpoints_int 1 "keep_checkpoints_int.gin:7:1: train.keep_checkpoints must be <= 2147483647" "$base
+train.keep_checkpoints = 4294967296"
 # Includes that multiply (each of six files includes the next 20 times:
 # 20^6 parses) stop after 1000 in all.
 for n in 1 2 3 4 5; do

@@ -169,6 +169,19 @@ static void test_value_types(void) {
     CHECK(s && !strcmp(s, "its"));
     ct_config_free(cfg);
 
+    // Written as Python's repr writes them: fixed notation below 1e16, an
+    // exponent from there; DEL escaped as \x7f.
+    {
+        ct_config_value f15 = {.kind = CT_CONFIG_FLOAT, .f = 1e15}, f16 = {.kind = CT_CONFIG_FLOAT, .f = 1e16};
+        ct_config_value del = {.kind = CT_CONFIG_STRING, .s = "a\x7f"};
+        char *a = ct_config_value_to_gin(&f15), *b = ct_config_value_to_gin(&f16), *c = ct_config_value_to_gin(&del);
+        CHECK_MSG(!strcmp(a, "1000000000000000.0") && !strcmp(b, "1e+16") && !strcmp(c, "'a\\x7f'"), "%s %s %s", a, b,
+                  c);
+        ct_free(a);
+        ct_free(b);
+        ct_free(c);
+    }
+
     // Ints where floats are expected become floats; integral floats where
     // ints are expected become ints.
     const char *conv = "Adam.eps = 2\ntrain.steps = 1e3\nTransformerLM.n_layers = 2.0\n";
@@ -469,6 +482,23 @@ static void test_errors(void) {
     EXPECT_ERROR("s.gin", "include base.gin\n", "s.gin:1:9", "expected a quoted file name");
     EXPECT_ERROR("s.gin", "train.steps = -'a'\n", "s.gin:1:16", "expected a number after the sign");
     EXPECT_ERROR("s.gin", "scope/MACRO = 1\n", "s.gin:1:1", "is not a binding");
+    // An import takes one dotted name: gin's newer `import a.b as c` is
+    // refused, not half read.
+    EXPECT_ERROR("s.gin", "import trax.models as m\n", "s.gin:1:20", "expected the end of the line, got 'as'");
+    // A line continued by a backslash counts: what follows names its own line.
+    EXPECT_ERROR("s.gin", "train.steps = \\\n  5\ntrain.stepz = 1\n", "s.gin:3:1", "did you mean 'steps'");
+    // A Trax module matches whole dotted parts, nothing shorter or longer.
+    EXPECT_ERROR("e.gin", "odels.TransformerLM.d_model = 8\n", "e.gin:1:1", "TransformerLM is in trax.models");
+    EXPECT_ERROR("e.gin", "trax.modelsX.TransformerLM.d_model = 8\n", "e.gin:1:1", "TransformerLM is in trax.models");
+    // A reference's scope is a plain name, as a binding's.
+    EXPECT_ERROR("e.gin", "train.optimizer = @a.b/Adam\n", "e.gin:1:19", "scope 'a.b' is not a name");
+    // Two letters swapped are one edit: epsilo2n is epsilon2 (plain
+    // Levenshtein makes it 2 edits from both, and names epsilon1 first).
+    EXPECT_ERROR("e.gin", "Adafactor.epsilo2n = 0.001\n", "e.gin:1:1", "did you mean 'epsilon2'");
+    // A setting read as a C int: train.keep_checkpoints = 2^32 was 0 to the
+    // Loop, which then kept one checkpoint.
+    EXPECT_ERROR("e.gin", "train.keep_checkpoints = 4294967296\n", "e.gin:1:1",
+                 "train.keep_checkpoints must be <= 2147483647, got 4294967296");
     {
         char deep[400];
         size_t k = (size_t)snprintf(deep, sizeof deep, "train.metrics = ");
@@ -604,6 +634,12 @@ static void test_number_literals(void) {
     EXPECT_ERROR("s.gin", "train.steps = 0x\n", "s.gin:1:15", "no digits after the prefix");
     EXPECT_ERROR("s.gin", "train.steps = 1e+\n", "s.gin:1:15", "expected digits after the exponent");
     EXPECT_ERROR("s.gin", "train.steps = 1j\n", "s.gin:1:15", "invalid number '1j'");
+    // The ends of an int64, which Python reads as ints: 2^63 - 1 and -2^63;
+    // +2^63 does not fit (it was read as -2^63).
+    l = parse_list("[9223372036854775807, -9223372036854775808, 0x7fffffffffffffff]", &cfg);
+    CHECK(l && l->n == 3 && l->items[0].i == INT64_MAX && l->items[1].i == INT64_MIN && l->items[2].i == INT64_MAX);
+    ct_config_free(cfg);
+    EXPECT_ERROR("s.gin", "train.steps = +9223372036854775808\n", "s.gin:1:15", "does not fit in 64 bits");
 }
 
 // A float field holds a float32: 1e-50 there was silently 0 (no learning);
@@ -1430,6 +1466,47 @@ static void test_include_places(void) {
     printf("  error: %s\n", err.msg);
     ct_config_free(cfg);
     CHECK(unlink("top/a.gin") == 0 && rmdir("top/inc") == 0 && rmdir("top") == 0 && rmdir("inc") == 0);
+    // An empty name is said to be one (it opened the directory).
+    cfg = ct_config_new();
+    CHECK(ct_config_parse_text(cfg, "include ''\n", 11, "e.gin", &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "e.gin:1:1: include '': the file name is empty"), "%s", err.msg);
+    ct_config_free(cfg);
+    // 1000 includes in all are read, the 1001st is refused.
+    write_string("empty.gin", "");
+    for (int n = 1000; n <= 1001; n++) {
+        size_t len = (size_t)n * 20;
+        char *many = malloc(len + 1);
+        for (int i = 0; i < n; i++) memcpy(many + (size_t)i * 20, "include 'empty.gin'\n", 20);
+        many[len] = '\0';
+        cfg = ct_config_new();
+        ct_status st = ct_config_parse_text(cfg, many, len, "many.gin", &err);
+        bool refused = st == CT_ERR_FORMAT &&
+                       strstr(err.msg, "many.gin:1001:1: include 'empty.gin': more than 1000 includes in all");
+        CHECK_MSG(n == 1000 ? st == CT_OK : refused, "%d includes: %s", n, err.msg);
+        ct_config_free(cfg);
+        free(many);
+    }
+    CHECK(unlink("empty.gin") == 0);
+    // Files including files: 32 deep are read, 33 are refused.
+    for (int i = 0; i <= 32; i++) {
+        char name[32], text[64];
+        snprintf(name, sizeof name, "d%d.gin", i);
+        if (i < 32) snprintf(text, sizeof text, "include 'd%d.gin'\n", i + 1);
+        else snprintf(text, sizeof text, "train.steps = 7\n");
+        write_string(name, text);
+    }
+    cfg = ct_config_new();
+    CHECK_OK(ct_config_parse_file(cfg, "d1.gin", &err), &err);
+    ct_config_free(cfg);
+    cfg = ct_config_new();
+    CHECK(ct_config_parse_file(cfg, "d0.gin", &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "d31.gin:1:1: include 'd32.gin': includes nested deeper than 32"), "%s", err.msg);
+    ct_config_free(cfg);
+    for (int i = 0; i <= 32; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "d%d.gin", i);
+        CHECK(unlink(name) == 0);
+    }
     CHECK(chdir(cwd) == 0 && rmdir(dir) == 0);
 }
 
@@ -1517,6 +1594,23 @@ static void test_text_inputs(void) {
     CHECK(same_first_batch(text, "TextInputs", 8, 3, 3, false) == 1);
     CHECK(same_first_batch(text, "TextInputs", 8, 3, 4, false) == 0);  // the seed shuffles training
     CHECK(same_first_batch(text, "TextInputs", 8, 3, 4, true) == 1);   // eval is in order, whatever the seed
+    {
+        // split_seed decides which chunks are eval: another one, another split.
+        char other[2300];
+        snprintf(other, sizeof other, "%sTextInputs.split_seed = 1\n", text);
+        ct_config *c1 = parse_cfg("text.gin", text, &err), *c2 = parse_cfg("text.gin", other, &err);
+        ct_stream *t1 = NULL, *e1 = NULL, *t2 = NULL, *e2 = NULL;
+        CHECK_OK(ct_config_build_inputs(c1, "TextInputs", 8, 3, &t1, &e1, &err), &err);
+        CHECK_OK(ct_config_build_inputs(c2, "TextInputs", 8, 3, &t2, &e2, &err), &err);
+        ct_batch x, y;
+        if (e1 && e2) {
+            CHECK_OK(ct_stream_next(e1, &x, &err), &err);
+            CHECK_OK(ct_stream_next(e2, &y, &err), &err);
+            CHECK(!batches_equal(&x, &y));
+        }
+        ct_stream_free(t1), ct_stream_free(e1), ct_stream_free(t2), ct_stream_free(e2);
+        ct_config_free(c1), ct_config_free(c2);
+    }
 
     // shifted: targets are the inputs moved left by one; a shuffle buffer
     // instead of full permutations; paths relative to the working directory.
@@ -1565,6 +1659,11 @@ static void test_text_inputs(void) {
     cfg = parse_cfg("miss.gin", "TextInputs.paths = [3]\n", &err);
     CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "miss.gin:1:21") && strstr(err.msg, "paths[0] must be a string"), "%s", err.msg);
+    ct_config_free(cfg);
+    cfg = parse_cfg("miss.gin", "TextInputs.paths = []\n", &err);
+    CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "miss.gin:1:20: TextInputs.paths must list 1 to 4096 files or directories, got 0"), "%s",
+              err.msg);
     ct_config_free(cfg);
     cfg = parse_cfg("miss.gin", "TextInputs.seq_len = 16\n", &err);
     CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG);
@@ -2159,6 +2258,12 @@ static void test_memory_budget(void) {
                    "ReformerLM.n_layers = 3\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
                    "ReformerLM.dropout = 0.0\n" COPY_INPUTS(9),
                    "ReformerLM", 18 * 16, 48);
+    // Fixed sinusoids: a (max_len, d_model) table beside the weights, none in them.
+    check_estimate("TransformerLM (fixed positions)",
+                   "TransformerLM.vocab_size = 8\nTransformerLM.d_model = 16\nTransformerLM.d_ff = 32\n"
+                   "TransformerLM.n_layers = 2\nTransformerLM.n_heads = 2\nTransformerLM.max_len = 16\n"
+                   "TransformerLM.dropout = 0.0\nTransformerLM.fixed_positions = True\n" COPY_INPUTS(5),
+                   "TransformerLM", 16 * 16, 96);
     // MLP: its plan counts the input width as 1 (the data decide it).
     {
         ct_error err = {0};
@@ -2188,6 +2293,92 @@ static void test_memory_budget(void) {
     ct_config_run_shape run = {.model = "TransformerLM", .optimizer = "Adam", .inputs = "sequence_copy_inputs",
                                .batch_size = 4};
     char text[2048];
+    {
+        ct_error err = {0};
+        ct_config *cfg = config_text("big.gin", tlm, &err);
+        ct_config_memory m1, m2;
+        // Each local device holds a gradient slab: a second device adds one,
+        // 4 bytes a weight (a TransformerLM has no state to grow with it).
+        ct_config_run_shape r = run;
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m1, &err), &err);
+        r.n_devices = 2;
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m2, &err), &err);
+        CHECK_MSG(m2.model_bytes - m1.model_bytes == 4.0 * m1.weights, "%.0f - %.0f bytes, %.0f weights",
+                  m2.model_bytes, m1.model_bytes, m1.weights);
+        // The chunked loss holds one chunk of logits per device: 8 rows of
+        // 2 x vocab_size floats (logits and their log-softmax) each, so the
+        // second device adds 4 x 2 x 8 x 8 = 512 bytes (4 x 10 rows on one
+        // device, 2 x 10 on each of two: both over the chunk).
+        r.loss_chunk_size = 8;
+        r.n_devices = 1;
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m1, &err), &err);
+        r.n_devices = 2;
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m2, &err), &err);
+        CHECK_MSG(m2.activation_bytes - m1.activation_bytes == 512.0, "%.0f - %.0f", m2.activation_bytes,
+                  m1.activation_bytes);
+        // The memory-efficient trainer keeps the model in host memory: a
+        // device with room for the activations and half the model is enough
+        // for it, not for the standard trainer.
+        r = run;
+        r.batch_size = 1;
+        r.memory_efficient = true;
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m1, &err), &err);
+        CHECK(m1.model_bytes > 2 * m1.activation_bytes);  // the limit below is under the model's bytes
+        r.device_limit_bytes = (size_t)(m1.activation_bytes + m1.model_bytes / 2);
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m2, &err), &err);
+        r.memory_efficient = false;
+        CHECK(ct_config_check_memory(cfg, &r, &m2, &err) == CT_ERR_MEMORY && strstr(err.msg, "the device's limit"));
+        ct_config_free(cfg);
+        // A process holds the state slab for its share of the batch: 8
+        // examples over 2 processes need what 4 on one do (LSHSelfAttention
+        // stores its buckets per example of max_length_for_buckets).
+        cfg = config_text("r.gin",
+                          "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
+                          "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
+                          "ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.chunk_len = 6\n"
+                          "LSHSelfAttention.max_length_for_buckets = 24\n" COPY_INPUTS(9),
+                          &err);
+        r = (ct_config_run_shape){.model = "ReformerLM", .optimizer = "Adam", .inputs = "sequence_copy_inputs",
+                                  .batch_size = 4};
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m1, &err), &err);
+        r.batch_size = 8;
+        r.n_processes = 2;
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m2, &err), &err);
+        CHECK_MSG(m1.model_bytes == m2.model_bytes, "%.0f, %.0f", m1.model_bytes, m2.model_bytes);
+        ct_config_free(cfg);
+        // A ReformerLM of no layers keeps no block's activations, with either trainer.
+        cfg = config_text("r0.gin",
+                          "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
+                          "ReformerLM.n_layers = 0\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n" COPY_INPUTS(9),
+                          &err);
+        r = (ct_config_run_shape){.model = "ReformerLM", .inputs = "sequence_copy_inputs", .batch_size = 2};
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m1, &err), &err);
+        r.memory_efficient = true;
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m2, &err), &err);
+        CHECK_MSG(m1.activation_bytes > 0 && m1.activation_bytes == m2.activation_bytes, "%.0f, %.0f",
+                  m1.activation_bytes, m2.activation_bytes);
+        ct_config_free(cfg);
+    }
+    // Rows at the edge of the BLAS's int: 2^24 examples x 128 tokens = 2^31 rows.
+    {
+        ct_config_run_shape r = run;
+        r.batch_size = 1 << 24;
+        snprintf(text, sizeof text, "%ssequence_copy_inputs.train_length = 64\n", tlm);
+        expect_budget(text, r, CT_ERR_ARG, (const char *[]){"a device's share of the batch is 2147483648 rows", NULL});
+        // Evals at their own length (copy eval w up to 2^20 - 1 tokens: 2^21
+        // per example): refused now, not at the first eval.
+        r.batch_size = 1024;
+        snprintf(text, sizeof text, "%ssequence_copy_inputs.eval_max_length = 1048576\n", tlm);
+        expect_budget(text, r, CT_ERR_MEMORY,
+                      (const char *[]){"big.gin:13:1: sequence_copy_inputs.eval_max_length = 1048576: an eval step's "
+                                       "activations need about",
+                                       "(1024 x 2097152 tokens)", NULL});
+        // Rows split over devices and processes: 8 on 2 devices x 3 processes do not.
+        r.batch_size = 8;
+        r.n_devices = 2;
+        r.n_processes = 3;
+        expect_budget(tlm, r, CT_ERR_ARG, (const char *[]){"make it a multiple of 6", NULL});
+    }
     // Fixed sinusoids (ctrax's fixed_positions) are a table beside the weights.
     snprintf(text, sizeof text, "%sTransformerLM.n_layers = 100000000\nTransformerLM.fixed_positions = True\n", tlm);
     expect_budget(text, run, CT_ERR_MEMORY,
@@ -2280,11 +2471,15 @@ static void test_memory_budget(void) {
     snprintf(text, sizeof text, "%sTransformerLM.n_layers = 2147483647\n", tlm);
     expect_budget(text, run, CT_ERR_ARG,
                   (const char *[]){"big.gin:13:1: TransformerLM.n_layers = 2147483647", "C int", NULL});
+    // At the edge (n_layers + 7 = INT_MAX) the count fits: the memory refuses it.
+    snprintf(text, sizeof text, "%sTransformerLM.n_layers = 2147483640\n", tlm);
+    expect_budget(text, run, CT_ERR_MEMORY,
+                  (const char *[]){"big.gin:13:1: TransformerLM.n_layers = 2147483640: the model's weights", NULL});
     expect_budget("ReformerLM.n_layers = 536870912\n", (ct_config_run_shape){.model = "ReformerLM", .batch_size = 1},
                   CT_ERR_ARG,
                   (const char *[]){"big.gin:1:1: ReformerLM.n_layers = 536870912: its 4 x n_layers layers", NULL});
 
-    // The builder refuses a model whose weights alone cannot fit, before
+    // The builder refuses a model whose weights and gradients cannot fit, before
     // building a layer of it (10^8 blocks would take minutes and gigabytes).
     {
         ct_error err = {0};
@@ -2292,6 +2487,27 @@ static void test_memory_budget(void) {
         ct_layer *m = build_model(cfg, "ReformerLM", &err);
         CHECK(m == NULL && err.code == CT_ERR_MEMORY);
         CHECK_MSG(strstr(err.msg, "big.gin:1:1: ReformerLM.n_layers = 100000000: the model's weights"), "%s", err.msg);
+        if (m) ct_layer_free(m);
+        ct_config_free(cfg);
+        // ct_net_init allocates a gradient slab beside the weights: an MLP
+        // whose weights take 70% of the machine fits alone, not with its
+        // gradients (140%), and is refused by the builder, naming its widths
+        // (it passed, to fail at ct_net_init naming no setting). Weights
+        // (input width 1, from below): (1 x a + a) + (a x b + b).
+        double machine = (double)ct_machine_memory_bytes(), a = 1 << 24;
+        double b = floor(0.7 * machine / (4.0 * (a + 1)));
+        CHECK(b >= 1 && b <= a);
+        double weights = 2 * a + a * b + b;
+        CHECK(4 * weights < machine && 8 * weights > machine);
+        char text2[128];
+        snprintf(text2, sizeof text2, "MLP.layer_widths = [16777216, %.0f]\n", b);
+        cfg = config_text("big.gin", text2, &err);
+        m = build_model(cfg, "MLP", &err);
+        CHECK_MSG(m == NULL && err.code == CT_ERR_MEMORY &&
+                      strstr(err.msg, "big.gin:1:1: MLP.layer_widths = [16777216, ") &&
+                      strstr(err.msg, "the model's weights and gradients need"),
+                  "%s", m ? "built" : err.msg);
+        printf("  error: %s\n", err.msg);
         if (m) ct_layer_free(m);
         ct_config_free(cfg);
     }
@@ -2492,6 +2708,17 @@ static void test_reformer_options(void) {
                    "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
                    "ReformerLM.dropout = 0.0\nReformerLM.ff_use_sru = 2\n" COPY_INPUTS(9),
                    "ReformerLM", 18 * 16, 48);
+    // Axial positions: a (3, 8) and a (6, 8) table, whose product is the
+    // length (18); LSH's stored buckets sized by max_length_for_buckets (the
+    // state slab, per example).
+    check_estimate("ReformerLM(axial (3, 6) x (8, 8); LSH max_length_for_buckets 24)",
+                   "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
+                   "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
+                   "ReformerLM.dropout = 0.0\nReformerLM.attention_type = @LSHSelfAttention\n"
+                   "LSHSelfAttention.chunk_len = 6\nLSHSelfAttention.max_length_for_buckets = 24\n"
+                   "ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (3, 6)\n"
+                   "ReformerLM.pos_d_axial_embs = (8, 8)\n" COPY_INPUTS(9),
+                   "ReformerLM", 0, 48);
     check_estimate("ReformerLM(LSHSelfAttention only: linear memory)",
                    "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
                    "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
@@ -2746,6 +2973,25 @@ static void test_reformer_attention_types(void) {
     CHECK(binding_used(cfg, "SelfAttention", "chunk_len") && !binding_used(cfg, "LSHSelfAttention", "n_hashes"));
     ct_free(log);
     ct_config_free(cfg);
+    // max_length_for_buckets unbound is Trax's None (0 in the struct): the
+    // operative config writes None, which reads back (0 is out of its range).
+    {
+        char t[1024];
+        snprintf(t, sizeof t, "%sReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.chunk_len = 2\n",
+                 REFORMER_SMALL);
+        cfg = config_text("r.gin", t, &err);
+        m = build_model(cfg, "ReformerLM", &err);
+        CHECK_MSG(m != NULL, "%s", err.msg);
+        if (m) ct_layer_free(m);
+        char *op = ct_config_operative_text(cfg);
+        CHECK_MSG(strstr(op, "\nLSHSelfAttention.max_length_for_buckets = None\n"), "%s", op);
+        ct_config *back = ct_config_new();
+        CHECK_OK(ct_config_parse_text(back, op, strlen(op), "operative.gin", &err), &err);
+        CHECK_OK(ct_config_validate(back, &err), &err);
+        ct_config_free(back);
+        ct_free(op);
+        ct_config_free(cfg);
+    }
     // One type, module-qualified (Trax's reformer_copy.gin form); a scope.
     expect_reformer("ReformerLM.attention_type = @trax.layers.LSHSelfAttention\nLSHSelfAttention.chunk_len = 2\n",
                     "ReformerLM/ReversibleSerial[5]/ReversibleHalfResidualAttn[0]/Serial[0]/LSHSelfAttention[1]/Wq[1]");
@@ -2777,6 +3023,14 @@ static void test_reformer_attention_types(void) {
                             "r.gin:8:1: LSHSelfAttention.bias = True is not supported", "crashes in Trax");
     EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.chunk_len = None\n",
                             "r.gin:8:1: LSHSelfAttention.chunk_len = None is not supported");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (0, 16)\n"
+                            "ReformerLM.pos_d_axial_embs = (4, 4)\n",
+                            "r.gin:8:1: ReformerLM.pos_axial_shape = (0, 16): expected a tuple of 1 to");
+    EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = [@SelfAttention, @SelfAttention, @SelfAttention, "
+                            "@SelfAttention, @SelfAttention, @SelfAttention, @SelfAttention, @SelfAttention, "
+                            "@SelfAttention, @SelfAttention, @SelfAttention, @SelfAttention, @SelfAttention, "
+                            "@SelfAttention, @SelfAttention, @SelfAttention, @SelfAttention]\n",
+                            "a list of 1 to 16 attention types, got 17");
     EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.n_buckets = 5\n",
                             "r.gin:8:1: LSHSelfAttention.n_buckets = 5: expected None, an even int");
     EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\n"
@@ -2989,6 +3243,118 @@ static void test_trax_defaults_issue14(void) {
 }
 
 
+// A scope reaches what the scoped configurable calls, as in gin: @eval/ReformerLM
+// runs ReformerLM with scope 'eval' active, so the attention type it calls
+// through an unscoped @LSHSelfAttention reads eval/LSHSelfAttention.* first; a
+// scoped @s/SelfAttention runs in scope 's' alone (gin replaces the active
+// scope with a reference's own). The eval model of `ctrax train` is
+// eval/<model> when any eval/ binding exists, so eval/LSHSelfAttention.n_hashes
+// was bound, never read, and the eval model hashed with the training value.
+static void test_nested_scopes(void) {
+    ct_error err = {0};
+    char text[1024];
+    snprintf(text, sizeof text,
+             "%sReformerLM.n_layers = 2\nReformerLM.attention_type = [@LSHSelfAttention, @s/SelfAttention]\n"
+             "LSHSelfAttention.chunk_len = 4\nLSHSelfAttention.n_hashes = 2\neval/LSHSelfAttention.n_hashes = 3\n"
+             "s/SelfAttention.chunk_len = 3\neval/s/SelfAttention.chunk_len = 2\n",
+             REFORMER_SMALL);
+    ct_config *cfg = config_text("r.gin", text, &err);
+    const char *names[] = {"ReformerLM", "eval/ReformerLM"};
+    const int want_hashes[] = {2, 3};
+    for (int k = 0; k < 2; k++) {
+        ct_layer *m = build_model(cfg, names[k], &err);
+        CHECK_MSG(m != NULL, "%s: %s", names[k], err.msg);
+        if (!m) continue;
+        ct_layer *lsh[2], *self[2];
+        int n_lsh = find_layers(m, "LSHSelfAttention", lsh, 2, 0), n_self = find_layers(m, "SelfAttention", self, 2, 0);
+        CHECK_MSG(n_lsh == 1 && n_self == 1, "%s: %d LSHSelfAttention, %d SelfAttention", names[k], n_lsh, n_self);
+        if (n_lsh == 1 && n_self == 1) {
+            const ct_lsh_self_attention_params *l = lsh[0]->hp;
+            const ct_self_attention_params *s = self[0]->hp;
+            CHECK_MSG(l->n_hashes == want_hashes[k], "%s: n_hashes %d, want %d", names[k], l->n_hashes,
+                      want_hashes[k]);
+            CHECK_MSG(s->chunk_len == 3, "%s: SelfAttention.chunk_len %d, want 3 (s/, not eval/s/)", names[k],
+                      s->chunk_len);
+        }
+        ct_layer_free(m);
+    }
+    CHECK(binding_used(cfg, "eval/LSHSelfAttention", "n_hashes") &&
+          !binding_used(cfg, "eval/s/SelfAttention", "chunk_len"));
+    char *op = ct_config_operative_text(cfg);
+    CHECK_MSG(strstr(op, "\neval/LSHSelfAttention.n_hashes = 3\n"), "%s", op);
+    ct_free(op);
+    ct_config_free(cfg);
+
+    // Batches of 1 to 2^24 examples.
+    cfg = config_text("b.gin", COPY_INPUTS(5), &err);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK(ct_config_build_inputs(cfg, "sequence_copy_inputs", (1 << 24) + 1, 1, &train, &eval, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "batch_size 16777217 is out of range (1 to 2^24)") && !train && !eval, "%s", err.msg);
+    ct_config_free(cfg);
+
+    // Trax's batcher calls data_streams: under s/batcher, s/data_streams.*.
+    make_tmp_dir();
+    write_idx(tmp_file("train-images-idx3-ubyte"), tmp_file("train-labels-idx1-ubyte"), 10, 0);
+    write_idx(tmp_file("t10k-images-idx3-ubyte"), tmp_file("t10k-labels-idx1-ubyte"), 6, 5);
+    snprintf(text, sizeof text, "s/data_streams.data_dir = '%s'\ns/data_streams.dataset_name = 'mnist'\n", tmp_dir);
+    cfg = config_text("b.gin", text, &err);
+    CHECK_OK(ct_config_build_inputs(cfg, "s/batcher", 4, 1, &train, &eval, &err), &err);
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_config_free(cfg);
+    const char *files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                           "t10k-labels-idx1-ubyte"};
+    remove_tmp(files, 4);
+}
+
+// Checks at the edges of what the builders take.
+static void test_builder_edges(void) {
+    ct_error err = {0};
+    // TransformerLM's table is fixed sinusoids or learned, not both.
+    ct_config *cfg =
+        config_text("t.gin", "TransformerLM.learned_positions = True\nTransformerLM.fixed_positions = True\n", &err);
+    ct_layer *m = build_model(cfg, "TransformerLM", &err);
+    CHECK_MSG(!m && strstr(err.msg, "t.gin:2:1: TransformerLM.fixed_positions = True and learned_positions = True"),
+              "%s", m ? "built" : err.msg);
+    if (m) ct_layer_free(m);
+    ct_config_free(cfg);
+    // An MLP width is 1 to 2^24.
+    cfg = config_text("m.gin", "MLP.layer_widths = [4, 16777217]\n", &err);
+    m = build_model(cfg, "MLP", &err);
+    CHECK_MSG(!m && strstr(err.msg, "m.gin:1:24: MLP.layer_widths[1] must be an int in [1, 16777216], got 16777217"),
+              "%s", m ? "built" : err.msg);
+    if (m) ct_layer_free(m);
+    ct_config_free(cfg);
+    // Trax's addition_inputs: eval lengths eval_min_length..eval_max_length,
+    // one length when they are equal.
+    cfg = config_text("a.gin",
+                      "addition_inputs.vocab_size = 13\naddition_inputs.train_length = 5\n"
+                      "addition_inputs.eval_min_length = 6\naddition_inputs.eval_max_length = 6\n",
+                      &err);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK_OK(ct_config_build_inputs(cfg, "addition_inputs", 2, 1, &train, &eval, &err), &err);
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_config_free(cfg);
+    // The train and eval streams draw from seeds of their own: with the
+    // same lengths, their first batches differ.
+    cfg = config_text("c.gin",
+                      "sequence_copy_inputs.vocab_size = 8\nsequence_copy_inputs.train_length = 9\n"
+                      "sequence_copy_inputs.train_min_length = 8\nsequence_copy_inputs.eval_min_length = 8\n"
+                      "sequence_copy_inputs.eval_max_length = 9\nsequence_copy_inputs.pad_to_multiple = 1\n",
+                      &err);
+    CHECK_OK(ct_config_build_inputs(cfg, "sequence_copy_inputs", 4, 1, &train, &eval, &err), &err);
+    if (train && eval) {
+        ct_batch a, b;
+        CHECK_OK(ct_stream_next(train, &a, &err), &err);
+        CHECK_OK(ct_stream_next(eval, &b, &err), &err);
+        CHECK(is_lm_batch(&a, 4, 18) && is_lm_batch(&b, 4, 18) && !batches_equal(&a, &b));
+    }
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_config_free(cfg);
+}
+
 // Trax's batcher / data_streams over MNIST-format IDX files in data_dir.
 static void test_batcher_inputs(void) {
     make_tmp_dir();
@@ -3131,6 +3497,11 @@ static void test_batcher_inputs(void) {
         {"data_streams.dataset_name = 'mnist'\ndata_streams.data_dir = '/tmp'\ndata_streams.eval_holdout_size = 5\n",
          "d.gin:3:34: data_streams.eval_holdout_size = 5 is not supported"},
         {"batcher.data_streams = @train\n", "d.gin:1:24: batcher.data_streams = @train: ctrax's batcher reads"},
+        {"batcher.data_streams = @data_streams()\n",
+         "d.gin:1:24: batcher.data_streams = @data_streams(): ctrax's batcher reads @data_streams (as Trax's configs "
+         "write it, with no call)"},
+        {"batcher.eval_batch_size = 16777216\ntrain.n_processes = 2\n",
+         "d.gin:1:1: batcher.eval_batch_size = 16777216 x 2 processes is over 2^24 examples"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         cfg = parse_cfg("d.gin", bad[i].text, &err);
@@ -3153,6 +3524,14 @@ static void test_batcher_inputs(void) {
         unread += !bi.used && !strcmp(bi.name, "data_streams");
     }
     CHECK(unread == 2);
+    ct_config_free(cfg);
+    // Unbound, dataset_name is its default None: the error names the setting
+    // and no place (it said "<default>:1:1:", a file and line that do not exist).
+    cfg = parse_cfg("b.gin", "batcher.eval_batch_size = 3\n", &err);
+    train = eval = NULL;
+    CHECK(ct_config_build_inputs(cfg, "batcher", 4, 1, &train, &eval, &err) == CT_ERR_ARG);
+    const char *none = "data_streams.dataset_name = None: ctrax reads no TFDS";
+    CHECK_MSG(!strncmp(err.msg, none, strlen(none)), "%s", err.msg);
     ct_config_free(cfg);
     const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                            "t10k-labels-idx1-ubyte"};
@@ -3404,6 +3783,8 @@ int main(void) {
     test_train_defaults_from_trax();
     test_trax_defaults_issue14();
     test_batcher_inputs();
+    test_nested_scopes();
+    test_builder_edges();
     test_rnnlm_config();
     test_activation_refs();
     test_label_smoothing();

@@ -308,9 +308,10 @@ static totals plan_totals(const cfg_plan *p, const ct_optimizer *opt) {
 // memory-efficient one keeps it around each layer's forward); other
 // devices' copies are not counted (from below); T is the examples' length
 // (0: the data decide it). Without a run (run == NULL, a builder's check):
-// weights and tables alone.
+// the weights, the gradient slab ct_net_init allocates beside them, and the
+// tables.
 static double model_bytes(const totals *t, const ct_config_run_shape *run, int64_t T) {
-    if (!run) return F32 * (t->weights + t->host);
+    if (!run) return F32 * (2 * t->weights + t->host);
     int n_dev = run->n_devices > 0 ? run->n_devices : 1, n_proc = run->n_processes > 0 ? run->n_processes : 1;
     double grads = run->memory_efficient ? 0 : (double)n_dev * t->weights;
     double examples = ceil(ceil((double)run->batch_size / n_proc) / n_dev);
@@ -406,7 +407,7 @@ static ct_status refuse_model(ct_config *cfg, const char *name, const cfg_def *d
     else snprintf(setting, sizeof setting, "%s (its settings together)", name);
     limit_text(l, lim, sizeof lim);
     ct_format_bytes(bytes, need, sizeof need);
-    const char *what = !run                  ? "weights"
+    const char *what = !run                  ? "weights, gradients"
                        : run->memory_efficient ? "weights, optimizer slots"
                                                : "weights, gradients, optimizer slots";
     // Name the positional table when it is what is big (max_len x d_model).

@@ -414,6 +414,17 @@ static const cfg_def *def_of_ref(const char *s) {
     return NULL;
 }
 
+const char *cfg_scoped_ref(ct_config *cfg, const char *holder, const char *ref) {
+    const char *slash = strrchr(holder, '/');
+    if (!slash || strchr(ref, '/')) return ref;
+    cfg_buf b = {0};
+    cfg_buf_put(&b, holder, (size_t)(slash - holder) + 1);  // "scope/"
+    cfg_buf_puts(&b, ref);
+    const char *s = cfg_intern(cfg, b.s);
+    ct_free(b.s);
+    return s;
+}
+
 // ---- Type and range checks ------------------------------------------------------------------
 
 static void value_text(const ct_config_value *v, char *buf, size_t len) {

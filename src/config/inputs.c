@@ -31,9 +31,10 @@ static uint64_t stream_seed(uint64_t seed, uint32_t which) {
     return ((uint64_t)k.w[0] << 32) | k.w[1];
 }
 
-// "file:line:col: " of a value written in a config, "" for a default.
+// "file:line:col: " of a value written in a config, "" for a default (a
+// registry default is parsed as gin, at "<default>:1:1").
 static void value_where(const ct_config_value *v, char *buf, size_t len) {
-    if (v->line > 0) snprintf(buf, len, "%s:%d:%d: ", v->file, v->line, v->col);
+    if (v->line > 0 && strcmp(v->file, "<default>")) snprintf(buf, len, "%s:%d:%d: ", v->file, v->line, v->col);
     else buf[0] = '\0';
 }
 
@@ -395,7 +396,7 @@ ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_s
         ct_free(text);
         return st;
     }
-    const char *streams = ref->s;
+    const char *streams = cfg_scoped_ref(cfg, name, ref->s);  // batcher calls it: in its scope
     CT_TRY(cfg_query_default(cfg, streams, "dataset_name", &dataset, err));
     CT_TRY(cfg_query_default(cfg, streams, "data_dir", &dir, err));
     CT_TRY(cfg_query_default(cfg, streams, "eval_holdout_size", &holdout, err));

@@ -173,6 +173,15 @@ void cfg_where(const ct_config *cfg, const char *name, const char *param, char *
 // config.
 void cfg_setting_text(ct_config *cfg, const char *name, const char *param, const char *value, char *buf, size_t len);
 
+// The name under which the configurable `ref` names ("Name" or
+// "scope/Name"), called by the configurable `holder` ("scope/Holder"), reads
+// its bindings. gin runs what a scoped configurable calls in that scope: an
+// unscoped reference takes the holder's scope (@eval/ReformerLM's
+// @LSHSelfAttention reads eval/LSHSelfAttention.*); a scoped one keeps its
+// own, which gin puts in place of the active scope. Interned: it lives as
+// long as cfg.
+const char *cfg_scoped_ref(ct_config *cfg, const char *holder, const char *ref);
+
 // Fills a struct-backed configurable's params struct (buf, d->struct_size
 // bytes) from its defaults and the config, and runs its check.
 ct_status cfg_fill_struct(ct_config *cfg, const char *name, const cfg_def *d, void *buf, ct_error *err);

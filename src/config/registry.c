@@ -502,15 +502,17 @@ static ct_status reformer_lm_fill(ct_config *cfg, const char *name, void *vp, ct
     for (int i = 0; i < n; i++) {
         int a = attention_of_ref(&items[i]);
         if (a < 0) return attention_type_refused(cfg, name, v, &items[i], err);
-        if (ref_of[a] && strcmp(ref_of[a], items[i].s)) {
+        // ReformerLM calls the type: under a scoped model, in its scope.
+        const char *ref = cfg_scoped_ref(cfg, name, items[i].s);
+        if (ref_of[a] && strcmp(ref_of[a], ref)) {
             char text[400];
             binding_text(cfg, name, "attention_type", v, text, sizeof text);
             return ct_error_set(err, CT_ERR_ARG,
                                 "%s: @%s and @%s are the same type under two scopes; ctrax keeps one setting of each "
                                 "type per model",
-                                text, ref_of[a], items[i].s);
+                                text, ref_of[a], ref);
         }
-        ref_of[a] = items[i].s;
+        ref_of[a] = ref;
         p->attention[i] = (ct_reformer_attention)a;
     }
     p->n_attention = n;

@@ -52,7 +52,12 @@
 //
 // Scopes. A name queried as "eval/TransformerLM" sees the bindings of
 // eval/TransformerLM.param first, then of TransformerLM.param (with deeper
-// scopes "a/b/Name": a/b/Name, then a/Name, then Name).
+// scopes "a/b/Name": a/b/Name, then a/Name, then Name). As in gin, what a
+// scoped configurable calls runs in its scope: the attention types of
+// eval/ReformerLM's attention_type = @LSHSelfAttention read
+// eval/LSHSelfAttention.* first, s/batcher's @data_streams
+// s/data_streams.*; a scoped reference (@t/LSHSelfAttention) keeps its own
+// scope, which gin puts in place of the caller's.
 #ifndef CTRAX_CONFIG_CONFIG_H
 #define CTRAX_CONFIG_CONFIG_H
 
@@ -282,7 +287,8 @@ ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch
       "threads for ctrax's loops and the GEMM together (ctrax train --threads); 0: OMP_NUM_THREADS, else every core") \
     X(BOOL, adasum, false, ANY, NONE, "combine device gradients with Adasum instead of averaging them")          \
     X(DOUBLE, clip_grad_norm, 0.0, AT_LEAST(0), NULLABLE, "clip gradients to this global L2 norm; None: no clipping") \
-    X(INT64, keep_checkpoints, 2, AT_LEAST(1), NONE, "regular checkpoints kept")                                 \
+    X(INT64, keep_checkpoints, 2, RANGE(1, 2147483647), NONE,                                                     \
+      "regular checkpoints kept (the Loop counts them in a C int)")                                               \
     X(BOOL, skip_nonfinite_steps, false, ANY, NONE,                                                              \
       "skip a step whose loss or gradients are NaN/Inf and count it, instead of stopping")
 typedef struct ct_train_settings {
