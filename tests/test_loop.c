@@ -12,6 +12,7 @@
 #include "ctrax/layers/layer_author.h"
 #include "core/fs.h"
 #include "data/stream_internal.h"
+#include "train/train_internal.h"
 #include "scratch.h"
 
 // A run directory in this program's scratch directory (the caller frees the name).
@@ -407,6 +408,20 @@ static void test_step_keys(void) {
     ct_loop_free(loop);
     ct_stream_free(train);
     ct_layer_free(model), ct_layer_free(l);
+
+    // Past 2^32 steps the step's high bits are folded in after its low ones
+    // (step 2^32 + 5 took step 5's key: the cast to uint32_t dropped them);
+    // below 2^32 the key is the one above, so earlier runs resume unchanged.
+    ct_key key = ct_key_from_seed(11), base = ct_key_split(key, 1);
+    for (int64_t high = 0; high < 3; high++) {
+        int64_t step = (high << 32) + 5;
+        ct_key got = ct_train_step_key(key, step), want = ct_key_fold_in(base, 5);
+        if (high) want = ct_key_fold_in(want, (uint32_t)high);
+        CHECK_MSG(got.w[0] == want.w[0] && got.w[1] == want.w[1], "step %lld: key %08x %08x, want %08x %08x",
+                  (long long)step, got.w[0], got.w[1], want.w[0], want.w[1]);
+    }
+    ct_key k5 = ct_train_step_key(key, 5), far = ct_train_step_key(key, ((int64_t)1 << 32) + 5);
+    CHECK_MSG(k5.w[0] != far.w[0] || k5.w[1] != far.w[1], "steps 5 and 2^32 + 5 share a key");
 }
 
 // ---- the learning-rate schedule sees the 1-based step ----------------------------

@@ -1474,7 +1474,7 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
     // Every step's learning rate comes from the schedule (Trax: it overrides
     // opt_params.learning_rate).
     float lr = task->lr_schedule ? ct_schedule_value(task->lr_schedule, l->step) : task->learning_rate;
-    ct_key step_key = ct_key_fold_in(ct_key_split(l->key, 1), (uint32_t)l->step);
+    ct_key step_key = ct_train_step_key(l->key, l->step);
     ct_error step_err;
     if (l->task_losses) ((task_losses_hp *)l->task_losses->hp)->active = loss_index(l, t);
     swap_task_optimizer(l, t);

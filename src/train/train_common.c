@@ -319,6 +319,12 @@ ct_status ct_train_agree_on_failure(const ct_trainer *t, ct_status failed, const
                           t->vt->who, where);
 }
 
+ct_key ct_train_step_key(ct_key loop_key, int64_t step) {
+    ct_key k = ct_key_fold_in(ct_key_split(loop_key, 1), (uint32_t)step);
+    uint32_t high = (uint32_t)((uint64_t)step >> 32);
+    return high ? ct_key_fold_in(k, high) : k;
+}
+
 double ct_train_shown(double v) { return isnan(v) ? fabs(v) : v; }
 
 bool ct_train_nonfinite_begin(const ct_tensor *batch, int n_batch, ct_error *found) {

@@ -225,4 +225,11 @@ bool ct_train_first_finding(const ct_trainer *t, ct_error *found);
 // A value for a message: NaN without its sign bit.
 double ct_train_shown(double v);
 
+// The key of the Loop's step `step` (1-based) from the loop key:
+// fold_in(split(key, 1), low 32 bits of step), and, past 2^32 steps, the
+// high 32 bits folded in after (so no two steps share dropout masks, and
+// every step below 2^32 keeps the key earlier versions gave it: a resumed
+// run's keys do not change).
+ct_key ct_train_step_key(ct_key loop_key, int64_t step);
+
 #endif

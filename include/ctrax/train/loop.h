@@ -85,8 +85,9 @@
 //   metrics.jsonl, train/ and eval/ TensorBoard event files
 //   config.gin               the operative config, when the caller gives one
 //
-// Every step the step key is ct_key_fold_in(loop key, step), so a resumed
-// run draws the same dropout masks as the uninterrupted one.
+// Every step the step key is ct_key_fold_in(ct_key_split(loop key, 1),
+// step) (past 2^32 steps with the step's high 32 bits folded in after), so
+// a resumed run draws the same dropout masks as the uninterrupted one.
 #ifndef CTRAX_TRAIN_LOOP_H
 #define CTRAX_TRAIN_LOOP_H
 
