@@ -74,5 +74,20 @@ after=$(cd "$work/run" && find . -path './model_*' -type f -print0 | sort -z | x
 [[ "$before" == "$after" ]]
 check "checkpoints unchanged by the second run" $? "$(diff <(echo "$before") <(echo "$after") | head -n 4)"
 
+# With train.skip_nonfinite_steps on a terminal (script(1) gives the run one):
+# the progress line of the step N that "step N skipped" names shows its loss
+# as nan (it showed the step before's, 13058234368.0000 once).
+if command -v script >/dev/null; then
+    script -qc "'$ctrax' train '$src/configs/copy.gin' --output-dir '$work/skip' --set 'train.optimizer=@SGD' \
+        --set 'train.lr_schedule_fn=None' --set 'SGD.learning_rate=1e6' --set 'train.steps=8' \
+        --set 'train.eval_frequency=0' --set 'train.eval_steps=0' --set 'train.skip_nonfinite_steps=True'" \
+        /dev/null >"$work/skip.log" 2>&1
+    lines=$(tr '\r' '\n' <"$work/skip.log" | sed 's/\x1b\[K//g')
+    skipped=$(sed -nE 's/.*step ([0-9]+) skipped.*/\1/p' <<<"$lines" | head -n 1)
+    shown=$(grep -E "^step $skipped/" <<<"$lines" | head -n 1)  # drawn after the step, so after the warning
+    [[ -n $skipped && $shown == *"| loss nan |"* ]]
+    check "progress line of skipped step ${skipped:-?} shows loss nan" $? "'$shown'"
+fi
+
 echo "cli_nonfinite_test: $pass passed, $fail failed"
 ((fail == 0))

@@ -1482,7 +1482,10 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
     swap_task_optimizer(l, t);
     if (st != CT_OK && err) *err = step_err;
     l->last_lr = lr;
+    double shown_loss = l->last_stats.loss;  // this step's, for the progress line
     if (st == CT_ERR_NONFINITE && l->opts.skip_nonfinite) {
+        // A failed step leaves last_stats as the step before left them.
+        shown_loss = NAN;
         // The trainer updated nothing; the step and its batch are spent.
         l->skipped_steps++;
         if (is_chief(l)) {
@@ -1501,7 +1504,7 @@ static ct_status one_step(ct_loop *l, ct_error *err) {
         l->task_loss_count[t]++;
     }
     if (l->progress)
-        ct_progress_update(l->progress, l->step, l->last_stats.loss, l->opts.tokens_per_batch);  // this step's
+        ct_progress_update(l->progress, l->step, shown_loss, l->opts.tokens_per_batch);
     for (int i = 0; i < l->opts.n_callbacks; i++)
         if (l->opts.callbacks[i].on_step_end) l->opts.callbacks[i].on_step_end(l->step, l->opts.callbacks[i].user);
     return CT_OK;
