@@ -291,6 +291,18 @@ static void test_layer_norm_values(void) {
         fixture_free(&f);
     }
     ct_layer_free(l);
+
+    // A forward input of another width than init's 4 is a shape error (a
+    // wider one would read past scale and bias).
+    float y[2 * 5] = {0};
+    out = run1(&f, ct_layer_norm(1e-6f), ct_tensor_2d(CT_DTYPE_F32, 2, 4, y));
+    for (int d = 3; d <= 5; d += 2) {
+        ct_tensor wrong = ct_tensor_2d(CT_DTYPE_F32, 2, d, y);
+        ct_status st = fixture_forward(&f, &wrong, &out, 1);
+        CHECK_MSG(st == CT_ERR_SHAPE && strstr(f.err.msg, "does not fit scale and bias (4)") != NULL, "D %d: %s", d,
+                  f.err.msg);
+    }
+    fixture_free(&f);
 }
 
 static void test_dropout(void) {
@@ -408,6 +420,11 @@ static void test_embedding_values(void) {
     ids[0] = -1;
     st = fixture_forward(&f, &t, &out, 1);
     CHECK(st == CT_ERR_ARG && strstr(f.err.msg, "id -1 at position (0,0)") != NULL);
+    // vocab_size itself is one past the table's last row.
+    ids[0] = 2;
+    ids[5] = 3;
+    st = fixture_forward(&f, &t, &out, 1);
+    CHECK_MSG(st == CT_ERR_ARG && strstr(f.err.msg, "id 3 at position (1,2)") != NULL, "%s", f.err.msg);
     fixture_free(&f);
 
     // f32 input is a shape error at init.
@@ -463,6 +480,20 @@ static void test_positional_values(void) {
     const ct_param *w = ct_net_find_param(&f.net, "PositionalEncoding/embedding");
     CHECK(w && w->sig.shape[0] == 5 && w->sig.shape[1] == 6);
     if (w) CHECK_NEAR(ct_f32(&out)[7], 0.5 + f.net.weights[w->offset + 7], 1e-7);
+    // A forward input of another width than init's 6 is a shape error (a
+    // wider one would read past the table's rows), fixed table or learned.
+    for (int learned = 1; learned >= 0; learned--) {
+        if (!learned) {
+            fixture_free(&f);
+            out = run1(&f, ct_positional_encoding_sinusoidal(5), ct_tensor_3d(CT_DTYPE_F32, 1, 3, 6, x));
+        }
+        for (int d = 5; d <= 7; d += 2) {
+            ct_tensor wrong = ct_tensor_3d(CT_DTYPE_F32, 1, 2, d, x);
+            ct_status st = fixture_forward(&f, &wrong, &out, 1);
+            CHECK_MSG(st == CT_ERR_SHAPE && strstr(f.err.msg, "does not fit encodings (5,6)") != NULL, "D %d: %s", d,
+                      f.err.msg);
+        }
+    }
     fixture_free(&f);
 }
 
@@ -542,6 +573,40 @@ static void test_initializers(void) {
         double sd = sqrt(bsq / 256);
         printf("Dense bias: standard deviation %.3g (Trax's 1e-6), %d of 256 zero\n", sd, zeros);
         CHECK(sd > 0.7e-6 && sd < 1.3e-6 && zeros == 0);
+    }
+    // The kernel (32, 256): Glorot uniform, U(+-sqrt(6 / (32 + 256))).
+    const ct_param *kernel = ct_net_find_param(&f.net, "Dense/kernel");
+    CHECK(kernel != NULL);
+    if (kernel) {
+        double klim = sqrt(6.0 / (32 + 256)), ksq = 0, kmx = 0;
+        for (int i = 0; i < 32 * 256; i++) {
+            double k = f.net.weights[kernel->offset + i];
+            ksq += k * k, kmx = fmax(kmx, fabs(k));
+        }
+        double kvar = ksq / (32 * 256);
+        printf("Dense kernel: max |w| %.4f (Glorot bound %.4f), variance %.5f (bound^2 / 3 %.5f)\n", kmx, klim, kvar,
+               klim * klim / 3);
+        CHECK(kmx <= klim && kmx > 0.95 * klim && fabs(kvar / (klim * klim / 3) - 1.0) < 0.1);
+    }
+    // Trax's Dense splits its key in two: the kernel from split(key, 0), the
+    // bias from split(key, 1) (the fixture's init key is seed 3).
+    if (kernel && bias) {
+        ct_key key = ct_key_from_seed(3);
+        float *want = malloc(32 * 256 * sizeof *want);
+        double klim = sqrt(6.0 / (32 + 256));
+        ct_random_uniform(ct_key_split(key, 0), want, 32 * 256, (float)-klim, (float)klim);
+        CHECK(memcmp(want, f.net.weights + kernel->offset, 32 * 256 * sizeof *want) == 0);
+        ct_random_normal(ct_key_split(key, 1), want, 256, 1e-6f);
+        CHECK(memcmp(want, f.net.weights + bias->offset, 256 * sizeof *want) == 0);
+        free(want);
+    }
+    // A forward input narrower or wider than the kernel's 32 rows is a shape
+    // error (a wider one would read past each row's weights).
+    for (int width = 31; width <= 33; width += 2) {
+        ct_tensor wrong = ct_tensor_2d(CT_DTYPE_F32, 1, width, xd), out;
+        ct_status st = fixture_forward(&f, &wrong, &out, 1);
+        CHECK_MSG(st == CT_ERR_SHAPE && strstr(f.err.msg, "does not fit kernel (32,256)") != NULL, "width %d: %s",
+                  width, f.err.msg);
     }
     fixture_free(&f);
 }

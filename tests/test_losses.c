@@ -468,6 +468,12 @@ static void test_errors(void) {
     ct_tensor l2bad[3] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_1d(CT_DTYPE_F32, 3, (float[]){0, 0, 0}),
                           l2in[2]};
     expect_error(ct_l2_loss(), l2bad, 3, CT_ERR_SHAPE, "L2Loss (init)", "targets (3) f32");
+    // SequenceAccuracy over one position, outputs (2,): scalar targets have
+    // no sequence axis to run along.
+    ct_tensor scalar_t[3] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_make(CT_DTYPE_I32, 0, NULL, bad),
+                             ct_tensor_make(CT_DTYPE_F32, 0, NULL, w)};
+    expect_error(ct_sequence_accuracy(), scalar_t, 3, CT_ERR_SHAPE, "SequenceAccuracy (init)",
+                 "targets () i32 have no sequence axis");
     // BinaryCrossEntropy: targets of the logits' shape, each 0 or 1.
     ct_tensor bce[2] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_1d(CT_DTYPE_I32, 2, (int32_t[]){1, 2})};
     expect_error(ct_binary_cross_entropy(), bce, 2, CT_ERR_ARG, "BinaryCrossEntropy",
@@ -497,12 +503,62 @@ static void test_null_grad_out(void) {
     ct_layer_free(l);
 }
 
+// Runs l (takes no reference) forward on in and returns what its value
+// averages over (ct_ctx.loss_weight), or NAN on an error.
+static double forward_loss_weight(ct_layer *l, const ct_tensor *in, int n_in) {
+    runner r;
+    ct_error err;
+    CHECK_OK(runner_init(&r, l, in, n_in, &err), &err);
+    ct_tensor out[1];
+    r.ctx.loss_weight = NAN;
+    ct_status st = ct_layer_forward(r.net.root, &r.ctx, in, out, ct_key_from_seed(1), &err);
+    CHECK_OK(st, &err);
+    double w = st == CT_OK ? r.ctx.loss_weight : NAN;
+    runner_free(&r);
+    ct_layer_free(l);
+    return w;
+}
+
+// What each loss and metric averages over, by hand: the weight sum (3.5)
+// for the weighted ones, the target count (4) without weights, the sequence
+// count (2) for SequenceAccuracy; replicas combine their values by it. And a
+// weighted accuracy divides by the weight sum, not the target count.
+static void test_loss_weights(void) {
+    // argmax rows: [1, 0, 2, 0]; targets [1, 0, 2, 1]: matches [1, 1, 1, 0]
+    float o[12] = {1, 2, 0, 3, 3, 1, 0, 0, 5, 2, 1, 0}, w[4] = {1, 0.5f, 0, 2};
+    int32_t t[4] = {1, 0, 2, 1};
+    ct_tensor in[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, 3, o), ct_tensor_1d(CT_DTYPE_I32, 4, t),
+                       ct_tensor_1d(CT_DTYPE_F32, 4, w)};
+    CHECK_NEAR(forward_loss_weight(ct_weighted_category_cross_entropy(), in, 3), 3.5, 0);
+    CHECK_NEAR(forward_loss_weight(ct_cross_entropy_loss(), in, 3), 3.5, 0);
+    CHECK_NEAR(forward_loss_weight(ct_weighted_category_accuracy(), in, 3), 3.5, 0);
+    CHECK_NEAR(forward_loss_weight(ct_category_accuracy(), in, 2), 4.0, 0);
+    double v;
+    ct_error err;
+    ct_layer *l = ct_weighted_category_accuracy();
+    CHECK_OK(eval_layer(l, in, 3, &v, NULL, NULL, &err), &err);
+    CHECK_NEAR(v, 1.5 / 3.5, 1e-7);  // (1 + 0.5 + 0) / 3.5
+    ct_layer_free(l);
+    // The same 12 values as 2 sequences of 2 positions over 3 classes.
+    ct_tensor seq[3] = {ct_tensor_3d(CT_DTYPE_F32, 2, 2, 3, o), ct_tensor_2d(CT_DTYPE_I32, 2, 2, t),
+                        ct_tensor_2d(CT_DTYPE_F32, 2, 2, w)};
+    CHECK_NEAR(forward_loss_weight(ct_sequence_accuracy(), seq, 3), 2.0, 0);
+    float lo[4] = {0, 1, 2, 3}, lt[4] = {1, 1, 1, 1};
+    ct_tensor l2[3] = {ct_tensor_1d(CT_DTYPE_F32, 4, lo), ct_tensor_1d(CT_DTYPE_F32, 4, lt),
+                       ct_tensor_1d(CT_DTYPE_F32, 4, w)};
+    CHECK_NEAR(forward_loss_weight(ct_l2_loss(), l2, 3), 3.5, 0);
+    int32_t bt[4] = {0, 1, 1, 0};
+    ct_tensor bce[2] = {ct_tensor_1d(CT_DTYPE_F32, 4, lo), ct_tensor_1d(CT_DTYPE_I32, 4, bt)};
+    CHECK_NEAR(forward_loss_weight(ct_binary_cross_entropy(), bce, 2), 4.0, 0);
+}
+
 int main(void) {
     test_weighted_category_cross_entropy();
     test_label_smoothing();
     test_cross_entropy_loss();
     test_accuracies();
     test_sequence_accuracy();
+    test_loss_weights();
     test_l2_loss();
     test_binary_cross_entropy();
     test_gradchecks();

@@ -1,7 +1,8 @@
 // Models built from layers: gradient checks of small MLP, TransformerLM and
 // ReformerLM (every weight against finite differences), their weight names,
 // ReformerLM's options (attention, activation, chunked FF, positions) and
-// refusals, and its default against the construction before the options.
+// refusals, and its default against the construction before the options;
+// weight counts by hand; TransformerLM against Trax's built by hand.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,20 @@ static void test_mlp(void) {
     CHECK(mlp->n_sub == 6);
     double e = gradcheck("MLP", mlp, &in, 1, gradcheck_default_opts());
     CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
+    // Weights by hand: (3, 2, 4) flattens to 8 features; Dense 8 -> 8 -> 6 -> 5.
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    CHECK_OK(ct_net_init(&net, mlp, &in, 1, ct_key_from_seed(0), &dev, &err), &err);
+    size_t expect = (8 * 8 + 8) + (8 * 6 + 6) + (6 * 5 + 5);
+    CHECK_MSG(net.n_weights == expect, "%zu weights, expected %zu", net.n_weights, expect);
+    CHECK(net.out_sigs[0].ndim == 2 && net.out_sigs[0].shape[0] == 3 && net.out_sigs[0].shape[1] == 5);
+    ct_net_free(&net);
+    ct_layer_free(mlp);
+    // Trax's out_activation=True ends with the activation; flatten=False has
+    // no Flatten: Dense, Relu, Dense, Relu.
+    mlp = ct_mlp(2, (int[]){8, 5}, true, false);
+    CHECK(mlp->n_sub == 4 && strcmp(mlp->sub[0]->name, "Dense") == 0 && strcmp(mlp->sub[3]->name, "Relu") == 0);
     ct_layer_free(mlp);
 }
 
@@ -89,6 +104,55 @@ static void test_transformer_lm(void) {
         ct_net_free(&net);
         ct_layer_free(lm);
     }
+}
+
+// Trax's TransformerLM (models/transformer.py) built by hand from layers:
+// ShiftRight, Embedding, Dropout, PositionalEncoding (trainable sinusoids,
+// no dropout), n_layers x _DecoderBlock [Residual(LayerNorm, CausalAttention,
+// Dropout), Residual(_FeedForwardBlock: LayerNorm, Dense(d_ff), Relu,
+// Dropout, Dense(d_model), Dropout)], LayerNorm (eps 1e-6), Dense(vocab).
+static ct_layer *trax_transformer_lm(ct_transformer_lm_params p) {
+    ct_layer *l[7 + 8];
+    CT_ASSERT(p.n_layers <= 8);
+    int n = 0;
+    l[n++] = ct_shift_right(1);
+    l[n++] = ct_embedding(p.vocab_size, p.d_model);
+    l[n++] = ct_dropout(p.dropout);
+    l[n++] = ct_positional_encoding_trainable_sinusoidal(p.max_len, 0.0f);
+    for (int i = 0; i < p.n_layers; i++) {
+        ct_layer *attn = ct_residual(CT_LAYERS(ct_layer_norm(1e-6f),
+                                               ct_causal_attention(p.d_model, p.n_heads, p.dropout),
+                                               ct_dropout(p.dropout)),
+                                     NULL);
+        ct_layer *ff = ct_residual(CT_LAYERS(ct_serial(CT_LAYERS(ct_layer_norm(1e-6f), ct_dense(p.d_ff), ct_relu(),
+                                                                 ct_dropout(p.dropout), ct_dense(p.d_model),
+                                                                 ct_dropout(p.dropout)))),
+                                   NULL);
+        l[n++] = ct_layer_rename(ct_serial(CT_LAYERS(attn, ff)), "DecoderBlock");
+    }
+    l[n++] = ct_layer_norm(1e-6f);
+    l[n++] = ct_dense(p.vocab_size);
+    return ct_layer_rename(ct_serial(n, l), "TransformerLM");
+}
+
+// The default TransformerLM at dropout 0.1 (every dropout draws, so their
+// places and keys matter) against Trax's built by hand: the same weights
+// after 3 training steps, bit for bit.
+static void test_transformer_lm_is_trax(void) {
+    ct_transformer_lm_params p = ct_transformer_lm_default_params();
+    p.vocab_size = 7, p.d_model = 8, p.d_ff = 12, p.n_layers = 2, p.n_heads = 2, p.max_len = 16;
+    p.dropout = 0.1f;
+    ct_layer *a = ct_transformer_lm(p), *b = trax_transformer_lm(p);
+    size_t na, nb;
+    float la, lb;
+    float *wa = train_reformer(a, 3, false, &na, &la), *wb = train_reformer(b, 3, false, &nb, &lb);
+    bool same = wa && wb && na == nb && na > 0 && memcmp(wa, wb, na * sizeof *wa) == 0 &&
+                memcmp(&la, &lb, sizeof la) == 0;
+    printf("TransformerLM(dropout 0.1) vs Trax's by hand, 3 steps: %zu weights %s, loss %.6f / %.6f\n", na,
+           same ? "bitwise equal" : "DIFFER", la, lb);
+    CHECK(same);
+    free(wa), free(wb);
+    ct_layer_free(a), ct_layer_free(b);
 }
 
 // ---- ReformerLM ----------------------------------------------------------------------------
@@ -356,6 +420,7 @@ static void test_reformer_refusals(void) {
 int main(void) {
     test_mlp();
     test_transformer_lm();
+    test_transformer_lm_is_trax();
     test_reformer_refusals();
     test_reformer_default_unchanged();
     test_reformer_variants();

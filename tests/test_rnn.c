@@ -310,18 +310,21 @@ static void test_rnnlm_gradients(void) {
 // ShiftRight, Embedding, then per step each layer k's cell on (x, s_k)
 // with x its output and s_k its own state slice (SerialWithSideOutputs
 // keeps the states in layer order), then the Dense. Three layers, so a
-// state handed to the wrong layer shows.
-static double rnnlm_reference_error(const char *cell, int L) {
+// state handed to the wrong layer shows. With dropout 0.5 (in training) the
+// embedding's output element j is kept, doubled, iff the Dropout's bits
+// (its key split(key, 2), the model's third layer) are >= 2^31.
+static double rnnlm_reference_error(const char *cell, int L, bool dropout) {
     enum { B = 2, T = 5, V = 7, D = 4 };
     int32_t tok[B * T] = {1, 2, 3, 4, 5, 6, 0, 3, 2, 1};
     ct_tensor in[1] = {ct_tensor_2d(CT_DTYPE_I32, B, T, tok)};
     ct_rnnlm_params p = small_rnnlm(cell);
     p.n_layers = L;
+    p.dropout = dropout ? 0.5f : 0.0f;
     bool lstm = strcmp(cell, "LSTMCell") == 0;
     ct_layer *m = ct_rnnlm(p);
     fixture f;
     double err = INFINITY;
-    if (fixture_init_ok(&f, m, in, 1, false)) {
+    if (fixture_init_ok(&f, m, in, 1, dropout)) {
         randomize_weights(&f.net, 50);
         float logits[B * T * V];
         run_forward(&f, in, ct_key_from_seed(1), logits);
@@ -346,6 +349,10 @@ static double rnnlm_reference_error(const char *cell, int L) {
             for (int t = 0; t < T; t++) {
                 int id = t == 0 ? 0 : tok[b * T + t - 1];  // ShiftRight
                 memcpy(x, E + id * D, sizeof x);
+                for (int i = 0; dropout && i < D; i++) {
+                    uint32_t bits = ct_random_bits(ct_key_split(ct_key_from_seed(1), 2), (uint32_t)((b * T + t) * D + i));
+                    x[i] = bits >= 0x80000000u ? 2.0f * x[i] : 0.0f;
+                }
                 for (int k = 0; k < L; k++) {
                     double sn[2 * D];
                     if (lstm)
@@ -364,7 +371,8 @@ static double rnnlm_reference_error(const char *cell, int L) {
         fixture_free(&f);
     }
     ct_layer_free(m);
-    printf("RNNLM(%s, %d layers) vs Trax's RNNLM by hand: max abs err %.2e\n", cell, L, err);
+    printf("RNNLM(%s, %d layers%s) vs Trax's RNNLM by hand: max abs err %.2e\n", cell, L,
+           dropout ? ", dropout 0.5" : "", err);
     return err;
 }
 
@@ -372,8 +380,11 @@ static void test_rnnlm_reference(void) {
     const char *cells[2] = {"GRUCell", "LSTMCell"};
     for (int c = 0; c < 2; c++)
         for (int L = 1; L <= 3; L++) {
-            double e = rnnlm_reference_error(cells[c], L);
-            CHECK_MSG(e < 1e-4, "RNNLM(%s, %d layers) differs from Trax's by %g", cells[c], L, e);
+            for (int dropout = 0; dropout < 2; dropout++) {
+                double e = rnnlm_reference_error(cells[c], L, dropout);
+                CHECK_MSG(e < 1e-4, "RNNLM(%s, %d layers, dropout %d) differs from Trax's by %g", cells[c], L, dropout,
+                          e);
+            }
         }
 }
 
