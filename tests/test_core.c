@@ -1,6 +1,7 @@
 // Core: threefry known answers, keys, tensors, the arena, device accounting,
 // errors.
 #include <setjmp.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "core/fs.h"
@@ -31,6 +32,33 @@ static void test_threefry(void) {
             CHECK_MSG(same == (int)lengths[b], "block from %u, %zu long: %d of %zu equal", starts[a], lengths[b], same,
                       lengths[b]);
         }
+}
+
+// Keys and draws against an independent threefry-2x32 (Python, written
+// from Random123's threefry.h; it reproduces the three Random123 answers
+// above): split, fold_in, the uniform floats of [lo, hi) and Box-Muller's
+// pairs (cos for even elements, sin for odd), element j from counter
+// (j, 2). Key from_seed(42) = (0, 42).
+static void test_rng_known_answers(void) {
+    ct_key k = ct_key_from_seed(42);
+    ct_key s = ct_key_split(k, 1), f = ct_key_fold_in(k, 3);
+    CHECK_MSG(s.w[0] == 0x19a3f86fu && s.w[1] == 0xcfbc07f9u, "split(k, 1) = %08x %08x", s.w[0], s.w[1]);
+    CHECK_MSG(f.w[0] == 0x82a487b6u && f.w[1] == 0xc9a0b595u, "fold_in(k, 3) = %08x %08x", f.w[0], f.w[1]);
+    CHECK(ct_random_bits(s, 0) == 0xe7b9c81eu && ct_random_bits(s, 1) == 0x2fa5dcd2u &&
+          ct_random_bits(s, 2) == 0x9050d93cu);
+    float u[3];
+    ct_random_uniform(s, u, 3, -1.0f, 1.0f);
+    CHECK_MSG(u[0] == 0.8103570938110352f && u[1] == -0.6277508735656738f && u[2] == 0.12746727466583252f,
+              "uniform %.9g %.9g %.9g", (double)u[0], (double)u[1], (double)u[2]);
+    float z4[4] = {0, 0, 0, 12345.0f};
+    ct_random_normal(s, z4, 3, 2.0f);  // an odd count: the last pair's sin is not written
+    CHECK(z4[3] == 12345.0f);
+    // Both sides are libm's log, sqrt and cos in double, rounded to float:
+    // within a float's rounding (u1 = (bits + 1) / 2^24, not bits + 0.5).
+    const double want[3] = {0.3487516939640045, 0.8218005895614624, -1.869166374206543};
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(fabs(z4[i] - want[i]) <= 1e-7 * fabs(want[i]), "normal[%d] = %.9g, want %.9g", i, (double)z4[i],
+                  want[i]);
 }
 
 static void test_keys(void) {
@@ -82,6 +110,8 @@ static void test_tensor(void) {
     // Signatures compare dtype, rank and dims.
     ct_tensor ids = ct_tensor_3d(CT_DTYPE_I32, 2, 3, 4, NULL), flat = ct_tensor_2d(CT_DTYPE_F32, 6, 4, NULL);
     CHECK(ct_tensor_same_sig(&t, &t) && !ct_tensor_same_sig(&t, &ids) && !ct_tensor_same_sig(&t, &flat));
+    ct_tensor lower = ct_tensor_2d(CT_DTYPE_F32, 2, 3, NULL);  // t's leading dims, one fewer
+    CHECK(!ct_tensor_same_sig(&lower, &t) && !ct_tensor_same_sig(&t, &lower));
     CHECK(ct_dtype_size(CT_DTYPE_BF16) == 2);
     // Part 2 of 3 along axis 0 of a (6, 2) tensor: rows 4 and 5, a view.
     int32_t rows[12];
@@ -129,6 +159,9 @@ static void test_hostile_sizes(void) {
     CHECK(ct_tensor_numel(&t) == INT64_MAX && ct_tensor_nbytes(&t) == SIZE_MAX);
     ct_tensor big = ct_tensor_2d(CT_DTYPE_F32, (int64_t)1 << 31, (int64_t)1 << 31, NULL);  // fits int64, not bytes
     CHECK(ct_tensor_numel(&big) == (int64_t)1 << 62 && ct_tensor_nbytes(&big) == SIZE_MAX);
+    // SIZE_MAX / 4 floats: SIZE_MAX - 3 bytes, which fits.
+    ct_tensor edge = ct_tensor_1d(CT_DTYPE_F32, (int64_t)(SIZE_MAX / 4), NULL);
+    CHECK(ct_tensor_nbytes(&edge) == SIZE_MAX - 3);
     ct_tensor empty = ct_tensor_3d(CT_DTYPE_F32, (int64_t)1 << 40, (int64_t)1 << 40, 0, NULL);
     CHECK(ct_tensor_numel(&empty) == 0 && ct_tensor_nbytes(&empty) == 0);
 
@@ -210,6 +243,61 @@ static void test_mkdirs_empty(void) {
     CHECK(ct_fs_mkdirs("", &err) == CT_ERR_ARG);
 }
 
+// ct_fs_parent_dir of a bare name, a file at the root and a nested one;
+// ct_fs_temp_name at its exact length (the terminator must fit); and
+// ct_fs_read_max takes a file of exactly max bytes, refuses one of max + 1.
+static void test_fs_paths(void) {
+    char dir[CT_FS_PATH_CAP];
+    ct_fs_parent_dir(dir, "x");
+    CHECK(strcmp(dir, ".") == 0);
+    ct_fs_parent_dir(dir, "/x");
+    CHECK(strcmp(dir, "/") == 0);
+    ct_fs_parent_dir(dir, "a/b/c");
+    CHECK(strcmp(dir, "a/b") == 0);
+    char want[64], tmp[64];
+    int len = snprintf(want, sizeof want, "d/.f.tmp-%ld", (long)getpid());
+    ct_error err;
+    CHECK(ct_fs_temp_name(tmp, (size_t)len + 1, "d/f", &err) == CT_OK && strcmp(tmp, want) == 0);
+    CHECK(ct_fs_temp_name(tmp, (size_t)len, "d/f", &err) == CT_ERR_ARG);
+    char path[] = "/tmp/ctrax_test_core_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    CHECK(ct_fs_write_all(fd, "12345", 5, path, &err) == CT_OK && ct_fs_close(fd, path, CT_OK, &err) == CT_OK);
+    char *data;
+    size_t n;
+    CHECK(ct_fs_read_max(path, 5, &data, &n, &err) == CT_OK && n == 5 && strcmp(data, "12345") == 0);
+    free(data);
+    CHECK(ct_fs_read_max(path, 4, &data, &n, &err) == CT_ERR_FORMAT && data == NULL);
+    unlink(path);
+}
+
+// ct_json_int prints every int64 exactly (a double has 53 bits: 2^53 + 1
+// and INT64_MAX would print rounded, the latter in exponent form), and
+// ct_json_parse refuses anything but whitespace after the value.
+static void test_json_edges(void) {
+    static const int64_t v[3] = {((int64_t)1 << 53) + 1, INT64_MAX, INT64_MIN};
+    static const char *want[3] = {"9007199254740993", "9223372036854775807", "-9223372036854775808"};
+    for (int i = 0; i < 3; i++) {
+        cJSON *j = ct_json_int(v[i]);
+        char *text = cJSON_PrintUnformatted(j);
+        CHECK_MSG(text && strcmp(text, want[i]) == 0, "ct_json_int(%s) printed %s", want[i], text ? text : "nothing");
+        free(text);
+        cJSON_Delete(j);
+    }
+    ct_error err;
+    cJSON *ok = ct_json_parse("{\"a\": 1} \n\t", 11, "t.json", &err);
+    CHECK(ok != NULL);
+    cJSON_Delete(ok);
+    static const char *trailing[3] = {"{} x", "{}{}", "1 2"};
+    for (int i = 0; i < 3; i++) {
+        cJSON *j = ct_json_parse(trailing[i], strlen(trailing[i]), "t.json", &err);
+        CHECK_MSG(j == NULL && err.code == CT_ERR_FORMAT && strstr(err.msg, "more after the JSON value"),
+                  "'%s' parsed", trailing[i]);
+        cJSON_Delete(j);
+    }
+}
+
 static void test_device_limit(void) {
     ct_device dev = ct_device_cpu();
     dev.limit_bytes = 1000;
@@ -285,6 +373,29 @@ static void test_error_long_message(void) {
         }
         CHECK(whole && strstr(err.msg, " ... "));
     }
+    // Three- and four-byte characters (U+20AC, U+1F600), cut at every
+    // offset within one: valid UTF-8 after the cut, set or prefixed.
+    static const char *chars[2] = {"\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+    for (int c = 0; c < 2; c++) {
+        size_t w = strlen(chars[c]);
+        char many[4 * CT_ERROR_MSG_MAX + 1] = "";
+        for (size_t i = 0; i + w < sizeof many; i += w) memcpy(many + i, chars[c], w), many[i + w] = '\0';
+        for (int shift = 0; shift < 4; shift++) {
+            ct_error_set(&err, CT_ERR_ARG, "%.*s%s", shift, "xyz", many);
+            bool ok = ct_utf8_valid(err.msg) && strstr(err.msg, " ... ");
+            ct_error_set(&err, CT_ERR_ARG, "%s", many + w);
+            ct_error_prefix(&err, "%.*s", shift, "xyz");
+            ok = ok && ct_utf8_valid(err.msg);
+            CHECK_MSG(ok, "a %zu-byte character, shifted %d: a cut split one", w, shift);
+        }
+    }
+    // Exactly CT_ERROR_MSG_MAX characters, one more than the buffer holds:
+    // cut as any longer message.
+    char exact[CT_ERROR_MSG_MAX + 1];
+    memset(exact, 'e', CT_ERROR_MSG_MAX);
+    exact[CT_ERROR_MSG_MAX] = '\0';
+    ct_error_set(&err, CT_ERR_IO, "%s", exact);
+    CHECK(strnlen(err.msg, sizeof err.msg) == CT_ERROR_MSG_MAX - 1 && strstr(err.msg, "e ... e"));
     // A message that fits is as formatted.
     ct_error_set(&err, CT_ERR_IO, "%s: %d", "short", 5);
     CHECK(strcmp(err.msg, "short: 5") == 0);
@@ -371,12 +482,15 @@ int main(void) {
     test_abort_handler();
     test_log_level();
     test_threefry();
+    test_rng_known_answers();
     test_keys();
     test_tensor();
     test_arena();
     test_hostile_sizes();
     test_random_init_limit();
     test_mkdirs_empty();
+    test_fs_paths();
+    test_json_edges();
     test_device_limit();
     test_errors();
     test_checked_alloc();

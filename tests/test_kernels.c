@@ -26,6 +26,7 @@
 //   order) for a row at either of two addresses, and at 1 and 2 threads.
 // - GELU against double math: the fast tanh's error, 1e-6 (test_layers_core
 //   checks the same bound on a sweep).
+#include <float.h>
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
@@ -94,7 +95,11 @@ static void test_comparator(void) {
     CHECK(!same_bits(a, b, 5));
 }
 
-static const int64_t k_sizes[] = {1, 3, 7, 8, 17, 64, 255, 1000, 4099, 70001, 300001};
+// 0, every tail of 8- and 16-float vectors (and of the 8 double lanes)
+// around one to four vectors, then sizes past the chunks (256, 4096) and
+// the thresholds for threads.
+static const int64_t k_sizes[] = {0,  1,  3,   7,    8,    15,    16,    17,    31,
+                                  33, 63, 64, 65, 255, 1000, 4099, 70001, 300001};
 #define N_SIZES (int)(sizeof k_sizes / sizeof k_sizes[0])
 
 static void test_relu(void) {
@@ -153,12 +158,28 @@ static void test_gelu(void) {
                   ed);
         free(x), free(g), free(d0), free(y), free(yr), free(d), free(dr);
     }
+    // Large |x|, where x * x overflows float (|x| > 1.8e19): the slope is 1
+    // above and 0 below, as in double (x (1 - t^2) (1 + 3c x^2) was
+    // x * 0 * inf = NaN); and -0, denormals, 20 (tanh 1 in float).
+    enum { K = 11 };
+    const float x[K] = {1e20f, -1e20f, FLT_MAX, -FLT_MAX, 3e19f, 20.0f, -20.0f, -0.0f, 1e-45f, -1e-45f, 1e-38f};
+    const float ones[K] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    float y[K], yr[K], d[K], dr[K];
+    ct_gelu_forward(y, x, K);
+    ct_gelu_forward_ref(yr, x, K);
+    ct_gelu_backward(d, x, ones, K);
+    ct_gelu_backward_ref(dr, x, ones, K);
+    double e = fmax(worst_err(y, yr, K, 1.0), worst_err(d, dr, K, 1.0));
+    CHECK_MSG(e <= 1e-6 && !any_nan(y, K) && !any_nan(d, K) && !any_nan(dr, K),
+              "gelu at large |x|: error %g; slope at 1e20 %g, at -1e20 %g, ref %g %g", e, (double)d[0], (double)d[1],
+              (double)dr[0], (double)dr[1]);
 }
 
 // Row shapes (N, C): single elements, odd widths, and N * C above the
 // row kernels' threshold for threads (32768).
-static const int64_t k_rows[][2] = {{1, 1},    {1, 3},     {3, 7},     {5, 17},  {16, 64},
-                                    {33, 255}, {64, 256}, {200, 257}, {2, 5000}};
+static const int64_t k_rows[][2] = {{1, 1},   {1, 3},   {3, 7},    {2, 8},    {2, 15},   {3, 16},    {5, 17},
+                                    {2, 31},  {2, 33},  {2, 63},   {16, 64},  {2, 65},   {33, 255},  {64, 256},
+                                    {200, 257}, {2, 5000}};
 #define N_ROWS (int)(sizeof k_rows / sizeof k_rows[0])
 
 // offset: added to every input, to check the shifted sums where |mean| >> std.
@@ -281,6 +302,60 @@ static void test_softmax(void) {
         CHECK_MSG(e <= 1e-6, "log_softmax backward (%lld, %lld): error %g", (long long)N,
                   (long long)C, e);
         free(x), free(g), free(d0), free(y), free(yr), free(d), free(dr);
+    }
+}
+
+// ct_log_softmax_backward runs the _ref loop itself (softmax.c says why),
+// so the comparison above cannot see a fault in it: here against double,
+// dx += g - softmax * sum(g), softmax = exp(y) of the log-softmax rows y.
+static void test_log_softmax_backward(void) {
+    for (int s = 0; s < N_ROWS; s++) {
+        int64_t N = k_rows[s][0], C = k_rows[s][1], n = N * C;
+        float *x = alloc_f(n), *y = alloc_f(n), *g = alloc_f(n), *d = alloc_f(n), *want = alloc_f(n);
+        fill(x, n, -5.0f, 5.0f);
+        fill(g, n, -1.0f, 1.0f);
+        fill(d, n, -1.0f, 1.0f);
+        ct_log_softmax_forward(y, x, N, C);
+        for (int64_t r = 0; r < N; r++) {
+            double sum = 0.0;
+            for (int64_t c = 0; c < C; c++) sum += g[r * C + c];
+            for (int64_t c = 0; c < C; c++)
+                want[r * C + c] = (float)(d[r * C + c] + g[r * C + c] - exp((double)y[r * C + c]) * sum);
+        }
+        ct_log_softmax_backward(d, g, y, N, C);
+        double e = worst_err(d, want, n, 1.0);
+        CHECK_MSG(e <= 1e-5, "log_softmax backward (%lld, %lld) against double: error %g", (long long)N, (long long)C,
+                  e);
+        free(x), free(y), free(g), free(d), free(want);
+    }
+}
+
+// Log-softmax of large logits, against double from the same floats:
+// x - (max + log(sum)) rounded the logsumexp to the spacing of floats near
+// max (1 at 1e7): (1e7, 1e7, 1e7 - 1) gave (-1, -1, -2) for (-0.862,
+// -0.862, -1.862) and a cross-entropy of 1 for 0.862; three logits of 3e38
+// gave 0 for -log(3). (x - max) - log(sum), as jax.nn.log_softmax computes
+// it, keeps both terms' precision.
+static void test_log_softmax_large_logits(void) {
+    static const float big[] = {1e4f, 1e7f, -3e5f, 3e38f};
+    for (int b = 0; b < 4; b++) {
+        enum { C = 3 };
+        const float x[C] = {big[b], big[b], big[b] - 1.0f};
+        float y[C], yr[C], lp[C], loss;
+        double m = fmax(fmax(x[0], x[1]), x[2]), sum = 0.0, want[C];
+        for (int c = 0; c < C; c++) sum += exp((double)x[c] - m);
+        for (int c = 0; c < C; c++) want[c] = ((double)x[c] - m) - log(sum);
+        ct_log_softmax_forward(y, x, 1, C);
+        ct_log_softmax_forward_ref(yr, x, 1, C);
+        const int32_t t = 0;
+        const float w = 1.0f;
+        ct_category_cross_entropy_forward(&loss, lp, x, &t, &w, 1.0, 0.0f, 1, C);
+        double e = fabs(loss + want[0]) / fabs(want[0]);
+        for (int c = 0; c < C; c++)
+            e = fmax(e, fmax(fabs(y[c] - want[c]), fabs(yr[c] - want[c])) / fmax(1.0, fabs(want[c])));
+        CHECK_MSG(e <= 1e-6, "log_softmax of (%g, %g, %g): (%.9g, %.9g, %.9g), ref (%.9g, %.9g, %.9g), loss %.9g; "
+                  "want (%.9g, %.9g, %.9g)", (double)x[0], (double)x[1], (double)x[2], (double)y[0], (double)y[1],
+                  (double)y[2], (double)yr[0], (double)yr[1], (double)yr[2], (double)loss, want[0], want[1], want[2]);
     }
 }
 
@@ -717,6 +792,187 @@ static void test_gemm_thread_count(void) {
     omp_set_num_threads(threads_before);
 }
 
+// vmath's exp against libm's exp in double, over every 127th float of
+// [-87, -0] (9 million, every binade) and the edges: within 2 ulp of the
+// correctly rounded float, as vmath.h promises (1 seen); 0 below -87; 1 for
+// -0 and the negative denormals; 0 for -inf; NaN for NaN.
+static void test_vexp(void) {
+    union {
+        uint32_t u;
+        float f;
+    } lo = {.f = -87.0f};
+    uint32_t worst_ulp = 0;
+    float worst_x = 0.0f;
+    for (uint64_t b = 0x80000000u; b <= lo.u; b += 127) {
+        union {
+            uint32_t u;
+            float f;
+        } x = {.u = (uint32_t)b}, got, want;
+        got.f = ct_vexp_nonpos(x.f);
+        want.f = (float)exp((double)x.f);
+        uint32_t ulp = got.u > want.u ? got.u - want.u : want.u - got.u;  // both positive
+        if (ulp > worst_ulp) worst_ulp = ulp, worst_x = x.f;
+    }
+    CHECK_MSG(worst_ulp <= 2, "vexp: %u ulp from exp at %a", worst_ulp, (double)worst_x);
+    CHECK(ct_vexp_nonpos(-87.0f) == (float)exp(-87.0));
+    CHECK(ct_vexp_nonpos(-0.0f) == 1.0f && ct_vexp_nonpos(-0x1p-149f) == 1.0f && ct_vexp_nonpos(-0x1p-127f) == 1.0f);
+    CHECK(ct_vexp_nonpos(-87.01f) == 0.0f && ct_vexp_nonpos(-1e30f) == 0.0f && ct_vexp_nonpos(-INFINITY) == 0.0f);
+    CHECK(isnan(ct_vexp_nonpos(NAN)));
+}
+
+// Softmax rows at the edges, in the kernels and the _ref loops alike:
+// - one finite logit, the rest -inf (a causal mask's first row): exactly
+//   one-hot, its log-softmax 0 there and -inf elsewhere;
+// - every logit -inf (a fully masked row): NaN, as jax.nn.softmax gives
+//   (exp(-inf - -inf)), and only in that row;
+// - logits near the largest float: x - max does not overflow to NaN; the
+//   probabilities are exact halves and zeros.
+static void test_softmax_edges(void) {
+    enum { N = 3, C = 19 };
+    float x[N * C], y[N * C], yr[N * C], l[N * C], lr[N * C];
+    for (int c = 0; c < C; c++) {
+        x[c] = c == 5 ? 3.0f : -INFINITY;
+        x[C + c] = -INFINITY;
+        x[2 * C + c] = c == 2 || c == 17 ? FLT_MAX : c % 2 ? -FLT_MAX : 0.0f;
+    }
+    ct_softmax_forward(y, x, N, C);
+    ct_softmax_forward_ref(yr, x, N, C);
+    ct_log_softmax_forward(l, x, N, C);
+    ct_log_softmax_forward_ref(lr, x, N, C);
+    int bad = 0;
+    for (int c = 0; c < C; c++) {
+        float p0 = c == 5 ? 1.0f : 0.0f, p2 = c == 2 || c == 17 ? 0.5f : 0.0f;
+        bad += y[c] != p0 || yr[c] != p0 || y[2 * C + c] != p2 || yr[2 * C + c] != p2;
+        bad += !isnan(y[C + c]) || !isnan(yr[C + c]) || !isnan(l[C + c]) || !isnan(lr[C + c]);
+        bad += c == 5 ? l[c] != 0.0f || lr[c] != 0.0f : !(isinf(l[c]) && l[c] < 0 && isinf(lr[c]) && lr[c] < 0);
+    }
+    CHECK_MSG(bad == 0, "softmax edge rows: %d wrong values", bad);
+}
+
+// The kernels on rows that start 1 and 3 floats past malloc's alignment,
+// at every tail size: a vector loop that peels to align, or a clone that
+// loads whole vectors, must give the plain loops' results (bitwise where
+// the header of this file says so).
+static void test_unaligned(void) {
+    static const int64_t tails[] = {1, 7, 8, 15, 16, 17, 31, 33, 63, 65};
+    for (int s = 0; s < 10; s++)
+        for (int off = 1; off <= 3; off += 2) {
+            const int64_t C = tails[s], N = 2, n = N * C, len = n + off;
+            float *bx = alloc_f(len), *bg = alloc_f(len), *bd0 = alloc_f(len), *by = alloc_f(len),
+                  *byr = alloc_f(len), *bd = alloc_f(len), *bdr = alloc_f(len), *bw = alloc_f(len),
+                  *bwr = alloc_f(len), *bm = alloc_f(len), *bmr = alloc_f(len), *bv = alloc_f(len),
+                  *bvr = alloc_f(len);
+            float *x = bx + off, *g = bg + off, *d0 = bd0 + off, *y = by + off, *yr = byr + off, *d = bd + off,
+                  *dr = bdr + off, *w = bw + off, *wr = bwr + off, *m = bm + off, *mr = bmr + off, *v = bv + off,
+                  *vr = bvr + off;
+            fill(x, n, -8.0f, 8.0f);
+            fill(g, n, -1.0f, 1.0f);
+            fill(d0, n, -1.0f, 1.0f);
+            bool ok = true;
+            ct_relu_forward(y, x, n);
+            ct_relu_forward_ref(yr, x, n);
+            ok = ok && same_bits(y, yr, n);
+            ct_relu_backward(d, yr, g, n);
+            ct_relu_backward_ref(dr, yr, g, n);
+            ok = ok && same_bits(d, dr, n);
+            for (int64_t i = 0; i < n; i++) yr[i] = x[i] + g[i];
+            ct_add_forward(y, x, g, n);
+            ok = ok && same_bits(y, yr, n);
+            CHECK_MSG(ok, "relu/add, n %lld at +%d floats", (long long)n, off);
+            ct_gelu_forward(y, x, n);
+            ct_gelu_forward_ref(yr, x, n);
+            double e = worst_err(y, yr, n, 1.0);
+            ct_gelu_backward(d, x, g, n);
+            ct_gelu_backward_ref(dr, x, g, n);
+            e = fmax(e, worst_err(d, dr, n, 1.0));
+            CHECK_MSG(e <= 1e-6, "gelu, n %lld at +%d floats: error %g", (long long)n, off, e);
+            // Rows: softmax, log-softmax, LayerNorm, cross-entropy over (2, C).
+            ct_softmax_forward(y, x, N, C);
+            ct_softmax_forward_ref(yr, x, N, C);
+            e = worst_err(y, yr, n, 1e-30);
+            memcpy(d, d0, (size_t)n * sizeof(float));
+            memcpy(dr, d0, (size_t)n * sizeof(float));
+            ct_softmax_backward(d, g, yr, N, C);
+            ct_softmax_backward_ref(dr, g, yr, N, C);
+            e = fmax(e, worst_err(d, dr, n, 1.0));
+            ct_log_softmax_forward(y, x, N, C);
+            ct_log_softmax_forward_ref(yr, x, N, C);
+            e = fmax(e, worst_err(y, yr, n, 8.0));
+            CHECK_MSG(e <= 1e-6, "softmax, (2, %lld) at +%d floats: error %g", (long long)C, off, e);
+            float mean[2], rstd[2], mean_r[2], rstd_r[2];
+            fill(w, C, 0.5f, 1.5f);
+            fill(v, C, -0.5f, 0.5f);  // the bias
+            ct_layernorm_forward(y, mean, rstd, x, w, v, N, C, 1e-6f);
+            ct_layernorm_forward_ref(yr, mean_r, rstd_r, x, w, v, N, C, 1e-6f);
+            e = fmax(worst_err(y, yr, n, 1.0), fmax(worst_err(mean, mean_r, 2, 1.0), worst_err(rstd, rstd_r, 2, 1.0)));
+            for (int64_t i = 0; i < n; i++) d[i] = dr[i] = NAN;
+            memset(m, 0, (size_t)C * sizeof(float)), memset(mr, 0, (size_t)C * sizeof(float));
+            memset(bv, 0, (size_t)len * sizeof(float)), memset(bvr, 0, (size_t)len * sizeof(float));
+            ct_layernorm_backward(d, m, v, g, x, w, mean_r, rstd_r, N, C);
+            ct_layernorm_backward_ref(dr, mr, vr, g, x, w, mean_r, rstd_r, N, C);
+            e = fmax(e, worst_err(d, dr, n, 1.0));
+            CHECK_MSG(e <= 1e-6 && same_bits(m, mr, C) && same_bits(v, vr, C),
+                      "layernorm, (2, %lld) at +%d floats: error %g", (long long)C, off, e);
+            const int32_t t[2] = {0, (int32_t)C - 1};
+            const float cw[2] = {1.0f, 0.5f};
+            for (int k = 0; k < 2; k++) {
+                float ls = k ? 0.1f : 0.0f, loss, loss_r;
+                ct_category_cross_entropy_forward(&loss, y, x, t, cw, 1.5, ls, N, C);
+                ct_category_cross_entropy_forward_ref(&loss_r, yr, x, t, cw, 1.5, ls, N, C);
+                memcpy(d, d0, (size_t)n * sizeof(float));
+                memcpy(dr, d0, (size_t)n * sizeof(float));
+                ct_category_cross_entropy_backward(d, 0.7f, yr, t, cw, 1.5, ls, N, C);
+                ct_category_cross_entropy_backward_ref(dr, 0.7f, yr, t, cw, 1.5, ls, N, C);
+                e = fmax(worst_err(&loss, &loss_r, 1, 1.0), worst_err(d, dr, n, 1.0));
+                CHECK_MSG(e <= 1e-6, "cross-entropy, (2, %lld) at +%d floats, s %g: error %g", (long long)C, off,
+                          (double)ls, e);
+            }
+            // Adam and Adafactor's unfactored apply: bitwise.
+            fill(w, n, -1.0f, 1.0f);
+            fill(m, n, -0.1f, 0.1f);
+            fill(v, n, 0.0f, 0.01f);
+            memcpy(wr, w, (size_t)n * sizeof(float)), memcpy(mr, m, (size_t)n * sizeof(float));
+            memcpy(vr, v, (size_t)n * sizeof(float));
+            ct_adam_update(w, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-5f, 1e-4f, 0.1f, 0.001f);
+            ct_adam_update_ref(wr, g, mr, vr, n, 1e-3f, 0.9f, 0.999f, 1e-5f, 1e-4f, 0.1f, 0.001f);
+            ok = same_bits(w, wr, n) && same_bits(m, mr, n) && same_bits(v, vr, n);
+            ct_adafactor_apply(w, m, g, v, n, 1e-3f, 1.1f, 1e-2f, 0.9f, 1e-4f);
+            ct_adafactor_apply_ref(wr, mr, g, v, n, 1e-3f, 1.1f, 1e-2f, 0.9f, 1e-4f);
+            ok = ok && same_bits(w, wr, n) && same_bits(m, mr, n);
+            CHECK_MSG(ok, "adam/adafactor, n %lld at +%d floats", (long long)n, off);
+            free(bx), free(bg), free(bd0), free(by), free(byr), free(bd), free(bdr), free(bw), free(bwr);
+            free(bm), free(bmr), free(bv), free(bvr);
+        }
+}
+
+// Dropout keeps element i iff bits_i / 2^32 >= rate: for integer bits,
+// bits >= ceil(rate * 2^32). Rates of 2^-9 and up times 2^32 are integers
+// in float; below, the rounding shows: 1e-6f * 2^32 = 4294.967..., so
+// bits 4294 is dropped and 4295 kept (by hand from 1e-6f = 0x1.0c6f7ap-20).
+static void test_dropout_threshold(void) {
+    CHECK(ct_dropout_threshold(0.0f) == 0 && ct_dropout_threshold(1.0f) == (uint64_t)1 << 32);
+    CHECK(ct_dropout_threshold(0.5f) == (uint64_t)1 << 31);
+    CHECK_MSG(ct_dropout_threshold(1e-6f) == 4295, "threshold of 1e-6: %llu",
+              (unsigned long long)ct_dropout_threshold(1e-6f));
+    // At the threshold itself: the element whose bits equal it is kept, in
+    // forward and backward (past the first 256-counter chunk).
+    enum { N = 300 };
+    ct_key key = ct_key_from_seed(5);
+    uint64_t thr = ct_random_bits(key, 260);
+    float x[N], y[N], d[N], want[N], want_d[N];
+    fill(x, N, -1.0f, 1.0f);
+    for (int i = 0; i < N; i++) {
+        bool keep = ct_random_bits(key, (uint32_t)i) >= thr;
+        want[i] = keep ? x[i] * 2.0f : 0.0f;
+        want_d[i] = keep ? 1.0f + x[i] * 2.0f : 1.0f;
+        d[i] = 1.0f;
+    }
+    ct_dropout_forward(y, x, key, thr, 2.0f, N);
+    ct_dropout_backward(d, x, key, thr, 2.0f, N);
+    CHECK_MSG(y[260] == x[260] * 2.0f && same_bits(y, want, N) && same_bits(d, want_d, N),
+              "dropout at bits == threshold: y %g, want %g", (double)y[260], (double)want[260]);
+}
+
 // The clone of each target_clones kernel this CPU runs: GCC's resolvers pick
 // the first of avx512f, avx2 that the CPU has, else the default (SSE2).
 // tests/kernel_clones_test.sh runs this program on an emulated CPU without
@@ -734,11 +990,17 @@ int main(void) {
     printf("test_kernels: the %s clones run\n", kernel_clone());
     test_comparator();
     test_relu();
+    test_vexp();
+    test_softmax_edges();
+    test_unaligned();
+    test_dropout_threshold();
     test_add();
     test_gelu();
     test_layernorm();
     test_layernorm_large_mean();
     test_softmax();
+    test_log_softmax_backward();
+    test_log_softmax_large_logits();
     test_row_exp_sum();
     test_cross_entropy();
     test_cross_entropy_edges();

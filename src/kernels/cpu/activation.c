@@ -93,7 +93,9 @@ static void gelu_backward_chunk(float *dinp, const float *inp, const float *dout
         float x = inp[i], sech2;  // 1 - t^2
         float t = gelu_tanh(x * GELU_SCALE * (1.0f + GELU_CUBE * x * x), &sech2);
         float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-        float d = 0.5f * (1.0f + t) + 0.5f * x * sech2 * du;
+        // sech2 is 0 from |x| ~ 10 on, and du is inf once x * x overflows
+        // (|x| > 1.8e19): the term is then 0, not 0 * inf = NaN.
+        float d = 0.5f * (1.0f + t) + (sech2 != 0.0f ? 0.5f * x * sech2 * du : 0.0f);
         dinp[i] = dout[i] * d;
     }
 }

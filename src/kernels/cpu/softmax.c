@@ -55,9 +55,12 @@ void ct_log_softmax_forward(float *out, const float *inp, int64_t N, int64_t C) 
         const float *x = inp + n * C;
         float maxv;
         double sum = row_exp_sum(x, NULL, C, &maxv);
-        float lse = maxv + (float)log(sum), *y = out + n * C;
+        // (x - max) - log(sum), as jax.nn.log_softmax: x - (max + log(sum))
+        // rounds the logsumexp to the spacing of floats near max (1 at 1e7),
+        // which swamps log(sum) for large logits (tests/test_kernels.c).
+        float log_sum = (float)log(sum), *y = out + n * C;
 #pragma omp simd
-        for (int64_t c = 0; c < C; c++) y[c] = x[c] - lse;
+        for (int64_t c = 0; c < C; c++) y[c] = (x[c] - maxv) - log_sum;
     }
 }
 
@@ -116,8 +119,8 @@ void ct_log_softmax_forward_ref(float *out, const float *inp, int64_t N, int64_t
         const float *x = inp + n * C;
         float maxv;
         double sum = row_exp_sum_ref(x, NULL, C, &maxv);
-        float lse = maxv + (float)log(sum), *y = out + n * C;
-        for (int64_t c = 0; c < C; c++) y[c] = x[c] - lse;
+        float log_sum = (float)log(sum), *y = out + n * C;
+        for (int64_t c = 0; c < C; c++) y[c] = (x[c] - maxv) - log_sum;
     }
 }
 
