@@ -74,6 +74,11 @@ ct_status ct_fs_write_from(int fd, const void *data, size_t n, size_t *done, con
         ssize_t k = write(fd, p + *done, left < (1u << 30) ? left : (1u << 30));
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) return ct_error_set(err, CT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        // write(2) moving nothing with bytes left says no error, but retrying
+        // would loop for ever.
+        if (k == 0)
+            return ct_error_set(err, CT_ERR_IO, "%s: write wrote nothing with %zu bytes left (device full?)", path,
+                                left);
         *done += (size_t)k;
     }
     return CT_OK;
