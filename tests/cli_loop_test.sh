@@ -279,6 +279,16 @@ else
         bad "a second SIGTERM: exit $rc: $(tail -n 2 "$work/sig2.log")"
 fi
 
+# stdout on a full disk: the run trains and checkpoints, but its log is lost,
+# and that must not look done (it exited 0 without a word).
+if [[ -c /dev/full ]]; then
+    "$ctrax" train "$b" --set train.random_seed=5 --steps 2 --output-dir "$work/full" >/dev/full 2>"$work/full.err"
+    rc=$?
+    ((rc == 1)) && grep -q "ctrax train: writing to stdout failed" "$work/full.err" &&
+        ok "stdout on a full disk: exit 1, $(tail -n 1 "$work/full.err")" ||
+        bad "stdout on a full disk: exit $rc: $(tail -n 2 "$work/full.err")"
+fi
+
 # The live progress line on a terminal (script(1) gives the run one): its
 # tokens/s over its steps/s is the tokens of one step, copy.gin's 32 x 34 =
 # 1088 (each update adds one step's tokens, not those since the last log).

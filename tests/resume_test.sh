@@ -57,8 +57,10 @@ for f in weights.safetensors slots.safetensors; do
 done
 if ((kills == 0)); then echo "FAIL: no run was killed (too fast?)"; fail=1; fi
 
-# SIGINT and SIGTERM finish the step, write a checkpoint of it and exit 0.
+# SIGINT and SIGTERM finish the step, write a checkpoint of it and exit
+# 128 + the signal's number (130, 143): the run is not finished.
 for sig in INT TERM; do
+    want=$((128 + $(kill -l "$sig")))
     rm -rf "$work/signal"
     "$ctrax" train "$config" --output-dir "$work/signal" >"$work/signal.log" 2>&1 &
     pid=$!
@@ -70,12 +72,28 @@ for sig in INT TERM; do
     wait "$pid"
     rc=$?
     stopped=$(sed -n 's/^stopped at step \([0-9]*\);.*/\1/p' "$work/signal.log")
-    if ((rc != 0)) || [[ -z $stopped ]] || [[ ! -f $work/signal/model_$stopped/state.json ]]; then
-        echo "FAIL: SIG$sig: exit $rc, stopped at '${stopped}', checkpoint model_${stopped} missing?"
+    if ((rc != want)) || [[ -z $stopped ]] || [[ ! -f $work/signal/model_$stopped/state.json ]]; then
+        echo "FAIL: SIG$sig: exit $rc (want $want), stopped at '${stopped}', checkpoint model_${stopped} missing?"
         tail -n 5 "$work/signal.log"
         fail=1
     else
-        echo "SIG$sig: exit 0, stopped at step $stopped with checkpoint model_$stopped"
+        echo "SIG$sig: exit $rc, stopped at step $stopped with checkpoint model_$stopped"
+        # The same command continues to the end, bit for bit the straight run,
+        # with its metrics (all but the timings).
+        "$ctrax" train "$config" --output-dir "$work/signal" >>"$work/signal.log" 2>&1
+        rc=$?
+        same=0
+        for f in weights.safetensors slots.safetensors; do
+            cmp -s "$work/straight/model_200/$f" "$work/signal/model_200/$f" && same=$((same + 1))
+        done
+        if ((rc == 0 && same == 2)) && cmp -s <(grep -v 'steps per second' "$work/straight/metrics.jsonl") \
+            <(grep -v 'steps per second' "$work/signal/metrics.jsonl"); then
+            echo "SIG$sig: resumed from step $stopped, model_200 and metrics.jsonl equal the straight run's"
+        else
+            echo "FAIL: SIG$sig: resumed from step $stopped: exit $rc, $same of 2 files equal, or metrics.jsonl differs"
+            tail -n 3 "$work/signal.log"
+            fail=1
+        fi
     fi
 done
 if ((fail)); then echo "resume_test: 0 passed, 1 failed"; exit 1; fi

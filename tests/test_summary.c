@@ -95,6 +95,12 @@ static void test_formats(void) {
     CHECK_MSG(!strcmp(buf, "step 1/100000 | loss 9.0000 | - steps/s | - tokens/s | ETA -"), "[%s]", buf);
     ct_progress_format(buf, sizeof buf, 5, 100000, 1.0, 0.2, 2.5e6, 7322);
     CHECK_MSG(!strcmp(buf, "step 5/100000 | loss 1.0000 | 0.20 steps/s | 2.50M tokens/s | ETA 2h02m02s"), "[%s]", buf);
+    // The unit boundaries: 3599.5 s rounds to an hour (1h00m00s, not
+    // 60m00s), 59.5 s to a minute, 1000 tokens/s is 1.00k.
+    ct_progress_format(buf, sizeof buf, 7, 9, 0.5, 2, 1e3, 3599.5);
+    CHECK_MSG(strstr(buf, "| 1.00k tokens/s | ETA 1h00m00s") != NULL, "[%s]", buf);
+    ct_progress_format(buf, sizeof buf, 7, 9, 0.5, 1, 1, 59.5);
+    CHECK_MSG(strstr(buf, "| ETA 1m00s") != NULL, "[%s]", buf);
 }
 
 // ---- metrics.jsonl ----------------------------------------------------------

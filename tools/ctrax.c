@@ -30,8 +30,11 @@
 #define MAX_SETS 64
 #define MAX_CONFIGS 64
 
-// Set by SIGINT/SIGTERM: the loop finishes its step, writes a checkpoint and
-// returns (a program global, not the library's).
+// Set by SIGINT/SIGTERM (to the signal's number): the loop finishes its
+// step, writes a checkpoint and returns (a program global, not the
+// library's), and ctrax train exits 128 + that number, as a shell reports a
+// process the signal ended: the run is not finished, so a script's
+// `ctrax train ... && next` or a scheduler must not take it as done.
 static volatile sig_atomic_t stop_requested;
 
 // The first SIGINT/SIGTERM asks the loop to stop after the step (with a
@@ -50,7 +53,7 @@ static void on_signal(int sig) {
         raise(sig);
         return;
     }
-    stop_requested = 1;
+    stop_requested = sig;
     ssize_t n = write(STDERR_FILENO, stop_message, stop_message_len);
     (void)n;
 }
@@ -88,7 +91,8 @@ static void train_usage(FILE *f) {
             "Trains the model a gin config describes (configs/ has examples), with evals,\n"
             "checkpoints and summaries in the output directory. A directory that holds a\n"
             "checkpoint is resumed from its newest complete one, exactly where it stopped.\n"
-            "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits.\n"
+            "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits\n"
+            "with status 130 (143), as that signal would: the run is not finished.\n"
             "Under `mpirun -np M`, each process trains on its share of every batch.\n"
             "\n"
             "Trax's trainer_main flags work too: several config files and bindings, read as\n"
@@ -864,7 +868,7 @@ static int run_train(const train_args *a) {
     ct_error_clear(&err);
     ct_loop_options o;
     int64_t steps = 0;
-    int rc = 1;
+    int rc = 1, stopped_rc = 0;  // stopped_rc: 128 + the signal that stopped the run
     if (ct_comm_mpi_launched() && ct_comm_mpi_new(&r.comm, 0, &err) != CT_OK) goto done;
     int rank = r.comm ? ct_comm_rank(r.comm) : 0;
     if (rank != 0) ct_log_set_level(CT_LOG_ERROR);  // the chief speaks for the job
@@ -952,13 +956,16 @@ static int run_train(const train_args *a) {
                    (long long)ct_loop_step(r.loop), r.output_dir);
     }
     rc = 0;
+    // Another process's signal stops this one too (under mpirun every one
+    // hears SIGTERM).
+    if (ct_loop_stopped(r.loop)) stopped_rc = 128 + (stop_requested ? (int)stop_requested : SIGTERM);
 done:
     if (rc) {
         fprintf(stderr, "ctrax train: %s\n", err.msg);
         if (r.comm && ct_comm_size(r.comm) > 1) ct_comm_abort(r.comm, 1);  // the others cannot go on alone
     }
     train_run_free(&r);
-    return rc;
+    return rc ? rc : stopped_rc;
 }
 
 // ---- main --------------------------------------------------------------------------
@@ -1038,7 +1045,10 @@ int main(int argc, char **argv) {
         int r = parse_train_args(argc - 2, argv + 2, &a);
         if (r == 1) return ctrax_flush_stdout("train");  // --help, --configurables
         if (r) return r;
-        return run_train(&a);
+        // The log lost (a full disk) must not look done, even when the
+        // checkpoints were written.
+        r = run_train(&a);
+        return r ? r : ctrax_flush_stdout("train");
     }
     // eval, sample and info --system read --threads themselves.
     if (!strcmp(cmd, "eval")) return ctrax_cmd_eval(argc - 1, argv + 1);

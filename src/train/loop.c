@@ -1543,7 +1543,12 @@ ct_status ct_loop_run(ct_loop *loop, int64_t n_steps, ct_error *err) {
         // restarts it after its evals).
         if (logged) l->log_time = now_s();
         if (l->stopped) {
-            if (is_chief(l)) ct_log(CT_LOG_INFO, "stopped at step %lld on request; checkpoint written", (long long)l->step);
+            if (is_chief(l)) {
+                // On a terminal the progress line is up: erased first, or the
+                // line would be written after it, on the same line.
+                ct_progress_clear(l->progress);
+                ct_log(CT_LOG_INFO, "stopped at step %lld on request; checkpoint written", (long long)l->step);
+            }
             break;
         }
     }

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# `ctrax train`'s command line at its edges: --steps 0 (a run of no steps,
+# not the config's train.steps), a resume exactly at train.steps, and the
+# setting-aside of an earlier run's files (memory_plan.json and a temporary
+# checkpoint among them; a previous-<UTC time> name already taken).
+#   cli_train_test.sh CTRAX
+set -uo pipefail
+ctrax=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: one run is started elsewhere
+config="$(cd "$(dirname "$0")/.." && pwd)/configs/copy.gin"
+source "$(dirname "$0")/cli_common.sh" cli_train_test
+
+# --steps 0 binds train.steps = 0 (copy.gin says 1000): no step runs, the
+# initial weights are the checkpoint, and the operative config says 0.
+"$ctrax" train "$config" --steps 0 --output-dir "$work/zero" >"$work/zero.log" 2>&1
+rc=$?
+if ((rc == 0)) && grep -q '^done: step 0;' "$work/zero.log" && [[ -d $work/zero/model_0 && ! -d $work/zero/model_1 ]] &&
+    grep -q '^train.steps = 0$' "$work/zero/config.gin"; then
+    ok "--steps 0: no step, model_0 written, train.steps = 0 in config.gin"
+else
+    bad "--steps 0: exit $rc: $(tail -n 1 "$work/zero.log"); $(ls "$work/zero" | tr '\n' ' ')"
+fi
+# copy.gin's train.random_seed = 0 is a seed like any other, not None: none
+# is drawn, and the operative config keeps 0.
+if ! grep -q '^random seed:' "$work/zero.log" && grep -q '^train.random_seed = 0$' "$work/zero/config.gin"; then
+    ok "train.random_seed = 0 is kept, not drawn"
+else
+    bad "train.random_seed = 0: $(grep '^random seed' "$work/zero.log"); $(grep random_seed "$work/zero/config.gin")"
+fi
+
+# A resume at exactly train.steps trains nothing, and says so.
+"$ctrax" train "$config" --steps 2 --output-dir "$work/two" >"$work/two.log" 2>&1
+"$ctrax" train "$config" --steps 2 --output-dir "$work/two" >"$work/two.log" 2>&1
+if grep -q '^nothing to train: the run is at step 2, train.steps is 2 ' "$work/two.log"; then
+    ok "a resume at train.steps says it trains nothing"
+else
+    bad "a resume at train.steps: $(tail -n 2 "$work/two.log" | tr '\n' ' ')"
+fi
+
+# Without --output-dir the run writes runs/<the config's name without its
+# extension> under the working directory, as the README's runs/copy.
+mkdir -p "$work/cwd"
+(cd "$work/cwd" && "$ctrax" train "$config" --steps 1 >"$work/cwd.log" 2>&1)
+if [[ -f $work/cwd/runs/copy/model_1/manifest.json ]] && grep -q '; output runs/copy$' "$work/cwd.log"; then
+    ok "no --output-dir: runs/copy"
+else
+    bad "no --output-dir: $(ls "$work/cwd/runs" 2>&1 | tr '\n' ' '); $(tail -n 1 "$work/cwd.log")"
+fi
+
+# --restart sets every file of the earlier run aside: memory_plan.json (the
+# new run would write over it) and a temporary checkpoint a killed run left.
+# The previous-<UTC time> names of the next seconds are taken already (a
+# user's, or runs restarted within one second): the run takes the next free
+# previous-<time>-<k>.
+dir=$work/two
+mkdir -p "$dir/.tmp-model_3-99"
+echo '{"weights": 1}' >"$dir/memory_plan.json"
+now=$(date -u +%s)
+for s in 0 1 2 3 4 5; do mkdir -p "$dir/previous-$(date -u -d "@$((now + s))" +%Y%m%d-%H%M%S)"; done
+"$ctrax" train "$config" --steps 1 --restart --output-dir "$dir" >"$work/restart.log" 2>&1
+rc=$?
+prev=$(sed -n 's|.* are now in \(.*\)$|\1|p' "$work/restart.log")
+if ((rc == 0)) && [[ $prev =~ /previous-[0-9]{8}-[0-9]{6}-1$ ]] && [[ -d $prev/.tmp-model_3-99 && -d $prev/model_2 ]] &&
+    [[ $(cat "$prev/memory_plan.json") == '{"weights": 1}' && ! -e $dir/.tmp-model_3-99 ]]; then
+    ok "--restart sets memory_plan.json and .tmp-* aside, into $(basename "$prev")"
+else
+    bad "--restart: exit $rc, set aside into '$prev': $(ls -A "$prev" 2>/dev/null | tr '\n' ' '); $(tail -n 1 "$work/restart.log")"
+fi
+
+# Ctrl-C on a terminal: the live progress line (stderr, redrawn with '\r') is
+# erased before the loop's "stopped at step N" line, which then starts a line
+# of its own (it was written after the progress text, on the same line). A
+# batch of 256 makes each step longer than the line's 0.1 s redraw period, so
+# the step the stop comes after has drawn it.
+if command -v script >/dev/null; then
+    script -qc "sh -c '\"$ctrax\" train \"$config\" --steps 50 --set train.batch_size=256 --output-dir \"$work/tty\" &
+        p=\$!; for _ in \$(seq 300); do grep -q \"step 2/50\" \"$work/tty.log\" && break; sleep 0.1; done
+        kill -INT \$p; wait \$p'" /dev/null >"$work/tty.log" 2>&1
+    # The stop's lines as the terminal shows them: the terminal's CR before
+    # each LF dropped, then each other '\r' returns to the line's start, and
+    # ESC[K erases what is right of the cursor.
+    shown=$(sed 's/\r$//' "$work/tty.log" | tr '\r' '\n' | sed 's/\x1b\[K//g')
+    stop_line=$(grep 'stopped at step [0-9]* on request' <<<"$shown")
+    next_line=$(grep -A1 'stopped at step [0-9]* on request' <<<"$shown" | tail -n 1)
+    if [[ $stop_line == "[ctrax info] stopped at step "* ]]; then
+        ok "Ctrl-C on a terminal: the stop's line starts a line: $stop_line"
+    else
+        bad "Ctrl-C on a terminal: the stop's line shares the progress line: '$(cat -v <<<"$stop_line")'"
+    fi
+    # The progress line, erased, is not ended with a newline: no blank line.
+    if [[ $next_line == "stopped at step "*"; checkpoint written."* ]]; then
+        ok "Ctrl-C on a terminal: no blank line after the stop's line"
+    else
+        bad "Ctrl-C on a terminal: after the stop's line: '$(cat -v <<<"$next_line")'"
+    fi
+else
+    ok "Ctrl-C on a terminal: no script(1) here (skipped)"
+fi
+
+cli_done
