@@ -96,4 +96,17 @@ else
     ok "Ctrl-C on a terminal: no script(1) here (skipped)"
 fi
 
+# stderr and stdout closed (2>&- >&-): the run's lock file must not take their
+# descriptors, or the log goes into .ctrax-lock (it did: "[ctrax info]
+# resuming from ..." there), which must hold only the owner's pid.
+"$ctrax" train "$config" --steps 2 --output-dir "$work/closed" >&- 2>&-
+"$ctrax" train "$config" --steps 3 --output-dir "$work/closed" >&- 2>&-
+rc=$?
+lock=$(cat "$work/closed/.ctrax-lock" 2>/dev/null)
+if ((rc == 0)) && [[ $lock =~ ^[0-9]+$ ]] && [[ -d $work/closed/model_3 ]]; then
+    ok "stdout and stderr closed: the run resumed to step 3; .ctrax-lock holds '$lock'"
+else
+    bad "stdout and stderr closed: exit $rc; .ctrax-lock holds '$(head -c 200 <<<"$lock" | tr '\n' '|')'"
+fi
+
 cli_done

@@ -1021,7 +1021,20 @@ static void prepare_environment(char **argv) {
     if (wait) unsetenv("GOMP_SPINCOUNT");
 }
 
+// A standard stream closed by the caller (`2>&-`) would be taken by the
+// next file opened, the run's .ctrax-lock, and the log written into it: each
+// closed one is opened on /dev/null first (open takes the lowest free
+// descriptor, so going up from 0 fills each in place).
+static void open_standard_streams(void) {
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+            if (got > fd) close(got);  // not reached: fd is the lowest free one
+        }
+}
+
 int main(int argc, char **argv) {
+    open_standard_streams();
     prepare_environment(argv);
     // OpenMP read OMP_NUM_THREADS when it loaded; --threads has the same
     // bounds (a count in the tens of thousands overflowed libgomp's stack).
