@@ -727,20 +727,21 @@ static void print_blas(void) {
 // The trainer's memory plan: one line at start, and the same figures (bytes)
 // in <output_dir>/memory_plan.json, recorded with the run.
 static void print_memory_plan(const ct_memory_plan *p, const char *output_dir) {
-    char line[512], path[4096];
+    char line[512], path[4096], json[512];
     printf("%s\n", ct_memory_plan_format(p, line, sizeof line));
     int n = snprintf(path, sizeof path, "%s/memory_plan.json", output_dir);
-    FILE *f = n > 0 && (size_t)n < sizeof path ? fopen(path, "w") : NULL;
-    if (!f) {
-        ct_log(CT_LOG_WARN, "%s: cannot write the memory plan", path);
-        return;
-    }
-    fprintf(f,
-            "{\"weights\": %zu, \"gradients\": %zu, \"optimizer_slots\": %zu, \"state\": %zu, "
-            "\"activations\": %zu, \"stack\": %zu, \"scratch\": %zu, \"device_bytes\": %zu, \"host_bytes\": %zu}\n",
-            p->weights, p->grads, p->slots, p->state, p->activations, p->stack, p->scratch, p->device_bytes,
-            p->host_bytes);
-    fclose(f);
+    int len = snprintf(json, sizeof json,
+                       "{\"weights\": %zu, \"gradients\": %zu, \"optimizer_slots\": %zu, \"state\": %zu, "
+                       "\"activations\": %zu, \"stack\": %zu, \"scratch\": %zu, \"device_bytes\": %zu, "
+                       "\"host_bytes\": %zu}\n",
+                       p->weights, p->grads, p->slots, p->state, p->activations, p->stack, p->scratch, p->device_bytes,
+                       p->host_bytes);
+    // Atomic and checked to the end (a full disk left it cut short, unsaid).
+    ct_error err;
+    if (n <= 0 || (size_t)n >= sizeof path)
+        ct_log(CT_LOG_WARN, "%s/memory_plan.json: path too long: the memory plan is not written", output_dir);
+    else if (ct_fs_write_atomic(path, json, (size_t)len, &err) != CT_OK)
+        ct_log(CT_LOG_WARN, "the memory plan is not written: %s", err.msg);
 }
 
 // A run that starts at step 0 in a directory an earlier run wrote (with
