@@ -135,6 +135,9 @@ fails "no config at all" 2 "which config?" --config='train.steps=1'
 fails "two positional configs" 2 "--config_file=FILE" "$b" "$work/three.gin"
 fails "a misspelt flag" 2 "unknown option '--config_files=x'" --config_files=x
 fails "--threads 0" 2 "--threads expects an integer in [1, 4096], got '0'" "$b" --threads 0
+# strtoll alone takes leading blanks and a '+' (a quoting slip passed as 2)
+fails "--threads ' 2'" 2 "--threads expects an integer in [1, 4096], got ' 2'" "$b" --threads ' 2'
+fails "--threads +2" 2 "--threads expects an integer in [1, 4096], got '+2'" "$b" --threads +2
 help=$("$ctrax" train --help)
 for flag in --config_file --config --output_dir --dataset --data_dir --model --threads --set --output-dir; do
     grep -qe "^  $flag " <<<"$help" && ok "--help lists $flag" || bad "--help does not list $flag"
@@ -162,6 +165,10 @@ cp "$b" "$work/..gin"
 cp "$b" "$work/.gin"
 fails "a config named ..gin" 1 "..gin: its name gives no output directory (runs/.): give --output-dir DIR" "$work/..gin"
 fails "a config named .gin" 1 ".gin: its name gives no output directory (runs/): give --output-dir DIR" "$work/.gin"
+# Cut to its first 4,095 bytes it would be another directory than asked for.
+long_dir=$(printf "$work/%04100d" 0)
+fails "a 4,1xx-byte --output_dir" 1 "--output_dir is $((${#work} + 4101)) bytes long (at most 4095)" "$b" \
+    --output_dir="$long_dir"
 fails "--output-dir ''" 2 "--output-dir needs a directory, got ''" "$b" --output-dir ""
 fails "more replicas than threads" 1 "--devices 2 replicas are 2 threads, more than --threads 1 allows" \
     "$b" --devices 2 --threads 1 --output-dir "$work/t6"

@@ -374,6 +374,8 @@ expect_exit 2 "--length expects an integer" sample "$run10" --length -1
 expect_exit 2 "--temperature expects a number" sample "$run10" --temperature warm
 expect_exit 2 "--temperature expects a number in \[0, 1e\+06\], got '1e400'" sample "$run10" --temperature 1e400
 expect_exit 2 "--temperature expects a number" sample "$run10" --temperature nan
+expect_exit 2 "--temperature expects a number in \[0, 1e\+06\], got ' 1'" sample "$run10" --temperature ' 1'
+expect_exit 2 "--length expects an integer in \[0, 16777216\], got '\+4'" sample "$run10" --length +4
 # A subnormal is in [0, 1e6] (strtod's ERANGE once refused it, saying so).
 expect_exit 0 "temperature 9.99989e-321" sample "$run10" --length 3 --temperature 1e-320
 expect_exit 2 "--top-k expects an integer" sample "$run10" --top-k 1.5

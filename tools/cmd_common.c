@@ -1,5 +1,6 @@
 // Helpers the ctrax subcommands share: options, numbers, checkpoints.
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -33,11 +34,18 @@ int ctrax_opt_value(const char *cmd, int argc, char **argv, int *i, const char *
     return 1;
 }
 
+// strtoll and strtod skip leading white space and take a '+': "--steps ' 5'"
+// (a quoting slip) or "+5" would pass as 5, so a value must start as a
+// number is written: a digit, a '-', or for a number a '.'.
+static bool starts_as_number(const char *s, bool real) {
+    return isdigit((unsigned char)*s) || *s == '-' || (real && *s == '.');
+}
+
 int ctrax_parse_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    if (!starts_as_number(s, false) || errno || end == s || *end || v < lo || v > hi) {
         fprintf(stderr, "ctrax %s: %s expects an integer in [%lld, %lld], got '%s'\n", cmd, opt, (long long)lo,
                 (long long)hi, s);
         return -1;
@@ -52,7 +60,7 @@ int ctrax_parse_double(const char *cmd, const char *opt, const char *s, double l
     double v = strtod(s, &end);
     // ERANGE also marks an underflow (1e-320, a subnormal): in range, so
     // only an overflow (inf) is refused.
-    if (end == s || *end || !isfinite(v) || !(v >= lo && v <= hi)) {
+    if (!starts_as_number(s, true) || end == s || *end || !isfinite(v) || !(v >= lo && v <= hi)) {
         fprintf(stderr, "ctrax %s: %s expects a number in [%g, %g], got '%s'\n", cmd, opt, lo, hi, s);
         return -1;
     }

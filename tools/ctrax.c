@@ -560,7 +560,11 @@ static void loop_options(train_run *r, const train_args *a, const ct_train_setti
 // a name that would be runs/ itself or another directory ('.gin', '..gin')
 // is refused.
 static ct_status output_dir(train_run *r, const train_args *a, ct_error *err) {
+    // A longer name would be cut short here: another directory than asked for.
     if (a->output_dir) {  // never empty: parse refused it as bad usage
+        if (strlen(a->output_dir) >= sizeof r->output_dir)
+            return ct_error_set(err, CT_ERR_ARG, "--output_dir is %zu bytes long (at most %zu): '%.60s...'",
+                                strlen(a->output_dir), sizeof r->output_dir - 1, a->output_dir);
         snprintf(r->output_dir, sizeof r->output_dir, "%s", a->output_dir);
         return CT_OK;
     }
