@@ -453,6 +453,14 @@ static void test_errors(void) {
     float wnan[2] = {1, NAN};
     l2in[2].data = wnan;
     expect_error(ct_l2_loss(), l2in, 3, CT_ERR_ARG, "layer L2Loss", "sum of weights (2) f32 is NaN");
+    // A negative weight: where weights cancel in a device's shard or a loss
+    // chunk ({1, -1}) that part's weighted sum would be taken as 0.
+    l2in[2].data = (float[]){1, -1};
+    expect_error(ct_l2_loss(), l2in, 3, CT_ERR_ARG, "layer L2Loss",
+                 "weights (2) f32: weight [1] is -1; loss weights are >= 0");
+    in[2].data = (float[]){2.5f, -0.5f};
+    expect_error(ct_weighted_category_cross_entropy(), in, 3, CT_ERR_ARG, "layer WeightedCategoryCrossEntropy",
+                 "weight [1] is -0.5; loss weights are >= 0");
     l2in[2].data = w0;
 
     // Shapes that do not fit, at init.

@@ -7,8 +7,8 @@
 // f32 of the targets' shape (L2Loss: outputs, targets and weights are f32 of
 // one shape; BinaryCrossEntropy: logits f32 and targets int32 of one shape,
 // no weights). A target id outside [0, V) (BinaryCrossEntropy: other than 0
-// or 1) is an error naming it; so is a NaN weight sum. A weight sum of 0
-// gives 0, with loss weight 0 (see weight_sum).
+// or 1) is an error naming it; so are a NaN weight sum and a negative
+// weight. A weight sum of 0 gives 0, with loss weight 0 (see weight_sum).
 //
 // Gradients: a loss's backward gives the gradient of its f32 model output
 // only. Targets and weights get none (NULL-data gradients): they are data,
@@ -117,17 +117,25 @@ static ct_status check_targets(const ct_layer *l, const ct_tensor *targets, int6
     return CT_OK;
 }
 
-// The sum of weights, which must not be NaN. A sum of 0 is allowed: the
-// weighted mean over nothing is taken as 0 with weight 0 (a data-parallel
-// device whose shard is all padding adds nothing); callers that need weight
-// check ct_ctx.loss_weight.
+// The sum of weights, which must not be NaN, with no weight below 0. A sum
+// of 0 (every weight 0) is allowed: the weighted mean over nothing is taken
+// as 0 with weight 0 (a data-parallel device whose shard is all padding adds
+// nothing); callers that need weight check ct_ctx.loss_weight. Negative
+// weights are refused: where they cancel within a device's shard or a chunk
+// of the chunked loss ({1, -1}), that part's sum L_c W_c would be taken as 0
+// and the batch's loss and gradient would be wrong.
 static ct_status weight_sum(const ct_layer *l, const ct_tensor *weights, double *wsum, ct_error *err) {
-    *wsum = ct_weight_sum(weights->data, ct_tensor_numel(weights));
-    if (isnan(*wsum)) {
-        char a[CT_SIG_STR_MAX];
+    const float *w = weights->data;
+    int64_t n = ct_tensor_numel(weights);
+    char a[CT_SIG_STR_MAX];
+    *wsum = ct_weight_sum(w, n);
+    if (isnan(*wsum))
         return ct_layer_fail(l, err, CT_ERR_ARG, "forward", "sum of weights %s is NaN",
                              ct_tensor_sig_str(weights, a, sizeof a));
-    }
+    for (int64_t i = 0; i < n; i++)
+        if (w[i] < 0.0f)
+            return ct_layer_fail(l, err, CT_ERR_ARG, "forward", "weights %s: weight [%lld] is %g; loss weights are >= 0",
+                                 ct_tensor_sig_str(weights, a, sizeof a), (long long)i, (double)w[i]);
     return CT_OK;
 }
 
