@@ -1,5 +1,6 @@
 // Core: threefry known answers, keys, tensors, the arena, device accounting,
 // errors.
+#include <float.h>
 #include <setjmp.h>
 #include <unistd.h>
 
@@ -83,6 +84,17 @@ static void test_keys(void) {
     ct_random_uniform(a, u, 10000, 1000000.0f, 1000001.0f);
     for (int i = 0; i < 10000; i++) at_hi += !(u[i] >= 1000000.0f && u[i] < 1000001.0f);
     CHECK_MSG(at_hi == 0, "%d of 10000 draws outside [1e6, 1e6 + 1)", at_hi);
+    // A range wider than FLT_MAX: hi - lo overflows float (inf * 0 is NaN,
+    // inf * u is inf); every draw must still be finite and in [lo, hi).
+    int outside = 0;
+    double wide_mean = 0;
+    ct_random_uniform(a, u, 10000, -FLT_MAX, FLT_MAX);
+    for (int i = 0; i < 10000; i++) {
+        outside += !(u[i] >= -FLT_MAX && u[i] < FLT_MAX);
+        wide_mean += u[i] / FLT_MAX / 10000.0;
+    }
+    CHECK_MSG(outside == 0 && fabs(wide_mean) < 0.03, "%d of 10000 draws in [-FLT_MAX, FLT_MAX) not finite or "
+              "outside; mean %g of FLT_MAX", outside, wide_mean);
     float nrm[10000];
     ct_random_normal(b, nrm, 10000, 2.0f);
     double m = 0, v = 0;

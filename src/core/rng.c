@@ -88,7 +88,11 @@ void ct_random_uniform(ct_key key, float *out, size_t n, float lo, float hi) {
         float u = (float)(ct_random_bits(key, (uint32_t)j) >> 8) * (1.0f / 16777216.0f);
         // lo + (hi - lo) * u rounds up to hi for u near 1 when hi - lo is
         // small next to lo (never for the initializers' -a, a).
-        float v = lo + (hi - lo) * u;
+        // A span past FLT_MAX (-FLT_MAX, FLT_MAX) overflows to inf: then in
+        // double, where it is finite (only there: the float form keeps the
+        // bits every initializer has drawn so far).
+        float span = hi - lo;
+        float v = isfinite(span) ? lo + span * u : (float)((double)lo + ((double)hi - (double)lo) * (double)u);
         out[j] = v < hi ? v : nextafterf(hi, lo);
     }
 }
