@@ -60,7 +60,8 @@ static int run_evaluator(const ct_checkpoint *c, ct_layer *model, const ct_eval_
         return fail("setting up the evaluator", &err);
     }
     if (ct_net_load_checkpoint(&net, c, CT_LOAD_STRICT, &err) != CT_OK) rc = fail("loading the weights", &err);
-    else if (ct_evaluator_run(evaluator, &net, ct_key_from_seed(seed), values, &err) != CT_OK)
+    else if (ct_evaluator_run(evaluator, &net, ct_loop_eval_key(ct_key_from_seed(seed), ct_checkpoint_step(c), 0),
+                              values, &err) != CT_OK)
         rc = fail("evaluating", &err);
     else rc = CTRAX_EXIT_OK;
     int width = 0;

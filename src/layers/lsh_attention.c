@@ -255,8 +255,9 @@ static int n_slots(int64_t BH) {
 // the tag matches, else freshly hashed into the state. Eval: hashed
 // straight into t[T_BK], whatever B and T, the state's buckets untouched
 // (only a training step reruns a forward on one key, for backward's
-// recomputation; an evaluator runs every batch under one key). mask: (B,T)
-// or NULL.
+// recomputation; an eval forward runs once). The rotations come from the
+// state's hash key in both modes, as Trax's, not from the key passed in.
+// mask: (B,T) or NULL.
 static ct_status step_buckets(ct_layer *l, ct_ctx *c, ct_tensor *t, const float *mask, int64_t B,
                               const ct_lsh_dims *d, const int *f, int n_f, ct_key key, ct_error *err) {
     const lsh_hp *hp = l->hp;

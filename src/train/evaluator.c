@@ -163,7 +163,10 @@ ct_status ct_evaluator_run(ct_evaluator *e, const ct_net *net, ct_key key, doubl
     int n = 2 * e->task.n_metrics;
     double sums[2 * CT_EVAL_MAX_METRICS + 1] = {0};
     ct_status st = CT_OK;
-    for (int b = 0; b < e->task.n_batches && st == CT_OK; b++) st = run_batch(e, net, key, sums, err);
+    // A key per batch, as Trax draws a fresh one for each (only layers that
+    // draw in eval mode see it: LSHSelfAttention's hash rotations).
+    for (int b = 0; b < e->task.n_batches && st == CT_OK; b++)
+        st = run_batch(e, net, ct_key_fold_in(key, (uint32_t)b), sums, err);
     if (e->comm) {
         sums[n] = st != CT_OK;
         ct_status cst = ct_comm_allreduce_f64(e->comm, sums, (size_t)n + 1, st == CT_OK ? err : NULL);

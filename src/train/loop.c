@@ -1009,12 +1009,16 @@ static void copy_to_eval_net(ct_loop *l) {
         memcpy(l->eval_net.state, src->state + l->model->s_begin, l->eval_net.n_state * sizeof(float));
 }
 
+ct_key ct_loop_eval_key(ct_key loop_key, int64_t step, int task) {
+    return ct_key_fold_in(ct_train_step_key(ct_key_split(loop_key, 3), step), (uint32_t)task);
+}
+
 // Runs evaluator e, records its metrics (the main task's as
 // "metrics/<name>", an additional task's as "metrics/<prefix>/<name>") and
 // leaves them in values.
 static ct_status run_one_eval(ct_loop *l, int e, const ct_net *net, double *values, ct_error *err) {
     ct_evaluator *ev = l->evaluators[e];
-    CT_TRY(ct_evaluator_run(ev, net, l->key, values, err));
+    CT_TRY(ct_evaluator_run(ev, net, ct_loop_eval_key(l->key, l->step, e), values, err));
     ct_status st = CT_OK;
     for (int m = 0; m < ct_evaluator_n_metrics(ev) && st == CT_OK; m++) {
         const char *name = ct_evaluator_metric_name(ev, m);
@@ -1279,8 +1283,10 @@ static ct_status open_output(ct_loop *l, ct_error *err) {
     if (!l->opts.output_dir || !is_chief(l)) return CT_OK;
     CT_TRY(ct_summary_open(&l->summary, l->opts.output_dir, l->step, err));
     if (!l->opts.config_text) return CT_OK;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.gin", l->opts.output_dir);
+    char path[CT_FS_PATH_CAP];
+    if ((size_t)snprintf(path, sizeof path, "%s/config.gin", l->opts.output_dir) >= sizeof path)
+        return ct_error_set(err, CT_ERR_ARG, "loop: output_dir '%.60s...' is too long for its config.gin",
+                            l->opts.output_dir);
     return ct_fs_write_atomic(path, l->opts.config_text, strlen(l->opts.config_text), err);
 }
 

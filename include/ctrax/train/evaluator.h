@@ -52,7 +52,7 @@ ct_status ct_evaluator_model_net(ct_evaluator *e, ct_net *net, ct_key init_key, 
 // Runs the task's n_batches batches with the model on net's weights (a net
 // whose slabs hold the model's weights: the trainer's, or one from
 // ct_evaluator_model_net) and writes each metric's average to values[m]
-// (NaN when nothing was weighed). Every process calls it; when one fails
+// (NaN when nothing was weighed). Batch b runs with ct_key_fold_in(key, b). Every process calls it; when one fails
 // (its error), every other one returns an error too (CT_ERR_STATE).
 ct_status ct_evaluator_run(ct_evaluator *e, const ct_net *net, ct_key key, double *values, ct_error *err);
 

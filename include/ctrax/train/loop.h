@@ -87,7 +87,8 @@
 //
 // Every step the step key is ct_key_fold_in(ct_key_split(loop key, 1),
 // step) (past 2^32 steps with the step's high 32 bits folded in after), so
-// a resumed run draws the same dropout masks as the uninterrupted one.
+// a resumed run draws the same dropout masks as the uninterrupted one. Evals
+// run with ct_loop_eval_key.
 #ifndef CTRAX_TRAIN_LOOP_H
 #define CTRAX_TRAIN_LOOP_H
 
@@ -279,6 +280,13 @@ ct_status ct_loop_load_weights(ct_loop *loop, const char *checkpoint_dir, const 
 // Trax's random_seed = None: a seed drawn from the system (getrandom, else
 // /dev/urandom), in [0, 2^31) as Trax's random.randint(0, 2**31 - 1).
 ct_status ct_loop_system_seed(uint64_t *seed, ct_error *err);
+// The key eval task `task` (0: the main one, then the additional ones) runs
+// with at step: ct_key_fold_in(K, task), K the step key rule applied to
+// ct_key_split(loop_key, 3); ct_evaluator_run folds in each batch's index,
+// so every eval batch has a key of its own (Trax's run_evals draws one per
+// batch), the same again on resume. loop_key is ct_key_from_seed(seed).
+// `ctrax eval` uses it too, so it prints what the run's eval printed.
+ct_key ct_loop_eval_key(ct_key loop_key, int64_t step, int task);
 // The seed recorded in the newest complete checkpoint of output_dir (what a
 // run that drew its seed must use again when it resumes): *found false when
 // output_dir holds no checkpoint.
