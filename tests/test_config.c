@@ -1798,6 +1798,9 @@ static void test_token_inputs(void) {
         ct_batch b;
         CHECK(ct_stream_next(eval, &b, &err) == CT_ERR_FORMAT);
         CHECK_MSG(strstr(err.msg, "tokens.bin: token") && strstr(err.msg, "is not below vocab_size 20"), "%s", err.msg);
+        // Found while training, far from the config: it names the setting
+        // (not the model's vocab_size, which the file may well fit).
+        CHECK_MSG(strstr(err.msg, "vocab_size from bad.gin:2:1: TokenInputs.vocab_size = 20"), "%s", err.msg);
         printf("  error: %s\n", err.msg);
     }
     ct_stream_free(train);

@@ -586,6 +586,16 @@ static void test_tokens(void) {
               err.msg);
     printf("  bad token: %s\n", err.msg);
     ct_stream_free(s);
+    // A caller that knows where vocab_size was set has the error name it.
+    p.vocab_size = 1000;  // token 0 is 70000
+    p.vocab_size_source = "v.gin:7:1: TokenInputs.vocab_size = 1000";
+    CHECK_OK(ct_token_stream_new(&s, &p, &err), &err);
+    CHECK(s && ct_stream_next(s, &b, &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "is not below vocab_size 1000 (uint32 tokens; vocab_size from v.gin:7:1: "
+                              "TokenInputs.vocab_size = 1000)"),
+              "%s", err.msg);
+    ct_stream_free(s);
+    p.vocab_size_source = NULL;
     // Without a vocab_size a uint32 token must still fit an int32 id; the
     // error does not speak of a vocab_size no one set.
     buf[8] = 0, buf[9] = 0, buf[10] = 0, buf[11] = 0x80;  // token 2 is 2^31
@@ -706,6 +716,22 @@ static void test_idx(void) {
                   err.msg);
         printf("  cut gzip: %s\n", err.msg);
     }
+    // A header declaring an empty dim; a file that starts as gzip's magic
+    // does but is not gzip (read as plain: a bad magic, not corrupt gzip
+    // data); a directory.
+    uint8_t flat[16];
+    memcpy(flat, im, 16);
+    be32(flat + 8, 0);
+    write_file(tmp_path("flat"), flat, 16);
+    CHECK(open_idx(tmp_path("flat"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT && s == NULL);
+    CHECK_MSG(strstr(err.msg, "flat: dim 1 is 0 at byte 8 (IDX images)"), "%s", err.msg);
+    flat[0] = 0x1f;
+    write_file(tmp_path("flat"), flat, 16);
+    CHECK(open_idx(tmp_path("flat"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT && s == NULL);
+    CHECK_MSG(strstr(err.msg, "flat: bad magic 0x1f000803 at byte 0"), "%s", err.msg);
+    CHECK(open_idx(tmpdir, tmp_path("lb"), &s, &err) == CT_ERR_IO && s == NULL);
+    CHECK_MSG(strstr(err.msg, ": not a regular file (a directory, device or fifo): refusing it (IDX images)"), "%s",
+              err.msg);
     // A header cut short.
     write_file(tmp_path("hdr"), im, 10);
     CHECK(open_idx(tmp_path("hdr"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
@@ -763,6 +789,13 @@ static void test_idx(void) {
         CHECK(open_idx(tmp_path("junk.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
         snprintf(want, sizeof want, "junk.gz: 1 byte after the gzip data ends at byte %zu", n);
         CHECK_MSG(strstr(err.msg, want), "%s", err.msg);
+        // A member starts with both bytes of the magic, 0x1f 0x8b: 0x1f and
+        // another byte are junk.
+        gz[n + 1] = 'j';
+        write_file(tmp_path("junk.gz"), gz, n + 2);
+        CHECK(open_idx(tmp_path("junk.gz"), tmp_path("lb"), &s, &err) == CT_ERR_FORMAT);
+        snprintf(want, sizeof want, "junk.gz: 2 bytes after the gzip data ends at byte %zu", n);
+        CHECK_MSG(strstr(err.msg, want), "%s", err.msg);
         // Two gzip members back to back are one stream (gzip -c a b > ab):
         // read as one, refused only when together they hold too much.
         uint8_t two[2 * 512];
@@ -801,6 +834,24 @@ static void test_idx(void) {
     CHECK(open_idx(tmp_path("im"), tmp_path("lb10"), &s, &err) == CT_ERR_FORMAT);
     CHECK_MSG(strstr(err.msg, "lb10: label 10 at byte 11 is not below n_classes 10"), "%s", err.msg);
     CHECK(s == NULL);
+    // Labels are bytes: n_classes 256 takes any of them, 257 is refused.
+    // And both paths must be given.
+    ct_idx_params p = ct_idx_default_params();
+    p.images_path = tmp_path("im");
+    CHECK(ct_idx_stream_new(&s, &p, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "idx: no labels_path given"), "%s", err.msg);
+    p.images_path = "";
+    p.labels_path = tmp_path("lb10");
+    CHECK(ct_idx_stream_new(&s, &p, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "idx: no images_path given"), "%s", err.msg);
+    p.images_path = tmp_path("im");
+    p.labels_path = tmp_path("lb10");
+    p.n_classes = 256;
+    CHECK_OK(ct_idx_stream_new(&s, &p, &err), &err);
+    ct_stream_free(s);
+    p.n_classes = 257;
+    CHECK(ct_idx_stream_new(&s, &p, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "idx: n_classes is 257; expected 0..256"), "%s", err.msg);
 }
 
 // A gzip file larger than the compressed input ctrax reads at a time (128
@@ -909,6 +960,40 @@ static void test_idx_large(void) {
               "%s", err.msg);
     free(im);
     free(gz);
+
+    // More images than one piece of the read (64 MiB, idx.c): the buffer
+    // grows to exactly what the header declares, and the last image is the
+    // file's last bytes. 90000 images of 28x28 (70.56 MB) whose pixel k of
+    // the whole file is k mod 251 (a period deflate shrinks about 100x).
+    enum { BIG = 90000 };
+    size_t big = 16 + (size_t)BIG * PX;
+    uint8_t *ramp = malloc(big), *lbig = malloc(8 + (size_t)BIG);
+    CHECK(ramp && lbig);
+    if (ramp && lbig) {
+        for (size_t k = 0; k < (size_t)BIG * PX; k++) ramp[16 + k] = (uint8_t)(k % 251);
+        be32(ramp, 0x803);
+        be32(ramp + 4, BIG);
+        be32(ramp + 8, 28);
+        be32(ramp + 12, 28);
+        be32(lbig, 0x801);
+        be32(lbig + 4, BIG);
+        for (int i = 0; i < BIG; i++) lbig[8 + i] = (uint8_t)(i % 10);
+        write_gz(tmp_path("im_big.gz"), ramp, big);
+        write_file(tmp_path("lb_big"), lbig, 8 + (size_t)BIG);
+        CHECK_OK(open_idx(tmp_path("im_big.gz"), tmp_path("lb_big"), &s, &err), &err);
+        if (s) {
+            ct_batch b;
+            CHECK_OK(ct_stream_seek(s, BIG - 1, &err), &err);
+            CHECK_OK(ct_stream_next(s, &b, &err), &err);
+            size_t last = (size_t)(BIG - 1) * PX;  // the last image's first pixel, in the data
+            int good = b.n == 3 && *ct_i32(&b.t[1]) == (BIG - 1) % 10;
+            for (int k = 0; k < PX; k++) good &= ct_f32(&b.t[0])[k] == (float)((last + (size_t)k) % 251) / 255.0f;
+            CHECK_MSG(good, "the last of %d images (past the first 64 MiB) read back wrong", BIG);
+        }
+        ct_stream_free(s);
+    }
+    free(ramp);
+    free(lbig);
 }
 
 // ---- transforms -----------------------------------------------------------------------------------
@@ -1133,6 +1218,21 @@ static void test_batch(void) {
             pad_bad += ct_i32(&b.t[0])[r * (fixed_len + 6) + k] != 0 || ct_f32(&b.t[2])[r * (fixed_len + 6) + k] != 0;
     CHECK(pad_bad == 0);
     ct_stream_free(s);
+    // Examples exactly as long as length are taken as they are (only a
+    // longer one must be truncated first).
+    CHECK_OK(ct_copy_stream_new(&s, &fixed, &err), &err);
+    bp.length = fixed_len;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    if (s) {
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        CHECK(b.n == 3 && b.t[0].shape[1] == fixed_len);
+    }
+    ct_stream_free(s);
+    // A negative length is refused, not read as 0 (no fixed length).
+    bp.length = -1;
+    CHECK_OK(ct_copy_stream_new(&s, &fixed, &err), &err);
+    CHECK(ct_batch_stream_new(&s, s, &bp, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "batch: length is -1; expected >= 0 (0: no fixed length)"), "%s", err.msg);
     int64_t bounds[] = {6, 10, 14};
     CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
     bp.length = 0;
@@ -1226,7 +1326,7 @@ static void test_batch(void) {
     bp.seed = 2;
     CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
     int lengths_in_window[20], got_lengths[7 * 3] = {0}, want_lengths[7 * 3] = {0};
-    int64_t spread = 0, unbucketed_spread = 0;
+    int64_t spread = 0, unbucketed_spread = 0, descending = 0;
     for (int w = 0; w < 3; w++) {
         for (int i = 0; i < 20; i++) {
             CHECK_OK(ct_stream_next(plain, &b, &err), &err);
@@ -1234,13 +1334,15 @@ static void test_batch(void) {
             want_lengths[w * 7 + lengths_in_window[i]]++;
         }
         for (int i = 0; i < 5; i++) {
-            int lo = 99, hi = 0, ulo = 99, uhi = 0;
+            int lo = 99, hi = 0, ulo = 99, uhi = 0, prev = 0;
             CHECK_OK(ct_stream_next(s, &b, &err), &err);
             for (int r = 0; r < 4; r++) {
                 // The row's w length: its weights count it.
                 int n = 0;
                 for (int64_t k = 0; k < b.t[2].shape[1]; k++) n += ct_f32(&b.t[2])[r * b.t[2].shape[1] + k] == 1.0f;
                 got_lengths[w * 7 + n]++;
+                descending += n < prev;  // sorted ascending: a row is no shorter than the one before
+                prev = n;
                 lo = n < lo ? n : lo;
                 hi = n > hi ? n : hi;
                 int u = lengths_in_window[4 * i + r];
@@ -1252,6 +1354,7 @@ static void test_batch(void) {
         }
     }
     CHECK_MSG(memcmp(got_lengths, want_lengths, sizeof want_lengths) == 0, "bucketed windows lost or gained examples");
+    CHECK_MSG(descending == 0, "bucketing: %lld rows shorter than the row before them", (long long)descending);
     CHECK_MSG(spread * 2 < unbucketed_spread, "bucketing: length spread %lld vs %lld without", (long long)spread,
               (long long)unbucketed_spread);
     printf("  bucketing: summed length spread within batches %lld (unbucketed %lld)\n", (long long)spread,
@@ -1281,6 +1384,17 @@ static void test_batch(void) {
     for (int i = 0; i < 10; i++) each_once &= seen_batch[i] == 1;
     CHECK_MSG(in_order && each_once, "bucketing examples of one length: batches not consecutive runs of the window");
     CHECK_MSG(reordered > 0, "bucketing: the batches of both windows came out in stream order");
+    // The seed decides the order of a window's batches: a cursor saved with
+    // one seed is refused by a stream with another.
+    ct_stream *other = numbered_stream(40);
+    bp.seed = 3;
+    CHECK_OK(ct_batch_stream_new(&other, other, &bp, &err), &err);
+    bp.seed = 2;
+    if (other) {
+        CHECK(ct_stream_set_cursor(other, ct_stream_get_cursor(s), &err) == CT_ERR_STATE);
+        CHECK_MSG(strstr(err.msg, "was saved by a different stream"), "%s", err.msg);
+    }
+    ct_stream_free(other);
     ct_stream_free(s);
 
     // A window's order is a Fisher-Yates permutation: with 3 batches a window
@@ -1333,6 +1447,26 @@ static void test_batch(void) {
         ct_stream_free(s);
         ct_stream_free(ex);
     }
+    // Multiple 2 rounds odd lengths up too (copy examples are all even;
+    // addition examples are both).
+    CHECK_OK(ct_addition_stream_new(&ex, &(ct_addition_task){13, 3, 9, 5}, &err), &err);
+    CHECK_OK(ct_addition_stream_new(&s, &(ct_addition_task){13, 3, 9, 5}, &err), &err);
+    bp = ct_batch_default_params();
+    bp.batch_size = 1;
+    bp.pad_to_multiple = 2;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    int wrong_width = 0, odd = 0;
+    for (int i = 0; i < 20 && s && ex; i++) {
+        ct_batch e;
+        CHECK_OK(ct_stream_next(ex, &e, &err), &err);
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        int64_t len = e.t[0].shape[0];
+        odd += len % 2;
+        wrong_width += b.t[0].shape[1] != (len + 1) / 2 * 2;
+    }
+    CHECK_MSG(wrong_width == 0 && odd > 0, "pad_to_multiple 2: %d of 20 widths wrong (%d odd lengths)", wrong_width, odd);
+    ct_stream_free(s);
+    ct_stream_free(ex);
 }
 
 // A source of one item that no library source yields: targets of the given

@@ -242,6 +242,11 @@ static ct_status corpus_inputs(ct_config *cfg, const char *name, bool text, int 
         p.split_seed = (uint64_t)split_seed->i;
         p.token_bytes = token_bytes;
         p.vocab_size = vocab_size ? vocab_size->i : 0;
+        char vocab_note[400];
+        if (!text) {  // a token past vocab_size is met while training: its error names the setting
+            cfg_setting_text(cfg, name, "vocab_size", NULL, vocab_note, sizeof vocab_note);
+            p.vocab_size_source = vocab_note;
+        }
         p.split = CT_DATA_SPLIT_TRAIN;
         bool empty_split = false;
         p.empty_split = &empty_split;

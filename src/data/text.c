@@ -28,6 +28,7 @@ typedef struct corpus {
     int n_files;
     int token_bytes;
     int64_t vocab_size;  // > 0: checked
+    char *vocab_source;  // where vocab_size was set, or NULL
     int seq_len;
     bool shifted;
     int64_t chunk_len;  // seq_len + shifted
@@ -85,9 +86,12 @@ static ct_status read_chunk(corpus *c, int64_t chunk, ct_error *err) {
             return ct_error_set(err, CT_ERR_FORMAT,
                                 "%s: token %u at byte %zu is above %d, the largest id an int32 holds (%s)", cf->path, v,
                                 at, INT32_MAX, kind_name(c->token_bytes));
+        // Met while training, far from the config: the setting is named where the caller knows it.
         if (c->vocab_size > 0 && (int64_t)v >= c->vocab_size)
-            return ct_error_set(err, CT_ERR_FORMAT, "%s: token %u at byte %zu is not below vocab_size %lld (%s)",
-                                cf->path, v, at, (long long)c->vocab_size, kind_name(c->token_bytes));
+            return ct_error_set(err, CT_ERR_FORMAT, "%s: token %u at byte %zu is not below vocab_size %lld (%s%s%s)",
+                                cf->path, v, at, (long long)c->vocab_size, kind_name(c->token_bytes),
+                                c->vocab_source ? "; vocab_size from " : "",
+                                c->vocab_source ? c->vocab_source : "");
         c->tokens[i] = (int32_t)v;
     }
     return CT_OK;
@@ -114,6 +118,7 @@ static void corpus_free(ct_stream *s) {
     ct_free(c->files);
     ct_free(c->chunks);
     ct_free(c->tokens);
+    ct_free(c->vocab_source);
     ct_free(c);
 }
 
@@ -288,6 +293,7 @@ ct_status ct_corpus_stream_new(ct_stream **out, const ct_corpus_params *p, int t
     ct_stream *s = ct_stream_alloc(&corpus_ops, NULL, c);
     c->token_bytes = token_bytes;
     c->vocab_size = token_bytes == 1 ? 0 : p->vocab_size;
+    if (c->vocab_size > 0 && p->vocab_size_source) c->vocab_source = ct_strdup(p->vocab_size_source);
     c->seq_len = p->seq_len;
     c->shifted = p->shifted;
     c->chunk_len = (int64_t)p->seq_len + (p->shifted ? 1 : 0);  // INT_MAX + 1 fits

@@ -152,6 +152,8 @@ typedef struct ct_corpus_params {
                            // (e.g. fortune's .dat index files), like grep
     int token_bytes;       // token files: 2 (uint16) or 4 (uint32), little-endian
     int64_t vocab_size;    // token files: > 0 checks every token is below it
+    const char *vocab_size_source;  // if not NULL: where vocab_size was set (a config line),
+                                    // for the error a token past it gives, met while training
     bool *empty_split;     // out, if not NULL: set to whether the stream failed because its
                            // split holds no chunk (eval_fraction's doing, not the files'),
                            // for a caller that names the setting to change
@@ -159,7 +161,7 @@ typedef struct ct_corpus_params {
 
 // seq_len 128, not shifted, CT_DATA_SPLIT_ALL, eval_fraction 0.05, split_seed 0,
 // skip_binary true, token_bytes 2, vocab_size 0 (unchecked); no paths, no
-// empty_split.
+// vocab_size_source, no empty_split.
 ct_corpus_params ct_corpus_default_params(void);
 // Byte-level text (vocabulary 256; token_bytes and vocab_size are ignored).
 ct_status ct_text_stream_new(ct_stream **out, const ct_corpus_params *p, ct_error *err);
