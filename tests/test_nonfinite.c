@@ -544,6 +544,50 @@ static void test_reversible_backward_nan(bool low, bool deferred, int n_devices)
     CHECK(dev.current_bytes == 0);
 }
 
+// A half-residual's context gradient is the sum of two finite gradients (the
+// one passed down and f's input gradient) that overflows: the re-run names
+// that sum in the second half-residual, not the first layer below it whose
+// gradient it poisons (F, whose kernel gradient is 0 * inf). In = 0 and F,
+// Big biases 0 make a = y = 0 (the loss sees [a, y]), so every weight
+// gradient up to the sum is finite: Dense(1)'s kernel gets 0, Big's kernel
+// 0 and its bias sum_i g_y[i] = k_y * sum_i 2 r_i / 8 = 5e36 * 20 = 1e38,
+// with r_i = 10 - target_i in [7, 13]. Per row, g_a = 1e38 * r_i / 4 and
+// f's input gradient (g_y @ Big^T, Big = 4) = 4 * 4 * 5e36 * r_i / 4: each
+// under FLT_MAX, their sum 1.8e38 * r_i / 4 over it once r_i > 7.6.
+static void test_reversible_gradient_sum_overflow(void) {
+    batch b;
+    batch_init(&b, 7);
+    rev_model m = rev_model_new(PROBE_HEALTHY, PROBE_HEALTHY);
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr = rev_new(&m, &b, 1, false, true, &dev);
+    ct_net *net = (ct_net *)ct_trainer_net(tr);
+    const ct_layer *dense1 = m.loss->sub[1];
+    fill(weight_of(net, m.in, 0), D * D, 0.0f);
+    fill(weight_of(net, m.in, 1), D, 0.0f);
+    fill(weight_of(net, m.f, 1), D, 0.0f);
+    fill(weight_of(net, m.big, 0), D * D, 4.0f);
+    fill(weight_of(net, m.big, 1), D, 0.0f);
+    fill(weight_of(net, dense1, 0), D, 1e38f);          // k_a: the rows of a in the (2D, 1) kernel
+    fill(weight_of(net, dense1, 0) + D, D, 5e36f);      // k_y
+    fill(weight_of(net, dense1, 1), 1, 10.0f);
+    snapshot before = rev_snap(tr);
+    ct_error err;
+    CHECK(rev_step(tr, &b, 1, 1e-2f, &err) == CT_ERR_NONFINITE);
+    printf("reversible, overflowing context gradient sum: %s\n", err.msg);
+    CHECK(contains(err.msg, "non-finite gradient (L2 norm nan) in trainer layer 1"));
+    const ct_layer *half2 = m.model->sub[4];
+    char want[256];
+    snprintf(want, sizeof want, "backward: input gradient 1 of %s (output gradients finite): inf", half2->path);
+    CHECK(contains(err.msg, want));
+    snapshot after = rev_snap(tr);
+    CHECK_MSG(snap_same(&before, &after), "the failed step changed weights, slots or state");
+    snap_free(&before);
+    snap_free(&after);
+    ct_trainer_free(tr);
+    rev_model_free(&m);
+    CHECK(dev.current_bytes == 0);
+}
+
 // A NaN in the data is named as such, not blamed on the first layer.
 static void test_nan_in_batch(void) {
     batch b;
@@ -592,5 +636,6 @@ int main(void) {
     test_reversible_backward_nan(true, true, 1);
     test_reversible_backward_nan(false, false, 1);
     test_reversible_backward_nan(false, true, 2);
+    test_reversible_gradient_sum_overflow();
     return check_summary("test_nonfinite");
 }

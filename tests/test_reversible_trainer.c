@@ -13,7 +13,9 @@
 // weightless layer used in two trainer layers accepted), a layer's state
 // put back after its recomputation, frozen weights, unequal loss weights
 // over 2 devices and kept gradients as the standard Trainer's, the stack
-// items of a failed step given back, the host memory log, and a 64-layer
+// items of a failed step given back, the host memory log, hostile
+// construction refused (negative block counts or NULL layers in the blocks
+// form, an invalid clip mode, a loss ending in a reversible layer), and a 64-layer
 // ReformerLM that trains under a device byte limit the standard trainer
 // cannot train under.
 // The equivalence tests run with Adam and with Adafactor.
@@ -534,6 +536,117 @@ static void test_blocks_api(void) {
     CHECK(dev.current_bytes == 0);
     result_free(&std_r);
     result_free(&rev_r);
+}
+
+// Counts that cannot describe the arrays are refused before any layer is
+// referenced: a negative n_std with a positive n_rev once sized the layer
+// list by their sum (2 - 1 = 1 slot for the block's 2 reversible layers).
+static void test_blocks_refused(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    ct_layer *std_layers[1] = {ct_dense(4)};
+    ct_layer *rev_layers[2] = {half(ct_dense(4), NULL), ct_reversible_swap()};
+    ct_layer *with_null[2] = {rev_layers[0], NULL};
+    ct_layer *loss = trax_loss();
+    struct {
+        ct_reversible_block block;
+        int n_blocks;
+        const char *want;
+    } cases[] = {
+        {{-1, std_layers, 2, rev_layers}, 1, "block 0 has -1 standard and 2 reversible layers"},
+        {{1, std_layers, -2, rev_layers}, 1, "block 0 has 1 standard and -2 reversible layers"},
+        {{1, NULL, 2, rev_layers}, 1, "block 0 has 1 standard and 2 reversible layers"},
+        {{1, std_layers, 2, with_null}, 1, "block 0 has 1 standard and 2 reversible layers"},
+        {{1, std_layers, 2, rev_layers}, -1, "-1 blocks (must be >= 0)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ct_device dev = ct_device_cpu();
+        ct_trainer *tr = (ct_trainer *)&dev;  // must come back NULL
+        ct_error err = {0};
+        // The optimizer is the trainer's even when it fails.
+        ct_status st = ct_trainer_new_blocks(&tr, &cases[i].block, cases[i].n_blocks, loss, b.t, 3, adam(),
+                                             ct_key_from_seed(1), &dev, NULL, &err);
+        printf("blocks case %zu: %s\n", i, err.msg);
+        CHECK_MSG(st == CT_ERR_ARG && tr == NULL && strstr(err.msg, cases[i].want),
+                  "case %zu: status %d, message \"%s\"", i, (int)st, err.msg);
+        if (st == CT_OK) ct_trainer_free(tr);
+        CHECK(dev.current_bytes == 0);
+    }
+    for (int i = 0; i < 2; i++) ct_layer_free(rev_layers[i]);
+    ct_layer_free(std_layers[0]);
+    ct_layer_free(loss);
+}
+
+// A clip mode that is neither CT_CLIP_GLOBAL nor CT_CLIP_PER_LAYER (a
+// config's stray integer) is refused: it would clip nothing, silently.
+static void test_invalid_clip_mode(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    ct_layer *model, *loss;
+    basic_model(&model, &loss);
+    ct_device dev = ct_device_cpu();
+    ct_trainer_options o = ct_reversible_default_options();
+    o.clip_grad_norm = 1.0f;
+    o.reversible.clip_mode = (ct_clip_mode)7;
+    ct_trainer *tr = NULL;
+    ct_error err = {0};
+    ct_status st = ct_trainer_new(&tr, model, loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err);
+    printf("clip mode 7: %s\n", err.msg);
+    CHECK_MSG(st == CT_ERR_ARG && tr == NULL && strstr(err.msg, "clip mode 7 is invalid"), "status %d: %s", (int)st,
+              err.msg);
+    if (st == CT_OK) ct_trainer_free(tr);
+    CHECK(dev.current_bytes == 0);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+}
+
+// Zero: no inputs, out = 0.0f (a scalar). ReversibleHalfResidual(Zero) is
+// a reversible layer of one item, [l] -> [l + 0], that can end a loss.
+static ct_status zero_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                           ct_error *err) {
+    (void)l, (void)ic, (void)in, (void)key, (void)err;
+    out[0] = ct_tensor_make(CT_DTYPE_F32, 0, NULL, NULL);
+    return CT_OK;
+}
+
+static ct_status zero_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                              ct_error *err) {
+    (void)l, (void)in, (void)key;
+    out[0] = ct_tensor_make(CT_DTYPE_F32, 0, NULL, NULL);
+    return ct_ctx_zeros(c, &out[0], err);
+}
+
+static ct_status zero_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in, ct_key key,
+                               ct_error *err) {
+    (void)l, (void)c, (void)grad_out, (void)grad_in, (void)key, (void)err;
+    return CT_OK;
+}
+
+static const ct_layer_vtable zero_vt = {
+    .type = "Zero", .init = zero_init, .forward = zero_forward, .backward = zero_backward};
+
+// A loss whose last layer is reversible has no standard loss layer to end
+// the trainer's layers with (the scalar loss would go through the reverse
+// walk without a seed): refused, naming the loss.
+static void test_reversible_last_refused(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    ct_layer *model, *loss;
+    basic_model(&model, &loss);
+    ct_layer *rev_loss = ct_serial(CT_LAYERS(
+        loss, ct_reversible_half_residual(CT_LAYERS(ct_layer_new(&zero_vt, "Zero", 0, 1, NULL, NULL, 0)))));
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr = NULL;
+    ct_error err = {0};
+    ct_trainer_options o = ct_reversible_default_options();
+    ct_status st = ct_trainer_new(&tr, model, rev_loss, b.t, 3, adam(), ct_key_from_seed(1), &dev, &o, &err);
+    printf("loss ending with a reversible layer: %s\n", err.msg);
+    CHECK_MSG(st == CT_ERR_ARG && tr == NULL && strstr(err.msg, "the last layer must be a standard loss"),
+              "status %d: %s", (int)st, err.msg);
+    if (st == CT_OK) ct_trainer_free(tr);
+    CHECK(dev.current_bytes == 0);
+    ct_layer_free(model);
+    ct_layer_free(rev_loss);
 }
 
 static void test_reformer_equivalence(void) {
@@ -1207,6 +1320,9 @@ int main(void) {
     test_trax_equivalence(adam, ct_adam_default_params().learning_rate, "Adam");
     test_trax_equivalence(adafactor, ct_adafactor_default_params().learning_rate, "Adafactor");
     test_blocks_api();
+    test_blocks_refused();
+    test_invalid_clip_mode();
+    test_reversible_last_refused();
     test_reformer_equivalence();
     test_lsh_reformer_equivalence();
     test_counter_gradients();

@@ -660,8 +660,30 @@ ct_status ct_reversible_trainer_new(ct_trainer **out, ct_layer *model, ct_layer 
 ct_status ct_trainer_new_blocks(ct_trainer **out, const ct_reversible_block *blocks, int n_blocks, ct_layer *loss,
                                 const ct_tensor *batch_sigs, int n_batch, ct_optimizer *opt, ct_key init_key,
                                 ct_device *dev, const ct_trainer_options *opts, ct_error *err) {
+    *out = NULL;
+    // The counts size the layer list below: a negative one would make it
+    // too short for the other block's layers. opt is ours, as on any failure.
+    ct_status st = CT_OK;
+    if (n_blocks < 0 || (n_blocks > 0 && !blocks))
+        st = ct_error_set(err, CT_ERR_ARG, "reversible trainer: %d blocks%s", n_blocks,
+                          n_blocks < 0 ? " (must be >= 0)" : ", but no block array");
     int n = 0;
-    for (int b = 0; b < n_blocks; b++) n += blocks[b].n_std + blocks[b].n_rev;
+    for (int b = 0; st == CT_OK && b < n_blocks; b++) {
+        const ct_reversible_block *k = &blocks[b];
+        bool bad = k->n_std < 0 || k->n_rev < 0 || (k->n_std > 0 && !k->std) || (k->n_rev > 0 && !k->rev);
+        for (int i = 0; !bad && i < k->n_std; i++) bad = !k->std[i];
+        for (int i = 0; !bad && i < k->n_rev; i++) bad = !k->rev[i];
+        if (bad)
+            st = ct_error_set(err, CT_ERR_ARG,
+                              "reversible trainer: block %d has %d standard and %d reversible layers (counts must "
+                              "be >= 0, with that many non-NULL layers)",
+                              b, k->n_std, k->n_rev);
+        n += k->n_std + k->n_rev;
+    }
+    if (st != CT_OK) {
+        ct_optimizer_free(opt);
+        return st;
+    }
     ct_layer **layers = ct_malloc((size_t)(n ? n : 1) * sizeof *layers);
     n = 0;
     for (int b = 0; b < n_blocks; b++) {
@@ -670,7 +692,7 @@ ct_status ct_trainer_new_blocks(ct_trainer **out, const ct_reversible_block *blo
     }
     ct_layer *model = ct_serial(n, layers);
     ct_free(layers);
-    ct_status st = ct_reversible_trainer_new(out, model, loss, batch_sigs, n_batch, opt, init_key, dev, opts, err);
+    st = ct_reversible_trainer_new(out, model, loss, batch_sigs, n_batch, opt, init_key, dev, opts, err);
     ct_layer_free(model);
     return st;
 }

@@ -102,8 +102,10 @@ extern "C" {
 // them. The same as ct_trainer_new with memory_efficient and
 // model = Serial(std_0..., rev_0..., std_1..., rev_1..., ...); the standard
 // Trainer on that model gives the same weights. Takes new references to
-// every layer and ownership of opt. Fails if a layer's weights or state are
-// shared between two trainer layers (a weightless, stateless layer such as
+// every layer and ownership of opt (freed on failure too). Fails with
+// CT_ERR_ARG on a negative count or a NULL layer or array where a count says
+// there are layers, or if a layer's weights or state are shared between two
+// trainer layers (a weightless, stateless layer such as
 // ReversibleSwap may be used in any number of them).
 // ct_trainer_default_options() with memory_efficient set.
 ct_trainer_options ct_reversible_default_options(void);
