@@ -407,6 +407,13 @@ static void test_clip(void) {
     CHECK(ct_clip_grad_norm(z, 3, 0.0f) == 0.0f && z[0] == 0.0f && !isnan(z[1]));
     CHECK(ct_clip_factor(2.0f, 1.0f) == 0.5f && ct_clip_factor(0.5f, 1.0f) == 1.0f);
     CHECK(ct_clip_grad_norm(NULL, 0, 1.0f) == 0.0f);
+    // Finite gradients whose norm (4e38) is past FLT_MAX are clipped to the
+    // norm asked for: each 2e38 becomes 0.5 (with the norm taken in float,
+    // inf, the factor was 0 and the step's gradient zeroed).
+    float big[4] = {2e38f, -2e38f, 2e38f, 2e38f};
+    CHECK(isinf(ct_clip_grad_norm(big, 4, 1.0f)));  // the norm reported, as a float
+    check_all("clipped past FLT_MAX", big, (const double[]){0.5, -0.5, 0.5, 0.5}, 4, 1e-5);
+    CHECK_MSG(ct_clip_factor(4e38, 1.0f) > 0.0f, "factor for a norm of 4e38: %g", (double)ct_clip_factor(4e38, 1.0f));
 }
 
 static void test_params_by_name(void) {

@@ -1068,7 +1068,7 @@ static ct_status update_unit(rt_trainer *t, const rt_unit *u, rt_stage s, int64_
 // CT_CLIP_GLOBAL's second pass: every layer's update with its gradient
 // scaled by min(1, clip / global norm).
 static void deferred_updates(rt_trainer *t, int64_t step, float lr, double global_norm) {
-    float scale = ct_clip_factor((float)global_norm, t->b.opts.clip_grad_norm);
+    float scale = ct_clip_factor(global_norm, t->b.opts.clip_grad_norm);
     float *grad = t->replicas[0].grad_buf;
     for (int k = 0; k < t->n_units; k++) {
         const rt_unit *u = &t->units[k];

@@ -297,7 +297,7 @@ double ct_train_drop_frozen(const ct_trainer *t, float *grad, size_t base, size_
 }
 
 void ct_train_clip(float *g, size_t n, double norm, float clip) {
-    float factor = ct_clip_factor((float)norm, clip);
+    float factor = ct_clip_factor(norm, clip);
     if (factor != 1.0f)
         for (size_t i = 0; i < n; i++) g[i] *= factor;
 }

@@ -115,8 +115,9 @@ ct_status ct_optimizer_set_param(ct_optimizer *o, const char *name, float value,
 float ct_clip_grad_norm(float *grads, size_t n, float max_norm);
 // The factor clipping multiplies by, for a norm computed elsewhere (over
 // several ranges or devices): max_norm / norm if norm >= max_norm and
-// norm > 0, else 1.
-float ct_clip_factor(float norm, float max_norm);
+// norm > 0, else 1. The norm is a double, as summed: finite gradients may
+// have one past FLT_MAX (Trax's float norm is then inf and zeroes them).
+float ct_clip_factor(double norm, float max_norm);
 
 // Each optimizer's hyperparameters are one list (see ctrax/params.h): its
 // params struct, its ct_*_default_params(), its table of hyperparameters by
