@@ -54,13 +54,18 @@ def masked(data):
 
 
 def varint(buf, i):
+    """A varint as protobuf's serializers write it: in the fewest bytes (a
+    last byte of 0 after others is padding no serializer writes)."""
     shift = value = 0
+    start = i
     while True:
         b = buf[i]
         i += 1
         value |= (b & 0x7F) << shift
         shift += 7
         if not b & 0x80:
+            if b == 0 and i - start > 1:
+                fail(f"varint of {i - start} bytes for {value} is not in its shortest form")
             return value, i
 
 

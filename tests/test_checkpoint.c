@@ -343,8 +343,23 @@ static void test_safetensors_roundtrip(void) {
     CHECK(strstr(err.msg, "'x'") != NULL);
     ct_named_tensor meta_name[] = {{"__metadata__", ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
     CHECK(ct_safetensors_write(tmp_path("m.safetensors"), meta_name, 1, NULL, 0, &err) == CT_ERR_ARG);
+    ct_named_tensor noname[] = {{"", ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
+    CHECK(ct_safetensors_write(tmp_path("e.safetensors"), noname, 1, NULL, 0, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "tensor 0 has an invalid name ''"), "%s", err.msg);
+    ct_named_tensor negative[] = {{"x", ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
+    negative[0].tensor.shape[0] = -1;
+    CHECK(ct_safetensors_write(tmp_path("e.safetensors"), negative, 1, NULL, 0, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "tensor 'x' has a negative dim"), "%s", err.msg);
+    ct_named_tensor rank7[] = {{"x", ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
+    rank7[0].tensor.ndim = CT_MAX_DIMS + 1;
+    CHECK(ct_safetensors_write(tmp_path("e.safetensors"), rank7, 1, NULL, 0, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "tensor 'x' has an invalid dtype or rank"), "%s", err.msg);
+    CHECK(!exists(tmp_path("e.safetensors")));
     ct_named_tensor nodata[] = {{"x", ct_tensor_1d(CT_DTYPE_F32, 3, NULL)}};
     CHECK(ct_safetensors_write(tmp_path("n.safetensors"), nodata, 1, NULL, 0, &err) == CT_ERR_ARG);
+    nodata[0].tensor = ct_tensor_1d(CT_DTYPE_F32, 1, NULL);  // one element needs data too
+    CHECK(ct_safetensors_write(tmp_path("n.safetensors"), nodata, 1, NULL, 0, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "tensor 'x' has no data"), "%s", err.msg);
     CHECK(!exists(tmp_path("dup.safetensors")) && !exists(tmp_path("n.safetensors")));
     // The header is UTF-8 JSON with unique keys: a name or metadata that is
     // not UTF-8 (Python's json refuses the file), or a metadata key twice
@@ -359,6 +374,27 @@ static void test_safetensors_roundtrip(void) {
     CHECK(ct_safetensors_write(tmp_path("u.safetensors"), one, 1, overlong, 1, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "metadata entry 0 is not valid UTF-8"), "%s", err.msg);
     CHECK(!exists(tmp_path("u.safetensors")));
+    // The header is padded with spaces to the next multiple of 8 (with the
+    // 8 bytes of its length), and no further: names of 1 to 8 bytes give
+    // every remainder.
+    for (int k = 1; k <= 8; k++) {
+        char name[9] = "nnnnnnnn";
+        name[k] = '\0';
+        ct_named_tensor pad[] = {{name, ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
+        CHECK_OK(ct_safetensors_write(tmp_path("p.safetensors"), pad, 1, NULL, 0, &err), &err);
+        ct_safetensors *ps = NULL;
+        CHECK_OK(ct_safetensors_open(&ps, tmp_path("p.safetensors"), &err), &err);
+        if (!ps) continue;
+        size_t n_bytes;
+        const char *raw = ct_safetensors_bytes(ps, &n_bytes);
+        uint64_t h;
+        memcpy(&h, raw, 8);
+        size_t spaces = 0;
+        while (spaces < h && raw[8 + h - 1 - spaces] == ' ') spaces++;
+        CHECK_MSG((8 + h) % 8 == 0 && spaces < 8 && raw[8 + h - 1 - spaces] == '}',
+                  "name of %d bytes: header of %llu bytes, %zu spaces at its end", k, (unsigned long long)h, spaces);
+        ct_safetensors_close(ps);
+    }
     // UTF-8 of every length is written (and read back by name).
     ct_named_tensor utf8[] = {{"caf\xc3\xa9/\xe2\x82\xac/\xf0\x9f\x98\x80", ct_tensor_1d(CT_DTYPE_F32, 1, a)}};
     CHECK_OK(ct_safetensors_write(tmp_path("u.safetensors"), utf8, 1, NULL, 0, &err), &err);
@@ -396,6 +432,8 @@ static void test_safetensors_damage(void) {
     const char *p = tmp_path("bad.safetensors");
     write_raw(p, "abc", 3);
     expect_open_fails(p, "shorter", NULL);
+    write_raw(p, "\x02\0\0\0\0\0\0", 7);  // one byte short of the length
+    expect_open_fails(p, "7 bytes, shorter", NULL);
     uint64_t huge = 1000;
     write_raw(p, &huge, 8);
     expect_open_fails(p, "header length", "truncated");
@@ -407,12 +445,20 @@ static void test_safetensors_damage(void) {
     expect_open_fails(p, "'w'", "F64");
     write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", 8);
     expect_open_fails(p, "'w'", "needs 12 bytes");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8);
+    expect_open_fails(p, "'w'", "needs 4 bytes");  // a span longer than the tensor
     write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [-2], \"data_offsets\": [0, 8]}}", 8);
     expect_open_fails(p, "'w'", "shape[0]");
     write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 0]}}", 8);
     expect_open_fails(p, "'w'", "reversed");
     write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [2]}}", 8);
     expect_open_fails(p, "'w'", "data_offsets");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8, 8]}}", 8);
+    expect_open_fails(p, "'w'", "\"data_offsets\" is not [begin, end]");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": \"2\", \"data_offsets\": [0, 4]}}", 4);
+    expect_open_fails(p, "'w'", "no \"shape\" array");
+    write_st(p, "{\"w\": 3}", 0);
+    expect_open_fails(p, "'w'", "header entry is not an object");
     write_st(p,
              "{\"u\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
              " \"v\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}",
@@ -430,8 +476,21 @@ static void test_safetensors_damage(void) {
              " \"u\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
              8);
     expect_open_fails(p, "'u' appears twice", NULL);
+    write_st(p, "{\"\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4);
+    expect_open_fails(p, "empty name", NULL);  // ct_safetensors_write refuses one too
     write_st(p, "{\"__metadata__\": {\"k\": 3}}", 0);
     expect_open_fails(p, "__metadata__", NULL);
+    // An empty tensor at the offset where the next one starts is no
+    // overlap, in whichever order the header lists them.
+    write_st(p,
+             "{\"z\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+             " \"e\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [0, 0]}}",
+             4);
+    ct_safetensors *ok = NULL;
+    ct_error ok_err = {0};
+    CHECK_OK(ct_safetensors_open(&ok, p, &ok_err), &ok_err);
+    CHECK(ok && ct_safetensors_count(ok) == 2 && !strcmp(ct_safetensors_name(ok, 0), "e"));
+    ct_safetensors_close(ok);
     // The header is UTF-8 (Hugging Face's reader refuses anything else, and
     // ct_safetensors_write would refuse the name).
     write_st(p, "{\"w\xff\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4);
@@ -454,6 +513,21 @@ static void test_safetensors_damage(void) {
     expect_open_fails(p, "'w'", "shape is too large");
     write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [9007199254740992], \"data_offsets\": [0, 0]}}", 0);
     expect_open_fails(p, "'w'", "shape[0] is not a non-negative integer");
+    // 2^96 elements: the product wraps 64 bits (to 0) before it passes 2^62.
+    write_st(p,
+             "{\"w\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296, 4294967296], \"data_offsets\": [0, 0]}}",
+             0);
+    expect_open_fails(p, "'w'", "shape is too large");
+    write_st(p, "{\"w\": {\"dtype\": \"F32\", \"shape\": [1.5], \"data_offsets\": [0, 4]}}", 4);
+    expect_open_fails(p, "'w'", "shape[0] is not a non-negative integer");
+    write_st(p, "{}", 8);
+    expect_open_fails(p, "8 bytes of data but no tensor", NULL);
+    // A header over Hugging Face's 100 MB limit (a sparse file long enough to
+    // hold it) is refused by its length, before a byte of it is read.
+    uint64_t over = 100u * 1000u * 1000u + 1;
+    write_raw(p, &over, 8);
+    CHECK(truncate(p, (off_t)(8 + over)) == 0);
+    expect_open_fails(p, "header length 100000001", "not plausible");
 
     // A good file cut short: the tensor it cuts is named.
     float x[4] = {1, 2, 3, 4}, y[4] = {5, 6, 7, 8};
@@ -461,6 +535,9 @@ static void test_safetensors_damage(void) {
     ct_error err = {0};
     CHECK_OK(ct_safetensors_write(p, t, 2, NULL, 0, &err), &err);
     truncate_by(p, 6);
+    expect_open_fails(p, "'second'", "truncated");
+    CHECK_OK(ct_safetensors_write(p, t, 2, NULL, 0, &err), &err);
+    truncate_by(p, 1);  // the last tensor one byte short
     expect_open_fails(p, "'second'", "truncated");
 }
 

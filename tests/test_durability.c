@@ -6,7 +6,9 @@
 // without RENAME_EXCHANGE (NFS and other file systems refuse it), and a
 // writer killed between its two renames: the previous checkpoint of that
 // name survives. And a tensor the disk gave back different is an error.
+// The summaries (metrics.jsonl, TensorBoard event files) fsync each flush.
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -22,6 +24,8 @@
 #include "core/fs.h"
 #include "ctrax/core/log.h"
 #include "ctrax/train/checkpoint.h"
+#include "ctrax/train/summary.h"
+#include "ctrax/train/tensorboard.h"
 
 // ---- the wrapped calls -----------------------------------------------------------------
 
@@ -319,6 +323,56 @@ static void test_dir_fsync_fails(void) {
     CHECK_MSG(!strcmp(name, "model_1"), "the pointer names %s", name);
 }
 
+// A flush of the summaries is durable or an error: an fsync that fails
+// (EIO) fails the flush, naming the file.
+static void test_summary_fsync_fails(void) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/fsync_metrics.jsonl", g_tmp);
+    ct_error err = {0};
+    ct_metrics_writer *m;
+    CHECK_OK(ct_metrics_writer_open(&m, path, &err), &err);
+    if (m) {
+        CHECK_OK(ct_metrics_writer_add(m, 1, "train", "metrics/loss", 0.5, &err), &err);
+        g_fail_fsync = path;
+        ct_status st = ct_metrics_writer_flush(m, &err);
+        g_fail_fsync = NULL;
+        CHECK_MSG(st == CT_ERR_IO && strstr(err.msg, path) && strstr(err.msg, "fsync failed"),
+                  "a metrics.jsonl fsync that fails: %s", st == CT_OK ? "accepted" : err.msg);
+        CHECK_OK(ct_metrics_writer_close(m, &err), &err);
+    }
+    snprintf(path, sizeof path, "%s/fsync_tb", g_tmp);
+    ct_tb_writer *w;
+    CHECK_OK(ct_tb_writer_open(&w, path, &err), &err);
+    if (w) {
+        CHECK_OK(ct_tb_writer_scalar(w, "metrics/loss", 1, 0.5f, &err), &err);
+        g_fail_fsync = ct_tb_writer_path(w);
+        ct_status st = ct_tb_writer_flush(w, &err);
+        g_fail_fsync = NULL;
+        CHECK_MSG(st == CT_ERR_IO && strstr(err.msg, ct_tb_writer_path(w)) && strstr(err.msg, "fsync failed"),
+                  "an event file fsync that fails: %s", st == CT_OK ? "accepted" : err.msg);
+        CHECK_OK(ct_tb_writer_close(w, &err), &err);
+    }
+    // Closing a run's summaries flushes the event files: an fsync that
+    // fails there fails the close, naming the file.
+    snprintf(path, sizeof path, "%s/fsync_run", g_tmp);
+    ct_summary *s;
+    CHECK_OK(ct_summary_open(&s, path, 0, &err), &err);
+    if (!s) return;
+    CHECK_OK(ct_summary_scalar(s, CT_SUMMARY_TRAIN, 1, "metrics/loss", 0.5, &err), &err);
+    char dir[1200], file[1500] = "";
+    snprintf(dir, sizeof dir, "%s/train", path);
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    for (struct dirent *de; d && (de = readdir(d));)
+        if (strstr(de->d_name, "tfevents")) snprintf(file, sizeof file, "%s/%s", dir, de->d_name);
+    if (d) closedir(d);
+    g_fail_fsync = file;
+    ct_status st = ct_summary_close(s, &err);
+    g_fail_fsync = NULL;
+    CHECK_MSG(st == CT_ERR_IO && file[0] && strstr(err.msg, file) && strstr(err.msg, "fsync failed"),
+              "closing summaries whose event file cannot be synced: %s", st == CT_OK ? "accepted" : err.msg);
+}
+
 // ct_fs_write_all through interrupted and short writes writes everything; a
 // write that moves nothing without an error (a device that is full in a way
 // write(2) does not report) is an error naming the file, not an endless loop.
@@ -362,6 +416,7 @@ int main(void) {
     test_read_back();
     test_dir_fsync_fails();
     test_write_all();
+    test_summary_fsync_fails();
     ct_error err;
     if (!check_failed_) ct_fs_remove_tree(g_tmp, &err);
     return check_summary("test_durability");

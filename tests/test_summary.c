@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -87,6 +88,12 @@ static void test_formats(void) {
     CHECK(strstr(buf, "\"nonfinite\": \"-inf\"") != NULL);
     CHECK(ct_metrics_format_line(NULL, 0, 3000000000LL, "train", "x", 1e30) ==
           strlen("{\"step\": 3000000000, \"mode\": \"train\", \"metric\": \"x\", \"value\": 1e+30}\n"));
+    // The shortest text that reads back, against Python's repr (numpy's for
+    // float32): a float that needs all 9 digits, a double that needs 17.
+    ct_metrics_format_line(buf, sizeof buf, 1, "train", "x", (double)10.1908455f);
+    CHECK_MSG(strstr(buf, "\"value\": 10.1908455}") != NULL, "[%s]", buf);  // repr(np.float32(10.1908455))
+    ct_metrics_format_line(buf, sizeof buf, 1, "train", "x", 0.1 + 0.2);
+    CHECK_MSG(strstr(buf, "\"value\": 0.30000000000000004}") != NULL, "[%s]", buf);  // repr(0.1 + 0.2)
 
     ct_progress_format(buf, sizeof buf, 120, 1000, 2.34561, 8.5, 4350, 103);
     CHECK_MSG(!strcmp(buf, "step 120/1000 | loss 2.3456 | 8.50 steps/s | 4.35k tokens/s | ETA 1m43s"), "[%s]", buf);
@@ -101,6 +108,10 @@ static void test_formats(void) {
     CHECK_MSG(strstr(buf, "| 1.00k tokens/s | ETA 1h00m00s") != NULL, "[%s]", buf);
     ct_progress_format(buf, sizeof buf, 7, 9, 0.5, 1, 1, 59.5);
     CHECK_MSG(strstr(buf, "| ETA 1m00s") != NULL, "[%s]", buf);
+    // 1e6 tokens/s is 1.00M (not 1000.00k); a rate that is not finite and an
+    // ETA past 1e9 s (a rate near 0) are shown as "-".
+    ct_progress_format(buf, sizeof buf, 7, 9, 0.5, INFINITY, 1e6, 2e9);
+    CHECK_MSG(!strcmp(buf, "step 7/9 | loss 0.5000 | - steps/s | 1.00M tokens/s | ETA -"), "[%s]", buf);
 }
 
 // ---- metrics.jsonl ----------------------------------------------------------
@@ -136,6 +147,16 @@ static int parse_metrics(const char *path, int64_t max_step) {
     CHECK_MSG(top == max_step, "largest step %lld, expected %lld", (long long)top, (long long)max_step);
     free(text);
     return lines;
+}
+
+// path holds exactly want (n bytes).
+static void check_file_is(const char *path, const char *want, size_t n) {
+    char *text = NULL;
+    size_t len = 0;
+    ct_error err = {0};
+    CHECK_OK(ct_fs_read(path, &text, &len, &err), &err);
+    CHECK_MSG(text && len == n && !memcmp(text, want, n), "%s: %zu bytes, expected %zu", path, len, n);
+    free(text);
 }
 
 static void test_metrics(void) {
@@ -182,6 +203,16 @@ static void test_metrics(void) {
     CHECK_OK(ct_metrics_truncate_after(path, 100, &dropped, &err), &err);
     CHECK(dropped == 1);
     CHECK(parse_metrics(path, 7) == 10);
+    // A file of one byte, not a newline, is a torn line too.
+    const char *one = tmp_path("one.jsonl");
+    write_text(one, "{");
+    CHECK_OK(ct_metrics_writer_open(&w, one, &err), &err);
+    if (w) {
+        CHECK_OK(ct_metrics_writer_add(w, 1, "train", "metrics/loss", 0.125, &err), &err);
+        CHECK_OK(ct_metrics_writer_close(w, &err), &err);
+        const char *want = "{\n{\"step\": 1, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": 0.125}\n";
+        check_file_is(one, want, strlen(want));
+    }
     // Blank lines (empty, or spaces and a '\r') are no lines to drop: not
     // counted, though the rewrite leaves them out.
     f = fopen(path, "ab");
@@ -202,6 +233,41 @@ static void test_metrics(void) {
     // A missing file is fine.
     CHECK_OK(ct_metrics_truncate_after(tmp_path("nope.jsonl"), 1, &dropped, &err), &err);
     CHECK(dropped == 0 && access(tmp_path("nope.jsonl"), F_OK) != 0);
+}
+
+// The writer's buffer (4096 bytes at first) filled to its last byte: lines
+// of 2048 + 2048 bytes, and after a torn line the newline it adds plus a
+// line of 4095. Every byte of each line reaches the file.
+static void test_metrics_buffer_full(void) {
+    static char name[4096], line[8192], want[8192];
+    // {"step": 1, "mode": "train", "metric": "xx...x", "value": 0.5}\n
+    const char *fmt = "{\"step\": 1, \"mode\": \"train\", \"metric\": \"%s\", \"value\": 0.5}\n";
+    size_t base = (size_t)snprintf(NULL, 0, fmt, "");
+    const char *path = tmp_path("full.jsonl");
+    ct_error err = {0};
+    ct_metrics_writer *w;
+    memset(name, 'x', 2048 - base);
+    name[2048 - base] = '\0';
+    snprintf(line, sizeof line, fmt, name);
+    CHECK(strlen(line) == 2048);
+    CHECK_OK(ct_metrics_writer_open(&w, path, &err), &err);
+    if (!w) return;
+    for (int i = 0; i < 2; i++) CHECK_OK(ct_metrics_writer_add(w, 1, "train", name, 0.5, &err), &err);
+    CHECK_OK(ct_metrics_writer_close(w, &err), &err);
+    snprintf(want, sizeof want, "%s%s", line, line);
+    check_file_is(path, want, 4096);
+
+    write_text(path, "{\"step\": 1, \"mo");  // torn: the writer starts a new line
+    memset(name, 'x', 4095 - base);
+    name[4095 - base] = '\0';
+    snprintf(line, sizeof line, fmt, name);
+    CHECK(strlen(line) == 4095);
+    CHECK_OK(ct_metrics_writer_open(&w, path, &err), &err);
+    if (!w) return;
+    CHECK_OK(ct_metrics_writer_add(w, 1, "train", name, 0.5, &err), &err);
+    CHECK_OK(ct_metrics_writer_close(w, &err), &err);
+    int n = snprintf(want, sizeof want, "{\"step\": 1, \"mo\n%s", line);
+    check_file_is(path, want, (size_t)n);
 }
 
 // The file's size and inode (a rewrite renames a new file into place).
@@ -285,6 +351,31 @@ static void test_metrics_large(void) {
     CHECK_MSG(size == kept_size, "%lld bytes left, %lld kept", size, kept_size);
     CHECK(parse_metrics(path, MANY) == MANY);
 
+    // Kept lines one byte more than the output buffer (a MiB and a byte)
+    // holds: two lines of 2^19 bytes and their newlines, then one to drop.
+    f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    const char *fmt = "{\"step\": 1, \"mode\": \"train\", \"metric\": \"%s\", \"value\": 0.125}";
+    size_t half = (size_t)1 << 19, base = (size_t)snprintf(NULL, 0, fmt, "");
+    char *name = malloc(half);
+    CHECK(name != NULL);
+    if (!name) return;
+    memset(name, 'x', half - base);
+    name[half - base] = '\0';
+    for (int i = 0; i < 2; i++) {
+        fprintf(f, fmt, name);
+        fputc('\n', f);
+    }
+    fputs("{\"step\": 2, \"mode\": \"train\", \"metric\": \"x\", \"value\": 0.25}\n", f);
+    fclose(f);
+    free(name);
+    CHECK_OK(ct_metrics_truncate_after(path, 1, &dropped, &err), &err);
+    CHECK_MSG(dropped == 1, "dropped %lld", (long long)dropped);
+    file_id(path, &size, &ino);
+    CHECK_MSG(size == (long long)(2 * (half + 1)), "%lld bytes left", size);
+    CHECK(parse_metrics(path, 1) == 2);
+
     // What is not a regular file is refused, not read forever.
     CHECK(ct_metrics_truncate_after("/dev/zero", 3, &dropped, &err) == CT_ERR_IO);
 }
@@ -315,8 +406,13 @@ static void test_tensorboard(void) {
                                 s > 1 ? "," : "", s, v, s, 0.001f * (float)s);
         if (s == 3) CHECK_OK(ct_tb_writer_session_start(w, 4, &err), &err);
     }
+    // Step 127 is the largest one-byte varint, 128 the smallest of two.
+    CHECK_OK(ct_tb_writer_scalar(w, "metrics/loss", 127, 0.25f, &err), &err);
+    CHECK_OK(ct_tb_writer_scalar(w, "metrics/loss", 128, 0.125f, &err), &err);
     CHECK_OK(ct_tb_writer_scalar(w, "training/steps per second", 5000000000LL, -2.5f, &err), &err);
     len += (size_t)snprintf(expect + len, sizeof expect - len,
+                            ",{\"tag\": \"metrics/loss\", \"step\": 127, \"value\": 0.25}"
+                            ",{\"tag\": \"metrics/loss\", \"step\": 128, \"value\": 0.125}"
                             ",{\"tag\": \"training/steps per second\", \"step\": 5000000000, \"value\": -2.5}]}");
     CHECK_OK(ct_tb_writer_close(w, &err), &err);
     const char *exp_path = tmp_path("tb_expect.json");
@@ -333,13 +429,54 @@ static void test_tensorboard(void) {
         CHECK_OK(ct_tb_writer_close(w, &err), &err);
     }
 
-    // A second writer in the same second gets its own file.
-    ct_tb_writer *w1, *w2;
-    CHECK_OK(ct_tb_writer_open(&w1, tmp_path("tb/eval"), &err), &err);
-    CHECK_OK(ct_tb_writer_open(&w2, tmp_path("tb/eval"), &err), &err);
-    CHECK(strcmp(ct_tb_writer_path(w1), ct_tb_writer_path(w2)) != 0);
-    ct_tb_writer_close(w1, &err);
-    ct_tb_writer_close(w2, &err);
+    // A second writer in the same second gets its own file, and the names
+    // sort in the order the files were made: TensorBoard reads a
+    // directory's event files in name order, and each run's SessionLog START
+    // purges the steps at and after it from the files read before. (Twelve
+    // writers: the eleventh's suffix has two digits.)
+    enum { N_SAME = 12 };
+    ct_tb_writer *same[N_SAME];
+    for (int i = 0; i < N_SAME; i++) CHECK_OK(ct_tb_writer_open(&same[i], tmp_path("tb/eval"), &err), &err);
+    for (int i = 1; i < N_SAME; i++)
+        if (same[i - 1] && same[i])
+            CHECK_MSG(strcmp(ct_tb_writer_path(same[i - 1]), ct_tb_writer_path(same[i])) < 0,
+                      "writer %d's file %s sorts after writer %d's %s", i - 1, ct_tb_writer_path(same[i - 1]), i,
+                      ct_tb_writer_path(same[i]));
+    for (int i = 0; i < N_SAME; i++) ct_tb_writer_close(same[i], &err);
+}
+
+// A host name may hold a '/' (sethostname takes any bytes): the event file
+// takes it as '_', in logdir itself. Tried in a child process with a host
+// name of its own (a UTS namespace, which needs root: skipped without).
+static void test_tensorboard_slash_host(void) {
+    const char *dir = tmp_path("tb/slash");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        static const char name[] = "ctrax/host";
+        if (unshare(CLONE_NEWUTS) != 0 || sethostname(name, sizeof name - 1) != 0) _exit(77);
+        ct_tb_writer *w = NULL;
+        ct_error err = {0};
+        if (ct_tb_writer_open(&w, dir, &err) != CT_OK) {
+            printf("  %s\n", err.msg);
+            fflush(stdout);
+            _exit(1);
+        }
+        const char *base = strrchr(ct_tb_writer_path(w), '/');
+        bool ok = base && strstr(base, ".ctrax_host") != NULL;
+        if (!ok) printf("  event file %s\n", ct_tb_writer_path(w));
+        fflush(stdout);
+        ct_tb_writer_close(w, NULL);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) {
+        printf("  no UTS namespace here (not root?): the host name with a '/' is not tried\n");
+        return;
+    }
+    CHECK_MSG(WEXITSTATUS(status) == 0, "an event file for the host name 'ctrax/host' (status %d)",
+              WEXITSTATUS(status));
 }
 
 // ---- a run's summaries, resumed ------------------------------------------------
@@ -355,7 +492,7 @@ static void test_summary_resume(void) {
         if (step % 5 == 0) CHECK_OK(ct_summary_scalar(s, CT_SUMMARY_EVAL, step, "metrics/accuracy", -step, &err), &err);
         CHECK_OK(ct_summary_flush(s, &err), &err);
     }
-    CHECK_OK(ct_summary_close(s, &err), &err);
+    // Flushed, not yet closed: both files already hold every step.
     CHECK(parse_metrics(tmp_path("run/metrics.jsonl"), 10) == 12);
     char files[4][2048];
     CHECK(event_files(tmp_path("run/train"), files, 4) == 1);
@@ -369,6 +506,7 @@ static void test_summary_resume(void) {
     snprintf(expect + len, sizeof expect - len, "]}");
     write_text(exp, expect);
     CHECK(python("read_tfevents.py", files[0], exp) == 0);
+    CHECK_OK(ct_summary_close(s, &err), &err);
 
     // The run died after step 10 and resumes from the checkpoint of step 5.
     sleep(1);  // a new event file name (one per second and host)
@@ -504,11 +642,24 @@ static void test_progress(void) {
     CHECK_MSG(strstr(out, "\rstep 10/10 | loss 1.0000 | ") != NULL, "last draw: %s", out);
     CHECK(strstr(out, "tokens/s | ETA 0s\033[K") != NULL);
     CHECK(strstr(out, "\r\033[K\rstep 10/10") != NULL);  // clear, then redraw
+    // The last step is drawn though the draw before it was under 0.1 s ago.
+    CHECK_MSG(strstr(out, "ETA 0s\033[K\r\033[K\rstep 10/10") != NULL, "step 10 drawn before the clear: %s", out);
     CHECK(n > 0 && out[n - 1] == '\n');
     int draws = 0;
     for (const char *q = out; (q = strstr(q, "\rstep ")); q++) draws++;
     CHECK_MSG(draws >= 3 && draws <= 11, "%d draws for 11 updates (at most one per 0.1 s, and the last)", draws);
     printf("  %d draws on a pseudo-terminal; the last: %s", draws, strrchr(out, '\r') + 1);
+    // The last step is drawn however soon after the draw before it.
+    p = ct_progress_new(tty, 2);
+    ct_progress_update(p, 1, 2.0, 0);
+    ct_progress_update(p, 2, 1.0, 0);
+    ct_progress_finish(p);
+    ct_progress_free(p);
+    fflush(tty);
+    n = 0;
+    while ((k = read(master, out + n, sizeof out - 1 - (size_t)n)) > 0) n += k;
+    out[n > 0 ? n : 0] = '\0';
+    CHECK_MSG(strstr(out, "\rstep 2/2 | loss 1.0000") != NULL, "the last step drawn: %s", out);
     fclose(tty);
     close(master);
 }
@@ -518,7 +669,9 @@ int main(void) {
     test_formats();
     test_metrics();
     test_metrics_large();
+    test_metrics_buffer_full();
     test_tensorboard();
+    test_tensorboard_slash_host();
     test_summary_resume();
     test_partial_write();
     test_progress();

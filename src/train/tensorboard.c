@@ -135,9 +135,13 @@ ct_status ct_tb_writer_open(ct_tb_writer **out, const char *logdir, ct_error *er
     w->path = ct_malloc(cap);
     long long t = (long long)time(NULL);
     w->fd = -1;
+    // Writers opened in the same second take the suffixes .001 to .999:
+    // TensorBoard reads a directory's event files in name order, and with
+    // .10 sorted before .2, run 2's SessionLog START, read after run 10's
+    // file, would purge the steps run 10 logged.
     for (int k = 0; k < 1000 && w->fd < 0; k++) {
         if (k == 0) snprintf(w->path, cap, "%s/events.out.tfevents.%lld.%s", logdir, t, host);
-        else snprintf(w->path, cap, "%s/events.out.tfevents.%lld.%s.%d", logdir, t, host, k);
+        else snprintf(w->path, cap, "%s/events.out.tfevents.%lld.%s.%03d", logdir, t, host, k);
         w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (w->fd < 0 && errno != EEXIST) break;
     }

@@ -19,7 +19,8 @@ extern "C" {
 typedef struct ct_tb_writer ct_tb_writer;
 
 // Creates logdir (mkdir -p) and logdir/events.out.tfevents.<unix time>.<host>
-// (with a numeric suffix if that name exists), and writes the file_version record.
+// (with a suffix .001 to .999 if that name exists, so that names sort in the
+// order the files were made), and writes the file_version record.
 ct_status ct_tb_writer_open(ct_tb_writer **out, const char *logdir, ct_error *err);
 // tag is a proto3 string, which must be UTF-8: one that is not is CT_ERR_ARG
 // (naming the byte), and nothing is written.
