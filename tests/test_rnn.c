@@ -35,16 +35,17 @@ static float *weight_ending(const ct_net *net, const char *suffix) {
 static double sig(double v) { return 1.0 / (1.0 + exp(-v)); }
 
 // out[k] = b[k] + sum_i v[i] W[i, k], W (nv, m): one row of a Dense.
-static void dense_row(double *out, const double *v, int nv, const float *W, const float *b, int m) {
+static void dense_row(double *out, const double *v, int nv, const double *W, const double *b, int m) {
     for (int k = 0; k < m; k++) {
         out[k] = b[k];
         for (int i = 0; i < nv; i++) out[k] += v[i] * W[(int64_t)i * m + k];
     }
 }
 
-// Trax's GRUCell, one row: x (D), h (n) -> h' (n).
-static void gru_ref(double *hn, const float *x, const float *h, const float *W1, const float *b1, const float *W2,
-                    const float *b2, int D, int n) {
+// Trax's GRUCell, one row: x (D), h (n) -> h' (n). All in double, the
+// weights too, so finite differences of it are exact to ~1e-10.
+static void gru_ref(double *hn, const double *x, const double *h, const double *W1, const double *b1,
+                    const double *W2, const double *b2, int D, int n) {
     double v[64], y[64], cnd[32];
     for (int i = 0; i < D; i++) v[i] = x[i];
     for (int k = 0; k < n; k++) v[D + k] = h[k];
@@ -58,7 +59,7 @@ static void gru_ref(double *hn, const float *x, const float *h, const float *W1,
 }
 
 // Trax's LSTMCell, one row: x (D), s = [c | h] (2n) -> s' = [c' | h'].
-static void lstm_ref(double *sn, const float *x, const float *s, const float *W, const float *b, int D, int n) {
+static void lstm_ref(double *sn, const double *x, const double *s, const double *W, const double *b, int D, int n) {
     double v[64], y[128];
     for (int i = 0; i < D; i++) v[i] = x[i];
     for (int k = 0; k < n; k++) v[D + k] = s[n + k];
@@ -68,6 +69,12 @@ static void lstm_ref(double *sn, const float *x, const float *s, const float *W,
         sn[k] = c;
         sn[n + k] = tanh(c) * sig(y[3 * n + k]);
     }
+}
+
+// dst (n) = src (n) as doubles.
+static double *to_f64(double *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = src[i];
+    return dst;
 }
 
 enum { RB = 3, RD = 5, RN = 4 };
@@ -81,6 +88,18 @@ static void randomize_weights(ct_net *net, uint64_t seed) {
     }
 }
 
+// wd (the net's weight slab as doubles; malloc'd) and, through f64_weight,
+// each weight's place in it.
+static double *weights_f64(const ct_net *net) {
+    return to_f64(malloc(net->n_weights * sizeof(double) + 8), net->weights, (int64_t)net->n_weights);
+}
+
+// The weight ending with suffix in wd (weights_f64's copy of net's), or NULL.
+static double *f64_weight(const ct_net *net, double *wd, const char *suffix) {
+    const float *w = weight_ending(net, suffix);
+    return w ? wd + (w - net->weights) : NULL;
+}
+
 static void test_cells_reference(void) {
     float xd[RB * RD], sd[RB * 2 * RN];
     ct_tensor in[2] = {uniform(ct_tensor_2d(CT_DTYPE_F32, RB, RD, xd), 1, -1, 1),
@@ -91,18 +110,20 @@ static void test_cells_reference(void) {
         randomize_weights(&f.net, 10);
         ct_tensor out[2];
         CHECK_OK(fixture_forward(&f, in, out, 1), &f.err);
-        const float *W1 = weight_ending(&f.net, "/kernel_gates"), *b1 = weight_ending(&f.net, "/bias_gates");
-        const float *W2 = weight_ending(&f.net, "/kernel_candidate"), *b2 = weight_ending(&f.net, "/bias_candidate");
+        double *wd = weights_f64(&f.net), x64[RD], s64[RN];
+        const double *W1 = f64_weight(&f.net, wd, "/kernel_gates"), *b1 = f64_weight(&f.net, wd, "/bias_gates");
+        const double *W2 = f64_weight(&f.net, wd, "/kernel_candidate"), *b2 = f64_weight(&f.net, wd, "/bias_candidate");
         CHECK(W1 && b1 && W2 && b2);
         double err = 0;
         for (int r = 0; r < RB && W1 && b1 && W2 && b2; r++) {
             double hn[RN];
-            gru_ref(hn, xd + r * RD, sd + r * RN, W1, b1, W2, b2, RD, RN);
+            gru_ref(hn, to_f64(x64, xd + r * RD, RD), to_f64(s64, sd + r * RN, RN), W1, b1, W2, b2, RD, RN);
             for (int k = 0; k < RN; k++) {
                 err = fmax(err, fabs(hn[k] - ct_f32(&out[0])[r * RN + k]));
                 err = fmax(err, fabs(hn[k] - ct_f32(&out[1])[r * RN + k]));
             }
         }
+        free(wd);
         printf("GRUCell vs scalar reference: max abs err %.2e\n", err);
         CHECK_MSG(err < 1e-5, "GRUCell differs from the reference by %g", err);
         fixture_free(&f);
@@ -120,14 +141,16 @@ static void test_cells_reference(void) {
         randomize_weights(&f.net, 20);
         ct_tensor out[2];
         CHECK_OK(fixture_forward(&f, in, out, 1), &f.err);
-        const float *W = weight_ending(&f.net, "/kernel");
+        double *wd = weights_f64(&f.net), x64[RD], s64[2 * RN];
+        const double *W = f64_weight(&f.net, wd, "/kernel"), *b64 = f64_weight(&f.net, wd, "/bias");
         double err = 0;
-        for (int r = 0; r < RB && W && b; r++) {
+        for (int r = 0; r < RB && W && b64; r++) {
             double sn[2 * RN];
-            lstm_ref(sn, xd + r * RD, sd + r * 2 * RN, W, b, RD, RN);
+            lstm_ref(sn, to_f64(x64, xd + r * RD, RD), to_f64(s64, sd + r * 2 * RN, 2 * RN), W, b64, RD, RN);
             for (int k = 0; k < 2 * RN; k++) err = fmax(err, fabs(sn[k] - ct_f32(&out[1])[r * 2 * RN + k]));
             for (int k = 0; k < RN; k++) err = fmax(err, fabs(sn[RN + k] - ct_f32(&out[0])[r * RN + k]));
         }
+        free(wd);
         printf("LSTMCell vs scalar reference: max abs err %.2e\n", err);
         CHECK_MSG(err < 1e-5, "LSTMCell differs from the reference by %g", err);
         fixture_free(&f);
@@ -160,6 +183,15 @@ static void test_cell_init(void) {
                   "GRUCell kernels not Trax's U(-0.01, 0.01): max |w| %g, %g", k1, k2);
         CHECK_MSG(b1 > 0 && b1 < 1e-5 && b2 > 0 && b2 < 1e-5, "GRUCell biases not Trax's N(0, 1e-6^2): max |b| %g, %g",
                   b1, b2);
+        // Trax splits the cell's key four ways, one per weight: no weight
+        // starts with another's draws.
+        const float *w[4] = {weight_ending(&f.net, "/kernel_gates"), weight_ending(&f.net, "/bias_gates"),
+                             weight_ending(&f.net, "/kernel_candidate"), weight_ending(&f.net, "/bias_candidate")};
+        int repeats = 0;
+        for (int i = 0; i < 4; i++)
+            for (int j = i + 1; j < 4; j++) repeats += !w[i] || !w[j] || memcmp(w[i], w[j], RN * sizeof(float)) == 0;
+        CHECK_MSG(repeats == 0, "%d pairs of GRUCell weights start with the same %d values (one key for both)", repeats,
+                  RN);
         fixture_free(&f);
     }
     ct_layer_free(gru);
@@ -282,6 +314,36 @@ static void test_scan_steps(void) {
     ct_layer_free(scan);
 }
 
+// A Scan given no output gradient (both NULL: zero) gives x a zero
+// gradient (NULL or zeros), not memory it never wrote: every step's cell
+// returns NULL, so no slice of x's gradient is written. The arena is
+// filled with NaNs first so unwritten memory shows.
+static void test_scan_no_gradient(void) {
+    enum { B = 2, T = 3 };
+    float xd[B * T * RD], hd[B * RN];
+    ct_tensor in[2] = {uniform(ct_tensor_3d(CT_DTYPE_F32, B, T, RD, xd), 1, -1, 1),
+                       uniform(ct_tensor_2d(CT_DTYPE_F32, B, RN, hd), 2, -1, 1)};
+    ct_layer *scan = ct_scan(ct_gru_cell(RN), 1, 1);
+    fixture f;
+    if (fixture_init_ok(&f, scan, in, 2, false)) {
+        ct_tensor junk = ct_tensor_1d(CT_DTYPE_F32, 1 << 16, NULL);
+        CHECK_OK(ct_ctx_alloc(&f.ctx, &junk, &f.err), &f.err);
+        for (int i = 0; i < 1 << 16; i++) ct_f32(&junk)[i] = NAN;
+        ct_arena_reset(&f.arena);
+        ct_tensor out[2], gin[2];
+        CHECK_OK(fixture_forward(&f, in, out, 1), &f.err);
+        ct_tensor gout[2] = {ct_tensor_sig(&out[0]), ct_tensor_sig(&out[1])};
+        CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, gout, gin, ct_key_from_seed(1), &f.err), &f.err);
+        int nonzero = 0;
+        for (int64_t i = 0; gin[0].data && i < ct_tensor_numel(&gin[0]); i++) nonzero += !(ct_f32(&gin[0])[i] == 0.0f);
+        for (int64_t i = 0; gin[1].data && i < ct_tensor_numel(&gin[1]); i++) nonzero += !(ct_f32(&gin[1])[i] == 0.0f);
+        printf("Scan(GRUCell) with no output gradient: %d nonzero input gradient elements\n", nonzero);
+        CHECK_MSG(nonzero == 0, "Scan with a zero output gradient gives %d nonzero input gradient elements", nonzero);
+        fixture_free(&f);
+    }
+    ct_layer_free(scan);
+}
+
 static ct_rnnlm_params small_rnnlm(const char *cell) {
     ct_rnnlm_params p = ct_rnnlm_default_params();
     p.vocab_size = 7;
@@ -306,74 +368,139 @@ static void test_rnnlm_gradients(void) {
     check_layer("RNNLM(LSTMCell, 1 layer)", ct_rnnlm(p), in, 1, false);
 }
 
-// RNNLM on its own (randomized) weights against Trax's RNNLM run by hand:
-// ShiftRight, Embedding, then per step each layer k's cell on (x, s_k)
-// with x its output and s_k its own state slice (SerialWithSideOutputs
-// keeps the states in layer order), then the Dense. Three layers, so a
-// state handed to the wrong layer shows. With dropout 0.5 (in training) the
-// embedding's output element j is kept, doubled, iff the Dropout's bits
-// (its key split(key, 2), the model's third layer) are >= 2^31.
+enum { LM_B = 2, LM_T = 5, LM_V = 7, LM_D = 4 };
+static const int32_t lm_tokens[LM_B * LM_T] = {1, 2, 3, 4, 5, 6, 0, 3, 2, 1};
+
+// Trax's RNNLM(cell, L layers, small_rnnlm's sizes) run by hand in double on
+// wd (weights_f64's copy of net's weights, which the net names), over
+// lm_tokens: ShiftRight, Embedding, then per step each layer k's cell on
+// (x, s_k) with x its output and s_k its own state slice
+// (SerialWithSideOutputs keeps the states in layer order), then the Dense.
+// With dropout (0.5, in training) the embedding's output element j is kept,
+// doubled, iff the Dropout's bits (its key split(key 1, 2), the model's
+// third layer) are >= 2^31. Writes logits (B, T, V); false if a weight is
+// not found.
+static bool rnnlm_ref(double *logits, const ct_net *net, double *wd, const char *cell, int L, bool dropout) {
+    enum { B = LM_B, T = LM_T, V = LM_V, D = LM_D };
+    bool lstm = strcmp(cell, "LSTMCell") == 0;
+    const double *E = f64_weight(net, wd, "/embedding"), *Wo = f64_weight(net, wd, "/Dense[6]/kernel");
+    const double *bo = f64_weight(net, wd, "/Dense[6]/bias");
+    const double *w[8][4];
+    bool found = E && Wo && bo;
+    for (int k = 0; k < L; k++) {
+        char nm[4][64];
+        int idx = L > 1 ? 2 * k + 1 : 0;
+        for (int i = 0; i < 4; i++) {
+            static const char *gru[4] = {"kernel_gates", "bias_gates", "kernel_candidate", "bias_candidate"};
+            snprintf(nm[i], sizeof nm[i], "/%s[%d]/%s", cell, idx, lstm ? (i ? "bias" : "kernel") : gru[i]);
+            w[k][i] = i < 2 || !lstm ? f64_weight(net, wd, nm[i]) : NULL;
+            found = found && (w[k][i] || (lstm && i >= 2));
+        }
+    }
+    for (int b = 0; found && b < B; b++) {
+        double s[8][2 * D] = {{0}}, x[D];
+        for (int t = 0; t < T; t++) {
+            int id = t == 0 ? 0 : lm_tokens[b * T + t - 1];  // ShiftRight
+            memcpy(x, E + id * D, sizeof x);
+            for (int i = 0; dropout && i < D; i++) {
+                uint32_t bits = ct_random_bits(ct_key_split(ct_key_from_seed(1), 2), (uint32_t)((b * T + t) * D + i));
+                x[i] = bits >= 0x80000000u ? 2.0 * x[i] : 0.0;
+            }
+            for (int k = 0; k < L; k++) {
+                double sn[2 * D];
+                if (lstm)
+                    lstm_ref(sn, x, s[k], w[k][0], w[k][1], D, D);
+                else
+                    gru_ref(sn, x, s[k], w[k][0], w[k][1], w[k][2], w[k][3], D, D);
+                memcpy(s[k], sn, (lstm ? 2 : 1) * D * sizeof(double));
+                memcpy(x, s[k] + (lstm ? D : 0), sizeof x);
+            }
+            dense_row(logits + (b * T + t) * V, x, D, Wo, bo, V);
+        }
+    }
+    return found;
+}
+
+// RNNLM on its own (randomized) weights against rnnlm_ref. Three layers,
+// so a state handed to the wrong layer shows.
 static double rnnlm_reference_error(const char *cell, int L, bool dropout) {
-    enum { B = 2, T = 5, V = 7, D = 4 };
-    int32_t tok[B * T] = {1, 2, 3, 4, 5, 6, 0, 3, 2, 1};
-    ct_tensor in[1] = {ct_tensor_2d(CT_DTYPE_I32, B, T, tok)};
+    enum { B = LM_B, T = LM_T, V = LM_V };
+    ct_tensor in[1] = {ct_tensor_2d(CT_DTYPE_I32, B, T, (int32_t *)lm_tokens)};
     ct_rnnlm_params p = small_rnnlm(cell);
     p.n_layers = L;
     p.dropout = dropout ? 0.5f : 0.0f;
-    bool lstm = strcmp(cell, "LSTMCell") == 0;
     ct_layer *m = ct_rnnlm(p);
     fixture f;
     double err = INFINITY;
     if (fixture_init_ok(&f, m, in, 1, dropout)) {
         randomize_weights(&f.net, 50);
         float logits[B * T * V];
+        double ref[B * T * V], *wd = weights_f64(&f.net);
         run_forward(&f, in, ct_key_from_seed(1), logits);
-        const float *E = weight_ending(&f.net, "/embedding"), *Wo = weight_ending(&f.net, "/Dense[6]/kernel");
-        const float *bo = weight_ending(&f.net, "/Dense[6]/bias");
-        const float *w[8][4];
-        bool found = E && Wo && bo;
-        for (int k = 0; k < L; k++) {
-            char nm[4][64];
-            int idx = L > 1 ? 2 * k + 1 : 0;
-            for (int i = 0; i < 4; i++) {
-                static const char *gru[4] = {"kernel_gates", "bias_gates", "kernel_candidate", "bias_candidate"};
-                snprintf(nm[i], sizeof nm[i], "/%s[%d]/%s", cell, idx, lstm ? (i ? "bias" : "kernel") : gru[i]);
-                w[k][i] = i < 2 || !lstm ? weight_ending(&f.net, nm[i]) : NULL;
-                found = found && (w[k][i] || (lstm && i >= 2));
-            }
-        }
+        bool found = rnnlm_ref(ref, &f.net, wd, cell, L, dropout);
         CHECK_MSG(found, "RNNLM(%s, %d layers): weights not found", cell, L);
         err = found ? 0 : INFINITY;
-        for (int b = 0; found && b < B; b++) {
-            float s[8][2 * D] = {{0}}, x[D];
-            for (int t = 0; t < T; t++) {
-                int id = t == 0 ? 0 : tok[b * T + t - 1];  // ShiftRight
-                memcpy(x, E + id * D, sizeof x);
-                for (int i = 0; dropout && i < D; i++) {
-                    uint32_t bits = ct_random_bits(ct_key_split(ct_key_from_seed(1), 2), (uint32_t)((b * T + t) * D + i));
-                    x[i] = bits >= 0x80000000u ? 2.0f * x[i] : 0.0f;
-                }
-                for (int k = 0; k < L; k++) {
-                    double sn[2 * D];
-                    if (lstm)
-                        lstm_ref(sn, x, s[k], w[k][0], w[k][1], D, D);
-                    else
-                        gru_ref(sn, x, s[k], w[k][0], w[k][1], w[k][2], w[k][3], D, D);
-                    for (int i = 0; i < (lstm ? 2 : 1) * D; i++) s[k][i] = (float)sn[i];
-                    memcpy(x, s[k] + (lstm ? D : 0), sizeof x);
-                }
-                double xd[D], lo[V];
-                for (int i = 0; i < D; i++) xd[i] = x[i];
-                dense_row(lo, xd, D, Wo, bo, V);
-                for (int v = 0; v < V; v++) err = fmax(err, fabs(lo[v] - logits[(b * T + t) * V + v]));
-            }
-        }
+        for (int i = 0; found && i < B * T * V; i++) err = fmax(err, fabs(ref[i] - logits[i]));
+        free(wd);
         fixture_free(&f);
     }
     ct_layer_free(m);
     printf("RNNLM(%s, %d layers%s) vs Trax's RNNLM by hand: max abs err %.2e\n", cell, L,
            dropout ? ", dropout 0.5" : "", err);
     return err;
+}
+
+// RNNLM's backward (float) against central differences of rnnlm_ref in
+// double (step 1e-6: truncation ~1e-12, rounding ~1e-10), for
+// L = sum <r, logits>, r uniform in [-1, 1), at every weight: so a
+// gradient error far below gradcheck's float32 noise shows. (gradcheck's
+// 2.65e-4 on RNNLM(LSTMCell)'s first kernel at step 1e-2 is that noise:
+// it reads 1.27e-3 at step 2.5e-3 and 1.56e-4 at 2e-2.) Returns the
+// largest per-tensor error ||analytic - numeric|| / ||numeric||.
+static double rnnlm_f64_gradient_error(const char *cell, int L) {
+    enum { B = LM_B, T = LM_T, V = LM_V };
+    ct_tensor in[1] = {ct_tensor_2d(CT_DTYPE_I32, B, T, (int32_t *)lm_tokens)};
+    ct_rnnlm_params p = small_rnnlm(cell);
+    p.n_layers = L;
+    ct_layer *m = ct_rnnlm(p);
+    fixture f;
+    double worst = INFINITY;
+    if (fixture_init_ok(&f, m, in, 1, false)) {
+        randomize_weights(&f.net, 60);
+        float r[B * T * V];
+        ct_tensor out[1], gout = uniform(ct_tensor_3d(CT_DTYPE_F32, B, T, V, r), 61, -1, 1), gin[1];
+        ct_net_zero_grads(&f.net);
+        CHECK_OK(fixture_forward(&f, in, out, 1), &f.err);
+        CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &gout, gin, ct_key_from_seed(1), &f.err), &f.err);
+        double *wd = weights_f64(&f.net), lp[B * T * V], lm[B * T * V];
+        worst = 0;
+        for (int i = 0; i < ct_net_weight_count(&f.net); i++) {
+            ct_tensor w = ct_net_weight(&f.net, i);
+            int64_t off = ct_f32(&w) - f.net.weights;
+            double dd = 0, nn = 0;
+            for (int64_t k = off; k < off + ct_tensor_numel(&w); k++) {
+                double saved = wd[k], g = 0;
+                wd[k] = saved + 1e-6;
+                bool ok = rnnlm_ref(lp, &f.net, wd, cell, L, false);
+                wd[k] = saved - 1e-6;
+                ok = ok && rnnlm_ref(lm, &f.net, wd, cell, L, false);
+                wd[k] = saved;
+                for (int j = 0; ok && j < B * T * V; j++) g += r[j] * (lp[j] - lm[j]) / 2e-6;
+                double a = f.net.grads[k];
+                dd += (a - g) * (a - g);
+                nn += g * g;
+                if (!ok) dd = INFINITY;
+            }
+            double e = sqrt(dd) / fmax(sqrt(nn), 1e-6);
+            printf("  RNNLM(%s, %d layers) %-52s f64 rel err %.2e  (|grad| %.3e)\n", cell, L,
+                   ct_net_weight_name(&f.net, i), e, sqrt(nn));
+            if (!(e <= worst)) worst = e;
+        }
+        free(wd);
+        fixture_free(&f);
+    }
+    ct_layer_free(m);
+    return worst;
 }
 
 static void test_rnnlm_reference(void) {
@@ -385,6 +512,11 @@ static void test_rnnlm_reference(void) {
                 CHECK_MSG(e < 1e-4, "RNNLM(%s, %d layers, dropout %d) differs from Trax's by %g", cells[c], L, dropout,
                           e);
             }
+            double g = rnnlm_f64_gradient_error(cells[c], L);
+            printf("RNNLM(%s, %d layers): backward vs double-precision differences: max rel err %.2e\n", cells[c], L,
+                   g);
+            CHECK_MSG(g < 1e-5, "RNNLM(%s, %d layers) gradient differs from the double reference's by %g", cells[c],
+                      L, g);
         }
 }
 
@@ -444,13 +576,73 @@ static void test_rnnlm_causal(void) {
     ct_layer_free(m);
 }
 
+// l's init on in[0..n_in) must fail with CT_ERR_SHAPE and a message
+// holding want and want2 (NULL: not checked); frees l. Printed.
+static void expect_init_refused(const char *label, ct_layer *l, const ct_tensor *in, int n_in, const char *want,
+                                const char *want2) {
+    fixture f;
+    ct_status st = fixture_init(&f, l, in, n_in, false);
+    CHECK_MSG(st == CT_ERR_SHAPE && strstr(f.err.msg, want) && (!want2 || strstr(f.err.msg, want2)),
+              "%s: status %d, %s", label, (int)st, st == CT_OK ? "init passed" : f.err.msg);
+    printf("%s: %s\n", label, st == CT_OK ? "init passed" : f.err.msg);
+    if (st == CT_OK) ct_net_free(&f.net);
+    ct_ctx_free(&f.ctx);
+    ct_arena_free(&f.arena);
+    ct_layer_free(l);
+}
+
+// Scan's and the cells' shape checks: a sequence of length 0 (Scan has no
+// ys to give, so it refuses rather than return outputs it never wrote), an
+// axis past either end, a cell's x and state with different leading dims,
+// MakeZeroState on other than rank 3; after init, a cell refuses an x of
+// another width than it was built for (its kernel's rows would be misread).
+static void test_shape_refusals(void) {
+    ct_tensor xs[2] = {ct_tensor_3d(CT_DTYPE_F32, 2, 0, RD, NULL), ct_tensor_2d(CT_DTYPE_F32, 2, RN, NULL)};
+    expect_init_refused("Scan(GRUCell), T = 0", ct_scan(ct_gru_cell(RN), 1, 1), xs, 2, "Scan",
+                        "length 0 on axis 1 leaves no step");
+    xs[0] = ct_tensor_3d(CT_DTYPE_F32, 2, 4, RD, NULL);
+    expect_init_refused("Scan(GRUCell), axis 3 of rank 3", ct_scan(ct_gru_cell(RN), 3, 1), xs, 2, "no axis 3", NULL);
+    expect_init_refused("Scan(GRUCell), axis -4 of rank 3", ct_scan(ct_gru_cell(RN), -4, 1), xs, 2, "no axis -4",
+                        NULL);
+    ct_tensor cin[2] = {ct_tensor_2d(CT_DTYPE_F32, 3, RD, NULL), ct_tensor_2d(CT_DTYPE_F32, 2, RN, NULL)};
+    expect_init_refused("GRUCell, x 3 rows, state 2", ct_gru_cell(RN), cin, 2, "(2,4)", "same leading dims");
+    cin[1] = ct_tensor_3d(CT_DTYPE_F32, 3, 1, 2 * RN, NULL);
+    expect_init_refused("LSTMCell, x rank 2, state rank 3", ct_lstm_cell(RN), cin, 2, "(3,1,8)", "same leading dims");
+    ct_tensor flat = ct_tensor_2d(CT_DTYPE_F32, 2, RD, NULL);
+    expect_init_refused("MakeZeroState, rank 2", ct_make_zero_state(1), &flat, 1, "MakeZeroState",
+                        "(batch, length, depth)");
+
+    float xd[RB * (RD + 1)], sd[RB * 2 * RN];
+    ct_tensor in[2] = {uniform(ct_tensor_2d(CT_DTYPE_F32, RB, RD, xd), 1, -1, 1),
+                       uniform(ct_tensor_2d(CT_DTYPE_F32, RB, RN, sd), 2, -1, 1)};
+    for (int c = 0; c < 2; c++) {
+        if (c == 1) in[1] = uniform(ct_tensor_2d(CT_DTYPE_F32, RB, 2 * RN, sd), 3, -1, 1);
+        ct_layer *l = c ? ct_lstm_cell(RN) : ct_gru_cell(RN);
+        fixture f;
+        if (fixture_init_ok(&f, l, in, 2, false)) {
+            for (int d = RD - 1; d <= RD + 1; d += 2) {
+                ct_tensor other[2] = {ct_tensor_2d(CT_DTYPE_F32, RB, d, xd), in[1]}, out[2];
+                ct_status st = fixture_forward(&f, other, out, 1);
+                CHECK_MSG(st == CT_ERR_SHAPE && strstr(f.err.msg, "built for 5"), "%s forward on x (3,%d): %s",
+                          ct_layer_name(l), d, st == CT_OK ? "ran" : f.err.msg);
+                if (st != CT_OK) printf("%s, x %d wide after init for 5: %s\n", ct_layer_name(l), d, f.err.msg);
+                ct_arena_reset(&f.arena);
+            }
+            fixture_free(&f);
+        }
+        ct_layer_free(l);
+    }
+}
+
 static void test_refusals(void) {
     float xd[RB * RD], sd[RB * 2 * RN];
     ct_tensor in[2] = {ct_tensor_2d(CT_DTYPE_F32, RB, RD, xd), ct_tensor_2d(CT_DTYPE_F32, RB, 2 * RN, sd)};
     fixture f;
     ct_layer *l = ct_gru_cell(RN);
     CHECK(fixture_init(&f, l, in, 2, false) == CT_ERR_SHAPE);
-    CHECK_MSG(strstr(f.err.msg, "GRUCell") && strstr(f.err.msg, "n_units 4"), "%s", f.err.msg);
+    CHECK_MSG(strstr(f.err.msg, "GRUCell") && strstr(f.err.msg, "n_units 4") && strstr(f.err.msg, "takes a state of 4") &&
+                  !strstr(f.err.msg, "4 = 4"),
+              "%s", f.err.msg);
     printf("GRUCell, state 8 wide: %s\n", f.err.msg);
     ct_ctx_free(&f.ctx);
     ct_arena_free(&f.arena);
@@ -459,7 +651,8 @@ static void test_refusals(void) {
     in[1] = ct_tensor_2d(CT_DTYPE_F32, RB, RN, sd);
     l = ct_lstm_cell(RN);
     CHECK(fixture_init(&f, l, in, 2, false) == CT_ERR_SHAPE);
-    CHECK_MSG(strstr(f.err.msg, "LSTMCell") && strstr(f.err.msg, "2 x 4"), "%s", f.err.msg);
+    CHECK_MSG(strstr(f.err.msg, "LSTMCell") && strstr(f.err.msg, "2 x 4 = 8"), "%s", f.err.msg);
+    printf("LSTMCell, state 4 wide: %s\n", f.err.msg);
     ct_ctx_free(&f.ctx);
     ct_arena_free(&f.arena);
     ct_layer_free(l);
@@ -470,7 +663,8 @@ static void test_refusals(void) {
     ct_layer *add3 = ct_serial(CT_LAYERS(ct_add(), ct_add(), ct_dup()));
     l = ct_scan(add3, 1, 1);
     CHECK(fixture_init(&f, l, xs, 3, false) == CT_ERR_SHAPE);
-    CHECK_MSG(strstr(f.err.msg, "Scan") && strstr(f.err.msg, "length 5"), "%s", f.err.msg);
+    CHECK_MSG(strstr(f.err.msg, "Scan") && strstr(f.err.msg, "length 5") && strstr(f.err.msg, "input 0's 4"), "%s",
+              f.err.msg);
     printf("Scan, lengths 4 and 5: %s\n", f.err.msg);
     ct_ctx_free(&f.ctx);
     ct_arena_free(&f.arena);
@@ -486,6 +680,10 @@ static void test_refusals(void) {
     p = small_rnnlm("LSTMCell");
     p.rnn_cell = "SRU";
     CHECK(ct_rnnlm_check(&p, &err) == CT_ERR_ARG && strstr(err.msg, "RNNLM.rnn_cell = 'SRU'"));
+    // Dropout 1 would keep nothing and scale by 1 / (1 - rate) = inf.
+    p = small_rnnlm("LSTMCell");
+    p.dropout = 1.0f;
+    CHECK(ct_rnnlm_check(&p, &err) == CT_ERR_ARG && strstr(err.msg, "RNNLM.dropout = 1"));
     p = small_rnnlm("LSTMCell");
     p.n_layers = 0;
     CHECK(ct_rnnlm_check(&p, &err) == CT_ERR_ARG && strstr(err.msg, "n_layers 0"));
@@ -605,11 +803,13 @@ int main(void) {
     test_cell_gradients();
     test_scan_gradients();
     test_scan_steps();
+    test_scan_no_gradient();
     test_rnnlm_gradients();
     test_rnnlm_reference();
     test_rnnlm_names();
     test_rnnlm_causal();
     test_refusals();
+    test_shape_refusals();
     test_rnnlm_learns_copy();
     return check_summary("test_rnn");
 }

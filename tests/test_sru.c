@@ -161,6 +161,30 @@ static void test_initial_state_and_causality(void) {
     ct_layer_free(l);
 }
 
+// Backward given no output gradient (NULL: zero) gives x a zero gradient
+// (NULL or zeros) and adds nothing to the weight gradients.
+static void test_no_gradient(void) {
+    enum { B = 2, T = 3, N = 6 };
+    float x[B * T * N];
+    ct_tensor in = uniform(ct_tensor_3d(CT_DTYPE_F32, B, T, N, x), 51, -1, 1);
+    ct_layer *l = ct_sru(N);
+    fixture f;
+    if (fixture_init_ok(&f, l, &in, 1, true)) {
+        ct_net_zero_grads(&f.net);
+        ct_tensor out[1], gin[1];
+        CHECK_OK(fixture_forward(&f, &in, out, 1), &f.err);
+        ct_tensor gout = ct_tensor_sig(&out[0]);
+        CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &gout, gin, ct_key_from_seed(1), &f.err), &f.err);
+        int nonzero = 0;
+        for (int64_t i = 0; gin[0].data && i < B * T * N; i++) nonzero += ct_f32(&gin[0])[i] != 0.0f;
+        for (size_t i = 0; i < f.net.n_weights; i++) nonzero += f.net.grads[i] != 0.0f;
+        printf("SRU with no output gradient: %d nonzero gradient elements\n", nonzero);
+        CHECK_MSG(nonzero == 0, "SRU with a zero output gradient gives %d nonzero gradient elements", nonzero);
+        fixture_free(&f);
+    }
+    ct_layer_free(l);
+}
+
 // Trax's name, the weight names, and refusals: a width other than n_units,
 // an input without a time axis.
 static void test_names_and_errors(void) {
@@ -184,6 +208,15 @@ static void test_names_and_errors(void) {
     CHECK(ct_net_init(&net, l, &wide, 1, ct_key_from_seed(1), &dev, &err) == CT_ERR_SHAPE);
     printf("wrong width: %s\n", err.msg);
     CHECK(strstr(err.msg, "SRU_8") && strstr(err.msg, "width 6") && strstr(err.msg, "n_units 8"));
+    ct_layer_free(l);
+
+    // Wider than n_units too: the cell would take x's width for n and read
+    // the (3 n_units)-wide gates past their rows.
+    l = ct_sru(8);
+    wide = ct_tensor_3d(CT_DTYPE_F32, 2, 3, 10, NULL);
+    CHECK(ct_net_init(&net, l, &wide, 1, ct_key_from_seed(1), &dev, &err) == CT_ERR_SHAPE);
+    printf("width 10: %s\n", err.msg);
+    CHECK(strstr(err.msg, "SRU_8") && strstr(err.msg, "width 10") && strstr(err.msg, "n_units 8"));
     ct_layer_free(l);
 
     l = ct_sru(8);
@@ -314,6 +347,7 @@ int main(void) {
     test_gradients();
     test_reference();
     test_initial_state_and_causality();
+    test_no_gradient();
     test_reversible();
     test_reformer_lm();
     return check_summary("test_sru");

@@ -12,6 +12,7 @@
 // ct_matmul_forward/backward and the gates fused per element, so a step is
 // two (GRU) or one (LSTM) matrix products and a pass over the gates.
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ctrax/layers/combinators.h"
@@ -43,8 +44,8 @@ static scan_view scan_view_of(const ct_tensor *x, int axis) {
     return v;
 }
 
-// Checks the xs (in[0..nx)): rank >= 1, the axis inside each, one length T
-// along it, T >= 1.
+// Checks the xs (in[0..nx)): rank >= 1, the axis inside each, T >= 1 along
+// it, one T for all.
 static ct_status scan_check(const ct_layer *l, const ct_tensor *in, int nx, const char *op, ct_error *err) {
     const scan_hp *hp = l->hp;
     char s[CT_SIG_STR_MAX];
@@ -53,10 +54,18 @@ static ct_status scan_check(const ct_layer *l, const ct_tensor *in, int nx, cons
         if (in[i].ndim < 1 || a < 0 || a >= in[i].ndim)
             return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "input %d is %s: it has no axis %d to scan over", i,
                                  ct_tensor_sig_str(&in[i], s, sizeof s), hp->axis);
-        if (in[i].shape[a] != in[0].shape[scan_view_of(&in[0], hp->axis).axis] || in[i].shape[a] < 1)
+        // T = 0 would leave the ys unwritten: Scan allocates them from the
+        // sublayer's step-0 outputs.
+        if (in[i].shape[a] < 1)
             return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
-                                 "input %d is %s: its length %lld on axis %d must be >= 1 and equal input 0's", i,
+                                 "input %d is %s: its length %lld on axis %d leaves no step to scan (T >= 1)", i,
                                  ct_tensor_sig_str(&in[i], s, sizeof s), (long long)in[i].shape[a], hp->axis);
+        int64_t T0 = in[0].shape[scan_view_of(&in[0], hp->axis).axis];
+        if (in[i].shape[a] != T0)
+            return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
+                                 "input %d is %s: its length %lld on axis %d differs from input 0's %lld", i,
+                                 ct_tensor_sig_str(&in[i], s, sizeof s), (long long)in[i].shape[a], hp->axis,
+                                 (long long)T0);
     }
     return CT_OK;
 }
@@ -233,13 +242,19 @@ static ct_status cell_check(const ct_layer *l, const ct_tensor *in, int64_t D_wa
     bool lead_ok = x->ndim == s->ndim && x->ndim >= 1;
     for (int d = 0; lead_ok && d + 1 < x->ndim; d++) lead_ok = x->shape[d] == s->shape[d];
     if (x->dtype != CT_DTYPE_F32 || s->dtype != CT_DTYPE_F32 || !lead_ok)
-        return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "inputs x %s and state %s: expected f32 (..., D) and (..., %lld)",
-                             ct_tensor_sig_str(x, a, sizeof a), ct_tensor_sig_str(s, b, sizeof b), (long long)S);
-    if (s->shape[s->ndim - 1] != S)
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
-                             "state %s is %lld wide, but %s(n_units %d) takes a state of %s%d = %lld",
+                             "inputs x %s and state %s: expected f32 (..., D) and (..., %lld) with the same leading dims",
+                             ct_tensor_sig_str(x, a, sizeof a), ct_tensor_sig_str(s, b, sizeof b), (long long)S);
+    if (s->shape[s->ndim - 1] != S) {
+        char want[64];  // "2 x 4 = 8" (LSTM), "4" (GRU)
+        if (hp->state_mult > 1)
+            snprintf(want, sizeof want, "%d x %d = %lld", hp->state_mult, hp->n_units, (long long)S);
+        else
+            snprintf(want, sizeof want, "%lld", (long long)S);
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "state %s is %lld wide, but %s(n_units %d) takes a state of %s",
                              ct_tensor_sig_str(s, b, sizeof b), (long long)s->shape[s->ndim - 1], l->vt->type,
-                             hp->n_units, hp->state_mult > 1 ? "2 x " : "", hp->n_units, (long long)S);
+                             hp->n_units, want);
+    }
     *D = x->shape[x->ndim - 1];
     *rows = ct_tensor_dims_product(x, 0, x->ndim - 1);
     if (D_want >= 0 && *D != D_want)

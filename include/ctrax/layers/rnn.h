@@ -35,6 +35,13 @@ ct_layer *ct_sru(int n_units);
 // as Trax's fold_in(rng, i), and the one set of weights (gradients add up
 // over the steps). Each carry out must have its carry in's signature.
 // axis counts from 0 (negative counts from the end of each x's shape).
+// T must be >= 1 (init and forward fail with CT_ERR_SHAPE otherwise; JAX's
+// scan would return empty ys). x_t is x with the axis removed, the other
+// axes in order, as Trax's docstring (xs[..., t, ...]) and Trax's init
+// (_shape_without_axis) have it; Trax's _scan swaps axis with axis 0
+// instead, so for a (resolved) axis >= 2 its forward steps see x's axis 0
+// moved to position axis - 1 (and it stacks the ys so), against its own
+// init: not copied.
 // Memory: every step's tape stays until backward (Trax's remat=False).
 ct_layer *ct_scan(ct_layer *layer, int axis, int n_carry);
 
