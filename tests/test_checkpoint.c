@@ -522,6 +522,29 @@ static void test_safetensors_damage(void) {
     expect_open_fails(p, "'w'", "shape[0] is not a non-negative integer");
     write_st(p, "{}", 8);
     expect_open_fails(p, "8 bytes of data but no tensor", NULL);
+    // A header of many values (a shape of 2^21 zeros, 4 MB) is refused by
+    // their count before cJSON (some 80 bytes a value) takes them: the 100
+    // MB one of 50M zeros took 3.9 GB of RSS to parse. The count skips
+    // strings, escaped quotes included: a name full of commas is one value.
+    {
+        const char *head = "{\"w\": {\"dtype\": \"F32\", \"shape\": [";
+        const char *tail = "], \"data_offsets\": [0, 0]}}";
+        size_t n_zeros = (size_t)1 << 21, len = strlen(head) + 2 * n_zeros + strlen(tail);
+        char *big = malloc(len + 1);
+        char *q = big + sprintf(big, "%s", head);
+        for (size_t i = 0; i < n_zeros; i++) q += sprintf(q, i ? ",0" : "0");
+        sprintf(q, "%s", tail);
+        write_st(p, big, 0);
+        expect_open_fails(p, "the header holds up to 2097159 JSON values", "refused before parsing");
+        // 2^21 commas inside a name (with an escaped quote before them) and
+        // the rank-7 shape after them: a string's commas count for nothing.
+        q = big + sprintf(big, "{\"w\\\"");
+        for (size_t i = 0; i < n_zeros; i++) *q++ = ',';
+        sprintf(q, "\": {\"dtype\": \"F32\", \"shape\": [1, 1, 1, 1, 1, 1, 1], \"data_offsets\": [0, 4]}}");
+        write_st(p, big, 4);
+        expect_open_fails(p, "rank 7 is above 6", NULL);
+        free(big);
+    }
     // A header over Hugging Face's 100 MB limit (a sparse file long enough to
     // hold it) is refused by its length, before a byte of it is read.
     uint64_t over = 100u * 1000u * 1000u + 1;

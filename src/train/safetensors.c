@@ -21,6 +21,12 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assum
 
 // Larger headers are refused, as Hugging Face's reader does (100 MB).
 #define ST_HEADER_MAX (100u * 1000u * 1000u)
+// cJSON takes some 80 bytes per value: a 100 MB header holding a shape of
+// 50M zeros parsed to 3.9 GB before a check could refuse it. A header's
+// values are counted first and more than this many refused: about 87,000
+// tensors' worth (an entry is at most 12: object, dtype, shape and six dims,
+// data_offsets and two), where checkpoints hold thousands.
+#define ST_VALUES_MAX (1u << 20)
 // Integers in the header go through doubles (cJSON); beyond 2^53 they are not exact.
 #define ST_INT_MAX ((double)(1ull << 53))
 
@@ -381,6 +387,25 @@ static ct_status check_layout(ct_safetensors *st, uint64_t data_len, ct_error *e
     return CT_OK;
 }
 
+// An upper bound on the JSON values in h[0..n): one, and one more for each
+// ',', '[' and '{' outside a string (every value but the first follows one).
+static uint64_t json_values_bound(const char *h, uint64_t n) {
+    uint64_t values = 1;
+    bool in_string = false;
+    for (uint64_t i = 0; i < n; i++) {
+        char c = h[i];
+        if (in_string) {
+            if (c == '\\') i++;  // the escaped character cannot end the string
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == ',' || c == '[' || c == '{') {
+            values++;
+        }
+    }
+    return values;
+}
+
 static ct_status parse_header(ct_safetensors *st, ct_error *err) {
     if (st->size < 8)
         return ct_error_set(err, CT_ERR_FORMAT,
@@ -405,6 +430,12 @@ static ct_status parse_header(ct_safetensors *st, ct_error *err) {
                                 st->path, 8 + i);
         i += k;
     }
+    uint64_t values = json_values_bound(h, hlen);
+    if (values > ST_VALUES_MAX)
+        return ct_error_set(err, CT_ERR_FORMAT,
+                            "%s: the header holds up to %" PRIu64 " JSON values, more than the %u a checkpoint of "
+                            "some 87,000 tensors would: refused before parsing",
+                            st->path, values, ST_VALUES_MAX);
     // Duplicate keys are refused: one tensor name must not mean two tensors.
     ct_error jerr;
     cJSON *root = ct_json_parse(h, (size_t)hlen, st->path, &jerr);
