@@ -1243,7 +1243,21 @@ static void test_manifest_edits(void) {
     CHECK_MSG(st == CT_ERR_FORMAT && strstr(err.msg, "model_2/manifest.json") && strstr(err.msg, "is newer than"),
               "manifest version %s: %s", newer, st == CT_OK ? "accepted" : err.msg);
     ct_checkpoint_close(c);
+    // A manifest of 2^21 values (4 MB; cJSON takes some 80 bytes a value) is
+    // refused by their count, before parsing.
     char path[1200];
+    snprintf(path, sizeof path, "%s/model_2/manifest.json", dir);
+    size_t n_zeros = (size_t)1 << 21;
+    char *big = malloc(2 * n_zeros + 16), *q = big + sprintf(big, "{\"x\": [");
+    for (size_t i = 0; i < n_zeros; i++) q += sprintf(q, i ? ",0" : "0");
+    q += sprintf(q, "]}");
+    write_raw(path, big, (size_t)(q - big));
+    free(big);
+    c = NULL;
+    st = ct_checkpoint_open(&c, dir, "model_2", &err);
+    CHECK_MSG(st == CT_ERR_FORMAT && strstr(err.msg, "model_2/manifest.json: holds up to 2097154 JSON values"),
+              "a manifest of 2^21 values: %s", st == CT_OK ? "accepted" : err.msg);
+    ct_checkpoint_close(c);
     snprintf(path, sizeof path, "%s/model_1", dir);
     CHECK(!exists(path));
 }

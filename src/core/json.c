@@ -94,6 +94,23 @@ static ct_status check_no_nul(const char *text, size_t len, const char *what, ct
     return CT_OK;
 }
 
+uint64_t ct_json_values_bound(const char *text, size_t len) {
+    uint64_t values = 1;  // every value but the first follows one of , [ {
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\') i++;  // the escaped character cannot end the string
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == ',' || c == '[' || c == '{') {
+            values++;
+        }
+    }
+    return values;
+}
+
 cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *err) {
     if (!what) what = "JSON";
     const char *end = NULL;

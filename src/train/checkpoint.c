@@ -31,6 +31,10 @@
 // files with a crc32 per tensor.
 #define POINTER_MAX 4096
 #define MANIFEST_MAX ((size_t)64 << 20)
+// ... and at most this many JSON values (ct_json_values_bound), counted
+// before parsing: a few per file and one per tensor name, where checkpoints
+// hold thousands of tensors.
+#define MANIFEST_VALUES_MAX (1u << 20)
 // A manifest lists the files of one checkpoint (ctrax writes four).
 #define MANIFEST_FILES_MAX 1024
 
@@ -223,6 +227,12 @@ static ct_status manifest_read(const char *ckpt_dir, manifest *m, ct_error *err)
     if (st != CT_OK) {
         ct_error_prefix(err, "incomplete checkpoint (no manifest)");
         return st;
+    }
+    uint64_t values = ct_json_values_bound(text, len);
+    if (values > MANIFEST_VALUES_MAX) {
+        free(text);
+        return ct_error_set(err, CT_ERR_FORMAT, "%s: holds up to %" PRIu64 " JSON values, more than the %u a manifest "
+                            "would: damaged, refused before parsing", path, values, MANIFEST_VALUES_MAX);
     }
     ct_error jerr;
     cJSON *root = ct_json_parse(text, len, path, &jerr);

@@ -387,25 +387,6 @@ static ct_status check_layout(ct_safetensors *st, uint64_t data_len, ct_error *e
     return CT_OK;
 }
 
-// An upper bound on the JSON values in h[0..n): one, and one more for each
-// ',', '[' and '{' outside a string (every value but the first follows one).
-static uint64_t json_values_bound(const char *h, uint64_t n) {
-    uint64_t values = 1;
-    bool in_string = false;
-    for (uint64_t i = 0; i < n; i++) {
-        char c = h[i];
-        if (in_string) {
-            if (c == '\\') i++;  // the escaped character cannot end the string
-            else if (c == '"') in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == ',' || c == '[' || c == '{') {
-            values++;
-        }
-    }
-    return values;
-}
-
 static ct_status parse_header(ct_safetensors *st, ct_error *err) {
     if (st->size < 8)
         return ct_error_set(err, CT_ERR_FORMAT,
@@ -430,7 +411,7 @@ static ct_status parse_header(ct_safetensors *st, ct_error *err) {
                                 st->path, 8 + i);
         i += k;
     }
-    uint64_t values = json_values_bound(h, hlen);
+    uint64_t values = ct_json_values_bound(h, (size_t)hlen);
     if (values > ST_VALUES_MAX)
         return ct_error_set(err, CT_ERR_FORMAT,
                             "%s: the header holds up to %" PRIu64 " JSON values, more than the %u a checkpoint of "
