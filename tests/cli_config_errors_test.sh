@@ -158,7 +158,7 @@ fi
 trax_copy="$(dirname "$0")/data/trax_reformer_copy.gin"
 if "$ctrax" train "$trax_copy" --steps 1 --output-dir "$work/trax_copy" --set 'sequence_copy_inputs.batch_size = 2' \
     --set 'ReformerLM.d_model = 16' --set 'ReformerLM.d_ff = 16' --set 'train.eval_steps = 1' >"$work/out.txt" 2>&1 &&
-    grep -qF "data: batch(2, length 128)" "$work/out.txt" && grep -qF "Step      1: train loss" "$work/out.txt" &&
+    grep -qF "data: batch(2, length 128)" "$work/out.txt" && grep -qE "^Step      1: train +loss \|" "$work/out.txt" &&
     grep -qF "trax_reformer_copy.gin:50:1: LSHSelfAttention.attention_dropout = 0.0 is overridden by ReformerLM, which passes dropout = 0.05" "$work/out.txt" &&
     grep -qx "ReformerLM.pos_type = 'fixed-base'" "$work/trax_copy/config.gin" &&
     grep -qx "ReformerLM.ff_use_sru = 1" "$work/trax_copy/config.gin" &&
@@ -179,7 +179,7 @@ if "$ctrax" train "$trax_gru" --set train.steps=3 --set 'sequence_copy_inputs.ba
     grep -qF "trax_gru_copy.gin: RNNLM, 205600 weights" "$work/out.txt" &&
     grep -qF "data: batch(8, length 32) <- copy(vocab 32, w of 1..15 tokens" "$work/out.txt" &&
     grep -qF "trax_gru_copy.gin:28: data_streams.dataset_name is bound but this program never reads it" "$work/out.txt" &&
-    grep -qF "Step      3: train loss" "$work/out.txt" &&
+    grep -qE "^Step      3: train +loss \|" "$work/out.txt" &&
     grep -qx "RNNLM.rnn_cell = @GRUCell" "$work/trax_gru/config.gin" &&
     "$ctrax" train "$work/trax_gru/config.gin" --steps 1 --output-dir "$work/trax_gru2" >>"$work/out.txt" 2>&1; then
     pass=$((pass + 1)); echo "ok   Trax's gru_copy.gin: RNNLM(GRUCell) trains 3 steps; data_streams unread; its operative config reads back"
@@ -204,7 +204,7 @@ if [[ -f $fmnist/train-images-idx3-ubyte.gz ]]; then
     if "$ctrax" train "$trax_mlp" --steps 3 --output-dir "$work/trax_mlp" --set "data_streams.data_dir='$fmnist'" \
         --set 'train.eval_steps = 1' >"$work/out.txt" 2>&1 &&
         grep -qF "MLP, 669706 weights" "$work/out.txt" && grep -qF "data: batch(256) <- epochs(forever, shuffled" "$work/out.txt" &&
-        grep -qF "Step      1: eval  accuracy" "$work/out.txt" && grep -qF "Step      3: train loss" "$work/out.txt" &&
+        grep -qE "^Step      1: eval +accuracy \|" "$work/out.txt" && grep -qE "^Step      3: train +loss \|" "$work/out.txt" &&
         ! grep -q "never reads" "$work/out.txt" &&
         grep -qx "train.lr_schedule_fn = @constant()" "$work/trax_mlp/config.gin" &&
         grep -qx "train.batch_size = 256" "$work/trax_mlp/config.gin" &&

@@ -1192,6 +1192,31 @@ static void test_eval_keys_per_step(void) {
     free(a), free(b);
 }
 
+// Log lines right-justify names to the longest one the run logs (Trax's
+// _rjust_len over the tasks' loss names and the eval metric names), so the
+// values line up: here "accuracy" (8) sets the width.
+static void test_log_names_justified(void) {
+    char *dir = temp_dir("justified");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *log = open_memstream(&text, &len);
+    ct_loop_options o = ct_loop_default_options();
+    o.log = log;
+    ct_error err;
+    run r;
+    CHECK_OK(run_new(&r, dir, o, &err), &err);
+    if (r.loop) CHECK_OK(ct_loop_run(r.loop, 1, &err), &err);
+    run_free(&r);
+    fclose(log);
+    const char *want[3] = {"\nStep      1: train     loss | ", "\nStep      1: eval      loss | ",
+                           "\nStep      1: eval  accuracy | "};
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(text && strstr(text, want[i]), "no line '%s' in the log:\n%s", want[i] + 1, text ? text : "");
+    free(text);
+    ct_fs_remove_tree(dir, NULL);
+    free(dir);
+}
+
 int main(void) {
     scratch_init("test_loop");
     ct_log_set_level(CT_LOG_WARN);
@@ -1212,6 +1237,7 @@ int main(void) {
     test_eval_weighted_by_tokens();
     test_eval_key_per_batch();
     test_eval_keys_per_step();
+    test_log_names_justified();
     if (!check_failed_) ct_fs_remove_tree(g_tmp, NULL);
     return check_summary("test_loop");
 }

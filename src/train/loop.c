@@ -55,6 +55,7 @@ struct ct_loop {
     ct_evaluator *evaluators[1 + CT_LOOP_MAX_EVAL_TASKS];
     char eval_prefix[1 + CT_LOOP_MAX_EVAL_TASKS][64];
     int n_evaluators;
+    int name_width;  // log lines right-justify names to it, as Trax's _rjust_len
     ct_layer *eval_model;  // one reference; NULL: evals run the model
     ct_net eval_net;       // eval_model's weights, copied from the model's before each eval
     float *state_saved;    // no eval model: the net's state, put back after each eval
@@ -193,7 +194,7 @@ static void log_line(ct_loop *l, const char *mode, const char *name, double valu
     if (!l->opts.log || !is_chief(l)) return;
     char buf[256];
     ct_progress_clear(l->progress);
-    ct_format_step_line(buf, sizeof buf, l->step, mode, name, 0, value);
+    ct_format_step_line(buf, sizeof buf, l->step, mode, name, l->name_width, value);
     fputs(buf, l->opts.log);
     fputc('\n', l->opts.log);
     fflush(l->opts.log);
@@ -1332,6 +1333,24 @@ static ct_status make_evaluators(ct_loop *l, const ct_eval_task *eval, ct_error 
     return CT_OK;
 }
 
+// Trax's _rjust_len: the longest name a log line shows, the tasks' losses
+// and the eval metrics (an additional task's as "<prefix>/<name>"), so the
+// lines' values line up.
+static void set_name_width(ct_loop *l) {
+    int w = 0;
+    for (int i = 0; i < l->n_tasks; i++) {
+        const char *name = l->tasks[i].loss_name ? l->tasks[i].loss_name : l->tasks[i].loss->name;
+        if ((int)strlen(name) > w) w = (int)strlen(name);
+    }
+    for (int e = 0; e < l->n_evaluators; e++)
+        for (int m = 0; m < ct_evaluator_n_metrics(l->evaluators[e]); m++) {
+            int n = (int)strlen(ct_evaluator_metric_name(l->evaluators[e], m));
+            if (e > 0) n += (int)strlen(l->eval_prefix[e]) + 1;
+            if (n > w) w = n;
+        }
+    l->name_width = w;
+}
+
 // checkpoint_low_metric / checkpoint_high_metric name a metric of the main
 // eval task: another name would silently keep no best checkpoint.
 static ct_status check_best_metrics(const ct_loop *l, ct_error *err) {
@@ -1385,6 +1404,7 @@ ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks
     l->key = ct_key_from_seed(l->opts.seed);
     l->last_checkpoint_step = -1;
     ct_status st = make_evaluators(l, eval, err);
+    if (st == CT_OK) set_name_width(l);
     if (st == CT_OK) st = check_best_metrics(l, err);
     if (st != CT_OK) ct_optimizer_free(tasks[0].optimizer);
     else st = make_trainer(l, tasks[0].optimizer, err);  // the trainer owns it from here
