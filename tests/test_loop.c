@@ -1017,15 +1017,21 @@ static ct_status wb_next(ct_stream *s, ct_batch *out, ct_error *err) {
 }
 static const ct_stream_ops wb_ops = {"weighted_batches", wb_next, NULL, NULL, NULL};
 
-// An eval of n_batches of them through LogSoftmax, its metric
-// WeightedCategoryCrossEntropy.
-static double weighted_eval(int n_batches) {
+// The stream of those batches, endless.
+static ct_stream *weighted_batches(void) {
     ct_stream *s = ct_stream_alloc(&wb_ops, NULL, ct_calloc(1, 16));
     s->n_out = 3;
     s->length = -1;
     s->sigs[0] = ct_tensor_2d(CT_DTYPE_F32, 2, 3, NULL);
     s->sigs[1] = ct_tensor_1d(CT_DTYPE_I32, 2, NULL);
     s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, 2, NULL);
+    return s;
+}
+
+// An eval of n_batches of them through LogSoftmax, its metric
+// WeightedCategoryCrossEntropy.
+static double weighted_eval(int n_batches) {
+    ct_stream *s = weighted_batches();
     ct_layer *model = ct_log_softmax(), *metric = ct_weighted_category_cross_entropy();
     ct_eval_task task = {.stream = s, .n_metrics = 1, .n_batches = n_batches, .metrics = {metric}};
     ct_device dev = ct_device_cpu();
@@ -1101,14 +1107,10 @@ static bool same_key(ct_key a, ct_key b) { return a.w[0] == b.w[0] && a.w[1] == 
 
 // Each eval batch gets its own key, fold_in(key, b), as Trax's run_evals
 // draws a fresh one per batch (before, every batch of every eval ran with
-// the loop key: LSHSelfAttention hashed all of them with one rotation).
+// the loop key; no built-in layer draws from it in eval mode:
+// LSHSelfAttention's rotations come from its state, as Trax's).
 static void test_eval_key_per_batch(void) {
-    ct_stream *s = ct_stream_alloc(&wb_ops, NULL, ct_calloc(1, 16));
-    s->n_out = 3;
-    s->length = -1;
-    s->sigs[0] = ct_tensor_2d(CT_DTYPE_F32, 2, 3, NULL);
-    s->sigs[1] = ct_tensor_1d(CT_DTYPE_I32, 2, NULL);
-    s->sigs[2] = ct_tensor_1d(CT_DTYPE_F32, 2, NULL);
+    ct_stream *s = weighted_batches();
     ct_layer *model = ct_layer_new(&key_note_vt, NULL, 1, 1, NULL, NULL, 0);
     ct_layer *metric = ct_weighted_category_cross_entropy();
     ct_eval_task task = {.stream = s, .n_metrics = 1, .n_batches = 3, .metrics = {metric}};
