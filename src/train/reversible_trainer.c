@@ -573,7 +573,7 @@ static ct_status make_plan(rt_trainer *t, const ct_layer *loss, ct_error *err) {
     const rt_unit *u = &t->units[t->n_units - 1];
     if (u->kind != RT_LOSS)
         return ct_error_set(err, CT_ERR_ARG, "reversible trainer: the last layer must be a standard loss, not "
-                            "reversible (%s)", loss->name);
+                            "reversible (%s, in the loss %s)", u->leaves[u->n_leaves - 1].layer->path, loss->name);
     if (cl->rows) {
         // The loss layer ends with the chunked part: the model's row-wise
         // tail (top-level layers after the last reversible one) and the loss.
