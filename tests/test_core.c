@@ -308,6 +308,32 @@ static void test_json_edges(void) {
                   "'%s' parsed", trailing[i]);
         cJSON_Delete(j);
     }
+    // Parsing stops at its budget of cJSON's memory: 100,000 zeros (200 KB
+    // of text, some 6 MB parsed) within 1 MiB are refused, within 64 MiB and
+    // ct_json_parse's default they parse; allocations after a refused parse
+    // are not counted.
+    enum { ZEROS = 100000 };
+    char *zeros = malloc(2 * ZEROS + 2), *q = zeros;
+    *q++ = '[';
+    for (int i = 0; i < ZEROS; i++) q += sprintf(q, i ? ",0" : "0");
+    *q++ = ']';
+    size_t n = (size_t)(q - zeros);
+    cJSON *j = ct_json_parse_within(zeros, n, "zeros.json", (size_t)1 << 20, &err);
+    CHECK_MSG(j == NULL && err.code == CT_ERR_FORMAT &&
+                  strstr(err.msg, "zeros.json: parsing its 200001 bytes would take more than 1 MiB"),
+              "100,000 zeros within 1 MiB: %s", j ? "parsed" : err.msg);
+    cJSON_Delete(j);
+    cJSON *big = cJSON_CreateArray();  // after the refusal: not counted
+    for (int i = 0; i < ZEROS && big; i++) cJSON_AddItemToArray(big, cJSON_CreateNumber(0));
+    CHECK(big && cJSON_GetArraySize(big) == ZEROS);
+    cJSON_Delete(big);
+    j = ct_json_parse_within(zeros, n, "zeros.json", (size_t)64 << 20, &err);
+    CHECK(j && cJSON_GetArraySize(j) == ZEROS);
+    cJSON_Delete(j);
+    j = ct_json_parse(zeros, n, "zeros.json", &err);
+    CHECK(j && cJSON_GetArraySize(j) == ZEROS);
+    cJSON_Delete(j);
+    free(zeros);
 }
 
 static void test_device_limit(void) {

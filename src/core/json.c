@@ -111,10 +111,48 @@ uint64_t ct_json_values_bound(const char *text, size_t len) {
     return values;
 }
 
+// cJSON's allocations are counted while ct_json_parse_within runs on this
+// thread: a text of small values takes some 40 times its size (80 bytes a
+// value), so a hostile file's size alone does not bound what parsing it
+// takes. Outside a parse nothing is counted; free is free.
+static _Thread_local bool budget_on, budget_spent;
+static _Thread_local size_t budget_left;
+
+static void *budget_malloc(size_t n) {
+    if (budget_on) {
+        if (n > budget_left) {
+            budget_spent = true;
+            return NULL;  // cJSON gives up, freeing what it built
+        }
+        budget_left -= n;
+    }
+    return malloc(n);
+}
+
+// Before main (one thread): every cJSON allocation, counted or not, goes
+// through budget_malloc, so any of them may be freed by cJSON_Delete.
+__attribute__((constructor)) static void install_cjson_hooks(void) {
+    cJSON_Hooks hooks = {budget_malloc, free};
+    cJSON_InitHooks(&hooks);
+}
+
 cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *err) {
+    return ct_json_parse_within(text, len, what, CT_JSON_PARSE_BUDGET, err);
+}
+
+cJSON *ct_json_parse_within(const char *text, size_t len, const char *what, size_t budget, ct_error *err) {
     if (!what) what = "JSON";
     const char *end = NULL;
+    budget_on = true;
+    budget_spent = false;
+    budget_left = budget;
     cJSON *root = text ? cJSON_ParseWithLengthOpts(text, len, &end, false) : NULL;
+    budget_on = false;
+    if (!root && budget_spent) {
+        ct_error_set(err, CT_ERR_FORMAT, "%s: parsing its %zu bytes would take more than %zu MiB: too many values "
+                     "(damaged or hostile), refused", what, len, budget >> 20);
+        return NULL;
+    }
     if (!root) {
         // cJSON leaves end at the failure (or at the start when it gave up at once).
         size_t at = text && end && end >= text && end <= text + len ? (size_t)(end - text) : 0;

@@ -26,7 +26,14 @@
 // holds a NUL ..." (or "the string value at") or "<what>: key 'k' appears
 // twice in the object at <path>"; CT_ERR_MEMORY when out of memory. err may
 // be NULL.
+// Parsing stops, with CT_ERR_FORMAT ("<what>: parsing its N bytes would
+// take more than M MiB ..."), once cJSON has allocated CT_JSON_PARSE_BUDGET
+// bytes: some 13M values, where ctrax's largest legitimate file (a long
+// run's state.json history) holds far fewer.
 cJSON *ct_json_parse(const char *text, size_t len, const char *what, ct_error *err);
+#define CT_JSON_PARSE_BUDGET ((size_t)1 << 30)
+// ct_json_parse with a budget of its own (tests).
+cJSON *ct_json_parse_within(const char *text, size_t len, const char *what, size_t budget, ct_error *err);
 
 // An upper bound on the number of JSON values in len bytes of text: one,
 // and one more for each ',', '[' and '{' outside a string. cJSON takes some
