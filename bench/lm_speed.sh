@@ -38,8 +38,10 @@
 #   How OpenMP's idle threads wait: by default each side as its users get
 #       it (--wait-policy own): ctrax with the GOMP_SPINCOUNT `ctrax` sets
 #       (bench_lm_speed --spincount, CT_OMP_SPINCOUNT: libgomp's spin, then
-#       sleep), PyTorch with OpenMP's default (both variables unset: libgomp
-#       spins longer). PyTorch runs many more, smaller parallel loops than
+#       sleep), PyTorch with OpenMP's default (both variables unset).
+#       CT_OMP_SPINCOUNT is libgomp's own default, so the two wait alike:
+#       OMP_DISPLAY_ENV=verbose shows GOMP_SPINCOUNT = '300000' in both
+#       processes. PyTorch runs many more, smaller parallel loops than
 #       ctrax: with threads that sleep at once (OMP_WAIT_POLICY=passive) its
 #       config B ran 20-30% slower, so forcing passive on both sides (what
 #       this script did before) understated it. --wait-policy passive or
