@@ -326,6 +326,18 @@ static void test_errors(void) {
           strstr(err.msg, "n_heads 4"));
     ct_layer_free(l);
 
+    // n_heads 0 would divide by zero, -1 divides every d_feature: the
+    // message says what is wrong (not "not divisible").
+    for (int n_heads = 0; n_heads >= -1; n_heads--) {
+        l = ct_dot_product_causal_attention(n_heads, 0.0f);
+        st = ct_net_init(&net, l, sigs, 3, ct_key_from_seed(1), &dev, &err);
+        printf("init error: %s\n", st == CT_OK ? "(accepted)" : err.msg);
+        CHECK(st == CT_ERR_SHAPE && strstr(err.msg, "n_heads") && strstr(err.msg, n_heads ? "n_heads -1" : "n_heads 0") &&
+              strstr(err.msg, "must be positive"));
+        if (st == CT_OK) ct_net_free(&net);
+        ct_layer_free(l);
+    }
+
     l = ct_dot_product_causal_attention(2, 1.0f);
     st = ct_net_init(&net, l, sigs, 3, ct_key_from_seed(1), &dev, &err);
     printf("init error: %s\n", err.msg);
@@ -356,6 +368,30 @@ static void test_errors(void) {
         ct_tensor out[1];
         st = ct_layer_forward(net.root, &c, huge3, out, ct_key_from_seed(1), &err);
         printf("forward error: %s\n", err.msg);
+        CHECK(st == CT_ERR_SHAPE && strstr(err.msg, "2^32"));
+        ct_ctx_free(&c);
+        ct_arena_free(&arena);
+        ct_net_free(&net);
+    }
+    ct_layer_free(l);
+    CHECK(dev.current_bytes == 0);
+
+    // B H T^2 itself past 2^63: (4, 2^30, 8) with 8 heads is 2^65
+    // probabilities. The count must not overflow (it wrapped to 2, passed
+    // the check and the forward read the fake inputs).
+    ct_tensor vast = ct_tensor_3d(CT_DTYPE_F32, 4, (int64_t)1 << 30, 8, (void *)&dev);
+    ct_tensor vast3[3] = {vast, vast, vast};
+    l = ct_dot_product_causal_attention(8, 0.1f);
+    CHECK_OK(ct_net_init(&net, l, vast3, 3, ct_key_from_seed(1), &dev, &err), &err);
+    {
+        ct_arena arena;
+        ct_arena_init(&arena, &dev);
+        ct_ctx c;
+        ct_ctx_init(&c, &arena);
+        ct_net_bind(&net, &c, true);
+        ct_tensor out[1];
+        st = ct_layer_forward(net.root, &c, vast3, out, ct_key_from_seed(1), &err);
+        printf("forward error: %s\n", st == CT_OK ? "(accepted)" : err.msg);
         CHECK(st == CT_ERR_SHAPE && strstr(err.msg, "2^32"));
         ct_ctx_free(&c);
         ct_arena_free(&arena);

@@ -219,6 +219,17 @@ static void test_reference(void) {
     p = sa_params(2, 3, 4, false, 0, 0, 0);
     p.masked = true;
     check_against_reference("masked (padding at 0 and 1), full", p, prefix_mask, false);
+    // A query whose only real key is itself (share_qk: -1e5) attends to
+    // itself, not to the padding (-1e9): Trax's penalties differ by 10^4, so
+    // a padding penalty of 1e5 (a tie with the self one) shows.
+    float lone_mask[B * T];
+    fill_mask(lone_mask, (const int[]){0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, -1, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, -1});
+    p = sa_params(2, 3, 4, false, 0, 0, 0);
+    p.masked = true, p.share_qk = true;
+    check_against_reference("masked (one real token), full, share_qk", p, lone_mask, false);
+    p = sa_params(2, 3, 4, false, 4, 1, 1);
+    p.masked = true, p.share_qk = true;
+    check_against_reference("masked (one real token), share_qk, chunk 4, before 1, after 1", p, lone_mask, false);
 }
 
 // Forward with a tape, then backward with the gradient gy: out and dx into
@@ -372,6 +383,32 @@ static void test_errors(void) {
     ct_self_attention_params p = sa_params(2, 4, 4, true, 4, 1, 0);
     p.attention_dropout = 1.0f;
     expect_init_error(p, 16, "attention_dropout 1", "[0, 1)");
+    p.attention_dropout = 0.0f, p.output_dropout = 1.0f;
+    expect_init_error(p, 16, "output_dropout 1", "[0, 1)");
+    // A negative n_chunks_after would shrink the window (before 1, after -1:
+    // only the previous chunk, not the query's own).
+    expect_init_error(sa_params(2, 4, 4, true, 4, 1, -1), 16, "n_chunks_after -1", "must not be negative");
+    expect_init_error(sa_params(2, 4, 4, true, 4, -1, 0), 16, "n_chunks_before -1", "must not be negative");
+}
+
+// A forward on an input whose D is not init's fails, naming the weights' d_model
+// (the per-head weights are (D, d) of init's D).
+static void test_forward_d_model(void) {
+    float xd[B * T * D], wide[B * T * (D + 2)];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, xd), xw = ct_tensor_3d(CT_DTYPE_F32, B, T, D + 2, wide), out[1];
+    gradcheck_fill(&x, 41, -1.0f, 1.0f);
+    gradcheck_fill(&xw, 42, -1.0f, 1.0f);
+    ct_layer *l = ct_self_attention(sa_params(2, 3, 4, true, 4, 1, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, false)) {
+        ct_error err;
+        ct_status st = ct_layer_forward(r.net.root, &r.ctx, &xw, out, ct_key_from_seed(1), &err);
+        printf("forward on (2,12,8) after init on (2,12,6): %s\n", st == CT_OK ? "(accepted)" : err.msg);
+        CHECK_MSG(st == CT_ERR_SHAPE && strstr(err.msg, "SelfAttention") && strstr(err.msg, "d_model 6"), "%s",
+                  st == CT_OK ? "accepted" : err.msg);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
 }
 
 // Arena bytes of one training step (forward with tape + backward).
@@ -437,8 +474,10 @@ static void test_threads(void) {
 
 // ---- masked: (x, mask) ----
 
+// Real tokens as 1, -1 and 7 in turn: any non-zero int32 is a real token.
 static void mask_to_i32(int32_t *dst, const float *mask, int n) {
-    for (int i = 0; i < n; i++) dst[i] = mask[i] != 0.0f;
+    static const int32_t real[3] = {1, -1, 7};
+    for (int i = 0; i < n; i++) dst[i] = mask[i] != 0.0f ? real[i % 3] : 0;
 }
 
 // Gradient checks with masked = true on an int32 mask (the checker leaves
@@ -569,8 +608,9 @@ static void test_masked_padding_ignored(void) {
 // A mask of the wrong shape or dtype fails at init, naming the layer.
 static void test_mask_errors(void) {
     ct_tensor sig[2] = {ct_tensor_3d(CT_DTYPE_F32, 2, 16, 4, NULL), ct_tensor_2d(CT_DTYPE_F32, 2, 17, NULL)};
-    for (int bad = 0; bad < 2; bad++) {
-        if (bad) sig[1] = ct_tensor_2d(CT_DTYPE_BF16, 2, 16, NULL);
+    for (int bad = 0; bad < 3; bad++) {
+        if (bad == 1) sig[1] = ct_tensor_2d(CT_DTYPE_BF16, 2, 16, NULL);
+        if (bad == 2) sig[1] = ct_tensor_2d(CT_DTYPE_F32, 3, 16, NULL);  // another batch
         ct_self_attention_params p = sa_params(2, 4, 4, true, 4, 1, 0);
         p.masked = true;
         ct_layer *l = ct_self_attention(p);
@@ -610,6 +650,23 @@ static void test_window_bound(void) {
         ct_arena_free(&f.arena);
         ct_layer_free(l);
     }
+    // A forward sees other lengths than init's: an empty init (no chunk to
+    // repeat, any window passes) must not let a forward on 4 chunks run a
+    // window of 10 of them (10^8 ran for hours just the same).
+    ct_tensor empty = ct_tensor_3d(CT_DTYPE_F32, B, 0, D, xd), out[1];
+    gradcheck_fill(&x, 51, -1.0f, 1.0f);
+    ct_layer *l = ct_self_attention(sa_params(2, 3, 3, true, 3, 9, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &empty, 1, false)) {
+        ct_status st = ct_layer_forward(r.net.root, &r.ctx, &x, out, ct_key_from_seed(1), &r.err);
+        printf("before 9 after an init on T 0, forward on T 12 (4 chunks of 3): %s\n",
+               st == CT_OK ? "(accepted)" : r.err.msg);
+        CHECK_MSG(st != CT_OK && strstr(r.err.msg, "n_chunks_before 9") &&
+                      strstr(r.err.msg, "over twice the 4 of the input") && strstr(r.err.msg, "forward"),
+                  "%s", st == CT_OK ? "accepted" : r.err.msg);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
 }
 
 // The kernel on a window wider than one dropout block of 256 (m 128, before
@@ -737,6 +794,7 @@ int main(void) {
     test_matches_causal_attention();
     test_trax_shapes();
     test_errors();
+    test_forward_d_model();
     test_memory_linear();
     test_threads();
     test_masked_gradients();

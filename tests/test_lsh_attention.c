@@ -167,11 +167,16 @@ static void test_stored_buckets(void) {
         printf("second forward on the stored buckets: %s\n", same ? "bitwise equal" : "DIFFERS");
         run_forward(&r, &x, ct_key_from_seed(2), y2);
         CHECK(hs[4] == 2.0f);
+        // A key that differs only in its first word is another key (seeds
+        // below 2^32 all have a first word of 0): it hashes again.
+        run_forward(&r, &x, (ct_key){{1, 2}}, y2);
+        printf("count after a key differing in its first word: %g\n", (double)hs[4]);
+        CHECK(hs[4] == 3.0f);
         ct_net_bind(&r.net, &r.ctx, false);  // eval: every forward hashes, whatever the key
         run_forward(&r, &x, ct_key_from_seed(2), y2);
         run_forward(&r, &x, ct_key_from_seed(2), y2);
-        printf("count after a new key and two eval forwards: %g\n", (double)hs[4]);
-        CHECK(hs[4] == 4.0f);
+        printf("count after new keys and two eval forwards: %g\n", (double)hs[4]);
+        CHECK(hs[4] == 5.0f);
         fixture_free(&r);
     }
     ct_layer_free(l);
@@ -254,6 +259,14 @@ static void test_errors(void) {
     expect_init_error("init T over max_length_for_buckets", p, 16, "max_length_for_buckets 8");
     p.max_length_for_buckets = -1;
     expect_init_error("negative max_length_for_buckets", p, 16, "max_length_for_buckets -1");
+    p.max_length_for_buckets = 0;
+    expect_init_error("chunk_len 0", lsh_params(2, 4, 4, true, 0, 1, 0, 1, 4, 0), 16, "chunk_len 0");
+    // A factor after an unused (0) entry would be ignored silently (the
+    // buckets then come from the length).
+    expect_init_error("n_buckets {0, 4}", lsh_params(2, 4, 4, true, 4, 1, 0, 1, 0, 4), 16, "n_buckets[1] = 4");
+    // Buckets are floats holding exact integers: n_hashes x the product stays
+    // under 2^24 (4096 x 4096 is 2^24 itself).
+    expect_init_error("n_buckets 2^24", lsh_params(2, 4, 4, true, 4, 1, 0, 1, 4096, 4096), 16, "under 2^24");
     p.max_length_for_buckets = 0, p.masked = true;  // expect_init_error gives no mask input: n_in 2 needs one
     ct_tensor in[2] = {ct_tensor_3d(CT_DTYPE_F32, 2, 16, 4, NULL), ct_tensor_2d(CT_DTYPE_F32, 2, 17, NULL)};
     ct_layer *l = ct_lsh_self_attention(p);
@@ -518,6 +531,24 @@ static void test_eval_any_shape(void) {
     }
     ct_layer_free(small);
     ct_layer_free(big);
+    // The window bound holds for the length of each forward, not only
+    // init's: before 16 over init's 16 chunks (2 x 32 / 4) passes, but an
+    // eval on T 8 has 4 chunks, and 17 of them would only repeat them.
+    p.n_chunks_before = 16;
+    ct_layer *wide = ct_lsh_self_attention(p);
+    float x8d[2 * 8 * Dn];
+    ct_tensor x8 = ct_tensor_3d(CT_DTYPE_F32, 2, 8, Dn, x8d), out[1];
+    gradcheck_fill(&x8, 203, -1.0f, 1.0f);
+    fixture rw;
+    if (fixture_init_ok(&rw, wide, &x32, 1, false)) {
+        ct_status st = ct_layer_forward(rw.net.root, &rw.ctx, &x8, out, ct_key_from_seed(5), &rw.err);
+        printf("before 16, eval on T 8 (4 chunks) after init on T 32: %s\n", st == CT_OK ? "(accepted)" : rw.err.msg);
+        CHECK_MSG(st != CT_OK && strstr(rw.err.msg, "n_chunks_before 16") &&
+                      strstr(rw.err.msg, "over twice the 4 of the input"),
+                  "%s", st == CT_OK ? "accepted" : rw.err.msg);
+        fixture_free(&rw);
+    }
+    ct_layer_free(wide);
 }
 
 // Hashing edge cases, on the stored buckets of a training forward:

@@ -35,7 +35,9 @@ static ct_status attention_shape(const ct_layer *l, const ct_tensor *in, ct_tens
                                  i == 1 ? "k" : "v", ct_tensor_sig_str(&in[i], b, sizeof b));
     int64_t d = in[0].shape[2];
     int n_heads = ((const attention_hp *)l->hp)->n_heads;
-    if (n_heads <= 0 || d % n_heads != 0)
+    if (n_heads <= 0)  // (-1 divides every d_feature: "not divisible" would be wrong)
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "n_heads %d must be positive", n_heads);
+    if (d % n_heads != 0)
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "d_feature %lld of %s is not divisible by n_heads %d",
                              (long long)d, ct_tensor_sig_str(&in[0], a, sizeof a), n_heads);
     out[0] = ct_tensor_sig(&in[0]);
@@ -62,7 +64,8 @@ static ct_status attention_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, 
     CT_TRY(attention_shape(l, in, out, "forward", err));
     int64_t B = in[0].shape[0], T = in[0].shape[1], D = in[0].shape[2];
     float rate = active_rate(l, c);
-    if (rate > 0.0f && B * hp->n_heads * T * T > (int64_t)UINT32_MAX + 1) {
+    // Counted in double: B H T^2 overflows int64 for T near 2^30.
+    if (rate > 0.0f && (double)B * hp->n_heads * (double)T * (double)T > 4294967296.0) {
         char a[CT_SIG_STR_MAX];
         return ct_layer_fail(l, err, CT_ERR_SHAPE, "forward",
                              "%s with %d heads has more than 2^32 attention probabilities, the most dropout can "

@@ -55,10 +55,11 @@ ct_status ct_attention_check_dropouts(const ct_layer *l, float attention_dropout
     return CT_OK;
 }
 
-ct_status ct_attention_check_window(const ct_layer *l, int64_t n_chunks, int before, int after, ct_error *err) {
+ct_status ct_attention_check_window(const ct_layer *l, int64_t n_chunks, int before, int after, const char *op,
+                                    ct_error *err) {
     int64_t window = 1 + (int64_t)before + after, most = 2 * n_chunks + 1;
     if (n_chunks == 0 || window <= most) return CT_OK;
-    return ct_layer_fail(l, err, CT_ERR_ARG, "init",
+    return ct_layer_fail(l, err, CT_ERR_ARG, op,
                          "n_chunks_before %d + n_chunks_after %d: a window of %lld chunks, over twice the %lld of the "
                          "input plus one: it would only repeat them, at a cost that grows with it",
                          before, after, (long long)window, (long long)n_chunks);

@@ -26,12 +26,15 @@ ct_status ct_attention_backward_output(ct_layer *l, ct_ctx *c, int wo, float rat
 
 // Checks the two dropout rates (init): each in [0, 1).
 ct_status ct_attention_check_dropouts(const ct_layer *l, float attention_dropout, float output_dropout, ct_error *err);
-// At init: the window of 1 + before + after chunks may wrap round the
-// n_chunks of the input (as Trax's look_adjacent), at most to 2 n_chunks + 1:
-// a wider one only repeats chunks, at a cost that grows with it
-// (n_chunks_before = 10^6 ran for hours). An empty input (n_chunks 0) has no
-// chunk to repeat: any window passes.
-ct_status ct_attention_check_window(const ct_layer *l, int64_t n_chunks, int before, int after, ct_error *err);
+// At init and every forward and backward (op; a forward may see another
+// length than init's, and an empty init bounds nothing): the window of 1 +
+// before + after chunks may wrap round the n_chunks of the input (as Trax's
+// look_adjacent), at most to 2 n_chunks + 1: a wider one only repeats
+// chunks, at a cost that grows with it (n_chunks_before = 10^6 ran for
+// hours). An empty input (n_chunks 0) has no chunk to repeat: any window
+// passes.
+ct_status ct_attention_check_window(const ct_layer *l, int64_t n_chunks, int before, int after, const char *op,
+                                    ct_error *err);
 
 // Checks a masked layer's mask input against x (B, T, D) (init and
 // forward): shape (B, T), dtype f32 or int32.

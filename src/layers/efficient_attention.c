@@ -66,6 +66,8 @@ static ct_status sa_dims(const ct_layer *l, const ct_ctx *c, const ct_tensor *x,
     if (p->chunk_len && T % m != 0)
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "length T=%lld of input %s is not a multiple of chunk_len %d",
                              (long long)T, ct_tensor_sig_str(x, s, sizeof s), p->chunk_len);
+    // Full attention on T 0 has one chunk of 0 rows (m = T): no chunks.
+    CT_TRY(ct_attention_check_window(l, m ? T / m : 0, p->n_chunks_before, p->n_chunks_after, op, err));
     *d = (ct_chunked_attention_dims){.B = x->shape[0], .H = p->n_heads, .T = T, .dk = p->d_qk, .dv = p->d_v,
                                      .m = m, .before = p->n_chunks_before, .after = p->n_chunks_after,
                                      .causal = p->causal, .exclude_self = p->share_qk,
@@ -86,8 +88,6 @@ static ct_status sa_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_t
     CT_TRY(sa_check_params(l, err));
     ct_chunked_attention_dims d;
     CT_TRY(sa_dims(l, NULL, &in[0], "init", &d, err));
-    // Full attention on T 0 has one chunk of 0 rows (m = T): no chunks.
-    CT_TRY(ct_attention_check_window(l, d.m ? d.T / d.m : 0, p->n_chunks_before, p->n_chunks_after, err));
     if (p->masked) CT_TRY(ct_attention_check_mask(l, &in[0], &in[1], "init", err));
     int64_t D = hp->d_model = in[0].shape[2], H = p->n_heads;
     float lim_qk = (float)sqrt(6.0 / (double)(D + p->d_qk * H)), lim_v = (float)sqrt(6.0 / (double)(D + p->d_v * H));

@@ -119,6 +119,7 @@ static ct_status lsh_dims(const ct_layer *l, const ct_ctx *c, const ct_tensor *x
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
                              "n_hashes %d x length T=%lld of input %s is not a multiple of chunk_len %d", p->n_hashes,
                              (long long)T, ct_tensor_sig_str(x, s, sizeof s), p->chunk_len);
+    CT_TRY(ct_attention_check_window(l, R * T / p->chunk_len, p->n_chunks_before, p->n_chunks_after, op, err));
     *n_f = bucket_factors(p, T, f);
     // masked: Trax's extra bucket for padding, after the hashed ones.
     int64_t NB = 1;
@@ -151,7 +152,6 @@ static ct_status lsh_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_
     ct_lsh_dims d;
     int f[CT_LSH_MAX_BUCKET_FACTORS], n_f;
     CT_TRY(lsh_dims(l, NULL, &in[0], "init", &d, f, &n_f, err));
-    CT_TRY(ct_attention_check_window(l, d.R * d.T / d.m, p->n_chunks_before, p->n_chunks_after, err));
     if (p->masked) CT_TRY(ct_attention_check_mask(l, &in[0], &in[1], "init", err));
     int64_t D = hp->d_model = in[0].shape[2], H = p->n_heads;
     hp->init_B = in[0].shape[0];

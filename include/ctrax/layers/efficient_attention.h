@@ -37,6 +37,10 @@ ct_self_attention_params ct_self_attention_default_params(void);
 // dropout); y = sum_h o_h Wo[h], then output dropout. Dropout only in
 // training mode; the step key k gives the attention mask split(k, 0) and
 // the output mask split(k, 1), shared by all heads and examples as in Trax.
+// The window of 1 + n_chunks_before + n_chunks_after chunks may wrap round
+// the input's N = T / chunk_len chunks up to 2 N + 1 of them; a wider one
+// (it only repeats chunks) fails, at init and at any forward or backward
+// whose T has fewer chunks than init's.
 //
 // masked (Trax's masked=True, whose mask is bool, true = real token): the
 // mask (B, T) is f32 (as the pipeline's loss weights, which mark padding

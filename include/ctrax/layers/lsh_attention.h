@@ -47,6 +47,10 @@ ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);
 // position; unsorted; rounds combined by softmax over their logsumexps;
 // y = sum_h o_h Wo[h], then output dropout. The step key k gives the
 // attention dropout mask from split(k, 0), the output one from split(k, 1).
+// The window of 1 + n_chunks_before + n_chunks_after chunks may wrap round
+// the N = R T / chunk_len sorted chunks up to 2 N + 1 of them; a wider one
+// (it only repeats chunks) fails, at init and at any forward or backward
+// (an eval may be shorter than init's input).
 //
 // Weights as SelfAttention's with share_qk: "Wq[h]" (D, d_qk), "Wv[h]" (D,
 // d_v), "Wo[h]" (d_v, D), head h's key split(split(layer key, h), 0 / 2 /
