@@ -25,8 +25,9 @@ def fail(msg):
     sys.exit(1)
 
 
-def expected_series(jsonl):
-    """{(metric, mode): [(step, value)]}: finite values, the last per step, by step."""
+def expected_series(jsonl, finite_only=True):
+    """{(metric, mode): [(step, value)]}: finite values (all with finite_only
+    False, None for null), the last per step, by step."""
     series = {}
     with open(jsonl, encoding="utf-8") as f:
         for line in f:
@@ -39,8 +40,108 @@ def expected_series(jsonl):
             series.setdefault(key, {})[step] = value  # later lines replace earlier ones
     out = {}
     for key, by_step in series.items():
-        out[key] = [(s, v) for s, v in sorted(by_step.items()) if v is not None and math.isfinite(v)]
+        out[key] = [(s, v) for s, v in sorted(by_step.items())
+                    if not finite_only or (v is not None and math.isfinite(v))]
     return out
+
+
+def line_groups(panel, line):
+    """The <g> elements of panel that follow line up to the next polyline:
+    that curve's markers and marks."""
+    out, seen = [], False
+    for child in panel:
+        if child is line:
+            seen = True
+        elif seen and child.tag == NS + "polyline":
+            break
+        elif seen and child.tag == NS + "g":
+            out.append(child)
+    return out
+
+
+def legend_texts(panel):
+    return ["".join(t.itertext()) for g in panel.iter(NS + "g") if g.get("class") == "legend"
+            for t in g.iter(NS + "text")]
+
+
+def add_points(scale, want, pts):
+    for (step, value), (x, y) in zip(want, pts):
+        scale["x"].append((float(step), x))
+        scale["y"].append((float(value), y))
+
+
+def affine(pairs):
+    """(a, b) with page = a + b * data / 2 through the pairs' extremes, or
+    None (halves: values near the limits of a double keep finite differences)."""
+    lo, hi = min(pairs), max(pairs)
+    lo, hi = (lo[0] / 2, lo[1]), (hi[0] / 2, hi[1])
+    if hi[0] == lo[0]:
+        return None
+    b = (hi[1] - lo[1]) / (hi[0] - lo[0])
+    return lo[1] - b * lo[0], b
+
+
+def check_scale(metric, panel, scale):
+    """Every point lies on one affine map per axis (x rising with the step, y
+    falling as the value rises), inside the plot frame, and each tick label
+    sits where its value maps to, at even steps of 1, 2 or 5 times a power of
+    ten (the SVG's numbers have one decimal: 0.15 of slack)."""
+    frame = [r for r in panel.iter(NS + "rect") if r.get("fill") == "none"]
+    if len(frame) != 1:
+        fail(f"{metric}: {len(frame)} plot frames")
+    fx, fy = float(frame[0].get("x")), float(frame[0].get("y"))
+    fw, fh = float(frame[0].get("width")), float(frame[0].get("height"))
+    for axis, cls, lo, hi, sign in (("x", "x-ticks", fx, fx + fw, 1), ("y", "y-ticks", fy, fy + fh, -1)):
+        pairs = scale[axis]
+        for _, page in pairs:
+            if not lo - 0.15 <= page <= hi + 0.15:
+                fail(f"{metric}: a point at {axis} {page} is outside the frame [{lo}, {hi}]")
+        fit = affine(pairs)
+        if fit is None:
+            continue
+        a, b = fit
+        if not b * sign > 0:
+            fail(f"{metric}: {axis} goes the wrong way with the data (slope {b})")
+        # The steps span the frame's width; the values its height less a
+        # margin of 5% of their range at each end (1/22 of the height).
+        (d_lo, p_lo), (d_hi, p_hi) = min(pairs), max(pairs)
+        want_lo, want_hi = (lo, hi) if axis == "x" else (hi - fh / 22, lo + fh / 22)
+        margin = (d_hi / 2 - d_lo / 2) * 0.1  # past a double's range the margin is cut short
+        clipped = axis == "y" and not (math.isfinite(d_lo - margin) and math.isfinite(d_hi + margin))
+        if not clipped and (abs(p_lo - want_lo) > 0.15 or abs(p_hi - want_hi) > 0.15):
+            fail(f"{metric}: {axis} of the data's ends {d_lo}, {d_hi} at {p_lo}, {p_hi}, expected {want_lo:.2f}, "
+                 f"{want_hi:.2f}")
+        for data, page in pairs:
+            if abs(a + b * data / 2 - page) > 0.15:
+                fail(f"{metric}: {axis} of {data} is {page}, the line through the ends puts it at {a + b * data / 2:.2f}")
+        ticks = [(float(t.text), float(t.get(axis))) for g in panel.iter(NS + "g") if g.get("class") == cls
+                 for t in g.iter(NS + "text")]
+        if len(ticks) < 2 and clipped and len(ticks) == 1:
+            continue  # a range past a double's: one tick (nice_ticks' fallback)
+        if len(ticks) < 2:
+            fail(f"{metric}: {len(ticks)} {cls}")
+        values = [v for v, _ in ticks]
+        step = values[1] - values[0]
+        mant = step / 10 ** math.floor(math.log10(step)) if step > 0 else 0
+        if not any(abs(mant - m) < 1e-6 for m in (1, 2, 5)):
+            fail(f"{metric}: {cls} step {step} is not 1, 2 or 5 times a power of ten")
+        # Labels as written by hand: a zero is "0" (no "-0", no 1e-17), and a
+        # step below 1 has as many decimals as it needs, no more.
+        texts = [t.text for g in panel.iter(NS + "g") if g.get("class") == cls for t in g.iter(NS + "text")]
+        if axis == "x" and step < 1:
+            fail(f"{metric}: x-ticks {values} are not whole steps")
+        decimals = 0 if step >= 1 else math.ceil(-math.log10(step) - 1e-9)
+        for text, v in zip(texts, values):
+            if abs(v) < abs(step) * 1e-6 and text != "0" + ("." + "0" * decimals if decimals else ""):
+                fail(f"{metric}: {cls} zero written {text!r}")
+            if "e" not in text and len(text.partition(".")[2]) != decimals:
+                fail(f"{metric}: {cls} label {text!r} for a step of {step} has not {decimals} decimals")
+        for i, (v, page) in enumerate(ticks):
+            page -= 4 if axis == "y" else 0  # a y label's baseline is 4 below its line
+            if abs(v - (values[0] + i * step)) > 1e-6 * max(1, abs(step) * 1e3):
+                fail(f"{metric}: {cls} {values} are not evenly spaced")
+            if not lo - 0.15 <= page <= hi + 0.15 or abs(a + b * v / 2 - page) > 0.15 + abs(b) * abs(step) * 1e-3:
+                fail(f"{metric}: tick {v} at {axis} {page}, its value maps to {a + b * v / 2:.2f} in [{lo}, {hi}]")
 
 
 def main():
@@ -59,6 +160,7 @@ def main():
     if root.find(NS + "title") is None or not root.find(NS + "title").text:
         fail("no <title>")
     expected = expected_series(jsonl)
+    every = expected_series(jsonl, finite_only=False)
     panels = {g.get("data-metric"): g for g in root.iter(NS + "g") if g.get("class") == "panel"}
     if sorted(panels) != sorted(metrics):
         fail(f"panels {sorted(panels)}, expected {sorted(metrics)}")
@@ -69,6 +171,7 @@ def main():
         if titles != [metric]:
             fail(f"panel {metric!r} has the title(s) {titles}")
         lines = {p.get("data-mode"): p for p in panel.iter(NS + "polyline")}
+        scale = {"x": [], "y": []}  # (data, page) pairs of every curve of the panel
         modes = sorted(mode for (m, mode) in expected if m == metric)
         if sorted(lines) != modes:
             fail(f"panel {metric!r} has curves for modes {sorted(lines)}, expected {modes}")
@@ -92,6 +195,21 @@ def main():
                     fail(f"{metric} {mode}: value falls at step {want[i][0]} but y does not rise")
             print(f"check_svg: {metric} {mode}: {len(pts)} points, in order")
             n_curves += 1
+            # One mark per value that is not finite, and the legend counts every step.
+            marks = [p for g in panel.iter(NS + "g") if g.get("class") == "nonfinite"
+                     for p in g.iter(NS + "path") if g in line_groups(panel, line)]
+            n_bad = len(every[(metric, mode)]) - len(want)
+            if len(marks) != n_bad:
+                fail(f"{metric} {mode}: {len(marks)} marks of values not finite, expected {n_bad}")
+            label = f"{mode} ({len(every[(metric, mode)])})"
+            if label not in legend_texts(panel):
+                fail(f"{metric}: no legend '{label}' in {legend_texts(panel)}")
+            # Dots on the curve's points when there are at most 60.
+            dots = [c for g in line_groups(panel, line) if g.get("class") == "markers" for c in g.iter(NS + "circle")]
+            if len(dots) != (len(want) if len(want) <= 60 else 0):
+                fail(f"{metric} {mode}: {len(dots)} dots for {len(want)} points")
+            add_points(scale, want, pts)
+        check_scale(metric, panel, scale)
     print(f"check_svg: {svg_path}: well-formed SVG, {len(panels)} panel(s), {n_curves} curve(s) as in {jsonl}")
 
 

@@ -7,10 +7,13 @@
 //       text the checkpoints keep; checkpoints and evals every 2 steps. Then
 //       checks `sample --temperature 0` against the model run once over the
 //       whole sampled text: at every generated position the argmax of the
-//       logits must be the byte sampled there.
+//       logits must be the byte sampled there; and sampling at temperatures
+//       0.5 (top-k 3) and 2 (all bytes) against the inverse CDF of the
+//       softmax of those logits, in double.
 //   cli_driver info|plot|sample|eval ARGS...
 //       runs the command as `ctrax COMMAND ARGS...` would, and exits with its code.
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,45 +76,117 @@ static int run_sample_captured(int argc, char **argv, char **out, size_t *n) {
     return rc;
 }
 
-// Greedy sampling must agree with one forward pass over the sampled text.
-static void check_greedy(ct_loop *loop, ct_layer *model, const char *dir, int vocab) {
-    char *argv[] = {"sample", (char *)dir, "--temperature", "0", "--length", "9", "--raw", NULL};
+// 9 bytes that `sample ARGV` wrote (--raw, prompt included) and the logits
+// of one forward pass of the model over them, on the run's weights in eval
+// mode: logits (1, 9, V) at t predict byte t.
+typedef struct sampled {
+    int32_t tokens[9];
+    ct_tensor logits;
+    ct_device dev;  // the arena keeps a pointer to it
+    ct_arena arena;
+    ct_ctx ctx;
+} sampled;
+
+// Runs `sample` (argc, argv) and the forward pass into *s; false (nothing
+// to free) when sample did not write 9 bytes.
+static bool sample_and_forward(ct_loop *loop, ct_layer *model, int argc, char **argv, sampled *s) {
     char *text = NULL;
     size_t n = 0;
-    int rc = run_sample_captured(7, argv, &text, &n);
+    int rc = run_sample_captured(argc, argv, &text, &n);
     CHECK_MSG(rc == 0 && n == 9, "sample exited %d with %zu bytes", rc, n);
     if (rc != 0 || n != 9) {
         free(text);
-        return;
+        return false;
     }
-    // Positions 0..8 of the text, one forward: the logits at t predict byte t.
-    int32_t tokens[9];
-    for (int t = 0; t < 9; t++) tokens[t] = (unsigned char)text[t];
-    ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 1, 9, tokens), logits;
+    for (int t = 0; t < 9; t++) s->tokens[t] = (unsigned char)text[t];
+    free(text);
+    ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 1, 9, s->tokens);
     ct_error err;
-    // The model alone on the run's weights, eval mode.
-    ct_device dev = ct_device_cpu();
-    ct_arena arena;
-    ct_arena_init(&arena, &dev);
-    ct_ctx ctx;
-    ct_ctx_init(&ctx, &arena);
-    ct_net_bind(ct_loop_net(loop), &ctx, false);
-    CHECK_OK(ct_layer_forward(model, &ctx, &in, &logits, ct_key_from_seed(0), &err), &err);
+    s->dev = ct_device_cpu();
+    ct_arena_init(&s->arena, &s->dev);
+    ct_ctx_init(&s->ctx, &s->arena);
+    ct_net_bind(ct_loop_net(loop), &s->ctx, false);
+    CHECK_OK(ct_layer_forward(model, &s->ctx, &in, &s->logits, ct_key_from_seed(0), &err), &err);
+    return true;
+}
+
+static void sampled_free(sampled *s) {
+    ct_ctx_free(&s->ctx);
+    ct_arena_free(&s->arena);
+}
+
+// Greedy sampling must agree with one forward pass over the prompt and the
+// sampled text (9 bytes in all; bytes past 127 in the prompt read as such).
+static void check_greedy(ct_loop *loop, ct_layer *model, const char *dir, int vocab, const char *prompt) {
+    int P = (int)strlen(prompt);
+    char length[16];
+    snprintf(length, sizeof length, "%d", 9 - P);
+    char *argv[] = {"sample", (char *)dir,   "--temperature", "0", "--length", length, "--raw",
+                    "--prompt", (char *)prompt, NULL};
+    sampled s;
+    if (!sample_and_forward(loop, model, 9, argv, &s)) return;
     int matches = 0;
-    for (int t = 0; t < 9; t++) {
-        const float *row = ct_f32(&logits) + (size_t)t * (size_t)vocab;
+    for (int t = P; t < 9; t++) {
+        const float *row = ct_f32(&s.logits) + (size_t)t * (size_t)vocab;
         int best = 0;
         for (int v = 1; v < vocab; v++)
             if (row[v] > row[best]) best = v;
         // Lengths differ between the two runs, so BLAS may round differently:
         // a byte within 1e-4 of the best logit counts as the argmax.
-        matches += best == tokens[t] || row[tokens[t]] >= row[best] - 1e-4f;
+        matches += best == s.tokens[t] || row[s.tokens[t]] >= row[best] - 1e-4f;
     }
-    printf("greedy check (vocab %d): %d of 9 sampled bytes are the argmax of one forward pass\n", vocab, matches);
+    printf("greedy check (vocab %d, prompt of %d): %d of %d sampled bytes are the argmax of one forward pass\n", vocab,
+           P, matches, 9 - P);
+    CHECK(matches == 9 - P);
+    sampled_free(&s);
+}
+
+// Sampling at a temperature with top-k must draw byte t by inverting the
+// CDF of softmax(logits_t / T) over the K likeliest bytes (equal logits by
+// id), computed here in double from one forward pass over the sampled text,
+// with u the uniform `sample` draws for byte t (fold_in(key(seed), t)). A u
+// within 1e-4 of a bucket's edge may fall in either bucket (the two runs'
+// BLAS rounds differently).
+static void check_sampled(ct_loop *loop, ct_layer *model, const char *dir, int vocab, const char *temperature,
+                          const char *top_k, int seed) {
+    char seed_s[16];
+    snprintf(seed_s, sizeof seed_s, "%d", seed);
+    char *argv[] = {"sample", (char *)dir, "--temperature", (char *)temperature, "--top-k", (char *)top_k,
+                    "--seed", seed_s, "--length", "9", "--raw", NULL};
+    sampled s;
+    if (!sample_and_forward(loop, model, 11, argv, &s)) return;
+    double T = atof(temperature);
+    int K = atoi(top_k), matches = 0;
+    if (K <= 0 || K > vocab) K = vocab;
+    for (int t = 0; t < 9; t++) {
+        const float *row = ct_f32(&s.logits) + (size_t)t * (size_t)vocab;
+        // The K likeliest ids, by selection (no sort shared with the code).
+        int ids[256];
+        bool taken[256] = {false};
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            for (int v = 0; v < vocab; v++)
+                if (!taken[v] && (best < 0 || row[v] > row[best])) best = v;
+            taken[best] = true;
+            ids[j] = best;
+        }
+        double w[256], sum = 0;
+        for (int j = 0; j < K; j++) sum += w[j] = exp(((double)row[ids[j]] - (double)row[ids[0]]) / T);
+        float u;
+        ct_random_uniform(ct_key_fold_in(ct_key_from_seed((uint64_t)seed), (uint32_t)t), &u, 1, 0.0f, 1.0f);
+        bool ok = false;
+        double lo = 0;
+        for (int j = 0; j < K; j++) {
+            double hi = lo + w[j] / sum;
+            if (ids[j] == s.tokens[t] && (double)u >= lo - 1e-4 && (double)u < hi + 1e-4) ok = true;
+            lo = hi;
+        }
+        matches += ok;
+    }
+    printf("sampling check (vocab %d, temperature %s, top-k %s, seed %d): %d of 9 bytes are the inverse CDF's\n",
+           vocab, temperature, top_k, seed, matches);
     CHECK(matches == 9);
-    ct_ctx_free(&ctx);
-    ct_arena_free(&arena);
-    free(text);
+    sampled_free(&s);
 }
 
 static int make_run(const char *dir, int vocab, int steps) {
@@ -174,7 +249,12 @@ static int make_run(const char *dir, int vocab, int steps) {
         printf("loop eval: loss % .8f accuracy % .8f sequence_accuracy % .8f\n",
                ct_loop_last_value(loop, "eval", "metrics/loss"), ct_loop_last_value(loop, "eval", "metrics/accuracy"),
                ct_loop_last_value(loop, "eval", "metrics/sequence_accuracy"));
-        check_greedy(loop, model, dir, vocab);
+        check_greedy(loop, model, dir, vocab, "");
+        if (vocab == 256) check_greedy(loop, model, dir, vocab, "\xe9\xff\x80");
+        for (int seed = 1; seed <= 4; seed++) {
+            check_sampled(loop, model, dir, vocab, "0.5", "3", seed);
+            check_sampled(loop, model, dir, vocab, "2", "0", seed);
+        }
     }
     ct_loop_free(loop);
     ct_stream_free(train);

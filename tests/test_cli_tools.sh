@@ -163,6 +163,25 @@ fi
 has "$tmp/out" '^  # \?\]0;title\?\?\[2J \?\?31m$'
 has "$tmp/out" '^last metrics \?\[2J +\?\[31m = 1.5 \(step 6\)$'
 has "$tmp/out" '^optimizer +Adam: b1\? 0.9'  # the name: slots.safetensors'
+# The names of an output directory's checkpoints are anyone's too: the list
+# and the newest's name show each control character as '?'.
+cp -r "$run10" "$tmp/escname_run"
+"$py" - "$tmp/escname_run" <<'EOF'
+import json, os, sys
+d, new = sys.argv[1], "model_\x1b]0;x\x07"
+for old in ("model_2", "model_6"):
+    name = new + old[-1]
+    os.rename(f"{d}/{old}", f"{d}/{name}")
+    m = json.load(open(f"{d}/{name}/manifest.json"))
+    m["name"] = name
+    json.dump(m, open(f"{d}/{name}/manifest.json", "w"))
+EOF
+expect_exit 0 "" info "$tmp/escname_run"
+if ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/out"; then ok; else
+    bad "info wrote a checkpoint name's control characters: $(grep -a checkpoint "$tmp/out" | od -c | head -3)"
+fi
+has "$tmp/out" '^checkpoint +.*/escname_run/model_\?\]0;x\?6$'
+has "$tmp/out" '^checkpoints +model_\?\]0;x\?2 \(step 2\), model_4 \(step 4\), model_\?\]0;x\?6 \(step 6, shown here\)$'
 # Errors (1) and bad usage (2).
 expect_exit 1 "no such checkpoint" info "$run10" --name model_9
 # A checkpoint name that is a file, or a link to itself: said as such.
@@ -219,9 +238,10 @@ with open(sys.argv[1], "w") as f:
         w(step=s, mode="train", metric="metrics/loss", value=3 * math.exp(-s / 900) + 0.5)
         if s % 250 == 0:
             w(step=s, mode="eval", metric="metrics/loss", value=None if s == 1000 else 3 * math.exp(-s / 900) + 0.7)
-            w(step=s, mode="eval", metric="metrics/a<b&\"c'", value=s / 3000)
+            w(step=s, mode="eval", metric="metrics/a<b&\"c']]>", value=s / 3000)
             w(step=s, mode="holdout", metric="metrics/loss", value=3.5 - s / 3000)
     w(step=500, mode="eval", metric="metrics/loss", value=4.0)
+    f.write('{"step": 2000, "mode": "train", "metric": "metrics/loss", "value": 1e999}\n')  # inf: not finite
     f.write('{"step": 3010, "mode": "tr')
 EOF
 # Files no run writes: 100 metrics are more panels than a page holds (the
@@ -239,7 +259,7 @@ expect_exit 1 "the path is longer than 4095 bytes" plot "$long"
 expect_exit 0 "" plot "$tmp/wide.jsonl" -o "$tmp/wide.svg" --metrics m1,m99
 expect_exit 1 "more than 1024 \(metric, mode\) series" plot "$tmp/many.jsonl" -o "$tmp/many.svg"
 expect_exit 0 "skipped 1 line" plot "$tmp/odd.jsonl" -o "$tmp/odd.svg"
-check "plot of odd.jsonl" "$py" "$src/tests/check_svg.py" "$tmp/odd.svg" "$tmp/odd.jsonl" "metrics/loss,metrics/a<b&\"c'"
+check "plot of odd.jsonl" "$py" "$src/tests/check_svg.py" "$tmp/odd.svg" "$tmp/odd.jsonl" "metrics/loss,metrics/a<b&\"c']]>"
 has "$tmp/odd.svg" 'class="nonfinite"'
 if command -v rsvg-convert >/dev/null; then
     check "rsvg-convert renders the plot" rsvg-convert "$tmp/odd.svg" -o "$tmp/odd.png"
@@ -254,7 +274,8 @@ fi
 expect_exit 0 "skipped 2 line\(s\) .*\(the first: line 3: " plot "$tmp/zeros.jsonl" -o "$tmp/zeros.svg"
 expect_exit 1 "has no metric 'nope'; it has: metrics/loss" plot "$run10" --metrics nope
 expect_exit 1 "cannot open" plot "$tmp/nowhere.jsonl"
-echo '{"step": 1, "mode": "train", "metric": "training/loss", "value": 1}' >"$tmp/nometrics.jsonl"
+printf '%s\n' '{"step": 1, "mode": "train", "metric": "training/loss", "value": 1}' \
+    '{"step": 1, "mode": "train", "metric": "metricsx/y", "value": 1}' >"$tmp/nometrics.jsonl"
 expect_exit 1 "no metrics/\* values" plot "$tmp/nometrics.jsonl" -o "$tmp/x.svg"
 expect_exit 2 "missing METRICS_JSONL" plot
 expect_exit 2 "names separated by commas" plot "$run10" --metrics loss,
@@ -282,6 +303,59 @@ expect_exit 0 "skipped 1 line\(s\) .*\(the first: line 3: not a metrics line\)" 
 if [[ $(sed -n 2p "$tmp/out") == "  metrics/loss: eval 1 point(s), steps 1 to 1;" ]]; then ok; else
     bad "plot: the loss is not the first panel, or has more points: $(cat "$tmp/out")"
 fi
+# A hostile metrics.jsonl's escape sequences (in a metric's name and a
+# mode) never reach the terminal: the summary on stdout and the list of
+# names on stderr show each control character as '?', as info does.
+"$py" -c 'import json, sys
+print(json.dumps({"step": 1, "mode": "tr\x1b[2Jain", "metric": "metrics/\x1b]0;t\x07l\u009b1m", "value": 1.0}))' \
+    >"$tmp/esc.jsonl"
+expect_exit 0 "" plot "$tmp/esc.jsonl" -o "$tmp/esc.svg"
+cat "$tmp/out" "$tmp/err" >"$tmp/esc_all"
+expect_exit 1 "has no metric 'nope'" plot "$tmp/esc.jsonl" -o "$tmp/esc.svg" --metrics nope
+cat "$tmp/out" "$tmp/err" >>"$tmp/esc_all"
+if ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]\|\xc2[\x80-\x9f]' "$tmp/esc_all"; then ok; else
+    bad "plot wrote control characters: $(od -c "$tmp/esc_all" | head -5)"
+fi
+has "$tmp/esc_all" '^  metrics/\?\]0;t\?l\?\?1m: tr\?\[2Jain 1 point\(s\), steps 1 to 1;$'
+has "$tmp/esc_all" "it has: metrics/\?\]0;t\?l\?\?1m$"
+# 40 modes of one metric: a curve for each (32 were drawn, the summary
+# listing all 40).
+"$py" -c 'import json, sys
+for i in range(40): print(json.dumps({"step": i, "mode": f"m{i}", "metric": "metrics/loss", "value": 1.0 + i}))' \
+    >"$tmp/modes.jsonl"
+expect_exit 0 "" plot "$tmp/modes.jsonl" -o "$tmp/modes.svg"
+check "plot of 40 modes" "$py" "$src/tests/check_svg.py" "$tmp/modes.svg" "$tmp/modes.jsonl" metrics/loss
+# The SVG of esc.jsonl is XML (no control characters, no bytes that are
+# not UTF-8: each a '?').
+printf '{"step": 1, "mode": "train", "metric": "metrics/a\xff\xc3b\x01c\x7f", "value": 1}\n' >"$tmp/inv.jsonl"
+for f in esc inv; do
+    expect_exit 0 "" plot "$tmp/$f.jsonl" -o "$tmp/$f.svg"
+    check "$f.svg is XML" "$py" -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$tmp/$f.svg"
+done
+has "$tmp/inv.svg" 'class="panel-title"[^>]*>metrics/a\?\?b\?c\?</text>'
+# Values at the ends of a double: every point and tick on the page.
+"$py" -c 'import json
+for s, v in ((1, -1.7e308), (2, 0.0), (3, 1.7e308)): print(json.dumps({"step": s, "mode": "train", "metric": "metrics/loss", "value": v}))' \
+    >"$tmp/extreme.jsonl"
+expect_exit 0 "" plot "$tmp/extreme.jsonl" -o "$tmp/extreme.svg"
+check "plot of +-1.7e308" "$py" "$src/tests/check_svg.py" "$tmp/extreme.svg" "$tmp/extreme.jsonl" metrics/loss
+# Ticks from -0.3 by 0.1 reach 5.55e-17, not 0, in doubles: labelled "0.0".
+"$py" -c 'import json
+for s, v in ((1, -0.3), (2, 0.0), (3, 0.3)): print(json.dumps({"step": s, "mode": "train", "metric": "metrics/loss", "value": v}))' \
+    >"$tmp/zero.jsonl"
+expect_exit 0 "" plot "$tmp/zero.jsonl" -o "$tmp/zero.svg"
+check "plot of -0.3..0.3" "$py" "$src/tests/check_svg.py" "$tmp/zero.svg" "$tmp/zero.jsonl" metrics/loss
+# 1,024 series are the most, and one metric may have all of them as modes;
+# a line of one character is a line skipped, not a blank one.
+"$py" -c 'import json, sys
+for n in (1024, 1025):
+    with open(f"{sys.argv[1]}/s{n}.jsonl", "w") as f:
+        for i in range(n): f.write(json.dumps({"step": i, "mode": f"m{i}", "metric": "metrics/loss", "value": i}) + "\n")
+        f.write("x\n")' "$tmp"
+expect_exit 1 "more than 1024 \(metric, mode\) series" plot "$tmp/s1025.jsonl" -o "$tmp/s1025.svg"
+expect_exit 0 "skipped 1 line\(s\) .*\(the first: line 1025: " plot "$tmp/s1024.jsonl" -o "$tmp/s1024.svg"
+check "plot of 1024 modes" "$py" "$src/tests/check_svg.py" "$tmp/s1024.svg" "$tmp/s1024.jsonl" metrics/loss
+expect_exit 2 "-o expects a file name" plot "$run10" -o ""
 expect_exit 2 "-o needs a value" plot "$run10" -o
 expect_exit 2 "unknown option '--bogus'" plot "$run10" --bogus
 
@@ -344,9 +418,10 @@ if [[ $(od -An -tx1 "$tmp/out" | tr -d ' \n') == "613f3f3f623f3f3f63c3a9f0908080
 fi
 # The overlong leads C0 and C1, DEL, past U+10FFFF (F4 90 80 80, and F5 80
 # 80 80): '?' byte for byte; U+10FFFF (F4 8F BF BF) passes.
-expect_exit 0 "" sample "$run256" --prompt "$(printf '\xc0\xaf\xc1\xbf\x7f\xf4\x90\x80\x80\xf5\x80\x80\x80\xf4\x8f\xbf\xbf')" \
+# An overlong F0 80 80 80: '?' byte for byte; a tab and U+20AC (E2 82 AC) pass.
+expect_exit 0 "" sample "$run256" --prompt "$(printf '\xc0\xaf\xc1\xbf\x7f\xf4\x90\x80\x80\xf5\x80\x80\x80\xf4\x8f\xbf\xbf\xf0\x80\x80\x80\t\xe2\x82\xac')" \
     --length 0
-if [[ $(od -An -tx1 "$tmp/out" | tr -d ' \n') == "3f3f3f3f3f3f3f3f3f3f3f3f3ff48fbfbf0a" ]]; then ok; else
+if [[ $(od -An -tx1 "$tmp/out" | tr -d ' \n') == "3f3f3f3f3f3f3f3f3f3f3f3f3ff48fbfbf3f3f3f3f09e282ac0a" ]]; then ok; else
     bad "sample text of invalid UTF-8 (2): $(od -An -tx1 "$tmp/out")"
 fi
 echo "sample: $(head -c 53 "$tmp/s5a" | od -An -c | head -1 | tr -s ' ')..."
@@ -379,6 +454,12 @@ expect_exit 2 "--length expects an integer in \[0, 16777216\], got '\+4'" sample
 # A subnormal is in [0, 1e6] (strtod's ERANGE once refused it, saying so).
 expect_exit 0 "temperature 9.99989e-321" sample "$run10" --length 3 --temperature 1e-320
 expect_exit 2 "--top-k expects an integer" sample "$run10" --top-k 1.5
+expect_exit 2 "--top-k expects an integer in \[0, 16777216\], got '-1'" sample "$run10" --top-k -1
+expect_exit 2 "--seed expects an integer in \[0, 9223372036854775807\], got '-1'" sample "$run10" --seed -1
+expect_exit 2 "--context expects an integer in \[1, 16777216\], got '0'" sample "$run10" --context 0
+# A vocabulary past the 256 byte values is refused before any weight is read.
+edit_checkpoint "$run256/model_4" "$tmp/v257_run/model_4" config.gin 'data + b"TransformerLM.vocab_size = 257\n"'
+expect_exit 1 "TransformerLM has a vocabulary of 257 tokens; byte-level text needs at most 256" sample "$tmp/v257_run"
 expect_exit 2 "--seed needs a value" sample "$run10" --seed
 expect_exit 2 "unknown option '--bogus'" sample "$run10" --bogus
 
@@ -409,6 +490,14 @@ if ! cmp -s "$tmp/out" "$tmp/eval10"; then ok; else bad "eval of model_2 printed
 edit_checkpoint "$run10/model_6" "$tmp/steps_run/model_6" config.gin 'data + b"train.eval_steps = 2147483648\n"'
 expect_exit 1 "config.gin:[0-9]+:1: train.eval_steps must be <= 2147483647, got 2147483648" \
     eval "$tmp/steps_run/model_6"
+# A config.gin with a NUL byte (bindings after it would be silently lost:
+# "binds no train.model", and info showed the text cut short with exit 0):
+# each command refuses it, naming the file and where the NUL is.
+edit_checkpoint "$run10/model_6" "$tmp/nul_run/model_6" config.gin 'data[:20] + b"\0" + data[20:]'
+for cmd in info eval sample; do
+    expect_exit 1 "^ctrax $cmd: $tmp/nul_run/model_6/config.gin: a NUL byte at offset 20: not a config's text$" \
+        "$cmd" "$tmp/nul_run/model_6"
+done
 # Each line: the checkpoint's step, the names right-aligned to the longest
 # ('|' in one column), each metric once however many of train.metrics
 # report under its name.

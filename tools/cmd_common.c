@@ -220,7 +220,8 @@ static char *copy_text(const char *cmd, const char *text, size_t n, const char *
     return copy;
 }
 
-int ctrax_checkpoint_config(const char *cmd, const ct_checkpoint *c, char **text, const char **source) {
+int ctrax_checkpoint_config(const char *cmd, const ct_checkpoint *c, const char *dir, char **text,
+                            const char **source) {
     const char *from = "config.gin";
     size_t n = 0;
     const char *bytes = ct_checkpoint_file_bytes(c, from, &n);
@@ -233,6 +234,17 @@ int ctrax_checkpoint_config(const char *cmd, const ct_checkpoint *c, char **text
         from = "state.json";
         bytes = cJSON_IsString(cfg) ? cfg->valuestring : NULL;
         n = bytes ? strlen(bytes) : 0;
+    }
+    // A NUL would end the text there: the bindings after it silently lost
+    // ("binds no train.model" for a model bound below it).
+    const char *nul = bytes ? memchr(bytes, '\0', n) : NULL;
+    if (nul) {
+        fprintf(stderr, "ctrax %s: %s/%s/%s: a NUL byte at offset %zu: not a config's text\n", cmd, dir,
+                ct_checkpoint_name(c), from, (size_t)(nul - bytes));
+        *text = NULL;
+        if (source) *source = NULL;
+        cJSON_Delete(root);
+        return CTRAX_EXIT_ERROR;
     }
     *text = bytes ? copy_text(cmd, bytes, n, "the checkpoint's config") : NULL;
     cJSON_Delete(root);
@@ -328,7 +340,7 @@ ct_status ctrax_eval_metrics(ct_config *cfg, const char *loss_name, ct_eval_task
 ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c, const char *dir) {
     const char *source;
     char *text;
-    if (ctrax_checkpoint_config(cmd, c, &text, &source) != CTRAX_EXIT_OK) return NULL;
+    if (ctrax_checkpoint_config(cmd, c, dir, &text, &source) != CTRAX_EXIT_OK) return NULL;
     if (!text) {
         fprintf(stderr, "ctrax %s: checkpoint %s/%s holds no config, so the model and data are unknown\n", cmd, dir,
                 ct_checkpoint_name(c));
@@ -392,6 +404,17 @@ int ctrax_parse_threads(const char *cmd, const char *value, int *out) {
     if (ctrax_parse_int(cmd, "--threads", value, 1, CTRAX_MAX_THREADS, &n) < 0) return -1;
     *out = (int)n;
     return 0;
+}
+
+int ctrax_put_text(FILE *f, const char *s) {
+    int n = 0;
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++, n++) {
+        if (u[0] == 0xc2 && u[1] >= 0x80 && u[1] <= 0x9f) {
+            fputs("??", f);
+            u++, n++;
+        } else fputc((*u < 0x20 && *u != '\t') || *u == 0x7f ? '?' : *u, f);
+    }
+    return n;
 }
 
 int ctrax_flush_stdout(const char *cmd) {

@@ -36,20 +36,6 @@ static void usage(FILE *f) {
             "  -h, --help    show this help\n");
 }
 
-// Text from the checkpoint (names, the config) as it is, but each control
-// character as '?' (C1's too, U+0080..U+009F): a hostile file's escape
-// sequences must not reach the terminal. Returns the bytes written.
-static int put_text(const char *s) {
-    int n = 0;
-    for (const unsigned char *u = (const unsigned char *)s; *u; u++, n++) {
-        if (u[0] == 0xc2 && u[1] >= 0x80 && u[1] <= 0x9f) {
-            fputs("??", stdout);
-            u++, n++;
-        } else putchar((*u < 0x20 && *u != '\t') || *u == 0x7f ? '?' : *u);
-    }
-    return n;
-}
-
 // "[10, 16]"
 static char *shape_str(const ct_tensor *t, char *buf, size_t cap) {
     size_t o = (size_t)snprintf(buf, cap, "[");
@@ -105,13 +91,11 @@ static int state_elements(const ct_safetensors *w, int64_t *n, size_t *bytes) {
 // The learning-rate schedule the run's config binds (train.lr_schedule_fn:
 // ctrax train's operative config always does), or NULL: None, unbound (a
 // program's own Loop may pass any config text), or no config that parses
-// (the config section below then says why). The name lives in a static
-// buffer.
-static const char *run_schedule(const ct_checkpoint *c) {
+// (the config section below then says why). text: the checkpoint's config
+// from source (NULL: none). The name lives in a static buffer.
+static const char *run_schedule(const char *text, const char *source) {
     static char name[128];
-    const char *source;
-    char *text;
-    if (ctrax_checkpoint_config("info", c, &text, &source) != CTRAX_EXIT_OK || !text) return NULL;
+    if (!text) return NULL;
     ct_config *cfg = ct_config_new();
     ct_error err = {0};
     const char *sched = NULL;
@@ -121,7 +105,6 @@ static const char *run_schedule(const ct_checkpoint *c) {
     if (where[0] && ct_config_get_reference(cfg, "train", "lr_schedule_fn", NULL, &sched, &err) == CT_OK && sched)
         snprintf(name, sizeof name, "%s", sched);
     ct_config_free(cfg);
-    free(text);
     return sched ? name : NULL;
 }
 
@@ -140,15 +123,15 @@ static const cJSON *last_learning_rate(const cJSON *state) {
 // The optimizer and its hyperparameters. With a schedule, the optimizer's
 // learning_rate is not the rate it ran at (the schedule sets the rate every
 // step): that line says the schedule and the last rate logged instead.
-static void print_optimizer(const ct_checkpoint *c, const cJSON *state) {
+static void print_optimizer(const ct_checkpoint *c, const cJSON *state, const char *config, const char *source) {
     const ct_safetensors *slots = ct_checkpoint_tensors(c, "slots.safetensors");
     const char *name = slots ? ct_safetensors_metadata(slots, "optimizer") : NULL;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(state, "optimizer");
     const cJSON *oname = cJSON_GetObjectItemCaseSensitive(o, "name");
     if (!name && cJSON_IsString(oname)) name = oname->valuestring;
     printf("optimizer    ");
-    put_text(name ? name : "(not recorded)");
-    const char *schedule = run_schedule(c);
+    ctrax_put_text(stdout, name ? name : "(not recorded)");
+    const char *schedule = run_schedule(config, source);
     const cJSON *p, *params = cJSON_GetObjectItemCaseSensitive(o, "params");
     int k = 0;
     // Only an object's members have names ("params": [1] has none).
@@ -156,7 +139,7 @@ static void print_optimizer(const ct_checkpoint *c, const cJSON *state) {
         cJSON_ArrayForEach(p, params) {
             if (cJSON_IsNumber(p) && !(schedule && !strcmp(p->string, "learning_rate"))) {
                 printf("%s", k++ ? ", " : ": ");
-                put_text(p->string);
+                ctrax_put_text(stdout, p->string);
                 printf(" %.6g", p->valuedouble);
             }
         }
@@ -200,9 +183,9 @@ static void print_last_metrics(const cJSON *state) {
     for (int k = 0; k < n; k++) {
         const cJSON *value = cJSON_GetArrayItem(last[k], 3);
         printf("%s ", k ? "            " : "last metrics");
-        int w = put_text(cJSON_GetArrayItem(last[k], 0)->valuestring);
+        int w = ctrax_put_text(stdout, cJSON_GetArrayItem(last[k], 0)->valuestring);
         printf("%*s ", w < 5 ? 5 - w : 0, "");
-        put_text(cJSON_GetArrayItem(last[k], 1)->valuestring + 8);
+        ctrax_put_text(stdout, cJSON_GetArrayItem(last[k], 1)->valuestring + 8);
         printf(" = ");
         if (cJSON_IsNumber(value)) printf("%.6g", value->valuedouble);
         else printf("nan");
@@ -218,11 +201,15 @@ static void print_checkpoint_list(const char *dir, const char *current) {
         free(infos);
         return;
     }
+    // The names are the directory's: anyone's (escape sequences as '?').
     printf("checkpoints ");
-    for (int i = 0; i < n; i++)
-        printf(" %s (step %lld%s%s%s)%s", infos[i].name, (long long)infos[i].step, infos[i].keep ? ", kept" : "",
+    for (int i = 0; i < n; i++) {
+        putchar(' ');
+        ctrax_put_text(stdout, infos[i].name);
+        printf(" (step %lld%s%s%s)%s", (long long)infos[i].step, infos[i].keep ? ", kept" : "",
                infos[i].complete ? "" : ", INCOMPLETE", strcmp(infos[i].name, current) ? "" : ", shown here",
                i + 1 < n ? "," : "\n");
+    }
     free(infos);
 }
 
@@ -274,36 +261,35 @@ static void print_tensors(const ct_checkpoint *c) {
             char s[CT_SIG_STR_MAX], a[32];
             printf("  %-5s  %-16s  %10s  ", st_dtype(t.dtype), shape_str(&t, s, sizeof s),
                    ctrax_format_count(ct_tensor_numel(&t), a, sizeof a));
-            put_text(ct_safetensors_name(st, i));
+            ctrax_put_text(stdout, ct_safetensors_name(st, i));
             printf("\n");
         }
     }
 }
 
-// The config the checkpoint was trained with, indented line by line.
-static int print_config(const ct_checkpoint *c) {
-    const char *source = NULL;
-    char *config;
-    if (ctrax_checkpoint_config("info", c, &config, &source) != CTRAX_EXIT_OK) return CTRAX_EXIT_ERROR;
+// The config the checkpoint was trained with (from source; NULL: none),
+// indented line by line. Writes its lines over config.
+static void print_config(char *config, const char *source) {
     if (!config) {
         printf("\nconfig: none saved (the run gave the Loop no config text)\n");
-        return CTRAX_EXIT_OK;
+        return;
     }
     printf("\nconfig (%s):\n", source);
     for (char *line = config, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = '\0';
         if (*line) printf("  ");
-        put_text(line);
+        ctrax_put_text(stdout, line);
         printf("\n");
     }
-    free(config);
-    return CTRAX_EXIT_OK;
 }
 
 // Step, parameters, optimizer, seed, devices and last metrics.
-static void print_summary(const ct_checkpoint *c, const char *dir, const cJSON *state) {
-    printf("checkpoint   %s/%s\n", dir, ct_checkpoint_name(c));
+static void print_summary(const ct_checkpoint *c, const char *dir, const cJSON *state, const char *config,
+                          const char *source) {
+    printf("checkpoint   %s/", dir);
+    ctrax_put_text(stdout, ct_checkpoint_name(c));  // the newest of the directory: anyone's name
+    printf("\n");
     printf("step         %lld\n", (long long)ct_checkpoint_step(c));
     if (ct_checkpoint_kept(c)) printf("kept         yes (permanent or best: never pruned)\n");
     print_checkpoint_list(dir, ct_checkpoint_name(c));
@@ -323,7 +309,7 @@ static void print_summary(const ct_checkpoint *c, const char *dir, const cJSON *
     } else {
         printf("parameters   (no weights.safetensors)\n");
     }
-    print_optimizer(c, state);
+    print_optimizer(c, state, config, source);
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(state, "seed");
     const cJSON *devices = cJSON_GetObjectItemCaseSensitive(state, "devices");
     if (cJSON_IsNumber(seed)) printf("seed         %.0f\n", seed->valuedouble);
@@ -340,17 +326,19 @@ static int info(const char *path, const char *name) {
     size_t state_len = 0;
     const char *state_text = ct_checkpoint_file_bytes(c, "state.json", &state_len);
     cJSON *state = state_text ? ct_json_parse(state_text, state_len, "state.json", NULL) : NULL;
-    const char *bad = bad_optimizer_field(state);
+    const char *bad = bad_optimizer_field(state), *source = NULL;
+    char *config = NULL;
     if (bad) {
         // A damaged checkpoint is an error, as `ctrax train` would find on resuming.
         fprintf(stderr, "ctrax info: %s/%s/state.json: %s is not what ctrax writes\n", dir, ct_checkpoint_name(c), bad);
         rc = CTRAX_EXIT_ERROR;
-    } else {
-        print_summary(c, dir, state);
+    } else if ((rc = ctrax_checkpoint_config("info", c, dir, &config, &source)) == CTRAX_EXIT_OK) {
+        print_summary(c, dir, state, config, source);
         print_files(c);
         print_tensors(c);
-        rc = print_config(c);
+        print_config(config, source);
     }
+    free(config);
     cJSON_Delete(state);
     ctrax_close_checkpoint(c, dir);
     return rc == CTRAX_EXIT_OK ? ctrax_flush_stdout("info") : rc;

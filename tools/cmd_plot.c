@@ -264,10 +264,14 @@ static int choose_panels_of(const metrics *m, const char *request, const char *p
         for (int i = 0; i < m->n && !found; i++)
             if (!strcmp(m->s[i].metric, prefixed)) found = m->s[i].metric;
         if (!found) {
+            // The file's names may be anyone's: escape sequences as '?'.
             fprintf(stderr, "ctrax plot: %s has no metric '%s'; it has:", path, want);
             names all = {0};
             for (int i = 0; i < m->n; i++) names_add(&all, m->s[i].metric);
-            for (int i = 0; i < all.n; i++) fprintf(stderr, " %s", all.v[i]);
+            for (int i = 0; i < all.n; i++) {
+                fputc(' ', stderr);
+                ctrax_put_text(stderr, all.v[i]);
+            }
             fprintf(stderr, "\n");
             free(all.v);
             return CTRAX_EXIT_ERROR;
@@ -505,9 +509,11 @@ static void draw_legend(buf *b, const series *const *ss, int ns, double ox, doub
 
 static void draw_panel(buf *b, const metrics *m, const char *metric, double ox, double oy) {
     frame f = {.x0 = ox + PAD_L, .y0 = oy + PAD_T, .pw = PANEL_W - PAD_L - PAD_R, .ph = PANEL_H - PAD_T - PAD_B};
-    const series *ss[32];
+    // Every mode of the metric (a cap here once drew 32 of 40 modes, and
+    // the summary still listed all 40).
+    const series *ss[PLOT_MAX_SERIES];
     int ns = 0;
-    for (int i = 0; i < m->n && ns < 32; i++)
+    for (int i = 0; i < m->n; i++)
         if (!strcmp(m->s[i].metric, metric)) ss[ns++] = &m->s[i];
     panel_ranges(&f, ss, ns);
     put(b, "<g class=\"panel\" data-metric=\"");
@@ -607,16 +613,22 @@ static int plot(const char *input, const char *output, const char *request) {
     }
     free(svg);
     if (rc == CTRAX_EXIT_OK) {
-        // What was drawn, on stdout unless the SVG went there.
+        // What was drawn, on stdout unless the SVG went there; the file's
+        // names as ctrax_put_text writes them (no escape sequences).
         FILE *f = to_stdout ? stderr : stdout;
         fprintf(f, "wrote %s: %d panel(s)\n", to_stdout ? "the SVG to stdout" : output, panels.n);
         for (int i = 0; i < panels.n; i++) {
-            fprintf(f, "  %s:", panels.v[i]);
+            fputs("  ", f);
+            ctrax_put_text(f, panels.v[i]);
+            fputc(':', f);
             for (int k = 0; k < m.n; k++)
-                if (!strcmp(m.s[k].metric, panels.v[i]))
-                    fprintf(f, " %s %d point(s), steps %lld to %lld;", m.s[k].mode, m.s[k].n,
+                if (!strcmp(m.s[k].metric, panels.v[i])) {
+                    fputc(' ', f);
+                    ctrax_put_text(f, m.s[k].mode);
+                    fprintf(f, " %d point(s), steps %lld to %lld;", m.s[k].n,
                             (long long)(m.s[k].n ? m.s[k].p[0].step : 0),
                             (long long)(m.s[k].n ? m.s[k].p[m.s[k].n - 1].step : 0));
+                }
             fprintf(f, "\n");
         }
         if (!to_stdout) rc = ctrax_flush_stdout("plot");

@@ -107,8 +107,10 @@ void ctrax_close_checkpoint(ct_checkpoint *c, char *output_dir);
 // state.json's "config". CTRAX_EXIT_OK with *text a malloc'ed copy (free()),
 // or NULL if it has none, and *source (if not NULL) naming where it came
 // from ("config.gin", "state.json"); CTRAX_EXIT_ERROR after a message when
-// memory runs out.
-int ctrax_checkpoint_config(const char *cmd, const ct_checkpoint *c, char **text, const char **source);
+// memory runs out or the config holds a NUL byte (naming
+// DIR/<checkpoint>/config.gin, dir the directory it lives in).
+int ctrax_checkpoint_config(const char *cmd, const ct_checkpoint *c, const char *dir, char **text,
+                            const char **source);
 // That config parsed and validated (errors name <dir>/<checkpoint>/config.gin
 // and the line); NULL after a message on stderr. ct_config_free it.
 ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c, const char *dir);
@@ -144,6 +146,11 @@ int ctrax_parse_threads(const char *cmd, const char *value, int *out);
 // another argument, -1 after a message. (Each command reads it in its own
 // loop, so another option's value, a prompt say, is never taken for it.)
 int ctrax_opt_threads(const char *cmd, int argc, char **argv, int *i);
+// Writes text from a file someone else may have written (a checkpoint's
+// names and config, metric names of metrics.jsonl) to f as it is, but each
+// control character as '?' (C1's too, U+0080..U+009F): a hostile file's
+// escape sequences must not reach the terminal. Returns the bytes written.
+int ctrax_put_text(FILE *f, const char *s);
 // Flushes stdout: CTRAX_EXIT_OK when everything written to it got out, else
 // CTRAX_EXIT_ERROR after "ctrax CMD: writing to stdout failed" on stderr (a
 // full disk must not look like complete output; ferror also catches a write
