@@ -35,9 +35,6 @@ void *__real_aligned_alloc(size_t align, size_t n);
 void __real_free(void *p);
 char *__real_strdup(const char *s);
 char *__real_realpath(const char *path, char *resolved);
-char *__real_cJSON_Print(const void *item);
-char *__real_cJSON_PrintUnformatted(const void *item);
-void __real_cJSON_free(void *p);
 
 #define TRACK_BITS 21
 #define TRACK_N (1u << TRACK_BITS)
@@ -127,7 +124,9 @@ void *__wrap_realloc(void *p, size_t n) {
 void __wrap_free(void *p) {
     if (p && track_remove(p)) __real_free(p);
 }
-// What libc and cJSON allocate for ctrax and ctrax frees with free().
+// What libc allocates for ctrax and ctrax frees with free(). (cJSON
+// allocates through the hooks core/json.c installs, malloc and free, which
+// this file's wrappers already see.)
 char *__wrap_strdup(const char *s) {
     char *p = __real_strdup(s);
     track_add(p, p ? strlen(p) + 1 : 0);
@@ -138,21 +137,6 @@ char *__wrap_realpath(const char *path, char *resolved) {
     if (p && !resolved) track_add(p, strlen(p) + 1);
     return p;
 }
-char *__wrap_cJSON_Print(const void *item) {
-    char *p = __real_cJSON_Print(item);
-    track_add(p, p ? strlen(p) + 1 : 0);
-    return p;
-}
-char *__wrap_cJSON_PrintUnformatted(const void *item) {
-    char *p = __real_cJSON_PrintUnformatted(item);
-    track_add(p, p ? strlen(p) + 1 : 0);
-    return p;
-}
-
-void __wrap_cJSON_free(void *p) {
-    if (p && track_remove(p)) __real_cJSON_free(p);
-}
-
 // ---- cases -------------------------------------------------------------------
 
 static ct_device dev;      // reset for each case; a case may give it a limit
