@@ -355,6 +355,29 @@ static void test_errors(void) {
     CHECK(strcmp(err.msg, "loading 3: file x.bin") == 0);
     CHECK(ct_error_set(NULL, CT_ERR_ARG, "ignored") == CT_ERR_ARG);
     CHECK(strcmp(ct_status_name(CT_ERR_SHAPE), "shape error") == 0);
+    // An outside name's control characters (a checkpoint directory named
+    // with a terminal escape, a C1 CSI in UTF-8) come out as '?', in a
+    // message and in its prefix; newline, tab and other UTF-8 stay.
+    ct_error_set(&err, CT_ERR_IO, "checkpoint '%s'", "m\x1b]0;x\x07\xc2\x9b" "2J\x7f\t\xe2\x82\xac");
+    ct_error_prefix(&err, "run\x1b[31m\n%d", 1);
+    CHECK_MSG(strcmp(err.msg, "run?[31m\n1: checkpoint 'm?]0;x???2J?\t\xe2\x82\xac'") == 0, "[%s]", err.msg);
+    // ct_log the same (stderr into a file for the line).
+    FILE *f = tmpfile();
+    int saved = dup(2);
+    fflush(stderr);
+    dup2(fileno(f), 2);
+    ct_log_level level = ct_log_get_level();
+    ct_log_set_level(CT_LOG_INFO);
+    ct_log(CT_LOG_WARN, "name '%s'", "a\x1b[2Jb");
+    ct_log_set_level(level);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char line[64] = "";
+    rewind(f);
+    CHECK(fgets(line, sizeof line, f) != NULL);
+    fclose(f);
+    CHECK_MSG(strcmp(line, "[ctrax warn] name 'a?[2Jb'\n") == 0, "[%s]", line);
 }
 
 // The checked allocation path (memory.h): a size too large for the address

@@ -45,6 +45,17 @@ static void fit(char *dst, size_t cap, const char *src, size_t len) {
     dst[head + sizeof gap - 1 + len - from] = '\0';
 }
 
+void ct_text_printable(char *s) {
+    for (unsigned char *u = (unsigned char *)s; *u; u++) {
+        if (u[0] == 0xC2 && u[1] >= 0x80 && u[1] <= 0x9F) {  // a C1 control, in UTF-8
+            u[0] = u[1] = '?';
+            u++;
+        } else if ((*u < 0x20 && *u != '\n' && *u != '\t') || *u == 0x7F) {
+            *u = '?';
+        }
+    }
+}
+
 ct_status ct_error_setv(ct_error *err, ct_status code, const char *fmt, va_list ap) {
     if (!err) return code;
     err->code = code;
@@ -58,6 +69,7 @@ ct_status ct_error_setv(ct_error *err, ct_status code, const char *fmt, va_list 
         free(whole);
     }
     va_end(again);
+    ct_text_printable(err->msg);
     return code;
 }
 
@@ -79,6 +91,7 @@ static void prepend(ct_error *err, const char *prefix, size_t plen) {
     memcpy(whole + plen + 2, err->msg, olen + 1);
     fit(err->msg, sizeof err->msg, whole, n);
     free(whole);
+    ct_text_printable(err->msg);
 }
 
 ct_status ct_error_prefix(ct_error *err, const char *fmt, ...) {

@@ -37,6 +37,13 @@ typedef struct ct_error {
     char msg[CT_ERROR_MSG_MAX];
 } ct_error;
 
+// Messages name what came from outside (file, tensor and checkpoint names,
+// config text): their control characters (C0 but newline and tab, DEL, and
+// UTF-8's C1) are made '?' in place, so printing an error or a log line
+// never sends a terminal escape sequence. ct_error_set, ct_error_prefix and
+// ct_log do it; a program printing outside text itself may call it too.
+void ct_text_printable(char *s);
+
 // Sets err (if not NULL) to code and a printf-style message; returns code.
 ct_status ct_error_set(ct_error *err, ct_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
