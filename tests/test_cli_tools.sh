@@ -182,6 +182,15 @@ if ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/out"; then ok; else
 fi
 has "$tmp/out" '^checkpoint +.*/escname_run/model_\?\]0;x\?6$'
 has "$tmp/out" '^checkpoints +model_\?\]0;x\?2 \(step 2\), model_4 \(step 4\), model_\?\]0;x\?6 \(step 6, shown here\)$'
+# eval and sample name the checkpoint they read on stderr, escaped too (and
+# the library's warning that the pointer's checkpoint is gone).
+for cmd in eval sample; do
+    expect_exit 0 "" "$cmd" "$tmp/escname_run" $([[ $cmd == sample ]] && echo --length 2)
+    if ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/err"; then ok; else
+        bad "$cmd wrote a checkpoint name's control characters: $(LC_ALL=C grep -a model_ "$tmp/err" | od -c | head -3)"
+    fi
+    has "$tmp/err" "escname_run/model_\?\]0;x\?6 \(step 6\)"
+done
 # Errors (1) and bad usage (2).
 expect_exit 1 "no such checkpoint" info "$run10" --name model_9
 # A checkpoint name that is a file, or a link to itself: said as such.

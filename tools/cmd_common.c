@@ -407,13 +407,13 @@ int ctrax_parse_threads(const char *cmd, const char *value, int *out) {
 }
 
 int ctrax_put_text(FILE *f, const char *s) {
-    int n = 0;
-    for (const unsigned char *u = (const unsigned char *)s; *u; u++, n++) {
-        if (u[0] == 0xc2 && u[1] >= 0x80 && u[1] <= 0x9f) {
-            fputs("??", f);
-            u++, n++;
-        } else fputc((*u < 0x20 && *u != '\t') || *u == 0x7f ? '?' : *u, f);
-    }
+    char *shown = ct_strdup(s);  // the library's rule (ct_text_printable), on a copy
+    ct_text_printable(shown);
+    for (char *p = shown; *p; p++)
+        if (*p == '\n') *p = '?';  // and one name, one line
+    fputs(shown, f);
+    int n = (int)strlen(shown);
+    ct_free(shown);
     return n;
 }
 

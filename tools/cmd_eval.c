@@ -144,9 +144,14 @@ static int evaluate(const eval_opts *o) {
     }
 
     char desc[512];
-    fprintf(stderr, "evaluating %s/%s (step %lld) on %lld batch(es) of %lld: %s\n", dir, ct_checkpoint_name(c),
-            (long long)ct_checkpoint_step(c), (long long)eval_steps, (long long)batch_size,
-            ct_stream_describe(eval, desc, sizeof desc));
+    fputs("evaluating ", stderr);
+    ctrax_put_text(stderr, dir);
+    fputc('/', stderr);
+    ctrax_put_text(stderr, ct_checkpoint_name(c));  // anyone's directory name
+    fprintf(stderr, " (step %lld) on %lld batch(es) of %lld: ", (long long)ct_checkpoint_step(c),
+            (long long)eval_steps, (long long)batch_size);
+    ctrax_put_text(stderr, ct_stream_describe(eval, desc, sizeof desc));
+    fputc('\n', stderr);
     if (run_evaluator(c, model, &ev, (uint64_t)seed) != CTRAX_EXIT_OK) goto done;
     rc = ctrax_flush_stdout("eval");
 done:

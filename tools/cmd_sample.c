@@ -318,10 +318,13 @@ static int sample(const sample_opts *o) {
         }
     }
     char count[32];
+    fprintf(stderr, "sampling %lld bytes from ", (long long)o->length);
+    ctrax_put_text(stderr, dir);
+    fputc('/', stderr);
+    ctrax_put_text(stderr, ct_checkpoint_name(c));  // anyone's directory name
     fprintf(stderr,
-            "sampling %lld bytes from %s/%s (step %lld): %s, %s weights, context %lld, temperature %g, top-k %lld, "
-            "seed %lld\n",
-            (long long)o->length, dir, ct_checkpoint_name(c), (long long)ct_checkpoint_step(c), model_name,
+            " (step %lld): %s, %s weights, context %lld, temperature %g, top-k %lld, seed %lld\n",
+            (long long)ct_checkpoint_step(c), model_name,
             ctrax_format_count((int64_t)net.n_weights, count, sizeof count), (long long)W, o->temperature,
             (long long)o->top_k, (long long)o->seed);
 

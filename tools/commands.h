@@ -148,8 +148,9 @@ int ctrax_parse_threads(const char *cmd, const char *value, int *out);
 int ctrax_opt_threads(const char *cmd, int argc, char **argv, int *i);
 // Writes text from a file someone else may have written (a checkpoint's
 // names and config, metric names of metrics.jsonl) to f as it is, but each
-// control character as '?' (C1's too, U+0080..U+009F): a hostile file's
-// escape sequences must not reach the terminal. Returns the bytes written.
+// control character as '?' (ct_text_printable's rule, and a newline too):
+// a hostile file's escape sequences must not reach the terminal. Returns
+// the bytes written.
 int ctrax_put_text(FILE *f, const char *s);
 // Flushes stdout: CTRAX_EXIT_OK when everything written to it got out, else
 // CTRAX_EXIT_ERROR after "ctrax CMD: writing to stdout failed" on stderr (a
