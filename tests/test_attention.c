@@ -304,6 +304,32 @@ static void test_thread_determinism(void) {
     CHECK(memcmp(dq[0], dq[1], sizeof dq[0]) == 0);
 }
 
+// DotProductCausalAttention with dropout on fake (B, T, D) inputs of more
+// than 2^32 probabilities: init passes, forward refuses them before reading
+// or allocating anything (the data pointer points at no tensor).
+static void huge_dropout_refused(ct_device *dev, int64_t B, int64_t T, int64_t D, int n_heads) {
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, D, (void *)dev);
+    ct_tensor x3[3] = {x, x, x};
+    ct_layer *l = ct_dot_product_causal_attention(n_heads, 0.1f);
+    ct_net net;
+    ct_error err;
+    CHECK_OK(ct_net_init(&net, l, x3, 3, ct_key_from_seed(1), dev, &err), &err);
+    ct_arena arena;
+    ct_arena_init(&arena, dev);
+    ct_ctx c;
+    ct_ctx_init(&c, &arena);
+    ct_net_bind(&net, &c, true);
+    ct_tensor out[1];
+    ct_status st = ct_layer_forward(net.root, &c, x3, out, ct_key_from_seed(1), &err);
+    printf("forward error: %s\n", st == CT_OK ? "(accepted)" : err.msg);
+    CHECK(st == CT_ERR_SHAPE && strstr(err.msg, "2^32"));
+    ct_ctx_free(&c);
+    ct_arena_free(&arena);
+    ct_net_free(&net);
+    ct_layer_free(l);
+    CHECK(dev->current_bytes == 0);
+}
+
 static void test_errors(void) {
     ct_device dev = ct_device_cpu();
     ct_net net;
@@ -355,50 +381,11 @@ static void test_errors(void) {
     // Dropout counts probabilities with uint32 counters: (1, 65537, 2) has
     // 65537^2 > 2^32 of them. The check comes before anything is read or
     // allocated, so the inputs need no real data.
-    ct_tensor huge = ct_tensor_3d(CT_DTYPE_F32, 1, 65537, 2, (void *)&dev);
-    ct_tensor huge3[3] = {huge, huge, huge};
-    l = ct_dot_product_causal_attention(1, 0.1f);
-    CHECK_OK(ct_net_init(&net, l, huge3, 3, ct_key_from_seed(1), &dev, &err), &err);
-    {
-        ct_arena arena;
-        ct_arena_init(&arena, &dev);
-        ct_ctx c;
-        ct_ctx_init(&c, &arena);
-        ct_net_bind(&net, &c, true);
-        ct_tensor out[1];
-        st = ct_layer_forward(net.root, &c, huge3, out, ct_key_from_seed(1), &err);
-        printf("forward error: %s\n", err.msg);
-        CHECK(st == CT_ERR_SHAPE && strstr(err.msg, "2^32"));
-        ct_ctx_free(&c);
-        ct_arena_free(&arena);
-        ct_net_free(&net);
-    }
-    ct_layer_free(l);
-    CHECK(dev.current_bytes == 0);
-
+    huge_dropout_refused(&dev, 1, 65537, 2, 1);
     // B H T^2 itself past 2^63: (4, 2^30, 8) with 8 heads is 2^65
     // probabilities. The count must not overflow (it wrapped to 2, passed
     // the check and the forward read the fake inputs).
-    ct_tensor vast = ct_tensor_3d(CT_DTYPE_F32, 4, (int64_t)1 << 30, 8, (void *)&dev);
-    ct_tensor vast3[3] = {vast, vast, vast};
-    l = ct_dot_product_causal_attention(8, 0.1f);
-    CHECK_OK(ct_net_init(&net, l, vast3, 3, ct_key_from_seed(1), &dev, &err), &err);
-    {
-        ct_arena arena;
-        ct_arena_init(&arena, &dev);
-        ct_ctx c;
-        ct_ctx_init(&c, &arena);
-        ct_net_bind(&net, &c, true);
-        ct_tensor out[1];
-        st = ct_layer_forward(net.root, &c, vast3, out, ct_key_from_seed(1), &err);
-        printf("forward error: %s\n", st == CT_OK ? "(accepted)" : err.msg);
-        CHECK(st == CT_ERR_SHAPE && strstr(err.msg, "2^32"));
-        ct_ctx_free(&c);
-        ct_arena_free(&arena);
-        ct_net_free(&net);
-    }
-    ct_layer_free(l);
-    CHECK(dev.current_bytes == 0);
+    huge_dropout_refused(&dev, 4, (int64_t)1 << 30, 8, 8);
 
     // The name and structure of CausalAttention.
     l = ct_causal_attention(8, 2, 0.0f);
