@@ -276,4 +276,18 @@ expect "train.metrics with an optimizer" "$work/base" 1 "--set:1:1: train.metric
     "item 1 is @Adam (an optimizer) at --set:1:43" -- \
     "$ctrax" train "$cfg" --steps 1 --set 'train.metrics=[@WeightedCategoryAccuracy, @Adam]' --output-dir "$work/lk"
 
+# 9. Weights that are all NaN (a checkpoint's bytes are anyone's; its crc32s
+# made to match): sample has no finite logit to draw from and says so, not
+# byte 0 as if the model had chosen it.
+d=$(fresh nan_weights)
+"$py" - "$d/$latest/weights.safetensors" <<'EOF'
+import struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+start = 8 + struct.unpack("<Q", data[:8])[0]
+data[start:] = struct.pack("<f", float("nan")) * ((len(data) - start) // 4)
+open(sys.argv[1], "wb").write(data)
+EOF
+fix_manifest "$d/$latest" weights.safetensors
+expect "sample: NaN weights" "$d" 1 "logits for byte 0 are all NaN or infinite" -- "$ctrax" sample "$d" --length 3
+
 cli_done

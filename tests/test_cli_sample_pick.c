@@ -2,9 +2,9 @@
 // static function of tools/cmd_sample.c, compiled in here), against CDFs
 // computed by hand: greedy at temperature 0 with equal logits going to the
 // lowest id, softmax(logits / T) over the top-k likeliest (equal logits by
-// id), u inverted on the CDF, and NaN logits never drawn. Through a model
-// (tests/cli_driver.c) logits are never equal nor NaN, so these cases are
-// only reachable here.
+// id), u inverted on the CDF, non-finite logits never drawn, and -1 when
+// no logit is finite. Through a trained model (tests/cli_driver.c) logits
+// are never equal nor NaN, so these cases are only reachable here.
 #include "../tools/cmd_common.c"
 #include "../tools/cmd_sample.c"
 
@@ -65,5 +65,17 @@ int main(void) {
     CHECK(pick8(nan3, 3, 1.0, 0, 0.999f) == 2);
     const float nan_last[] = {1.0f, 0.0f, NAN};
     CHECK(pick8(nan_last, 3, 1.0, 0, 0.999f) == 1);
+    // An overflow to inf is not drawn either: {inf, 0} is {0}'s draw.
+    const float inf2[] = {INFINITY, 0.0f};
+    CHECK(pick8(inf2, 2, 0.0, 0, 0.5f) == 1);
+    CHECK(pick8(inf2, 2, 1.0, 0, 0.999f) == 1);
+    // No finite logit: nothing to draw (-1), at any temperature and top-k,
+    // never byte 0 as if the model had chosen it.
+    const float none[] = {NAN, INFINITY, -INFINITY};
+    CHECK(pick8(none, 3, 0.0, 0, 0.5f) == -1);
+    CHECK(pick8(none, 3, 1.0, 0, 0.5f) == -1);
+    CHECK(pick8(none, 3, 1.0, 1, 0.0f) == -1);
+    const float one_nan[] = {NAN};
+    CHECK(pick8(one_nan, 1, 1.0, 0, 0.0f) == -1);
     return check_summary("test_cli_sample_pick");
 }

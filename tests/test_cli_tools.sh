@@ -507,6 +507,14 @@ for cmd in info eval sample; do
     expect_exit 1 "^ctrax $cmd: $tmp/nul_run/model_6/config.gin: a NUL byte at offset 20: not a config's text$" \
         "$cmd" "$tmp/nul_run/model_6"
 done
+# A config that binds no train.model, in a directory whose name has an
+# escape sequence: the error names it escaped (it was printed raw).
+edit_checkpoint "$run10/model_6" "$tmp/esc"$'\e[31m'"_run/model_6" config.gin \
+    'b"".join(l for l in data.splitlines(True) if not l.startswith(b"train.model"))'
+for cmd in eval sample; do
+    expect_exit 1 "^ctrax $cmd: the config of $tmp/esc\\?\\[31m_run/model_6 binds no train.model$" \
+        "$cmd" "$tmp/esc"$'\e[31m'"_run/model_6"
+done
 # Each line: the checkpoint's step, the names right-aligned to the longest
 # ('|' in one column), each metric once however many of train.metrics
 # report under its name.

@@ -239,8 +239,9 @@ int ctrax_checkpoint_config(const char *cmd, const ct_checkpoint *c, const char 
     // ("binds no train.model" for a model bound below it).
     const char *nul = bytes ? memchr(bytes, '\0', n) : NULL;
     if (nul) {
-        fprintf(stderr, "ctrax %s: %s/%s/%s: a NUL byte at offset %zu: not a config's text\n", cmd, dir,
-                ct_checkpoint_name(c), from, (size_t)(nul - bytes));
+        fprintf(stderr, "ctrax %s: ", cmd);
+        ctrax_put_checkpoint(stderr, dir, c);
+        fprintf(stderr, "/%s: a NUL byte at offset %zu: not a config's text\n", from, (size_t)(nul - bytes));
         *text = NULL;
         if (source) *source = NULL;
         cJSON_Delete(root);
@@ -342,8 +343,9 @@ ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c
     char *text;
     if (ctrax_checkpoint_config(cmd, c, dir, &text, &source) != CTRAX_EXIT_OK) return NULL;
     if (!text) {
-        fprintf(stderr, "ctrax %s: checkpoint %s/%s holds no config, so the model and data are unknown\n", cmd, dir,
-                ct_checkpoint_name(c));
+        fprintf(stderr, "ctrax %s: checkpoint ", cmd);
+        ctrax_put_checkpoint(stderr, dir, c);
+        fputs(" holds no config, so the model and data are unknown\n", stderr);
         return NULL;
     }
     // Errors name the file as "<dir>/<checkpoint>/config.gin:line:col"
@@ -415,6 +417,12 @@ int ctrax_put_text(FILE *f, const char *s) {
     int n = (int)strlen(shown);
     ct_free(shown);
     return n;
+}
+
+void ctrax_put_checkpoint(FILE *f, const char *dir, const ct_checkpoint *c) {
+    ctrax_put_text(f, dir);
+    fputc('/', f);
+    ctrax_put_text(f, ct_checkpoint_name(c));
 }
 
 int ctrax_flush_stdout(const char *cmd) {

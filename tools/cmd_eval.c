@@ -104,7 +104,9 @@ static int evaluate(const eval_opts *o) {
                           : !inputs_name ? "train.inputs"
                                          : NULL;
     if (missing) {
-        fprintf(stderr, "ctrax eval: the config of %s/%s binds no %s\n", dir, ct_checkpoint_name(c), missing);
+        fputs("ctrax eval: the config of ", stderr);
+        ctrax_put_checkpoint(stderr, dir, c);
+        fprintf(stderr, " binds no %s\n", missing);
         goto done;
     }
     if (o->steps > 0) eval_steps = o->steps;
@@ -145,9 +147,7 @@ static int evaluate(const eval_opts *o) {
 
     char desc[512];
     fputs("evaluating ", stderr);
-    ctrax_put_text(stderr, dir);
-    fputc('/', stderr);
-    ctrax_put_text(stderr, ct_checkpoint_name(c));  // anyone's directory name
+    ctrax_put_checkpoint(stderr, dir, c);
     fprintf(stderr, " (step %lld) on %lld batch(es) of %lld: ", (long long)ct_checkpoint_step(c),
             (long long)eval_steps, (long long)batch_size);
     ctrax_put_text(stderr, ct_stream_describe(eval, desc, sizeof desc));

@@ -287,8 +287,8 @@ static void print_config(char *config, const char *source) {
 // Step, parameters, optimizer, seed, devices and last metrics.
 static void print_summary(const ct_checkpoint *c, const char *dir, const cJSON *state, const char *config,
                           const char *source) {
-    printf("checkpoint   %s/", dir);
-    ctrax_put_text(stdout, ct_checkpoint_name(c));  // the newest of the directory: anyone's name
+    printf("checkpoint   ");
+    ctrax_put_checkpoint(stdout, dir, c);  // the newest of the directory: anyone's name
     printf("\n");
     printf("step         %lld\n", (long long)ct_checkpoint_step(c));
     if (ct_checkpoint_kept(c)) printf("kept         yes (permanent or best: never pruned)\n");
@@ -330,7 +330,9 @@ static int info(const char *path, const char *name) {
     char *config = NULL;
     if (bad) {
         // A damaged checkpoint is an error, as `ctrax train` would find on resuming.
-        fprintf(stderr, "ctrax info: %s/%s/state.json: %s is not what ctrax writes\n", dir, ct_checkpoint_name(c), bad);
+        fputs("ctrax info: ", stderr);
+        ctrax_put_checkpoint(stderr, dir, c);
+        fprintf(stderr, "/state.json: %s is not what ctrax writes\n", bad);
         rc = CTRAX_EXIT_ERROR;
     } else if ((rc = ctrax_checkpoint_config("info", c, dir, &config, &source)) == CTRAX_EXIT_OK) {
         print_summary(c, dir, state, config, source);

@@ -138,11 +138,14 @@ static int cmp_scored(const void *a, const void *b) {
 
 // The next token from logits (V of them): greedy at temperature 0, else a
 // draw with u in [0, 1) from softmax(logits / temperature) over the top_k
-// likeliest (all if top_k is 0). buf holds V items.
+// likeliest (all if top_k is 0). A non-finite logit (NaN, or an overflow to
+// inf) is never drawn; -1 when no logit is finite: there is nothing to draw
+// from, and byte 0 would pass for the model's choice. buf holds V items.
 static int pick(const float *logits, int V, double temperature, int64_t top_k, float u, scored *buf) {
     for (int i = 0; i < V; i++) buf[i] = (scored){isfinite(logits[i]) ? logits[i] : -INFINITY, i};
     qsort(buf, (size_t)V, sizeof *buf, cmp_scored);
-    if (temperature == 0 || !isfinite(buf[0].logit)) return buf[0].id;
+    if (!isfinite(buf[0].logit)) return -1;
+    if (temperature == 0) return buf[0].id;
     int k = top_k > 0 && top_k < V ? (int)top_k : V;
     double sum = 0;
     for (int i = 0; i < k; i++) sum += exp((buf[i].logit - buf[0].logit) / temperature);
@@ -206,6 +209,12 @@ static int generate(const sample_opts *o, const ct_net *net, int64_t P, int64_t 
         ct_random_uniform(ct_key_fold_in(key, (uint32_t)i), &u, 1, 0.0f, 1.0f);
         tokens[t] = pick(ct_f32(&logits) + (size_t)(L - 1) * (size_t)V, V, o->temperature, o->top_k, u, scratch);
         ct_arena_reset(&arena);
+        if (tokens[t] < 0) {
+            fprintf(stderr, "\nctrax sample: the model's %d logits for byte %lld are all NaN or infinite: nothing to draw from\n",
+                    V, (long long)t);
+            ok = false;
+            break;
+        }
         out_byte(&out, (unsigned char)tokens[t]);
         fflush(stdout);
     }
@@ -232,7 +241,9 @@ static int build_model(ct_config *cfg, const ct_checkpoint *c, const char *dir, 
     if (ct_config_get_reference(cfg, "train", "model", NULL, model_name, &err) != CT_OK)
         return fail("the checkpoint's config", &err);
     if (!*model_name) {
-        fprintf(stderr, "ctrax sample: the config of %s/%s binds no train.model\n", dir, ct_checkpoint_name(c));
+        fputs("ctrax sample: the config of ", stderr);
+        ctrax_put_checkpoint(stderr, dir, c);
+        fputs(" binds no train.model\n", stderr);
         return CTRAX_EXIT_ERROR;
     }
     *model_name = ctrax_eval_model_name(cfg, *model_name, name_buf, name_cap);
@@ -319,9 +330,7 @@ static int sample(const sample_opts *o) {
     }
     char count[32];
     fprintf(stderr, "sampling %lld bytes from ", (long long)o->length);
-    ctrax_put_text(stderr, dir);
-    fputc('/', stderr);
-    ctrax_put_text(stderr, ct_checkpoint_name(c));  // anyone's directory name
+    ctrax_put_checkpoint(stderr, dir, c);
     fprintf(stderr,
             " (step %lld): %s, %s weights, context %lld, temperature %g, top-k %lld, seed %lld\n",
             (long long)ct_checkpoint_step(c), model_name,

@@ -152,6 +152,9 @@ int ctrax_opt_threads(const char *cmd, int argc, char **argv, int *i);
 // a hostile file's escape sequences must not reach the terminal. Returns
 // the bytes written.
 int ctrax_put_text(FILE *f, const char *s);
+// Writes "DIR/NAME" of checkpoint c in directory dir to f, each through
+// ctrax_put_text: the name is anyone's directory name.
+void ctrax_put_checkpoint(FILE *f, const char *dir, const ct_checkpoint *c);
 // Flushes stdout: CTRAX_EXIT_OK when everything written to it got out, else
 // CTRAX_EXIT_ERROR after "ctrax CMD: writing to stdout failed" on stderr (a
 // full disk must not look like complete output; ferror also catches a write
