@@ -474,12 +474,13 @@ static void stop_on_rank0(int64_t step, void *user) {
     if (rank == 0 && step == stop_at_step) stop_flag = 1;
 }
 
-static ct_status loop_run_new(loop_run *r, const char *dir, ct_error *err) {
+// ... training with optimizer opt (taken), or SGD when opt is NULL.
+static ct_status loop_run_new_with(loop_run *r, const char *dir, ct_optimizer *opt, ct_error *err) {
     memset(r, 0, sizeof *r);
     r->train = copy_batches(1);
     r->model = small_lm(0.0f);
     r->loss = ct_weighted_category_cross_entropy();
-    ct_train_task task = {r->train, r->loss, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, 0.1f};
+    ct_train_task task = {r->train, r->loss, opt ? opt : ct_sgd_new(ct_sgd_default_params()), NULL, NULL, 0.1f};
     ct_loop_options o = ct_loop_default_options();
     o.output_dir = dir;
     o.n_steps_per_checkpoint = 2;
@@ -488,6 +489,10 @@ static ct_status loop_run_new(loop_run *r, const char *dir, ct_error *err) {
     o.callbacks[0] = (ct_loop_callback){.on_step_end = stop_on_rank0};
     o.n_callbacks = 1;
     return ct_loop_new(&r->loop, r->model, &task, 1, NULL, &o, err);
+}
+
+static ct_status loop_run_new(loop_run *r, const char *dir, ct_error *err) {
+    return loop_run_new_with(r, dir, NULL, err);
 }
 
 static void loop_run_free(loop_run *r) {
@@ -628,6 +633,47 @@ static void test_loop_stop_on_one_rank(void) {
     check_in_step("a stop on one rank");
 }
 
+// A replica that drifts apart (the last rank's first weight, or its first
+// optimizer slot, changed behind the loop's back, as another CPU's rounding
+// or a flipped bit would): every rank stops at the next checkpoint, the odd
+// one naming what differs. A weight: the run stops at step 2 and writes no
+// model_2. A slot: at once, in ct_loop_save_checkpoint (a step would carry
+// the difference into the weights, which are compared first).
+static void test_loop_replicas_drifted(bool in_slots) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path(in_slots ? "drift_slots" : "drift_weights"));
+    loop_run r;
+    ct_error err;
+    CHECK_OK(loop_run_new_with(&r, dir, in_slots ? ct_adam_new(ct_adam_default_params()) : NULL, &err), &err);
+    if (!r.loop) {
+        loop_run_free(&r);
+        return;
+    }
+    CHECK_OK(ct_loop_run(r.loop, 1, &err), &err);  // model_1, written while the replicas agree
+    const ct_trainer *t = ct_loop_trainer(r.loop);
+    const ct_net *net = ct_trainer_net(t);
+    if (rank == size - 1) {
+        size_t off, cnt;
+        ct_trainer_param_slots(t, 0, &off, &cnt);
+        float *x = in_slots ? ct_trainer_slots(t, NULL) + off : net->weights + net->params[0]->offset;
+        *x += 1.0f;
+    }
+    double t0 = now_s();
+    ct_status st = in_slots ? ct_loop_save_checkpoint(r.loop, &err) : ct_loop_run(r.loop, 4, &err);
+    char own[512];
+    snprintf(own, sizeof own, "process %d's %s of %s differ from process 0's", size - 1,
+             in_slots ? "optimizer slots" : "weights", net->params[0]->full_name);
+    check_all_stopped(in_slots ? "a replica whose slots drifted" : "a replica whose weights drifted", st, &err,
+                      now_s() - t0, size - 1, own, "another process's weights or optimizer slots differ");
+    int64_t want = in_slots ? 1 : 2;
+    CHECK_MSG(ct_loop_step(r.loop) == want, "rank %d stopped at step %lld", rank, (long long)ct_loop_step(r.loop));
+    char m2[1100];
+    snprintf(m2, sizeof m2, "%s/model_2", dir);
+    struct stat sb;
+    CHECK_MSG(stat(m2, &sb) != 0, "rank %d: %s was written", rank, m2);
+    loop_run_free(&r);
+}
+
 int main(void) {
     ct_error err;
     if (ct_comm_mpi_new(&comm, 60, &err) != CT_OK) {
@@ -667,6 +713,8 @@ int main(void) {
     test_loop_rank_cannot_resume();
     test_loop_chief_cannot_write();
     test_loop_stop_on_one_rank();
+    test_loop_replicas_drifted(false);
+    test_loop_replicas_drifted(true);
     // Every rank's verdict: the job fails if any rank failed.
     double failed = check_failed_;
     ct_comm_allreduce_f64(comm, &failed, 1, &err);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "ctrax/core/log.h"
 #include "ctrax/train/checkpoint.h"
@@ -383,6 +384,63 @@ static ct_status check_finite(ct_loop *l, ct_error *err) {
     return CT_OK;
 }
 
+// The crc32 of parameter i's weights in crc[2 i], and of its optimizer
+// slots (the trainer's, then each task's own) in crc[2 i + 1].
+static void replica_crcs(ct_loop *l, uint32_t *crc) {
+    const ct_net *net = ct_trainer_net(l->trainer);
+    for (int i = 0; i < net->n_params; i++) {
+        const ct_param *p = net->params[i];
+        size_t numel = (size_t)ct_tensor_numel(&p->sig);
+        crc[2 * i] = (uint32_t)crc32_z(crc32(0L, Z_NULL, 0), (const Bytef *)(net->weights + p->offset),
+                                      numel * sizeof(float));
+        crc[2 * i + 1] = (uint32_t)crc32(0L, Z_NULL, 0);
+    }
+    for (int task = 0; task < l->n_tasks; task++) {
+        if (task > 0 && !l->task_opts[task].opt) continue;
+        swap_task_optimizer(l, task);
+        const float *slots = ct_trainer_slots(l->trainer, NULL);
+        for (int i = 0; i < net->n_params; i++) {
+            size_t off, cnt;
+            ct_trainer_param_slots(l->trainer, i, &off, &cnt);
+            crc[2 * i + 1] = (uint32_t)crc32_z(crc[2 * i + 1], (const Bytef *)(slots + off), cnt * sizeof(float));
+        }
+        swap_task_optimizer(l, task);
+    }
+}
+
+// Data-parallel processes each hold a replica of the weights and slots that
+// must stay bit for bit the chief's: each applies the same update to the
+// same weights from the same summed gradients. A host whose CPU rounds an
+// update otherwise (another kernel), a flipped bit or a defect would let the
+// replicas drift apart silently, each process then training its own model
+// and the chief's checkpoint holding one of them. So before each checkpoint
+// every process compares a crc32 of each parameter's weights and slots with
+// the chief's, and all stop if any differs (the last checkpoint, written
+// while they agreed, is where to resume: every process loads it alike).
+static ct_status check_replicas(ct_loop *l, ct_error *err) {
+    if (!l->comm || ct_comm_size(l->comm) <= 1) return CT_OK;
+    const ct_net *net = ct_trainer_net(l->trainer);
+    size_t n = 2 * (size_t)net->n_params;
+    uint32_t *mine = ct_calloc(n + 1, sizeof *mine), *chief = ct_calloc(n + 1, sizeof *chief);
+    replica_crcs(l, mine);
+    memcpy(chief, mine, n * sizeof *chief);
+    ct_status st = ct_comm_broadcast(l->comm, chief, n * sizeof *chief, 0, err);
+    for (size_t k = 0; st == CT_OK && k < n; k++)
+        if (mine[k] != chief[k])
+            st = ct_error_set(err, CT_ERR_STATE,
+                              "loop: step %lld: process %d's %s of %s differ from process 0's (crc32 %08x here, %08x "
+                              "on process 0): the processes' replicas drifted apart (do their CPUs differ? compare "
+                              "`ctrax info --system` on each host); no checkpoint written",
+                              (long long)l->step, ct_comm_rank(l->comm), k % 2 ? "optimizer slots" : "weights",
+                              net->params[k / 2]->full_name, mine[k], chief[k]);
+    ct_free(mine);
+    ct_free(chief);
+    return ct_train_agree(l->comm, st, err,
+                          "loop: step %lld: another process's weights or optimizer slots differ from process 0's (its "
+                          "error is in its output): the replicas drifted apart; no checkpoint written",
+                          (long long)l->step);
+}
+
 // The file of task i's own slots: slots_task<i>.safetensors.
 static void task_slots_file(int task, char *buf, size_t cap) { snprintf(buf, cap, "slots_task%d.safetensors", task); }
 
@@ -470,6 +528,7 @@ static ct_status write_files(ct_loop *l, const char *name, bool keep, bool resum
 static ct_status write_checkpoint(ct_loop *l, const char *name, bool keep, bool resume_point, ct_error *err) {
     if (!l->opts.output_dir) return CT_OK;
     if (check_finite(l, err) != CT_OK) return ct_error_prefix(err, "loop: no checkpoint %s written", name);
+    CT_TRY(check_replicas(l, err));
     CT_TRY(chief_agrees(l, write_files(l, name, keep, resume_point, err), "to write a checkpoint", err));
     for (int i = 0; i < l->opts.n_callbacks; i++)
         if (l->opts.callbacks[i].on_checkpoint) l->opts.callbacks[i].on_checkpoint(name, l->step, l->opts.callbacks[i].user);
