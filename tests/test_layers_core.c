@@ -18,6 +18,10 @@ static void test_activation_gradients(void) {
     check_layer("Gelu (erf)", ct_gelu_erf(), &x, 1, true);
     check_layer("Tanh", ct_tanh(), &x, 1, true);
     check_layer("Sigmoid", ct_sigmoid(), &x, 1, true);
+    // Behind a layer, in a Serial: the input may be donated; the GELUs save
+    // it for backward, so they must not write their output over it.
+    check_layer("Dense-FastGelu", ct_serial(CT_LAYERS(ct_dense(6), ct_gelu())), &x, 1, true);
+    check_layer("Dense-Gelu", ct_serial(CT_LAYERS(ct_dense(6), ct_gelu_erf())), &x, 1, true);
 
     // Relu away from its kink: |x| >= 0.1, well beyond the step 1e-2.
     ct_tensor r = uniform(ct_tensor_2d(CT_DTYPE_F32, 4, 6, b), 2, -1.0f, 1.0f);
@@ -172,7 +176,28 @@ static void test_activation_values(void) {
                                 0.34573123063700656, 0.8413447460685429, 2.99595030590511};
     out = run1(&f, ct_gelu_erf(), ct_tensor_1d(CT_DTYPE_F32, 6, xs));
     for (int i = 0; i < 6; i++) CHECK_NEAR(ct_f32(&out)[i], want_erf[i], 1e-6);
+
+    // The erf form's derivative through the layer (its own backward kernel,
+    // not the tanh form's, which is off by up to ~2e-4 here):
+    // d/dx x Phi(x) = Phi(x) + x phi(x).
+    {
+        ct_tensor xt = ct_tensor_1d(CT_DTYPE_F32, 6, xs), g = ct_tensor_sig(&out), gin;
+        float ones[6] = {1, 1, 1, 1, 1, 1};
+        g.data = ones;
+        CHECK_OK(fixture_forward(&f, &xt, &out, 1), &f.err);
+        CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, &gin, ct_key_from_seed(1), &f.err), &f.err);
+        for (int i = 0; i < 6; i++) {
+            const double inv_sqrt_2pi = 0.3989422804014327;
+            double x = xs[i], want_d = 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) * inv_sqrt_2pi;
+            CHECK_NEAR(ct_f32(&gin)[i], want_d, 1e-6);
+        }
+    }
     fixture_free(&f);
+    // Trax's names: FastGelu is the tanh form, Gelu the erf one.
+    ct_layer *named[2] = {ct_gelu(), ct_gelu_erf()};
+    CHECK(strcmp(named[0]->name, "FastGelu") == 0 && strcmp(named[1]->name, "Gelu") == 0);
+    ct_layer_free(named[0]);
+    ct_layer_free(named[1]);
 
     // The GELU kernels (their own vectorized tanh) against double, over
     // [-12, 12]: value and derivative.
@@ -250,6 +275,12 @@ static void test_activation_values(void) {
     CHECK(fixture_init(&f, g, &it, 1, false) == CT_ERR_SHAPE);
     CHECK(strstr(f.err.msg, "Gelu") && strstr(f.err.msg, "(2) i32"));
     ct_layer_free(g);
+    fixture_free(&f);
+    // A softmax over the last axis needs one: a scalar is a shape error.
+    ct_layer *sm = ct_softmax();
+    CHECK(fixture_init(&f, sm, (ct_tensor[]){ct_tensor_make(CT_DTYPE_F32, 0, NULL, xs)}, 1, false) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(f.err.msg, "Softmax") && strstr(f.err.msg, "rank >= 1"), "%s", f.err.msg);
+    ct_layer_free(sm);
     fixture_free(&f);
 }
 
@@ -370,6 +401,14 @@ static void test_dropout(void) {
     CHECK(out.data == x.data);
     fixture_free(&f);
 
+    // Int input is a shape error naming the layer (its mask would scale ints).
+    int32_t ids[4] = {0};
+    l = ct_dropout(0.5f);
+    CHECK(fixture_init(&f, l, (ct_tensor[]){ct_tensor_1d(CT_DTYPE_I32, 4, ids)}, 1, true) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(f.err.msg, "Dropout (init): input is (4) i32, expected f32"), "%s", f.err.msg);
+    ct_layer_free(l);
+    fixture_free(&f);
+
     // Gradients in eval mode (the identity) check out as well.
     gradcheck_opts o = gradcheck_default_opts();
     o.train = false;
@@ -427,6 +466,18 @@ static void test_embedding_values(void) {
     CHECK_MSG(st == CT_ERR_ARG && strstr(f.err.msg, "id 3 at position (1,2)") != NULL, "%s", f.err.msg);
     fixture_free(&f);
 
+    // Ids of rank 5 give an output of rank 6 (CT_MAX_DIMS); rank 6 is an error.
+    int32_t one[2] = {1, 2};
+    out = run1(&f, ct_embedding(3, 4), ct_tensor_make(CT_DTYPE_I32, 5, (int64_t[]){1, 1, 1, 1, 2}, one));
+    CHECK(out.ndim == 6 && out.shape[4] == 2 && out.shape[5] == 4);
+    fixture_free(&f);
+    ct_layer *e6 = ct_embedding(3, 4);
+    CHECK(fixture_init(&f, e6, (ct_tensor[]){ct_tensor_make(CT_DTYPE_I32, 6, (int64_t[]){1, 1, 1, 1, 1, 2}, one)}, 1,
+                       false) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(f.err.msg, "Embedding (init)") && strstr(f.err.msg, "rank < 6"), "%s", f.err.msg);
+    ct_layer_free(e6);
+    fixture_free(&f);
+
     // f32 input is a shape error at init.
     float x[2] = {0, 1};
     ct_tensor ft = ct_tensor_1d(CT_DTYPE_F32, 2, x);
@@ -470,6 +521,22 @@ static void test_positional_values(void) {
     for (int i = 0; i < 6; i++) CHECK_NEAR(ct_f32(&out)[12 + i], 0.5 + t2[i], 1e-6);
     fixture_free(&f);
 
+    // Trainable sinusoids start at the fixed table's values (t = 2 above).
+    out = run1(&f, ct_positional_encoding_trainable_sinusoidal(3, 0.0f), ct_tensor_3d(CT_DTYPE_F32, 1, 3, 6, x));
+    for (int i = 0; i < 6; i++) CHECK_NEAR(f.net.weights[12 + i], t2[i], 1e-6);
+    fixture_free(&f);
+    // A fixed-table layer that joins a new net takes that net's D (6, then 4).
+    ct_layer *again = ct_positional_encoding_sinusoidal(4);
+    for (int d = 6; d >= 4; d -= 2) {
+        ct_tensor in = ct_tensor_3d(CT_DTYPE_F32, 1, 2, d, x);
+        if (fixture_init_ok(&f, again, &in, 1, false)) {
+            CHECK_OK(fixture_forward(&f, &in, &out, 1), &f.err);
+            CHECK_NEAR(ct_f32(&out)[d], 0.5 + sin(1.0), 1e-6);  // t = 1, channel 0
+            fixture_free(&f);
+        }
+    }
+    ct_layer_free(again);
+
     // Init with T > max_len fails; learned pe is a weight of (max_len, D).
     ct_layer *p = ct_positional_encoding_learned(2);
     ct_tensor sig = ct_tensor_3d(CT_DTYPE_F32, 1, 3, 6, x);
@@ -480,6 +547,17 @@ static void test_positional_values(void) {
     const ct_param *w = ct_net_find_param(&f.net, "PositionalEncoding/embedding");
     CHECK(w && w->sig.shape[0] == 5 && w->sig.shape[1] == 6);
     if (w) CHECK_NEAR(ct_f32(&out)[7], 0.5 + f.net.weights[w->offset + 7], 1e-7);
+    fixture_free(&f);
+    // The learned table starts at N(0, 0.02^2): 64 x 32 draws.
+    float z32[1 * 4 * 32] = {0};
+    (void)run1(&f, ct_positional_encoding_learned(64), ct_tensor_3d(CT_DTYPE_F32, 1, 4, 32, z32));
+    double sq = 0;
+    for (size_t i = 0; i < f.net.n_weights; i++) sq += (double)f.net.weights[i] * f.net.weights[i];
+    double sd = sqrt(sq / (double)f.net.n_weights);
+    printf("learned positional table: standard deviation %.4f (0.02)\n", sd);
+    CHECK(f.net.n_weights == 64 * 32 && fabs(sd / 0.02 - 1.0) < 0.1);
+    fixture_free(&f);
+    out = run1(&f, ct_positional_encoding_learned(5), ct_tensor_3d(CT_DTYPE_F32, 1, 3, 6, x));
     // A forward input of another width than init's 6 is a shape error (a
     // wider one would read past the table's rows), fixed table or learned.
     for (int learned = 1; learned >= 0; learned--) {
@@ -495,18 +573,35 @@ static void test_positional_values(void) {
         }
     }
     fixture_free(&f);
+
+    // A fixed table too large to hold, or whose max_len x D floats pass
+    // size_t (4 x 2^62 x 4 bytes wrapped to 0: the sinusoids were written
+    // past a 1-byte block), is an init error, not an abort or a crash.
+    const int64_t too_wide[2] = {(int64_t)1 << 40, (int64_t)1 << 62};
+    for (int i = 0; i < 2; i++) {
+        int64_t d = too_wide[i];
+        ct_layer *s = ct_positional_encoding_sinusoidal(4);
+        ct_status st = fixture_init(&f, s, (ct_tensor[]){ct_tensor_3d(CT_DTYPE_F32, 1, 1, d, NULL)}, 1, false);
+        printf("sinusoids (4,%lld): %s\n", (long long)d, f.err.msg);
+        CHECK_MSG(st == CT_ERR_MEMORY && strstr(f.err.msg, "layer PositionalEncoding (init)") &&
+                      strstr(f.err.msg, "sinusoid table"),
+                  "D %lld: %s", (long long)d, f.err.msg);
+        ct_layer_free(s);
+        fixture_free(&f);
+    }
 }
 
 // Trax's PositionalEncoding dropout: in training, out - x is the table with
 // whole channels dropped (the same channels at every example and position)
 // and the rest scaled by 1 / (1 - rate); in eval, the table itself.
-static void test_positional_dropout(void) {
+static void test_positional_dropout(float rate) {
     enum { B = 3, T = 5, D = 16 };
+    const double inv_keep = 1.0 / (1.0 - rate);
     float x[B * T * D];
     for (int i = 0; i < B * T * D; i++) x[i] = 0.25f * (float)(i % 7);
     ct_tensor in = ct_tensor_3d(CT_DTYPE_F32, B, T, D, x);
     fixture f;
-    ct_layer *l = ct_positional_encoding_trainable_sinusoidal(8, 0.5f);
+    ct_layer *l = ct_positional_encoding_trainable_sinusoidal(8, rate);
     if (!fixture_init_ok(&f, l, &in, 1, true)) {
         ct_layer_free(l);
         return;
@@ -517,18 +612,21 @@ static void test_positional_dropout(void) {
     CHECK_OK(fixture_forward(&f, &in, &out, 4), &f.err);
     int kept = 0, dropped = 0, wrong = 0;
     for (int d = 0; d < D; d++) {
-        // Channel d's factor, read at (0, 1), must hold at every (b, t).
+        // Channel d's factor, read at (0, 1), must hold at every (b, t). The
+        // read loses digits where pe[1, d] is small (1e-3 in the last
+        // channels): 1e-3 tells 0 from 1 / (1 - rate); the elements below
+        // are held to 1e-6.
         double factor = (ct_f32(&out)[D + d] - x[D + d]) / pe[D + d];
-        bool keep = fabs(factor - 2.0) < 1e-5;
-        kept += keep, dropped += fabs(factor) < 1e-5;
+        bool keep = fabs(factor - inv_keep) < 1e-3;
+        kept += keep, dropped += fabs(factor) < 1e-3;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
                 int64_t i = ((int64_t)b * T + t) * D + d;
-                wrong += fabs(ct_f32(&out)[i] - (x[i] + (keep ? 2.0f : 0.0f) * pe[t * D + d])) > 1e-6;
+                wrong += fabs(ct_f32(&out)[i] - (x[i] + (keep ? inv_keep : 0.0) * pe[t * D + d])) > 1e-6;
             }
     }
-    printf("positional dropout 0.5 over %d channels: %d kept (x 2), %d dropped, %d elements off\n", D, kept, dropped,
-           wrong);
+    printf("positional dropout %g over %d channels: %d kept (x %g), %d dropped, %d elements off\n", (double)rate, D,
+           kept, inv_keep, dropped, wrong);
     CHECK(kept + dropped == D && kept > 0 && dropped > 0 && wrong == 0);
     // Eval: the table as it is.
     f.ctx.train = false;
@@ -599,6 +697,24 @@ static void test_initializers(void) {
         ct_random_normal(ct_key_split(key, 1), want, 256, 1e-6f);
         CHECK(memcmp(want, f.net.weights + bias->offset, 256 * sizeof *want) == 0);
         free(want);
+    }
+    // Trax's Embedding draws its one weight from the layer's key itself.
+    {
+        fixture e;
+        (void)run1(&e, ct_embedding(V, E), t);
+        float *want = malloc(V * E * sizeof *want);
+        ct_random_uniform(ct_key_from_seed(3), want, V * E, (float)-sqrt(3.0 / E), (float)sqrt(3.0 / E));
+        CHECK(e.net.n_weights == V * E && memcmp(want, e.net.weights, V * E * sizeof *want) == 0);
+        free(want);
+        fixture_free(&e);
+    }
+    // Dense without bias: the kernel alone.
+    {
+        fixture nb;
+        (void)run1(&nb, ct_dense_no_bias(3), ct_tensor_2d(CT_DTYPE_F32, 2, 32, xd));
+        CHECK(nb.net.n_weights == 32 * 3 && ct_net_find_param(&nb.net, "Dense/kernel") &&
+              !ct_net_find_param(&nb.net, "Dense/bias"));
+        fixture_free(&nb);
     }
     // A forward input narrower or wider than the kernel's 32 rows is a shape
     // error (a wider one would read past each row's weights).
@@ -692,7 +808,7 @@ static void test_flatten_mean_values(void) {
     fixture_free(&f);
     l = ct_mean(3, false);
     CHECK(fixture_init(&f, l, &in, 1, false) == CT_ERR_SHAPE);
-    CHECK(strstr(f.err.msg, "Mean (init)") != NULL);
+    CHECK_MSG(strstr(f.err.msg, "Mean (init): axis 3 does not fit input (2,3,4) f32") != NULL, "%s", f.err.msg);
     ct_layer_free(l);
     fixture_free(&f);
     // The mean over an empty axis is 0 / 0: an init error, not NaNs.
@@ -710,7 +826,8 @@ static void test_zero_grad_out(void) {
     ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, 2, 3, 4, a), 21, -1.0f, 1.0f);
     ct_layer *layers[] = {ct_layer_norm(1e-6f), ct_positional_encoding_learned(4),
                           ct_positional_encoding_sinusoidal(4), ct_shift_right(1), ct_flatten(1),
-                          ct_mean(1, false), ct_dropout(0.5f)};
+                          ct_mean(1, false), ct_dropout(0.5f), ct_relu(), ct_gelu(), ct_dense(3),
+                          ct_dense_no_bias(2)};
     for (size_t i = 0; i < sizeof layers / sizeof *layers; i++) {
         fixture f;
         CHECK_OK(fixture_init(&f, layers[i], &x, 1, true), &f.err);
@@ -726,6 +843,23 @@ static void test_zero_grad_out(void) {
         ct_layer_free(layers[i]);
         fixture_free(&f);
     }
+    // Embedding: int ids, so its own input.
+    int32_t ids[2 * 3] = {0, 1, 2, 2, 1, 0};
+    ct_tensor t = ct_tensor_2d(CT_DTYPE_I32, 2, 3, ids);
+    ct_layer *e = ct_embedding(3, 4);
+    fixture f;
+    if (fixture_init_ok(&f, e, &t, 1, true)) {
+        ct_net_zero_grads(&f.net);
+        ct_tensor out, g, gin;
+        CHECK_OK(fixture_forward(&f, &t, &out, 1), &f.err);
+        g = ct_tensor_sig(&out);
+        CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, &gin, ct_key_from_seed(1), &f.err), &f.err);
+        bool zero = true;
+        for (size_t k = 0; k < f.net.n_weights; k++) zero = zero && f.net.grads[k] == 0.0f;
+        CHECK(gin.data == NULL && ct_tensor_same_sig(&gin, &t) && zero && f.ctx.tape_len == 0);
+        fixture_free(&f);
+    }
+    ct_layer_free(e);
 }
 
 // The LayerNorm kernels on rows big enough for threads give bitwise the same
@@ -756,7 +890,8 @@ static void test_layer_norm_threads(void) {
 }
 
 int main(void) {
-    test_positional_dropout();
+    test_positional_dropout(0.5f);
+    test_positional_dropout(0.25f);
     test_initializers();
     test_activation_gradients();
     test_layer_norm_gradients();

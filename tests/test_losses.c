@@ -476,6 +476,14 @@ static void test_errors(void) {
     ct_tensor l2bad[3] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_1d(CT_DTYPE_F32, 3, (float[]){0, 0, 0}),
                           l2in[2]};
     expect_error(ct_l2_loss(), l2bad, 3, CT_ERR_SHAPE, "L2Loss (init)", "targets (3) f32");
+    // Weights of another shape than the outputs (fewer: read past otherwise).
+    ct_tensor l2w[3] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_1d(CT_DTYPE_F32, 2, y),
+                        ct_tensor_1d(CT_DTYPE_F32, 1, w)};
+    expect_error(ct_l2_loss(), l2w, 3, CT_ERR_SHAPE, "L2Loss (init)",
+                 "weights (1) f32 do not match model output (2) f32");
+    // An accuracy over no targets has no value (0 / 0): an error, not NaN.
+    ct_tensor none[2] = {ct_tensor_2d(CT_DTYPE_F32, 0, 2, x), ct_tensor_1d(CT_DTYPE_I32, 0, bad)};
+    expect_error(ct_category_accuracy(), none, 2, CT_ERR_ARG, "CategoryAccuracy (forward)", "no targets");
     // SequenceAccuracy over one position, outputs (2,): scalar targets have
     // no sequence axis to run along.
     ct_tensor scalar_t[3] = {ct_tensor_1d(CT_DTYPE_F32, 2, x), ct_tensor_make(CT_DTYPE_I32, 0, NULL, bad),

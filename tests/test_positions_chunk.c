@@ -76,6 +76,11 @@ static void test_axial_errors(void) {
                  "has length 1024");
     expect_error(axial(2, (int[]){32, 32}, (int[]){32, 16}, 0, 0, NULL),
                  ct_tensor_3d(CT_DTYPE_F32, 1, 1024, 64, NULL), "d_embs (32, 16) sum to 48", "d_model is 64");
+    // A shape whose product passes int64 (2^120 here) is refused by name; the
+    // product wrapped to 0 before (signed overflow, which UBSan stops on).
+    expect_error(axial(4, (int[]){1 << 30, 1 << 30, 1 << 30, 1 << 30}, (int[]){1, 1, 1, 1}, 0, 0, NULL),
+                 ct_tensor_3d(CT_DTYPE_F32, 1, 4, 4, NULL),
+                 "shape (1073741824, 1073741824, 1073741824, 1073741824) multiplies past 2^63", "has length 4");
 }
 
 // ReformerLM's dims (1, 2): one (B, D) mask. On a zero input the output is
@@ -230,6 +235,59 @@ static void test_fixed_base_values(void) {
 static ct_layer *ff(float rate) {
     if (rate > 0) return ct_serial(CT_LAYERS(ct_dense(7), ct_dropout(rate), ct_relu(), ct_dense(4)));
     return ct_serial(CT_LAYERS(ct_dense(7), ct_relu(), ct_dense(4)));
+}
+
+// The edge of max_pos = min(bases)^n_digits (the smallest base, not the
+// first: bases (3, 2) with 2 digits give 4): T = max_pos is refused, as
+// Trax's assert, where the start draw in [0, max_pos - T) would divide by 0.
+// At T = max_pos - 1 the draw has one value, so a training forward (never
+// from zero by rule, never base-dropped) equals eval's.
+static void test_fixed_base_max_pos(void) {
+    enum { B = 32, D = 4 };
+    static float z[B * 4 * D], eval_out[B * 3 * D];
+    fixture f;
+    ct_layer *l = ct_fixed_base_positional_encoding(2, (int[]){3, 2}, 2, 1 << 30, 1 << 30);
+    CHECK(fixture_init(&f, l, (ct_tensor[]){ct_tensor_3d(CT_DTYPE_F32, B, 4, D, z)}, 1, true) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(f.err.msg, "FixedBasePositionalEncoding (init)") && strstr(f.err.msg, "not below max_pos 4"), "%s",
+              f.err.msg);
+    fixture_free(&f);
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, 3, D, z);
+    if (fixture_init_ok(&f, l, &x, 1, false)) {
+        run_forward(&f, &x, ct_key_from_seed(1), eval_out);
+        f.ctx.train = true;
+        ct_tensor out;
+        CHECK_OK(fixture_forward(&f, &x, &out, 7), &f.err);
+        int off = 0;
+        for (int i = 0; i < B * 3 * D; i++) off += ct_f32(&out)[i] != eval_out[i];
+        CHECK_MSG(off == 0, "T = max_pos - 1: %d values start elsewhere than 0", off);
+        fixture_free(&f);
+    }
+    ct_layer_free(l);
+}
+
+// Init keys as documented: W[r][i] from split(split(key, 0), i), the same
+// for every base r, start_vec from split(key, 1), all U(+-1e-4) (the
+// fixture's init key is seed 3).
+static void test_fixed_base_init_keys(void) {
+    static float z[1 * 4 * 6];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 1, 4, 6, z);
+    fixture f;
+    ct_layer *l = fixed_base(100, 100);  // bases (3, 4), 3 digits: d_w = 2
+    if (fixture_init_ok(&f, l, &x, 1, false)) {
+        ct_key key = ct_key_from_seed(3);
+        float want[6];
+        int off = 0;
+        for (int w = 0; w < 7; w++) {
+            const ct_param *p = f.net.params[w];
+            int n = w < 6 ? 2 : 6;
+            ct_key k = w < 6 ? ct_key_split(ct_key_split(key, 0), (uint32_t)(w % 3)) : ct_key_split(key, 1);
+            ct_random_uniform(k, want, (size_t)n, -1e-4f, 1e-4f);
+            off += memcmp(want, f.net.weights + p->offset, (size_t)n * sizeof(float)) != 0;
+        }
+        CHECK_MSG(off == 0, "%d of 7 fixed-base weights drawn from other keys or bounds", off);
+        fixture_free(&f);
+    }
+    ct_layer_free(l);
 }
 
 static void test_chunk_gradients(void) {
@@ -407,9 +465,51 @@ static void test_trainable_dropout(void) {
 }
 
 // Trax's Chunk(layer, c) with c < 1 is the layer itself.
+// The sublayer's output for a forward input of another width than init's
+// does not fit the output Chunk allocated from init's (n, D'): an error
+// naming both, where a wider one was copied past the output's end and a
+// narrower one left rows of it unwritten.
+static void test_chunk_width(void) {
+    float x[4 * 8] = {0};
+    fixture f;
+    ct_layer *l = ct_chunk(ct_relu(), 2);
+    if (fixture_init_ok(&f, l, (ct_tensor[]){ct_tensor_2d(CT_DTYPE_F32, 4, 4, x)}, 1, true)) {
+        for (int d = 2; d <= 8; d += 6) {
+            ct_tensor in = ct_tensor_2d(CT_DTYPE_F32, 4, d, x), out;
+            ct_status st = fixture_forward(&f, &in, &out, 1);
+            printf("Chunk(Relu, 2) of (4,4) on (4,%d): %s\n", d, f.err.msg);
+            CHECK_MSG(st == CT_ERR_SHAPE && strstr(f.err.msg, "layer Chunk (forward)") &&
+                          strstr(f.err.msg, d == 2 ? "gives (2,2) f32" : "gives (2,8) f32") &&
+                          strstr(f.err.msg, "expected f32 (2, 4)"),
+                      "width %d: %s", d, f.err.msg);
+            ct_arena_reset(&f.arena);
+        }
+        fixture_free(&f);
+    }
+    ct_layer_free(l);
+    // A sublayer that changes the rows (Mean over them) or an input without
+    // a feature axis is an error naming Chunk.
+    l = ct_chunk(ct_mean(0, true), 2);
+    CHECK(fixture_init(&f, l, (ct_tensor[]){ct_tensor_2d(CT_DTYPE_F32, 4, 3, x)}, 1, false) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(f.err.msg, "layer Chunk (init): the sublayer gives (1,3) f32 for a chunk of 2 rows"), "%s",
+              f.err.msg);
+    fixture_free(&f);
+    ct_layer_free(l);
+    l = ct_chunk(ct_relu(), 2);
+    CHECK(fixture_init(&f, l, (ct_tensor[]){ct_tensor_1d(CT_DTYPE_F32, 4, x)}, 1, false) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(f.err.msg, "layer Chunk (init): input is (4) f32, expected f32 (..., D) of rank >= 2"), "%s",
+              f.err.msg);
+    fixture_free(&f);
+    ct_layer_free(l);
+}
+
 static void test_chunk_below_one(void) {
     ct_layer *l = ff(0);
     CHECK(ct_chunk(l, 0) == l && ct_chunk(l, -3) == l);
+    // Chunk(layer, 1) is a chunk of one row (Trax's c >= 1), not the layer.
+    ct_layer *one = ct_chunk(ct_layer_ref(l), 1);
+    CHECK(one != l && strcmp(one->vt->type, "Chunk") == 0);
+    ct_layer_free(one);
     ct_layer_free(l);
 }
 
@@ -454,6 +554,8 @@ int main(void) {
     test_fixed_gradients();
     test_fixed_base_gradients();
     test_fixed_base_values();
+    test_fixed_base_max_pos();
+    test_fixed_base_init_keys();
     test_chunk_gradients();
     test_chunk_exact(4);
     test_chunk_exact(5);  // 24 rows: one chunk
@@ -463,6 +565,7 @@ int main(void) {
     test_axial_negative_dims();
     test_trainable_dropout();
     test_chunk_below_one();
+    test_chunk_width();
     test_reformer_axial_dropout();
     return check_summary("test_positions_chunk");
 }

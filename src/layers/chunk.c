@@ -12,6 +12,7 @@
 // peak is one chunk's activations (c x d_ff for a feed-forward), not n x
 // d_ff, at the cost of a second forward: Trax's Scan rematerialises the same
 // way. Nothing on the tape but the input.
+#include <stdio.h>
 #include <string.h>
 
 #include "ctrax/layers/combinators.h"
@@ -37,17 +38,23 @@ static ct_status chunk_check(const ct_layer *l, const ct_tensor *x, const char *
     return CT_OK;
 }
 
-// The sublayer's output for a (rows, D) chunk must be (rows, D').
-static ct_status chunk_check_out(const ct_layer *l, const ct_tensor *y, int64_t rows, const char *op,
+// The sublayer's output for a (rows, D) chunk must be (rows, D'), with D'
+// init's (d_out; -1 at init, which sets it): the output was allocated for
+// it, and an input of another width than init's can change it.
+static ct_status chunk_check_out(const ct_layer *l, const ct_tensor *y, int64_t rows, int64_t d_out, const char *op,
                                  ct_error *err) {
-    if (y->dtype != CT_DTYPE_F32 || y->ndim != 2 || y->shape[0] != rows) {
-        char s[CT_SIG_STR_MAX];
+    if (y->dtype != CT_DTYPE_F32 || y->ndim != 2 || y->shape[0] != rows || (d_out >= 0 && y->shape[1] != d_out)) {
+        char s[CT_SIG_STR_MAX], d[24] = "D'";
+        if (d_out >= 0) snprintf(d, sizeof d, "%lld", (long long)d_out);
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
-                             "the sublayer gives %s for a chunk of %lld rows, expected f32 (%lld, D')",
-                             ct_tensor_sig_str(y, s, sizeof s), (long long)rows, (long long)rows);
+                             "the sublayer gives %s for a chunk of %lld rows, expected f32 (%lld, %s)",
+                             ct_tensor_sig_str(y, s, sizeof s), (long long)rows, (long long)rows, d);
     }
     return CT_OK;
 }
+
+// D', the sublayer's output width that init saw.
+static int64_t chunk_d_out(const ct_layer *l) { return l->out_sigs[0].shape[l->out_sigs[0].ndim - 1]; }
 
 // (..., D) with the last axis replaced by d.
 static ct_tensor chunk_out_sig(const ct_tensor *x, int64_t d) {
@@ -62,7 +69,7 @@ static ct_status chunk_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, c
     int64_t n, rows = chunk_rows(l, &in[0], &n);
     ct_tensor sub_in = ct_tensor_2d(CT_DTYPE_F32, rows, in[0].shape[in[0].ndim - 1], NULL), sub_out;
     CT_TRY(ct_layer_init(l->sub[0], 0, ic, &sub_in, &sub_out, ct_key_split(key, 0), err));
-    CT_TRY(chunk_check_out(l, &sub_out, rows, "init", err));
+    CT_TRY(chunk_check_out(l, &sub_out, rows, -1, "init", err));
     out[0] = chunk_out_sig(&in[0], sub_out.shape[1]);
     return CT_OK;
 }
@@ -78,7 +85,7 @@ static ct_status chunk_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_t
     const ct_tensor *x = &in[0];
     CT_TRY(chunk_check(l, x, "forward", err));
     int64_t n, rows = chunk_rows(l, x, &n);
-    out[0] = chunk_out_sig(x, l->out_sigs[0].shape[l->out_sigs[0].ndim - 1]);
+    out[0] = chunk_out_sig(x, chunk_d_out(l));
     CT_TRY(ct_ctx_alloc(c, &out[0], err));
     ct_arena_mark mark = ct_arena_get_mark(c->arena);
     bool record = c->record;
@@ -87,7 +94,7 @@ static ct_status chunk_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_t
     for (int64_t i = 0; rows > 0 && i < n / rows && st == CT_OK; i++) {
         ct_tensor xi = chunk_view(x, i, rows), yi;
         st = ct_layer_forward(l->sub[0], c, &xi, &yi, ct_key_fold_in(key, (uint32_t)i), err);
-        if (st == CT_OK) st = chunk_check_out(l, &yi, rows, "forward", err);
+        if (st == CT_OK) st = chunk_check_out(l, &yi, rows, chunk_d_out(l), "forward", err);
         if (st == CT_OK) memcpy(chunk_view(&out[0], i, rows).data, yi.data, ct_tensor_nbytes(&yi));
         ct_arena_reset_to(c->arena, mark);
     }
@@ -103,7 +110,7 @@ static ct_status chunk_grad_one(ct_layer *l, ct_ctx *c, const ct_tensor *x, cons
     ct_tensor xi = chunk_view(x, i, rows), yi, gyi = chunk_view(gy, i, rows), gxi;
     ct_key ki = ct_key_fold_in(key, (uint32_t)i);
     CT_TRY(ct_layer_forward(l->sub[0], c, &xi, &yi, ki, err));
-    CT_TRY(chunk_check_out(l, &yi, rows, "backward", err));
+    CT_TRY(chunk_check_out(l, &yi, rows, chunk_d_out(l), "backward", err));
     CT_TRY(ct_layer_backward(l->sub[0], c, &gyi, &gxi, ki, err));
     if (!gxi.data) return CT_OK;  // a zero gradient adds nothing
     float *dst = chunk_view(gx, i, rows).data;

@@ -53,7 +53,16 @@ static ct_status positional_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *
                                 key);
     } else {
         ct_free(hp->sinusoids);
-        hp->sinusoids = ct_malloc((size_t)hp->max_len * (size_t)hp->d * sizeof(float));
+        hp->sinusoids = NULL;
+        // The fixed table is host memory outside the weight slab, so the
+        // net's size check does not see it: D comes from the input's
+        // signature, and max_len x D floats may pass this machine or size_t.
+        char what[96];
+        snprintf(what, sizeof what, "the (%d,%lld) sinusoid table", hp->max_len, (long long)hp->d);
+        ct_tensor table = ct_tensor_2d(CT_DTYPE_F32, hp->max_len, hp->d, NULL);  // numel INT64_MAX on overflow
+        if (ct_host_check_room((double)hp->max_len * (double)hp->d * sizeof(float), what, err) == CT_OK)
+            hp->sinusoids = ct_calloc_checked((size_t)ct_tensor_numel(&table), sizeof(float), err, "%s", what);
+        if (!hp->sinusoids) return ct_error_prefix(err, "layer %s (init)", l->path ? l->path : l->name);
         ct_positional_sinusoids(hp->sinusoids, hp->max_len, hp->d);
     }
     out[0] = ct_tensor_sig(&in[0]);
@@ -188,7 +197,12 @@ static ct_status axial_check(const ct_layer *l, const ct_tensor *x, const char *
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "input is %s, expected f32 (B, T, D)",
                              ct_tensor_sig_str(x, s, sizeof s));
     int64_t T = 1, D = 0;
-    for (int k = 0; k < hp->n_axes; k++) T *= hp->shape[k], D += hp->d_embs[k];
+    bool too_long = false;  // shape multiplies past int64 (8 axes of up to 2^31 can)
+    for (int k = 0; k < hp->n_axes; k++) too_long |= __builtin_mul_overflow(T, hp->shape[k], &T), D += hp->d_embs[k];
+    if (too_long)
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, op, "shape %s multiplies past 2^63 but the input %s has length %lld",
+                             int_list_str(hp->shape, hp->n_axes, a, sizeof a), ct_tensor_sig_str(x, s, sizeof s),
+                             (long long)x->shape[1]);
     if (x->shape[1] != T)
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
                              "shape %s multiplies to %lld but the input %s has length %lld",
