@@ -457,10 +457,14 @@ static void test_errors(void) {
     // chunk ({1, -1}) that part's weighted sum would be taken as 0.
     l2in[2].data = (float[]){1, -1};
     expect_error(ct_l2_loss(), l2in, 3, CT_ERR_ARG, "layer L2Loss",
-                 "weights (2) f32: weight [1] is -1; loss weights are >= 0");
+                 "weights (2) f32: weight [1] is -1; loss weights are finite and >= 0");
     in[2].data = (float[]){2.5f, -0.5f};
     expect_error(ct_weighted_category_cross_entropy(), in, 3, CT_ERR_ARG, "layer WeightedCategoryCrossEntropy",
-                 "weight [1] is -0.5; loss weights are >= 0");
+                 "weight [1] is -0.5; loss weights are finite and >= 0");
+    // An infinite weight: the weighted mean would be inf / inf, NaN.
+    in[2].data = (float[]){INFINITY, 1.0f};
+    expect_error(ct_weighted_category_cross_entropy(), in, 3, CT_ERR_ARG, "layer WeightedCategoryCrossEntropy",
+                 "weight [0] is inf; loss weights are finite and >= 0");
     l2in[2].data = w0;
 
     // Shapes that do not fit, at init.

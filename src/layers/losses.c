@@ -123,7 +123,8 @@ static ct_status check_targets(const ct_layer *l, const ct_tensor *targets, int6
 // nothing); callers that need weight check ct_ctx.loss_weight. Negative
 // weights are refused: where they cancel within a device's shard or a chunk
 // of the chunked loss ({1, -1}), that part's sum L_c W_c would be taken as 0
-// and the batch's loss and gradient would be wrong.
+// and the batch's loss and gradient would be wrong; an infinite weight
+// would make the mean inf / inf, NaN.
 static ct_status weight_sum(const ct_layer *l, const ct_tensor *weights, double *wsum, ct_error *err) {
     const float *w = weights->data;
     int64_t n = ct_tensor_numel(weights);
@@ -133,8 +134,9 @@ static ct_status weight_sum(const ct_layer *l, const ct_tensor *weights, double 
         return ct_layer_fail(l, err, CT_ERR_ARG, "forward", "sum of weights %s is NaN",
                              ct_tensor_sig_str(weights, a, sizeof a));
     for (int64_t i = 0; i < n; i++)
-        if (w[i] < 0.0f)
-            return ct_layer_fail(l, err, CT_ERR_ARG, "forward", "weights %s: weight [%lld] is %g; loss weights are >= 0",
+        if (!(w[i] >= 0.0f && w[i] < INFINITY))
+            return ct_layer_fail(l, err, CT_ERR_ARG, "forward",
+                                 "weights %s: weight [%lld] is %g; loss weights are finite and >= 0",
                                  ct_tensor_sig_str(weights, a, sizeof a), (long long)i, (double)w[i]);
     return CT_OK;
 }
