@@ -290,4 +290,27 @@ EOF
 fix_manifest "$d/$latest" weights.safetensors
 expect "sample: NaN weights" "$d" 1 "logits for byte 0 are all NaN or infinite" -- "$ctrax" sample "$d" --length 3
 
+# 10. A corpus cut short by another process while training reads it through
+# a memory map: SIGBUS, which ended ctrax with no word; now exit 1 naming the
+# file, and the checkpoints written before are whole (info reads the newest).
+head -c 3000000 /dev/urandom | base64 >"$work/cut_corpus.txt"
+"$ctrax" train "$src/configs/copy.gin" --set train.inputs=@TextInputs --set "TextInputs.paths=['$work/cut_corpus.txt']" \
+    --set TextInputs.seq_len=32 --set train.batch_size=4 --set train.eval_steps=0 --set TransformerLM.vocab_size=256 --steps 100000000 \
+    --output-dir "$work/cut" >"$work/cut.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do [[ -f $work/cut/checkpoint ]] && break; sleep 0.1; done  # the first checkpoint: step 1
+truncate -s 0 "$work/cut_corpus.txt"
+for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -9 "$pid" 2>/dev/null
+wait "$pid"
+rc=$?
+want="$work/cut_corpus.txt was cut short (or became unreadable) while ctrax read it through a memory map: byte "
+if ((rc == 1)) && grep -qF -- "$want" "$work/cut.log" && ! grep -qE "Sanitizer|runtime error:" "$work/cut.log"; then
+    ok "a corpus cut short while training: exit 1: $(grep -F -- "$want" "$work/cut.log" | cut -c1-200)"
+else
+    bad "a corpus cut short while training: exit $rc, want 1 and '$want'; the log ends:"
+    tail -n 5 "$work/cut.log"
+fi
+expect "info after the corpus was cut" "$work/cut" 0 "checkpoint   $work/cut/model_" -- "$ctrax" info "$work/cut"
+
 cli_done
