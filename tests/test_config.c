@@ -3043,6 +3043,15 @@ static void test_reformer_attention_types(void) {
     expect_reformer("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.chunk_len = 2\n"
                     "LSHSelfAttention.n_buckets = [2, 4, 8]\n",
                     "ReformerLM/ReversibleSerial[5]/ReversibleHalfResidualAttn[0]/Serial[0]/LSHSelfAttention[1]/Wq[0]");
+    {
+        // ctrax train --configurables says what the check above takes (it said "2 even factors").
+        char *reg = ct_config_registry_text();
+        const char *line = strstr(reg, "LSHSelfAttention.n_buckets = None  #");
+        CHECK_MSG(line && strstr(line, "list/tuple of up to 4 even factors") &&
+                      strstr(line, "list/tuple of up to 4 even factors") < strchr(line, '\n'),
+                  "%.200s", line ? line : "no LSHSelfAttention.n_buckets line");
+        ct_free(reg);
+    }
     EXPECT_REFORMER_REFUSED("ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.n_buckets = 'x'\n",
                             "r.gin:8:1: LSHSelfAttention.n_buckets = 'x'");
     {

@@ -221,7 +221,7 @@ static const cfg_param lsh_self_attention_params[] = {
     ATT_PASSED(ct_lsh_self_attention_params, NULL),
     {.name = "n_hashes", .type = CFG_INT, LSH_FIELD(n_hashes), .lo = 1, .hi = 1 << 16, .doc = "hash rounds"},
     {.name = "n_buckets", .type = CFG_ANY, .default_gin = "None", .none_ok = true,
-     .doc = "None (2 max(1, T / chunk_len), factored over 128), an even int, or a list/tuple of 2 even factors"},
+     .doc = "None (2 max(1, T / chunk_len), factored over 128), an even int, or a list/tuple of up to 4 even factors"},
     {.name = "max_length_for_buckets", .type = CFG_INT, LSH_FIELD(max_length_for_buckets), .none_ok = true,
      .lo = 1, .hi = INFINITY, .doc = "None: the stored buckets are sized by the first input's length"},
     {.name = "share_qk", .type = CFG_BOOL, .default_gin = "False",
