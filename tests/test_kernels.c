@@ -7,6 +7,8 @@
 // std against double, cross-entropy's edge cases (smoothing 1 with a -inf
 // target logit, a NaN in a padding row), and the backward kernels that add
 // into their input gradient (dropout, positions, ShiftRight, Mean) adding.
+// ct_sgemm itself, its pieces and strides, against double; SM3 where the
+// accumulator is 0; the shared-QK key backward against differences.
 //
 // Tolerances, from what differs between the two versions:
 // - add, ReLU, Adam, the Adafactor apply steps, LayerNorm's dweight/dbias: the
@@ -33,6 +35,7 @@
 
 #include "check.h"
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/chunked_attention.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/matmul.h"
@@ -556,6 +559,116 @@ static void test_matmul(void) {
     }
 }
 
+// ct_sgemm against C = alpha op(A) op(B) + beta C in double, for all four
+// transposes, strided operands (leading dimensions past the width, as the
+// attention kernels pass a head's columns of a (T, C) row) and shapes that
+// ct_sgemm cuts into pieces by rows (M >= N) and by columns (M < N), with
+// a last piece shorter than the others. test_matmul compares ct_matmul_*
+// with their _ref versions, and test_gemm_thread_count one thread count
+// with another, but all of them call ct_sgemm: a wrong offset of a piece
+// would be the same in each. Bound: float dot products of K terms are
+// within K u of the sum of |terms| (u = FLT_EPSILON / 2); (K + 2) eps
+// leaves a factor 2 and the alpha and beta roundings. (A machine with one
+// core cuts nothing: ct_sgemm_blocks says how many pieces each shape got.)
+static void test_sgemm_reference(void) {
+    // (129, 128, 490): two pieces on two or more cores, 129 / 2 rounded up
+    // (65) and then up to a multiple of 64: 128 rows and the last 1; its
+    // transpose the same in columns.
+    static const int64_t shapes[][3] = {{1, 1, 1},     {3, 5, 7},     {300, 130, 257}, {130, 300, 257},
+                                        {129, 128, 490}, {128, 129, 490}, {200, 1, 64},  {1, 200, 64},
+                                        {70, 65, 0}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        for (int op = 0; op < 8; op++) {
+            bool ta = op & 1, tb = op & 2;
+            float alpha = 0.75f, beta = (op & 4) ? 0.5f : 0.0f;
+            // A is (K, M) stored if ta, else (M, K); B (N, K) if tb, else (K, N); C (M, N).
+            int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+            int64_t lda = ac + 3, ldb = bc + 5, ldc = N + 2;
+            float *A = alloc_f(ar * lda), *B = alloc_f(br * ldb), *C = alloc_f(M * ldc), *C0 = alloc_f(M * ldc);
+            fill(A, ar * lda, -1.0f, 1.0f);
+            fill(B, br * ldb, -1.0f, 1.0f);
+            fill(C0, M * ldc, -1.0f, 1.0f);
+            if (beta == 0.0f)  // beta 0: C is written, not read (a NaN there must not survive)
+                for (int64_t i = 0; i < M * ldc; i++) C0[i] = NAN;
+            memcpy(C, C0, (size_t)(M * ldc) * sizeof(float));
+            ct_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            double worst = 0.0;
+            bool pad_kept = true;
+            for (int64_t i = 0; i < M; i++) {
+                for (int64_t j = 0; j < N; j++) {
+                    double want = 0.0, mag = 0.0;
+                    for (int64_t k = 0; k < K; k++) {
+                        double a = ta ? A[k * lda + i] : A[i * lda + k], b = tb ? B[j * ldb + k] : B[k * ldb + j];
+                        want += alpha * a * b, mag += fabs(alpha * a * b);
+                    }
+                    double c0 = beta != 0.0f ? beta * (double)C0[i * ldc + j] : 0.0;
+                    want += c0, mag += fabs(c0);
+                    double e = fabs(C[i * ldc + j] - want) / (mag > 1e-30 ? mag : 1e-30);
+                    if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+                }
+                // The columns past N in each row of C are not C's.
+                for (int64_t j = N; j < ldc; j++)
+                    if (memcmp(&C[i * ldc + j], &C0[i * ldc + j], sizeof(float)) != 0) pad_kept = false;
+            }
+            CHECK_MSG(worst <= (double)(K + 2) * FLT_EPSILON && pad_kept,
+                      "sgemm (M %lld, N %lld, K %lld, %s%s, beta %g, %d pieces) against double: error %g (bound %g)%s",
+                      (long long)M, (long long)N, (long long)K, ta ? "T" : "N", tb ? "T" : "N", beta,
+                      ct_sgemm_blocks(M, N, K), worst, (double)(K + 2) * FLT_EPSILON,
+                      pad_kept ? "" : ", wrote past N");
+            free(A), free(B), free(C), free(C0);
+        }
+    }
+}
+
+// SM3's preconditioned gradient is 0 where the accumulator is 0 (optim.c's
+// sm3_precondition), which a gradient whose square underflows makes so:
+// g = 1e-30 (g^2 = 1e-60, 0 in float) moves its weight not at all, where
+// g / (sqrt(0) + 1e-16) would move it by lr 1e-14. Beside it g = 1 with
+// beta2 1: accumulator 1, step lr / (1 + 1e-16) = lr.
+static void test_sm3_zero_accumulator(void) {
+    float w[2] = {0.0f, 0.0f}, g[2] = {1e-30f, 1.0f}, v[2] = {0.0f, 0.0f};
+    const int64_t shape[1] = {2};
+    ct_sm3_update(w, g, NULL, v, NULL, NULL, shape, 1, 0.1f, 0.0f, 0, 1.0f, 0.0f);
+    CHECK_MSG(w[0] == 0.0f && w[1] == -0.1f && v[0] == 0.0f && v[1] == 1.0f,
+              "sm3 with an underflowing g^2: w (%g, %g), want (0, -0.1); v (%g, %g), want (0, 1)", (double)w[0],
+              (double)w[1], (double)v[0], (double)v[1]);
+}
+
+// The shared-QK key k = q (mean(q^2) + 1e-6)^(-1/2) / sqrt(dk): its
+// backward against central differences of the forward, for a row of
+// ordinary size and one of |q| ~ 1e-3, where mean(q^2) is the 1e-6 itself
+// (at |q| ~ 1 leaving the 1e-6 out moves the gradient by 1e-6, below any
+// gradient check; here by about half). Differences of h = |q| / 100 in float:
+// the forward's rounding over h is 1e-5 of the slope; bound 1e-3 relative to
+// the largest |dq|.
+static void test_shared_key_backward(void) {
+    enum { DK = 5 };
+    static const float scales[2] = {1.0f, 1e-3f};
+    for (int s = 0; s < 2; s++) {
+        float q[DK], g[DK], dq[DK] = {0}, k1[DK], k2[DK];
+        fill(q, DK, -scales[s], scales[s]);
+        fill(g, DK, -1.0f, 1.0f);
+        ct_shared_key_backward(dq, g, q, 1, DK);
+        double worst = 0.0, top = 0.0;
+        for (int i = 0; i < DK; i++) top = fmax(top, fabs(dq[i]));
+        for (int i = 0; i < DK; i++) {
+            float qi = q[i], h = scales[s] * 0.01f;
+            q[i] = qi + h;
+            ct_shared_key_forward(k1, q, 1, DK);
+            q[i] = qi - h;
+            ct_shared_key_forward(k2, q, 1, DK);
+            q[i] = qi;
+            double fd = 0.0;
+            for (int j = 0; j < DK; j++) fd += (double)g[j] * ((double)k1[j] - k2[j]);
+            fd /= 2.0 * h;
+            worst = fmax(worst, fabs(dq[i] - fd) / top);
+        }
+        CHECK_MSG(worst <= 1e-3, "shared-key backward at |q| ~ %g against differences: error %g", (double)scales[s],
+                  worst);
+    }
+}
+
 // A vector of more chunks than ct_sum_squares keeps on its stack at once
 // (a group of CT_SUMSQ_GROUP chunks of CT_SUMSQ_CHUNK floats; 4099 chunks
 // here, 537 MB), zero but for 8192 (8192^2 = 2^26) in the first chunk and q = 2^-14 in
@@ -1010,7 +1123,10 @@ int main(void) {
     test_lanes_sum();
     test_sum_squares_groups();
     test_matmul();
+    test_sgemm_reference();
     test_adafactor();
+    test_sm3_zero_accumulator();
+    test_shared_key_backward();
     test_thread_count();
     test_gemm_thread_count();
     return check_summary("test_kernels");

@@ -120,14 +120,7 @@ static void sort_gather(lsh_work *k, const float *q, const float *v, const float
         memcpy(k->sv + j * d->dv, v + t * d->dv, (size_t)d->dv * sizeof(float));
     }
     // Trax's length_normalized / sqrt(dk): k = q / sqrt(mean(q^2) + 1e-6) / sqrt(dk)
-    const float scale = 1.0f / sqrtf((float)d->dk);
-    for (int64_t j = 0; j < L; j++) {
-        const float *x = k->sq + j * d->dk;
-        double ms = 0.0;
-        for (int64_t i = 0; i < d->dk; i++) ms += (double)x[i] * x[i];
-        float r = (float)(1.0 / sqrt(ms / (double)d->dk + 1e-6)) * scale;
-        for (int64_t i = 0; i < d->dk; i++) k->sk[j * d->dk + i] = x[i] * r;
-    }
+    ct_shared_key_forward(k->sk, k->sq, L, d->dk);
 }
 
 // S (m, W) = sq_c sk_window^T, penalised by original position (k->keys:
@@ -286,20 +279,6 @@ static void chunk_backward(lsh_work *k, float *f, int64_t c, ct_key key, const c
     }
 }
 
-// dsq += the gradient through sk = s r sq, r = (mean(sq^2) + eps)^(-1/2).
-static void shared_key_backward(lsh_work *k, const ct_lsh_dims *d) {
-    const int64_t n = d->dk;
-    const double scale = 1.0 / sqrt((double)n);
-    for (int64_t j = 0; j < d->R * d->T; j++) {
-        const float *x = k->sq + j * n, *g = k->dsk + j * n;
-        double ms = 0.0, gq = 0.0;
-        for (int64_t i = 0; i < n; i++) ms += (double)x[i] * x[i], gq += (double)g[i] * x[i];
-        double r = 1.0 / sqrt(ms / (double)n + 1e-6);
-        double a = scale * r, b = scale * r * r * r * gq / (double)n;
-        for (int64_t i = 0; i < n; i++) k->dsq[j * n + i] += (float)(a * g[i] - b * x[i]);
-    }
-}
-
 void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, const float *o_r,
                      const float *lse_r, const float *q, const float *v, const float *mask, const float *buckets,
                      float *work, ct_key key, const ct_lsh_dims *d) {
@@ -313,7 +292,7 @@ void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, co
     memset(k.dsq, 0, (size_t)(L * d->dk) * sizeof(float));
     memset(k.dsk, 0, (size_t)(L * d->dk) * sizeof(float));
     for (int64_t c = 0; c < L / d->m; c++) chunk_backward(&k, k.f, c, key, d);
-    shared_key_backward(&k, d);
+    ct_shared_key_backward(k.dsq, k.dsk, k.sq, L, d->dk);  // dsq += the gradient through sk
     for (int64_t j = 0; j < L; j++) {  // the gather's gradient: scatter-add by position
         const int64_t t = k.perm[j] % T;
         for (int64_t i = 0; i < d->dk; i++) dq[t * d->dk + i] += k.dsq[j * d->dk + i];
