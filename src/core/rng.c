@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ctrax/core/error.h"
+#include "core/clones.h"
 
 static inline uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
 
@@ -41,7 +42,7 @@ typedef uint32_t u32x16 __attribute__((vector_size(64)));
     x0 += ks[a];                     \
     x1 += ks[b] + (uint32_t)(block);
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static void random_bits_lanes(const uint32_t ks[3], uint32_t j0, uint32_t *out) {
     const u32x16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     u32x16 x0 = iota + (j0 + ks[0]), x1 = (u32x16){0} + (2u + ks[1]);

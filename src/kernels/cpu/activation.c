@@ -4,6 +4,7 @@
 #include <stdbool.h>
 
 #include "kernels/cpu/vmath.h"
+#include "core/clones.h"
 
 // Elementwise work is cheap; threads only pay off for big tensors.
 #define CT_ELEMWISE_PARALLEL_MIN 65536
@@ -75,7 +76,7 @@ static inline float gelu_tanh(float u, float *sech2) {
 // Elementwise chunks of GELU, compiled for the widest vectors this CPU has.
 #define GELU_CHUNK 4096
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static void gelu_forward_chunk(float *out, const float *inp, int64_t n) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
@@ -86,7 +87,7 @@ static void gelu_forward_chunk(float *out, const float *inp, int64_t n) {
 
 // With u = s * (x + c x^3) and t = tanh(u):
 // d/dx [0.5 x (1 + t)] = 0.5 (1 + t) + 0.5 x (1 - t^2) s (1 + 3 c x^2)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static void gelu_backward_chunk(float *dinp, const float *inp, const float *dout, int64_t n) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {

@@ -7,6 +7,7 @@
 #include "kernels/cpu/chunked_attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/vmath.h"
+#include "core/clones.h"
 
 // The largest tile the tiled kernels take: their per-row state (running max
 // and sum, dO . o) lives on the stack, TILE_MAX rows of it, and a row's
@@ -33,7 +34,7 @@ int64_t ct_attention_scratch_floats(int64_t tile, bool backward) {
 
 // max of row[0 .. n) (-inf for n == 0): exact in any order, so every clone
 // gives the same bits.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static float row_max(const float *row, int64_t n) {
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
@@ -47,13 +48,13 @@ static float row_max(const float *row, int64_t n) {
 // pass after the 16-wide exp of row_probs beats one fused pass in CT_LANES
 // double lanes, whose exps run 8 wide: attention forward at T 128 took 4.2 ms
 // against 5.0.)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static double row_sum(const float *row, int64_t n) { return ct_lanes_sum(row, n); }
 
 // dO_t . o_t over one head's hs columns, in double, in CT_LANES lanes
 // (vmath.h): the softmax backward's row term. (A single chain of dependent
 // adds was most of head_backward's own time.)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static float row_dot(const float *a, const float *b, int64_t n) { return (float)ct_lanes_dot(a, b, n); }
 
 // Columns of a key block (first key s0, nc keys) that query t sees (s <= t):
@@ -193,7 +194,7 @@ int64_t ct_attention_ref_scratch_floats(int64_t T, float dropout, bool backward)
 // Softmax over row[0 .. n), zeros in row[n .. T): one row of the causal
 // attention probabilities, compiled for the widest vectors this CPU has.
 // The max is exact in any order; the sum is in double, in order.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static void causal_softmax_row(float *row, int64_t n, int64_t T) {
     float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)

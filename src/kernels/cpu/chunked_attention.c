@@ -7,6 +7,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/vmath.h"
+#include "core/clones.h"
 
 int ct_chunked_attention_n_slots(const ct_chunked_attention_dims *d) {
     int64_t n = omp_get_max_threads(), bh = d->B * d->H;
@@ -64,7 +65,7 @@ static void window_dots(float *S, const float *qh, const float *kh, const float 
 // (The clones are static and the exported names plain calls: clang 14 does
 // not resolve a target_clones function called from another file.)
 // Trax's probabilities (lse >= every element).
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static void row_probs(float *row, float lse, int64_t n) {
 #pragma omp simd
     for (int64_t w = 0; w < n; w++) row[w] = ct_vexp_nonpos(row[w] - lse);

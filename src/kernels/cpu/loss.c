@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/vmath.h"
+#include "core/clones.h"
 
 double ct_weight_sum(const float *weights, int64_t N) {
     double s = 0.0;
@@ -26,7 +27,7 @@ void ct_cross_entropy_backward(float *dlogp, float dout, const int32_t *targets,
 
 // The sum of one row in CT_LANES lanes (vmath.h), for the widest vectors
 // this CPU has.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static double lanes_row_sum(const float *x, int64_t V) { return ct_lanes_sum(x, V); }
 
 // Rows per block of the smoothed loss's sum: a constant, so the grouping of
@@ -71,7 +72,7 @@ void ct_category_cross_entropy_forward(float *out, float *logp, const float *log
 // One row of the backward: dx += coef * exp(lp), lp <= 0 a log-probability
 // (the domain of ct_vexp_nonpos, within 2 ulp of expf). exp is the work
 // here, so the loop is compiled for the widest vectors this CPU has.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static void ce_row_backward(float *dx, const float *lp, float coef, int64_t V) {
 #pragma omp simd
     for (int64_t c = 0; c < V; c++) dx[c] += coef * ct_vexp_nonpos(lp[c]);
@@ -79,7 +80,7 @@ static void ce_row_backward(float *dx, const float *lp, float coef, int64_t V) {
 
 // The same with label smoothing: dx += coef * (exp(lp) - share), share =
 // s / V, the smoothed targets' part of every class.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static void ce_row_backward_smoothed(float *dx, const float *lp, float coef, float share, int64_t V) {
 #pragma omp simd
     for (int64_t c = 0; c < V; c++) dx[c] += coef * (ct_vexp_nonpos(lp[c]) - share);

@@ -7,6 +7,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/chunked_attention.h"
 #include "kernels/cpu/matmul.h"
+#include "core/clones.h"
 
 static int64_t win_len(const ct_lsh_dims *d) { return d->m * (1 + d->before + d->after); }
 
@@ -50,7 +51,7 @@ static lsh_work carve(float *w, const ct_lsh_dims *d, bool backward) {
 // (Compiled per vector width: the double dots ran 2 wide in the baseline
 // build. The clone is static and ct_lsh_hash a plain call to it, as
 // chunked_attention.c's row_probs.)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static void lsh_hash(float *buckets, const float *q, const float *mask, const float *rot, int64_t T, int64_t dk,
                      int64_t R, const int *f, int n_f) {
     int64_t n_rot = 0, NB = 1;
@@ -127,7 +128,7 @@ static void sort_gather(lsh_work *k, const float *q, const float *v, const float
 // the sorted rows' positions) and by the key's padding flag, each penalty
 // subtracted in the order causal, self, padding. (Per vector width: the
 // position compares are of int64s, which the baseline build leaves scalar.)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static void dots(float *S, const lsh_work *k, int64_t c, const ct_lsh_dims *d) {
     const int64_t m = d->m, W = win_len(d), N = d->R * d->T / m, nw = 1 + d->before + d->after;
     const int64_t *pos = k->keys;

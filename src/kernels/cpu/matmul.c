@@ -17,6 +17,7 @@
 
 #include "core/clock.h"
 #include "ctrax/core/blas.h"
+#include "core/clones.h"
 
 // Below this many output floats the bias copy and the bias gradient stay on
 // one thread (waking the others costs more than the loop).
@@ -108,7 +109,7 @@ void ct_matmul_forward(float *out, const float *inp, const float *weight, const 
 // threads take blocks of columns (a serial loop was 1% of a two-thread
 // step, the other core idle). `simd` because GCC's -O2 cost model leaves a
 // loop whose arrays may overlap scalar (it was 3% of a step).
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static void bias_grad_cols(float *dbias, const float *dout, int64_t N, int64_t OC, int64_t o0, int64_t o1) {
     for (int64_t n = 0; n < N; n++) {
         const float *row = dout + n * OC;

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "kernels/cpu/vmath.h"
+#include "core/clones.h"
 
 #define CT_NORM_PARALLEL_MIN 32768
 #define CT_NORM_COL_BLOCK 64
@@ -18,9 +19,9 @@
 // optimize attribute, clang the pragma (each ignores or rejects the other's).
 #if defined(__clang__)
 #pragma clang fp contract(off)
-#define ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#define ROW_KERNEL CT_CLONES
 #else
-#define ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off")))
+#define ROW_KERNEL CT_CLONES __attribute__((optimize("fp-contract=off")))
 #endif
 
 // Forward reads each row once from memory: mean and variance come from one

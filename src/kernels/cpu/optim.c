@@ -6,6 +6,7 @@
 #include "ctrax/core/error.h"
 #include "ctrax/core/tensor.h"
 #include "kernels/cpu/vmath.h"
+#include "core/clones.h"
 
 void ct_sgd_update(float *w, const float *g, int64_t n, float lr) {
 #pragma omp simd
@@ -52,7 +53,7 @@ void ct_adam_update_ref(float *w, const float *g, float *m, float *v, int64_t n,
 // two passes left the second core idle for 1% of a two-thread step); the
 // chunks' totals are added in chunk order, so the bits do not depend on the
 // thread count either.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static double sum_squares_lanes(const float *x, int64_t n) { return ct_lanes_dot(x, x, n); }
 
 double ct_sum_squares(const float *x, int64_t n) {

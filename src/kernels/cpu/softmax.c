@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "kernels/cpu/vmath.h"
+#include "core/clones.h"
 
 // Rows of softmax are bound by exp, not memory: the row functions below run
 // the vectorizable exp of vmath.h under `simd`, compiled for the widest
@@ -21,7 +22,7 @@
 // round otherwise than that loop's did: make train's losses moved in the
 // 3rd-4th digit, README.)
 #define EXP_PIECE 256  // a multiple of CT_LANES
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CT_CLONES
 static double row_exp_sum(const float *x, float *y, int64_t C, float *m) {
     const float maxv = ct_vmax(x, C);
     double lane[CT_LANES] = {0};
