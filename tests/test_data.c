@@ -259,6 +259,35 @@ static void test_copy(void) {
     for (int n = 2; n <= 6; n++) CHECK_MSG(seen[n] > 10, "w length %d seen %d times of 200", n, seen[n]);
     ct_stream_free(s);
 
+    // A cursor saved by copy(seed 7) is refused by another seed and by reverse.
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    ct_stream_cursor cur = ct_stream_get_cursor(s);
+    ct_stream_free(s);
+    ct_copy_task others[2] = {{12, 5, false, 8, 0}, {12, 5, true, 7, 0}};
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(ct_copy_stream_new(&s, &others[i], &err), &err);
+        CHECK_MSG(ct_stream_set_cursor(s, cur, &err) == CT_ERR_STATE, "copy task %d took another's cursor", i);
+        ct_stream_free(s);
+    }
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK_OK(ct_stream_set_cursor(s, cur, &err), &err);
+    ct_stream_free(s);
+
+    // Example 2^32 + 3 draws from fold_in(fold_in(key(seed), 3), 1): the
+    // high 32 bits of the index are folded in as they are.
+    CHECK_OK(ct_copy_stream_new(&s, &t, &err), &err);
+    CHECK_OK(ct_stream_seek(s, (INT64_C(1) << 32) + 3, &err), &err);
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    key = ct_key_fold_in(ct_key_fold_in(ct_key_from_seed(7), 3), 1);
+    for (int k = 0; k < 5; k++) {
+        uint32_t bits = ct_random_bits(key, (uint32_t)(1 + k));
+        want[1 + k] = want[7 + k] = 1 + (int32_t)(((uint64_t)bits * 11) >> 32);
+    }
+    CHECK(b.n == 3 && memcmp(ct_i32(&b.t[0]), want, sizeof want) == 0);
+    ct_stream_free(s);
+    CHECK(ct_copy_stream_new(&s, &(ct_copy_task){12, 5, false, 7, 6}, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "copy task: min_length is 6; expected 0 (fixed) or 1..length (5)"), "%s", err.msg);
+
     CHECK(ct_copy_stream_new(&s, &(ct_copy_task){1, 5, false, 0, 0}, &err) == CT_ERR_ARG);
     CHECK(strstr(err.msg, "vocab_size is 1") != NULL);
     CHECK(s == NULL);
@@ -281,7 +310,7 @@ static void test_addition(void) {
     ct_addition_task t = {13, 3, 9, 5};  // base 10: "+" = 11, <S> = 12
     ct_stream *s;
     CHECK_OK(ct_addition_stream_new(&s, &t, &err), &err);
-    int bad = 0, longest = 0;
+    int bad = 0, longest = 0, single_zero = 0;
     int l1_seen[10] = {0}, l2_seen[10] = {0};
     for (int e = 0; e < 500; e++) {
         ct_batch b;
@@ -304,6 +333,8 @@ static void test_addition(void) {
         if (l1 < 1 || l1 > 4 || l2 < 1 || l2 > 9 - l1 - 1) bad++;
         l1_seen[l1]++;
         l2_seen[l2 < 10 ? l2 : 9]++;
+        // Trax: only a one-digit number may be 0.
+        single_zero += (l1 == 1 && x[1] == 1) + (l2 == 1 && x[plus + 1] == 1);
         uint64_t a = decode(x, 1, plus, 10, &bad), c = decode(x, plus + 1, sep, 10, &bad),
                  sum = decode(x, sep + 1, len, 10, &bad);
         if (a + c != sum) bad++;
@@ -315,6 +346,13 @@ static void test_addition(void) {
     CHECK(longest <= 2 * 9 + 1);
     for (int l = 1; l <= 4; l++) CHECK_MSG(l1_seen[l] > 0, "l1 = %d never drawn", l);
     CHECK(l2_seen[1] > 0 && l2_seen[7] > 0);
+    CHECK_MSG(single_zero > 0, "no one-digit 0 in 500 examples");
+    // The seed decides the examples: a cursor saved with seed 5 is refused
+    // with seed 6.
+    ct_stream_cursor cur = ct_stream_get_cursor(s);
+    ct_stream_free(s);
+    CHECK_OK(ct_addition_stream_new(&s, &(ct_addition_task){13, 3, 9, 6}, &err), &err);
+    CHECK(ct_stream_set_cursor(s, cur, &err) == CT_ERR_STATE);
     ct_stream_free(s);
     // An even min_length: Trax's a = (4 - 1) // 2 = 1, so with lengths 4..4
     // l1 is drawn from [1, 1 + (4 - 1 + 1) // 2) = {1, 2} and l2 from [1, 4 - l1 - 1].
@@ -341,6 +379,31 @@ static void test_addition(void) {
     ct_stream_free(s);
     // Trax's own check: lengths below 3 are an error.
     CHECK(ct_addition_stream_new(&s, &(ct_addition_task){13, 2, 9, 0}, &err) == CT_ERR_ARG);
+    // Base 1 (vocab_size 4) has no digits to draw.
+    CHECK(ct_addition_stream_new(&s, &(ct_addition_task){4, 3, 9, 0}, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "addition task: vocab_size is 4; expected >= 5"), "%s", err.msg);
+    // The largest vocab_size: base 2^31 - 4, whose two digits summed
+    // overflowed an int (negative sum digits). Lengths 3..3: one-digit x and
+    // y, so the sum fits a uint64 whatever the digits.
+    CHECK_OK(ct_addition_stream_new(&s, &(ct_addition_task){INT32_MAX, 3, 3, 2}, &err), &err);
+    int wrong = 0, carries = 0;
+    const int big_base = INT32_MAX - 3;
+    for (int e = 0; e < 100; e++) {
+        ct_batch b;
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        const int32_t *x = ct_i32(&b.t[0]);
+        int len = (int)b.t[0].shape[0];
+        // <S> a + c <S> sum: 5 tokens, then 1 or 2 digits of the sum.
+        if (len < 6 || len > 7 || x[0] != big_base + 2 || x[2] != big_base + 1 || x[4] != big_base + 2) {
+            wrong++;
+            continue;
+        }
+        carries += len == 7;
+        uint64_t a = decode(x, 1, 2, big_base, &wrong), c = decode(x, 3, 4, big_base, &wrong);
+        if (a + c != decode(x, 5, len, big_base, &wrong)) wrong++;
+    }
+    CHECK_MSG(wrong == 0 && carries > 0, "base 2^31 - 4: %d wrong sums, %d of 100 with a carry", wrong, carries);
+    ct_stream_free(s);
 }
 
 // ---- text and token files --------------------------------------------------------------------
@@ -383,6 +446,9 @@ static void test_text(void) {
     ct_batch b;
     CHECK_OK(ct_stream_next(s, &b, &err), &err);
     CHECK(b.n == 0);  // finite: the end
+    // The end is no item: the cursor stays at 5 however often it is asked for.
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(b.n == 0 && ct_stream_get_cursor(s).position == 5);
     char desc[256];
     printf("  %s\n", ct_stream_describe(s, desc, sizeof desc));
     ct_stream_free(s);
@@ -421,6 +487,10 @@ static void test_text(void) {
     // A position past the end is the end: the cursor says where it stopped.
     CHECK_OK(ct_stream_seek(s, 12, &err), &err);
     CHECK(ct_stream_get_cursor(s).position == 7);
+    CHECK_OK(ct_stream_seek(s, 8, &err), &err);  // one past the end, too
+    CHECK(ct_stream_get_cursor(s).position == 7);
+    CHECK(ct_stream_seek(s, -1, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "corpus stream: cannot seek to position -1"), "%s", err.msg);
     CHECK_OK(ct_stream_next(s, &b, &err), &err);
     CHECK(b.n == 0);
     ct_stream_free(s);
@@ -438,10 +508,67 @@ static void test_text(void) {
     p.paths = empty_dir;
     CHECK(ct_text_stream_new(&s, &p, &err) == CT_ERR_IO);
     CHECK_MSG(strstr(err.msg, "text/void: no non-empty text files") != NULL, "%s", err.msg);
+    // Text ignores vocab_size (its vocabulary is the 256 bytes); an
+    // eval_fraction past 1 is refused.
     p.paths = dir;
+    p.vocab_size = 10;
+    CHECK_OK(ct_text_stream_new(&s, &p, &err), &err);
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(b.n == 3 && ct_i32(&b.t[0])[0] == 'a');
+    ct_stream_free(s);
+    p.vocab_size = 0;
+    p.eval_fraction = 1.5;
+    CHECK(ct_text_stream_new(&s, &p, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "text: eval_fraction is 1.5; expected 0..1"), "%s", err.msg);
+    p.eval_fraction = 0.05;
     p.seq_len = 100;
     CHECK(ct_text_stream_new(&s, &p, &err) == CT_ERR_FORMAT);
     CHECK_MSG(strstr(err.msg, "hold 20 tokens, fewer than one example of 100") != NULL, "%s", err.msg);
+}
+
+// Fingerprints mix strings with a terminator: ("ab", "c") and ("a", "bc")
+// differ.
+static void test_fingerprint_strings(void) {
+    static const ct_stream_ops ops = {"test", NULL, NULL, NULL, NULL};
+    ct_stream *x = ct_stream_alloc(&ops, NULL, NULL), *y = ct_stream_alloc(&ops, NULL, NULL);
+    ct_stream_mix_str(x, "ab");
+    ct_stream_mix_str(x, "c");
+    ct_stream_mix_str(y, "a");
+    ct_stream_mix_str(y, "bc");
+    CHECK(ct_stream_get_cursor(x).fingerprint != ct_stream_get_cursor(y).fingerprint);
+    ct_stream_free(x);
+    ct_stream_free(y);
+}
+
+// What a directory walk takes: a NUL anywhere in the first 8 KiB makes a
+// file binary (skipped), one past it does not; a fifo or socket found in a
+// directory is skipped (named on its own it is an error: test_hostile).
+static void test_collect(void) {
+    ct_error err;
+    mkdir(tmp_path("walk"), 0700);
+    char *text = malloc(9000);
+    memset(text, 'x', 9000);
+    text[8191] = 0;
+    write_file(tmp_path("walk/a_nul_at_8191"), text, 9000);
+    text[8191] = 'x';
+    text[8192] = 0;
+    write_file(tmp_path("walk/b_nul_at_8192"), text, 9000);
+    free(text);
+    CHECK(mkfifo(tmp_path("walk/c_fifo"), 0600) == 0);
+    const char *dir[] = {tmp_path("walk")};
+    char **files = NULL;
+    int n = 0;
+    CHECK_OK(ct_data_collect_files(dir, 1, true, &files, &n, &err), &err);
+    CHECK_MSG(n == 1 && strstr(files[0], "walk/b_nul_at_8192"), "%d files, the first %s", n, n ? files[0] : "-");
+    ct_data_free_files(files, n);
+    // Without skip_binary both files are taken, in name order.
+    CHECK_OK(ct_data_collect_files(dir, 1, false, &files, &n, &err), &err);
+    CHECK(n == 2 && strstr(files[0], "a_nul_at_8191") && strstr(files[1], "b_nul_at_8192"));
+    ct_data_free_files(files, n);
+    // An empty path (a config's "") is named as such, not looked up.
+    const char *with_empty[] = {tmp_path("walk"), ""};
+    CHECK(ct_data_collect_files(with_empty, 2, true, &files, &n, &err) == CT_ERR_ARG && files == NULL && n == 0);
+    CHECK_MSG(strstr(err.msg, "data path 1 is empty"), "%s", err.msg);
 }
 
 // A corpus whose chunk k (8 bytes) reads "%7d\n" % k, so an example names its chunk.
@@ -460,6 +587,33 @@ static int chunk_of(const ct_batch *b, int row) {
     for (int i = 0; i < 8; i++) s[i] = (char)x[i];
     s[8] = 0;
     return atoi(s);
+}
+
+// Every setting that decides a corpus's items is in its fingerprint: a
+// cursor saved with p is refused by a stream that differs in any one of them
+// and taken by one built with p again.
+static void check_corpus_settings(const ct_corpus_params *p) {
+    ct_error err;
+    ct_stream *s;
+    CHECK_OK(ct_text_stream_new(&s, p, &err), &err);
+    ct_stream_cursor c = ct_stream_get_cursor(s);
+    ct_stream_free(s);
+    ct_corpus_params q[5];
+    const char *what[5] = {"seq_len", "shifted", "split", "eval_fraction", "split_seed"};
+    for (int i = 0; i < 5; i++) q[i] = *p;
+    q[0].seq_len = 2 * p->seq_len;
+    q[1].shifted = !p->shifted;
+    q[2].split = p->split == CT_DATA_SPLIT_TRAIN ? CT_DATA_SPLIT_EVAL : CT_DATA_SPLIT_TRAIN;
+    q[3].eval_fraction = p->eval_fraction / 2;
+    q[4].split_seed = p->split_seed + 1;
+    for (int i = 0; i < 5; i++) {
+        CHECK_OK(ct_text_stream_new(&s, &q[i], &err), &err);
+        CHECK_MSG(ct_stream_set_cursor(s, c, &err) == CT_ERR_STATE, "a cursor crossed a change of %s", what[i]);
+        ct_stream_free(s);
+    }
+    CHECK_OK(ct_text_stream_new(&s, p, &err), &err);
+    CHECK_OK(ct_stream_set_cursor(s, c, &err), &err);
+    ct_stream_free(s);
 }
 
 static void test_split(void) {
@@ -501,6 +655,15 @@ static void test_split(void) {
     CHECK_MSG(both == 0, "%d chunks in both train and eval", both);
     CHECK_MSG(none == 0, "%d chunks in neither", none);
     CHECK(counts[1] + counts[2] == N);
+    // Chunk k is eval when word 0 of threefry-2x32 under key(split_seed) at
+    // counter (k, 0) is below floor(0.2 * 2^32) (the documented rule).
+    int misplaced = 0;
+    for (int k = 0; k < N; k++) {
+        uint32_t h[2];
+        ct_threefry2x32(ct_key_from_seed(11), (uint32_t)k, 0, h);
+        misplaced += owner[k] != (h[0] < 858993459u ? 2 : 1);  // floor(0.2 * 2^32)
+    }
+    CHECK_MSG(misplaced == 0, "%d of %d chunks in the wrong split", misplaced, N);
     CHECK_MSG(counts[2] > 150 && counts[2] < 250, "eval holds %lld of %d chunks at fraction 0.2", (long long)counts[2],
               N);
     printf("  split of %d chunks at eval_fraction 0.2: train %lld, eval %lld, overlap %d\n", N, (long long)counts[1],
@@ -532,6 +695,8 @@ static void test_split(void) {
     CHECK(ct_stream_set_cursor(s, c, &err) == CT_ERR_STATE);
     CHECK_MSG(strstr(err.msg, "was saved by a different stream"), "%s", err.msg);
     ct_stream_free(s);
+    p.split_seed = 11;
+    check_corpus_settings(&p);
 }
 
 static void put16(uint8_t *p, uint16_t v) {
@@ -576,6 +741,24 @@ static void test_tokens(void) {
     CHECK(ct_i32(&b.t[0])[0] == 70000 && ct_i32(&b.t[1])[0] == 70001 && ct_i32(&b.t[1])[4] == 70005);
     ct_stream_free(s);
 
+    // The same 160 bytes as uint16 tokens, or with a vocab_size: other
+    // streams, whose cursors do not cross.
+    {
+        CHECK_OK(ct_token_stream_new(&s, &p, &err), &err);
+        ct_stream_cursor c32 = ct_stream_get_cursor(s);
+        ct_stream_free(s);
+        ct_corpus_params q = p;
+        q.token_bytes = 2;
+        CHECK_OK(ct_token_stream_new(&s, &q, &err), &err);
+        CHECK(ct_stream_set_cursor(s, c32, &err) == CT_ERR_STATE);
+        ct_stream_free(s);
+        q = p;
+        q.vocab_size = 80000;
+        CHECK_OK(ct_token_stream_new(&s, &q, &err), &err);
+        CHECK(ct_stream_set_cursor(s, c32, &err) == CT_ERR_STATE);
+        ct_stream_free(s);
+    }
+
     // A vocabulary that the file breaks: token 70012 is chunk 2's first input.
     p.vocab_size = 70012;
     CHECK_OK(ct_token_stream_new(&s, &p, &err), &err);
@@ -598,6 +781,15 @@ static void test_tokens(void) {
     p.vocab_size_source = NULL;
     // Without a vocab_size a uint32 token must still fit an int32 id; the
     // error does not speak of a vocab_size no one set.
+    buf[8] = 0xff, buf[9] = 0xff, buf[10] = 0xff, buf[11] = 0x7f;  // token 2 is 2^31 - 1: an id
+    write_file(tmp_path("tok32max.bin"), buf, 160);
+    const char *max_id[] = {tmp_path("tok32max.bin")};
+    p.paths = max_id;
+    p.vocab_size = 0;
+    CHECK_OK(ct_token_stream_new(&s, &p, &err), &err);
+    CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    CHECK(b.n == 3 && ct_i32(&b.t[0])[2] == INT32_MAX);
+    ct_stream_free(s);
     buf[8] = 0, buf[9] = 0, buf[10] = 0, buf[11] = 0x80;  // token 2 is 2^31
     write_file(tmp_path("tok32big.bin"), buf, 160);
     const char *big[] = {tmp_path("tok32big.bin")};
@@ -623,6 +815,9 @@ static void test_tokens(void) {
     printf("  odd token file: %s\n", err.msg);
     p.token_bytes = 3;
     CHECK(ct_token_stream_new(&s, &p, &err) == CT_ERR_ARG);
+    p.token_bytes = 1;  // bytes are text's, not a token width
+    CHECK(ct_token_stream_new(&s, &p, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "token_bytes is 1; expected 2 (uint16) or 4 (uint32)"), "%s", err.msg);
 }
 
 // ---- IDX ------------------------------------------------------------------------------------------
@@ -1656,6 +1851,24 @@ static ct_stream *chain_tokens(void) {
     return must(ct_batch_stream_new(&s, s, &bp, &err), &s, &err);
 }
 
+// Two files (a chunk spans them), shifted, two unshuffled epochs, prefetch
+// right over them: a finite stream, restored up to and past its end.
+static ct_stream *chain_text_files(void) {
+    ct_error err;
+    static const char *paths[2];
+    paths[0] = tmp_path("text/a.txt");
+    paths[1] = tmp_path("text/sub/b.txt");
+    ct_corpus_params p = ct_corpus_default_params();
+    p.paths = paths;
+    p.n_paths = 2;
+    p.seq_len = 2;
+    p.shifted = true;
+    ct_stream *s;
+    if (ct_text_stream_new(&s, &p, &err) != CT_OK) return NULL;
+    if (ct_epochs_stream_new(&s, s, false, 0, 2, &err) != CT_OK) return NULL;
+    return must(ct_prefetch_stream_new(&s, s, 1, &err), &s, &err);
+}
+
 static ct_stream *chain_idx(void) {
     ct_error err;
     ct_stream *s;
@@ -1681,6 +1894,10 @@ static void test_resume(void) {
     check_positions("text, one epoch, shuffle buffer draining", chain_text_draining, 300, 1);
     check_positions("addition, bucketed batches", chain_addition_bucketed, 40, 1);
     check_positions("idx, epochs, shuffle, batch, prefetch", chain_idx, 30, 1);
+    check_positions("tokens, epochs, batch", chain_tokens, 30, 1);
+    check_positions("copy, batch", chain_copy, 20, 1);
+    check_positions("reverse, shuffle buffer, batch, prefetch", chain_reverse_shuffled, 20, 1);
+    check_positions("text, 2 files, 2 epochs, prefetch", chain_text_files, 16, 1);  // 12 items
 
     // A cursor from a different pipeline is refused.
     ct_error err;
@@ -1736,6 +1953,18 @@ static void test_resume(void) {
         CHECK(ct_stream_set_cursor(moved, c_big, &err) == CT_OK);
         CHECK(ct_stream_set_cursor(changed, c_big, &err) == CT_ERR_STATE);
         CHECK_MSG(strstr(err.msg, "was saved by a different stream"), "%s", err.msg);
+        // 63 * 26 bytes longer: each of the 64 sampled blocks starts 26 i
+        // bytes later, at the same letter, so the sampled CRC is the same;
+        // the size tells the files apart.
+        enum { LONGER = BIG + 63 * 26 };
+        char *longer = malloc(LONGER);
+        for (int i = 0; i < LONGER; i++) longer[i] = (char)('a' + i % 26);
+        write_file(moved_path[0], longer, LONGER);
+        free(longer);
+        ct_stream_free(moved);
+        p.paths = moved_path;
+        CHECK_OK(ct_text_stream_new(&moved, &p, &err), &err);
+        CHECK(ct_stream_set_cursor(moved, c_big, &err) == CT_ERR_STATE);
         ct_stream_free(big);
         ct_stream_free(moved);
         ct_stream_free(changed);
@@ -1837,6 +2066,11 @@ static void test_prefetch(void) {
     CHECK(b.n == 0);
     ct_stream_free(s);
     CHECK(ct_prefetch_stream_new(&s, numbered_stream(3), 0, &err) == CT_ERR_ARG);
+    // n_ahead items ahead of the one held: the description says n_ahead.
+    CHECK_OK(ct_prefetch_stream_new(&s, numbered_stream(3), 3, &err), &err);
+    char desc[256];
+    CHECK_MSG(!strncmp(ct_stream_describe(s, desc, sizeof desc), "prefetch(3) <- text(", 20), "%s", desc);
+    ct_stream_free(s);
 
     // The item handed out stays as it was while the worker runs ahead: given
     // time to fill every free slot, the worker leaves the held one alone.
@@ -1989,6 +2223,8 @@ int main(void) {
     test_addition();
     printf("text\n");
     test_text();
+    test_collect();
+    test_fingerprint_strings();
     printf("train/eval split\n");
     test_split();
     printf("token files\n");

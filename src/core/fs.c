@@ -165,6 +165,18 @@ ct_status ct_fs_open_regular(const char *path, int *fd, struct stat *sb, ct_erro
     return st;
 }
 
+ct_status ct_fs_read_all(int fd, void *buf, size_t n, size_t *got, const char *path, ct_error *err) {
+    *got = 0;
+    while (*got < n) {
+        ssize_t k = read(fd, (char *)buf + *got, n - *got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return ct_error_set(err, CT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        if (k == 0) break;  // the end of the file
+        *got += (size_t)k;
+    }
+    return CT_OK;
+}
+
 ct_status ct_fs_read_max(const char *path, size_t max, char **data, size_t *n, ct_error *err) {
     *data = NULL;
     if (n) *n = 0;
@@ -181,13 +193,7 @@ ct_status ct_fs_read_max(const char *path, size_t max, char **data, size_t *n, c
     if (st == CT_OK && !buf) st = ct_error_set(err, CT_ERR_MEMORY, "%s: out of memory for %zu bytes", path, cap);
     // Read what fstat reported; a file that grew meanwhile is read up to that
     // size (and shows up as a size or checksum mismatch where one is known).
-    while (st == CT_OK && len < cap) {
-        ssize_t k = read(fd, buf + len, cap - len);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) st = ct_error_set(err, CT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
+    if (st == CT_OK) st = ct_fs_read_all(fd, buf, cap, &len, path, err);
     close(fd);
     if (st != CT_OK) {
         free(buf);

@@ -33,6 +33,10 @@ ct_status ct_fs_write_atomic_parts(const char *path, const ct_fs_part *parts, in
 // fd and returns the resulting status (st when that is an error).
 ct_status ct_fs_atomic_begin(const char *path, int *fd, char *tmp, ct_error *err);
 ct_status ct_fs_atomic_end(const char *path, int fd, const char *tmp, ct_status st, ct_error *err);
+// read(2) of up to n bytes from fd into buf (retrying short reads and
+// EINTR), stopping early only at the end of the file: *got says how many
+// came. An error names path.
+ct_status ct_fs_read_all(int fd, void *buf, size_t n, size_t *got, const char *path, ct_error *err);
 // write(2) of all n bytes to fd (retrying short writes and EINTR); an error
 // names path.
 ct_status ct_fs_write_all(int fd, const void *data, size_t n, const char *path, ct_error *err);

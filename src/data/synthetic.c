@@ -164,9 +164,11 @@ static int addition_example(const ct_addition_task *t, uint64_t i, int32_t *seq,
     random_number(key, &j, l2, base, b);
     int ls = 0, carry = 0;
     for (int k = 0; k < (l1 > l2 ? l1 : l2); k++) {
-        int d = (k < l1 ? a[k] : 0) + (k < l2 ? b[k] : 0) + carry;
-        sum[ls++] = d % base;
-        carry = d / base;
+        // In 64 bits: two digits of a base near 2^31 (vocab_size up to
+        // INT_MAX) overflowed an int.
+        int64_t d = (int64_t)(k < l1 ? a[k] : 0) + (k < l2 ? b[k] : 0) + carry;
+        sum[ls++] = (int)(d % base);
+        carry = (int)(d / base);
     }
     if (carry) sum[ls++] = carry;
     while (ls > 1 && sum[ls - 1] == 0) ls--;  // 0 + 0 = [0]

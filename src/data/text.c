@@ -12,12 +12,14 @@
 
 #include <zlib.h>
 
+#include "core/fs.h"
 #include "ctrax/core/memory.h"
 #include "data/stream_internal.h"
 
 typedef struct corpus_file {
     char *path;
-    const uint8_t *data;  // mapped read-only
+    const uint8_t *data;  // mapped read-only, or read (a small file)
+    bool mapped;
     size_t size;          // bytes
     int64_t first;        // index of its first token in the concatenation
     int64_t n_tokens;
@@ -112,7 +114,10 @@ static ct_status corpus_next(ct_stream *s, ct_batch *out, ct_error *err) {
 static void corpus_free(ct_stream *s) {
     corpus *c = s->impl;
     for (int i = 0; i < c->n_files; i++) {
-        if (c->files[i].data) munmap((void *)c->files[i].data, c->files[i].size);
+        if (c->files[i].mapped)
+            munmap((void *)c->files[i].data, c->files[i].size);
+        else
+            ct_free((void *)c->files[i].data);
         ct_free(c->files[i].path);
     }
     ct_free(c->files);
@@ -131,6 +136,11 @@ static void corpus_describe(const ct_stream *s, char *buf, size_t len) {
 }
 
 static const ct_stream_ops corpus_ops = {"corpus", corpus_next, NULL, corpus_free, corpus_describe};
+
+// Files smaller than this are read, not mapped: a mapping each would reach
+// the kernel's limit on mappings (vm.max_map_count, 65530 by default) in a
+// directory of 10^5 small files, and each costs a page anyway.
+#define CORPUS_READ_BELOW (64 * 1024)
 
 static ct_status map_file(corpus_file *f, int token_bytes, ct_error *err) {
     // O_NONBLOCK: opening a fifo must not wait for a writer (it is refused below).
@@ -163,12 +173,28 @@ static ct_status map_file(corpus_file *f, int token_bytes, ct_error *err) {
         close(fd);
         return CT_OK;
     }
+    if (f->size < CORPUS_READ_BELOW) {
+        uint8_t *buf = ct_malloc(f->size);
+        size_t got;
+        ct_status st = ct_fs_read_all(fd, buf, f->size, &got, f->path, err);
+        close(fd);
+        if (st == CT_OK && got < f->size)
+            st = ct_error_set(err, CT_ERR_IO, "%s: %zu of its %zu bytes read: the file shrank while it was read",
+                              f->path, got, f->size);
+        if (st != CT_OK) {
+            ct_free(buf);
+            return st;
+        }
+        f->data = buf;
+        return CT_OK;
+    }
     void *p = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
     if (p == MAP_FAILED)
         return ct_error_set(err, CT_ERR_IO, "%s: cannot map %zu bytes: %s", f->path, f->size, strerror(e));
     f->data = p;
+    f->mapped = true;
     return CT_OK;
 }
 

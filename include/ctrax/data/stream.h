@@ -138,8 +138,10 @@ typedef enum ct_data_split {
 //                    for models that shift right themselves, as Trax's LMs
 //                    (TransformerLM, ReformerLM) do;
 //   shifted = true:  inputs = tokens [0, seq_len), targets = [1, seq_len].
-// All int32 (seq_len), weights f32 (seq_len). Files are memory-mapped; a
-// stream keeps the index of its chunks (8 bytes each).
+// All int32 (seq_len), weights f32 (seq_len). Files are memory-mapped (those
+// under 64 KiB are read into memory, so that a directory of 10^5 small files
+// does not pass the system's limit on mappings); a stream keeps the index of
+// its chunks (8 bytes each).
 typedef struct ct_corpus_params {
     const char *const *paths;
     int n_paths;
