@@ -2232,6 +2232,50 @@ static void check_estimate(const char *what, const char *text, const char *model
     check_estimate_chunked(what, text, model_name, host_floats, batch_size, 0);
 }
 
+// The model's planned bytes against a net built for one batch of the
+// inputs, exactly: the weights and a gradient slab (4 bytes a float), the
+// optimizer's slot floats summed over the net's own weights (their real
+// shapes, so a plan's group of a wrong shape shows with a factored
+// optimizer), the state slab twice (the standard trainer keeps a copy) and
+// the sinusoid table (host_floats, by hand).
+static void check_model_bytes(const char *what, const char *text, const char *model_name, const char *opt_name,
+                              const char *inputs, int batch_size, double host_floats) {
+    ct_error err = {0};
+    ct_config *cfg = config_text("bytes.gin", text, &err);
+    ct_config_run_shape run = {.model = model_name, .optimizer = opt_name, .inputs = inputs,
+                               .batch_size = batch_size, .n_devices = 1};
+    ct_config_memory mem;
+    CHECK_OK(ct_config_check_memory(cfg, &run, &mem, &err), &err);
+    ct_layer *model = build_model(cfg, model_name, &err);
+    ct_optimizer *opt = build_optimizer(cfg, opt_name, &err);
+    ct_stream *train = NULL, *eval = NULL;
+    CHECK_OK(ct_config_build_inputs(cfg, inputs, batch_size, 1, &train, &eval, &err), &err);
+    ct_batch b;
+    if (model && opt && train && ct_stream_next(train, &b, &err) == CT_OK) {
+        ct_device dev = ct_device_cpu();
+        ct_net net;
+        CHECK_OK(ct_net_init(&net, model, &b.t[0], 1, ct_key_from_seed(1), &dev, &err), &err);
+        double slots = 0;
+        for (int i = 0; i < net.n_params; i++) slots += (double)ct_optimizer_slot_floats(opt, &net.params[i]->sig);
+        double want = 4.0 * (2.0 * (double)net.n_weights + slots + host_floats) + 8.0 * (double)net.n_state;
+        CHECK_MSG(mem.model_bytes == want,
+                  "%s: planned %.0f model bytes, the net's %.0f (%zu weights, %.0f slot floats, %zu state)", what,
+                  mem.model_bytes, want, net.n_weights, slots, net.n_state);
+        // The memory-efficient trainer: no gradient slab, the state three times.
+        run.memory_efficient = true;
+        CHECK_OK(ct_config_check_memory(cfg, &run, &mem, &err), &err);
+        want = 4.0 * ((double)net.n_weights + slots + host_floats) + 12.0 * (double)net.n_state;
+        CHECK_MSG(mem.model_bytes == want, "%s (memory-efficient): planned %.0f model bytes, the net's %.0f", what,
+                  mem.model_bytes, want);
+        ct_net_free(&net);
+    }
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_layer_free(model);
+    ct_optimizer_free(opt);
+    ct_config_free(cfg);
+}
+
 #define COPY_INPUTS(len)                                                                    \
     "sequence_copy_inputs.vocab_size = 8\nsequence_copy_inputs.train_length = " #len "\n" \
     "sequence_copy_inputs.eval_min_length = 4\nsequence_copy_inputs.eval_max_length = 5\n"  \
@@ -2249,6 +2293,90 @@ static void expect_budget(const char *text, ct_config_run_shape run, ct_status w
     ct_config_free(cfg);
 }
 
+// The MLP's plan on IDX images takes its input width from the file's header
+// (28 x 28 here): the weights it plans are the net's built on a real batch,
+// and a first Dense of 2^24 units over 784 pixels (1.33e10 weights, 199 GiB
+// with gradients and Adam's slots) is refused naming it, where counting the
+// input as 1 wide let it through.
+static void test_memory_budget_idx(void) {
+    make_tmp_dir();
+    write_idx(tmp_file("train-images-idx3-ubyte"), tmp_file("train-labels-idx1-ubyte"), 10, 0);
+    write_idx(tmp_file("t10k-images-idx3-ubyte"), tmp_file("t10k-labels-idx1-ubyte"), 6, 5);
+    // By hand: Dense(784 -> 8), (8 -> 5), (5 -> 3), kernels and biases;
+    // unflattened, the first Dense is over the 28 columns at each of 28 rows.
+    const struct {
+        const char *flatten;
+        double weights, act;  // act: one example's Dense and Relu outputs, floats
+    } cases[] = {{"True", 784 * 8 + 8 + 8 * 5 + 5 + 5 * 3 + 3, 2 * (8 + 5 + 3)},
+                 {"False", 28 * 8 + 8 + 8 * 5 + 5 + 5 * 3 + 3, 2 * 28 * (8 + 5 + 3)}};
+    for (int c = 0; c < 2; c++) {
+        for (int batcher = 0; batcher < 2; batcher++) {
+            ct_error err = {0};
+            char text[2048];
+            if (batcher)
+                snprintf(text, sizeof text,
+                         "MLP.layer_widths = [8, 5, 3]\nMLP.flatten = %s\ndata_streams.dataset_name = 'mnist'\n"
+                         "data_streams.data_dir = '%s'\n",
+                         cases[c].flatten, tmp_dir);
+            else
+                snprintf(text, sizeof text,
+                         "MLP.layer_widths = [8, 5, 3]\nMLP.flatten = %s\nIDXInputs.train_images = '%s'\n"
+                         "IDXInputs.train_labels = '%s'\nIDXInputs.eval_images = '%s'\nIDXInputs.eval_labels = '%s'\n",
+                         cases[c].flatten, tmp_file("train-images-idx3-ubyte"), tmp_file("train-labels-idx1-ubyte"),
+                         tmp_file("t10k-images-idx3-ubyte"), tmp_file("t10k-labels-idx1-ubyte"));
+            const char *inputs = batcher ? "batcher" : "IDXInputs";
+            ct_config *cfg = config_text("mlp.gin", text, &err);
+            ct_config_run_shape run = {.model = "MLP", .optimizer = "SGD", .inputs = inputs, .batch_size = 2};
+            ct_config_memory mem;
+            CHECK_OK(ct_config_check_memory(cfg, &run, &mem, &err), &err);
+            CHECK_MSG(mem.weights == cases[c].weights, "MLP on %s, flatten %s: planned %.0f weights, by hand %.0f",
+                      inputs, cases[c].flatten, mem.weights, cases[c].weights);
+            CHECK_MSG(mem.activation_bytes == 4.0 * 2 * cases[c].act, "MLP on %s, flatten %s: %.0f activation bytes",
+                      inputs, cases[c].flatten, mem.activation_bytes);
+            ct_layer *mlp = build_model(cfg, "MLP", &err);
+            ct_stream *train = NULL, *eval = NULL;
+            CHECK_OK(ct_config_build_inputs(cfg, inputs, 2, 1, &train, &eval, &err), &err);
+            ct_batch b;
+            if (mlp && train && ct_stream_next(train, &b, &err) == CT_OK) {
+                ct_device dev = ct_device_cpu();
+                ct_net net;
+                CHECK_OK(ct_net_init(&net, mlp, &b.t[0], 1, ct_key_from_seed(1), &dev, &err), &err);
+                CHECK_MSG(mem.weights == (double)net.n_weights, "MLP: planned %.0f weights, the net has %zu",
+                          mem.weights, net.n_weights);
+                ct_net_free(&net);
+            }
+            ct_stream_free(train);
+            ct_stream_free(eval);
+            ct_layer_free(mlp);
+            ct_config_free(cfg);
+        }
+    }
+    char text[2048];
+    snprintf(text, sizeof text,
+             "MLP.layer_widths = [16777216, 10]\nIDXInputs.train_images = '%s'\nIDXInputs.train_labels = '%s'\n"
+             "IDXInputs.eval_images = '%s'\nIDXInputs.eval_labels = '%s'\n",
+             tmp_file("train-images-idx3-ubyte"), tmp_file("train-labels-idx1-ubyte"),
+             tmp_file("t10k-images-idx3-ubyte"), tmp_file("t10k-labels-idx1-ubyte"));
+    expect_budget(text,
+                  (ct_config_run_shape){.model = "MLP", .optimizer = "Adam", .inputs = "IDXInputs", .batch_size = 2},
+                  CT_ERR_MEMORY,
+                  (const char *[]){"big.gin:1:1: MLP.layer_widths = [16777216, 10]", "(1.33e+10 weights)", NULL});
+    // SM3's slots by the weights' shapes: the plan's groups are the net's.
+    snprintf(text, sizeof text, "MLP.layer_widths = [8, 5, 3]\ndata_streams.dataset_name = 'mnist'\n"
+             "data_streams.data_dir = '%s'\n", tmp_dir);
+    check_model_bytes("MLP", text, "MLP", "SM3", "batcher", 2, 0);
+    // The batcher's batch_size_per_device, named where it is written.
+    expect_budget("MLP.layer_widths = [8]\ndata_streams.dataset_name = 'mnist'\n"
+                  "batcher.batch_size_per_device = 1048576\n",
+                  (ct_config_run_shape){.model = "MLP", .inputs = "batcher", .batch_size = 1 << 20,
+                                        .device_limit_bytes = 1 << 20},
+                  CT_ERR_MEMORY,
+                  (const char *[]){"big.gin:3:1: batcher.batch_size_per_device = 1048576: one step's", NULL});
+    const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                           "t10k-labels-idx1-ubyte"};
+    remove_tmp(names, 4);
+}
+
 static void test_memory_budget(void) {
     // The estimate against real trainers.
     check_estimate("TransformerLM (learned positions)",
@@ -2260,13 +2388,68 @@ static void test_memory_budget(void) {
                    "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
                    "ReformerLM.n_layers = 3\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
                    "ReformerLM.dropout = 0.0\n" COPY_INPUTS(9),
-                   "ReformerLM", 18 * 16, 48);
+                   "ReformerLM", 0, 48);  // learned positions: in the weights
     // Fixed sinusoids: a (max_len, d_model) table beside the weights, none in them.
     check_estimate("TransformerLM (fixed positions)",
                    "TransformerLM.vocab_size = 8\nTransformerLM.d_model = 16\nTransformerLM.d_ff = 32\n"
                    "TransformerLM.n_layers = 2\nTransformerLM.n_heads = 2\nTransformerLM.max_len = 16\n"
                    "TransformerLM.dropout = 0.0\nTransformerLM.fixed_positions = True\n" COPY_INPUTS(5),
                    "TransformerLM", 16 * 16, 96);
+    // The model's bytes exactly, with optimizers whose slots depend on the
+    // weights' shapes, and LSHSelfAttention's state (hash counters and
+    // buckets, per example or per token).
+    const char *reformer_lsh = "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
+                               "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
+                               "ReformerLM.attention_type = [@SelfAttention, @LSHSelfAttention]\n"
+                               "LSHSelfAttention.chunk_len = 6\nSelfAttention.chunk_len = 6\n" COPY_INPUTS(9);
+    char bytes_text[2048];
+    for (int k = 0; k < 2; k++) {
+        const char *opt = k ? "Adafactor" : "SM3";
+        check_model_bytes(opt, reformer_lsh, "ReformerLM", opt, "sequence_copy_inputs", 3, 0);
+        snprintf(bytes_text, sizeof bytes_text, "%sLSHSelfAttention.max_length_for_buckets = 24\n", reformer_lsh);
+        check_model_bytes(opt, bytes_text, "ReformerLM", opt, "sequence_copy_inputs", 3, 0);
+        check_model_bytes(opt,
+                          "TransformerLM.vocab_size = 8\nTransformerLM.d_model = 16\nTransformerLM.d_ff = 32\n"
+                          "TransformerLM.n_layers = 2\nTransformerLM.n_heads = 2\nTransformerLM.max_len = 16\n"
+                          "TransformerLM.learned_positions = True\n" COPY_INPUTS(5),
+                          "TransformerLM", opt, "sequence_copy_inputs", 2, 0);
+        check_model_bytes(opt, "RNNLM.vocab_size = 8\nRNNLM.d_model = 16\nRNNLM.rnn_cell = @LSTMCell\n" COPY_INPUTS(5),
+                          "RNNLM", opt, "sequence_copy_inputs", 2, 0);
+        // An embedding of 2^20 floats (65536 x 16): its slots count too.
+        check_model_bytes(opt,
+                          "RNNLM.vocab_size = 65536\nRNNLM.d_model = 16\nRNNLM.n_layers = 1\n"
+                          "RNNLM.rnn_cell = @LSTMCell\n" COPY_INPUTS(5),
+                          "RNNLM", opt, "sequence_copy_inputs", 2, 0);
+    }
+    // The length the budget plans with is the inputs' own: addition_inputs'
+    // batches (the stream's), TextInputs' seq_len tokens.
+    {
+        ct_error err = {0};
+        ct_config *cfg = config_text("len.gin",
+                                     "TransformerLM.vocab_size = 16\nTransformerLM.d_model = 16\n"
+                                     "TransformerLM.d_ff = 32\n"
+                                     "TransformerLM.n_layers = 1\nTransformerLM.n_heads = 2\n"
+                                     "addition_inputs.vocab_size = 13\naddition_inputs.train_length = 5\n"
+                                     "addition_inputs.eval_min_length = 6\naddition_inputs.eval_max_length = 8\n"
+                                     "addition_inputs.pad_to_multiple = 1\nTextInputs.paths = ['x']\n"
+                                     "TextInputs.seq_len = 7\n",
+                                     &err);
+        ct_config_run_shape r = {.model = "TransformerLM", .inputs = "addition_inputs", .batch_size = 2};
+        ct_config_memory mem;
+        CHECK_OK(ct_config_check_memory(cfg, &r, &mem, &err), &err);
+        ct_stream *train = NULL, *eval = NULL;
+        CHECK_OK(ct_config_build_inputs(cfg, "addition_inputs", 2, 1, &train, &eval, &err), &err);
+        ct_batch b;
+        if (train && ct_stream_next(train, &b, &err) == CT_OK)
+            CHECK_MSG(b.t[0].shape[1] == mem.example_length, "addition: planned %lld tokens, the stream's %lld",
+                      (long long)mem.example_length, (long long)b.t[0].shape[1]);
+        ct_stream_free(train);
+        ct_stream_free(eval);
+        r.inputs = "TextInputs";
+        CHECK_OK(ct_config_check_memory(cfg, &r, &mem, &err), &err);
+        CHECK_MSG(mem.example_length == 7, "TextInputs: planned %lld tokens", (long long)mem.example_length);
+        ct_config_free(cfg);
+    }
     // MLP: its plan counts the input width as 1 (the data decide it).
     {
         ct_error err = {0};
@@ -2324,6 +2507,15 @@ static void test_memory_budget(void) {
         // for it, not for the standard trainer.
         r = run;
         r.batch_size = 1;
+        // A chunk past a device's rows (4 examples x 10 tokens) holds them all:
+        // the same as no chunking.
+        r.loss_chunk_size = 0;
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m1, &err), &err);
+        r.loss_chunk_size = 1 << 20;
+        CHECK_OK(ct_config_check_memory(cfg, &r, &m2, &err), &err);
+        CHECK_MSG(m1.activation_bytes == m2.activation_bytes, "unchunked %.0f, a chunk of 2^20 rows %.0f",
+                  m1.activation_bytes, m2.activation_bytes);
+        r.loss_chunk_size = 0;
         r.memory_efficient = true;
         CHECK_OK(ct_config_check_memory(cfg, &r, &m1, &err), &err);
         CHECK(m1.model_bytes > 2 * m1.activation_bytes);  // the limit below is under the model's bytes
@@ -2358,6 +2550,9 @@ static void test_memory_budget(void) {
         CHECK_OK(ct_config_check_memory(cfg, &r, &m1, &err), &err);
         r.memory_efficient = true;
         CHECK_OK(ct_config_check_memory(cfg, &r, &m2, &err), &err);
+        // By hand: the embedding and the final layers' 6 d_model + 2 vocab_size
+        // floats a token, 18 tokens, 2 examples: (96 + 16) x 18 x 2 x 4 bytes.
+        CHECK_MSG(m1.activation_bytes == 16128.0, "%.0f activation bytes for no layers", m1.activation_bytes);
         CHECK_MSG(m1.activation_bytes > 0 && m1.activation_bytes == m2.activation_bytes, "%.0f, %.0f",
                   m1.activation_bytes, m2.activation_bytes);
         ct_config_free(cfg);
@@ -2381,6 +2576,54 @@ static void test_memory_budget(void) {
         r.n_devices = 2;
         r.n_processes = 3;
         expect_budget(tlm, r, CT_ERR_ARG, (const char *[]){"make it a multiple of 6", NULL});
+    }
+    // A batch size set on the inputs (as Trax's configs set it, per
+    // process) is named where it is written, not as train.batch_size.
+    {
+        ct_config_run_shape r = run;
+        r.batch_size = 1 << 20;
+        r.device_limit_bytes = (size_t)1 << 30;
+        snprintf(text, sizeof text, "%ssequence_copy_inputs.batch_size = 1048576\n", tlm);
+        expect_budget(text, r, CT_ERR_MEMORY,
+                      (const char *[]){"big.gin:13:1: sequence_copy_inputs.batch_size = 1048576: one step's "
+                                       "activations need about",
+                                       NULL});
+        r.batch_size = 1 << 21;
+        r.n_processes = 2;
+        expect_budget(text, r, CT_ERR_MEMORY,
+                      (const char *[]){"big.gin:13:1: sequence_copy_inputs.batch_size = 1048576 (a step's batch of "
+                                       "2097152): one step's activations",
+                                       NULL});
+    }
+    // LSHSelfAttention's stored buckets (the state slab) grow with the batch
+    // and, per example, with max_length_for_buckets or the length: by hand,
+    // n_heads 2 x n_hashes 1 x n_layers 2 = 4 floats a token, kept twice,
+    // 32 bytes: 2^20 examples of 18 tokens are 576 MiB, one example of
+    // max_length_for_buckets 2^30 32 GiB, one of 2^21 + 2 tokens 64 MiB.
+    // Each is refused naming its setting, not the model's.
+    {
+        const char *lsh = "train.model = @ReformerLM\nReformerLM.vocab_size = 8\nReformerLM.d_model = 16\n"
+                          "ReformerLM.d_ff = 32\nReformerLM.n_layers = 2\nReformerLM.n_heads = 2\n"
+                          "ReformerLM.max_len = 18\nReformerLM.attention_type = @LSHSelfAttention\n"
+                          "LSHSelfAttention.chunk_len = 6\n" COPY_INPUTS(9);
+        ct_config_run_shape r = {.model = "ReformerLM", .optimizer = "Adam", .inputs = "sequence_copy_inputs",
+                                 .batch_size = 1 << 20, .device_limit_bytes = (size_t)256 << 20};
+        snprintf(text, sizeof text, "%strain.batch_size = 1048576\n", lsh);
+        expect_budget(text, r, CT_ERR_MEMORY,
+                      (const char *[]){"big.gin:15:1: train.batch_size = 1048576: the state slab",
+                                       "1048576 examples of 18 tokens needs about 576.0 MiB",
+                                       "the device's limit is 256.0 MiB", NULL});
+        r.batch_size = 4;
+        snprintf(text, sizeof text, "%sLSHSelfAttention.max_length_for_buckets = 1073741824\n", lsh);
+        expect_budget(text, r, CT_ERR_MEMORY,
+                      (const char *[]){"big.gin:15:1: LSHSelfAttention.max_length_for_buckets = 1073741824: the state "
+                                       "slab", "needs about 128.0 GiB", NULL});
+        r.batch_size = 1;
+        r.device_limit_bytes = (size_t)32 << 20;
+        snprintf(text, sizeof text, "%ssequence_copy_inputs.train_length = 1048576\n", lsh);
+        expect_budget(text, r, CT_ERR_MEMORY,
+                      (const char *[]){"big.gin:15:1: sequence_copy_inputs.train_length = 1048576: the state slab",
+                                       "1 example of 2097152 tokens needs about 64.0 MiB", NULL});
     }
     // Fixed sinusoids (ctrax's fixed_positions) are a table beside the weights.
     snprintf(text, sizeof text, "%sTransformerLM.n_layers = 100000000\nTransformerLM.fixed_positions = True\n", tlm);
@@ -2705,12 +2948,12 @@ static void test_reformer_options(void) {
                    "ReformerLM.dropout = 0.0\nReformerLM.attention_type = [@LSHSelfAttention, @CausalAttention]\n"
                    "LSHSelfAttention.chunk_len = 6\nLSHSelfAttention.n_hashes = 2\n"
                    "ReformerLM.d_attention_key = 8\n" COPY_INPUTS(9),
-                   "ReformerLM", 18 * 16, 48);
+                   "ReformerLM", 0, 48);  // learned positions: in the weights
     check_estimate("ReformerLM(ff_use_sru 2: SRU feed-forwards)",
                    "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
                    "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
                    "ReformerLM.dropout = 0.0\nReformerLM.ff_use_sru = 2\n" COPY_INPUTS(9),
-                   "ReformerLM", 18 * 16, 48);
+                   "ReformerLM", 0, 48);  // learned positions: in the weights
     // Axial positions: a (3, 8) and a (6, 8) table, whose product is the
     // length (18); LSH's stored buckets sized by max_length_for_buckets (the
     // state slab, per example).
@@ -2831,6 +3074,10 @@ static void test_reformer_options(void) {
                                             NULL});
         snprintf(text, sizeof text, "%sReformerLM.pos_axial_shape = (2, 5)\n", axial);
         expect_budget(text, run, CT_OK, (const char *const[]){NULL});
+        // Trax's older spelling is named as the config wrote it.
+        snprintf(text, sizeof text, "%sReformerLM.axial_pos_shape = (2, 4)\n", axial);
+        expect_budget(text, run, CT_ERR_ARG,
+                      (const char *const[]){"big.gin:11:1: ReformerLM.axial_pos_shape = (2, 4) multiplies to 8", NULL});
     }
     // ff_use_sru is stored: k SRU(d_model) layers (each a Dense(3 d_model)) replace each feed-forward
     // (its LayerNorm, Dense(d_ff), Dense(d_model)); the plan's weights say so without building.
@@ -3790,6 +4037,7 @@ int main(void) {
     test_idx_inputs();
     test_whole_run();
     test_memory_budget();
+    test_memory_budget_idx();
     test_reformer_options();
     test_reformer_attention_types();
     test_train_defaults_from_trax();

@@ -66,12 +66,12 @@ static void decoder_blocks(cfg_plan *p, int64_t d, int64_t ff, double n) {
 // only a logsumexp per head and token.
 static double block_act_per_token(int64_t d, int64_t ff) { return 8.0 * (double)d + 2.0 * (double)ff; }
 
-ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *vp, bool memory_efficient,
+ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *vp, const ct_config_run_shape *run,
                                   cfg_plan *out, ct_error *err) {
     (void)cfg, (void)name, (void)err;
     // A TransformerLM has no reversible layers, so the memory-efficient
     // trainer runs it as one unit: all its activations at once either way.
-    (void)memory_efficient;
+    (void)run;
     const ct_transformer_lm_params *m = vp;
     memset(out, 0, sizeof *out);
     double layers = m->n_layers;
@@ -175,7 +175,7 @@ static void reformer_positions(cfg_plan *out, const ct_reformer_lm_params *m) {
     }
 }
 
-ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp, bool memory_efficient,
+ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp, const ct_config_run_shape *run,
                                cfg_plan *out, ct_error *err) {
     (void)cfg, (void)name, (void)err;
     const ct_reformer_lm_params *m = vp;
@@ -201,7 +201,7 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
     // at a time; the standard one keeps every layer's. From below: a chunked
     // feed-forward keeps none of its d_ff activations (it recomputes them),
     // and SelfAttention keeps no T x T probabilities (and no logsumexp).
-    double held = memory_efficient ? 1.0 : layers;
+    double held = run && run->memory_efficient ? 1.0 : layers;
     if (m->n_layers == 0) held = 0;
     // block_act_per_token's q, k, v and attention output (4 d_model) are the
     // attention's own here.
@@ -218,16 +218,23 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
     return CT_OK;
 }
 
-// The MLP's input width is the data's (28 x 28 for MNIST), unknown until the
-// stream is built: counted as 1, from below. Widths the builder would refuse
-// leave the plan empty (the builder says why).
-ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *vp, bool memory_efficient, cfg_plan *out,
-                       ct_error *err) {
-    (void)vp, (void)memory_efficient;
+// The MLP's input width is the data's: an IDX file's (rows, cols) from its
+// header (28 x 28 for MNIST), flattened to rows x cols or, unflattened, a
+// Dense over cols at each of the rows. Data of no known shape count as
+// width 1, from below. Widths the builder would refuse leave the plan empty
+// (the builder says why).
+ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *vp, const ct_config_run_shape *run,
+                       cfg_plan *out, ct_error *err) {
+    (void)vp;
     memset(out, 0, sizeof *out);
     int w[CFG_MLP_MAX_LAYERS], n;
     if (cfg_mlp_widths(cfg, name, w, &n, err) != CT_OK) return CT_OK;
-    int64_t prev = 1;
+    int64_t rows = 0, cols = 0;
+    if (run && run->inputs) cfg_inputs_image_dims(cfg, run->inputs, &rows, &cols);
+    const ct_config_value *flatten;
+    bool flat = cfg_query_default(cfg, name, "flatten", &flatten, NULL) != CT_OK || flatten->b;
+    int64_t prev = !rows ? 1 : flat ? rows * cols : cols;
+    double positions = rows && !flat ? (double)rows : 1.0;  // the Dense's rows per example
     for (int i = 0; i < n; i++) {
         if (out->n_w + 2 > CFG_PLAN_MAX_GROUPS) {
             // Many distinct shapes: fold the rest into flat groups (the
@@ -236,7 +243,7 @@ ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *vp, bool me
         } else {
             dense(out, prev, w[i], 1);
         }
-        out->act_per_example += 2.0 * (double)w[i];  // Dense output, Relu output
+        out->act_per_example += 2.0 * (double)w[i] * positions;  // Dense output, Relu output
         prev = w[i];
     }
     return CT_OK;
@@ -249,9 +256,9 @@ ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *vp, bool me
 // [x | h], [u | r], [x | r h], c: 9D; LSTMCell: h', [c' | h'], [x | h], the
 // 4 gates: 9D), the logits and their log-softmax; the scan keeps every
 // step's tape (Trax's remat=False).
-ct_status cfg_plan_rnnlm(ct_config *cfg, const char *name, const void *vp, bool memory_efficient, cfg_plan *out,
-                         ct_error *err) {
-    (void)cfg, (void)name, (void)err, (void)memory_efficient;
+ct_status cfg_plan_rnnlm(ct_config *cfg, const char *name, const void *vp, const ct_config_run_shape *run,
+                         cfg_plan *out, ct_error *err) {
+    (void)cfg, (void)name, (void)err, (void)run;
     const ct_rnnlm_params *m = vp;
     memset(out, 0, sizeof *out);
     int64_t d = m->d_model;
@@ -310,14 +317,23 @@ static totals plan_totals(const cfg_plan *p, const ct_optimizer *opt) {
 // (0: the data decide it). Without a run (run == NULL, a builder's check):
 // the weights, the gradient slab ct_net_init allocates beside them, and the
 // tables.
+// A device's share of the batch, in examples.
+static double device_examples(const ct_config_run_shape *run) {
+    int n_dev = run->n_devices > 0 ? run->n_devices : 1, n_proc = run->n_processes > 0 ? run->n_processes : 1;
+    return ceil(ceil((double)run->batch_size / n_proc) / n_dev);
+}
+
+// The state slab's bytes (its copies together) for `examples` of T tokens.
+static double state_bytes(const totals *t, const ct_config_run_shape *run, int64_t T, double examples) {
+    double per_example = t->state_per_example + t->state_per_token * (double)T;
+    return F32 * (t->state + per_example * examples) * (run->memory_efficient ? 3 : 2);
+}
+
 static double model_bytes(const totals *t, const ct_config_run_shape *run, int64_t T) {
     if (!run) return F32 * (2 * t->weights + t->host);
-    int n_dev = run->n_devices > 0 ? run->n_devices : 1, n_proc = run->n_processes > 0 ? run->n_processes : 1;
+    int n_dev = run->n_devices > 0 ? run->n_devices : 1;
     double grads = run->memory_efficient ? 0 : (double)n_dev * t->weights;
-    double examples = ceil(ceil((double)run->batch_size / n_proc) / n_dev);
-    double per_example = t->state_per_example + t->state_per_token * (double)T;
-    double state = (t->state + per_example * examples) * (run->memory_efficient ? 3 : 2);
-    return F32 * (t->weights + grads + t->slots + t->host + state);
+    return F32 * (t->weights + grads + t->slots + t->host) + state_bytes(t, run, T, device_examples(run));
 }
 
 // The plan of the model d (params struct p, NULL for a model built from the
@@ -325,7 +341,7 @@ static double model_bytes(const totals *t, const ct_config_run_shape *run, int64
 static ct_status model_need(ct_config *cfg, const char *name, const cfg_def *d, const void *p,
                             const ct_config_run_shape *run, const ct_optimizer *opt, cfg_plan *plan, double *bytes,
                             totals *tot, ct_error *err) {
-    CT_TRY(d->plan(cfg, name, p, run && run->memory_efficient, plan, err));
+    CT_TRY(d->plan(cfg, name, p, run, plan, err));
     totals t = plan_totals(plan, opt);
     if (tot) *tot = t;
     int64_t length = 0;
@@ -360,9 +376,29 @@ static void limit_text(limit l, char *buf, size_t len) {
     else snprintf(buf, len, "this machine has %s", b);
 }
 
+// The setting behind the run's batch size: train.batch_size, or the
+// inputs' batch_size (batch_size_per_device) where the config sets it there
+// as Trax's configs do (per process, or per device: its value then differs
+// from the step's batch, which is said too).
 static void batch_size_text(ct_config *cfg, const ct_config_run_shape *run, char *buf, size_t len) {
-    char v[32];
+    char v[32], where[300];
     snprintf(v, sizeof v, "%lld", (long long)run->batch_size);
+    cfg_where(cfg, "train", "batch_size", where, sizeof where);
+    const char *slash = run->inputs ? strrchr(run->inputs, '/') : NULL;
+    char why[256];
+    const cfg_def *d = where[0] || !run->inputs ? NULL : cfg_lookup(slash ? slash + 1 : run->inputs, why, sizeof why);
+    static const char *const params[] = {"batch_size", "batch_size_per_device"};
+    for (int i = 0; d && i < 2; i++) {
+        const ct_config_value *bound;
+        if (!cfg_def_param(d, params[i])) continue;
+        cfg_where(cfg, run->inputs, params[i], where, sizeof where);
+        if (!where[0] || cfg_query_default(cfg, run->inputs, params[i], &bound, NULL) != CT_OK) continue;
+        cfg_setting_text(cfg, run->inputs, params[i], NULL, buf, len);
+        size_t used = strlen(buf);
+        if (bound->kind == CT_CONFIG_INT && bound->i != run->batch_size && used < len)
+            snprintf(buf + used, len - used, " (a step's batch of %s)", v);
+        return;
+    }
     cfg_setting_text(cfg, "train", "batch_size", v, buf, len);
 }
 
@@ -439,6 +475,32 @@ ct_status cfg_check_model_memory(ct_config *cfg, const char *name, const cfg_def
 
 // ---- The run's budget --------------------------------------------------------------------------
 
+// The error for a state slab (LSHSelfAttention's stored buckets, for a
+// device's share of the batch) of `state` bytes that does not fit beside
+// the model's `rest`: naming what makes one example's state big
+// (max_length_for_buckets, else the examples' length) when one example's
+// does not fit, else the batch size.
+static ct_status refuse_state(ct_config *cfg, const ct_config_run_shape *run, const totals *t, int64_t length,
+                              const char *length_param, double rest, double state, limit l, ct_error *err) {
+    char setting[400], lim[80], b[32], m[32];
+    double examples = device_examples(run);
+    if (rest + state_bytes(t, run, length, 1) > l.bytes && t->state_per_example > 0) {
+        cfg_setting_text(cfg, cfg_scoped_ref(cfg, run->model, "LSHSelfAttention"), "max_length_for_buckets", NULL,
+                         setting, sizeof setting);
+    } else if (rest + state_bytes(t, run, length, 1) > l.bytes && length_param) {
+        cfg_setting_text(cfg, run->inputs, length_param, NULL, setting, sizeof setting);
+    } else {
+        batch_size_text(cfg, run, setting, sizeof setting);
+    }
+    limit_text(l, lim, sizeof lim);
+    return ct_error_set(err, CT_ERR_MEMORY,
+                        "%s: the state slab (LSHSelfAttention's stored buckets) for a device's %.0f example%s of "
+                        "%lld tokens needs about %s on top of the model's %s; %s",
+                        setting, examples, examples == 1 ? "" : "s", (long long)length,
+                        ct_format_bytes(state, b, sizeof b),
+                        ct_format_bytes(rest, m, sizeof m), lim);
+}
+
 // The axial table covers exactly its shape's product (Trax's too): an
 // error naming the model's setting and the inputs' length setting.
 static ct_status refuse_exact_length(ct_config *cfg, const ct_config_run_shape *run, const cfg_plan *plan,
@@ -484,12 +546,19 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
     // The model first: with the standard trainer it all sits on the device;
     // the memory-efficient one keeps it in host memory.
     limit lm = limit_for(run, !run->memory_efficient);
-    if (lm.bytes > 0 && mbytes > lm.bytes) return refuse_model(cfg, run->model, d, p, run, opt, &t, mbytes, lm, err);
-
-    // Then one step's activations, for this process's share of the batch.
     int64_t length = 0;
     const char *length_param = NULL;
     if (run->inputs) CT_TRY(cfg_inputs_length(cfg, run->inputs, false, &length, &length_param, err));
+    if (lm.bytes > 0 && mbytes > lm.bytes) {
+        // The state slab grows with the batch and the examples' length: when
+        // it is what does not fit, those are the settings, not the model's.
+        double examples = device_examples(run), state = state_bytes(&t, run, length, examples);
+        if (mbytes - state <= lm.bytes)
+            return refuse_state(cfg, run, &t, length, length_param, mbytes - state, state, lm, err);
+        return refuse_model(cfg, run->model, d, p, run, opt, &t, mbytes, lm, err);
+    }
+
+    // Then one step's activations, for this process's share of the batch.
     if (plan.exact_length > 0 && length > 0 && length != plan.exact_length)
         return refuse_exact_length(cfg, run, &plan, length, length_param, err);
     if (plan.uses_length && length <= 0) return CT_OK;  // the data decide T: nothing to estimate

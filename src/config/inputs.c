@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "config/internal.h"
 #include "ctrax/core/memory.h"
@@ -450,4 +451,48 @@ ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_s
         ct_error_prefix(err, "%s%s.data_dir", dw, streams);
     }
     return st;
+}
+
+// ---- example shapes (for the memory budget) ----------------------------------------------------
+
+// The (rows, cols) an IDX images file's header gives, plain or gzip; 0, 0
+// when it cannot be read or is no IDX images file (the stream says why) or
+// is past 2^31 pixels (the stream refuses that much data).
+static void idx_header_dims(const char *path, int64_t *rows, int64_t *cols) {
+    *rows = *cols = 0;
+    struct stat sb;  // a fifo would block the open (the stream refuses anything not regular)
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
+    gzFile f = gzopen(path, "rb");
+    if (!f) return;
+    unsigned char h[16];  // magic 0x00000803, then n, rows, cols (big-endian uint32)
+    int got = gzread(f, h, sizeof h);
+    gzclose(f);
+    if (got != (int)sizeof h || h[0] || h[1] || h[2] != 0x08 || h[3] != 3) return;
+    int64_t r = (int64_t)h[8] << 24 | h[9] << 16 | h[10] << 8 | h[11];
+    int64_t c = (int64_t)h[12] << 24 | h[13] << 16 | h[14] << 8 | h[15];
+    if (r < 1 || c < 1 || r * c > INT32_MAX) return;
+    *rows = r;
+    *cols = c;
+}
+
+void cfg_inputs_image_dims(ct_config *cfg, const char *name, int64_t *rows, int64_t *cols) {
+    *rows = *cols = 0;
+    const char *slash = strrchr(name, '/');
+    char why[256];
+    const cfg_def *d = cfg_lookup(slash ? slash + 1 : name, why, sizeof why);
+    if (!d || d->kind != CFG_INPUT) return;
+    const ct_config_value *v;
+    if (d->build_inputs == cfg_build_idx_inputs) {
+        if (cfg_query_default(cfg, name, "train_images", &v, NULL) == CT_OK && v->kind == CT_CONFIG_STRING)
+            idx_header_dims(v->s, rows, cols);
+    } else if (d->build_inputs == cfg_build_batcher_inputs) {
+        // data_dir's train images, as cfg_build_batcher_inputs finds them.
+        if (cfg_query_default(cfg, name, "data_streams", &v, NULL) != CT_OK || v->kind != CT_CONFIG_REFERENCE) return;
+        const char *streams = cfg_scoped_ref(cfg, name, v->s);
+        char path[4096 + 64];
+        ct_error ignored = {0};
+        if (cfg_query_default(cfg, streams, "data_dir", &v, NULL) == CT_OK && v->kind == CT_CONFIG_STRING &&
+            idx_file(v, streams, idx_files[0], path, sizeof path, &ignored) == CT_OK)
+            idx_header_dims(path, rows, cols);
+    }
 }

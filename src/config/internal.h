@@ -131,10 +131,10 @@ struct cfg_def {
     ct_status (*build_layer)(ct_config *cfg, const char *name, ct_layer **out, ct_error *err);
     ct_layer *(*make_layer)(void);
     // Models: what the model needs (see cfg_plan), from the params struct p
-    // (NULL for a model built from the config directly), for the standard
-    // or the memory-efficient trainer. NULL: no estimate.
-    ct_status (*plan)(ct_config *cfg, const char *name, const void *p, bool memory_efficient, cfg_plan *out,
-                      ct_error *err);
+    // (NULL for a model built from the config directly), under the run
+    // (its trainer, its inputs; NULL: as a builder sees it). NULL: no estimate.
+    ct_status (*plan)(ct_config *cfg, const char *name, const void *p, const ct_config_run_shape *run,
+                      cfg_plan *out, ct_error *err);
     const char *doc;
 };
 
@@ -189,19 +189,19 @@ ct_status cfg_fill_struct(ct_config *cfg, const char *name, const cfg_def *d, vo
 // ---- Memory budgets (budget.c) ----------------------------------------------------------------
 
 // The plans of the registry's models.
-ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *p, bool memory_efficient,
+ct_status cfg_plan_transformer_lm(ct_config *cfg, const char *name, const void *p, const ct_config_run_shape *run,
                                   cfg_plan *out, ct_error *err);
-ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *p, bool memory_efficient,
+ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *p, const ct_config_run_shape *run,
                                cfg_plan *out, ct_error *err);
 // The MLP's Dense widths, from layer_widths or Trax's older d_hidden /
 // n_hidden_layers / n_output_classes, into w[CFG_MLP_MAX_LAYERS]; an error
 // names a bad width or both spellings bound.
 #define CFG_MLP_MAX_LAYERS 256
 ct_status cfg_mlp_widths(ct_config *cfg, const char *name, int *w, int *n, ct_error *err);
-ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *p, bool memory_efficient, cfg_plan *out,
-                       ct_error *err);
-ct_status cfg_plan_rnnlm(ct_config *cfg, const char *name, const void *p, bool memory_efficient, cfg_plan *out,
-                         ct_error *err);
+ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *p, const ct_config_run_shape *run,
+                       cfg_plan *out, ct_error *err);
+ct_status cfg_plan_rnnlm(ct_config *cfg, const char *name, const void *p, const ct_config_run_shape *run,
+                         cfg_plan *out, ct_error *err);
 // Refuses (CT_ERR_MEMORY, naming the setting that makes it large and the
 // bytes) a model whose weights and gradients alone cannot fit in the
 // machine's memory, before it is built; p is its filled params struct.
@@ -214,6 +214,11 @@ ct_status cfg_check_model_memory(ct_config *cfg, const char *name, const cfg_def
 // the data decide (IDX images).
 ct_status cfg_inputs_length(ct_config *cfg, const char *name, bool eval, int64_t *length, const char **param,
                             ct_error *err);
+
+// The (rows, cols) of the images the input name makes (IDXInputs, the
+// batcher's IDX files), read from the train images' header; 0, 0 when
+// unknown (other inputs; a file that cannot be read: its builder says why).
+void cfg_inputs_image_dims(ct_config *cfg, const char *name, int64_t *rows, int64_t *cols);
 
 ct_status cfg_build_copy_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed, ct_stream **train,
                                 ct_stream **eval, ct_error *err);
