@@ -142,7 +142,9 @@ static const ct_stream_ops corpus_ops = {"corpus", corpus_next, NULL, corpus_fre
 // directory of 10^5 small files, and each costs a page anyway.
 #define CORPUS_READ_BELOW (64 * 1024)
 
-static ct_status map_file(corpus_file *f, int token_bytes, ct_error *err) {
+// Maps file f, or reads it when small (*read_bytes counts what the corpus's
+// small files take in memory: 10^6 files of 60 KiB are 60 GB).
+static ct_status map_file(corpus_file *f, int token_bytes, double *read_bytes, ct_error *err) {
     // O_NONBLOCK: opening a fifo must not wait for a writer (it is refused below).
     int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return ct_error_set(err, CT_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
@@ -174,6 +176,12 @@ static ct_status map_file(corpus_file *f, int token_bytes, ct_error *err) {
         return CT_OK;
     }
     if (f->size < CORPUS_READ_BELOW) {
+        *read_bytes += (double)f->size;
+        ct_status room = ct_host_check_room(*read_bytes, "a corpus's files under 64 KiB, read into memory,", err);
+        if (room != CT_OK) {
+            close(fd);
+            return ct_error_prefix(err, "%s", f->path);
+        }
         uint8_t *buf = ct_malloc(f->size);
         size_t got;
         ct_status st = ct_fs_read_all(fd, buf, f->size, &got, f->path, err);
@@ -200,8 +208,9 @@ static ct_status map_file(corpus_file *f, int token_bytes, ct_error *err) {
 
 // Maps every file and counts the chunks of the whole corpus.
 static ct_status corpus_map(corpus *c, const char *kind, ct_error *err) {
+    double read_bytes = 0;
     for (int i = 0; i < c->n_files; i++) {
-        CT_TRY(map_file(&c->files[i], c->token_bytes, err));
+        CT_TRY(map_file(&c->files[i], c->token_bytes, &read_bytes, err));
         c->files[i].first = c->total_tokens;
         c->total_tokens += c->files[i].n_tokens;
     }
