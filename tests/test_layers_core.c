@@ -827,7 +827,7 @@ static void test_zero_grad_out(void) {
     ct_layer *layers[] = {ct_layer_norm(1e-6f), ct_positional_encoding_learned(4),
                           ct_positional_encoding_sinusoidal(4), ct_shift_right(1), ct_flatten(1),
                           ct_mean(1, false), ct_dropout(0.5f), ct_relu(), ct_gelu(), ct_dense(3),
-                          ct_dense_no_bias(2)};
+                          ct_dense_no_bias(2), ct_softmax(), ct_log_softmax()};
     for (size_t i = 0; i < sizeof layers / sizeof *layers; i++) {
         fixture f;
         CHECK_OK(fixture_init(&f, layers[i], &x, 1, true), &f.err);

@@ -598,6 +598,14 @@ static ct_status fn_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, 
     ct_tensor in[CT_LAYER_MAX_IO], out[CT_LAYER_MAX_IO], g[CT_LAYER_MAX_IO];
     for (int i = l->n_out - 1; i >= 0; i--) out[i] = ct_tape_pop(c);
     for (int i = l->n_in - 1; i >= 0; i--) in[i] = ct_tape_pop(c);
+    // A backward is linear in the output gradients: none in, none out (a
+    // zero gradient is a NULL one, which callers skip), with no zeros made.
+    bool any = false;
+    for (int i = 0; i < l->n_out; i++) any = any || grad_out[i].data != NULL;
+    if (!any) {
+        for (int i = 0; i < l->n_in; i++) grad_in[i] = ct_tensor_sig(&in[i]);
+        return CT_OK;
+    }
     for (int i = 0; i < l->n_out; i++) {
         g[i] = grad_out[i];
         CT_TRY(ct_ctx_grad_or_zeros(c, &g[i], err));
