@@ -818,6 +818,11 @@ static void test_tokens(void) {
     p.token_bytes = 1;  // bytes are text's, not a token width
     CHECK(ct_token_stream_new(&s, &p, &err) == CT_ERR_ARG && s == NULL);
     CHECK_MSG(strstr(err.msg, "token_bytes is 1; expected 2 (uint16) or 4 (uint32)"), "%s", err.msg);
+    // A negative vocab_size is refused, not taken as 0 (unchecked).
+    p.token_bytes = 2;
+    p.vocab_size = -5;
+    CHECK(ct_token_stream_new(&s, &p, &err) == CT_ERR_ARG && s == NULL);
+    CHECK_MSG(strstr(err.msg, "uint16 tokens: vocab_size is -5; expected > 0, or 0 (unchecked)"), "%s", err.msg);
 }
 
 // ---- IDX ------------------------------------------------------------------------------------------

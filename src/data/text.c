@@ -317,6 +317,9 @@ ct_status ct_corpus_stream_new(ct_stream **out, const ct_corpus_params *p, int t
                     err, "%s: unknown split %d", kind, (int)p->split);
     CT_STREAM_CHECK(p->eval_fraction >= 0 && p->eval_fraction <= 1, err, "%s: eval_fraction is %g; expected 0..1", kind,
                     p->eval_fraction);
+    // 0 is unchecked; a negative one is a slip, not a wish to check nothing.
+    CT_STREAM_CHECK(token_bytes == 1 || p->vocab_size >= 0, err, "%s: vocab_size is %lld; expected > 0, or 0 (unchecked)",
+                    kind, (long long)p->vocab_size);
     char **paths;
     int n_files;
     CT_TRY(ct_data_collect_files(p->paths, p->n_paths, token_bytes == 1 && p->skip_binary, &paths, &n_files, err));
