@@ -200,7 +200,8 @@ static ct_status map_file(corpus_file *f, int token_bytes, double *read_bytes, c
     int e = errno;
     close(fd);
     if (p == MAP_FAILED)
-        return ct_error_set(err, CT_ERR_IO, "%s: cannot map %zu bytes: %s", f->path, f->size, strerror(e));
+        return ct_error_set(err, CT_ERR_IO, "%s: cannot map %zu bytes: %s%s", f->path, f->size, strerror(e),
+                            e == ENOMEM ? " (or past the kernel's limit on a process's mappings, vm.max_map_count)" : "");
     f->data = p;
     f->mapped = true;
     return CT_OK;
