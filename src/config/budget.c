@@ -306,17 +306,6 @@ static totals plan_totals(const cfg_plan *p, const ct_optimizer *opt) {
     return t;
 }
 
-// What the run's trainer holds for the model on this process: weights, a
-// gradient slab per local device (the memory-efficient trainer keeps one
-// layer's gradients at a time: none counted), the optimizer's slots and the
-// tables kept with the layers, and the state slab for a device's share of
-// the batch: twice (the standard trainer keeps the state as the step found
-// it, to put back after a non-finite step) or three times (the
-// memory-efficient one keeps it around each layer's forward); other
-// devices' copies are not counted (from below); T is the examples' length
-// (0: the data decide it). Without a run (run == NULL, a builder's check):
-// the weights, the gradient slab ct_net_init allocates beside them, and the
-// tables.
 // A device's share of the batch, in examples.
 static double device_examples(const ct_config_run_shape *run) {
     int n_dev = run->n_devices > 0 ? run->n_devices : 1, n_proc = run->n_processes > 0 ? run->n_processes : 1;
@@ -329,6 +318,17 @@ static double state_bytes(const totals *t, const ct_config_run_shape *run, int64
     return F32 * (t->state + per_example * examples) * (run->memory_efficient ? 3 : 2);
 }
 
+// What the run's trainer holds for the model on this process: weights, a
+// gradient slab per local device (the memory-efficient trainer keeps one
+// layer's gradients at a time: none counted), the optimizer's slots and the
+// tables kept with the layers, and the state slab for a device's share of
+// the batch: twice (the standard trainer keeps the state as the step found
+// it, to put back after a non-finite step) or three times (the
+// memory-efficient one keeps it around each layer's forward); other
+// devices' copies are not counted (from below); T is the examples' length
+// (0: the data decide it). Without a run (run == NULL, a builder's check):
+// the weights, the gradient slab ct_net_init allocates beside them, and the
+// tables.
 static double model_bytes(const totals *t, const ct_config_run_shape *run, int64_t T) {
     if (!run) return F32 * (2 * t->weights + t->host);
     int n_dev = run->n_devices > 0 ? run->n_devices : 1;
