@@ -64,6 +64,28 @@ def legend_texts(panel):
             for t in g.iter(NS + "text")]
 
 
+def check_legend_inside(metric, panel):
+    """Every legend entry (its line, and its text at ctrax plot's 7 px a
+    character) and "+N more" lies inside the panel's box."""
+    box = [r for r in panel.iter(NS + "rect") if r.get("fill") == "#fafafa"]
+    if len(box) != 1:
+        fail(f"{metric}: {len(box)} panel boxes")
+    bx, by = float(box[0].get("x")), float(box[0].get("y"))
+    bw, bh = float(box[0].get("width")), float(box[0].get("height"))
+    for g in panel.iter(NS + "g"):
+        if g.get("class") not in ("legend", "legend-more"):
+            continue
+        for t in g.iter(NS + "text"):
+            x, y, n = float(t.get("x")), float(t.get("y")), len("".join(t.itertext()))
+            x0, x1 = (x - 7 * n, x) if t.get("text-anchor") == "end" else (x, x + 7 * n)
+            if not (bx - 0.15 <= x0 and x1 <= bx + bw + 0.15 and by <= y <= by + bh):
+                fail(f"{metric}: legend text '{''.join(t.itertext())}' at ({x0:.1f}..{x1:.1f}, {y}) is outside "
+                     f"the panel ({bx}..{bx + bw}, {by}..{by + bh})")
+        for ln in g.iter(NS + "line"):
+            if not (bx - 0.15 <= float(ln.get("x1")) and float(ln.get("x2")) <= bx + bw + 0.15):
+                fail(f"{metric}: a legend line at x {ln.get('x1')} is outside the panel ({bx}..{bx + bw})")
+
+
 def add_points(scale, want, pts):
     for (step, value), (x, y) in zip(want, pts):
         scale["x"].append((float(step), x))
@@ -173,6 +195,9 @@ def main():
         lines = {p.get("data-mode"): p for p in panel.iter(NS + "polyline")}
         scale = {"x": [], "y": []}  # (data, page) pairs of every curve of the panel
         modes = sorted(mode for (m, mode) in expected if m == metric)
+        more = ["".join(t.itertext()) for g in panel.iter(NS + "g") if g.get("class") == "legend-more"
+                for t in g.iter(NS + "text")]
+        shown = 0
         if sorted(lines) != modes:
             fail(f"panel {metric!r} has curves for modes {sorted(lines)}, expected {modes}")
         for mode in modes:
@@ -202,13 +227,20 @@ def main():
             if len(marks) != n_bad:
                 fail(f"{metric} {mode}: {len(marks)} marks of values not finite, expected {n_bad}")
             label = f"{mode} ({len(every[(metric, mode)])})"
-            if label not in legend_texts(panel):
+            if label in legend_texts(panel):
+                shown += 1
+            elif any(t.endswith("...") and label.startswith(t[:-3]) for t in legend_texts(panel)):
+                shown += 1  # a long name, cut to the panel's width
+            elif not more:
                 fail(f"{metric}: no legend '{label}' in {legend_texts(panel)}")
             # Dots on the curve's points when there are at most 60.
             dots = [c for g in line_groups(panel, line) if g.get("class") == "markers" for c in g.iter(NS + "circle")]
             if len(dots) != (len(want) if len(want) <= 60 else 0):
                 fail(f"{metric} {mode}: {len(dots)} dots for {len(want)} points")
             add_points(scale, want, pts)
+        if more and int(more[0][1:].split()[0]) != len(modes) - shown:
+            fail(f"{metric}: legend says '{more[0]}' but {len(modes) - shown} of {len(modes)} modes have no label")
+        check_legend_inside(metric, panel)
         check_scale(metric, panel, scale)
     print(f"check_svg: {svg_path}: well-formed SVG, {len(panels)} panel(s), {n_curves} curve(s) as in {jsonl}")
 

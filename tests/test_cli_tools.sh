@@ -364,6 +364,15 @@ for n in (1024, 1025):
 expect_exit 1 "more than 1024 \(metric, mode\) series" plot "$tmp/s1025.jsonl" -o "$tmp/s1025.svg"
 expect_exit 0 "skipped 1 line\(s\) .*\(the first: line 1025: " plot "$tmp/s1024.jsonl" -o "$tmp/s1024.svg"
 check "plot of 1024 modes" "$py" "$src/tests/check_svg.py" "$tmp/s1024.svg" "$tmp/s1024.jsonl" metrics/loss
+has "$tmp/s1024.svg" '>\+[0-9]+ more</text>'
+# A mode named with 200 characters and a long metric name: the legend stays
+# inside the panel (check_svg), the name cut with "...".
+"$py" -c 'import json
+for s in (1, 2): print(json.dumps({"step": s, "mode": "m" * 200, "metric": "metrics/" + "x" * 40, "value": s}))' \
+    >"$tmp/long_mode.jsonl"
+expect_exit 0 "" plot "$tmp/long_mode.jsonl" -o "$tmp/long_mode.svg"
+check "plot of a 200-character mode" "$py" "$src/tests/check_svg.py" "$tmp/long_mode.svg" "$tmp/long_mode.jsonl" \
+    "metrics/$(printf 'x%.0s' {1..40})"
 expect_exit 2 "-o expects a file name" plot "$run10" -o ""
 expect_exit 2 "-o needs a value" plot "$run10" -o
 expect_exit 2 "unknown option '--bogus'" plot "$run10" --bogus

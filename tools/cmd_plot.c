@@ -490,18 +490,35 @@ static void draw_curve(buf *b, const frame *f, const char *metric, const series 
     put(b, "</g>\n");
 }
 
-// The legend, top right of the panel at (ox, oy): a line and "mode (n)" per
-// curve.
-static void draw_legend(buf *b, const series *const *ss, int ns, double ox, double oy) {
-    double lx = ox + PANEL_W - PAD_R;
+// The legend, top right of the panel at (ox, oy): a line and "mode (n)"
+// per curve, right to left (about 7 px a character at 12 px), the first row
+// stopping short of the title (which ends near title_end), more rows below
+// it as the width runs out, and "+N more" on the last row that fits above
+// the plot's bottom: many modes once ran off the panel's left edge.
+static void draw_legend(buf *b, const series *const *ss, int ns, double ox, double oy, double title_end) {
+    const double right = ox + PANEL_W - PAD_R, bottom = oy + PANEL_H - PAD_B, row = 16;
+    double lx = right, y = oy + 18, left = title_end + 12;
     for (int k = ns - 1; k >= 0; k--) {
         char label[96];
         snprintf(label, sizeof label, "%s (%d)", ss[k]->mode, ss[k]->n);
+        size_t fits = (size_t)((right - (ox + PAD_L) - 26) / 7);  // characters in a row
+        if (strlen(label) > fits) memcpy(label + fits - 3, "...", 4);  // a mode's name is anyone's length
         double w = 7.0 * (double)strlen(label) + 26;
+        if (lx - w < left && lx < right) {  // a new row
+            y += row;
+            lx = right;
+            left = ox + PAD_L;
+            if (y + row + 4 > bottom) {  // no room for a row after this one: say how many are left
+                put(b, "<g class=\"legend-more\"><text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
+                       "text-anchor=\"end\">+%d more</text></g>\n",
+                    right, y + 4, k + 1);
+                return;
+            }
+        }
         lx -= w;
         put(b, "<g class=\"legend\"><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                "stroke-width=\"2.5\"/><text x=\"%.1f\" y=\"%.1f\" font-size=\"12\">",
-            lx, oy + 18, lx + 16, oy + 18, mode_color(ss[k]->mode, k), lx + 20, oy + 22);
+            lx, y, lx + 16, y, mode_color(ss[k]->mode, k), lx + 20, y + 4);
         put_text(b, label);
         put(b, "</text></g>\n");
     }
@@ -526,7 +543,7 @@ static void draw_panel(buf *b, const metrics *m, const char *metric, double ox, 
     put(b, "</text>\n");
     draw_axes(b, &f);
     for (int k = 0; k < ns; k++) draw_curve(b, &f, metric, ss[k], mode_color(ss[k]->mode, k));
-    draw_legend(b, ss, ns, ox, oy);
+    draw_legend(b, ss, ns, ox, oy, f.x0 + 8.5 * (double)strlen(metric));  // the title: 14 px bold
     put(b, "</g>\n");
 }
 
