@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "capture.h"
 #include "check.h"
 #include "scratch.h"
 #include "ctrax/core/log.h"
@@ -63,31 +64,6 @@ static void truncate_by(const char *path, long n) {
     struct stat sb;
     CHECK(stat(path, &sb) == 0);
     CHECK(truncate(path, sb.st_size - n) == 0);
-}
-
-// stderr into a file while a call runs, to see the warnings it logs.
-typedef struct capture {
-    int saved;
-    FILE *f;
-} capture;
-
-static void capture_begin(capture *c) {
-    fflush(stderr);
-    c->f = tmpfile();
-    c->saved = dup(2);
-    dup2(fileno(c->f), 2);
-}
-
-static char *capture_end(capture *c) {
-    fflush(stderr);
-    dup2(c->saved, 2);
-    close(c->saved);
-    long n = ftell(c->f);
-    char *s = calloc((size_t)n + 1, 1);
-    rewind(c->f);
-    if (fread(s, 1, (size_t)n, c->f) != (size_t)n) s[0] = '\0';
-    fclose(c->f);
-    return s;
 }
 
 static uint16_t to_bf16(float f) {

@@ -408,15 +408,35 @@ static void replica_crcs(ct_loop *l, uint32_t *crc) {
     }
 }
 
-// Data-parallel processes each hold a replica of the weights and slots that
-// must stay bit for bit the chief's: each applies the same update to the
+// Copies the chief's weights (the whole slab) and optimizer slots (the
+// trainer's and each task's own) to every process.
+static ct_status copy_chief_replica(ct_loop *l, ct_error *err) {
+    const ct_net *net = ct_trainer_net(l->trainer);
+    CT_TRY(ct_comm_broadcast(l->comm, net->weights, net->n_weights * sizeof(float), 0, err));
+    for (int task = 0; task < l->n_tasks; task++) {
+        if (task > 0 && !l->task_opts[task].opt) continue;
+        swap_task_optimizer(l, task);
+        size_t n;
+        float *slots = ct_trainer_slots(l->trainer, &n);
+        ct_status st = ct_comm_broadcast(l->comm, slots, n * sizeof(float), 0, err);
+        swap_task_optimizer(l, task);
+        CT_TRY(st);
+    }
+    return CT_OK;
+}
+
+// Data-parallel processes each hold a copy of the weights and slots that
+// should stay bit for bit the chief's: each applies the same update to the
 // same weights from the same summed gradients. A host whose CPU rounds an
-// update otherwise (another kernel), a flipped bit or a defect would let the
-// replicas drift apart silently, each process then training its own model
-// and the chief's checkpoint holding one of them. So before each checkpoint
-// every process compares a crc32 of each parameter's weights and slots with
-// the chief's, and all stop if any differs (the last checkpoint, written
-// while they agreed, is where to resume: every process loads it alike).
+// update otherwise (another kernel on a cluster of mixed machines), a
+// flipped bit or a defect lets the copies drift apart silently, each
+// process then training its own model and the checkpoint holding the
+// chief's alone, from which a resumed run would not continue as this one
+// does. So before each checkpoint every process compares a crc32 of each
+// parameter's weights and slots with the chief's; if any differs, each that
+// does says which (a warning), and the chief's are copied to every process
+// before the checkpoint: training goes on from one model, and the
+// checkpoint resumes it bit for bit.
 static ct_status check_replicas(ct_loop *l, ct_error *err) {
     if (!l->comm || ct_comm_size(l->comm) <= 1) return CT_OK;
     const ct_net *net = ct_trainer_net(l->trainer);
@@ -425,20 +445,26 @@ static ct_status check_replicas(ct_loop *l, ct_error *err) {
     replica_crcs(l, mine);
     memcpy(chief, mine, n * sizeof *chief);
     ct_status st = ct_comm_broadcast(l->comm, chief, n * sizeof *chief, 0, err);
-    for (size_t k = 0; st == CT_OK && k < n; k++)
-        if (mine[k] != chief[k])
-            st = ct_error_set(err, CT_ERR_STATE,
-                              "loop: step %lld: process %d's %s of %s differ from process 0's (crc32 %08x here, %08x "
-                              "on process 0): the processes' replicas drifted apart (do their CPUs differ? compare "
-                              "`ctrax info --system` on each host); no checkpoint written",
-                              (long long)l->step, ct_comm_rank(l->comm), k % 2 ? "optimizer slots" : "weights",
-                              net->params[k / 2]->full_name, mine[k], chief[k]);
+    size_t k = 0;
+    while (k < n && mine[k] == chief[k]) k++;
+    double n_differ = k < n;
+    if (st == CT_OK) st = ct_comm_allreduce_f64(l->comm, &n_differ, 1, err);
+    if (st == CT_OK && k < n)
+        ct_log(CT_LOG_WARN,
+               "loop: step %lld: process %d's %s of %s differ from process 0's (crc32 %08x here, %08x on process 0): "
+               "the processes' copies drifted apart (do their CPUs differ? compare `ctrax info --system` on each "
+               "host); process 0's weights and slots are copied to every process",
+               (long long)l->step, ct_comm_rank(l->comm), k % 2 ? "optimizer slots" : "weights",
+               net->params[k / 2]->full_name, mine[k], chief[k]);
+    else if (st == CT_OK && n_differ > 0 && is_chief(l))
+        ct_log(CT_LOG_WARN,
+               "loop: step %lld: %.0f other process(es) hold weights or slots that differ from process 0's (each "
+               "says which): process 0's are copied to every process",
+               (long long)l->step, n_differ);
     ct_free(mine);
     ct_free(chief);
-    return ct_train_agree(l->comm, st, err,
-                          "loop: step %lld: another process's weights or optimizer slots differ from process 0's (its "
-                          "error is in its output): the replicas drifted apart; no checkpoint written",
-                          (long long)l->step);
+    if (st == CT_OK && n_differ > 0) st = copy_chief_replica(l, err);
+    return st;
 }
 
 // The file of task i's own slots: slots_task<i>.safetensors.
