@@ -184,6 +184,54 @@ static void test_other_seed_refused(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// The last rank builds its trainer with another setting that changes the
+// collectives (Adasum, the memory-efficient trainer, other bucket bytes) or
+// the update (clipping, a frozen weight): every rank refuses, the last
+// naming the setting, before any step could mismatch a collective or let
+// the replicas drift apart.
+static void test_other_options_refused(void) {
+    int32_t tokens[DIST_B * DIST_T] = {0};
+    float weights[DIST_B * DIST_T] = {0};
+    int rows = DIST_B / size;
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens), ct_tensor_2d(CT_DTYPE_I32, rows, DIST_T, tokens),
+                          ct_tensor_2d(CT_DTYPE_F32, rows, DIST_T, weights)};
+    static const char *const frozen[] = {"Serial/Dense[1]/bias"};
+    static const char *const names[] = {"Adasum", "memory-efficient trainer", "gradient bucket bytes", "clip_grad_norm",
+                                        "frozen weight floats"};
+    for (int k = 0; k < 5; k++) {
+        ct_layer *model = ct_serial(CT_LAYERS(ct_embedding(DIST_VOCAB, 4), ct_dense(DIST_VOCAB)));
+        ct_layer *loss = ct_weighted_category_cross_entropy();
+        ct_trainer_options o = ct_trainer_default_options();
+        o.comm = comm;
+        o.reversible.log_every = 0;
+        if (rank == size - 1) {
+            if (k == 0) o.adasum = true;
+            if (k == 1) o.memory_efficient = true;
+            if (k == 2) o.bucket_bytes = 4096;
+            if (k == 3) o.clip_grad_norm = 1.0f;
+            if (k == 4) {
+                o.frozen = frozen;
+                o.n_frozen = 1;
+            }
+        }
+        ct_device dev = ct_device_cpu();
+        ct_trainer *tr = NULL;
+        ct_error err;
+        ct_status st = ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(5),
+                                      &dev, &o, &err);
+        CHECK_MSG(st == CT_ERR_ARG, "rank %d: a trainer with another %s on rank %d: status %d", rank, names[k], size - 1,
+                  (int)st);
+        const char *want = rank == size - 1 ? names[k] : "another process builds another trainer";
+        CHECK_MSG(st != CT_OK && strstr(err.msg, want) != NULL, "rank %d: '%s', not '%s'", rank,
+                  st != CT_OK ? err.msg : "accepted", want);
+        if (st != CT_OK) printf("rank %d, another %s on rank %d: %s\n", rank, names[k], size - 1, err.msg);
+        ct_trainer_free(tr);
+        ct_layer_free(model);
+        ct_layer_free(loss);
+        CHECK(dev.current_bytes == 0);
+    }
+}
+
 // The memory-efficient trainer over ranks (x local devices) against the
 // standard trainer on one device with the whole batch; and its Adasum over
 // ranks against the standard trainer's.
@@ -459,6 +507,62 @@ static void test_eval_rows_numbered_globally(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// An eval batch that does not split over the ranks (3 rows over 2) is
+// refused when the evaluator is made, on every rank, naming the fix: not at
+// the first eval, after training has begun.
+static void test_eval_batch_must_split(void) {
+    ct_copy_task copy = {DIST_VOCAB, 5, false, 11, 0};
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 2 * size - 1;
+    ct_layer *model = dist_model(DIST_STANDARD_TRANSFORMER, 0.0f), *metric = ct_weighted_category_cross_entropy();
+    ct_device dev = ct_device_cpu();
+    ct_error err;
+    ct_stream *s = NULL;
+    CHECK_OK(ct_copy_stream_new(&s, &copy, &err), &err);
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    ct_eval_task task = {.stream = s, .n_metrics = 1, .n_batches = 1, .metrics = {metric}};
+    ct_evaluator *ev = NULL;
+    ct_status st = ct_evaluator_new(&ev, model, &task, comm, &dev, &err);
+    char want[64];
+    snprintf(want, sizeof want, "make the eval batch size a multiple of %d", size);
+    CHECK_MSG(st == CT_ERR_SHAPE && strstr(err.msg, want), "rank %d: an eval batch of %d rows over %d ranks: %s", rank,
+              bp.batch_size, size, st == CT_OK ? "accepted" : err.msg);
+    if (rank == 0 && st != CT_OK) printf("eval batch of %d rows over %d ranks: %s\n", bp.batch_size, size, err.msg);
+    ct_evaluator_free(ev);
+    ct_stream_free(s);
+    ct_layer_free(model);
+    ct_layer_free(metric);
+    CHECK(dev.current_bytes == 0);
+}
+
+// The loss-only eval over ranks where the last rank's pass fails (a negative
+// loss weight in its rows): it fails with its own error, and every other
+// rank fails too, not with a loss of its own rows alone.
+static void test_eval_loss_failure_stops_all(void) {
+    float x[2 * 3] = {0}, y[2] = {0}, w[2] = {1, rank == size - 1 ? -1.0f : 1.0f};
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 2, 3, x), ct_tensor_2d(CT_DTYPE_F32, 2, 1, y),
+                          ct_tensor_2d(CT_DTYPE_F32, 2, 1, w)};
+    ct_layer *model = ct_dense(1), *loss = ct_l2_loss();
+    ct_trainer_options o = ct_trainer_default_options();
+    o.comm = comm;
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr = NULL;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(5), &dev,
+                            &o, &err),
+             &err);
+    float l = 0;
+    ct_status st = tr ? ct_trainer_eval_loss(tr, batch, ct_key_from_seed(6), &l, &err) : CT_ERR_STATE;
+    const char *want = rank == size - 1 ? "weight [1] is -1" : "eval loss: a device failed";
+    CHECK_MSG(st != CT_OK && strstr(err.msg, want), "rank %d: eval loss with a failing rank %d: %s", rank, size - 1,
+              st == CT_OK ? "a loss of its own rows" : err.msg);
+    if (st != CT_OK) printf("rank %d, eval loss, rank %d fails: %s\n", rank, size - 1, err.msg);
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
 // ---- the Loop over ranks: where only some ranks can fail ---------------------------
 
 // A Loop of the copy task's TransformerLM over comm, writing to dir; *st its status.
@@ -727,6 +831,7 @@ int main(void) {
     test_adasum_devices_order();
     compare_keys_and_rows();
     test_other_seed_refused();
+    test_other_options_refused();
     compare_reversible(1, false);
     compare_reversible(2, false);
     compare_reversible(2, true);
@@ -739,6 +844,8 @@ int main(void) {
     test_standard_failure_stops_all(1, 2, true);
     test_eval_rows_numbered_globally();
     test_eval_failure_stops_all();
+    test_eval_batch_must_split();
+    test_eval_loss_failure_stops_all();
     test_loop_chief_cannot_resume();
     test_loop_rank_cannot_resume();
     test_loop_chief_cannot_write();

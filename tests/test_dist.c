@@ -363,6 +363,282 @@ static void test_reversible_batch_must_split(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// ---- a step against a hand computation -------------------------------------------------
+
+// Dense(2) on x (3, 3) with L2Loss, weights per row {1, 1}, {0, 0}, {0.5, 2}:
+// on 3 local devices each takes one row, and device 1's loss weights sum to
+// 0. The loss, its gradient, the stats, clipping and the SGD update are
+// computed here in double from the initial weights:
+//   yhat = x K + b (3, 2); W = sum w; L = sum w (yhat - y)^2 / W;
+//   dL/dyhat = 2 w (yhat - y) / W; gK = x^T dyhat (3, 2); gb = sum_rows dyhat (2);
+//   c = min(1, clip / |g|); K' = K - lr c gK; b' = b - lr c gb.
+enum { HB = 3, HD = 3, HO = 2 };
+
+typedef struct hand_step {
+    double loss, g_norm, w_norm;
+    double g[HD * HO + HO];  // gK then gb
+} hand_step;
+
+static void hand_reference(const float *x, const float *y, const float *w, const float *k, const float *b,
+                           hand_step *r) {
+    double wsum = 0, lsum = 0, dy[HB * HO];
+    for (int i = 0; i < HB * HO; i++) wsum += w[i];
+    for (int n = 0; n < HB; n++)
+        for (int j = 0; j < HO; j++) {
+            double yh = b[j];
+            for (int i = 0; i < HD; i++) yh += (double)x[n * HD + i] * k[i * HO + j];
+            double d = yh - y[n * HO + j];
+            lsum += w[n * HO + j] * d * d;
+            dy[n * HO + j] = 2 * w[n * HO + j] * d / wsum;
+        }
+    r->loss = lsum / wsum;
+    memset(r->g, 0, sizeof r->g);
+    for (int n = 0; n < HB; n++)
+        for (int j = 0; j < HO; j++) {
+            for (int i = 0; i < HD; i++) r->g[i * HO + j] += (double)x[n * HD + i] * dy[n * HO + j];
+            r->g[HD * HO + j] += dy[n * HO + j];
+        }
+    double g2 = 0, w2 = 0;
+    for (int i = 0; i < HD * HO + HO; i++) g2 += r->g[i] * r->g[i];
+    for (int i = 0; i < HD * HO; i++) w2 += (double)k[i] * k[i];
+    for (int j = 0; j < HO; j++) w2 += (double)b[j] * b[j];
+    r->g_norm = sqrt(g2);
+    r->w_norm = sqrt(w2);
+}
+
+// One SGD step (lr 0.5) of Dense(2) on n_devices local devices, against the
+// hand computation; clip_frac > 0 clips to that fraction of the true norm;
+// all_frozen freezes every weight (Adam then: no slots, nothing moves).
+static void hand_step_check(int n_devices, float clip_frac, bool all_frozen) {
+    float x[HB * HD], y[HB * HO], w[HB * HO] = {1, 1, 0, 0, 0.5f, 2};
+    ct_random_uniform(ct_key_from_seed(21), x, HB * HD, -1, 1);
+    ct_random_uniform(ct_key_from_seed(22), y, HB * HO, -2, 2);
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, HB, HD, x), ct_tensor_2d(CT_DTYPE_F32, HB, HO, y),
+                          ct_tensor_2d(CT_DTYPE_F32, HB, HO, w)};
+    ct_layer *model = ct_dense(HO), *loss = ct_l2_loss();
+    ct_device dev = ct_device_cpu();
+    ct_trainer_options o = ct_trainer_default_options();
+    o.n_devices = n_devices;
+    static const char *const every[] = {""};  // every name starts with ""
+    if (all_frozen) {
+        o.frozen = every;
+        o.n_frozen = 1;
+    }
+    ct_trainer *tr;
+    ct_error err;
+    ct_optimizer *opt = all_frozen ? ct_adam_new(ct_adam_default_params()) : ct_sgd_new(ct_sgd_default_params());
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, opt, ct_key_from_seed(23), &dev, &o, &err), &err);
+    const ct_net *net = ct_trainer_net(tr);
+    CHECK(net->n_params == 2 && net->n_weights == HD * HO + HO);
+    const ct_param *kp = net->params[0], *bp = net->params[1];
+    CHECK(kp->sig.ndim == 2 && kp->sig.shape[0] == HD && kp->sig.shape[1] == HO && bp->offset == HD * HO);
+    float w0[HD * HO + HO];
+    memcpy(w0, net->weights, sizeof w0);
+    hand_step r;
+    hand_reference(x, y, w, w0, w0 + HD * HO, &r);
+    double clip = clip_frac > 0 ? clip_frac * r.g_norm : 0, c = clip > 0 && r.g_norm > clip ? clip / r.g_norm : 1;
+    if (clip > 0) {
+        // A fresh trainer with clipping: the same init key, the same weights.
+        ct_trainer_free(tr);
+        o.clip_grad_norm = (float)clip;
+        CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(23),
+                                &dev, &o, &err),
+                 &err);
+        net = ct_trainer_net(tr);
+        CHECK(memcmp(net->weights, w0, sizeof w0) == 0);
+    }
+    float eval = 0;
+    CHECK_OK(ct_trainer_eval_loss(tr, batch, ct_key_from_seed(24), &eval, &err), &err);
+    CHECK_NEAR(eval, r.loss, 1e-6 * r.loss);
+    ct_step_stats s;
+    const float lr = 0.5f;
+    CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(24), 1, lr, &s, &err), &err);
+    CHECK_NEAR(s.loss, r.loss, 1e-6 * r.loss);
+    CHECK_NEAR(s.weights_l2, r.w_norm, 1e-6 * r.w_norm);
+    double worst = 0, worst_g = 0;
+    const float *g = ct_trainer_grads(tr);
+    for (int i = 0; i < HD * HO + HO; i++) {
+        double want = all_frozen ? w0[i] : w0[i] - lr * c * r.g[i];
+        worst = fmax(worst, fabs(net->weights[i] - want));
+        worst_g = fmax(worst_g, fabs(g[i] - (all_frozen ? 0 : c * r.g[i])));
+    }
+    printf("Dense(2), %d local device(s)%s%s: loss %.7f (hand %.7f), |g| %.7f (hand %.7f), |w| %.7f (hand %.7f), "
+           "max |weight - hand| %.2g, max |grad - hand| %.2g\n",
+           n_devices, clip > 0 ? ", clipped" : "", all_frozen ? ", every weight frozen" : "", s.loss, r.loss,
+           s.gradients_l2, all_frozen ? 0 : r.g_norm, s.weights_l2, r.w_norm, worst, worst_g);
+    // Frozen: no gradient counts, nothing moves, no slots (Adam would have 2 per weight).
+    CHECK_NEAR(s.gradients_l2, all_frozen ? 0 : r.g_norm, 1e-6 * r.g_norm);
+    CHECK_MSG(all_frozen ? worst == 0 : worst <= 1e-6, "weights off the hand computation by %g", worst);
+    CHECK_MSG(worst_g <= 1e-6, "kept gradients off the hand computation (after clipping) by %g", worst_g);
+    size_t n_slots = 99;
+    ct_trainer_slots(tr, &n_slots);
+    if (all_frozen) CHECK(n_slots == 0);
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
+// 3 local devices: a batch that does not divide by 3 is refused at
+// construction and at a step, and an eval batch of fewer rows than devices too.
+static void test_three_devices_refuse_odd_batches(void) {
+    float x[4 * HD] = {0}, y[4 * HO] = {0}, w[4 * HO] = {1, 1, 1, 1, 1, 1, 1, 1};
+    ct_layer *model = ct_dense(HO), *loss = ct_l2_loss();
+    ct_device dev = ct_device_cpu();
+    ct_trainer_options o = ct_trainer_default_options();
+    o.n_devices = 3;
+    ct_trainer *tr;
+    ct_error err;
+    ct_tensor four[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, HD, x), ct_tensor_2d(CT_DTYPE_F32, 4, HO, y),
+                         ct_tensor_2d(CT_DTYPE_F32, 4, HO, w)};
+    CHECK(ct_trainer_new(&tr, model, loss, four, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(1), &dev, &o,
+                         &err) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(err.msg, "does not split over 3 devices"), "%s", err.msg);
+    ct_tensor three[3] = {ct_tensor_2d(CT_DTYPE_F32, 3, HD, x), ct_tensor_2d(CT_DTYPE_F32, 3, HO, y),
+                          ct_tensor_2d(CT_DTYPE_F32, 3, HO, w)};
+    CHECK_OK(ct_trainer_new(&tr, model, loss, three, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(1), &dev,
+                            &o, &err),
+             &err);
+    const ct_net *net = ct_trainer_net(tr);
+    float before[HD * HO + HO];
+    memcpy(before, net->weights, sizeof before);
+    ct_step_stats s;
+    CHECK(ct_trainer_one_step(tr, four, ct_key_from_seed(1), 1, 0.1f, &s, &err) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(err.msg, "does not split evenly over 3 local devices"), "%s", err.msg);
+    ct_tensor one[3] = {ct_tensor_2d(CT_DTYPE_F32, 1, HD, x), ct_tensor_2d(CT_DTYPE_F32, 1, HO, y),
+                        ct_tensor_2d(CT_DTYPE_F32, 1, HO, w)};
+    float l = -1;
+    CHECK(ct_trainer_eval_loss(tr, one, ct_key_from_seed(1), &l, &err) == CT_ERR_SHAPE);
+    printf("3 devices, an eval batch of 1 row: %s\n", err.msg);
+    CHECK(memcmp(before, net->weights, sizeof before) == 0);
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
+// A device whose pass fails (a negative loss weight in the last device's
+// row; one row each) fails the step with its error, said to be that
+// device's, and nothing moves.
+static void failing_device_named(int n_devices) {
+    float x[HB * HD] = {0}, y[HB * HO] = {0}, w[HB * HO] = {1, 1, 1, 1, 1, 1};
+    w[(n_devices - 1) * HO] = -1;
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, n_devices, HD, x), ct_tensor_2d(CT_DTYPE_F32, n_devices, HO, y),
+                          ct_tensor_2d(CT_DTYPE_F32, n_devices, HO, w)};
+    ct_layer *model = ct_dense(HO), *loss = ct_l2_loss();
+    ct_device dev = ct_device_cpu();
+    ct_trainer_options o = ct_trainer_default_options();
+    o.n_devices = n_devices;
+    ct_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(1), &dev,
+                            &o, &err),
+             &err);
+    const ct_net *net = ct_trainer_net(tr);
+    float before[HD * HO + HO];
+    memcpy(before, net->weights, sizeof before);
+    ct_step_stats s;
+    ct_status st = ct_trainer_one_step(tr, batch, ct_key_from_seed(1), 1, 0.1f, &s, &err);
+    printf("%d devices, a negative loss weight on the last: %s\n", n_devices, st == CT_OK ? "accepted" : err.msg);
+    char want[32];
+    snprintf(want, sizeof want, "device %d: ", n_devices - 1);
+    CHECK_MSG(st == CT_ERR_ARG && strncmp(err.msg, want, strlen(want)) == 0 && strstr(err.msg, "weight [0] is -1"),
+              "status %d: %s", (int)st, err.msg);
+    CHECK(memcmp(before, net->weights, sizeof before) == 0);
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
+static void test_failing_device_named(void) {
+    failing_device_named(2);
+    failing_device_named(3);
+}
+
+// Every device's gradient finite, their sum not: Dense(1) at zero weights on
+// rows (1e37, 0, 0) with targets 10, on 2 devices of 2 rows (seeds 1): each
+// row's output gradient is 2 (0 - 10) / 2 = -10, so each device's kernel
+// gradient is 2 x 1e37 x -10 = -2e38 (finite in f32), and their sum, -4e38,
+// is -inf (no NaN anywhere); the loss, 100, is finite. The step must fail as
+// a non-finite gradient from the combining and move nothing (an update would
+// make the kernel inf).
+static void test_gradient_sum_overflow(void) {
+    float x[4 * HD] = {1e37f, 0, 0, 1e37f, 0, 0, 1e37f, 0, 0, 1e37f, 0, 0}, y[4] = {10, 10, 10, 10}, w[4] = {1, 1, 1, 1};
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, HD, x), ct_tensor_2d(CT_DTYPE_F32, 4, 1, y),
+                          ct_tensor_2d(CT_DTYPE_F32, 4, 1, w)};
+    ct_layer *model = ct_dense(1), *loss = ct_l2_loss();
+    ct_device dev = ct_device_cpu();
+    ct_trainer_options o = ct_trainer_default_options();
+    o.n_devices = 2;
+    ct_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(1), &dev,
+                            &o, &err),
+             &err);
+    const ct_net *net = ct_trainer_net(tr);
+    memset(net->weights, 0, net->n_weights * sizeof(float));
+    ct_step_stats s = {0};
+    ct_status st = ct_trainer_one_step(tr, batch, ct_key_from_seed(1), 1, 0.1f, &s, &err);
+    printf("2 devices, finite gradients whose sum overflows: %s\n", st == CT_OK ? "the step went through" : err.msg);
+    CHECK_MSG(st == CT_ERR_NONFINITE && strstr(err.msg, "non-finite gradient (global L2 norm inf)") &&
+                  strstr(err.msg, "came from combining them"),
+              "status %d: %s", (int)st, st == CT_OK ? "accepted" : err.msg);
+    bool zero = true;
+    for (size_t i = 0; i < net->n_weights; i++) zero &= net->weights[i] == 0.0f;
+    CHECK_MSG(zero, "a step whose combined gradient is inf moved the weights");
+    ct_trainer_free(tr);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
+static void test_step_against_hand(void) {
+    hand_step_check(1, 0, false);
+    hand_step_check(3, 0, false);
+    hand_step_check(3, 0.5f, false);
+    hand_step_check(1, 0.5f, false);
+    hand_step_check(3, 0, true);
+}
+
+// An eval batch of another size than the trainer was built for (evals
+// take any: LSH's buckets are sized for training's B only): LSH numbers
+// each example by its row in this batch (ct_ctx.first_row), so 2 local
+// devices hash as one device does, as in a step. The row numbers were those
+// of the construction batch: device 1 of a 4-row batch built for 8 drew
+// rows 4's and 5's rotations for rows 2 and 3.
+static void test_lsh_eval_other_batch_size(void) {
+    int32_t tokens[DIST_B * DIST_T];
+    float weights[DIST_B * DIST_T];
+    dist_batch(1, tokens, weights);
+    enum { R = DIST_B / 2 };
+    ct_tensor built[3] = {ct_tensor_2d(CT_DTYPE_I32, DIST_B, DIST_T, NULL),
+                          ct_tensor_2d(CT_DTYPE_I32, DIST_B, DIST_T, NULL),
+                          ct_tensor_2d(CT_DTYPE_F32, DIST_B, DIST_T, NULL)};
+    ct_tensor half[3] = {ct_tensor_2d(CT_DTYPE_I32, R, DIST_T, tokens), ct_tensor_2d(CT_DTYPE_I32, R, DIST_T, tokens),
+                         ct_tensor_2d(CT_DTYPE_F32, R, DIST_T, weights)};
+    ct_device dev = ct_device_cpu();
+    ct_error err;
+    float eval[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        ct_layer *model = dist_model(DIST_STANDARD_LSH_REFORMER, 0.0f), *loss = ct_weighted_category_cross_entropy();
+        ct_trainer_options o = ct_trainer_default_options();
+        o.n_devices = k + 1;
+        ct_trainer *tr;
+        CHECK_OK(ct_trainer_new(&tr, model, loss, built, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(5),
+                                &dev, &o, &err),
+                 &err);
+        CHECK_OK(ct_trainer_eval_loss(tr, half, ct_key_from_seed(6), &eval[k], &err), &err);
+        ct_trainer_free(tr);
+        ct_layer_free(model);
+        ct_layer_free(loss);
+    }
+    printf("LSH ReformerLM built for %d rows, an eval batch of %d: loss on 1 device %.7f, on 2 devices %.7f\n", DIST_B,
+           R, eval[0], eval[1]);
+    CHECK_NEAR(eval[0], eval[1], 1e-6 * fabs(eval[0]));
+    CHECK(dev.current_bytes == 0);
+}
+
 int main(void) {
     test_mean_divides();
     test_local_comm();
@@ -374,5 +650,10 @@ int main(void) {
     test_adasum_training_converges();
     test_reversible_local_devices();
     test_reversible_batch_must_split();
+    test_step_against_hand();
+    test_three_devices_refuse_odd_batches();
+    test_gradient_sum_overflow();
+    test_failing_device_named();
+    test_lsh_eval_other_batch_size();
     return check_summary("test_dist");
 }

@@ -1049,6 +1049,38 @@ static double weighted_eval(int n_batches) {
     return v;
 }
 
+// Metrics the evaluator cannot run are refused at the first eval, naming
+// them: one taking more inputs than the model's outputs and the rest of the
+// batch give (a Select model leaves 1 of the 3 items; CategoryAccuracy
+// takes 2), and one with weights of its own (Dense inside).
+static void test_eval_metric_refused(void) {
+    for (int k = 0; k < 2; k++) {
+        ct_stream *s = weighted_batches();
+        ct_layer *model = k == 0 ? ct_select(1, (int[]){0}, 3) : ct_log_softmax();
+        ct_layer *metric = k == 0 ? ct_category_accuracy()
+                                  : ct_serial(CT_LAYERS(ct_dense(3), ct_weighted_category_cross_entropy()));
+        ct_eval_task task = {.stream = s, .n_metrics = 1, .n_batches = 1, .metrics = {metric}};
+        ct_device dev = ct_device_cpu();
+        ct_evaluator *e;
+        ct_net net;
+        ct_error err;
+        double v = NAN;
+        CHECK_OK(ct_evaluator_new(&e, model, &task, NULL, &dev, &err), &err);
+        CHECK_OK(ct_evaluator_model_net(e, &net, ct_key_from_seed(1), &err), &err);
+        ct_status st = ct_evaluator_run(e, &net, ct_key_from_seed(2), &v, &err);
+        const char *want = k == 0 ? "metric CategoryAccuracy takes 2 inputs, the model and batch give 1"
+                                  : "must be weightless and give one scalar";
+        printf("eval metric refused: %s\n", st == CT_OK ? "accepted" : err.msg);
+        CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, want), "status %d (value %g): %s", (int)st, v,
+                  st == CT_OK ? "accepted" : err.msg);
+        ct_net_free(&net);
+        ct_evaluator_free(e);
+        ct_layer_free(model), ct_layer_free(metric);
+        ct_stream_free(s);
+        CHECK(dev.current_bytes == 0);
+    }
+}
+
 // An eval over batches weighs every token alike (Trax averages per batch, so
 // a batch of one weighted token counts as much as one of many): two batches
 // of 1 and 2 weighted rows give the mean of the 3 rows' cross-entropies,
@@ -1237,6 +1269,7 @@ int main(void) {
     test_evals_keep_state();
     test_eval_batch_split();
     test_eval_weighted_by_tokens();
+    test_eval_metric_refused();
     test_eval_key_per_batch();
     test_eval_keys_per_step();
     test_log_names_justified();

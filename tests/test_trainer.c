@@ -129,6 +129,11 @@ static void test_stats_and_errors(void) {
     CHECK(ct_trainer_one_step(tr, unweighted, ct_key_from_seed(2), 1, 0.1f, &s, &err) == CT_ERR_STATE);
     printf("loss weights all 0: %s\n", err.msg);
     CHECK_MSG(strstr(err.msg, "loss weights sum to 0"), "loss weights all 0: %s", err.msg);
+    // The loss-only eval too: an error, not a 0/0 loss of NaN.
+    float eval = 0;
+    ct_status est = ct_trainer_eval_loss(tr, unweighted, ct_key_from_seed(2), &eval, &err);
+    CHECK_MSG(est == CT_ERR_STATE && strstr(err.msg, "eval loss") && strstr(err.msg, "loss weights sum to 0"),
+              "eval, loss weights all 0: status %d, loss %g", (int)est, (double)eval);
     ct_trainer_free(tr);
 
     // A loss that does not leave a scalar is refused.
@@ -150,6 +155,39 @@ static void test_stats_and_errors(void) {
                       st == CT_OK ? "accepted" : err.msg);
             if (st == CT_OK) ct_trainer_free(tr);
         }
+    ct_layer_free(model);
+    ct_layer_free(loss);
+    CHECK(dev.current_bytes == 0);
+}
+
+// A loss that overflows float while everything under it is finite: L2Loss
+// sums in double, so (1e20)^2 is 1e40 there and inf only as its f32 value;
+// its gradient, 2 (yhat - y) / 4 per row, about 5e19, is finite. The step
+// must still fail as a non-finite loss (Trax's loss would be inf) and move
+// nothing, not update from a finite gradient and report a loss of inf.
+static void test_infinite_loss_finite_gradient(void) {
+    float x[4 * 3], y[4] = {1e20f, 1e20f, 1e20f, 1e20f}, w[4] = {1, 1, 1, 1};
+    ct_random_uniform(ct_key_from_seed(5), x, 12, -1, 1);
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, 3, x), ct_tensor_2d(CT_DTYPE_F32, 4, 1, y),
+                          ct_tensor_2d(CT_DTYPE_F32, 4, 1, w)};
+    ct_layer *model = ct_dense(1), *loss = ct_l2_loss();
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(1), &dev,
+                            NULL, &err),
+             &err);
+    const ct_net *net = ct_trainer_net(tr);
+    float before[4];
+    CHECK(net->n_weights == 4);
+    memcpy(before, net->weights, sizeof before);
+    ct_step_stats s = {0};
+    ct_status st = ct_trainer_one_step(tr, batch, ct_key_from_seed(2), 1, 1e-20f, &s, &err);
+    printf("a loss of inf over finite gradients: %s\n", st == CT_OK ? "the step went through" : err.msg);
+    CHECK_MSG(st == CT_ERR_NONFINITE && strstr(err.msg, "non-finite loss (inf)"), "status %d, loss %g", (int)st,
+              (double)s.loss);
+    CHECK_MSG(memcmp(before, net->weights, sizeof before) == 0, "a step with a loss of inf moved the weights");
+    ct_trainer_free(tr);
     ct_layer_free(model);
     ct_layer_free(loss);
     CHECK(dev.current_bytes == 0);
@@ -452,6 +490,7 @@ int main(void) {
     test_grads_both_trainers();
     test_clip_and_freeze();
     test_stats_and_errors();
+    test_infinite_loss_finite_gradient();
     test_determinism();
     test_learns();
     return check_summary("test_trainer");

@@ -102,20 +102,35 @@ static ct_status layout_slots(ct_trainer *t, ct_error *err) {
 
 // Every process must build the same trainer: a process with other weights
 // (another model) would send gradient buckets of other sizes (MPI then
-// corrupts memory), and one with another batch, optimizer or initial key
-// would train on other rows from other weights, silently. Each compares its
-// shape with the chief's, and all learn whether any differs.
+// corrupts memory), as would one with other bucket bytes, or one that
+// combines by Adasum or runs the memory-efficient trainer (other
+// collectives) where the others do not; one with another batch, optimizer,
+// initial key, clipping or frozen weights would train on other rows from
+// other weights, or update them otherwise, silently. Each compares its shape
+// with the chief's, and all learn whether any differs.
+enum { N_SAME = 13 };
 static ct_status same_everywhere(ct_trainer *t, ct_key init_key, int n_batch, ct_error *err) {
     if (ct_comm_size(t->comm) <= 1) return CT_OK;
-    uint64_t mine[7] = {t->net.n_weights, t->net.n_params, t->n_slot_floats, (uint64_t)t->n_local,
-                        (uint64_t)n_batch, (uint64_t)t->device_rows, (uint64_t)init_key.w[0] << 32 | init_key.w[1]};
-    uint64_t chief[7];
+    uint64_t frozen_floats = 0;
+    for (int i = 0; i < t->net.n_params; i++)
+        if (t->frozen[i]) frozen_floats += t->ranges[i].length;
+    uint32_t clip_bits;
+    memcpy(&clip_bits, &t->opts.clip_grad_norm, sizeof clip_bits);
+    const ct_trainer_options *o = &t->opts;
+    uint64_t mine[N_SAME] = {t->net.n_weights, t->net.n_params, t->n_slot_floats, (uint64_t)t->n_local,
+                             (uint64_t)n_batch, (uint64_t)t->device_rows, (uint64_t)init_key.w[0] << 32 | init_key.w[1],
+                             o->memory_efficient, o->adasum, o->bucket_bytes,
+                             clip_bits, o->memory_efficient ? (uint64_t)o->reversible.clip_mode : 0, frozen_floats};
+    uint64_t chief[N_SAME];
     memcpy(chief, mine, sizeof chief);
     CT_TRY(ct_comm_broadcast(t->comm, chief, sizeof chief, 0, err));
-    static const char *what[7] = {"weights", "parameters", "optimizer slot floats", "local devices",
-                                  "batch items", "rows per device", "initial key (train.random_seed)"};
+    static const char *what[N_SAME] = {"weights", "parameters", "optimizer slot floats", "local devices",
+                                       "batch items", "rows per device", "initial key (train.random_seed)",
+                                       "memory-efficient trainer", "Adasum", "gradient bucket bytes",
+                                       "clip_grad_norm (its float bits)", "reversible.clip_mode",
+                                       "frozen weight floats"};
     int bad = -1;
-    for (int i = 0; i < 7 && bad < 0; i++)
+    for (int i = 0; i < N_SAME && bad < 0; i++)
         if (mine[i] != chief[i]) bad = i;
     double n_bad = bad >= 0;
     CT_TRY(ct_comm_allreduce_f64(t->comm, &n_bad, 1, err));
@@ -390,7 +405,10 @@ ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key
         // Each device from the same state, as the step's replicas.
         if (state && d > 0) memcpy(net->state, state, net->n_state * sizeof(float));
         ct_net_bind(net, &t->eval_ctx, false);
-        t->eval_ctx.first_row = (int64_t)(t->first_global + d) * t->device_rows;
+        // Rows numbered in this batch (evals take any batch size), not the
+        // construction batch's device_rows: per-example draws (LSH's
+        // rotations) are then those one device makes for the whole batch.
+        t->eval_ctx.first_row = (int64_t)(t->first_global + d) * (net->n_in > 0 ? shard[0].shape[0] : 0);
         t->eval_ctx.loss_weight = -1;
         ct_key k = t->n_global > 1 ? ct_key_split(key, (uint32_t)(t->first_global + d)) : key;
         double w = 1.0;
