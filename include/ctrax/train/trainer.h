@@ -160,8 +160,10 @@ ct_status ct_trainer_eval_loss(ct_trainer *t, const ct_tensor *batch, ct_key key
 // parameter names. To run the model alone (evals, sampling) see evaluator.h.
 const ct_net *ct_trainer_net(const ct_trainer *t);
 // The combined gradients of the last step (what the update used, after
-// clipping), laid out as the net's weights; NULL before the first step and
-// for a memory-efficient trainer without reversible.keep_grads.
+// clipping), laid out as the net's weights; after a step skipped as
+// non-finite, that step's gradients (no update used them: non-finite
+// somewhere, frozen weights' zeroed); NULL before the first step and for a
+// memory-efficient trainer without reversible.keep_grads.
 const float *ct_trainer_grads(const ct_trainer *t);
 // The optimizer slot slab (for checkpoints and tests), and where weight i
 // (ct_trainer_net(t)->params[i]) has its slots: offset and count of floats
