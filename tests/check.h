@@ -69,6 +69,12 @@ static inline _Noreturn void check_stop_(const char *file, int line) {
 // program if not (see above).
 #define CHECK_OK(expr, errp) CHECK_OK_OR(expr, errp, check_stop_(__FILE__, __LINE__))
 
+// The larger of a running worst error m and a new error e, with a NaN e as
+// +inf. fmax(m, NaN) is m, and `if (e > m) m = e` skips a NaN too, so a
+// result that is NaN (a kernel that wrote NaN, or nothing) would read as an
+// error of 0 and pass every bound; +inf fails them all.
+static inline double check_worse(double m, double e) { return isnan(e) ? INFINITY : (e > m ? e : m); }
+
 #define CHECK_NEAR(a, b, tol)                                                     \
     do {                                                                          \
         double a_ = (a), b_ = (b);                                                \

@@ -53,7 +53,7 @@ static void ref_attention(double *out, const float *q, const float *k, const flo
 
 static double max_diff(const float *a, const double *b, int n) {
     double m = 0;
-    for (int i = 0; i < n; i++) m = fmax(m, fabs(a[i] - b[i]));
+    for (int i = 0; i < n; i++) m = check_worse(m, fabs(a[i] - b[i]));
     return m;
 }
 
@@ -161,7 +161,7 @@ static void test_causal_attention_values(void) {
         for (int i = 0; i < D; i++) r.net.weights[kb->offset + i] += 0.5f * (float)(i + 1);
         run_forward(&r, &xin, ct_key_from_seed(4), out2);
         md = 0;
-        for (int i = 0; i < B * T * D; i++) md = fmax(md, fabs(out2[i] - out[i]));
+        for (int i = 0; i < B * T * D; i++) md = check_worse(md, fabs(out2[i] - out[i]));
         printf("CausalAttention output change after moving the key bias: %.3e\n", md);
         CHECK_MSG(md < 1e-5, "max change %g", md);
     }

@@ -72,7 +72,7 @@ static float *run_tiled(results *r, const problem *p, ct_key key, float rate, in
 static double rel_diff(const float *a, const float *b, int64_t n) {
     double md = 0, mb = 0;
     for (int64_t i = 0; i < n; i++) {
-        md = fmax(md, fabs((double)a[i] - b[i]));
+        md = check_worse(md, fabs((double)a[i] - b[i]));
         mb = fmax(mb, fabs((double)b[i]));
     }
     return mb > 0 ? md / mb : md;
@@ -95,7 +95,7 @@ static double lse_diff(const float *lse, const problem *p) {
                 }
                 double sum = 0;
                 for (int64_t s = 0; s <= t; s++) sum += exp(sc[s] - m);
-                md = fmax(md, fabs(lse[(b * p->NH + h) * p->T + t] - (m + log(sum))));
+                md = check_worse(md, fabs(lse[(b * p->NH + h) * p->T + t] - (m + log(sum))));
             }
     free(sc);
     return md;

@@ -94,7 +94,7 @@ static void test_adasum(void) {
         }
         ct_adasum(vecs, k, ranges, 2);
         double worst = 0;
-        for (int i = 0; i < D; i++) worst = fmax(worst, fabs(v[0][i] - expect_sum[i]) / fmax(fabs(expect_sum[i]), 1e-6));
+        for (int i = 0; i < D; i++) worst = check_worse(worst, fabs(v[0][i] - expect_sum[i]) / fmax(fabs(expect_sum[i]), 1e-6));
         CHECK_MSG(worst <= 1e-6, "%d orthogonal workers: rel err %g", k, worst);
         // Parallel (equal) vectors: the mean.
         float base[D] = {0.3f, -1.2f, 2.0f, 0.7f, -0.1f, 4.0f, -3.0f, 0.25f};
@@ -104,7 +104,7 @@ static void test_adasum(void) {
         }
         ct_adasum(vecs, k, ranges, 2);
         worst = 0;
-        for (int i = 0; i < D; i++) worst = fmax(worst, fabs(v[0][i] - base[i]) / fabs(base[i]));
+        for (int i = 0; i < D; i++) worst = check_worse(worst, fabs(v[0][i] - base[i]) / fabs(base[i]));
         CHECK_MSG(worst <= 1e-6, "%d parallel workers: rel err %g", k, worst);
         printf("adasum with %d workers: orthogonal -> sum, parallel -> mean (within 1e-6)\n", k);
     }
@@ -143,7 +143,7 @@ static void test_adasum_values(void) {
         ct_adasum(vecs, k, ranges, 2);
         dist_adasum_reference(ref, k, D, ranges, 2);
         double worst = 0;
-        for (int i = 0; i < D; i++) worst = fmax(worst, fabs(v[0][i] - ref[i]) / fmax(fabs(ref[i]), 1e-3));
+        for (int i = 0; i < D; i++) worst = check_worse(worst, fabs(v[0][i] - ref[i]) / fmax(fabs(ref[i]), 1e-3));
         printf("adasum of %d workers against the double reference: worst relative error %.3g\n", k, worst);
         CHECK_MSG(worst <= 1e-5, "%d workers: rel err %g", k, worst);
     }
@@ -459,8 +459,8 @@ static void hand_step_check(int n_devices, float clip_frac, bool all_frozen) {
     const float *g = ct_trainer_grads(tr);
     for (int i = 0; i < HD * HO + HO; i++) {
         double want = all_frozen ? w0[i] : w0[i] - lr * c * r.g[i];
-        worst = fmax(worst, fabs(net->weights[i] - want));
-        worst_g = fmax(worst_g, fabs(g[i] - (all_frozen ? 0 : c * r.g[i])));
+        worst = check_worse(worst, fabs(net->weights[i] - want));
+        worst_g = check_worse(worst_g, fabs(g[i] - (all_frozen ? 0 : c * r.g[i])));
     }
     printf("Dense(2), %d local device(s)%s%s: loss %.7f (hand %.7f), |g| %.7f (hand %.7f), |w| %.7f (hand %.7f), "
            "max |weight - hand| %.2g, max |grad - hand| %.2g\n",

@@ -179,7 +179,7 @@ static void check_against_reference(const char *label, ct_self_attention_params 
         run_forward(&r, x, key, out);
         ref_self_attention(ref, xd, p.masked ? mask : NULL, &w, p, B, T, D, key, train);
         double md = 0;
-        for (int i = 0; i < B * T * D; i++) md = fmax(md, fabs(out[i] - ref[i]));
+        for (int i = 0; i < B * T * D; i++) md = check_worse(md, fabs(out[i] - ref[i]));
         printf("%s vs double reference: max abs diff %.3e\n", label, md);
         CHECK_MSG(md < 1e-5, "%s: max diff %g", label, md);
         fixture_free(&r);
@@ -247,7 +247,7 @@ static void run_step(fixture *r, const ct_tensor *x, const ct_tensor *gy, ct_key
 
 static double max_abs_diff(const float *a, const float *b, size_t n) {
     double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    for (size_t i = 0; i < n; i++) m = check_worse(m, fabs((double)a[i] - b[i]));
     return m;
 }
 
@@ -579,7 +579,7 @@ static void check_padding_ignored(ct_self_attention_params p, bool prefix) {
         int n_pad = 0;
         for (int i = 0; i < N; i++) {
             double dd = fabs((double)y1[i] - y2[i]);
-            if (mask[i / Dn] != 0.0f) real_max = fmax(real_max, dd);
+            if (mask[i / Dn] != 0.0f) real_max = check_worse(real_max, dd);
             else pad_sum += dd, n_pad++;
         }
         double pad_mean = pad_sum / n_pad;
@@ -705,9 +705,9 @@ static void test_wide_window_dropout(void) {
             double pr = exp(dots[w] - mx) / sum * ref_keep(key, (uint32_t)(r * W + w), d.dropout);
             for (int i = 0; i < dv; i++) ro[i] += pr * v[kp * dv + i], rdv[kp * dv + i] += pr * dout[t * dv + i];
         }
-        for (int i = 0; i < dv; i++) mo = fmax(mo, fabs(ro[i] - o[t * dv + i]));
+        for (int i = 0; i < dv; i++) mo = check_worse(mo, fabs(ro[i] - o[t * dv + i]));
     }
-    for (int i = 0; i < Tn * dv; i++) mdv = fmax(mdv, fabs(rdv[i] - dvv[i]));
+    for (int i = 0; i < Tn * dv; i++) mdv = check_worse(mdv, fabs(rdv[i] - dvv[i]));
     float f[W];
     ct_attention_drop_factors(f, 3, W, key, d.dropout);
     int bad_f = 0;

@@ -263,7 +263,7 @@ static void test_layernorm_large_mean(void) {
             mean /= (double)C;
             for (int64_t c = 0; c < C; c++) var += ((double)x[n * C + c] - mean) * ((double)x[n * C + c] - mean);
             double want = 1.0 / sqrt(var / (double)C + 1e-6);
-            worst = fmax(worst, fabs(r[n] - want) / want);
+            worst = check_worse(worst, fabs(r[n] - want) / want);
         }
         CHECK_MSG(worst <= 1e-6, "layernorm rstd (%lld, %lld) at mean 1e6: error %g", (long long)N, (long long)C,
                   worst);
@@ -355,7 +355,7 @@ static void test_log_softmax_large_logits(void) {
         ct_category_cross_entropy_forward(&loss, lp, x, &t, &w, 1.0, 0.0f, 1, C);
         double e = fabs(loss + want[0]) / fabs(want[0]);
         for (int c = 0; c < C; c++)
-            e = fmax(e, fmax(fabs(y[c] - want[c]), fabs(yr[c] - want[c])) / fmax(1.0, fabs(want[c])));
+            e = check_worse(e, check_worse(fabs(y[c] - want[c]), fabs(yr[c] - want[c])) / fmax(1.0, fabs(want[c])));
         CHECK_MSG(e <= 1e-6, "log_softmax of (%g, %g, %g): (%.9g, %.9g, %.9g), ref (%.9g, %.9g, %.9g), loss %.9g; "
                   "want (%.9g, %.9g, %.9g)", (double)x[0], (double)x[1], (double)x[2], (double)y[0], (double)y[1],
                   (double)y[2], (double)yr[0], (double)yr[1], (double)yr[2], (double)loss, want[0], want[1], want[2]);
@@ -662,7 +662,7 @@ static void test_shared_key_backward(void) {
             double fd = 0.0;
             for (int j = 0; j < DK; j++) fd += (double)g[j] * ((double)k1[j] - k2[j]);
             fd /= 2.0 * h;
-            worst = fmax(worst, fabs(dq[i] - fd) / top);
+            worst = check_worse(worst, fabs(dq[i] - fd) / top);
         }
         CHECK_MSG(worst <= 1e-3, "shared-key backward at |q| ~ %g against differences: error %g", (double)scales[s],
                   worst);

@@ -161,7 +161,7 @@ static void test_label_smoothing(void) {
         ct_layer *l = smoothed_ce(smoothing[k]);
         CHECK_OK(eval_layer(l, in, 3, &v, g, null, &err), &err);
         double worst = 0;
-        for (int i = 0; i < N * V; i++) worst = fmax(worst, fabs(g[i] - want_g[i]));
+        for (int i = 0; i < N * V; i++) worst = check_worse(worst, fabs(g[i] - want_g[i]));
         printf("WeightedCategoryCrossEntropy label_smoothing %g: %.9f, double %.9f; max |grad - double| %.2e\n",
                (double)smoothing[k], v, want, worst);
         CHECK_MSG(fabs(v - want) <= 1e-6 * fabs(want), "label_smoothing %g: %.9g, want %.9g", (double)smoothing[k],

@@ -97,7 +97,7 @@ static void check_one_chunk(int R, bool causal) {
             run_forward(&rl, &x, ct_key_from_seed(1), a);
             run_forward(&rs, &x, ct_key_from_seed(1), s);
             double md = 0;
-            for (int i = 0; i < B * Tn * D; i++) md = fmax(md, fabs((double)a[i] - s[i]));
+            for (int i = 0; i < B * Tn * D; i++) md = check_worse(md, fabs((double)a[i] - s[i]));
             printf("LSH(R %d, nb 4, one chunk) vs SelfAttention(share_qk, %s, one chunk): max abs diff %.3e\n", R,
                    causal ? "causal" : "non-causal", md);
             CHECK_MSG(md < 1e-5, "max diff %g", md);
@@ -222,7 +222,7 @@ static void test_reversible_recompute(void) {
         memcpy(net.state, trax_flow ? after : before, net.n_state * sizeof(float));
         CHECK_OK(ct_layer_reverse_and_grad(net.root, &c, out, gout, in, gin, key, &err), &err);
         double md = 0;
-        for (int i = 0; i < N; i++) md = fmax(md, fabs((double)((float *)in[0].data)[i] - x1d[i]));
+        for (int i = 0; i < N; i++) md = check_worse(md, fabs((double)((float *)in[0].data)[i] - x1d[i]));
         bool same = memcmp(net.state, after, net.n_state * sizeof(float)) == 0;
         printf("reverse_and_grad from the state %s the forward: x1 back within %.2e, count %g, state %s\n",
                trax_flow ? "after" : "before", md, (double)hs[4], same ? "= the forward's (same buckets)" : "DIFFERS");
@@ -400,7 +400,7 @@ static void check_padding_ignored(bool causal, bool prefix) {
         int n_pad = 0;
         for (int i = 0; i < N; i++) {
             double dd = fabs((double)y1[i] - y2[i]);
-            if (mask[i / Dn] != 0.0f) real_max = fmax(real_max, dd);
+            if (mask[i / Dn] != 0.0f) real_max = check_worse(real_max, dd);
             else pad_sum += dd, n_pad++;
         }
         double pad_mean = pad_sum / n_pad;
@@ -834,7 +834,7 @@ static void test_self_mask_large_scores(void) {
             }
             for (int t = 0; t < Tn; t++)
                 for (int i = 0; i < Dn; i++)
-                    worst = fmax(worst, fabs(y[(b * Tn + t) * Dn + i] - want[t][i]) / scale[t][i]);
+                    worst = check_worse(worst, fabs(y[(b * Tn + t) * Dn + i] - want[t][i]) / scale[t][i]);
         }
         printf("self mask with |q| up to %.0f: max error %.2e relative to sum |o| |Wo| (tol 1e-2)\n", qmax, worst);
         CHECK(qmax > 5e3 && worst < 1e-2);

@@ -90,8 +90,8 @@ static void test_transformer_lm(void) {
             for (int t = 0; t < 16; t++)
                 for (int i = 0; i < 4; i++) {
                     double a = t / pow(10000.0, 2.0 * i / 8.0);
-                    worst = fmax(worst, fabs(w[t * 8 + 2 * i] - sin(a)));
-                    worst = fmax(worst, fabs(w[t * 8 + 2 * i + 1] - cos(a)));
+                    worst = check_worse(worst, fabs(w[t * 8 + 2 * i] - sin(a)));
+                    worst = check_worse(worst, fabs(w[t * 8 + 2 * i + 1] - cos(a)));
                 }
             CHECK_MSG(worst < 1e-6, "the table is %g from the sinusoids", worst);
         }
@@ -277,7 +277,12 @@ static void check_reformer_variant(const char *label, ct_reformer_lm_params p, g
         den += (double)std[i] * std[i];
     }
     double rel = sqrt(num / (den > 0 ? den : 1));
-    CHECK_MSG(std && rev && n1 == n2 && isfinite(l1) && rel < 1e-4, "%s: standard vs memory-efficient rel %g", label,
+    // Both are the same arithmetic but for summation order: 8.4e-7 at most
+    // (ff_chunk_size 4, Gelu), the rest below 1e-7. Adam all but hides a
+    // gradient's scale (step 1 is about lr * g / |g|): memory-efficient
+    // gradients 1.2 times too large read only 2.8e-5 to 7.6e-5 here, so the
+    // bound is 1e-5 (1e-4 passed all 6 variants with them).
+    CHECK_MSG(std && rev && n1 == n2 && isfinite(l1) && rel < 1e-5, "%s: standard vs memory-efficient rel %g", label,
               rel);
     free(std), free(rev);
     ct_layer_free(m);

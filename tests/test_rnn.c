@@ -119,8 +119,8 @@ static void test_cells_reference(void) {
             double hn[RN];
             gru_ref(hn, to_f64(x64, xd + r * RD, RD), to_f64(s64, sd + r * RN, RN), W1, b1, W2, b2, RD, RN);
             for (int k = 0; k < RN; k++) {
-                err = fmax(err, fabs(hn[k] - ct_f32(&out[0])[r * RN + k]));
-                err = fmax(err, fabs(hn[k] - ct_f32(&out[1])[r * RN + k]));
+                err = check_worse(err, fabs(hn[k] - ct_f32(&out[0])[r * RN + k]));
+                err = check_worse(err, fabs(hn[k] - ct_f32(&out[1])[r * RN + k]));
             }
         }
         free(wd);
@@ -147,8 +147,8 @@ static void test_cells_reference(void) {
         for (int r = 0; r < RB && W && b64; r++) {
             double sn[2 * RN];
             lstm_ref(sn, to_f64(x64, xd + r * RD, RD), to_f64(s64, sd + r * 2 * RN, 2 * RN), W, b64, RD, RN);
-            for (int k = 0; k < 2 * RN; k++) err = fmax(err, fabs(sn[k] - ct_f32(&out[1])[r * 2 * RN + k]));
-            for (int k = 0; k < RN; k++) err = fmax(err, fabs(sn[RN + k] - ct_f32(&out[0])[r * RN + k]));
+            for (int k = 0; k < 2 * RN; k++) err = check_worse(err, fabs(sn[k] - ct_f32(&out[1])[r * 2 * RN + k]));
+            for (int k = 0; k < RN; k++) err = check_worse(err, fabs(sn[RN + k] - ct_f32(&out[0])[r * RN + k]));
         }
         free(wd);
         printf("LSTMCell vs scalar reference: max abs err %.2e\n", err);
@@ -440,7 +440,7 @@ static double rnnlm_reference_error(const char *cell, int L, bool dropout) {
         bool found = rnnlm_ref(ref, &f.net, wd, cell, L, dropout);
         CHECK_MSG(found, "RNNLM(%s, %d layers): weights not found", cell, L);
         err = found ? 0 : INFINITY;
-        for (int i = 0; found && i < B * T * V; i++) err = fmax(err, fabs(ref[i] - logits[i]));
+        for (int i = 0; found && i < B * T * V; i++) err = check_worse(err, fabs(ref[i] - logits[i]));
         free(wd);
         fixture_free(&f);
     }
@@ -494,7 +494,7 @@ static double rnnlm_f64_gradient_error(const char *cell, int L) {
             double e = sqrt(dd) / fmax(sqrt(nn), 1e-6);
             printf("  RNNLM(%s, %d layers) %-52s f64 rel err %.2e  (|grad| %.3e)\n", cell, L,
                    ct_net_weight_name(&f.net, i), e, sqrt(nn));
-            if (!(e <= worst)) worst = e;
+            worst = check_worse(worst, e);
         }
         free(wd);
         fixture_free(&f);
