@@ -12,6 +12,10 @@
 //       softmax of those logits, in double.
 //   cli_driver info|plot|sample|eval ARGS...
 //       runs the command as `ctrax COMMAND ARGS...` would, and exits with its code.
+//   cli_driver maps FILE ADDR_HEX CAP
+//       runs the SIGBUS handler's parse (ctrax_maps_report) on FILE, lines as
+//       /proc/self/maps writes them, with a buffer of CAP bytes; prints
+//       "found 1" or "found 0" on stdout (the message goes to stderr).
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -277,6 +281,18 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], "sample")) return ctrax_cmd_sample(argc - 1, argv + 1);
         if (!strcmp(argv[1], "eval")) return ctrax_cmd_eval(argc - 1, argv + 1);
     }
-    fprintf(stderr, "usage: cli_driver make-run DIR VOCAB STEPS | cli_driver info|plot|sample|eval ARGS...\n");
+    if (argc == 5 && !strcmp(argv[1], "maps")) {
+        int fd = open(argv[2], O_RDONLY);
+        size_t cap = (size_t)strtoull(argv[4], NULL, 10);
+        char *buf = malloc(cap);
+        if (fd < 0 || !buf || cap < 2) return 2;
+        int found = ctrax_maps_report(fd, strtoull(argv[3], NULL, 16), buf, cap);
+        close(fd);
+        free(buf);
+        printf("found %d\n", found);
+        return 0;
+    }
+    fprintf(stderr, "usage: cli_driver make-run DIR VOCAB STEPS | cli_driver info|plot|sample|eval ARGS... | "
+                    "cli_driver maps FILE ADDR_HEX CAP\n");
     return 2;
 }

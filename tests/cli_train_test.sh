@@ -109,6 +109,19 @@ else
     bad "stdout and stderr closed: exit $rc; .ctrax-lock holds '$(head -c 200 <<<"$lock" | tr '\n' '|')'"
 fi
 
+# A stale lock (its owner gone; here a pid longer than any real one): taken
+# over, and then the file holds the new owner's pid alone.
+mkdir -p "$work/stale"
+printf '99999999999999999\n' >"$work/stale/.ctrax-lock"
+"$ctrax" train "$config" --steps 1 --output-dir "$work/stale" >"$work/stale.log" 2>&1 &
+pid=$!
+wait $pid
+rc=$?
+lock=$(cat "$work/stale/.ctrax-lock")
+if ((rc == 0)) && [[ $lock == "$pid" ]]; then ok "a stale lock: taken over; .ctrax-lock holds '$lock'"; else
+    bad "a stale lock: exit $rc; .ctrax-lock holds '$(tr '\n' '|' <<<"$lock")', want '$pid'; $(tail -n 1 "$work/stale.log")"
+fi
+
 # memory_plan.json that cannot be written whole (here a link to /dev/full, as
 # a full disk): the run says so and goes on. It was written through stdio,
 # and the failed close went unchecked: no word, a cut-short file.

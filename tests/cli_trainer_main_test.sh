@@ -98,6 +98,14 @@ steps "--model TransformerLM" 7 --config_file="$b" --model=TransformerLM --outpu
 grep -q '^train.model = @TransformerLM$' "$work/m3/config.gin" && ok "--model in config.gin" ||
     bad "--model: $(grep train.model "$work/m3/config.gin")"
 fails "--data_dir with a quote" 2 "--data_dir expects a name without quotes" --config_file="$b" --data_dir="a'b"
+fails "--dataset with a newline" 2 "--dataset expects a name without quotes, backslashes or newlines" \
+    --config_file="$b" --dataset=$'mnist\ntrain.steps = 1'
+# Each binds its own setting, named in the error (Trax's mlp_mnist.gin reads both).
+mnist=$(dirname "$0")/data/trax_mlp_mnist.gin
+fails "--dataset binds data_streams.dataset_name" 1 "--dataset:1:29: data_streams.dataset_name = 'cifar10': ctrax reads no TFDS" \
+    --config_file="$mnist" --dataset=cifar10 --output_dir="$work/ds"
+fails "--data_dir binds data_streams.data_dir" 1 "--data_dir:1:25: data_streams.data_dir = '$work/none' holds no train-images-idx3-ubyte" \
+    --config_file="$mnist" --data_dir="$work/none" --output_dir="$work/dd"
 
 # ---- the same run as ctrax's spellings -------------------------------------------
 "$ctrax" train --config_file="$b" --config_file="$work/three.gin" --config='train.batch_size=8' \
@@ -124,6 +132,8 @@ fi
 # ---- errors name the flag ---------------------------------------------------------
 fails "--config_file without a value" 2 "--config_file needs a value" --config_file
 fails "--config_file=''" 2 "--config_file needs a file name" --config_file=
+# The positional CONFIG as '' (an unset shell variable): bad usage, as --config_file=''.
+fails "a positional ''" 2 "CONFIG needs a file name, got ''" "" --output_dir="$work/e0"
 fails "--config without a value" 2 "--config needs a value" --config_file="$b" --config
 fails "--output_dir without a value" 2 "--output_dir needs a value" --config_file="$b" --output_dir
 fails "a missing --config_file" 1 "$work/none.gin" --config_file="$b" --config_file="$work/none.gin" \
@@ -155,6 +165,11 @@ threads_logged() {
     fi
 }
 threads_logged "--threads 1" 1 "$b" --threads 1 --steps 1 --output-dir "$work/t1"
+# A user's own GOMP_SPINCOUNT (with no OMP_WAIT_POLICY) is left alone, not
+# replaced by ctrax's 300000.
+out=$(env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1234 "$ctrax" train "$b" --steps 1 --output-dir "$work/spin" 2>&1)
+grep -q "^threads: .*OMP_WAIT_POLICY=(unset) GOMP_SPINCOUNT=1234 say" <<<"$out" && ok "GOMP_SPINCOUNT=1234 kept" ||
+    bad "GOMP_SPINCOUNT=1234: $(grep '^threads:' <<<"$out")"
 threads_logged "--threads=3" 3 "$b" --threads=3 --steps 1 --output-dir "$work/t2"
 threads_logged "train.n_threads" 1 "$b" --set train.n_threads=1 --steps 1 --output-dir "$work/t3"
 threads_logged "--threads over train.n_threads" 2 "$b" --set train.n_threads=1 --threads 2 --steps 1 \
@@ -170,6 +185,20 @@ long_dir=$(printf "$work/%04100d" 0)
 fails "a 4,1xx-byte --output_dir" 1 "--output_dir is $((${#work} + 4101)) bytes long (at most 4095)" "$b" \
     --output_dir="$long_dir"
 fails "--output-dir ''" 2 "--output-dir needs a directory, got ''" "$b" --output-dir ""
+# Exactly 4,096 bytes: one too many for the buffer (cut to 4,095, it would be
+# another directory).
+long_dir=$(printf "$work/%0$((4096 - ${#work} - 1))d" 0)
+fails "a 4,096-byte --output_dir" 1 "--output_dir is 4096 bytes long (at most 4095)" "$b" --output_dir="$long_dir"
+# 64 config files and 64 bindings at most: one more is bad usage (each is kept
+# in a fixed array), the positional CONFIG counted with the --config_file ones.
+many=()
+for _ in $(seq 64); do many+=(--config_file="$b"); done
+fails "65 --config_file" 2 "more than 64 config files" "${many[@]}" --config_file="$b"
+fails "64 --config_file and a positional CONFIG" 2 "more than 64 config files" "$b" "${many[@]}"
+sets=()
+for _ in $(seq 64); do sets+=(--set train.steps=1); done
+fails "65 --set" 2 "more than 64 --set options" "$b" "${sets[@]}" --set train.steps=1
+fails "65 --config" 2 "more than 64 --config options" "$b" "${sets[@]}" --config=train.steps=1
 fails "more replicas than threads" 1 "--devices 2 replicas are 2 threads, more than --threads 1 allows" \
     "$b" --devices 2 --threads 1 --output-dir "$work/t6"
 fails "more replicas than train.n_threads" 1 "train.n_devices = 2 replicas are 2 threads, more than --set:1:1: train.n_threads = 1" \

@@ -1028,24 +1028,31 @@ static ct_stream *weighted_batches(void) {
     return s;
 }
 
-// An eval of n_batches of them through LogSoftmax, its metric
-// WeightedCategoryCrossEntropy.
-static double weighted_eval(int n_batches) {
+// An eval of n_batches of weighted_batches() through model, with metric
+// (both taken): its status, the value in *v.
+static ct_status eval_with(ct_layer *model, ct_layer *metric, int n_batches, double *v, ct_error *err) {
     ct_stream *s = weighted_batches();
-    ct_layer *model = ct_log_softmax(), *metric = ct_weighted_category_cross_entropy();
     ct_eval_task task = {.stream = s, .n_metrics = 1, .n_batches = n_batches, .metrics = {metric}};
     ct_device dev = ct_device_cpu();
     ct_evaluator *e;
     ct_net net;
-    ct_error err;
-    double v = NAN;
-    CHECK_OK(ct_evaluator_new(&e, model, &task, NULL, &dev, &err), &err);
-    CHECK_OK(ct_evaluator_model_net(e, &net, ct_key_from_seed(1), &err), &err);
-    CHECK_OK(ct_evaluator_run(e, &net, ct_key_from_seed(2), &v, &err), &err);
+    *v = NAN;
+    CHECK_OK(ct_evaluator_new(&e, model, &task, NULL, &dev, err), err);
+    CHECK_OK(ct_evaluator_model_net(e, &net, ct_key_from_seed(1), err), err);
+    ct_status st = ct_evaluator_run(e, &net, ct_key_from_seed(2), v, err);
     ct_net_free(&net);
     ct_evaluator_free(e);
     ct_layer_free(model), ct_layer_free(metric);
     ct_stream_free(s);
+    CHECK(dev.current_bytes == 0);
+    return st;
+}
+
+// ... through LogSoftmax, its metric WeightedCategoryCrossEntropy.
+static double weighted_eval(int n_batches) {
+    double v;
+    ct_error err;
+    CHECK_OK(eval_with(ct_log_softmax(), ct_weighted_category_cross_entropy(), n_batches, &v, &err), &err);
     return v;
 }
 
@@ -1055,29 +1062,17 @@ static double weighted_eval(int n_batches) {
 // takes 2), and one with weights of its own (Dense inside).
 static void test_eval_metric_refused(void) {
     for (int k = 0; k < 2; k++) {
-        ct_stream *s = weighted_batches();
         ct_layer *model = k == 0 ? ct_select(1, (int[]){0}, 3) : ct_log_softmax();
         ct_layer *metric = k == 0 ? ct_category_accuracy()
                                   : ct_serial(CT_LAYERS(ct_dense(3), ct_weighted_category_cross_entropy()));
-        ct_eval_task task = {.stream = s, .n_metrics = 1, .n_batches = 1, .metrics = {metric}};
-        ct_device dev = ct_device_cpu();
-        ct_evaluator *e;
-        ct_net net;
+        double v;
         ct_error err;
-        double v = NAN;
-        CHECK_OK(ct_evaluator_new(&e, model, &task, NULL, &dev, &err), &err);
-        CHECK_OK(ct_evaluator_model_net(e, &net, ct_key_from_seed(1), &err), &err);
-        ct_status st = ct_evaluator_run(e, &net, ct_key_from_seed(2), &v, &err);
+        ct_status st = eval_with(model, metric, 1, &v, &err);
         const char *want = k == 0 ? "metric CategoryAccuracy takes 2 inputs, the model and batch give 1"
                                   : "must be weightless and give one scalar";
         printf("eval metric refused: %s\n", st == CT_OK ? "accepted" : err.msg);
         CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, want), "status %d (value %g): %s", (int)st, v,
                   st == CT_OK ? "accepted" : err.msg);
-        ct_net_free(&net);
-        ct_evaluator_free(e);
-        ct_layer_free(model), ct_layer_free(metric);
-        ct_stream_free(s);
-        CHECK(dev.current_bytes == 0);
     }
 }
 

@@ -161,6 +161,20 @@ void ctrax_put_checkpoint(FILE *f, const char *dir, const ct_checkpoint *c);
 // that failed in an earlier flush, leaving nothing for this one to fail on).
 int ctrax_flush_stdout(const char *cmd);
 
+// ---- a memory-mapped file cut short (tools/cmd_sigbus.c) ---------------------------
+// Installs the SIGBUS handler: a file mapped into memory that another
+// process cut short ends ctrax with exit 1 and a message naming the file
+// and the byte, found in /proc/self/maps.
+void ctrax_catch_sigbus(void);
+// The handler's parse, async-signal-safe: reads /proc/self/maps lines
+// (`start-end perms offset dev inode path`) from fd in buf (cap bytes, the
+// caller's: no allocation) and, for the file mapping that holds addr,
+// writes "\nctrax: PATH was cut short ... byte N of it is gone" to stderr
+// (each control character of PATH as '?') and returns 1; else 0. A line
+// longer than cap - 1 bytes is looked at by its head (its path then ends in
+// "..."); its rest is skipped, never taken for a line.
+int ctrax_maps_report(int fd, uint64_t addr, char *buf, size_t cap);
+
 // The eval metrics of a training config, the same for `train` and `eval`:
 // the loss (train.loss_fn, reported as "loss"), then each of train.metrics
 // (default [@WeightedCategoryAccuracy]) under Trax's name for it

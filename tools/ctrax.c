@@ -217,6 +217,8 @@ static int parse_train_args(int argc, char **argv, train_args *a) {
             continue;
         }
         if (s[0] != '-') {
+            // '' (an unset shell variable) is bad usage, as --config_file=''.
+            if (!*s) return ctrax_usage_error("train", "CONFIG needs a file name, got ''");
             if (positional)
                 return ctrax_usage_error("train", "one positional config file, got '%s' and '%s' (more files: "
                                                   "--config_file=FILE, in order)",
@@ -1026,110 +1028,6 @@ static void prepare_environment(char **argv) {
     if (wait) unsetenv("GOMP_SPINCOUNT");
 }
 
-// ---- a mapped file cut short -------------------------------------------------------
-
-// Text and token corpora, and a checkpoint's tensors while they are read,
-// are mapped into memory. Another process that cuts such a file short (or a
-// disk that fails under it) makes the next read of a page past its new end
-// fault with SIGBUS, which would end ctrax with no word of why. The handler
-// finds the mapping of the faulting address in /proc/self/maps, says which
-// file and byte, and exits 1: checkpoints are written whole (a temporary
-// directory renamed), so every one on disk is still good. Only
-// async-signal-safe calls (open, read, write, _exit) and no allocation.
-
-// Writes s to stderr.
-static void sigbus_put(const char *s) {
-    size_t n = strlen(s);
-    while (n > 0) {
-        ssize_t w = write(STDERR_FILENO, s, n);
-        if (w <= 0) return;
-        s += w;
-        n -= (size_t)w;
-    }
-}
-
-// Writes v in decimal to stderr.
-static void sigbus_put_u64(uint64_t v) {
-    char buf[24], *p = buf + sizeof buf;
-    *--p = '\0';
-    do *--p = (char)('0' + v % 10); while ((v /= 10) > 0);
-    sigbus_put(p);
-}
-
-// The hex number at *p (moving past it).
-static uint64_t sigbus_hex(const char **p) {
-    uint64_t v = 0;
-    for (;; (*p)++) {
-        char c = **p;
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0) return v;
-        v = v * 16 + (uint64_t)d;
-    }
-}
-
-// If the /proc/self/maps line `start-end perms offset dev inode path`
-// maps addr from a file, writes its path and the byte of it, and returns 1.
-static int sigbus_line(const char *line, uint64_t addr) {
-    const char *p = line;
-    uint64_t start = sigbus_hex(&p);
-    if (*p++ != '-') return 0;
-    uint64_t end = sigbus_hex(&p);
-    if (addr < start || addr >= end) return 0;
-    for (int field = 0; field < 2; field++) {  // to perms, to the offset
-        while (*p && *p != ' ') p++;
-        while (*p == ' ') p++;
-    }
-    uint64_t offset = sigbus_hex(&p);
-    for (int field = 0; field < 3; field++) {  // to dev, to inode, to the path
-        while (*p && *p != ' ') p++;
-        while (*p == ' ') p++;
-    }
-    if (*p != '/') return 0;
-    sigbus_put("\nctrax: ");
-    sigbus_put(p);
-    sigbus_put(" was cut short (or became unreadable) while ctrax read it through a memory map: byte ");
-    sigbus_put_u64(addr - start + offset);
-    sigbus_put(" of it is gone");
-    return 1;
-}
-
-static void on_sigbus(int sig, siginfo_t *info, void *context) {
-    (void)sig;
-    (void)context;
-    uint64_t addr = (uint64_t)(uintptr_t)info->si_addr;
-    char buf[8192];  // a line of /proc/self/maps (a path is at most PATH_MAX); on the stack: two threads may fault
-    int found = 0, fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    size_t have = 0;
-    while (fd >= 0 && !found) {
-        ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
-        if (n <= 0) break;
-        have += (size_t)n;
-        buf[have] = '\0';
-        char *line = buf, *nl;
-        while (!found && (nl = strchr(line, '\n')) != NULL) {
-            *nl = '\0';
-            found = sigbus_line(line, addr);
-            line = nl + 1;
-        }
-        have -= (size_t)(line - buf);  // the partial last line goes to the front
-        memmove(buf, line, have);
-        if (have == sizeof buf - 1) have = 0;  // a line longer than buf: skipped
-    }
-    if (fd >= 0) close(fd);
-    if (!found) sigbus_put("\nctrax: a file mapped into memory was cut short or became unreadable while in use");
-    sigbus_put(" (SIGBUS): stopped. Checkpoints on disk are whole: a run resumes from its newest.\n");
-    _exit(1);
-}
-
-static void catch_sigbus(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGBUS, &sa, NULL);
-}
-
 // A standard stream closed by the caller (`2>&-`) would be taken by the
 // next file opened, the run's .ctrax-lock, and the log written into it: each
 // closed one is opened on /dev/null first (open takes the lowest free
@@ -1145,7 +1043,7 @@ static void open_standard_streams(void) {
 int main(int argc, char **argv) {
     open_standard_streams();
     prepare_environment(argv);
-    catch_sigbus();
+    ctrax_catch_sigbus();
     // OpenMP read OMP_NUM_THREADS when it loaded; --threads has the same
     // bounds (a count in the tens of thousands overflowed libgomp's stack).
     if (ct_blas_threads() > CTRAX_MAX_THREADS) {
