@@ -282,6 +282,14 @@ static void test_fs_paths(void) {
     free(data);
     CHECK(ct_fs_read_max(path, 4, &data, &n, &err) == CT_ERR_FORMAT && data == NULL);
     unlink(path);
+    // A directory path that is a symlink to itself: mkdir says it exists;
+    // the error says why it is no directory.
+    char loop[64];
+    snprintf(loop, sizeof loop, "/tmp/ctrax_test_core_loop_%ld", (long)getpid());
+    CHECK(symlink(loop, loop) == 0);
+    CHECK(ct_fs_mkdirs(loop, &err) == CT_ERR_IO);
+    CHECK_MSG(strstr(err.msg, "not a directory (Too many levels of symbolic links)"), "%s", err.msg);
+    unlink(loop);
 }
 
 // ct_json_int prints every int64 exactly (a double has 53 bits: 2^53 + 1

@@ -128,6 +128,14 @@ int ctrax_maps_report(int fd, uint64_t addr, char *buf, size_t cap) {
 static void on_sigbus(int sig, siginfo_t *info, void *context) {
     (void)sig;
     (void)context;
+    // si_code <= 0: sent by a process (kill, sigqueue), not a fault; si_addr is not an address then.
+    if (info->si_code <= 0) {
+        sigbus_put("\nctrax: stopped by a SIGBUS that process ");
+        sigbus_put_u64((uint64_t)info->si_pid);
+        sigbus_put(" sent (no fault: no file was cut short). Checkpoints on disk are whole: a run resumes from "
+                   "its newest.\n");
+        _exit(1);
+    }
     uint64_t addr = (uint64_t)(uintptr_t)info->si_addr;
     char buf[8192];  // a line of /proc/self/maps (a path is at most PATH_MAX); on the stack: two threads may fault
     int found = 0, fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);

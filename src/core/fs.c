@@ -62,8 +62,11 @@ ct_status ct_fs_mkdirs(const char *path, ct_error *err) {
             *p = '/';
         }
     }
+    // mkdir says EEXIST for a symlink loop (or a dangling link) too: stat says why.
     struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return ct_error_set(err, CT_ERR_IO, "%s: not a directory", path);
+    if (stat(path, &sb) != 0)
+        return ct_error_set(err, CT_ERR_IO, "%s: not a directory (%s)", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return ct_error_set(err, CT_ERR_IO, "%s: not a directory", path);
     return CT_OK;
 }
 
