@@ -54,16 +54,8 @@ static ct_status join(char *buf, const char *a, const char *b, ct_error *err) {
     return CT_OK;
 }
 
-static uint32_t crc_update(uint32_t crc, const void *data, size_t n) {
-    const Bytef *p = data;
-    while (n > 0) {
-        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        crc = (uint32_t)crc32(crc, p, k);
-        p += k;
-        n -= k;
-    }
-    return crc;
-}
+// crc32_z takes a size_t length (crc32 an unsigned int: 4 GiB at most).
+static uint32_t crc_update(uint32_t crc, const void *data, size_t n) { return (uint32_t)crc32_z(crc, data, n); }
 
 static uint32_t crc_bytes(const void *data, size_t n) { return crc_update((uint32_t)crc32(0L, Z_NULL, 0), data, n); }
 
