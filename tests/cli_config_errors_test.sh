@@ -201,8 +201,12 @@ else
 fi
 fmnist=/usr/share/datasets/fashion-mnist
 if [[ -f $fmnist/train-images-idx3-ubyte.gz ]]; then
+    # An eval batch (100) other than the step's (256): `ctrax eval` says the
+    # eval batches' size.
     if "$ctrax" train "$trax_mlp" --steps 3 --output-dir "$work/trax_mlp" --set "data_streams.data_dir='$fmnist'" \
-        --set 'train.eval_steps = 1' >"$work/out.txt" 2>&1 &&
+        --set 'train.eval_steps = 1' --set 'batcher.eval_batch_size = 100' >"$work/out.txt" 2>&1 &&
+        "$ctrax" eval "$work/trax_mlp" --steps 1 >>"$work/out.txt" 2>&1 &&
+        grep -qF "(step 3) on 1 batch(es) of 100: batch(100) <- " "$work/out.txt" &&
         grep -qF "MLP, 669706 weights" "$work/out.txt" && grep -qF "data: batch(256) <- epochs(forever, shuffled" "$work/out.txt" &&
         grep -qE "^Step      1: eval +accuracy \|" "$work/out.txt" && grep -qE "^Step      3: train +loss \|" "$work/out.txt" &&
         ! grep -q "never reads" "$work/out.txt" &&

@@ -2372,6 +2372,26 @@ static void test_memory_budget_idx(void) {
                                         .device_limit_bytes = 1 << 20},
                   CT_ERR_MEMORY,
                   (const char *[]){"big.gin:3:1: batcher.batch_size_per_device = 1048576: one step's", NULL});
+    // The batcher's eval batches are eval_batch_size, not the step's: 65536
+    // examples of two 8-wide outputs (Dense, Relu) need 4 MiB of
+    // activations, refused under a 1 MiB limit naming eval_batch_size (a run
+    // that trained, then failed at its first eval); 1024 of them fit.
+    expect_budget("MLP.layer_widths = [8]\ndata_streams.dataset_name = 'mnist'\n"
+                  "batcher.eval_batch_size = 65536\n",
+                  (ct_config_run_shape){.model = "MLP", .inputs = "batcher", .batch_size = 2,
+                                        .device_limit_bytes = 1 << 20},
+                  CT_ERR_MEMORY,
+                  (const char *[]){"big.gin:3:1: batcher.eval_batch_size = 65536: an eval step's activations need "
+                                   "about 4.0 MiB (65536 examples)", NULL});
+    expect_budget("MLP.layer_widths = [8]\ndata_streams.dataset_name = 'mnist'\n"
+                  "batcher.eval_batch_size = 1024\n",
+                  (ct_config_run_shape){.model = "MLP", .inputs = "batcher", .batch_size = 2,
+                                        .device_limit_bytes = 1 << 20},
+                  CT_OK, (const char *[]){NULL});
+    // Trax's older MLP spelling is named as written, not layer_widths (which
+    // the config left at its default).
+    expect_budget("MLP.d_hidden = 16777216\n", (ct_config_run_shape){.model = "MLP", .optimizer = "Adam", .batch_size = 1},
+                  CT_ERR_MEMORY, (const char *[]){"big.gin:1:1: MLP.d_hidden = 16777216: the model's", NULL});
     const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                            "t10k-labels-idx1-ubyte"};
     remove_tmp(names, 4);

@@ -145,11 +145,15 @@ static int evaluate(const eval_opts *o) {
         goto done;
     }
 
+    // The eval batches' own size: the batcher's eval_batch_size is not the
+    // step's batch.
+    ct_tensor sigs[CT_BATCH_MAX_TENSORS];
+    int64_t eval_batch = ct_stream_signature(eval, sigs) > 0 && sigs[0].ndim > 0 ? sigs[0].shape[0] : batch_size;
     char desc[512];
     fputs("evaluating ", stderr);
     ctrax_put_checkpoint(stderr, dir, c);
     fprintf(stderr, " (step %lld) on %lld batch(es) of %lld: ", (long long)ct_checkpoint_step(c),
-            (long long)eval_steps, (long long)batch_size);
+            (long long)eval_steps, (long long)eval_batch);
     ctrax_put_text(stderr, ct_stream_describe(eval, desc, sizeof desc));
     fputc('\n', stderr);
     if (run_evaluator(c, model, &ev, (uint64_t)seed) != CTRAX_EXIT_OK) goto done;

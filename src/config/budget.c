@@ -221,7 +221,7 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
 // The MLP's input width is the data's: an IDX file's (rows, cols) from its
 // header (28 x 28 for MNIST), flattened to rows x cols or, unflattened, a
 // Dense over cols at each of the rows. Data of no known shape count as
-// width 1, from below. Widths the builder would refuse leave the plan empty
+// width 1, from below (token ids: the first Dense refuses them at init). Widths the builder would refuse leave the plan empty
 // (the builder says why).
 ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *vp, const ct_config_run_shape *run,
                        cfg_plan *out, ct_error *err) {
@@ -439,7 +439,7 @@ static ct_status refuse_model(ct_config *cfg, const char *name, const cfg_def *d
     const cfg_param *q = blame_model(cfg, name, d, p, run, opt, bytes);
     char setting[400], lim[80], need[32];
     if (q) cfg_setting_text(cfg, name, q->name, NULL, setting, sizeof setting);
-    else if (!p) cfg_setting_text(cfg, name, d->params[0].name, NULL, setting, sizeof setting);  // MLP.layer_widths
+    else if (!p) cfg_setting_text(cfg, name, cfg_mlp_widths_param(cfg, name), NULL, setting, sizeof setting);
     else snprintf(setting, sizeof setting, "%s (its settings together)", name);
     limit_text(l, lim, sizeof lim);
     ct_format_bytes(bytes, need, sizeof need);
@@ -590,26 +590,33 @@ static ct_status check_run(ct_config *cfg, const ct_config_run_shape *run, const
     // machine holds everything.
     limit la = limit_for(run, true);
     double need = run->memory_efficient && la.device ? act : mbytes + act;
-    // Evals run the same batch of longer examples (a copy task's
-    // eval_max_length): counted as a step's activations at their length, so
-    // that a run that cannot evaluate is refused now, not at its first eval.
-    int64_t eval_length = 0;
-    const char *eval_param = NULL;
-    if (run->inputs && plan.uses_length && la.bytes > 0)
-        CT_TRY(cfg_inputs_length(cfg, run->inputs, true, &eval_length, &eval_param, err));
-    if (eval_length > length) {
-        double Te = (double)eval_length;
+    // Evals run batches of their own shape: longer examples (a copy task's
+    // eval_max_length) or more of them (the batcher's eval_batch_size),
+    // counted as a step's activations at that shape, so that a run that
+    // cannot evaluate is refused now, not at its first eval.
+    int64_t eval_length = length, eval_batch = 0;
+    const char *eval_length_param = NULL, *eval_batch_param = NULL;
+    if (run->inputs && la.bytes > 0) {
+        if (plan.uses_length)
+            CT_TRY(cfg_inputs_length(cfg, run->inputs, true, &eval_length, &eval_length_param, err));
+        CT_TRY(cfg_inputs_eval_batch(cfg, run->inputs, &eval_batch, &eval_batch_param, err));
+    }
+    double eval_share = eval_batch > 0 ? ceil((double)eval_batch / n_proc) : share;
+    if (eval_length > length || eval_share > share) {
+        double Te = plan.uses_length ? (double)eval_length : 0;
         double eval_act =
-            share * F32 * (plan.act_per_token * Te + plan.act_per_token_sq * Te * Te + plan.act_per_example);
+            eval_share * F32 * (plan.act_per_token * Te + plan.act_per_token_sq * Te * Te + plan.act_per_example);
         double eval_need = need - act + eval_act;
         if (eval_need > la.bytes) {
-            char setting[400], lim[80], b[32], m[32];
-            cfg_setting_text(cfg, run->inputs, eval_param, NULL, setting, sizeof setting);
+            char setting[400], lim[80], b[32], m[32], shape[96];
+            if (eval_share > share) cfg_setting_text(cfg, run->inputs, eval_batch_param, NULL, setting, sizeof setting);
+            else cfg_setting_text(cfg, run->inputs, eval_length_param, NULL, setting, sizeof setting);
+            if (Te > 0) snprintf(shape, sizeof shape, "%.0f x %.0f tokens", eval_share, Te);
+            else snprintf(shape, sizeof shape, "%.0f examples", eval_share);
             limit_text(la, lim, sizeof lim);
             return ct_error_set(err, CT_ERR_MEMORY,
-                                "%s: an eval step's activations need about %s (%.0f x %.0f tokens) on top of the "
-                                "model's %s; %s",
-                                setting, ct_format_bytes(eval_act, b, sizeof b), share, Te,
+                                "%s: an eval step's activations need about %s (%s) on top of the model's %s; %s",
+                                setting, ct_format_bytes(eval_act, b, sizeof b), shape,
                                 ct_format_bytes(eval_need - eval_act, m, sizeof m), lim);
         }
     }

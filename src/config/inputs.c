@@ -372,22 +372,10 @@ static ct_status idx_pair(const char *images, const char *labels, ct_stream **ou
 ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
                                    ct_stream **train, ct_stream **eval, ct_error *err) {
     const ct_config_value *ref, *dataset, *dir, *holdout, *shuffle_size, *variable;
-    int eval_batch_size, n_devices, n_processes;
+    int64_t eval_batch_size;
+    const char *eval_param;
     CT_TRY(cfg_query_default(cfg, name, "data_streams", &ref, err));
-    CT_TRY(get_int(cfg, name, "eval_batch_size", &eval_batch_size, err));
-    // As Trax's batch_fn: each host's eval batch is a multiple of its device
-    // count (32 on 3 devices is 30), so that every device takes equal rows;
-    // the eval batch is that from every process.
-    CT_TRY(get_int(cfg, "train", "n_devices", &n_devices, err));
-    CT_TRY(get_int(cfg, "train", "n_processes", &n_processes, err));
-    eval_batch_size = (eval_batch_size / n_devices > 1 ? eval_batch_size / n_devices : 1) * n_devices;
-    if ((int64_t)eval_batch_size * n_processes > (1 << 24)) {
-        char where[300];
-        cfg_where(cfg, name, "eval_batch_size", where, sizeof where);
-        return ct_error_set(err, CT_ERR_ARG, "%s%s.eval_batch_size = %d x %d processes is over 2^24 examples", where,
-                            name, eval_batch_size, n_processes);
-    }
-    eval_batch_size *= n_processes;
+    CT_TRY(cfg_inputs_eval_batch(cfg, name, &eval_batch_size, &eval_param, err));
     CT_TRY(cfg_query_default(cfg, name, "variable_shapes", &variable, err));  // fixed-shape data: no effect
     const char *slash = ref->kind == CT_CONFIG_REFERENCE ? strrchr(ref->s, '/') : NULL;
     const char *base = ref->kind == CT_CONFIG_REFERENCE ? (slash ? slash + 1 : ref->s) : "";
@@ -444,7 +432,7 @@ ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_s
     ct_status st = idx_pair(paths[0], paths[1], train, err);
     if (st == CT_OK) st = train_pipeline(train, true, 0, seed, batch_size, err);
     if (st == CT_OK) st = idx_pair(paths[2], paths[3], eval, err);
-    if (st == CT_OK) st = eval_pipeline(eval, eval_batch_size, err);
+    if (st == CT_OK) st = eval_pipeline(eval, (int)eval_batch_size, err);
     if (st != CT_OK) {
         char dw[300];
         value_where(dir, dw, sizeof dw);
@@ -454,6 +442,33 @@ ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_s
 }
 
 // ---- example shapes (for the memory budget) ----------------------------------------------------
+
+ct_status cfg_inputs_eval_batch(ct_config *cfg, const char *name, int64_t *batch, const char **param,
+                                ct_error *err) {
+    *batch = 0;
+    *param = NULL;
+    const char *slash = strrchr(name, '/');  // "scope/Name"
+    char why[256];
+    const cfg_def *d = cfg_lookup(slash ? slash + 1 : name, why, sizeof why);
+    if (!d || d->build_inputs != cfg_build_batcher_inputs) return CT_OK;
+    int eval_batch_size, n_devices, n_processes;
+    CT_TRY(get_int(cfg, name, "eval_batch_size", &eval_batch_size, err));
+    // As Trax's batch_fn: each host's eval batch is a multiple of its device
+    // count (32 on 3 devices is 30), so that every device takes equal rows;
+    // the eval batch is that from every process.
+    CT_TRY(get_int(cfg, "train", "n_devices", &n_devices, err));
+    CT_TRY(get_int(cfg, "train", "n_processes", &n_processes, err));
+    eval_batch_size = (eval_batch_size / n_devices > 1 ? eval_batch_size / n_devices : 1) * n_devices;
+    if ((int64_t)eval_batch_size * n_processes > (1 << 24)) {
+        char where[300];
+        cfg_where(cfg, name, "eval_batch_size", where, sizeof where);
+        return ct_error_set(err, CT_ERR_ARG, "%s%s.eval_batch_size = %d x %d processes is over 2^24 examples", where,
+                            name, eval_batch_size, n_processes);
+    }
+    *batch = (int64_t)eval_batch_size * n_processes;
+    *param = "eval_batch_size";
+    return CT_OK;
+}
 
 // The (rows, cols) an IDX images file's header gives, plain or gzip; 0, 0
 // when it cannot be read or is no IDX images file (the stream says why) or

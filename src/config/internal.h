@@ -198,6 +198,10 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *p, 
 // names a bad width or both spellings bound.
 #define CFG_MLP_MAX_LAYERS 256
 ct_status cfg_mlp_widths(ct_config *cfg, const char *name, int *w, int *n, ct_error *err);
+// The MLP's parameter that gives its widths in this config: "layer_widths",
+// or the first of Trax's older d_hidden / n_hidden_layers / n_output_classes
+// that is bound (for an error to name what the config wrote).
+const char *cfg_mlp_widths_param(ct_config *cfg, const char *name);
 ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *p, const ct_config_run_shape *run,
                        cfg_plan *out, ct_error *err);
 ct_status cfg_plan_rnnlm(ct_config *cfg, const char *name, const void *p, const ct_config_run_shape *run,
@@ -214,6 +218,12 @@ ct_status cfg_check_model_memory(ct_config *cfg, const char *name, const cfg_def
 // the data decide (IDX images).
 ct_status cfg_inputs_length(ct_config *cfg, const char *name, bool eval, int64_t *length, const char **param,
                             ct_error *err);
+
+// The eval batch (examples, every process's together) the input name makes
+// when it sets one of its own (the batcher's eval_batch_size, made a
+// multiple of train.n_devices as its builder makes it), and the parameter;
+// 0 and NULL when its eval batches are the train batch's size.
+ct_status cfg_inputs_eval_batch(ct_config *cfg, const char *name, int64_t *batch, const char **param, ct_error *err);
 
 // The (rows, cols) of the images the input name makes (IDXInputs, the
 // batcher's IDX files), read from the train images' header; 0, 0 when

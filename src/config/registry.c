@@ -718,6 +718,15 @@ static ct_status mlp_older_widths(ct_config *cfg, const char *name, int *w, int 
     return CT_OK;
 }
 
+const char *cfg_mlp_widths_param(ct_config *cfg, const char *name) {
+    char where[300];
+    for (int i = 0; i < COUNT(mlp_older); i++) {
+        cfg_where(cfg, name, mlp_older[i], where, sizeof where);
+        if (where[0]) return mlp_older[i];
+    }
+    return "layer_widths";
+}
+
 // The MLP's widths from either spelling into w[] (CFG_MLP_MAX_LAYERS), *n of them.
 ct_status cfg_mlp_widths(ct_config *cfg, const char *name, int *w, int *n, ct_error *err) {
     CT_TRY(mlp_older_widths(cfg, name, w, n, err));
