@@ -267,9 +267,16 @@ expect "train: eval_max_length 10^6" "$work/base" 1 "sequence_copy_inputs.eval_m
     --set sequence_copy_inputs.eval_min_length=999999 --set TransformerLM.max_len=2000002 --output-dir "$work/evmem"
 
 # 7. OMP_NUM_THREADS in the tens of thousands (OpenMP reads it before any
-# check): exit 2 naming it, as --threads out of range.
-OMP_NUM_THREADS=100000 expect "OMP_NUM_THREADS=100000" "$work/base" 2 "OMP_NUM_THREADS=100000" "1 to 4096" -- \
+# check), or one libgomp passes over with a warning (then running a thread
+# per core): exit 2 naming it, as --threads out of range.
+OMP_NUM_THREADS=100000 expect "OMP_NUM_THREADS=100000" "$work/base" 2 "OMP_NUM_THREADS='100000' is out of range" \
+    "1 to 4096" -- "$ctrax" train "$cfg" --steps 1 --output-dir "$work/omp"
+OMP_NUM_THREADS=abc expect "OMP_NUM_THREADS=abc" "$work/base" 2 "OMP_NUM_THREADS='abc' is not a thread count" -- \
     "$ctrax" train "$cfg" --steps 1 --output-dir "$work/omp"
+OMP_NUM_THREADS=0 expect "OMP_NUM_THREADS=0" "$work/base" 2 "OMP_NUM_THREADS='0' is out of range" -- \
+    "$ctrax" sample "$work/base" --length 1
+OMP_NUM_THREADS='1,1' expect "OMP_NUM_THREADS=1,1 (a list per nesting level)" "$work/base" 0 "" -- \
+    "$ctrax" info "$work/base"
 # 8. A metrics list with something that is not a layer after one that is:
 # refused when the config is read, naming the item and where it is written.
 expect "train.metrics with an optimizer" "$work/base" 1 "--set:1:1: train.metrics expects a list of references to" \

@@ -72,6 +72,17 @@ for narrow in Prescott Haswell; do
         bad "OPENBLAS_CORETYPE=$narrow: kernel '$fk', line: $line"
     fi
 done
+# A name OpenBLAS does not have: it picks a kernel itself, saying nothing;
+# the kernel line says so (case aside, a name it has is not flagged).
+forced=$(OPENBLAS_CORETYPE=NoSuchCore "$ctrax" info --system --threads 1 2>&1)
+line=$(grep '^gemm kernel' <<<"$forced")
+fk=$(kernel_of "$forced")
+grep -qF ": OPENBLAS_CORETYPE=NoSuchCore names no kernel this OpenBLAS has; it chose $fk itself" <<<"$line" &&
+    ok "an unknown OPENBLAS_CORETYPE is said: $line" || bad "OPENBLAS_CORETYPE=NoSuchCore: $line"
+forced=$(OPENBLAS_CORETYPE=$(tr '[:upper:]' '[:lower:]' <<<"$kernel") "$ctrax" info --system --threads 1 2>&1)
+line=$(grep '^gemm kernel' <<<"$forced")
+! grep -q "names no kernel" <<<"$line" && ok "OPENBLAS_CORETYPE=${kernel,,}: $line" ||
+    bad "OPENBLAS_CORETYPE=${kernel,,}: $line"
 
 out=$("$ctrax" info --system --threads 1 2>&1)
 grep -q "^threads      1 for ctrax's loops and the GEMM together" <<<"$out" && ok "--threads 1" ||

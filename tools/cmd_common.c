@@ -368,9 +368,14 @@ ct_config *ctrax_checkpoint_parse_config(const char *cmd, const ct_checkpoint *c
 char *ctrax_blas_describe(char *buf, size_t cap) {
     const char *core = ct_blas_core(), *replaced = getenv("CTRAX_BLAS_REPLACED"), *better = ct_blas_vector_core();
     const char *kind = ct_blas_core_is_vector(core) ? "vector" : "generic";
-    if (replaced && getenv("OPENBLAS_CORETYPE"))
+    const char *asked = getenv("OPENBLAS_CORETYPE");
+    if (replaced && asked)
         snprintf(buf, cap, "%s (%s), chosen from this CPU's vector features (OpenBLAS's table of CPU models gave %s%s)",
                  core, kind, ct_blas_core_is_vector(replaced) ? "the narrower " : "the generic ", replaced);
+    else if (asked && strcasecmp(asked, core))
+        // OpenBLAS passes over a name it does not have without a word.
+        snprintf(buf, cap, "%s (%s): OPENBLAS_CORETYPE=%.40s names no kernel this OpenBLAS has; it chose %s itself",
+                 core, kind, asked, core);
     else if (better)
         snprintf(buf, cap, "%s (%s): this CPU could run %s; set OPENBLAS_CORETYPE=%s", core, kind, better, better);
     else snprintf(buf, cap, "%s (%s)", core, kind);

@@ -1040,18 +1040,34 @@ static void open_standard_streams(void) {
         }
 }
 
+// OpenMP read OMP_NUM_THREADS when it loaded: ctrax holds it to --threads's
+// bounds (a count in the tens of thousands overflowed libgomp's stack), and
+// refuses what libgomp would pass over with a warning (`abc`, `0`: it then
+// runs a thread per core, not what the user asked). libgomp's form: a
+// count, or a comma list of counts per nesting level (the first is
+// ctrax's), spaces around. 0, or EXIT_USAGE said.
+static int check_omp_num_threads(void) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (!env) return 0;
+    char *end;
+    errno = 0;
+    long long n = strtoll(env, &end, 10);
+    end += strspn(end, " \t");
+    bool count = end != env && (*end == '\0' || *end == ',') && errno == 0;
+    if (count && n >= 1 && n <= CTRAX_MAX_THREADS) return 0;
+    fprintf(stderr, "ctrax: OMP_NUM_THREADS='%.40s' is %s; ctrax runs 1 to %d threads (unset it, or use --threads N)\n",
+            env, count ? "out of range" : "not a thread count", CTRAX_MAX_THREADS);
+    return EXIT_USAGE;
+}
+
 int main(int argc, char **argv) {
     open_standard_streams();
+    // Before running again (prepare_environment): libgomp's own warning
+    // about the value is then said once.
+    int omp = check_omp_num_threads();
+    if (omp) return omp;
     prepare_environment(argv);
     ctrax_catch_sigbus();
-    // OpenMP read OMP_NUM_THREADS when it loaded; --threads has the same
-    // bounds (a count in the tens of thousands overflowed libgomp's stack).
-    if (ct_blas_threads() > CTRAX_MAX_THREADS) {
-        const char *env = getenv("OMP_NUM_THREADS");
-        fprintf(stderr, "ctrax: OMP_NUM_THREADS=%.40s asks for %d threads; ctrax runs 1 to %d (or use --threads N)\n",
-                env ? env : "?", ct_blas_threads(), CTRAX_MAX_THREADS);
-        return EXIT_USAGE;
-    }
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;
