@@ -594,9 +594,9 @@ static void test_partial_write(void) {
 // ---- the progress line ---------------------------------------------------------
 
 static void test_progress(void) {
-    // Not a terminal: nothing is written.
+    // Not a terminal, steps faster than the interval: nothing is written.
     FILE *f = tmpfile();
-    ct_progress *p = ct_progress_new(f, 10);
+    ct_progress *p = ct_progress_new(f, 10, 60.0);
     CHECK(p && !ct_progress_active(p));
     for (int s = 1; s <= 10; s++) ct_progress_update(p, s, 1.0, 100);
     ct_progress_clear(p);
@@ -605,6 +605,33 @@ static void test_progress(void) {
     fflush(f);
     CHECK(ftell(f) == 0);
     fclose(f);
+
+    // Not a terminal, an interval of 0.2 s and steps at least 0.25 s apart
+    // (a sleep is never shorter; a slow machine only makes it longer): a
+    // plain line (no '\r', no escape) at each of steps 2 to 4, none at step
+    // 1 (where the clock starts) nor at 5, the last (the run's log says it).
+    f = tmpfile();
+    p = ct_progress_new(f, 5, 0.2);
+    for (int s = 1; s <= 5; s++) {
+        if (s > 1) usleep(250 * 1000);  // at least that long
+        ct_progress_update(p, s, 0.5, 10);
+    }
+    ct_progress_clear(p);
+    ct_progress_finish(p);
+    ct_progress_free(p);
+    char text[512] = "";
+    rewind(f);
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    printf("  not a terminal, 0.2 s interval, steps 0.25 s apart:\n%s", text);
+    CHECK_MSG(!strncmp(text, "step 2/5 | loss 0.5000 | ", 25) && strstr(text, "\nstep 3/5 | loss 0.5000 | ") &&
+                  strstr(text, "\nstep 4/5 | ") && !strstr(text, "step 5/") && !strchr(text, '\r') &&
+                  !strchr(text, '\033') && len > 0 && text[len - 1] == '\n',
+              "got: %s", text);
+    // The rate is over the steps since the first update: at most 4 steps/s.
+    double sps = 0;
+    CHECK(sscanf(text, "step 2/5 | loss 0.5000 | %lf steps/s", &sps) == 1 && sps > 0 && sps <= 4.001);
 
     // A pseudo-terminal: the line is drawn with '\r' and erased to the end.
     int master = posix_openpt(O_RDWR | O_NOCTTY);
@@ -620,7 +647,7 @@ static void test_progress(void) {
     cfmakeraw(&tio);
     tcsetattr(slave, TCSANOW, &tio);
     FILE *tty = fdopen(slave, "w");
-    p = ct_progress_new(tty, 10);
+    p = ct_progress_new(tty, 10, 60.0);
     CHECK(ct_progress_active(p));
     for (int s = 1; s <= 10; s++) {
         ct_progress_update(p, s, 10.0 / s, 256);
@@ -650,7 +677,7 @@ static void test_progress(void) {
     CHECK_MSG(draws >= 3 && draws <= 11, "%d draws for 11 updates (at most one per 0.1 s, and the last)", draws);
     printf("  %d draws on a pseudo-terminal; the last: %s", draws, strrchr(out, '\r') + 1);
     // The last step is drawn however soon after the draw before it.
-    p = ct_progress_new(tty, 2);
+    p = ct_progress_new(tty, 2, 60.0);
     ct_progress_update(p, 1, 2.0, 0);
     ct_progress_update(p, 2, 1.0, 0);
     ct_progress_finish(p);

@@ -1634,7 +1634,8 @@ ct_status ct_loop_run(ct_loop *loop, int64_t n_steps, ct_error *err) {
     l->stopped = false;
     l->log_time = now_s();
     l->log_step = l->step;
-    if (l->opts.progress && is_chief(l) && !l->progress) l->progress = ct_progress_new(l->opts.progress, n_steps);
+    if (l->opts.progress && is_chief(l) && !l->progress)
+        l->progress = ct_progress_new(l->opts.progress, n_steps, CT_PROGRESS_LOG_INTERVAL_S);
     while (l->step < n_steps) {
         CT_TRY(one_step(l, err));
         bool evaluate = eval_at(l, l->step), save = checkpoint_at(l, l->step) || permanent_at(l, l->step);

@@ -371,14 +371,15 @@ struct ct_progress {
     bool tty;
     bool started, drawn;
     int64_t total, step0, tokens;
-    double t0, last_draw;
+    double t0, last_draw, log_interval;
 };
 
-ct_progress *ct_progress_new(FILE *stream, int64_t total_steps) {
+ct_progress *ct_progress_new(FILE *stream, int64_t total_steps, double log_interval_s) {
     ct_progress *p = ct_calloc(1, sizeof *p);
     p->f = stream ? stream : stderr;
     p->tty = isatty(fileno(p->f)) == 1;
     p->total = total_steps;
+    p->log_interval = log_interval_s;
     return p;
 }
 
@@ -386,25 +387,28 @@ void ct_progress_free(ct_progress *p) { ct_free(p); }
 bool ct_progress_active(const ct_progress *p) { return p && p->tty; }
 
 void ct_progress_update(ct_progress *p, int64_t step, double loss, int64_t tokens) {
-    if (!p || !p->tty) return;
+    if (!p) return;
     double t = ct_now_s();
     if (!p->started) {
         // Rates count from here: the work of this first step happened before.
         p->started = true;
-        p->t0 = t;
+        p->t0 = p->last_draw = t;
         p->step0 = step;
         p->tokens = 0;
     } else p->tokens += tokens;
-    if (p->drawn && t - p->last_draw < 0.1 && step < p->total) return;
+    if (p->tty ? p->drawn && t - p->last_draw < 0.1 && step < p->total
+               : t - p->last_draw < p->log_interval || step >= p->total)
+        return;
     double dt = t - p->t0;
     double sps = dt > 0 && step > p->step0 ? (double)(step - p->step0) / dt : -1;
     double tps = dt > 0 && step > p->step0 ? (double)p->tokens / dt : -1;
     double eta = sps > 0 ? (double)(p->total - step) / sps : -1;
     char line[256];
     ct_progress_format(line, sizeof line, step, p->total, loss, sps, tps, eta);
-    fprintf(p->f, "\r%s\033[K", line);
+    if (p->tty) fprintf(p->f, "\r%s\033[K", line);
+    else fprintf(p->f, "%s\n", line);
     fflush(p->f);
-    p->drawn = true;
+    p->drawn = p->tty;
     p->last_draw = t;
 }
 

@@ -27,18 +27,27 @@ size_t ct_metrics_format_line(char *buf, size_t cap, int64_t step, const char *m
 size_t ct_format_step_line(char *buf, size_t cap, int64_t step, const char *mode, const char *name, int name_width,
                            double value);
 
-// A live progress line, redrawn in place with '\r'. It draws only when the
-// stream is a terminal; on anything else every call is a no-op.
+// A live progress line, redrawn in place with '\r' when the stream is a
+// terminal. On anything else (a log file, a batch job's output) it is a
+// plain line of its own every log_interval_s seconds at most, so that a long
+// run's log shows it moving between evals; clear and finish then do nothing.
 typedef struct ct_progress ct_progress;
 
+// What the Loop passes as log_interval_s: a line a minute in a log.
+#define CT_PROGRESS_LOG_INTERVAL_S 60.0
+
 // stream NULL means stderr. total_steps is the last step of the run.
-ct_progress *ct_progress_new(FILE *stream, int64_t total_steps);
+ct_progress *ct_progress_new(FILE *stream, int64_t total_steps, double log_interval_s);
 void ct_progress_free(ct_progress *p);
+// True when the line is drawn in place (a terminal): it must be cleared
+// before other output.
 bool ct_progress_active(const ct_progress *p);
 // After step `step` finished with this loss, having processed `tokens` tokens
 // in the steps since the previous update. Rates are measured from the first
-// update on; the line is redrawn at most every 0.1 s and always at the last
-// step.
+// update on; on a terminal the line is redrawn at most every 0.1 s and
+// always at the last step; elsewhere a line is written once log_interval_s
+// has passed since the first update or the last line, never at the last
+// step (the run's own log says it ended).
 void ct_progress_update(ct_progress *p, int64_t step, double loss, int64_t tokens);
 // Erases the line, so a log line can be printed; the next update redraws it.
 void ct_progress_clear(ct_progress *p);

@@ -224,7 +224,7 @@ typedef struct ct_loop_options {
     volatile sig_atomic_t *stop;
     const char *config_text;  // the operative config, saved in checkpoints and config.gin
     FILE *log;                // Trax-style step lines ("Step    100: train loss | ..."); NULL: none
-    FILE *progress;           // a live progress line when this is a terminal; NULL: none
+    FILE *progress;           // a live progress line on a terminal, else a line a minute; NULL: none
     int64_t tokens_per_batch; // for tokens/s on the progress line (0: not shown)
     ct_loop_callback callbacks[CT_LOOP_MAX_CALLBACKS];
     int n_callbacks;
