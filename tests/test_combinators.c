@@ -193,10 +193,31 @@ static ct_status scale_backward_nan(ct_layer *l, ct_ctx *c, const ct_tensor *g, 
     return CT_OK;
 }
 
+// Right weight gradient, but the input gradient never set: grad_in[0] keeps
+// whatever the caller's array held (a stale tensor of an earlier step).
+static ct_status scale_backward_gin_unset(ct_layer *l, ct_ctx *c, const ct_tensor *g, ct_tensor *gin, ct_key key,
+                                          ct_error *err) {
+    (void)key, (void)gin, (void)err;
+    ct_tensor x = ct_tape_pop(c);
+    for (int64_t i = 0; i < ct_tensor_numel(&x); i++) ct_weight_grad(c, l, 0)[0] += ct_f32(&g[0])[i] * ct_f32(&x)[i];
+    return CT_OK;
+}
+
+static const ct_layer_vtable scale_gin_unset_vt = {
+    .type = "ScaleGinUnset", .init = scale_init, .forward = scale_forward, .backward = scale_backward_gin_unset};
 static const ct_layer_vtable scale_unzeroed_vt = {
     .type = "ScaleUnzeroed", .init = scale_init, .forward = scale_forward, .backward = scale_backward_unzeroed};
 static const ct_layer_vtable scale_nan_vt = {
     .type = "ScaleNaN", .init = scale_init, .forward = scale_forward, .backward = scale_backward_nan};
+
+// A backward right but at the first element, whose gradient it leaves 0: a
+// bug that one element shows (a loop that starts at 1).
+static void square_bwd_first_missing(const ct_tensor *in, const ct_tensor *out, const ct_tensor *g, ct_tensor *gin,
+                                     const void *u) {
+    (void)out, (void)u;
+    for (int64_t i = 1; i < ct_tensor_numel(&in[0]); i++)
+        ct_f32(&gin[0])[i] += 2.0f * ct_f32(&g[0])[i] * ct_f32(&in[0])[i];
+}
 
 // A backward that writes NaN as the input gradient.
 static void square_bwd_nan(const ct_tensor *in, const ct_tensor *out, const ct_tensor *g, ct_tensor *gin,
@@ -233,6 +254,22 @@ static void test_checker_catches_wrong_backward(void) {
     l = ct_layer_new(&scale_nan_vt, NULL, 1, 1, NULL, NULL, 0);
     e = gradcheck("NaN weight gradient", l, &x, 1, gradcheck_default_opts());
     CHECK_MSG(!(e >= 0 && e < GRADCHECK_TOL), "the checker passed a NaN weight gradient: rel err %g", e);
+    ct_layer_free(l);
+    // An input gradient never set, right after a check of the same shape
+    // whose grad_in the stack may still hold.
+    l = ct_layer_new(&scale_gin_unset_vt, NULL, 1, 1, NULL, NULL, 0);
+    e = gradcheck("input gradient never set", l, &x, 1, gradcheck_default_opts());
+    CHECK_MSG(!(e >= 0 && e < GRADCHECK_TOL), "the checker passed a backward that never sets grad_in: rel err %g", e);
+    ct_layer_free(l);
+    // One wrong element of 8 x 12: more elements than gradcheck perturbs one
+    // at a time (max_elems 48; element 0 is not among them), so only a check
+    // over every element sees it.
+    float big[8 * 12];
+    ct_tensor wide_x = f32_input(8, 12, 6, big);
+    ct_fn_spec first = {"FirstMissingSquare", 1, 1, NULL, square_fwd, square_bwd_first_missing, NULL};
+    l = ct_fn(&first);
+    e = gradcheck("first element's gradient 0", l, &wide_x, 1, gradcheck_default_opts());
+    CHECK_MSG(e > GRADCHECK_TOL, "the checker missed a wrong gradient at one element of 96: rel err %g", e);
     ct_layer_free(l);
     // Memory read before it is written: right by luck in a fresh arena.
     l = ct_layer_new(&scale_unzeroed_vt, NULL, 1, 1, NULL, NULL, 0);

@@ -321,6 +321,14 @@ static void test_masked_gradients(void) {
     gradcheck_one("LSH(masked, causal, chunk 4, before 1, R 2, nb {2, 2}, dropout 0.2/0.3)", p, in, 2);
     p.n_hashes = 1;
     gradcheck_one("LSH(masked, causal, chunk 4, before 1, R 1, nb {2, 2}, dropout 0.2/0.3)", p, in, 2);
+    // 3 heads over B = 2 rows: with n_heads = B (every case above) a
+    // backward that takes head s's mask row as s / B, not s / H, reads the
+    // same row and passed.
+    fill_mask(mf, B, T, (const int[]){0, 1, -1, 6, 7, -1});
+    mask_to_i32(md, mf, B * T);
+    p = lsh_params(3, 3, 4, false, 4, 1, 1, 2, 4, 0);
+    p.masked = true;
+    gradcheck_one("LSH(masked at 0 and 1, 3 heads, chunk 4, before 1, after 1, R 2, nb 4)", p, in, 2);
 }
 
 // Output and input gradient of one training step on in (n_in inputs), on a
