@@ -221,8 +221,9 @@ ct_status cfg_plan_reformer_lm(ct_config *cfg, const char *name, const void *vp,
 // The MLP's input width is the data's: an IDX file's (rows, cols) from its
 // header (28 x 28 for MNIST), flattened to rows x cols or, unflattened, a
 // Dense over cols at each of the rows. Data of no known shape count as
-// width 1, from below (token ids: the first Dense refuses them at init). Widths the builder would refuse leave the plan empty
-// (the builder says why).
+// width 1, from below (token ids: the first Dense refuses them at init).
+// Widths the builder would refuse leave the plan empty (the builder says
+// why).
 ct_status cfg_plan_mlp(ct_config *cfg, const char *name, const void *vp, const ct_config_run_shape *run,
                        cfg_plan *out, ct_error *err) {
     (void)vp;
