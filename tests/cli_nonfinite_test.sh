@@ -42,6 +42,8 @@ check "names a layer path" $? "$msg"
 newest=$(cat "$work/run/checkpoint" 2>/dev/null)
 [[ -n $step && $newest == "model_$((step - 1))" ]]
 check "newest checkpoint is model_$((${step:-1} - 1))" $? "pointer names '$newest'"
+grep -qxF "ctrax train: $work/run/$newest, the newest checkpoint, is whole: once the cause is mended, the same command resumes from it" "$work/out"
+check "says the same command resumes from $newest" $? "$(tail -n 2 "$work/out")"
 /usr/bin/python3 - "$work/run" <<'EOF'
 import glob, json, struct, sys
 import numpy as np

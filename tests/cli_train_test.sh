@@ -135,4 +135,38 @@ else
     bad "memory_plan.json not writable: exit $rc: $(grep -i 'memory' "$work/plan.log" | head -n 2)"
 fi
 
+# A disk that fills up mid-run (a 3 MiB tmpfs; mounting one needs root, else
+# skipped): the checkpoint write fails with the file and ENOSPC, no
+# temporary directory is left, the newest whole checkpoint is named, and the
+# same command resumes from it once there is room.
+full=$work/full
+mkdir -p "$full"
+if mount -t tmpfs -o size=3M tmpfs "$full" 2>/dev/null; then
+    full_train() {
+        "$ctrax" train "$config" --steps 400 --output-dir "$full/run" --set 'Loop.n_steps_per_checkpoint=20' \
+            --set 'train.keep_checkpoints=100' --set 'train.eval_steps=0' >"$work/full.log" 2>&1
+    }
+    full_train
+    rc=$?
+    newest=$(cat "$full/run/checkpoint" 2>/dev/null)
+    if ((rc == 1)) && grep -q "writing checkpoint .*No space left on device" "$work/full.log" &&
+        grep -qxF "ctrax train: $full/run/$newest, the newest checkpoint, is whole: once the cause is mended, the same command resumes from it" "$work/full.log" &&
+        ! compgen -G "$full/run/.tmp-*" >/dev/null && "$ctrax" info "$full/run" >/dev/null 2>&1; then
+        ok "a full disk: exit 1, $(grep -c . <<<"$(ls -d "$full/run"/model_*)") checkpoints whole, $newest named"
+    else
+        bad "a full disk: exit $rc, newest '$newest': $(tail -n 2 "$work/full.log"); $(ls -a "$full/run" | tr '\n' ' ')"
+    fi
+    find "$full/run" -maxdepth 1 -name 'model_*' ! -name "$newest" -exec rm -rf {} +
+    step=${newest#model_}
+    full_train
+    if grep -qF "resuming from $full/run/$newest at step $step" "$work/full.log"; then
+        ok "a full disk, room made: resumed from $newest"
+    else
+        bad "a full disk, room made: $(grep -m 1 -E 'resum|ctrax train' "$work/full.log")"
+    fi
+    umount "$full"
+else
+    echo "skip a full disk: cannot mount a tmpfs here (not root)"
+fi
+
 cli_done

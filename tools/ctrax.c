@@ -876,6 +876,7 @@ static int run_train(const train_args *a) {
     ct_loop_options o;
     int64_t steps = 0;
     int rc = 1, stopped_rc = 0;  // stopped_rc: 128 + the signal that stopped the run
+    bool trained = false;        // ct_loop_run began
     if (ct_comm_mpi_launched() && ct_comm_mpi_new(&r.comm, 0, &err) != CT_OK) goto done;
     int rank = r.comm ? ct_comm_rank(r.comm) : 0;
     if (rank != 0) ct_log_set_level(CT_LOG_ERROR);  // the chief speaks for the job
@@ -953,6 +954,7 @@ static int run_train(const train_args *a) {
                    (long long)ct_loop_step(r.loop), (long long)steps);
         fflush(stdout);
     }
+    trained = true;
     if (ct_loop_run(r.loop, steps, &err) != CT_OK) goto done;
     if (rank == 0) {
         if (ct_loop_stopped(r.loop))
@@ -969,6 +971,14 @@ static int run_train(const train_args *a) {
 done:
     if (rc) {
         fprintf(stderr, "ctrax train: %s\n", err.msg);
+        // A run that fails while training (a full disk, a non-finite loss)
+        // keeps its checkpoints: say which one the same command resumes from.
+        char latest[CT_CHECKPOINT_NAME_MAX];
+        ct_error ignored;
+        if (trained && rank == 0 &&
+            ct_checkpoint_find_latest(r.output_dir, latest, sizeof latest, &ignored) == CT_OK && latest[0])
+            fprintf(stderr, "ctrax train: %s/%s, the newest checkpoint, is whole: once the cause is mended, the same "
+                    "command resumes from it\n", r.output_dir, latest);
         if (r.comm && ct_comm_size(r.comm) > 1) ct_comm_abort(r.comm, 1);  // the others cannot go on alone
     }
     train_run_free(&r);
