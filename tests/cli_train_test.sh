@@ -36,6 +36,19 @@ else
     bad "a resume at train.steps: $(tail -n 2 "$work/two.log" | tr '\n' ' ')"
 fi
 
+# A resume with another model (d_model 32 over a run of 64) is refused with
+# the tensor, and the two ways on are said; the run there is left as it was.
+before=$(ls -R "$work/two" | md5sum)
+"$ctrax" train "$config" --steps 3 --output-dir "$work/two" --set TransformerLM.d_model=32 >"$work/other.log" 2>&1
+rc=$?
+if ((rc == 1)) && grep -q "in the checkpoint, expected (16,32) f32" "$work/other.log" &&
+    grep -qxF "ctrax train: to start over instead, --restart sets the run in $work/two aside (into previous-<time>/); or train elsewhere with --output-dir DIR" "$work/other.log" &&
+    [[ $(ls -R "$work/two" | md5sum) == "$before" ]]; then
+    ok "a resume with another model: exit 1, the tensor named, --restart and --output-dir said"
+else
+    bad "a resume with another model: exit $rc: $(tail -n 2 "$work/other.log" | tr '\n' ' ')"
+fi
+
 # Without --output-dir the run writes runs/<the config's name without its
 # extension> under the working directory, as the README's runs/copy.
 mkdir -p "$work/cwd"

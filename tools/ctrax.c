@@ -877,6 +877,7 @@ static int run_train(const train_args *a) {
     int64_t steps = 0;
     int rc = 1, stopped_rc = 0;  // stopped_rc: 128 + the signal that stopped the run
     bool trained = false;        // ct_loop_run began
+    bool resume_failed = false;  // the run in the output directory does not resume with these settings
     if (ct_comm_mpi_launched() && ct_comm_mpi_new(&r.comm, 0, &err) != CT_OK) goto done;
     int rank = r.comm ? ct_comm_rank(r.comm) : 0;
     if (rank != 0) ct_log_set_level(CT_LOG_ERROR);  // the chief speaks for the job
@@ -932,6 +933,7 @@ static int run_train(const train_args *a) {
         }
         if (o.eval_model && !strncmp(err.msg, "loop: the eval model", 20))
             ct_error_prefix(&err, "%s, built because the config has eval/ bindings", r.eval_model_name);
+        resume_failed = !strncmp(err.msg, "loop: resuming from", 19);
         goto done;
     }
     if (rank == 0) {
@@ -979,6 +981,11 @@ done:
             ct_checkpoint_find_latest(r.output_dir, latest, sizeof latest, &ignored) == CT_OK && latest[0])
             fprintf(stderr, "ctrax train: %s/%s, the newest checkpoint, is whole: once the cause is mended, the same "
                     "command resumes from it\n", r.output_dir, latest);
+        // Another model, optimizer or data than the run there was made with:
+        // the two ways on, neither of which loses that run.
+        if (resume_failed && rank == 0)
+            fprintf(stderr, "ctrax train: to start over instead, --restart sets the run in %s aside (into "
+                    "previous-<time>/); or train elsewhere with --output-dir DIR\n", r.output_dir);
         if (r.comm && ct_comm_size(r.comm) > 1) ct_comm_abort(r.comm, 1);  // the others cannot go on alone
     }
     train_run_free(&r);
