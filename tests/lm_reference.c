@@ -20,6 +20,12 @@
 // (B, T) f32, loss_eval (1) f32, loss_evaluator (1) f32, "grad/<weight
 // name>" for every weight, and the model's settings as __metadata__ strings
 // (model, vocab_size, d_model, ...; checkpoint: the checkpoint's directory).
+// A case may set the trainer options loss_chunk_size and memory_efficient
+// (both trainers use them). With LSHSelfAttention it also holds, per such
+// layer (its path P), the rotations each of the three forwards hashed with,
+// "rot_eval/P", "rot_evaluator/P" and "rot_grad/P" (B H, d_qk, R, n_rot) f32,
+// and the buckets the gradient's training forward left in the layer's
+// state, "buckets/P" (B H, R T): see lsh_rotations.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +36,21 @@
 
 enum { B = 3, N_COPY = 4, T = 2 * N_COPY + 2, VOCAB = 11, TRAIN_STEPS = 4 };
 
+// The dimensions of each LSHSelfAttention's rotations (0 heads: none).
+typedef struct lsh_dims {
+    int heads, d_qk, n_hashes, n_rot;  // n_rot: half the rotation width, sum of f / 2 over the bucket factors f
+} lsh_dims;
+
 typedef struct lm_case {
     const char *name;
     ct_layer *(*build)(float dropout);
-    const char *meta[16][2];  // the settings the reference needs, ended by {NULL}
+    int64_t loss_chunk_size;  // both trainers' options
+    bool memory_efficient;
+    // The input's tensors scaled down after training (below the model's
+    // name; see run_case), ended by NULL.
+    const char *small[4];
+    lsh_dims lsh;
+    const char *meta[24][2];  // the settings the reference needs, ended by {NULL}
 } lm_case;
 
 // 2 layers, 4 heads of 4, d_ff != d_model.
@@ -54,24 +71,139 @@ static ct_layer *reformer(float dropout) {
     return ct_reformer_lm(p);
 }
 
+// Trax's configs' attention_type, LSHSelfAttention, in both layers: causal
+// (ReformerLM passes it), 2 hash rounds, chunks of 5 of the sorted R T = 20
+// rows with one chunk of look-back (Trax's default), n_buckets None (from
+// the length: 2 max(1, T / 5) = 4, REFORMER.md section 2); axial positions
+// (pos_type 'axial', REFORMER.md section 5) of shape (2, 5) = T, widths 3 +
+// 5 = d_model. ff_chunk_size: > 0 runs the feed-forward on chunks of rows.
+static ct_layer *reformer_lsh_axial(float dropout, int ff_chunk_size) {
+    ct_reformer_lm_params p = ct_reformer_lm_default_params();
+    p.vocab_size = VOCAB, p.d_model = 8, p.d_ff = 20, p.n_layers = 2, p.n_heads = 2, p.max_len = 32;
+    p.d_attention_key = 4, p.d_attention_value = 6;
+    p.dropout = dropout;
+    p.attention[0] = CT_REFORMER_LSH_ATTENTION;
+    p.lsh_attention.chunk_len = 5, p.lsh_attention.n_hashes = 2;
+    p.lsh_attention.n_chunks_before = 1, p.lsh_attention.n_chunks_after = 0;
+    p.pos_type = "axial", p.pos_axial_n = 2;
+    p.pos_axial_shape[0] = 2, p.pos_axial_shape[1] = 5;
+    p.pos_d_axial_embs[0] = 3, p.pos_d_axial_embs[1] = 5;
+    p.ff_chunk_size = ff_chunk_size;
+    return ct_reformer_lm(p);
+}
+static ct_layer *reformer_lsh(float dropout) { return reformer_lsh_axial(dropout, 0); }
+// The same chunked: the feed-forward over 5 chunks of the B T = 30 rows.
+static ct_layer *reformer_lsh_chunked(float dropout) { return reformer_lsh_axial(dropout, 6); }
+
+// The tensors that make the first LayerNorm's input (see run_case).
+#define TABLE_SMALL {"Embedding[1]/embedding", "PositionalEncoding[3]/embedding", NULL}
+#define AXIAL_SMALL                                                                                                \
+    {"Embedding[1]/embedding", "AxialPositionalEncoding[3]/axis_0", "AxialPositionalEncoding[3]/axis_1", NULL}
+#define LSH_META                                                                                                   \
+    {"model", "ReformerLM"}, {"vocab_size", "11"}, {"d_model", "8"}, {"d_ff", "20"}, {"n_layers", "2"},            \
+        {"n_heads", "2"}, {"max_len", "32"}, {"d_attention_key", "4"}, {"d_attention_value", "6"},                 \
+        {"ff_activation", "FastGelu"}, {"attention_type", "LSHSelfAttention"}, {"chunk_len", "5"},                \
+        {"n_hashes", "2"}, {"n_chunks_before", "1"}, {"n_chunks_after", "0"}, {"n_buckets", ""},                 \
+        {"pos_type", "axial"}, {"pos_axial_shape", "2,5"}, {"pos_d_axial_embs", "3,5"}
+
 static const lm_case cases[] = {
-    {"transformer", transformer,
+    {"transformer", transformer, 0, false, TABLE_SMALL, {0},
      {{"model", "TransformerLM"}, {"vocab_size", "11"}, {"d_model", "16"}, {"d_ff", "24"}, {"n_layers", "2"},
       {"n_heads", "4"}, {"max_len", "32"}, {NULL, NULL}}},
-    {"reformer", reformer,
+    {"reformer", reformer, 0, false, TABLE_SMALL, {0},
      {{"model", "ReformerLM"}, {"vocab_size", "11"}, {"d_model", "8"}, {"d_ff", "20"}, {"n_layers", "2"},
       {"n_heads", "2"}, {"max_len", "32"}, {"d_attention_key", "4"}, {"d_attention_value", "6"},
       {"ff_activation", "FastGelu"}, {NULL, NULL}}},
+    // Rotations (d_qk 4, R 2, n_rot 4 / 2) per (b, h) of 2 heads.
+    {"reformer_lsh", reformer_lsh, 0, false, AXIAL_SMALL, {2, 4, 2, 2}, {LSH_META, {NULL, NULL}}},
+    // Chunked feed-forward and loss (7 chunks of 4 rows and one of 2) and
+    // the memory-efficient trainer: the same values as unchunked, standard.
+    {"reformer_lsh_chunked", reformer_lsh_chunked, 4, true, AXIAL_SMALL, {2, 4, 2, 2},
+     {LSH_META, {"ff_chunk_size", "6"}, {"loss_chunk_size", "4"}, {"trainer", "memory_efficient"}, {NULL, NULL}}},
 };
 
-static ct_trainer *new_trainer(ct_layer *model, const ct_tensor *batch, ct_optimizer *opt, ct_device *dev) {
+static ct_trainer *new_trainer(const lm_case *c, ct_layer *model, const ct_tensor *batch, ct_optimizer *opt,
+                               ct_device *dev) {
     ct_layer *loss = ct_weighted_category_cross_entropy();
     ct_trainer_options o = ct_trainer_default_options();
+    o.loss_chunk_size = c->loss_chunk_size;
+    o.memory_efficient = c->memory_efficient;
+    o.reversible.keep_grads = true;  // for ct_trainer_tensor(CT_PART_GRAD)
+    o.reversible.log_every = 0;
     ct_trainer *tr = NULL;
     ct_error err;
     CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, opt, ct_key_from_seed(5), dev, &o, &err), &err);
     ct_layer_free(loss);
     return tr;
+}
+
+// What a case file holds: named tensors, their names (and the data of
+// those the driver drew) owned here.
+typedef struct out_list {
+    ct_named_tensor t[256];
+    char *names[256];
+    float *data[256];
+    int n;
+} out_list;
+
+// Adds "prefix/name" (or name, prefix NULL) viewing t; own: t.data is
+// freed with the list.
+static void out_add(out_list *o, const char *prefix, const char *name, ct_tensor t, bool own) {
+    CHECK(o->n < (int)(sizeof o->t / sizeof o->t[0]));
+    char *full = malloc(strlen(name) + (prefix ? strlen(prefix) + 1 : 0) + 1);
+    sprintf(full, "%s%s%s", prefix ? prefix : "", prefix ? "/" : "", name);
+    o->names[o->n] = full, o->data[o->n] = own ? t.data : NULL;
+    o->t[o->n++] = (ct_named_tensor){full, t};
+}
+
+static void out_free(out_list *o) {
+    for (int i = 0; i < o->n; i++) free(o->names[i]), free(o->data[i]);
+}
+
+// A 32-bit word of LSHSelfAttention's "hash" state, stored as two exact
+// 16-bit floats (low half first).
+static uint32_t hash_word(const float *s) { return (uint32_t)s[0] | ((uint32_t)s[1] << 16); }
+
+// The rotations every LSHSelfAttention of net hashes its next forward with,
+// as lsh_attention.h documents them: from the key k in the layer's "hash"
+// state (words 0-1; the count of hashing forwards in word 2), sub = split(k,
+// 1), and (b, h)'s Rot ~ N(0, 1) (d_qk, R, n_rot) from split(sub, b H + h),
+// drawn here through ct_random_normal. Added to o as "<what>/<layer path>"
+// (B H, d_qk, R, n_rot). The reference hashes with them itself; buckets/
+// (lsh_buckets) shows that they are the ones the layer drew.
+static void lsh_rotations(out_list *o, const ct_net *net, const lsh_dims *d, const char *what) {
+    const int64_t per = (int64_t)d->d_qk * d->n_hashes * d->n_rot;
+    for (int i = 0; i < ct_net_state_count(net); i++) {
+        const char *name = ct_net_state_name(net, i);
+        size_t len = strlen(name);
+        if (len < 5 || strcmp(name + len - 5, "/hash") != 0) continue;
+        const float *hs = ct_net_state(net, i).data;
+        // Before the first hashing the key is split(init key, 4), which the
+        // driver does not see; every forward here follows training steps.
+        CHECK_MSG(hash_word(hs + 4) > 0, "%s: no hashing yet", name);
+        ct_key sub = ct_key_split((ct_key){{hash_word(hs), hash_word(hs + 2)}}, 1);
+        float *rot = malloc(sizeof(float) * (size_t)(B * d->heads * per));
+        for (int s = 0; s < B * d->heads; s++)
+            ct_random_normal(ct_key_split(sub, (uint32_t)s), rot + s * per, (size_t)per, 1.0f);
+        char layer[256];
+        snprintf(layer, sizeof layer, "%.*s", (int)(len - 5), name);
+        out_add(o, what, layer,
+                ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){B * d->heads, d->d_qk, d->n_hashes, d->n_rot}, rot), true);
+    }
+}
+
+// The buckets each LSHSelfAttention of net stored in its last training
+// forward, "buckets/<layer path>" (B H, R T): exact integers, round offset r
+// NB included.
+static void lsh_buckets(out_list *o, const ct_net *net) {
+    for (int i = 0; i < ct_net_state_count(net); i++) {
+        const char *name = ct_net_state_name(net, i);
+        size_t len = strlen(name);
+        if (len < 8 || strcmp(name + len - 8, "/buckets") != 0) continue;
+        char layer[256];
+        snprintf(layer, sizeof layer, "%.*s", (int)(len - 8), name);
+        out_add(o, "buckets", layer, ct_net_state(net, i), false);
+    }
 }
 
 static void run_case(const char *out_dir, const lm_case *c) {
@@ -87,7 +219,7 @@ static void run_case(const char *out_dir, const lm_case *c) {
     // A few steps, so that no weight is at its initializer's value.
     ct_layer *model = c->build(0.1f);
     ct_adam_params ap = ct_adam_default_params();
-    ct_trainer *tr = new_trainer(model, batch, ct_adam_new(ap), &dev);
+    ct_trainer *tr = new_trainer(c, model, batch, ct_adam_new(ap), &dev);
     ct_copy_task copy = {VOCAB, N_COPY, false, 7, 0};
     ct_step_stats stats = {0};
     for (int step = 1; step <= TRAIN_STEPS; step++) {
@@ -101,10 +233,9 @@ static void run_case(const char *out_dir, const lm_case *c) {
     // so that the epsilon and its place matter to the loss: at the trained
     // scale, TransformerLM with an epsilon of 1e-5 for Trax's 1e-6 was 8e-8
     // (relative) from the reference, here 1.5e-3.
-    for (int i = 0; i < 2; i++) {
-        static const char *const small[] = {"Embedding[1]/embedding", "PositionalEncoding[3]/embedding"};
+    for (int i = 0; c->small[i]; i++) {
         char name[128];
-        snprintf(name, sizeof name, "%s/%s", c->meta[0][1], small[i]);
+        snprintf(name, sizeof name, "%s/%s", c->meta[0][1], c->small[i]);
         ct_tensor t;
         CHECK_OK(ct_trainer_tensor(tr, CT_PART_WEIGHT, name, &t, &err), &err);
         for (int64_t k = 0; k < ct_tensor_numel(&t); k++) ((float *)t.data)[k] *= 6e-3f;
@@ -129,6 +260,8 @@ static void run_case(const char *out_dir, const lm_case *c) {
     for (int i = 0; i < B * T; i++) tokens[i] = (int32_t)(u[i] * VOCAB) % VOCAB;
     ct_random_uniform(ct_key_from_seed(12), u, B * T, 0.0f, 1.0f);
     for (int i = 0; i < B * T; i++) weights[i] = (float)((int)(u[i] * 9) % 9) / 4.0f;
+    out_list out = {0};
+    if (c->lsh.heads) lsh_rotations(&out, ct_trainer_net(tr), &c->lsh, "rot_eval");
     float loss_eval = NAN;
     CHECK_OK(ct_trainer_eval_loss(tr, batch, ct_key_from_seed(13), &loss_eval, &err), &err);
     ct_trainer_free(tr);
@@ -163,6 +296,7 @@ static void run_case(const char *out_dir, const lm_case *c) {
         CHECK_OK(ct_evaluator_new(&ev, model, &task, NULL, &dev, &err), &err);
         CHECK_OK(ct_evaluator_model_net(ev, &net, ct_key_from_seed(15), &err), &err);
         CHECK_OK(ct_net_load_checkpoint(&net, ck, CT_LOAD_STRICT, &err), &err);
+        if (c->lsh.heads) lsh_rotations(&out, &net, &c->lsh, "rot_evaluator");
         CHECK_OK(ct_evaluator_run(ev, &net, ct_key_from_seed(16), &v, &err), &err);
         loss_evaluator = (float)v;
         ct_evaluator_free(ev);
@@ -178,36 +312,33 @@ static void run_case(const char *out_dir, const lm_case *c) {
     ct_checkpoint *ck = NULL;
     CHECK_OK(ct_checkpoint_open_latest(&ck, dir, &err), &err);
     model = c->build(0.0f);
-    tr = new_trainer(model, batch, ct_sgd_new(ct_sgd_default_params()), &dev);
+    tr = new_trainer(c, model, batch, ct_sgd_new(ct_sgd_default_params()), &dev);
     CHECK_OK(ct_trainer_load_checkpoint(tr, ck, CT_LOAD_EXACT, &err), &err);
     ct_checkpoint_close(ck);
-    CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(14), 1, 0.0f, &stats, &err), &err);
     const ct_net *net = ct_trainer_net(tr);
-    int n_out = 5 + ct_net_weight_count(net);
-    ct_named_tensor *out = calloc((size_t)n_out, sizeof *out);
-    char **names = calloc((size_t)ct_net_weight_count(net), sizeof *names);
-    out[0] = (ct_named_tensor){"inputs", batch[0]};
-    out[1] = (ct_named_tensor){"targets", batch[1]};
-    out[2] = (ct_named_tensor){"weights", batch[2]};
-    out[3] = (ct_named_tensor){"loss_eval", ct_tensor_1d(CT_DTYPE_F32, 1, &loss_eval)};
-    out[4] = (ct_named_tensor){"loss_evaluator", ct_tensor_1d(CT_DTYPE_F32, 1, &loss_evaluator)};
+    if (c->lsh.heads) lsh_rotations(&out, net, &c->lsh, "rot_grad");
+    CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(14), 1, 0.0f, &stats, &err), &err);
+    if (c->lsh.heads) lsh_buckets(&out, net);
+    out_add(&out, NULL, "inputs", batch[0], false);
+    out_add(&out, NULL, "targets", batch[1], false);
+    out_add(&out, NULL, "weights", batch[2], false);
+    out_add(&out, NULL, "loss_eval", ct_tensor_1d(CT_DTYPE_F32, 1, &loss_eval), false);
+    out_add(&out, NULL, "loss_evaluator", ct_tensor_1d(CT_DTYPE_F32, 1, &loss_evaluator), false);
     for (int i = 0; i < ct_net_weight_count(net); i++) {
         const char *name = ct_net_weight_name(net, i);
-        names[i] = malloc(strlen(name) + 6);
-        sprintf(names[i], "grad/%s", name);
-        CHECK_OK(ct_trainer_tensor(tr, CT_PART_GRAD, name, &out[5 + i].tensor, &err), &err);
-        out[5 + i].name = names[i];
+        ct_tensor g;
+        CHECK_OK(ct_trainer_tensor(tr, CT_PART_GRAD, name, &g, &err), &err);
+        out_add(&out, "grad", name, g, false);
     }
-    ct_kv meta[18];
+    ct_kv meta[26];
     int n_meta = 0;
     for (; c->meta[n_meta][0]; n_meta++) meta[n_meta] = (ct_kv){c->meta[n_meta][0], c->meta[n_meta][1]};
     meta[n_meta++] = (ct_kv){"checkpoint", dir};
     snprintf(path, sizeof path, "%s/%s.safetensors", out_dir, c->name);
-    CHECK_OK(ct_safetensors_write(path, out, n_out, meta, n_meta, &err), &err);
+    CHECK_OK(ct_safetensors_write(path, out.t, out.n, meta, n_meta, &err), &err);
     printf("%s: eval loss %.7f, evaluator's at weights 1 %.7f (train-mode loss at dropout 0: %.7f)\n", c->name,
            loss_eval, loss_evaluator, stats.loss);
-    for (int i = 0; i < ct_net_weight_count(net); i++) free(names[i]);
-    free(names), free(out);
+    out_free(&out);
     ct_trainer_free(tr);
     ct_layer_free(model);
     CHECK(dev.current_bytes == 0);

@@ -21,6 +21,23 @@ named at each function), with only the weights taken from the checkpoint:
     Concatenate, LayerNorm, Dropout, Dense(vocab_size); SelfAttention
     (trax/layers/research/efficient_attention.py) full (chunk_len None) and
     causal; FF = LayerNorm, Dense(d_ff), Dropout, FastGelu, Dense, Dropout.
+    With attention_type LSHSelfAttention (efficient_attention.py; REFORMER.md
+    section 2), causal: tests/lsh_reference.py's hashing (argmax of
+    concat(qR, -qR), round offsets), sort by (bucket, position), chunked
+    attention with look-back and wrap-around, the causal (-1e9) and self
+    (-1e5) penalties, unsort and the softmax over the rounds' logsumexps,
+    with the rotations ctrax drew ("rot_<forward>/<layer path>", read from
+    its hash state by tests/lm_reference.c); the gradient holds each
+    layer's buckets at those of the unperturbed weights (Trax's sort indices
+    carry no gradient) and checks them against the ones ctrax's training
+    forward stored ("buckets/<layer path>", exact). pos_type 'axial'
+    (trax/layers/research/position_encodings.py AxialPositionalEncoding;
+    REFORMER.md section 5): PE[t] = concat_k E_k[i_k], t = row-major digits
+    (i_0, .., i_{K-1}) of pos_axial_shape. ff_chunk_size and loss_chunk_size
+    (REFORMER.md section 4: Chunk / the chunked loss equal the whole at
+    dropout 0) and the memory-efficient trainer (reversible backward by
+    reconstruction) change nothing here: such a case is held to the same
+    unchunked reference, only the weights' paths (.../Chunk[0]/...) differ.
   WeightedCategoryCrossEntropy (trax/layers/metrics.py):
     sum(ce * w) / sum(w), ce = -sum(one_hot(t) * log_softmax(logits)).
 In eval mode every Dropout is the identity. The reversible blocks compute
@@ -28,11 +45,22 @@ the plain residual function written above in the forward pass.
 
 Checks, each printed with its numbers:
   - both eval losses within 1e-6 relative of the reference's (2e-8 measured,
-    float32 sums; TransformerLM's LayerNorm epsilon at 1e-5 for Trax's 1e-6
-    moved it 1.5e-3, FastGelu's 0.044715 at 0.04 3.3e-5);
+    3e-8 with LSH, float32 sums; TransformerLM's LayerNorm epsilon at 1e-5
+    for Trax's 1e-6 moved it 1.5e-3, FastGelu's 0.044715 at 0.04 3.3e-5;
+    without LSH's self penalty 5e-2, its look-back 1.5e-2, its rounds
+    averaged instead of weighted by their logsumexps 9e-3, an axial
+    embedding's digits column-major 4e-2, feed-forward chunks shifted by one
+    6e-2, the loss's last (short) chunk dropped 3e-3);
+  - with LSH, the buckets of the gradient's forward: every one exact (a
+    near tie, where float32 and float64 may pick apart, is counted and
+    allowed by lsh_reference.check_buckets; none occurs);
   - the gradient: every weight tensor, at 3 elements drawn here, against
     float64 central differences of the reference (eps 1e-6), within 1e-4 of
-    the norm over the sampled elements (2e-7 measured).
+    the norm over the sampled elements (3e-7 measured with the standard
+    trainer; 8e-6 with the memory-efficient one, whose backward recovers
+    each layer's input by a float32 subtraction from its output: layer 0's
+    inputs, ~3e-3 against outputs ~1, carry most of it; its reconstruction
+    off by 0.1% gave 0.2, its recomputation hashing anew 3e-2).
 One line per case: "ok CASE ..." or "FAIL CASE ...".
 """
 import os
@@ -41,6 +69,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lsh_reference as lsh  # noqa: E402
 from read_safetensors import read  # noqa: E402
 
 LOSS_TOL = 1e-6
@@ -70,11 +99,31 @@ def fast_gelu(x):
     return 0.5 * x * (1 + np.tanh(x * 0.7978845608 * (1 + 0.044715 * x * x)))
 
 
-def shift_right_embed(w, model, tokens):
+def ints(text):
+    return [int(v) for v in text.split(",")]
+
+
+def axial_positions(w, p, meta, t):
+    # position_encodings.py AxialPositionalEncoding, no dropout: each weight
+    # (1, 1..n_k..1, d_k) broadcast to (B, n_0, .., n_{K-1}, d_k), reshaped
+    # to (B, T, d_k) (row-major: position t has digits i_k), concatenated
+    # in axis order. (T, D).
+    shape, d_embs = ints(meta["pos_axial_shape"]), ints(meta["pos_d_axial_embs"])
+    if int(np.prod(shape)) != t:
+        raise ValueError(f"pos_axial_shape {shape} does not multiply to T={t}")
+    digits = np.unravel_index(np.arange(t), shape)
+    return np.concatenate([w[f"{p}/axis_{k}"].reshape(n, d)[digits[k]]
+                           for k, (n, d) in enumerate(zip(shape, d_embs))], axis=-1)
+
+
+def shift_right_embed(w, model, meta, tokens):
     # ShiftRight(1): pad one 0 on the left of axis 1, drop the last; then
-    # Embedding (weights[ids]) and PositionalEncoding (x + table[:T]).
+    # Embedding (weights[ids]) and PositionalEncoding (x + table[:T]) or,
+    # pos_type 'axial', AxialPositionalEncoding.
     shifted = np.concatenate([np.zeros_like(tokens[:, :1]), tokens[:, :-1]], axis=1)
     x = w[model + "/Embedding[1]/embedding"][shifted]
+    if meta.get("pos_type") == "axial":
+        return x + axial_positions(w, model + "/AxialPositionalEncoding[3]", meta, tokens.shape[1])
     return x + w[model + "/PositionalEncoding[3]/embedding"][: tokens.shape[1]]
 
 
@@ -121,10 +170,42 @@ def self_attention(x, w, p, n_heads):
     return y
 
 
-def transformer_lm(w, meta, tokens):
+def lsh_self_attention(x, w, p, meta, lsh_ctx):
+    # efficient_attention.py LSHSelfAttention, causal (ReformerLM's), eval
+    # (no dropout), per (b, h) with tests/lsh_reference.py (REFORMER.md
+    # section 2): q = x Wq (shared QK), v = x Wv, buckets of q under the
+    # rotation of (b, h), (B H, dk, R, n_rot)[b H + h]; attend; y = sum_h o Wo.
+    # lsh_ctx: "rot" by layer path; "fixed" None (hash: each (p, b, h)'s
+    # (buckets, near ties, NB) go to "seen") or a dict of buckets to reuse.
+    b_, t, _ = x.shape
+    n_heads = int(meta["n_heads"])
+    P = {"n_hashes": int(meta["n_hashes"]), "chunk_len": int(meta["chunk_len"]), "causal": 1,
+         "n_chunks_before": int(meta["n_chunks_before"]), "n_chunks_after": int(meta["n_chunks_after"])}
+    factors = lsh.bucket_factors(meta["n_buckets"], t, P["chunk_len"])
+    rot = lsh_ctx["rot"][p]
+    if rot.shape[-1] != sum(f // 2 for f in factors):
+        raise ValueError(f"{p}: rotations of width {rot.shape[-1]}, factors {factors}")
+    valid = np.ones(t, bool)
+    y = np.zeros(x.shape)
+    for b in range(b_):
+        for h in range(n_heads):
+            q, v = x[b] @ w[f"{p}/Wq[{h}]"], x[b] @ w[f"{p}/Wv[{h}]"]
+            if lsh_ctx["fixed"] is None:
+                hashed = lsh.hash_buckets(q, rot[b * n_heads + h], factors, None)
+                lsh_ctx["seen"][p, b, h] = hashed + (factors,)
+                buckets = hashed[0]
+            else:
+                buckets = lsh_ctx["fixed"][p, b, h][0]
+            o, _ = lsh.attend(q, v, buckets, valid, P)
+            y[b] += o @ w[f"{p}/Wo[{h}]"]
+    return y
+
+
+def transformer_lm(w, meta, tokens, lsh_ctx):
     # transformer.py TransformerLM / _DecoderBlock / _FeedForwardBlock.
+    del lsh_ctx
     m = "TransformerLM"
-    x = shift_right_embed(w, m, tokens)
+    x = shift_right_embed(w, m, meta, tokens)
     n_layers = int(meta["n_layers"])
     for i in range(n_layers):
         blk = f"{m}/DecoderBlock[{4 + i}]"
@@ -139,16 +220,24 @@ def transformer_lm(w, meta, tokens):
     return dense(x, w, f"{m}/Dense[{k + 1}]")
 
 
-def reformer_lm(w, meta, tokens):
+def reformer_lm(w, meta, tokens, lsh_ctx):
     # reformer.py ReformerLM, its DecoderBlock as REFORMER.md section 1 reads it.
     m = "ReformerLM"
-    x1 = x2 = shift_right_embed(w, m, tokens)
+    x1 = x2 = shift_right_embed(w, m, meta, tokens)
     n_layers = int(meta["n_layers"])
+    lsh_type = meta.get("attention_type") == "LSHSelfAttention"
     for i in range(n_layers):
         a = f"{m}/ReversibleSerial[5]/ReversibleHalfResidualAttn[{4 * i}]/Serial[0]"
         y = layer_norm(x2, w[a + "/LayerNorm[0]/scale"], w[a + "/LayerNorm[0]/bias"])
-        x1 = x1 + self_attention(y, w, a + "/SelfAttention[1]", int(meta["n_heads"]))
+        if lsh_type:
+            x1 = x1 + lsh_self_attention(y, w, a + "/LSHSelfAttention[1]", meta, lsh_ctx)
+        else:
+            x1 = x1 + self_attention(y, w, a + "/SelfAttention[1]", int(meta["n_heads"]))
+        # Chunked (Trax's BatchLeadingAxes(Chunk(FF))): the same function
+        # of each row, its layers one level down.
         f = f"{m}/ReversibleSerial[5]/ReversibleHalfResidualFF[{4 * i + 2}]/Serial[0]"
+        if int(meta.get("ff_chunk_size", "0")) > 0:
+            f += "/Chunk[0]/Serial[0]"
         y = layer_norm(x1, w[f + "/LayerNorm[0]/scale"], w[f + "/LayerNorm[0]/bias"])
         x2 = x2 + dense(fast_gelu(dense(y, w, f + "/Dense[1]")), w, f + "/Dense[4]")
     x = np.concatenate([x1, x2], axis=-1)
@@ -177,32 +266,53 @@ def check(path):
     tokens, targets = t["inputs"][2], t["targets"][2]
     weights = t["weights"][2].astype(np.float64)
     model = MODELS[meta["model"]]
+    # The weights by the gradient's names (the checkpoint also holds state).
+    names = sorted(k[len("grad/"):] for k in t if k.startswith("grad/"))
 
-    def loss(w):
-        return weighted_ce(model(w, meta, tokens), targets, weights)
+    def rotations(forward):
+        prefix = f"rot_{forward}/"
+        return {k[len(prefix):]: a[2].astype(np.float64) for k, a in t.items() if k.startswith(prefix)}
 
-    ref = loss(w)
+    def loss(w, forward, weights=weights, fixed=None, seen=None):
+        lsh_ctx = {"rot": rotations(forward), "fixed": fixed, "seen": seen if seen is not None else {}}
+        return weighted_ce(model(w, meta, tokens, lsh_ctx), targets, weights)
+
+    ref = loss(w, "eval")
     got = float(t["loss_eval"][2][0])
     loss_rel = abs(got - ref) / abs(ref)
     print(f"{case}: eval loss ctrax {got:.8f}, reference {ref:.8f}, rel diff {loss_rel:.2e} (tol {LOSS_TOL:g})")
-    ref1 = weighted_ce(model(w, meta, tokens), targets, np.ones_like(weights))
+    ref1 = loss(w, "evaluator", np.ones_like(weights))
     got1 = float(t["loss_evaluator"][2][0])
     loss_rel = max(loss_rel, abs(got1 - ref1) / abs(ref1))
     print(f"{case}: evaluator at weights 1: ctrax {got1:.8f}, reference {ref1:.8f}, "
           f"rel diff {abs(got1 - ref1) / abs(ref1):.2e}")
 
+    # LSH: the gradient's forward hashed at these weights, its buckets held
+    # for the central differences and checked against ctrax's.
+    seen = {}
+    loss(w, "grad", seen=seen)
+    n_bad = 0
+    if seen:
+        n_ok = n_tie = n_all = 0
+        for (p, b, h), (buckets, near, nb, factors) in sorted(seen.items()):
+            got_b = t["buckets/" + p][2][b * int(meta["n_heads"]) + h]
+            ok, tie, bad = lsh.check_buckets(got_b, buckets, near, factors, nb)
+            n_ok, n_tie, n_bad, n_all = n_ok + ok, n_tie + tie, n_bad + bad, n_all + buckets.size
+        print(f"{case}: gradient's forward: buckets {n_ok}/{n_all} exact, {n_tie} near ties, {n_bad} differ "
+              f"(factors {factors}, {len({k[0] for k in seen})} layers)")
+
     rng = np.random.default_rng(0)
     dd = aa = nn = 0.0
     n = 0
-    for name in sorted(w):
+    for name in names:
         ga = t["grad/" + name][2].ravel().astype(np.float64)
         flat = w[name].reshape(-1)
         for k in rng.choice(flat.size, size=min(3, flat.size), replace=False):
             saved = flat[k]
             flat[k] = saved + GRAD_EPS
-            lp = loss(w)
+            lp = loss(w, "grad", fixed=seen)
             flat[k] = saved - GRAD_EPS
-            lm = loss(w)
+            lm = loss(w, "grad", fixed=seen)
             flat[k] = saved
             g = (lp - lm) / (2 * GRAD_EPS)
             dd += (ga[k] - g) ** 2
@@ -210,10 +320,11 @@ def check(path):
             nn += g * g
             n += 1
     grad_rel = np.sqrt(dd) / max(np.sqrt(nn), 1e-12)
-    print(f"{case}: gradient at {n} elements of {len(w)} weights: |ctrax - central differences| / |grad| "
+    print(f"{case}: gradient at {n} elements of {len(names)} weights: |ctrax - central differences| / |grad| "
           f"{grad_rel:.2e} (|grad| {np.sqrt(nn):.3e}, tol {GRAD_TOL:g})")
-    good = loss_rel < LOSS_TOL and grad_rel < GRAD_TOL
-    print(f"{'ok' if good else 'FAIL'} {case} loss rel {loss_rel:.2e} grad rel {grad_rel:.2e}")
+    good = loss_rel < LOSS_TOL and grad_rel < GRAD_TOL and n_bad == 0
+    print(f"{'ok' if good else 'FAIL'} {case} loss rel {loss_rel:.2e} grad rel {grad_rel:.2e}"
+          + (f" buckets differing {n_bad}" if seen else ""))
     return good
 
 
