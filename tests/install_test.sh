@@ -2,7 +2,9 @@
 # Installs a build of ctrax into a temporary prefix and checks that an outside
 # program can use it through pkg-config alone: tests/install/main.c is built
 # against the installed headers and linked twice, against libctrax.a and
-# against libctrax.so, and both programs run. Registered with ctest.
+# against libctrax.so, and both programs run; examples/custom_layer.c (a layer
+# written through ctrax/layers/layer_author.h) is built and run the shared way.
+# Registered with ctest.
 #
 #   tests/install_test.sh CMAKE BUILD_DIR CC [EXTRA_FLAGS]
 #
@@ -44,6 +46,13 @@ cflags=(-std=c17 -Wall -Wextra -Wpedantic -Werror "${extra[@]}")
 "$cc" "${cflags[@]}" "$src" -o "$tmp/main_shared" $(pkg-config --cflags --libs ctrax)
 readelf -d "$tmp/main_shared" | grep -q 'NEEDED.*libctrax\.so' || fail "main_shared does not load libctrax.so"
 LD_LIBRARY_PATH=$libdir "$tmp/main_shared" || fail "main_shared exited with $?"
+
+# A layer of one's own: examples/custom_layer.c includes ctrax/layers/layer_author.h,
+# which is installed and compiles the same way.
+# shellcheck disable=SC2046
+"$cc" "${cflags[@]}" "$(dirname "$src")/../../examples/custom_layer.c" -o "$tmp/custom_layer" \
+    $(pkg-config --cflags --libs ctrax) -lm
+LD_LIBRARY_PATH=$libdir "$tmp/custom_layer" >/dev/null || fail "custom_layer exited with $?"
 
 # Static: libctrax.a in place of -lctrax, and the private dependencies that
 # pkg-config --static adds (OpenBLAS, OpenMP, libm). The README shows this line.

@@ -227,7 +227,21 @@ static void *measure_alloc(ct_arena *a, size_t n, ct_error *err) {
     return p;
 }
 
+static void *arena_alloc(ct_arena *a, size_t bytes, ct_error *err);
+
 void *ct_arena_alloc(ct_arena *a, size_t bytes, ct_error *err) {
+    void *p = arena_alloc(a, bytes, err);
+#ifdef __SANITIZE_ADDRESS__
+    // ASan cannot see a read of arena memory no one wrote (it is all one
+    // allocation): in sanitizer builds it reads as NaN (0xff bytes), so a
+    // backward that adds into a gradient it did not zero goes non-finite
+    // and the trainer names it.
+    if (p) memset(p, 0xff, bytes);
+#endif
+    return p;
+}
+
+static void *arena_alloc(ct_arena *a, size_t bytes, ct_error *err) {
     // Past half the address space, the rounding up below and a block's
     // header would wrap around to a small size.
     if (bytes > SIZE_MAX / 2) {

@@ -150,9 +150,17 @@ ct_status ct_layer_init(ct_layer *l, int index, ct_init_ctx *ic, const ct_tensor
         for (int i = 0; i < l->n_in; i++) l->in_sigs[i] = ct_tensor_sig(&in_sigs[i]);
         l->w_begin = ic->n_weights;
         l->s_begin = ic->n_state;
+        // An output init leaves unwritten keeps this rank, which no tensor has.
+        for (int i = 0; i < l->n_out; i++) out_sigs[i].ndim = -1;
         st = l->vt->init(l, ic, in_sigs, out_sigs, key, err);
         l->w_end = ic->n_weights;
         l->s_end = ic->n_state;
+        for (int i = 0; st == CT_OK && i < l->n_out; i++)
+            if (out_sigs[i].ndim < 0 || out_sigs[i].ndim > CT_MAX_DIMS)
+                st = ct_error_set(err, CT_ERR_STATE,
+                                  "layer %s (init): output signature %d of its %d (n_out, as ct_layer_new "
+                                  "was given) was not written, or has rank %d",
+                                  ic->path, i, l->n_out, out_sigs[i].ndim);
         if (st == CT_OK) {
             for (int i = 0; i < l->n_out; i++) l->out_sigs[i] = ct_tensor_sig(&out_sigs[i]);
             l->initialized = true;
@@ -210,6 +218,14 @@ void ct_ctx_free(ct_ctx *c) {
     ct_free(c->tape);
     c->tape = NULL;
     c->tape_len = c->tape_cap = 0;
+    ct_free(c->marks);
+    c->marks = NULL;
+    c->n_marks = c->marks_cap = 0;
+}
+
+void ct_layer_abort_index(const ct_layer *l, const char *what, int i, int n) {
+    ct_abort(__FILE__, __LINE__, "layer %s asks for its %s %d, but its init declared %d (ct_layer_declare_%s)",
+             l->path && l->path[0] ? l->path : l->name, what, i, n, what);
 }
 
 // ---- anomaly mode: the first non-finite value -------------------------------
@@ -283,15 +299,52 @@ ct_status ct_layer_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tenso
     // A donated input (ct_arena_donate) is l's to overwrite, not its
     // sublayers'.
     const void *outer = ct_arena_take_donation(c->arena);
+    int begin = c->tape_len;
+    // Marks past the tape's end are of forwards whose records a caller
+    // dropped (tape_len set back by hand, as before ct_tape_truncate): they
+    // can have no backward now.
+    while (c->record && c->n_marks > 0 && c->marks[c->n_marks - 1].end > begin) c->n_marks--;
     ct_status st = l->vt->forward(l, c, in, out, key, err);
     ct_arena_end_donation(c->arena, outer);
     CT_TRY(st);
+    if (c->record) {
+        // Grows during the first step only, as the tape does.
+        if (c->n_marks == c->marks_cap) {
+            c->marks_cap = c->marks_cap ? 2 * c->marks_cap : 64;
+            c->marks = ct_realloc(c->marks, (size_t)c->marks_cap * sizeof *c->marks);
+        }
+        c->marks[c->n_marks++] = (struct ct_tape_mark){l, begin, c->tape_len};
+    }
     return c->check_finite ? check_forward(l, c, out, err) : CT_OK;
+}
+
+void ct_tape_truncate(ct_ctx *c, int tape_len) {
+    CT_ASSERT(tape_len >= 0 && tape_len <= c->tape_len);
+    c->tape_len = tape_len;
+    // A mark is pushed after its sublayers', so the marks of forwards that
+    // pushed at or past tape_len are on top.
+    while (c->n_marks > 0 && c->marks[c->n_marks - 1].end > tape_len) c->n_marks--;
 }
 
 ct_status ct_layer_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                             ct_key key, ct_error *err) {
+    // Backward takes back l's newest forward: the newest mark. Without it the
+    // pops below would read another layer's records.
+    if (c->n_marks == 0 || c->marks[c->n_marks - 1].layer != l)
+        return ct_layer_fail(l, err, CT_ERR_STATE, "backward",
+                             "no recorded forward of this layer to take back (backward runs after "
+                             "ct_layer_forward with c->record, once per forward, newest first)%s%s",
+                             c->n_marks ? "; the newest recorded forward is " : "",
+                             c->n_marks ? path_of(c->marks[c->n_marks - 1].layer) : "");
+    struct ct_tape_mark m = c->marks[--c->n_marks];
     CT_TRY(l->vt->backward(l, c, grad_out, grad_in, key, err));
+    if (c->tape_len != m.begin)
+        return ct_layer_fail(l, err, CT_ERR_STATE, "backward",
+                             "its forward pushed %d tape record(s) and its backward %s %d %s (a backward "
+                             "pops each record its forward pushed, no more, no fewer)",
+                             m.end - m.begin, c->tape_len > m.begin ? "left" : "popped",
+                             abs(c->tape_len - m.begin),
+                             c->tape_len > m.begin ? "of them on the tape" : "more, of layers before it");
     if (c->check_finite) CT_TRY(ct_ctx_check_grads(c, l, grad_in, err));
     if (c->on_weight_grads && l->n_weights > 0) c->on_weight_grads(c->on_weight_grads_user, l);
     return CT_OK;
@@ -429,9 +482,19 @@ ct_status ct_net_init(ct_net *net, ct_layer *root, const ct_tensor *in_sigs, int
                       ct_device *dev, ct_error *err) {
     memset(net, 0, sizeof *net);
     ct_cpu_flush_denormals();  // every model's steps at one speed (core/blas.h)
-    if (n_in != root->n_in)
-        return ct_error_set(err, CT_ERR_ARG, "layer %s takes %d inputs, got %d", root->name,
-                            root->n_in, n_in);
+    if (n_in != root->n_in) {
+        // Serial's n_in is its layers' reach into the stack: list them, so a
+        // layer that pushes more or fewer items than meant shows (the
+        // trainer's Serial(model, loss) has no name).
+        char subs[CT_ERROR_MSG_MAX / 2] = "";
+        size_t len = 0;
+        for (int i = 0; i < root->n_sub && len < sizeof subs; i++)
+            len += (size_t)snprintf(subs + len, sizeof subs - len, "%s%s %d -> %d", i ? ", " : " (its layers take -> push: ",
+                                    root->sub[i]->name, root->sub[i]->n_in, root->sub[i]->n_out);
+        if (root->n_sub && len < sizeof subs) snprintf(subs + len, sizeof subs - len, ")");
+        return ct_error_set(err, CT_ERR_ARG, "layer %s takes %d inputs, got %d%s",
+                            root->name[0] ? root->name : root->vt->type, root->n_in, n_in, subs);
+    }
     // A layer's weights live in one net's slab: a layer in two nets at once
     // would read the other's slab.
     const ct_layer *taken = find_initialized(root);

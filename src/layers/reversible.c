@@ -145,7 +145,7 @@ static ct_status half_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tensor *
     }
     c->record = record;
     if (st != CT_OK) {
-        c->tape_len = tape_len;  // drop what a failed recomputation left
+        ct_tape_truncate(c, tape_len);  // drop what a failed recomputation left
         return st;
     }
     CT_ASSERT(c->tape_len == tape_len);

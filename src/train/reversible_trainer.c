@@ -801,7 +801,7 @@ static void bind_unit(rt_replica *r, const rt_unit *u, rt_stage s, bool grads) {
     r->ctx.state = r->state;
     r->ctx.train = true;
     r->ctx.record = grads;
-    r->ctx.tape_len = 0;
+    ct_tape_truncate(&r->ctx, 0);
     if (grads && u->w_end > u->w_begin) memset(r->grad_buf, 0, (u->w_end - u->w_begin) * sizeof(float));
 }
 
@@ -1115,7 +1115,7 @@ static void clear_stacks(rt_trainer *t) {
         for (int i = 0; i < r->n_pool; i++) r->pool[i].refs = 0;
         for (int i = 0; i < t->n_units * CT_LAYER_MAX_IO; i++) r->saved[i].buf = -1;
         r->depth = 0;
-        r->ctx.tape_len = 0;
+        ct_tape_truncate(&r->ctx, 0);
         ct_arena_reset(&r->arena);
     }
 }

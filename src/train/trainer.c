@@ -283,7 +283,7 @@ static void replica_forward(std_trainer *t, int d, const ct_tensor *batch, ct_ke
     const ct_net *net = &t->b.net;
     for (int i = 0; i < net->n_in; i++) r->shard[i] = ct_tensor_split_rows(&batch[i], t->b.n_local, d);
     memset(r->grads, 0, net->n_weights * sizeof(float));
-    r->ctx.tape_len = 0;
+    ct_tape_truncate(&r->ctx, 0);
     r->ctx.loss_weight = -1;  // "not said"
     if (t->b.chunked.rows) {
         r->dv.status = ct_chunked_loss_net_forward(&t->b.chunked, &r->ctx, r->shard, net->n_in, key, r->part_in,

@@ -103,7 +103,8 @@ typedef struct ct_arena_mark {
 
 void ct_arena_init(ct_arena *a, ct_device *dev);
 void ct_arena_free(ct_arena *a);
-// Returns 64-byte aligned, uninitialized memory, or NULL with err set.
+// Returns 64-byte aligned, uninitialized memory (in sanitizer builds, 0xff
+// bytes: NaN as floats, so a read before a write shows), or NULL with err set.
 void *ct_arena_alloc(ct_arena *a, size_t bytes, ct_error *err);
 // Like ct_arena_alloc, then zeroed.
 void *ct_arena_calloc(ct_arena *a, size_t bytes, ct_error *err);

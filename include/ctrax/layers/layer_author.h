@@ -24,9 +24,14 @@
 // Layers accept such gradients (ct_ctx_grad_or_zeros) and may return them.
 //
 // Writing a new layer: one file with a vtable, init, forward, backward, a
-// constructor that calls ct_layer_new, and a gradient-check test
-// (tests/gradcheck.h). A weightless layer with one forward/backward
-// pair of plain functions is simpler still: ct_fn (combinators.h).
+// constructor that calls ct_layer_new, and a check of its gradient against
+// finite differences. examples/custom_layer.c is one, start to end: a
+// layer with weights, one through ct_fn, and the check done by hand with
+// ct_net_init, ct_layer_forward and ct_layer_backward (ctrax's own layers
+// use tests/gradcheck.h, which is not installed). A weightless layer with
+// one forward/backward pair of plain functions is simpler still: ct_fn
+// (combinators.h). A loss or metric layer returns a scalar (rank 0) and
+// sets ct_ctx.loss_weight.
 //
 // Stack order, sharing: layer.h.
 #ifndef CTRAX_LAYERS_LAYER_AUTHOR_H
@@ -73,12 +78,16 @@ typedef struct ct_layer_vtable {
     // ct_layer_declare_*, and writes n_out output signatures.
     ct_status (*init)(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in_sigs, ct_tensor *out_sigs,
                       ct_key key, ct_error *err);
-    // Computes out (n_out tensors, allocated from the ctx arena) from in.
+    // Computes out (n_out tensors) from in: the layer sets each out[i]'s
+    // dtype and shape and allocates its data (ct_ctx_alloc), and pushes on
+    // the tape what backward needs.
     ct_status (*forward)(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
                          ct_error *err);
     // From grad_out (n_out) computes grad_in (n_in), adding into weight
-    // gradients. key is the one forward got, so a layer may recompute
-    // instead of saving.
+    // gradients. It pops what forward pushed, and sets each grad_in[i] to
+    // in[i]'s signature with data it allocates, or with data NULL for a zero
+    // gradient (int32 inputs). key is the one forward got, so a layer may
+    // recompute instead of saving.
     ct_status (*backward)(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                           ct_key key, ct_error *err);
     // Frees l->hp contents if needed (NULL: ct_free(l->hp) is enough).
@@ -164,6 +173,17 @@ struct ct_ctx {
     bool record;     // forward saves to the tape (needed for backward)
     ct_tensor *tape;
     int tape_len, tape_cap;
+    // One mark per recorded forward not yet taken back, in the tape's order:
+    // which layer, and the tape length before and after its forward.
+    // ct_layer_backward checks that it takes back the newest one and leaves
+    // the tape where that forward found it, so a layer that pops too few or
+    // too many records is named there instead of corrupting the backward of
+    // the layer before it.
+    struct ct_tape_mark {
+        const ct_layer *layer;
+        int begin, end;
+    } *marks;
+    int n_marks, marks_cap;
     // Set by loss and metric layers: what their scalar averages over (the
     // sum of the weights, or the count of items or sequences; 0 when every
     // weight is 0, and the scalar is then 0). Replicas of a
@@ -192,22 +212,33 @@ struct ct_ctx {
     int64_t first_row;
 };
 
+// A ctx with no slabs, recording (c->record true), in eval mode.
 void ct_ctx_init(ct_ctx *c, ct_arena *arena);
 void ct_ctx_free(ct_ctx *c);
 
+// Runs l's forward (and, when c->record, marks the tape for its backward).
 ct_status ct_layer_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
                            ct_error *err);
+// Runs l's backward, which takes back l's newest recorded forward on c: a
+// backward with no such forward, or one that does not pop exactly what its
+// forward pushed, fails naming the layer (CT_ERR_STATE).
 ct_status ct_layer_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                             ct_key key, ct_error *err);
 
-// Pointers to a layer's own weight i, its gradient, and state i.
+// Pointers to a layer's own weight i, its gradient, and state i, i in
+// declaration order (ct_layer_declare_*); an i the layer did not declare
+// aborts naming the layer.
+void ct_layer_abort_index(const ct_layer *l, const char *what, int i, int n) __attribute__((noreturn));
 static inline float *ct_weight(const ct_ctx *c, const ct_layer *l, int i) {
+    if (i < 0 || i >= l->n_weights) ct_layer_abort_index(l, "weight", i, l->n_weights);
     return c->weights + l->weights[i].offset;
 }
 static inline float *ct_weight_grad(const ct_ctx *c, const ct_layer *l, int i) {
+    if (i < 0 || i >= l->n_weights) ct_layer_abort_index(l, "weight", i, l->n_weights);
     return c->grads + l->weights[i].offset;
 }
 static inline float *ct_state(const ct_ctx *c, const ct_layer *l, int i) {
+    if (i < 0 || i >= l->n_states) ct_layer_abort_index(l, "state", i, l->n_states);
     return c->state + l->states[i].offset;
 }
 
@@ -227,9 +258,13 @@ ct_status ct_ctx_grad_or_zeros(ct_ctx *c, ct_tensor *g, ct_error *err);
 
 // Saves a tensor descriptor (not a copy of the data: the data must live to
 // the end of the step) on the tape, if c->record. Pops return them in
-// reverse order.
+// reverse order. A layer's backward pops exactly what its forward pushed
+// (ct_layer_backward fails naming the layer otherwise, CT_ERR_STATE).
 ct_status ct_tape_push(ct_ctx *c, const ct_tensor *t, ct_error *err);
 ct_tensor ct_tape_pop(ct_ctx *c);
+// Drops the tape from tape_len on, with the marks of the forwards that
+// pushed there: after a pass that failed, or to start a new step on c.
+void ct_tape_truncate(ct_ctx *c, int tape_len);
 
 // ---- The net: a layer tree bound to its slabs -----------------------------
 
@@ -258,7 +293,8 @@ struct ct_net {
 ct_status ct_net_init(ct_net *net, ct_layer *root, const ct_tensor *in_sigs, int n_in, ct_key key,
                       ct_device *dev, ct_error *err);
 void ct_net_free(ct_net *net);
-// A ctx that runs net's layers on its slabs, in training or eval mode.
+// A ctx that runs net's layers on its slabs, in training or eval mode;
+// it records the tape (c->record) in training mode only.
 void ct_net_bind(const ct_net *net, ct_ctx *c, bool train);
 // Sets the gradient slab to zero.
 void ct_net_zero_grads(ct_net *net);
