@@ -1,5 +1,5 @@
 // One fixture for the layer tests: a layer bound to a net with a device,
-// an arena and a ctx; the gradient check against GRADCHECK_TOL; uniform fills.
+// an arena and a ctx; the gradient check against CT_GRADCHECK_TOL; uniform fills.
 #ifndef CTRAX_TESTS_LAYER_FIXTURE_H
 #define CTRAX_TESTS_LAYER_FIXTURE_H
 
@@ -82,21 +82,21 @@ static inline void fixture_free(fixture *f) {
 #define SHARED_QK_EPS 5e-3
 
 // Gradient check of l on in[0..n_in) (train: dropout active with a fixed
-// key) with step eps; the error must be below GRADCHECK_TOL. Frees l.
+// key) with step eps; the error must be below CT_GRADCHECK_TOL. Frees l.
 static inline void check_layer_eps(const char *label, ct_layer *l, const ct_tensor *in, int n_in, bool train,
                                    double eps) {
-    gradcheck_opts o = gradcheck_default_opts();
+    ct_gradcheck_opts o = ct_gradcheck_defaults();
     o.train = train;
     o.eps = eps;
     double e = gradcheck(label, l, in, n_in, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "%s: rel err %g", label, e);
+    CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "%s: rel err %g", label, e);
     ct_layer_free(l);
 }
 
 // check_layer_eps at the default step.
 static inline void check_layer(const char *label, ct_layer *l, const ct_tensor *in, int n_in, bool train) {
-    check_layer_eps(label, l, in, n_in, train, gradcheck_default_opts().eps);
+    check_layer_eps(label, l, in, n_in, train, ct_gradcheck_defaults().eps);
 }
 
 static inline ct_tensor uniform(ct_tensor t, uint64_t seed, float lo, float hi) {

@@ -125,7 +125,7 @@ static void test_gradcheck(void) {
     w[3] = w[10] = 0.0f;
     for (int i = 0; i < NB * NT; i++) t[i] = (int32_t)((i * 5 + 2) % V);
     ct_tensor in[2] = {xs, ct_tensor_2d(CT_DTYPE_I32, NB, NT, t)};
-    gradcheck_opts o = gradcheck_default_opts();
+    ct_gradcheck_opts o = ct_gradcheck_defaults();
     static const char *const labels[] = {"chunked loss", "chunked loss, dropout 0.2",
                                          "chunked loss, label_smoothing 0.1"};
     for (int k = 0; k < 3; k++) {
@@ -134,7 +134,7 @@ static void test_gradcheck(void) {
                                               make_loss(k == 2 ? 0.1f : 0.0f)));
         double e = gradcheck(labels[k], l, in, 2, o);
         printf("  max rel err %.3e\n", e);
-        CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "%s: rel err %g", labels[k], e);
+        CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "%s: rel err %g", labels[k], e);
         ct_layer_free(l);
     }
 }

@@ -231,35 +231,35 @@ static void test_checker_catches_wrong_backward(void) {
     ct_tensor x = f32_input(4, 6, 1, a);
     ct_fn_spec bad = {"BadSquare", 1, 1, NULL, square_fwd, square_bwd_wrong, NULL};
     ct_layer *l = ct_fn(&bad);
-    double e = gradcheck("deliberately wrong backward", l, &x, 1, gradcheck_default_opts());
+    double e = gradcheck("deliberately wrong backward", l, &x, 1, ct_gradcheck_defaults());
     CHECK_MSG(e > 0.1, "the checker missed a wrong backward: rel err %g", e);
     ct_layer_free(l);
 
     ct_fn_spec scaled = {"ScaledSquare", 1, 1, NULL, square_fwd, square_bwd_scaled, NULL};
     l = ct_fn(&scaled);
-    e = gradcheck("backward 1.5% too large", l, &x, 1, gradcheck_default_opts());
-    CHECK_MSG(e > GRADCHECK_TOL, "the checker missed a backward 1.5%% too large: rel err %g", e);
+    e = gradcheck("backward 1.5% too large", l, &x, 1, ct_gradcheck_defaults());
+    CHECK_MSG(e > CT_GRADCHECK_TOL, "the checker missed a backward 1.5%% too large: rel err %g", e);
     ct_layer_free(l);
     l = ct_fn(&scaled);
-    e = gradcheck("backward 1.5% too large, model bound", l, &x, 1, gradcheck_model_opts(2e-3));
-    CHECK_MSG(e > GRADCHECK_MODEL_TOL, "the model bound missed a backward 1.5%% too large: rel err %g", e);
+    e = gradcheck("backward 1.5% too large, model bound", l, &x, 1, ct_gradcheck_model_defaults(2e-3));
+    CHECK_MSG(e > CT_GRADCHECK_MODEL_TOL, "the model bound missed a backward 1.5%% too large: rel err %g", e);
     ct_layer_free(l);
 
     // NaN gradients fail (a NaN error compares false with every bound).
     ct_fn_spec nan_grad = {"NaNSquare", 1, 1, NULL, square_fwd, square_bwd_nan, NULL};
     l = ct_fn(&nan_grad);
-    e = gradcheck("NaN input gradient", l, &x, 1, gradcheck_default_opts());
-    CHECK_MSG(!(e >= 0 && e < GRADCHECK_TOL), "the checker passed a NaN input gradient: rel err %g", e);
+    e = gradcheck("NaN input gradient", l, &x, 1, ct_gradcheck_defaults());
+    CHECK_MSG(!(e >= 0 && e < CT_GRADCHECK_TOL), "the checker passed a NaN input gradient: rel err %g", e);
     ct_layer_free(l);
     l = ct_layer_new(&scale_nan_vt, NULL, 1, 1, NULL, NULL, 0);
-    e = gradcheck("NaN weight gradient", l, &x, 1, gradcheck_default_opts());
-    CHECK_MSG(!(e >= 0 && e < GRADCHECK_TOL), "the checker passed a NaN weight gradient: rel err %g", e);
+    e = gradcheck("NaN weight gradient", l, &x, 1, ct_gradcheck_defaults());
+    CHECK_MSG(!(e >= 0 && e < CT_GRADCHECK_TOL), "the checker passed a NaN weight gradient: rel err %g", e);
     ct_layer_free(l);
     // An input gradient never set, right after a check of the same shape
     // whose grad_in the stack may still hold.
     l = ct_layer_new(&scale_gin_unset_vt, NULL, 1, 1, NULL, NULL, 0);
-    e = gradcheck("input gradient never set", l, &x, 1, gradcheck_default_opts());
-    CHECK_MSG(!(e >= 0 && e < GRADCHECK_TOL), "the checker passed a backward that never sets grad_in: rel err %g", e);
+    e = gradcheck("input gradient never set", l, &x, 1, ct_gradcheck_defaults());
+    CHECK_MSG(!(e >= 0 && e < CT_GRADCHECK_TOL), "the checker passed a backward that never sets grad_in: rel err %g", e);
     ct_layer_free(l);
     // One wrong element of 8 x 12: more elements than gradcheck perturbs one
     // at a time (max_elems 48; element 0 is not among them), so only a check
@@ -268,14 +268,103 @@ static void test_checker_catches_wrong_backward(void) {
     ct_tensor wide_x = f32_input(8, 12, 6, big);
     ct_fn_spec first = {"FirstMissingSquare", 1, 1, NULL, square_fwd, square_bwd_first_missing, NULL};
     l = ct_fn(&first);
-    e = gradcheck("first element's gradient 0", l, &wide_x, 1, gradcheck_default_opts());
-    CHECK_MSG(e > GRADCHECK_TOL, "the checker missed a wrong gradient at one element of 96: rel err %g", e);
+    e = gradcheck("first element's gradient 0", l, &wide_x, 1, ct_gradcheck_defaults());
+    CHECK_MSG(e > CT_GRADCHECK_TOL, "the checker missed a wrong gradient at one element of 96: rel err %g", e);
     ct_layer_free(l);
     // Memory read before it is written: right by luck in a fresh arena.
     l = ct_layer_new(&scale_unzeroed_vt, NULL, 1, 1, NULL, NULL, 0);
-    e = gradcheck("adds into unzeroed memory", l, &x, 1, gradcheck_default_opts());
-    CHECK_MSG(!(e >= 0 && e < GRADCHECK_TOL), "the checker passed a backward that reads unwritten memory: rel err %g",
+    e = gradcheck("adds into unzeroed memory", l, &x, 1, ct_gradcheck_defaults());
+    CHECK_MSG(!(e >= 0 && e < CT_GRADCHECK_TOL), "the checker passed a backward that reads unwritten memory: rel err %g",
               e);
+    ct_layer_free(l);
+}
+
+// A backward that writes into the output gradient it was given (which may
+// be shared with another layer's).
+static void square_bwd_writes_g(const ct_tensor *in, const ct_tensor *out, const ct_tensor *g, ct_tensor *gin,
+                                const void *u) {
+    (void)out, (void)u;
+    for (int64_t i = 0; i < ct_tensor_numel(&in[0]); i++) {
+        ct_f32(&gin[0])[i] += 2.0f * ct_f32(&g[0])[i] * ct_f32(&in[0])[i];
+        ((float *)g[0].data)[i] = 0;
+    }
+}
+
+// A forward whose output has one row fewer than init declared.
+static ct_status short_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                               ct_error *err) {
+    (void)l, (void)key;
+    out[0] = ct_tensor_sig(&in[0]);
+    out[0].shape[0] -= 1;
+    CT_TRY(ct_ctx_zeros(c, &out[0], err));
+    return ct_tape_push(c, &in[0], err);
+}
+
+static const ct_layer_vtable short_vt = {
+    .type = "ShortRows", .init = scale_init, .forward = short_forward, .backward = scale_backward_nan};
+
+// ct_gradcheck's own contract (gradcheck.h): the rules of the pass and bad
+// options are errors that name what broke, the log says each check, the
+// inputs are left as they were.
+static void test_gradcheck_api(void) {
+    float a[4 * 6], a_copy[4 * 6];
+    ct_tensor x = f32_input(4, 6, 1, a);
+    memcpy(a_copy, a, sizeof a);
+    ct_error err;
+    double worst = -1;
+
+    ct_gradcheck_opts o = ct_gradcheck_defaults();
+    o.log = tmpfile();
+    CHECK(o.log != NULL);
+    o.weight_noise = 0.5f;
+    ct_fn_spec sq = {"Square", 1, 1, NULL, square_fwd, square_bwd, NULL};
+    ct_layer *l = ct_fn(&sq);
+    CHECK_OK(ct_gradcheck(l, &x, 1, o, &worst, &err), &err);
+    CHECK_MSG(worst >= 0 && worst < CT_GRADCHECK_TOL, "Square: rel err %g", worst);
+    CHECK_MSG(memcmp(a, a_copy, sizeof a) == 0, "ct_gradcheck changed its input");
+    char log[4096] = {0};
+    rewind(o.log);
+    size_t got = fread(log, 1, sizeof log - 1, o.log);
+    fclose(o.log);
+    CHECK_MSG(got > 0 && strstr(log, "gradcheck Square:") && strstr(log, "input 0, all 24 along v"),
+              "the log (label from the layer's name) read: %s", log);
+    o.log = NULL;
+    ct_layer_free(l);
+
+    ct_fn_spec writes = {"WritesGradOut", 1, 1, NULL, square_fwd, square_bwd_writes_g, NULL};
+    l = ct_fn(&writes);
+    CHECK(ct_gradcheck(l, &x, 1, o, &worst, &err) == CT_ERR_STATE);
+    CHECK_MSG(strstr(err.msg, "WritesGradOut") && strstr(err.msg, "wrote into the gradient of output 0"), "%s",
+              err.msg);
+    ct_layer_free(l);
+
+    l = ct_layer_new(&short_vt, NULL, 1, 1, NULL, NULL, 0);
+    CHECK(ct_gradcheck(l, &x, 1, o, &worst, &err) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(err.msg, "output 0 of the forward has another shape"), "%s", err.msg);
+    ct_layer_free(l);
+
+    // A layer whose init refuses the input: the init's own message, prefixed.
+    float odd[4 * 5];
+    ct_tensor y = f32_input(4, 5, 2, odd);
+    l = ct_serial(CT_LAYERS(ct_dup(), ct_dense(6), ct_add()));
+    CHECK(ct_gradcheck(l, &y, 1, o, &worst, &err) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(err.msg, "gradcheck Serial: init") && strstr(err.msg, "Add"), "%s", err.msg);
+    ct_layer_free(l);
+
+    l = ct_fn(&sq);
+    ct_gradcheck_opts bad = o;
+    bad.eps = 0;
+    CHECK(ct_gradcheck(l, &x, 1, bad, &worst, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "eps 0"), "%s", err.msg);
+    bad = o;
+    bad.weight_noise = NAN;
+    CHECK(ct_gradcheck(l, &x, 1, bad, &worst, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "weight_noise"), "%s", err.msg);
+    CHECK(ct_gradcheck(l, &x, 0, o, &worst, &err) == CT_ERR_ARG);
+    CHECK(ct_gradcheck(l, &x, 1, o, NULL, &err) == CT_ERR_ARG);
+    ct_tensor no_data = ct_tensor_sig(&x);
+    CHECK(ct_gradcheck(l, &no_data, 1, o, &worst, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "input 0 has no data"), "%s", err.msg);
     ct_layer_free(l);
 }
 
@@ -626,6 +715,7 @@ int main(void) {
     test_layer_in_one_net();
     test_gradients();
     test_checker_catches_wrong_backward();
+    test_gradcheck_api();
     test_arity();
     test_empty_serial();
     test_keys();

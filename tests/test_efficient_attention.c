@@ -23,7 +23,7 @@ static ct_self_attention_params sa_params(int H, int dk, int dv, bool causal, in
 
 // In training mode (dropout with the checker's fixed key), on in[0..n_in).
 static void gradcheck_one(const char *label, ct_self_attention_params p, const ct_tensor *in, int n_in) {
-    double eps = p.share_qk ? SHARED_QK_EPS : gradcheck_default_opts().eps;
+    double eps = p.share_qk ? SHARED_QK_EPS : ct_gradcheck_defaults().eps;
     check_layer_eps(label, ct_self_attention(p), in, n_in, true, eps);
 }
 

@@ -356,8 +356,8 @@ static void test_losses_of_two_kinds(void) {
         ct_layer *l = with_feed(&f, tl);
         char label[64];
         snprintf(label, sizeof label, "TaskLosses, task %d (%s)", t, losses[t]->name);
-        double e = gradcheck(label, l, (ct_tensor[]){x, ids}, 2, gradcheck_default_opts());
-        CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "%s: rel err %g", label, e);
+        double e = gradcheck(label, l, (ct_tensor[]){x, ids}, 2, ct_gradcheck_defaults());
+        CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "%s: rel err %g", label, e);
         ct_layer_free(l);
         free(x.data), free(ids.data), free(ws.data);
     }

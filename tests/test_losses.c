@@ -341,13 +341,13 @@ static void test_gradchecks(void) {
     for (int i = 0; i < NB * NT; i++) t[i] = (int32_t)((i * 7 + 3) % V);
     ct_tensor ts = ct_tensor_2d(CT_DTYPE_I32, NB, NT, t);
     ct_tensor in[2] = {xs, ts};
-    gradcheck_opts o = gradcheck_default_opts();
+    ct_gradcheck_opts o = ct_gradcheck_defaults();
 
     feed f = {2, 1, {ws}};
     ct_layer *l = with_feed(&f, ct_weighted_category_cross_entropy());
     double e = gradcheck("WeightedCategoryCrossEntropy", l, in, 2, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
+    CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(l);
 
     static const float smoothing[] = {0.1f, 1.0f};
@@ -357,14 +357,14 @@ static void test_gradchecks(void) {
         l = with_feed(&f, smoothed_ce(smoothing[k]));
         e = gradcheck(label, l, in, 2, o);
         printf("  max rel err %.3e\n", e);
-        CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "%s: rel err %g", label, e);
+        CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "%s: rel err %g", label, e);
         ct_layer_free(l);
     }
 
     l = with_feed(&f, ct_cross_entropy_loss());
     e = gradcheck("CrossEntropyLoss", l, in, 2, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
+    CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(l);
 
     ct_tensor ys = ct_tensor_3d(CT_DTYPE_F32, NB, NT, V, yt), w2s = ct_tensor_3d(CT_DTYPE_F32, NB, NT, V, w2);
@@ -374,7 +374,7 @@ static void test_gradchecks(void) {
     l = with_feed(&f2, ct_l2_loss());
     e = gradcheck("L2Loss", l, &xs, 1, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
+    CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(l);
 
     // BinaryCrossEntropy over (NB, NT, V) logits, targets 0/1.
@@ -384,7 +384,7 @@ static void test_gradchecks(void) {
     l = with_feed(&fb, ct_binary_cross_entropy());
     e = gradcheck("BinaryCrossEntropy", l, &xs, 1, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
+    CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(l);
 
     // A model in front of the loss: Dense -> WeightedCategoryCrossEntropy.
@@ -392,7 +392,7 @@ static void test_gradchecks(void) {
     ct_layer *model = ct_serial(CT_LAYERS(ct_dense(V), l));
     e = gradcheck("Dense -> WeightedCategoryCrossEntropy", model, in, 2, o);
     printf("  max rel err %.3e\n", e);
-    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
+    CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(model);
 }
 

@@ -17,8 +17,8 @@ static void test_mlp(void) {
     gradcheck_fill(&in, 3, -1.0f, 1.0f);
     ct_layer *mlp = ct_mlp(3, (int[]){8, 6, 5}, false, true);  // Flatten, Dense, Relu, Dense, Relu, Dense
     CHECK(mlp->n_sub == 6);
-    double e = gradcheck("MLP", mlp, &in, 1, gradcheck_default_opts());
-    CHECK_MSG(e >= 0 && e < GRADCHECK_TOL, "rel err %g", e);
+    double e = gradcheck("MLP", mlp, &in, 1, ct_gradcheck_defaults());
+    CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "rel err %g", e);
     // Weights by hand: (3, 2, 4) flattens to 8 features; Dense 8 -> 8 -> 6 -> 5.
     ct_device dev = ct_device_cpu();
     ct_net net;
@@ -58,11 +58,11 @@ static void test_transformer_lm(void) {
         // with Trax's embedding scale, U(+-sqrt(3 / d_model))) a weight of
         // one block moves the inputs of a later block's Relu across its kink
         // (the embedding read 3.7e-2 at 2e-3, 1.7e-4 at 1e-3, 2.8e-4 at 5e-4).
-        gradcheck_opts o = gradcheck_model_opts(1e-3);
+        ct_gradcheck_opts o = ct_gradcheck_model_defaults(1e-3);
         static const char *const what[] = {"TransformerLM", "TransformerLM(learned positions, dropout)",
                                            "TransformerLM(fixed positions)"};
         double e = gradcheck(what[pos], lm, &in, 1, o);
-        CHECK_MSG(e >= 0 && e < GRADCHECK_MODEL_TOL, "rel err %g", e);
+        CHECK_MSG(e >= 0 && e < CT_GRADCHECK_MODEL_TOL, "rel err %g", e);
 
         // The tree and its names: 2 blocks, each 2 residuals.
         ct_device dev = ct_device_cpu();
@@ -251,12 +251,12 @@ static void test_reformer_default_unchanged(void) {
 // standard steps at dropout 0 equal 2 memory-efficient ones (the reverse
 // pass reconstructs the inputs), and a memory-efficient step at dropout 0.1
 // is finite.
-// o: the check's options (gradcheck_model_opts(eps), its seed the init's):
+// o: the check's options (ct_gradcheck_model_defaults(eps), its seed the init's):
 // eps 3e-3 with Relu, to keep a later block's inputs on one side of the
 // kink while the float noise, ~1/eps, stays low; fixed-base's tol below;
 // else the default 1e-2, which keeps the float noise of a zero gradient (a
 // key bias) well below the bar.
-static void check_reformer_variant(const char *label, ct_reformer_lm_params p, gradcheck_opts o, double tol) {
+static void check_reformer_variant(const char *label, ct_reformer_lm_params p, ct_gradcheck_opts o, double tol) {
     int32_t tokens[RB * RT] = {1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5};
     ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, RB, RT, tokens);
     p.dropout = 0.1f;
@@ -303,8 +303,8 @@ static void test_reformer_variants(void) {
     p.self_attention.n_chunks_before = 1;
     p.d_attention_key = 3;
     p.d_attention_value = 5;
-    check_reformer_variant("ReformerLM(SelfAttention chunk_len 2, before 1, dk 3, dv 5)", p, gradcheck_model_opts(1e-2),
-                           GRADCHECK_MODEL_TOL);
+    check_reformer_variant("ReformerLM(SelfAttention chunk_len 2, before 1, dk 3, dv 5)", p, ct_gradcheck_model_defaults(1e-2),
+                           CT_GRADCHECK_MODEL_TOL);
 
     p = small_reformer();
     p.attention[0] = CT_REFORMER_SELF_ATTENTION;  // full, share_qk
@@ -313,21 +313,21 @@ static void test_reformer_variants(void) {
     // Seed 3: at the default seed, with Trax's inits, a Relu input of the
     // first feed-forward sits within 1e-3 of its kink (2.4e-2 at eps 3e-3,
     // 1.8e-2 at 1e-3); seed 3 reads 2.1e-4 at 3e-3.
-    gradcheck_opts relu = gradcheck_model_opts(3e-3);
+    ct_gradcheck_opts relu = ct_gradcheck_model_defaults(3e-3);
     relu.seed = 3;
-    check_reformer_variant("ReformerLM(SelfAttention full, share_qk; Relu)", p, relu, GRADCHECK_MODEL_TOL);
+    check_reformer_variant("ReformerLM(SelfAttention full, share_qk; Relu)", p, relu, CT_GRADCHECK_MODEL_TOL);
 
     p = small_reformer();
     p.ff_chunk_size = 4;  // 12 rows: 3 chunks
     p.ff_activation = "Gelu";
-    check_reformer_variant("ReformerLM(ff_chunk_size 4, Gelu)", p, gradcheck_model_opts(1e-2), GRADCHECK_MODEL_TOL);
+    check_reformer_variant("ReformerLM(ff_chunk_size 4, Gelu)", p, ct_gradcheck_model_defaults(1e-2), CT_GRADCHECK_MODEL_TOL);
 
     p = small_reformer();
     p.ff_chunk_size = 5;  // does not divide 12 rows: one chunk, as Trax
     p.ff_activation = "FastGelu";
     p.pos_type = "no";
-    check_reformer_variant("ReformerLM(ff_chunk_size 5, FastGelu, pos_type 'no')", p, gradcheck_model_opts(1e-2),
-                           GRADCHECK_MODEL_TOL);
+    check_reformer_variant("ReformerLM(ff_chunk_size 5, FastGelu, pos_type 'no')", p, ct_gradcheck_model_defaults(1e-2),
+                           CT_GRADCHECK_MODEL_TOL);
 
     p = small_reformer();
     p.pos_type = "fixed-base";
@@ -337,16 +337,16 @@ static void test_reformer_variants(void) {
     // 6.3e-3 at eps 2e-3 and their float noise (~1 / eps) 5.6e-3 at 2.5e-4,
     // 2.7e-3 at 1e-3 between them (4.1e-3 at 5e-4; seed 3 up to 6e-2 at
     // 2e-3). Their own layer check (test_positions_chunk) holds
-    // GRADCHECK_TOL; here 6e-3, so a scale error above 1.2% still fails.
-    check_reformer_variant("ReformerLM(pos_type 'fixed-base')", p, gradcheck_model_opts(1e-3), 6e-3);
+    // CT_GRADCHECK_TOL; here 6e-3, so a scale error above 1.2% still fails.
+    check_reformer_variant("ReformerLM(pos_type 'fixed-base')", p, ct_gradcheck_model_defaults(1e-3), 6e-3);
 
     p = small_reformer();
     p.pos_type = "axial";
     p.pos_axial_n = 2;
     memcpy(p.pos_axial_shape, (int[]){2, 3}, 2 * sizeof(int));
     memcpy(p.pos_d_axial_embs, (int[]){3, 5}, 2 * sizeof(int));
-    check_reformer_variant("ReformerLM(pos_type 'axial' (2, 3) / (3, 5))", p, gradcheck_model_opts(1e-2),
-                           GRADCHECK_MODEL_TOL);
+    check_reformer_variant("ReformerLM(pos_type 'axial' (2, 3) / (3, 5))", p, ct_gradcheck_model_defaults(1e-2),
+                           CT_GRADCHECK_MODEL_TOL);
 
     // The tree: 'no' drops the positional layer; SelfAttention sits where
     // CausalAttention did; a chunked FF is one Chunk layer.

@@ -13,7 +13,7 @@
 #include "ctrax/models/models.h"
 #include "gradcheck.h"
 
-static void check_grad_opts(const char *label, ct_layer *l, const ct_tensor *in, int n_in, gradcheck_opts o,
+static void check_grad_opts(const char *label, ct_layer *l, const ct_tensor *in, int n_in, ct_gradcheck_opts o,
                             double tol) {
     double e = gradcheck(label, l, in, n_in, o);
     CHECK_MSG(e >= 0 && e < tol, "%s: rel err %g", label, e);
@@ -21,13 +21,13 @@ static void check_grad_opts(const char *label, ct_layer *l, const ct_tensor *in,
 }
 
 static void check_grad(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
-    check_grad_opts(label, l, in, n_in, gradcheck_default_opts(), GRADCHECK_TOL);
+    check_grad_opts(label, l, in, n_in, ct_gradcheck_defaults(), CT_GRADCHECK_TOL);
 }
 
 // Stacks of blocks with LayerNorm and CausalAttention carry a model's float
 // noise (gradcheck.h).
 static void check_model_grad(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
-    check_grad_opts(label, l, in, n_in, gradcheck_model_opts(gradcheck_default_opts().eps), GRADCHECK_MODEL_TOL);
+    check_grad_opts(label, l, in, n_in, ct_gradcheck_model_defaults(ct_gradcheck_defaults().eps), CT_GRADCHECK_MODEL_TOL);
 }
 
 static double max_abs_diff(const float *a, const float *b, int64_t n) {

@@ -317,11 +317,11 @@ static float *train_sru_reformer(ct_reformer_lm_params p, int n_steps, bool memo
 static void test_reformer_lm(void) {
     int32_t tokens[RB * RT] = {1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5};
     ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, RB, RT, tokens);
-    gradcheck_opts o = gradcheck_model_opts(gradcheck_default_opts().eps);
+    ct_gradcheck_opts o = ct_gradcheck_model_defaults(ct_gradcheck_defaults().eps);
     o.train = true;
     ct_layer *m = ct_reformer_lm(sru_reformer(0.1f));
     double e = gradcheck("ReformerLM(ff_use_sru = 1)", m, &in, 1, o);
-    CHECK_MSG(e >= 0 && e < GRADCHECK_MODEL_TOL, "ReformerLM(ff_use_sru = 1): rel err %g", e);
+    CHECK_MSG(e >= 0 && e < CT_GRADCHECK_MODEL_TOL, "ReformerLM(ff_use_sru = 1): rel err %g", e);
     ct_layer_free(m);
 
     size_t n1, n2;

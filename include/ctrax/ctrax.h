@@ -57,6 +57,7 @@
 #include "ctrax/layers/combinators.h"
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/efficient_attention.h"
+#include "ctrax/layers/gradcheck.h"
 #include "ctrax/layers/layer.h"
 #include "ctrax/layers/lsh_attention.h"
 #include "ctrax/layers/reversible.h"

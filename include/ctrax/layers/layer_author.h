@@ -25,12 +25,11 @@
 //
 // Writing a new layer: one file with a vtable, init, forward, backward, a
 // constructor that calls ct_layer_new, and a check of its gradient against
-// finite differences. examples/custom_layer.c is one, start to end: a
-// layer with weights, one through ct_fn, and the check done by hand with
-// ct_net_init, ct_layer_forward and ct_layer_backward (ctrax's own layers
-// use tests/gradcheck.h, which is not installed). A weightless layer with
-// one forward/backward pair of plain functions is simpler still: ct_fn
-// (combinators.h). A loss or metric layer returns a scalar (rank 0) and
+// finite differences (ct_gradcheck, gradcheck.h: the check every layer of
+// ctrax passes). examples/custom_layer.c is one, start to end: a layer with
+// weights, one through ct_fn, their checks and their training. A weightless
+// layer with one forward/backward pair of plain functions is simpler still:
+// ct_fn (combinators.h). A loss or metric layer returns a scalar (rank 0) and
 // sets ct_ctx.loss_weight.
 //
 // Stack order, sharing: layer.h.
