@@ -303,6 +303,18 @@ static ct_status short_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_t
 static const ct_layer_vtable short_vt = {
     .type = "ShortRows", .init = scale_init, .forward = short_forward, .backward = scale_backward_nan};
 
+// A forward that fails from its fifth call on: after both backward passes,
+// in the middle of the finite differences.
+static int flaky_calls;
+static ct_status flaky_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                               ct_error *err) {
+    if (++flaky_calls >= 5) return ct_error_set(err, CT_ERR_STATE, "flaky forward: call %d", flaky_calls);
+    return scale_forward(l, c, in, out, key, err);
+}
+
+static const ct_layer_vtable flaky_vt = {
+    .type = "Flaky", .init = scale_init, .forward = flaky_forward, .backward = scale_backward_nan};
+
 // ct_gradcheck's own contract (gradcheck.h): the rules of the pass and bad
 // options are errors that name what broke, the log says each check, the
 // inputs are left as they were.
@@ -341,6 +353,14 @@ static void test_gradcheck_api(void) {
     l = ct_layer_new(&short_vt, NULL, 1, 1, NULL, NULL, 0);
     CHECK(ct_gradcheck(l, &x, 1, o, &worst, &err) == CT_ERR_SHAPE);
     CHECK_MSG(strstr(err.msg, "output 0 of the forward has another shape"), "%s", err.msg);
+    ct_layer_free(l);
+
+    // A forward failing during the finite differences: its error, prefixed,
+    // and nothing left allocated (the sanitizer build's leak check).
+    l = ct_layer_new(&flaky_vt, NULL, 1, 1, NULL, NULL, 0);
+    CHECK(ct_gradcheck(l, &x, 1, o, &worst, &err) == CT_ERR_STATE);
+    CHECK_MSG(strstr(err.msg, "gradcheck Flaky: forward without the tape") && strstr(err.msg, "call 5"), "%s",
+              err.msg);
     ct_layer_free(l);
 
     // A layer whose init refuses the input: the init's own message, prefixed.
