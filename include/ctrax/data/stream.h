@@ -4,8 +4,10 @@
 // A stream yields items; an item is a small tuple of tensors (ct_batch).
 // Sources yield single examples, e.g. for a language model
 //   (inputs int32 (T), targets int32 (T), weights f32 (T))
-// and for IDX images
+// for IDX images
 //   (image f32 (rows, cols), label int32 (), weight f32 ());
+// and for arrays in memory (ct_arrays_stream_new) the i-th slices of the
+// arrays, e.g. (features f32 (D), label int32 ());
 // the batch transform stacks B of them into (B, T) / (B, rows, cols) / (B,).
 // Constructors follow the rule of ctrax/ctrax.h: *out is NULL on failure and
 // nothing is left allocated. A chain is built from the source up; each
@@ -30,7 +32,8 @@
 // its position), so a stream restored to position n yields exactly the items
 // an uninterrupted stream yields after its n-th. What a seek costs:
 //   sources             O(1) (synthetic examples are pure functions of
-//                       (seed, index); files are indexed at open)
+//                       (seed, index); files are indexed at open; arrays
+//                       are in memory)
 //   epochs + shuffle    O(N) to build the permutation of the epoch (N items,
 //                       8 bytes each)
 //   shuffle buffer      about K ln K hash evaluations (at most the position)
@@ -86,7 +89,7 @@ void ct_stream_free(ct_stream *s);
 // them exactly). position is the number of items the stream has yielded;
 // fingerprint hashes the chain's stages, parameters and sources (their
 // sizes; for text and token files also a CRC-32 of sampled blocks, for IDX
-// files the labels and first image).
+// files the labels and first image, for arrays a CRC-32 of all their data).
 typedef struct ct_stream_cursor {
     int64_t position;
     int64_t fingerprint;
@@ -194,6 +197,32 @@ typedef struct ct_idx_params {
 // n_classes 10, scale true; no paths, no labels_failed.
 ct_idx_params ct_idx_default_params(void);
 ct_status ct_idx_stream_new(ct_stream **out, const ct_idx_params *p, ct_error *err);
+
+// Arrays in memory, as tf.data's Dataset.from_tensor_slices or torch's
+// TensorDataset: n (1..CT_BATCH_MAX_TENSORS) f32 or i32 tensors of rank >= 1
+// sharing their leading dim N (features (N, D), tokens (N, T), labels (N)).
+// Item i is (arrays[0][i], ..., arrays[n-1][i]), each of rank one less: a
+// rank-1 array of labels gives labels of rank 0, as the IDX source's. The
+// stream is finite (N items: wrap it in epochs to repeat and shuffle it),
+// seeks in O(1), and yields views into the data (no copy per item).
+// Ownership of the data:
+//   copy = true   the arrays are copied into the stream (one block of about
+//                 their size); the caller may change or free them as soon
+//                 as this returns.
+//   copy = false  the stream BORROWS the data: the caller keeps every
+//                 array's memory alive and unchanged until the stream (and
+//                 every stage wrapped around it) is freed. Each array's data
+//                 must be aligned to its element size (4 bytes).
+// Either way each array's shape must describe its memory: all of it is
+// read here. The fingerprint covers the dtypes, the shapes and a CRC-32 of
+// every byte (one pass over the data, here), so a checkpoint's cursor saved
+// on other data is refused. Fails with CT_ERR_ARG naming the array: n out of
+// range, arrays NULL, data NULL, rank 0 or above CT_MAX_DIMS, a dim below 1
+// (N = 0 included), leading dims that differ, a dtype other than f32/i32, a
+// size that overflows; CT_ERR_MEMORY when the copy cannot be allocated.
+// The values are not checked: labels and token ids out of a model's range
+// are the model's loss's or embedding's to refuse.
+ct_status ct_arrays_stream_new(ct_stream **out, const ct_tensor *arrays, int n, bool copy, ct_error *err);
 
 // ---- transforms ------------------------------------------------------------------
 // Each takes ownership of inner on every path: on success the new stage frees
