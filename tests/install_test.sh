@@ -3,7 +3,8 @@
 # program can use it through pkg-config alone: tests/install/main.c is built
 # against the installed headers and linked twice, against libctrax.a and
 # against libctrax.so, and both programs run; examples/custom_layer.c (a layer
-# written through ctrax/layers/layer_author.h) is built and run the shared way.
+# written through ctrax/layers/layer_author.h) and examples/train_in_memory.c
+# are built and run the shared way.
 # Registered with ctest.
 #
 #   tests/install_test.sh CMAKE BUILD_DIR CC [EXTRA_FLAGS]
@@ -47,12 +48,15 @@ cflags=(-std=c17 -Wall -Wextra -Wpedantic -Werror "${extra[@]}")
 readelf -d "$tmp/main_shared" | grep -q 'NEEDED.*libctrax\.so' || fail "main_shared does not load libctrax.so"
 LD_LIBRARY_PATH=$libdir "$tmp/main_shared" || fail "main_shared exited with $?"
 
-# A layer of one's own: examples/custom_layer.c includes ctrax/layers/layer_author.h,
-# which is installed and compiles the same way.
-# shellcheck disable=SC2046
-"$cc" "${cflags[@]}" "$(dirname "$src")/../../examples/custom_layer.c" -o "$tmp/custom_layer" \
-    $(pkg-config --cflags --libs ctrax) -lm
-LD_LIBRARY_PATH=$libdir "$tmp/custom_layer" >/dev/null || fail "custom_layer exited with $?"
+# The examples a reader copies: custom_layer.c (a layer of one's own, through
+# ctrax/layers/layer_author.h and its gradient check) and train_in_memory.c
+# (the Loop on arrays in memory), built from the installed headers the same way.
+for example in custom_layer train_in_memory; do
+    # shellcheck disable=SC2046
+    "$cc" "${cflags[@]}" "$(dirname "$src")/../../examples/$example.c" -o "$tmp/$example" \
+        $(pkg-config --cflags --libs ctrax) -lm
+    LD_LIBRARY_PATH=$libdir "$tmp/$example" >/dev/null || fail "$example exited with $?"
+done
 
 # Static: libctrax.a in place of -lctrax, and the private dependencies that
 # pkg-config --static adds (OpenBLAS, OpenMP, libm). The README shows this line.
