@@ -30,12 +30,18 @@ typedef enum dist_run {
     DIST_STANDARD_REFORMER,     // ct_trainer, ReformerLM
     DIST_REVERSIBLE_REFORMER,   // the memory-efficient trainer, ReformerLM
     DIST_STANDARD_LSH_REFORMER, // ct_trainer, ReformerLM with LSHSelfAttention (per-example rotations)
+    DIST_STANDARD_SHARED_DENSE, // ct_trainer, Embedding, a Dense, Relu, the same Dense again, Dense
 } dist_run;
 
 // The model run trains: the ReformerLM with the given dropout rate (the
-// TransformerLM has none).
+// TransformerLM and the shared Dense have none).
 static inline ct_layer *dist_model(dist_run run, float dropout) {
     ct_layer *model;
+    if (run == DIST_STANDARD_SHARED_DENSE) {
+        ct_layer *shared = ct_dense(8);
+        return ct_serial(
+            CT_LAYERS(ct_embedding(DIST_VOCAB, 8), shared, ct_relu(), ct_layer_ref(shared), ct_dense(DIST_VOCAB)));
+    }
     if (run == DIST_STANDARD_TRANSFORMER) {
         ct_transformer_lm_params mp = ct_transformer_lm_default_params();
         mp.vocab_size = DIST_VOCAB;

@@ -10,6 +10,7 @@
 #include "capture.h"
 #include "copy_fixture.h"
 #include "core/fs.h"
+#include "dist/comm_internal.h"
 #include "dist_common.h"
 #include "scratch.h"
 
@@ -40,15 +41,33 @@ static void test_collectives(void) {
     float a[3] = {1, 2, 3}, b[2] = {10, 20};
     CHECK_OK(ct_comm_allreduce_start(comm, a, 3, &err), &err);
     CHECK_OK(ct_comm_allreduce_start(comm, b, 2, &err), &err);
+    CHECK(ct_mpi_pending(comm) == 2);
     CHECK_OK(ct_comm_allreduce_wait(comm, &err), &err);
+    CHECK(ct_mpi_pending(comm) == 0);
     CHECK(a[2] == 3.0f * size && b[1] == 20.0f * size);
+    // More buckets than the pending list first holds (64), twice: it grows,
+    // every one is waited for, and the second round starts from an empty list.
+    enum { MANY = 150 };
+    float many[MANY];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < MANY; i++) many[i] = (float)(i + rank + round);
+        for (int i = 0; i < MANY; i++) CHECK_OK(ct_comm_allreduce_start(comm, &many[i], 1, &err), &err);
+        CHECK_OK(ct_comm_allreduce_wait(comm, &err), &err);
+        CHECK(ct_mpi_pending(comm) == 0);
+        bool sums_ok = true;
+        for (int i = 0; i < MANY; i++)
+            sums_ok = sums_ok && many[i] == (float)(size * (i + round) + size * (size - 1) / 2);
+        CHECK_MSG(sums_ok, "round %d: %d bucketed sums of one float each are wrong", round, MANY);
+    }
     CHECK_OK(ct_comm_barrier(comm, &err), &err);
 }
 
-static void compare(const char *what, int n_local, size_t bucket_bytes) {
+// loss_chunk_size: the ranks' (the reference runs unchunked).
+static void compare(const char *what, int n_local, size_t bucket_bytes, int64_t loss_chunk_size) {
     ct_trainer_options one = ct_trainer_default_options(), many = one;
     many.comm = comm;
     many.n_devices = n_local;
+    many.loss_chunk_size = loss_chunk_size;
     if (bucket_bytes) many.bucket_bytes = bucket_bytes;
     size_t n1, n2;
     float l1, l2;
@@ -65,6 +84,31 @@ static void compare(const char *what, int n_local, size_t bucket_bytes) {
                    what, size, n_local, DIST_B / (size * n_local), DIST_B, rel, l2, l1);
         CHECK_MSG(rel <= 1e-5, "%s: rel diff %g", what, rel);
         CHECK_NEAR(l1, l2, 1e-5);
+    }
+    free(ref);
+    free(w);
+}
+
+// A Dense used twice (shared weights): 5 steps over the ranks with a
+// bucket per layer or so against one device with the whole batch. Its
+// gradients are final after its second backward use only (bucketer.uses);
+// a bucket sent after the first would carry half of them.
+static void compare_shared_layer(void) {
+    ct_trainer_options one = ct_trainer_default_options(), many = one;
+    many.comm = comm;
+    many.bucket_bytes = 4;
+    size_t n1 = 0, n2 = 0;
+    int rows = DIST_B / size;
+    float l1, l2;
+    float *ref = dist_train_with(DIST_STANDARD_SHARED_DENSE, 0.0f, 5, 0, DIST_B, &one, &l1, &n1);
+    float *w = dist_train_with(DIST_STANDARD_SHARED_DENSE, 0.0f, 5, rank * rows, rows, &many, &l2, &n2);
+    CHECK(ref && w && n1 == n2);
+    if (ref && w && n1 == n2) {
+        double rel = dist_rel_diff(ref, w, n1);
+        if (rank == 0)
+            printf("5 steps, a Dense used twice, one-float buckets, %d ranks vs 1 device: relative weight difference "
+                   "%.3g\n", size, rel);
+        CHECK_MSG(rel <= 1e-5, "shared Dense: rel diff %g", rel);
     }
     free(ref);
     free(w);
@@ -410,6 +454,11 @@ static void test_standard_failure_stops_all(int n_local, int fail_step, bool in_
     double dt = now_s() - t0;
     fail_rank = fail_forward_rank = -1;
     CHECK(st != CT_OK);
+    // The failed step waited for every bucket it started (the failing rank
+    // starts the ones it did not reach): none is left in flight to write
+    // into the next step's gradients.
+    CHECK_MSG(ct_mpi_pending(comm) == 0, "rank %d: %d bucket allreduces left pending by the failed step", rank,
+              ct_mpi_pending(comm));
     const char *others = in_forward ? "a device failed or the loss weights sum to nan" : "another process failed";
     if (rank == size - 1) CHECK_MSG(strstr(err.msg, "fails on purpose") != NULL, "rank %d: %s", rank, err.msg);
     else CHECK_MSG(strstr(err.msg, others) != NULL, "rank %d: %s", rank, err.msg);
@@ -824,9 +873,13 @@ int main(void) {
     }
     CHECK(ct_comm_get_kind(comm) == CT_COMM_MPI && size >= 2);
     test_collectives();
-    compare("MPI", 1, 0);
-    compare("MPI, small buckets", 1, 4096);
-    compare("MPI x local devices", 2, 0);
+    compare("MPI", 1, 0, 0);
+    compare("MPI, small buckets", 1, 4096, 0);
+    compare("MPI x local devices", 2, 0, 0);
+    // A bucket of every layer, sent when the layer's gradients are said to
+    // be final: with the loss in chunks, after its last chunk only.
+    compare("MPI, one-float buckets, loss_chunk_size 5", 1, 4, 5);
+    compare_shared_layer();
     test_adasum_over_ranks();
     test_adasum_devices_order();
     compare_keys_and_rows();

@@ -2,7 +2,8 @@
 // whole-matrix reference kernel: forward and backward for several lengths,
 // head counts and tile sizes, with and without dropout (the mask a function
 // of the position, not of the tiling); bitwise the same with 1 and 2
-// threads; gradient checks of DotProductCausalAttention over several tiles;
+// threads; scores spanning more than exp's range across key blocks;
+// gradient checks of DotProductCausalAttention over several tiles;
 // and the layer's memory at T = 1024, which must hold no T x T tensor.
 #include <omp.h>
 #include <stdlib.h>
@@ -140,6 +141,38 @@ static void test_against_reference(void) {
             }
 }
 
+// Scores that span more than a float's exp range within a row: keys 0..3
+// score about +56, the rest about -56. Key blocks after the first have a
+// lower max than the running one, so the online softmax must keep the
+// running max (its rescaling factor exp(m_old - m_new) <= 1), or exp(112)
+// overflows. Against the reference (whole rows) within 5e-5 (scores of 56
+// round at 4e-6: dq read 9.2e-6), lse within 1e-5 relative.
+static void test_wide_score_range(void) {
+    problem p = problem_new(1, 64, 1, 8, 11);
+    for (int64_t t = 0; t < p.T; t++)
+        for (int64_t x = 0; x < p.C; x++) {
+            p.q[t * p.C + x] = 2.0f + 0.25f * p.q[t * p.C + x];
+            p.k[t * p.C + x] = (t < 4 ? 10.0f : -10.0f) + 0.5f * p.k[t * p.C + x];
+        }
+    ct_key key = ct_key_from_seed(12);
+    const int64_t n = p.B * p.T * p.C;
+    results ref = results_new(&p), r = results_new(&p);
+    run_ref(&ref, &p, key, 0.0f);
+    float *lse = run_tiled(&r, &p, key, 0.0f, 7);
+    double e[4] = {rel_diff(r.out, ref.out, n), rel_diff(r.dq, ref.dq, n), rel_diff(r.dk, ref.dk, n),
+                   rel_diff(r.dv, ref.dv, n)};
+    double el = lse_diff(lse, &p), lmax = 0;
+    for (int64_t t = 0; t < p.T; t++) lmax = fmax(lmax, fabs(lse[t]));
+    printf("scores spanning +-56, T 64 tile 7: rel diff out %.2e dq %.2e dk %.2e dv %.2e; lse abs diff %.2e (max |lse| "
+           "%.1f)\n", e[0], e[1], e[2], e[3], el, lmax);
+    for (int i = 0; i < 4; i++)
+        CHECK_MSG(e[i] < 5e-5, "wide scores: %s rel diff %g", (const char *[]){"out", "dq", "dk", "dv"}[i], e[i]);
+    CHECK_MSG(el < 1e-5 * fmax(1.0, lmax), "wide scores: lse diff %g", el);
+    free(lse);
+    results_free(&r), results_free(&ref);
+    problem_free(&p);
+}
+
 // Dropout drops the same elements whatever the tile: with a rate near 1,
 // almost every kept probability is scaled by 1 / (1 - rate) = 10, so a
 // mask that moved with the tiling would change the output by far more than
@@ -237,6 +270,7 @@ static void test_memory_at_1024(void) {
 
 int main(void) {
     test_against_reference();
+    test_wide_score_range();
     test_dropout_mask_by_position();
     test_thread_determinism();
     test_gradients_over_tiles();

@@ -11,6 +11,11 @@
 //     WeightedCategoryCrossEntropy's label smoothing 0.1;
 //   - finite differences (tests/gradcheck.c) on the chunked part as a layer,
 //     with a shorter last chunk, dropout on, and label smoothing 0.1;
+//   - the chunked part as a layer against one chunk of every row when a
+//     chunk's weights, or all, are 0; each weighted layer's gradients
+//     announced (ct_ctx.on_weight_grads) once, when final; and each chunk
+//     drawing its own dropout masks;
+//   - a model that is one row-wise layer (no Serial) chunked whole;
 //   - the refusals: a model with no row-wise tail, a loss that is no mean
 //     over rows, a negative size;
 //   - the device peak of a step of ReformerLM (vocab 256, T 4096, B 1) with
@@ -23,7 +28,7 @@
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
 #include "ctrax/train/reversible_trainer.h"
-#include "gradcheck.h"
+#include "layer_fixture.h"
 #include "train/train_internal.h"
 
 #define TOL 1e-6
@@ -139,17 +144,152 @@ static void test_gradcheck(void) {
     }
 }
 
+// ---- the chunked part as a layer, run: against one chunk of every row -------------------
+
+// What ct_ctx.on_weight_grads told of the weighted sublayers of a ChunkedLoss
+// (LayerNorm, Dense): calls, and the sum of the layer's gradient slab range
+// at the last call, to compare with the sum after backward. The trainers
+// send a layer's gradients to the other processes when told: a call before
+// the last chunk sends a partial gradient.
+typedef struct heard {
+    const ct_ctx *ctx;
+    const ct_layer *layers[2];
+    int calls[2];
+    double at_call[2], after[2];
+} heard;
+
+static double grad_sum(const ct_ctx *c, const ct_layer *l) {
+    double s = 0;
+    for (int i = 0; i < l->n_weights; i++) {
+        const float *g = ct_weight_grad(c, l, i);
+        for (int64_t k = 0; k < ct_tensor_numel(&l->weights[i].sig); k++) s += g[k];
+    }
+    return s;
+}
+
+static void on_grads(void *user, const ct_layer *l) {
+    heard *h = user;
+    for (int i = 0; i < 2; i++)
+        if (h->layers[i] == l) h->calls[i]++, h->at_call[i] = grad_sum(h->ctx, l);
+}
+
+// ChunkedLoss(rows; LayerNorm, Dropout(rate), Dense(V), loss) on in (x (3,
+// 4, 6), targets) with loss weights w, in training, key 9: forward, then
+// backward from 1. Returns the loss (NaN on failure); x's gradient into
+// dx (72 floats); the callbacks into *h.
+static float run_chunked(int64_t rows, float rate, const ct_tensor *in, ct_tensor w, float *dx, heard *h) {
+    enum { V = 7 };
+    ct_layer *norm = ct_layer_norm(1e-6f), *dense = ct_dense(V);
+    ct_layer *l = chunked_layer(rows, w, CT_LAYERS(norm, ct_dropout(rate), dense, make_loss(0.0f)));
+    fixture f;
+    float loss = NAN;
+    memset(h, 0, sizeof *h);
+    if (fixture_init_ok(&f, l, in, 2, true)) {
+        ct_net_zero_grads(&f.net);
+        *h = (heard){.ctx = &f.ctx, .layers = {norm, dense}};
+        f.ctx.on_weight_grads = on_grads;
+        f.ctx.on_weight_grads_user = h;
+        ct_key key = ct_key_from_seed(9);
+        ct_tensor out[1], gin[2];
+        CHECK_OK(ct_layer_forward(f.net.root, &f.ctx, in, out, key, &f.err), &f.err);
+        float one = 1.0f;
+        ct_tensor g = ct_tensor_sig(&out[0]);
+        g.data = &one;
+        loss = *ct_f32(&out[0]);
+        CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, gin, key, &f.err), &f.err);
+        CHECK(gin[0].data != NULL);
+        if (gin[0].data) memcpy(dx, gin[0].data, ct_tensor_nbytes(&gin[0]));
+        for (int i = 0; i < 2; i++) h->after[i] = grad_sum(&f.ctx, h->layers[i]);
+        h->ctx = NULL;
+        ct_arena_reset(&f.arena);
+        fixture_free(&f);
+    }
+    ct_layer_free(l);
+    return loss;
+}
+
+// (3, 4) rows in chunks of 5 against one chunk of every row (the
+// unchunked computation), at dropout 0: the loss and x's gradient equal,
+// finite, when a whole chunk's weights are 0 (it averages over nothing and
+// must count for nothing) and when every weight is 0 (the loss is 0, as the
+// loss layer's mean over nothing). Each weighted sublayer's gradients are
+// announced once, after the last chunk: the callback sees their final sums.
+static void test_zero_weight_chunks(void) {
+    enum { NB = 3, NT = 4, D = 6, V = 7, N = NB * NT };
+    float x[N * D], w[N], dx[2][N * D];
+    int32_t t[N];
+    ct_tensor xs = ct_tensor_3d(CT_DTYPE_F32, NB, NT, D, x), ws = ct_tensor_2d(CT_DTYPE_F32, NB, NT, w);
+    gradcheck_fill(&xs, 1, -2.0f, 2.0f);
+    for (int i = 0; i < N; i++) t[i] = (int32_t)((i * 5 + 2) % V);
+    ct_tensor in[2] = {xs, ct_tensor_2d(CT_DTYPE_I32, NB, NT, t)};
+    for (int all = 0; all < 2; all++) {
+        gradcheck_fill(&ws, 2, 0.5f, 1.0f);
+        for (int i = 0; i < (all ? N : 5); i++) w[i] = 0.0f;  // chunk 0 (rows 0..4), or every row
+        heard h[2];
+        float loss[2];
+        for (int k = 0; k < 2; k++) loss[k] = run_chunked(k ? 1000 : 5, 0.0f, in, ws, dx[k], &h[k]);
+        double dmax = 0, dref = 0;
+        bool finite = isfinite(loss[0]) && isfinite(loss[1]);
+        for (int i = 0; i < N * D; i++) {
+            finite = finite && isfinite(dx[0][i]) && isfinite(dx[1][i]);
+            dmax = check_worse(dmax, fabs((double)dx[0][i] - dx[1][i]));
+            dref = fmax(dref, fabs((double)dx[1][i]));
+        }
+        const char *what = all ? "every weight 0" : "chunk 0's weights 0";
+        printf("chunks of 5 vs one chunk, %s: loss %.7g vs %.7g, max |dx diff| %.2e (max |dx| %.2e); "
+               "LayerNorm, Dense told %d, %d times\n",
+               what, (double)loss[0], (double)loss[1], dmax, dref, h[0].calls[0], h[0].calls[1]);
+        CHECK_MSG(finite, "%s: non-finite loss or gradient", what);
+        CHECK_MSG(fabs((double)loss[0] - loss[1]) <= TOL * fmax(1.0, fabs((double)loss[1])), "%s: loss %g vs %g",
+                  what, (double)loss[0], (double)loss[1]);
+        CHECK_MSG(dmax <= TOL * fmax(1.0, dref), "%s: dx differs by %g", what, dmax);
+        if (all) CHECK(loss[0] == 0.0f && dref == 0.0);
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 2; i++) {
+                CHECK_MSG(h[k].calls[i] == 1, "%s, %s: on_weight_grads called %d times for %s", what,
+                          k ? "one chunk" : "chunks of 5", h[k].calls[i], i ? "Dense" : "LayerNorm");
+                CHECK_MSG(h[k].at_call[i] == h[k].after[i], "%s: %s's gradients announced at sum %.9g, final %.9g",
+                          what, i ? "Dense" : "LayerNorm", h[k].at_call[i], h[k].after[i]);
+            }
+    }
+}
+
+// Each chunk draws its own dropout masks: rows 5..9 (chunk 1) repeat rows
+// 0..4 (chunk 0), targets and weights too, so x's gradients of the two
+// would be equal bit for bit under one mask; at dropout 0.5 they differ.
+static void test_chunk_masks_differ(void) {
+    enum { NB = 3, NT = 4, D = 6, V = 7, N = NB * NT };
+    float x[N * D], w[N], dx[N * D];
+    int32_t t[N];
+    ct_tensor xs = ct_tensor_3d(CT_DTYPE_F32, NB, NT, D, x), ws = ct_tensor_2d(CT_DTYPE_F32, NB, NT, w);
+    gradcheck_fill(&xs, 1, -2.0f, 2.0f);
+    for (int i = 0; i < N; i++) {
+        w[i] = 1.0f;
+        t[i] = (int32_t)((i % 5) * 3 % V);
+    }
+    memcpy(x + 5 * D, x, 5 * D * sizeof *x);
+    ct_tensor in[2] = {xs, ct_tensor_2d(CT_DTYPE_I32, NB, NT, t)};
+    heard h;
+    float loss = run_chunked(5, 0.5f, in, ws, dx, &h);
+    double d = 0;
+    for (int i = 0; i < 5 * D; i++) d = check_worse(d, fabs((double)dx[i] - dx[5 * D + i]));
+    printf("dropout 0.5, chunks of 5, chunk 1's rows = chunk 0's: loss %.6f, max |dx diff| between them %.3e\n",
+           (double)loss, d);
+    CHECK(isfinite(loss));
+    CHECK_MSG(d > 1e-3, "chunks 0 and 1 drew the same dropout masks (dx differs by %g)", d);
+}
+
 // ---- trainers: chunked = unchunked -------------------------------------------------------
 
 enum { VOCAB = 13, BATCH = 2, LEN = 16 };
 
-typedef struct fixture {
+typedef struct lm_batch {
     int32_t tokens[BATCH * LEN], targets[BATCH * LEN];
     float weights[BATCH * LEN];
     ct_tensor batch[3];  // inputs (B, T) i32, targets (B, T) i32, weights (B, T) f32
-} fixture;
+} lm_batch;
 
-static void fixture_init(fixture *f) {
+static void lm_batch_init(lm_batch *f) {
     for (int i = 0; i < BATCH * LEN; i++) {
         f->tokens[i] = (int32_t)(ct_random_bits(ct_key_from_seed(7), (uint32_t)i) % VOCAB);
         f->targets[i] = (int32_t)(ct_random_bits(ct_key_from_seed(8), (uint32_t)i) % VOCAB);
@@ -218,8 +358,8 @@ static void test_equal(bool reformer, bool memory_efficient, int64_t chunk, floa
     snprintf(name, sizeof name, "%s, %s trainer, loss_chunk_size %lld of %d rows%s",
              reformer ? "ReformerLM" : "TransformerLM", memory_efficient ? "memory-efficient" : "standard",
              (long long)chunk, BATCH * LEN, label_smoothing != 0.0f ? ", label_smoothing 0.1" : "");
-    fixture f;
-    fixture_init(&f);
+    lm_batch f;
+    lm_batch_init(&f);
     ct_device dev = ct_device_cpu();
     ct_trainer *ta, *tb;
     ct_error err;
@@ -299,8 +439,8 @@ static void test_equal(bool reformer, bool memory_efficient, int64_t chunk, floa
 // With dropout each chunk draws its own masks: the step runs, is finite and
 // repeats itself bitwise from the same key and weights.
 static void test_dropout(bool memory_efficient) {
-    fixture f;
-    fixture_init(&f);
+    lm_batch f;
+    lm_batch_init(&f);
     ct_device dev = ct_device_cpu();
     ct_error err;
     float losses[2];
@@ -326,8 +466,8 @@ static void test_dropout(bool memory_efficient) {
 // unchunked): with dropout the loss and gradients of a step equal the
 // unchunked step's, the masks included.
 static void test_one_chunk_dropout(bool memory_efficient) {
-    fixture f;
-    fixture_init(&f);
+    lm_batch f;
+    lm_batch_init(&f);
     ct_device dev = ct_device_cpu();
     ct_error err;
     ct_trainer *tr[2];
@@ -350,12 +490,47 @@ static void test_one_chunk_dropout(bool memory_efficient) {
     CHECK(dev.current_bytes == 0);
 }
 
+// A model that is one row-wise layer, not a Serial (Dense on f32 rows): the
+// whole model is the tail, chunked; one step's loss and gradients equal the
+// unchunked step's.
+static void test_one_layer_model(bool memory_efficient) {
+    enum { D = 4 };
+    lm_batch f;
+    lm_batch_init(&f);
+    float x[BATCH * LEN * D];
+    ct_tensor batch[3] = {ct_tensor_3d(CT_DTYPE_F32, BATCH, LEN, D, x), f.batch[1], f.batch[2]};
+    gradcheck_fill(&batch[0], 5, -1.0f, 1.0f);
+    ct_device dev = ct_device_cpu();
+    ct_error err;
+    ct_trainer *tr[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        ct_layer *model = ct_dense(VOCAB), *loss = ct_weighted_category_cross_entropy();
+        CHECK_OK(make_trainer(&tr[i], model, loss, batch, memory_efficient, i ? 5 : 0, &dev, &err), &err);
+        ct_layer_free(model);
+        ct_layer_free(loss);
+    }
+    if (tr[0] && tr[1]) {
+        ct_step_stats s[2];
+        for (int i = 0; i < 2; i++)
+            CHECK_OK(ct_trainer_one_step(tr[i], batch, ct_key_from_seed(40), 1, 1e-3f, &s[i], &err), &err);
+        const char *worst = "";
+        double e_loss = fabs((double)s[0].loss - s[1].loss) / fabs((double)s[0].loss);
+        double e_grad = net_diff(ct_trainer_net(tr[0]), ct_trainer_grads(tr[0]), ct_trainer_grads(tr[1]), &worst);
+        printf("model Dense (no Serial), %s, chunks of 5 vs unchunked: loss %.2e, gradients %.2e (%s)\n",
+               memory_efficient ? "memory-efficient" : "standard", e_loss, e_grad, worst);
+        CHECK(e_loss <= TOL && e_grad <= TOL);
+    }
+    for (int i = 0; i < 2; i++)
+        if (tr[i]) ct_trainer_free(tr[i]);
+    CHECK(dev.current_bytes == 0);
+}
+
 // ---- refusals ------------------------------------------------------------------------------
 
 static void expect_refused(const char *what, ct_layer *model, ct_layer *loss, bool memory_efficient, int64_t chunk,
                            const char *needle) {
-    fixture f;
-    fixture_init(&f);
+    lm_batch f;
+    lm_batch_init(&f);
     ct_device dev = ct_device_cpu();
     ct_trainer *tr = NULL;
     ct_error err;
@@ -455,6 +630,8 @@ static void test_memory(bool memory_efficient) {
 
 int main(void) {
     test_gradcheck();
+    test_zero_weight_chunks();
+    test_chunk_masks_differ();
     for (int me = 0; me < 2; me++)
         for (int reformer = 0; reformer < 2; reformer++) {
             test_equal(reformer, me, 8, 0.0f);  // divides B*T = 32
@@ -470,6 +647,8 @@ int main(void) {
     test_dropout(true);
     test_one_chunk_dropout(false);
     test_one_chunk_dropout(true);
+    test_one_layer_model(false);
+    test_one_layer_model(true);
     test_refusals();
     test_memory(true);
     test_memory(false);

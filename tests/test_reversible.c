@@ -142,8 +142,8 @@ static void unbind_net(ct_net *net, ct_arena *arena, ct_ctx *c) {
 }
 
 // forward (tape) + backward with random output gradients, then reverse and
-// reverse_and_grad from the outputs: inputs, input gradients and weight
-// gradients must agree.
+// reverse_and_grad (called with recording off) from the outputs: inputs,
+// input gradients and weight gradients must agree.
 static void check_reverse(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
     ct_device dev = ct_device_cpu();
     ct_net net;
@@ -186,10 +186,15 @@ static void check_reverse(const char *label, ct_layer *l, const ct_tensor *in, i
             CHECK(memcmp(rin[i].data, in[i].data, ct_tensor_nbytes(&in[i])) == 0);
         }
     }
-    // reverse_and_grad: inputs, input gradients, weight gradients.
+    // reverse_and_grad: inputs, input gradients, weight gradients. With
+    // recording off: it sets c->record for its recomputation and restores
+    // it (reversible.h), so the caller need not record.
     ct_net_zero_grads(&net);
+    c.record = false;
     CHECK_OK(ct_layer_reverse_and_grad(l, &c, out, gout, rin2, rgin, key, &err), &err);
     CHECK(c.tape_len == 0);
+    CHECK_MSG(!c.record, "%s: reverse_and_grad left recording on", label);
+    c.record = true;
     for (int i = 0; i < n_in; i++) {
         if (in[i].dtype == CT_DTYPE_F32) {
             double e = max_abs_diff(rin2[i].data, in[i].data, ct_tensor_numel(&in[i]));

@@ -235,6 +235,8 @@ ct_status ct_mpi_allreduce_start(ct_comm *c, float *buf, size_t n, ct_error *err
     return CT_OK;
 }
 
+int ct_mpi_pending(const ct_comm *c) { return c->mpi->n_pending; }
+
 ct_status ct_mpi_allreduce_wait(ct_comm *c, ct_error *err) {
     mpi_state *m = c->mpi;
     ct_status st = wait_all(c, m->pending, m->n_pending, "allreduce (buckets)", err);
