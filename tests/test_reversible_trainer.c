@@ -1182,6 +1182,64 @@ static void test_state_put_back(void) {
     result_free(&rev_r);
 }
 
+// TopAndWhole: x (B, ...) -> [x's first B/2 rows (a view at x's own
+// address), x]. Two outputs at one address, the first the smaller: the
+// memory-efficient trainer copies each output it keeps (adopt), sharing one
+// copy between outputs at one address only when that copy is big enough.
+// Had x shared its top's copy, it would be read past that copy's end.
+static ct_status top_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                          ct_error *err) {
+    (void)l, (void)ic, (void)key, (void)err;
+    out[0] = ct_tensor_sig(&in[0]);
+    out[0].shape[0] /= 2;
+    out[1] = ct_tensor_sig(&in[0]);
+    return CT_OK;
+}
+
+static ct_status top_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                             ct_error *err) {
+    (void)l, (void)c, (void)key, (void)err;
+    out[0] = in[0];
+    out[0].shape[0] /= 2;
+    out[1] = in[0];
+    return CT_OK;
+}
+
+// dx = d(whole) + d(top) added into the first half.
+static ct_status top_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in, ct_key key,
+                              ct_error *err) {
+    (void)l, (void)key;
+    ct_tensor g_top = grad_out[0], g_whole = grad_out[1];
+    CT_TRY(ct_ctx_grad_or_zeros(c, &g_top, err));
+    CT_TRY(ct_ctx_grad_or_zeros(c, &g_whole, err));
+    grad_in[0] = ct_tensor_sig(&g_whole);
+    CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));
+    int64_t n = ct_tensor_numel(&g_whole), n_top = ct_tensor_numel(&g_top);
+    for (int64_t i = 0; i < n; i++) ct_f32(&grad_in[0])[i] = ct_f32(&g_whole)[i] + (i < n_top ? ct_f32(&g_top)[i] : 0);
+    return CT_OK;
+}
+
+static const ct_layer_vtable top_vt = {
+    .type = "TopAndWhole", .init = top_init, .forward = top_forward, .backward = top_backward};
+
+// The trainer keeps the standard layers' outputs where a reversible layer
+// follows them: [top, whole] go into a ReversibleSwap, then the top is
+// dropped and the whole goes on into two half-residuals.
+static void top_and_whole_model(ct_layer **model, ct_layer **loss) {
+    *model = ct_serial(CT_LAYERS(ct_embedding(9, 4), ct_layer_new(&top_vt, "TopAndWhole", 1, 2, NULL, NULL, 0),
+                                 ct_reversible_swap(), ct_swap(), ct_drop(), ct_dup(), half(ct_dense(4), NULL),
+                                 ct_reversible_swap(), half(ct_dense(4), NULL), ct_reversible_swap()));
+    *loss = ct_serial(CT_LAYERS(ct_concatenate(2, -1), ct_dense(19), ct_log_softmax(), ct_cross_entropy_loss()));
+}
+
+static void test_outputs_at_one_address(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    float lrs[3] = {1e-2f, 1e-2f, 1e-2f};
+    run_spec s = {top_and_whole_model, adam, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL, 0, NULL, 0, false};
+    check_same_as_standard("two outputs at one address, the first smaller, 3 steps", &s);
+}
+
 // Frozen weights (Adam: no slots of their own, and weight decay would move
 // them), loss weights that differ between the 2 local devices (each device's
 // seed is its share of the global weight), and the last step's gradients
@@ -1335,6 +1393,7 @@ int main(void) {
     test_clipping();
     test_shared_weights_refused();
     test_shared_weightless();
+    test_outputs_at_one_address();
     test_state_put_back();
     test_frozen_weighted_devices();
     test_no_reversible_layers();
