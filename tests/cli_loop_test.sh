@@ -275,8 +275,40 @@ if kill -0 $pid 2>/dev/null; then
 else
     wait $pid
     rc=$?
-    ((rc == 143)) && grep -q "again: stop at once" "$work/sig2.log" && ok "a second SIGTERM stops at once (exit $rc)" ||
+    # It says so, and what the same command then does (no checkpoint yet:
+    # the step-1 eval never ended).
+    want="ctrax: a second signal: stopped at once, before its first checkpoint: the same command starts over from step 0"
+    ((rc == 143)) && grep -q "again: stop at once" "$work/sig2.log" && grep -qxF "$want" "$work/sig2.log" &&
+        ok "a second SIGTERM stops at once (exit $rc): $want" ||
         bad "a second SIGTERM: exit $rc: $(tail -n 2 "$work/sig2.log")"
+fi
+
+# The same after checkpoints (steps 1 and 2; the eval at step 3 would take
+# minutes): the message names the one the same command resumes from, and
+# that command resumes there.
+"$ctrax" train "$b" --set train.random_seed=5 --set train.steps=1000 --set train.eval_steps=100000000 \
+    --set 'Loop.eval_at=[3]' --output-dir "$work/sig3" >"$work/sig3.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do [[ $(cat "$work/sig3/checkpoint" 2>/dev/null) == model_2 ]] && break; sleep 0.1; done
+sleep 0.5
+kill -TERM $pid
+sleep 1
+kill -TERM $pid
+for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+if kill -0 $pid 2>/dev/null; then
+    kill -KILL $pid
+    bad "a second SIGTERM after checkpoints: still running 5 s later"
+else
+    wait $pid
+    rc=$?
+    want="ctrax: a second signal: stopped at once; the steps since the newest checkpoint are lost. The same command resumes from $work/sig3/model_2"
+    "$ctrax" train "$b" --set train.random_seed=5 --set train.steps=4 --set 'Loop.eval_at=[3]' \
+        --output-dir "$work/sig3" >"$work/sig3b.log" 2>&1
+    rc2=$?
+    ((rc == 143 && rc2 == 0)) && grep -qxF "$want" "$work/sig3.log" &&
+        grep -q "resuming from $work/sig3/model_2 at step 2" "$work/sig3b.log" &&
+        ok "a second SIGTERM after checkpoints: '$want', and the same command resumes there" ||
+        bad "a second SIGTERM after checkpoints: exit $rc then $rc2: $(tail -n 2 "$work/sig3.log") / $(grep resuming "$work/sig3b.log")"
 fi
 
 # stdout on a full disk: the run trains and checkpoints, but its log is lost,

@@ -1,6 +1,7 @@
 // The training Loop: checkpoints and files, exact resume, best checkpoints
 // (Trax's lowest/highest test), stopping on request, a final checkpoint,
 // several tasks, and loading weights by name.
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -1306,6 +1307,104 @@ static void test_log_names_justified(void) {
     free(dir);
 }
 
+// A run of days logs hundreds of thousands of values; the history the loop
+// holds, and writes into every checkpoint, keeps the newest history_max rows
+// and each metric's last one (metrics.jsonl keeps every value). Checked on
+// a run that logs 8 values (6 training metrics, 2 eval metrics) at each of
+// 12 steps with history_max 3: the rows held, in memory and in state.json,
+// bounded; the newest 3 rows and every metric's last value those of the run
+// that keeps all (history_max < 0); the rows a subsequence of its rows; a
+// run stopped and resumed holds the rows the uninterrupted one holds.
+static int history_rows(const char *dir, const char *name) {
+    ct_checkpoint *c = NULL;
+    ct_error err;
+    CHECK_OK(ct_checkpoint_open(&c, dir, name, &err), &err);
+    cJSON *root = c ? cJSON_Parse(ct_checkpoint_state(c)) : NULL;
+    int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "history"));
+    cJSON_Delete(root);
+    ct_checkpoint_close(c);
+    return n;
+}
+
+static bool same_row(const ct_history_entry *a, const ct_history_entry *b) {
+    // Steps per second is a measurement: its value differs from run to run.
+    bool timed = strstr(a->metric, "per second") != NULL;
+    return !strcmp(a->mode, b->mode) && !strcmp(a->metric, b->metric) && a->step == b->step &&
+           (timed || a->value == b->value);
+}
+
+static void test_history_bounded(void) {
+    enum { STEPS = 12, MAX = 3, PER_LOG = 8 };
+    char *all_dir = temp_dir("history_all"), *dir = temp_dir("history"), *cut_dir = temp_dir("history_cut");
+    ct_loop_options o = ct_loop_default_options();
+    o.n_steps_per_checkpoint = 1;  // an eval, a log and a checkpoint at every step
+    ct_error err;
+    run r;
+    o.history_max = -1;
+    CHECK_OK(run_new(&r, all_dir, o, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, STEPS, &err), &err);
+    int n_all;
+    const ct_history_entry *h = ct_loop_history(r.loop, &n_all);
+    ct_history_entry *all = malloc((size_t)n_all * sizeof *all + 1);
+    memcpy(all, h, (size_t)n_all * sizeof *all);
+    run_free(&r);
+    CHECK_MSG(n_all == STEPS * PER_LOG, "history_max -1: %d rows, not %d", n_all, STEPS * PER_LOG);
+    CHECK(history_rows(all_dir, "model_12") == n_all);
+
+    o.history_max = MAX;
+    CHECK_OK(run_new(&r, dir, o, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, STEPS, &err), &err);
+    int n;
+    h = ct_loop_history(r.loop, &n);
+    ct_history_entry *kept = malloc((size_t)n * sizeof *kept + 1);
+    memcpy(kept, h, (size_t)n * sizeof *kept);
+    CHECK_MSG(n <= 2 * MAX + PER_LOG, "history_max %d: %d rows held", MAX, n);
+    CHECK_MSG(history_rows(dir, "model_12") == n, "model_12/state.json: %d history rows, the loop holds %d",
+              history_rows(dir, "model_12"), n);
+    for (int i = 0; i < MAX && i < n; i++)
+        CHECK_MSG(same_row(&kept[n - 1 - i], &all[n_all - 1 - i]), "history_max %d: the newest row %d is %s %s at %lld",
+                  MAX, i, kept[n - 1 - i].mode, kept[n - 1 - i].metric, (long long)kept[n - 1 - i].step);
+    int found = 0;
+    for (int i = 0; i < n_all; i++) {
+        double last = ct_loop_last_value(r.loop, all[i].mode, all[i].metric), want = NAN;
+        for (int j = n_all - 1; j >= 0 && isnan(want); j--)
+            if (!strcmp(all[j].mode, all[i].mode) && !strcmp(all[j].metric, all[i].metric)) want = all[j].value;
+        found += last == want || strstr(all[i].metric, "per second");
+    }
+    CHECK_MSG(found == n_all, "history_max %d: %d of %d rows' metrics have their last value", MAX, found, n_all);
+    int j = 0;
+    for (int i = 0; i < n; i++) {
+        while (j < n_all && !same_row(&kept[i], &all[j])) j++;
+        j++;
+    }
+    CHECK_MSG(j <= n_all, "history_max %d: the rows held are not the run's rows in order", MAX);
+    run_free(&r);
+    printf("history: %d steps x %d values, history_max %d: %d rows held and in state.json (all: %d)\n", STEPS, PER_LOG,
+           MAX, n, n_all);
+
+    // With history_max 40, stopped at step 9 (72 rows, all restored) and
+    // resumed to 12: at 80 rows the newest 40 stay, so it ends with the
+    // newest 56 rows of the run that keeps all, those of steps 6 to 12, as
+    // the uninterrupted run would.
+    o.history_max = 40;
+    CHECK_OK(run_new(&r, cut_dir, o, &err), &err);
+    CHECK_OK(ct_loop_run(r.loop, 9, &err), &err);
+    run_free(&r);
+    CHECK_OK(run_new(&r, cut_dir, o, &err), &err);
+    CHECK(ct_loop_step(r.loop) == 9);
+    CHECK_OK(ct_loop_run(r.loop, STEPS, &err), &err);
+    int n_cut;
+    h = ct_loop_history(r.loop, &n_cut);
+    int same = 0, want = n_all - 40;
+    for (int i = 0; i < n_cut && i < want; i++) same += same_row(&h[i], &all[n_all - want + i]);
+    CHECK_MSG(n_cut == want && same == want, "history_max 40, resumed at 9: %d rows (%d the same), want the newest %d",
+              n_cut, same, want);
+    run_free(&r);
+    free(all), free(kept);
+    ct_fs_remove_tree(all_dir, NULL), ct_fs_remove_tree(dir, NULL), ct_fs_remove_tree(cut_dir, NULL);
+    free(all_dir), free(dir), free(cut_dir);
+}
+
 int main(void) {
     scratch_init("test_loop");
     ct_log_set_level(CT_LOG_WARN);
@@ -1329,6 +1428,7 @@ int main(void) {
     test_eval_key_per_batch();
     test_eval_keys_per_step();
     test_log_names_justified();
+    test_history_bounded();
     if (!check_failed_) ct_fs_remove_tree(g_tmp, NULL);
     return check_summary("test_loop");
 }

@@ -47,8 +47,55 @@ static volatile sig_atomic_t stop_requested;
 static char stop_message[200] = "\nctrax: stopping after this step, with a checkpoint (again: stop at once)\n";
 static size_t stop_message_len = sizeof "\nctrax: stopping after this step, with a checkpoint (again: stop at once)\n" - 1;
 
+// The run's checkpoint pointer (<output dir>/checkpoint) and the directory
+// as given, for the second signal's message; "" on processes other than the
+// chief (the directory may not be theirs).
+static char pointer_path[4200];
+static char pointer_dir[4096];
+
+static void say(const char *s) {
+    ssize_t n = write(STDERR_FILENO, s, strlen(s));
+    (void)n;
+}
+
+// A second signal ends the process at once: what is on disk is then what
+// the pointer names (a checkpoint being written is never it), which the
+// same command resumes from. Only async-signal-safe calls: open, read,
+// close, write. The name is the directory's, so anyone's: bytes a
+// checkpoint name does not hold are shown as '?', no escape sequence
+// reaches the terminal.
+static void say_stopped_at_once(void) {
+    say("\nctrax: a second signal: stopped at once");
+    if (!pointer_path[0]) {
+        say("\n");
+        return;
+    }
+    char name[CT_CHECKPOINT_NAME_MAX];
+    int fd = open(pointer_path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, name, sizeof name - 1) : -1;
+    if (fd >= 0) close(fd);
+    while (n > 0 && (name[n - 1] == '\n' || name[n - 1] == '\r' || name[n - 1] == ' ')) n--;
+    if (n <= 0) {
+        say(", before its first checkpoint: the same command starts over from step 0\n");
+        return;
+    }
+    name[n] = '\0';
+    for (ssize_t i = 0; i < n; i++) {
+        char c = name[i];
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                     c == '-' || c == '.';
+        if (!plain) name[i] = '?';
+    }
+    say("; the steps since the newest checkpoint are lost. The same command resumes from ");
+    say(pointer_dir);
+    say("/");
+    say(name);
+    say("\n");
+}
+
 static void on_signal(int sig) {
     if (stop_requested) {
+        say_stopped_at_once();
         signal(sig, SIG_DFL);
         raise(sig);
         return;
@@ -913,6 +960,10 @@ static int run_train(const train_args *a) {
                          "has finished it (again: stop at once)\n",
                          rank, ct_comm_size(r.comm));
         stop_message_len = n > 0 && (size_t)n < sizeof stop_message ? (size_t)n : strlen(stop_message);
+    }
+    if (rank == 0) {
+        snprintf(pointer_dir, sizeof pointer_dir, "%s", r.output_dir);
+        snprintf(pointer_path, sizeof pointer_path, "%s/checkpoint", r.output_dir);
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);

@@ -173,7 +173,7 @@ static ct_status task_at(const ct_loop *l, int64_t step, int *task, ct_error *er
 
 // ---- history and summaries ---------------------------------------------------------
 
-static ct_status record(ct_loop *l, const char *mode, const char *metric, double value, ct_error *err) {
+static void append_history(ct_loop *l, const char *mode, const char *metric, double value) {
     if (l->n_history == l->cap_history) {
         l->cap_history = l->cap_history ? 2 * l->cap_history : 256;
         l->history = ct_realloc(l->history, (size_t)l->cap_history * sizeof *l->history);
@@ -184,6 +184,56 @@ static ct_status record(ct_loop *l, const char *mode, const char *metric, double
     snprintf(e->metric, sizeof e->metric, "%s", metric);
     e->step = l->step;
     e->value = value;
+}
+
+// A history row and where it was, sorted by metric then by place.
+typedef struct history_ref {
+    const ct_history_entry *e;
+    int i;
+} history_ref;
+
+static int cmp_metric(const ct_history_entry *a, const ct_history_entry *b) {
+    int c = strcmp(a->mode, b->mode);
+    return c ? c : strcmp(a->metric, b->metric);
+}
+
+static int cmp_history_ref(const void *pa, const void *pb) {
+    const history_ref *a = pa, *b = pb;
+    int c = cmp_metric(a->e, b->e);
+    return c ? c : (a->i > b->i) - (a->i < b->i);
+}
+
+// Bounds the history (ct_loop_options.history_max = M): once it holds 2 M
+// rows, the newest M stay, and of the older ones only each metric's last
+// (no later row of its mode and metric), in the order recorded. A history
+// this left is left as it is by it again (its older rows are each their
+// metric's last), so a resumed run, which bounds the history it restored,
+// goes on from the very rows the uninterrupted run held. Sorting finds the
+// last rows in n log n whatever the names (a restored state.json's may all
+// differ).
+static void bound_history(ct_loop *l) {
+    int64_t max = l->opts.history_max;
+    if (max <= 0 || l->n_history < 2 * max) return;
+    int n = l->n_history, newest = n - (int)max;
+    history_ref *refs = ct_malloc((size_t)n * sizeof *refs);
+    bool *keep = ct_calloc((size_t)n, sizeof *keep);
+    for (int i = 0; i < n; i++) refs[i] = (history_ref){&l->history[i], i};
+    qsort(refs, (size_t)n, sizeof *refs, cmp_history_ref);
+    for (int k = 0; k < n; k++) {
+        bool last = k + 1 == n || cmp_metric(refs[k + 1].e, refs[k].e) != 0;  // of its metric
+        keep[refs[k].i] = refs[k].i >= newest || last;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (keep[i]) l->history[m++] = l->history[i];
+    l->n_history = m;
+    ct_free(refs);
+    ct_free(keep);
+}
+
+static ct_status record(ct_loop *l, const char *mode, const char *metric, double value, ct_error *err) {
+    append_history(l, mode, metric, value);
+    bound_history(l);
     if (l->summary)
         CT_TRY(ct_summary_scalar(l->summary, strcmp(mode, "eval") == 0 ? CT_SUMMARY_EVAL : CT_SUMMARY_TRAIN, l->step,
                                  metric, value, err));
@@ -642,10 +692,14 @@ static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name
                                 name, i, sizeof l->history[0].metric - 1);
         int64_t saved = l->step;
         l->step = step;
-        record(l, m->valuestring, k->valuestring, value, NULL);  // no summary is open yet
+        // Bounded once, after the last row: a history this loop saved comes
+        // back unchanged; one saved with a larger history_max (or none, or an
+        // edited one) is cut to this run's.
+        append_history(l, m->valuestring, k->valuestring, value);
         l->step = saved;
         i++;
     }
+    bound_history(l);
     return CT_OK;
 }
 
@@ -1467,6 +1521,7 @@ ct_status ct_loop_new(ct_loop **out, ct_layer *model, const ct_train_task *tasks
     if (check_tasks(tasks, n_tasks, opts, err) != CT_OK) return refuse_tasks(tasks, n_tasks, err);
     ct_loop *l = ct_calloc(1, sizeof *l);
     l->opts = opts ? *opts : ct_loop_default_options();
+    if (l->opts.history_max == 0) l->opts.history_max = CT_LOOP_HISTORY_MAX_DEFAULT;
     copy_list(&l->ckpt_list, l->opts.checkpoints_at, l->opts.n_checkpoints_at);
     copy_list(&l->eval_list, l->opts.eval_at_steps, l->opts.n_eval_at_steps);
     copy_list(&l->perm_list, l->opts.permanent_checkpoints_at, l->opts.n_permanent_checkpoints_at);

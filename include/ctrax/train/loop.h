@@ -35,7 +35,8 @@
 //     and when a stop is requested (SIGINT/SIGTERM through opts.stop).
 //   - A checkpoint holds everything needed to continue bit for bit: weights,
 //     state, optimizer slots and hyperparameters (every task's), the step,
-//     the seed and the loop's key, every task's data cursor, the history,
+//     the seed and the loop's key, every task's data cursor, the history
+//     (its newest rows: ct_loop_options.history_max),
 //     the training metrics since the last log and the operative config. A
 //     run pointed at a directory with a checkpoint resumes from the newest
 //     complete one, and the steps it then takes are the ones the
@@ -144,6 +145,9 @@ typedef struct ct_loop_callback {
 
 #define CT_LOOP_MAX_EVAL_TASKS 8
 #define CT_LOOP_MAX_STEP_LIST 1024
+// ct_loop_options.history_max's default: about 450 logs of a run that logs
+// 9 values (6 training metrics and 3 eval metrics) each time.
+#define CT_LOOP_HISTORY_MAX_DEFAULT 4096
 
 typedef struct ct_loop_options {
     const char *output_dir;  // NULL: no checkpoints, no summaries
@@ -190,6 +194,20 @@ typedef struct ct_loop_options {
     const char *checkpoint_low_metric;
     const char *checkpoint_high_metric;
     int keep_last;      // regular checkpoints kept: 2
+    // The history the loop holds (ct_loop_history) and writes into every
+    // checkpoint's state.json: the newest history_max rows, plus the newest
+    // row of each (mode, metric) among the older ones, so that
+    // ct_loop_last_value and `ctrax info` still find every metric. Past
+    // 2 x history_max rows the older ones are dropped at once, so at most
+    // 2 x history_max rows (and the metrics' last values) are kept. Trax
+    // keeps the whole history in memory and in each checkpoint: a run of
+    // days (hundreds of thousands of logged values) would then hold and
+    // rewrite megabytes with every checkpoint, its checkpoints growing
+    // with the step. metrics.jsonl and the TensorBoard files keep every
+    // value. A resumed run drops the same rows as the uninterrupted one, so
+    // its history is the same. 0: CT_LOOP_HISTORY_MAX_DEFAULT; < 0: keep
+    // every row (Trax).
+    int history_max;
     bool restore;       // resume from output_dir's newest checkpoint: true
     // With restore: output_dir's newest checkpoint, when the caller has
     // already searched for it (ct_checkpoint_open_latest found this one; the
@@ -260,7 +278,9 @@ const char *ct_loop_restored_from(const ct_loop *loop);
 ct_trainer *ct_loop_trainer(const ct_loop *loop);
 const ct_net *ct_loop_net(const ct_loop *loop);
 
-// History: (mode, metric, step, value), in the order recorded.
+// History: (mode, metric, step, value), in the order recorded: the newest
+// rows (ct_loop_options.history_max) and each metric's last one; every
+// value is in metrics.jsonl.
 typedef struct ct_history_entry {
     char mode[8];  // "train" or "eval"
     char metric[64];
