@@ -9,10 +9,10 @@
 #include "ctrax/layers/gradcheck.h"
 #include "ctrax/layers/layer_author.h"
 
-// Runs ct_gradcheck on layer (takes a reference) for the given inputs with
-// opts, its log on stdout under label. Returns the largest error, or -1
-// (the error printed) if the check could not run: init, forward or backward
-// failed, or a rule of the pass was broken.
+// Runs ct_gradcheck on layer (the caller still frees it) for the given
+// inputs with opts, its log on stdout under label. Returns the largest
+// error, or -1 (the error printed) if the check could not run: init,
+// forward or backward failed, or a rule of the pass was broken.
 double gradcheck(const char *label, ct_layer *layer, const ct_tensor *inputs, int n_in, ct_gradcheck_opts opts);
 
 // Fills a tensor's data with uniform values in [lo, hi) from seed.

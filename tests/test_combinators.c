@@ -315,6 +315,72 @@ static ct_status flaky_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_t
 static const ct_layer_vtable flaky_vt = {
     .type = "Flaky", .init = scale_init, .forward = flaky_forward, .backward = scale_backward_nan};
 
+// A forward whose output has one row more than init declared, but only
+// without the tape (the finite differences' forwards): the projections are
+// init's size, so the loss must refuse it, not read past them.
+static ct_status long_untaped_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                                     ct_error *err) {
+    if (c->record) return scale_forward(l, c, in, out, key, err);
+    out[0] = ct_tensor_sig(&in[0]);
+    out[0].shape[0] += 1;
+    return ct_ctx_zeros(c, &out[0], err);
+}
+
+static const ct_layer_vtable long_untaped_vt = {
+    .type = "LongUntaped", .init = scale_init, .forward = long_untaped_forward, .backward = scale_backward_nan};
+
+// y = w x with the right backward, and one that writes the weight gradient
+// (=) instead of adding into it (+=): right alone, wrong under fan-out and
+// shared weights.
+static ct_status scale_backward(ct_layer *l, ct_ctx *c, const ct_tensor *g, ct_tensor *gin, ct_key key,
+                                ct_error *err) {
+    (void)key;
+    ct_tensor x = ct_tape_pop(c);
+    gin[0] = ct_tensor_sig(&x);
+    CT_TRY(ct_ctx_zeros(c, &gin[0], err));
+    for (int64_t i = 0; i < ct_tensor_numel(&x); i++) {
+        ct_f32(&gin[0])[i] = ct_weight(c, l, 0)[0] * ct_f32(&g[0])[i];
+        ct_weight_grad(c, l, 0)[0] += ct_f32(&g[0])[i] * ct_f32(&x)[i];
+    }
+    return CT_OK;
+}
+
+static ct_status scale_backward_assigns(ct_layer *l, ct_ctx *c, const ct_tensor *g, ct_tensor *gin, ct_key key,
+                                        ct_error *err) {
+    float before = ct_weight_grad(c, l, 0)[0];
+    CT_TRY(scale_backward(l, c, g, gin, key, err));
+    ct_weight_grad(c, l, 0)[0] -= before;  // what the gradient held is lost, as with =
+    return CT_OK;
+}
+
+static const ct_layer_vtable scale_assigns_vt = {
+    .type = "ScaleAssigns", .init = scale_init, .forward = scale_forward, .backward = scale_backward_assigns};
+
+// A forward that puts its input on the tape twice, and the right backward,
+// which takes one back.
+static ct_status scale_forward_tapes_twice(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                                           ct_error *err) {
+    CT_TRY(scale_forward(l, c, in, out, key, err));
+    return c->record ? ct_tape_push(c, &in[0], err) : CT_OK;
+}
+
+static const ct_layer_vtable tapes_twice_vt = {
+    .type = "TapesTwice", .init = scale_init, .forward = scale_forward_tapes_twice, .backward = scale_backward};
+
+// The right values, but an input gradient of another shape (rows and
+// columns swapped).
+static ct_status scale_backward_transposed(ct_layer *l, ct_ctx *c, const ct_tensor *g, ct_tensor *gin, ct_key key,
+                                           ct_error *err) {
+    CT_TRY(scale_backward(l, c, g, gin, key, err));
+    int64_t rows = gin[0].shape[0];
+    gin[0].shape[0] = gin[0].shape[1];
+    gin[0].shape[1] = rows;
+    return CT_OK;
+}
+
+static const ct_layer_vtable transposed_vt = {
+    .type = "TransposedGrad", .init = scale_init, .forward = scale_forward, .backward = scale_backward_transposed};
+
 // ct_gradcheck's own contract (gradcheck.h): the rules of the pass and bad
 // options are errors that name what broke, the log says each check, the
 // inputs are left as they were.
@@ -363,6 +429,32 @@ static void test_gradcheck_api(void) {
               err.msg);
     ct_layer_free(l);
 
+    // The forwards without the tape give more rows than init declared.
+    l = ct_layer_new(&long_untaped_vt, NULL, 1, 1, NULL, NULL, 0);
+    CHECK(ct_gradcheck(l, &x, 1, o, &worst, &err) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(err.msg, "gradcheck LongUntaped: output 0 of the forward without the tape has another shape"),
+              "%s", err.msg);
+    ct_layer_free(l);
+
+    // The weight gradient written (=), not added (+=): the slab starts at
+    // random values, so the finite differences and the second pass show it.
+    l = ct_layer_new(&scale_assigns_vt, NULL, 1, 1, NULL, NULL, 0);
+    CHECK_OK(ct_gradcheck(l, &x, 1, o, &worst, &err), &err);
+    CHECK_MSG(worst > 0.1, "the checker passed a backward that writes its weight gradient with =: rel err %g", worst);
+    ct_layer_free(l);
+
+    // A tape record left behind, and an input gradient of another shape.
+    l = ct_layer_new(&tapes_twice_vt, NULL, 1, 1, NULL, NULL, 0);
+    CHECK(ct_gradcheck(l, &x, 1, o, &worst, &err) == CT_ERR_STATE);
+    // (ct_layer_backward names the layer that left it; gradcheck prefixes.)
+    CHECK_MSG(strstr(err.msg, "gradcheck TapesTwice: backward") && strstr(err.msg, "left 1 of them on the tape"), "%s",
+              err.msg);
+    ct_layer_free(l);
+    l = ct_layer_new(&transposed_vt, NULL, 1, 1, NULL, NULL, 0);
+    CHECK(ct_gradcheck(l, &x, 1, o, &worst, &err) == CT_ERR_SHAPE);
+    CHECK_MSG(strstr(err.msg, "gradcheck TransposedGrad: the gradient of input 0 has another shape"), "%s", err.msg);
+    ct_layer_free(l);
+
     // A layer whose init refuses the input: the init's own message, prefixed.
     float odd[4 * 5];
     ct_tensor y = f32_input(4, 5, 2, odd);
@@ -385,6 +477,32 @@ static void test_gradcheck_api(void) {
     ct_tensor no_data = ct_tensor_sig(&x);
     CHECK(ct_gradcheck(l, &no_data, 1, o, &worst, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "input 0 has no data"), "%s", err.msg);
+    // Shapes that would size the input's copy wrongly, refused by name.
+    ct_tensor bad_shape = x;
+    bad_shape.shape[1] = -6;
+    CHECK(ct_gradcheck(l, &bad_shape, 1, o, &worst, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "gradcheck: input 0: dim 1 is -6; expected >= 0"), "%s", err.msg);
+    bad_shape = x;
+    bad_shape.ndim = CT_MAX_DIMS + 1;
+    CHECK(ct_gradcheck(l, &bad_shape, 1, o, &worst, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "gradcheck: input 0 has rank 7; expected 0..6"), "%s", err.msg);
+    bad_shape = ct_tensor_2d(CT_DTYPE_F32, INT64_C(1) << 40, INT64_C(1) << 40, a);
+    CHECK(ct_gradcheck(l, &bad_shape, 1, o, &worst, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "gradcheck: input 0 is too large"), "%s", err.msg);
+    ct_layer_free(l);
+
+    // An empty input (no rows, no data) and a layer with and without
+    // weights: nothing to perturb, no error (and no memcpy from NULL: UBSan).
+    ct_tensor empty = ct_tensor_2d(CT_DTYPE_F32, 0, 6, NULL);
+    l = ct_fn(&sq);
+    worst = -1;
+    CHECK_OK(ct_gradcheck(l, &empty, 1, o, &worst, &err), &err);
+    CHECK_MSG(worst == 0, "Square on a (0, 6) input: rel err %g", worst);
+    ct_layer_free(l);
+    l = ct_dense(3);
+    worst = -1;
+    CHECK_OK(ct_gradcheck(l, &empty, 1, o, &worst, &err), &err);
+    CHECK_MSG(worst >= 0 && worst < CT_GRADCHECK_TOL, "Dense(3) on a (0, 6) input: rel err %g", worst);
     ct_layer_free(l);
 }
 

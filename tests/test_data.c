@@ -2186,7 +2186,6 @@ static void test_real_files(void) {
     ct_stream_free(s);
 }
 
-// Sizes at the ends of their ranges: no signed overflow (UBSan), clear errors.
 // ---- arrays in memory -----------------------------------------------------------------------
 
 // The arrays the tests below read: AN items of features x f32 (AN, 3, 2)
@@ -2582,6 +2581,7 @@ static void test_arrays_loop(void) {
     free(other);
 }
 
+// Sizes at the ends of their ranges: no signed overflow (UBSan), clear errors.
 static void test_size_limits(void) {
     ct_error err;
     ct_stream *s = NULL;

@@ -1379,6 +1379,34 @@ static void test_history_bounded(void) {
     }
     CHECK_MSG(j <= n_all, "history_max %d: the rows held are not the run's rows in order", MAX);
     run_free(&r);
+
+    // A state.json holding every row (saved with history_max -1, or by a
+    // ctrax from before the bound) is cut as soon as it is restored: to the
+    // very rows the run with history_max 3 holds at that step; with
+    // history_max 1, to one row per metric, its last.
+    o.history_max = MAX;
+    CHECK_OK(run_new(&r, all_dir, o, &err), &err);
+    int n_restored;
+    h = ct_loop_history(r.loop, &n_restored);
+    int same_restored = 0;
+    for (int i = 0; i < n_restored && i < n; i++) same_restored += same_row(&h[i], &kept[i]);
+    CHECK_MSG(ct_loop_step(r.loop) == STEPS && n_restored == n && same_restored == n,
+              "%d rows restored into history_max %d: %d held (%d as the run's %d)", n_all, MAX, n_restored,
+              same_restored, n);
+    run_free(&r);
+    o.history_max = 1;
+    CHECK_OK(run_new(&r, all_dir, o, &err), &err);
+    h = ct_loop_history(r.loop, &n_restored);
+    int lasts = 0;
+    for (int i = 0; i < n_restored; i++) {
+        int k = n_all - 1;
+        while (k >= 0 && (strcmp(all[k].mode, h[i].mode) || strcmp(all[k].metric, h[i].metric))) k--;
+        lasts += k >= 0 && same_row(&h[i], &all[k]);
+    }
+    CHECK_MSG(n_restored == PER_LOG && lasts == PER_LOG && same_row(&h[n_restored - 1], &all[n_all - 1]),
+              "%d rows restored into history_max 1: %d held, %d of them their metric's last", n_all, n_restored,
+              lasts);
+    run_free(&r);
     printf("history: %d steps x %d values, history_max %d: %d rows held and in state.json (all: %d)\n", STEPS, PER_LOG,
            MAX, n, n_all);
 

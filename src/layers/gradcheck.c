@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctrax/core/memory.h"
 #include "ctrax/layers/layer_author.h"
 
 // The floor of the checks that compare two analytic gradients (the second
@@ -35,10 +36,10 @@ typedef struct gc_run {
     float *proj_copy[CT_LAYER_MAX_IO];  // to see that backward leaves them alone
 } gc_run;
 
+// n floats (sized by the caller's tensors: the checked path, which counts a
+// size that overflows as too much and never returns malloc(0)'s NULL).
 static void *alloc_floats(size_t n, ct_error *err) {
-    void *p = malloc(n * sizeof(float) + 4);  // + 4: never malloc(0)
-    if (!p) ct_error_set(err, CT_ERR_MEMORY, "gradcheck: out of memory for %zu floats", n);
-    return p;
+    return ct_calloc_checked(n, sizeof(float), err, "gradcheck: %zu floats", n);
 }
 
 // One line of the log: the check's label, what was checked, its error.
@@ -57,6 +58,18 @@ static double rel_error(double dd, double aa, double bb, double floor) {
     return not_nan(sqrt(dd) / (denom > floor ? denom : floor));
 }
 
+// That each f32 output of a forward (what says which) has the shape init
+// declared: the projections r_i, and the gradients built from them, are
+// sized by init's.
+static ct_status check_outputs(const gc_run *r, const ct_tensor *out, const char *what, ct_error *err) {
+    for (int i = 0; i < r->net.n_out; i++)
+        if ((out[i].dtype == CT_DTYPE_F32 || r->proj[i]) && !ct_tensor_same_sig(&out[i], &r->net.out_sigs[i]))
+            return ct_error_set(err, CT_ERR_SHAPE,
+                                "gradcheck %s: output %d of the %s has another shape or dtype than init declared",
+                                r->label, i, what);
+    return CT_OK;
+}
+
 // L = sum_i <r_i, out_i> in double, in forward-only mode.
 static ct_status loss_at(gc_run *r, double *loss, ct_error *err) {
     ct_tensor out[CT_LAYER_MAX_IO];
@@ -66,6 +79,10 @@ static ct_status loss_at(gc_run *r, double *loss, ct_error *err) {
     if (st != CT_OK) {
         ct_arena_reset(&r->arena);
         return ct_error_prefix(err, "gradcheck %s: forward without the tape", r->label);
+    }
+    if ((st = check_outputs(r, out, "forward without the tape", err)) != CT_OK) {
+        ct_arena_reset(&r->arena);
+        return st;
     }
     double s = 0;
     for (int i = 0; i < r->net.n_out; i++) {
@@ -192,14 +209,10 @@ static ct_status backward_pass(gc_run *r, ct_tensor *gin, ct_error *err) {
     memset(gin, 0, CT_LAYER_MAX_IO * sizeof *gin);
     if (ct_layer_forward(r->net.root, &r->ctx, r->in, out, r->key, err) != CT_OK)
         return ct_error_prefix(err, "gradcheck %s: forward", r->label);
+    CT_TRY(check_outputs(r, out, "forward", err));
     for (int i = 0; i < r->net.n_out; i++) {
         gout[i] = ct_tensor_sig(&out[i]);
-        if (r->proj[i] && ct_tensor_same_sig(&out[i], &r->net.out_sigs[i])) gout[i].data = r->proj[i];
-        else if (out[i].dtype == CT_DTYPE_F32)
-            return ct_error_set(err, CT_ERR_SHAPE,
-                                "gradcheck %s: output %d of the forward has another shape or dtype than "
-                                "init declared",
-                                r->label, i);
+        gout[i].data = r->proj[i];  // NULL for an output that is not f32: no gradient
     }
     if (ct_layer_backward(r->net.root, &r->ctx, gout, gin, r->key, err) != CT_OK)
         return ct_error_prefix(err, "gradcheck %s: backward", r->label);
@@ -288,9 +301,23 @@ static ct_status check_args(const ct_layer *layer, const ct_tensor *inputs, int 
     if (!(o.weight_noise >= 0) || !isfinite(o.weight_noise))
         return ct_error_set(err, CT_ERR_ARG, "gradcheck: weight_noise %g must be finite and at least 0",
                             (double)o.weight_noise);
-    for (int i = 0; i < n_in; i++)
-        if (!inputs[i].data && ct_tensor_numel(&inputs[i]) > 0)
+    for (int i = 0; i < n_in; i++) {
+        // The shape sizes the copy of the input: a negative dim would make
+        // its element count negative (a huge size_t), one past int64 reads
+        // as INT64_MAX.
+        const ct_tensor *t = &inputs[i];
+        if (t->ndim < 0 || t->ndim > CT_MAX_DIMS)
+            return ct_error_set(err, CT_ERR_ARG, "gradcheck: input %d has rank %d; expected 0..%d (CT_MAX_DIMS)", i,
+                                t->ndim, CT_MAX_DIMS);
+        for (int d = 0; d < t->ndim; d++)
+            if (t->shape[d] < 0)
+                return ct_error_set(err, CT_ERR_ARG, "gradcheck: input %d: dim %d is %lld; expected >= 0", i, d,
+                                    (long long)t->shape[d]);
+        if (ct_tensor_numel(t) == INT64_MAX)
+            return ct_error_set(err, CT_ERR_ARG, "gradcheck: input %d is too large: its element count overflows", i);
+        if (!t->data && ct_tensor_numel(t) > 0)
             return ct_error_set(err, CT_ERR_ARG, "gradcheck: input %d has no data", i);
+    }
     return CT_OK;
 }
 
@@ -358,7 +385,8 @@ ct_status ct_gradcheck(ct_layer *layer, const ct_tensor *inputs, int n_in, ct_gr
             st = CT_ERR_MEMORY;
             goto done;
         }
-        memcpy(r->in[i].data, inputs[i].data, ct_tensor_nbytes(&inputs[i]));
+        // An empty input may have no data: memcpy from NULL is undefined even for 0 bytes.
+        if (inputs[i].data) memcpy(r->in[i].data, inputs[i].data, ct_tensor_nbytes(&inputs[i]));
     }
     if ((st = ct_net_init(&r->net, layer, sigs, n_in, ct_key_from_seed(o.seed), &dev, err)) != CT_OK) {
         ct_error_prefix(err, "gradcheck %s: init", r->label);

@@ -32,8 +32,10 @@
 // an error (err names it), not an error number.
 //
 // The layer is initialized from the inputs' shapes into a net of its own
-// (ct_net_init takes a reference; ct_gradcheck drops it), so it must not be
-// in another live net. The inputs are not changed: the check perturbs copies.
+// (ct_net_init takes a reference; ct_gradcheck drops it, and the caller's
+// stays the caller's to free), so it must not be in another live net. The
+// inputs are not changed: the check perturbs copies. An empty input (a dim
+// of 0; its data may be NULL) has nothing to check and adds no error.
 #ifndef CTRAX_LAYERS_GRADCHECK_H
 #define CTRAX_LAYERS_GRADCHECK_H
 
@@ -101,8 +103,10 @@ ct_gradcheck_opts ct_gradcheck_model_defaults(double eps);
 
 // Checks layer's gradients for the n_in inputs (data filled) and sets
 // *worst to the largest error (compare with CT_GRADCHECK_TOL). Returns
-// CT_OK, or an error naming what failed: init, forward or backward, a rule
-// of the pass broken (CT_ERR_STATE), or memory.
+// CT_OK, or an error naming what failed: an argument (CT_ERR_ARG: a NULL,
+// n_in, an option, an input's rank, a negative dim, no data), init, forward
+// or backward, a rule of the pass broken (CT_ERR_STATE; an output or input
+// gradient of another shape than init's, CT_ERR_SHAPE), or memory.
 ct_status ct_gradcheck(ct_layer *layer, const ct_tensor *inputs, int n_in, ct_gradcheck_opts opts,
                        double *worst, ct_error *err);
 
