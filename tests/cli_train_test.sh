@@ -27,14 +27,31 @@ else
     bad "train.random_seed = 0: $(grep '^random seed' "$work/zero.log"); $(grep random_seed "$work/zero/config.gin")"
 fi
 
-# A resume at exactly train.steps trains nothing, and says so.
+# A resume at exactly train.steps trains nothing, and says so. What a run
+# stopped while writing a checkpoint left (a second Ctrl-C) goes at its
+# start all the same, the writer's pid being dead; a live process's
+# temporaries (a program sharing the directory by mistake) stay.
 "$ctrax" train "$config" --steps 2 --output-dir "$work/two" >"$work/two.log" 2>&1
+dead=$(bash -c 'echo $$')  # a pid that has exited
+sleep 60 &
+live=$!
+mkdir "$work/two/.tmp-model_2-$dead" "$work/two/.tmp-model_2-$live"
+touch "$work/two/.tmp-model_2-$dead/weights.safetensors" "$work/two/.metrics.jsonl.tmp-$dead"
 "$ctrax" train "$config" --steps 2 --output-dir "$work/two" >"$work/two.log" 2>&1
 if grep -q '^nothing to train: the run is at step 2, train.steps is 2 ' "$work/two.log"; then
     ok "a resume at train.steps says it trains nothing"
 else
     bad "a resume at train.steps: $(tail -n 2 "$work/two.log" | tr '\n' ' ')"
 fi
+if [[ ! -e $work/two/.tmp-model_2-$dead && ! -e $work/two/.metrics.jsonl.tmp-$dead &&
+    -d $work/two/.tmp-model_2-$live ]]; then
+    ok "a resume that writes no checkpoint removes a dead writer's temporaries, not a live one's"
+else
+    bad "temporaries after a resume at train.steps: $(ls -A "$work/two" | tr '\n' ' ')"
+fi
+kill "$live"
+wait "$live" 2>/dev/null
+rm -rf "$work/two/.tmp-model_2-$live"
 
 # A resume with another model (d_model 32 over a run of 64) is refused with
 # the tensor, and the two ways on are said; the run there is left as it was.

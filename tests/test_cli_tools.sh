@@ -373,6 +373,29 @@ for s in (1, 2): print(json.dumps({"step": s, "mode": "m" * 200, "metric": "metr
 expect_exit 0 "" plot "$tmp/long_mode.jsonl" -o "$tmp/long_mode.svg"
 check "plot of a 200-character mode" "$py" "$src/tests/check_svg.py" "$tmp/long_mode.svg" "$tmp/long_mode.jsonl" \
     "metrics/$(printf 'x%.0s' {1..40})"
+# A long run: 200,000 lines (a train curve of 180,000 steps with a spike,
+# a dip, a run of NaNs and a spike written again without it, an eval curve
+# of 18,000) are read a line at a time and drawn through at most 4 points a
+# pixel column: the SVG stays small, and check_svg finds the curve's ends
+# and extremes where the scale puts them (every point drawn: 2.4 MB).
+"$py" - "$tmp/long.jsonl" <<'EOF'
+import json, math, sys
+with open(sys.argv[1], "w") as f:
+    w = lambda s, mode, v: f.write(json.dumps({"step": s, "mode": mode, "metric": "metrics/loss", "value": v}) + "\n")
+    for s in range(180000):
+        v = 3 * math.exp(-s / 40000) + 0.5 + 0.05 * ((s * 7919) % 101) / 101
+        v = {123457: 9.5, 170001: -1.0, 60001: 12.0}.get(s, v)
+        w(s, "train", None if 50000 <= s < 50100 or s == 90000 else v)
+        if s % 10 == 0:
+            w(s, "eval", v + 0.1 if s != 123450 else 8.0)
+    w(60001, "train", 2.0)  # the spike of 12 written again: gone
+EOF
+expect_exit 0 "" plot "$tmp/long.jsonl" -o "$tmp/long.svg"
+has "$tmp/out" "metrics/loss: train 180000 point\(s\), steps 0 to 179999; eval 18000 point\(s\), steps 0 to 179990;"
+check "plot of 200,000 lines" "$py" "$src/tests/check_svg.py" "$tmp/long.svg" "$tmp/long.jsonl" metrics/loss
+size=$(stat -c %s "$tmp/long.svg")
+if ((size < 60000)); then ok; else bad "the SVG of 200,000 lines is $size bytes, more than 60,000"; fi
+echo "plot: 200,000 lines drawn in $size bytes"
 expect_exit 2 "-o expects a file name" plot "$run10" -o ""
 expect_exit 2 "-o needs a value" plot "$run10" -o
 expect_exit 2 "unknown option '--bogus'" plot "$run10" --bogus

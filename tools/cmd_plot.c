@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "core/json.h"
@@ -43,10 +44,98 @@ typedef struct point {
     double value;  // NAN for null
 } point;
 
+// What a stretch of steps keeps of its values: the finite values of the
+// smallest and the largest step and the smallest and the largest value
+// (the points a pixel column of the curve shows: where it enters, its
+// extent, spikes included, and where it leaves), and a count and the range
+// of steps of those that are not finite. A reduced series is bins of these,
+// and a curve is drawn through one per pixel column.
+typedef struct bin {
+    point first, last, lo, hi;  // valid when n > 0
+    int64_t n;                  // finite values
+    int64_t n_bad;              // values that are not finite
+    int64_t bad_first, bad_last;
+} bin;
+
+// Adds n values that are not finite, at steps first to last.
+static void bin_add_bad(bin *b, int64_t first, int64_t last, int64_t n) {
+    b->bad_first = b->n_bad && b->bad_first < first ? b->bad_first : first;
+    b->bad_last = b->n_bad && b->bad_last > last ? b->bad_last : last;
+    b->n_bad += n;
+}
+
+// Adds one value. A step already held by a slot is a step written again:
+// the later value replaces the earlier there. (A reduced series cannot see
+// a step written again whose earlier value it no longer holds: that step
+// counts twice, and the bin's extreme is the slots' after a replacement.
+// Only a run's metrics.jsonl that was not cut back on resume has such steps.)
+static void bin_add(bin *b, point p) {
+    if (!isfinite(p.value)) {
+        bin_add_bad(b, p.step, p.step, 1);
+        return;
+    }
+    if (!b->n) {
+        b->first = b->last = b->lo = b->hi = p;
+        b->n = 1;
+        return;
+    }
+    point *slot[4] = {&b->first, &b->last, &b->lo, &b->hi};
+    bool again = false;
+    for (int i = 0; i < 4; i++)
+        if (slot[i]->step == p.step) {
+            slot[i]->value = p.value;
+            again = true;
+        }
+    if (again) {  // lo and hi are again the extremes of what the slots hold
+        for (int i = 0; i < 4; i++) {
+            if (slot[i]->value < b->lo.value) b->lo = *slot[i];
+            if (slot[i]->value > b->hi.value) b->hi = *slot[i];
+        }
+    } else {
+        b->n++;
+    }
+    if (p.step < b->first.step) b->first = p;
+    if (p.step > b->last.step) b->last = p;
+    if (p.value < b->lo.value) b->lo = p;
+    if (p.value > b->hi.value) b->hi = p;
+}
+
+// The finite values b holds (n > 0), each step once, in step order: first
+// and last are the ends, lo and hi between. Their count (1 to 4).
+static int bin_points(const bin *b, point out[4]) {
+    const bool lo_first = b->lo.step <= b->hi.step;
+    const point ps[4] = {b->first, lo_first ? b->lo : b->hi, lo_first ? b->hi : b->lo, b->last};
+    int n = 0;
+    for (int k = 0; k < 4; k++)
+        if (k == 0 || ps[k].step != ps[k - 1].step) out[n++] = ps[k];
+    return n;
+}
+
+// A series is kept as it was read while it has at most PLOT_EXACT_MAX
+// values (128 KiB; every run's eval curves, and a train curve to some 80k
+// steps logging every 10); past that it is reduced to PLOT_BINS bins of a
+// power-of-two count of steps each, which widen as its steps spread: 192
+// KiB a series whatever the file's length. The bins cover the series'
+// steps in at least PLOT_BINS / 2 of them, some 2.4 to a pixel column of
+// the plot (PANEL_W - PAD_L - PAD_R, 428). A column then draws what one
+// drawn from every value draws but where a bin straddles its edge and that
+// bin's extreme lies in the next column (a million noisy steps: 1% of the
+// curve's pixels at its noise's edge, where 1024 bins lost 2.5%; spikes,
+// the extremes of their bins, stay).
+#define PLOT_EXACT_MAX 8192
+#define PLOT_BINS 2048
+
 typedef struct series {
     char *metric, *mode;
-    point *p;
+    point *p;  // exact: the values in the order read (in step order once sorted)
     int n, cap;
+    bin *bins;  // reduced (p NULL): bin i holds steps [origin + i * width, + width)
+    int64_t origin, width;
+    int64_t step_lo, step_hi;  // reduced: the range of its steps
+    // Once read (series_finish): values (each step once), the finite ones,
+    // the range of the steps and of the finite values.
+    int64_t count, finite, first_step, last_step;
+    double vmin, vmax;
 } series;
 
 typedef struct metrics {
@@ -86,6 +175,7 @@ static void metrics_free(metrics *m) {
         free(m->s[i].metric);
         free(m->s[i].mode);
         free(m->s[i].p);
+        free(m->s[i].bins);
     }
     free(m->s);
 }
@@ -119,19 +209,153 @@ static bool sort_series(series *s) {
     return true;
 }
 
+// a / b rounded down (b > 0): steps may be negative.
+static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && a < 0); }
+
+// A step a bin holds (every bin with something in it has one).
+static int64_t bin_step(const bin *b) { return b->n ? b->first.step : b->bad_first; }
+
+// Makes the bins cover the steps [lo, hi] (|steps| <= 2^53, so nothing
+// overflows): the width doubles until they fit in PLOT_BINS bins, and the
+// bins move, leaving half the room to spare on each side, so steps read in
+// any order move them O(log) times. False after a message when memory runs out.
+static bool bins_cover(series *s, int64_t lo, int64_t hi) {
+    int64_t w = s->width ? s->width : 1;
+    while (floor_div(hi, w) - floor_div(lo, w) >= PLOT_BINS) w *= 2;
+    int64_t used = floor_div(hi, w) - floor_div(lo, w) + 1;
+    int64_t origin = (floor_div(lo, w) - (PLOT_BINS - used) / 2) * w;
+    bin *b = ctrax_malloc("plot", PLOT_BINS * sizeof *b, "the bins of a series");
+    if (!b) return false;
+    memset(b, 0, PLOT_BINS * sizeof *b);
+    // A bin of the old width lies in one of the new (w is a multiple of
+    // it, origin of w): it merges whole.
+    for (int i = 0; s->bins && i < PLOT_BINS; i++) {
+        const bin *old = &s->bins[i];
+        if (!old->n && !old->n_bad) continue;
+        bin *to = &b[(bin_step(old) - origin) / w];
+        if (old->n) {
+            point ps[4];
+            int64_t n0 = to->n;
+            for (int k = 0, n = bin_points(old, ps); k < n; k++) bin_add(to, ps[k]);
+            to->n = n0 + old->n;  // the slots' count is not the bin's
+        }
+        if (old->n_bad) bin_add_bad(to, old->bad_first, old->bad_last, old->n_bad);
+    }
+    free(s->bins);
+    s->bins = b;
+    s->origin = origin;
+    s->width = w;
+    return true;
+}
+
+// Adds one value to a reduced series.
+static bool bins_add(series *s, point p) {
+    int64_t lo = p.step < s->step_lo ? p.step : s->step_lo, hi = p.step > s->step_hi ? p.step : s->step_hi;
+    if ((p.step < s->origin || p.step >= s->origin + PLOT_BINS * s->width) && !bins_cover(s, lo, hi)) return false;
+    s->step_lo = lo;
+    s->step_hi = hi;
+    bin_add(&s->bins[(p.step - s->origin) / s->width], p);
+    return true;
+}
+
+// Adds one value to s: kept as it is while s is small, then into its bins.
+// False after a message when memory runs out.
+static bool series_add(series *s, point p) {
+    if (!s->bins && s->n == PLOT_EXACT_MAX) {
+        if (!sort_series(s)) return false;  // steps written again may leave room
+        if (s->n == PLOT_EXACT_MAX) {
+            s->step_lo = s->p[0].step;
+            s->step_hi = s->p[s->n - 1].step;
+            if (!bins_cover(s, s->step_lo, s->step_hi)) return false;
+            for (int i = 0; i < s->n; i++) bin_add(&s->bins[(s->p[i].step - s->origin) / s->width], s->p[i]);
+            free(s->p);
+            s->p = NULL;
+            s->n = s->cap = 0;
+        }
+    }
+    if (s->bins) return bins_add(s, p);
+    point *grown = ctrax_grow("plot", s->p, s->n, &s->cap, sizeof *s->p, 64, "a series' points");
+    if (!grown) return false;
+    s->p = grown;
+    s->p[s->n++] = p;
+    return true;
+}
+
+// Calls fn with what s holds in step order: every value of an exact
+// series (n 1, last its step); the kept points of each bin of a reduced
+// one (its finite slots, each step once), then the bin's values that are
+// not finite as one point: n of them, at steps p.step to last.
+typedef void (*point_fn)(void *ctx, point p, int64_t n, int64_t last);
+
+static void series_each(const series *s, point_fn fn, void *ctx) {
+    for (int i = 0; i < s->n; i++) fn(ctx, s->p[i], 1, s->p[i].step);
+    for (int i = 0; s->bins && i < PLOT_BINS; i++) {
+        const bin *b = &s->bins[i];
+        point ps[4];
+        for (int k = 0, n = b->n ? bin_points(b, ps) : 0; k < n; k++) fn(ctx, ps[k], 1, ps[k].step);
+        if (b->n_bad) fn(ctx, (point){b->bad_first, NAN}, b->n_bad, b->bad_last);
+    }
+}
+
+// The counts and ranges of a series, once it is read.
+static void series_finish(series *s) {
+    s->count = s->finite = 0;
+    s->first_step = INT64_MAX;
+    s->last_step = INT64_MIN;
+    s->vmin = INFINITY;
+    s->vmax = -INFINITY;
+    for (int i = 0; i < s->n; i++) {
+        const point *p = &s->p[i];
+        s->count++;
+        if (isfinite(p->value)) {
+            s->finite++;
+            s->vmin = fmin(s->vmin, p->value);
+            s->vmax = fmax(s->vmax, p->value);
+        }
+        s->first_step = p->step < s->first_step ? p->step : s->first_step;
+        s->last_step = p->step > s->last_step ? p->step : s->last_step;
+    }
+    for (int i = 0; s->bins && i < PLOT_BINS; i++) {
+        const bin *b = &s->bins[i];
+        s->count += b->n + b->n_bad;
+        s->finite += b->n;
+        if (b->n) {
+            s->vmin = fmin(s->vmin, b->lo.value);
+            s->vmax = fmax(s->vmax, b->hi.value);
+        }
+    }
+    if (s->bins) {
+        s->first_step = s->step_lo;
+        s->last_step = s->step_hi;
+    }
+}
+
 // What read_metrics skipped: how many lines, and the first one and why.
 typedef struct skips {
-    int n, first_line;
+    int64_t n, first_line;
     char first_why[CT_ERROR_MSG_MAX];
 } skips;
+
+// A line of a MiB or more is no metrics line (ct_metrics_truncate_after
+// drops such lines too): it is skipped without being held.
+#define PLOT_LINE_MAX ((size_t)1 << 20)
+
+static void skip(skips *sk, int64_t line_no, const char *why) {
+    if (!sk->n++) {
+        sk->first_line = line_no;
+        snprintf(sk->first_why, sizeof sk->first_why, "%s", why);
+    }
+}
 
 // Adds the metrics line `line` (n bytes, number line_no of path) to m, or
 // counts it in sk when it is not one (a NUL in it too: a file a crash left
 // zeros in). False after a message when memory runs out.
-static bool read_line(const char *path, char *line, size_t n, int line_no, metrics *m, skips *sk) {
-    if (strspn(line, " \t\r") == n) return true;
+static bool read_line(const char *path, const char *line, size_t n, int64_t line_no, metrics *m, skips *sk) {
+    size_t blank = 0;
+    while (blank < n && (line[blank] == ' ' || line[blank] == '\t' || line[blank] == '\r')) blank++;
+    if (blank == n) return true;
     char what[4200];
-    snprintf(what, sizeof what, "%s:%d", path, line_no);
+    snprintf(what, sizeof what, "%s:%lld", path, (long long)line_no);
     ct_error perr = {0};
     cJSON *o = ct_json_parse(line, n, what, &perr);
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
@@ -141,51 +365,59 @@ static bool read_line(const char *path, char *line, size_t n, int line_no, metri
     // A step beyond int64 (or 2^53, where doubles stop being exact) is no step.
     if (!cJSON_IsNumber(step) || !(fabs(step->valuedouble) <= 9007199254740992.0) || !cJSON_IsString(mode) ||
         !cJSON_IsString(metric) || !(cJSON_IsNumber(value) || cJSON_IsNull(value))) {
-        if (!sk->n++) {
-            sk->first_line = line_no;
-            snprintf(sk->first_why, sizeof sk->first_why, "%s", o ? "not a metrics line" : perr.msg);
-        }
+        skip(sk, line_no, o ? "not a metrics line" : perr.msg);
         cJSON_Delete(o);
         return true;
     }
     series *s = find_series(m, metric->valuestring, mode->valuestring);
-    point *grown = s ? ctrax_grow("plot", s->p, s->n, &s->cap, sizeof *s->p, 64, "a series' points") : NULL;
-    if (grown) {
-        s->p = grown;
-        s->p[s->n++] = (point){(int64_t)step->valuedouble, cJSON_IsNumber(value) ? value->valuedouble : NAN};
-    }
+    bool ok = s && series_add(s, (point){(int64_t)step->valuedouble, cJSON_IsNumber(value) ? value->valuedouble : NAN});
     cJSON_Delete(o);
-    return grown != NULL;
+    return ok;
 }
 
-// Reads path into m; lines that are not metrics lines are skipped with a
-// warning (the last one may be cut short while a run writes it).
+// Reads path into m a line at a time, in memory bounded whatever its
+// length; lines that are not metrics lines are skipped with a warning (the
+// last one may be cut short while a run writes it).
 static int read_metrics(const char *path, metrics *m) {
-    char *text;
-    size_t len;
     ct_error err;
-    if (ct_fs_read(path, &text, &len, &err) != CT_OK) {
+    ct_fs_lines r = {.path = path, .cap = PLOT_LINE_MAX};
+    struct stat sb;
+    if (ct_fs_open_regular(path, &r.fd, &sb, &err) != CT_OK) {
         fprintf(stderr, "ctrax plot: %s\n", err.msg);
         return CTRAX_EXIT_ERROR;
     }
-    int line_no = 0;
+    r.buf = ctrax_malloc("plot", PLOT_LINE_MAX, "reading metrics.jsonl");
+    int64_t line_no = 0;
     skips sk = {0};
-    bool ok = true;
-    for (char *line = text, *next; ok && line < text + len; line = next) {
-        char *end = memchr(line, '\n', (size_t)(text + len - line));  // a NUL in the file must not end the scan
-        if (end) {
-            *end = '\0';
-            next = end + 1;
-        } else {
-            end = next = text + len;
+    bool ok = r.buf != NULL;
+    while (ok) {
+        const char *line;
+        size_t len;
+        bool nl, more;
+        if (ct_fs_lines_next(&r, &line, &len, &nl, &more, &err) != CT_OK) {
+            fprintf(stderr, "ctrax plot: %s\n", err.msg);
+            ok = false;
         }
-        ok = read_line(path, line, (size_t)(end - line), ++line_no, m, &sk);
+        if (!ok || !more) break;
+        line_no++;
+        if (!line) {
+            char why[64];
+            snprintf(why, sizeof why, "longer than %zu bytes", PLOT_LINE_MAX - 1);
+            skip(&sk, line_no, why);
+            continue;
+        }
+        ok = read_line(path, line, len, line_no, m, &sk);
     }
-    free(text);
+    close(r.fd);
+    free(r.buf);
     if (ok && sk.n)
-        fprintf(stderr, "ctrax plot: %s: skipped %d line(s) that are not metrics lines (the first: line %d: %s)\n",
-                path, sk.n, sk.first_line, sk.first_why);
-    for (int i = 0; ok && i < m->n; i++) ok = sort_series(&m->s[i]);
+        fprintf(stderr,
+                "ctrax plot: %s: skipped %lld line(s) that are not metrics lines (the first: line %lld: %s)\n",
+                path, (long long)sk.n, (long long)sk.first_line, sk.first_why);
+    for (int i = 0; ok && i < m->n; i++) {
+        ok = m->s[i].bins || sort_series(&m->s[i]);
+        series_finish(&m->s[i]);
+    }
     return ok ? CTRAX_EXIT_OK : CTRAX_EXIT_ERROR;
 }
 
@@ -401,16 +633,12 @@ static double py(const frame *f, double v) {
 // a margin of 5% (10% of the value for a flat line).
 static void panel_ranges(frame *f, const series *const *ss, int ns) {
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-    for (int i = 0; i < ns; i++)
-        for (int k = 0; k < ss[i]->n; k++) {
-            const point *p = &ss[i]->p[k];
-            xmin = fmin(xmin, (double)p->step);
-            xmax = fmax(xmax, (double)p->step);
-            if (isfinite(p->value)) {
-                ymin = fmin(ymin, p->value);
-                ymax = fmax(ymax, p->value);
-            }
-        }
+    for (int i = 0; i < ns; i++) {
+        xmin = fmin(xmin, (double)ss[i]->first_step);
+        xmax = fmax(xmax, (double)ss[i]->last_step);
+        ymin = fmin(ymin, ss[i]->vmin);
+        ymax = fmax(ymax, ss[i]->vmax);
+    }
     if (!(xmin <= xmax)) xmin = 0, xmax = 1;
     if (xmin == xmax) xmin -= 1, xmax += 1;
     if (!(ymin <= ymax)) ymin = 0, ymax = 1;
@@ -455,37 +683,74 @@ static void draw_axes(buf *b, const frame *f) {
         f->x0 + f->pw / 2, f->y0 + f->ph + 36);
 }
 
+// The pixel columns of a plot, each with what it shows of one series.
+enum { PLOT_COLUMNS = PANEL_W - PAD_L - PAD_R };
+typedef struct columns {
+    const frame *f;
+    bin c[PLOT_COLUMNS];
+} columns;
+
+static void column_add(void *ctx, point p, int64_t n, int64_t last) {
+    columns *cs = ctx;
+    // The column of x as the SVG writes it (one decimal; x0 is whole): a
+    // point rounded across a column's edge is drawn in the next one.
+    double x = floor(round((px(cs->f, (double)p.step) - cs->f->x0) * 10) / 10);  // in [0, PLOT_COLUMNS]
+    int i = x < 0 ? 0 : x >= PLOT_COLUMNS ? PLOT_COLUMNS - 1 : (int)x;
+    if (isfinite(p.value)) bin_add(&cs->c[i], p);
+    else bin_add_bad(&cs->c[i], p.step, last, n);  // in the column of the first
+}
+
+typedef struct marker_ctx {
+    buf *b;
+    const frame *f;
+} marker_ctx;
+
+static void put_marker(void *ctx, point p, int64_t n, int64_t last) {
+    (void)n, (void)last;
+    const marker_ctx *mc = ctx;
+    if (isfinite(p.value))
+        put(mc->b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\"/>\n", px(mc->f, (double)p.step), py(mc->f, p.value));
+}
+
 // One series: a polyline through its finite values, dots where there are
-// few points, and crosses at the top for values that are not finite.
+// few points, and crosses at the top for values that are not finite. Each
+// pixel column draws its first, lowest, highest and last value (in step
+// order) and one cross: a curve of a million steps looks as one through
+// every value, spikes included, in at most 4 points a column. A column of
+// at most 4 values (every curve of up to some 400 values) draws them all.
 static void draw_curve(buf *b, const frame *f, const char *metric, const series *s, const char *color) {
-    int finite = 0;
-    for (int i = 0; i < s->n; i++) finite += isfinite(s->p[i].value) != 0;
+    columns cs = {.f = f};  // 37 KiB
+    series_each(s, column_add, &cs);
     put(b, "<polyline class=\"curve\" data-metric=\"");
     put_text(b, metric);
     put(b, "\" data-mode=\"");
     put_text(b, s->mode);
-    put(b, "\" data-points=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" stroke-linejoin=\"round\" points=\"",
-        finite, color);
+    put(b, "\" data-points=\"%lld\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" stroke-linejoin=\"round\" points=\"",
+        (long long)s->finite, color);
     int j = 0;
-    for (int i = 0; i < s->n; i++)
-        if (isfinite(s->p[i].value))
-            put(b, "%s%.1f,%.1f", j++ ? " " : "", px(f, (double)s->p[i].step), py(f, s->p[i].value));
+    for (int i = 0; i < PLOT_COLUMNS; i++) {
+        point ps[4];
+        for (int k = 0, n = cs.c[i].n ? bin_points(&cs.c[i], ps) : 0; k < n; k++)
+            put(b, "%s%.1f,%.1f", j++ ? " " : "", px(f, (double)ps[k].step), py(f, ps[k].value));
+    }
     put(b, "\"/>\n");
-    if (finite <= MARKERS_UP_TO) {
+    if (s->finite <= MARKERS_UP_TO) {
         put(b, "<g class=\"markers\" fill=\"%s\">\n", color);
-        for (int i = 0; i < s->n; i++)
-            if (isfinite(s->p[i].value))
-                put(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\"/>\n", px(f, (double)s->p[i].step),
-                    py(f, s->p[i].value));
+        marker_ctx mc = {b, f};
+        series_each(s, put_marker, &mc);
         put(b, "</g>\n");
     }
-    if (finite == s->n) return;
+    if (s->finite == s->count) return;
     put(b, "<g class=\"nonfinite\" stroke=\"#d62728\" stroke-width=\"1.5\">\n");
-    for (int i = 0; i < s->n; i++) {
-        if (isfinite(s->p[i].value)) continue;
-        double x = px(f, (double)s->p[i].step), y = f->y0 + 6;
-        put(b, "<path d=\"M%.1f %.1fl6 6m0 -6l-6 6\"><title>step %lld: not finite</title></path>\n", x - 3, y - 3,
-            (long long)s->p[i].step);
+    for (int i = 0; i < PLOT_COLUMNS; i++) {
+        const bin *c = &cs.c[i];
+        if (!c->n_bad) continue;
+        double x = px(f, (double)c->bad_first), y = f->y0 + 6;
+        put(b, "<path d=\"M%.1f %.1fl6 6m0 -6l-6 6\">", x - 3, y - 3);
+        if (c->n_bad == 1) put(b, "<title>step %lld: not finite</title></path>\n", (long long)c->bad_first);
+        else
+            put(b, "<title>steps %lld to %lld: %lld values not finite</title></path>\n", (long long)c->bad_first,
+                (long long)c->bad_last, (long long)c->n_bad);
     }
     put(b, "</g>\n");
 }
@@ -500,7 +765,7 @@ static void draw_legend(buf *b, const series *const *ss, int ns, double ox, doub
     double lx = right, y = oy + 18, left = title_end + 12;
     for (int k = ns - 1; k >= 0; k--) {
         char label[96];
-        snprintf(label, sizeof label, "%s (%d)", ss[k]->mode, ss[k]->n);
+        snprintf(label, sizeof label, "%s (%lld)", ss[k]->mode, (long long)ss[k]->count);
         size_t fits = (size_t)((right - (ox + PAD_L) - 26) / 7);  // characters in a row
         if (strlen(label) > fits) memcpy(label + fits - 3, "...", 4);  // a mode's name is anyone's length
         double w = 7.0 * (double)strlen(label) + 26;
@@ -642,9 +907,8 @@ static int plot(const char *input, const char *output, const char *request) {
                 if (!strcmp(m.s[k].metric, panels.v[i])) {
                     fputc(' ', f);
                     ctrax_put_text(f, m.s[k].mode);
-                    fprintf(f, " %d point(s), steps %lld to %lld;", m.s[k].n,
-                            (long long)(m.s[k].n ? m.s[k].p[0].step : 0),
-                            (long long)(m.s[k].n ? m.s[k].p[m.s[k].n - 1].step : 0));
+                    fprintf(f, " %lld point(s), steps %lld to %lld;", (long long)m.s[k].count,
+                            (long long)m.s[k].first_step, (long long)m.s[k].last_step);
                 }
             fprintf(f, "\n");
         }

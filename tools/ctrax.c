@@ -949,10 +949,19 @@ static int run_train(const train_args *a) {
     // The chief owns the directory (build_run locked it). A run that starts
     // at step 0 (--restart, or nothing to resume) sets aside what an earlier
     // run left there (config.gin, metrics.jsonl, events of a run stopped
-    // before its first checkpoint) instead of writing over it.
-    if (rank == 0 && (a->restart || !has_checkpoint(r.output_dir, &r.resume)) &&
-        set_aside_previous_run(r.output_dir, &err) != CT_OK)
-        goto done;
+    // before its first checkpoint) instead of writing over it. A resume
+    // removes what a run stopped while writing left (a checkpoint's
+    // .tmp-<name>-<pid>, a file's .<file>.tmp-<pid>) now, not at its first
+    // checkpoint: one that writes none (nothing to train) would keep them.
+    // Only a dead writer's go: a live pid (a program sharing the directory
+    // by mistake) keeps its own.
+    if (rank == 0 && (a->restart || !has_checkpoint(r.output_dir, &r.resume))) {
+        if (set_aside_previous_run(r.output_dir, &err) != CT_OK) goto done;
+    } else if (rank == 0) {
+        ct_error clean_err;
+        if (ct_checkpoint_clean_tmp(r.output_dir, &clean_err) != CT_OK)
+            ct_log(CT_LOG_WARN, "removing stale temporaries: %s", clean_err.msg);
+    }
     o.restore_checkpoint = r.resume;
     if (r.comm && ct_comm_size(r.comm) > 1) {
         int n = snprintf(stop_message, sizeof stop_message,

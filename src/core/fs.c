@@ -229,3 +229,34 @@ ct_status ct_fs_remove_tree(const char *path, ct_error *err) {
         return ct_error_set(err, CT_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
     return CT_OK;
 }
+
+ct_status ct_fs_lines_next(ct_fs_lines *r, const char **line, size_t *len, bool *nl, bool *more, ct_error *err) {
+    bool skipping = false;
+    *more = true;
+    for (;;) {
+        char *p = memchr(r->buf + r->start, '\n', r->end - r->start);
+        if (p || (r->eof && (r->start < r->end || skipping))) {
+            *len = p ? (size_t)(p - (r->buf + r->start)) : r->end - r->start;
+            *line = skipping ? NULL : r->buf + r->start;
+            *nl = p != NULL;
+            r->start += *len + (p ? 1 : 0);
+            return CT_OK;
+        }
+        if (r->eof) {
+            *more = false;
+            return CT_OK;
+        }
+        if (r->end - r->start == r->cap) skipping = true;  // too long: read on to its end
+        if (skipping) r->start = r->end = 0;
+        else if (r->start > 0) {
+            memmove(r->buf, r->buf + r->start, r->end - r->start);
+            r->end -= r->start;
+            r->start = 0;
+        }
+        ssize_t k = read(r->fd, r->buf + r->end, r->cap - r->end);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return ct_error_set(err, CT_ERR_IO, "%s: read failed: %s", r->path, strerror(errno));
+        if (k == 0) r->eof = true;
+        r->end += (size_t)k;
+    }
+}

@@ -5,6 +5,7 @@
 #ifndef CTRAX_CORE_FS_H
 #define CTRAX_CORE_FS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/stat.h>
 
@@ -72,6 +73,25 @@ ct_status ct_fs_open_regular(const char *path, int *fd, struct stat *sb, ct_erro
 #define CT_FS_READ_MAX ((size_t)1 << 30)
 ct_status ct_fs_read_max(const char *path, size_t max, char **data, size_t *n, ct_error *err);
 ct_status ct_fs_read(const char *path, char **data, size_t *n, ct_error *err);
+// A file read a line at a time through a buffer of a fixed size, whatever
+// the file's (metrics.jsonl grows with a run past what memory holds). The
+// caller opens fd (ct_fs_open_regular), sets path (for errors), buf and cap
+// (its size), and the rest to zero; to read again from the start, seek fd
+// to 0 and zero start, end and eof.
+typedef struct ct_fs_lines {
+    int fd;
+    const char *path;
+    char *buf;
+    size_t cap;
+    size_t start, end;  // buf[start, end): read, not yet returned
+    bool eof;
+} ct_fs_lines;
+// The next line: *line and *len (without the '\n', not NUL-terminated; it
+// stays valid until the next call); *line NULL for one of cap bytes or
+// more, which is read on to its end without being held. *nl says whether
+// it ended in a '\n' (the last line of a file may not). *more is false at
+// the end of the file, with nothing returned.
+ct_status ct_fs_lines_next(ct_fs_lines *r, const char **line, size_t *len, bool *nl, bool *more, ct_error *err);
 // rm -rf (does not follow symlinks). A missing path is not an error.
 ct_status ct_fs_remove_tree(const char *path, ct_error *err);
 

@@ -142,53 +142,11 @@ static bool line_step(const char *line, size_t n, int64_t *step) {
 // dropped as a line cut short is, without holding it in memory.
 #define METRICS_LINE_MAX ((size_t)1 << 20)
 
-typedef struct line_reader {
-    int fd;
-    const char *path;
-    char *buf;          // METRICS_LINE_MAX bytes
-    size_t start, end;  // buf[start, end): read, not yet returned
-    bool eof;
-} line_reader;
-
-// The next line: *line and *len (without the '\n'; *line NULL for one of
-// METRICS_LINE_MAX bytes or more, skipped to its end), *nl whether it ended
-// in one. *more is false at the end of the file.
-static ct_status next_line(line_reader *r, const char **line, size_t *len, bool *nl, bool *more, ct_error *err) {
-    bool skipping = false;
-    *more = true;
-    for (;;) {
-        char *p = memchr(r->buf + r->start, '\n', r->end - r->start);
-        if (p || (r->eof && (r->start < r->end || skipping))) {
-            *len = p ? (size_t)(p - (r->buf + r->start)) : r->end - r->start;
-            *line = skipping ? NULL : r->buf + r->start;
-            *nl = p != NULL;
-            r->start += *len + (p ? 1 : 0);
-            return CT_OK;
-        }
-        if (r->eof) {
-            *more = false;
-            return CT_OK;
-        }
-        if (r->end - r->start == METRICS_LINE_MAX) skipping = true;  // too long: read on to its end
-        if (skipping) r->start = r->end = 0;
-        else if (r->start > 0) {
-            memmove(r->buf, r->buf + r->start, r->end - r->start);
-            r->end -= r->start;
-            r->start = 0;
-        }
-        ssize_t k = read(r->fd, r->buf + r->end, METRICS_LINE_MAX - r->end);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) return ct_error_set(err, CT_ERR_IO, "%s: read failed: %s", r->path, strerror(errno));
-        if (k == 0) r->eof = true;
-        r->end += (size_t)k;
-    }
-}
-
 // One pass over the file from its start. With out < 0 it only looks, and
 // stops at the first line that a rewrite would change (*changed). With out
 // it writes the lines kept there, through obuf (METRICS_LINE_MAX + 1 bytes),
 // and counts the lines dropped and, of those, the torn ones.
-static ct_status filter_lines(line_reader *r, int64_t step, int out, const char *out_path, char *obuf, bool *changed,
+static ct_status filter_lines(ct_fs_lines *r, int64_t step, int out, const char *out_path, char *obuf, bool *changed,
                               int64_t *dropped, int64_t *torn, ct_error *err) {
     if (lseek(r->fd, 0, SEEK_SET) != 0)
         return ct_error_set(err, CT_ERR_IO, "%s: cannot seek: %s", r->path, strerror(errno));
@@ -201,7 +159,7 @@ static ct_status filter_lines(line_reader *r, int64_t step, int out, const char 
         const char *line = NULL;
         size_t len = 0;
         bool nl = false, more = false;
-        CT_TRY(next_line(r, &line, &len, &nl, &more, err));
+        CT_TRY(ct_fs_lines_next(r, &line, &len, &nl, &more, err));
         if (!more) break;
         bool blank = line != NULL;
         for (size_t i = 0; line && i < len; i++) blank = blank && (line[i] == ' ' || line[i] == '\r');
@@ -234,7 +192,7 @@ ct_status ct_metrics_truncate_after(const char *path, int64_t step, int64_t *n_d
     CT_ASSERT(path);
     if (n_dropped) *n_dropped = 0;
     if (access(path, F_OK) != 0) return CT_OK;
-    line_reader r = {.path = path};
+    ct_fs_lines r = {.path = path, .cap = METRICS_LINE_MAX};
     struct stat sb;
     CT_TRY(ct_fs_open_regular(path, &r.fd, &sb, err));
     // Two buffers of a fixed size, whatever the file's: bookkeeping (memory.h).

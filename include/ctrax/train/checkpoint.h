@@ -219,7 +219,8 @@ ct_status ct_checkpoint_remove(const char *output_dir, const char *name, ct_erro
 // of processes no longer running; but a complete .old-<name>-<pid> whose
 // <name> is missing (its writer died between the two renames of a
 // replacement, or while pruning it) goes back under <name>.
-// ct_checkpoint_writer_begin calls it.
+// ct_checkpoint_writer_begin calls it, and so does a resume of `ctrax
+// train` on the chief (one that writes no checkpoint would keep them).
 ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err);
 
 #ifdef __cplusplus
