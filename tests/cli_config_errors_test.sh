@@ -169,6 +169,59 @@ else
     fail=$((fail + 1)); echo "FAIL Trax's reformer_copy.gin:"; grep -v "never reads" "$work/out.txt" | tail -n 8
 fi
 
+# Trax's own reformer_enwik8.gin (tests/data, unedited but for two added
+# lines: train.inputs = @TextInputs and its seq_len): its batcher and
+# data_streams lines (max_eval_length, input_name) read and are reported
+# unread, as Trax never calls batcher then; train.save_graphs and
+# LSHSelfAttention.predict_mem_len (no effect) are not; it trains a step on
+# a text file, made small with --set only. Without train.inputs (Trax's
+# config as shipped) the error names its TFDS dataset and what to bind.
+trax_enwik8="$(dirname "$0")/data/trax_reformer_enwik8.gin"
+printf 'one line of text, and another line of text\n%.0s' {1..200} >"$work/enwik8.txt"
+if "$ctrax" train "$trax_enwik8" --steps 1 --output-dir "$work/trax_enwik8" --set "TextInputs.paths = ['$work/enwik8.txt']" \
+    --set 'TextInputs.seq_len = 128' --set 'ReformerLM.axial_pos_shape = (8, 16)' \
+    --set 'ReformerLM.d_axial_pos_embs = (8, 8)' --set 'ReformerLM.d_model = 16' --set 'ReformerLM.d_ff = 16' \
+    --set 'ReformerLM.n_layers = 4' --set 'SelfAttention.chunk_len = 32' --set 'LSHSelfAttention.chunk_len = 32' \
+    --set 'train.eval_steps = 1' --set 'train.batch_size = 2' >"$work/out.txt" 2>&1 &&
+    grep -qE "^Step      1: train +loss \|" "$work/out.txt" &&
+    grep -qF "trax_reformer_enwik8.gin:49: batcher.max_eval_length is bound but this program never reads it" "$work/out.txt" &&
+    grep -qF "trax_reformer_enwik8.gin:55: data_streams.input_name is bound but this program never reads it" "$work/out.txt" &&
+    ! grep -qE "(save_graphs|predict_mem_len|predict_drop_len|n_parallel_heads) is bound but" "$work/out.txt" &&
+    grep -qx "train.save_graphs = False" "$work/trax_enwik8/config.gin"; then
+    pass=$((pass + 1)); echo "ok   Trax's reformer_enwik8.gin: trains a step on TextInputs; batcher lines unread"
+else
+    fail=$((fail + 1)); echo "FAIL Trax's reformer_enwik8.gin:"; tail -n 8 "$work/out.txt"
+fi
+"$ctrax" train "$trax_enwik8" --steps 1 --output-dir "$work/trax_enwik8_tfds" --set 'train.inputs = None' >"$work/out.txt" 2>&1
+rc=$?
+if ((rc == 1)) && grep -qF "trax_reformer_enwik8.gin:54:29: data_streams.dataset_name = 't2t_enwik8_l65k': ctrax reads no TFDS" "$work/out.txt" &&
+    grep -qF "bind train.inputs = @TextInputs or @TokenInputs" "$work/out.txt"; then
+    pass=$((pass + 1)); echo "ok   Trax's reformer_enwik8.gin as shipped: exit 1, names its TFDS dataset and what to bind"
+else
+    fail=$((fail + 1)); echo "FAIL Trax's reformer_enwik8.gin as shipped: exit $rc"; tail -n 3 "$work/out.txt"
+fi
+
+# Loop.history_max reaches the Loop: the history in state.json holds at
+# most 2 x history_max rows plus each metric's last, against every row
+# with -1 (Trax's).
+count_history() {
+    /usr/bin/python3 -c 'import json, sys; h = json.load(open(sys.argv[1]))["history"]; print(len(h), len({(r[0], r[1]) for r in h}))' "$1"
+}
+for hm in 1 -1; do
+    printf '%s\n' "$base" "train.steps = 6" "train.eval_frequency = 1" "train.eval_steps = 1" "TransformerLM.d_model = 8" \
+        "TransformerLM.d_ff = 8" "TransformerLM.n_layers = 1" "TransformerLM.n_heads = 1" "Loop.history_max = $hm" \
+        >"$work/history$hm.gin"
+    "$ctrax" train "$work/history$hm.gin" --output-dir "$work/history$hm" >"$work/out$hm.txt" 2>&1
+done
+read -r n1 k1 < <(count_history "$work/history1/model_6/state.json" 2>/dev/null || echo "-1 -1")
+read -r nall kall < <(count_history "$work/history-1/model_6/state.json" 2>/dev/null || echo "-1 -1")
+if ((n1 > 0 && n1 <= 2 + k1 && nall == 6 * kall && n1 < nall)) && grep -qx "Loop.history_max = 1" "$work/history1/config.gin"; then
+    pass=$((pass + 1)); echo "ok   Loop.history_max = 1: $n1 history rows ($k1 metrics) in state.json; -1: $nall"
+else
+    fail=$((fail + 1)); echo "FAIL Loop.history_max: $n1 rows ($k1 metrics) with 1, $nall ($kall) with -1"
+    tail -n 3 "$work/out1.txt" "$work/out-1.txt"; ls "$work/history1"
+fi
+
 # Trax's own gru_copy.gin (tests/data, unedited): RNNLM with
 # rnn_cell = @trax.layers.GRUCell trains; train.inputs is bound, so its
 # data_streams lines are never read (as in Trax, where the inputs win) and

@@ -3522,6 +3522,105 @@ static void test_trax_defaults_issue14(void) {
 }
 
 
+// Trax's shipped configs (trax/supervised/configs) for the models ctrax has:
+// the parameters they bind that ctrax honours, accepts with no effect, or
+// refuses saying why, and Trax's names ctrax does not implement.
+static void test_trax_shipped_configs(void) {
+    ct_error err = {0};
+    ct_config *cfg;
+    ct_train_settings t;
+    ct_loop_settings l;
+    // Loop.history_max: ct_loop_options.history_max (4096 unbound, -1 all);
+    // 0, the Loop's "default", is refused rather than read as "none".
+    const char *hist[] = {"", "Loop.history_max = 7\n", "Loop.history_max = -1\n"};
+    const int64_t want_hist[] = {4096, 7, -1};
+    for (int i = 0; i < 3; i++) {
+        cfg = config_text("t.gin", hist[i], &err);
+        CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
+        CHECK_MSG(l.history_max == want_hist[i], "'%s': history_max %lld", hist[i], (long long)l.history_max);
+        ct_config_free(cfg);
+    }
+    cfg = config_text("t.gin", "Loop.history_max = 0\n", &err);
+    CHECK(ct_config_read_loop(cfg, &l, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "t.gin:1:1: Loop.history_max = 0 would keep no metric history"), "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    cfg = ct_config_new();
+    CHECK(ct_config_parse_text(cfg, "Loop.history_max = -2\n", 22, "t.gin", &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "t.gin:1:1: Loop.history_max"), "%s", err.msg);
+    ct_config_free(cfg);
+
+    // train.save_graphs (no effect) is read, so never reported unread.
+    CHECK_OK(read_train_text("train.save_graphs = False\n", &cfg, &t, &err), &err);
+    CHECK(binding_used(cfg, "train", "save_graphs"));
+    ct_config_free(cfg);
+
+    // TransformerLM.mode = 'train' (Trax's configs) builds; 'predict' is refused.
+    const char *lm = "TransformerLM.vocab_size = 7\nTransformerLM.d_model = 8\nTransformerLM.d_ff = 8\n"
+                     "TransformerLM.n_layers = 1\nTransformerLM.n_heads = 2\nTransformerLM.max_len = 16\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%sTransformerLM.mode = 'train'\n", lm);
+    cfg = config_text("m.gin", text, &err);
+    ct_layer *m = build_model(cfg, "TransformerLM", &err);
+    CHECK_MSG(m != NULL, "%s", err.msg);
+    ct_layer_free(m);
+    ct_config_free(cfg);
+    snprintf(text, sizeof text, "%sTransformerLM.mode = 'predict'\n", lm);
+    cfg = config_text("m.gin", text, &err);
+    CHECK(build_model(cfg, "TransformerLM", &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "m.gin:7:1: TransformerLM.mode = 'predict' is not supported by ctrax, only 'train' or "
+                              "'eval'"),
+              "%s", err.msg);
+    printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+
+    // addition_inputs.encdec (reformer_addition.gin: Reformer2's inputs):
+    // False builds, True is refused.
+    const char *add = "addition_inputs.vocab_size = 13\naddition_inputs.train_length = 5\n"
+                      "addition_inputs.eval_min_length = 6\naddition_inputs.eval_max_length = 8\n";
+    for (int encdec = 0; encdec < 2; encdec++) {
+        snprintf(text, sizeof text, "%saddition_inputs.encdec = %s\n", add, encdec ? "True" : "False");
+        cfg = parse_cfg("a.gin", text, &err);
+        ct_stream *train = NULL, *eval = NULL;
+        ct_status st = ct_config_build_inputs(cfg, "addition_inputs", 4, 1, &train, &eval, &err);
+        CHECK_MSG(encdec ? st == CT_ERR_ARG && strstr(err.msg, "a.gin:5:1: addition_inputs.encdec = True is not "
+                                                               "supported by ctrax")
+                         : st == CT_OK,
+                  "encdec %d: %s", encdec, err.msg);
+        if (encdec) printf("  error: %s\n", err.msg);
+        ct_stream_free(train);
+        ct_stream_free(eval);
+        ct_config_free(cfg);
+    }
+
+    // Trax's names ctrax does not implement say so and what to use, instead
+    // of the nearest ctrax name (SkippingTransformerLM is no TransformerLM).
+    static const struct {
+        const char *text, *want;
+    } missing[] = {
+        {"train.model = @trax.models.SkippingTransformerLM\n",
+         "x.gin:1:15: 'trax.models.SkippingTransformerLM' is a Trax model ctrax does not implement: ctrax's models are "
+         "TransformerLM, ReformerLM, RNNLM and MLP"},
+        {"Reformer2.d_model = 256\n", "x.gin:1:1: 'Reformer2' is a Trax model ctrax does not implement"},
+        {"train.model = @trax.models.NoSuchModel\n", "'trax.models.NoSuchModel' is a Trax model ctrax does not"},
+        {"data_streams.preprocess_fn = @trax.data.tf_inputs.lm1b_preprocess\n",
+         "x.gin:1:30: 'trax.data.tf_inputs.lm1b_preprocess' is Trax's TFDS data pipeline (trax.data), which ctrax does "
+         "not implement (it reads no TFDS): replace the config's data lines"},
+        {"lm1b_preprocess.max_target_length = 512\n", "x.gin:1:1: 'lm1b_preprocess' is Trax's TFDS data pipeline"},
+        {"DotProductCausalAttention.dropout = 0.1\n",
+         "x.gin:1:1: 'DotProductCausalAttention' is a Trax attention layer ctrax does not implement"},
+        {"TransformerLMM.d_model = 8\n", "x.gin:1:1: unknown configurable 'TransformerLMM' (did you mean "
+                                          "'TransformerLM'?)"},
+    };
+    for (size_t i = 0; i < sizeof missing / sizeof *missing; i++) {
+        cfg = ct_config_new();
+        CHECK(ct_config_parse_text(cfg, missing[i].text, strlen(missing[i].text), "x.gin", &err) == CT_ERR_ARG);
+        CHECK_MSG(strstr(err.msg, missing[i].want), "'%s' not in: %s", missing[i].want, err.msg);
+        if (i < 2) printf("  error: %s\n", err.msg);
+        ct_config_free(cfg);
+    }
+}
+
 // A scope reaches what the scoped configurable calls, as in gin: @eval/ReformerLM
 // runs ReformerLM with scope 'eval' active, so the attention type it calls
 // through an unscoped @LSHSelfAttention reads eval/LSHSelfAttention.* first; a
@@ -3781,6 +3880,21 @@ static void test_batcher_inputs(void) {
          "write it, with no call)"},
         {"batcher.eval_batch_size = 16777216\ntrain.n_processes = 2\n",
          "d.gin:1:1: batcher.eval_batch_size = 16777216 x 2 processes is over 2^24 examples"},
+        // Trax's batcher parameters that would change the batches (the ones
+        // that only shape its length buckets are read below).
+        {"data_streams.dataset_name = 'mnist'\ndata_streams.data_dir = '/tmp'\nbatcher.buckets = ([12288,], [4, 4])\n",
+         "d.gin:3:1: batcher.buckets = ([12288], [4, 4]) is not supported by ctrax: explicit buckets give each length"},
+        {"data_streams.dataset_name = 'mnist'\ndata_streams.data_dir = '/tmp'\nbatcher.id_to_mask = 0\n",
+         "d.gin:3:1: batcher.id_to_mask = 0 is not supported by ctrax: Trax would give targets equal to it weight 0"},
+        {"data_streams.dataset_name = 'mnist'\ndata_streams.data_dir = '/tmp'\nbatcher.batch_shuffle_size = 8\n",
+         "d.gin:3:1: batcher.batch_shuffle_size = 8 is not supported by ctrax"},
+        {"data_streams.dataset_name = 'mnist'\ndata_streams.data_dir = '/tmp'\ndata_streams.input_name = 'targets'\n",
+         "d.gin:3:1: data_streams.input_name = 'targets' is not supported by ctrax: it names a TFDS feature"},
+        {"data_streams.dataset_name = 'mnist'\ndata_streams.data_dir = '/tmp'\ndata_streams.target_name = 'text'\n",
+         "d.gin:3:1: data_streams.target_name = 'text' is not supported by ctrax"},
+        // A TFDS name is said first, before any parameter of its pipeline.
+        {"data_streams.dataset_name = 't2t_enwik8_l65k'\nbatcher.buckets = ([1025], [8, 1])\n",
+         "d.gin:1:29: data_streams.dataset_name = 't2t_enwik8_l65k': ctrax reads no TFDS"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         cfg = parse_cfg("d.gin", bad[i].text, &err);
@@ -3788,6 +3902,24 @@ static void test_batcher_inputs(void) {
         CHECK(ct_config_build_inputs(cfg, "batcher", 4, 1, &train, &eval, &err) != CT_OK && !train && !eval);
         CHECK_MSG(strstr(err.msg, bad[i].want), "'%s' not in: %s", bad[i].want, err.msg);
         printf("  error: %s\n", err.msg);
+        ct_config_free(cfg);
+    }
+    // Trax's bucketing parameters shape only length buckets of
+    // variable-length examples: on IDX data (one shape) they have no effect,
+    // and are read (never reported unread).
+    {
+        char with_buckets[4600];
+        snprintf(with_buckets, sizeof with_buckets,
+                 "%sbatcher.max_eval_length = 2048\nbatcher.bucket_length = 64\n"
+                 "batcher.buckets_include_inputs_in_length = True\nbatcher.strict_pad_on_len = True\n",
+                 text);
+        cfg = parse_cfg("b.gin", with_buckets, &err);
+        CHECK_OK(ct_config_build_inputs(cfg, "batcher", 4, 1, &train, &eval, &err), &err);
+        CHECK(binding_used(cfg, "batcher", "max_eval_length") && binding_used(cfg, "batcher", "bucket_length") &&
+              binding_used(cfg, "batcher", "buckets_include_inputs_in_length") &&
+              binding_used(cfg, "batcher", "strict_pad_on_len"));
+        ct_stream_free(train);
+        ct_stream_free(eval);
         ct_config_free(cfg);
     }
     // train.inputs bound: the inputs win, as in Trax (data_streams is never
@@ -4063,6 +4195,7 @@ int main(void) {
     test_train_defaults_from_trax();
     test_trax_defaults_issue14();
     test_batcher_inputs();
+    test_trax_shipped_configs();
     test_nested_scopes();
     test_builder_edges();
     test_rnnlm_config();

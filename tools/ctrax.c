@@ -581,6 +581,7 @@ static void loop_options(train_run *r, const train_args *a, const ct_train_setti
     o->n_steps_per_checkpoint = l->n_steps_per_checkpoint;
     o->n_steps_per_permanent_checkpoint = permanent;
     o->keep_last = (int)t->keep_checkpoints;
+    o->history_max = (int)l->history_max;  // -1..INT_MAX, never 0 (the config's range and check)
     o->restore = !a->restart;
     o->seed = (uint64_t)t->random_seed;
     o->init_checkpoint = t->init_checkpoint;

@@ -318,8 +318,9 @@ const cfg_def *cfg_lookup(const char *name, char *why, size_t why_len) {
                 while (*a == ' ') a++;
             }
         }
-        const char *c = cfg_closest(short_name, names, k);
-        fmt_into(why, why_len, "unknown configurable '%.100s' (did you mean '%s'?)", name, c ? c : "?");
+        const char *c = cfg_closest(short_name, names, k), *trax = cfg_trax_missing(name);
+        if (trax) fmt_into(why, why_len, "'%.100s' %s", name, trax);
+        else fmt_into(why, why_len, "unknown configurable '%.100s' (did you mean '%s'?)", name, c ? c : "?");
         for (int i = 0; i < n_alias; i++) ct_free(alias_names[i]);
         ct_free(alias_names);
         ct_free(names);

@@ -54,6 +54,19 @@ static ct_status get_bool(ct_config *cfg, const char *name, const char *param, b
     return CT_OK;
 }
 
+// A Trax parameter ctrax takes only at its default, bound to another value:
+// "file:line:col: name.param = value is not supported by ctrax: why".
+static ct_status not_supported(ct_config *cfg, const char *name, const char *param, const ct_config_value *v,
+                               const char *why, ct_error *err) {
+    char where[300];
+    cfg_where(cfg, name, param, where, sizeof where);
+    char *text = ct_config_value_to_gin(v);
+    ct_status st =
+        ct_error_set(err, CT_ERR_ARG, "%s%s.%s = %.60s is not supported by ctrax: %s", where, name, param, text, why);
+    ct_free(text);
+    return st;
+}
+
 // A path a config names, which must exist: else an error naming the file and
 // the config line (what a stream would say has no config line).
 static ct_status check_path(const ct_config_value *v, const char *name, const char *what, ct_error *err) {
@@ -117,6 +130,13 @@ ct_status cfg_build_copy_inputs(ct_config *cfg, const char *name, int batch_size
 ct_status cfg_build_addition_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
                                     ct_stream **train, ct_stream **eval, ct_error *err) {
     int vocab_size, train_length, eval_min, eval_max, pad;
+    const ct_config_value *encdec;
+    CT_TRY(cfg_query_default(cfg, name, "encdec", &encdec, err));
+    if (encdec->b)
+        return not_supported(cfg, name, "encdec", encdec,
+                             "its (x + y, sum) pairs feed an encoder-decoder (Trax's Reformer2), and ctrax's models "
+                             "are decoder-only: leave it False (one '<S> x + y <S> sum' sequence, loss on the sum)",
+                             err);
     CT_TRY(get_int(cfg, name, "vocab_size", &vocab_size, err));
     CT_TRY(get_int(cfg, name, "train_length", &train_length, err));
     CT_TRY(get_int(cfg, name, "eval_min_length", &eval_min, err));
@@ -369,6 +389,35 @@ static ct_status idx_pair(const char *images, const char *labels, ct_stream **ou
     return ct_idx_stream_new(out, &p, err);
 }
 
+// Trax's batcher and data_streams parameters for variable-length TFDS
+// examples, on ctrax's IDX data (one shape): those that only shape Trax's
+// length buckets have no effect (read, so they are not reported unread);
+// those that would change the batches or their weights are refused unless
+// None.
+static ct_status batcher_trax_params(ct_config *cfg, const char *name, const char *streams, ct_error *err) {
+    static const char *const no_effect[] = {"bucket_length", "max_eval_length", "buckets_include_inputs_in_length",
+                                            "strict_pad_on_len"};
+    const ct_config_value *v;
+    for (size_t i = 0; i < sizeof no_effect / sizeof *no_effect; i++)
+        CT_TRY(cfg_query_default(cfg, name, no_effect[i], &v, err));
+    static const struct {
+        bool streams;  // a data_streams parameter (else batcher's)
+        const char *param, *why;
+    } only_none[] = {
+        {false, "buckets", "explicit buckets give each length its own batch size; ctrax batches every step alike"},
+        {false, "batch_shuffle_size", "ctrax shuffles the examples of each epoch, not batches"},
+        {false, "id_to_mask", "Trax would give targets equal to it weight 0; ctrax's batcher weights every example 1"},
+        {true, "input_name", "it names a TFDS feature; ctrax's IDX data are images and labels"},
+        {true, "target_name", "it names a TFDS feature; ctrax's IDX data are images and labels"},
+    };
+    for (size_t i = 0; i < sizeof only_none / sizeof *only_none; i++) {
+        const char *holder = only_none[i].streams ? streams : name;
+        CT_TRY(cfg_query_default(cfg, holder, only_none[i].param, &v, err));
+        if (v->kind != CT_CONFIG_NONE) return not_supported(cfg, holder, only_none[i].param, v, only_none[i].why, err);
+    }
+    return CT_OK;
+}
+
 ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_size, uint64_t seed,
                                    ct_stream **train, ct_stream **eval, ct_error *err) {
     const ct_config_value *ref, *dataset, *dir, *holdout, *shuffle_size, *variable;
@@ -411,6 +460,7 @@ ct_status cfg_build_batcher_inputs(ct_config *cfg, const char *name, int batch_s
         ct_free(text);
         return st;
     }
+    CT_TRY(batcher_trax_params(cfg, name, streams, err));
     if (holdout->i != 0) {
         char hw[300];
         value_where(holdout, hw, sizeof hw);

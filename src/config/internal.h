@@ -139,6 +139,13 @@ struct cfg_def {
 };
 
 const cfg_def *cfg_registry(int *n);
+// Why a name ctrax does not have cannot be used, when it is one of Trax's
+// (a model, attention layer or TFDS data function ctrax does not
+// implement): "is Trax's ..., which ctrax does not implement: <what to
+// do>"; NULL for any other name. name may carry its module
+// ("trax.models.Reformer2"): an unknown name in trax.models or in Trax's
+// data modules is taken as that kind.
+const char *cfg_trax_missing(const char *name);
 const char *cfg_kind_name(cfg_kind k);  // "a model", "an optimizer", ...
 const char *cfg_type_name(cfg_type t);  // "an int", ...
 const cfg_param *cfg_def_param(const cfg_def *d, const char *param);

@@ -28,6 +28,7 @@
 #include "ctrax/models/models.h"
 #include "ctrax/optim/optimizer.h"
 #include "ctrax/optim/schedules.h"
+#include "ctrax/train/loop.h"
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -96,7 +97,12 @@ const char *cfg_type_name(cfg_type t) {
 #define CFG_TYPE_TRANSFORMER_BOOL CFG_TYPE_BOOL
 #define CFG_TYPE_TRANSFORMER_STRING CFG_TYPE_STRING, .ref_kinds = CFG_KIND_BIT(CFG_LAYER_TYPE)
 #define TRANSFORMER_ROW(TYPE, ...) ROW(ct_transformer_lm_params, TRANSFORMER_##TYPE, __VA_ARGS__)
-static const cfg_param transformer_lm_params[] = {CT_TRANSFORMER_LM_PARAMS(TRANSFORMER_ROW)};
+// mode is Trax's: not a field (the trainer builds the train and eval models).
+static const cfg_param transformer_lm_params[] = {
+    CT_TRANSFORMER_LM_PARAMS(TRANSFORMER_ROW)
+    {.name = "mode", .type = CFG_STRING, .default_gin = "'train'",
+     .doc = "the trainer builds the train and eval models; 'predict' is not supported"},
+};
 static void transformer_lm_defaults(void *p) { *(ct_transformer_lm_params *)p = ct_transformer_lm_default_params(); }
 static ct_layer *transformer_lm_new(const void *p) { return ct_transformer_lm(*(const ct_transformer_lm_params *)p); }
 
@@ -147,9 +153,43 @@ static ct_status only_relu(ct_config *cfg, const char *name, const char *param, 
     return st;
 }
 
+// A Trax parameter a model takes only at Trax's default (a row of rows
+// with no field): another bound value is refused, naming it. Numbers
+// compare as numbers (1 == 1.0), the rest as gin text; also_ok is one more
+// accepted gin text (mode's 'eval') or NULL.
+static ct_status only_default(ct_config *cfg, const char *name, const cfg_param *rows, int n_rows, const char *param,
+                              const char *also_ok, ct_error *err) {
+    char where[300];
+    cfg_where(cfg, name, param, where, sizeof where);
+    if (!where[0]) return CT_OK;
+    const ct_config_value *v;
+    CT_TRY(cfg_query_default(cfg, name, param, &v, err));
+    const cfg_param *row = NULL;
+    for (int i = 0; i < n_rows; i++)
+        if (!strcmp(rows[i].name, param)) row = &rows[i];
+    CT_ASSERT(row && row->default_gin);
+    ct_config_value dv;
+    CT_TRY(cfg_parse_value(cfg, row->default_gin, "<default>", &dv, err));
+    bool num = (v->kind == CT_CONFIG_INT || v->kind == CT_CONFIG_FLOAT) &&
+               (dv.kind == CT_CONFIG_INT || dv.kind == CT_CONFIG_FLOAT);
+    char *text = ct_config_value_to_gin(v), *dtext = ct_config_value_to_gin(&dv);
+    double x = v->kind == CT_CONFIG_INT ? (double)v->i : v->f, dx = dv.kind == CT_CONFIG_INT ? (double)dv.i : dv.f;
+    bool same = num ? x == dx : !strcmp(text, dtext) || (also_ok && !strcmp(text, also_ok));
+    ct_status st = same ? CT_OK
+                        : ct_error_set(err, CT_ERR_ARG,
+                                       "%s%s.%s = %.60s is not supported by ctrax, only %s%s%s (%s)", where, name,
+                                       param, text, dtext, also_ok ? " or " : "", also_ok ? also_ok : "",
+                                       row->doc ? row->doc : "Trax's default");
+    ct_free(text);
+    ct_free(dtext);
+    cfg_value_free(&dv);
+    return st;
+}
+
 static ct_status transformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
     const ct_transformer_lm_params *p = vp;
     CT_TRY(only_relu(cfg, name, "ff_activation", err));
+    CT_TRY(only_default(cfg, name, transformer_lm_params, COUNT(transformer_lm_params), "mode", "'eval'", err));
     if (p->learned_positions && p->fixed_positions) {
         char where[300];
         cfg_where(cfg, name, "fixed_positions", where, sizeof where);
@@ -552,39 +592,6 @@ static const cfg_param reformer_lm_params[] = {
 static void reformer_lm_defaults(void *p) { *(ct_reformer_lm_params *)p = ct_reformer_lm_default_params(); }
 static ct_layer *reformer_lm_new(const void *p) { return ct_reformer_lm(*(const ct_reformer_lm_params *)p); }
 
-// A Trax parameter ReformerLM takes only at Trax's default (an UNSTORED
-// row): another bound value is refused, naming it. Numbers compare as
-// numbers (1 == 1.0), the rest as gin text; also_ok is one more accepted
-// gin text (mode's 'eval') or NULL.
-static ct_status reformer_only_default(ct_config *cfg, const char *name, const char *param, const char *also_ok,
-                                       ct_error *err) {
-    char where[300];
-    cfg_where(cfg, name, param, where, sizeof where);
-    if (!where[0]) return CT_OK;
-    const ct_config_value *v;
-    CT_TRY(cfg_query_default(cfg, name, param, &v, err));
-    const cfg_param *row = NULL;
-    for (int i = 0; i < COUNT(reformer_lm_params); i++)
-        if (!strcmp(reformer_lm_params[i].name, param)) row = &reformer_lm_params[i];
-    CT_ASSERT(row && row->default_gin);
-    ct_config_value dv;
-    CT_TRY(cfg_parse_value(cfg, row->default_gin, "<default>", &dv, err));
-    bool num = (v->kind == CT_CONFIG_INT || v->kind == CT_CONFIG_FLOAT) &&
-               (dv.kind == CT_CONFIG_INT || dv.kind == CT_CONFIG_FLOAT);
-    char *text = ct_config_value_to_gin(v), *dtext = ct_config_value_to_gin(&dv);
-    double x = v->kind == CT_CONFIG_INT ? (double)v->i : v->f, dx = dv.kind == CT_CONFIG_INT ? (double)dv.i : dv.f;
-    bool same = num ? x == dx : !strcmp(text, dtext) || (also_ok && !strcmp(text, also_ok));
-    ct_status st = same ? CT_OK
-                        : ct_error_set(err, CT_ERR_ARG,
-                                       "%s%s.%s = %.60s is not supported by ctrax, only %s%s%s (%s)", where, name,
-                                       param, text, dtext, also_ok ? " or " : "", also_ok ? also_ok : "",
-                                       row->doc ? row->doc : "Trax's default");
-    ct_free(text);
-    ct_free(dtext);
-    cfg_value_free(&dv);
-    return st;
-}
-
 // ct_reformer_lm_check's error ("ReformerLM.param ...") with the place of
 // that binding in front.
 static ct_status reformer_where(ct_config *cfg, const char *name, ct_error *err) {
@@ -615,8 +622,9 @@ static ct_status reformer_lm_check(ct_config *cfg, const char *name, const void 
                                         "pos_max_offset_to_add", "ff_sparsity", "loss_sparsity_type",
                                         "loss_sparsity", "loss_d_lowrank", "loss_sparsity_prob",
                                         "attention_chunk_size"};
-    for (int i = 0; i < COUNT(fixed); i++) CT_TRY(reformer_only_default(cfg, name, fixed[i], NULL, err));
-    CT_TRY(reformer_only_default(cfg, name, "mode", "'eval'", err));
+    for (int i = 0; i < COUNT(fixed); i++)
+        CT_TRY(only_default(cfg, name, reformer_lm_params, COUNT(reformer_lm_params), fixed[i], NULL, err));
+    CT_TRY(only_default(cfg, name, reformer_lm_params, COUNT(reformer_lm_params), "mode", "'eval'", err));
     if (ct_reformer_lm_check(p, err) != CT_OK) return reformer_where(cfg, name, err);
     return CT_OK;
 }
@@ -881,7 +889,9 @@ static const cfg_param copy_inputs_params[] = {COPY_INPUTS_PARAMS(INPUT_ROW)};
     X(INT, train_length, NULL, RANGE(3, 100000), ASKED, "longest training example: 3..train_length (as Trax)")    \
     X(INT, eval_min_length, NULL, RANGE(3, 100000), ASKED, "eval examples: eval_min_length..eval_max_length")      \
     X(INT, eval_max_length, NULL, RANGE(3, 100000), ASKED, "must be >= eval_min_length")                          \
-    PAD_TO_MULTIPLE(X)
+    PAD_TO_MULTIPLE(X)                                                                                            \
+    X(BOOL, encdec, "False", ANY, UNSTORED,                                                                       \
+      "only False: True makes (x + y, sum) pairs for an encoder-decoder (Trax's Reformer2), which ctrax does not have")
 static const cfg_param addition_inputs_params[] = {ADDITION_INPUTS_PARAMS(INPUT_ROW)};
 
 // Chunks of files (TextInputs, TokenInputs); ctrax's (Trax reads text
@@ -915,9 +925,13 @@ static const cfg_param token_inputs_params[] = {TOKEN_INPUTS_PARAMS(INPUT_ROW)};
 static const cfg_param idx_inputs_params[] = {IDX_INPUTS_PARAMS(INPUT_ROW)};
 
 // Trax's batcher (trax.data.inputs) and data_streams (trax.data.tf_inputs):
-// see cfg_build_batcher_inputs for the dataset names ctrax has. Trax's other
-// parameters of the two (buckets, preprocess_fn, input_name, ...) are not
-// rows: a binding of one is refused as unknown.
+// see cfg_build_batcher_inputs for the dataset names ctrax has. Every
+// parameter of Trax's batcher is a row, so that a Trax config whose
+// train.inputs is another input reads (its batcher lines are then unread,
+// as in Trax, which never calls batcher); the ones that would change the
+// batches are refused when batcher runs. data_streams' preprocess_fn and
+// bare_preprocess_fn are not rows: their values are Trax's TFDS functions,
+// which ctrax refuses by name.
 #define BATCHER_PARAMS(X)                                                                                         \
     X(REF(SETTINGS), data_streams, "@data_streams", ANY, UNSTORED, "@data_streams (Trax's gin.REQUIRED)")         \
     X(INT, batch_size_per_device, "32", RANGE(1, 1 << 24), UNSTORED,                                              \
@@ -928,14 +942,31 @@ static const cfg_param idx_inputs_params[] = {IDX_INPUTS_PARAMS(INPUT_ROW)};
     X(INT, eval_batch_size, "32", RANGE(1, 1 << 24), UNSTORED,                                                    \
       "per process, rounded down to a multiple of train.n_devices; the eval batch is it x train.n_processes")      \
     X(BOOL, variable_shapes, "True", ANY, UNSTORED,                                                               \
-      "no effect: the datasets ctrax has here are of one shape (Trax buckets variable lengths)")
+      "no effect: the datasets ctrax has here are of one shape (Trax buckets variable lengths)")                 \
+    X(INT, bucket_length, "32", RANGE(1, 1 << 30), UNSTORED,                                                      \
+      "no effect: Trax's length buckets for variable-length examples; ctrax's are of one shape")                \
+    X(INT, max_eval_length, "None", RANGE(1, 1 << 30), UNSTORED_NULLABLE,                                         \
+      "no effect: the last of Trax's eval length buckets; ctrax's examples are of one shape")                   \
+    X(BOOL, buckets_include_inputs_in_length, "False", ANY, UNSTORED,                                             \
+      "no effect: how Trax measures an example for its length buckets")                                         \
+    X(BOOL, strict_pad_on_len, "False", ANY, UNSTORED, "no effect: how Trax pads within explicit buckets")        \
+    X(LIST, buckets, "None", ANY, UNSTORED_NULLABLE,                                                              \
+      "only None: explicit buckets ([lengths], [batch sizes]) set other batch sizes, which ctrax does not do")   \
+    X(INT, batch_shuffle_size, "None", RANGE(1, 1 << 30), UNSTORED_NULLABLE,                                      \
+      "only None: ctrax shuffles examples each epoch, not batches")                                             \
+    X(INT, id_to_mask, "None", ANY, UNSTORED_NULLABLE,                                                            \
+      "only None: Trax gives targets equal to it weight 0; ctrax's batcher weights every example 1")
 static const cfg_param batcher_params[] = {BATCHER_PARAMS(INPUT_ROW)};
 #define DATA_STREAMS_PARAMS(X)                                                                                    \
     X(STRING, dataset_name, "None", ANY, UNSTORED_NULLABLE, "'mnist' or 'fashion_mnist' (IDX files in data_dir)") \
     X(STRING, data_dir, "None", ANY, UNSTORED_NULLABLE, "the directory of the dataset's files")                  \
     X(INT, shuffle_buffer_size, "1024", RANGE(1, 1 << 30), UNSTORED,                                              \
       "no effect: ctrax shuffles each training epoch as a whole permutation")                                    \
-    X(INT, eval_holdout_size, "0", AT_LEAST(0), UNSTORED, "only 0: the eval data are the test files")
+    X(INT, eval_holdout_size, "0", AT_LEAST(0), UNSTORED, "only 0: the eval data are the test files")          \
+    X(STRING, input_name, "None", ANY, UNSTORED_NULLABLE,                                                         \
+      "only None: a TFDS feature's name; ctrax's IDX data are images and labels")                               \
+    X(STRING, target_name, "None", ANY, UNSTORED_NULLABLE,                                                        \
+      "only None: a TFDS feature's name; ctrax's IDX data are images and labels")
 static const cfg_param data_streams_params[] = {DATA_STREAMS_PARAMS(INPUT_ROW)};
 
 // ---- Settings the program reads (lists in config.h) --------------------------------------
@@ -999,6 +1030,8 @@ static ct_status batcher_batch_size(ct_config *cfg, const char *inputs, const ct
 static ct_status train_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
     ct_train_settings *t = vp;
     CT_TRY(train_schedule_fill(cfg, name, t, err));
+    const ct_config_value *graphs;
+    CT_TRY(cfg_query_default(cfg, name, "save_graphs", &graphs, err));  // no effect: read so it is not "unread"
     char where_ds[300];
     cfg_where(cfg, "data_streams", "dataset_name", where_ds, sizeof where_ds);
     if (!t->inputs && where_ds[0]) t->inputs = "batcher";
@@ -1044,6 +1077,7 @@ static ct_status train_fill(ct_config *cfg, const char *name, void *vp, ct_error
 }
 
 #define LOOP_ROW(...) ROW(ct_loop_settings, __VA_ARGS__)
+_Static_assert(CT_LOOP_HISTORY_MAX_DEFAULT == 4096, "Loop.history_max's default (CT_LOOP_SETTINGS) is the Loop's");
 static const cfg_param loop_params[] = {CT_LOOP_SETTINGS(LOOP_ROW)};
 static void loop_defaults(void *p) { *(ct_loop_settings *)p = ct_loop_default_settings(); }
 
@@ -1053,6 +1087,13 @@ static void loop_defaults(void *p) { *(ct_loop_settings *)p = ct_loop_default_se
 static ct_status loop_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
     ct_loop_settings *l = vp;
     char where[300];
+    if (l->history_max == 0) {
+        cfg_where(cfg, name, "history_max", where, sizeof where);
+        return ct_error_set(err, CT_ERR_ARG,
+                            "%s%s.history_max = 0 would keep no metric history: give the rows to keep (>= 1; the "
+                            "default is %d) or -1 to keep every row",
+                            where, name, CT_LOOP_HISTORY_MAX_DEFAULT);
+    }
     cfg_where(cfg, name, "n_steps_per_checkpoint", where, sizeof where);
     if (where[0]) return CT_OK;
     const ct_config_value *every;
@@ -1192,8 +1233,71 @@ static const cfg_def registry[] = {
      .doc = "what `ctrax train` trains, with what, for how long"},
     {.name = "Loop", .kind = CFG_SETTINGS, .modules = "trax.supervised.training", PARAMS(loop_params),
      .struct_size = sizeof(ct_loop_settings), .defaults = loop_defaults, .fill = loop_fill,
-     .doc = "the training loop's checkpoint periods"},
+     .doc = "the training loop's checkpoint periods and the metric history it keeps"},
 };
+
+// ---- Trax's names ctrax does not have -------------------------------------------------
+//
+// Names of Trax's shipped configs (trax/supervised/configs) that ctrax does
+// not implement, so that the error says so and what to use instead rather
+// than suggesting the nearest ctrax name (SkippingTransformerLM is not
+// TransformerLM).
+
+static const char *const missing_models[] = {
+    "Reformer", "Reformer2", "ReformerNoEncDecAttention", "ReformerShortenLM", "SkippingTransformerLM",
+    "Transformer", "TransformerEncoder", "TransformerNoEncDecAttention", "LayerDropTransformerLM",
+    "EveryOtherLayerDropTransformerLM", "ConfigurableTransformer", "ConfigurableTransformerLM",
+    "ConfigurableTerraformer", "HourglassLM", "RelformerLM", "FunnelTransformer", "FunnelTransformerLM", "BERT",
+    "Resnet50", "WideResnet", "LSTMSeq2SeqAttn", "ResidualShuffleExchange"};
+static const char *const missing_attention[] = {"DotProductCausalAttention", "CausalFavor", "Favor", "Attention",
+                                                "PureLSHSelfAttention", "PureLSHSelfAttentionWrapper",
+                                                "MixedLSHSelfAttention", "EncDecAttention"};
+static const char *const missing_data[] = {
+    "lm1b_preprocess", "c4_preprocess", "c4_bare_preprocess_fn", "wmt_preprocess", "wmt_concat_preprocess",
+    "cifar10_augmentation_preprocess", "cifar10_augmentation_flatten_preprocess",
+    "downsampled_imagenet_flatten_bare_preprocess", "bair_robot_pushing_preprocess",
+    "generic_text_dataset_preprocess_fn", "get_t5_preprocessor_by_name", "filter_dataset_on_len",
+    "truncate_dataset_on_len", "pad_dataset_to_length", "add_eos_to_output_features", "lm_token_preprocessing",
+    "squeeze_targets_preprocess", "concat_preprocess", "unsupervised", "select_random_chunk", "split_tokens",
+    "denoise", "reduce_concat_tokens", "random_spans_helper", "random_spans_tokens_length",
+    "noise_span_to_unique_sentinel", "nonnoise_span_to_unique_sentinel", "random_spans_noise_mask", "TFDS",
+    "Tokenize", "BucketByLength", "FilterByLength", "AddLossWeights", "make_inputs", "make_additional_stream"};
+// Modules whose unknown names are taken as those kinds.
+static const char *const data_modules[] = {"trax.data", "tf_inputs", "trax.supervised.tf_inputs", "preprocessors",
+                                           "t5.data"};
+
+static bool listed(const char *const *list, int n, const char *s) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(list[i], s)) return true;
+    return false;
+}
+
+// name's module ("trax.data.tf_inputs" of "trax.data.tf_inputs.lm1b_preprocess")
+// is m or below it.
+static bool in_module(const char *name, const char *m) {
+    const char *dot = strrchr(name, '.');
+    size_t n = strlen(m);
+    return dot && (size_t)(dot - name) >= n && !strncmp(name, m, n) && (name[n] == '.');
+}
+
+const char *cfg_trax_missing(const char *name) {
+    const char *dot = strrchr(name, '.');
+    const char *s = dot ? dot + 1 : name;
+    bool data_module = false;
+    for (int i = 0; i < COUNT(data_modules); i++) data_module = data_module || in_module(name, data_modules[i]);
+    if (listed(missing_data, COUNT(missing_data), s) || data_module)
+        return "is Trax's TFDS data pipeline (trax.data), which ctrax does not implement (it reads no TFDS): replace "
+               "the config's data lines (batcher, data_streams and their preprocessing) with train.inputs = "
+               "@TextInputs or @TokenInputs (text or token files), @IDXInputs (MNIST-format files), or Trax's "
+               "synthetic @sequence_copy_inputs or @addition_inputs";
+    if (listed(missing_models, COUNT(missing_models), s) || in_module(name, "trax.models"))
+        return "is a Trax model ctrax does not implement: ctrax's models are TransformerLM, ReformerLM, RNNLM and MLP "
+               "(train.model = @ReformerLM, ...); delete the bindings of a model train.model does not name";
+    if (listed(missing_attention, COUNT(missing_attention), s))
+        return "is a Trax attention layer ctrax does not implement: ReformerLM.attention_type takes @SelfAttention, "
+               "@LSHSelfAttention or ctrax's @CausalAttention; TransformerLM's attention is built in";
+    return NULL;
+}
 
 const cfg_def *cfg_registry(int *n) {
     *n = COUNT(registry);

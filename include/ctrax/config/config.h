@@ -290,15 +290,20 @@ ct_status ct_config_build_inputs(ct_config *cfg, const char *name, int64_t batch
     X(INT64, keep_checkpoints, 2, RANGE(1, 2147483647), NONE,                                                     \
       "regular checkpoints kept (the Loop counts them in a C int)")                                               \
     X(BOOL, skip_nonfinite_steps, false, ANY, NONE,                                                              \
-      "skip a step whose loss or gradients are NaN/Inf and count it, instead of stopping")
+      "skip a step whose loss or gradients are NaN/Inf and count it, instead of stopping")                        \
+    X(BOOL, save_graphs, "True", ANY, UNSTORED,                                                                   \
+      "no effect: Trax writes the model's computation graphs for TensorBoard; ctrax writes none")
 typedef struct ct_train_settings {
     CT_TRAIN_SETTINGS(CT_PARAM_FIELD)
 } ct_train_settings;
 ct_train_settings ct_train_default_settings(void);
 
-// Trax's TrainTask/Loop checkpoint periods. Trax's train() makes its task's
-// n_steps_per_checkpoint its eval_frequency: unbound, it is
-// train.eval_frequency (100 when that is 0).
+// Trax's TrainTask/Loop checkpoint periods, and the bound on the Loop's
+// metric history (ctrax's: Trax keeps all of it). Trax's train() makes its
+// task's n_steps_per_checkpoint its eval_frequency: unbound, it is
+// train.eval_frequency (100 when that is 0). history_max's default is
+// CT_LOOP_HISTORY_MAX_DEFAULT (ctrax/train/loop.h); 0 is refused (the
+// Loop's 0 means that default, which a config writes as itself).
 #define CT_LOOP_SETTINGS(X)                                                                                \
     X(INT64, n_steps_per_checkpoint, 100, AT_LEAST(1), NONE, "unbound: train.eval_frequency (as Trax's train)") \
     X(INT64, n_steps_per_permanent_checkpoint, 0, AT_LEAST(0), NULLABLE,                                  \
@@ -307,7 +312,10 @@ ct_train_settings ct_train_default_settings(void);
     X(LIST, permanent_checkpoints_at, "None", ANY, UNSTORED_NULLABLE,                                     \
       "steps of the permanent checkpoints; None: n_steps_per_permanent_checkpoint's")                     \
     X(LIST, eval_at, "None", ANY, UNSTORED_NULLABLE,                                                      \
-      "steps of the evals (and training logs), a list (Trax's is a function); None: train.eval_frequency's")
+      "steps of the evals (and training logs), a list (Trax's is a function); None: train.eval_frequency's") \
+    X(INT64, history_max, 4096, RANGE(-1, 2147483647), NONE,                                                \
+      "rows of metric history held and saved in each state.json (ct_loop_options.history_max), plus each "  \
+      "metric's last value; -1: every row, as Trax (metrics.jsonl keeps every value either way)")
 typedef struct ct_loop_settings {
     CT_LOOP_SETTINGS(CT_PARAM_FIELD)
 } ct_loop_settings;
