@@ -353,6 +353,20 @@ static double net_diff(const ct_net *net, const float *a, const float *b, const 
     return m > 0 ? d / m : d;
 }
 
+// One step of each trainer on the same batch and key: tr[1]'s loss and
+// gradients (chunked) equal tr[0]'s (unchunked) within TOL.
+static void check_same_step(ct_trainer *tr[2], const ct_tensor *batch, uint64_t seed, const char *what) {
+    ct_error err;
+    ct_step_stats s[2];
+    for (int i = 0; i < 2; i++)
+        CHECK_OK(ct_trainer_one_step(tr[i], batch, ct_key_from_seed(seed), 1, 1e-3f, &s[i], &err), &err);
+    const char *worst = "";
+    double e_loss = fabs((double)s[0].loss - s[1].loss) / fabs((double)s[0].loss);
+    double e_grad = net_diff(ct_trainer_net(tr[0]), ct_trainer_grads(tr[0]), ct_trainer_grads(tr[1]), &worst);
+    printf("%s: loss %.2e, gradients %.2e (%s)\n", what, e_loss, e_grad, worst);
+    CHECK(e_loss <= TOL && e_grad <= TOL);
+}
+
 static void test_equal(bool reformer, bool memory_efficient, int64_t chunk, float label_smoothing) {
     char name[160];
     snprintf(name, sizeof name, "%s, %s trainer, loss_chunk_size %lld of %d rows%s",
@@ -477,15 +491,9 @@ static void test_one_chunk_dropout(bool memory_efficient) {
         ct_layer_free(model);
         ct_layer_free(loss);
     }
-    ct_step_stats s[2];
-    for (int i = 0; i < 2; i++)
-        CHECK_OK(ct_trainer_one_step(tr[i], f.batch, ct_key_from_seed(30), 1, 1e-3f, &s[i], &err), &err);
-    const char *worst = "";
-    double e_loss = fabs((double)s[0].loss - s[1].loss) / fabs((double)s[0].loss);
-    double e_grad = net_diff(ct_trainer_net(tr[0]), ct_trainer_grads(tr[0]), ct_trainer_grads(tr[1]), &worst);
-    printf("dropout 0.1, %s, one chunk of every row vs unchunked: loss %.2e, gradients %.2e (%s)\n",
-           memory_efficient ? "memory-efficient" : "standard", e_loss, e_grad, worst);
-    CHECK(e_loss <= TOL && e_grad <= TOL);
+    check_same_step(tr, f.batch, 30,
+                    memory_efficient ? "dropout 0.1, memory-efficient, one chunk of every row vs unchunked"
+                                     : "dropout 0.1, standard, one chunk of every row vs unchunked");
     for (int i = 0; i < 2; i++) ct_trainer_free(tr[i]);
     CHECK(dev.current_bytes == 0);
 }
@@ -510,15 +518,9 @@ static void test_one_layer_model(bool memory_efficient) {
         ct_layer_free(loss);
     }
     if (tr[0] && tr[1]) {
-        ct_step_stats s[2];
-        for (int i = 0; i < 2; i++)
-            CHECK_OK(ct_trainer_one_step(tr[i], batch, ct_key_from_seed(40), 1, 1e-3f, &s[i], &err), &err);
-        const char *worst = "";
-        double e_loss = fabs((double)s[0].loss - s[1].loss) / fabs((double)s[0].loss);
-        double e_grad = net_diff(ct_trainer_net(tr[0]), ct_trainer_grads(tr[0]), ct_trainer_grads(tr[1]), &worst);
-        printf("model Dense (no Serial), %s, chunks of 5 vs unchunked: loss %.2e, gradients %.2e (%s)\n",
-               memory_efficient ? "memory-efficient" : "standard", e_loss, e_grad, worst);
-        CHECK(e_loss <= TOL && e_grad <= TOL);
+        check_same_step(tr, batch, 40,
+                        memory_efficient ? "model Dense (no Serial), memory-efficient, chunks of 5 vs unchunked"
+                                         : "model Dense (no Serial), standard, chunks of 5 vs unchunked");
     }
     for (int i = 0; i < 2; i++)
         if (tr[i]) ct_trainer_free(tr[i]);
