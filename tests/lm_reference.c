@@ -6,8 +6,9 @@
 //
 // Per case: the model (dropout 0.1) is trained 4 steps with Adam on copy-task
 // batches (so that biases, LayerNorm scales and the position table have left
-// their initial values); its embedding and position table are then scaled
-// down (so that LayerNorm's epsilon matters, see run_case), and its
+// their initial values); its embedding and position table (and in the
+// *_stream_small cases the last layer of every residual branch) are then
+// scaled down (so that LayerNorm's epsilon matters, see run_case), and its
 // checkpoint is written as the Loop writes it (ct_trainer_checkpoint_tensors
 // into weights.safetensors) under OUT_DIR/<case>/. Then on a batch of random
 // tokens with uneven loss weights (0, 0.25 .. 2): ctrax's eval loss
@@ -46,9 +47,9 @@ typedef struct lm_case {
     ct_layer *(*build)(float dropout);
     int64_t loss_chunk_size;  // both trainers' options
     bool memory_efficient;
-    // The input's tensors scaled down after training (below the model's
-    // name; see run_case), ended by NULL.
-    const char *small[4];
+    // The tensors scaled down after training (below the model's name; see
+    // run_case), ended by NULL.
+    const char *small[16];
     lsh_dims lsh;
     const char *meta[24][2];  // the settings the reference needs, ended by {NULL}
 } lm_case;
@@ -77,7 +78,8 @@ static ct_layer *reformer(float dropout) {
 // the length: 2 max(1, T / 5) = 4, REFORMER.md section 2); axial positions
 // (pos_type 'axial', REFORMER.md section 5) of shape (2, 5) = T, widths 3 +
 // 5 = d_model. ff_chunk_size: > 0 runs the feed-forward on chunks of rows.
-static ct_layer *reformer_lsh_axial(float dropout, int ff_chunk_size) {
+// nb0, nb1: n_buckets as factors ([nb0, nb1]; 0, 0: None).
+static ct_layer *reformer_lsh_axial(float dropout, int ff_chunk_size, int nb0, int nb1) {
     ct_reformer_lm_params p = ct_reformer_lm_default_params();
     p.vocab_size = VOCAB, p.d_model = 8, p.d_ff = 20, p.n_layers = 2, p.n_heads = 2, p.max_len = 32;
     p.d_attention_key = 4, p.d_attention_value = 6;
@@ -85,41 +87,72 @@ static ct_layer *reformer_lsh_axial(float dropout, int ff_chunk_size) {
     p.attention[0] = CT_REFORMER_LSH_ATTENTION;
     p.lsh_attention.chunk_len = 5, p.lsh_attention.n_hashes = 2;
     p.lsh_attention.n_chunks_before = 1, p.lsh_attention.n_chunks_after = 0;
+    p.lsh_attention.n_buckets[0] = nb0, p.lsh_attention.n_buckets[1] = nb1;
     p.pos_type = "axial", p.pos_axial_n = 2;
     p.pos_axial_shape[0] = 2, p.pos_axial_shape[1] = 5;
     p.pos_d_axial_embs[0] = 3, p.pos_d_axial_embs[1] = 5;
     p.ff_chunk_size = ff_chunk_size;
     return ct_reformer_lm(p);
 }
-static ct_layer *reformer_lsh(float dropout) { return reformer_lsh_axial(dropout, 0); }
+static ct_layer *reformer_lsh(float dropout) { return reformer_lsh_axial(dropout, 0, 0, 0); }
 // The same chunked: the feed-forward over 5 chunks of the B T = 30 rows.
-static ct_layer *reformer_lsh_chunked(float dropout) { return reformer_lsh_axial(dropout, 6); }
+static ct_layer *reformer_lsh_chunked(float dropout) { return reformer_lsh_axial(dropout, 6, 0, 0); }
+// The same with n_buckets [2, 4] (Trax's hash_vecs factored: 8 buckets from
+// 1 + 2 rotation columns, bucket = b_0 + 2 b_1).
+static ct_layer *reformer_lsh_factored(float dropout) { return reformer_lsh_axial(dropout, 0, 2, 4); }
 
 // The tensors that make the first LayerNorm's input (see run_case).
-#define TABLE_SMALL {"Embedding[1]/embedding", "PositionalEncoding[3]/embedding", NULL}
+#define TABLE_INPUT "Embedding[1]/embedding", "PositionalEncoding[3]/embedding"
+#define TABLE_SMALL {TABLE_INPUT, NULL}
 #define AXIAL_SMALL                                                                                                \
     {"Embedding[1]/embedding", "AxialPositionalEncoding[3]/axis_0", "AxialPositionalEncoding[3]/axis_1", NULL}
-#define LSH_META                                                                                                   \
+// Those and the last layer of every residual branch: the whole residual
+// stream (every LayerNorm's input, the final one's too) scaled down (see
+// run_case). TransformerLM's block i (at 4 + i): the attention's output
+// Dense and the feed-forward's second Dense.
+#define TRANSFORMER_OUT(i)                                                                                         \
+    "DecoderBlock[" #i "]/Residual[0]/Branch[0]/Parallel[1]/Serial[1]/CausalAttention[1]/Dense[2]/kernel",         \
+        "DecoderBlock[" #i "]/Residual[0]/Branch[0]/Parallel[1]/Serial[1]/CausalAttention[1]/Dense[2]/bias",       \
+        "DecoderBlock[" #i "]/Residual[1]/Branch[0]/Parallel[1]/Serial[1]/Dense[4]/kernel",                        \
+        "DecoderBlock[" #i "]/Residual[1]/Branch[0]/Parallel[1]/Serial[1]/Dense[4]/bias"
+// ReformerLM's block at a (attention half-residual) and a + 2 (feed-forward):
+// SelfAttention's Wo per head (no output bias) and the second Dense.
+#define REFORMER_OUT(a, f)                                                                                         \
+    "ReversibleSerial[5]/ReversibleHalfResidualAttn[" #a "]/Serial[0]/SelfAttention[1]/Wo[0]",                     \
+        "ReversibleSerial[5]/ReversibleHalfResidualAttn[" #a "]/Serial[0]/SelfAttention[1]/Wo[1]",                 \
+        "ReversibleSerial[5]/ReversibleHalfResidualFF[" #f "]/Serial[0]/Dense[4]/kernel",                          \
+        "ReversibleSerial[5]/ReversibleHalfResidualFF[" #f "]/Serial[0]/Dense[4]/bias"
+#define TRANSFORMER_META                                                                                           \
+    {"model", "TransformerLM"}, {"vocab_size", "11"}, {"d_model", "16"}, {"d_ff", "24"}, {"n_layers", "2"},        \
+        {"n_heads", "4"}, {"max_len", "32"}
+#define REFORMER_META                                                                                              \
     {"model", "ReformerLM"}, {"vocab_size", "11"}, {"d_model", "8"}, {"d_ff", "20"}, {"n_layers", "2"},            \
         {"n_heads", "2"}, {"max_len", "32"}, {"d_attention_key", "4"}, {"d_attention_value", "6"},                 \
-        {"ff_activation", "FastGelu"}, {"attention_type", "LSHSelfAttention"}, {"chunk_len", "5"},                \
-        {"n_hashes", "2"}, {"n_chunks_before", "1"}, {"n_chunks_after", "0"}, {"n_buckets", ""},                 \
-        {"pos_type", "axial"}, {"pos_axial_shape", "2,5"}, {"pos_d_axial_embs", "3,5"}
+        {"ff_activation", "FastGelu"}
+// n_buckets: its factors, comma-separated ("" for None).
+#define LSH_META(n_buckets)                                                                                        \
+    REFORMER_META, {"attention_type", "LSHSelfAttention"}, {"chunk_len", "5"}, {"n_hashes", "2"},                 \
+        {"n_chunks_before", "1"}, {"n_chunks_after", "0"}, {"n_buckets", n_buckets}, {"pos_type", "axial"},       \
+        {"pos_axial_shape", "2,5"}, {"pos_d_axial_embs", "3,5"}
 
 static const lm_case cases[] = {
-    {"transformer", transformer, 0, false, TABLE_SMALL, {0},
-     {{"model", "TransformerLM"}, {"vocab_size", "11"}, {"d_model", "16"}, {"d_ff", "24"}, {"n_layers", "2"},
-      {"n_heads", "4"}, {"max_len", "32"}, {NULL, NULL}}},
-    {"reformer", reformer, 0, false, TABLE_SMALL, {0},
-     {{"model", "ReformerLM"}, {"vocab_size", "11"}, {"d_model", "8"}, {"d_ff", "20"}, {"n_layers", "2"},
-      {"n_heads", "2"}, {"max_len", "32"}, {"d_attention_key", "4"}, {"d_attention_value", "6"},
-      {"ff_activation", "FastGelu"}, {NULL, NULL}}},
+    {"transformer", transformer, 0, false, TABLE_SMALL, {0}, {TRANSFORMER_META, {NULL, NULL}}},
+    {"reformer", reformer, 0, false, TABLE_SMALL, {0}, {REFORMER_META, {NULL, NULL}}},
     // Rotations (d_qk 4, R 2, n_rot 4 / 2) per (b, h) of 2 heads.
-    {"reformer_lsh", reformer_lsh, 0, false, AXIAL_SMALL, {2, 4, 2, 2}, {LSH_META, {NULL, NULL}}},
+    {"reformer_lsh", reformer_lsh, 0, false, AXIAL_SMALL, {2, 4, 2, 2}, {LSH_META(""), {NULL, NULL}}},
     // Chunked feed-forward and loss (7 chunks of 4 rows and one of 2) and
     // the memory-efficient trainer: the same values as unchunked, standard.
     {"reformer_lsh_chunked", reformer_lsh_chunked, 4, true, AXIAL_SMALL, {2, 4, 2, 2},
-     {LSH_META, {"ff_chunk_size", "6"}, {"loss_chunk_size", "4"}, {"trainer", "memory_efficient"}, {NULL, NULL}}},
+     {LSH_META(""), {"ff_chunk_size", "6"}, {"loss_chunk_size", "4"}, {"trainer", "memory_efficient"}, {NULL, NULL}}},
+    // n_buckets [2, 4]: rotations of 2 / 2 + 4 / 2 = 3 columns.
+    {"reformer_lsh_factored", reformer_lsh_factored, 0, false, AXIAL_SMALL, {2, 4, 2, 3},
+     {LSH_META("2,4"), {NULL, NULL}}},
+    // The whole residual stream small: the final LayerNorm's epsilon (and
+    // every other's) matters (see run_case).
+    {"transformer_stream_small", transformer, 0, false, {TABLE_INPUT, TRANSFORMER_OUT(4), TRANSFORMER_OUT(5), NULL},
+     {0}, {TRANSFORMER_META, {NULL, NULL}}},
+    {"reformer_stream_small", reformer, 0, false, {TABLE_INPUT, REFORMER_OUT(0, 2), REFORMER_OUT(4, 6), NULL}, {0},
+     {REFORMER_META, {NULL, NULL}}},
 };
 
 static ct_trainer *new_trainer(const lm_case *c, ct_layer *model, const ct_tensor *batch, ct_optimizer *opt,
@@ -232,9 +265,16 @@ static void run_case(const char *out_dir, const lm_case *c) {
     // and positions (B, T, D) at about 3e-3 where training left them at 0.5),
     // so that the epsilon and its place matter to the loss: at the trained
     // scale, TransformerLM with an epsilon of 1e-5 for Trax's 1e-6 was 8e-8
-    // (relative) from the reference, here 1.5e-3.
+    // (relative) from the reference, here 1.5e-3. The *_stream_small cases
+    // also scale the last layer of every residual branch: each branch's
+    // output is then as small as the stream it adds to, and the whole
+    // stream, up to the final LayerNorm (whose input variance, 25 and 2.5
+    // in the other cases, is far above its epsilon: 1e-5 there moved the
+    // loss by 8e-8 and 5e-7), is at about 6e-3 of its trained scale (that
+    // variance ~1e-3, ~1e-4; 1e-5 moved it 8.6e-4, 7.5e-3), the function
+    // otherwise unchanged (every branch starts with a LayerNorm).
     for (int i = 0; c->small[i]; i++) {
-        char name[128];
+        char name[256];
         snprintf(name, sizeof name, "%s/%s", c->meta[0][1], c->small[i]);
         ct_tensor t;
         CHECK_OK(ct_trainer_tensor(tr, CT_PART_WEIGHT, name, &t, &err), &err);

@@ -23,11 +23,14 @@ named at each function), with only the weights taken from the checkpoint:
     causal; FF = LayerNorm, Dense(d_ff), Dropout, FastGelu, Dense, Dropout.
     With attention_type LSHSelfAttention (efficient_attention.py; REFORMER.md
     section 2), causal: tests/lsh_reference.py's hashing (argmax of
-    concat(qR, -qR), round offsets), sort by (bucket, position), chunked
-    attention with look-back and wrap-around, the causal (-1e9) and self
-    (-1e5) penalties, unsort and the softmax over the rounds' logsumexps,
-    with the rotations ctrax drew ("rot_<forward>/<layer path>", read from
-    its hash state by tests/lm_reference.c); the gradient holds each
+    concat(qR, -qR), round offsets; n_buckets a list of factors as
+    efficient_attention.py hash_vecs: factor j takes the next f_j / 2
+    rotation columns, bucket = sum_j b_j prod_{i<j} f_i), sort by (bucket,
+    position), chunked attention with look-back and wrap-around, the
+    causal (-1e9) and self (-1e5) penalties, unsort and the softmax over
+    the rounds' logsumexps, with the rotations ctrax drew
+    ("rot_<forward>/<layer path>", read from its hash state by
+    tests/lm_reference.c); the gradient holds each
     layer's buckets at those of the unperturbed weights (Trax's sort indices
     carry no gradient) and checks them against the ones ctrax's training
     forward stored ("buckets/<layer path>", exact). pos_type 'axial'
@@ -45,12 +48,21 @@ the plain residual function written above in the forward pass.
 
 Checks, each printed with its numbers:
   - both eval losses within 1e-6 relative of the reference's (2e-8 measured,
-    3e-8 with LSH, float32 sums; TransformerLM's LayerNorm epsilon at 1e-5
+    6e-8 with LSH, float32 sums; TransformerLM's LayerNorm epsilon at 1e-5
     for Trax's 1e-6 moved it 1.5e-3, FastGelu's 0.044715 at 0.04 3.3e-5;
     without LSH's self penalty 5e-2, its look-back 1.5e-2, its rounds
     averaged instead of weighted by their logsumexps 9e-3, an axial
     embedding's digits column-major 4e-2, feed-forward chunks shifted by one
-    6e-2, the loss's last (short) chunk dropped 3e-3);
+    6e-2, the loss's last (short) chunk dropped 3e-3). The *_stream_small
+    cases hold the whole residual stream at ~6e-3 of its trained scale
+    (final LayerNorm's input variance ~1e-3 TransformerLM, ~1e-4
+    ReformerLM, against 25 and 2.5 in the other cases): the final
+    LayerNorm's epsilon at 1e-5 moved TransformerLM's loss 8.6e-4 and
+    ReformerLM's 7.5e-3 there (8e-8 and 5e-7 in the other cases), the
+    feed-forward's LayerNorm's 2.3e-4 and 1.3e-3. With n_buckets [2, 4]
+    (reformer_lsh_factored), ctrax's factors all reading the first rotation
+    columns moved it 4e-4, its digits combined most significant first 9e-4
+    (and 177 and 152 of 240 buckets differed);
   - with LSH, the buckets of the gradient's forward: every one exact (a
     near tie, where float32 and float64 may pick apart, is counted and
     allowed by lsh_reference.check_buckets; none occurs);

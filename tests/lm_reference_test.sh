@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # TransformerLM and ReformerLM (full SelfAttention; LSHSelfAttention with
-# axial positions; the same chunked, through the memory-efficient trainer)
+# axial positions; the same chunked, through the memory-efficient trainer;
+# the same with factored n_buckets; TransformerLM and ReformerLM with their
+# whole residual stream small, so that every LayerNorm's epsilon counts)
 # end to end against tests/lm_reference.py, a float64 numpy reference
 # written from Trax's source:
 #
@@ -14,5 +16,5 @@
 # verdict is a failure too. Ends with "lm_reference_test: N passed, M failed".
 set -uo pipefail
 source "$(dirname "$0")/cli_common.sh" lm_reference_test
-reference_cases "$1" "$(dirname "$0")/lm_reference.py" 4
+reference_cases "$1" "$(dirname "$0")/lm_reference.py" 7
 cli_done
