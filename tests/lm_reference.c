@@ -27,6 +27,13 @@
 // "rot_eval/P", "rot_evaluator/P" and "rot_grad/P" (B H, d_qk, R, n_rot) f32,
 // and the buckets the gradient's training forward left in the layer's
 // state, "buckets/P" (B H, R T): see lsh_rotations.
+// A case with drop_types (transformer, reformer) also runs one training
+// step at dropout 0.1 on those weights and that batch (a third trainer,
+// learning rate 0) and holds its loss, loss_train (1) f32, its gradient,
+// "grad_train/<weight name>", and the dropout masks it drew, "mask/<layer
+// path>" (0/1 f32; see drop_masks), so that the reference can apply them
+// at Trax's dropout sites: the training forward with dropout against an
+// independent reference.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +41,11 @@
 #include "check.h"
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
+#include "kernels/cpu/activation.h"  // ct_dropout_threshold: which elements a key drops
 
 enum { B = 3, N_COPY = 4, T = 2 * N_COPY + 2, VOCAB = 11, TRAIN_STEPS = 4 };
+// The models' dropout rate in training (every site's).
+#define DROPOUT 0.1f
 
 // The dimensions of each LSHSelfAttention's rotations (0 heads: none).
 typedef struct lsh_dims {
@@ -51,6 +61,11 @@ typedef struct lm_case {
     // run_case), ended by NULL.
     const char *small[16];
     lsh_dims lsh;
+    // The types of the layers that drop in the model (ended by NULL; none:
+    // no training step at dropout DROPOUT, see drop_masks), and the heads of
+    // its DotProductCausalAttention layers.
+    const char *drop_types[4];
+    int drop_heads;
     const char *meta[24][2];  // the settings the reference needs, ended by {NULL}
 } lm_case;
 
@@ -136,23 +151,25 @@ static ct_layer *reformer_lsh_factored(float dropout) { return reformer_lsh_axia
         {"pos_axial_shape", "2,5"}, {"pos_d_axial_embs", "3,5"}
 
 static const lm_case cases[] = {
-    {"transformer", transformer, 0, false, TABLE_SMALL, {0}, {TRANSFORMER_META, {NULL, NULL}}},
-    {"reformer", reformer, 0, false, TABLE_SMALL, {0}, {REFORMER_META, {NULL, NULL}}},
+    {"transformer", transformer, 0, false, TABLE_SMALL, {0}, {"Dropout", "DotProductCausalAttention"}, 4,
+     {TRANSFORMER_META, {"dropout", "0.1"}, {NULL, NULL}}},
+    {"reformer", reformer, 0, false, TABLE_SMALL, {0}, {"Dropout", "PositionalEncoding", "SelfAttention"}, 0,
+     {REFORMER_META, {"dropout", "0.1"}, {NULL, NULL}}},
     // Rotations (d_qk 4, R 2, n_rot 4 / 2) per (b, h) of 2 heads.
-    {"reformer_lsh", reformer_lsh, 0, false, AXIAL_SMALL, {2, 4, 2, 2}, {LSH_META(""), {NULL, NULL}}},
+    {"reformer_lsh", reformer_lsh, 0, false, AXIAL_SMALL, {2, 4, 2, 2}, {NULL}, 0, {LSH_META(""), {NULL, NULL}}},
     // Chunked feed-forward and loss (7 chunks of 4 rows and one of 2) and
     // the memory-efficient trainer: the same values as unchunked, standard.
-    {"reformer_lsh_chunked", reformer_lsh_chunked, 4, true, AXIAL_SMALL, {2, 4, 2, 2},
+    {"reformer_lsh_chunked", reformer_lsh_chunked, 4, true, AXIAL_SMALL, {2, 4, 2, 2}, {NULL}, 0,
      {LSH_META(""), {"ff_chunk_size", "6"}, {"loss_chunk_size", "4"}, {"trainer", "memory_efficient"}, {NULL, NULL}}},
     // n_buckets [2, 4]: rotations of 2 / 2 + 4 / 2 = 3 columns.
-    {"reformer_lsh_factored", reformer_lsh_factored, 0, false, AXIAL_SMALL, {2, 4, 2, 3},
+    {"reformer_lsh_factored", reformer_lsh_factored, 0, false, AXIAL_SMALL, {2, 4, 2, 3}, {NULL}, 0,
      {LSH_META("2,4"), {NULL, NULL}}},
     // The whole residual stream small: the final LayerNorm's epsilon (and
     // every other's) matters (see run_case).
     {"transformer_stream_small", transformer, 0, false, {TABLE_INPUT, TRANSFORMER_OUT(4), TRANSFORMER_OUT(5), NULL},
-     {0}, {TRANSFORMER_META, {NULL, NULL}}},
+     {0}, {NULL}, 0, {TRANSFORMER_META, {NULL, NULL}}},
     {"reformer_stream_small", reformer, 0, false, {TABLE_INPUT, REFORMER_OUT(0, 2), REFORMER_OUT(4, 6), NULL}, {0},
-     {REFORMER_META, {NULL, NULL}}},
+     {NULL}, 0, {REFORMER_META, {NULL, NULL}}},
 };
 
 static ct_trainer *new_trainer(const lm_case *c, ct_layer *model, const ct_tensor *batch, ct_optimizer *opt,
@@ -239,6 +256,113 @@ static void lsh_buckets(out_list *o, const ct_net *net) {
     }
 }
 
+// ---- The dropout masks of a training step ----------------------------------
+//
+// The reference cannot draw ctrax's masks (they come from its key tree), so
+// the driver records the key every layer that drops got in a training
+// forward and expands it to the mask by the kernels' rule (drop_masks):
+// e.g. the Dropout layer's element j (row-major over its input) and
+// DotProductCausalAttention's probability (b, h, t, s), counter ((b H + h)
+// T + t) T + s, are kept iff ct_random_bits(key, counter) >=
+// ct_dropout_threshold(rate). The masks hold only which elements drop:
+// where the mask applies and its 1 / (1 - rate) are the reference's own.
+
+// A vtable copy whose forward records the key, in front of the original.
+typedef struct drop_hook {
+    ct_layer_vtable vt;  // first: a layer's vt points at the copy
+    const ct_layer_vtable *orig;
+} drop_hook;
+
+// What one layer that drops saw in the training forwards since drop_n_sites
+// was reset.
+typedef struct drop_site {
+    const ct_layer *l;
+    ct_key key;
+    ct_tensor sig;  // its first input's signature
+    int calls;
+} drop_site;
+
+static drop_hook drop_hooks[8];  // one per type hooked, in the order first met
+static drop_site drop_sites[64];
+static int drop_n_sites;
+
+static ct_status drop_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tensor *out, ct_key key,
+                              ct_error *err) {
+    const drop_hook *h = (const drop_hook *)l->vt;
+    if (c->train) {
+        int i = 0;
+        while (i < drop_n_sites && drop_sites[i].l != l) i++;
+        CHECK(i < (int)(sizeof drop_sites / sizeof drop_sites[0]));
+        if (i == drop_n_sites) drop_sites[drop_n_sites++] = (drop_site){l, key, ct_tensor_sig(&in[0]), 0};
+        // A recomputed forward (a reversible layer's) must draw the same.
+        CHECK_MSG(memcmp(&drop_sites[i].key, &key, sizeof key) == 0, "%s: another key in the same step", l->path);
+        drop_sites[i].calls++;
+    }
+    return h->orig->forward(l, c, in, out, key, err);
+}
+
+// Points every layer under l of one of types (ended by NULL) at a hooked
+// copy of its vtable (one copy per type; the layers keep their behaviour).
+static void drop_hook_tree(ct_layer *l, const char *const *types) {
+    for (int t = 0; types[t]; t++) {
+        if (strcmp(l->vt->type, types[t]) != 0) continue;
+        const int n_hooks = (int)(sizeof drop_hooks / sizeof drop_hooks[0]);
+        int k = 0;
+        while (k < n_hooks && drop_hooks[k].orig && strcmp(drop_hooks[k].orig->type, types[t]) != 0) k++;
+        CHECK(k < n_hooks);
+        drop_hook *h = &drop_hooks[k];
+        if (!h->orig) h->orig = l->vt, h->vt = *l->vt, h->vt.forward = drop_forward;
+        CHECK(h->orig == l->vt);  // one vtable per type name, not hooked yet
+        l->vt = &h->vt;
+    }
+    for (int i = 0; i < l->n_sub; i++) drop_hook_tree(l->sub[i], types);
+}
+
+// Adds the mask of key (counters 0 .. numel(m) - 1) to o as name, f32 0/1 of
+// m's shape.
+static void drop_mask(out_list *o, const char *name, ct_key key, ct_tensor m) {
+    const uint64_t threshold = ct_dropout_threshold(DROPOUT);
+    int64_t n = ct_tensor_numel(&m);
+    CHECK(n <= (int64_t)UINT32_MAX);
+    float *mask = malloc(sizeof(float) * (size_t)n);
+    for (int64_t j = 0; j < n; j++) mask[j] = ct_random_bits(key, (uint32_t)j) >= threshold ? 1.0f : 0.0f;
+    m.data = mask;
+    out_add(o, "mask", name, m, true);
+}
+
+// Adds "mask/<layer path>" for every site recorded since drop_n_sites was
+// reset, by the rule of its layer type (its input (B, T, D)):
+//   Dropout: its input's shape, from its key;
+//   DotProductCausalAttention: the probabilities (B, heads, T, T), from its
+//     key (kernels/cpu/attention.h);
+//   PositionalEncoding: the table's channels (D), from its key;
+//   SelfAttention (full: chunk_len None, no chunks before or after, so one
+//     (T, T) window): ".../attention", the probabilities (T, T) shared by
+//     every example and head, from split(key, 0) (chunked_attention.h), and
+//     ".../output", the output's channels (D), from split(key, 1).
+static void drop_masks(out_list *o, int heads) {
+    for (int i = 0; i < drop_n_sites; i++) {
+        const drop_site *s = &drop_sites[i];
+        const char *type = s->l->vt->type, *path = s->l->path;
+        const int64_t b = s->sig.shape[0], t = s->sig.shape[1], d = s->sig.shape[2];
+        char name[512];
+        CHECK(s->sig.ndim == 3);
+        if (strcmp(type, "Dropout") == 0) {
+            drop_mask(o, path, s->key, ct_tensor_sig(&s->sig));
+        } else if (strcmp(type, "DotProductCausalAttention") == 0) {
+            drop_mask(o, path, s->key, ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){b, heads, t, t}, NULL));
+        } else if (strcmp(type, "PositionalEncoding") == 0) {
+            drop_mask(o, path, s->key, ct_tensor_1d(CT_DTYPE_F32, d, NULL));
+        } else {
+            CHECK(strcmp(type, "SelfAttention") == 0);
+            snprintf(name, sizeof name, "%s/attention", path);
+            drop_mask(o, name, ct_key_split(s->key, 0), ct_tensor_2d(CT_DTYPE_F32, t, t, NULL));
+            snprintf(name, sizeof name, "%s/output", path);
+            drop_mask(o, name, ct_key_split(s->key, 1), ct_tensor_1d(CT_DTYPE_F32, d, NULL));
+        }
+    }
+}
+
 static void run_case(const char *out_dir, const lm_case *c) {
     int32_t tokens[B * T];
     float weights[B * T];
@@ -250,7 +374,7 @@ static void run_case(const char *out_dir, const lm_case *c) {
     snprintf(dir, sizeof dir, "%s/%s", out_dir, c->name);
 
     // A few steps, so that no weight is at its initializer's value.
-    ct_layer *model = c->build(0.1f);
+    ct_layer *model = c->build(DROPOUT);
     ct_adam_params ap = ct_adam_default_params();
     ct_trainer *tr = new_trainer(c, model, batch, ct_adam_new(ap), &dev);
     ct_copy_task copy = {VOCAB, N_COPY, false, 7, 0};
@@ -325,7 +449,7 @@ static void run_case(const char *out_dir, const lm_case *c) {
         ct_stream *s = NULL;
         CHECK_OK(ct_token_stream_new(&s, &cp, &err), &err);
         CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
-        model = c->build(0.1f);
+        model = c->build(DROPOUT);
         ct_layer *metric = ct_weighted_category_cross_entropy();
         ct_eval_task task = {.stream = s, .n_metrics = 1, .n_batches = 1, .metrics = {metric}};
         ct_evaluator *ev = NULL;
@@ -359,6 +483,33 @@ static void run_case(const char *out_dir, const lm_case *c) {
     if (c->lsh.heads) lsh_rotations(&out, net, &c->lsh, "rot_grad");
     CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(14), 1, 0.0f, &stats, &err), &err);
     if (c->lsh.heads) lsh_buckets(&out, net);
+
+    // A training step at dropout DROPOUT on the same weights and batch (a
+    // third trainer, learning rate 0): its loss, "loss_train" (1), its
+    // gradient, "grad_train/<weight name>", and the masks it drew,
+    // "mask/<layer path>" (see drop_masks).
+    ct_layer *drop_model = NULL;
+    ct_trainer *drop_tr = NULL;
+    ct_step_stats drop_stats = {0};
+    if (c->drop_types[0]) {
+        CHECK_OK(ct_checkpoint_open_latest(&ck, dir, &err), &err);
+        drop_model = c->build(DROPOUT);
+        drop_hook_tree(drop_model, c->drop_types);
+        drop_tr = new_trainer(c, drop_model, batch, ct_sgd_new(ct_sgd_default_params()), &dev);
+        CHECK_OK(ct_trainer_load_checkpoint(drop_tr, ck, CT_LOAD_EXACT, &err), &err);
+        ct_checkpoint_close(ck);
+        drop_n_sites = 0;
+        CHECK_OK(ct_trainer_one_step(drop_tr, batch, ct_key_from_seed(17), 1, 0.0f, &drop_stats, &err), &err);
+        drop_masks(&out, c->drop_heads);
+        out_add(&out, NULL, "loss_train", ct_tensor_1d(CT_DTYPE_F32, 1, &drop_stats.loss), false);
+        const ct_net *dnet = ct_trainer_net(drop_tr);
+        for (int i = 0; i < ct_net_weight_count(dnet); i++) {
+            const char *name = ct_net_weight_name(dnet, i);
+            ct_tensor g;
+            CHECK_OK(ct_trainer_tensor(drop_tr, CT_PART_GRAD, name, &g, &err), &err);
+            out_add(&out, "grad_train", name, g, false);
+        }
+    }
     out_add(&out, NULL, "inputs", batch[0], false);
     out_add(&out, NULL, "targets", batch[1], false);
     out_add(&out, NULL, "weights", batch[2], false);
@@ -378,9 +529,13 @@ static void run_case(const char *out_dir, const lm_case *c) {
     CHECK_OK(ct_safetensors_write(path, out.t, out.n, meta, n_meta, &err), &err);
     printf("%s: eval loss %.7f, evaluator's at weights 1 %.7f (train-mode loss at dropout 0: %.7f)\n", c->name,
            loss_eval, loss_evaluator, stats.loss);
+    if (c->drop_types[0])
+        printf("%s: training loss at dropout %g: %.7f (%d sites drew masks)\n", c->name, (double)DROPOUT,
+               drop_stats.loss, drop_n_sites);
     out_free(&out);
     ct_trainer_free(tr);
     ct_layer_free(model);
+    if (drop_tr) ct_trainer_free(drop_tr), ct_layer_free(drop_model);
     CHECK(dev.current_bytes == 0);
 }
 

@@ -45,6 +45,18 @@ named at each function), with only the weights taken from the checkpoint:
     sum(ce * w) / sum(w), ce = -sum(one_hot(t) * log_softmax(logits)).
 In eval mode every Dropout is the identity. The reversible blocks compute
 the plain residual function written above in the forward pass.
+Training mode (check_train; cases with "loss_train"): each Dropout
+multiplies by keep / (1 - rate) at Trax's place, keep the mask ctrax drew
+there ("mask/<layer path>", read by tests/lm_reference.c from each layer's
+key: which elements drop is ctrax's, where and how they drop is this
+file's). TransformerLM: after the embedding, on the attention
+probabilities (B, H, T, T) before they weight the values (attention.py
+DotProductAttention), after the attention and after the feed-forward's
+Relu and second Dense. ReformerLM (SelfAttention): after the embedding,
+the position table's channels (D,), SelfAttention's probabilities (one
+(T, T) mask for all examples and heads, attend) and its output's channels
+(D,) (apply_broadcasted_dropout), the feed-forward after its first Dense
+(before FastGelu) and after its second, and after the final LayerNorm.
 
 Checks, each printed with its numbers:
   - both eval losses within 1e-6 relative of the reference's (2e-8 measured,
@@ -72,7 +84,20 @@ Checks, each printed with its numbers:
     trainer; 8e-6 with the memory-efficient one, whose backward recovers
     each layer's input by a float32 subtraction from its output: layer 0's
     inputs, ~3e-3 against outputs ~1, carry most of it; its reconstruction
-    off by 0.1% gave 0.2, its recomputation hashing anew 3e-2).
+    off by 0.1% gave 0.2, its recomputation hashing anew 3e-2);
+  - a training step at dropout 0.1 (transformer, reformer): its loss within
+    1e-6 relative and its gradient within 1e-4 (central differences with
+    the masks held) of the reference's with ctrax's masks (1.6e-8 and
+    1.4e-7 TransformerLM, 5.8e-8 and 7.0e-7 ReformerLM measured); every
+    mask used where Trax drops, none missing, and the kept fraction within
+    5 standard deviations of 1 - rate. Mutants: Dropout's 1 / (1 - rate) at
+    1 moved the loss 4.6e-3 (TransformerLM) and 5.1e-2 (ReformerLM);
+    attention dropout off 2.0e-4 and 1.8e-2, unscaled 5.0e-3
+    (TransformerLM); SelfAttention's output dropout off 2.1e-2, the
+    position table's 2.1e-3; a dropout moved (to the residual's shortcut,
+    or after FastGelu) leaves its site without a mask; here, the attention
+    residual's mask on the attention's input 2.5e-4, the feed-forward's
+    first after FastGelu 4.3e-4.
 One line per case: "ok CASE ..." or "FAIL CASE ...".
 """
 import os
@@ -128,22 +153,48 @@ def axial_positions(w, p, meta, t):
                            for k, (n, d) in enumerate(zip(shape, d_embs))], axis=-1)
 
 
-def shift_right_embed(w, model, meta, tokens):
+def dropout(x, site, ctx, shape=None):
+    # core.py Dropout in training mode: x * keep / (1 - rate) where keep is
+    # the mask ctrax drew at this site ("mask/<layer path>", 0 or 1, of x's
+    # shape, or of shape when given: a mask broadcast over x's leading axes,
+    # as Trax's broadcast dropouts); the identity in eval mode (ctx without
+    # "masks"). The site's place in the model and the scale are this file's,
+    # only which elements drop is ctrax's.
+    masks = ctx.get("masks")
+    if masks is None:
+        return x
+    if site not in masks:
+        raise LookupError(f"ctrax drew no dropout mask at {site}")
+    keep = masks[site]
+    if keep.shape != (x.shape if shape is None else shape):
+        raise LookupError(f"{site}: ctrax's mask {keep.shape}, the activation here {x.shape}")
+    ctx["used"].add(site)
+    return x * keep / (1.0 - ctx["rate"])
+
+
+def shift_right_embed(w, model, meta, tokens, ctx):
     # ShiftRight(1): pad one 0 on the left of axis 1, drop the last; then
-    # Embedding (weights[ids]) and PositionalEncoding (x + table[:T]) or,
-    # pos_type 'axial', AxialPositionalEncoding.
+    # Embedding (weights[ids]), Dropout, and PositionalEncoding (x +
+    # table[:T]; in training ReformerLM's drops whole channels of the table,
+    # position_encodings.py PositionalEncoding with dropout_broadcast_dims
+    # (-2,); TransformerLM's has no dropout) or, pos_type 'axial',
+    # AxialPositionalEncoding.
     shifted = np.concatenate([np.zeros_like(tokens[:, :1]), tokens[:, :-1]], axis=1)
-    x = w[model + "/Embedding[1]/embedding"][shifted]
+    x = dropout(w[model + "/Embedding[1]/embedding"][shifted], model + "/Dropout[2]", ctx)
     if meta.get("pos_type") == "axial":
         return x + axial_positions(w, model + "/AxialPositionalEncoding[3]", meta, tokens.shape[1])
-    return x + w[model + "/PositionalEncoding[3]/embedding"][: tokens.shape[1]]
+    pe = w[model + "/PositionalEncoding[3]/embedding"][: tokens.shape[1]]
+    if model == "ReformerLM":
+        pe = dropout(pe, model + "/PositionalEncoding[3]", ctx, pe.shape[-1:])
+    return x + pe
 
 
-def causal_attention(x, w, p, n_heads):
+def causal_attention(x, w, p, n_heads, ctx):
     # attention.py CausalAttention: Dense q, k, v (d_model each), split into
     # heads (B, T, H, d) -> (B, H, T, d) (SplitIntoHeads), DotProductAttention
     # with the causal mask (dots / sqrt(d_head), -1e9 where key > query,
-    # softmax), merged back, then the output Dense.
+    # softmax, in training Dropout on those probabilities (B, H, T, T) before
+    # they weight the values), merged back, then the output Dense.
     b, t, d = x.shape
     dh = d // n_heads
 
@@ -158,15 +209,19 @@ def causal_attention(x, w, p, n_heads):
     dots = np.where(mask, dots, -1e9)
     dots = np.exp(dots - dots.max(-1, keepdims=True))
     dots /= dots.sum(-1, keepdims=True)
+    dots = dropout(dots, p + "/DotProductCausalAttention[1]", ctx)
     o = (dots @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
     return dense(o, w, p + "/Dense[2]")
 
 
-def self_attention(x, w, p, n_heads):
+def self_attention(x, w, p, n_heads, ctx):
     # efficient_attention.py SelfAttention, chunk_len None, causal, no bias:
     # per head q = x Wq, k = x Wk / sqrt(d_qk) (attend), v = x Wv; dots q.k,
-    # minus 1e9 where query position < key position; softmax; o Wo, summed
-    # over heads.
+    # minus 1e9 where query position < key position; softmax; in training
+    # attend's dropout on those probabilities, one (T, T) mask for every
+    # example and head ("<p>/attention"); o Wo, summed over heads; in
+    # training apply_broadcasted_dropout on the output's channels
+    # ("<p>/output", (D,)).
     t = x.shape[1]
     causal = np.arange(t)[:, None] < np.arange(t)[None, :]
     y = 0.0
@@ -178,8 +233,9 @@ def self_attention(x, w, p, n_heads):
         dots = q @ k.transpose(0, 2, 1) - 1e9 * causal
         dots = np.exp(dots - dots.max(-1, keepdims=True))
         dots /= dots.sum(-1, keepdims=True)
+        dots = dropout(dots, p + "/attention", ctx, (t, t))
         y = y + (dots @ v) @ w[f"{p}/Wo[{h}]"]
-    return y
+    return dropout(y, p + "/output", ctx, y.shape[-1:])
 
 
 def lsh_self_attention(x, w, p, meta, lsh_ctx):
@@ -213,20 +269,24 @@ def lsh_self_attention(x, w, p, meta, lsh_ctx):
     return y
 
 
-def transformer_lm(w, meta, tokens, lsh_ctx):
-    # transformer.py TransformerLM / _DecoderBlock / _FeedForwardBlock.
-    del lsh_ctx
+def transformer_lm(w, meta, tokens, ctx):
+    # transformer.py TransformerLM / _DecoderBlock / _FeedForwardBlock, the
+    # Dropouts at Trax's places: after the embedding, on the attention
+    # probabilities, after the attention (in the residual branch), after
+    # the Relu and after the second Dense.
     m = "TransformerLM"
-    x = shift_right_embed(w, m, meta, tokens)
+    x = shift_right_embed(w, m, meta, tokens, ctx)
     n_layers = int(meta["n_layers"])
     for i in range(n_layers):
         blk = f"{m}/DecoderBlock[{4 + i}]"
         a = f"{blk}/Residual[0]/Branch[0]/Parallel[1]/Serial[1]"
         y = layer_norm(x, w[a + "/LayerNorm[0]/scale"], w[a + "/LayerNorm[0]/bias"])
-        x = x + causal_attention(y, w, a + "/CausalAttention[1]", int(meta["n_heads"]))
+        y = causal_attention(y, w, a + "/CausalAttention[1]", int(meta["n_heads"]), ctx)
+        x = x + dropout(y, a + "/Dropout[2]", ctx)
         f = f"{blk}/Residual[1]/Branch[0]/Parallel[1]/Serial[1]"
         y = layer_norm(x, w[f + "/LayerNorm[0]/scale"], w[f + "/LayerNorm[0]/bias"])
-        x = x + dense(relu(dense(y, w, f + "/Dense[1]")), w, f + "/Dense[4]")
+        y = dropout(relu(dense(y, w, f + "/Dense[1]")), f + "/Dropout[3]", ctx)
+        x = x + dropout(dense(y, w, f + "/Dense[4]"), f + "/Dropout[5]", ctx)
     k = 4 + n_layers
     x = layer_norm(x, w[f"{m}/LayerNorm[{k}]/scale"], w[f"{m}/LayerNorm[{k}]/bias"])
     return dense(x, w, f"{m}/Dense[{k + 1}]")
@@ -235,7 +295,7 @@ def transformer_lm(w, meta, tokens, lsh_ctx):
 def reformer_lm(w, meta, tokens, lsh_ctx):
     # reformer.py ReformerLM, its DecoderBlock as REFORMER.md section 1 reads it.
     m = "ReformerLM"
-    x1 = x2 = shift_right_embed(w, m, meta, tokens)
+    x1 = x2 = shift_right_embed(w, m, meta, tokens, lsh_ctx)
     n_layers = int(meta["n_layers"])
     lsh_type = meta.get("attention_type") == "LSHSelfAttention"
     for i in range(n_layers):
@@ -244,17 +304,18 @@ def reformer_lm(w, meta, tokens, lsh_ctx):
         if lsh_type:
             x1 = x1 + lsh_self_attention(y, w, a + "/LSHSelfAttention[1]", meta, lsh_ctx)
         else:
-            x1 = x1 + self_attention(y, w, a + "/SelfAttention[1]", int(meta["n_heads"]))
+            x1 = x1 + self_attention(y, w, a + "/SelfAttention[1]", int(meta["n_heads"]), lsh_ctx)
         # Chunked (Trax's BatchLeadingAxes(Chunk(FF))): the same function
         # of each row, its layers one level down.
         f = f"{m}/ReversibleSerial[5]/ReversibleHalfResidualFF[{4 * i + 2}]/Serial[0]"
         if int(meta.get("ff_chunk_size", "0")) > 0:
             f += "/Chunk[0]/Serial[0]"
         y = layer_norm(x1, w[f + "/LayerNorm[0]/scale"], w[f + "/LayerNorm[0]/bias"])
-        x2 = x2 + dense(fast_gelu(dense(y, w, f + "/Dense[1]")), w, f + "/Dense[4]")
+        y = fast_gelu(dropout(dense(y, w, f + "/Dense[1]"), f + "/Dropout[2]", lsh_ctx))
+        x2 = x2 + dropout(dense(y, w, f + "/Dense[4]"), f + "/Dropout[5]", lsh_ctx)
     x = np.concatenate([x1, x2], axis=-1)
     x = layer_norm(x, w[f"{m}/LayerNorm[7]/scale"], w[f"{m}/LayerNorm[7]/bias"])
-    return dense(x, w, f"{m}/Dense[9]")
+    return dense(dropout(x, f"{m}/Dropout[8]", lsh_ctx), w, f"{m}/Dense[9]")
 
 
 MODELS = {"TransformerLM": transformer_lm, "ReformerLM": reformer_lm}
@@ -285,9 +346,11 @@ def check(path):
         prefix = f"rot_{forward}/"
         return {k[len(prefix):]: a[2].astype(np.float64) for k, a in t.items() if k.startswith(prefix)}
 
-    def loss(w, forward, weights=weights, fixed=None, seen=None):
-        lsh_ctx = {"rot": rotations(forward), "fixed": fixed, "seen": seen if seen is not None else {}}
-        return weighted_ce(model(w, meta, tokens, lsh_ctx), targets, weights)
+    def loss(w, forward, weights=weights, fixed=None, seen=None, masks=None, used=None):
+        ctx = {"rot": rotations(forward), "fixed": fixed, "seen": seen if seen is not None else {}}
+        if masks is not None:
+            ctx.update(masks=masks, used=used if used is not None else set(), rate=float(meta["dropout"]))
+        return weighted_ce(model(w, meta, tokens, ctx), targets, weights)
 
     ref = loss(w, "eval")
     got = float(t["loss_eval"][2][0])
@@ -313,31 +376,74 @@ def check(path):
         print(f"{case}: gradient's forward: buckets {n_ok}/{n_all} exact, {n_tie} near ties, {n_bad} differ "
               f"(factors {factors}, {len({k[0] for k in seen})} layers)")
 
-    rng = np.random.default_rng(0)
-    dd = aa = nn = 0.0
-    n = 0
-    for name in names:
-        ga = t["grad/" + name][2].ravel().astype(np.float64)
-        flat = w[name].reshape(-1)
-        for k in rng.choice(flat.size, size=min(3, flat.size), replace=False):
-            saved = flat[k]
-            flat[k] = saved + GRAD_EPS
-            lp = loss(w, "grad", fixed=seen)
-            flat[k] = saved - GRAD_EPS
-            lm = loss(w, "grad", fixed=seen)
-            flat[k] = saved
-            g = (lp - lm) / (2 * GRAD_EPS)
-            dd += (ga[k] - g) ** 2
-            aa += ga[k] ** 2
-            nn += g * g
-            n += 1
-    grad_rel = np.sqrt(dd) / max(np.sqrt(nn), 1e-12)
+    def grad_diff(what, f):
+        # ctrax's gradient "<what>/<weight>" against central differences of
+        # f(w) at 3 elements of every weight: |diff| / |grad|.
+        rng = np.random.default_rng(0)
+        dd = nn = 0.0
+        n = 0
+        for name in names:
+            ga = t[f"{what}/{name}"][2].ravel().astype(np.float64)
+            flat = w[name].reshape(-1)
+            for k in rng.choice(flat.size, size=min(3, flat.size), replace=False):
+                saved = flat[k]
+                flat[k] = saved + GRAD_EPS
+                lp = f(w)
+                flat[k] = saved - GRAD_EPS
+                lm = f(w)
+                flat[k] = saved
+                g = (lp - lm) / (2 * GRAD_EPS)
+                dd += (ga[k] - g) ** 2
+                nn += g * g
+                n += 1
+        return np.sqrt(dd) / max(np.sqrt(nn), 1e-12), np.sqrt(nn), n
+
+    grad_rel, gnorm, n = grad_diff("grad", lambda w: loss(w, "grad", fixed=seen))
     print(f"{case}: gradient at {n} elements of {len(names)} weights: |ctrax - central differences| / |grad| "
-          f"{grad_rel:.2e} (|grad| {np.sqrt(nn):.3e}, tol {GRAD_TOL:g})")
+          f"{grad_rel:.2e} (|grad| {gnorm:.3e}, tol {GRAD_TOL:g})")
     good = loss_rel < LOSS_TOL and grad_rel < GRAD_TOL and n_bad == 0
+    train = ""
+    if "loss_train" in t:
+        ok_train, train = check_train(case, t, meta, w, loss, grad_diff)
+        good = good and ok_train
     print(f"{'ok' if good else 'FAIL'} {case} loss rel {loss_rel:.2e} grad rel {grad_rel:.2e}"
-          + (f" buckets differing {n_bad}" if seen else ""))
+          + (f" buckets differing {n_bad}" if seen else "") + train)
     return good
+
+
+def check_train(case, t, meta, w, loss, grad_diff):
+    """A training step at dropout meta["dropout"] with the masks ctrax drew
+    ("mask/<layer path>"): its loss ("loss_train") and gradient
+    ("grad_train/<weight>") against the reference's forward with those
+    masks at Trax's dropout sites. Every mask must be used, and about
+    1 - rate of their elements kept. Returns (passed, summary)."""
+    masks = {k[len("mask/"):]: a[2].astype(np.float64) for k, a in t.items() if k.startswith("mask/")}
+    rate = float(meta["dropout"])
+    kept = sum(m.sum() for m in masks.values())
+    total = sum(m.size for m in masks.values())
+    # Binomial: 5 standard deviations of the kept count.
+    sigma = np.sqrt(total * rate * (1 - rate))
+    frac_ok = total > 0 and abs(kept - total * (1 - rate)) < 5 * sigma
+    print(f"{case}: training step at dropout {rate:g}: {len(masks)} masks of ctrax's, {int(kept)}/{total} kept "
+          f"({kept / max(total, 1):.4f}, expected {1 - rate:g} +- {5 * sigma / max(total, 1):.4f})")
+    used = set()
+    try:
+        ref = loss(w, "grad", masks=masks, used=used)
+    except LookupError as e:
+        print(f"{case}: training step: {e}")
+        return False, " train: mask missing"
+    unused = sorted(set(masks) - used)
+    if unused:
+        print(f"{case}: training step: ctrax drew masks where Trax has no dropout: {unused}")
+    got = float(t["loss_train"][2][0])
+    rel = abs(got - ref) / abs(ref)
+    print(f"{case}: training loss ctrax {got:.8f}, reference {ref:.8f}, rel diff {rel:.2e} (tol {LOSS_TOL:g}; "
+          f"the eval loss {float(t['loss_eval'][2][0]):.8f})")
+    grad_rel, gnorm, n = grad_diff("grad_train", lambda w: loss(w, "grad", masks=masks))
+    print(f"{case}: training gradient at {n} elements: |ctrax - central differences| / |grad| {grad_rel:.2e} "
+          f"(|grad| {gnorm:.3e}, tol {GRAD_TOL:g})")
+    good = frac_ok and not unused and rel < LOSS_TOL and grad_rel < GRAD_TOL
+    return good, f" train loss rel {rel:.2e} train grad rel {grad_rel:.2e}"
 
 
 def main():

@@ -11,8 +11,10 @@
 # LM_REFERENCE (tests/lm_reference.c) trains each model a few steps, writes
 # its checkpoint, a batch, ctrax's eval loss on it and the gradient; the
 # reference reads the weights from the checkpoint by layer path and checks
-# the loss and the gradient within the tolerances its docstring gives. One
-# case, one pass or failure; a program that fails or a case that prints no
+# the loss and the gradient within the tolerances its docstring gives; in
+# the transformer and reformer cases also one training step at dropout 0.1,
+# with the masks ctrax drew applied at Trax's dropout sites. One case, one
+# pass or failure; a program that fails or a case that prints no
 # verdict is a failure too. Ends with "lm_reference_test: N passed, M failed".
 set -uo pipefail
 source "$(dirname "$0")/cli_common.sh" lm_reference_test
