@@ -259,22 +259,40 @@ wait $pid
     ok "a second run in the same directory: $(grep 'in use' "$work/busy2.log")" ||
     bad "a second run in the same directory: exit $rc: $(tail -n 2 "$work/busy2.log")"
 
+# A run into directory $1 (its output in $2) whose evals would take minutes,
+# with the settings $4...: sent SIGTERM, and again a second later, 2 s after
+# its start, or once its checkpoint pointer names $3 when $3 is given. rc:
+# its exit status, or -1 when it still ran 5 s later (then killed).
+second_sigterm() {
+    "$ctrax" train "$b" --set train.random_seed=5 --set train.steps=1000 --set train.eval_steps=100000000 \
+        "${@:4}" --output-dir "$1" >"$2" 2>&1 &
+    local pid=$!
+    if [[ -n $3 ]]; then
+        for _ in $(seq 100); do [[ $(cat "$1/checkpoint" 2>/dev/null) == "$3" ]] && break; sleep 0.1; done
+        sleep 0.5
+    else
+        sleep 2
+    fi
+    kill -TERM $pid
+    sleep 1
+    kill -TERM $pid
+    for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+    if kill -0 $pid 2>/dev/null; then
+        kill -KILL $pid
+        wait $pid
+        rc=-1
+    else
+        wait $pid
+        rc=$?
+    fi
+}
+
 # A second SIGTERM stops at once, during an eval that would take minutes
 # (the first asks for a stop after the step).
-"$ctrax" train "$b" --set train.random_seed=5 --set train.steps=1000 --set train.eval_steps=100000000 \
-    --output-dir "$work/sig2" >"$work/sig2.log" 2>&1 &
-pid=$!
-sleep 2
-kill -TERM $pid
-sleep 1
-kill -TERM $pid
-for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
-if kill -0 $pid 2>/dev/null; then
-    kill -KILL $pid
+second_sigterm "$work/sig2" "$work/sig2.log" ""
+if ((rc < 0)); then
     bad "a second SIGTERM: still running 5 s later"
 else
-    wait $pid
-    rc=$?
     # It says so, and what the same command then does (no checkpoint yet:
     # the step-1 eval never ended).
     want="ctrax: a second signal: stopped at once, before its first checkpoint: the same command starts over from step 0"
@@ -286,21 +304,10 @@ fi
 # The same after checkpoints (steps 1 and 2; the eval at step 3 would take
 # minutes): the message names the one the same command resumes from, and
 # that command resumes there.
-"$ctrax" train "$b" --set train.random_seed=5 --set train.steps=1000 --set train.eval_steps=100000000 \
-    --set 'Loop.eval_at=[3]' --output-dir "$work/sig3" >"$work/sig3.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do [[ $(cat "$work/sig3/checkpoint" 2>/dev/null) == model_2 ]] && break; sleep 0.1; done
-sleep 0.5
-kill -TERM $pid
-sleep 1
-kill -TERM $pid
-for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
-if kill -0 $pid 2>/dev/null; then
-    kill -KILL $pid
+second_sigterm "$work/sig3" "$work/sig3.log" model_2 --set 'Loop.eval_at=[3]'
+if ((rc < 0)); then
     bad "a second SIGTERM after checkpoints: still running 5 s later"
 else
-    wait $pid
-    rc=$?
     want="ctrax: a second signal: stopped at once; the steps since the newest checkpoint are lost. The same command resumes from $work/sig3/model_2"
     "$ctrax" train "$b" --set train.random_seed=5 --set train.steps=4 --set 'Loop.eval_at=[3]' \
         --output-dir "$work/sig3" >"$work/sig3b.log" 2>&1
@@ -310,6 +317,16 @@ else
         ok "a second SIGTERM after checkpoints: '$want', and the same command resumes there" ||
         bad "a second SIGTERM after checkpoints: exit $rc then $rc2: $(tail -n 2 "$work/sig3.log") / $(grep resuming "$work/sig3b.log")"
 fi
+
+# The same in an output directory whose name holds an escape sequence and a
+# newline: the message shows each control character as '?', as ctrax shows
+# every name it did not make (ctrax_put_text), on one line; so do the lines
+# that name the directory when the run starts: no escape byte in the log.
+second_sigterm "$work/sig4"$'\e[31m\nX' "$work/sig4.log" model_2 --set 'Loop.eval_at=[3]'
+want="ctrax: a second signal: stopped at once; the steps since the newest checkpoint are lost. The same command resumes from $work/sig4?[31m?X/model_2"
+((rc == 143)) && grep -qxF "$want" "$work/sig4.log" && ! grep -q $'\e' "$work/sig4.log" &&
+    ok "a second SIGTERM, output directory with an escape sequence and a newline: '$want'" ||
+    bad "a second SIGTERM, odd output directory: exit $rc: $(tail -n 3 "$work/sig4.log" | cat -v)"
 
 # stdout on a full disk: the run trains and checkpoints, but its log is lost,
 # and that must not look done (it exited 0 without a word).

@@ -2306,6 +2306,38 @@ static void test_arrays(void) {
         CHECK_MSG(!strcmp(desc, want), "describe: \"%s\", wanted \"%s\"", desc, want);
         ct_stream_free(s);
     }
+    // Repeated by epochs, no epoch count wraps at 2^32 (the doc): epoch
+    // 2^32 + 1 is a permutation of the items of its own, not epoch 1's (its
+    // order draws from the whole 64-bit epoch number), and a stream of
+    // 2^31 epochs seeks to its last item.
+    {
+        ct_stream *s = arrays_source(false);
+        CHECK_OK(ct_epochs_stream_new(&s, s, true, 3, 0, &err), &err);
+        int order[2][AN], seen[2] = {0, 0};
+        const int64_t epochs[2] = {1, (INT64_C(1) << 32) + 1};
+        for (int e = 0; e < 2; e++) {
+            CHECK_OK(ct_stream_seek(s, epochs[e] * AN, &err), &err);
+            for (int k = 0; k < AN; k++) {
+                ct_batch b;
+                CHECK_OK(ct_stream_next(s, &b, &err), &err);
+                order[e][k] = -1;
+                for (int i = 0; i < AN; i++)
+                    if (is_slice(&b, false, 0, i)) order[e][k] = i, seen[e]++;
+            }
+        }
+        CHECK_MSG(seen[0] == AN && seen[1] == AN, "epochs 1 and 2^32 + 1: %d and %d of %d items", seen[0], seen[1], AN);
+        CHECK_MSG(memcmp(order[0], order[1], sizeof order[0]) != 0, "epoch 2^32 + 1 has epoch 1's order");
+        ct_stream_free(s);
+        s = arrays_source(false);
+        CHECK_OK(ct_epochs_stream_new(&s, s, true, 3, INT64_C(1) << 31, &err), &err);
+        CHECK_OK(ct_stream_seek(s, (INT64_C(1) << 31) * AN - 1, &err), &err);
+        ct_batch b;
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        CHECK(b.n == 3);
+        CHECK_OK(ct_stream_next(s, &b, &err), &err);
+        CHECK(b.n == 0);
+        ct_stream_free(s);
+    }
     // A copy does not see the caller's arrays change (or go away) after it.
     {
         ct_stream *s = arrays_source(true);

@@ -1311,10 +1311,13 @@ static void test_log_names_justified(void) {
 // holds, and writes into every checkpoint, keeps the newest history_max rows
 // and each metric's last one (metrics.jsonl keeps every value). Checked on
 // a run that logs 8 values (6 training metrics, 2 eval metrics) at each of
-// 12 steps with history_max 3: the rows held, in memory and in state.json,
-// bounded; the newest 3 rows and every metric's last value those of the run
-// that keeps all (history_max < 0); the rows a subsequence of its rows; a
-// run stopped and resumed holds the rows the uninterrupted one holds.
+// 12 steps with history_max 3, more metrics than history_max: the rows
+// held, in memory and in state.json, those model_bounded gives (the rule,
+// written plainly) from the rows of the run that keeps all (history_max <
+// 0), so bounded; the newest 3 rows and every metric's last value among
+// them; a state.json of every row restored into history_max 3 or 1 cut to
+// the rows such a run holds; a run stopped and resumed, at several steps,
+// holds the rows the uninterrupted one holds.
 static int history_rows(const char *dir, const char *name) {
     ct_checkpoint *c = NULL;
     ct_error err;
@@ -1333,6 +1336,48 @@ static bool same_row(const ct_history_entry *a, const ct_history_entry *b) {
            (timed || a->value == b->value);
 }
 
+static bool same_metric(const ct_history_entry *a, const ct_history_entry *b) {
+    return !strcmp(a->mode, b->mode) && !strcmp(a->metric, b->metric);
+}
+
+// rows[i] has no later row of its metric among rows[0..n).
+static bool last_of_metric(const ct_history_entry *rows, int n, int i) {
+    for (int j = i + 1; j < n; j++)
+        if (same_metric(&rows[j], &rows[i])) return false;
+    return true;
+}
+
+// The rows a Loop with history_max max holds after recording rows[0..n)
+// one by one (ct_loop_options.history_max's rule, with plain scans): after
+// each row, once the rows held number 2 max and max + 2 D (D: the metrics
+// they name), the newest max stay and of the older ones each metric's
+// last. Into out (n rows of room); returns the count.
+static int model_bounded(const ct_history_entry *rows, int n, int max, ct_history_entry *out) {
+    int m = 0;
+    for (int r = 0; r < n; r++) {
+        out[m++] = rows[r];
+        int d = 0;
+        for (int i = 0; i < m; i++) d += last_of_metric(out, m, i);
+        if (m < 2 * max || m < max + 2 * d) continue;
+        int k = 0;
+        for (int i = 0; i < m; i++)
+            if (i >= m - max || last_of_metric(out, m, i)) out[k++] = out[i];
+        m = k;
+    }
+    return m;
+}
+
+// The loop's history is want[0..n_want): the count and every row.
+static bool history_is(const ct_loop *loop, const ct_history_entry *want, int n_want, int *n_held, int *n_same) {
+    int n;
+    const ct_history_entry *h = ct_loop_history(loop, &n);
+    int same = 0;
+    for (int i = 0; i < n && i < n_want; i++) same += same_row(&h[i], &want[i]);
+    *n_held = n;
+    *n_same = same;
+    return n == n_want && same == n_want;
+}
+
 static void test_history_bounded(void) {
     enum { STEPS = 12, MAX = 3, PER_LOG = 8 };
     char *all_dir = temp_dir("history_all"), *dir = temp_dir("history"), *cut_dir = temp_dir("history_cut");
@@ -1346,6 +1391,7 @@ static void test_history_bounded(void) {
     int n_all;
     const ct_history_entry *h = ct_loop_history(r.loop, &n_all);
     ct_history_entry *all = malloc((size_t)n_all * sizeof *all + 1);
+    ct_history_entry *want = malloc((size_t)n_all * sizeof *want + 1);
     memcpy(all, h, (size_t)n_all * sizeof *all);
     run_free(&r);
     CHECK_MSG(n_all == STEPS * PER_LOG, "history_max -1: %d rows, not %d", n_all, STEPS * PER_LOG);
@@ -1354,11 +1400,14 @@ static void test_history_bounded(void) {
     o.history_max = MAX;
     CHECK_OK(run_new(&r, dir, o, &err), &err);
     CHECK_OK(ct_loop_run(r.loop, STEPS, &err), &err);
-    int n;
+    int n, n_want = model_bounded(all, n_all, MAX, want), same;
+    CHECK_MSG(history_is(r.loop, want, n_want, &n, &same),
+              "history_max %d: %d rows held (%d as the model's %d rows)", MAX, n, same, n_want);
     h = ct_loop_history(r.loop, &n);
     ct_history_entry *kept = malloc((size_t)n * sizeof *kept + 1);
     memcpy(kept, h, (size_t)n * sizeof *kept);
-    CHECK_MSG(n <= 2 * MAX + PER_LOG, "history_max %d: %d rows held", MAX, n);
+    // Fewer rows than would make the next record cut them.
+    CHECK_MSG(n < MAX + 2 * PER_LOG, "history_max %d: %d rows held", MAX, n);
     CHECK_MSG(history_rows(dir, "model_12") == n, "model_12/state.json: %d history rows, the loop holds %d",
               history_rows(dir, "model_12"), n);
     for (int i = 0; i < MAX && i < n; i++)
@@ -1366,10 +1415,10 @@ static void test_history_bounded(void) {
                   MAX, i, kept[n - 1 - i].mode, kept[n - 1 - i].metric, (long long)kept[n - 1 - i].step);
     int found = 0;
     for (int i = 0; i < n_all; i++) {
-        double last = ct_loop_last_value(r.loop, all[i].mode, all[i].metric), want = NAN;
-        for (int j = n_all - 1; j >= 0 && isnan(want); j--)
-            if (!strcmp(all[j].mode, all[i].mode) && !strcmp(all[j].metric, all[i].metric)) want = all[j].value;
-        found += last == want || strstr(all[i].metric, "per second");
+        double last = ct_loop_last_value(r.loop, all[i].mode, all[i].metric), want_last = NAN;
+        for (int j = n_all - 1; j >= 0 && isnan(want_last); j--)
+            if (same_metric(&all[j], &all[i])) want_last = all[j].value;
+        found += last == want_last || strstr(all[i].metric, "per second");
     }
     CHECK_MSG(found == n_all, "history_max %d: %d of %d rows' metrics have their last value", MAX, found, n_all);
     int j = 0;
@@ -1381,34 +1430,52 @@ static void test_history_bounded(void) {
     run_free(&r);
 
     // A state.json holding every row (saved with history_max -1, or by a
-    // ctrax from before the bound) is cut as soon as it is restored: to the
-    // very rows the run with history_max 3 holds at that step; with
-    // history_max 1, to one row per metric, its last.
+    // ctrax from before the bound) is cut as it is read: to the very rows
+    // the run with history_max 3 holds at that step; with history_max 1, to
+    // those a run with history_max 1 would hold.
     o.history_max = MAX;
     CHECK_OK(run_new(&r, all_dir, o, &err), &err);
-    int n_restored;
-    h = ct_loop_history(r.loop, &n_restored);
-    int same_restored = 0;
-    for (int i = 0; i < n_restored && i < n; i++) same_restored += same_row(&h[i], &kept[i]);
-    CHECK_MSG(ct_loop_step(r.loop) == STEPS && n_restored == n && same_restored == n,
+    int n_restored, same_restored;
+    CHECK_MSG(ct_loop_step(r.loop) == STEPS && history_is(r.loop, kept, n, &n_restored, &same_restored),
               "%d rows restored into history_max %d: %d held (%d as the run's %d)", n_all, MAX, n_restored,
               same_restored, n);
     run_free(&r);
     o.history_max = 1;
     CHECK_OK(run_new(&r, all_dir, o, &err), &err);
-    h = ct_loop_history(r.loop, &n_restored);
-    int lasts = 0;
-    for (int i = 0; i < n_restored; i++) {
-        int k = n_all - 1;
-        while (k >= 0 && (strcmp(all[k].mode, h[i].mode) || strcmp(all[k].metric, h[i].metric))) k--;
-        lasts += k >= 0 && same_row(&h[i], &all[k]);
-    }
-    CHECK_MSG(n_restored == PER_LOG && lasts == PER_LOG && same_row(&h[n_restored - 1], &all[n_all - 1]),
-              "%d rows restored into history_max 1: %d held, %d of them their metric's last", n_all, n_restored,
-              lasts);
+    int n_want1 = model_bounded(all, n_all, 1, want);
+    CHECK_MSG(history_is(r.loop, want, n_want1, &n_restored, &same_restored),
+              "%d rows restored into history_max 1: %d held (%d as the model's %d)", n_all, n_restored,
+              same_restored, n_want1);
     run_free(&r);
-    printf("history: %d steps x %d values, history_max %d: %d rows held and in state.json (all: %d)\n", STEPS, PER_LOG,
-           MAX, n, n_all);
+    printf("history: %d steps x %d values, history_max %d: %d rows held and in state.json (all: %d); "
+           "restored into history_max 1: %d\n", STEPS, PER_LOG, MAX, n, n_all, n_want1);
+
+    // Stopped and resumed with history_max 3 (more metrics than that): the
+    // history restored is the one saved, and the resumed run ends with the
+    // rows of the uninterrupted one, wherever between two cuts it stopped.
+    static const int stops[] = {2, 5, 7, 9, 11};
+    for (size_t k = 0; k < sizeof stops / sizeof *stops; k++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "history_stop%d", stops[k]);
+        char *stop_dir = temp_dir(tag);
+        o.history_max = MAX;
+        CHECK_OK(run_new(&r, stop_dir, o, &err), &err);
+        CHECK_OK(ct_loop_run(r.loop, stops[k], &err), &err);
+        run_free(&r);
+        CHECK_OK(run_new(&r, stop_dir, o, &err), &err);
+        CHECK(ct_loop_step(r.loop) == stops[k]);
+        int n_at = model_bounded(all, stops[k] * PER_LOG, MAX, want);
+        CHECK_MSG(history_is(r.loop, want, n_at, &n_restored, &same_restored),
+                  "history_max %d, resumed at %d: %d rows restored (%d as the %d saved)", MAX, stops[k], n_restored,
+                  same_restored, n_at);
+        CHECK_OK(ct_loop_run(r.loop, STEPS, &err), &err);
+        CHECK_MSG(history_is(r.loop, kept, n, &n_restored, &same_restored),
+                  "history_max %d, resumed at %d: %d rows at step %d (%d as the uninterrupted run's %d)", MAX,
+                  stops[k], n_restored, STEPS, same_restored, n);
+        run_free(&r);
+        ct_fs_remove_tree(stop_dir, NULL);
+        free(stop_dir);
+    }
 
     // With history_max 40, stopped at step 9 (72 rows, all restored) and
     // resumed to 12: at 80 rows the newest 40 stay, so it ends with the
@@ -1421,14 +1488,12 @@ static void test_history_bounded(void) {
     CHECK_OK(run_new(&r, cut_dir, o, &err), &err);
     CHECK(ct_loop_step(r.loop) == 9);
     CHECK_OK(ct_loop_run(r.loop, STEPS, &err), &err);
-    int n_cut;
-    h = ct_loop_history(r.loop, &n_cut);
-    int same = 0, want = n_all - 40;
-    for (int i = 0; i < n_cut && i < want; i++) same += same_row(&h[i], &all[n_all - want + i]);
-    CHECK_MSG(n_cut == want && same == want, "history_max 40, resumed at 9: %d rows (%d the same), want the newest %d",
-              n_cut, same, want);
+    int n_cut, same_cut, n_want40 = n_all - 40;
+    CHECK_MSG(history_is(r.loop, all + n_all - n_want40, n_want40, &n_cut, &same_cut),
+              "history_max 40, resumed at 9: %d rows (%d the same), want the newest %d", n_cut, same_cut, n_want40);
+    CHECK(model_bounded(all, n_all, 40, want) == n_want40);
     run_free(&r);
-    free(all), free(kept);
+    free(all), free(kept), free(want);
     ct_fs_remove_tree(all_dir, NULL), ct_fs_remove_tree(dir, NULL), ct_fs_remove_tree(cut_dir, NULL);
     free(all_dir), free(dir), free(cut_dir);
 }

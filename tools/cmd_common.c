@@ -413,11 +413,15 @@ int ctrax_parse_threads(const char *cmd, const char *value, int *out) {
     return 0;
 }
 
-int ctrax_put_text(FILE *f, const char *s) {
-    char *shown = ct_strdup(s);  // the library's rule (ct_text_printable), on a copy
-    ct_text_printable(shown);
-    for (char *p = shown; *p; p++)
+void ctrax_text_shown(char *s) {
+    ct_text_printable(s);  // the library's rule
+    for (char *p = s; *p; p++)
         if (*p == '\n') *p = '?';  // and one name, one line
+}
+
+int ctrax_put_text(FILE *f, const char *s) {
+    char *shown = ct_strdup(s);
+    ctrax_text_shown(shown);
     fputs(shown, f);
     int n = (int)strlen(shown);
     ct_free(shown);

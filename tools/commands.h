@@ -152,6 +152,9 @@ int ctrax_opt_threads(const char *cmd, int argc, char **argv, int *i);
 // a hostile file's escape sequences must not reach the terminal. Returns
 // the bytes written.
 int ctrax_put_text(FILE *f, const char *s);
+// The same rule on s itself, in place: for text kept to be written later
+// (the second signal's message, written from the signal handler).
+void ctrax_text_shown(char *s);
 // Writes "DIR/NAME" of checkpoint c in directory dir to f, each through
 // ctrax_put_text: the name is anyone's directory name.
 void ctrax_put_checkpoint(FILE *f, const char *dir, const ct_checkpoint *c);

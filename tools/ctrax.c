@@ -48,7 +48,8 @@ static char stop_message[200] = "\nctrax: stopping after this step, with a check
 static size_t stop_message_len = sizeof "\nctrax: stopping after this step, with a checkpoint (again: stop at once)\n" - 1;
 
 // The run's checkpoint pointer (<output dir>/checkpoint) and the directory
-// as given, for the second signal's message; "" on processes other than the
+// as the second signal's message shows it (ctrax_text_shown: made before
+// any signal, the handler only writes it); "" on processes other than the
 // chief (the directory may not be theirs).
 static char pointer_path[4200];
 static char pointer_dir[4096];
@@ -973,6 +974,7 @@ static int run_train(const train_args *a) {
     }
     if (rank == 0) {
         snprintf(pointer_dir, sizeof pointer_dir, "%s", r.output_dir);
+        ctrax_text_shown(pointer_dir);  // anyone's name: no escape sequence or newline reaches the terminal
         snprintf(pointer_path, sizeof pointer_path, "%s/checkpoint", r.output_dir);
     }
     signal(SIGINT, on_signal);
@@ -1001,10 +1003,14 @@ static int run_train(const train_args *a) {
         const ct_net *net = ct_loop_net(r.loop);
         char desc[512];
         ct_stream_describe(r.train, desc, sizeof desc);
-        printf("%s: %s, %zu weights (%.2f MiB); %s trainer, %d device(s) x %d process(es); output %s\n", a->configs[0],
-               r.model->name, net->n_weights, (double)net->n_weights * 4 / (1 << 20),
+        // The config's and the directory's names are anyone's (ctrax_put_text).
+        ctrax_put_text(stdout, a->configs[0]);
+        printf(": %s, %zu weights (%.2f MiB); %s trainer, %d device(s) x %d process(es); output ", r.model->name,
+               net->n_weights, (double)net->n_weights * 4 / (1 << 20),
                o.trainer.memory_efficient ? "memory-efficient" : "standard", o.trainer.n_devices,
-               r.comm ? ct_comm_size(r.comm) : 1, r.output_dir);
+               r.comm ? ct_comm_size(r.comm) : 1);
+        ctrax_put_text(stdout, r.output_dir);
+        putchar('\n');
         printf("data: %s\n", desc);
         if (r.eval_model) printf("evals: the model as %s, on the trained weights\n", r.eval_model_name);
         print_blas();
@@ -1023,9 +1029,12 @@ static int run_train(const train_args *a) {
         if (ct_loop_stopped(r.loop))
             printf("stopped at step %lld; checkpoint written. Run the same command to continue.\n",
                    (long long)ct_loop_step(r.loop));
-        else
-            printf("done: step %lld; checkpoints, metrics.jsonl and TensorBoard files in %s\n",
-                   (long long)ct_loop_step(r.loop), r.output_dir);
+        else {
+            printf("done: step %lld; checkpoints, metrics.jsonl and TensorBoard files in ",
+                   (long long)ct_loop_step(r.loop));
+            ctrax_put_text(stdout, r.output_dir);
+            putchar('\n');
+        }
     }
     rc = 0;
     // Another process's signal stops this one too (under mpirun every one

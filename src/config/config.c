@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "config/internal.h"
+#include "core/index.h"
 #include "ctrax/core/log.h"
 #include "ctrax/core/memory.h"
 
@@ -43,22 +44,13 @@ typedef struct record {
     const ct_config_value *value;  // one of cfg->owned
 } record;
 
-// An open-addressing index from a hash to entries of an array (the
-// macros, the bindings): a lookup is a few probes, not a scan of the array
-// (a config of 100,000 macros took 25 s to read). Entries are only added.
-typedef struct cfg_index {
-    int *slot;       // cap slots (a power of two): an entry's position, or -1
-    uint64_t *hash;  // each entry's hash, by position
-    int cap, n, cap_hash;
-} cfg_index;
-
 struct ct_config {
     binding *bindings;
     int n_bindings, cap_bindings;
-    cfg_index binding_index;
+    ct_index binding_index;  // macros and bindings by name: a lookup is a few probes
     macro *macros;
     int n_macros, cap_macros;
-    cfg_index macro_index;
+    ct_index macro_index;
     record *records;
     int n_records, cap_records;
     ct_config_value **owned;  // every value a query returned; freed with cfg
@@ -87,51 +79,6 @@ static void *grow(void *p, int *cap, int need, size_t size) {
     while (c < need) c *= 2;
     *cap = c;
     return ct_realloc(p, (size_t)c * size);
-}
-
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {  // FNV-1a
-    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
-    return h;
-}
-static uint64_t hash_str(const char *s) { return hash_bytes(14695981039346656037ull, s, strlen(s)); }
-
-// The position of the entry with hash h that same(cfg, position, key)
-// accepts, or -1.
-static int index_find(const cfg_index *ix, uint64_t h, bool (*same)(const ct_config *, int, const void *),
-                      const ct_config *cfg, const void *key) {
-    if (!ix->cap) return -1;
-    for (size_t i = h & (size_t)(ix->cap - 1);; i = (i + 1) & (size_t)(ix->cap - 1)) {
-        int at = ix->slot[i];
-        if (at < 0) return -1;
-        if (ix->hash[at] == h && same(cfg, at, key)) return at;
-    }
-}
-
-static void index_put(cfg_index *ix, int at) {
-    size_t i = ix->hash[at] & (size_t)(ix->cap - 1);
-    while (ix->slot[i] >= 0) i = (i + 1) & (size_t)(ix->cap - 1);
-    ix->slot[i] = at;
-}
-
-// Entry `at` (the next position) with hash h; the table doubles at half full.
-static void index_add(cfg_index *ix, int at, uint64_t h) {
-    ix->hash = grow(ix->hash, &ix->cap_hash, at + 1, sizeof *ix->hash);
-    ix->hash[at] = h;
-    ix->n++;
-    if (2 * ix->n > ix->cap) {
-        ct_free(ix->slot);
-        ix->cap = ix->cap ? 2 * ix->cap : 64;
-        ix->slot = ct_malloc((size_t)ix->cap * sizeof *ix->slot);
-        memset(ix->slot, 0xff, (size_t)ix->cap * sizeof *ix->slot);  // -1
-        for (int e = 0; e < ix->n; e++) index_put(ix, e);
-    } else {
-        index_put(ix, at);
-    }
-}
-
-static void index_free(cfg_index *ix) {
-    ct_free(ix->slot);
-    ct_free(ix->hash);
 }
 
 static char *dup_n(const char *s, size_t n) {
@@ -165,8 +112,8 @@ void ct_config_free(ct_config *cfg) {
     ct_free(cfg->warned);
     ct_free(cfg->bindings);
     ct_free(cfg->macros);
-    index_free(&cfg->binding_index);
-    index_free(&cfg->macro_index);
+    ct_index_free(&cfg->binding_index);
+    ct_index_free(&cfg->macro_index);
     ct_free(cfg->records);
     ct_free(cfg->owned);
     ct_free(cfg->strings);
@@ -550,10 +497,12 @@ static void normalize(const cfg_param *p, ct_config_value *v) {
 
 // ---- Macros ---------------------------------------------------------------------------------
 
-static bool same_macro(const ct_config *cfg, int at, const void *name) { return !strcmp(cfg->macros[at].name, name); }
+static bool same_macro(const void *cfg, int at, const void *name) {
+    return !strcmp(((const ct_config *)cfg)->macros[at].name, name);
+}
 
 static macro *find_macro(ct_config *cfg, const char *name) {
-    int at = index_find(&cfg->macro_index, hash_str(name), same_macro, cfg, name);
+    int at = ct_index_find(&cfg->macro_index, ct_hash_str(name), same_macro, cfg, name);
     return at < 0 ? NULL : &cfg->macros[at];
 }
 
@@ -628,20 +577,20 @@ typedef struct binding_key {
 } binding_key;
 
 static uint64_t binding_hash(const binding_key *k) {
-    uint64_t h = hash_str(k->scope);
-    h = hash_bytes(h, &k->def, sizeof k->def);
-    return hash_bytes(h, &k->param, sizeof k->param);
+    uint64_t h = ct_hash_str(k->scope);
+    h = ct_hash_bytes(h, &k->def, sizeof k->def);
+    return ct_hash_bytes(h, &k->param, sizeof k->param);
 }
 
-static bool same_binding(const ct_config *cfg, int at, const void *key) {
-    const binding *b = &cfg->bindings[at];
+static bool same_binding(const void *cfg, int at, const void *key) {
+    const binding *b = &((const ct_config *)cfg)->bindings[at];
     const binding_key *k = key;
     return b->def == k->def && b->param == k->param && !strcmp(b->scope, k->scope);
 }
 
 static binding *find_binding(ct_config *cfg, const char *scope, const cfg_def *d, const cfg_param *p) {
     binding_key k = {scope, d, p};
-    int at = index_find(&cfg->binding_index, binding_hash(&k), same_binding, cfg, &k);
+    int at = ct_index_find(&cfg->binding_index, binding_hash(&k), same_binding, cfg, &k);
     return at < 0 ? NULL : &cfg->bindings[at];
 }
 
@@ -680,7 +629,7 @@ static ct_status bind_macro(ct_config *cfg, const char *key, const char *file, i
         m = &cfg->macros[cfg->n_macros++];
         memset(m, 0, sizeof *m);
         m->name = ct_strdup(key);
-        index_add(&cfg->macro_index, cfg->n_macros - 1, hash_str(key));
+        ct_index_add(&cfg->macro_index, cfg->n_macros - 1, ct_hash_str(key));
     }
     cfg_value_free(&m->value);
     m->value = *value;
@@ -743,7 +692,7 @@ ct_status cfg_bind(ct_config *cfg, const char *key, const char *file, int line, 
         cfg->bindings = grow(cfg->bindings, &cfg->cap_bindings, cfg->n_bindings + 1, sizeof *cfg->bindings);
         cfg->bindings[cfg->n_bindings++] = nb;
         binding_key k = {nb.scope, d, p};
-        index_add(&cfg->binding_index, cfg->n_bindings - 1, binding_hash(&k));
+        ct_index_add(&cfg->binding_index, cfg->n_bindings - 1, binding_hash(&k));
     }
     return CT_OK;
 }

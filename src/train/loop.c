@@ -18,6 +18,7 @@
 #include "ctrax/train/checkpoint.h"
 #include "core/fs.h"
 #include "ctrax/layers/layer_author.h"
+#include "core/index.h"
 #include "core/json.h"
 #include "train/summary_internal.h"
 #include "optim/internal.h"
@@ -37,6 +38,13 @@ typedef struct step_list {
     int n;
     bool on;
 } step_list;
+
+// A (mode, metric) of the history, and the position of its newest row.
+typedef struct history_metric {
+    char mode[sizeof ((ct_history_entry *)0)->mode];
+    char metric[sizeof ((ct_history_entry *)0)->metric];
+    int last;
+} history_metric;
 
 struct ct_loop {
     ct_loop_options opts;
@@ -70,7 +78,11 @@ struct ct_loop {
     ct_comm *comm;  // opts.trainer.comm, or NULL
 
     ct_history_entry *history;
+    int *history_metric;  // each row's (mode, metric): an entry of metrics
     int n_history, cap_history;
+    history_metric *metrics;  // the (mode, metric)s the rows name, each once
+    int n_metrics, cap_metrics;
+    ct_index metric_index;  // metrics by name
     ct_summary *summary;  // the chief's, when there is an output dir
     ct_progress *progress;
     char restored_from[CT_CHECKPOINT_NAME_MAX];
@@ -173,62 +185,83 @@ static ct_status task_at(const ct_loop *l, int64_t step, int *task, ct_error *er
 
 // ---- history and summaries ---------------------------------------------------------
 
+static uint64_t metric_hash(const char *mode, const char *metric) {
+    return ct_hash_bytes(ct_hash_bytes(CT_HASH_START, mode, strlen(mode) + 1), metric, strlen(metric));
+}
+
+static bool same_metric(const void *ctx, int at, const void *key) {
+    const history_metric *m = &((const ct_loop *)ctx)->metrics[at];
+    const ct_history_entry *e = key;
+    return !strcmp(m->mode, e->mode) && !strcmp(m->metric, e->metric);
+}
+
 static void append_history(ct_loop *l, const char *mode, const char *metric, double value) {
     if (l->n_history == l->cap_history) {
         l->cap_history = l->cap_history ? 2 * l->cap_history : 256;
         l->history = ct_realloc(l->history, (size_t)l->cap_history * sizeof *l->history);
+        l->history_metric = ct_realloc(l->history_metric, (size_t)l->cap_history * sizeof *l->history_metric);
     }
-    ct_history_entry *e = &l->history[l->n_history++];
+    ct_history_entry *e = &l->history[l->n_history];
     memset(e, 0, sizeof *e);
     snprintf(e->mode, sizeof e->mode, "%s", mode);
     snprintf(e->metric, sizeof e->metric, "%s", metric);
     e->step = l->step;
     e->value = value;
+    uint64_t h = metric_hash(e->mode, e->metric);
+    int k = ct_index_find(&l->metric_index, h, same_metric, l, e);
+    if (k < 0) {
+        if (l->n_metrics == l->cap_metrics) {
+            l->cap_metrics = l->cap_metrics ? 2 * l->cap_metrics : 16;
+            l->metrics = ct_realloc(l->metrics, (size_t)l->cap_metrics * sizeof *l->metrics);
+        }
+        k = l->n_metrics++;
+        history_metric *m = &l->metrics[k];
+        memcpy(m->mode, e->mode, sizeof m->mode);
+        memcpy(m->metric, e->metric, sizeof m->metric);
+        ct_index_add(&l->metric_index, k, h);
+    }
+    l->metrics[k].last = l->n_history;
+    l->history_metric[l->n_history++] = k;
 }
 
-// A history row and where it was, sorted by metric then by place.
-typedef struct history_ref {
-    const ct_history_entry *e;
-    int i;
-} history_ref;
-
-static int cmp_metric(const ct_history_entry *a, const ct_history_entry *b) {
-    int c = strcmp(a->mode, b->mode);
-    return c ? c : strcmp(a->metric, b->metric);
-}
-
-static int cmp_history_ref(const void *pa, const void *pb) {
-    const history_ref *a = pa, *b = pb;
-    int c = cmp_metric(a->e, b->e);
-    return c ? c : (a->i > b->i) - (a->i < b->i);
+// Empties the history (a restore reads it anew).
+static void clear_history(ct_loop *l) {
+    l->n_history = 0;
+    l->n_metrics = 0;
+    ct_index_free(&l->metric_index);
 }
 
 // Bounds the history (ct_loop_options.history_max = M): once it holds 2 M
-// rows, the newest M stay, and of the older ones only each metric's last
-// (no later row of its mode and metric), in the order recorded. A history
-// this left is left as it is by it again (its older rows are each their
-// metric's last), so a resumed run, which bounds the history it restored,
-// goes on from the very rows the uninterrupted run held. Sorting finds the
-// last rows in n log n whatever the names (a restored state.json's may all
-// differ).
+// rows and M + 2 D (D: the (mode, metric)s its rows name), the newest M
+// stay, and of the older ones only each metric's last (no later row of its
+// mode and metric), in the order recorded. What stays is then at most
+// M + D - 1 rows (the newest row's metric is among the newest M), so the
+// next cut is at least max(M - D, D) + 1 records away and its O(M + D) is
+// O(1) a record, however many metrics a run logs (cut at 2 M rows alone, a
+// history naming more than M metrics would be cut at every record).
+// The rule depends on the rows alone, not on where the last cut was, and a
+// cut's rows are those one cut of every row recorded so far would leave; so
+// a history restored row by row through it (restore_history) is the one
+// saved when a loop with this M saved it (its older rows, each its metric's
+// last, name metrics the newer ones do not: no prefix of it reaches
+// M + 2 D), and the rows a run with this M holds when it was saved with a
+// larger M or none; a resumed run then goes on from, and cuts at, the very
+// rows of the uninterrupted one.
 static void bound_history(ct_loop *l) {
-    int64_t max = l->opts.history_max;
-    if (max <= 0 || l->n_history < 2 * max) return;
-    int n = l->n_history, newest = n - (int)max;
-    history_ref *refs = ct_malloc((size_t)n * sizeof *refs);
-    bool *keep = ct_calloc((size_t)n, sizeof *keep);
-    for (int i = 0; i < n; i++) refs[i] = (history_ref){&l->history[i], i};
-    qsort(refs, (size_t)n, sizeof *refs, cmp_history_ref);
-    for (int k = 0; k < n; k++) {
-        bool last = k + 1 == n || cmp_metric(refs[k + 1].e, refs[k].e) != 0;  // of its metric
-        keep[refs[k].i] = refs[k].i >= newest || last;
-    }
+    int64_t max = l->opts.history_max, n = l->n_history;
+    if (max <= 0 || n < 2 * max || n < max + 2 * (int64_t)l->n_metrics) return;
+    int64_t newest = n - max;
     int m = 0;
-    for (int i = 0; i < n; i++)
-        if (keep[i]) l->history[m++] = l->history[i];
+    for (int i = 0; i < n; i++) {
+        int k = l->history_metric[i];
+        bool last = l->metrics[k].last == i;
+        if (i < newest && !last) continue;
+        l->history[m] = l->history[i];
+        l->history_metric[m] = k;
+        if (last) l->metrics[k].last = m;
+        m++;
+    }
     l->n_history = m;
-    ct_free(refs);
-    ct_free(keep);
 }
 
 static ct_status record(ct_loop *l, const char *mode, const char *metric, double value, ct_error *err) {
@@ -672,7 +705,7 @@ static ct_status bad_field(ct_error *err, const char *ckpt, const char *field, c
 
 static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name, int64_t last_step, ct_error *err) {
     if (!cJSON_IsArray(hist)) return bad_field(err, name, "history", "an array");
-    l->n_history = 0;
+    clear_history(l);
     int i = 0;
     const cJSON *row;
     cJSON_ArrayForEach(row, hist) {
@@ -692,14 +725,15 @@ static ct_status restore_history(ct_loop *l, const cJSON *hist, const char *name
                                 name, i, sizeof l->history[0].metric - 1);
         int64_t saved = l->step;
         l->step = step;
-        // Bounded once, after the last row: a history this loop saved comes
-        // back unchanged; one saved with a larger history_max (or none, or an
-        // edited one) is cut to this run's.
+        // Bounded row by row, as the run recorded them (bound_history): a
+        // history this loop saved comes back unchanged; one saved with a
+        // larger history_max (or none, or an edited one) is cut to the rows
+        // a run with this one holds, and is never held whole.
         append_history(l, m->valuestring, k->valuestring, value);
+        bound_history(l);
         l->step = saved;
         i++;
     }
-    bound_history(l);
     return CT_OK;
 }
 
@@ -1581,6 +1615,9 @@ void ct_loop_free(ct_loop *loop) {
     ct_free(l->eval_list.steps);
     ct_free(l->perm_list.steps);
     ct_free(l->history);
+    ct_free(l->history_metric);
+    ct_free(l->metrics);
+    ct_index_free(&l->metric_index);
     ct_free(l);
 }
 

@@ -203,10 +203,15 @@ ct_status ct_idx_stream_new(ct_stream **out, const ct_idx_params *p, ct_error *e
 // sharing their leading dim N (features (N, D), tokens (N, T), labels (N)).
 // Item i is (arrays[0][i], ..., arrays[n-1][i]), each of rank one less: a
 // rank-1 array of labels gives labels of rank 0, as the IDX source's. The
-// stream is finite (N items: wrap it in epochs to repeat and shuffle it),
-// seeks in O(1), and yields views into the data (no copy per item): an
-// item is read-only (writing into one changes the arrays, and so every
-// later epoch and a resumed run's data; the stages of stream.h only read).
+// stream is finite (N items) and counts no epochs: wrap it in epochs to
+// repeat and shuffle it. ct_epochs_stream_new takes N up to 2^32 (more is
+// refused) and counts in 64 bits: n_epochs up to INT64_MAX / N, or forever
+// (positions are int64_t: 2^63 - 1 items), each epoch's order drawn from
+// the seed and its whole epoch number (epoch 2^32 + e has an order of its
+// own, not epoch e's). It seeks in O(1), and yields views into the data
+// (no copy per item): an item is read-only (writing into one changes the
+// arrays, and so every later epoch and a resumed run's data; the stages of
+// stream.h only read).
 // Ownership of the data:
 //   copy = true   the arrays are copied into the stream (one block of about
 //                 their size); the caller may change or free them as soon

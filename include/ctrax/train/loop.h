@@ -197,9 +197,13 @@ typedef struct ct_loop_options {
     // The history the loop holds (ct_loop_history) and writes into every
     // checkpoint's state.json: the newest history_max rows, plus the newest
     // row of each (mode, metric) among the older ones, so that
-    // ct_loop_last_value and `ctrax info` still find every metric. Past
-    // 2 x history_max rows the older ones are dropped at once, so at most
-    // 2 x history_max rows (and the metrics' last values) are kept. Trax
+    // ct_loop_last_value and `ctrax info` still find every metric. Once
+    // the rows number 2 x history_max, and history_max + 2 x the metrics
+    // they name, the older ones (but each metric's last) are dropped at
+    // once: fewer rows than the larger of the two are held, and at least
+    // max(history_max - metrics, metrics) + 1 records come between two
+    // cuts, so a cut costs O(1) a record however many metrics a run logs
+    // (with more than history_max / 2 it would cut at every one). Trax
     // keeps the whole history in memory and in each checkpoint: a run of
     // days (hundreds of thousands of logged values) would then hold and
     // rewrite megabytes with every checkpoint, its checkpoints growing
