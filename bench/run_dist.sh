@@ -5,8 +5,19 @@
 #      1 process x 2 local devices, mpirun -np 2 x 1 thread; with the
 #      standard trainer (TransformerLM) and the memory-efficient one (ReformerLM)
 # Usage: bash bench/run_dist.sh [BUILD_DIR] (default build/; run `make` first).
+# Environment: STEPS, training steps per layout [200].
 set -euo pipefail
+case ${1:-} in
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "bench/run_dist.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+esac
 build=${1:-build}
+for b in bench_allreduce bench_dist_throughput; do
+    if [[ ! -x $build/$b ]]; then
+        echo "bench/run_dist.sh: $build/$b not found: build it first (make -C $build $b)" >&2
+        exit 2
+    fi
+done
 steps=${STEPS:-200}
 mpirun=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader,tcp)
 

@@ -16,6 +16,10 @@
 #   FUZZ_ARGS      more libFuzzer flags for every harness (e.g. -seed=1)
 # A reproducer reruns with: build-fuzz/<harness> <file>.
 set -uo pipefail
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+    sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+fi
 cd "$(dirname "$0")/.." || exit 2
 
 seconds=${1:-60}

@@ -45,7 +45,8 @@ case "${1:-}" in
     "") ;;
     bench) packages=("${BENCH_PACKAGES[@]}") ;;
     --list) printf '%s\n' "${BUILD_PACKAGES[@]}"; exit 0 ;;
-    *) say "unknown argument '$1' (expected nothing, 'bench' or '--list')"; exit 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) say "unknown argument '$1' (expected nothing, 'bench', '--list' or '--help')"; exit 2 ;;
 esac
 # Word splitting is wanted: a space-separated list of names.
 # shellcheck disable=SC2206

@@ -39,6 +39,10 @@ usage() {
     echo "usage: scripts/soak.sh [KILLS] [SEED]   (KILLS >= 1, default 20; SEED an integer)" >&2
     exit 2
 }
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+    sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+fi
 (($# <= 2)) || usage
 wanted=${1:-20}
 seed=${2:-$(($(date +%s%N) / 1000 % 1000000))}

@@ -10,7 +10,18 @@
 # fuzzing (one test; a configuration that does not build counts as one
 # failure). Exits 1 if anything failed. Every stage runs even when one before
 # it fails.
+#
+#   bash scripts/test.sh          (no arguments; JOBS: build parallelism [nproc],
+#                                  FUZZ_SECONDS: seconds per fuzz harness [8])
 set -uo pipefail
+# Any argument (--help, a typo) prints the header above instead of starting
+# the whole suite.
+if (($#)); then
+    sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    [[ $1 == -h || $1 == --help ]] && exit 0
+    echo "scripts/test.sh: takes no arguments, got '$1'" >&2
+    exit 2
+fi
 cd "$(dirname "$0")/.." || exit 1
 
 jobs=${JOBS:-$(nproc)}

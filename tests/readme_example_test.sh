@@ -2,7 +2,9 @@
 # The C example in README.md (the first ```c block under "## A first model in
 # C") must be examples/first_model.c, which builds and runs as a test; and
 # README's two pkg-config link lines must be the ones tests/install_test.sh
-# builds with (the same words, shared and static).
+# builds with (the same words, shared and static); and every script of
+# scripts/ and bench/ (which README.md tells readers to run with bash) must
+# answer --help with its usage and exit 0, running nothing.
 set -euo pipefail
 root=$1
 block=$(awk '/^## A first model in C/{s=1} s&&/^```c$/{c=1;next} c&&/^```$/{exit} c' "$root/README.md")
@@ -26,3 +28,19 @@ if ((n < 3)); then
     exit 1
 fi
 echo "README's $n pkg-config calls are install_test.sh's"
+# `bash scripts/test.sh --help` started the whole suite, `bash bench/run_dist.sh
+# --help` handed "--help/bench_allreduce" to mpirun: a reader's first try.
+for script in "$root"/scripts/*.sh "$root"/bench/*.sh; do
+    rel=${script#"$root"/}
+    if ! out=$(timeout 20 bash "$script" --help </dev/null 2>&1); then
+        echo "bash $rel --help did not print its usage and exit 0:"
+        printf '%s\n' "$out" | tail -n 5
+        exit 1
+    fi
+    if ! grep -qF "$rel" <<<"$out"; then
+        echo "bash $rel --help does not show how to run $rel:"
+        printf '%s\n' "$out" | tail -n 5
+        exit 1
+    fi
+done
+echo "every script of scripts/ and bench/ answers --help"

@@ -182,6 +182,12 @@ if ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/out"; then ok; else
 fi
 has "$tmp/out" '^checkpoint +.*/escname_run/model_\?\]0;x\?6$'
 has "$tmp/out" '^checkpoints +model_\?\]0;x\?2 \(step 2\), model_4 \(step 4\), model_\?\]0;x\?6 \(step 6, shown here\)$'
+# The same names after a --name that is not there, escaped too.
+expect_exit 1 "no such checkpoint" info "$tmp/escname_run" --name model_9
+if ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/err"; then ok; else
+    bad "info --name wrote a checkpoint name's control characters: $(LC_ALL=C grep -a holds "$tmp/err" | od -c | head -3)"
+fi
+has "$tmp/err" '^  .*/escname_run holds model_\?\]0;x\?2, model_4, model_\?\]0;x\?6$'
 # eval and sample name the checkpoint they read on stderr, escaped too (and
 # the library's warning that the pointer's checkpoint is gone).
 for cmd in eval sample; do
@@ -193,6 +199,25 @@ for cmd in eval sample; do
 done
 # Errors (1) and bad usage (2).
 expect_exit 1 "no such checkpoint" info "$run10" --name model_9
+# ... followed by the checkpoints the directory does hold (model_1 of a
+# finished run is pruned: the names show what --name can take).
+has "$tmp/err" "^  .*/run10 holds model_2, model_4, model_6$"
+expect_exit 1 "no such checkpoint" eval "$run10" --name model_1
+has "$tmp/err" "^  .*/run10 holds model_2, model_4, model_6$"
+# At most 8 names; the rest counted.
+cp -r "$run10" "$tmp/many_run"
+"$py" - "$tmp/many_run" <<'EOF2'
+import json, shutil, sys
+d = sys.argv[1]
+for k in range(10, 17):
+    name = f"model_{k}"
+    shutil.copytree(f"{d}/model_6", f"{d}/{name}")
+    m = json.load(open(f"{d}/{name}/manifest.json"))
+    m["name"], m["step"] = name, k
+    json.dump(m, open(f"{d}/{name}/manifest.json", "w"))
+EOF2
+expect_exit 1 "no such checkpoint" sample "$tmp/many_run" --name model_1
+has "$tmp/err" "^  .*/many_run holds model_2, model_4, model_6, model_10, model_11, model_12, model_13, model_14 and 2 more \\(ctrax info lists them\\)$"
 # A checkpoint name that is a file, or a link to itself: said as such.
 cp -r "$run10" "$tmp/odd_run"
 touch "$tmp/odd_run/model_7"

@@ -144,6 +144,32 @@ static bool is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// After "DIR/NAME: no such checkpoint": the checkpoints DIR does hold, so
+// that a --name that was pruned (model_1 of a finished run) or mistyped
+// shows what to give instead. At most 8 names: a run with many permanent
+// checkpoints would bury the error; `ctrax info DIR` lists them all.
+static void put_checkpoints_held(FILE *f, const char *dir) {
+    enum { SHOWN = 8 };
+    ct_checkpoint_info *infos = NULL;
+    int n = 0;
+    ct_error err;
+    if (ct_checkpoint_list(dir, &infos, &n, &err) != CT_OK) {
+        free(infos);
+        return;
+    }
+    fputs("  ", f);
+    ctrax_put_text(f, dir);  // anyone's path and names: no escape sequences
+    if (n == 0) fputs(" holds no checkpoint", f);
+    else fputs(" holds ", f);
+    for (int i = 0; i < n && i < SHOWN; i++) {
+        if (i) fputs(", ", f);
+        ctrax_put_text(f, infos[i].name);
+    }
+    if (n > SHOWN) fprintf(f, " and %d more (ctrax info lists them)", n - SHOWN);
+    fputc('\n', f);
+    free(infos);
+}
+
 int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, ct_checkpoint **out,
                           char **output_dir) {
     *out = NULL;
@@ -189,6 +215,12 @@ int ctrax_open_checkpoint(const char *cmd, const char *path, const char *name, c
     ct_status st = base ? ct_checkpoint_open(out, dir, base, &err) : ct_checkpoint_open_latest(out, dir, &err);
     if (st != CT_OK) {
         fprintf(stderr, "ctrax %s: %s\n", cmd, err.msg);
+        if (name) {
+            char want[4096];
+            struct stat ws;
+            snprintf(want, sizeof want, "%s/%s", dir, name);
+            if (lstat(want, &ws) != 0 && errno == ENOENT) put_checkpoints_held(stderr, dir);
+        }
         free(dir);
         return CTRAX_EXIT_ERROR;
     }
