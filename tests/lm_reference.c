@@ -27,13 +27,15 @@
 // "rot_eval/P", "rot_evaluator/P" and "rot_grad/P" (B H, d_qk, R, n_rot) f32,
 // and the buckets the gradient's training forward left in the layer's
 // state, "buckets/P" (B H, R T): see lsh_rotations.
-// A case with drop_types (transformer, reformer) also runs one training
-// step at dropout 0.1 on those weights and that batch (a third trainer,
-// learning rate 0) and holds its loss, loss_train (1) f32, its gradient,
-// "grad_train/<weight name>", and the dropout masks it drew, "mask/<layer
-// path>" (0/1 f32; see drop_masks), so that the reference can apply them
-// at Trax's dropout sites: the training forward with dropout against an
-// independent reference.
+// A case with drop_types (transformer, reformer, reformer_lsh_r1[_chunked])
+// also runs one training step at dropout 0.1 on those weights and that
+// batch (a third trainer, learning rate 0) and holds its loss, loss_train
+// (1) f32, its gradient, "grad_train/<weight name>", and the dropout masks
+// it drew, "mask/<layer path>" (0/1 f32; see drop_masks), so that the
+// reference can apply them at Trax's dropout sites: the training forward
+// with dropout against an independent reference. With LSHSelfAttention
+// also that step's rotations, "rot_train/P", and the buckets it stored,
+// "buckets_train/P".
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,7 @@ enum { B = 3, N_COPY = 4, T = 2 * N_COPY + 2, VOCAB = 11, TRAIN_STEPS = 4 };
 // The dimensions of each LSHSelfAttention's rotations (0 heads: none).
 typedef struct lsh_dims {
     int heads, d_qk, n_hashes, n_rot;  // n_rot: half the rotation width, sum of f / 2 over the bucket factors f
+    int chunk_len, n_window;           // the attention window: n_window = 1 + n_chunks_before + n_chunks_after chunks
 } lsh_dims;
 
 typedef struct lm_case {
@@ -93,14 +96,14 @@ static ct_layer *reformer(float dropout) {
 // the length: 2 max(1, T / 5) = 4, REFORMER.md section 2); axial positions
 // (pos_type 'axial', REFORMER.md section 5) of shape (2, 5) = T, widths 3 +
 // 5 = d_model. ff_chunk_size: > 0 runs the feed-forward on chunks of rows.
-// nb0, nb1: n_buckets as factors ([nb0, nb1]; 0, 0: None).
-static ct_layer *reformer_lsh_axial(float dropout, int ff_chunk_size, int nb0, int nb1) {
+// nb0, nb1: n_buckets as factors ([nb0, nb1]; 0, 0: None). n_hashes: R.
+static ct_layer *reformer_lsh_axial(float dropout, int ff_chunk_size, int nb0, int nb1, int n_hashes) {
     ct_reformer_lm_params p = ct_reformer_lm_default_params();
     p.vocab_size = VOCAB, p.d_model = 8, p.d_ff = 20, p.n_layers = 2, p.n_heads = 2, p.max_len = 32;
     p.d_attention_key = 4, p.d_attention_value = 6;
     p.dropout = dropout;
     p.attention[0] = CT_REFORMER_LSH_ATTENTION;
-    p.lsh_attention.chunk_len = 5, p.lsh_attention.n_hashes = 2;
+    p.lsh_attention.chunk_len = 5, p.lsh_attention.n_hashes = n_hashes;
     p.lsh_attention.n_chunks_before = 1, p.lsh_attention.n_chunks_after = 0;
     p.lsh_attention.n_buckets[0] = nb0, p.lsh_attention.n_buckets[1] = nb1;
     p.pos_type = "axial", p.pos_axial_n = 2;
@@ -109,12 +112,16 @@ static ct_layer *reformer_lsh_axial(float dropout, int ff_chunk_size, int nb0, i
     p.ff_chunk_size = ff_chunk_size;
     return ct_reformer_lm(p);
 }
-static ct_layer *reformer_lsh(float dropout) { return reformer_lsh_axial(dropout, 0, 0, 0); }
+static ct_layer *reformer_lsh(float dropout) { return reformer_lsh_axial(dropout, 0, 0, 0, 2); }
 // The same chunked: the feed-forward over 5 chunks of the B T = 30 rows.
-static ct_layer *reformer_lsh_chunked(float dropout) { return reformer_lsh_axial(dropout, 6, 0, 0); }
+static ct_layer *reformer_lsh_chunked(float dropout) { return reformer_lsh_axial(dropout, 6, 0, 0, 2); }
 // The same with n_buckets [2, 4] (Trax's hash_vecs factored: 8 buckets from
 // 1 + 2 rotation columns, bucket = b_0 + 2 b_1).
-static ct_layer *reformer_lsh_factored(float dropout) { return reformer_lsh_axial(dropout, 0, 2, 4); }
+static ct_layer *reformer_lsh_factored(float dropout) { return reformer_lsh_axial(dropout, 0, 2, 4, 2); }
+// The first two with one hash round, for the training step at dropout
+// (see the cases): chunks of 5 of the T = 10 sorted rows.
+static ct_layer *reformer_lsh_r1(float dropout) { return reformer_lsh_axial(dropout, 0, 0, 0, 1); }
+static ct_layer *reformer_lsh_r1_chunked(float dropout) { return reformer_lsh_axial(dropout, 6, 0, 0, 1); }
 
 // The tensors that make the first LayerNorm's input (see run_case).
 #define TABLE_INPUT "Embedding[1]/embedding", "PositionalEncoding[3]/embedding"
@@ -145,10 +152,14 @@ static ct_layer *reformer_lsh_factored(float dropout) { return reformer_lsh_axia
         {"n_heads", "2"}, {"max_len", "32"}, {"d_attention_key", "4"}, {"d_attention_value", "6"},                 \
         {"ff_activation", "FastGelu"}
 // n_buckets: its factors, comma-separated ("" for None).
-#define LSH_META(n_buckets)                                                                                        \
-    REFORMER_META, {"attention_type", "LSHSelfAttention"}, {"chunk_len", "5"}, {"n_hashes", "2"},                 \
+#define LSH_META(n_buckets) LSH_META_R(n_buckets, "2")
+#define LSH_META_R(n_buckets, n_hashes)                                                                            \
+    REFORMER_META, {"attention_type", "LSHSelfAttention"}, {"chunk_len", "5"}, {"n_hashes", n_hashes},            \
         {"n_chunks_before", "1"}, {"n_chunks_after", "0"}, {"n_buckets", n_buckets}, {"pos_type", "axial"},       \
         {"pos_axial_shape", "2,5"}, {"pos_d_axial_embs", "3,5"}
+
+// ReformerLM with LSHSelfAttention and axial positions: its layers that drop.
+#define LSH_DROP {"Dropout", "AxialPositionalEncoding", "LSHSelfAttention", NULL}
 
 static const lm_case cases[] = {
     {"transformer", transformer, 0, false, TABLE_SMALL, {0}, {"Dropout", "DotProductCausalAttention"}, 4,
@@ -156,14 +167,29 @@ static const lm_case cases[] = {
     {"reformer", reformer, 0, false, TABLE_SMALL, {0}, {"Dropout", "PositionalEncoding", "SelfAttention"}, 0,
      {REFORMER_META, {"dropout", "0.1"}, {NULL, NULL}}},
     // Rotations (d_qk 4, R 2, n_rot 4 / 2) per (b, h) of 2 heads.
-    {"reformer_lsh", reformer_lsh, 0, false, AXIAL_SMALL, {2, 4, 2, 2}, {NULL}, 0, {LSH_META(""), {NULL, NULL}}},
+    {"reformer_lsh", reformer_lsh, 0, false, AXIAL_SMALL, {2, 4, 2, 2, 5, 2}, {NULL}, 0, {LSH_META(""), {NULL, NULL}}},
     // Chunked feed-forward and loss (7 chunks of 4 rows and one of 2) and
     // the memory-efficient trainer: the same values as unchunked, standard.
-    {"reformer_lsh_chunked", reformer_lsh_chunked, 4, true, AXIAL_SMALL, {2, 4, 2, 2}, {NULL}, 0,
+    {"reformer_lsh_chunked", reformer_lsh_chunked, 4, true, AXIAL_SMALL, {2, 4, 2, 2, 5, 2}, {NULL}, 0,
      {LSH_META(""), {"ff_chunk_size", "6"}, {"loss_chunk_size", "4"}, {"trainer", "memory_efficient"}, {NULL, NULL}}},
     // n_buckets [2, 4]: rotations of 2 / 2 + 4 / 2 = 3 columns.
-    {"reformer_lsh_factored", reformer_lsh_factored, 0, false, AXIAL_SMALL, {2, 4, 2, 3}, {NULL}, 0,
+    {"reformer_lsh_factored", reformer_lsh_factored, 0, false, AXIAL_SMALL, {2, 4, 2, 3, 5, 2}, {NULL}, 0,
      {LSH_META("2,4"), {NULL, NULL}}},
+    // The training step at dropout through LSHSelfAttention (its attention
+    // and output dropouts), the axial positions' dropout, and, chunked, the
+    // feed-forward's and the loss tail's masks per chunk and the
+    // memory-efficient trainer: with one hash round. With two, a query
+    // whose every round sees only its own copies (causal position 0) has
+    // rounds' logsumexps near -1e5, held by float32 (ctrax's, Trax's) to
+    // 2^-8, and with dropout its rounds' outputs differ, so their weights
+    // count: half that spacing moved the loss 3.9e-5 (4.4e-5 chunked), over
+    // ctrax's distance from the float64 reference (1.0e-6, 2.4e-5).
+    // Rotations (d_qk 4, R 1, n_rot 2).
+    {"reformer_lsh_r1", reformer_lsh_r1, 0, false, AXIAL_SMALL, {2, 4, 1, 2, 5, 2}, LSH_DROP, 0,
+     {LSH_META_R("", "1"), {"dropout", "0.1"}, {NULL, NULL}}},
+    {"reformer_lsh_r1_chunked", reformer_lsh_r1_chunked, 4, true, AXIAL_SMALL, {2, 4, 1, 2, 5, 2}, LSH_DROP, 0,
+     {LSH_META_R("", "1"), {"ff_chunk_size", "6"}, {"loss_chunk_size", "4"}, {"trainer", "memory_efficient"},
+      {"dropout", "0.1"}, {NULL, NULL}}},
     // The whole residual stream small: the final LayerNorm's epsilon (and
     // every other's) matters (see run_case).
     {"transformer_stream_small", transformer, 0, false, {TABLE_INPUT, TRANSFORMER_OUT(4), TRANSFORMER_OUT(5), NULL},
@@ -243,16 +269,16 @@ static void lsh_rotations(out_list *o, const ct_net *net, const lsh_dims *d, con
 }
 
 // The buckets each LSHSelfAttention of net stored in its last training
-// forward, "buckets/<layer path>" (B H, R T): exact integers, round offset r
+// forward, "<what>/<layer path>" (B H, R T): exact integers, round offset r
 // NB included.
-static void lsh_buckets(out_list *o, const ct_net *net) {
+static void lsh_buckets(out_list *o, const ct_net *net, const char *what) {
     for (int i = 0; i < ct_net_state_count(net); i++) {
         const char *name = ct_net_state_name(net, i);
         size_t len = strlen(name);
         if (len < 8 || strcmp(name + len - 8, "/buckets") != 0) continue;
         char layer[256];
         snprintf(layer, sizeof layer, "%.*s", (int)(len - 8), name);
-        out_add(o, "buckets", layer, ct_net_state(net, i), false);
+        out_add(o, what, layer, ct_net_state(net, i), false);
     }
 }
 
@@ -274,11 +300,19 @@ typedef struct drop_hook {
 } drop_hook;
 
 // What one layer that drops saw in the training forwards since drop_n_sites
-// was reset.
+// was reset: the distinct keys it got, in the order first met, and its
+// first input's signature under each. One key per layer, but a layer
+// inside ct_chunk (the chunked feed-forward) or in the chunked loss's tail
+// runs once per chunk of rows, on that chunk's key, in row order. A key
+// met again on the same input signature is a recomputation (the
+// memory-efficient trainer's reverse pass, the chunked loss's second
+// forward).
+enum { DROP_MAX_KEYS = 16 };
 typedef struct drop_site {
     const ct_layer *l;
-    ct_key key;
-    ct_tensor sig;  // its first input's signature
+    int n_keys;
+    ct_key key[DROP_MAX_KEYS];
+    ct_tensor sig[DROP_MAX_KEYS];
     int calls;
 } drop_site;
 
@@ -293,10 +327,17 @@ static ct_status drop_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
         int i = 0;
         while (i < drop_n_sites && drop_sites[i].l != l) i++;
         CHECK(i < (int)(sizeof drop_sites / sizeof drop_sites[0]));
-        if (i == drop_n_sites) drop_sites[drop_n_sites++] = (drop_site){l, key, ct_tensor_sig(&in[0]), 0};
-        // A recomputed forward (a reversible layer's) must draw the same.
-        CHECK_MSG(memcmp(&drop_sites[i].key, &key, sizeof key) == 0, "%s: another key in the same step", l->path);
-        drop_sites[i].calls++;
+        if (i == drop_n_sites) drop_sites[drop_n_sites++] = (drop_site){.l = l};
+        drop_site *s = &drop_sites[i];
+        const ct_tensor sig = ct_tensor_sig(&in[0]);
+        int k = 0;
+        while (k < s->n_keys && !(memcmp(&s->key[k], &key, sizeof key) == 0 && ct_tensor_same_sig(&s->sig[k], &sig)))
+            k++;
+        if (k == s->n_keys) {
+            CHECK(k < DROP_MAX_KEYS);
+            s->key[s->n_keys] = key, s->sig[s->n_keys++] = sig;
+        }
+        s->calls++;
     }
     return h->orig->forward(l, c, in, out, key, err);
 }
@@ -332,33 +373,73 @@ static void drop_mask(out_list *o, const char *name, ct_key key, ct_tensor m) {
 
 // Adds "mask/<layer path>" for every site recorded since drop_n_sites was
 // reset, by the rule of its layer type (its input (B, T, D)):
-//   Dropout: its input's shape, from its key;
+//   Dropout: its input's shape, from its key. Run on chunks of rows (one
+//     key per chunk; ct_chunk's fold_in(key, i), the chunked loss's
+//     split(key, i)): each chunk's mask (its rows, d) from its own key,
+//     stacked in row order, as (B, T, d) when they make the B T rows, else
+//     (rows, d), which the reference refuses (a key shared by two chunks
+//     is met again, so fewer rows: one mask reused for every chunk);
 //   DotProductCausalAttention: the probabilities (B, heads, T, T), from its
 //     key (kernels/cpu/attention.h);
 //   PositionalEncoding: the table's channels (D), from its key;
+//   AxialPositionalEncoding (ReformerLM's, its noise broadcast over the K
+//     position axes): (B, D), element (b, d) counter b D + d, from its key
+//     (layers/positional.c's noise index, the broadcast axes' strides 0);
 //   SelfAttention (full: chunk_len None, no chunks before or after, so one
 //     (T, T) window): ".../attention", the probabilities (T, T) shared by
 //     every example and head, from split(key, 0) (chunked_attention.h), and
-//     ".../output", the output's channels (D), from split(key, 1).
-static void drop_masks(out_list *o, int heads) {
+//     ".../output", the output's channels (D), from split(key, 1);
+//   LSHSelfAttention: ".../attention", one (chunk_len, W) mask of the
+//     sorted chunks' probabilities, W = chunk_len (1 + n_chunks_before +
+//     n_chunks_after), shared by every chunk, round, example and head, from
+//     split(key, 0) (lsh_attention.h), and ".../output" (D), from split(key, 1).
+static void drop_masks(out_list *o, const lm_case *c) {
     for (int i = 0; i < drop_n_sites; i++) {
         const drop_site *s = &drop_sites[i];
         const char *type = s->l->vt->type, *path = s->l->path;
-        const int64_t b = s->sig.shape[0], t = s->sig.shape[1], d = s->sig.shape[2];
+        const ct_tensor *sig = &s->sig[0];
         char name[512];
-        CHECK(s->sig.ndim == 3);
+        if (strcmp(type, "Dropout") == 0 && (s->n_keys > 1 || sig->ndim != 3)) {
+            const int64_t d = sig->shape[sig->ndim - 1];
+            int64_t rows = 0;
+            for (int k = 0; k < s->n_keys; k++) rows += ct_tensor_numel(&s->sig[k]) / d;
+            float *all = malloc(sizeof(float) * (size_t)(rows * d));
+            out_list one = {0};
+            for (int k = 0, r = 0; k < s->n_keys; k++) {
+                CHECK(s->sig[k].shape[s->sig[k].ndim - 1] == d);
+                drop_mask(&one, path, s->key[k], ct_tensor_sig(&s->sig[k]));
+                int64_t n = ct_tensor_numel(&s->sig[k]);
+                memcpy(all + r * d, one.t[one.n - 1].tensor.data, sizeof(float) * (size_t)n);
+                r += (int)(n / d);
+            }
+            out_free(&one);
+            ct_tensor m = rows == (int64_t)B * T ? ct_tensor_3d(CT_DTYPE_F32, B, T, d, all)
+                                                 : ct_tensor_2d(CT_DTYPE_F32, rows, d, all);
+            out_add(o, "mask", path, m, true);
+            continue;
+        }
+        if (s->n_keys != 1) {  // a recomputation on another key: no mask, which the reference refuses
+            printf("%s: %d keys in one training step; its mask is left out\n", path, s->n_keys);
+            continue;
+        }
+        CHECK(sig->ndim == 3);
+        const int64_t b = sig->shape[0], t = sig->shape[1], d = sig->shape[2];
         if (strcmp(type, "Dropout") == 0) {
-            drop_mask(o, path, s->key, ct_tensor_sig(&s->sig));
+            drop_mask(o, path, s->key[0], ct_tensor_sig(sig));
         } else if (strcmp(type, "DotProductCausalAttention") == 0) {
-            drop_mask(o, path, s->key, ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){b, heads, t, t}, NULL));
+            drop_mask(o, path, s->key[0], ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){b, c->drop_heads, t, t}, NULL));
         } else if (strcmp(type, "PositionalEncoding") == 0) {
-            drop_mask(o, path, s->key, ct_tensor_1d(CT_DTYPE_F32, d, NULL));
+            drop_mask(o, path, s->key[0], ct_tensor_1d(CT_DTYPE_F32, d, NULL));
+        } else if (strcmp(type, "AxialPositionalEncoding") == 0) {
+            drop_mask(o, path, s->key[0], ct_tensor_2d(CT_DTYPE_F32, b, d, NULL));
         } else {
-            CHECK(strcmp(type, "SelfAttention") == 0);
+            const bool lsh = strcmp(type, "LSHSelfAttention") == 0;
+            CHECK(lsh || strcmp(type, "SelfAttention") == 0);
+            const int64_t m = lsh ? c->lsh.chunk_len : t, w = lsh ? c->lsh.chunk_len * c->lsh.n_window : t;
             snprintf(name, sizeof name, "%s/attention", path);
-            drop_mask(o, name, ct_key_split(s->key, 0), ct_tensor_2d(CT_DTYPE_F32, t, t, NULL));
+            drop_mask(o, name, ct_key_split(s->key[0], 0), ct_tensor_2d(CT_DTYPE_F32, m, w, NULL));
             snprintf(name, sizeof name, "%s/output", path);
-            drop_mask(o, name, ct_key_split(s->key, 1), ct_tensor_1d(CT_DTYPE_F32, d, NULL));
+            drop_mask(o, name, ct_key_split(s->key[0], 1), ct_tensor_1d(CT_DTYPE_F32, d, NULL));
         }
     }
 }
@@ -482,7 +563,7 @@ static void run_case(const char *out_dir, const lm_case *c) {
     const ct_net *net = ct_trainer_net(tr);
     if (c->lsh.heads) lsh_rotations(&out, net, &c->lsh, "rot_grad");
     CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(14), 1, 0.0f, &stats, &err), &err);
-    if (c->lsh.heads) lsh_buckets(&out, net);
+    if (c->lsh.heads) lsh_buckets(&out, net, "buckets");
 
     // A training step at dropout DROPOUT on the same weights and batch (a
     // third trainer, learning rate 0): its loss, "loss_train" (1), its
@@ -498,11 +579,13 @@ static void run_case(const char *out_dir, const lm_case *c) {
         drop_tr = new_trainer(c, drop_model, batch, ct_sgd_new(ct_sgd_default_params()), &dev);
         CHECK_OK(ct_trainer_load_checkpoint(drop_tr, ck, CT_LOAD_EXACT, &err), &err);
         ct_checkpoint_close(ck);
+        const ct_net *dnet = ct_trainer_net(drop_tr);
+        if (c->lsh.heads) lsh_rotations(&out, dnet, &c->lsh, "rot_train");
         drop_n_sites = 0;
         CHECK_OK(ct_trainer_one_step(drop_tr, batch, ct_key_from_seed(17), 1, 0.0f, &drop_stats, &err), &err);
-        drop_masks(&out, c->drop_heads);
+        if (c->lsh.heads) lsh_buckets(&out, dnet, "buckets_train");
+        drop_masks(&out, c);
         out_add(&out, NULL, "loss_train", ct_tensor_1d(CT_DTYPE_F32, 1, &drop_stats.loss), false);
-        const ct_net *dnet = ct_trainer_net(drop_tr);
         for (int i = 0; i < ct_net_weight_count(dnet); i++) {
             const char *name = ct_net_weight_name(dnet, i);
             ct_tensor g;

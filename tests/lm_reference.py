@@ -57,6 +57,18 @@ the position table's channels (D,), SelfAttention's probabilities (one
 (T, T) mask for all examples and heads, attend) and its output's channels
 (D,) (apply_broadcasted_dropout), the feed-forward after its first Dense
 (before FastGelu) and after its second, and after the final LayerNorm.
+With LSHSelfAttention (forward_unbatched: attend_rng, output_rng =
+split(rng), one rng for every example and head): attend's dropout on each
+sorted chunk's probabilities exp(dots - lse), one (chunk_len, W) mask for
+every chunk (so every round), after lse is taken (the rounds combine
+undropped logsumexps; tests/lsh_reference.py attend), and each head's o Wo
+times one (D,) mask. Axial positions: the table (B, n_0, .., D) times one
+(B, 1, .., 1, D) mask (ReformerLM's dropout_broadcast_dims 1..K) before it
+is added. ctrax's masks for ReformerLM's Dropouts are elementwise (not
+Trax's shared_axes=[-2], a documented difference in models.h); chunked
+(ff_chunk_size, loss_chunk_size) each chunk of rows draws its own, which
+the driver stacks in row order over the B T rows: a chunk's mask reused
+for another chunk leaves fewer rows, which this file refuses.
 
 Checks, each printed with its numbers:
   - both eval losses within 1e-6 relative of the reference's (2e-8 measured,
@@ -98,6 +110,21 @@ Checks, each printed with its numbers:
     or after FastGelu) leaves its site without a mask; here, the attention
     residual's mask on the attention's input 2.5e-4, the feed-forward's
     first after FastGelu 4.3e-4.
+    With LSHSelfAttention (reformer_lsh_r1; reformer_lsh_r1_chunked, also
+    chunked feed-forward and loss tail, memory-efficient trainer): one hash
+    round, since with two a query whose every round sees only its own
+    copies (causal position 0) has round logsumexps near -1e5, which
+    float32 holds to 2^-8, and with dropout its rounds' outputs differ, so
+    their weights count: half that spacing moved the loss 3.9e-5 (4.4e-5
+    chunked), ctrax's was 1.0e-6 (2.4e-5) from this reference. Measured
+    4.0e-8 / 7.6e-8 and 1.5e-8 / 3.5e-5 (the memory-efficient backward's
+    reconstruction); the buckets of the training step's forward exact.
+    Mutants: LSH attention dropout skipped 1.2e-2 / 4.9e-2, unscaled
+    2.6e-3 / 4.5e-3, its output dropout off 2.2e-2 / 2.2e-2, the axial
+    positions' dropout off 1.5e-2 / 2.5e-2 (train loss); one key for every
+    feed-forward chunk, or for every chunk of the loss tail, leaves a
+    mask of 6 rows for 30; the reversible recomputation on another key
+    draws a second key where there is one.
 One line per case: "ok CASE ..." or "FAIL CASE ...".
 """
 import os
@@ -140,36 +167,52 @@ def ints(text):
     return [int(v) for v in text.split(",")]
 
 
-def axial_positions(w, p, meta, t):
-    # position_encodings.py AxialPositionalEncoding, no dropout: each weight
-    # (1, 1..n_k..1, d_k) broadcast to (B, n_0, .., n_{K-1}, d_k), reshaped
-    # to (B, T, d_k) (row-major: position t has digits i_k), concatenated
-    # in axis order. (T, D).
+def axial_positions(w, p, meta, b, t, ctx):
+    # position_encodings.py AxialPositionalEncoding: each weight (1,
+    # 1..n_k..1, d_k) broadcast to (B, n_0, .., n_{K-1}, d_k), concatenated
+    # in axis order, reshaped to (B, T, D) (row-major: position t has digits
+    # i_k). In training emb * keep / keep_prob first, the noise of shape
+    # (B, n_0, .., D) with ReformerLM's dropout_broadcast_dims (1..K) set to
+    # 1: one (B, 1, .., 1, D) mask, per example and channel ("<p>", (B,
+    # D)). (B, T, D).
     shape, d_embs = ints(meta["pos_axial_shape"]), ints(meta["pos_d_axial_embs"])
     if int(np.prod(shape)) != t:
         raise ValueError(f"pos_axial_shape {shape} does not multiply to T={t}")
-    digits = np.unravel_index(np.arange(t), shape)
-    return np.concatenate([w[f"{p}/axis_{k}"].reshape(n, d)[digits[k]]
-                           for k, (n, d) in enumerate(zip(shape, d_embs))], axis=-1)
+    axes = []
+    for k, (n, d) in enumerate(zip(shape, d_embs)):
+        e = w[f"{p}/axis_{k}"].reshape([1] + [n if j == k else 1 for j in range(len(shape))] + [d])
+        axes.append(np.broadcast_to(e, (b, *shape, d)))
+    emb = np.concatenate(axes, axis=-1)
+    mult = drop_multiplier(p, ctx, (b, emb.shape[-1]))
+    if mult is not None:
+        emb = emb * mult.reshape((b,) + (1,) * len(shape) + (emb.shape[-1],))
+    return emb.reshape(b, t, emb.shape[-1])
 
 
-def dropout(x, site, ctx, shape=None):
-    # core.py Dropout in training mode: x * keep / (1 - rate) where keep is
-    # the mask ctrax drew at this site ("mask/<layer path>", 0 or 1, of x's
-    # shape, or of shape when given: a mask broadcast over x's leading axes,
-    # as Trax's broadcast dropouts); the identity in eval mode (ctx without
-    # "masks"). The site's place in the model and the scale are this file's,
-    # only which elements drop is ctrax's.
+def drop_multiplier(site, ctx, shape):
+    # In training, keep / (1 - rate) (Trax's keep / keep_prob) where keep is
+    # the mask ctrax drew at this site ("mask/<layer path>", 0 or 1), which
+    # must be of shape; None in eval mode (ctx without "masks"). The site's
+    # place in the model and the scale are this file's, only which elements
+    # drop is ctrax's.
     masks = ctx.get("masks")
     if masks is None:
-        return x
+        return None
     if site not in masks:
         raise LookupError(f"ctrax drew no dropout mask at {site}")
     keep = masks[site]
-    if keep.shape != (x.shape if shape is None else shape):
-        raise LookupError(f"{site}: ctrax's mask {keep.shape}, the activation here {x.shape}")
+    if keep.shape != shape:
+        raise LookupError(f"{site}: ctrax's mask {keep.shape}, here {shape}")
     ctx["used"].add(site)
-    return x * keep / (1.0 - ctx["rate"])
+    return keep / (1.0 - ctx["rate"])
+
+
+def dropout(x, site, ctx, shape=None):
+    # core.py Dropout in training mode: x * keep / (1 - rate), keep of x's
+    # shape, or of shape when given (a mask broadcast over x's leading axes,
+    # as Trax's broadcast dropouts); the identity in eval mode.
+    mult = drop_multiplier(site, ctx, x.shape if shape is None else shape)
+    return x if mult is None else x * mult
 
 
 def shift_right_embed(w, model, meta, tokens, ctx):
@@ -182,7 +225,7 @@ def shift_right_embed(w, model, meta, tokens, ctx):
     shifted = np.concatenate([np.zeros_like(tokens[:, :1]), tokens[:, :-1]], axis=1)
     x = dropout(w[model + "/Embedding[1]/embedding"][shifted], model + "/Dropout[2]", ctx)
     if meta.get("pos_type") == "axial":
-        return x + axial_positions(w, model + "/AxialPositionalEncoding[3]", meta, tokens.shape[1])
+        return x + axial_positions(w, model + "/AxialPositionalEncoding[3]", meta, *tokens.shape, ctx)
     pe = w[model + "/PositionalEncoding[3]/embedding"][: tokens.shape[1]]
     if model == "ReformerLM":
         pe = dropout(pe, model + "/PositionalEncoding[3]", ctx, pe.shape[-1:])
@@ -239,10 +282,15 @@ def self_attention(x, w, p, n_heads, ctx):
 
 
 def lsh_self_attention(x, w, p, meta, lsh_ctx):
-    # efficient_attention.py LSHSelfAttention, causal (ReformerLM's), eval
-    # (no dropout), per (b, h) with tests/lsh_reference.py (REFORMER.md
-    # section 2): q = x Wq (shared QK), v = x Wv, buckets of q under the
-    # rotation of (b, h), (B H, dk, R, n_rot)[b H + h]; attend; y = sum_h o Wo.
+    # efficient_attention.py LSHSelfAttention, causal (ReformerLM's), per (b,
+    # h) with tests/lsh_reference.py (REFORMER.md section 2): q = x Wq
+    # (shared QK), v = x Wv, buckets of q under the rotation of (b, h), (B H,
+    # dk, R, n_rot)[b H + h]; attend; y = sum_h o Wo. In training (its
+    # forward_unbatched: attend_rng, output_rng = split(rng), one rng for
+    # every example and head): attend's dropout on each sorted chunk's
+    # probabilities, one (chunk_len, W) mask ("<p>/attention"), and
+    # apply_broadcasted_dropout on each head's o Wo, one (D,) mask
+    # ("<p>/output").
     # lsh_ctx: "rot" by layer path; "fixed" None (hash: each (p, b, h)'s
     # (buckets, near ties, NB) go to "seen") or a dict of buckets to reuse.
     b_, t, _ = x.shape
@@ -254,6 +302,8 @@ def lsh_self_attention(x, w, p, meta, lsh_ctx):
     if rot.shape[-1] != sum(f // 2 for f in factors):
         raise ValueError(f"{p}: rotations of width {rot.shape[-1]}, factors {factors}")
     valid = np.ones(t, bool)
+    m = P["chunk_len"]
+    drop = drop_multiplier(p + "/attention", lsh_ctx, (m, m * (1 + P["n_chunks_before"] + P["n_chunks_after"])))
     y = np.zeros(x.shape)
     for b in range(b_):
         for h in range(n_heads):
@@ -264,8 +314,8 @@ def lsh_self_attention(x, w, p, meta, lsh_ctx):
                 buckets = hashed[0]
             else:
                 buckets = lsh_ctx["fixed"][p, b, h][0]
-            o, _ = lsh.attend(q, v, buckets, valid, P)
-            y[b] += o @ w[f"{p}/Wo[{h}]"]
+            o, _ = lsh.attend(q, v, buckets, valid, P, drop)
+            y[b] += dropout(o @ w[f"{p}/Wo[{h}]"], p + "/output", lsh_ctx, x.shape[-1:])
     return y
 
 
@@ -362,19 +412,25 @@ def check(path):
     print(f"{case}: evaluator at weights 1: ctrax {got1:.8f}, reference {ref1:.8f}, "
           f"rel diff {abs(got1 - ref1) / abs(ref1):.2e}")
 
+    def check_buckets(seen, what, forward):
+        # LSH: the buckets the reference hashed (seen) against the ones
+        # ctrax's training forward stored ("<what>/<layer path>"); the count
+        # that differ.
+        n_ok = n_tie = n_bad = n_all = 0
+        for (p, b, h), (buckets, near, nb, factors) in sorted(seen.items()):
+            got_b = t[f"{what}/{p}"][2][b * int(meta["n_heads"]) + h]
+            ok, tie, bad = lsh.check_buckets(got_b, buckets, near, factors, nb)
+            n_ok, n_tie, n_bad, n_all = n_ok + ok, n_tie + tie, n_bad + bad, n_all + buckets.size
+        if seen:
+            print(f"{case}: {forward}: buckets {n_ok}/{n_all} exact, {n_tie} near ties, {n_bad} differ "
+                  f"(factors {factors}, {len({k[0] for k in seen})} layers)")
+        return n_bad
+
     # LSH: the gradient's forward hashed at these weights, its buckets held
     # for the central differences and checked against ctrax's.
     seen = {}
     loss(w, "grad", seen=seen)
-    n_bad = 0
-    if seen:
-        n_ok = n_tie = n_all = 0
-        for (p, b, h), (buckets, near, nb, factors) in sorted(seen.items()):
-            got_b = t["buckets/" + p][2][b * int(meta["n_heads"]) + h]
-            ok, tie, bad = lsh.check_buckets(got_b, buckets, near, factors, nb)
-            n_ok, n_tie, n_bad, n_all = n_ok + ok, n_tie + tie, n_bad + bad, n_all + buckets.size
-        print(f"{case}: gradient's forward: buckets {n_ok}/{n_all} exact, {n_tie} near ties, {n_bad} differ "
-              f"(factors {factors}, {len({k[0] for k in seen})} layers)")
+    n_bad = check_buckets(seen, "buckets", "gradient's forward")
 
     def grad_diff(what, f):
         # ctrax's gradient "<what>/<weight>" against central differences of
@@ -404,19 +460,22 @@ def check(path):
     good = loss_rel < LOSS_TOL and grad_rel < GRAD_TOL and n_bad == 0
     train = ""
     if "loss_train" in t:
-        ok_train, train = check_train(case, t, meta, w, loss, grad_diff)
+        ok_train, train = check_train(case, t, meta, w, loss, grad_diff, check_buckets)
         good = good and ok_train
     print(f"{'ok' if good else 'FAIL'} {case} loss rel {loss_rel:.2e} grad rel {grad_rel:.2e}"
           + (f" buckets differing {n_bad}" if seen else "") + train)
     return good
 
 
-def check_train(case, t, meta, w, loss, grad_diff):
+def check_train(case, t, meta, w, loss, grad_diff, check_buckets):
     """A training step at dropout meta["dropout"] with the masks ctrax drew
     ("mask/<layer path>"): its loss ("loss_train") and gradient
     ("grad_train/<weight>") against the reference's forward with those
     masks at Trax's dropout sites. Every mask must be used, and about
-    1 - rate of their elements kept. Returns (passed, summary)."""
+    1 - rate of their elements kept. With LSH, that forward hashes with the
+    rotations of ctrax's ("rot_train/<layer path>"), its buckets checked
+    against those ctrax's step stored ("buckets_train/...") and held for
+    the central differences. Returns (passed, summary)."""
     masks = {k[len("mask/"):]: a[2].astype(np.float64) for k, a in t.items() if k.startswith("mask/")}
     rate = float(meta["dropout"])
     kept = sum(m.sum() for m in masks.values())
@@ -426,12 +485,13 @@ def check_train(case, t, meta, w, loss, grad_diff):
     frac_ok = total > 0 and abs(kept - total * (1 - rate)) < 5 * sigma
     print(f"{case}: training step at dropout {rate:g}: {len(masks)} masks of ctrax's, {int(kept)}/{total} kept "
           f"({kept / max(total, 1):.4f}, expected {1 - rate:g} +- {5 * sigma / max(total, 1):.4f})")
-    used = set()
+    used, seen = set(), {}
     try:
-        ref = loss(w, "grad", masks=masks, used=used)
+        ref = loss(w, "train", masks=masks, used=used, seen=seen)
     except LookupError as e:
         print(f"{case}: training step: {e}")
         return False, " train: mask missing"
+    n_bad = check_buckets(seen, "buckets_train", "training step's forward")
     unused = sorted(set(masks) - used)
     if unused:
         print(f"{case}: training step: ctrax drew masks where Trax has no dropout: {unused}")
@@ -439,11 +499,12 @@ def check_train(case, t, meta, w, loss, grad_diff):
     rel = abs(got - ref) / abs(ref)
     print(f"{case}: training loss ctrax {got:.8f}, reference {ref:.8f}, rel diff {rel:.2e} (tol {LOSS_TOL:g}; "
           f"the eval loss {float(t['loss_eval'][2][0]):.8f})")
-    grad_rel, gnorm, n = grad_diff("grad_train", lambda w: loss(w, "grad", masks=masks))
+    grad_rel, gnorm, n = grad_diff("grad_train", lambda w: loss(w, "train", masks=masks, fixed=seen))
     print(f"{case}: training gradient at {n} elements: |ctrax - central differences| / |grad| {grad_rel:.2e} "
           f"(|grad| {gnorm:.3e}, tol {GRAD_TOL:g})")
-    good = frac_ok and not unused and rel < LOSS_TOL and grad_rel < GRAD_TOL
-    return good, f" train loss rel {rel:.2e} train grad rel {grad_rel:.2e}"
+    good = frac_ok and not unused and rel < LOSS_TOL and grad_rel < GRAD_TOL and n_bad == 0
+    return good, f" train loss rel {rel:.2e} train grad rel {grad_rel:.2e}" + (
+        f" train buckets differing {n_bad}" if seen else "")
 
 
 def main():

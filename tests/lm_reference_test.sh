@@ -12,11 +12,13 @@
 # its checkpoint, a batch, ctrax's eval loss on it and the gradient; the
 # reference reads the weights from the checkpoint by layer path and checks
 # the loss and the gradient within the tolerances its docstring gives; in
-# the transformer and reformer cases also one training step at dropout 0.1,
-# with the masks ctrax drew applied at Trax's dropout sites. One case, one
-# pass or failure; a program that fails or a case that prints no
-# verdict is a failure too. Ends with "lm_reference_test: N passed, M failed".
+# the transformer, reformer and reformer_lsh_r1[_chunked] cases (the last
+# LSHSelfAttention with one hash round, axial positions; chunked: the
+# feed-forward and the loss per chunk, the memory-efficient trainer) also
+# one training step at dropout 0.1, with the masks ctrax drew applied at
+# Trax's dropout sites. One case, one pass or failure; a program that
+# fails or a case that prints no verdict is a failure too. Ends with "lm_reference_test: N passed, M failed".
 set -uo pipefail
 source "$(dirname "$0")/cli_common.sh" lm_reference_test
-reference_cases "$1" "$(dirname "$0")/lm_reference.py" 7
+reference_cases "$1" "$(dirname "$0")/lm_reference.py" 9
 cli_done

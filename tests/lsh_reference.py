@@ -118,9 +118,14 @@ def logsumexp(a, axis):
     return (mx + np.log(np.exp(a - mx).sum(axis=axis, keepdims=True))).squeeze(axis)
 
 
-def attend(q, v, buckets, valid, P):
+def attend(q, v, buckets, valid, P, drop=None):
     """One (b, h): q (T, dk), v (T, dv), buckets (R, T) -> o (T, dv) and, per
-    position, the smallest penalty of the best round (0: a real target)."""
+    position, the smallest penalty of the best round (0: a real target).
+    drop (m, W), in training: the attention dropout's multipliers (keep /
+    keep_prob), as Trax's attend applies them: on the probabilities exp(dots
+    - lse) of every sorted chunk (one mask broadcast over the chunks, so
+    over rounds too), after lse is taken, which therefore combines the
+    rounds undropped."""
     T, dk = q.shape
     R, m = P["n_hashes"], P["chunk_len"]
     L = R * T
@@ -141,7 +146,12 @@ def attend(q, v, buckets, valid, P):
         penalty += CAUSAL_PENALTY * (qpos < kpos[:, None, :])
     dots -= penalty
     lse = logsumexp(dots, axis=-1)
-    so = np.einsum("nij,njd->nid", np.exp(dots - lse[..., None]), v_w).reshape(L, -1)
+    p = np.exp(dots - lse[..., None])
+    if drop is not None:
+        if drop.shape != p.shape[1:]:
+            raise ValueError(f"attention dropout multipliers {drop.shape}, a chunk's probabilities {p.shape[1:]}")
+        p = p * drop
+    so = np.einsum("nij,njd->nid", p, v_w).reshape(L, -1)
     o_r = so[undo].reshape(R, T, -1)
     lse_r = lse.reshape(L)[undo].reshape(R, T)
     least = penalty.min(axis=-1).reshape(L)[undo].reshape(R, T)
