@@ -334,9 +334,16 @@ with open(sys.argv[2], "w") as f:
 expect_exit 0 "" plot "$tmp/p64.jsonl" -o "$tmp/p64.svg"
 has "$tmp/out" "^wrote .*: 64 panel"
 expect_exit 0 "skipped 1 line\(s\) .*\(the first: line 3: not a metrics line\)" plot "$tmp/order.jsonl" -o "$tmp/order.svg"
-if [[ $(sed -n 2p "$tmp/out") == "  metrics/loss: eval 1 point(s), steps 1 to 1;" ]]; then ok; else
+if [[ $(sed -n 2p "$tmp/out") == "  metrics/loss: eval 1 point(s), steps 1 to 1" ]]; then ok; else
     bad "plot: the loss is not the first panel, or has more points: $(cat "$tmp/out")"
 fi
+# A panel's series are separated by '; ', with nothing after the last.
+printf '%s\n' '{"step": 1, "mode": "train", "metric": "metrics/loss", "value": 1.0}' \
+    '{"step": 2, "mode": "train", "metric": "metrics/loss", "value": 0.5}' \
+    '{"step": 2, "mode": "eval", "metric": "metrics/loss", "value": 0.75}' >"$tmp/two.jsonl"
+expect_exit 0 "" plot "$tmp/two.jsonl" -o "$tmp/two.svg"
+want="  metrics/loss: train 2 point(s), steps 1 to 2; eval 1 point(s), steps 2 to 2"
+if [[ $(sed -n 2p "$tmp/out") == "$want" ]]; then ok; else bad "plot: a panel of two series: $(cat "$tmp/out")"; fi
 # A hostile metrics.jsonl's escape sequences (in a metric's name and a
 # mode) never reach the terminal: the summary on stdout and the list of
 # names on stderr show each control character as '?', as info does.
@@ -350,7 +357,7 @@ cat "$tmp/out" "$tmp/err" >>"$tmp/esc_all"
 if ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]\|\xc2[\x80-\x9f]' "$tmp/esc_all"; then ok; else
     bad "plot wrote control characters: $(od -c "$tmp/esc_all" | head -5)"
 fi
-has "$tmp/esc_all" '^  metrics/\?\]0;t\?l\?\?1m: tr\?\[2Jain 1 point\(s\), steps 1 to 1;$'
+has "$tmp/esc_all" '^  metrics/\?\]0;t\?l\?\?1m: tr\?\[2Jain 1 point\(s\), steps 1 to 1$'
 has "$tmp/esc_all" "it has: metrics/\?\]0;t\?l\?\?1m$"
 # 40 modes of one metric: a curve for each (32 were drawn, the summary
 # listing all 40).
@@ -416,7 +423,7 @@ with open(sys.argv[1], "w") as f:
     w(60001, "train", 2.0)  # the spike of 12 written again: gone
 EOF
 expect_exit 0 "" plot "$tmp/long.jsonl" -o "$tmp/long.svg"
-has "$tmp/out" "metrics/loss: train 180000 point\(s\), steps 0 to 179999; eval 18000 point\(s\), steps 0 to 179990;"
+has "$tmp/out" "metrics/loss: train 180000 point\(s\), steps 0 to 179999; eval 18000 point\(s\), steps 0 to 179990$"
 check "plot of 200,000 lines" "$py" "$src/tests/check_svg.py" "$tmp/long.svg" "$tmp/long.jsonl" metrics/loss
 size=$(stat -c %s "$tmp/long.svg")
 if ((size < 60000)); then ok; else bad "the SVG of 200,000 lines is $size bytes, more than 60,000"; fi

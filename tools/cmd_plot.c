@@ -903,11 +903,13 @@ static int plot(const char *input, const char *output, const char *request) {
             fputs("  ", f);
             ctrax_put_text(f, panels.v[i]);
             fputc(':', f);
+            const char *sep = " ";  // the panel's series: "train ...; eval ..."
             for (int k = 0; k < m.n; k++)
                 if (!strcmp(m.s[k].metric, panels.v[i])) {
-                    fputc(' ', f);
+                    fputs(sep, f);
+                    sep = "; ";
                     ctrax_put_text(f, m.s[k].mode);
-                    fprintf(f, " %lld point(s), steps %lld to %lld;", (long long)m.s[k].count,
+                    fprintf(f, " %lld point(s), steps %lld to %lld", (long long)m.s[k].count,
                             (long long)m.s[k].first_step, (long long)m.s[k].last_step);
                 }
             fprintf(f, "\n");
