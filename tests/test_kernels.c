@@ -271,6 +271,36 @@ static void test_layernorm_large_mean(void) {
     }
 }
 
+// The mean rounded to float once: the kernel's x[0] + (shifted mean), added
+// in double and then rounded. Rows of 31 whose mean lies 1/62 of a float
+// ulp from a midpoint between floats near 98: rounding the shifted mean
+// (about -5.8, whose float ulp is 1/16 of the mean's) to float first lands
+// it on the midpoint, and the tie then goes to the even float, the wrong one
+// in both rows (the right mean rounds down at js 22, up at js 54). Random
+// rows rarely come that close (test_layernorm's did not). The mean against
+// the double mean rounded (bitwise), the output against the _ref loops (a
+// mean 1 ulp off moves y by 7e-6).
+static void test_layernorm_mean_rounding(void) {
+    enum { N = 2, C = 31 };
+    static const int js[N] = {22, 54};
+    float x[N * C], w[C], b[C], y[N * C], yr[N * C], m[N], mr[N], r[N], rr[N], want[N];
+    for (int n = 0; n < N; n++) {
+        for (int c = 0; c < C; c++) x[n * C + c] = 98.0f;
+        x[n * C] = 104.0f;
+        x[n * C + 1] = 98.0f + (float)js[n] * 0x1p-17f;  // 98 plus js[n] ulps
+        double sum = 0.0;
+        for (int c = 0; c < C; c++) sum += x[n * C + c];  // exact: 31 floats of one binade
+        want[n] = (float)(sum / C);
+    }
+    for (int c = 0; c < C; c++) w[c] = 1.0f, b[c] = 0.0f;
+    ct_layernorm_forward(y, m, r, x, w, b, N, C, 1e-6f);
+    ct_layernorm_forward_ref(yr, mr, rr, x, w, b, N, C, 1e-6f);
+    double ey = worst_err(y, yr, N * C, 1.0);
+    CHECK_MSG(same_bits(m, want, N) && same_bits(mr, want, N) && ey <= 1e-6,
+              "layernorm mean near a float midpoint: %a %a, ref %a %a, want %a %a; y error %g", (double)m[0],
+              (double)m[1], (double)mr[0], (double)mr[1], (double)want[0], (double)want[1], ey);
+}
+
 static void test_softmax(void) {
     for (int s = 0; s < N_ROWS; s++) {
         int64_t N = k_rows[s][0], C = k_rows[s][1], n = N * C;
@@ -1111,6 +1141,7 @@ int main(void) {
     test_gelu();
     test_layernorm();
     test_layernorm_large_mean();
+    test_layernorm_mean_rounding();
     test_softmax();
     test_log_softmax_backward();
     test_log_softmax_large_logits();

@@ -223,10 +223,12 @@ static void test_accuracies(void) {
     CHECK(null[0] && null[1] && null[2]);
     ct_layer_free(l);
 
-    // numpy's argmax takes a NaN as the largest.
-    float nan_row[3] = {1, NAN, 2};
-    int32_t t1[1] = {1};
-    ct_tensor nin[2] = {ct_tensor_2d(CT_DTYPE_F32, 1, 3, nan_row), ct_tensor_1d(CT_DTYPE_I32, 1, t1)};
+    // numpy's argmax takes a NaN as the largest, the first NaN of several:
+    // rows [1, NaN, 2, NaN] and [NaN, 0, NaN, 1] are argmax 1 and 0 (a scan
+    // that went on past the first NaN ended on the last, 3 and 2).
+    float nan_row[2 * 4] = {1, NAN, 2, NAN, NAN, 0, NAN, 1};
+    int32_t t1[2] = {1, 0};
+    ct_tensor nin[2] = {ct_tensor_2d(CT_DTYPE_F32, 2, 4, nan_row), ct_tensor_1d(CT_DTYPE_I32, 2, t1)};
     l = ct_category_accuracy();
     CHECK_OK(eval_layer(l, nin, 2, &v, NULL, NULL, &err), &err);
     CHECK_NEAR(v, 1.0, 0);
@@ -324,6 +326,17 @@ static void test_binary_cross_entropy(void) {
     l = ct_binary_cross_entropy();
     CHECK_OK(eval_layer(l, bin, 2, &v, g, NULL, &err), &err);
     CHECK_MSG(fabs(v - 50.0) < 1e-5 && fabs(g[0] - 0.5f) < 1e-7 && fabs(g[1]) < 1e-7, "%g (%g %g)", v, g[0], g[1]);
+    ct_layer_free(l);
+    // Confident and right: x = -50 with t = 0 and x = 50 with t = 1 each cost
+    // log(1 + e^-50) = e^-50 (1.9e-22), which log1p keeps; written as
+    // log(1 + exp(-|x|)) in double it is log(1) = 0 once |x| passes about 37.
+    float sure[2] = {-50.0f, 50.0f};
+    int32_t right[2] = {0, 1};
+    ct_tensor sure_in[2] = {ct_tensor_1d(CT_DTYPE_F32, 2, sure), ct_tensor_1d(CT_DTYPE_I32, 2, right)};
+    l = ct_binary_cross_entropy();
+    CHECK_OK(eval_layer(l, sure_in, 2, &v, NULL, NULL, &err), &err);
+    CHECK_MSG(fabs(v - exp(-50.0)) <= 1e-6 * exp(-50.0), "BinaryCrossEntropy of sure, right logits %.9g, want %.9g",
+              v, exp(-50.0));
     ct_layer_free(l);
 }
 
