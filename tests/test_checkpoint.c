@@ -1236,6 +1236,18 @@ static void test_manifest_edits(void) {
     ct_checkpoint_close(c);
     snprintf(path, sizeof path, "%s/model_1", dir);
     CHECK(!exists(path));
+    // "resume_point" absent (manifests written before it): every checkpoint
+    // was one, so with no pointer the newest is resumed from. Read as false,
+    // a run over such checkpoints found none to resume and started afresh.
+    char dir3[1024], name[CT_CHECKPOINT_NAME_MAX];
+    snprintf(dir3, sizeof dir3, "%s", tmp_path("no_resume_point"));
+    CHECK_OK(make_ckpt(dir3, "model_1", 1, 1, false, false, 0, &err), &err);
+    edit_manifest(dir3, "model_1", "resume_point", NULL);
+    capture cap;
+    capture_begin(&cap);
+    CHECK_OK(ct_checkpoint_find_latest(dir3, name, sizeof name, &err), &err);
+    free(capture_end(&cap));
+    CHECK_MSG(!strcmp(name, "model_1"), "a manifest without \"resume_point\": resumes from '%s', not model_1", name);
 }
 
 // The manifest has no checksum of its own, so every single-bit flip of a

@@ -1030,6 +1030,12 @@ static void test_idx(void) {
     write_file(tmp_path("lb4"), lb4, idx_labels(lb4, 4));
     CHECK(open_idx(tmp_path("im"), tmp_path("lb4"), &s, &err) == CT_ERR_FORMAT);
     CHECK_MSG(strstr(err.msg, "lb4 holds 4 labels but") && strstr(err.msg, "holds 5 images"), "%s", err.msg);
+    // More labels than images: the counts are named, not the sixth label
+    // called data after what its header declares (its header says 6).
+    uint8_t lb6[8 + 6];
+    write_file(tmp_path("lb6"), lb6, idx_labels(lb6, 6));
+    CHECK(open_idx(tmp_path("im"), tmp_path("lb6"), &s, &err) == CT_ERR_FORMAT && s == NULL);
+    CHECK_MSG(strstr(err.msg, "lb6 holds 6 labels but") && strstr(err.msg, "holds 5 images"), "%s", err.msg);
     // A label out of range.
     lb[8 + 3] = 10;
     write_file(tmp_path("lb10"), lb, nlb);
@@ -1210,6 +1216,78 @@ static ct_stream *numbered_stream(int n_chunks) {
     p.seq_len = 8;
     ct_stream *s;
     return must(ct_text_stream_new(&s, &p, &err), &s, &err);
+}
+
+// The settings of each transform over a numbered corpus of 40 chunks.
+typedef struct stage_settings {
+    bool shuffle;
+    uint64_t epoch_seed, shuffle_seed;
+    int64_t n_epochs, max_len;
+    int buffer, mask_id;
+    ct_batch_params bp;
+} stage_settings;
+
+// epochs -> shuffle -> truncate -> batch -> loss_weights, with g's settings.
+static ct_stream *stage_pipeline(const stage_settings *g) {
+    ct_error err;
+    ct_stream *s = numbered_stream(40);
+    if (s) s = must(ct_epochs_stream_new(&s, s, g->shuffle, g->epoch_seed, g->n_epochs, &err), &s, &err);
+    if (s) s = must(ct_shuffle_stream_new(&s, s, g->buffer, g->shuffle_seed, &err), &s, &err);
+    if (s) s = must(ct_truncate_stream_new(&s, s, g->max_len, &err), &s, &err);
+    if (s) s = must(ct_batch_stream_new(&s, s, &g->bp, &err), &s, &err);
+    if (s) s = must(ct_weights_stream_new(&s, s, g->mask_id, &err), &s, &err);
+    return s;
+}
+
+// Every setting of a transform that decides its items is in its
+// fingerprint: a cursor saved by the pipeline is refused when any one
+// setting changed (a run resumed with another shuffle seed or buffer would
+// go on in another data order, unreported) and taken by the same pipeline.
+static void test_stage_settings(void) {
+    ct_error err;
+    ct_batch b;
+    static const int64_t boundary[] = {8};
+    stage_settings g = {.shuffle = true, .epoch_seed = 3, .shuffle_seed = 5, .n_epochs = 2, .max_len = 6,
+                        .buffer = 8, .mask_id = -1, .bp = ct_batch_default_params()};
+    g.bp.batch_size = 4;
+    ct_stream *s = stage_pipeline(&g);
+    if (!s) return;
+    for (int i = 0; i < 3; i++) CHECK_OK(ct_stream_next(s, &b, &err), &err);
+    ct_stream_cursor c = ct_stream_get_cursor(s);
+    ct_stream_free(s);
+    enum { N_SETTINGS = 14 };
+    static const char *const what[N_SETTINGS] = {
+        "epochs' shuffle", "epochs' seed",      "n_epochs",      "shuffle's buffer_size",
+        "shuffle's seed",  "truncate's max_len", "batch_size",   "batch length",
+        "pad_to_multiple", "bucket_window",     "bucketing seed", "pad_remainder",
+        "boundaries",      "mask_id"};
+    for (int i = 0; i < N_SETTINGS; i++) {
+        stage_settings q = g;
+        switch (i) {
+            case 0: q.shuffle = false; break;
+            case 1: q.epoch_seed++; break;
+            case 2: q.n_epochs++; break;
+            case 3: q.buffer++; break;
+            case 4: q.shuffle_seed++; break;
+            case 5: q.max_len--; break;
+            case 6: q.bp.batch_size = 2; break;
+            case 7: q.bp.length = 8; break;
+            case 8: q.bp.pad_to_multiple = 4; break;
+            case 9: q.bp.bucket_window = 2; break;
+            case 10: q.bp.seed++; break;
+            case 11: q.bp.pad_remainder = true; break;
+            case 12: q.bp.boundaries = boundary, q.bp.n_boundaries = 1; break;
+            default: q.mask_id = 0; break;
+        }
+        if (!(s = stage_pipeline(&q))) continue;
+        CHECK_MSG(ct_stream_set_cursor(s, c, &err) == CT_ERR_STATE, "a cursor crossed a change of %s", what[i]);
+        CHECK_MSG(strstr(err.msg, "was saved by a different stream"), "%s: %s", what[i], err.msg);
+        ct_stream_free(s);
+    }
+    if ((s = stage_pipeline(&g))) {
+        CHECK_OK(ct_stream_set_cursor(s, c, &err), &err);
+        ct_stream_free(s);
+    }
 }
 
 static void test_epochs_and_shuffle(void) {
@@ -2668,6 +2746,7 @@ int main(void) {
     test_idx_large();
     printf("epochs, shuffle buffer, truncate\n");
     test_epochs_and_shuffle();
+    test_stage_settings();
     printf("batch, padding, bucketing\n");
     test_batch();
     printf("loss weights\n");
