@@ -201,6 +201,13 @@ static void test_optimizer_state(void) {
     expect_restore_fails(o, "{\"name\": 3, \"params\": {}}", "optimizer.name");
     expect_restore_fails(o, "{\"params\": {}}", "optimizer.name");
     expect_restore_fails(o, "[1]", "\"optimizer\"");
+    // Values are checked as set_param checks them: in range, and a fixed one
+    // (Adafactor's factored: it decided the slots' layout) the run's own.
+    expect_restore_fails(o, "{\"name\": \"Adam\", \"params\": {\"b1\": 1.5}}", "optimizer.params.b1");
+    ct_optimizer *af = ct_adafactor_new(ct_adafactor_default_params());
+    expect_restore_fails(af, "{\"name\": \"Adafactor\", \"params\": {\"factored\": 0}}",
+                         "optimizer.params.factored");
+    ct_optimizer_free(af);
 
     // A good one passes, and o keeps its own values (the run's config, as
     // Trax: a resume may change them).

@@ -206,6 +206,13 @@ static void test_optimizers_resumed(void) {
             float *w1 = NULL, *s1 = NULL, *w2 = NULL, *s2 = NULL;
             size_t nw1 = 0, ns1 = 0, nw2 = 0, ns2 = 0;
             CHECK_OK(run_new_opt(&r, a, o, optimizer_at(i), &err), &err);
+            if (i == 2 && r.loop) {  // the trainer starts RMSProp's mean square at ones, as Trax
+                size_t ns = 0;
+                const float *fresh = ct_trainer_slots(ct_loop_trainer(r.loop), &ns);
+                size_t ones = 0;
+                for (size_t k = 0; k < ns; k++) ones += fresh[k] == 1.0f;
+                CHECK_MSG(ns > 0 && ones == ns, "RMSProp, %s: %zu of %zu fresh slots are 1", trainers[t], ones, ns);
+            }
             if (r.loop && ct_loop_run(r.loop, 10, &err) == CT_OK) snapshot(r.loop, &w1, &nw1, &s1, &ns1);
             run_free(&r);
             CHECK_OK(run_new_opt(&r, b, o, optimizer_at(i), &err), &err);

@@ -8,6 +8,7 @@
 #include "check.h"
 #include "ctrax/core/error.h"
 #include "ctrax/optim/optimizer.h"
+#include "optim/internal.h"
 
 static const float grads[3][3] = {{0.1f, -0.2f, 0.3f}, {-0.4f, 0.5f, 0.6f}, {0.7f, 0.0f, -0.9f}};
 
@@ -388,6 +389,18 @@ static void test_sm3(void) {
               (const double[]){1.62712252, 0.466098994, 1.06829786, 2.11775351, 1.70810914, -1.04116774}, 6, 3e-6);
     free(slots);
     ct_optimizer_free(o);
+
+    // momentum 0: no momentum slot (its EMA would only copy the update), so
+    // only v (and the covers' scratch) and the layout says so; a momentum slot
+    // there would make checkpoints of another size than Trax's layout.
+    p = ct_sm3_default_params();
+    p.momentum = 0.0f;
+    o = ct_sm3_new(p);
+    CHECK_MSG(ct_optimizer_slot_floats(o, &sig1) == 3 && ct_optimizer_slot_floats(o, &sig2) == 5 + 5,
+              "SM3 momentum 0: %zu and %zu slot floats, want 3 and 10", ct_optimizer_slot_floats(o, &sig1),
+              ct_optimizer_slot_floats(o, &sig2));
+    CHECK(!strcmp(ct_optimizer_slot_layout(o), "no momentum slot, no grafting accumulators"));
+    ct_optimizer_free(o);
 }
 
 static void test_clip(void) {
@@ -503,6 +516,11 @@ static void test_params_by_name(void) {
     CHECK(((ct_sm3_params *)all[4]->params)->momentum_type == CT_SM3_MOMENTUM_NESTEROV);
     CHECK(ct_optimizer_set_param(all[4], "momentum_type", 4.0f, &err) == CT_ERR_ARG);
     CHECK(ct_optimizer_set_param(all[4], "momentum_type", 1.5f, &err) == CT_ERR_ARG);
+    // Below the range too: 0 would be taken as heavy ball by the update.
+    CHECK_MSG(ct_optimizer_set_param(all[4], "momentum_type", 0.0f, &err) == CT_ERR_ARG &&
+                  strstr(err.msg, "momentum_type must be a whole number in [1, 3], got 0"),
+              "%s", err.msg);
+    CHECK(((ct_sm3_params *)all[4]->params)->momentum_type == CT_SM3_MOMENTUM_NESTEROV);
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) ct_optimizer_free(all[k]);
 }
 

@@ -41,6 +41,10 @@ static void test_constant(void) {
     CHECK(strcmp(ct_schedule_name(s), "constant") == 0);
     check_describe(s, "constant(value=0.02)");
     ct_schedule_free(s);
+    // Every digit that reads back to the value (17 at most), not %g's 6.
+    CHECK_OK(ct_schedule_constant(1.0 / 3.0, &s, &err), &err);
+    check_describe(s, "constant(value=0.3333333333333333)");
+    ct_schedule_free(s);
 }
 
 static void test_warmup(void) {
@@ -218,6 +222,25 @@ static void test_errors(void) {
     p.warmup_steps = -1;
     CHECK(ct_schedule_multifactor(&p, &s, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "warmup_steps must be >= 0, got -1") != NULL, "%s", err.msg);
+    // rsqrt_decay's too (Trax's sqrt(max(step, -1)) is 1/0 at step 0).
+    p.factors = "constant * rsqrt_decay";
+    CHECK(ct_schedule_multifactor(&p, &s, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "warmup_steps must be >= 0, got -1") != NULL, "%s", err.msg);
+    // 32 factors fit; a 33rd is refused (it was stored past the array).
+    p = ct_multifactor_default_params();
+    char many[33 * 11 + 1] = "constant";
+    for (int i = 1; i < 32; i++) strcat(many, " * constant");
+    p.factors = many;
+    CHECK_OK(ct_schedule_multifactor(&p, &s, &err), &err);
+    ct_schedule_free(s);
+    strcat(many, " * constant");
+    CHECK(ct_schedule_multifactor(&p, &s, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "more than 32 factors") != NULL, "%s", err.msg);
+    // minimum, too, must be finite (a NaN minimum made every value NaN).
+    p = ct_multifactor_default_params();
+    p.minimum = NAN;
+    CHECK(ct_schedule_multifactor(&p, &s, &err) == CT_ERR_ARG);
+    CHECK_MSG(strstr(err.msg, "minimum nan is not finite") != NULL, "%s", err.msg);
     // A parameter no factor uses is not checked (decay_every is absent).
     p = ct_multifactor_default_params();
     p.steps_per_decay = 0;
