@@ -10,7 +10,7 @@ int main(void) {
     ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, B, 2, x), ct_tensor_1d(CT_DTYPE_I32, B, y),
                           ct_tensor_1d(CT_DTYPE_F32, B, w)};
     // Serial(Dense(32), Relu, Dense(32), Relu, Dense(2)): logits for 2 classes.
-    ct_layer *model = ct_mlp(3, (int[]){32, 32, 2}, false, false);
+    ct_layer *model = ct_mlp(3, (int[]){32, 32, 2}, ct_relu, false, false);
     ct_layer *loss = ct_weighted_category_cross_entropy();  // [logits, y, w] -> scalar
     ct_adam_params adam = ct_adam_default_params();
 

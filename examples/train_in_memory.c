@@ -46,7 +46,7 @@ typedef struct run {
 static ct_status run_start(run *r, const char *dir, ct_error *err) {
     CT_TRY(points_stream(&r->train, train_x, train_y, N_TRAIN, true, BATCH, err));
     CT_TRY(points_stream(&r->eval, eval_x, eval_y, N_EVAL, false, EVAL_BATCH, err));
-    ct_layer *model = ct_mlp(3, (int[]){32, 32, 2}, false, false);  // logits for 2 classes
+    ct_layer *model = ct_mlp(3, (int[]){32, 32, 2}, ct_relu, false, false);  // logits for 2 classes
     ct_layer *loss = ct_weighted_category_cross_entropy();         // [logits, y, w] -> scalar
     ct_train_task task = {.stream = r->train, .loss = loss, .optimizer = ct_adam_new(ct_adam_default_params()),
                           .learning_rate = 0.01f};

@@ -4013,24 +4013,42 @@ static void test_rnnlm_config(void) {
                    "RNNLM", 0, 64);
 }
 
-// The activation references of Trax's configs: ReformerLM.ff_activation
-// takes Relu, Gelu or FastGelu as a string or a reference (any module path
-// or scope); TransformerLM.ff_activation and MLP.activation_fn take Relu
-// only (ctrax's models are Relu there) and refuse another at its binding.
+// Layers named `name` under l (an activation's name is its Trax name).
+static int count_named(const ct_layer *l, const char *name) {
+    int n = !strcmp(l->name, name);
+    for (int i = 0; i < l->n_sub; i++) n += count_named(l->sub[i], name);
+    return n;
+}
+
+// The activation references of Trax's configs: ReformerLM.ff_activation,
+// TransformerLM.ff_activation and MLP.activation_fn take Relu, Gelu,
+// FastGelu, Tanh or Sigmoid as a string or a reference (any module path or
+// scope), build that layer in every block, and refuse another name at its
+// binding.
 static void test_activation_refs(void) {
     ct_error err = {0};
     static const char reformer[] = "ReformerLM.vocab_size = 8\nReformerLM.d_model = 8\nReformerLM.d_ff = 16\n"
                                    "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 16\n";
+    static const char transformer[] = "TransformerLM.d_model = 8\nTransformerLM.n_heads = 2\nTransformerLM.n_layers = 3\n";
+    static const char mlp[] = "MLP.layer_widths = [4, 4, 4]\n";
     static const struct {
-        const char *model, *base, *binding;
+        const char *model, *base, *binding, *layer;
+        int count;  // layers named `layer` the model holds
     } ok[] = {
-        {"ReformerLM", reformer, "ReformerLM.ff_activation = @trax.layers.FastGelu\n"},
-        {"ReformerLM", reformer, "ReformerLM.ff_activation = @Relu\n"},
-        {"ReformerLM", reformer, "ReformerLM.ff_activation = @s/Gelu\n"},
-        {"ReformerLM", reformer, "ReformerLM.ff_activation = 'Relu'\n"},
-        {"TransformerLM", "TransformerLM.d_model = 8\n", "TransformerLM.ff_activation = @trax.layers.Relu\n"},
-        {"TransformerLM", "TransformerLM.d_model = 8\n", "TransformerLM.ff_activation = 'Relu'\n"},
-        {"MLP", "", "MLP.activation_fn = @trax.layers.Relu\n"},
+        {"ReformerLM", reformer, "ReformerLM.ff_activation = @trax.layers.FastGelu\n", "FastGelu", 2},
+        {"ReformerLM", reformer, "", "FastGelu", 2},  // Trax's default
+        {"ReformerLM", reformer, "ReformerLM.ff_activation = @Relu\n", "Relu", 2},
+        {"ReformerLM", reformer, "ReformerLM.ff_activation = @s/Gelu\n", "Gelu", 2},
+        {"ReformerLM", reformer, "ReformerLM.ff_activation = 'Tanh'\n", "Tanh", 2},
+        {"TransformerLM", transformer, "", "Relu", 3},  // Trax's default
+        {"TransformerLM", transformer, "TransformerLM.ff_activation = @trax.layers.Relu\n", "Relu", 3},
+        {"TransformerLM", transformer, "TransformerLM.ff_activation = @trax.layers.Gelu\n", "Gelu", 3},
+        {"TransformerLM", transformer, "TransformerLM.ff_activation = @s/FastGelu\n", "FastGelu", 3},
+        {"TransformerLM", transformer, "TransformerLM.ff_activation = 'Sigmoid'\n", "Sigmoid", 3},
+        {"MLP", mlp, "", "Relu", 2},
+        {"MLP", mlp, "MLP.activation_fn = @trax.layers.Relu\n", "Relu", 2},
+        {"MLP", mlp, "MLP.activation_fn = @trax.layers.Tanh\nMLP.out_activation = True\n", "Tanh", 3},
+        {"MLP", mlp, "MLP.activation_fn = 'Gelu'\n", "Gelu", 2},
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         char text[1024];
@@ -4038,15 +4056,25 @@ static void test_activation_refs(void) {
         ct_config *cfg = config_text("a.gin", text, &err);
         ct_layer *model = build_model(cfg, ok[i].model, &err);
         CHECK_MSG(model != NULL, "%s: %s", ok[i].binding, err.msg);
+        if (model) {
+            int n = count_named(model, ok[i].layer), relu = count_named(model, "Relu");
+            CHECK_MSG(n == ok[i].count && (strcmp(ok[i].layer, "Relu") == 0 || relu == 0),
+                      "%s %s: %d %s layers (want %d), %d Relu", ok[i].model, ok[i].binding, n, ok[i].layer,
+                      ok[i].count, relu);
+        }
         ct_layer_free(model);
         ct_config_free(cfg);
     }
     static const struct {
         const char *model, *text, *want;
     } bad[] = {
-        {"TransformerLM", "TransformerLM.ff_activation = @trax.layers.FastGelu\n",
-         "a.gin:1:1: TransformerLM.ff_activation = @FastGelu is not supported by ctrax: TransformerLM's activation is Relu"},
-        {"MLP", "MLP.activation_fn = 'Gelu'\n", "a.gin:1:1: MLP.activation_fn = 'Gelu' is not supported"},
+        {"TransformerLM", "TransformerLM.ff_activation = 'Elu'\n",
+         "a.gin:1:1: TransformerLM.ff_activation = 'Elu' is not supported by ctrax: 'Relu', 'Gelu', 'FastGelu', "
+         "'Tanh' or 'Sigmoid'"},
+        {"TransformerLM", "TransformerLM.ff_activation = 'relu'\n", "a.gin:1:1: TransformerLM.ff_activation = 'relu'"},
+        {"MLP", "MLP.activation_fn = 'LogSoftmax'\n",
+         "a.gin:1:1: MLP.activation_fn = 'LogSoftmax' is not supported by ctrax: 'Relu', 'Gelu'"},
+        {"MLP", "MLP.activation_fn = @GRUCell\n", "a.gin:1:1: MLP.activation_fn = @GRUCell is not supported"},
         {"ReformerLM", "ReformerLM.ff_activation = @GRUCell\n", "ReformerLM.ff_activation = 'GRUCell' is not supported"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

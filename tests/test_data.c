@@ -2615,7 +2615,7 @@ static float *arrays_loop(const char *dir, int64_t n_steps, bool stop, size_t *n
     if (ct_arrays_stream_new(&eval, eval_a, 2, true, err) || ct_epochs_stream_new(&eval, eval, false, 0, 0, err) ||
         ct_batch_stream_new(&eval, eval, &bp, err) || ct_weights_stream_new(&eval, eval, -1, err))
         goto done;
-    ct_layer *model = ct_mlp(2, (int[]){16, 2}, false, false), *loss = ct_weighted_category_cross_entropy(),
+    ct_layer *model = ct_mlp(2, (int[]){16, 2}, ct_relu, false, false), *loss = ct_weighted_category_cross_entropy(),
              *acc = ct_weighted_category_accuracy();
     ct_train_task task = {train, loss, ct_adam_new(ct_adam_default_params()), NULL, "loss", 0.01f};
     ct_eval_task ev = {.stream = eval, .n_metrics = 1, .n_batches = 2};

@@ -15,7 +15,7 @@ static void test_mlp(void) {
     float x[3 * 2 * 4];
     ct_tensor in = ct_tensor_3d(CT_DTYPE_F32, 3, 2, 4, x);
     gradcheck_fill(&in, 3, -1.0f, 1.0f);
-    ct_layer *mlp = ct_mlp(3, (int[]){8, 6, 5}, false, true);  // Flatten, Dense, Relu, Dense, Relu, Dense
+    ct_layer *mlp = ct_mlp(3, (int[]){8, 6, 5}, ct_relu, false, true);  // Flatten, Dense, Relu, Dense, Relu, Dense
     CHECK(mlp->n_sub == 6);
     double e = gradcheck("MLP", mlp, &in, 1, ct_gradcheck_defaults());
     CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "rel err %g", e);
@@ -31,8 +31,14 @@ static void test_mlp(void) {
     ct_layer_free(mlp);
     // Trax's out_activation=True ends with the activation; flatten=False has
     // no Flatten: Dense, Relu, Dense, Relu.
-    mlp = ct_mlp(2, (int[]){8, 5}, true, false);
+    mlp = ct_mlp(2, (int[]){8, 5}, ct_relu, true, false);
     CHECK(mlp->n_sub == 4 && strcmp(mlp->sub[0]->name, "Dense") == 0 && strcmp(mlp->sub[3]->name, "Relu") == 0);
+    ct_layer_free(mlp);
+    // Another activation (Trax's activation_fn) between the Dense layers, and after the last.
+    mlp = ct_mlp(2, (int[]){8, 5}, ct_tanh, true, true);
+    CHECK(mlp->n_sub == 5 && strcmp(mlp->sub[2]->name, "Tanh") == 0 && strcmp(mlp->sub[4]->name, "Tanh") == 0);
+    e = gradcheck("MLP(Tanh)", mlp, &in, 1, ct_gradcheck_defaults());
+    CHECK_MSG(e >= 0 && e < CT_GRADCHECK_TOL, "rel err %g", e);
     ct_layer_free(mlp);
 }
 
@@ -102,6 +108,27 @@ static void test_transformer_lm(void) {
             CHECK(sqrt(sq / 128) > 0.01 && sqrt(sq / 128) < 0.04);  // N(0, 0.02^2)
         }
         ct_net_free(&net);
+        ct_layer_free(lm);
+    }
+    // Trax's ff_activation: Dense(d_ff), the activation, then the dropout
+    // (_FeedForwardBlock; ReformerLM's has it after the dropout).
+    static const char *const activations[] = {"Gelu", "FastGelu", "Tanh", "Sigmoid"};
+    p.learned_positions = p.fixed_positions = false;
+    p.dropout = 0.1f;
+    for (size_t a = 0; a < sizeof activations / sizeof *activations; a++) {
+        p.ff_activation = activations[a];
+        int32_t tokens[2 * 5] = {1, 2, 3, 4, 5, 6, 0, 1, 2, 3};
+        ct_tensor in = ct_tensor_2d(CT_DTYPE_I32, 2, 5, tokens);
+        ct_layer *lm = ct_transformer_lm(p);
+        // TransformerLM[4] = DecoderBlock: Residual[1] = Serial(Branch(Serial(FF), Select), Add)...
+        const ct_layer *ff = lm->sub[4]->sub[1]->sub[0]->sub[1]->sub[1];
+        CHECK_MSG(ff->n_sub == 6 && !strcmp(ff->sub[1]->name, "Dense") && !strcmp(ff->sub[2]->name, activations[a]) &&
+                      !strcmp(ff->sub[3]->name, "Dropout"),
+                  "%s: the feed-forward block is not Dense, %s, Dropout", activations[a], activations[a]);
+        char what[64];
+        snprintf(what, sizeof what, "TransformerLM(%s, dropout)", activations[a]);
+        double e = gradcheck(what, lm, &in, 1, ct_gradcheck_model_defaults(1e-3));
+        CHECK_MSG(e >= 0 && e < CT_GRADCHECK_MODEL_TOL, "%s: rel err %g", what, e);
         ct_layer_free(lm);
     }
 }

@@ -1278,7 +1278,7 @@ static void test_no_reversible_layers(void) {
     for (int i = 0; i < 8; i++) y[i] = 0.5f * x[i], w[i] = 1.0f;
     ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 2, 4, x), ct_tensor_2d(CT_DTYPE_F32, 2, 4, y),
                           ct_tensor_2d(CT_DTYPE_F32, 2, 4, w)};
-    ct_layer *model = ct_mlp(2, (int[]){8, 4}, false, false), *loss = ct_l2_loss();
+    ct_layer *model = ct_mlp(2, (int[]){8, 4}, ct_relu, false, false), *loss = ct_l2_loss();
     ct_device dev = ct_device_cpu();
     ct_trainer *rt;
     ct_trainer *st;

@@ -132,23 +132,24 @@ static ct_status check_layer_count(ct_config *cfg, const char *name, int n_layer
                         where, name, n_layers, count, (INT_MAX - extra) / per_block);
 }
 
-// A model whose activation is always Relu (TransformerLM.ff_activation,
-// MLP.activation_fn) takes Trax's default, as a string ('Relu') or a
-// reference (@Relu, @trax.layers.Relu, @scope/Relu); another is refused,
-// naming the binding.
-static ct_status only_relu(ct_config *cfg, const char *name, const char *param, ct_error *err) {
-    char where[300];
-    cfg_where(cfg, name, param, where, sizeof where);
-    if (!where[0]) return CT_OK;
+// A model's activation setting (TransformerLM.ff_activation,
+// MLP.activation_fn), a string ('Gelu') or a reference (@Gelu,
+// @trax.layers.Gelu, @scope/Gelu): its constructor into *fn, or an error
+// naming the binding and the names ctrax has.
+static ct_status activation_of(ct_config *cfg, const char *name, const char *param, ct_activation_fn *fn,
+                               ct_error *err) {
     const ct_config_value *v;
     CT_TRY(cfg_query_default(cfg, name, param, &v, err));
     const char *s = v->kind == CT_CONFIG_STRING || v->kind == CT_CONFIG_REFERENCE ? v->s : "";
     const char *tail = strrchr(s, '/') ? strrchr(s, '/') + 1 : s;
     if (v->kind == CT_CONFIG_REFERENCE && strrchr(tail, '.')) tail = strrchr(tail, '.') + 1;
-    if (!strcmp(tail, "Relu")) return CT_OK;
+    *fn = ct_activation_named(tail);
+    if (*fn) return CT_OK;
+    char where[300];
+    cfg_where(cfg, name, param, where, sizeof where);
     char *text = ct_config_value_to_gin(v);
-    ct_status st = ct_error_set(err, CT_ERR_ARG, "%s%s.%s = %.60s is not supported by ctrax: %s's activation is Relu",
-                                where, name, param, text, name);
+    ct_status st = ct_error_set(err, CT_ERR_ARG, "%s%s.%s = %.60s is not supported by ctrax: " CT_ACTIVATION_NAMES,
+                                where, name, param, text);
     ct_free(text);
     return st;
 }
@@ -186,9 +187,24 @@ static ct_status only_default(ct_config *cfg, const char *name, const cfg_param 
     return st;
 }
 
+// A stored activation name bound as @scope/Gelu is Gelu: the scope has no
+// settings to give it. (A module path, @trax.layers.Gelu, is resolved
+// when the binding is read.)
+static void activation_unscoped(const char **activation) {
+    const char *slash = *activation ? strrchr(*activation, '/') : NULL;
+    if (slash) *activation = slash + 1;
+}
+
+static ct_status transformer_lm_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
+    (void)cfg, (void)name, (void)err;
+    activation_unscoped(&((ct_transformer_lm_params *)vp)->ff_activation);
+    return CT_OK;
+}
+
 static ct_status transformer_lm_check(ct_config *cfg, const char *name, const void *vp, ct_error *err) {
     const ct_transformer_lm_params *p = vp;
-    CT_TRY(only_relu(cfg, name, "ff_activation", err));
+    ct_activation_fn activation;
+    CT_TRY(activation_of(cfg, name, "ff_activation", &activation, err));
     CT_TRY(only_default(cfg, name, transformer_lm_params, COUNT(transformer_lm_params), "mode", "'eval'", err));
     if (p->learned_positions && p->fixed_positions) {
         char where[300];
@@ -522,8 +538,7 @@ static ct_status reformer_positions_fill(ct_config *cfg, const char *name, ct_re
 // axial positions' tuples.
 static ct_status reformer_lm_fill(ct_config *cfg, const char *name, void *vp, ct_error *err) {
     ct_reformer_lm_params *p = vp;
-    const char *slash = p->ff_activation ? strrchr(p->ff_activation, '/') : NULL;
-    if (slash) p->ff_activation = slash + 1;  // @s/Relu: the scope has no settings to give it
+    activation_unscoped(&p->ff_activation);
     CT_TRY(reformer_positions_fill(cfg, name, p, err));
     const ct_config_value *v;
     CT_TRY(cfg_query_default(cfg, name, "attention_type", &v, err));
@@ -684,7 +699,7 @@ static ct_status rnnlm_check(ct_config *cfg, const char *name, const void *vp, c
 }
 
 // Trax's MLP(layer_widths=(128, 64), activation_fn=Relu, out_activation=False,
-// flatten=True, mode); the activation is always Relu.
+// flatten=True, mode).
 // Trax's older MLP(d_hidden=512, n_hidden_layers=2, n_output_classes=10)
 // (mlp_mnist.gin) is layer_widths [d_hidden] x n_hidden_layers +
 // [n_output_classes]; its closing LogSoftmax is left out, as the newer
@@ -692,13 +707,14 @@ static ct_status rnnlm_check(ct_config *cfg, const char *name, const void *vp, c
 static const cfg_param mlp_params[] = {
     {.name = "layer_widths", .type = CFG_LIST, .default_gin = "[128, 64]", .doc = "widths of the Dense layers"},
     {.name = "activation_fn", .type = CFG_STRING, .ref_kinds = CFG_KIND_BIT(CFG_LAYER_TYPE), .default_gin = "'Relu'",
-     .doc = "Trax's activation between the Dense layers: Relu only (@trax.layers.Relu or 'Relu')"},
-    {.name = "out_activation", .type = CFG_BOOL, .default_gin = "False", .doc = "Relu after the last Dense too"},
+     .doc = "the activation between the Dense layers: " CT_ACTIVATION_NAMES " (@trax.layers.Tanh or 'Tanh')"},
+    {.name = "out_activation", .type = CFG_BOOL, .default_gin = "False",
+     .doc = "the activation after the last Dense too"},
     {.name = "flatten", .type = CFG_BOOL, .default_gin = "True", .doc = "flatten all but the batch axis first"},
     {.name = "d_hidden", .type = CFG_INT, .default_gin = "512", .lo = 1, .hi = 1 << 24,
      .doc = "Trax's older MLP: width of each hidden layer"},
     {.name = "n_hidden_layers", .type = CFG_INT, .default_gin = "2", .lo = 0, .hi = CFG_MLP_MAX_LAYERS - 1,
-     .doc = "Trax's older MLP: hidden layers (Dense, Relu)"},
+     .doc = "Trax's older MLP: hidden layers (Dense, activation)"},
     {.name = "n_output_classes", .type = CFG_INT, .default_gin = "10", .lo = 1, .hi = 1 << 24,
      .doc = "Trax's older MLP: width of the last Dense"},
 };
@@ -762,12 +778,13 @@ ct_status cfg_mlp_widths(ct_config *cfg, const char *name, int *w, int *n, ct_er
 
 static ct_status build_mlp(ct_config *cfg, const char *name, ct_layer **out, ct_error *err) {
     const ct_config_value *out_activation, *flatten;
-    CT_TRY(only_relu(cfg, name, "activation_fn", err));
+    ct_activation_fn activation;
+    CT_TRY(activation_of(cfg, name, "activation_fn", &activation, err));
     CT_TRY(cfg_query_default(cfg, name, "out_activation", &out_activation, err));
     CT_TRY(cfg_query_default(cfg, name, "flatten", &flatten, err));
     int w[CFG_MLP_MAX_LAYERS], n;
     CT_TRY(cfg_mlp_widths(cfg, name, w, &n, err));
-    *out = ct_mlp(n, w, out_activation->b, flatten->b);
+    *out = ct_mlp(n, w, activation, out_activation->b, flatten->b);
     return CT_OK;
 }
 
@@ -1123,7 +1140,8 @@ static ct_layer *wcce_new(const void *p) {
 static const cfg_def registry[] = {
     {.name = "TransformerLM", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(transformer_lm_params),
      .struct_size = sizeof(ct_transformer_lm_params), .defaults = transformer_lm_defaults,
-     .check = transformer_lm_check, .new_layer = transformer_lm_new, .plan = cfg_plan_transformer_lm,
+     .fill = transformer_lm_fill, .check = transformer_lm_check, .new_layer = transformer_lm_new,
+     .plan = cfg_plan_transformer_lm,
      .doc = "decoder-only Transformer language model: int32 tokens (B, T) -> logits (B, T, vocab_size)"},
     {.name = "ReformerLM", .kind = CFG_MODEL, .modules = "trax.models trax.models.reformer",
      PARAMS(reformer_lm_params), .struct_size = sizeof(ct_reformer_lm_params), .defaults = reformer_lm_defaults,
@@ -1155,12 +1173,15 @@ static const cfg_def registry[] = {
     // TransformerLM.ff_activation, MLP.activation_fn), built only inside them.
     {.name = "Relu", .kind = CFG_LAYER_TYPE, .modules = "trax.layers", .doc = "max(x, 0), as a model's activation"},
     {.name = "Gelu", .kind = CFG_LAYER_TYPE, .modules = "trax.layers",
-     .doc = "Trax's Gelu (the exact erf form), as ReformerLM.ff_activation"},
+     .doc = "Trax's Gelu (the exact erf form), as a model's activation"},
     {.name = "FastGelu", .kind = CFG_LAYER_TYPE, .modules = "trax.layers",
-     .doc = "Trax's FastGelu (the tanh form), as ReformerLM.ff_activation"},
+     .doc = "Trax's FastGelu (the tanh form), as a model's activation"},
+    {.name = "Tanh", .kind = CFG_LAYER_TYPE, .modules = "trax.layers", .doc = "tanh(x), as a model's activation"},
+    {.name = "Sigmoid", .kind = CFG_LAYER_TYPE, .modules = "trax.layers",
+     .doc = "1 / (1 + exp(-x)), as a model's activation"},
     {.name = "MLP", .kind = CFG_MODEL, .modules = "trax.models", PARAMS(mlp_params), .build_layer = build_mlp,
      .plan = cfg_plan_mlp,
-     .doc = "Dense layers with Relu between them: (B, ...) -> (B, last width)"},
+     .doc = "Dense layers with an activation (Relu) between them: (B, ...) -> (B, last width)"},
 
     {.name = "SGD", .kind = CFG_OPTIMIZER, .modules = "trax.optimizers", PARAMS(sgd_params),
      .struct_size = sizeof(ct_sgd_params), .defaults = sgd_defaults, .new_optimizer = sgd_new, .doc = "w -= lr * g"},

@@ -4,6 +4,8 @@
 // elementwise activations save only the tensor their backward reads, so the
 // other one dies with the walk that made it (ct_stack_walk gives it back):
 // under a Relu the d_ff-wide Dense output is not kept for backward.
+#include <string.h>
+
 #include "ctrax/layers/combinators.h"
 #include "ctrax/layers/core.h"
 #include "ctrax/layers/layer_author.h"
@@ -78,6 +80,17 @@ ct_layer *ct_gelu(void) { return act_new("FastGelu", &gelu_ops); }
 ct_layer *ct_gelu_erf(void) { return act_new("Gelu", &gelu_erf_ops); }
 ct_layer *ct_tanh(void) { return act_new("Tanh", &tanh_ops); }
 ct_layer *ct_sigmoid(void) { return act_new("Sigmoid", &sigmoid_ops); }
+
+ct_activation_fn ct_activation_named(const char *name) {
+    static const struct {
+        const char *name;
+        ct_activation_fn fn;
+    } named[] = {{"Relu", ct_relu}, {"Gelu", ct_gelu_erf}, {"FastGelu", ct_gelu}, {"Tanh", ct_tanh},
+                 {"Sigmoid", ct_sigmoid}};
+    for (size_t i = 0; name && i < sizeof named / sizeof *named; i++)
+        if (!strcmp(name, named[i].name)) return named[i].fn;
+    return NULL;
+}
 
 // ---- softmaxes over the last axis: (..., C) -> (..., C) --------------------
 

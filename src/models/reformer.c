@@ -105,11 +105,9 @@ ct_status ct_reformer_lm_check(const ct_reformer_lm_params *p, ct_error *err) {
     if (p->d_attention_key < 0 || p->d_attention_value < 0 || p->ff_chunk_size < 0 || p->ff_use_sru < 0)
         return ct_error_set(err, CT_ERR_ARG,
                             "ReformerLM: d_attention_key, d_attention_value, ff_chunk_size and ff_use_sru must be >= 0");
-    const char *f = p->ff_activation;
-    if (!str_is(f, "Relu") && !str_is(f, "Gelu") && !str_is(f, "FastGelu"))
-        return ct_error_set(err, CT_ERR_ARG,
-                            "ReformerLM.ff_activation = '%s' is not supported: 'Relu', 'Gelu' or 'FastGelu'",
-                            f ? f : "None");
+    if (!ct_activation_named(p->ff_activation))
+        return ct_error_set(err, CT_ERR_ARG, "ReformerLM.ff_activation = '%s' is not supported: " CT_ACTIVATION_NAMES,
+                            p->ff_activation ? p->ff_activation : "None");
     CT_TRY(check_attention(p, err));
     return check_positions(p, err);
 }
@@ -142,10 +140,7 @@ static void ff_layers(const ct_reformer_lm_params *p, ct_layer **out) {
     out[0] = ct_layer_norm(1e-6f);
     out[1] = ct_dense(p->d_ff);
     out[2] = ct_dropout(p->dropout);
-    // Trax's FastGelu is the tanh formula, its Gelu the exact erf one.
-    out[3] = str_is(p->ff_activation, "Relu")   ? ct_relu()
-             : str_is(p->ff_activation, "Gelu") ? ct_gelu_erf()
-                                                : ct_gelu();
+    out[3] = ct_activation_named(p->ff_activation)();
     out[4] = ct_dense(p->d_model);
     out[5] = ct_dropout(p->dropout);
 }

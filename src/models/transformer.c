@@ -7,9 +7,12 @@ ct_transformer_lm_params ct_transformer_lm_default_params(void) {
     return (ct_transformer_lm_params){CT_TRANSFORMER_LM_PARAMS(CT_PARAM_DEFAULT)};
 }
 
-// [LayerNorm, Dense(d_ff), Relu, Dropout, Dense(d_model), Dropout]
+// [LayerNorm, Dense(d_ff), activation, Dropout, Dense(d_model), Dropout]:
+// Trax's _FeedForwardBlock (the activation before the dropout, where
+// ReformerLM's has it after).
 static ct_layer *feed_forward(const ct_transformer_lm_params *p) {
-    return ct_serial(CT_LAYERS(ct_layer_norm(1e-6f), ct_dense(p->d_ff), ct_relu(), ct_dropout(p->dropout),
+    ct_activation_fn activation = ct_activation_named(p->ff_activation);
+    return ct_serial(CT_LAYERS(ct_layer_norm(1e-6f), ct_dense(p->d_ff), activation(), ct_dropout(p->dropout),
                                ct_dense(p->d_model), ct_dropout(p->dropout)));
 }
 
@@ -23,7 +26,7 @@ static ct_layer *decoder_block(const ct_transformer_lm_params *p) {
 }
 
 ct_layer *ct_transformer_lm(ct_transformer_lm_params p) {
-    CT_ASSERT(p.n_layers >= 0 && p.vocab_size > 0 && p.d_model > 0);
+    CT_ASSERT(p.n_layers >= 0 && p.vocab_size > 0 && p.d_model > 0 && ct_activation_named(p.ff_activation));
     int n = 0;
     ct_layer **layers = ct_malloc((size_t)(p.n_layers + 7) * sizeof *layers);
     layers[n++] = ct_shift_right(1);

@@ -26,6 +26,13 @@ ct_layer *ct_gelu(void);      // tanh approximation, as Trax's FastGelu
 ct_layer *ct_gelu_erf(void);  // x / 2 (1 + erf(x / sqrt 2)), as Trax's Gelu
 ct_layer *ct_tanh(void);
 ct_layer *ct_sigmoid(void);
+// The constructor of one of those by its Trax name, as a model's setting
+// names it (TransformerLM.ff_activation, ReformerLM.ff_activation,
+// MLP.activation_fn): "Relu", "Gelu" (erf), "FastGelu" (tanh), "Tanh",
+// "Sigmoid"; NULL for any other name (CT_ACTIVATION_NAMES lists them).
+typedef ct_layer *(*ct_activation_fn)(void);
+ct_activation_fn ct_activation_named(const char *name);
+#define CT_ACTIVATION_NAMES "'Relu', 'Gelu', 'FastGelu', 'Tanh' or 'Sigmoid'"
 // Over the last axis.
 ct_layer *ct_log_softmax(void);
 ct_layer *ct_softmax(void);

@@ -12,9 +12,11 @@
 extern "C" {
 #endif
 
-// Trax's MLP: [Flatten if flatten], then Dense(w) for each width, with Relu
-// between them (and after the last if out_activation). (B, ...) -> (B, last).
-ct_layer *ct_mlp(int n_widths, const int *layer_widths, bool out_activation, bool flatten);
+// Trax's MLP: [Flatten if flatten], then Dense(w) for each width, with the
+// activation between them (and after the last if out_activation): Trax's
+// default is ct_relu. (B, ...) -> (B, last).
+ct_layer *ct_mlp(int n_widths, const int *layer_widths, ct_activation_fn activation_fn, bool out_activation,
+                 bool flatten);
 
 // The parameters TransformerLM and ReformerLM share (see ctrax/params.h),
 // with Trax's defaults; the two docs differ.
@@ -29,7 +31,7 @@ ct_layer *ct_mlp(int n_widths, const int *layer_widths, bool out_activation, boo
 
 // Trax's TransformerLM(vocab_size, d_model, d_ff, n_layers, n_heads, dropout,
 // dropout_shared_axes, max_len, mode, ff_activation); ctrax has no
-// dropout_shared_axes or ff_activation (always Relu). Its positions are
+// dropout_shared_axes. ff_activation is a name (ct_activation_named). Its positions are
 // Trax's PositionalEncoding, a trainable table started at the sinusoids;
 // ctrax adds learned_positions (started at N(0, 0.02^2) instead) and
 // fixed_positions (the sinusoids, not trained).
@@ -37,7 +39,7 @@ ct_layer *ct_mlp(int n_widths, const int *layer_widths, bool out_activation, boo
     CT_LM_PARAMS(X, "width of the residual stream", "decoder blocks")                                        \
     X(BOOL, learned_positions, false, ANY, NONE, "the positions' table starts at N(0, 0.02^2) (ctrax's)")    \
     X(BOOL, fixed_positions, false, ANY, NONE, "the sinusoids fixed, no weights (ctrax's; Trax's train them)") \
-    X(STRING, ff_activation, "'Relu'", ANY, UNSTORED, "Trax's feed-forward activation: Relu only (@trax.layers.Relu)")
+    X(STRING, ff_activation, "Relu", ANY, NONE, "the feed-forward activation: " CT_ACTIVATION_NAMES ", as Trax")
 typedef struct ct_transformer_lm_params {
     CT_TRANSFORMER_LM_PARAMS(CT_PARAM_FIELD)
 } ct_transformer_lm_params;
@@ -46,7 +48,7 @@ ct_transformer_lm_params ct_transformer_lm_default_params(void);
 // Trax's decoder-only TransformerLM, int32 tokens (B, T) -> logits (B, T, V):
 //   ShiftRight(1), Embedding, Dropout, PositionalEncoding,
 //   n_layers x [Residual(LayerNorm, CausalAttention, Dropout),
-//               Residual(LayerNorm, Dense(d_ff), Relu, Dropout, Dense(d_model), Dropout)],
+//               Residual(LayerNorm, Dense(d_ff), ff_activation, Dropout, Dense(d_model), Dropout)],
 //   LayerNorm, Dense(vocab_size).
 ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
 
@@ -58,7 +60,7 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
 // SelfAttention with 64-wide heads, a trainable position table; the
 // vocabulary, which Trax requires, defaults to 256 (bytes) here. The UNSTORED rows are Trax's parameters ctrax accepts
 // only at Trax's default: a config that sets another value is refused,
-// naming the parameter. ff_activation is a string here ('Relu'). The
+// naming the parameter. ff_activation is a name (ct_activation_named). The
 // fields after the list are what a config writes in Trax's forms
 // (src/config/registry.c): attention_type as a reference or a list of
 // them (@SelfAttention, [@SelfAttention, @LSHSelfAttention]), each type's
@@ -71,7 +73,7 @@ ct_layer *ct_transformer_lm(ct_transformer_lm_params p);
       "attention's per-head q.k depth; 0: Trax's 64 (CausalAttention: d_model / n_heads)")                         \
     X(INT, d_attention_value, 0, AT_LEAST(0), NONE,                                                                \
       "attention's per-head value depth; 0: Trax's 64 (CausalAttention: d_model / n_heads)")                       \
-    X(STRING, ff_activation, "FastGelu", ANY, NONE, "'Relu', 'Gelu' (erf) or 'FastGelu' (tanh), as Trax")      \
+    X(STRING, ff_activation, "FastGelu", ANY, NONE, CT_ACTIVATION_NAMES " (Gelu: erf; FastGelu: tanh), as Trax") \
     X(INT, ff_chunk_size, 0, AT_LEAST(0), NONE, "> 0: the feed-forward runs on chunks of this many rows (B*T)")    \
     X(INT, ff_use_sru, 0, AT_LEAST(0), NONE, "> 0: the feed-forward is this many SRU(d_model) layers (Trax's)")    \
     X(STRING, pos_type, NULL, ANY, NULLABLE,                                                                       \
