@@ -10,6 +10,7 @@
 //
 //   bench_lm_speed --config A|B|C [--steps 20] [--d-model D] [--layers L]
 //       [--heads H] [--d-ff F] [--seq T] [--batch B]        # train: JSON line
+//       [--profile]                                   # and the steps' time by layer (stderr)
 //   bench_lm_speed --config A --sgemm [--seconds 1]        # sgemm: JSON line
 //   bench_lm_speed --vector-core                          # see below
 //   bench_lm_speed --spincount                            # CT_OMP_SPINCOUNT
@@ -78,7 +79,7 @@ typedef struct args {
     char config;
     int d_model, layers, heads, d_ff, seq, batch, steps;
     double seconds;
-    bool sgemm, vector_core, spincount;
+    bool sgemm, vector_core, spincount, profile;
 } args;
 
 static bool set_config(char c, args *a) {
@@ -107,6 +108,10 @@ static int parse(int argc, char **argv, args *a) {
         }
         if (strcmp(k, "--spincount") == 0) {
             a->spincount = true;
+            continue;
+        }
+        if (strcmp(k, "--profile") == 0) {
+            a->profile = true;
             continue;
         }
         if (!v) return -1;
@@ -330,8 +335,11 @@ static int run_train(const args *a) {
     int rc = 1;
     double wall[MAX_STEPS], cpu[MAX_STEPS];
     float loss_first = 0, loss_last = 0;
+    // --profile: where the steps' time goes, by layer (stderr, after the JSON line).
+    ct_trainer_options o = ct_trainer_default_options();
+    o.profile = a->profile ? ct_profile_new() : NULL;
     if (ct_trainer_new(&t, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(1), &dev,
-                       NULL, &err) != CT_OK) {
+                       &o, &err) != CT_OK) {
         fprintf(stderr, "lm_speed config %c: init: %s: %s\n", a->config, ct_status_name(err.code), err.msg);
         goto done;
     }
@@ -365,7 +373,9 @@ static int run_train(const args *a) {
            wall[0], peak_rss(), plan->weights, plan->grads, plan->slots, plan->state, plan->activations,
            plan->device_bytes, loss_first, loss_last);
     rc = 0;
+    if (o.profile) ct_profile_print(o.profile, stderr);
 done:
+    ct_profile_free(o.profile);
     ct_trainer_free(t);
     ct_layer_free(model);
     ct_layer_free(loss);
@@ -379,7 +389,7 @@ int main(int argc, char **argv) {
     if (parse(argc, argv, &a)) {
         fprintf(stderr,
                 "usage: %s [--config A|B|C] [--steps S, 2..%d] [--d-model D] [--layers L] [--heads H] [--d-ff F] "
-                "[--seq T] [--batch B] [--sgemm [--seconds S]] [--vector-core]\n",
+                "[--seq T] [--batch B] [--profile] [--sgemm [--seconds S]] [--vector-core]\n",
                 argv[0], MAX_STEPS);
         return 2;
     }

@@ -27,6 +27,18 @@ else
     bad "train.random_seed = 0: $(grep '^random seed' "$work/zero.log"); $(grep random_seed "$work/zero/config.gin")"
 fi
 
+# --profile: after the run, where its steps' time went, by layer name, the
+# optimizer update and the rest (the shares are of the step's time).
+"$ctrax" train "$config" --steps 3 --profile --output-dir "$work/profile" >"$work/profile.log" 2>&1
+rc=$?
+if ((rc == 0)) && grep -q '^profile of 3 training steps, ' "$work/profile.log" &&
+    grep -Eq '^  Dense +26\.0 ' "$work/profile.log" && grep -Eq '^  \(optimizer update\) +1\.0 ' "$work/profile.log" &&
+    grep -Eq '^  \(rest of the step\) +[0-9.]+ +[0-9.]+%$' "$work/profile.log"; then
+    ok "--profile prints the steps' time by layer (Dense: 13 forwards and 13 backwards a step)"
+else
+    bad "--profile: exit $rc: $(grep -A4 '^profile' "$work/profile.log" | tr '\n' ' ')"
+fi
+
 # A resume at exactly train.steps trains nothing, and says so. What a run
 # stopped while writing a checkpoint left (a second Ctrl-C) goes at its
 # start all the same, the writer's pid being dead; a live process's

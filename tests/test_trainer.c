@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "core/clock.h"
 #include "ctrax/ctrax.h"
 #include "ctrax/layers/layer_author.h"
 #include "ctrax/data/synthetic.h"
@@ -485,7 +486,122 @@ static void test_opt_state(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+
+// ct_profile's rows when a trainer runs with one (ct_trainer_options.profile):
+// no row before the first step (the trainers' passes at construction are not
+// a step's), then per step each layer's forward and backward calls on device
+// 0 only, the optimizer update once per step (the memory-efficient trainer:
+// once per unit), and self times that add up to no more than the steps took.
+static void profile_run(bool memory_efficient, int n_devices) {
+    float x[4 * 3], y[4 * 2], w[4 * 2];
+    ct_random_uniform(ct_key_from_seed(8), x, 12, -1, 1);
+    ct_random_uniform(ct_key_from_seed(9), y, 8, -3, 3);
+    for (int i = 0; i < 8; i++) w[i] = 1;
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, 3, x), ct_tensor_2d(CT_DTYPE_F32, 4, 2, y),
+                          ct_tensor_2d(CT_DTYPE_F32, 4, 2, w)};
+    ct_layer *model = ct_serial(CT_LAYERS(ct_dense(3), ct_relu(), ct_dense(2))), *loss = ct_l2_loss();
+    ct_profile *prof = ct_profile_new();
+    ct_trainer_options o = ct_trainer_default_options();
+    o.memory_efficient = memory_efficient;
+    o.reversible.log_every = 0;
+    o.n_devices = n_devices;
+    o.profile = prof;
+    ct_device dev = ct_device_cpu();
+    ct_trainer *tr = NULL;
+    ct_error err;
+    CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ct_adam_default_params()), ct_key_from_seed(4),
+                            &dev, &o, &err),
+             &err);
+    int n_rows;
+    const ct_profile_row *rows = ct_profile_rows(prof, &n_rows);
+    CHECK_MSG(ct_profile_steps(prof, NULL) == 0 && n_rows == 0, "%d rows before the first step", n_rows);
+    ct_step_stats st;
+    for (int step = 1; step <= 3 && tr; step++)
+        CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed((uint64_t)step), step, 1e-3f, &st, &err), &err);
+    double step_s, rows_s = 0;
+    CHECK(ct_profile_steps(prof, &step_s) == 3 && step_s > 0);
+    rows = ct_profile_rows(prof, &n_rows);
+    int64_t dense[2] = {0}, relu[2] = {0}, update = 0;
+    bool negative = false;
+    for (int i = 0; i < n_rows; i++) {
+        const ct_profile_row *r = &rows[i];
+        rows_s += r->seconds[0] + r->seconds[1];
+        negative |= r->seconds[0] < 0 || r->seconds[1] < 0;
+        if (!strcmp(r->name, "Dense")) dense[0] = r->calls[0], dense[1] = r->calls[1];
+        if (!strcmp(r->name, "Relu")) relu[0] = r->calls[0], relu[1] = r->calls[1];
+        if (!strcmp(r->name, CT_PROFILE_OPTIMIZER)) update = r->calls[0];
+    }
+    const char *what = memory_efficient ? "memory-efficient" : n_devices > 1 ? "2 devices" : "standard";
+    CHECK_MSG(dense[0] == 6 && dense[1] == 6 && relu[0] == 3 && relu[1] == 3,
+              "%s: Dense %lld/%lld, Relu %lld/%lld calls in 3 steps", what, (long long)dense[0], (long long)dense[1],
+              (long long)relu[0], (long long)relu[1]);
+    CHECK_MSG(memory_efficient ? update >= 3 && update % 3 == 0 : update == 3, "%s: %lld updates in 3 steps", what,
+              (long long)update);
+    CHECK_MSG(!negative && rows_s <= step_s + 1e-9, "%s: rows %.9f s, steps %.9f s", what, rows_s, step_s);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ct_profile_print(prof, f);
+    fclose(f);
+    CHECK_MSG(strstr(text, "profile of 3 training steps") && strstr(text, "\n  Dense ") &&
+                  strstr(text, "\n  (optimizer update) ") && strstr(text, "\n  (rest of the step) "),
+              "%s", text);
+    free(text);
+    ct_trainer_free(tr);
+    ct_profile_free(prof);
+    ct_layer_free(model);
+    ct_layer_free(loss);
+}
+
+// Spans by hand: a span's self time leaves out its sub-spans', the rows add
+// up to the outermost span, spans outside a step count nothing, spans past
+// the depth kept count their whole time, and past 127 names the rest share
+// one row.
+static void test_profile_spans(void) {
+    ct_profile *p = ct_profile_new();
+    ct_profile_end(p, "outside", false, ct_profile_begin(p));  // no step: not counted
+    double step = ct_profile_step_begin(p);
+    double a = ct_profile_begin(p), b = ct_profile_begin(p), t0 = ct_now_s();
+    while (ct_now_s() - t0 < 0.005) {
+    }
+    ct_profile_end(p, "B", true, b);
+    ct_profile_end(p, "A", false, a);
+    double spans[70];
+    for (int i = 0; i < 70; i++) spans[i] = ct_profile_begin(p);
+    for (int i = 69; i >= 0; i--) ct_profile_end(p, "deep", false, spans[i]);
+    for (int i = 0; i < 200; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "n%d", i);
+        ct_profile_end(p, name, false, ct_profile_begin(p));
+    }
+    ct_profile_step_end(p, step);
+    int n;
+    const ct_profile_row *r = ct_profile_rows(p, &n);
+    double total;
+    CHECK(ct_profile_steps(p, &total) == 1);
+    CHECK_MSG(n == 128 && !strcmp(r[0].name, "B") && !strcmp(r[1].name, "A") && !strcmp(r[2].name, "deep") &&
+                  !strcmp(r[127].name, "(other layers)") && r[127].calls[0] == 200 - 124,  // n0..n123 named
+              "%d rows: %s, %s, %s ... %s (%lld calls)", n, r[0].name, r[1].name, r[2].name, r[n - 1].name,
+              (long long)r[n - 1].calls[0]);
+    CHECK_MSG(r[0].calls[1] == 1 && r[0].calls[0] == 0 && r[0].seconds[1] >= 0.005 && r[1].calls[0] == 1 &&
+                  r[1].seconds[0] >= 0 && r[1].seconds[0] < r[0].seconds[1],
+              "B %.6f s backward, A %.6f s self", r[0].seconds[1], r[1].seconds[0]);
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += r[i].seconds[0] + r[i].seconds[1];
+    CHECK_MSG(r[2].calls[0] == 70 && sum <= total + 1e-6, "deep %lld calls; rows %.9f s, step %.9f s",
+              (long long)r[2].calls[0], sum, total);
+    ct_profile_free(p);
+}
+
+static void test_profile(void) {
+    profile_run(false, 1);
+    profile_run(false, 2);
+    profile_run(true, 1);
+    test_profile_spans();
+}
+
 int main(void) {
+    test_profile();
     test_opt_state();
     test_grads_both_trainers();
     test_clip_and_freeze();

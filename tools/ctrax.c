@@ -128,6 +128,7 @@ typedef struct train_args {
     int threads;   // 0: the config's train.n_threads
     bool restart;        // ignore checkpoints in the output dir
     bool fixed_threads;  // keep the thread count when other processes keep cores busy
+    bool profile;        // print where the steps' time went
 } train_args;
 
 static void train_usage(FILE *f) {
@@ -164,6 +165,8 @@ static void train_usage(FILE *f) {
             "                            default OMP_NUM_THREADS, else every core. Fewer while other\n"
             "                            processes keep cores busy (measured every 2 s), never more\n"
             "  --fixed-threads           keep the thread count whatever else runs\n"
+            "  --profile                 at the end, print where the training steps' time went: each\n"
+            "                            layer's own time (by name), the optimizer update, the rest\n"
             "  --restart                 start from step 0 even if DIR holds checkpoints; the previous\n"
             "                            run's files move to DIR/previous-<UTC time>/\n"
             "  --configurables           list every name a config can bind, with its parameters\n"
@@ -262,6 +265,10 @@ static int parse_train_args(int argc, char **argv, train_args *a) {
         }
         if (!strcmp(s, "--fixed-threads")) {
             a->fixed_threads = true;
+            continue;
+        }
+        if (!strcmp(s, "--profile")) {
+            a->profile = true;
             continue;
         }
         if (s[0] != '-') {
@@ -365,6 +372,7 @@ typedef struct train_run {
     char output_dir[4096];
     int lock_fd;  // output_dir/.ctrax-lock, held (flock) while this run writes there; -1: none
     ct_checkpoint *resume;  // the checkpoint the run resumes from, open until ct_loop_new
+    ct_profile *profile;    // --profile: the trainer's timings
 } train_run;
 
 static void train_run_free(train_run *r) {
@@ -382,6 +390,7 @@ static void train_run_free(train_run *r) {
     ct_free(r->config_text);
     ct_config_free(r->cfg);
     ct_comm_free(r->comm);
+    ct_profile_free(r->profile);
 }
 
 // Trax's train.permanent_checkpoint_frequency is the Loop's
@@ -598,6 +607,7 @@ static void loop_options(train_run *r, const train_args *a, const ct_train_setti
     o->skip_nonfinite = t->skip_nonfinite_steps;
     o->trainer.clip_grad_norm = (float)t->clip_grad_norm;
     o->trainer.comm = r->comm;
+    if (a->profile) o->trainer.profile = r->profile = ct_profile_new();
     o->stop = &stop_requested;
     o->config_text = r->config_text;
     o->log = stdout;
@@ -1035,6 +1045,7 @@ static int run_train(const train_args *a) {
             ctrax_put_text(stdout, r.output_dir);
             putchar('\n');
         }
+        if (r.profile) ct_profile_print(r.profile, stdout);
     }
     rc = 0;
     // Another process's signal stops this one too (under mpirun every one

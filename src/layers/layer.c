@@ -304,7 +304,9 @@ ct_status ct_layer_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_tenso
     // dropped (tape_len set back by hand, as before ct_tape_truncate): they
     // can have no backward now.
     while (c->record && c->n_marks > 0 && c->marks[c->n_marks - 1].end > begin) c->n_marks--;
+    double start = c->profile ? ct_profile_begin(c->profile) : 0.0;
     ct_status st = l->vt->forward(l, c, in, out, key, err);
+    if (c->profile) ct_profile_end(c->profile, l->name, false, start);
     ct_arena_end_donation(c->arena, outer);
     CT_TRY(st);
     if (c->record) {
@@ -337,7 +339,10 @@ ct_status ct_layer_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, c
                              c->n_marks ? "; the newest recorded forward is " : "",
                              c->n_marks ? path_of(c->marks[c->n_marks - 1].layer) : "");
     struct ct_tape_mark m = c->marks[--c->n_marks];
-    CT_TRY(l->vt->backward(l, c, grad_out, grad_in, key, err));
+    double start = c->profile ? ct_profile_begin(c->profile) : 0.0;
+    ct_status st = l->vt->backward(l, c, grad_out, grad_in, key, err);
+    if (c->profile) ct_profile_end(c->profile, l->name, true, start);
+    CT_TRY(st);
     if (c->tape_len != m.begin)
         return ct_layer_fail(l, err, CT_ERR_STATE, "backward",
                              "its forward pushed %d tape record(s) and its backward %s %d %s (a backward "

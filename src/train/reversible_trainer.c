@@ -1028,6 +1028,8 @@ static ct_status combine_grads(rt_trainer *t, const rt_unit *u, ct_error *err) {
 // (unit-relative), skipping frozen weights.
 static void apply_updates(rt_trainer *t, const rt_unit *u, rt_stage s, float *grad, int64_t step,
                           float lr) {
+    ct_profile *profile = t->b.opts.profile;
+    double start = profile ? ct_profile_begin(profile) : 0.0;
     for (int p = u->p_begin; p < u->p_end; p++) {
         if (t->b.frozen[p]) continue;
         const ct_param *param = t->b.net.params[p];
@@ -1035,6 +1037,7 @@ static void apply_updates(rt_trainer *t, const rt_unit *u, rt_stage s, float *gr
         ct_optimizer_update(t->b.opt, step, lr, &param->sig, s.w + off, grad + off,
                             s.s + (t->b.slot_offsets[p] - u->slot_begin));
     }
+    if (profile) ct_profile_end(profile, CT_PROFILE_OPTIMIZER, false, start);
     if (t->kept_grads) memcpy(t->kept_grads + u->w_begin, grad, (u->w_end - u->w_begin) * sizeof(float));
 }
 

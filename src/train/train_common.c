@@ -42,7 +42,11 @@ void ct_trainer_free(ct_trainer *t) {
 
 ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key, int64_t step, float learning_rate,
                               ct_step_stats *stats, ct_error *err) {
-    return t->vt->one_step(t, batch, key, step, learning_rate, stats, err);
+    if (!t->opts.profile) return t->vt->one_step(t, batch, key, step, learning_rate, stats, err);
+    double start = ct_profile_step_begin(t->opts.profile);
+    ct_status st = t->vt->one_step(t, batch, key, step, learning_rate, stats, err);
+    ct_profile_step_end(t->opts.profile, start);
+    return st;
 }
 
 // ---- construction ----------------------------------------------------------------
@@ -192,6 +196,7 @@ void ct_train_dev_init(ct_trainer *t, int d, ct_train_dev *dev, ct_arena *arena,
     ct_arena_init(arena, t->dev);
     ct_ctx_init(ctx, arena);
     ctx->first_row = (int64_t)(t->first_global + d) * t->device_rows;
+    ctx->profile = d == 0 ? t->opts.profile : NULL;  // the devices run alike: one is timed
     dev->arena = arena;
     t->devs[d] = dev;
 }

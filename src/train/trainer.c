@@ -426,12 +426,15 @@ static ct_status update(std_trainer *t, int64_t step, float lr, double *g2, doub
     if (!isfinite(*g2)) return CT_ERR_NONFINITE;
     *w2 = ct_train_sum_squares(net->weights, net->n_weights);
     if (t->b.opts.clip_grad_norm > 0) ct_train_clip(net->grads, net->n_weights, sqrt(*g2), t->b.opts.clip_grad_norm);
+    ct_profile *profile = t->b.opts.profile;
+    double start = profile ? ct_profile_begin(profile) : 0.0;
     for (int i = 0; i < net->n_params; i++) {
         const ct_param *p = net->params[i];
         if (t->b.frozen[i]) continue;
         ct_optimizer_update(t->b.opt, step, lr, &p->sig, net->weights + p->offset, net->grads + p->offset,
                             t->b.slots + t->b.slot_offsets[i]);
     }
+    if (profile) ct_profile_end(profile, CT_PROFILE_OPTIMIZER, false, start);
     t->b.grads = net->grads;
     return CT_OK;
 }

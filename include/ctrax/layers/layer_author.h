@@ -37,6 +37,7 @@
 #define CTRAX_LAYERS_LAYER_AUTHOR_H
 
 #include "ctrax/layers/layer.h"
+#include "ctrax/layers/profile.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -209,6 +210,9 @@ struct ct_ctx {
     // (LSHSelfAttention's rotations) number examples by it, so N devices
     // draw what one device draws for the whole batch.
     int64_t first_row;
+    // Where the time goes (profile.h): when set, ct_layer_forward and
+    // ct_layer_backward add each layer's self time to it. NULL: off.
+    ct_profile *profile;
 };
 
 // A ctx with no slabs, recording (c->record true), in eval mode.

@@ -30,6 +30,7 @@
 #include "ctrax/core/rng.h"
 #include "ctrax/dist/comm.h"
 #include "ctrax/layers/layer.h"
+#include "ctrax/layers/profile.h"
 #include "ctrax/optim/optimizer.h"
 #include "ctrax/train/checkpoint.h"
 
@@ -104,6 +105,10 @@ typedef struct ct_trainer_options {
     // names): a run may change it on resume. A model without such a tail, or
     // another loss, is refused naming the layer. 0: off.
     int64_t loss_chunk_size;  // 0
+    // Where the steps' time goes (ctrax/layers/profile.h): each step's wall
+    // time, device 0's layers' self times, and the optimizer update as the
+    // row "(optimizer update)". Not owned. NULL: off.
+    ct_profile *profile;  // NULL
 } ct_trainer_options;
 ct_trainer_options ct_trainer_default_options(void);
 
