@@ -71,7 +71,7 @@ const char *cfg_kind_name(cfg_kind k) {
     case CFG_SCHEDULE: return "a learning-rate schedule";
     case CFG_INPUT: return "an input stream";
     case CFG_SETTINGS: return "program settings";
-    case CFG_LAYER_TYPE: return "a layer type a model builds (an attention type, an RNN cell)";
+    case CFG_LAYER_TYPE: return "a layer type a model builds (an attention type, an RNN cell, an activation)";
     case CFG_N_KINDS: break;
     }
     return "?";
