@@ -33,6 +33,12 @@ static void test_gradients(void) {
     check_layer("Dense(no bias)", ct_dense_no_bias(3), &x, 1, true);
     check_layer("Serial", ct_serial(CT_LAYERS(ct_dense(8), ct_dense(3))), &x, 1, true);
     check_layer("Parallel", ct_parallel(CT_LAYERS(ct_dense(3), ct_dense(2))), xy, 2, true);
+    // A first sublayer that takes another number of items than it leaves
+    // (Add 2 -> 1, Dup 1 -> 2): backward must find the Dense's output
+    // gradient and its input gradient's place each by its own count (with
+    // equal counts the two offsets coincide).
+    check_layer("Parallel(Dup, Dense)", ct_parallel(CT_LAYERS(ct_dup(), ct_dense(3))), xy, 2, true);
+    check_layer("Parallel(Add, Dense)", ct_parallel(CT_LAYERS(ct_add(), ct_dense(3))), xyz, 3, true);
     check_layer("Branch", ct_branch(CT_LAYERS(ct_dense(3), ct_dense(3))), &x, 1, true);
     check_layer("Residual", ct_residual(CT_LAYERS(ct_dense(6), ct_dense(6)), NULL), &x, 1, true);
     check_layer("Residual(shortcut)", ct_residual(CT_LAYERS(ct_dense(4)), ct_dense(4)), &x, 1, true);
@@ -46,6 +52,9 @@ static void test_gradients(void) {
     check_layer("Concatenate(axis 0)", ct_concatenate(2, 0), xy, 2, true);
     check_layer("Split", ct_split(3, -1), &x, 1, true);
     check_layer("Split(axis 0)", ct_split(2, 0), &x, 1, true);
+    // A piece dropped: its zero gradient is made (ct_ctx_grad_or_zeros), not
+    // read from arena memory the NaN pass of the check fills.
+    check_layer("Split, Drop", ct_serial(CT_LAYERS(ct_split(2, -1), ct_drop())), &x, 1, true);
     ct_fn_spec sq = {"Square", 1, 1, NULL, square_fwd, square_bwd, NULL};
     check_layer("Fn", ct_fn(&sq), &x, 1, true);
 
@@ -738,6 +747,14 @@ static void test_errors(void) {
     // Equal shapes of the wrong dtype: the message says which, not "differ".
     init_fails("Add of i32", ct_add(), two_ids, 2, CT_ERR_SHAPE, "(4,6) i32", "need f32");
     init_fails("Multiply of i32", ct_multiply(), two_ids, 2, CT_ERR_SHAPE, "(4,6) i32", "need f32");
+    // As many elements in another shape, or another dtype: refused, not
+    // added or copied element by element.
+    ct_tensor x_t = ct_tensor_2d(CT_DTYPE_F32, 6, 4, NULL), x_t_pair[2] = {x, x_t}, x_ids[2] = {x, ids};
+    init_fails("Add (4,6)+(6,4)", ct_add(), x_t_pair, 2, CT_ERR_SHAPE, "inputs (4,6) f32 and (6,4) f32 differ", NULL);
+    init_fails("Multiply (4,6)*(6,4)", ct_multiply(), x_t_pair, 2, CT_ERR_SHAPE, "inputs (4,6) f32 and (6,4) f32 differ",
+               NULL);
+    init_fails("Concatenate f32 + i32", ct_concatenate(2, -1), x_ids, 2, CT_ERR_SHAPE,
+               "input 1 (4,6) i32 does not match input 0 (4,6) f32", NULL);
     init_fails("Dense on a scalar", ct_dense(2), &scalar, 1, CT_ERR_SHAPE, "input 0 is () f32, expected rank >= 1",
                NULL);
     init_fails("2 inputs to Dense", ct_dense(2), xx, 2, CT_ERR_ARG, "takes 1 inputs, got 2", NULL);
@@ -849,8 +866,40 @@ static void test_layer_in_one_net(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// ct_net_bind in eval mode turns the tape off: a forward there saves
+// nothing, so its activations are not kept for a backward that never runs
+// (a Serial keeps what the tape points to). In training it is on.
+static void test_bind_eval_records_nothing(void) {
+    float a[4 * 6];
+    ct_tensor x = f32_input(4, 6, 1, a), out;
+    ct_device dev = ct_device_cpu();
+    ct_arena arena;
+    ct_arena_init(&arena, &dev);
+    ct_ctx c;
+    ct_ctx_init(&c, &arena);
+    ct_net net;
+    ct_error err;
+    ct_tensor sig = ct_tensor_sig(&x);
+    ct_layer *l = ct_serial(CT_LAYERS(ct_dense(6), ct_tanh(), ct_dense(3)));
+    CHECK_OK(ct_net_init(&net, l, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+    ct_net_bind(&net, &c, false);
+    CHECK_OK(ct_layer_forward(net.root, &c, &x, &out, ct_key_from_seed(2), &err), &err);
+    CHECK_MSG(!c.record && c.tape_len == 0 && c.n_marks == 0, "eval: record %d, %d tape records, %d marks", c.record,
+              c.tape_len, c.n_marks);
+    ct_arena_reset(&arena);
+    ct_net_bind(&net, &c, true);
+    CHECK_OK(ct_layer_forward(net.root, &c, &x, &out, ct_key_from_seed(2), &err), &err);
+    CHECK_MSG(c.record && c.tape_len > 0, "train: record %d, %d tape records", c.record, c.tape_len);
+    ct_net_free(&net);
+    ct_layer_free(l);
+    ct_ctx_free(&c);
+    ct_arena_free(&arena);
+    CHECK(dev.current_bytes == 0);
+}
+
 int main(void) {
     test_layer_in_one_net();
+    test_bind_eval_records_nothing();
     test_gradients();
     test_checker_catches_wrong_backward();
     test_gradcheck_api();

@@ -99,6 +99,79 @@ static void test_backward_without_forward(void) {
     ct_layer_free(l);
 }
 
+// Backward of a layer whose forward is not the newest recorded one (a
+// Serial's sublayer while the Serial's own forward is on top): refused,
+// naming the newest, instead of popping the Serial's records.
+static void test_backward_not_newest(void) {
+    float x[6] = {1, 2, 3, 4, 5, 6}, g[6] = {0};
+    ct_tensor in = ct_tensor_2d(CT_DTYPE_F32, 2, 3, x), out, gy = in, gx;
+    gy.data = g;
+    fixture f;
+    ct_layer *l = ct_serial(CT_LAYERS(tape_user(1), tape_user(1)));
+    CHECK_OK(fixture_init(&f, l, &in, 1, true), &f.err);
+    CHECK_OK(fixture_forward(&f, &in, &out, 1), &f.err);
+    ct_set_abort_handler(abort_to_test);
+    volatile ct_status st = CT_OK;
+    abort_msg[0] = '\0';
+    if (setjmp(abort_jump) == 0) st = ct_layer_backward(l->sub[0], &f.ctx, &gy, &gx, ct_key_from_seed(1), &f.err);
+    ct_set_abort_handler(NULL);
+    CHECK_MSG(st == CT_ERR_STATE && strstr(f.err.msg, "Serial/TapeUser[0] (backward): no recorded forward") &&
+                  strstr(f.err.msg, "the newest recorded forward is Serial"),
+              "status %d: %s", st, abort_msg[0] ? abort_msg : st ? f.err.msg : "the backward of an older forward ran");
+    fixture_free(&f);
+    ct_layer_free(l);
+}
+
+// ct_tape_truncate drops the records of a forward and its mark with them:
+// a backward of that forward is then refused, not run on an empty tape.
+static void test_truncate_drops_mark(void) {
+    float x[6] = {1, 2, 3, 4, 5, 6}, g[6] = {0};
+    ct_tensor in = ct_tensor_2d(CT_DTYPE_F32, 2, 3, x), out, gy = in, gx;
+    gy.data = g;
+    fixture f;
+    ct_layer *l = tape_user(1);
+    CHECK_OK(fixture_init(&f, l, &in, 1, true), &f.err);
+    CHECK_OK(fixture_forward(&f, &in, &out, 1), &f.err);
+    ct_tape_truncate(&f.ctx, 0);
+    CHECK(f.ctx.tape_len == 0 && f.ctx.n_marks == 0);
+    ct_set_abort_handler(abort_to_test);
+    volatile ct_status st = CT_OK;
+    abort_msg[0] = '\0';
+    if (setjmp(abort_jump) == 0) st = ct_layer_backward(f.net.root, &f.ctx, &gy, &gx, ct_key_from_seed(1), &f.err);
+    ct_set_abort_handler(NULL);
+    CHECK_MSG(st == CT_ERR_STATE && strstr(f.err.msg, "TapeUser (backward): no recorded forward"), "status %d: %s", st,
+              abort_msg[0] ? abort_msg : st ? f.err.msg : "a backward of truncated records ran");
+    fixture_free(&f);
+    ct_layer_free(l);
+}
+
+// Declares its weight "w" twice: two weights of one name, refused at init.
+static ct_status twice_init(ct_layer *l, ct_init_ctx *ic, const ct_tensor *in, ct_tensor *out, ct_key key,
+                            ct_error *err) {
+    (void)err;
+    for (int i = 0; i < 2; i++)
+        ct_layer_declare_weight(l, ic, "w", ct_tensor_1d(CT_DTYPE_F32, 1, NULL), (ct_initializer){CT_INIT_ONES, 0.0f},
+                                key);
+    out[0] = ct_tensor_sig(&in[0]);
+    return CT_OK;
+}
+static const ct_layer_vtable twice_vt = {.type = "Twice", .init = twice_init, .forward = tape_forward,
+                                         .backward = tape_backward};
+
+static void test_weight_declared_twice(void) {
+    ct_layer *l = ct_layer_new(&twice_vt, NULL, 1, 1, NULL, NULL, 0);
+    ct_tensor sig = ct_tensor_2d(CT_DTYPE_F32, 2, 3, NULL);
+    ct_device dev = ct_device_cpu();
+    ct_net net;
+    ct_error err;
+    ct_status st = ct_net_init(&net, l, &sig, 1, ct_key_from_seed(1), &dev, &err);
+    CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "two weights are named Twice/w"), "status %d: %s", st,
+              st ? err.msg : "a layer with two weights named w initialized");
+    if (st == CT_OK) ct_net_free(&net);
+    ct_layer_free(l);
+    CHECK(dev.current_bytes == 0);
+}
+
 // Declares n_out = 2 but writes one output signature.
 static const ct_layer_vtable short_vt = {.type = "ShortInit", .init = tape_init, .forward = tape_forward,
                                          .backward = tape_backward};
@@ -230,6 +303,9 @@ static void test_unzeroed_grad_in(void) {
 int main(void) {
     test_backward_pops_what_forward_pushed();
     test_backward_without_forward();
+    test_backward_not_newest();
+    test_truncate_drops_mark();
+    test_weight_declared_twice();
     test_init_writes_every_output();
     test_undeclared_weight();
     test_model_pushing_too_many();

@@ -690,6 +690,12 @@ static void test_shift_right_values(void) {
     g = ct_tensor_sig(&out);
     CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, &gin, ct_key_from_seed(1), &f.err), &f.err);
     CHECK(gin.data == NULL && ct_tensor_same_sig(&gin, &t));
+    // Still none when the gradient given for the ids has data.
+    int32_t gids[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    CHECK_OK(fixture_forward(&f, &t, &out, 1), &f.err);
+    g.data = gids;
+    CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, &g, &gin, ct_key_from_seed(1), &f.err), &f.err);
+    CHECK(gin.data == NULL && ct_tensor_same_sig(&gin, &t));
     fixture_free(&f);
 
     // (1, 3, 2) f32 shifted by 2: [[a, b], [c, d], [e, f]] -> [[0, 0], [0, 0], [a, b]].

@@ -103,6 +103,14 @@ static void test_gradients(void) {
     l = ct_reversible_swap();
     check_grad("ReversibleSwap", l, two, 2);
     ct_layer_free(l);
+    // Halves of two widths, (4,6) and (4,3): init must give the layer after
+    // the swap the (4,3) half as its first input, as forward does.
+    float n3[N * 3];
+    ct_tensor unequal[2] = {acc, ct_tensor_2d(CT_DTYPE_F32, N, 3, n3)};
+    gradcheck_fill(&unequal[1], 5, -1, 1);
+    l = ct_serial(CT_LAYERS(ct_reversible_swap(), ct_dense(2)));
+    check_grad("ReversibleSwap of (4,6) and (4,3), Dense", l, unequal, 2);
+    ct_layer_free(l);
     l = ct_reversible_serial(CT_LAYERS(half_dense(D), ct_reversible_swap(),
                                        ct_reversible_half_residual(CT_LAYERS(ct_dense(D), ct_dropout(0.2f))),
                                        ct_reversible_swap()));
