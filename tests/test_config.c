@@ -180,6 +180,12 @@ static void test_value_types(void) {
         ct_free(a);
         ct_free(b);
         ct_free(c);
+        // Up to 17 digits, as many as reading back takes: 0.1 + 0.2 written
+        // with 15 would read back as 0.3, another double.
+        ct_config_value f17 = {.kind = CT_CONFIG_FLOAT, .f = 0.1 + 0.2};
+        char *d = ct_config_value_to_gin(&f17);
+        CHECK_MSG(!strcmp(d, "0.30000000000000004"), "0.1 + 0.2 written as %s", d);
+        ct_free(d);
     }
 
     // Ints where floats are expected become floats; integral floats where
@@ -409,6 +415,18 @@ static void test_overrides(void) {
     printf("  error: %s\n", err.msg);
     CHECK(ct_config_set(cfg, "TransformerLM.d_model='x'", &err) == CT_ERR_ARG && strstr(err.msg, "--set:1"));
     ct_config_free(cfg);
+    // What an override includes is an override too: base.gin's d_ff 128
+    // wins over a file read after it.
+    char inc[4300];
+    snprintf(inc, sizeof inc, "include '%s'", config_path("base.gin"));
+    cfg = ct_config_new();
+    CHECK_OK(ct_config_set(cfg, inc, &err), &err);
+    const char *file = "TransformerLM.d_ff = 64\n";
+    CHECK_OK(ct_config_parse_text(cfg, file, strlen(file), "f.gin", &err), &err);
+    int64_t d_ff = 0;
+    CHECK_OK(ct_config_get_int(cfg, "TransformerLM", "d_ff", 0, &d_ff, &err), &err);
+    CHECK_MSG(d_ff == 128, "d_ff %lld: the file's binding replaced the included override", (long long)d_ff);
+    ct_config_free(cfg);
 }
 
 // ---- Errors: each names the file and line -----------------------------------------------------
@@ -456,6 +474,39 @@ static void test_errors(void) {
     EXPECT_ERROR("e.gin", "W = 'wide'\n\nTransformerLM.d_model = %W\n", "e.gin:3:1", "expects an int",
                  "the value is at e.gin:1:5");
     EXPECT_ERROR("e.gin", "A = %B\nB = %A\nTransformerLM.d_model = %A\n", "e.gin:", "cycle");
+    // A query checks a macro's value as validate does: a program that reads
+    // without validating gets the error, not the int field of a string.
+    {
+        const char *text = "W = 'wide'\nTransformerLM.d_model = %W\n";
+        ct_config *cfg = ct_config_new();
+        ct_error err = {0};
+        CHECK_OK(ct_config_parse_text(cfg, text, strlen(text), "q.gin", &err), &err);
+        int64_t d = 0;
+        CHECK(ct_config_get_int(cfg, "TransformerLM", "d_model", 0, &d, &err) == CT_ERR_ARG);
+        CHECK_MSG(strstr(err.msg, "q.gin:2:1: TransformerLM.d_model expects an int"), "%s", err.msg);
+        ct_config_free(cfg);
+    }
+    // A macro no binding uses is checked too.
+    EXPECT_ERROR("e.gin", "A = 1\nB = [%A, %C]\n", "e.gin:2:10", "undefined macro %C");
+    // Macros through macros: 32 deep are read, 33 refused.
+    for (int n = 32; n <= 33; n++) {
+        char chain[1024];
+        int k = 0;
+        for (int i = 0; i < n - 1; i++) k += snprintf(chain + k, sizeof chain - (size_t)k, "M%d = %%M%d\n", i, i + 1);
+        snprintf(chain + k, sizeof chain - (size_t)k, "M%d = 3\nTransformerLM.d_model = %%M0\n", n - 1);
+        if (n == 33) {
+            EXPECT_ERROR("e.gin", chain, "e.gin:", "more than 32 deep");
+            continue;
+        }
+        ct_config *cfg = ct_config_new();
+        ct_error err = {0};
+        ct_status st = ct_config_parse_text(cfg, chain, strlen(chain), "e.gin", &err);
+        int64_t d = 0;
+        if (st == CT_OK) st = ct_config_validate(cfg, &err);
+        if (st == CT_OK) st = ct_config_get_int(cfg, "TransformerLM", "d_model", 0, &d, &err);
+        CHECK_MSG(st == CT_OK && d == 3, "a chain of 32 macros: %s", err.msg);
+        ct_config_free(cfg);
+    }
     {
         // A chain of 40 macros without a cycle: too deep, and said so.
         char chain[1024];
@@ -476,6 +527,13 @@ static void test_errors(void) {
     EXPECT_ERROR("s.gin", "train.steps = 99999999999999999999\n", "s.gin:1:15", "does not fit in 64 bits");
     EXPECT_ERROR("s.gin", "train.steps = 1e999\n", "s.gin:1:15", "out of range");
     EXPECT_ERROR("s.gin", "train.steps = $\n", "s.gin:1:15", "unexpected character '$'");
+    // A byte past ASCII is named by its value, not written raw into the message.
+    EXPECT_ERROR("s.gin", "train.steps = \xc3\xa9\n", "s.gin:1:15", "unexpected byte 0xc3");
+    // An integral float read as an int must fit an int64 (casting 1e30 to one is undefined).
+    EXPECT_ERROR("e.gin", "train.steps = 1e30\n", "e.gin:1:1", "train.steps expects an int, got 1e+30 (a float)");
+    // 2^63 unsigned does not fit either: in a list, where no range would
+    // refuse it, read as -2^63 it would pass silently.
+    EXPECT_ERROR("s.gin", "MLP.layer_widths = [9223372036854775808]\n", "s.gin:1:21", "does not fit in 64 bits");
     EXPECT_ERROR("s.gin", "= 3\n", "s.gin:1:1", "expected a binding");
     EXPECT_ERROR("s.gin", "train. = 3\n", "s.gin:1:8", "expected a name after '.'");
     EXPECT_ERROR("s.gin", "train.model = @TransformerLM(3)\n", "s.gin:1:30", "takes no arguments");
@@ -505,6 +563,23 @@ static void test_errors(void) {
         for (int j = 0; j < 80; j++) deep[k++] = '[';
         deep[k] = '\0';
         EXPECT_ERROR("s.gin", deep, "s.gin:1:", "nested deeper than 64");
+    }
+    // 64 brackets deep are read, 65 refused.
+    for (int depth = 64; depth <= 65; depth++) {
+        char text[200];
+        size_t k = (size_t)snprintf(text, sizeof text, "MLP.layer_widths = ");
+        for (int j = 0; j < depth; j++) text[k++] = '[';
+        text[k++] = '1';
+        for (int j = 0; j < depth; j++) text[k++] = ']';
+        snprintf(text + k, sizeof text - k, "\n");
+        if (depth == 65) {
+            EXPECT_ERROR("s.gin", text, "s.gin:1:85", "values nested deeper than 64");
+            continue;
+        }
+        ct_config *cfg = ct_config_new();
+        ct_error err = {0};
+        CHECK_MSG(ct_config_parse_text(cfg, text, strlen(text), "s.gin", &err) == CT_OK, "64 deep: %s", err.msg);
+        ct_config_free(cfg);
     }
     {
         const char nul[] = "train.steps = 1\0\n";
@@ -590,6 +665,16 @@ static void test_string_escapes(void) {
                  "\\x takes exactly 2 hex digits");
     EXPECT_ERROR("s.gin", "train.checkpoint_highest = '\\u12g4'\n", "s.gin:1:29", "\\u takes exactly 4 hex digits");
     EXPECT_ERROR("s.gin", "train.checkpoint_highest = '\\ud800'\n", "s.gin:1:29", "'\\ud800'", "surrogate");
+    EXPECT_ERROR("s.gin", "train.checkpoint_highest = '\\udfff'\n", "s.gin:1:29", "'\\udfff'", "surrogate");
+    // The edges of UTF-8's 2, 3 and 4 byte forms, and the last code point.
+    l = parse_list("['\\u07ff', '\\u0800', '\\uffff', '\\U00010000', '\\U0010ffff']", &cfg);
+    static const char *const edges[] = {"\xdf\xbf", "\xe0\xa0\x80", "\xef\xbf\xbf", "\xf0\x90\x80\x80",
+                                        "\xf4\x8f\xbf\xbf"};
+    CHECK_MSG(l && l->n == 5, "%d items, want 5", l ? l->n : -1);
+    for (int i = 0; l && i < l->n && i < 5; i++)
+        CHECK_MSG(l->items[i].kind == CT_CONFIG_STRING && !strcmp(l->items[i].s, edges[i]), "edge %d is '%s'", i,
+                  l->items[i].s ? l->items[i].s : "(not a string)");
+    ct_config_free(cfg);
     EXPECT_ERROR("s.gin", "train.checkpoint_highest = '\\U00110000'\n", "s.gin:1:29", "'\\U00110000'",
                  "past the last Unicode code point U+10FFFF");
     EXPECT_ERROR("s.gin", "train.checkpoint_highest = 'a\\0'\n", "s.gin:1:30", "'\\0'", "NUL");
@@ -651,6 +736,8 @@ static void test_float32_fields(void) {
                  "the value is at f.gin:1:6");
     EXPECT_ERROR("f.gin", "Adam.eps = 3.4028236e38\n", "f.gin:1:1", "Adam.eps must fit in a float32",
                  "3.4028236e+38", "overflows it to inf");
+    // FLT_MAX and half an ulp exactly (0x1.ffffffp127) rounds to even: inf.
+    EXPECT_ERROR("f.gin", "Adam.eps = 3.4028235677973366e38\n", "f.gin:1:1", "overflows it to inf");
     // The extremes that round to a float32 other than 0 and inf are taken.
     const char *ok = "Adam.learning_rate = 8e-46\nAdam.eps = 3.4028235e38\nAdam.b1 = 0.0\n";
     ct_config *cfg = ct_config_new();
@@ -687,6 +774,41 @@ static void test_value_size_limit(void) {
             const ct_config_value *l = NULL;
             if (st == CT_OK) st = ct_config_get_list(cfg, "MLP", "layer_widths", NULL, &l, &err);
             CHECK_MSG(st == CT_OK && l && l->n == N, "%s", err.msg);
+        }
+        ct_config_free(cfg);
+    }
+    free(text);
+    // (1) is one item, not two: N / 2 + 1 of them, which counted twice
+    // would pass the limit, are taken.
+    cap = 4 * (size_t)N + 64;
+    text = malloc(cap);
+    size_t k = (size_t)snprintf(text, cap, "MLP.layer_widths = [");
+    for (int i = 0; i < N / 2 + 1; i++) k += (size_t)snprintf(text + k, cap - k, "(1),");
+    snprintf(text + k, cap - k, "]\n");
+    ct_config *cfg = ct_config_new();
+    ct_error err = {0};
+    CHECK_MSG(ct_config_parse_text(cfg, text, strlen(text), "big.gin", &err) == CT_OK, "%d (1)s: %s", N / 2 + 1,
+              err.msg);
+    ct_config_free(cfg);
+    free(text);
+    // Through a macro the value counts with its macros replaced: %B of N
+    // items is N items, taken; [%B] is N + 1, refused.
+    cap = 2 * (size_t)N + 64;
+    text = malloc(cap);
+    for (int wrapped = 0; wrapped <= 1; wrapped++) {
+        k = (size_t)snprintf(text, cap, "B = [");
+        for (int i = 0; i < N; i++) k += (size_t)snprintf(text + k, cap - k, "1,");
+        snprintf(text + k, cap - k, "]\nMLP.layer_widths = %s\n", wrapped ? "[%B]" : "%B");
+        cfg = ct_config_new();
+        ct_status st = ct_config_parse_text(cfg, text, strlen(text), "big.gin", &err);
+        if (st == CT_OK) st = ct_config_validate(cfg, &err);
+        if (wrapped) {
+            CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "the value expands to more than 1000000 items through macros"),
+                      "[%%B]: %s", st == CT_OK ? "taken" : err.msg);
+        } else {
+            const ct_config_value *l = NULL;
+            if (st == CT_OK) st = ct_config_get_list(cfg, "MLP", "layer_widths", NULL, &l, &err);
+            CHECK_MSG(st == CT_OK && l && l->n == N, "%%B: %s", err.msg);
         }
         ct_config_free(cfg);
     }
@@ -792,6 +914,16 @@ static void test_build(void) {
     CHECK(build_model(cfg, "MLP", &err) == NULL);
     CHECK_MSG(strstr(err.msg, "bad.gin:5:3") && strstr(err.msg, "layer_widths[1]"), "%s", err.msg);
     printf("  error: %s\n", err.msg);
+    ct_config_free(cfg);
+    // At most 256 Dense layers: the builder's array holds that many.
+    char many[1200];
+    size_t k = (size_t)snprintf(many, sizeof many, "MLP.layer_widths = [");
+    for (int i = 0; i < 257; i++) k += (size_t)snprintf(many + k, sizeof many - k, "1,");
+    snprintf(many + k, sizeof many - k, "]\n");
+    cfg = ct_config_new();
+    CHECK_OK(ct_config_parse_text(cfg, many, strlen(many), "many.gin", &err), &err);
+    CHECK(build_model(cfg, "MLP", &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "many.gin:1:20: MLP.layer_widths must hold 1 to 256 widths, got 257"), "%s", err.msg);
     ct_config_free(cfg);
 }
 
@@ -1487,6 +1619,15 @@ static void test_include_places(void) {
         free(many);
     }
     CHECK(unlink("empty.gin") == 0);
+    // A config past 64 MiB is refused before it is read (sparse: no disk used).
+    FILE *big = fopen("big.gin", "wb");
+    CHECK(big && ftruncate(fileno(big), (64 << 20) + 1) == 0);
+    if (big) fclose(big);
+    cfg = ct_config_new();
+    CHECK(ct_config_parse_file(cfg, "big.gin", &err) == CT_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "big.gin: 67108865 bytes, more than the 67108864"), "%s", err.msg);
+    ct_config_free(cfg);
+    CHECK(unlink("big.gin") == 0);
     // Files including files: 32 deep are read, 33 are refused.
     for (int i = 0; i <= 32; i++) {
         char name[32], text[64];
@@ -1665,6 +1806,18 @@ static void test_text_inputs(void) {
     CHECK_MSG(strstr(err.msg, "miss.gin:1:20: TextInputs.paths must list 1 to 4096 files or directories, got 0"), "%s",
               err.msg);
     ct_config_free(cfg);
+    {
+        char *many = malloc(4097 * 5 + 64);
+        size_t k = (size_t)sprintf(many, "TextInputs.paths = [");
+        for (int i = 0; i < 4097; i++) k += (size_t)sprintf(many + k, "'x',");
+        sprintf(many + k, "]\n");
+        cfg = parse_cfg("miss.gin", many, &err);
+        CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG && !train && !eval);
+        CHECK_MSG(strstr(err.msg, "miss.gin:1:20: TextInputs.paths must list 1 to 4096 files or directories, got 4097"),
+                  "%s", err.msg);
+        ct_config_free(cfg);
+        free(many);
+    }
     cfg = parse_cfg("miss.gin", "TextInputs.seq_len = 16\n", &err);
     CHECK(ct_config_build_inputs(cfg, "TextInputs", 4, 1, &train, &eval, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "TextInputs.paths is not set"), "%s", err.msg);
@@ -3067,6 +3220,10 @@ static void test_reformer_options(void) {
     EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (2, 'a')\n"
                             "ReformerLM.pos_d_axial_embs = (4, 4)\n",
                             "r.gin:8:1: ReformerLM.pos_axial_shape = (2, 'a'): expected a tuple of 1 to 8 ints");
+    EXPECT_REFORMER_REFUSED("ReformerLM.pos_type = 'axial'\nReformerLM.pos_axial_shape = (1, 1, 1, 1, 1, 1, 1, 1, 2)\n"
+                            "ReformerLM.pos_d_axial_embs = (1, 1, 1, 1, 1, 1, 1, 1, 0)\n",
+                            "r.gin:8:1: ReformerLM.pos_axial_shape = (1, 1, 1, 1, 1, 1, 1, 1, 2): expected a tuple of 1 "
+                            "to 8 ints");
     EXPECT_REFORMER_REFUSED("ReformerLM.axial_pos_shape = (2, 3)\nReformerLM.pos_axial_shape = (2, 3)\n",
                             "r.gin:8:1: ReformerLM.pos_axial_shape and r.gin:7:1: ReformerLM.axial_pos_shape are two "
                             "spellings of one parameter");
@@ -3668,6 +3825,16 @@ static void test_nested_scopes(void) {
     ct_stream *train = NULL, *eval = NULL;
     CHECK(ct_config_build_inputs(cfg, "sequence_copy_inputs", (1 << 24) + 1, 1, &train, &eval, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "batch_size 16777217 is out of range (1 to 2^24)") && !train && !eval, "%s", err.msg);
+    CHECK_OK(ct_config_build_inputs(cfg, "sequence_copy_inputs", 1 << 24, 1, &train, &eval, &err), &err);
+    ct_stream_free(train);
+    ct_stream_free(eval);
+    ct_config_free(cfg);
+
+    // A scope reads the scope around it before the unscoped binding: a/b/ reads a/'s.
+    cfg = config_text("s.gin", "TransformerLM.d_model = 16\na/TransformerLM.d_model = 8\n", &err);
+    int64_t d_model = 0;
+    CHECK_OK(ct_config_get_int(cfg, "a/b/TransformerLM", "d_model", 0, &d_model, &err), &err);
+    CHECK_MSG(d_model == 8, "a/b/TransformerLM.d_model %lld, want a/'s 8", (long long)d_model);
     ct_config_free(cfg);
 
     // Trax's batcher calls data_streams: under s/batcher, s/data_streams.*.

@@ -394,8 +394,12 @@ static void frozen_losses(const char *dir, float dropout, int n, double *loss) {
 // keys loop.h promises: fold_in(split(key, 1), s) for step s, where key comes
 // from the seed and the trainer's init key is split(key, 0). With constant
 // = true the hand-driven trainer uses split(key, 1) at every step instead.
-// lr: step s's learning rate is lr's value at s (NULL: SGD's default).
-static float *trainer_by_hand(uint64_t seed, int n, bool constant, const ct_schedule *lr, size_t *nw) {
+// lr: step s's learning rate is lr's value at s (NULL: the optimizer's
+// default). adam: Adam, whose bias correction sees the step, instead of SGD,
+// which ignores it; the trainer is handed step s + first - 1 (first = 1: the
+// Loop's 1-based steps).
+static float *trainer_by_hand(uint64_t seed, int n, bool constant, const ct_schedule *lr, bool adam, int64_t first,
+                              size_t *nw) {
     ct_error err;
     ct_stream *s = copy_batches(1);
     ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
@@ -408,15 +412,15 @@ static float *trainer_by_hand(uint64_t seed, int n, bool constant, const ct_sche
     ct_key key = ct_key_from_seed(seed);
     ct_device dev = ct_device_cpu();
     ct_trainer *t;
-    CHECK_OK(ct_trainer_new(&t, model, l, sigs, b.n, ct_sgd_new(ct_sgd_default_params()), ct_key_split(key, 0), &dev,
-                            NULL, &err),
-             &err);
+    ct_optimizer *opt = adam ? ct_adam_new(ct_adam_default_params()) : ct_sgd_new(ct_sgd_default_params());
+    float default_lr = adam ? ct_adam_default_params().learning_rate : ct_sgd_default_params().learning_rate;
+    CHECK_OK(ct_trainer_new(&t, model, l, sigs, b.n, opt, ct_key_split(key, 0), &dev, NULL, &err), &err);
     for (int step = 1; step <= n; step++) {
         CHECK_OK(ct_stream_next(s, &b, &err), &err);
         ct_key k = constant ? ct_key_split(key, 1) : ct_key_fold_in(ct_key_split(key, 1), (uint32_t)step);
         ct_step_stats stats;
-        float rate = lr ? ct_schedule_value(lr, step) : ct_sgd_default_params().learning_rate;
-        CHECK_OK(ct_trainer_one_step(t, b.t, k, step, rate, &stats, &err), &err);
+        float rate = lr ? ct_schedule_value(lr, step) : default_lr;
+        CHECK_OK(ct_trainer_one_step(t, b.t, k, step + first - 1, rate, &stats, &err), &err);
     }
     const ct_net *net = ct_trainer_net(t);
     *nw = net->n_weights;
@@ -462,8 +466,8 @@ static void test_step_keys(void) {
     CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
     CHECK_OK(ct_loop_run(loop, 3, &err), &err);
     size_t n_by_hand, n_constant;
-    float *by_hand = trainer_by_hand(11, 3, false, NULL, &n_by_hand);
-    float *constant = trainer_by_hand(11, 3, true, NULL, &n_constant);
+    float *by_hand = trainer_by_hand(11, 3, false, NULL, false, 1, &n_by_hand);
+    float *constant = trainer_by_hand(11, 3, true, NULL, false, 1, &n_constant);
     const ct_net *net = ct_loop_net(loop);
     CHECK(n_by_hand == net->n_weights && n_constant == net->n_weights);
     if (n_by_hand == net->n_weights && n_constant == net->n_weights) {
@@ -520,7 +524,7 @@ static void test_schedule_steps(void) {
         CHECK_MSG(fabs(lr[s] - 0.001 * s) <= 1e-9, "step %d's learning rate %.9g, Trax's warmup(9, 0.01)(%d) = %g", s,
                   lr[s], s, 0.001 * s);
     size_t nw;
-    float *by_hand = trainer_by_hand(11, 3, false, warm, &nw);
+    float *by_hand = trainer_by_hand(11, 3, false, warm, false, 1, &nw);
     const ct_net *net = ct_loop_net(loop);
     CHECK_MSG(nw == net->n_weights && memcmp(net->weights, by_hand, nw * sizeof *by_hand) == 0,
               "the Loop's 3 steps differ from a trainer given the schedule's value at steps 1, 2, 3");
@@ -529,6 +533,82 @@ static void test_schedule_steps(void) {
     ct_stream_free(train);
     ct_layer_free(model), ct_layer_free(l);
     ct_schedule_free(warm);
+}
+
+// ---- the optimizer sees the 1-based step ------------------------------------------
+
+// The Loop hands the trainer its 1-based step (Trax increments before
+// one_step), so Adam's bias correction at the first update uses step + 1 =
+// 2: the Loop's 3 Adam steps equal a trainer given steps 1, 2, 3 by hand,
+// bit for bit, and not one given 0, 1, 2 (SGD, which ignores the step, could
+// not tell the two apart).
+static void test_optimizer_steps(void) {
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
+    ct_train_task task = {train, l, ct_adam_new(ct_adam_default_params()), NULL, NULL, ct_adam_default_params().learning_rate};
+    ct_loop_options o = ct_loop_default_options();
+    o.seed = 11;
+    ct_loop *loop;
+    ct_error err;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
+    CHECK_OK(ct_loop_run(loop, 3, &err), &err);
+    size_t n1, n0;
+    float *from_1 = trainer_by_hand(11, 3, false, NULL, true, 1, &n1);
+    float *from_0 = trainer_by_hand(11, 3, false, NULL, true, 0, &n0);
+    const ct_net *net = ct_loop_net(loop);
+    CHECK(n1 == net->n_weights && n0 == net->n_weights);
+    if (n1 == net->n_weights && n0 == net->n_weights) {
+        CHECK_MSG(memcmp(net->weights, from_1, n1 * sizeof *from_1) == 0,
+                  "the Loop's 3 Adam steps differ from a trainer given steps 1, 2, 3");
+        CHECK_MSG(memcmp(from_1, from_0, n1 * sizeof *from_1) != 0, "Adam given steps 0, 1, 2 gave the same weights");
+    }
+    free(from_1), free(from_0);
+    ct_loop_free(loop);
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(l);
+}
+
+// A checkpoint holds the loop's key (loop.h): a run resumed with another
+// seed goes on with the checkpoint's key, so its dropout masks, and with them
+// its weights, are the uninterrupted run's bit for bit. (A resume with the
+// same seed could not tell: its key from the seed is the same.)
+static float *seeded_run(const char *dir, uint64_t seed, int64_t to, size_t *n) {
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
+    ct_train_task task = {train, l, ct_adam_new(ct_adam_default_params()), NULL, NULL, ct_adam_default_params().learning_rate};
+    ct_loop_options o = ct_loop_default_options();
+    o.output_dir = dir;
+    o.seed = seed;
+    ct_loop *loop;
+    ct_error err;
+    float *w = NULL;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
+    if (loop) {
+        CHECK_OK(ct_loop_run(loop, to, &err), &err);
+        const ct_net *net = ct_loop_net(loop);
+        *n = net->n_weights;
+        w = malloc(*n * sizeof *w + 4);
+        memcpy(w, net->weights, *n * sizeof *w);
+        ct_loop_free(loop);
+    }
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(l);
+    return w;
+}
+
+static void test_resume_keeps_key(void) {
+    char *a = temp_dir("key_a"), *b = temp_dir("key_b");
+    size_t na = 0, nb = 0;
+    float *straight = seeded_run(a, 11, 4, &na);
+    free(seeded_run(b, 11, 2, &nb));
+    float *resumed = seeded_run(b, 99, 4, &nb);  // another seed: the checkpoint's key wins
+    CHECK(straight && resumed && na == nb);
+    if (straight && resumed && na == nb)
+        CHECK_MSG(memcmp(straight, resumed, na * sizeof *straight) == 0,
+                  "resumed at 2 with seed 99: weights differ from the seed-11 run's (the checkpoint's key was not used)");
+    free(straight), free(resumed);
+    ct_fs_remove_tree(a, NULL), ct_fs_remove_tree(b, NULL);
+    free(a), free(b);
 }
 
 // ---- Trax's lowest/highest test --------------------------------------------------
@@ -1514,6 +1594,8 @@ int main(void) {
     test_first_checkpoint();
     test_step_keys();
     test_schedule_steps();
+    test_optimizer_steps();
+    test_resume_keeps_key();
     test_best_checkpoints();
     test_best_ties();
     test_best_after_nan();

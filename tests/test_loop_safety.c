@@ -161,6 +161,18 @@ static void test_nonfinite_skipped(void) {
     }
     CHECK_MSG(at4 == 0 && at8 == 2 && at10 == 2, "skipped at steps 4, 8, 10: %lld %lld %lld", (long long)at4,
               (long long)at8, (long long)at10);
+    // A skipped step is left out of the averages: the log at 8 averages
+    // steps 6 and 8 alone. With one task, training/loss (over every step)
+    // and metrics/loss (over the task's steps) are then one mean; a skipped
+    // step counted in training/loss's count would halve it here.
+    double loss8 = NAN, task_loss8 = NAN;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(h[i].mode, "train") && h[i].step == 8) {
+            if (!strcmp(h[i].metric, "training/loss")) loss8 = h[i].value;
+            if (!strcmp(h[i].metric, "metrics/loss")) task_loss8 = h[i].value;
+        }
+    CHECK_MSG(isfinite(loss8) && loss8 == task_loss8,
+              "logged at step 8 (steps 5 and 7 skipped): training/loss %.9g, metrics/loss %.9g", loss8, task_loss8);
     CHECK(isfinite(ct_loop_last_value(r.loop, "train", "metrics/loss")));
     char name[64] = "";
     CHECK(newest_checkpoint_finite(dir, r.loop, name, sizeof name) && !strcmp(name, "model_10"));

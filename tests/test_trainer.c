@@ -600,12 +600,112 @@ static void test_profile(void) {
     test_profile_spans();
 }
 
+// Adam's first two steps pinned to Trax's arithmetic, for both trainers on
+// 1 and 2 local devices: the step handed to ct_trainer_one_step is the
+// Loop's 1-based one, and Adam corrects its bias with step + 1, so step 1
+// divides m by 1 - 0.9^2 = 0.19 and v by 1 - 0.999^2 = 0.001999 (a weight
+// with |g| >> eps moves by lr * 0.744, not the lr * 1.0 of a correction with
+// step); decay is decoupled, w = (1 - wd) w - lr * update. Dense(1) on
+// (4,3) rows, L2Loss with unequal loss weights (each row counts by its
+// weight across the devices), learning rates 0.01 then 0.02. The gradient,
+// loss and norms are worked out here in double from the weights the step
+// found; the weights must match within 2e-6 (float arithmetic), and the
+// stats within 1e-6 relative.
+enum { ADAM_ROWS = 4, ADAM_IN = 3 };
+
+// L2Loss = sum_i w_i (o_i - y_i)^2 / sum_i w_i with o = x k + b: its value
+// into *loss and its gradient into gk (ADAM_IN) and *gb.
+static void l2_dense_grad(const float *x, const float *y, const float *w, const float *k, float b, double *gk,
+                          double *gb, double *loss) {
+    double wsum = 0, l = 0;
+    for (int i = 0; i < ADAM_ROWS; i++) wsum += w[i];
+    for (int j = 0; j < ADAM_IN; j++) gk[j] = 0;
+    *gb = 0;
+    for (int i = 0; i < ADAM_ROWS; i++) {
+        double o = b;
+        for (int j = 0; j < ADAM_IN; j++) o += (double)x[ADAM_IN * i + j] * k[j];
+        double r = o - y[i];
+        l += w[i] * r * r;
+        for (int j = 0; j < ADAM_IN; j++) gk[j] += 2 * w[i] * r * x[ADAM_IN * i + j] / wsum;
+        *gb += 2 * w[i] * r / wsum;
+    }
+    *loss = l / wsum;
+}
+
+static void test_adam_first_steps(void) {
+    // Trax's defaults (SEMANTICS.md), which the expected values below use.
+    ct_adam_params ap = ct_adam_default_params();
+    CHECK_MSG(ap.b1 == 0.9f && ap.b2 == 0.999f && ap.eps == 1e-5f && ap.weight_decay_rate == 1e-5f,
+              "Adam defaults b1 %g b2 %g eps %g weight_decay_rate %g", (double)ap.b1, (double)ap.b2, (double)ap.eps,
+              (double)ap.weight_decay_rate);
+    float x[ADAM_ROWS * ADAM_IN], y[ADAM_ROWS], w[ADAM_ROWS] = {1.0f, 2.0f, 0.5f, 1.5f};
+    ct_random_uniform(ct_key_from_seed(21), x, ADAM_ROWS * ADAM_IN, -1, 1);
+    ct_random_uniform(ct_key_from_seed(22), y, ADAM_ROWS, -2, 2);
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, ADAM_ROWS, ADAM_IN, x), ct_tensor_2d(CT_DTYPE_F32, ADAM_ROWS, 1, y),
+                          ct_tensor_2d(CT_DTYPE_F32, ADAM_ROWS, 1, w)};
+    const float lrs[2] = {0.01f, 0.02f};
+    for (int me = 0; me < 2; me++)
+        for (int n_dev = 1; n_dev <= 2; n_dev++) {
+            ct_layer *model = ct_dense(1), *loss = ct_l2_loss();
+            ct_device dev = ct_device_cpu();
+            ct_trainer_options o = me ? ct_reversible_default_options() : ct_trainer_default_options();
+            o.n_devices = n_dev;
+            o.reversible.log_every = 0;
+            ct_trainer *tr;
+            ct_error err;
+            CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_adam_new(ap), ct_key_from_seed(4), &dev, &o, &err),
+                     &err);
+            ct_tensor kt, bt;
+            CHECK_OK(ct_trainer_tensor(tr, CT_PART_WEIGHT, "Dense/kernel", &kt, &err), &err);
+            CHECK_OK(ct_trainer_tensor(tr, CT_PART_WEIGHT, "Dense/bias", &bt, &err), &err);
+            float *k = ct_f32(&kt), *b = ct_f32(&bt);
+            // Adam's slots m and v, per weight: kernel then bias.
+            double m[ADAM_IN + 1] = {0}, v[ADAM_IN + 1] = {0};
+            double worst = 0;
+            for (int step = 1; step <= 2; step++) {
+                double g[ADAM_IN + 1], want_loss, g2 = 0, w2 = 0, want[ADAM_IN + 1];
+                l2_dense_grad(x, y, w, k, *b, g, &g[ADAM_IN], &want_loss);
+                float before[ADAM_IN + 1] = {k[0], k[1], k[2], *b};
+                double bias1 = 1 - pow(0.9, step + 1), bias2 = 1 - pow(0.999, step + 1);
+                for (int i = 0; i <= ADAM_IN; i++) {
+                    g2 += g[i] * g[i];
+                    w2 += (double)before[i] * before[i];
+                    m[i] = 0.1 * g[i] + 0.9 * m[i];
+                    v[i] = 0.001 * g[i] * g[i] + 0.999 * v[i];
+                    want[i] = (1 - 1e-5) * before[i] - lrs[step - 1] * (m[i] / bias1) / (sqrt(v[i] / bias2) + 1e-5);
+                }
+                ct_step_stats s;
+                CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(5), step, lrs[step - 1], &s, &err), &err);
+                const float got[ADAM_IN + 1] = {k[0], k[1], k[2], *b};
+                for (int i = 0; i <= ADAM_IN; i++) worst = check_worse(worst, fabs(got[i] - want[i]));
+                if (step == 1)
+                    printf("%s trainer, %d device(s): Adam step 1 moved the bias by %.6f x lr (Trax: %.6f)\n",
+                           me ? "memory-efficient" : "standard", n_dev, (got[ADAM_IN] - before[ADAM_IN]) / lrs[0],
+                           (want[ADAM_IN] - before[ADAM_IN]) / lrs[0]);
+                CHECK_MSG(fabs(s.loss - want_loss) <= 1e-6 * fabs(want_loss) &&
+                              fabs(s.gradients_l2 - sqrt(g2)) <= 1e-6 * sqrt(g2) &&
+                              fabs(s.weights_l2 - sqrt(w2)) <= 1e-6 * sqrt(w2),
+                          "%s trainer, %d device(s), step %d: loss %.9g gradients_l2 %.9g weights_l2 %.9g, want %.9g "
+                          "%.9g %.9g",
+                          me ? "memory-efficient" : "standard", n_dev, step, (double)s.loss,
+                          (double)s.gradients_l2, (double)s.weights_l2, want_loss, sqrt(g2), sqrt(w2));
+            }
+            CHECK_MSG(worst <= 2e-6, "%s trainer, %d device(s): Adam's steps 1 and 2 off Trax's by %g",
+                      me ? "memory-efficient" : "standard", n_dev, worst);
+            ct_trainer_free(tr);
+            ct_layer_free(model);
+            ct_layer_free(loss);
+            CHECK(dev.current_bytes == 0);
+        }
+}
+
 int main(void) {
     test_profile();
     test_opt_state();
     test_grads_both_trainers();
     test_clip_and_freeze();
     test_stats_and_errors();
+    test_adam_first_steps();
     test_infinite_loss_finite_gradient();
     test_determinism();
     test_learns();

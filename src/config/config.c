@@ -534,6 +534,9 @@ static ct_status resolve_in(ct_config *cfg, const ct_config_value *v, ct_config_
             return ct_error_set(err, CT_ERR_ARG,
                                 "%s:%d:%d: macro %%%.100s: macros refer to macros more than %d deep (a cycle?)",
                                 v->file, v->line, v->col, v->s, MAX_MACRO_DEPTH);
+        // The reference is replaced by its value: it is no item of its own
+        // (%B of the parser's most items was refused). Depth bounds the refunds.
+        ++*budget;
         return resolve_in(cfg, &m->value, out, depth + 1, budget, err);
     }
     *out = *v;
