@@ -390,6 +390,35 @@ static void frozen_losses(const char *dir, float dropout, int n, double *loss) {
     ct_schedule_free(zero);
 }
 
+// The weights after 3 steps of the Loop (seed 11, small_lm(0.3) on the
+// copy batches, SGD or Adam at its default rate), malloc'd; NULL on failure.
+static float *loop_weights_seed11(bool adam, size_t *n) {
+    ct_stream *train = copy_batches(1);
+    ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
+    ct_train_task task = {train, l,
+                          adam ? ct_adam_new(ct_adam_default_params()) : ct_sgd_new(ct_sgd_default_params()), NULL,
+                          NULL, adam ? ct_adam_default_params().learning_rate : ct_sgd_default_params().learning_rate};
+    ct_loop_options o = ct_loop_default_options();
+    o.seed = 11;
+    ct_loop *loop = NULL;
+    ct_error err;
+    float *w = NULL;
+    *n = 0;
+    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
+    ct_status st = loop ? ct_loop_run(loop, 3, &err) : CT_ERR_STATE;
+    CHECK_MSG(st == CT_OK, "the Loop's 3 steps: %s", err.msg);
+    if (st == CT_OK) {
+        const ct_net *net = ct_loop_net(loop);
+        *n = net->n_weights;
+        w = malloc(*n * sizeof *w);
+        memcpy(w, net->weights, *n * sizeof *w);
+    }
+    ct_loop_free(loop);
+    ct_stream_free(train);
+    ct_layer_free(model), ct_layer_free(l);
+    return w;
+}
+
 // The Loop's weights after n steps against a trainer driven by hand with the
 // keys loop.h promises: fold_in(split(key, 1), s) for step s, where key comes
 // from the seed and the trainer's init key is split(key, 0). With constant
@@ -456,30 +485,18 @@ static void test_step_keys(void) {
 
     // The keys themselves: the Loop's run equals a trainer given
     // fold_in(split(key, 1), s) by hand, bit for bit.
-    ct_stream *train = copy_batches(1);
-    ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
-    ct_train_task task = {train, l, ct_sgd_new(ct_sgd_default_params()), NULL, NULL, ct_sgd_default_params().learning_rate};
-    ct_loop_options o = ct_loop_default_options();
-    o.seed = 11;
-    ct_loop *loop;
-    ct_error err;
-    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
-    CHECK_OK(ct_loop_run(loop, 3, &err), &err);
-    size_t n_by_hand, n_constant;
+    size_t n_loop, n_by_hand, n_constant;
+    float *looped = loop_weights_seed11(false, &n_loop);
     float *by_hand = trainer_by_hand(11, 3, false, NULL, false, 1, &n_by_hand);
     float *constant = trainer_by_hand(11, 3, true, NULL, false, 1, &n_constant);
-    const ct_net *net = ct_loop_net(loop);
-    CHECK(n_by_hand == net->n_weights && n_constant == net->n_weights);
-    if (n_by_hand == net->n_weights && n_constant == net->n_weights) {
-        CHECK_MSG(memcmp(net->weights, by_hand, n_by_hand * sizeof *by_hand) == 0,
+    CHECK(looped && n_by_hand == n_loop && n_constant == n_loop);
+    if (looped && n_by_hand == n_loop && n_constant == n_loop) {
+        CHECK_MSG(memcmp(looped, by_hand, n_by_hand * sizeof *by_hand) == 0,
                   "the Loop's 3 steps differ from a trainer given fold_in(split(key, 1), step) at each step");
         // The check can tell: one key for every step gives other weights.
         CHECK(memcmp(by_hand, constant, n_by_hand * sizeof *by_hand) != 0);
     }
-    free(by_hand), free(constant);
-    ct_loop_free(loop);
-    ct_stream_free(train);
-    ct_layer_free(model), ct_layer_free(l);
+    free(looped), free(by_hand), free(constant);
 
     // Past 2^32 steps the step's high bits are folded in after its low ones
     // (step 2^32 + 5 took step 5's key: the cast to uint32_t dropped them);
@@ -543,29 +560,17 @@ static void test_schedule_steps(void) {
 // bit for bit, and not one given 0, 1, 2 (SGD, which ignores the step, could
 // not tell the two apart).
 static void test_optimizer_steps(void) {
-    ct_stream *train = copy_batches(1);
-    ct_layer *model = small_lm(0.3f), *l = ct_weighted_category_cross_entropy();
-    ct_train_task task = {train, l, ct_adam_new(ct_adam_default_params()), NULL, NULL, ct_adam_default_params().learning_rate};
-    ct_loop_options o = ct_loop_default_options();
-    o.seed = 11;
-    ct_loop *loop;
-    ct_error err;
-    CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
-    CHECK_OK(ct_loop_run(loop, 3, &err), &err);
-    size_t n1, n0;
+    size_t n_loop, n1, n0;
+    float *looped = loop_weights_seed11(true, &n_loop);
     float *from_1 = trainer_by_hand(11, 3, false, NULL, true, 1, &n1);
     float *from_0 = trainer_by_hand(11, 3, false, NULL, true, 0, &n0);
-    const ct_net *net = ct_loop_net(loop);
-    CHECK(n1 == net->n_weights && n0 == net->n_weights);
-    if (n1 == net->n_weights && n0 == net->n_weights) {
-        CHECK_MSG(memcmp(net->weights, from_1, n1 * sizeof *from_1) == 0,
+    CHECK(looped && n1 == n_loop && n0 == n_loop);
+    if (looped && n1 == n_loop && n0 == n_loop) {
+        CHECK_MSG(memcmp(looped, from_1, n1 * sizeof *from_1) == 0,
                   "the Loop's 3 Adam steps differ from a trainer given steps 1, 2, 3");
         CHECK_MSG(memcmp(from_1, from_0, n1 * sizeof *from_1) != 0, "Adam given steps 0, 1, 2 gave the same weights");
     }
-    free(from_1), free(from_0);
-    ct_loop_free(loop);
-    ct_stream_free(train);
-    ct_layer_free(model), ct_layer_free(l);
+    free(looped), free(from_1), free(from_0);
 }
 
 // A checkpoint holds the loop's key (loop.h): a run resumed with another

@@ -194,15 +194,27 @@ static void test_infinite_loss_finite_gradient(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// The small regression batch the Dense tests train on: x (4, 3) and y
+// (4, 2) drawn from fixed keys, weights 1; batch[] points into d.
+typedef struct dense_data {
+    float x[4 * 3], y[4 * 2], w[4 * 2];
+} dense_data;
+
+static void dense_batch(dense_data *d, ct_tensor batch[3]) {
+    ct_random_uniform(ct_key_from_seed(8), d->x, 12, -1, 1);
+    ct_random_uniform(ct_key_from_seed(9), d->y, 8, -3, 3);
+    for (int i = 0; i < 8; i++) d->w[i] = 1;
+    batch[0] = ct_tensor_2d(CT_DTYPE_F32, 4, 3, d->x);
+    batch[1] = ct_tensor_2d(CT_DTYPE_F32, 4, 2, d->y);
+    batch[2] = ct_tensor_2d(CT_DTYPE_F32, 4, 2, d->w);
+}
+
 // One SGD step on Dense(2) -> L2Loss with the given options; returns the
 // weight change per param in *delta and the stats.
 static void sgd_step(const ct_trainer_options *o, float *delta, size_t *n, ct_step_stats *s, bool *frozen0) {
-    float x[4 * 3], y[4 * 2], w[4 * 2];
-    ct_random_uniform(ct_key_from_seed(8), x, 12, -1, 1);
-    ct_random_uniform(ct_key_from_seed(9), y, 8, -3, 3);
-    for (int i = 0; i < 8; i++) w[i] = 1;
-    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, 3, x), ct_tensor_2d(CT_DTYPE_F32, 4, 2, y),
-                          ct_tensor_2d(CT_DTYPE_F32, 4, 2, w)};
+    dense_data d;
+    ct_tensor batch[3];
+    dense_batch(&d, batch);
     ct_layer *model = ct_serial(CT_LAYERS(ct_dense(3), ct_dense(2))), *loss = ct_l2_loss();
     ct_device dev = ct_device_cpu();
     ct_trainer *tr;
@@ -377,12 +389,9 @@ static ct_trainer *dense_trainer(ct_optimizer *opt, bool memory_efficient, const
 }
 
 static void test_opt_state(void) {
-    float x[4 * 3], y[4 * 2], w[4 * 2];
-    ct_random_uniform(ct_key_from_seed(8), x, 12, -1, 1);
-    ct_random_uniform(ct_key_from_seed(9), y, 8, -3, 3);
-    for (int i = 0; i < 8; i++) w[i] = 1;
-    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, 3, x), ct_tensor_2d(CT_DTYPE_F32, 4, 2, y),
-                          ct_tensor_2d(CT_DTYPE_F32, 4, 2, w)};
+    dense_data d;
+    ct_tensor batch[3];
+    dense_batch(&d, batch);
     ct_device dev = ct_device_cpu();
     ct_error err;
     ct_step_stats st;
@@ -493,12 +502,9 @@ static void test_opt_state(void) {
 // 0 only, the optimizer update once per step (the memory-efficient trainer:
 // once per unit), and self times that add up to no more than the steps took.
 static void profile_run(bool memory_efficient, int n_devices) {
-    float x[4 * 3], y[4 * 2], w[4 * 2];
-    ct_random_uniform(ct_key_from_seed(8), x, 12, -1, 1);
-    ct_random_uniform(ct_key_from_seed(9), y, 8, -3, 3);
-    for (int i = 0; i < 8; i++) w[i] = 1;
-    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 4, 3, x), ct_tensor_2d(CT_DTYPE_F32, 4, 2, y),
-                          ct_tensor_2d(CT_DTYPE_F32, 4, 2, w)};
+    dense_data d;
+    ct_tensor batch[3];
+    dense_batch(&d, batch);
     ct_layer *model = ct_serial(CT_LAYERS(ct_dense(3), ct_relu(), ct_dense(2))), *loss = ct_l2_loss();
     ct_profile *prof = ct_profile_new();
     ct_trainer_options o = ct_trainer_default_options();

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ctrax/layers/layer.h"  // CT_NAME_MAX
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -35,7 +37,7 @@ void ct_profile_free(ct_profile *p);
 // One row: a name's calls and self seconds, forward and backward (index 0
 // and 1), summed over the steps counted.
 typedef struct ct_profile_row {
-    char name[32];
+    char name[CT_NAME_MAX];  // a layer's name, or a trainer's row
     int64_t calls[2];
     double seconds[2];
 } ct_profile_row;
