@@ -790,6 +790,26 @@ static void test_value_size_limit(void) {
     CHECK_MSG(ct_config_parse_text(cfg, text, strlen(text), "big.gin", &err) == CT_OK, "%d (1)s: %s", N / 2 + 1,
               err.msg);
     ct_config_free(cfg);
+    // Nor do the parentheses count while the 1 inside is read: N - 1 items
+    // and a last (1) are N items, taken; a last (1,) is a tuple and its
+    // item, N + 1, refused.
+    for (int tuple = 0; tuple <= 1; tuple++) {
+        k = (size_t)snprintf(text, cap, "MLP.layer_widths = [");
+        for (int i = 0; i < N - 1; i++) k += (size_t)snprintf(text + k, cap - k, "1,");
+        snprintf(text + k, cap - k, "%s]\n", tuple ? "(1,)" : "(1)");
+        cfg = ct_config_new();
+        ct_status st = ct_config_parse_text(cfg, text, strlen(text), "big.gin", &err);
+        if (tuple) {
+            CHECK_MSG(st != CT_OK && strstr(err.msg, "big.gin:1:20: a value of more than 1000000 items"),
+                      "last (1,): %s", st == CT_OK ? "taken" : err.msg);
+        } else {
+            if (st == CT_OK) st = ct_config_validate(cfg, &err);
+            const ct_config_value *l = NULL;
+            if (st == CT_OK) st = ct_config_get_list(cfg, "MLP", "layer_widths", NULL, &l, &err);
+            CHECK_MSG(st == CT_OK && l && l->n == N, "last (1): %s", err.msg);
+        }
+        ct_config_free(cfg);
+    }
     free(text);
     // Through a macro the value counts with its macros replaced: %B of N
     // items is N items, taken; [%B] is N + 1, refused.
@@ -803,7 +823,9 @@ static void test_value_size_limit(void) {
         ct_status st = ct_config_parse_text(cfg, text, strlen(text), "big.gin", &err);
         if (st == CT_OK) st = ct_config_validate(cfg, &err);
         if (wrapped) {
-            CHECK_MSG(st == CT_ERR_ARG && strstr(err.msg, "the value expands to more than 1000000 items through macros"),
+            // Said at the value that uses %B, not somewhere inside B.
+            CHECK_MSG(st == CT_ERR_ARG &&
+                          strstr(err.msg, "big.gin:2:20: the value expands to more than 1000000 items through macros"),
                       "[%%B]: %s", st == CT_OK ? "taken" : err.msg);
         } else {
             const ct_config_value *l = NULL;
@@ -1007,6 +1029,7 @@ static void test_operative_round_trip(void) {
 
 // ---- Optimizers from a config ---------------------------------------------------------------
 
+// A config from text, named `source` in errors, parsed and validated.
 static ct_config *parse_cfg(const char *source, const char *text, ct_error *err) {
     ct_config *cfg = ct_config_new();
     CHECK_OK(ct_config_parse_text(cfg, text, strlen(text), source, err), err);
@@ -2315,14 +2338,6 @@ static void test_fuzz(void) {
 
 // ---- Memory budgets ------------------------------------------------------------------------
 
-// A config from text, named `source` in errors.
-static ct_config *config_text(const char *source, const char *text, ct_error *err) {
-    ct_config *cfg = ct_config_new();
-    CHECK_OK(ct_config_parse_text(cfg, text, strlen(text), source, err), err);
-    CHECK_OK(ct_config_validate(cfg, err), err);
-    return cfg;
-}
-
 // The estimate of a small run against what a trainer really holds: the
 // planned weights are the net's exactly; the model's bytes (weights,
 // gradients, Adam's slots) are the device's slabs within their 64-byte
@@ -2334,7 +2349,7 @@ static ct_config *config_text(const char *source, const char *text, ct_error *er
 static double check_estimate_chunked(const char *what, const char *text, const char *model_name, double host_floats,
                                      int batch_size, int64_t loss_chunk) {
     ct_error err = {0};
-    ct_config *cfg = config_text("budget.gin", text, &err);
+    ct_config *cfg = parse_cfg("budget.gin", text, &err);
     ct_config_run_shape run = {.model = model_name, .optimizer = "Adam", .inputs = "sequence_copy_inputs",
                                .batch_size = batch_size, .n_devices = 1, .loss_chunk_size = loss_chunk};
     ct_config_memory mem;
@@ -2394,7 +2409,7 @@ static void check_estimate(const char *what, const char *text, const char *model
 static void check_model_bytes(const char *what, const char *text, const char *model_name, const char *opt_name,
                               const char *inputs, int batch_size, double host_floats) {
     ct_error err = {0};
-    ct_config *cfg = config_text("bytes.gin", text, &err);
+    ct_config *cfg = parse_cfg("bytes.gin", text, &err);
     ct_config_run_shape run = {.model = model_name, .optimizer = opt_name, .inputs = inputs,
                                .batch_size = batch_size, .n_devices = 1};
     ct_config_memory mem;
@@ -2438,7 +2453,7 @@ static void check_model_bytes(const char *what, const char *text, const char *mo
 // every one of the needles.
 static void expect_budget(const char *text, ct_config_run_shape run, ct_status want, const char *const *needles) {
     ct_error err = {0};
-    ct_config *cfg = config_text("big.gin", text, &err);
+    ct_config *cfg = parse_cfg("big.gin", text, &err);
     ct_status st = ct_config_check_memory(cfg, &run, NULL, &err);
     CHECK_MSG(st == want, "got %s (%s), want %s", ct_status_name(st), err.msg, ct_status_name(want));
     for (int i = 0; needles[i]; i++) CHECK_MSG(strstr(err.msg, needles[i]), "no '%s' in: %s", needles[i], err.msg);
@@ -2478,7 +2493,7 @@ static void test_memory_budget_idx(void) {
                          cases[c].flatten, tmp_file("train-images-idx3-ubyte"), tmp_file("train-labels-idx1-ubyte"),
                          tmp_file("t10k-images-idx3-ubyte"), tmp_file("t10k-labels-idx1-ubyte"));
             const char *inputs = batcher ? "batcher" : "IDXInputs";
-            ct_config *cfg = config_text("mlp.gin", text, &err);
+            ct_config *cfg = parse_cfg("mlp.gin", text, &err);
             ct_config_run_shape run = {.model = "MLP", .optimizer = "SGD", .inputs = inputs, .batch_size = 2};
             ct_config_memory mem;
             CHECK_OK(ct_config_check_memory(cfg, &run, &mem, &err), &err);
@@ -2598,7 +2613,7 @@ static void test_memory_budget(void) {
     // batches (the stream's), TextInputs' seq_len tokens.
     {
         ct_error err = {0};
-        ct_config *cfg = config_text("len.gin",
+        ct_config *cfg = parse_cfg("len.gin",
                                      "TransformerLM.vocab_size = 16\nTransformerLM.d_model = 16\n"
                                      "TransformerLM.d_ff = 32\n"
                                      "TransformerLM.n_layers = 1\nTransformerLM.n_heads = 2\n"
@@ -2626,7 +2641,7 @@ static void test_memory_budget(void) {
     // MLP: its plan counts the input width as 1 (the data decide it).
     {
         ct_error err = {0};
-        ct_config *cfg = config_text("mlp.gin", "MLP.layer_widths = [8, 5, 3]\n", &err);
+        ct_config *cfg = parse_cfg("mlp.gin", "MLP.layer_widths = [8, 5, 3]\n", &err);
         ct_config_run_shape run = {.model = "MLP", .optimizer = "SGD", .batch_size = 2};
         ct_config_memory mem;
         CHECK_OK(ct_config_check_memory(cfg, &run, &mem, &err), &err);
@@ -2654,7 +2669,7 @@ static void test_memory_budget(void) {
     char text[2048];
     {
         ct_error err = {0};
-        ct_config *cfg = config_text("big.gin", tlm, &err);
+        ct_config *cfg = parse_cfg("big.gin", tlm, &err);
         ct_config_memory m1, m2;
         // Each local device holds a gradient slab: a second device adds one,
         // 4 bytes a weight (a TransformerLM has no state to grow with it).
@@ -2700,7 +2715,7 @@ static void test_memory_budget(void) {
         // A process holds the state slab for its share of the batch: 8
         // examples over 2 processes need what 4 on one do (LSHSelfAttention
         // stores its buckets per example of max_length_for_buckets).
-        cfg = config_text("r.gin",
+        cfg = parse_cfg("r.gin",
                           "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
                           "ReformerLM.n_layers = 2\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n"
                           "ReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.chunk_len = 6\n"
@@ -2715,7 +2730,7 @@ static void test_memory_budget(void) {
         CHECK_MSG(m1.model_bytes == m2.model_bytes, "%.0f, %.0f", m1.model_bytes, m2.model_bytes);
         ct_config_free(cfg);
         // A ReformerLM of no layers keeps no block's activations, with either trainer.
-        cfg = config_text("r0.gin",
+        cfg = parse_cfg("r0.gin",
                           "ReformerLM.vocab_size = 8\nReformerLM.d_model = 16\nReformerLM.d_ff = 32\n"
                           "ReformerLM.n_layers = 0\nReformerLM.n_heads = 2\nReformerLM.max_len = 18\n" COPY_INPUTS(9),
                           &err);
@@ -2902,7 +2917,7 @@ static void test_memory_budget(void) {
     // building a layer of it (10^8 blocks would take minutes and gigabytes).
     {
         ct_error err = {0};
-        ct_config *cfg = config_text("big.gin", "ReformerLM.n_layers = 100000000\n", &err);
+        ct_config *cfg = parse_cfg("big.gin", "ReformerLM.n_layers = 100000000\n", &err);
         ct_layer *m = build_model(cfg, "ReformerLM", &err);
         CHECK(m == NULL && err.code == CT_ERR_MEMORY);
         CHECK_MSG(strstr(err.msg, "big.gin:1:1: ReformerLM.n_layers = 100000000: the model's weights"), "%s", err.msg);
@@ -2920,7 +2935,7 @@ static void test_memory_budget(void) {
         CHECK(4 * weights < machine && 8 * weights > machine);
         char text2[128];
         snprintf(text2, sizeof text2, "MLP.layer_widths = [16777216, %.0f]\n", b);
-        cfg = config_text("big.gin", text2, &err);
+        cfg = parse_cfg("big.gin", text2, &err);
         m = build_model(cfg, "MLP", &err);
         CHECK_MSG(m == NULL && err.code == CT_ERR_MEMORY &&
                       strstr(err.msg, "big.gin:1:1: MLP.layer_widths = [16777216, ") &&
@@ -2985,7 +3000,7 @@ static void test_skip_nonfinite_setting(void) {
               "registry text lacks train.skip_nonfinite_steps");
     ct_free(reg);
     ct_error err = {0};
-    ct_config *cfg = config_text("s.gin", "train.skip_nonfinite_steps = True\n", &err);
+    ct_config *cfg = parse_cfg("s.gin", "train.skip_nonfinite_steps = True\n", &err);
     bool skip = false;
     CHECK_OK(ct_config_get_bool(cfg, "train", "skip_nonfinite_steps", false, &skip, &err), &err);
     CHECK(skip);
@@ -3066,7 +3081,7 @@ static void expect_reformer(const char *extra, const char *param_path) {
     char text[1024];
     snprintf(text, sizeof text, "%s%s", REFORMER_SMALL, extra);
     ct_error err = {0};
-    ct_config *cfg = config_text("r.gin", text, &err);
+    ct_config *cfg = parse_cfg("r.gin", text, &err);
     ct_layer *m = build_model(cfg, "ReformerLM", &err);
     CHECK_MSG(m != NULL, "%s: %s", extra, err.msg);
     if (m && param_path) {
@@ -3088,7 +3103,7 @@ static void expect_reformer_refused(const char *extra, const char *const *needle
     char text[1024];
     snprintf(text, sizeof text, "%s%s", REFORMER_SMALL, extra);
     ct_error err = {0};
-    ct_config *cfg = config_text("r.gin", text, &err);
+    ct_config *cfg = parse_cfg("r.gin", text, &err);
     ct_layer *m = build_model(cfg, "ReformerLM", &err);
     CHECK_MSG(m == NULL && err.code == CT_ERR_ARG, "%s: built", extra);
     for (int i = 0; needles[i]; i++) CHECK_MSG(strstr(err.msg, needles[i]), "'%s' not in: %s", needles[i], err.msg);
@@ -3264,7 +3279,7 @@ static void test_reformer_options(void) {
             ct_error err = {0};
             char text[1024];
             snprintf(text, sizeof text, "%sReformerLM.ff_use_sru = %d\n", REFORMER_SMALL, 2 * k);
-            ct_config *cfg = config_text("r.gin", text, &err);
+            ct_config *cfg = parse_cfg("r.gin", text, &err);
             ct_config_memory mem;
             CHECK_OK(ct_config_check_memory(cfg, &(ct_config_run_shape){.model = "ReformerLM", .batch_size = 1}, &mem,
                                             &err),
@@ -3300,7 +3315,7 @@ static int find_layers(ct_layer *l, const char *type, ct_layer **out, int max, i
 static ct_layer *reformer_with_log(const char *extra, ct_config **cfg_out, char **log, ct_error *err) {
     char text[2048];
     snprintf(text, sizeof text, "%s%s", REFORMER_SMALL, extra);
-    ct_config *cfg = config_text("r.gin", text, err);
+    ct_config *cfg = parse_cfg("r.gin", text, err);
     fflush(stderr);
     char path[] = "/tmp/ctrax_test_config_log_XXXXXX";
     int fd = mkstemp(path), saved = dup(2);
@@ -3406,7 +3421,7 @@ static void test_reformer_attention_types(void) {
         char t[1024];
         snprintf(t, sizeof t, "%sReformerLM.attention_type = @LSHSelfAttention\nLSHSelfAttention.chunk_len = 2\n",
                  REFORMER_SMALL);
-        cfg = config_text("r.gin", t, &err);
+        cfg = parse_cfg("r.gin", t, &err);
         m = build_model(cfg, "ReformerLM", &err);
         CHECK_MSG(m != NULL, "%s", err.msg);
         if (m) ct_layer_free(m);
@@ -3491,7 +3506,7 @@ static void test_reformer_attention_types(void) {
 // ---- Trax's defaults the train settings take from elsewhere -----------------------------------
 
 static ct_status read_train_text(const char *text, ct_config **cfg, ct_train_settings *t, ct_error *err) {
-    *cfg = config_text("t.gin", text, err);
+    *cfg = parse_cfg("t.gin", text, err);
     return ct_config_read_train(*cfg, t, err);
 }
 
@@ -3600,7 +3615,7 @@ static void test_train_defaults_from_trax(void) {
 // count and output width (0 on failure).
 static size_t mlp_weights(const char *text, int64_t *width) {
     ct_error err = {0};
-    ct_config *cfg = config_text("m.gin", text, &err);
+    ct_config *cfg = parse_cfg("m.gin", text, &err);
     ct_layer *model = build_model(cfg, "MLP", &err);
     CHECK_MSG(model != NULL, "%s", err.msg);
     size_t n = 0;
@@ -3626,18 +3641,18 @@ static void test_trax_defaults_issue14(void) {
     ct_loop_settings l;
     // The checkpoint period is train.eval_frequency unless Loop's is bound
     // (Trax's train makes n_steps_per_checkpoint its eval_frequency).
-    cfg = config_text("t.gin", "train.eval_frequency = 7\n", &err);
+    cfg = parse_cfg("t.gin", "train.eval_frequency = 7\n", &err);
     CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
     CHECK(l.n_steps_per_checkpoint == 7);
     char *op = ct_config_operative_text(cfg);
     CHECK_MSG(strstr(op, "\nLoop.n_steps_per_checkpoint = 7\n"), "%s", op);
     ct_free(op);
     ct_config_free(cfg);
-    cfg = config_text("t.gin", "train.eval_frequency = 7\nLoop.n_steps_per_checkpoint = 3\n", &err);
+    cfg = parse_cfg("t.gin", "train.eval_frequency = 7\nLoop.n_steps_per_checkpoint = 3\n", &err);
     CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
     CHECK(l.n_steps_per_checkpoint == 3);
     ct_config_free(cfg);
-    cfg = config_text("t.gin", "train.eval_frequency = 0\n", &err);
+    cfg = parse_cfg("t.gin", "train.eval_frequency = 0\n", &err);
     CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
     CHECK(l.n_steps_per_checkpoint == 100);
     ct_config_free(cfg);
@@ -3672,7 +3687,7 @@ static void test_trax_defaults_issue14(void) {
     printf("  MLP from Trax's older d_hidden / n_hidden_layers / n_output_classes: %zu weights (= layer_widths "
            "[16, 16, 10]: %zu)\n",
            a, b);
-    cfg = config_text("m.gin", "MLP.layer_widths = [4]\nMLP.d_hidden = 8\n", &err);
+    cfg = parse_cfg("m.gin", "MLP.layer_widths = [4]\nMLP.d_hidden = 8\n", &err);
     CHECK(build_model(cfg, "MLP", &err) == NULL);
     CHECK_MSG(strstr(err.msg, "m.gin:1:1: MLP.layer_widths and m.gin:2:1: MLP's older"), "%s", err.msg);
     ct_config_free(cfg);
@@ -3692,12 +3707,12 @@ static void test_trax_shipped_configs(void) {
     const char *hist[] = {"", "Loop.history_max = 7\n", "Loop.history_max = -1\n"};
     const int64_t want_hist[] = {4096, 7, -1};
     for (int i = 0; i < 3; i++) {
-        cfg = config_text("t.gin", hist[i], &err);
+        cfg = parse_cfg("t.gin", hist[i], &err);
         CHECK_OK(ct_config_read_loop(cfg, &l, &err), &err);
         CHECK_MSG(l.history_max == want_hist[i], "'%s': history_max %lld", hist[i], (long long)l.history_max);
         ct_config_free(cfg);
     }
-    cfg = config_text("t.gin", "Loop.history_max = 0\n", &err);
+    cfg = parse_cfg("t.gin", "Loop.history_max = 0\n", &err);
     CHECK(ct_config_read_loop(cfg, &l, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "t.gin:1:1: Loop.history_max = 0 would keep no metric history"), "%s", err.msg);
     printf("  error: %s\n", err.msg);
@@ -3717,13 +3732,13 @@ static void test_trax_shipped_configs(void) {
                      "TransformerLM.n_layers = 1\nTransformerLM.n_heads = 2\nTransformerLM.max_len = 16\n";
     char text[1024];
     snprintf(text, sizeof text, "%sTransformerLM.mode = 'train'\n", lm);
-    cfg = config_text("m.gin", text, &err);
+    cfg = parse_cfg("m.gin", text, &err);
     ct_layer *m = build_model(cfg, "TransformerLM", &err);
     CHECK_MSG(m != NULL, "%s", err.msg);
     ct_layer_free(m);
     ct_config_free(cfg);
     snprintf(text, sizeof text, "%sTransformerLM.mode = 'predict'\n", lm);
-    cfg = config_text("m.gin", text, &err);
+    cfg = parse_cfg("m.gin", text, &err);
     CHECK(build_model(cfg, "TransformerLM", &err) == NULL);
     CHECK_MSG(strstr(err.msg, "m.gin:7:1: TransformerLM.mode = 'predict' is not supported by ctrax, only 'train' or "
                               "'eval'"),
@@ -3793,7 +3808,7 @@ static void test_nested_scopes(void) {
              "LSHSelfAttention.chunk_len = 4\nLSHSelfAttention.n_hashes = 2\neval/LSHSelfAttention.n_hashes = 3\n"
              "s/SelfAttention.chunk_len = 3\neval/s/SelfAttention.chunk_len = 2\n",
              REFORMER_SMALL);
-    ct_config *cfg = config_text("r.gin", text, &err);
+    ct_config *cfg = parse_cfg("r.gin", text, &err);
     const char *names[] = {"ReformerLM", "eval/ReformerLM"};
     const int want_hashes[] = {2, 3};
     for (int k = 0; k < 2; k++) {
@@ -3821,7 +3836,7 @@ static void test_nested_scopes(void) {
     ct_config_free(cfg);
 
     // Batches of 1 to 2^24 examples.
-    cfg = config_text("b.gin", COPY_INPUTS(5), &err);
+    cfg = parse_cfg("b.gin", COPY_INPUTS(5), &err);
     ct_stream *train = NULL, *eval = NULL;
     CHECK(ct_config_build_inputs(cfg, "sequence_copy_inputs", (1 << 24) + 1, 1, &train, &eval, &err) == CT_ERR_ARG);
     CHECK_MSG(strstr(err.msg, "batch_size 16777217 is out of range (1 to 2^24)") && !train && !eval, "%s", err.msg);
@@ -3831,7 +3846,7 @@ static void test_nested_scopes(void) {
     ct_config_free(cfg);
 
     // A scope reads the scope around it before the unscoped binding: a/b/ reads a/'s.
-    cfg = config_text("s.gin", "TransformerLM.d_model = 16\na/TransformerLM.d_model = 8\n", &err);
+    cfg = parse_cfg("s.gin", "TransformerLM.d_model = 16\na/TransformerLM.d_model = 8\n", &err);
     int64_t d_model = 0;
     CHECK_OK(ct_config_get_int(cfg, "a/b/TransformerLM", "d_model", 0, &d_model, &err), &err);
     CHECK_MSG(d_model == 8, "a/b/TransformerLM.d_model %lld, want a/'s 8", (long long)d_model);
@@ -3842,7 +3857,7 @@ static void test_nested_scopes(void) {
     write_idx(tmp_file("train-images-idx3-ubyte"), tmp_file("train-labels-idx1-ubyte"), 10, 0);
     write_idx(tmp_file("t10k-images-idx3-ubyte"), tmp_file("t10k-labels-idx1-ubyte"), 6, 5);
     snprintf(text, sizeof text, "s/data_streams.data_dir = '%s'\ns/data_streams.dataset_name = 'mnist'\n", tmp_dir);
-    cfg = config_text("b.gin", text, &err);
+    cfg = parse_cfg("b.gin", text, &err);
     CHECK_OK(ct_config_build_inputs(cfg, "s/batcher", 4, 1, &train, &eval, &err), &err);
     ct_stream_free(train);
     ct_stream_free(eval);
@@ -3857,14 +3872,14 @@ static void test_builder_edges(void) {
     ct_error err = {0};
     // TransformerLM's table is fixed sinusoids or learned, not both.
     ct_config *cfg =
-        config_text("t.gin", "TransformerLM.learned_positions = True\nTransformerLM.fixed_positions = True\n", &err);
+        parse_cfg("t.gin", "TransformerLM.learned_positions = True\nTransformerLM.fixed_positions = True\n", &err);
     ct_layer *m = build_model(cfg, "TransformerLM", &err);
     CHECK_MSG(!m && strstr(err.msg, "t.gin:2:1: TransformerLM.fixed_positions = True and learned_positions = True"),
               "%s", m ? "built" : err.msg);
     if (m) ct_layer_free(m);
     ct_config_free(cfg);
     // An MLP width is 1 to 2^24.
-    cfg = config_text("m.gin", "MLP.layer_widths = [4, 16777217]\n", &err);
+    cfg = parse_cfg("m.gin", "MLP.layer_widths = [4, 16777217]\n", &err);
     m = build_model(cfg, "MLP", &err);
     CHECK_MSG(!m && strstr(err.msg, "m.gin:1:24: MLP.layer_widths[1] must be an int in [1, 16777216], got 16777217"),
               "%s", m ? "built" : err.msg);
@@ -3872,7 +3887,7 @@ static void test_builder_edges(void) {
     ct_config_free(cfg);
     // Trax's addition_inputs: eval lengths eval_min_length..eval_max_length,
     // one length when they are equal.
-    cfg = config_text("a.gin",
+    cfg = parse_cfg("a.gin",
                       "addition_inputs.vocab_size = 13\naddition_inputs.train_length = 5\n"
                       "addition_inputs.eval_min_length = 6\naddition_inputs.eval_max_length = 6\n",
                       &err);
@@ -3883,7 +3898,7 @@ static void test_builder_edges(void) {
     ct_config_free(cfg);
     // The train and eval streams draw from seeds of their own: with the
     // same lengths, their first batches differ.
-    cfg = config_text("c.gin",
+    cfg = parse_cfg("c.gin",
                       "sequence_copy_inputs.vocab_size = 8\nsequence_copy_inputs.train_length = 9\n"
                       "sequence_copy_inputs.train_min_length = 8\nsequence_copy_inputs.eval_min_length = 8\n"
                       "sequence_copy_inputs.eval_max_length = 9\nsequence_copy_inputs.pad_to_multiple = 1\n",
@@ -4135,7 +4150,7 @@ static void test_rnnlm_config(void) {
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         char text[1024];
         snprintf(text, sizeof text, "%s%s", base, ok[i].cell);
-        ct_config *cfg = config_text("r.gin", text, &err);
+        ct_config *cfg = parse_cfg("r.gin", text, &err);
         ct_layer *model = build_model(cfg, "trax.models.RNNLM", &err);
         CHECK_MSG(model != NULL, "%s", err.msg);
         if (model) {
@@ -4165,7 +4180,7 @@ static void test_rnnlm_config(void) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char text[1024];
         snprintf(text, sizeof text, "%s%s", base, bad[i].text);
-        ct_config *cfg = config_text("r.gin", text, &err);
+        ct_config *cfg = parse_cfg("r.gin", text, &err);
         CHECK(build_model(cfg, "RNNLM", &err) == NULL);
         CHECK_MSG(strstr(err.msg, bad[i].want), "'%s' not in: %s", bad[i].want, err.msg);
         printf("  error: %s\n", err.msg);
@@ -4220,7 +4235,7 @@ static void test_activation_refs(void) {
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         char text[1024];
         snprintf(text, sizeof text, "%s%s", ok[i].base, ok[i].binding);
-        ct_config *cfg = config_text("a.gin", text, &err);
+        ct_config *cfg = parse_cfg("a.gin", text, &err);
         ct_layer *model = build_model(cfg, ok[i].model, &err);
         CHECK_MSG(model != NULL, "%s: %s", ok[i].binding, err.msg);
         if (model) {
@@ -4245,7 +4260,7 @@ static void test_activation_refs(void) {
         {"ReformerLM", "ReformerLM.ff_activation = @GRUCell\n", "ReformerLM.ff_activation = 'GRUCell' is not supported"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        ct_config *cfg = config_text("a.gin", bad[i].text, &err);
+        ct_config *cfg = parse_cfg("a.gin", bad[i].text, &err);
         CHECK(build_model(cfg, bad[i].model, &err) == NULL);
         CHECK_MSG(strstr(err.msg, bad[i].want), "'%s' not in: %s", bad[i].want, err.msg);
         ct_config_free(cfg);
@@ -4283,7 +4298,7 @@ static void test_label_smoothing(void) {
 
     const char *text = "trax.layers.WeightedCategoryCrossEntropy.label_smoothing = 0.1\n"
                        "train.loss_fn = @WeightedCategoryCrossEntropy\n";
-    ct_config *cfg = config_text("s.gin", text, &err);
+    ct_config *cfg = parse_cfg("s.gin", text, &err);
     const char *loss_fn = NULL;
     CHECK_OK(ct_config_get_reference(cfg, "train", "loss_fn", NULL, &loss_fn, &err), &err);
     ct_layer *l = loss_fn ? build_layer(cfg, loss_fn, &err) : NULL;
@@ -4295,7 +4310,7 @@ static void test_label_smoothing(void) {
     CHECK(v == v_want && v != v_plain);
     char *op = ct_config_operative_text(cfg);
     CHECK_MSG(strstr(op, "\nWeightedCategoryCrossEntropy.label_smoothing = 0.1\n") != NULL, "%s", op);
-    ct_config *again = config_text("operative.gin", op, &err);
+    ct_config *again = parse_cfg("operative.gin", op, &err);
     l = build_layer(again, "WeightedCategoryCrossEntropy", &err);
     CHECK_MSG(l != NULL, "%s", err.msg);
     CHECK(l && small_loss(l) == v);
@@ -4312,7 +4327,7 @@ static void test_label_smoothing(void) {
     static const char *const plain_texts[] = {"WeightedCategoryCrossEntropy.label_smoothing = None\n",
                                               "WeightedCategoryCrossEntropy.label_smoothing = 0\n", ""};
     for (int i = 0; i < 3; i++) {
-        cfg = config_text("s.gin", plain_texts[i], &err);
+        cfg = parse_cfg("s.gin", plain_texts[i], &err);
         l = build_layer(cfg, "WeightedCategoryCrossEntropy", &err);
         CHECK_MSG(l != NULL && small_loss(l) == v_plain, "'%s': %s", plain_texts[i], err.msg);
         if (l) ct_layer_free(l);
@@ -4344,7 +4359,7 @@ static void test_many_names(void) {
     for (int i = 0; i < N; i++) n += (size_t)snprintf(text + n, cap - n, "M%d = %d\ns%d/train.steps = %d\n", i, i, i, i + 7);
     n += (size_t)snprintf(text + n, cap - n, "M17 = 170017\ntrain.steps = %%M4999\ntrain.eval_steps = %%M17\n");
     ct_error err = {0};
-    ct_config *cfg = config_text("many.gin", text, &err);
+    ct_config *cfg = parse_cfg("many.gin", text, &err);
     int64_t v = 0;
     CHECK_OK(ct_config_get_int(cfg, "train", "steps", -1, &v, &err), &err);
     CHECK_MSG(v == 4999, "train.steps = %lld, want 4999", (long long)v);

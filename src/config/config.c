@@ -511,9 +511,7 @@ static macro *find_macro(ct_config *cfg, const char *name) {
 static ct_status resolve_in(ct_config *cfg, const ct_config_value *v, ct_config_value *out, int depth, long *budget,
                             ct_error *err) {
     memset(out, 0, sizeof *out);
-    if (--*budget < 0)
-        return ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: the value expands to more than %d items through macros",
-                            v->file, v->line, v->col, CFG_MAX_VALUE_NODES);
+    if (--*budget < 0) return CT_ERR_ARG;  // said by resolve, at the value as written
     if (v->kind == CT_CONFIG_MACRO) {
         macro *m = find_macro(cfg, v->s);
         if (!m) {
@@ -568,7 +566,13 @@ static ct_status resolve(ct_config *cfg, const ct_config_value *v, ct_config_val
     // v and its items: the parser refuses a value of more items as written,
     // so only macros run past this.
     long budget = CFG_MAX_VALUE_NODES + 1;
-    return resolve_in(cfg, v, out, 0, &budget, err);
+    ct_status st = resolve_in(cfg, v, out, 0, &budget, err);
+    // Where the count ran out is somewhere inside a macro's value; the
+    // author needs the value that uses the macros.
+    if (budget < 0)
+        return ct_error_set(err, CT_ERR_ARG, "%s:%d:%d: the value expands to more than %d items through macros",
+                            v->file, v->line, v->col, CFG_MAX_VALUE_NODES);
+    return st;
 }
 
 // ---- Bindings -------------------------------------------------------------------------------

@@ -255,7 +255,6 @@ ct_status cfg_build_idx_inputs(ct_config *cfg, const char *name, int batch_size,
 // ---- Values (value.c) --------------------------------------------------------------
 
 void cfg_value_free(ct_config_value *v);  // frees what v holds, not v
-void cfg_value_copy(ct_config_value *dst, const ct_config_value *src);
 bool cfg_value_has_macro(const ct_config_value *v);
 
 // A growable NUL-terminated string.

@@ -584,10 +584,21 @@ static ct_status parse_ref_or_macro(parser *p, ct_config_value *v) {
     return CT_OK;
 }
 
+// Refused while parsing, before a 60 MB list of items is held in memory.
+static ct_status too_many_items(parser *p) {
+    return fail_at(p, p->value_line, p->value_col, "a value of more than %d items (nested ones counted): too big",
+                   CFG_MAX_VALUE_NODES);
+}
+
 // A tuple (after its '('): (), (x) is x, (x,), (x, y, ...).
 static ct_status parse_tuple(parser *p, ct_config_value *v, int nest) {
     v->kind = CT_CONFIG_TUPLE;
     if (is_punct(p, ')')) return next(p);
+    // (x) is x: the parentheses are no item of their own unless a ',' makes
+    // them a tuple, so they leave the item count while x is read (x's items
+    // meet the limit as a bare x's would). They do count as a level of
+    // nesting: the parser recurses through them.
+    p->nodes--;
     ct_config_value first;
     ct_status st = parse_value(p, &first, nest + 1);
     if (st != CT_OK) {
@@ -596,12 +607,15 @@ static ct_status parse_tuple(parser *p, ct_config_value *v, int nest) {
     }
     if (is_punct(p, ')')) {  // (x) is x
         *v = first;
-        p->nodes--;  // one value, not two
         return next(p);
     }
     if (!is_punct(p, ',')) {
         cfg_value_free(&first);
         return expected(p, "',' or ')'");
+    }
+    if (++p->nodes > CFG_MAX_VALUE_NODES) {  // a tuple after all
+        cfg_value_free(&first);
+        return too_many_items(p);
     }
     v->items = ct_malloc(sizeof *v->items);
     v->items[0] = first;
@@ -624,14 +638,12 @@ static ct_status parse_value(parser *p, ct_config_value *v, int nest) {
     v->line = p->tok.line;
     v->col = p->tok.col;
     if (nest > MAX_NESTING) return fail_at(p, v->line, v->col, "values nested deeper than %d", MAX_NESTING);
-    // Refused here, before a 60 MB list of items is held in memory.
     if (nest == 0) {
         p->nodes = 0;
         p->value_line = v->line;
         p->value_col = v->col;
     } else if (++p->nodes > CFG_MAX_VALUE_NODES) {
-        return fail_at(p, p->value_line, p->value_col, "a value of more than %d items (nested ones counted): too big",
-                       CFG_MAX_VALUE_NODES);
+        return too_many_items(p);
     }
     token *t = &p->tok;
     switch (t->kind) {

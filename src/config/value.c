@@ -36,17 +36,6 @@ void cfg_value_free(ct_config_value *v) {
     v->n = 0;
 }
 
-void cfg_value_copy(ct_config_value *dst, const ct_config_value *src) {
-    *dst = *src;
-    dst->s = src->s ? ct_strdup(src->s) : NULL;
-    int n = n_items(src);
-    dst->items = NULL;
-    if (n > 0) {
-        dst->items = ct_calloc((size_t)n, sizeof *dst->items);
-        for (int i = 0; i < n; i++) cfg_value_copy(&dst->items[i], &src->items[i]);
-    }
-}
-
 bool cfg_value_has_macro(const ct_config_value *v) {
     if (v->kind == CT_CONFIG_MACRO) return true;
     for (int i = 0; i < n_items(v); i++)
