@@ -105,9 +105,9 @@ static double lse_diff(const float *lse, const problem *p) {
 // The tiled kernel equals the reference within 1e-5 (relative to the
 // largest element) in out, dq, dk and dv; its logsumexp equals a double one.
 static void test_against_reference(void) {
-    static const int64_t lengths[] = {1, 7, 64, 130, 512};
+    static const int64_t lengths[] = {1, 7, 64, 130, 512, 1100};
     static const int64_t heads[][2] = {{1, 16}, {4, 8}};  // {NH, hs}
-    static const int64_t tiles[] = {CT_ATTENTION_TILE, 7, 32};
+    static const int64_t tiles[] = {64, 128, 7, 32};  // the layer's two, odd, small
     for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++)
         for (int hi = 0; hi < 2; hi++)
             for (int di = 0; di < 2; di++) {
@@ -219,10 +219,10 @@ static void test_thread_determinism(void) {
 }
 
 // The layer's finite-difference gradient checks with T over three tiles of
-// CT_ATTENTION_TILE (the last one partial), with and without dropout.
+// the layer's tile (the last one partial), with and without dropout.
 static void test_gradients_over_tiles(void) {
     enum { B = 1, D = 8 };
-    const int64_t T = 2 * CT_ATTENTION_TILE + 3;
+    const int64_t T = 2 * ct_attention_tile(131) + 3;
     float *buf = malloc(3 * B * T * D * sizeof(float));
     ct_tensor in[3];
     for (int i = 0; i < 3; i++) {

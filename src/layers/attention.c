@@ -79,11 +79,12 @@ static ct_status attention_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, 
     ct_tensor lse = ct_tensor_3d(CT_DTYPE_F32, B, hp->n_heads, T, NULL);
     CT_TRY(ct_ctx_alloc(c, &lse, err));
     ct_arena_mark after_lse = ct_arena_get_mark(c->arena);
-    ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_attention_scratch_floats(CT_ATTENTION_TILE, false),
+    const int64_t tile = ct_attention_tile(T);
+    ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_attention_scratch_floats(tile, false),
                                      NULL);
     CT_TRY(ct_ctx_alloc(c, &scratch, err));
     ct_attention_forward(out[0].data, lse.data, in[0].data, in[1].data, in[2].data, scratch.data, n_slots, key,
-                         rate, B, T, D, hp->n_heads, CT_ATTENTION_TILE);
+                         rate, B, T, D, hp->n_heads, tile);
     if (!c->record) {
         ct_arena_reset_to(c->arena, before_lse);
         return CT_OK;
@@ -107,12 +108,13 @@ static ct_status attention_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gra
     float rate = active_rate(l, c);
     int n_slots = ct_attention_n_slots();
     ct_arena_mark mark = ct_arena_get_mark(c->arena);
-    ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_attention_scratch_floats(CT_ATTENTION_TILE, true),
+    const int64_t tile = ct_attention_tile(T);
+    ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, n_slots * ct_attention_scratch_floats(tile, true),
                                      NULL);
     CT_TRY(ct_ctx_alloc(c, &scratch, err));
     ct_attention_backward(grad_in[0].data, grad_in[1].data, grad_in[2].data, scratch.data, n_slots,
                           grad_out[0].data, o.data, lse.data, q.data, k.data, v.data, key, rate, B, T, D, hp->n_heads,
-                          CT_ATTENTION_TILE);
+                          tile);
     ct_arena_reset_to(c->arena, mark);
     return CT_OK;
 }

@@ -10,16 +10,23 @@
 #include "core/clones.h"
 
 // The largest tile the tiled kernels take: their per-row state (running max
-// and sum, dO . o) lives on the stack, TILE_MAX rows of it, and a row's
-// dropout factors, KEY_TILES * TILE_MAX of them.
+// and sum, dO . o) lives on the stack, TILE_MAX rows of it.
 #define TILE_MAX 256
 
-// A query tile of `tile` rows meets the keys it sees in blocks of up to
-// KEY_TILES * tile columns: one GEMM per block instead of one per tile
-// pair. At T 256 (bench config B) a query tile's keys are one block (2
-// GEMMs forward and 5 backward per query tile instead of per tile pair);
-// at T 128 nothing changes. The block is bounded so the scratch is too.
-#define KEY_TILES 4
+// A query tile meets the keys it sees in blocks of KEY_TILES tiles, at most
+// KEY_BLOCK keys: one GEMM per block instead of one per
+// tile pair, and the online softmax rescales once per block. A block is
+// bounded so the scratch and a row's dropout factors (on the stack) are.
+// Measured at tile 128: blocks of 4 tiles instead of 1 took C 512, 8
+// heads, T 256, batch 8 from 13.6 to 12.5 ms forward and 25.2 to 24.6
+// backward (one thread); C 256, 4 heads, T 2048, batch 2, from 72 to 58
+// and 148 to 127 ms. At tile 64, 8-tile blocks (512 keys) against 4-tile
+// ones at T 2048, two threads: forward 42.6 / 46.2 ms, backward 87.0 / 88.4.
+#define KEY_BLOCK 512
+#define KEY_TILES(tile) (KEY_BLOCK / (tile))
+_Static_assert(TILE_MAX <= KEY_BLOCK, "a block holds at least one tile");
+
+int64_t ct_attention_tile(int64_t T) { return T <= 512 ? 64 : 128; }
 
 int ct_attention_n_slots(void) {
     int n = omp_get_max_threads();
@@ -29,7 +36,7 @@ int ct_attention_n_slots(void) {
 // ---- tiled --------------------------------------------------------------------------------------
 
 int64_t ct_attention_scratch_floats(int64_t tile, bool backward) {
-    return (backward ? 2 : 1) * tile * KEY_TILES * tile;
+    return (backward ? 2 : 1) * tile * KEY_TILES(tile) * tile;
 }
 
 // max of row[0 .. n) (-inf for n == 0): exact in any order, so every clone
@@ -66,15 +73,15 @@ static int64_t visible(int64_t t, int64_t s0, int64_t nc) {
 }
 
 // Query tile i of head (b, h): rows t0 .. t0 + nr of out (ld C) and lse,
-// against keys [0, t0 + nr) in key blocks. S: (tile, KEY_TILES * tile)
+// against keys [0, t0 + nr) in key blocks. S: (tile, KEY_TILES(tile) * tile)
 // scratch.
 static void query_tile_forward(float *oh, float *lseh, const float *qh, const float *kh, const float *vh,
                                float *S, ct_key key, float dropout, int64_t bh, int64_t i, int64_t T, int64_t C,
                                int64_t hs, int64_t tile) {
     const float scale = 1.0f / sqrtf((float)hs);
     const int64_t t0 = i * tile, nr = T - t0 < tile ? T - t0 : tile;
-    const int64_t e = t0 + nr, kw = KEY_TILES * tile;  // keys [0, e) in blocks of kw
-    float m[TILE_MAX], f[KEY_TILES * TILE_MAX];
+    const int64_t e = t0 + nr, kw = KEY_TILES(tile) * tile;  // keys [0, e) in blocks of kw
+    float m[TILE_MAX], f[KEY_BLOCK];
     double l[TILE_MAX];
     for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0;
     float *oi = oh + t0 * C;
@@ -118,11 +125,15 @@ void ct_attention_forward(float *out, float *lse, const float *q, const float *k
     assert(tile >= 1 && tile <= TILE_MAX);
     const int64_t hs = C / NH, nt = (T + tile - 1) / tile, per_slot = ct_attention_scratch_floats(tile, false);
     if (T == 0) return;  // BLAS rejects leading dimensions of 0
-    // Work items (b, h, query tile) are independent. Round-robin (chunks of
-    // 1) so each thread gets short and long rows of the causal triangle.
-#pragma omp parallel for schedule(static, 1) num_threads(n_slots)
+    // Work items (b, h, query tile) are independent; query tile i costs
+    // i + 1 key tiles. Handed out longest first, each to the next free
+    // thread: a static round-robin gave two threads at T = 2 tiles (bench
+    // config B) all the short and all the long tiles, one idle a third of
+    // the time. Which thread runs an item does not change its result.
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_slots)
     for (int64_t w = 0; w < B * NH * nt; w++) {
-        const int64_t bh = w / nt, i = w % nt, b = bh / NH, h = bh % NH, off = b * T * C + h * hs;
+        const int64_t i = nt - 1 - w / (B * NH), bh = w % (B * NH), b = bh / NH, h = bh % NH,
+                      off = b * T * C + h * hs;
         float *S = scratch + (int64_t)omp_get_thread_num() * per_slot;
         query_tile_forward(out + off, lse + bh * T, q + off, k + off, v + off, S, key, dropout, bh, i, T, C, hs,
                            tile);
@@ -130,13 +141,13 @@ void ct_attention_forward(float *out, float *lse, const float *q, const float *k
 }
 
 // Head (b, h)'s backward, query tile by query tile, each against its keys
-// in key blocks as forward: S, G two (tile, KEY_TILES * tile) scratch blocks.
+// in key blocks as forward: S, G two (tile, KEY_TILES(tile) * tile) scratch blocks.
 static void head_backward(float *dqh, float *dkh, float *dvh, float *S, float *G, const float *doh,
                           const float *oh, const float *lseh, const float *qh, const float *kh, const float *vh,
                           ct_key key, float dropout, int64_t bh, int64_t T, int64_t C, int64_t hs, int64_t tile) {
     const float scale = 1.0f / sqrtf((float)hs);
-    const int64_t kw = KEY_TILES * tile;
-    float dot[TILE_MAX], f[KEY_TILES * TILE_MAX];
+    const int64_t kw = KEY_TILES(tile) * tile;
+    float dot[TILE_MAX], f[KEY_BLOCK];
     for (int64_t t0 = 0; t0 < T; t0 += tile) {
         const int64_t nr = T - t0 < tile ? T - t0 : tile;
         const float *qi = qh + t0 * C, *doi = doh + t0 * C;
@@ -177,7 +188,7 @@ void ct_attention_backward(float *dq, float *dk, float *dv, float *scratch, int 
 #pragma omp parallel for schedule(static) num_threads(n_slots)
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH, off = b * T * C + h * hs;
-        float *S = scratch + (int64_t)omp_get_thread_num() * per_slot, *G = S + KEY_TILES * tile * tile;
+        float *S = scratch + (int64_t)omp_get_thread_num() * per_slot, *G = S + KEY_TILES(tile) * tile * tile;
         head_backward(dq + off, dk + off, dv + off, S, G, dout + off, out + off, lse + bh * T, q + off, k + off,
                       v + off, key, dropout, bh, T, C, hs, tile);
     }

@@ -37,25 +37,25 @@
 
 #include "ctrax/core/rng.h"
 
-// The layer's tile edge: 128 rows of q against 128 of k, a (128, 128)
-// score tile of 64 KiB (backward's two fit in L2). Measured (fwd + bwd, one
-// thread, OpenBLAS SkylakeX, C 256, 4 heads, CPU time): at T 2048 tiles of
-// 64 / 128 / 256 took 240 / 195 / 186 ms against 337 for the reference; at
-// T 128 all were within noise of the reference (12-13 ms). Smaller tiles
-// skip more of the masked triangle but make BLAS calls too small to run
-// near its peak. Key blocks of 4 tiles (one GEMM where there were up to 4)
-// took the same measurement, C 512, 8 heads, T 256, batch 8, from 13.6 to
-// 12.5 ms forward and 25.2 to 24.6 backward; C 256, 4 heads, T 2048,
-// batch 2, from 72 to 58 and 148 to 127 ms; T 128 unchanged.
-#define CT_ATTENTION_TILE 128
+// The layer's tile edge for sequences of length T: 64 up to T 512, 128
+// beyond. A query tile of q meets the keys it sees in blocks of about 512
+// (attention.c), so a tile costs a few GEMMs whatever T is; smaller tiles
+// skip more of the masked triangle (the diagonal tiles are half masked),
+// larger ones make GEMMs that run nearer BLAS's peak. Measured (fwd + bwd,
+// OpenBLAS SkylakeX, hs 64, `bench_lm_speed --profile`, two runs each): at 2
+// threads T 128 (config A) 18.5 / 15.9 ms a step with tiles 128 / 64, T 256
+// (config B) 81 / 73, T 512 37.1 / 37.6 (tile 128 / 64, batch 4), T 1024
+// 64.9 / 67.1, T 2048 (config C) 123 / 130-134; at 1 thread A 31 / 26, B
+// 137-144 / 125-127.
+int64_t ct_attention_tile(int64_t T);
 
 // How many scratch slots (threads) the kernels may use: omp_get_max_threads().
 int ct_attention_n_slots(void);
 
 // ---- tiled --------------------------------------------------------------------------------------
 
-// Floats of scratch the tiled kernels need per slot: forward 4 tile^2 (one
-// query tile against a key block), backward 8 tile^2 (two).
+// Floats of scratch the tiled kernels need per slot: forward one (tile,
+// key block) score block, about 512 tile floats; backward two.
 int64_t ct_attention_scratch_floats(int64_t tile, bool backward);
 // q, k, v (B, T, C) -> out (B, T, C), lse (B, NH, T):
 // lse[b,h,t] = logsumexp_{s<=t}(q[b,t,h] . k[b,s,h] / sqrt(hs))
