@@ -42,9 +42,9 @@ void ct_trainer_free(ct_trainer *t) {
 
 ct_status ct_trainer_one_step(ct_trainer *t, const ct_tensor *batch, ct_key key, int64_t step, float learning_rate,
                               ct_step_stats *stats, ct_error *err) {
-    if (step < 1)
-        return ct_error_set(err, CT_ERR_ARG, "ct_trainer_one_step: step %lld: steps count from 1 (the optimizer's "
-                            "bias correction needs step >= 1)", (long long)step);
+    if (step < 0)
+        return ct_error_set(err, CT_ERR_ARG, "ct_trainer_one_step: step %lld is negative (the optimizers' bias "
+                            "corrections use step + 1, which must be at least 1)", (long long)step);
     if (!t->opts.profile) return t->vt->one_step(t, batch, key, step, learning_rate, stats, err);
     double start = ct_profile_step_begin(t->opts.profile);
     ct_status st = t->vt->one_step(t, batch, key, step, learning_rate, stats, err);

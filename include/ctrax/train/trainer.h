@@ -135,10 +135,10 @@ void ct_trainer_free(ct_trainer *t);
 
 // One step: forward, loss, backward, combine, update. key is this step's
 // key (the loop splits its key per step; with more than one device in all,
-// device g of the global order gets ct_key_split(key, g)); step, counted
-// from 1 as Trax's (Adam's bias correction divides by 1 - b^step, so a step
-// of 0 would give NaN: refused with CT_ERR_ARG), is passed to the
-// optimizer; the learning rate overrides the optimizer's own. The batch
+// device g of the global order gets ct_key_split(key, g)); step is passed
+// to the optimizer (the Loop passes its 1-based step, as Trax's; the
+// optimizers' bias corrections use step + 1, so a negative step would give
+// NaN or inf: refused with CT_ERR_ARG); the learning rate overrides the optimizer's own. The batch
 // dimension (axis 0 of every item) must divide by the local device count.
 //
 // A loss or gradient that goes NaN or Inf (judged after combining over every
