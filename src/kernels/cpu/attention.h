@@ -42,11 +42,12 @@
 // (attention.c), so a tile costs a few GEMMs whatever T is; smaller tiles
 // skip more of the masked triangle (the diagonal tiles are half masked),
 // larger ones make GEMMs that run nearer BLAS's peak. Measured (fwd + bwd,
-// OpenBLAS SkylakeX, hs 64, `bench_lm_speed --profile`, two runs each): at 2
-// threads T 128 (config A) 18.5 / 15.9 ms a step with tiles 128 / 64, T 256
-// (config B) 81 / 73, T 512 37.1 / 37.6 (tile 128 / 64, batch 4), T 1024
-// 64.9 / 67.1, T 2048 (config C) 123 / 130-134; at 1 thread A 31 / 26, B
-// 137-144 / 125-127.
+// OpenBLAS SkylakeX, hs 64, `bench_lm_speed --profile`, two runs each), ms
+// a step with tiles 128 / 64: at 2 threads T 128 (config A) 18.5-18.7 /
+// 16.0-16.1, T 256 (config B) 80.9-81.8 / 70.0-70.8, T 512 (batch 4)
+// 37.4-38.1 / 36.8-37.3, T 1024 (batch 2) 64.7-65.2 / 66.7-67.4, T 2048
+// (config C) 122-125 / 129-130; at 1 thread A 31-32 / 25-27, B 137-144 /
+// 125-127.
 int64_t ct_attention_tile(int64_t T);
 
 // How many scratch slots (threads) the kernels may use: omp_get_max_threads().
