@@ -14,14 +14,14 @@
 #define TILE_MAX 256
 
 // A query tile meets the keys it sees in blocks of KEY_TILES tiles, at most
-// KEY_BLOCK keys: one GEMM per block instead of one per
-// tile pair, and the online softmax rescales once per block. A block is
+// KEY_BLOCK keys: one GEMM per block instead of one per tile pair, and the online softmax rescales once per block. A block is
 // bounded so the scratch and a row's dropout factors (on the stack) are.
 // Measured at tile 128: blocks of 4 tiles instead of 1 took C 512, 8
 // heads, T 256, batch 8 from 13.6 to 12.5 ms forward and 25.2 to 24.6
 // backward (one thread); C 256, 4 heads, T 2048, batch 2, from 72 to 58
 // and 148 to 127 ms. At tile 64, 8-tile blocks (512 keys) against 4-tile
-// ones at T 2048, two threads: forward 42.6 / 46.2 ms, backward 87.0 / 88.4.
+// ones, config C's step (T 2048, two threads, two runs): forward 42.6-42.7
+// / 46.1-46.3 ms, backward 86.7-87.3 / 88.2-88.6.
 #define KEY_BLOCK 512
 #define KEY_TILES(tile) (KEY_BLOCK / (tile))
 _Static_assert(TILE_MAX <= KEY_BLOCK, "a block holds at least one tile");
