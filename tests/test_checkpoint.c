@@ -378,6 +378,16 @@ static void test_safetensors_roundtrip(void) {
     CHECK_OK(ct_safetensors_open(&f, tmp_path("u.safetensors"), &err), &err);
     CHECK(f && ct_safetensors_find(f, utf8[0].name) == 0);
     ct_safetensors_close(f);
+    // A tensor of the largest rank, CT_MAX_DIMS, is written and read back.
+    int64_t shape6[CT_MAX_DIMS] = {1, 2, 1, 3, 1, 1};
+    ct_named_tensor rank6[] = {{"r6", ct_tensor_make(CT_DTYPE_F32, CT_MAX_DIMS, shape6, a)}};
+    CHECK_OK(ct_safetensors_write(tmp_path("r6.safetensors"), rank6, 1, NULL, 0, &err), &err);
+    CHECK_OK(ct_safetensors_open(&f, tmp_path("r6.safetensors"), &err), &err);
+    if (f) {
+        ct_tensor r = ct_safetensors_tensor(f, 0);
+        CHECK(ct_tensor_same_sig(&r, &rank6[0].tensor) && !memcmp(r.data, a, sizeof a));
+        ct_safetensors_close(f);
+    }
 }
 
 // A file from a header text and n data bytes.

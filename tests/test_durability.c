@@ -340,6 +340,18 @@ static void test_summary_fsync_fails(void) {
                   "a metrics.jsonl fsync that fails: %s", st == CT_OK ? "accepted" : err.msg);
         CHECK_OK(ct_metrics_writer_close(m, &err), &err);
     }
+    // Closing a metrics writer flushes it: an fsync that fails there fails
+    // the close.
+    snprintf(path, sizeof path, "%s/fsync_close.jsonl", g_tmp);
+    CHECK_OK(ct_metrics_writer_open(&m, path, &err), &err);
+    if (m) {
+        CHECK_OK(ct_metrics_writer_add(m, 1, "train", "metrics/loss", 0.5, &err), &err);
+        g_fail_fsync = path;
+        ct_status st = ct_metrics_writer_close(m, &err);
+        g_fail_fsync = NULL;
+        CHECK_MSG(st == CT_ERR_IO && strstr(err.msg, path) && strstr(err.msg, "fsync failed"),
+                  "closing a metrics.jsonl that cannot be synced: %s", st == CT_OK ? "accepted" : err.msg);
+    }
     snprintf(path, sizeof path, "%s/fsync_tb", g_tmp);
     ct_tb_writer *w;
     CHECK_OK(ct_tb_writer_open(&w, path, &err), &err);
@@ -371,6 +383,17 @@ static void test_summary_fsync_fails(void) {
     g_fail_fsync = NULL;
     CHECK_MSG(st == CT_ERR_IO && file[0] && strstr(err.msg, file) && strstr(err.msg, "fsync failed"),
               "closing summaries whose event file cannot be synced: %s", st == CT_OK ? "accepted" : err.msg);
+    // ... and so does one whose metrics.jsonl cannot be synced.
+    snprintf(path, sizeof path, "%s/fsync_run_metrics", g_tmp);
+    CHECK_OK(ct_summary_open(&s, path, 0, &err), &err);
+    if (!s) return;
+    CHECK_OK(ct_summary_scalar(s, CT_SUMMARY_TRAIN, 1, "metrics/loss", 0.5, &err), &err);
+    snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+    g_fail_fsync = file;
+    st = ct_summary_close(s, &err);
+    g_fail_fsync = NULL;
+    CHECK_MSG(st == CT_ERR_IO && strstr(err.msg, file) && strstr(err.msg, "fsync failed"),
+              "closing summaries whose metrics.jsonl cannot be synced: %s", st == CT_OK ? "accepted" : err.msg);
 }
 
 // ct_fs_write_all through interrupted and short writes writes everything; a

@@ -15,6 +15,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "capture.h"
 #include "check.h"
 #include "scratch.h"
 #include "core/fs.h"
@@ -177,10 +178,16 @@ static void test_metrics(void) {
     CHECK_OK(ct_metrics_writer_close(w, &err), &err);
     CHECK(parse_metrics(path, 11) == 16);
 
-    // Resume from step 6: steps 7..11 go (5 train + 2 eval lines).
+    // Resume from step 6: steps 7..11 go (5 train + 2 eval lines), whole
+    // lines, so no warning of lines that do not parse.
     int64_t dropped = -1;
+    capture cap;
+    capture_begin(&cap);
     CHECK_OK(ct_metrics_truncate_after(path, 6, &dropped, &err), &err);
+    char *said = capture_end(&cap);
     CHECK(dropped == 7);
+    CHECK_MSG(!strstr(said, "do not parse"), "a warning for whole lines: %s", said);
+    free(said);
     CHECK(parse_metrics(path, 6) == 9);
     // Nothing past the step: the file is left alone.
     CHECK_OK(ct_metrics_truncate_after(path, 6, &dropped, &err), &err);
@@ -190,8 +197,22 @@ static void test_metrics(void) {
     FILE *f = fopen(path, "ab");
     fputs("{\"step\": 7, \"mode\": \"tr", f);
     fclose(f);
+    capture_begin(&cap);
     CHECK_OK(ct_metrics_truncate_after(path, 100, &dropped, &err), &err);
+    said = capture_end(&cap);
     CHECK(dropped == 1);
+    CHECK_MSG(strstr(said, "dropped 1 line(s) that do not parse"), "the warning: %s", said);
+    free(said);
+    CHECK(parse_metrics(path, 6) == 9);
+    // A step no int64 holds is no step ctrax wrote: the line is dropped as a
+    // torn one, not cast (undefined; INT64_MIN on x86, which would keep it).
+    f = fopen(path, "ab");
+    fputs("{\"step\": 1e300, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": 1}\n"
+          "{\"step\": -1e300, \"mode\": \"train\", \"metric\": \"metrics/loss\", \"value\": 1}\n",
+          f);
+    fclose(f);
+    CHECK_OK(ct_metrics_truncate_after(path, 100, &dropped, &err), &err);
+    CHECK_MSG(dropped == 2, "steps of +-1e300: dropped %lld", (long long)dropped);
     CHECK(parse_metrics(path, 6) == 9);
     // ... and a writer opened on such a file starts on a line of its own.
     f = fopen(path, "ab");
@@ -632,6 +653,12 @@ static void test_progress(void) {
     // The rate is over the steps since the first update: at most 4 steps/s.
     double sps = 0;
     CHECK(sscanf(text, "step 2/5 | loss 0.5000 | %lf steps/s", &sps) == 1 && sps > 0 && sps <= 4.001);
+    // So are tokens (10 a step, the first update's not counted): 10 tokens
+    // a step, each rate rounded to 0.01.
+    double tps = 0;
+    CHECK_MSG(sscanf(text, "step 2/5 | loss 0.5000 | %lf steps/s | %lf tokens/s", &sps, &tps) == 2 &&
+                  fabs(tps - 10 * sps) < 0.1,
+              "%.2f steps/s, %.2f tokens/s: not 10 tokens a step", sps, tps);
 
     // A pseudo-terminal: the line is drawn with '\r' and erased to the end.
     int master = posix_openpt(O_RDWR | O_NOCTTY);
