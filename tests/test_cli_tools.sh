@@ -473,6 +473,17 @@ if [[ $n == 52 ]]; then ok; else bad "--raw: $n bytes, expected 52"; fi
 expect_exit 0 "context 4" sample "$run256" --prompt "abcdefgh" --length 25 --context 4 --top-k 1
 n=$(wc -c <"$tmp/out")
 if [[ $n == 34 ]]; then ok; else bad "--context 4: $n bytes, expected 34"; fi
+# --context 1: each byte is predicted from the placeholder alone, so greedy
+# gives, after any prompt, the byte an empty prompt's first is, over and
+# over; a prompt and length of 2 bytes in all run a window of 1, not 2.
+expect_exit 0 "" sample "$run256" --length 1 --temperature 0 --raw
+first=$(od -An -tx1 "$tmp/out" | tr -d ' \n')
+expect_exit 0 "context 1," sample "$run256" --prompt "h" --length 1 --context 1 --temperature 0 --raw
+got=$(od -An -tx1 "$tmp/out" | tr -d ' \n')
+if [[ $got == "68$first" ]]; then ok; else bad "--context 1, 2 bytes: $got, expected 68$first"; fi
+expect_exit 0 "context 1," sample "$run256" --prompt "abc" --length 4 --context 1 --temperature 0 --raw
+got=$(od -An -tx1 "$tmp/out" | tr -d ' \n')
+if [[ $got == "616263$first$first$first$first" ]]; then ok; else bad "--context 1: $got, expected 616263 then $first x 4"; fi
 # A prompt that reads like --threads is the prompt (the --threads of eval,
 # sample and info --system was once taken out of argv before the command
 # read it); --threads after it still applies.
@@ -555,6 +566,10 @@ for metric in loss accuracy sequence_accuracy; do
 done
 expect_exit 0 "" eval "$run10"
 if cmp -s "$tmp/out" "$tmp/eval10"; then ok; else bad "eval is not deterministic"; fi
+# --steps N: N eval batches, not the config's 2 (train.eval_steps).
+expect_exit 0 "\(step 6\) on 1 batch\(es\) of " eval "$run10" --steps 1
+if ! cmp -s "$tmp/out" "$tmp/eval10"; then ok; else bad "eval --steps 1 printed the 2 batches' numbers"; fi
+expect_exit 0 "\(step 6\) on 3 batch\(es\) of " eval "$run10" --steps 3
 # An earlier checkpoint has other weights: other numbers.
 expect_exit 0 "" eval "$run10" --name model_2
 if ! cmp -s "$tmp/out" "$tmp/eval10"; then ok; else bad "eval of model_2 printed model_6's numbers"; fi

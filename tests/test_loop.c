@@ -1212,12 +1212,14 @@ static double weighted_eval(int n_batches) {
 // Metrics the evaluator cannot run are refused at the first eval, naming
 // them: one taking more inputs than the model's outputs and the rest of the
 // batch give (a Select model leaves 1 of the 3 items; CategoryAccuracy
-// takes 2), and one with weights of its own (Dense inside).
+// takes 2), one with weights of its own (Dense inside), and one that gives
+// the logits themselves, not a scalar (its first element was the value).
 static void test_eval_metric_refused(void) {
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         ct_layer *model = k == 0 ? ct_select(1, (int[]){0}, 3) : ct_log_softmax();
-        ct_layer *metric = k == 0 ? ct_category_accuracy()
-                                  : ct_serial(CT_LAYERS(ct_dense(3), ct_weighted_category_cross_entropy()));
+        ct_layer *metric = k == 0   ? ct_category_accuracy()
+                           : k == 1 ? ct_serial(CT_LAYERS(ct_dense(3), ct_weighted_category_cross_entropy()))
+                                    : ct_select(1, (int[]){0}, 1);
         double v;
         ct_error err;
         ct_status st = eval_with(model, metric, 1, &v, &err);

@@ -399,6 +399,38 @@ static void test_reformer_variants(void) {
     ct_net_free(&net);
     ct_layer_free(m);
     CHECK(dev.current_bytes == 0);
+
+    // A list of attention types cycles over the layers (Trax: layer i takes
+    // entry i % len): {SelfAttention, CausalAttention} over 4 layers.
+    p = small_reformer();
+    p.n_layers = 4;
+    p.n_attention = 2;
+    p.attention[0] = CT_REFORMER_SELF_ATTENTION;
+    p.attention[1] = CT_REFORMER_CAUSAL_ATTENTION;
+    m = ct_reformer_lm(p);
+    rs = m->sub[5];  // ShiftRight, Embedding, Dropout, PositionalEncoding, Dup, ReversibleSerial
+    CHECK(rs->n_sub == 16);
+    for (int i = 0; i < 4 && rs->n_sub == 16; i++) {
+        // ReversibleHalfResidualAttn: Serial(LayerNorm, attention)
+        const char *name = rs->sub[4 * i]->sub[0]->sub[1]->name, *want = i % 2 ? "CausalAttention" : "SelfAttention";
+        CHECK_MSG(!strcmp(name, want), "ReformerLM layer %d's attention is %s, not %s", i, name, want);
+    }
+    ct_layer_free(m);
+
+    // d_attention_value unbound is Trax's 64 whatever d_attention_key is.
+    size_t n_dv[2];
+    for (int bound = 0; bound < 2; bound++) {
+        p = small_reformer();
+        p.attention[0] = CT_REFORMER_SELF_ATTENTION;
+        p.d_attention_key = 4;
+        p.d_attention_value = bound ? 64 : 0;
+        m = ct_reformer_lm(p);
+        CHECK_OK(ct_net_init(&net, m, &sig, 1, ct_key_from_seed(1), &dev, &err), &err);
+        n_dv[bound] = net.n_weights;
+        ct_net_free(&net);
+        ct_layer_free(m);
+    }
+    CHECK_MSG(n_dv[0] == n_dv[1], "d_attention_value unbound: %zu weights, bound to 64: %zu", n_dv[0], n_dv[1]);
 }
 
 // Each refusal names its parameter.
@@ -406,9 +438,9 @@ static void test_reformer_refusals(void) {
     struct {
         const char *param, *needle;
         ct_reformer_lm_params p;
-    } c[8];
+    } c[9];
     int n = 0;
-    for (int i = 0; i < 8; i++) c[i].p = small_reformer();
+    for (int i = 0; i < 9; i++) c[i].p = small_reformer();
     c[n].p.n_attention = 3, c[n].param = "attention_type", c[n++].needle = "cycle evenly";  // 2 layers
     c[n].p.attention[0] = (ct_reformer_attention)7, c[n].param = "attention_type", c[n++].needle = "not an attention";
     c[n].p.ff_activation = "Swish", c[n].param = "ff_activation", c[n++].needle = "'Swish'";
@@ -418,6 +450,10 @@ static void test_reformer_refusals(void) {
     c[n].p.pos_type = "axial", c[n].p.pos_axial_n = 1, c[n].p.pos_axial_shape[0] = 6;
     c[n].p.pos_d_axial_embs[0] = 7, c[n].param = "pos_d_axial_embs", c[n++].needle = "not d_model 8";
     c[n].p.pos_axial_n = 1, c[n].param = "pos_axial_shape", c[n++].needle = "not 'axial'";
+    // 65536 x 65536 positions pass an int only as a product in 64 bits.
+    c[n].p.pos_type = "axial", c[n].p.pos_axial_n = 2, c[n].p.pos_axial_shape[0] = c[n].p.pos_axial_shape[1] = 65536;
+    c[n].p.pos_d_axial_embs[0] = c[n].p.pos_d_axial_embs[1] = 4;
+    c[n].param = "pos_axial_shape", c[n++].needle = "more than 2147483647 tokens";
     c[n].p.pos_type = "no", c[n].p.fixed_positions = true, c[n].param = "fixed_positions", c[n++].needle = "'no'";
     for (int i = 0; i < n; i++) {
         ct_error err = {0};
