@@ -1,7 +1,10 @@
 // A data-parallel run in which one rank fails on purpose (see
 // mpi_failure_test.sh): `mpi_failure kill` has rank 1 SIGKILL itself at
 // step 5, `mpi_failure hang` has it SIGSTOP itself (alive but silent). The
-// job must end with a clear message, not hang.
+// job must end with a clear message, not hang. `mpi_failure hang_buckets`
+// hangs as `hang` does while the steps sum through the bucketed allreduce
+// (ct_comm_allreduce_start/wait, whose wait has its own deadline) instead of
+// the blocking one (watched by the watchdog thread).
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,7 +12,7 @@
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: mpi_failure kill|hang TIMEOUT_S\n");
+        fprintf(stderr, "usage: mpi_failure kill|hang|hang_buckets TIMEOUT_S\n");
         return 2;
     }
     ct_comm *comm;
@@ -19,6 +22,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rank = ct_comm_rank(comm);
+    bool buckets = strcmp(argv[1], "hang_buckets") == 0;
     float buf[1024];
     for (int step = 1; step <= 1000; step++) {
         if (rank == 1 && step == 5) {
@@ -26,7 +30,12 @@ int main(int argc, char **argv) {
             raise(argv[1][0] == 'k' ? SIGKILL : SIGSTOP);
         }
         for (int i = 0; i < 1024; i++) buf[i] = (float)step;
-        if (ct_comm_allreduce_f32(comm, buf, 1024, &err) != CT_OK) {
+        // Two buckets, as the trainer starts one per group of layers.
+        ct_status st = buckets ? ct_comm_allreduce_start(comm, buf, 512, &err) : CT_OK;
+        if (buckets && st == CT_OK) st = ct_comm_allreduce_start(comm, buf + 512, 512, &err);
+        if (buckets && st == CT_OK) st = ct_comm_allreduce_wait(comm, &err);
+        if (!buckets) st = ct_comm_allreduce_f32(comm, buf, 1024, &err);
+        if (st != CT_OK) {
             fprintf(stderr, "ctrax: step %d: %s\n", step, err.msg);
             ct_comm_abort(comm, 1);
         }

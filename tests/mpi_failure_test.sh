@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# A rank that dies or hangs ends the job with a clear message in under 60 s.
+# A rank that dies or hangs ends the job with a clear message in under 60 s,
+# in the blocking allreduce (the watchdog) and in the bucketed one (the
+# wait's own deadline).
 #   mpi_failure_test.sh MPI_FAILURE_BINARY MPIRUN [MPIRUN ARGS...]
 set -uo pipefail
 bin=$1
 shift
 fail=0
-for mode in kill hang; do
+for mode in kill hang hang_buckets; do
     start=$(date +%s)
     # The outer timeout only guards the test itself against a real hang.
     out=$(timeout 120 "$@" -np 2 "$bin" "$mode" 10 2>&1)
@@ -19,7 +21,8 @@ for mode in kill hang; do
     fi
     case $mode in
     kill) want='exited on signal 9' ;;
-    hang) want='did not finish within 10 s: another rank died or hangs' ;;
+    hang) want='MPI allreduce on rank 0 of 2 did not finish within 10 s: another rank died or hangs' ;;
+    hang_buckets) want='MPI allreduce (buckets) on rank 0 of 2 did not finish within 10 s: another rank died or hangs' ;;
     esac
     if ! grep -q "$want" <<<"$out"; then
         echo "FAIL: $mode: no message '$want'"

@@ -201,6 +201,34 @@ static void compare_keys_and_rows(void) {
     free(w);
 }
 
+// Adasum over size ranks x 2 devices against one process with 2 size local
+// devices: the same devices in the same global order (rank p's device d is
+// device 2 p + d) with the same rows, keys and backward seeds
+// (n_global W_d / W: with the global device count 4, each device's gradient
+// is the mean over its rows when the loss weights are even), so the same
+// vectors go into the same tree. A seed of n_local W_d / W or size W_d / W
+// halves them (the mean's division makes up for it; Adasum has none).
+static void compare_adasum_ranks_and_local_devices(void) {
+    int rows = DIST_B / size;
+    size_t n1, n2;
+    float l1, l2;
+    ct_trainer_options local = ct_trainer_default_options(), ranks = local;
+    local.n_devices = size * 2;
+    local.adasum = true;
+    ranks.comm = comm;
+    ranks.n_devices = 2;
+    ranks.adasum = true;
+    float *ref = dist_train(20, 0, DIST_B, &local, &l1, &n1);
+    float *w = dist_train(20, rank * rows, rows, &ranks, &l2, &n2);
+    double rel = ref && w && n1 == n2 ? dist_rel_diff(ref, w, n1) : INFINITY;
+    if (rank == 0)
+        printf("Adasum, 20 steps: %d ranks x 2 devices vs 1 process x %d devices: relative weight difference %.3g, "
+               "loss %.5f vs %.5f\n", size, size * 2, rel, l2, l1);
+    CHECK_MSG(rel <= 1e-6, "Adasum over ranks x 2 devices: rel diff %g", rel);
+    free(ref);
+    free(w);
+}
+
 // A rank built from another seed would train other initial weights: every
 // rank refuses at construction, the odd one naming the initial key.
 static void test_other_seed_refused(void) {
@@ -812,10 +840,11 @@ static bool same_as_rank0(const ct_trainer *t) {
 // are copied to every rank, and the run goes on from one model. A weight:
 // through ct_loop_run (the checkpoint at step 2; none differs at step 4). A
 // slot: at once, in ct_loop_save_checkpoint (a step would carry the
-// difference into the weights, which are compared first).
-static void test_loop_replicas_drifted(bool in_slots) {
+// difference into the weights, which are compared first). last: the last
+// parameter's slot (the crc compared last) instead of the first's.
+static void test_loop_replicas_drifted(bool in_slots, bool last) {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s", tmp_path(in_slots ? "drift_slots" : "drift_weights"));
+    snprintf(dir, sizeof dir, "%s", tmp_path(last ? "drift_last_slots" : in_slots ? "drift_slots" : "drift_weights"));
     loop_run r;
     ct_error err;
     CHECK_OK(loop_run_new_with(&r, dir, in_slots ? ct_adam_new(ct_adam_default_params()) : NULL, &err), &err);
@@ -827,10 +856,11 @@ static void test_loop_replicas_drifted(bool in_slots) {
     const ct_trainer *t = ct_loop_trainer(r.loop);
     const ct_net *net = ct_trainer_net(t);
     CHECK(same_as_rank0(t));
+    int p = last ? net->n_params - 1 : 0;
     if (rank == size - 1) {
         size_t off, cnt;
-        ct_trainer_param_slots(t, 0, &off, &cnt);
-        float *x = in_slots ? ct_trainer_slots(t, NULL) + off : net->weights + net->params[0]->offset;
+        ct_trainer_param_slots(t, p, &off, &cnt);
+        float *x = in_slots ? ct_trainer_slots(t, NULL) + off : net->weights + net->params[p]->offset;
         *x += 1.0f;
     }
     CHECK(!same_as_rank0(t));
@@ -845,7 +875,7 @@ static void test_loop_replicas_drifted(bool in_slots) {
     CHECK_MSG(ct_loop_step(r.loop) == want, "rank %d at step %lld", rank, (long long)ct_loop_step(r.loop));
     char own[512];
     snprintf(own, sizeof own, "loop: step %d: process %d's %s of %s differ from process 0's", in_slots ? 1 : 2,
-             size - 1, in_slots ? "optimizer slots" : "weights", net->params[0]->full_name);
+             size - 1, in_slots ? "optimizer slots" : "weights", net->params[p]->full_name);
     const char *want_log = rank == size - 1 ? own : rank == 0 ? "1 other process(es) hold weights or slots" : NULL;
     CHECK_MSG(want_log ? strstr(log, want_log) != NULL : strstr(log, "differ") == NULL, "rank %d logged: '%s'",
               rank, log);
@@ -882,6 +912,7 @@ int main(void) {
     compare_shared_layer();
     test_adasum_over_ranks();
     test_adasum_devices_order();
+    compare_adasum_ranks_and_local_devices();
     compare_keys_and_rows();
     test_other_seed_refused();
     test_other_options_refused();
@@ -903,8 +934,9 @@ int main(void) {
     test_loop_rank_cannot_resume();
     test_loop_chief_cannot_write();
     test_loop_stop_on_one_rank();
-    test_loop_replicas_drifted(false);
-    test_loop_replicas_drifted(true);
+    test_loop_replicas_drifted(false, false);
+    test_loop_replicas_drifted(true, false);
+    test_loop_replicas_drifted(true, true);
     // Every rank's verdict: the job fails if any rank failed.
     double failed = check_failed_;
     ct_comm_allreduce_f64(comm, &failed, 1, &err);

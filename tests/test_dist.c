@@ -1,6 +1,8 @@
 // Data parallelism inside one process: the local (threads) comm engine,
 // Adasum, and the trainer over local replicas against one device.
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 
 #include "dist_common.h"
 #include "train/train_internal.h"
@@ -12,26 +14,46 @@ enum { N_THREADS = 3, LEN = 1001 };
 typedef struct member {
     ct_comm *comm;
     float buf[LEN];
-    double dbuf[2];
+    double dbuf[3];
+    float order[1];       // summed in rank order: 1 + 1e8 - 1e8
+    float started[2];     // ct_comm_allreduce_start's sum (done at once here)
     float gathered[N_THREADS * 4];
-    char bytes[8];
+    char bytes[8], last_bytes[8];
+    int arrived;          // members that had reached the barrier when it let this one go
     ct_status st;
 } member;
 
+// Members counted as they reach ct_comm_barrier (rank 0 last, after a nap).
+static atomic_int at_barrier;
+
 static void *member_run(void *arg) {
     member *m = arg;
-    int r = ct_comm_rank(m->comm);
+    int r = ct_comm_rank(m->comm), n = ct_comm_size(m->comm);
     for (int i = 0; i < LEN; i++) m->buf[i] = (float)(r + 1) * (float)i;
     m->dbuf[0] = r;
     m->dbuf[1] = 0.5;
+    m->dbuf[2] = 0.1 * (r + 1);  // not floats: a sum through float would show
+    // Rank order gives (1 + 1e8) - 1e8 = 0 in float (the 1 is lost against
+    // 1e8); the reverse order gives (-1e8 + 1e8) + 1 = 1.
+    m->order[0] = r == 0 ? 1.0f : r == 1 ? 1e8f : -1e8f;
+    m->started[0] = (float)r;
+    m->started[1] = 1.0f;
     float mine[4] = {(float)r, (float)r, (float)r, (float)r};
     if (r == 1) memcpy(m->bytes, "chosen!", 8);
+    if (r == n - 1) memcpy(m->last_bytes, "thelast", 8);
     ct_error err;
     m->st = ct_comm_allreduce_f32(m->comm, m->buf, LEN, &err);
-    if (m->st == CT_OK) m->st = ct_comm_allreduce_f64(m->comm, m->dbuf, 2, &err);
+    if (m->st == CT_OK) m->st = ct_comm_allreduce_f64(m->comm, m->dbuf, 3, &err);
+    if (m->st == CT_OK) m->st = ct_comm_allreduce_f32(m->comm, m->order, 1, &err);
+    if (m->st == CT_OK) m->st = ct_comm_allreduce_start(m->comm, m->started, 2, &err);
+    if (m->st == CT_OK) m->st = ct_comm_allreduce_wait(m->comm, &err);
     if (m->st == CT_OK) m->st = ct_comm_allgather_f32(m->comm, mine, m->gathered, 4, &err);
     if (m->st == CT_OK) m->st = ct_comm_broadcast(m->comm, m->bytes, 8, 1, &err);
+    if (m->st == CT_OK) m->st = ct_comm_broadcast(m->comm, m->last_bytes, 8, n - 1, &err);
+    if (r == 0) nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);  // the others wait for rank 0
+    atomic_fetch_add(&at_barrier, 1);
     if (m->st == CT_OK) m->st = ct_comm_barrier(m->comm, &err);
+    m->arrived = atomic_load(&at_barrier);
     return NULL;
 }
 
@@ -42,6 +64,7 @@ static void test_local_comm(void) {
     member members[N_THREADS];
     pthread_t threads[N_THREADS];
     memset(members, 0, sizeof members);
+    atomic_store(&at_barrier, 0);
     for (int r = 0; r < N_THREADS; r++) {
         members[r].comm = comms[r];
         CHECK(ct_comm_rank(comms[r]) == r && ct_comm_size(comms[r]) == N_THREADS);
@@ -56,8 +79,22 @@ static void test_local_comm(void) {
         for (int i = 0; i < LEN; i++) sums_ok &= m->buf[i] == 6.0f * (float)i;  // (1 + 2 + 3) i
         CHECK_MSG(sums_ok, "rank %d: allreduce sums wrong", r);
         CHECK(m->dbuf[0] == 3.0 && m->dbuf[1] == 1.5);
+        // f64 sums stay in double, in rank order, as ct_train_global_loss's
+        // sums over processes need.
+        double want = 0;
+        for (int q = 0; q < N_THREADS; q++) want += 0.1 * (q + 1);
+        CHECK_MSG(m->dbuf[2] == want, "rank %d: f64 sum of 0.1, 0.2, 0.3 is %.17g, want %.17g", r, m->dbuf[2], want);
+        // Rank order, the device order ct_train_mean sums replicas in: a
+        // group of threads sums as one process's local devices do.
+        CHECK_MSG(m->order[0] == 0.0f, "rank %d: 1 + 1e8 - 1e8 summed to %g, not in rank order", r, m->order[0]);
+        CHECK_MSG(m->started[0] == 3.0f && m->started[1] == 3.0f, "rank %d: allreduce_start summed to (%g, %g)", r,
+                  m->started[0], m->started[1]);
         for (int q = 0; q < N_THREADS; q++) CHECK(m->gathered[q * 4] == (float)q && m->gathered[q * 4 + 3] == (float)q);
         CHECK(strcmp(m->bytes, "chosen!") == 0);
+        CHECK_MSG(strcmp(m->last_bytes, "thelast") == 0, "rank %d: broadcast from rank %d gave '%.8s'", r,
+                  N_THREADS - 1, m->last_bytes);
+        CHECK_MSG(m->arrived == N_THREADS, "rank %d left the barrier when %d of %d members had reached it", r,
+                  m->arrived, N_THREADS);
         ct_comm_free(comms[r]);
     }
     // The single engine leaves buffers alone.
@@ -74,6 +111,11 @@ static void test_local_comm(void) {
     CHECK(ct_comm_local_new(none, 0, &err) == CT_ERR_ARG && none[0] == NULL);
     CHECK(ct_comm_local_new(none, CT_COMM_LOCAL_MAX + 1, &err) == CT_ERR_ARG && none[0] == NULL);
     printf("local comm of %d: %s\n", CT_COMM_LOCAL_MAX + 1, err.msg);
+    static ct_comm *most[CT_COMM_LOCAL_MAX];
+    CHECK_OK(ct_comm_local_new(most, CT_COMM_LOCAL_MAX, &err), &err);
+    CHECK(ct_comm_rank(most[CT_COMM_LOCAL_MAX - 1]) == CT_COMM_LOCAL_MAX - 1 &&
+          ct_comm_size(most[0]) == CT_COMM_LOCAL_MAX);
+    for (int i = 0; i < CT_COMM_LOCAL_MAX; i++) ct_comm_free(most[i]);
 }
 
 // ---- Adasum ---------------------------------------------------------------------------
@@ -126,6 +168,15 @@ static void test_adasum_values(void) {
     float c2[2] = {2, -3}, z2[2] = {0, 0}, *cz[2] = {c2, z2};
     ct_adasum(cz, 2, &whole, 1);
     CHECK_MSG(c2[0] == 2 && c2[1] == -3, "adasum((2,-3), 0) = (%g, %g)", c2[0], c2[1]);
+    // Dot products in double: a = (1, 1, 1), b = (1e8, 3, -1e8) have a.b = 3
+    // (a float sum loses the 3 against 1e8, giving 0), |a|^2 = 3, so
+    // ca = 1 - 3 / 6 = 1/2 and cb = 1 - 3 / (2 (2e16 + 9)), 1 in float:
+    // (1e8 + 1/2, 3.5, -1e8 + 1/2), in float (1e8, 3.5, -1e8).
+    ct_range three = {0, 3};
+    float p[3] = {1, 1, 1}, q[3] = {1e8f, 3, -1e8f}, *pq[2] = {p, q};
+    ct_adasum(pq, 2, &three, 1);
+    CHECK_MSG(p[0] == 1e8f && p[1] == 3.5f && p[2] == -1e8f, "adasum((1,1,1), (1e8,3,-1e8)) = (%.9g, %g, %.9g), want "
+              "(1e8, 3.5, -1e8)", p[0], p[1], p[2]);
     enum { D = 7, K = 8 };
     ct_range ranges[2] = {{0, 4}, {4, 3}};
     const int ks[4] = {3, 5, 6, 8};
