@@ -96,6 +96,13 @@ static void test_gradients(void) {
     check_layer("Dense, Tanh, Sigmoid", ct_serial(CT_LAYERS(ct_dense(6), ct_tanh(), ct_sigmoid())), &x, 1, true);
     check_layer("Dense, Dup, Sigmoid, Add", ct_serial(CT_LAYERS(ct_dense(6), ct_dup(), ct_sigmoid(), ct_add())), &x, 1,
                 true);
+    // Backward the same: an elementwise layer's input gradient over a dead
+    // output gradient (the last Dense's, under the Tanh), never over one
+    // still read: the Add hands the Sigmoid and the Dup's other copy one
+    // gradient.
+    check_layer("Dense, Tanh, Dense", ct_serial(CT_LAYERS(ct_dense(6), ct_tanh(), ct_dense(5))), &x, 1, true);
+    check_layer("Dense, Dup, Sigmoid, Add, Dense",
+                ct_serial(CT_LAYERS(ct_dense(6), ct_dup(), ct_sigmoid(), ct_add(), ct_dense(5))), &x, 1, true);
 
     // A shared layer whose output differs from its input (6 -> 3): its
     // second use gets the output signature of its first.

@@ -363,21 +363,23 @@ static size_t arena_after_step(ct_layer *l, const ct_tensor *x, const float *g) 
     fixture f;
     CHECK_OK(fixture_init(&f, l, x, 1, true), &f.err);
     ct_layer_free(l);
-    static float o[256 * 4], gi[256 * 4];
+    static float o[1024 * 4], gi[1024 * 4];
     run_fb(&f, x, g, o, gi);
     size_t cap = ct_arena_capacity(&f.arena);
     fixture_free(&f);
     return cap;
 }
 
+// At 1024 rows the unchunked step holds the (1024, 1024) Relu output (4
+// MiB) and its gradient; the chunked one 16 rows of them.
 static void test_chunk_memory(void) {
-    static float xb[256 * 4], g[256 * 4];
-    ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, 1, 256, 4, xb), 8, -1.0f, 1.0f);
-    ct_random_uniform(ct_key_from_seed(9), g, 256 * 4, -1.0f, 1.0f);
+    static float xb[1024 * 4], g[1024 * 4];
+    ct_tensor x = uniform(ct_tensor_3d(CT_DTYPE_F32, 1, 1024, 4, xb), 8, -1.0f, 1.0f);
+    ct_random_uniform(ct_key_from_seed(9), g, 1024 * 4, -1.0f, 1.0f);
     size_t chunked = arena_after_step(ct_chunk(ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4))), 16),
                                       &x, g);
     size_t whole = arena_after_step(ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4))), &x, g);
-    printf("arena after a step, 256 rows, d_ff 1024: chunked (16 rows) %.2f MiB, unchunked %.2f MiB\n",
+    printf("arena after a step, 1024 rows, d_ff 1024: chunked (16 rows) %.2f MiB, unchunked %.2f MiB\n",
            (double)chunked / 1048576.0, (double)whole / 1048576.0);
     CHECK(chunked * 4 < whole);
 }

@@ -57,7 +57,10 @@ static ct_status act_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
     ct_tensor saved = ct_tape_pop(c);
     grad_in[0] = ct_tensor_sig(&saved);
     if (!grad_out[0].data) return CT_OK;  // no gradient flows: a zero (NULL) one back
-    CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));  // the kernels write it (no zeroing pass)
+    // Elementwise: over the output gradient when that was donated; else
+    // new memory the kernels write (no zeroing pass).
+    if (ct_arena_donated(c->arena, grad_out[0].data)) grad_in[0].data = grad_out[0].data;
+    else CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));
     ops->backward(ct_f32(&grad_in[0]), ct_f32(&saved), ct_f32(&grad_out[0]), ct_tensor_numel(&saved));
     return CT_OK;
 }

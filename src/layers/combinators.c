@@ -76,21 +76,24 @@ static bool overlaps(const ct_tensor *t, const unsigned char *p, size_t n) {
     return q && q < p + n && p < q + ct_tensor_nbytes(t);
 }
 
-// Forward, before sublayer s runs on the stack's top: donates the first of
-// its inputs that nothing reads after it (ct_arena_donate) -- memory the
-// walk allocated (so no caller holds it), no other stack item and no tape
-// record pushed since the walk began (from tape_from) overlapping it -- so
-// an elementwise sublayer can write its output over it instead of taking
-// new memory that a later copy would have to close up.
-static void donate_dead_input(ct_ctx *c, ct_arena_mark mark, const ct_layer *s, const ct_tensor *stack, int depth,
+// Before sublayer s runs on the stack's top: donates the first of the n it
+// consumes (forward its inputs, backward its output gradients) that nothing
+// reads after it (ct_arena_donate) -- memory the walk allocated (so no
+// caller holds it), no other stack item and no tape record pushed since the
+// walk began (from tape_from) overlapping it -- so an elementwise sublayer
+// can write its output (input gradient) over it instead of taking new
+// memory that a later copy would have to close up. Backward pushes no tape
+// records, and the ones it pops were made in forward, before its mark.
+static void donate_dead_input(ct_ctx *c, ct_arena_mark mark, int n, const ct_tensor *stack, int depth,
                               int tape_from) {
-    for (int i = 0; i < s->n_in; i++) {
+    for (int i = 0; i < n; i++) {
         const ct_tensor *x = &stack[i];
-        size_t n = x->data ? ct_tensor_nbytes(x) : 0;
-        if (!n || !ct_arena_since(c->arena, mark, x->data, n)) continue;
+        size_t bytes = x->data ? ct_tensor_nbytes(x) : 0;
+        if (!bytes || !ct_arena_since(c->arena, mark, x->data, bytes)) continue;
         bool read_later = false;
-        for (int k = 0; k < depth && !read_later; k++) read_later = k != i && overlaps(&stack[k], x->data, n);
-        for (int k = tape_from; k < c->tape_len && !read_later; k++) read_later = overlaps(&c->tape[k], x->data, n);
+        for (int k = 0; k < depth && !read_later; k++) read_later = k != i && overlaps(&stack[k], x->data, bytes);
+        for (int k = tape_from; k < c->tape_len && !read_later; k++)
+            read_later = overlaps(&c->tape[k], x->data, bytes);
         if (!read_later) {
             ct_arena_donate(c->arena, x->data);
             return;
@@ -111,7 +114,8 @@ ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c,
     for (int j = 0; j < l->n_sub; j++) {
         int i = back ? l->n_sub - 1 - j : j;
         ct_layer *s = l->sub[i];
-        if (op == CT_STACK_FORWARD) donate_dead_input(c, mark, s, stack, depth, tape_from);
+        if (op == CT_STACK_FORWARD) donate_dead_input(c, mark, s->n_in, stack, depth, tape_from);
+        if (op == CT_STACK_BACKWARD) donate_dead_input(c, mark, s->n_out, stack, depth, tape_from);
         CT_TRY(walk_one(s, i, op, ic, c, stack, step, key, err));
         depth = back ? ct_stack_replace(stack, depth, s->n_out, step, s->n_in)
                      : ct_stack_replace(stack, depth, s->n_in, step, s->n_out);

@@ -330,18 +330,24 @@ void ct_tape_truncate(ct_ctx *c, int tape_len) {
 
 ct_status ct_layer_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                             ct_key key, ct_error *err) {
+    // A donated output gradient (ct_stack_walk's) is l's to overwrite, as
+    // forward's input is; taken first so that no path leaves it pending.
+    const void *outer = ct_arena_take_donation(c->arena);
     // Backward takes back l's newest forward: the newest mark. Without it the
     // pops below would read another layer's records.
-    if (c->n_marks == 0 || c->marks[c->n_marks - 1].layer != l)
+    if (c->n_marks == 0 || c->marks[c->n_marks - 1].layer != l) {
+        ct_arena_end_donation(c->arena, outer);
         return ct_layer_fail(l, err, CT_ERR_STATE, "backward",
                              "no recorded forward of this layer to take back (backward runs after "
                              "ct_layer_forward with c->record, once per forward, newest first)%s%s",
                              c->n_marks ? "; the newest recorded forward is " : "",
                              c->n_marks ? path_of(c->marks[c->n_marks - 1].layer) : "");
+    }
     struct ct_tape_mark m = c->marks[--c->n_marks];
     double start = c->profile ? ct_profile_begin(c->profile) : 0.0;
     ct_status st = l->vt->backward(l, c, grad_out, grad_in, key, err);
     if (c->profile) ct_profile_end(c->profile, l->name, true, start);
+    ct_arena_end_donation(c->arena, outer);
     CT_TRY(st);
     if (c->tape_len != m.begin)
         return ct_layer_fail(l, err, CT_ERR_STATE, "backward",

@@ -138,7 +138,9 @@ size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const 
 // input that the stack and the tape no longer hold) donates its memory,
 // and that layer may write its output over it instead of allocating
 // (ct_arena_donated(a, in[k].data)): Relu over its Dense's output, Add over
-// the residual branch's. ct_layer_forward hands a donation to the layer it
+// the residual branch's. Backward the same for a dead output gradient
+// (ct_arena_donated(a, grad_out[k].data)): the activations' input gradient
+// over it. ct_layer_forward (ct_layer_backward) hands a donation to the layer it
 // runs alone: ct_arena_take_donation when it starts (the layers it runs in
 // turn see none), ct_arena_end_donation when it returns.
 static inline void ct_arena_donate(ct_arena *a, const void *p) { a->donate_next = p; }
