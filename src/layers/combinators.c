@@ -84,7 +84,7 @@ static bool overlaps(const ct_tensor *t, const unsigned char *p, size_t n) {
 // can write its output (input gradient) over it instead of taking new
 // memory that a later copy would have to close up. Backward pushes no tape
 // records, and the ones it pops were made in forward, before its mark.
-static void donate_dead_input(ct_ctx *c, ct_arena_mark mark, int n, const ct_tensor *stack, int depth,
+static void donate_dead_operand(ct_ctx *c, ct_arena_mark mark, int n, const ct_tensor *stack, int depth,
                               int tape_from) {
     for (int i = 0; i < n; i++) {
         const ct_tensor *x = &stack[i];
@@ -114,8 +114,8 @@ ct_status ct_stack_walk(ct_layer *l, ct_stack_op op, ct_init_ctx *ic, ct_ctx *c,
     for (int j = 0; j < l->n_sub; j++) {
         int i = back ? l->n_sub - 1 - j : j;
         ct_layer *s = l->sub[i];
-        if (op == CT_STACK_FORWARD) donate_dead_input(c, mark, s->n_in, stack, depth, tape_from);
-        if (op == CT_STACK_BACKWARD) donate_dead_input(c, mark, s->n_out, stack, depth, tape_from);
+        if (op == CT_STACK_FORWARD) donate_dead_operand(c, mark, s->n_in, stack, depth, tape_from);
+        if (op == CT_STACK_BACKWARD) donate_dead_operand(c, mark, s->n_out, stack, depth, tape_from);
         CT_TRY(walk_one(s, i, op, ic, c, stack, step, key, err));
         depth = back ? ct_stack_replace(stack, depth, s->n_out, step, s->n_in)
                      : ct_stack_replace(stack, depth, s->n_in, step, s->n_out);
