@@ -4,7 +4,8 @@
 // job must end with a clear message, not hang. `mpi_failure hang_buckets`
 // hangs as `hang` does while the steps sum through the bucketed allreduce
 // (ct_comm_allreduce_start/wait, whose wait has its own deadline) instead of
-// the blocking one (watched by the watchdog thread).
+// the blocking one (watched by the watchdog thread), then finds the comm
+// refusing another collective.
 #include <signal.h>
 #include <unistd.h>
 
@@ -37,6 +38,10 @@ int main(int argc, char **argv) {
         if (!buckets) st = ct_comm_allreduce_f32(comm, buf, 1024, &err);
         if (st != CT_OK) {
             fprintf(stderr, "ctrax: step %d: %s\n", step, err.msg);
+            // The buckets' requests may still be in flight: the comm now
+            // refuses any collective, saying why.
+            if (buckets && ct_comm_allreduce_start(comm, buf, 512, &err) == CT_ERR_STATE)
+                fprintf(stderr, "ctrax: after it: %s\n", err.msg);
             ct_comm_abort(comm, 1);
         }
         usleep(20000);

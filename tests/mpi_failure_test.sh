@@ -28,6 +28,13 @@ for mode in kill hang hang_buckets; do
         echo "FAIL: $mode: no message '$want'"
         fail=1
     fi
+    # After a bucket wait gives up, its requests may still be in flight:
+    # the comm refuses the next collective.
+    after='after it: MPI comm on rank 0 of 2 is unusable after an earlier collective failed (MPI allreduce (buckets) on rank 0 of 2 did not finish within 10 s'
+    if [[ $mode == hang_buckets ]] && ! grep -qF "$after" <<<"$out"; then
+        echo "FAIL: $mode: no message '$after'"
+        fail=1
+    fi
 done
 if ((fail)); then echo "mpi_failure_test: 0 passed, 1 failed"; exit 1; fi
 echo "mpi_failure_test: 1 passed, 0 failed"

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +30,10 @@ struct mpi_state {
     double deadline;
     const char *op;
     int rank, size;
+    // Set when a wait gave up (its deadline or an MPI error) on requests
+    // that may still be in flight: MPI may yet write into their buffers, so
+    // every later collective is refused with it instead of starting.
+    char broken[160];
 };
 
 int ct_comm_mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") != NULL; }
@@ -83,6 +88,22 @@ static ct_status mpi_fail(ct_comm *c, int code, const char *op, ct_error *err) {
     return ct_error_set(err, CT_ERR_IO, "MPI %s failed on rank %d of %d: %s", op, c->rank, c->size, msg);
 }
 
+// A wait that gave up: the comm is unusable from now on (mpi_state.broken).
+static ct_status give_up(ct_comm *c, ct_status st, const ct_error *err) {
+    snprintf(c->mpi->broken, sizeof c->mpi->broken, "%.159s", err ? err->msg : "an earlier collective failed");
+    return st;
+}
+
+// CT_OK, or why the comm can run no more collectives.
+static ct_status usable(ct_comm *c, ct_error *err) {
+    const mpi_state *m = c->mpi;
+    if (!m->broken[0]) return CT_OK;
+    return ct_error_set(err, CT_ERR_STATE,
+                        "MPI comm on rank %d of %d is unusable after an earlier collective failed (%s): its "
+                        "requests may still write into their buffers; end the job",
+                        c->rank, c->size, m->broken);
+}
+
 // Waits for n requests until the deadline. Spins on MPI_Testall (MPI makes
 // progress inside it), sleeping a little between tries once the wait is long.
 static ct_status wait_all(ct_comm *c, MPI_Request *reqs, int n, const char *op, ct_error *err) {
@@ -92,16 +113,18 @@ static ct_status wait_all(ct_comm *c, MPI_Request *reqs, int n, const char *op, 
     for (;;) {
         int done = 0;
         int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, op, err);
+        if (rc != MPI_SUCCESS) return give_up(c, mpi_fail(c, rc, op, err), err);
         if (done) return CT_OK;
         if (++tries > 1000) {
             struct timespec nap = {0, 50 * 1000};
             nanosleep(&nap, NULL);
             if (now_s() - start > m->timeout_s)
-                return ct_error_set(err, CT_ERR_IO,
-                                    "MPI %s on rank %d of %d did not finish within %.0f s: another rank died or "
-                                    "hangs",
-                                    op, c->rank, c->size, m->timeout_s);
+                return give_up(c,
+                               ct_error_set(err, CT_ERR_IO,
+                                            "MPI %s on rank %d of %d did not finish within %.0f s: another rank "
+                                            "died or hangs",
+                                            op, c->rank, c->size, m->timeout_s),
+                               err);
         }
     }
 }
@@ -177,6 +200,7 @@ void ct_mpi_free(ct_comm *c) {
 }
 
 ct_status ct_mpi_allreduce(ct_comm *c, void *buf, size_t n, int is_f64, ct_error *err) {
+    CT_TRY(usable(c, err));
     // MPI counts are int: large buffers go in pieces of at most 2^30 elements.
     size_t step = (size_t)1 << 30, elem = is_f64 ? sizeof(double) : sizeof(float);
     for (size_t off = 0; off < n; off += step) {
@@ -191,6 +215,7 @@ ct_status ct_mpi_allreduce(ct_comm *c, void *buf, size_t n, int is_f64, ct_error
 }
 
 ct_status ct_mpi_allgather_f32(ct_comm *c, const float *in, float *out, size_t n, ct_error *err) {
+    CT_TRY(usable(c, err));
     if (n > (size_t)1 << 30) return ct_error_set(err, CT_ERR_ARG, "allgather of %zu floats: more than 2^30", n);
     MPI_Request req;
     int rc = MPI_Iallgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c->mpi->comm, &req);
@@ -199,6 +224,7 @@ ct_status ct_mpi_allgather_f32(ct_comm *c, const float *in, float *out, size_t n
 }
 
 ct_status ct_mpi_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_error *err) {
+    CT_TRY(usable(c, err));
     size_t step = (size_t)1 << 30;
     for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += step) {
         int count = (int)(bytes - off < step ? bytes - off : step);
@@ -212,6 +238,7 @@ ct_status ct_mpi_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err
 }
 
 ct_status ct_mpi_barrier(ct_comm *c, ct_error *err) {
+    CT_TRY(usable(c, err));
     MPI_Request req;
     int rc = MPI_Ibarrier(c->mpi->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "barrier", err);
@@ -220,6 +247,7 @@ ct_status ct_mpi_barrier(ct_comm *c, ct_error *err) {
 
 ct_status ct_mpi_allreduce_start(ct_comm *c, float *buf, size_t n, ct_error *err) {
     mpi_state *m = c->mpi;
+    CT_TRY(usable(c, err));
     if (n > (size_t)1 << 30) return ct_error_set(err, CT_ERR_ARG, "bucket of %zu floats: more than 2^30", n);
     if (m->n_pending == m->cap_pending) {
         // Grows during the first step only: later steps start as many buckets.
@@ -239,7 +267,8 @@ int ct_mpi_pending(const ct_comm *c) { return c->mpi->n_pending; }
 
 ct_status ct_mpi_allreduce_wait(ct_comm *c, ct_error *err) {
     mpi_state *m = c->mpi;
-    ct_status st = wait_all(c, m->pending, m->n_pending, "allreduce (buckets)", err);
+    // Started before the comm broke or not, none is waited for again.
+    ct_status st = m->broken[0] ? usable(c, err) : wait_all(c, m->pending, m->n_pending, "allreduce (buckets)", err);
     m->n_pending = 0;
     return st;
 }

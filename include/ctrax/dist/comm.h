@@ -13,6 +13,9 @@
 //           (faster in Open MPI than its non-blocking one), watched by a
 //           thread that calls the abort handler at the deadline. Either way a
 //           dead or hung peer stops the job with a message, never a hang.
+//           A wait that gives up leaves MPI requests that may still write
+//           into their buffers, so the handle then refuses every collective
+//           (CT_ERR_STATE, naming the first failure): end the job.
 // A handle is used by one thread at a time. Collectives must be called by
 // every member of the group in the same order.
 #ifndef CTRAX_DIST_COMM_H
