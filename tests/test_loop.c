@@ -390,6 +390,14 @@ static void frozen_losses(const char *dir, float dropout, int n, double *loss) {
     ct_schedule_free(zero);
 }
 
+// A malloc'ed copy of net's weights (free it), their count in *n.
+static float *weights_copy(const ct_net *net, size_t *n) {
+    *n = net->n_weights;
+    float *w = malloc(*n * sizeof *w + 4);  // + 4: never malloc(0)
+    memcpy(w, net->weights, *n * sizeof *w);
+    return w;
+}
+
 // The weights after 3 steps of the Loop (seed 11, small_lm(0.3) on the
 // copy batches, SGD or Adam at its default rate), malloc'd; NULL on failure.
 static float *loop_weights_seed11(bool adam, size_t *n) {
@@ -408,10 +416,7 @@ static float *loop_weights_seed11(bool adam, size_t *n) {
     ct_status st = loop ? ct_loop_run(loop, 3, &err) : CT_ERR_STATE;
     CHECK_MSG(st == CT_OK, "the Loop's 3 steps: %s", err.msg);
     if (st == CT_OK) {
-        const ct_net *net = ct_loop_net(loop);
-        *n = net->n_weights;
-        w = malloc(*n * sizeof *w);
-        memcpy(w, net->weights, *n * sizeof *w);
+        w = weights_copy(ct_loop_net(loop), n);
     }
     ct_loop_free(loop);
     ct_stream_free(train);
@@ -451,10 +456,7 @@ static float *trainer_by_hand(uint64_t seed, int n, bool constant, const ct_sche
         float rate = lr ? ct_schedule_value(lr, step) : default_lr;
         CHECK_OK(ct_trainer_one_step(t, b.t, k, step + first - 1, rate, &stats, &err), &err);
     }
-    const ct_net *net = ct_trainer_net(t);
-    *nw = net->n_weights;
-    float *w = malloc(*nw * sizeof *w + 4);
-    memcpy(w, net->weights, *nw * sizeof *w);
+    float *w = weights_copy(ct_trainer_net(t), nw);
     ct_trainer_free(t);
     ct_stream_free(s);
     ct_layer_free(model), ct_layer_free(l);
@@ -590,10 +592,7 @@ static float *seeded_run(const char *dir, uint64_t seed, int64_t to, size_t *n) 
     CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
     if (loop) {
         CHECK_OK(ct_loop_run(loop, to, &err), &err);
-        const ct_net *net = ct_loop_net(loop);
-        *n = net->n_weights;
-        w = malloc(*n * sizeof *w + 4);
-        memcpy(w, net->weights, *n * sizeof *w);
+        w = weights_copy(ct_loop_net(loop), n);
         ct_loop_free(loop);
     }
     ct_stream_free(train);
@@ -951,10 +950,7 @@ static float *reformer_run(const char *dir, int64_t to, bool memory_efficient, i
     CHECK_OK(ct_loop_new(&loop, model, &task, 1, NULL, &o, &err), &err);
     if (loop) {
         CHECK_OK(ct_loop_run(loop, to, &err), &err);
-        const ct_net *net = ct_loop_net(loop);
-        *n = net->n_weights;
-        w = malloc(*n * sizeof *w);
-        memcpy(w, net->weights, *n * sizeof *w);
+        w = weights_copy(ct_loop_net(loop), n);
         ct_loop_free(loop);
     }
     ct_stream_free(train);
