@@ -874,7 +874,10 @@ static void test_adafactor(void) {
 
 // The threaded kernels give the same bits with 1 and with 2 threads (the
 // project promises bitwise resume on one machine with one thread count; the
-// kernels keep that promise for any thread count).
+// kernels keep that promise for any thread count). LayerNorm's backward
+// gives the same bits again written over its output gradient (a donated
+// one), on both paths (1 thread: rows and columns in one pass; 2: columns
+// first, then rows).
 static void test_thread_count(void) {
     int64_t N = 300, C = 257, n = N * C;
     float *x = alloc_f(n), *w = alloc_f(C), *b = alloc_f(C), *g = alloc_f(n);
@@ -889,6 +892,11 @@ static void test_thread_count(void) {
         out[t] = alloc_f(n), dx[t] = alloc_f(n), dw[t] = alloc_f(C), db[t] = alloc_f(C);
         ct_layernorm_forward(out[t], mean, rstd, x, w, b, N, C, 1e-6f);
         ct_layernorm_backward(dx[t], dw[t], db[t], g, x, w, mean, rstd, N, C);
+        float *over = dup_f(g, n), *dw_over = alloc_f(C), *db_over = alloc_f(C);
+        ct_layernorm_backward(over, dw_over, db_over, over, x, w, mean, rstd, N, C);
+        CHECK_MSG(same_bits(over, dx[t], n) && same_bits(dw_over, dw[t], C) && same_bits(db_over, db[t], C),
+                  "layernorm backward over its output gradient, %d thread(s): not the same bits", t + 1);
+        free(over), free(dw_over), free(db_over);
         ct_log_softmax_forward(out[t], x, N, C);
         ct_log_softmax_backward(dx[t], g, out[t], N, C);
         sumsq[t] = ct_sum_squares(x, n);  // 3 chunks

@@ -356,43 +356,66 @@ static void test_forward_reuse(void) {
               "over the Relu's output)", high, 2 * hidden);
 }
 
-// Backward, in a Serial, an elementwise layer writes its input gradient over
-// its output gradient when nothing else reads that: Serial(Dense(1024),
-// Relu, Dense(4)) on 32 rows takes one hidden-sized gradient past what
-// forward kept (the last Dense's input gradient, which the Relu's is
-// written over, and the first Dense's small one), not two.
-static void test_backward_over_gradient(void) {
-    float xs[32 * 8], gs[32 * 4];
-    ct_tensor x = ct_tensor_2d(CT_DTYPE_F32, 32, 8, xs);
-    for (int i = 0; i < 32 * 8; i++) xs[i] = (float)((i * 7) % 11) / 11.0f - 0.5f;
-    for (int i = 0; i < 32 * 4; i++) gs[i] = (float)((i * 3) % 5) / 5.0f - 0.4f;
-    const size_t hidden = 32 * 1024 * sizeof(float), input_grad = 32 * 8 * sizeof(float);
+// The arena bytes one backward of layer takes past what its forward kept,
+// on x (32, 8) with output gradient dy (32, 4).
+static size_t backward_extra(ct_layer *layer, ct_tensor *x, ct_tensor *dy) {
     ct_device dev = ct_device_cpu();
     ct_net net;
     ct_error err;
-    ct_layer *layer = ct_serial(CT_LAYERS(ct_dense(1024), ct_relu(), ct_dense(4)));
-    CHECK_OK(ct_net_init(&net, layer, &x, 1, ct_key_from_seed(3), &dev, &err), &err);
+    CHECK_OK(ct_net_init(&net, layer, x, 1, ct_key_from_seed(3), &dev, &err), &err);
     ct_arena arena;
     ct_ctx c;
     ct_arena_init(&arena, &dev);
     ct_ctx_init(&c, &arena);
     ct_net_bind(&net, &c, true);
     c.record = true;
-    ct_tensor out, dx, dy = ct_tensor_2d(CT_DTYPE_F32, 32, 4, gs);
-    CHECK_OK(ct_layer_forward(net.root, &c, &x, &out, ct_key_from_seed(4), &err), &err);
+    ct_tensor out, dx;
+    CHECK_OK(ct_layer_forward(net.root, &c, x, &out, ct_key_from_seed(4), &err), &err);
     size_t kept = arena.used;
-    CHECK_OK(ct_layer_backward(net.root, &c, &dy, &dx, ct_key_from_seed(4), &err), &err);
+    CHECK_OK(ct_layer_backward(net.root, &c, dy, &dx, ct_key_from_seed(4), &err), &err);
     size_t extra = arena.high_water - kept;
-    printf("Serial(Dense(1024), Relu, Dense(4)), 32 rows: forward keeps %zu bytes, backward takes %zu more\n", kept,
-           extra);
-    CHECK_MSG(extra >= hidden && extra < hidden + 2 * input_grad,
-              "backward takes %zu bytes past forward's, expected a hidden gradient (%zu) and a small one", extra,
-              hidden);
     ct_ctx_free(&c);
     ct_arena_free(&arena);
     ct_net_free(&net);
     ct_layer_free(layer);
     CHECK(dev.current_bytes == 0);
+    return extra;
+}
+
+// Backward, in a Serial, an elementwise layer writes its input gradient over
+// its output gradient when nothing else reads that: Serial(Dense(1024),
+// Relu, Dense(4)) on 32 rows takes one hidden-sized gradient past what
+// forward kept (the last Dense's input gradient, which the Relu's is
+// written over, and the first Dense's small one), not two; so does a
+// LayerNorm in the Relu's place. A residual
+// block's two gradients are summed over the branch's (donated to the
+// Branch's Select): Serial(Dense(1024), Residual(Dense(1024)), Dense(4))
+// takes two hidden gradients (the Residual's output gradient and the
+// branch's, the sum over it), not three.
+static void test_backward_over_gradient(void) {
+    float xs[32 * 8], gs[32 * 4];
+    ct_tensor x = ct_tensor_2d(CT_DTYPE_F32, 32, 8, xs);
+    for (int i = 0; i < 32 * 8; i++) xs[i] = (float)((i * 7) % 11) / 11.0f - 0.5f;
+    for (int i = 0; i < 32 * 4; i++) gs[i] = (float)((i * 3) % 5) / 5.0f - 0.4f;
+    const size_t hidden = 32 * 1024 * sizeof(float), input_grad = 32 * 8 * sizeof(float);
+    ct_tensor dy = ct_tensor_2d(CT_DTYPE_F32, 32, 4, gs);
+    for (int norm = 0; norm < 2; norm++) {
+        const char *name = norm ? "LayerNorm" : "Relu";
+        size_t extra = backward_extra(ct_serial(CT_LAYERS(ct_dense(1024), norm ? ct_layer_norm(1e-6f) : ct_relu(),
+                                                          ct_dense(4))),
+                                      &x, &dy);
+        printf("Serial(Dense(1024), %s, Dense(4)), 32 rows: backward takes %zu bytes past forward's\n", name, extra);
+        CHECK_MSG(extra >= hidden && extra < hidden + 2 * input_grad,
+                  "backward through %s takes %zu bytes past forward's, expected a hidden gradient (%zu) and a small "
+                  "one", name, extra, hidden);
+    }
+    size_t extra = backward_extra(
+        ct_serial(CT_LAYERS(ct_dense(1024), ct_residual(CT_LAYERS(ct_dense(1024)), NULL), ct_dense(4))), &x, &dy);
+    printf("Serial(Dense(1024), Residual(Dense(1024)), Dense(4)), 32 rows: backward takes %zu bytes past "
+           "forward's\n", extra);
+    CHECK_MSG(extra >= 2 * hidden && extra < 2 * hidden + 2 * input_grad,
+              "backward of a residual block takes %zu bytes past forward's, expected two hidden gradients (%zu) "
+              "and a small one (the sum over the branch's gradient)", extra, 2 * hidden);
 }
 
 // A layer that runs its sublayer f twice on its input, [x] -> [f(x) + f(x)]:

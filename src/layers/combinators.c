@@ -302,8 +302,9 @@ static ct_status select_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_o
             *acc = *g;  // the first gradient for this input: alias it
             continue;
         }
-        // A second use of the same input: sum into fresh memory, since
-        // the first gradient may be aliased elsewhere.
+        // A second use of the same input: sum over a donated gradient (a
+        // residual branch's, which nothing reads after), else into fresh
+        // memory, since the first gradient may be aliased elsewhere.
         CT_TRY(ct_ctx_sum(c, acc, g, acc, err));
     }
     return CT_OK;
@@ -356,12 +357,6 @@ static ct_status add_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_ten
                              ct_error *err) {
     (void)key;
     CT_TRY(check_same(l, in, "forward", err));
-    for (int i = 0; i < 2; i++)
-        if (ct_arena_donated(c->arena, in[i].data)) {
-            ct_add_forward(in[i].data, in[0].data, in[1].data, ct_tensor_numel(&in[0]));
-            out[0] = in[i];
-            return CT_OK;
-        }
     return ct_ctx_sum(c, &in[0], &in[1], &out[0], err);
 }
 

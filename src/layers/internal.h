@@ -21,8 +21,10 @@ ct_status ct_tape_push_sig(ct_ctx *c, const ct_tensor *t, ct_error *err);
 // the answer.
 bool ct_tape_pop_input_sig(ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in);
 
-// *sum = a + b elementwise (f32, a's signature), in fresh memory from the
-// ctx: never written into a or b, since gradients may be aliased elsewhere.
+// *sum = a + b elementwise (f32, a's signature): over a or b when that was
+// donated to the running layer (ct_arena_donated: nothing reads it after),
+// else in fresh memory from the ctx, never over an operand that may be
+// aliased elsewhere (gradients are).
 ct_status ct_ctx_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum, ct_error *err);
 
 #endif

@@ -405,7 +405,9 @@ bool ct_tape_pop_input_sig(ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad
 
 ct_status ct_ctx_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum, ct_error *err) {
     ct_tensor s = ct_tensor_sig(a);
-    CT_TRY(ct_ctx_alloc(c, &s, err));
+    if (ct_arena_donated(c->arena, a->data)) s.data = a->data;
+    else if (ct_arena_donated(c->arena, b->data)) s.data = b->data;
+    else CT_TRY(ct_ctx_alloc(c, &s, err));
     ct_add_forward(s.data, a->data, b->data, ct_tensor_numel(&s));
     *sum = s;  // last: sum may be a or b
     return CT_OK;

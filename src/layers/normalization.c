@@ -61,7 +61,10 @@ static ct_status layer_norm_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gr
     ct_tensor rstd = ct_tape_pop(c), mean = ct_tape_pop(c), x = ct_tape_pop(c);
     grad_in[0] = ct_tensor_sig(&x);
     if (!grad_out[0].data) return CT_OK;  // a zero gradient adds nothing
-    CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));  // the kernel writes it (no zeroing pass)
+    // The kernel writes it (no zeroing pass), over the output gradient when
+    // that was donated (nothing reads it after).
+    if (ct_arena_donated(c->arena, grad_out[0].data)) grad_in[0].data = grad_out[0].data;
+    else CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));
     int64_t C = x.shape[x.ndim - 1], N = ct_tensor_dims_product(&x, 0, x.ndim - 1);
     ct_layernorm_backward(grad_in[0].data, ct_weight_grad(c, l, 0), ct_weight_grad(c, l, 1), grad_out[0].data,
                           x.data, ct_weight(c, l, 0), mean.data, rstd.data, N, C);

@@ -24,8 +24,9 @@ ct_status ct_layer_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tensor *out
     return l->vt->reverse_and_grad(l, c, out, grad_out, in, grad_in, key, err);
 }
 
-// a + b for gradients where either may be NULL-data (zero); never writes
-// into a or b, since gradients may be aliased elsewhere.
+// a + b for gradients where either may be NULL-data (zero); writes into a
+// or b only when donated (ct_ctx_sum), since gradients may be aliased
+// elsewhere.
 static ct_status grad_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum,
                           ct_error *err) {
     if (a->data && b->data) return ct_ctx_sum(c, a, b, sum, err);

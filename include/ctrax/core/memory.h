@@ -139,8 +139,10 @@ size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const 
 // and that layer may write its output over it instead of allocating
 // (ct_arena_donated(a, in[k].data)): Relu over its Dense's output, Add over
 // the residual branch's. Backward the same for a dead output gradient
-// (ct_arena_donated(a, grad_out[k].data)): the activations' input gradient
-// over it. ct_layer_forward (ct_layer_backward) hands a donation to the layer it
+// (ct_arena_donated(a, grad_out[k].data)): the activations' and
+// LayerNorm's input gradient over it, a Select's sum of a residual's two
+// gradients (ct_ctx_sum).
+// ct_layer_forward (ct_layer_backward) hands a donation to the layer it
 // runs alone: ct_arena_take_donation when it starts (the layers it runs in
 // turn see none), ct_arena_end_donation when it returns.
 static inline void ct_arena_donate(ct_arena *a, const void *p) { a->donate_next = p; }

@@ -69,7 +69,8 @@ void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
         layernorm_row_forward(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C, eps);
 }
 
-// One row's input gradient, written to dx:
+// One row's input gradient, written to dx (which may be g: each element is
+// read before it is written):
 // dx = rstd * (w*g - mean(w*g) - norm * mean(w*g*norm)); both means in one
 // pass, in lanes as in the forward. With dweight and dbias (not NULL), the
 // row's terms are added to them in the same pass over the row (the fused,
@@ -102,10 +103,10 @@ static void layernorm_row_backward(float *dx, float *dweight, float *dbias, cons
     if (dweight) {
 #pragma omp simd
         for (int64_t c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s;
-            dx[c] = s * (weight[c] * g[c] - mean_g - norm * mean_gn);
-            dweight[c] += g[c] * norm;
-            dbias[c] += g[c];
+            float norm = (x[c] - m) * s, gc = g[c];  // read before dx[c] is written: dx may be g
+            dweight[c] += gc * norm;
+            dbias[c] += gc;
+            dx[c] = s * (weight[c] * gc - mean_g - norm * mean_gn);
         }
         return;
     }
@@ -146,21 +147,22 @@ void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
                                    rstd[n], C);
         return;
     }
-    if (dinp) {
-#pragma omp parallel for schedule(static) if (threads)
-        for (int64_t n = 0; n < N; n++)
-            layernorm_row_backward(dinp + n * C, NULL, NULL, dout + n * C, inp + n * C, weight, mean[n], rstd[n],
-                                   C);
-    }
     // Weight and bias gradients sum over rows: threads take blocks of
     // columns and walk the rows in order, so the result does not depend on
-    // the thread count (and is bitwise the reference's).
+    // the thread count (and is bitwise the reference's). Before the input
+    // gradient, which may be written over dout.
     int64_t n_blocks = (C + CT_NORM_COL_BLOCK - 1) / CT_NORM_COL_BLOCK;
 #pragma omp parallel for schedule(static) if (threads)
     for (int64_t blk = 0; blk < n_blocks; blk++) {
         int64_t c0 = blk * CT_NORM_COL_BLOCK;
         int64_t c1 = c0 + CT_NORM_COL_BLOCK < C ? c0 + CT_NORM_COL_BLOCK : C;
         layernorm_cols_backward(dweight, dbias, dout, inp, mean, rstd, N, C, c0, c1);
+    }
+    if (dinp) {
+#pragma omp parallel for schedule(static) if (threads)
+        for (int64_t n = 0; n < N; n++)
+            layernorm_row_backward(dinp + n * C, NULL, NULL, dout + n * C, inp + n * C, weight, mean[n], rstd[n],
+                                   C);
     }
 }
 

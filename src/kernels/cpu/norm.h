@@ -12,7 +12,8 @@
 void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                           const float *bias, int64_t N, int64_t C, float eps);
 // dout (N, C) -> dinp (N, C) = d/dx, dweight (C) += sum_n dout * norm,
-// dbias (C) += sum_n dout, with norm = (x - mean) * rstd. dinp may be NULL.
+// dbias (C) += sum_n dout, with norm = (x - mean) * rstd. dinp may be NULL,
+// or dout itself (written over it: a donated output gradient).
 // Sums over n run in row order for every thread count.
 void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const float *mean, const float *rstd,
