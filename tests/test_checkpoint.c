@@ -537,6 +537,42 @@ static void test_safetensors_damage(void) {
     write_raw(p, &over, 8);
     CHECK(truncate(p, (off_t)(8 + over)) == 0);
     expect_open_fails(p, "header length 100000001", "not plausible");
+    // ... and one of exactly 100 MB is not: one tensor's JSON padded with
+    // spaces (the format allows them after the object) to 10^8 bytes, then
+    // its 4 data bytes, opens and reads back. Written once (100 MB on disk,
+    // removed at once): about 0.3 s (0.5 s under ASan).
+    {
+        const char *json = "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}";
+        const uint64_t at_max = 100u * 1000u * 1000u;
+        const char *edge_path = tmp_path("edge.safetensors");
+        FILE *f = fopen(edge_path, "wb");
+        CHECK(f != NULL);
+        static char spaces[1 << 20];
+        memset(spaces, ' ', sizeof spaces);
+        uint64_t left = at_max - strlen(json);
+        bool wrote = f && fwrite(&at_max, 8, 1, f) == 1 && fputs(json, f) >= 0;
+        while (wrote && left > 0) {
+            size_t k = left < sizeof spaces ? (size_t)left : sizeof spaces;
+            wrote = fwrite(spaces, 1, k, f) == k;
+            left -= k;
+        }
+        const float value = 2.5f;
+        wrote = wrote && fwrite(&value, 4, 1, f) == 1;
+        if (f) wrote = fclose(f) == 0 && wrote;
+        CHECK_MSG(wrote, "%s: could not write the 100 MB file", edge_path);
+        ct_safetensors *st = NULL;
+        ct_error edge_err = {0};
+        ct_status s = ct_safetensors_open(&st, edge_path, &edge_err);
+        CHECK_MSG(s == CT_OK, "a header of exactly 100000000 bytes was refused: %s", edge_err.msg);
+        if (s == CT_OK) {
+            ct_tensor w = ct_safetensors_tensor(st, 0);
+            CHECK(ct_safetensors_count(st) == 1 && !strcmp(ct_safetensors_name(st, 0), "w") && w.shape[0] == 1 &&
+                  ((const float *)w.data)[0] == value);
+            printf("  a header of exactly 100000000 bytes opens: 1 tensor, w = %g\n", ((const float *)w.data)[0]);
+        }
+        ct_safetensors_close(st);
+        CHECK(unlink(edge_path) == 0);
+    }
 
     // A good file cut short: the tensor it cuts is named.
     float x[4] = {1, 2, 3, 4}, y[4] = {5, 6, 7, 8};

@@ -644,6 +644,55 @@ static void test_gradient_sum_overflow(void) {
     CHECK(dev.current_bytes == 0);
 }
 
+// The mean over 3 local devices sums them in device order, ((g0 + g1) + g2)
+// / 3, to the bit (ct_train_mean's contract in train_internal.h: the bits do
+// not depend on which replica thread finishes first). Dense(1) over one
+// feature at zero weights, one row each, x 1, loss weights 1 (so each seed
+// is 3 * 1 / 3 = 1): device d's kernel and bias gradients are both
+// 2 (0 - y_d), here 1, -1 and 2^-26. In order, 1 - 1 cancels exactly and
+// 2^-26 survives; any order that adds 2^-26 to +-1 first loses it (under
+// half an ulp of 1) and gives 0. Both trainers call ct_train_mean.
+static void test_device_sum_order(void) {
+    const float tiny = 0x1p-26f;
+    float x[3] = {1, 1, 1}, y[3] = {-0.5f, 0.5f, -0.5f * tiny}, w[3] = {1, 1, 1};
+    ct_tensor batch[3] = {ct_tensor_2d(CT_DTYPE_F32, 3, 1, x), ct_tensor_2d(CT_DTYPE_F32, 3, 1, y),
+                          ct_tensor_2d(CT_DTYPE_F32, 3, 1, w)};
+    const float g[3] = {1.0f, -1.0f, tiny}, lr = 0.5f;
+    const float want = ((g[0] + g[1]) + g[2]) / 3.0f;
+    CHECK(want != 0.0f && g[0] + (g[1] + g[2]) == 0.0f && (g[2] + g[1]) + g[0] == 0.0f);  // the order shows
+    for (int me = 0; me < 2; me++) {
+        const char *which = me ? "memory-efficient" : "standard";
+        ct_layer *model = ct_dense(1), *loss = ct_l2_loss();
+        ct_device dev = ct_device_cpu();
+        ct_trainer_options o = ct_trainer_default_options();
+        o.n_devices = 3;
+        o.memory_efficient = me;
+        o.reversible.keep_grads = true;  // for ct_trainer_grads
+        ct_trainer *tr;
+        ct_error err;
+        CHECK_OK(ct_trainer_new(&tr, model, loss, batch, 3, ct_sgd_new(ct_sgd_default_params()), ct_key_from_seed(1),
+                                &dev, &o, &err),
+                 &err);
+        const ct_net *net = ct_trainer_net(tr);
+        CHECK(net->n_weights == 2);  // kernel (1, 1), bias (1)
+        memset(net->weights, 0, net->n_weights * sizeof(float));
+        ct_step_stats s;
+        CHECK_OK(ct_trainer_one_step(tr, batch, ct_key_from_seed(1), 1, lr, &s, &err), &err);
+        const float *grads = ct_trainer_grads(tr);
+        CHECK(grads != NULL);
+        for (size_t i = 0; grads && i < net->n_weights; i++)
+            CHECK_MSG(grads[i] == want && net->weights[i] == -lr * want,
+                      "%s trainer, weight %zu: gradient %a, weight %a; want %a (device order), %a", which, i, grads[i],
+                      net->weights[i], want, -lr * want);
+        printf("%s trainer, 3 devices' gradients 1, -1, 2^-26: mean %a (in device order %a)\n", which,
+               grads ? grads[1] : 0.0f, want);
+        ct_trainer_free(tr);
+        ct_layer_free(model);
+        ct_layer_free(loss);
+        CHECK(dev.current_bytes == 0);
+    }
+}
+
 static void test_step_against_hand(void) {
     hand_step_check(1, 0, false);
     hand_step_check(3, 0, false);
@@ -702,6 +751,7 @@ int main(void) {
     test_reversible_local_devices();
     test_reversible_batch_must_split();
     test_step_against_hand();
+    test_device_sum_order();
     test_three_devices_refuse_odd_batches();
     test_gradient_sum_overflow();
     test_failing_device_named();
