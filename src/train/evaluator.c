@@ -163,8 +163,10 @@ ct_status ct_evaluator_run(ct_evaluator *e, const ct_net *net, ct_key key, doubl
     int n = 2 * e->task.n_metrics;
     double sums[2 * CT_EVAL_MAX_METRICS + 1] = {0};
     ct_status st = CT_OK;
-    // A key per batch, as Trax draws a fresh one for each (only layers that
-    // draw in eval mode see it: LSHSelfAttention's hash rotations).
+    // A key per batch, as Trax draws a fresh one for each. Only a layer that
+    // draws in eval mode sees it, and none of ctrax's own does: dropout is
+    // off, and LSHSelfAttention's rotations come from its hash state (its
+    // key and count of forwards, REFORMER.md section 2), not from this key.
     for (int b = 0; b < e->task.n_batches && st == CT_OK; b++)
         st = run_batch(e, net, ct_key_fold_in(key, (uint32_t)b), sums, err);
     if (e->comm) {
