@@ -846,6 +846,65 @@ static void test_layer_norm_threads(void) {
     free(buf);
 }
 
+// A LayerNorm in a Serial writes its input gradient over its output
+// gradient (donated: nothing else reads it); wrapped in a Serial of its own
+// it cannot (the gradient comes from outside that walk) and allocates one.
+// Serial(Dense(256), LayerNorm, Dense(8)) on 200 rows (200 x 256 is past
+// the kernel's 32768: 2 threads take its threaded path) gives the same
+// weight and input gradient bits either way, on 1 thread and on 2; the
+// donated one's backward takes less arena past forward's (so it wrote over).
+static float *layer_norm_model_grads(bool donated, int threads, const ct_tensor *x, const ct_tensor *gy, size_t *n,
+                                     size_t *arena_bytes) {
+    ct_layer *ln = ct_layer_norm(1e-6f);
+    if (!donated) ln = ct_layer_rename(ct_serial(1, (ct_layer *[]){ln}), "Own");
+    ct_layer *l = ct_serial(CT_LAYERS(ct_dense(256), ln, ct_dense(8)));
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    fixture f;
+    float *res = NULL;
+    if (fixture_init_ok(&f, l, x, 1, true)) {
+        ct_tensor out, gin;
+        CHECK_OK(fixture_forward(&f, x, &out, 4), &f.err);
+        size_t kept = f.arena.used;
+        f.arena.high_water = kept;  // from here backward's peak
+        ct_net_zero_grads(&f.net);
+        CHECK_OK(ct_layer_backward(f.net.root, &f.ctx, gy, &gin, ct_key_from_seed(4), &f.err), &f.err);
+        size_t nx = (size_t)ct_tensor_numel(x);
+        *n = f.net.n_weights + nx;
+        *arena_bytes = f.arena.high_water - kept;
+        res = malloc(*n * sizeof(float));
+        memcpy(res, f.net.grads, f.net.n_weights * sizeof(float));
+        memcpy(res + f.net.n_weights, gin.data, nx * sizeof(float));
+        fixture_free(&f);
+    }
+    omp_set_num_threads(saved);
+    ct_layer_free(l);
+    return res;
+}
+
+static void test_layer_norm_donated_bits(void) {
+    enum { N = 200, D = 16 };
+    float *xb = malloc(sizeof(float) * N * D), *gb = malloc(sizeof(float) * N * 8);
+    ct_tensor x = uniform(ct_tensor_2d(CT_DTYPE_F32, N, D, xb), 5, -1.0f, 1.0f);
+    ct_tensor gy = uniform(ct_tensor_2d(CT_DTYPE_F32, N, 8, gb), 6, -1.0f, 1.0f);
+    size_t n[4] = {0}, bytes[4] = {0};
+    float *g[4];
+    for (int k = 0; k < 4; k++) g[k] = layer_norm_model_grads(k & 1, 1 + k / 2, &x, &gy, &n[k], &bytes[k]);
+    for (int k = 1; k < 4; k++) {
+        size_t differ = 0;
+        for (size_t i = 0; g[0] && g[k] && n[k] == n[0] && i < n[0]; i++) differ += memcmp(&g[k][i], &g[0][i], 4) != 0;
+        printf("LayerNorm model, %s, %d thread(s): %zu of %zu gradient floats differ from its own, 1 thread\n",
+               k & 1 ? "over a donated gradient" : "its own", 1 + k / 2, differ, n[0]);
+        CHECK(g[0] && g[k] && n[k] == n[0] && differ == 0);
+    }
+    printf("LayerNorm model: backward takes %zu arena bytes past forward's donated, %zu its own\n", bytes[1],
+           bytes[0]);
+    CHECK(bytes[1] < bytes[0] && bytes[3] < bytes[2]);
+    for (int k = 0; k < 4; k++) free(g[k]);
+    free(xb);
+    free(gb);
+}
+
 int main(void) {
     test_positional_dropout(0.5f);
     test_positional_dropout(0.25f);
@@ -862,5 +921,6 @@ int main(void) {
     test_flatten_mean_values();
     test_zero_grad_out();
     test_layer_norm_threads();
+    test_layer_norm_donated_bits();
     return check_summary("test_layers_core");
 }

@@ -1,4 +1,5 @@
-// Reversible layers: gradient checks of forward/backward; reverse rebuilds
+// Reversible layers: gradient checks of forward/backward (also of an f
+// that hands back a donated operand the half passes on); reverse rebuilds
 // the inputs and reverse_and_grad gives the inputs, input gradients and
 // weight gradients of forward + backward (same key, dropout on); inputs
 // without gradients pass through; a 64-block ReversibleSerial rebuilds its
@@ -127,6 +128,38 @@ static void test_gradients(void) {
     ct_layer_free(l);
     l = reformer_serial(2, 8, 16, 2, 0.1f);
     check_model_grad("ReversibleSerial(2 Reformer blocks)", l, seq, 2);
+    ct_layer_free(l);
+}
+
+// An f that hands back what the half also passes on, inside a Serial, so
+// the walk donates the half an operand (buffer donation, core/memory.h):
+// an identity f returns the context (forward: the donated context, the
+// Dense's output, goes on as out[1]) or the accumulator's gradient
+// (backward: the donated one, from the Dense after it, goes on as
+// grad_in[0]); an Add in f gives both contexts that gradient. The half's
+// sum must not be written over it (with it written over: rel err 0.4-0.5).
+static void test_gradients_f_aliases(void) {
+    enum { N = 4, D = 6 };
+    float a[N * D], b[N * D], e[N * D];
+    ct_tensor two[2] = {ct_tensor_2d(CT_DTYPE_F32, N, D, a), ct_tensor_2d(CT_DTYPE_F32, N, D, b)};
+    ct_tensor three[3] = {two[0], two[1], ct_tensor_2d(CT_DTYPE_F32, N, D, e)};
+    for (int i = 0; i < 3; i++) gradcheck_fill(&three[i], 11 + (uint64_t)i, -1, 1);
+    ct_layer *l = ct_serial(CT_LAYERS(ct_parallel(CT_LAYERS(ct_serial(0, NULL), ct_dense(D))),
+                                      ct_reversible_half_residual(0, NULL)));
+    check_grad("Parallel(Serial(), Dense), HalfResidual()", l, two, 2);
+    ct_layer_free(l);
+    l = ct_serial(CT_LAYERS(ct_reversible_half_residual(0, NULL), ct_parallel(CT_LAYERS(ct_dense(D), ct_dense(D)))));
+    check_grad("HalfResidual(), Parallel(Dense, Dense)", l, two, 2);
+    ct_layer_free(l);
+    l = ct_serial(CT_LAYERS(ct_reversible_half_residual(CT_LAYERS(ct_add())),
+                            ct_parallel(CT_LAYERS(ct_dense(D), ct_dense(D), ct_dense(D)))));
+    check_grad("HalfResidual(Add), Parallel(3 Dense)", l, three, 3);
+    ct_layer_free(l);
+    // The same in a reversible stack's ordinary backward: the swap hands
+    // the first half the second's context gradient (a sum, donated).
+    l = ct_reversible_serial(CT_LAYERS(ct_reversible_half_residual(CT_LAYERS(ct_add())), ct_reversible_swap(),
+                                       half_dense(D)));
+    check_grad("ReversibleSerial(HalfResidual(Add), Swap, HalfResidual(Dense))", l, three, 3);
     ct_layer_free(l);
 }
 
@@ -530,6 +563,7 @@ int main(void) {
     test_errors();
     test_reformer_lm();
     test_gradients();
+    test_gradients_f_aliases();
     test_reverse();
     test_deep_reconstruction();
     test_reverse_memory();

@@ -22,9 +22,16 @@ ct_status ct_tape_push_sig(ct_ctx *c, const ct_tensor *t, ct_error *err);
 bool ct_tape_pop_input_sig(ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in);
 
 // *sum = a + b elementwise (f32, a's signature): over a or b when that was
-// donated to the running layer (ct_arena_donated: nothing reads it after),
-// else in fresh memory from the ctx, never over an operand that may be
-// aliased elsewhere (gradients are).
+// donated to the running layer (ct_arena_donated: nothing outside the layer
+// reads it after), else in fresh memory from the ctx, never over an operand
+// that may be aliased elsewhere (gradients are). The layer itself must
+// neither read nor return a donated operand's memory after the sum (Select
+// and Add return only the sums).
 ct_status ct_ctx_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum, ct_error *err);
+// The same, but never over b, even donated: for a layer whose b may be
+// memory it also returns as another result (a ReversibleHalfResidual's f
+// can hand back a context, which the half passes on, or the accumulator's
+// gradient, which it passes on as that input's).
+ct_status ct_ctx_sum_keep_b(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum, ct_error *err);
 
 #endif

@@ -403,14 +403,23 @@ bool ct_tape_pop_input_sig(ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad
     return grad_out[0].data != NULL;
 }
 
-ct_status ct_ctx_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum, ct_error *err) {
+static ct_status ctx_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, bool over_b, ct_tensor *sum,
+                         ct_error *err) {
     ct_tensor s = ct_tensor_sig(a);
     if (ct_arena_donated(c->arena, a->data)) s.data = a->data;
-    else if (ct_arena_donated(c->arena, b->data)) s.data = b->data;
+    else if (over_b && ct_arena_donated(c->arena, b->data)) s.data = b->data;
     else CT_TRY(ct_ctx_alloc(c, &s, err));
     ct_add_forward(s.data, a->data, b->data, ct_tensor_numel(&s));
     *sum = s;  // last: sum may be a or b
     return CT_OK;
+}
+
+ct_status ct_ctx_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum, ct_error *err) {
+    return ctx_sum(c, a, b, true, sum, err);
+}
+
+ct_status ct_ctx_sum_keep_b(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum, ct_error *err) {
+    return ctx_sum(c, a, b, false, sum, err);
 }
 
 // ---- net -----------------------------------------------------------------------

@@ -11,25 +11,37 @@
 
 bool ct_layer_is_reversible(const ct_layer *l) { return l->vt->reverse_and_grad != NULL; }
 
+// Both run l with no donation in force (a walk donates nothing before a
+// reverse), as ct_layer_forward and ct_layer_backward hand theirs to one
+// layer only: a donation held by the caller must not reach l, whose halves
+// would write over it.
 ct_status ct_layer_reverse(ct_layer *l, ct_ctx *c, const ct_tensor *out, ct_tensor *in, ct_key key,
                            ct_error *err) {
     CT_ASSERT(l->vt->reverse);
-    return l->vt->reverse(l, c, out, in, key, err);
+    const void *outer = ct_arena_take_donation(c->arena);
+    ct_status st = l->vt->reverse(l, c, out, in, key, err);
+    ct_arena_end_donation(c->arena, outer);
+    return st;
 }
 
 ct_status ct_layer_reverse_and_grad(ct_layer *l, ct_ctx *c, const ct_tensor *out,
                                     const ct_tensor *grad_out, ct_tensor *in, ct_tensor *grad_in,
                                     ct_key key, ct_error *err) {
     CT_ASSERT(l->vt->reverse_and_grad);
-    return l->vt->reverse_and_grad(l, c, out, grad_out, in, grad_in, key, err);
+    const void *outer = ct_arena_take_donation(c->arena);
+    ct_status st = l->vt->reverse_and_grad(l, c, out, grad_out, in, grad_in, key, err);
+    ct_arena_end_donation(c->arena, outer);
+    return st;
 }
 
-// a + b for gradients where either may be NULL-data (zero); writes into a
-// or b only when donated (ct_ctx_sum), since gradients may be aliased
-// elsewhere.
+// a + b for gradients where either may be NULL-data (zero): a is a context's
+// output gradient, b f's gradient of that context. Over a when that was
+// donated (ct_ctx_sum_keep_b), never over b: f may hand back the
+// accumulator's gradient as b (an identity f; an Add in f gives both its
+// inputs its output gradient), which the half also passes on as grad_in[0].
 static ct_status grad_sum(ct_ctx *c, const ct_tensor *a, const ct_tensor *b, ct_tensor *sum,
                           ct_error *err) {
-    if (a->data && b->data) return ct_ctx_sum(c, a, b, sum, err);
+    if (a->data && b->data) return ct_ctx_sum_keep_b(c, a, b, sum, err);
     *sum = a->data ? *a : b->data ? *b : ct_tensor_sig(a);
     return CT_OK;
 }
@@ -71,7 +83,9 @@ static ct_status half_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
     CT_TRY(ct_layer_forward(f, c, in + 1, r, ct_key_split(key, 0), err));
     CT_TRY(half_check_residual(l, &in[0], &r[0], "forward", err));
     for (int j = 1; j < f->n_out; j++) CT_TRY(ct_tape_push_sig(c, &r[j], err));
-    CT_TRY(ct_ctx_sum(c, &in[0], &r[0], &out[0], err));
+    // Over a donated accumulator, never over r: f may return a context
+    // unchanged (an identity f), and the context goes on as out[1..].
+    CT_TRY(ct_ctx_sum_keep_b(c, &in[0], &r[0], &out[0], err));
     for (int i = 1; i < l->n_out; i++) out[i] = in[i];
     return CT_OK;
 }

@@ -141,7 +141,10 @@ size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const 
 // the residual branch's. Backward the same for a dead output gradient
 // (ct_arena_donated(a, grad_out[k].data)): the activations' and
 // LayerNorm's input gradient over it, a Select's sum of a residual's two
-// gradients (ct_ctx_sum).
+// gradients (ct_ctx_sum). The layer writes over it only where it returns
+// that memory through no other result: a ReversibleHalfResidual passes its
+// context (the accumulator's gradient) on, and its f may hand that back, so
+// it sums over a donated accumulator (context gradient) only.
 // ct_layer_forward (ct_layer_backward) hands a donation to the layer it
 // runs alone: ct_arena_take_donation when it starts (the layers it runs in
 // turn see none), ct_arena_end_donation when it returns.

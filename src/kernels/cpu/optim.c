@@ -8,7 +8,7 @@
 #include "kernels/cpu/vmath.h"
 #include "core/clones.h"
 
-// Below this many weights an update runs on one thread. Measured with
+// Up to this many weights an update runs on one thread. Measured with
 // Adam over config A's 69 weights (3.3M floats, 2 threads): a threshold of
 // 65536, which left the 256 x 256 matrices on one core, took 2.07-2.21 ms
 // an update; 16384 took 1.63-1.73, and 4096 1.63-1.77.
