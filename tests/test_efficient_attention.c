@@ -411,6 +411,35 @@ static void test_forward_d_model(void) {
     ct_layer_free(l);
 }
 
+// The defaults are Trax's (REFORMER.md section 3): the tests above set the
+// sizes themselves, so a wrong default would pass them.
+static void test_defaults(void) {
+    ct_self_attention_params p = ct_self_attention_default_params();
+    printf("defaults: n_heads %d, d_qk %d, d_v %d, chunk_len %d, before %d, after %d\n", p.n_heads, p.d_qk, p.d_v,
+           p.chunk_len, p.n_chunks_before, p.n_chunks_after);
+    CHECK(p.n_heads == 2 && p.d_qk == 64 && p.d_v == 64);
+    CHECK(!p.share_qk && !p.causal && !p.masked && !p.bias);
+    CHECK(p.chunk_len == 0 && p.n_chunks_before == 0 && p.n_chunks_after == 0);
+    CHECK(p.attention_dropout == 0.0f && p.output_dropout == 0.0f);
+}
+
+// A layer that joins a new net takes that net's D: init on D 6, then on D
+// 4 (the second init must not check x against the first net's d_model).
+static void test_new_net_new_d(void) {
+    float xd[B * T * D];
+    ct_layer *l = ct_self_attention(sa_params(2, 3, 4, true, 4, 1, 0));
+    for (int d = D; d >= 4; d -= 2) {
+        ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, d, xd), out[1];
+        gradcheck_fill(&x, 43, -1.0f, 1.0f);
+        fixture r;
+        if (fixture_init_ok(&r, l, &x, 1, false)) {
+            CHECK_OK(fixture_forward(&r, &x, out, 1), &r.err);
+            fixture_free(&r);
+        }
+    }
+    ct_layer_free(l);
+}
+
 // Arena bytes of one training step (forward with tape + backward).
 static size_t step_bytes(ct_self_attention_params p, int Tn) {
     enum { DM = 16 };
@@ -795,6 +824,8 @@ int main(void) {
     test_trax_shapes();
     test_errors();
     test_forward_d_model();
+    test_defaults();
+    test_new_net_new_d();
     test_memory_linear();
     test_threads();
     test_masked_gradients();

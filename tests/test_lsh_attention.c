@@ -608,6 +608,71 @@ static void test_hash_edge_cases(void) {
     free(xb), free(yb);
 }
 
+// The defaults are Trax's (REFORMER.md section 2): lsh_params sets the
+// sizes itself, so a wrong default would pass the tests above.
+static void test_defaults(void) {
+    ct_lsh_self_attention_params p = ct_lsh_self_attention_default_params();
+    printf("defaults: n_heads %d, d_qk %d, d_v %d, chunk_len %d, before %d, after %d, n_hashes %d\n", p.n_heads,
+           p.d_qk, p.d_v, p.chunk_len, p.n_chunks_before, p.n_chunks_after, p.n_hashes);
+    CHECK(p.n_heads == 2 && p.d_qk == 64 && p.d_v == 64 && !p.causal && !p.masked);
+    CHECK(p.chunk_len == 128 && p.n_chunks_before == 1 && p.n_chunks_after == 0 && p.n_hashes == 1);
+    for (int j = 0; j < CT_LSH_MAX_BUCKET_FACTORS; j++) CHECK(p.n_buckets[j] == 0);
+    CHECK(p.attention_dropout == 0.0f && p.output_dropout == 0.0f && p.max_length_for_buckets == 0);
+}
+
+// A layer that joins a new net takes that net's D: init on D 6, then on D
+// 4 (the second init must not check x against the first net's d_model).
+static void test_new_net_new_d(void) {
+    float xd[B * T * D];
+    ct_layer *l = ct_lsh_self_attention(lsh_params(2, 4, 4, true, 4, 1, 0, 1, 2, 0));
+    for (int d = D; d >= 4; d -= 2) {
+        ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, d, xd), out[1];
+        gradcheck_fill(&x, 44, -1.0f, 1.0f);
+        fixture r;
+        if (fixture_init_ok(&r, l, &x, 1, true)) {
+            CHECK_OK(fixture_forward(&r, &x, out, 1), &r.err);
+            fixture_free(&r);
+        }
+    }
+    ct_layer_free(l);
+}
+
+// nb from the length at the edge of Trax's factoring (nb > 128 factors):
+// T 128, chunk_len 2 gives nb 128, hashed as one factor {128}; T 130 gives
+// nb 130, factored [16, 2 (130 / 32)] = [16, 8]. Each stores the buckets of
+// the layer given those n_buckets, on the same keys.
+static void test_nb_from_length_edge(void) {
+    enum { Dn = 4 };
+    const int cases[2][3] = {{128, 128, 0}, {130, 16, 8}};  // T, nb0, nb1
+    for (int c = 0; c < 2; c++) {
+        const int Tn = cases[c][0];
+        float *xd = malloc(sizeof(float) * Tn * Dn), *y = malloc(sizeof(float) * Tn * Dn);
+        float *first = malloc(sizeof(float) * Tn);
+        ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, 1, Tn, Dn, xd);
+        gradcheck_fill(&x, 303, -1.0f, 1.0f);
+        int bad = -1;
+        for (int k = 0; k < 2; k++) {
+            ct_lsh_self_attention_params p = lsh_params(1, 4, 4, true, 2, 1, 0, 1, 0, 0);
+            if (k == 1) p.n_buckets[0] = cases[c][1], p.n_buckets[1] = cases[c][2];
+            ct_layer *l = ct_lsh_self_attention(p);
+            fixture r;
+            if (fixture_init_ok(&r, l, &x, 1, true)) {
+                run_forward(&r, &x, ct_key_from_seed(1), y);
+                const float *bk = state_of(&r.net, "buckets");
+                if (k == 0) memcpy(first, bk, sizeof(float) * Tn);
+                else
+                    for (int t = bad = 0; t < Tn; t++) bad += bk[t] != first[t];
+                fixture_free(&r);
+            }
+            ct_layer_free(l);
+        }
+        printf("nb from T %d, chunk_len 2: %d of %d buckets differ from n_buckets {%d, %d}\n", Tn, bad, Tn,
+               cases[c][1], cases[c][2]);
+        CHECK(bad == 0);
+        free(xd), free(y), free(first);
+    }
+}
+
 // ct_lsh_hash with a factor of 128 buckets (64 rotation columns, over one
 // block of 32 dots) against a plain first-index argmax over concat(z, -z),
 // z summed in double over i as the kernel does. In round 0 columns 5 and 40
@@ -892,6 +957,9 @@ int main(void) {
     test_max_length_for_buckets();
     test_eval_any_shape();
     test_hash_edge_cases();
+    test_defaults();
+    test_new_net_new_d();
+    test_nb_from_length_edge();
     test_init_weights();
     test_eval_no_dropout();
     test_eval_leaves_tag();
