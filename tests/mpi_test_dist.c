@@ -338,6 +338,31 @@ static void compare_reversible(int n_local, bool adasum) {
     free(w);
 }
 
+// With dropout, each device's key is the step key split by its global index
+// (first device of its rank + local index), as the standard Trainer's over
+// the same ranks and devices: the masks, so the weights, must match it.
+static void compare_reversible_dropout(int n_local) {
+    ct_trainer_options many = ct_trainer_default_options();
+    many.comm = comm;
+    many.n_devices = n_local;
+    int rows = DIST_B / size;
+    size_t n1, n2;
+    float l1, l2;
+    float *ref = dist_train_with(DIST_STANDARD_REFORMER, 0.1f, 10, rank * rows, rows, &many, &l1, &n1);
+    float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 0.1f, 10, rank * rows, rows, &many, &l2, &n2);
+    CHECK(ref && w && n1 == n2);
+    if (ref && w && n1 == n2) {
+        double rel = dist_rel_diff(ref, w, n1);
+        if (rank == 0)
+            printf("ReformerLM, dropout 0.1, 10 steps on %d ranks x %d devices: memory-efficient vs standard trainer: "
+                   "relative weight difference %.3g, loss %.5f vs %.5f\n",
+                   size, n_local, rel, l2, l1);
+        CHECK_MSG(rel <= 1e-5, "dropout 0.1, %d devices per rank: rel diff %g", n_local, rel);
+    }
+    free(ref);
+    free(w);
+}
+
 // A layer that fails in backward on the rank that sets fail_rank (in
 // forward on fail_forward_rank): the identity otherwise.
 static int fail_rank = -1, fail_forward_rank = -1;
@@ -919,6 +944,8 @@ int main(void) {
     compare_reversible(1, false);
     compare_reversible(2, false);
     compare_reversible(2, true);
+    compare_reversible_dropout(1);
+    compare_reversible_dropout(2);
     test_reversible_failure_stops_all(FAIL_IN_REVERSIBLE);
     test_reversible_failure_stops_all(FAIL_IN_LOSS);
     test_reversible_failure_stops_all(FAIL_IN_FIRST);

@@ -183,8 +183,9 @@ static void unbind_net(ct_net *net, ct_arena *arena, ct_ctx *c) {
 }
 
 // forward (tape) + backward with random output gradients, then reverse and
-// reverse_and_grad (called with recording off) from the outputs: inputs,
-// input gradients and weight gradients must agree.
+// reverse_and_grad (called with recording off, and a donation held by the
+// caller) from the outputs: inputs, input gradients and weight gradients
+// must agree, and the output gradients stay as they were.
 static void check_reverse(const char *label, ct_layer *l, const ct_tensor *in, int n_in) {
     ct_device dev = ct_device_cpu();
     ct_net net;
@@ -229,10 +230,22 @@ static void check_reverse(const char *label, ct_layer *l, const ct_tensor *in, i
     }
     // reverse_and_grad: inputs, input gradients, weight gradients. With
     // recording off: it sets c->record for its recomputation and restores
-    // it (reversible.h), so the caller need not record.
+    // it (reversible.h), so the caller need not record. The caller holds a
+    // donation of the last output gradient (as a layer running inside a
+    // walk may): it must not reach l, whose context-gradient sums would be
+    // written over it (ct_ctx_sum_keep_b), and it is the caller's again
+    // after.
     ct_net_zero_grads(&net);
     c.record = false;
+    int held = n_out - 1;
+    float *held_copy = copy_of(&gout[held]);
+    arena.donated = gout[held].data;
     CHECK_OK(ct_layer_reverse_and_grad(l, &c, out, gout, rin2, rgin, key, &err), &err);
+    CHECK_MSG(arena.donated == gout[held].data, "%s: the caller's donation was not given back", label);
+    arena.donated = NULL;
+    CHECK_MSG(!held_copy || memcmp(held_copy, gout[held].data, ct_tensor_nbytes(&gout[held])) == 0,
+              "%s: reverse_and_grad wrote over output gradient %d, donated to its caller", label, held);
+    free(held_copy);
     CHECK(c.tape_len == 0);
     CHECK_MSG(!c.record, "%s: reverse_and_grad left recording on", label);
     c.record = true;

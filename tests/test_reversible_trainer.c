@@ -1271,6 +1271,20 @@ static void test_frozen_weighted_devices(void) {
     result_free(&rev_r);
 }
 
+// A device whose rows all weigh 0 (a padded or fully masked shard): its
+// loss says it averaged over weight 0, so it adds nothing to the global
+// loss or weight and gets seed 0, as in the standard Trainer (taking its
+// weight as 1, as for a loss that says nothing, would halve the loss and
+// the other device's seed).
+static void test_zero_weight_device(void) {
+    trax_batch b;
+    trax_batch_init(&b);
+    for (int i = 0; i < 4; i++) b.weights[i] = 0.0f;  // device 0's row
+    float lrs[3] = {1e-2f, 0.02f, 0.03f};
+    run_spec s = {extended_model, adam, b.t, 3, 3, lrs, trax_seeds, 12, 0, NULL, 2, NULL, 0, false};
+    check_same_as_standard("device 0's rows all of weight 0, 2 devices", &s);
+}
+
 static void test_no_reversible_layers(void) {
     // A plain model: one standard layer and the loss.
     float x[8], y[8], w[8];
@@ -1396,6 +1410,7 @@ int main(void) {
     test_outputs_at_one_address();
     test_state_put_back();
     test_frozen_weighted_devices();
+    test_zero_weight_device();
     test_no_reversible_layers();
     test_memory_limit();
     return check_summary("test_reversible_trainer");
