@@ -304,10 +304,14 @@ static void test_other_options_refused(void) {
     }
 }
 
-// The memory-efficient trainer over ranks (x local devices) against the
-// standard trainer on one device with the whole batch; and its Adasum over
-// ranks against the standard trainer's.
-static void compare_reversible(int n_local, bool adasum) {
+// The memory-efficient trainer on every rank with n_local devices each
+// against the standard one, `steps` steps. Without dropout or Adasum the
+// reference is one device over the whole batch. With dropout, each device's
+// key is the step key split by its global index (first device of its rank +
+// local index), as the standard Trainer's over the same ranks and devices:
+// the masks, so the weights, must match that. Adasum's combine is also the
+// same ranks and devices'.
+static void compare_reversible(int n_local, bool adasum, float dropout, int steps) {
     ct_trainer_options one = ct_trainer_default_options(), many = one;
     many.comm = comm;
     many.n_devices = n_local;
@@ -315,49 +319,27 @@ static void compare_reversible(int n_local, bool adasum) {
     int rows = DIST_B / size;
     size_t n1, n2;
     float l1, l2;
-    float *ref = adasum ? dist_train_with(DIST_STANDARD_REFORMER, 0.0f, 20, rank * rows, rows, &many, &l1, &n1)
-                        : dist_train_with(DIST_STANDARD_REFORMER, 0.0f, 20, 0, DIST_B, &one, &l1, &n1);
-    float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 0.0f, 20, rank * rows, rows, &many, &l2, &n2);
+    bool same_devices = adasum || dropout > 0.0f;
+    float *ref = same_devices
+                     ? dist_train_with(DIST_STANDARD_REFORMER, dropout, steps, rank * rows, rows, &many, &l1, &n1)
+                     : dist_train_with(DIST_STANDARD_REFORMER, dropout, steps, 0, DIST_B, &one, &l1, &n1);
+    float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, dropout, steps, rank * rows, rows, &many, &l2, &n2);
     CHECK(ref && w && n1 == n2);
     if (ref && w && n1 == n2) {
         double rel = dist_rel_diff(ref, w, n1);
         if (rank == 0)
-            printf("ReformerLM, 20 steps, memory-efficient trainer on %d ranks x %d devices%s vs standard %s: relative "
-                   "weight difference %.3g, loss %.5f vs %.5f\n",
-                   size, n_local, adasum ? " (Adasum)" : "", adasum ? "(same devices, Adasum)" : "on 1 device",
-                   rel, l2, l1);
-        CHECK_MSG(rel <= 1e-5, "rel diff %g", rel);
+            printf("ReformerLM, dropout %g, %d steps, memory-efficient trainer on %d ranks x %d devices%s vs standard "
+                   "%s: relative weight difference %.3g, loss %.5f vs %.5f\n",
+                   (double)dropout, steps, size, n_local, adasum ? " (Adasum)" : "",
+                   same_devices ? "on the same devices" : "on 1 device", rel, l2, l1);
+        CHECK_MSG(rel <= 1e-5, "dropout %g, %d devices per rank%s: rel diff %g", (double)dropout, n_local,
+                  adasum ? ", Adasum" : "", rel);
         // Every rank ends with the same weights.
         float *all = malloc(n2 * (size_t)size * sizeof *all);
         ct_error err;
         CHECK_OK(ct_comm_allgather_f32(comm, w, all, n2, &err), &err);
         for (int r = 1; r < size; r++) CHECK(memcmp(all, all + (size_t)r * n2, n2 * sizeof *all) == 0);
         free(all);
-    }
-    free(ref);
-    free(w);
-}
-
-// With dropout, each device's key is the step key split by its global index
-// (first device of its rank + local index), as the standard Trainer's over
-// the same ranks and devices: the masks, so the weights, must match it.
-static void compare_reversible_dropout(int n_local) {
-    ct_trainer_options many = ct_trainer_default_options();
-    many.comm = comm;
-    many.n_devices = n_local;
-    int rows = DIST_B / size;
-    size_t n1, n2;
-    float l1, l2;
-    float *ref = dist_train_with(DIST_STANDARD_REFORMER, 0.1f, 10, rank * rows, rows, &many, &l1, &n1);
-    float *w = dist_train_with(DIST_REVERSIBLE_REFORMER, 0.1f, 10, rank * rows, rows, &many, &l2, &n2);
-    CHECK(ref && w && n1 == n2);
-    if (ref && w && n1 == n2) {
-        double rel = dist_rel_diff(ref, w, n1);
-        if (rank == 0)
-            printf("ReformerLM, dropout 0.1, 10 steps on %d ranks x %d devices: memory-efficient vs standard trainer: "
-                   "relative weight difference %.3g, loss %.5f vs %.5f\n",
-                   size, n_local, rel, l2, l1);
-        CHECK_MSG(rel <= 1e-5, "dropout 0.1, %d devices per rank: rel diff %g", n_local, rel);
     }
     free(ref);
     free(w);
@@ -941,11 +923,11 @@ int main(void) {
     compare_keys_and_rows();
     test_other_seed_refused();
     test_other_options_refused();
-    compare_reversible(1, false);
-    compare_reversible(2, false);
-    compare_reversible(2, true);
-    compare_reversible_dropout(1);
-    compare_reversible_dropout(2);
+    compare_reversible(1, false, 0.0f, 20);
+    compare_reversible(2, false, 0.0f, 20);
+    compare_reversible(2, true, 0.0f, 20);
+    compare_reversible(1, false, 0.1f, 10);
+    compare_reversible(2, false, 0.1f, 10);
     test_reversible_failure_stops_all(FAIL_IN_REVERSIBLE);
     test_reversible_failure_stops_all(FAIL_IN_LOSS);
     test_reversible_failure_stops_all(FAIL_IN_FIRST);
