@@ -6,11 +6,14 @@
 // parameter errors; masked (Trax's padding test, padding at positions 0 and
 // 1 masked too, gradient checks, an all-ones mask = unmasked, int32 = f32
 // masks) and max_length_for_buckets; the init (weights on their documented
-// keys), no dropout in eval, an eval leaving the stored buckets' tag alone,
-// and the -1e5 self mask against a float64 reference at scores near 1e4.
+// keys), the hash keys' sequence (buckets against ct_lsh_hash on the
+// documented rotations), T one over the buckets state refused, no dropout
+// in eval, an eval leaving the stored buckets' tag alone, and the -1e5 self
+// mask against a float64 reference at scores near 1e4.
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/cpu/chunked_attention.h"
 #include "kernels/cpu/lsh_attention.h"
 #include "layer_fixture.h"
 
@@ -257,6 +260,11 @@ static void test_errors(void) {
     ct_lsh_self_attention_params p = lsh_params(2, 4, 4, true, 4, 1, 0, 1, 4, 0);
     p.max_length_for_buckets = 8;
     expect_init_error("init T over max_length_for_buckets", p, 16, "max_length_for_buckets 8");
+    // One over: T 9 in chunks of 3 passes every other check, so only the
+    // bound itself refuses it (its buckets would run one past each row).
+    ct_lsh_self_attention_params p9 = lsh_params(2, 4, 4, true, 3, 1, 0, 1, 4, 0);
+    p9.max_length_for_buckets = 8;
+    expect_init_error("init T 9, one over max_length_for_buckets 8", p9, 9, "T=9");
     p.max_length_for_buckets = -1;
     expect_init_error("negative max_length_for_buckets", p, 16, "max_length_for_buckets -1");
     p.max_length_for_buckets = 0;
@@ -468,6 +476,15 @@ static void test_max_length_for_buckets(void) {
             printf("T 16 under max_length_for_buckets %d vs a layer sized by T 16: %s; %d stored buckets past R T\n",
                    Lb, same ? "bitwise equal" : "DIFFERS", nonzero_tail);
             CHECK(same && nonzero_tail == 0);
+            // The same key again reuses them: the tag holds T 16, not Lb
+            // (else every recompute of a T below Lb would hash anew).
+            const float *hs = state_of(&r.net, "hash");
+            float count = hs[4];
+            run_forward(&r, &x16, ct_key_from_seed(1), b);
+            same = memcmp(a, b, sizeof a) == 0;
+            printf("T 16 again under its key: %s, count %g -> %g\n", same ? "bitwise equal" : "DIFFERS",
+                   (double)count, (double)hs[4]);
+            CHECK(same && hs[4] == count);
             fixture_free(&r0);
         }
         ct_tensor out[1];
@@ -490,6 +507,22 @@ static void test_max_length_for_buckets(void) {
         ct_status st = ct_layer_forward(r0.net.root, &r0.ctx, &x32, out, ct_key_from_seed(2), &r0.err);
         printf("T 32 on a layer sized by T 16: %s\n", st == CT_OK ? "(accepted)" : r0.err.msg);
         CHECK_MSG(st != CT_OK && strstr(r0.err.msg, "T=32") && strstr(r0.err.msg, "max_length_for_buckets 0"), "%s",
+                  st == CT_OK ? "accepted" : r0.err.msg);
+        ct_arena_reset(&r0.arena);
+        fixture_free(&r0);
+    }
+    ct_layer_free(l0);
+    // One over init's T (chunk 1: T 17 passes every other check): the
+    // state's rows hold R 16 buckets, so T 17 must be refused, not hashed
+    // one bucket past each row.
+    l0 = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 1, 1, 0, R, 4, 0));
+    float x17d[Bn * 17 * Dn] = {0};
+    ct_tensor x17 = ct_tensor_3d(CT_DTYPE_F32, Bn, 17, Dn, x17d);
+    if (fixture_init_ok(&r0, l0, &x16, 1, true)) {
+        ct_tensor out[1];
+        ct_status st = ct_layer_forward(r0.net.root, &r0.ctx, &x17, out, ct_key_from_seed(2), &r0.err);
+        printf("T 17 on a layer sized by T 16: %s\n", st == CT_OK ? "(accepted)" : r0.err.msg);
+        CHECK_MSG(st != CT_OK && strstr(r0.err.msg, "T=17") && strstr(r0.err.msg, "init's T=16"), "%s",
                   st == CT_OK ? "accepted" : r0.err.msg);
         ct_arena_reset(&r0.arena);
         fixture_free(&r0);
@@ -750,6 +783,47 @@ static void test_one_chunk_two_buckets(void) {
     ct_layer_free(l);
 }
 
+// The rotations' keys as lsh_attention.h documents them: the first
+// hashing's state key is k0 = split(layer key, 4); each hashing draws
+// (b, h)'s rotations from split(split(k, 1), b H + h) and stores split(k,
+// 0) for the next. Two training forwards under two step keys store, bitwise,
+// what ct_lsh_hash gives on q = x Wq[h] with rotations from k0 and then
+// split(k0, 0); the state then holds split(split(k0, 0), 0), count 2. The
+// other tests compare the layer with itself, so a wrong or never-advancing
+// hash key passed them.
+static void test_hash_key_sequence(void) {
+    enum { Bn = 2, Tn = 8, Dn = 4, H = 2, R = 2, dk = 4, nb = 8, n_rot = nb / 2 };
+    float xd[Bn * Tn * Dn], y[Bn * Tn * Dn], q[Bn * H * Tn * dk], rot[dk * R * n_rot], want[R * Tn];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, xd);
+    gradcheck_fill(&x, 77, -1.0f, 1.0f);
+    ct_layer *l = ct_lsh_self_attention(lsh_params(H, dk, 4, true, 4, 1, 0, R, nb, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
+        const ct_param *wq = ct_net_find_param(&r.net, "LSHSelfAttention/Wq[0]");
+        CHECK(wq != NULL);
+        // Wq[0..H) are declared one after another: (H, D, dk), as the layer reads them.
+        if (wq) ct_heads_project_forward(q, xd, r.net.weights + wq->offset, NULL, Bn, Tn, Dn, H, dk);
+        const float *bk = state_of(&r.net, "buckets"), *hs = state_of(&r.net, "hash");
+        ct_key k = ct_key_split(ct_key_from_seed(3), 4);  // the fixture's layer key is the net's, seed 3
+        int bad[2] = {0, 0};
+        for (int step = 0; step < 2; step++) {
+            run_forward(&r, &x, ct_key_from_seed(10 + (uint64_t)step), y);
+            for (int s = 0; s < Bn * H; s++) {
+                ct_random_normal(ct_key_split(ct_key_split(k, 1), (uint32_t)s), rot, sizeof rot / sizeof *rot, 1.0f);
+                ct_lsh_hash(want, q + s * Tn * dk, NULL, rot, Tn, dk, R, (const int[]){nb}, 1);
+                bad[step] += memcmp(want, bk + s * R * Tn, sizeof want) != 0;
+            }
+            k = ct_key_split(k, 0);
+        }
+        uint32_t w0 = (uint32_t)hs[0] | (uint32_t)hs[1] << 16, w1 = (uint32_t)hs[2] | (uint32_t)hs[3] << 16;
+        printf("hash keys: %d and %d of %d (b, h) off the documented rotations; state key %s, count %g\n", bad[0],
+               bad[1], Bn * H, w0 == k.w[0] && w1 == k.w[1] ? "split(split(k0, 0), 0)" : "ELSEWHERE", (double)hs[4]);
+        CHECK(bad[0] == 0 && bad[1] == 0 && w0 == k.w[0] && w1 == k.w[1] && hs[4] == 2.0f);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
 // Data parallelism: a replica holding example 1 of a batch of 2 (ctx
 // first_row 1) draws example 1's rotations, so its buckets and output are
 // the whole batch's for that example; numbered from 0 they differ.
@@ -945,6 +1019,7 @@ int main(void) {
     test_hash_wide_factor();
     test_one_chunk_two_buckets();
     test_first_row_rotations();
+    test_hash_key_sequence();
     test_gradients();
     test_one_chunk_is_shared_qk();
     test_trax_shapes();
