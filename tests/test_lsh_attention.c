@@ -6,7 +6,7 @@
 // parameter errors; masked (Trax's padding test, padding at positions 0 and
 // 1 masked too, gradient checks, an all-ones mask = unmasked, int32 = f32
 // masks) and max_length_for_buckets; the init (weights on their documented
-// keys), the hash keys' sequence (buckets against ct_lsh_hash on the
+// keys), what a training forward keeps (no o_r), the hash keys' sequence (buckets against ct_lsh_hash on the
 // documented rotations), T one over the buckets state refused, no dropout
 // in eval, an eval leaving the stored buckets' tag alone, and the -1e5 self
 // mask against a float64 reference at scores near 1e4.
@@ -824,6 +824,32 @@ static void test_hash_key_sequence(void) {
     ct_layer_free(l);
 }
 
+// What a training forward keeps for backward: its output and the tape (q,
+// v, o, lse_r, buckets; x is the caller's), and not the rounds' outputs
+// o_r (B,H,R,T,dv), which backward does not need. Every size here is a
+// multiple of the arena's 64-byte alignment, so the bytes add up exactly.
+static void test_tape_bytes(void) {
+    enum { Bn = 2, Tn = 16, Dn = 8, H = 2, dk = 4, dv = 4, R = 2 };
+    float xd[Bn * Tn * Dn];
+    ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, Bn, Tn, Dn, xd);
+    gradcheck_fill(&x, 5, -1.0f, 1.0f);
+    ct_layer *l = ct_lsh_self_attention(lsh_params(H, dk, dv, true, 4, 1, 0, R, 4, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &x, 1, true)) {
+        ct_arena_mark before = ct_arena_get_mark(&r.arena);
+        ct_tensor out[1];
+        CHECK_OK(fixture_forward(&r, &x, out, 1), &r.err);
+        size_t kept = ct_arena_get_mark(&r.arena).used - before.used;
+        const size_t f = sizeof(float), y = (size_t)Bn * Tn * Dn * f, qvo = 3 * (size_t)Bn * H * Tn * dk * f,
+                     rounds = 2 * (size_t)Bn * H * R * Tn * f, o_r = (size_t)Bn * H * R * Tn * dv * f;
+        printf("training forward keeps %zu bytes: output %zu + q, v, o %zu + lse_r, buckets %zu (o_r would add %zu)\n",
+               kept, y, qvo, rounds, o_r);
+        CHECK(kept == y + qvo + rounds);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
 // Data parallelism: a replica holding example 1 of a batch of 2 (ctx
 // first_row 1) draws example 1's rotations, so its buckets and output are
 // the whole batch's for that example; numbered from 0 they differ.
@@ -1020,6 +1046,7 @@ int main(void) {
     test_one_chunk_two_buckets();
     test_first_row_rotations();
     test_hash_key_sequence();
+    test_tape_bytes();
     test_gradients();
     test_one_chunk_is_shared_qk();
     test_trax_shapes();

@@ -4,8 +4,9 @@
 // and how a recompute sees the same buckets).
 //
 // Tape (forward, recording): x, the mask input (masked), q (B,H,T,dk), v, o
-// (B,H,T,dv), o_r (B,H,R,T,dv), lse_r (B,H,R,T), buckets (B,H,R T): linear
-// in T. The buckets are copied to the tape so that backward never reads the
+// (B,H,T,dv), lse_r (B,H,R,T), buckets (B,H,R T): linear in T. Each round's
+// output o_r (R,T,dv) lives only in a thread's work area: backward does
+// not need it (kernels/cpu/lsh_attention.c, combine_backward). The buckets are copied to the tape so that backward never reads the
 // state (another forward may have hashed since).
 #include "ctrax/layers/lsh_attention.h"
 
@@ -231,14 +232,13 @@ static float out_rate(const ct_layer *l, const ct_ctx *c) {
 }
 
 // The tensors of one forward, in tape order after x (and the mask).
-enum { T_Q, T_V, T_O, T_OR, T_LSER, T_BK, T_N };
+enum { T_Q, T_V, T_O, T_LSER, T_BK, T_N };
 
 static ct_status alloc_heads(ct_ctx *c, int64_t B, int64_t H, const ct_lsh_dims *d, ct_tensor *t, ct_error *err) {
     const int64_t T = d->T, R = d->R;
     t[T_Q] = ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){B, H, T, d->dk}, NULL);
     t[T_V] = ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){B, H, T, d->dv}, NULL);
     t[T_O] = ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){B, H, T, d->dv}, NULL);
-    t[T_OR] = ct_tensor_make(CT_DTYPE_F32, 5, (int64_t[]){B, H, R, T, d->dv}, NULL);
     t[T_LSER] = ct_tensor_make(CT_DTYPE_F32, 4, (int64_t[]){B, H, R, T}, NULL);
     t[T_BK] = ct_tensor_3d(CT_DTYPE_F32, B, H, R * T, NULL);
     for (int i = 0; i < T_N; i++) CT_TRY(ct_ctx_alloc(c, &t[i], err));
@@ -278,20 +278,22 @@ static ct_status step_buckets(ct_layer *l, ct_ctx *c, ct_tensor *t, const float 
     return CT_OK;
 }
 
-// The LSH kernel over every (b, h): o_r, lse_r and the combined o. mask:
-// (B,T) or NULL.
+// The LSH kernel over every (b, h): lse_r and the combined o. mask: (B,T)
+// or NULL.
 static ct_status heads_attend(ct_ctx *c, ct_tensor *t, const float *mask, int64_t H, int64_t BH, ct_key key,
                               const ct_lsh_dims *d, ct_error *err) {
     const int ns = n_slots(BH);
-    // Each slot: the kernel's work, then R floats for the rounds' weights;
-    // slots start at multiples of 16 floats (the work begins with int64s).
-    const int64_t wf = ct_lsh_work_floats(d, false), per = (wf + d->R + 15) / 16 * 16, T = d->T, R = d->R;
+    // Each slot: the kernel's work, R floats for the rounds' weights, then
+    // the rounds' outputs o_r (R, T, dv); slots start at multiples of 16
+    // floats (the work begins with int64s).
+    const int64_t T = d->T, R = d->R, wf = ct_lsh_work_floats(d, false);
+    const int64_t per = (wf + R + R * T * d->dv + 15) / 16 * 16;
     ct_tensor work = ct_tensor_1d(CT_DTYPE_F32, ns * per, NULL);
     CT_TRY(ct_ctx_alloc(c, &work, err));
 #pragma omp parallel for schedule(static) num_threads(ns)
     for (int64_t s = 0; s < BH; s++) {
         float *w = (float *)work.data + (int64_t)omp_get_thread_num() * per;
-        float *o_r = (float *)t[T_OR].data + s * R * T * d->dv, *lse_r = (float *)t[T_LSER].data + s * R * T;
+        float *o_r = w + wf + R, *lse_r = (float *)t[T_LSER].data + s * R * T;
         ct_lsh_forward(o_r, lse_r, (float *)t[T_Q].data + s * T * d->dk, (float *)t[T_V].data + s * T * d->dv,
                        mask ? mask + s / H * T : NULL, (float *)t[T_BK].data + s * R * T, w, key, d);
         ct_lsh_combine((float *)t[T_O].data + s * T * d->dv, o_r, lse_r, w + wf, d);
@@ -345,8 +347,7 @@ static ct_status heads_backward(ct_ctx *c, const ct_tensor *t, const float *mask
         float *w = (float *)work.data + (int64_t)omp_get_thread_num() * per;
         const int64_t qo = s * T * d->dk, vo = s * T * d->dv, ro = s * R * T;
         ct_lsh_backward((float *)g[0].data + qo, (float *)g[1].data + vo, (const float *)dO->data + vo,
-                        (const float *)t[T_O].data + vo, (const float *)t[T_OR].data + ro * d->dv,
-                        (const float *)t[T_LSER].data + ro, (const float *)t[T_Q].data + qo,
+                        (const float *)t[T_O].data + vo, (const float *)t[T_LSER].data + ro, (const float *)t[T_Q].data + qo,
                         (const float *)t[T_V].data + vo, mask ? mask + s / H * T : NULL,
                         (const float *)t[T_BK].data + ro, w, key, d);
     }

@@ -13,7 +13,7 @@ static int64_t win_len(const ct_lsh_dims *d) { return d->m * (1 + d->before + d-
 
 // The work area, carved in this order (forward part first, so backward's
 // layout extends it): sort keys, then the sorted rows' positions (L int64), perm (L int32), sq, sk (L, dk),
-// sv, so (L, dv), slse (L), S (m, W); backward adds sdo, dsv (L, dv), sdlse
+// sv, so (L, dv), slse (L), S (m, W); backward adds sdo, dsv (L, dv), srow
 // (L), dsq, dsk (L, dk), G (m, W), the rounds' weights w_r (T, R). L = R T. f (W): one row's
 // dropout factors.
 typedef struct lsh_work {
@@ -21,7 +21,7 @@ typedef struct lsh_work {
     int64_t *keys;
     int32_t *perm;
     float *sq, *sk, *sv, *so, *slse, *S, *f;
-    float *sdo, *dsv, *sdlse, *dsq, *dsk, *G, *w_r;
+    float *sdo, *dsv, *srow, *dsq, *dsk, *G, *w_r;
 } lsh_work;
 
 int64_t ct_lsh_work_floats(const ct_lsh_dims *d, bool backward) {
@@ -39,7 +39,7 @@ static lsh_work carve(float *w, const ct_lsh_dims *d, bool backward) {
     k.sq = w + 3 * L, k.sk = k.sq + L * d->dk, k.sv = k.sk + L * d->dk, k.so = k.sv + L * d->dv;
     k.slse = k.so + L * d->dv, k.S = k.slse + L, k.f = k.S + mw;
     if (backward) {
-        k.sdo = k.f + win_len(d), k.dsv = k.sdo + L * d->dv, k.sdlse = k.dsv + L * d->dv, k.dsq = k.sdlse + L;
+        k.sdo = k.f + win_len(d), k.dsv = k.sdo + L * d->dv, k.srow = k.dsv + L * d->dv, k.dsq = k.srow + L;
         k.dsk = k.dsq + L * d->dk, k.G = k.dsk + L * d->dk, k.w_r = k.G + mw;
     }
     return k;
@@ -206,35 +206,35 @@ void ct_lsh_combine(float *o, const float *o_r, const float *lse_r, float *w, co
     }
 }
 
-// The combination's backward, gathered into sorted order: sdo[j] = w_r do_t
-// and sdlse[j] = w_r (do_t . o_r - do_t . o_t) for row j = (r, t); also so
-// and slse, the forward's sorted outputs.
-static void combine_backward(lsh_work *k, const float *dout, const float *o, const float *o_r, const float *lse_r,
+// The combination's backward, gathered into sorted order, for row j = (r,
+// t): sdo[j] = w_r do_t, and srow[j], the softmax backward's row term with
+// lse_r's own gradient folded in: dlse_j - sdo_j . o_r with dlse_j = w_r
+// (do_t . o_r - do_t . o_t). The o_r terms cancel: srow[j] = -w_r do_t .
+// o_t, so backward never needs o_r and the tape does not keep it (for R = 1
+// the same bits as the two terms: o = o_r there).
+static void combine_backward(lsh_work *k, const float *dout, const float *o, const float *lse_r,
                              const ct_lsh_dims *d) {
     const int64_t T = d->T, dv = d->dv, L = d->R * T;
     for (int64_t t = 0; t < T; t++) round_weights(k->w_r + t * d->R, lse_r, t, d);
     for (int64_t j = 0; j < L; j++) {
         const int64_t i = k->perm[j], t = i % T;
-        const float *g = dout + t * dv, *oi = o_r + i * dv, *ot = o + t * dv;
-        float w = k->w_r[t * d->R + i / T];
-        double a = 0.0, b = 0.0;
-        for (int64_t x = 0; x < dv; x++) a += (double)g[x] * oi[x], b += (double)g[x] * ot[x];
-        for (int64_t x = 0; x < dv; x++) k->sdo[j * dv + x] = w * g[x];
-        k->sdlse[j] = d->R > 1 ? w * (float)(a - b) : 0.0f;
-        memcpy(k->so + j * dv, oi, (size_t)dv * sizeof(float));
-        k->slse[j] = lse_r[i];
+        const float *g = dout + t * dv, *ot = o + t * dv;
+        const float w = k->w_r[t * d->R + i / T];
+        float *sdo = k->sdo + j * dv;
+        double dot = 0.0;
+        for (int64_t x = 0; x < dv; x++) sdo[x] = w * g[x], dot += (double)sdo[x] * ot[x];
+        k->srow[j] = -(float)dot;
     }
 }
 
 // Score gradients of chunk c's rows, with S = P, G = dO V^T: G <- P f (for
-// dv), S <- P (f G - dO.o + dlse) (lse's own gradient adds dlse P).
+// dv), S <- P (f G + srow) (srow: -dO.o_r, plus dlse for lse's own
+// gradient; combine_backward).
 static void chunk_row_grads(lsh_work *k, float *f, int64_t c, ct_key key, const ct_lsh_dims *d) {
     const int64_t m = d->m, W = win_len(d);
     for (int64_t r = 0; r < m; r++) {
         const int64_t j = c * m + r;
-        double dot = 0.0;
-        for (int64_t i = 0; i < d->dv; i++) dot += (double)k->sdo[j * d->dv + i] * k->so[j * d->dv + i];
-        float *p = k->S + r * W, *g = k->G + r * W, extra = k->sdlse[j] - (float)dot;
+        float *p = k->S + r * W, *g = k->G + r * W, extra = k->srow[j];
         // The forward's probabilities, bitwise: the row softmax again (a
         // float logsumexp near the -1e5 self penalty has a spacing of 1/128,
         // so exp(S - lse) was off by up to 0.4% for a query that sees only
@@ -280,15 +280,14 @@ static void chunk_backward(lsh_work *k, float *f, int64_t c, ct_key key, const c
     }
 }
 
-void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, const float *o_r,
-                     const float *lse_r, const float *q, const float *v, const float *mask, const float *buckets,
+void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, const float *lse_r, const float *q, const float *v, const float *mask, const float *buckets,
                      float *work, ct_key key, const ct_lsh_dims *d) {
     const int64_t T = d->T, L = d->R * T;
     if (L == 0) return;
     lsh_work k = carve(work, d, true);
     k.mask = mask;
     sort_gather(&k, q, v, buckets, d);
-    combine_backward(&k, dout, o, o_r, lse_r, d);
+    combine_backward(&k, dout, o, lse_r, d);
     memset(k.dsv, 0, (size_t)(L * d->dv) * sizeof(float));
     memset(k.dsq, 0, (size_t)(L * d->dk) * sizeof(float));
     memset(k.dsk, 0, (size_t)(L * d->dk) * sizeof(float));

@@ -62,9 +62,10 @@ void ct_lsh_forward(float *o_r, float *lse_r, const float *q, const float *v, co
 // w: R floats of scratch.
 void ct_lsh_combine(float *o, const float *o_r, const float *lse_r, float *w, const ct_lsh_dims *d);
 // do (T, dv) of the combined o -> dq (T, dk) +=, dv (T, dv) +=, from what
-// forward saw (q, v, mask, buckets) and gave (o_r, lse_r, o).
-void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, const float *o_r,
-                     const float *lse_r, const float *q, const float *v, const float *mask, const float *buckets,
-                     float *work, ct_key key, const ct_lsh_dims *d);
+// forward saw (q, v, mask, buckets) and gave (lse_r, o); not o_r, whose
+// terms cancel (lsh_attention.c, combine_backward).
+void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, const float *lse_r, const float *q,
+                     const float *v, const float *mask, const float *buckets, float *work, ct_key key,
+                     const ct_lsh_dims *d);
 
 #endif
