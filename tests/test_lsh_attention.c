@@ -824,6 +824,35 @@ static void test_hash_key_sequence(void) {
     ct_layer_free(l);
 }
 
+// The sort's radix passes (11 bits each): buckets spread over 2^23 (three
+// passes) give the bits of the same buckets renumbered 0..7 per round (one
+// pass), as only their order reaches the attention. Causal, R 2, chunk 8.
+static void test_sort_passes(void) {
+    enum { Tn = 64, dk = 4, dv = 4, R = 2, nb = 8 };
+    float q[Tn * dk], v[Tn * dv], small[R * Tn], big[R * Tn], o1[R * Tn * dv], o2[R * Tn * dv], l1[R * Tn],
+        l2[R * Tn];
+    ct_tensor tq = ct_tensor_2d(CT_DTYPE_F32, Tn, dk, q), tv = ct_tensor_2d(CT_DTYPE_F32, Tn, dv, v);
+    gradcheck_fill(&tq, 91, -1.0f, 1.0f);
+    gradcheck_fill(&tv, 92, -1.0f, 1.0f);
+    const int64_t NB_big = (int64_t)1 << 22, stride = NB_big / nb;
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < Tn; t++) {
+            const int b = (t * 5 + r * 3) % nb;
+            small[r * Tn + t] = (float)(r * nb + b);
+            big[r * Tn + t] = (float)(r * NB_big + b * stride + 3 * b);  // every digit used, same order
+        }
+    ct_lsh_dims d = {.T = Tn, .dk = dk, .dv = dv, .R = R, .NB = nb, .m = 8, .before = 1, .causal = true};
+    float *work = malloc((size_t)ct_lsh_work_floats(&d, false) * sizeof(float));
+    ct_lsh_forward(o1, l1, q, v, NULL, small, work, ct_key_from_seed(1), &d);
+    d.NB = NB_big;
+    ct_lsh_forward(o2, l2, q, v, NULL, big, work, ct_key_from_seed(1), &d);
+    bool same = memcmp(o1, o2, sizeof o1) == 0 && memcmp(l1, l2, sizeof l1) == 0;
+    printf("buckets over 2^23 (3 radix passes) vs renumbered 0..7 (1 pass): %s\n",
+           same ? "bitwise equal" : "DIFFER");
+    CHECK(same);
+    free(work);
+}
+
 // What a training forward keeps for backward: its output and the tape (q,
 // v, o, lse_r, buckets; x is the caller's), and not the rounds' outputs
 // o_r (B,H,R,T,dv), which backward does not need. Every size here is a
@@ -1047,6 +1076,7 @@ int main(void) {
     test_first_row_rotations();
     test_hash_key_sequence();
     test_tape_bytes();
+    test_sort_passes();
     test_gradients();
     test_one_chunk_is_shared_qk();
     test_trax_shapes();
