@@ -71,4 +71,20 @@ if [[ $warned == 1 ]] && grep -q "resuming from $dir/model_2 at step 2\$" "$work
 else
     bad "drawn seed's resume: the broken pointer warned of $warned times; $(grep 'resuming from' "$work/out")"
 fi
+# A dead writer's .old-<name>-<pid> (its checkpoint set aside while being
+# replaced or pruned) is set aside with the rest: left behind, the new run's
+# first checkpoint put it back as model_2, the earlier run's checkpoint among
+# the new run's (counted among its keep_last, resumed from if its pointer went).
+dir=$work/old
+"$ctrax" train "$config" --steps 2 --output-dir "$dir" >"$work/out" 2>&1
+true & dead=$!  # a pid nobody has now
+wait "$dead"
+mv "$dir/model_2" "$dir/.old-model_2-$dead"
+"$ctrax" train "$config" --steps 1 --restart --output-dir "$dir" >"$work/out" 2>&1
+prev=$(find "$dir" -maxdepth 1 -name 'previous-*' | head -1)
+if [[ ! -e $dir/model_2 && -n $prev && -d $prev/.old-model_2-$dead ]]; then
+    ok "a dead writer's .old-model_2-<pid> is set aside, not put back among the new run's checkpoints"
+else
+    bad "--restart over a dead writer's .old-model_2-<pid>: $(ls -A "$dir" | tr '\n' ' ')"
+fi
 cli_done

@@ -945,7 +945,7 @@ static void test_interrupted_writer(void) {
         CHECK(!strcmp(name, "model_1"));
         check_latest_consistent(dir, 1);
         // The next writer removes what the dead one left.
-        CHECK_OK(ct_checkpoint_clean_tmp(dir, &err), &err);
+        CHECK_OK(ct_checkpoint_clean_tmp(dir, false, &err), &err);
         CHECK(!exists(tmpdir));
     }
 
@@ -1197,6 +1197,28 @@ static void test_retention(void) {
     free(infos);
     CHECK_OK(ct_checkpoint_remove(dir2, "a_7", &err), &err);
     CHECK(set_is(dir2, want3, 1));
+
+    // A pointer that does not read: a run resumes past it (the newest that
+    // loads) and writes a best checkpoint before one that rewrites it; the
+    // prune after that write removed nothing and failed it, so every rerun
+    // stopped there. Now nothing is pruned until the pointer reads again.
+    char dir4[1024];
+    snprintf(dir4, sizeof dir4, "%s", tmp_path("keep4"));
+    for (int i = 1; i <= 3; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "model_%d", i);
+        CHECK_OK(make_ckpt(dir4, nm, i, i, false, true, 0, &err), &err);
+    }
+    write_text(tmp_path("keep4/checkpoint"), "not/a name\n");
+    CHECK_OK(make_ckpt(dir4, "lowest_loss", 3, 3, true, false, 0, &err), &err);
+    CHECK_OK(ct_checkpoint_prune(dir4, 1, NULL, NULL, &err), &err);
+    const char *want6[] = {"model_1", "model_2", "lowest_loss", "model_3"};
+    CHECK(set_is(dir4, want6, 4));
+    // The next resume point rewrites the pointer, and pruning goes on.
+    CHECK_OK(make_ckpt(dir4, "model_4", 4, 4, false, true, 0, &err), &err);
+    CHECK_OK(ct_checkpoint_prune(dir4, 1, NULL, NULL, &err), &err);
+    const char *want7[] = {"lowest_loss", "model_4"};
+    CHECK(set_is(dir4, want7, 2));
 }
 
 // manifest.json of dir/name with field set to the JSON raw (NULL: removed).
@@ -1527,7 +1549,7 @@ static void test_clean_tmp_other_user(void) {
     if (pid == 0) {
         if (geteuid() == 0 && setuid(65534) != 0) _exit(3);
         ct_error e;
-        _exit(ct_checkpoint_clean_tmp(dir, &e) == CT_OK ? 0 : 4);
+        _exit(ct_checkpoint_clean_tmp(dir, false, &e) == CT_OK ? 0 : 4);
     }
     int status;
     CHECK(waitpid(pid, &status, 0) == pid);
@@ -1553,9 +1575,30 @@ static void test_clean_tmp_partial_old(void) {
     CHECK(rename(final, aside) == 0);
     snprintf(file, sizeof file, "%s/weights.safetensors", aside);
     CHECK(unlink(file) == 0);
-    CHECK_OK(ct_checkpoint_clean_tmp(dir, &err), &err);
+    CHECK_OK(ct_checkpoint_clean_tmp(dir, false, &err), &err);
     CHECK_MSG(!exists(final) && !exists(aside), "a half-removed checkpoint was %s",
               exists(final) ? "put back" : "left");
+}
+
+// Leftovers under this process's own pid: a writer skips them (its own
+// writes), a run's start (own_too) takes them as an earlier process's that
+// had the same pid, as every run may be pid 1 in a container: its
+// .old-model_5-<pid> goes back under model_5, its .tmp-model_6-<pid> goes.
+static void test_clean_tmp_own_pid(void) {
+    char dir[1024], final[1100], aside[1200], tmp[1200];
+    snprintf(dir, sizeof dir, "%s", tmp_path("own_pid"));
+    ct_error err = {0};
+    CHECK_OK(make_ckpt(dir, "model_5", 5, 5, false, false, 0, &err), &err);
+    snprintf(final, sizeof final, "%s/model_5", dir);
+    snprintf(aside, sizeof aside, "%s/.old-model_5-%ld", dir, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s/.tmp-model_6-%ld", dir, (long)getpid());
+    CHECK(rename(final, aside) == 0 && mkdir(tmp, 0700) == 0);
+    CHECK_OK(ct_checkpoint_clean_tmp(dir, false, &err), &err);
+    CHECK_MSG(exists(aside) && exists(tmp) && !exists(final), "a writer took its own pid's leftovers");
+    CHECK_OK(ct_checkpoint_clean_tmp(dir, true, &err), &err);
+    printf("own pid's leftovers at a run's start: model_5 %s, .tmp-model_6 %s\n",
+           exists(final) ? "put back" : "MISSING", exists(tmp) ? "LEFT" : "removed");
+    CHECK(exists(final) && !exists(aside) && !exists(tmp));
 }
 
 int main(void) {
@@ -1580,6 +1623,7 @@ int main(void) {
     test_two_writers();
     test_clean_tmp_other_user();
     test_clean_tmp_partial_old();
+    test_clean_tmp_own_pid();
     ct_error err;
     if (!check_failed_) ct_fs_remove_tree(g_tmp, &err);
     return check_summary("test_checkpoint");

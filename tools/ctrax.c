@@ -815,11 +815,15 @@ static void print_memory_plan(const ct_memory_plan *p, const char *output_dir) {
 // TensorBoard events, config.gin, memory_plan.json) move into
 // DIR/previous-<UTC time>/, so the new run's are not mixed with them (a
 // resume, `ctrax info` and TensorBoard would see both) and nothing is
-// overwritten or deleted. Other files stay.
+// overwritten or deleted. Other files stay. A dead writer's
+// .old-<name>-<pid> (a checkpoint set aside while being replaced or pruned)
+// goes too: left here, the new run's first checkpoint would put it back
+// under <name> (ct_checkpoint_clean_tmp), an earlier run's checkpoint among
+// the new run's.
 static bool previous_run_file(const char *name) {
     static const char *const exact[] = {"checkpoint", "config.gin", "memory_plan.json", "metrics.jsonl",
                                         "metrics.svg", "train", "eval"};
-    static const char *const prefixes[] = {"model_", "highest_", "lowest_", ".tmp-"};
+    static const char *const prefixes[] = {"model_", "highest_", "lowest_", ".tmp-", ".old-"};
     for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
         if (!strcmp(name, exact[i])) return true;
     for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
@@ -971,7 +975,7 @@ static int run_train(const train_args *a) {
         if (set_aside_previous_run(r.output_dir, &err) != CT_OK) goto done;
     } else if (rank == 0) {
         ct_error clean_err;
-        if (ct_checkpoint_clean_tmp(r.output_dir, &clean_err) != CT_OK)
+        if (ct_checkpoint_clean_tmp(r.output_dir, true, &clean_err) != CT_OK)
             ct_log(CT_LOG_WARN, "removing stale temporaries: %s", clean_err.msg);
     }
     o.restore_checkpoint = r.resume;

@@ -321,7 +321,8 @@ ct_status ct_checkpoint_writer_begin(ct_checkpoint_writer **out, const char *out
     CT_TRY(ct_checkpoint_check_name(name, err));
     CT_TRY(ct_fs_mkdirs(output_dir, err));
     ct_error clean_err;
-    if (ct_checkpoint_clean_tmp(output_dir, &clean_err) != CT_OK) ct_log(CT_LOG_WARN, "checkpoint: %s", clean_err.msg);
+    if (ct_checkpoint_clean_tmp(output_dir, false, &clean_err) != CT_OK)
+        ct_log(CT_LOG_WARN, "checkpoint: %s", clean_err.msg);
     ct_checkpoint_writer *w = ct_calloc(1, sizeof *w);  // a fixed size: bookkeeping (memory.h)
     if (!(w->files = cJSON_CreateArray())) {
         ct_free(w);
@@ -1004,7 +1005,17 @@ ct_status ct_checkpoint_prune(const char *output_dir, int keep_last, ct_checkpoi
                               ct_error *err) {
     if (keep_last < 0) return CT_OK;
     char pointer[CT_CHECKPOINT_NAME_MAX];
-    CT_TRY(read_pointer(output_dir, pointer, err));
+    // A pointer that does not read (damaged, a directory) names no checkpoint
+    // to keep, and a run resumed past it (ct_checkpoint_open_latest falls
+    // back) writes its best checkpoints before the next one that rewrites
+    // it: failing here failed that write, and every rerun the same way.
+    // Nothing is removed until the pointer reads again.
+    ct_error perr;
+    if (read_pointer(output_dir, pointer, &perr) != CT_OK) {
+        ct_log(CT_LOG_WARN, "checkpoint: no checkpoint pruned: %s (the next checkpoint to resume from rewrites it)",
+               perr.msg);
+        return CT_OK;
+    }
     ct_checkpoint_info *infos;
     int n;
     CT_TRY(ct_checkpoint_list(output_dir, &infos, &n, err));
@@ -1068,7 +1079,7 @@ static bool put_back(const char *output_dir, const char *entry, const char *path
     return true;
 }
 
-ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err) {
+ct_status ct_checkpoint_clean_tmp(const char *output_dir, bool own_too, ct_error *err) {
     DIR *d = opendir(output_dir);
     if (!d) {
         if (errno == ENOENT) return CT_OK;
@@ -1079,8 +1090,9 @@ ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err) {
     struct dirent *de;
     while ((de = readdir(d))) {
         long pid = leftover_pid(de->d_name);
-        if (pid == 0 || pid == (long)getpid()) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;  // its writer still runs
+        const bool own = pid == (long)getpid();
+        if (pid == 0 || (own && !own_too)) continue;
+        if (!own && (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;  // its writer still runs
         char path[PATH_CAP];
         if (join(path, output_dir, de->d_name, err) != CT_OK) continue;
         if (put_back(output_dir, de->d_name, path)) {

@@ -204,9 +204,11 @@ typedef bool (*ct_checkpoint_keep_fn)(const ct_checkpoint_info *info, void *ctx)
 // Removes old checkpoints. Kept: those marked keep when written, those keep()
 // accepts (keep may be NULL), the one the pointer names, and the regular
 // ones with the largest steps up to keep_last in all, the pointer's counted
-// among them when it is regular (keep_last < 0 keeps all). A checkpoint is
-// removed by renaming it to a dot directory first, so a crash never leaves a
-// half-deleted checkpoint under its name.
+// among them when it is regular (keep_last < 0 keeps all). A pointer that
+// does not read keeps them all (a warning; CT_OK): which one it named is not
+// known until a commit rewrites it. A checkpoint is removed by renaming it
+// to a dot directory first, so a crash never leaves a half-deleted
+// checkpoint under its name.
 ct_status ct_checkpoint_prune(const char *output_dir, int keep_last, ct_checkpoint_keep_fn keep, void *ctx,
                               ct_error *err);
 
@@ -221,7 +223,11 @@ ct_status ct_checkpoint_remove(const char *output_dir, const char *name, ct_erro
 // replacement, or while pruning it) goes back under <name>.
 // ct_checkpoint_writer_begin calls it, and so does a resume of `ctrax
 // train` on the chief (one that writes no checkpoint would keep them).
-ct_status ct_checkpoint_clean_tmp(const char *output_dir, ct_error *err);
+// own_too: this process has written nothing in output_dir yet (a run's
+// start, the directory locked), so leftovers under its own pid are an
+// earlier process's that had the same pid (in a container every run may be
+// pid 1); else they are skipped (the caller's own writes).
+ct_status ct_checkpoint_clean_tmp(const char *output_dir, bool own_too, ct_error *err);
 
 #ifdef __cplusplus
 }
