@@ -110,9 +110,10 @@ void ct_lsh_hash(float *buckets, const float *q, const float *mask, const float 
 // t: Trax's argsort of T * bucket + t (all distinct). A stable radix sort by
 // bucket over i in order gives exactly that order: rows of one bucket are
 // of one round (its range of buckets is the round's own), met in order of
-// t. (It replaced qsort, 4% of configs/fortunes_long.gin's step.) The keys'
-// space holds the other of the two index arrays, then the sorted rows'
-// positions t (dots reads them). Then sq, sk, sv.
+// t. (It replaced qsort: configs/fortunes_long.gin's LSH layers took about
+// 380 ms a step with it, 300 without, on one thread.) The keys' space holds
+// the other of the two index arrays, then the sorted rows' positions t
+// (dots reads them). Then sq, sk, sv.
 static void sort_gather(lsh_work *k, const float *q, const float *v, const float *buckets, const ct_lsh_dims *d) {
     const int64_t T = d->T, L = d->R * T;
     int32_t *src = k->perm, *dst = (int32_t *)(void *)k->keys, count[1 << RADIX_BITS];
