@@ -440,6 +440,26 @@ static void test_masked_padding_ignored(void) {
 // init's T; a T up to Lb runs (a shorter one on its prefix, zero past R T)
 // and gives what a layer sized by that T gives; a longer T fails, at init or
 // forward, naming T and max_length_for_buckets.
+// A training forward at x_long's T on a layer initialized on x16 (the
+// state sized by its T 16) is refused, naming that T and `bound`.
+static void longer_refused(ct_lsh_self_attention_params p, const ct_tensor *x16, const ct_tensor *x_long,
+                           const char *bound) {
+    ct_layer *l = ct_lsh_self_attention(p);
+    fixture r;
+    if (fixture_init_ok(&r, l, x16, 1, true)) {
+        ct_tensor out[1];
+        char t_is[32];
+        snprintf(t_is, sizeof t_is, "T=%lld", (long long)x_long->shape[1]);
+        ct_status st = ct_layer_forward(r.net.root, &r.ctx, x_long, out, ct_key_from_seed(2), &r.err);
+        printf("%s on a layer sized by T 16: %s\n", t_is, st == CT_OK ? "(accepted)" : r.err.msg);
+        CHECK_MSG(st != CT_OK && strstr(r.err.msg, t_is) && strstr(r.err.msg, bound), "%s",
+                  st == CT_OK ? "accepted" : r.err.msg);
+        ct_arena_reset(&r.arena);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
 static void test_max_length_for_buckets(void) {
     enum { Bn = 2, H = 2, R = 2, Dn = 4, Lb = 32 };
     float x16d[Bn * 16 * Dn], x32d[Bn * 32 * Dn], x48d[Bn * 48 * Dn], a[Bn * 16 * Dn], b[Bn * 16 * Dn];
@@ -500,34 +520,14 @@ static void test_max_length_for_buckets(void) {
     }
     ct_layer_free(l);
     ct_layer_free(l0);
-    // Without it the state is sized by init's T: a longer T fails.
-    l0 = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 4, 1, 0, R, 4, 0));
-    if (fixture_init_ok(&r0, l0, &x16, 1, true)) {
-        ct_tensor out[1];
-        ct_status st = ct_layer_forward(r0.net.root, &r0.ctx, &x32, out, ct_key_from_seed(2), &r0.err);
-        printf("T 32 on a layer sized by T 16: %s\n", st == CT_OK ? "(accepted)" : r0.err.msg);
-        CHECK_MSG(st != CT_OK && strstr(r0.err.msg, "T=32") && strstr(r0.err.msg, "max_length_for_buckets 0"), "%s",
-                  st == CT_OK ? "accepted" : r0.err.msg);
-        ct_arena_reset(&r0.arena);
-        fixture_free(&r0);
-    }
-    ct_layer_free(l0);
-    // One over init's T (chunk 1: T 17 passes every other check): the
-    // state's rows hold R 16 buckets, so T 17 must be refused, not hashed
-    // one bucket past each row.
-    l0 = ct_lsh_self_attention(lsh_params(H, 4, 4, true, 1, 1, 0, R, 4, 0));
+    // Without it the state is sized by init's T: a longer T fails. One
+    // over (chunk 1: T 17 passes every other check): the state's rows hold
+    // R 16 buckets, so T 17 must be refused, not hashed one bucket past
+    // each row.
+    longer_refused(lsh_params(H, 4, 4, true, 4, 1, 0, R, 4, 0), &x16, &x32, "max_length_for_buckets 0");
     float x17d[Bn * 17 * Dn] = {0};
     ct_tensor x17 = ct_tensor_3d(CT_DTYPE_F32, Bn, 17, Dn, x17d);
-    if (fixture_init_ok(&r0, l0, &x16, 1, true)) {
-        ct_tensor out[1];
-        ct_status st = ct_layer_forward(r0.net.root, &r0.ctx, &x17, out, ct_key_from_seed(2), &r0.err);
-        printf("T 17 on a layer sized by T 16: %s\n", st == CT_OK ? "(accepted)" : r0.err.msg);
-        CHECK_MSG(st != CT_OK && strstr(r0.err.msg, "T=17") && strstr(r0.err.msg, "init's T=16"), "%s",
-                  st == CT_OK ? "accepted" : r0.err.msg);
-        ct_arena_reset(&r0.arena);
-        fixture_free(&r0);
-    }
-    ct_layer_free(l0);
+    longer_refused(lsh_params(H, 4, 4, true, 1, 1, 0, R, 4, 0), &x16, &x17, "init's T=16");
 }
 
 // An eval forward takes any B and T (REFORMER.md section 7: Trax's state
