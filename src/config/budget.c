@@ -129,8 +129,8 @@ static void reformer_lsh_state(cfg_plan *out, const ct_reformer_lm_params *m, do
 // What one block's attention keeps per token for backward, averaged over
 // the attention list: CausalAttention's q, k, v and output (4 d_model, its
 // logsumexps counted apart); SelfAttention's q, k, v, o per head; LSH's q,
-// v, o, each round's o and logsumexp, and its buckets per head
-// (src/layers/efficient_attention.c, lsh_attention.c).
+// v, o, each round's logsumexp and its buckets per head (not each round's
+// o: src/layers/efficient_attention.c, lsh_attention.c).
 static double reformer_attention_act(const ct_reformer_lm_params *m) {
     int n = m->n_attention > 0 ? m->n_attention : 1;
     double dk = m->d_attention_key ? m->d_attention_key : CT_REFORMER_D_ATTENTION;
@@ -139,7 +139,7 @@ static double reformer_attention_act(const ct_reformer_lm_params *m) {
     for (int i = 0; i < n && i < CT_REFORMER_MAX_ATTENTION; i++) {
         if (m->attention[i] == CT_REFORMER_CAUSAL_ATTENTION) sum += 4.0 * m->d_model;
         else if (m->attention[i] == CT_REFORMER_SELF_ATTENTION) sum += m->n_heads * (2.0 * dk + 2.0 * dv);
-        else sum += m->n_heads * (dk + 2.0 * dv + R * dv + 2.0 * R);
+        else sum += m->n_heads * (dk + 2.0 * dv + 2.0 * R);
     }
     return sum / n;
 }
