@@ -148,6 +148,9 @@ fails "--threads 0" 2 "--threads expects an integer in [1, 4096], got '0'" "$b" 
 # strtoll alone takes leading blanks and a '+' (a quoting slip passed as 2)
 fails "--threads ' 2'" 2 "--threads expects an integer in [1, 4096], got ' 2'" "$b" --threads ' 2'
 fails "--threads +2" 2 "--threads expects an integer in [1, 4096], got '+2'" "$b" --threads +2
+# --devices 0 is no replica count: refused, not taken as no --devices at all
+# (which trains with the config's train.n_devices).
+fails "--devices 0" 2 "--devices expects an integer in [1, " "$b" --devices 0 --output-dir "$work/dev0"
 help=$("$ctrax" train --help)
 for flag in --config_file --config --output_dir --dataset --data_dir --model --threads --set --output-dir; do
     grep -qe "^  $flag " <<<"$help" && ok "--help lists $flag" || bad "--help does not list $flag"

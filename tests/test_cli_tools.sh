@@ -145,10 +145,14 @@ has "$tmp/out" "^schedule +multifactor sets the learning rate each step"
 if ! grep -q "learning_rate 0.01" "$tmp/out"; then ok; else bad "info with a schedule shows Adam's learning_rate"; fi
 # Last metrics: metrics/* only (not 'metricsx/y', whose name has no "metrics/").
 edit_checkpoint "$run10/model_6" "$tmp/hist_run/model_6" state.json \
-    'json.dumps(dict(json.loads(data), history=[["train", "metricsx/y", 6, 1.5], ["eval", "metrics/loss", 6, 2.5]])).encode()'
+    'json.dumps(dict(json.loads(data), history=[["train", "metricsx/y", 6, 1.5], ["eval", "metrics/loss", 4, 3.5],
+                                                 ["eval", "metrics/loss", 6, 2.5]])).encode()'
 expect_exit 0 "" info "$tmp/hist_run/model_6"
 has "$tmp/out" "^last metrics eval +loss = 2.5 \(step 6\)$"
 if ! grep -q "metricsx\|= 1.5" "$tmp/out"; then ok; else bad "info showed a metric that is not metrics/*"; fi
+# A metric logged twice is shown once, at its last value (not its first, 3.5).
+n=$(grep -c "loss = " "$tmp/out")
+if [[ $n == 1 ]]; then ok; else bad "info showed eval loss $n times: $(grep "loss = " "$tmp/out")"; fi
 # A hostile checkpoint's escape sequences (in the config, a metric's name and
 # mode, a hyperparameter's name) never reach the terminal: each control
 # character is a '?'.
@@ -318,6 +322,12 @@ expect_exit 2 "names separated by commas" plot "$run10" --metrics loss,,accuracy
 expect_exit 2 "unknown option '-o=" plot "$run10" -o="$tmp/eq.svg"
 expect_exit 0 "" plot "$run10" --output="$tmp/eq.svg" --metrics loss
 has "$tmp/out" "^wrote $tmp/eq.svg: 1 panel"
+# An option given twice: the last one wins (commands.h's ctrax_option), as a
+# script that appends its own -o to a user's expects; the first is not written.
+expect_exit 0 "" plot "$run10" --metrics loss -o "$tmp/first.svg" --metrics accuracy -o "$tmp/last.svg"
+has "$tmp/out" "^wrote $tmp/last.svg: 1 panel"
+has "$tmp/out" "^  metrics/accuracy: "
+if [[ ! -e $tmp/first.svg ]]; then ok; else bad "plot -o A -o B wrote A"; fi
 # -o naming the metrics file it reads is refused (the SVG would replace it).
 cp "$run10/metrics.jsonl" "$tmp/metrics_before"
 expect_exit 1 "is the metrics file it reads" plot "$run10" -o "$run10/metrics.jsonl"
@@ -537,6 +547,8 @@ expect_exit 2 "--temperature expects a number in \[0, 1e\+06\], got ' 1'" sample
 expect_exit 2 "--length expects an integer in \[0, 16777216\], got '\+4'" sample "$run10" --length +4
 # A subnormal is in [0, 1e6] (strtod's ERANGE once refused it, saying so).
 expect_exit 0 "temperature 9.99989e-321" sample "$run10" --length 3 --temperature 1e-320
+# A number may start with its point, as strtod reads it: .5 is 0.5.
+expect_exit 0 "temperature 0.5," sample "$run10" --length 3 --temperature .5
 expect_exit 2 "--top-k expects an integer" sample "$run10" --top-k 1.5
 expect_exit 2 "--top-k expects an integer in \[0, 16777216\], got '-1'" sample "$run10" --top-k -1
 expect_exit 2 "--seed expects an integer in \[0, 9223372036854775807\], got '-1'" sample "$run10" --seed -1
@@ -578,6 +590,15 @@ if ! cmp -s "$tmp/out" "$tmp/eval10"; then ok; else bad "eval of model_2 printed
 edit_checkpoint "$run10/model_6" "$tmp/steps_run/model_6" config.gin 'data + b"train.eval_steps = 2147483648\n"'
 expect_exit 1 "config.gin:[0-9]+:1: train.eval_steps must be <= 2147483647, got 2147483648" \
     eval "$tmp/steps_run/model_6"
+# A run trained without evals (train.eval_steps = 0) is evaluated on one
+# batch, as --steps 1, not on none (an average over no batch).
+edit_checkpoint "$run10/model_6" "$tmp/noeval_run/model_6" config.gin 'data + b"train.eval_steps = 0\n"'
+expect_exit 0 "\(step 6\) on 1 batch\(es\) of " eval "$tmp/noeval_run/model_6"
+cp "$tmp/out" "$tmp/eval_noeval"
+expect_exit 0 "" eval "$run10" --steps 1
+if cmp -s "$tmp/out" "$tmp/eval_noeval"; then ok; else
+    bad "eval with train.eval_steps = 0: $(cat "$tmp/eval_noeval"), with --steps 1: $(cat "$tmp/out")"
+fi
 # A config.gin with a NUL byte (bindings after it would be silently lost:
 # "binds no train.model", and info showed the text cut short with exit 0):
 # each command refuses it, naming the file and where the NUL is.
