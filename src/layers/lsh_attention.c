@@ -6,8 +6,9 @@
 // Tape (forward, recording): x, the mask input (masked), q (B,H,T,dk), v, o
 // (B,H,T,dv), lse_r (B,H,R,T), buckets (B,H,R T): linear in T. Each round's
 // output o_r (R,T,dv) lives only in a thread's work area: backward does
-// not need it (kernels/cpu/lsh_attention.c, combine_backward). The buckets are copied to the tape so that backward never reads the
-// state (another forward may have hashed since).
+// not need it (kernels/cpu/lsh_attention.c, combine_backward). The buckets
+// are copied to the tape so that backward never reads the state (another
+// forward may have hashed since).
 #include "ctrax/layers/lsh_attention.h"
 
 #include <math.h>
@@ -347,9 +348,9 @@ static ct_status heads_backward(ct_ctx *c, const ct_tensor *t, const float *mask
         float *w = (float *)work.data + (int64_t)omp_get_thread_num() * per;
         const int64_t qo = s * T * d->dk, vo = s * T * d->dv, ro = s * R * T;
         ct_lsh_backward((float *)g[0].data + qo, (float *)g[1].data + vo, (const float *)dO->data + vo,
-                        (const float *)t[T_O].data + vo, (const float *)t[T_LSER].data + ro, (const float *)t[T_Q].data + qo,
-                        (const float *)t[T_V].data + vo, mask ? mask + s / H * T : NULL,
-                        (const float *)t[T_BK].data + ro, w, key, d);
+                        (const float *)t[T_O].data + vo, (const float *)t[T_LSER].data + ro,
+                        (const float *)t[T_Q].data + qo, (const float *)t[T_V].data + vo,
+                        mask ? mask + s / H * T : NULL, (const float *)t[T_BK].data + ro, w, key, d);
     }
     ct_arena_reset_to(c->arena, mark);
     return CT_OK;

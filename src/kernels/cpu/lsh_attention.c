@@ -299,8 +299,9 @@ static void chunk_backward(lsh_work *k, float *f, int64_t c, ct_key key, const c
     }
 }
 
-void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, const float *lse_r, const float *q, const float *v, const float *mask, const float *buckets,
-                     float *work, ct_key key, const ct_lsh_dims *d) {
+void ct_lsh_backward(float *dq, float *dv, const float *dout, const float *o, const float *lse_r, const float *q,
+                     const float *v, const float *mask, const float *buckets, float *work, ct_key key,
+                     const ct_lsh_dims *d) {
     const int64_t T = d->T, L = d->R * T;
     if (L == 0) return;
     lsh_work k = carve(work, d, true);
