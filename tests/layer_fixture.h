@@ -99,6 +99,21 @@ static inline void check_layer(const char *label, ct_layer *l, const ct_tensor *
     check_layer_eps(label, l, in, n_in, train, ct_gradcheck_defaults().eps);
 }
 
+// A layer that joins a new net takes that net's D: l initialized on (B, T,
+// D) and run, then on D - 2, ... down to 4 (a second init must not check x
+// against the first net's d_model). xd: B T D floats.
+static inline void check_new_net_new_d(ct_layer *l, int64_t B, int64_t T, int64_t D, float *xd, bool train) {
+    for (int64_t d = D; d >= 4; d -= 2) {
+        ct_tensor x = ct_tensor_3d(CT_DTYPE_F32, B, T, d, xd), out[1];
+        gradcheck_fill(&x, 43, -1.0f, 1.0f);
+        fixture r;
+        if (fixture_init_ok(&r, l, &x, 1, train)) {
+            CHECK_OK(fixture_forward(&r, &x, out, 1), &r.err);
+            fixture_free(&r);
+        }
+    }
+}
+
 static inline ct_tensor uniform(ct_tensor t, uint64_t seed, float lo, float hi) {
     gradcheck_fill(&t, seed, lo, hi);
     return t;
