@@ -72,9 +72,8 @@ void ct_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 // One row's input gradient, written to dx (which may be g: each element is
 // read before it is written):
 // dx = rstd * (w*g - mean(w*g) - norm * mean(w*g*norm)); both means in one
-// pass, in lanes as in the forward. With dweight and dbias (not NULL), the
-// row's terms are added to them in the same pass over the row (the fused,
-// one-thread case of ct_layernorm_backward), as the column loop adds them.
+// pass, in lanes as in the forward. The row's terms of dweight and dbias are
+// added to them in the same pass over the row, as the column loop adds them.
 ROW_KERNEL
 static void layernorm_row_backward(float *dx, float *dweight, float *dbias, const float *g, const float *x,
                                    const float *weight, float m, float s, int64_t C) {
@@ -100,20 +99,12 @@ static void layernorm_row_backward(float *dx, float *dweight, float *dbias, cons
         }
     }
     float mean_g = (float)(ct_lanes_total(lg) / (double)C), mean_gn = (float)(ct_lanes_total(lgn) / (double)C);
-    if (dweight) {
-#pragma omp simd
-        for (int64_t c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s, gc = g[c];  // read before dx[c] is written: dx may be g
-            dweight[c] += gc * norm;
-            dbias[c] += gc;
-            dx[c] = s * (weight[c] * gc - mean_g - norm * mean_gn);
-        }
-        return;
-    }
 #pragma omp simd
     for (int64_t c = 0; c < C; c++) {
-        float norm = (x[c] - m) * s;
-        dx[c] = s * (weight[c] * g[c] - mean_g - norm * mean_gn);
+        float norm = (x[c] - m) * s, gc = g[c];  // read before dx[c] is written: dx may be g
+        dweight[c] += gc * norm;
+        dbias[c] += gc;
+        dx[c] = s * (weight[c] * gc - mean_g - norm * mean_gn);
     }
 }
 
@@ -136,33 +127,30 @@ static void layernorm_cols_backward(float *dweight, float *dbias, const float *d
 void ct_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const float *mean, const float *rstd,
                            int64_t N, int64_t C) {
-    const bool threads = N * C > CT_NORM_PARALLEL_MIN && omp_get_max_threads() > 1;
-    // On one thread, one pass: each row's input gradient and its share of
-    // dweight and dbias while the row is in L1 (the column loop below reads
-    // dout and the input again; the two passes were 2-3% of a TransformerLM
-    // step). The rows go in order, so the sums are the column loop's bits.
-    if (dinp && !threads) {
+    // With an input gradient, one pass on one thread: each row's input
+    // gradient and its share of dweight and dbias while the row is in L1,
+    // rows in order, so the sums are the column loop's bits. It beat the
+    // threaded two passes it replaced (columns on every thread, then rows:
+    // the second pass read dout and the input again, half of them rows the
+    // other core's GEMM had just written). LayerNorm backward in a step at
+    // two threads, profile, fused against two-pass: 1.6-1.7 against 3.0-3.3
+    // ms (bench config A), 5.8-6.3 against 7.8-8.0 (B), 3.1 against 4.7
+    // (make train's ReformerLM).
+    if (dinp) {
         for (int64_t n = 0; n < N; n++)
             layernorm_row_backward(dinp + n * C, dweight, dbias, dout + n * C, inp + n * C, weight, mean[n],
                                    rstd[n], C);
         return;
     }
-    // Weight and bias gradients sum over rows: threads take blocks of
+    // Weight and bias gradients alone sum over rows: threads take blocks of
     // columns and walk the rows in order, so the result does not depend on
-    // the thread count (and is bitwise the reference's). Before the input
-    // gradient, which may be written over dout.
+    // the thread count (and is bitwise the reference's).
     int64_t n_blocks = (C + CT_NORM_COL_BLOCK - 1) / CT_NORM_COL_BLOCK;
-#pragma omp parallel for schedule(static) if (threads)
+#pragma omp parallel for schedule(static) if (N * C > CT_NORM_PARALLEL_MIN)
     for (int64_t blk = 0; blk < n_blocks; blk++) {
         int64_t c0 = blk * CT_NORM_COL_BLOCK;
         int64_t c1 = c0 + CT_NORM_COL_BLOCK < C ? c0 + CT_NORM_COL_BLOCK : C;
         layernorm_cols_backward(dweight, dbias, dout, inp, mean, rstd, N, C, c0, c1);
-    }
-    if (dinp) {
-#pragma omp parallel for schedule(static) if (threads)
-        for (int64_t n = 0; n < N; n++)
-            layernorm_row_backward(dinp + n * C, NULL, NULL, dout + n * C, inp + n * C, weight, mean[n], rstd[n],
-                                   C);
     }
 }
 
