@@ -72,19 +72,32 @@ else
     bad "drawn seed's resume: the broken pointer warned of $warned times; $(grep 'resuming from' "$work/out")"
 fi
 # A dead writer's .old-<name>-<pid> (its checkpoint set aside while being
-# replaced or pruned) is set aside with the rest: left behind, the new run's
-# first checkpoint put it back as model_2, the earlier run's checkpoint among
-# the new run's (counted among its keep_last, resumed from if its pointer went).
+# replaced or pruned, <name> gone) goes back under its name before the run
+# looks for a checkpoint. Without --restart the run resumes from it (searched
+# for first, the run resumed from an older checkpoint, here model_1, or with
+# none started again at step 0); with --restart it is set aside with the rest, as
+# model_2: left behind, the new run's first checkpoint put it back as
+# model_2, the earlier run's checkpoint among the new run's.
 dir=$work/old
 "$ctrax" train "$config" --steps 2 --output-dir "$dir" >"$work/out" 2>&1
 true & dead=$!  # a pid nobody has now
 wait "$dead"
 mv "$dir/model_2" "$dir/.old-model_2-$dead"
+"$ctrax" train "$config" --steps 3 --output-dir "$dir" >"$work/out" 2>&1
+n=$(find "$dir" -maxdepth 1 -name 'previous-*' | wc -l)
+if [[ $n == 0 && -d $dir/model_3 && ! -e $dir/.old-model_2-$dead ]] &&
+    grep -q "resuming from $dir/model_2 at step 2\$" "$work/out"; then
+    ok "a dead writer's .old-model_2-<pid> goes back as model_2 and the run resumes from it"
+else
+    bad "resume over a dead writer's .old-model_2-<pid>: $n previous-*; $(ls -A "$dir" | tr '\n' ' ');" \
+        "$(grep -E 'resuming|step 0' "$work/out" | tr '\n' ' ')"
+fi
+mv "$dir/model_3" "$dir/.old-model_3-$dead"
 "$ctrax" train "$config" --steps 1 --restart --output-dir "$dir" >"$work/out" 2>&1
 prev=$(find "$dir" -maxdepth 1 -name 'previous-*' | head -1)
-if [[ ! -e $dir/model_2 && -n $prev && -d $prev/.old-model_2-$dead ]]; then
-    ok "a dead writer's .old-model_2-<pid> is set aside, not put back among the new run's checkpoints"
+if [[ ! -e $dir/model_3 && -n $prev && -f $prev/model_3/manifest.json && -z $(find "$dir" -name '.old-*') ]]; then
+    ok "with --restart, a dead writer's .old-model_3-<pid> is set aside as model_3, not among the new run's"
 else
-    bad "--restart over a dead writer's .old-model_2-<pid>: $(ls -A "$dir" | tr '\n' ' ')"
+    bad "--restart over a dead writer's .old-model_3-<pid>: $(ls -A "$dir" | tr '\n' ' ')"
 fi
 cli_done
