@@ -1219,6 +1219,24 @@ static void test_retention(void) {
     CHECK_OK(ct_checkpoint_prune(dir4, 1, NULL, NULL, &err), &err);
     const char *want7[] = {"lowest_loss", "model_4"};
     CHECK(set_is(dir4, want7, 2));
+
+    // A pointer naming an incomplete checkpoint: that one stays but is not
+    // counted among the keep_last, so the newest complete one (the one a
+    // resume falls back to) stays too. Counted, it took model_2's place: a
+    // run resumed from model_2 lost its only resume point at its next best
+    // checkpoint.
+    char dir5[1024];
+    snprintf(dir5, sizeof dir5, "%s", tmp_path("keep5"));
+    for (int i = 1; i <= 3; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "model_%d", i);
+        CHECK_OK(make_ckpt(dir5, nm, i, i, false, true, 0, &err), &err);  // the pointer follows: model_3
+    }
+    truncate_by(tmp_path("keep5/model_3/weights.safetensors"), 4);
+    CHECK_OK(make_ckpt(dir5, "lowest_loss", 2, 2, true, false, 0, &err), &err);
+    CHECK_OK(ct_checkpoint_prune(dir5, 1, NULL, NULL, &err), &err);
+    const char *want8[] = {"lowest_loss", "model_2", "model_3"};
+    CHECK(set_is(dir5, want8, 3));
 }
 
 // manifest.json of dir/name with field set to the JSON raw (NULL: removed).

@@ -1027,9 +1027,13 @@ ct_status ct_checkpoint_prune(const char *output_dir, int keep_last, ct_checkpoi
         const ct_checkpoint_info *info = &infos[i];
         if (info->step < 0 || info->keep || (keep && keep(info, ctx))) continue;
         // The pointer's checkpoint always stays, and counts among the
-        // keep_last (Trax keeps exactly that many).
+        // keep_last (Trax keeps exactly that many) when it is complete. An
+        // incomplete one (a run resumed past it: ct_checkpoint_open_latest
+        // falls back) counted, and the checkpoint the run resumed from, the
+        // newest that loads, was pruned in its place at the run's next best
+        // checkpoint.
         if (!strcmp(info->name, pointer)) {
-            regular_kept++;
+            if (info->complete) regular_kept++;
             continue;
         }
         if (info->complete && regular_kept < keep_last) {

@@ -203,8 +203,9 @@ typedef bool (*ct_checkpoint_keep_fn)(const ct_checkpoint_info *info, void *ctx)
 
 // Removes old checkpoints. Kept: those marked keep when written, those keep()
 // accepts (keep may be NULL), the one the pointer names, and the regular
-// ones with the largest steps up to keep_last in all, the pointer's counted
-// among them when it is regular (keep_last < 0 keeps all). A pointer that
+// complete ones with the largest steps up to keep_last in all, the
+// pointer's counted among them when it is regular and complete (keep_last <
+// 0 keeps all). A pointer that
 // does not read keeps them all (a warning; CT_OK): which one it named is not
 // known until a commit rewrites it. A checkpoint is removed by renaming it
 // to a dot directory first, so a crash never leaves a half-deleted
