@@ -242,6 +242,9 @@ for cmd in info eval sample; do
     expect_exit 2 "--name: invalid checkpoint name '../run256'" "$cmd" "$run10" --name ../run256
 done
 expect_exit 2 "--name: invalid checkpoint name 'checkpoint'" info "$run10" --name checkpoint
+# --name's value is a name even when it is spelled --system (it was read as
+# the --system option: "--system takes no other argument").
+expect_exit 1 "/--system: no such checkpoint" info "$run10" --name --system
 # --threads is --system's (a checkpoint's info computes nothing).
 expect_exit 2 "--threads goes with --system" info "$run10" --threads 2
 expect_exit 2 "--threads goes with --system" info "$run10" --threads=2

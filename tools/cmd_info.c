@@ -427,6 +427,10 @@ int ctrax_cmd_info(int argc, char **argv) {
     const ctrax_option options[] = {{"--name", NULL, &name, NULL}};
     const ctrax_args args = {"info", usage, options, 1, "checkpoint", "CHECKPOINT_DIR_OR_OUTPUT_DIR"};
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--name")) {  // its value, even one spelled --system, is a name
+            i++;
+            continue;
+        }
         if (strcmp(argv[i], "--system")) continue;
         // --system describes the machine: no checkpoint, no --name; --threads
         // sets its sgemm's threads.
