@@ -815,33 +815,55 @@ static void test_hash_key_sequence(void) {
     ct_layer_free(l);
 }
 
-// The sort's radix passes (11 bits each): buckets spread over 2^23 (three
-// passes) give the bits of the same buckets renumbered 0..7 per round (one
-// pass), as only their order reaches the attention. Causal, R 2, chunk 8.
-static void test_sort_passes(void) {
-    enum { Tn = 64, dk = 4, dv = 4, R = 2, nb = 8 };
-    float q[Tn * dk], v[Tn * dv], small[R * Tn], big[R * Tn], o1[R * Tn * dv], o2[R * Tn * dv], l1[R * Tn],
-        l2[R * Tn];
+// One sort case: round r's position t takes bucket r NB + val[(5 t + 3 r)
+// % 8] (val increasing, under NB); the forward must give, bitwise, what the
+// same buckets renumbered r 8 + 0..7 give (one radix pass), as only their
+// order reaches the attention. Causal, chunk m, one chunk before. Prints
+// and returns whether they match.
+static bool sort_case_same(const char *label, int Tn, int R, int m, int64_t NB, const int64_t val[8]) {
+    enum { dk = 4, dv = 4, nb = 8 };
+    const size_t L = (size_t)R * Tn;
+    float *q = malloc(sizeof(float) * Tn * dk), *v = malloc(sizeof(float) * Tn * dv);
+    float *small = malloc(sizeof(float) * L), *big = malloc(sizeof(float) * L);
+    float *o1 = malloc(sizeof(float) * L * dv), *o2 = malloc(sizeof(float) * L * dv);
+    float *l1 = malloc(sizeof(float) * L), *l2 = malloc(sizeof(float) * L);
     ct_tensor tq = ct_tensor_2d(CT_DTYPE_F32, Tn, dk, q), tv = ct_tensor_2d(CT_DTYPE_F32, Tn, dv, v);
     gradcheck_fill(&tq, 91, -1.0f, 1.0f);
     gradcheck_fill(&tv, 92, -1.0f, 1.0f);
-    const int64_t NB_big = (int64_t)1 << 22, stride = NB_big / nb;
     for (int r = 0; r < R; r++)
         for (int t = 0; t < Tn; t++) {
             const int b = (t * 5 + r * 3) % nb;
             small[r * Tn + t] = (float)(r * nb + b);
-            big[r * Tn + t] = (float)(r * NB_big + b * stride + 3 * b);  // every digit used, same order
+            big[r * Tn + t] = (float)(r * NB + val[b]);  // exact: R NB <= 2^24
         }
-    ct_lsh_dims d = {.T = Tn, .dk = dk, .dv = dv, .R = R, .NB = nb, .m = 8, .before = 1, .causal = true};
-    float *work = malloc((size_t)ct_lsh_work_floats(&d, false) * sizeof(float));
+    ct_lsh_dims d = {.T = Tn, .dk = dk, .dv = dv, .R = R, .NB = nb, .m = m, .before = 1, .causal = true};
+    float *work = malloc((size_t)ct_lsh_work_floats(&d, false) * sizeof(float));  // NB does not size it
     ct_lsh_forward(o1, l1, q, v, NULL, small, work, ct_key_from_seed(1), &d);
-    d.NB = NB_big;
+    d.NB = NB;
     ct_lsh_forward(o2, l2, q, v, NULL, big, work, ct_key_from_seed(1), &d);
-    bool same = memcmp(o1, o2, sizeof o1) == 0 && memcmp(l1, l2, sizeof l1) == 0;
-    printf("buckets over 2^23 (3 radix passes) vs renumbered 0..7 (1 pass): %s\n",
-           same ? "bitwise equal" : "DIFFER");
-    CHECK(same);
-    free(work);
+    bool same = memcmp(o1, o2, sizeof(float) * L * dv) == 0 && memcmp(l1, l2, sizeof(float) * L) == 0;
+    printf("sort, %s: %s the buckets renumbered 0..7 (1 pass)\n", label, same ? "bitwise equal to" : "DIFFERS from");
+    free(q), free(v), free(small), free(big), free(o1), free(o2), free(l1), free(l2), free(work);
+    return same;
+}
+
+// The sort's radix passes (11 bits each, as many as R NB needs): buckets
+// spread over 2^23 (three passes, every digit used); R NB = 2^11 + 1, whose
+// bucket 2^11 alone needs a second pass, with digit 2047 (the histogram's
+// last) and buckets that differ only in bit 11; R NB = 2^22 + 1, whose
+// bucket 2^22 alone needs a third; R NB = 2^24 - 2 over odd T, round 1's
+// top bucket 2^24 - 3 (bits 0..23 each set in some bucket).
+static void test_sort_passes(void) {
+    const int64_t P22 = (int64_t)1 << 22, stride = P22 / 8;
+    int64_t spread[8];
+    for (int b = 0; b < 8; b++) spread[b] = b * stride + 3 * b;
+    CHECK(sort_case_same("R 2, NB 2^22, buckets over 2^23 (3 passes)", 64, 2, 8, P22, spread));
+    CHECK(sort_case_same("R 1, NB 2^11 + 1, buckets 0..2^11 (2 passes)", 45, 1, 9, 2049,
+                         (const int64_t[8]){0, 5, 1023, 1024, 2045, 2046, 2047, 2048}));
+    CHECK(sort_case_same("R 1, NB 2^22 + 1, buckets 1..2^22 (3 passes)", 45, 1, 9, P22 + 1,
+                         (const int64_t[8]){1, 2047, 2048, 2049, P22 / 2, P22 - 2048, P22 - 1, P22}));
+    CHECK(sort_case_same("R 2, NB 2^23 - 1, odd T 45 (3 passes)", 45, 2, 9, 2 * P22 - 1,
+                         (const int64_t[8]){0, 2047, 2048, P22 - 1, P22, 2 * P22 - 2049, 2 * P22 - 3, 2 * P22 - 2}));
 }
 
 // What a training forward keeps for backward: its output and the tape (q,
