@@ -460,6 +460,26 @@ static void longer_refused(ct_lsh_self_attention_params p, const ct_tensor *x16,
     ct_layer_free(l);
 }
 
+// A (b, h)'s n_hashes x T rows are sorted with 32-bit indices: an eval
+// forward (any T) of 2 x 2^30 rows is refused before it reads its input (the
+// data pointer points at a small buffer) or allocates anything.
+static void test_rows_past_int32(void) {
+    enum { Dn = 4 };
+    float xd[16 * Dn];
+    ct_tensor x16 = uniform(ct_tensor_3d(CT_DTYPE_F32, 1, 16, Dn, xd), 104, -1.0f, 1.0f);
+    ct_layer *l = ct_lsh_self_attention(lsh_params(2, 4, 4, true, 4, 1, 0, 2, 4, 0));
+    fixture r;
+    if (fixture_init_ok(&r, l, &x16, 1, false)) {
+        ct_tensor big = ct_tensor_3d(CT_DTYPE_F32, 1, (int64_t)1 << 30, Dn, xd), out[1];
+        ct_status st = fixture_forward(&r, &big, out, 1);
+        printf("eval forward of n_hashes 2 x T 2^30: %s\n", st == CT_OK ? "(accepted)" : r.err.msg);
+        CHECK_MSG(st == CT_ERR_SHAPE && strstr(r.err.msg, "over 2^31 - 1 rows"), "%s",
+                  st == CT_OK ? "accepted" : r.err.msg);
+        fixture_free(&r);
+    }
+    ct_layer_free(l);
+}
+
 static void test_max_length_for_buckets(void) {
     enum { Bn = 2, H = 2, R = 2, Dn = 4, Lb = 32 };
     float x16d[Bn * 16 * Dn], x32d[Bn * 32 * Dn], x48d[Bn * 48 * Dn], a[Bn * 16 * Dn], b[Bn * 16 * Dn];
@@ -1100,6 +1120,7 @@ int main(void) {
     test_masked_all_ones_and_dtypes();
     test_masked_padding_ignored();
     test_max_length_for_buckets();
+    test_rows_past_int32();
     test_eval_any_shape();
     test_hash_edge_cases();
     test_defaults();

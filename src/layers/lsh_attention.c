@@ -117,6 +117,12 @@ static ct_status lsh_dims(const ct_layer *l, const ct_ctx *c, const ct_tensor *x
                              "(max_length_for_buckets 0; set it for longer inputs; evals take any T)",
                              (long long)T, ct_tensor_sig_str(x, s, sizeof s), (long long)Lb);
     }
+    // A (b, h)'s R T rows are sorted with 32-bit indices (the kernel's perm).
+    if (R * T > INT32_MAX)
+        return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
+                             "n_hashes %d x length T=%lld of input %s is over 2^31 - 1 rows (the sort's indices are "
+                             "32-bit)",
+                             p->n_hashes, (long long)T, ct_tensor_sig_str(x, s, sizeof s));
     if ((R * T) % p->chunk_len != 0)
         return ct_layer_fail(l, err, CT_ERR_SHAPE, op,
                              "n_hashes %d x length T=%lld of input %s is not a multiple of chunk_len %d", p->n_hashes,

@@ -50,7 +50,8 @@ ct_lsh_self_attention_params ct_lsh_self_attention_default_params(void);
 // The window of 1 + n_chunks_before + n_chunks_after chunks may wrap round
 // the N = R T / chunk_len sorted chunks up to 2 N + 1 of them; a wider one
 // (it only repeats chunks) fails, at init and at any forward or backward
-// (an eval may be shorter than init's input).
+// (an eval may be shorter than init's input). R T is at most 2^31 - 1 (the
+// sort's indices are 32-bit) and R times the bucket count under 2^24.
 //
 // Weights as SelfAttention's with share_qk: "Wq[h]" (D, d_qk), "Wv[h]" (D,
 // d_v), "Wo[h]" (d_v, D), head h's key split(split(layer key, h), 0 / 2 /
