@@ -10,12 +10,13 @@
 
 static int64_t win_len(const ct_lsh_dims *d) { return d->m * (1 + d->before + d->after); }
 
-// The work area, carved in this order (forward part first, so backward's
-// layout extends it): keys (L int64: the radix sort's second index array,
-// then the sorted rows' positions), perm (L int32), sq, sk (L, dk), sv, so
-// (L, dv), slse (L), S (m, W); backward adds sdo, dsv (L, dv), srow (L),
-// dsq, dsk (L, dk), G (m, W), the rounds' weights w_r (T, R). L = R T. f
-// (W): one row's dropout factors.
+// The work area, carved in this order: keys (L int64: the radix sort's
+// second index array, then the sorted rows' positions), perm (L int32), sq,
+// sk (L, dk), sv (L, dv); then forward's so (L, dv), slse (L), or nothing
+// (backward recomputes neither); S (m, W), f (W): one row's dropout
+// factors; backward's sdo, dsv (L, dv), srow (L), dsq, dsk (L, dk), G (m,
+// W). The rounds' weights w_r (T, R) share dsq's space: combine_backward is
+// done with them before dsq is zeroed. L = R T.
 typedef struct lsh_work {
     const float *mask;  // (T): 0 = padding key; NULL: none
     int64_t *keys;
@@ -26,9 +27,8 @@ typedef struct lsh_work {
 
 int64_t ct_lsh_work_floats(const ct_lsh_dims *d, bool backward) {
     const int64_t L = d->R * d->T, mw = d->m * win_len(d);
-    int64_t n = 3 * L + 2 * L * d->dk + 2 * L * d->dv + L + mw + win_len(d);
-    if (backward) n += 2 * L * d->dv + L + 2 * L * d->dk + mw + L;
-    return n;
+    int64_t n = 3 * L + 2 * L * d->dk + L * d->dv + mw + win_len(d);
+    return n + (backward ? 2 * L * d->dv + L + 2 * L * d->dk + mw : L * d->dv + L);
 }
 
 static lsh_work carve(float *w, const ct_lsh_dims *d, bool backward) {
@@ -36,11 +36,12 @@ static lsh_work carve(float *w, const ct_lsh_dims *d, bool backward) {
     lsh_work k = {0};
     k.keys = (int64_t *)(void *)w;  // the arena is 64-byte aligned; L int64 = 2L floats
     k.perm = (int32_t *)(void *)(w + 2 * L);
-    k.sq = w + 3 * L, k.sk = k.sq + L * d->dk, k.sv = k.sk + L * d->dk, k.so = k.sv + L * d->dv;
-    k.slse = k.so + L * d->dv, k.S = k.slse + L, k.f = k.S + mw;
+    k.sq = w + 3 * L, k.sk = k.sq + L * d->dk, k.sv = k.sk + L * d->dk, k.S = k.sv + L * d->dv;
+    if (!backward) k.so = k.S, k.slse = k.so + L * d->dv, k.S = k.slse + L;
+    k.f = k.S + mw;
     if (backward) {
         k.sdo = k.f + win_len(d), k.dsv = k.sdo + L * d->dv, k.srow = k.dsv + L * d->dv, k.dsq = k.srow + L;
-        k.dsk = k.dsq + L * d->dk, k.G = k.dsk + L * d->dk, k.w_r = k.G + mw;
+        k.dsk = k.dsq + L * d->dk, k.G = k.dsk + L * d->dk, k.w_r = k.dsq;  // L <= L dk floats
     }
     return k;
 }
