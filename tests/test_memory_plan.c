@@ -7,6 +7,7 @@
 // (ct_arena_donate), so the plan holds forward's saved tensors and one
 // layer's backward, not every layer's outputs and gradients.
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -528,6 +529,55 @@ static size_t eval_peak(int n_layers, double *values) {
     return peak;
 }
 
+// An evaluator plans its arena at its first batch, perhaps while the
+// thread fit (ct_blas_threads_fit, under load) holds 1 thread of 2: it
+// lowers the count (ct_blas_use_threads), not the slots, even in a program
+// that never called ct_blas_set_threads (ctrax train without --threads).
+// Its next eval, at 2 threads again, fits that plan: no device allocation,
+// the same bits.
+// With per-thread scratch sized by the count of the moment, the attention's
+// work areas outgrew the plan at 2 threads and the arena took another
+// block (here 3 more device allocations).
+static void test_eval_plan_across_thread_counts(void) {
+    ct_error err;
+    int saved = ct_blas_threads();
+    omp_set_num_threads(2);  // OMP_NUM_THREADS=2, no ct_blas_set_threads
+    ct_layer *model = transformer(64, 256, 2, 4);
+    ct_copy_task task = {VOCAB, 31, false, 3, 0};
+    ct_stream *s;
+    CHECK_OK(ct_copy_stream_new(&s, &task, &err), &err);
+    ct_batch_params bp = ct_batch_default_params();
+    bp.batch_size = 8;
+    CHECK_OK(ct_batch_stream_new(&s, s, &bp, &err), &err);
+    ct_eval_task et = {.stream = s, .metrics = {ct_weighted_category_cross_entropy()}, .n_metrics = 1,
+                       .n_batches = 1};
+    ct_device dev = ct_device_cpu();
+    ct_evaluator *e;
+    ct_net net;
+    CHECK_OK(ct_evaluator_new(&e, model, &et, NULL, &dev, &err), &err);
+    CHECK_OK(ct_evaluator_model_net(e, &net, ct_key_from_seed(4), &err), &err);
+    ct_stream_cursor start = ct_stream_get_cursor(s);
+    double at1[2], at2[2];
+    ct_blas_use_threads(1);  // as the fit lowers the count
+    CHECK_OK(ct_evaluator_run(e, &net, ct_key_from_seed(5), at1, &err), &err);
+    uint64_t allocs = dev.n_allocs;
+    size_t bytes = dev.current_bytes;
+    ct_blas_use_threads(2);  // and raises it back
+    CHECK_OK(ct_stream_set_cursor(s, start, &err), &err);
+    CHECK_OK(ct_evaluator_run(e, &net, ct_key_from_seed(5), at2, &err), &err);
+    printf("eval planned at 1 thread of 2, run at 2: %llu more device allocations, %zu -> %zu bytes\n",
+           (unsigned long long)(dev.n_allocs - allocs), bytes, dev.current_bytes);
+    CHECK_MSG(dev.n_allocs == allocs && dev.current_bytes == bytes, "%llu more device allocations",
+              (unsigned long long)(dev.n_allocs - allocs));
+    CHECK(at1[0] == at2[0] && at1[1] == at2[1]);
+    ct_evaluator_free(e);
+    ct_net_free(&net);
+    ct_layer_free(et.metrics[0]);
+    ct_stream_free(s);
+    ct_layer_free(model);
+    ct_blas_set_threads(saved);
+}
+
 static void test_eval_peak(void) {
     double v2[3], v16[3];
     size_t p2 = eval_peak(2, v2), p16 = eval_peak(16, v16);
@@ -547,6 +597,7 @@ int main(void) {
     test_donation_scope();
     test_backward_over_gradient();
     test_eval_peak();
+    test_eval_plan_across_thread_counts();
     for (int n = 1; n <= 2; n++) {
         test_peaks(false, n);
         test_peaks(true, n);

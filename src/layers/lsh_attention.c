@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ctrax/core/blas.h"
 #include "ctrax/layers/layer_author.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/chunked_attention.h"
@@ -252,9 +253,10 @@ static ct_status alloc_heads(ct_ctx *c, int64_t B, int64_t H, const ct_lsh_dims 
     return CT_OK;
 }
 
-// Thread slots for the (b, h) loop and their work area (floats each).
+// Thread slots for the (b, h) loop (ct_blas_thread_slots, at most B H) and
+// their work area (floats each).
 static int n_slots(int64_t BH) {
-    int64_t n = omp_get_max_threads();
+    int64_t n = ct_blas_thread_slots();
     return (int)(n > BH ? (BH > 0 ? BH : 1) : n);
 }
 
@@ -297,7 +299,7 @@ static ct_status heads_attend(ct_ctx *c, ct_tensor *t, const float *mask, int64_
     const int64_t per = (wf + R + R * T * d->dv + 15) / 16 * 16;
     ct_tensor work = ct_tensor_1d(CT_DTYPE_F32, ns * per, NULL);
     CT_TRY(ct_ctx_alloc(c, &work, err));
-#pragma omp parallel for schedule(static) num_threads(ns)
+#pragma omp parallel for schedule(static) num_threads(ct_blas_slot_threads(ns))
     for (int64_t s = 0; s < BH; s++) {
         float *w = (float *)work.data + (int64_t)omp_get_thread_num() * per;
         float *o_r = w + wf + R, *lse_r = (float *)t[T_LSER].data + s * R * T;
@@ -349,7 +351,7 @@ static ct_status heads_backward(ct_ctx *c, const ct_tensor *t, const float *mask
     ct_arena_mark mark = ct_arena_get_mark(c->arena);
     ct_tensor work = ct_tensor_1d(CT_DTYPE_F32, ns * per, NULL);
     CT_TRY(ct_ctx_alloc(c, &work, err));
-#pragma omp parallel for schedule(static) num_threads(ns)
+#pragma omp parallel for schedule(static) num_threads(ct_blas_slot_threads(ns))
     for (int64_t s = 0; s < BH; s++) {
         float *w = (float *)work.data + (int64_t)omp_get_thread_num() * per;
         const int64_t qo = s * T * d->dk, vo = s * T * d->dv, ro = s * R * T;

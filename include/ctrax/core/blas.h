@@ -44,10 +44,25 @@ bool ct_blas_core_is_vector(const char *core);
 // OpenMP build sizes each call from omp_get_max_threads(), so one
 // omp_set_num_threads covers both; openblas_set_num_threads is called too,
 // so a pthreads OpenBLAS follows as well. n >= 1. Set it before building a
-// model: kernels size per-thread scratch from the count.
+// model: kernels size per-thread scratch from it (ct_blas_thread_slots).
 void ct_blas_set_threads(int n);
 // The thread count ctrax's loops and the GEMM use now (omp_get_max_threads()).
 int ct_blas_threads(void);
+// Sets the count for now, as ct_blas_set_threads, but not the thread slots
+// below: what ct_blas_threads_fit calls between steps.
+void ct_blas_use_threads(int n);
+// Thread slots: how many threads' scratch a kernel sizes its work area for:
+// the count ct_blas_set_threads last set or, where it was never called, the
+// count before ct_blas_use_threads first changed it (or the count now, if
+// larger). A step's memory then does not follow the count the fit picks:
+// sized by the count of the moment, an arena planned while the fit held 1
+// thread of 2 (an evaluator's, planned at its first batch) outgrew its plan
+// at 2 and took a second block twice its size (configs/fortunes_long.gin,
+// its first evals under a load that then went: 157 -> 245 MiB of RSS).
+int ct_blas_thread_slots(void);
+// The threads a loop over n_slots slots runs with now: the fewer of n_slots
+// and the count now (a slot's scratch is its thread's, by thread number).
+int ct_blas_slot_threads(int n_slots);
 
 // Denormal floats flushed to zero (x86's FTZ and DAZ) in the calling thread
 // and every thread of its OpenMP pool (threads started later inherit the
@@ -93,7 +108,7 @@ typedef struct ct_thread_fit {
 // thread's OpenMP setting), with *f zeroed before the first call. At most
 // every interval_s seconds it measures the CPU time the machine spent busy
 // (/proc/stat) less this process's own (getrusage), i.e. the cores other
-// processes kept busy, b, and sets the thread count (ct_blas_set_threads) to
+// processes kept busy, b, and sets the thread count (ct_blas_use_threads) to
 // the cores left, rounded down where another process keeps at least 0.4 of
 // a core busy, between 1 and max_threads. Returns the count now: unchanged
 // between measurements, max_threads before the first and where /proc/stat

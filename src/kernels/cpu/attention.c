@@ -8,6 +8,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/vmath.h"
 #include "core/clones.h"
+#include "ctrax/core/blas.h"
 
 // The largest tile the tiled kernels take: their per-row state (running max
 // and sum, dO . o) lives on the stack, TILE_MAX rows of it.
@@ -28,10 +29,7 @@ _Static_assert(TILE_MAX <= KEY_BLOCK, "a block holds at least one tile");
 
 int64_t ct_attention_tile(int64_t T) { return T <= 512 ? 64 : 128; }
 
-int ct_attention_n_slots(void) {
-    int n = omp_get_max_threads();
-    return n > 0 ? n : 1;
-}
+int ct_attention_n_slots(void) { return ct_blas_thread_slots(); }
 
 // ---- tiled --------------------------------------------------------------------------------------
 
@@ -136,7 +134,7 @@ void ct_attention_forward(float *out, float *lse, const float *q, const float *k
     // thread: a static round-robin gave two threads at T = 2 tiles (bench
     // config B) all the short and all the long tiles, one idle a third of
     // the time. Which thread runs an item does not change its result.
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_slots)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ct_blas_slot_threads(n_slots))
     for (int64_t w = 0; w < B * NH * nt; w++) {
         const int64_t i = nt - 1 - w / (B * NH), bh = w % (B * NH), b = bh / NH, h = bh % NH,
                       off = b * T * C + h * hs;
@@ -191,7 +189,7 @@ void ct_attention_backward(float *dq, float *dk, float *dv, float *scratch, int 
     if (T == 0) return;
     // One thread owns a (b, h) pair: the dk, dv rows of key tile j take
     // every query tile's share, and no other thread writes them.
-#pragma omp parallel for schedule(static) num_threads(n_slots)
+#pragma omp parallel for schedule(static) num_threads(ct_blas_slot_threads(n_slots))
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH, off = b * T * C + h * hs;
         float *S = scratch + (int64_t)omp_get_thread_num() * per_slot, *G = S + KEY_TILES(tile) * tile * tile;
@@ -252,7 +250,7 @@ void ct_attention_forward_ref(float *out, float *att, const float *q, const floa
     const float scale = 1.0f / sqrtf((float)hs);
     const int64_t per_slot = ct_attention_ref_scratch_floats(T, dropout, false);
     if (T == 0) return;  // BLAS rejects leading dimensions of 0
-#pragma omp parallel for schedule(static) num_threads(n_slots)
+#pragma omp parallel for schedule(static) num_threads(ct_blas_slot_threads(n_slots))
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH;
         const float *qh = q + b * T * C + h * hs, *kh = k + b * T * C + h * hs, *vh = v + b * T * C + h * hs;
@@ -280,7 +278,7 @@ void ct_attention_backward_ref(float *dq, float *dk, float *dv, float *scratch, 
     const float scale = 1.0f / sqrtf((float)hs);
     const int64_t per_slot = ct_attention_ref_scratch_floats(T, dropout, true);
     if (T == 0) return;
-#pragma omp parallel for schedule(static) num_threads(n_slots)
+#pragma omp parallel for schedule(static) num_threads(ct_blas_slot_threads(n_slots))
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH, off = b * T * C + h * hs;
         const float *qh = q + off, *kh = k + off, *vh = v + off, *doh = dout + off;

@@ -50,7 +50,9 @@
 // 125-127.
 int64_t ct_attention_tile(int64_t T);
 
-// How many scratch slots (threads) the kernels may use: omp_get_max_threads().
+// How many scratch slots (threads) the kernels may use: ct_blas_thread_slots(),
+// not the count of the moment, so a planned arena holds at any count; the
+// loops run on ct_blas_slot_threads of them.
 int ct_attention_n_slots(void);
 
 // ---- tiled --------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/vmath.h"
 #include "core/clones.h"
+#include "ctrax/core/blas.h"
 
 int ct_chunked_attention_n_slots(const ct_chunked_attention_dims *d) {
-    int64_t n = omp_get_max_threads(), bh = d->B * d->H;
+    int64_t n = ct_blas_thread_slots(), bh = d->B * d->H;
     if (n > bh) n = bh;
     return n > 0 ? (int)n : 1;
 }
@@ -165,7 +166,7 @@ void ct_chunked_attention_forward(float *o, const float *q, const float *k, cons
                                   const ct_chunked_attention_dims *d) {
     const int64_t T = d->T, per_slot = ct_chunked_attention_scratch_floats(d, false);
     if (T == 0) return;  // BLAS rejects leading dimensions of 0
-#pragma omp parallel for schedule(static) num_threads(n_slots)
+#pragma omp parallel for schedule(static) num_threads(ct_blas_slot_threads(n_slots))
     for (int64_t bh = 0; bh < d->B * d->H; bh++) {
         float *S = scratch + (int64_t)omp_get_thread_num() * per_slot;
         head_forward(o + bh * T * d->dv, q + bh * T * d->dk, k + bh * T * d->dk, v + bh * T * d->dv,
@@ -229,7 +230,7 @@ void ct_chunked_attention_backward(float *dq, float *dk, float *dv, float *scrat
     const int64_t mw = d->m * window_len(d);
     if (T == 0) return;
     // One thread owns a (b, h) pair: its dq, dk, dv rows have no other writer.
-#pragma omp parallel for schedule(static) num_threads(n_slots)
+#pragma omp parallel for schedule(static) num_threads(ct_blas_slot_threads(n_slots))
     for (int64_t bh = 0; bh < d->B * d->H; bh++) {
         float *S = scratch + (int64_t)omp_get_thread_num() * per_slot, *G = S + mw;
         const int64_t qo = bh * T * d->dk, vo = bh * T * d->dv;

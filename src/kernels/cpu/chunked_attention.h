@@ -48,7 +48,8 @@ typedef struct ct_chunked_attention_dims {
     float dropout;        // attention dropout rate in effect (0 outside training)
 } ct_chunked_attention_dims;
 
-// Thread slots the kernels use: min(omp_get_max_threads(), B * H), >= 1.
+// Thread slots the kernels use: min(ct_blas_thread_slots(), B * H), >= 1
+// (the loops run on ct_blas_slot_threads of them).
 int ct_chunked_attention_n_slots(const ct_chunked_attention_dims *d);
 // Floats of scratch per slot: m * W (+ m) forward, 2 * m * W (+ m) backward.
 int64_t ct_chunked_attention_scratch_floats(const ct_chunked_attention_dims *d, bool backward);

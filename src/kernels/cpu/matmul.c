@@ -198,13 +198,38 @@ const char *ct_blas_vector_core(void) {
     return widest && core_width(openblas_get_corename()) < width ? widest : NULL;
 }
 
-void ct_blas_set_threads(int n) {
-    if (n < 1) n = 1;
+// The thread slots: the count ct_blas_set_threads last set or, where it was
+// never called, the count before ct_blas_use_threads first changed it (0:
+// neither yet). Set and read between steps, from the thread that runs them.
+static int g_thread_slots;
+
+static void set_count(int n) {
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
 }
 
+void ct_blas_set_threads(int n) {
+    if (n < 1) n = 1;
+    g_thread_slots = n;
+    set_count(n);
+}
+
+void ct_blas_use_threads(int n) {
+    if (!g_thread_slots) g_thread_slots = omp_get_max_threads();  // a count from OMP_NUM_THREADS or the cores
+    set_count(n < 1 ? 1 : n);
+}
+
 int ct_blas_threads(void) { return omp_get_max_threads(); }
+
+int ct_blas_thread_slots(void) {
+    int now = omp_get_max_threads();
+    return g_thread_slots > now ? g_thread_slots : now > 0 ? now : 1;
+}
+
+int ct_blas_slot_threads(int n_slots) {
+    int now = omp_get_max_threads();
+    return n_slots < now ? n_slots : now > 0 ? now : 1;
+}
 
 static void flush_denormals_here(void) {
 #if defined(__SSE2__)
@@ -257,7 +282,7 @@ int ct_blas_threads_fit(ct_thread_fit *f, int max_threads, double interval_s) {
         // loops: their slowest thread sets their pace.
         int free_cores = (int)(cores > 0 ? cores : 1) - (int)floor(f->others + 0.6);
         int threads = free_cores < 1 ? 1 : free_cores > max_threads ? max_threads : free_cores;
-        if (threads != f->threads) ct_blas_set_threads(threads);
+        if (threads != f->threads) ct_blas_use_threads(threads);
         f->threads = threads;
     }
     f->t = now;
