@@ -483,7 +483,8 @@ static ct_stream *copy_batches(void) {
 // --threads), and the second runs at 2: kernels size their per-thread
 // scratch by the slots, not by the count of the moment. By the count, the
 // attention's work areas outgrew the plan at 2 threads and the arena took
-// another block (configs/fortunes_long.gin: 245 against 168 MB peak RSS).
+// another block (configs/fortunes_long.gin: 245,308 against 168,300 KB peak
+// RSS).
 // values: the two metrics, then ct_trainer_eval_loss's device peak.
 static size_t eval_peak(int n_layers, double *values) {
     ct_error err;
