@@ -755,21 +755,18 @@ static ct_status build_run(train_run *r, const train_args *a, ct_loop_options *o
     CT_TRY(output_dir(r, a, err));
     // The chief owns the directory from here: the seed's search below opens
     // the checkpoint the run then resumes from, so no other run may write
-    // one in between. What a run stopped while writing left goes first,
-    // before anything looks for a checkpoint (the seed's search,
-    // has_checkpoint): its temporaries (a checkpoint's .tmp-<name>-<pid>, a
-    // file's .<file>.tmp-<pid>) are removed, and a checkpoint it had set
-    // aside to replace or prune (.old-<name>-<pid>, <name> gone) goes back
-    // under its name. Searched for before that, a run whose writer died
-    // between setting its only checkpoint aside and renaming the new one in
-    // found nothing to resume and started again at step 0. Only a dead
-    // writer's go: a live pid (a program sharing the directory by mistake)
-    // keeps its own.
+    // one in between. A checkpoint a dead writer had set aside to replace or
+    // prune (.old-<name>-<pid>, <name> gone) goes back under its name before
+    // anything looks for one (the seed's search, has_checkpoint): searched
+    // for first, a run whose writer died between setting model_2 aside and
+    // renaming the new one in resumed from model_1, or with none started
+    // again at step 0. Only a dead writer's: a live pid (a program sharing
+    // the directory by mistake) keeps its own.
     if (!r->comm || ct_comm_rank(r->comm) == 0) {
         CT_TRY(lock_output_dir(r, err));
-        ct_error clean_err;
-        if (ct_checkpoint_clean_tmp(r->output_dir, true, &clean_err) != CT_OK)
-            ct_log(CT_LOG_WARN, "removing stale temporaries: %s", clean_err.msg);
+        ct_error put_err;
+        if (ct_checkpoint_put_back(r->output_dir, true, &put_err) != CT_OK)
+            ct_log(CT_LOG_WARN, "putting back set-aside checkpoints: %s", put_err.msg);
     }
     CT_TRY(resolve_seed(r, a, &t, err));
     if (t.init_checkpoint) ct_config_where(c, "train", "init_checkpoint", r->init_where, sizeof r->init_where);
@@ -831,10 +828,10 @@ static void print_memory_plan(const ct_memory_plan *p, const char *output_dir) {
 // resume, `ctrax info` and TensorBoard would see both) and nothing is
 // overwritten or deleted. Other files stay. A checkpoint a dead writer had
 // set aside (.old-<name>-<pid>) is back under its name by then (build_run),
-// so it goes with the rest; a live writer's temporaries and set-aside
-// checkpoints go too: left here, the new run's first checkpoint would put
-// such a checkpoint back under <name> once its writer ended
-// (ct_checkpoint_clean_tmp), an earlier run's checkpoint among the new run's.
+// so it goes with the rest; other .old- and .tmp- entries go too: left here,
+// the new run's first checkpoint would put such a checkpoint back under
+// <name> once its writer ended (ct_checkpoint_clean_tmp), an earlier run's
+// checkpoint among the new run's.
 static bool previous_run_file(const char *name) {
     static const char *const exact[] = {"checkpoint", "config.gin", "memory_plan.json", "metrics.jsonl",
                                         "metrics.svg", "train", "eval"};
@@ -977,13 +974,21 @@ static int run_train(const train_args *a) {
         ev.metrics[i] = r.metrics[i];
         ev.metric_names[i] = r.metric_names[i];
     }
-    // The chief owns the directory (build_run locked it and cleared what a
-    // dead writer left). A run that starts at step 0 (--restart, or nothing
-    // to resume) sets aside what an earlier run left there (config.gin,
-    // metrics.jsonl, events of a run stopped before its first checkpoint)
-    // instead of writing over it.
-    if (rank == 0 && (a->restart || !has_checkpoint(r.output_dir, &r.resume)))
+    // The chief owns the directory (build_run locked it and put back what a
+    // dead writer had set aside). A run that starts at step 0 (--restart, or
+    // nothing to resume) sets aside what an earlier run left there
+    // (config.gin, metrics.jsonl, events of a run stopped before its first
+    // checkpoint, a killed writer's temporaries) instead of writing over it.
+    // A resume removes what a run stopped while writing left (a checkpoint's
+    // .tmp-<name>-<pid>, a file's .<file>.tmp-<pid>) now, not at its first
+    // checkpoint: one that writes none (nothing to train) would keep them.
+    if (rank == 0 && (a->restart || !has_checkpoint(r.output_dir, &r.resume))) {
         if (set_aside_previous_run(r.output_dir, &err) != CT_OK) goto done;
+    } else if (rank == 0) {
+        ct_error clean_err;
+        if (ct_checkpoint_clean_tmp(r.output_dir, true, &clean_err) != CT_OK)
+            ct_log(CT_LOG_WARN, "removing stale temporaries: %s", clean_err.msg);
+    }
     o.restore_checkpoint = r.resume;
     if (r.comm && ct_comm_size(r.comm) > 1) {
         int n = snprintf(stop_message, sizeof stop_message,

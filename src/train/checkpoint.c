@@ -1083,7 +1083,9 @@ static bool put_back(const char *output_dir, const char *entry, const char *path
     return true;
 }
 
-ct_status ct_checkpoint_clean_tmp(const char *output_dir, bool own_too, ct_error *err) {
+// A dead writer's leftovers in output_dir: a set-aside checkpoint goes back
+// under its name where it can (put_back); with remove, the rest are removed.
+static ct_status sweep_leftovers(const char *output_dir, bool own_too, bool remove, ct_error *err) {
     DIR *d = opendir(output_dir);
     if (!d) {
         if (errno == ENOENT) return CT_OK;
@@ -1103,10 +1105,19 @@ ct_status ct_checkpoint_clean_tmp(const char *output_dir, bool own_too, ct_error
             put = true;
             continue;
         }
+        if (!remove) continue;
         ct_status r = ct_fs_remove_tree(path, err);
         if (r != CT_OK) s = r;
     }
     closedir(d);
     if (put && s == CT_OK) s = ct_fs_sync_dir(output_dir, err);
     return s;
+}
+
+ct_status ct_checkpoint_clean_tmp(const char *output_dir, bool own_too, ct_error *err) {
+    return sweep_leftovers(output_dir, own_too, true, err);
+}
+
+ct_status ct_checkpoint_put_back(const char *output_dir, bool own_too, ct_error *err) {
+    return sweep_leftovers(output_dir, own_too, false, err);
 }

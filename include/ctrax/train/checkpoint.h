@@ -229,6 +229,10 @@ ct_status ct_checkpoint_remove(const char *output_dir, const char *name, ct_erro
 // earlier process's that had the same pid (in a container every run may be
 // pid 1); else they are skipped (the caller's own writes).
 ct_status ct_checkpoint_clean_tmp(const char *output_dir, bool own_too, ct_error *err);
+// The put-back alone of ct_checkpoint_clean_tmp (same own_too), removing
+// nothing: `ctrax train` calls it on the chief before it looks for a
+// checkpoint to resume, so a checkpoint a dead writer had set aside is found.
+ct_status ct_checkpoint_put_back(const char *output_dir, bool own_too, ct_error *err);
 
 #ifdef __cplusplus
 }
