@@ -1137,6 +1137,18 @@ static bool set_is(const char *dir, const char *const *want, int n_want) {
     return ok;
 }
 
+// dir (cap bytes) = tmp_path(sub), holding model_1 .. model_n at steps 1 ..
+// n, each a resume point, so the pointer names model_n.
+static void make_models(char *dir, size_t cap, const char *sub, int n) {
+    ct_error err = {0};
+    snprintf(dir, cap, "%s", tmp_path(sub));
+    for (int i = 1; i <= n; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "model_%d", i);
+        CHECK_OK(make_ckpt(dir, nm, i, i, false, true, 0, &err), &err);
+    }
+}
+
 static void test_retention(void) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", tmp_path("keep"));
@@ -1179,12 +1191,7 @@ static void test_retention(void) {
     // The pointer's checkpoint counts among the keep_last: exactly K regular
     // ones stay (Trax's keep_checkpoints), not K plus the newest.
     char dir3[1024];
-    snprintf(dir3, sizeof dir3, "%s", tmp_path("keep3"));
-    for (int i = 1; i <= 7; i++) {
-        char nm[32];
-        snprintf(nm, sizeof nm, "model_%d", i);
-        CHECK_OK(make_ckpt(dir3, nm, i, i, false, true, 0, &err), &err);  // the pointer follows: model_7
-    }
+    make_models(dir3, sizeof dir3, "keep3", 7);
     CHECK_OK(ct_checkpoint_prune(dir3, 2, NULL, NULL, &err), &err);
     const char *want5[] = {"model_6", "model_7"};
     CHECK(set_is(dir3, want5, 2));
@@ -1203,12 +1210,7 @@ static void test_retention(void) {
     // prune after that write removed nothing and failed it, so every rerun
     // stopped there. Now nothing is pruned until the pointer reads again.
     char dir4[1024];
-    snprintf(dir4, sizeof dir4, "%s", tmp_path("keep4"));
-    for (int i = 1; i <= 3; i++) {
-        char nm[32];
-        snprintf(nm, sizeof nm, "model_%d", i);
-        CHECK_OK(make_ckpt(dir4, nm, i, i, false, true, 0, &err), &err);
-    }
+    make_models(dir4, sizeof dir4, "keep4", 3);
     write_text(tmp_path("keep4/checkpoint"), "not/a name\n");
     CHECK_OK(make_ckpt(dir4, "lowest_loss", 3, 3, true, false, 0, &err), &err);
     CHECK_OK(ct_checkpoint_prune(dir4, 1, NULL, NULL, &err), &err);
@@ -1226,12 +1228,7 @@ static void test_retention(void) {
     // run resumed from model_2 lost its only resume point at its next best
     // checkpoint.
     char dir5[1024];
-    snprintf(dir5, sizeof dir5, "%s", tmp_path("keep5"));
-    for (int i = 1; i <= 3; i++) {
-        char nm[32];
-        snprintf(nm, sizeof nm, "model_%d", i);
-        CHECK_OK(make_ckpt(dir5, nm, i, i, false, true, 0, &err), &err);  // the pointer follows: model_3
-    }
+    make_models(dir5, sizeof dir5, "keep5", 3);
     truncate_by(tmp_path("keep5/model_3/weights.safetensors"), 4);
     CHECK_OK(make_ckpt(dir5, "lowest_loss", 2, 2, true, false, 0, &err), &err);
     CHECK_OK(ct_checkpoint_prune(dir5, 1, NULL, NULL, &err), &err);
