@@ -1,10 +1,12 @@
 // Core: threefry known answers, keys, tensors, the arena, device accounting,
 // errors.
 #include <float.h>
+#include <omp.h>
 #include <setjmp.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "core/bulk.h"
 #include "core/fs.h"
 #include "core/json.h"
 #include "ctrax/ctrax.h"
@@ -158,6 +160,48 @@ static void test_arena(void) {
     CHECK(dev.n_allocs == allocs);
     ct_arena_free(&a);
     CHECK(dev.current_bytes == 0 && dev.peak_bytes > 0);
+}
+
+// ct_bulk_zero and ct_bulk_copy give memset's and memcpy's bytes, and touch
+// nothing outside [0, n): sizes on both sides of the size where the threads
+// share the work (256 KiB), odd ones and odd addresses, at 1, 2 and 3
+// threads, and inside a parallel region (where the caller's thread does it).
+static void bulk_case(size_t n, size_t offset, int threads, bool nested) {
+    if (n > ((size_t)16 << 20) || offset > 64) {  // (and GCC then knows the buffers hold n + 7 bytes)
+        CHECK_MSG(false, "bulk_case: %zu bytes at offset %zu is past what it allocates for", n, offset);
+        return;
+    }
+    size_t total = n + offset + 128;
+    unsigned char *a = malloc(total), *b = malloc(total), *src = malloc(total);
+    for (size_t i = 0; i < total; i++) src[i] = (unsigned char)(i * 2654435761u >> 13), a[i] = b[i] = (unsigned char)~i;
+    omp_set_num_threads(threads);
+    if (nested) {
+#pragma omp parallel num_threads(2)
+        if (omp_get_thread_num() == 0) ct_bulk_copy(a + offset, src + 7, n);
+    } else {
+        ct_bulk_copy(a + offset, src + 7, n);
+    }
+    memcpy(b + offset, src + 7, n);
+    CHECK_MSG(memcmp(a, b, total) == 0, "ct_bulk_copy of %zu bytes at offset %zu, %d threads%s", n, offset, threads,
+              nested ? ", nested" : "");
+    ct_bulk_zero(a + offset + 1, n);
+    memset(b + offset + 1, 0, n);
+    CHECK_MSG(memcmp(a, b, total) == 0, "ct_bulk_zero of %zu bytes at offset %zu, %d threads", n, offset + 1,
+              threads);
+    free(a), free(b), free(src);
+}
+
+static void test_bulk(void) {
+    const size_t sizes[] = {0, 1, 63, 65, 4096, ((size_t)256 << 10) - 1, (size_t)256 << 10, ((size_t)256 << 10) + 1,
+                            ((size_t)1 << 20) + 13, (size_t)3 << 20};
+    int saved = omp_get_max_threads();
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (int threads = 1; threads <= 3; threads++) {
+            bulk_case(sizes[i], 0, threads, false);
+            bulk_case(sizes[i], 5, threads, false);
+        }
+    bulk_case((size_t)1 << 20, 3, 2, true);
+    omp_set_num_threads(saved);
 }
 
 // Sizes that do not fit: a shape product past int64 (it was signed
@@ -555,6 +599,7 @@ int main(void) {
     test_keys();
     test_tensor();
     test_arena();
+    test_bulk();
     test_hostile_sizes();
     test_random_init_limit();
     test_mkdirs_empty();

@@ -9,6 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/bulk.h"
+
 #define CT_ALIGN 64
 #define CT_ARENA_MIN_BLOCK ((size_t)1 << 20)
 
@@ -270,7 +272,7 @@ static void *arena_alloc(ct_arena *a, size_t bytes, ct_error *err) {
 
 void *ct_arena_calloc(ct_arena *a, size_t bytes, ct_error *err) {
     void *p = ct_arena_alloc(a, bytes, err);
-    if (p) memset(p, 0, bytes);
+    if (p) ct_bulk_zero(p, bytes);
     return p;
 }
 
@@ -362,7 +364,8 @@ size_t ct_arena_keep(ct_arena *a, ct_arena_mark mark, void **const *data, const 
     for (int k = 0; k < merged; k++) {
         size_t len = runs[k].hi - runs[k].lo, shift = runs[k].lo - dest;
         if (shift) {
-            memmove(base + dest, base + runs[k].lo, len);
+            if (shift >= len) ct_bulk_copy(base + dest, base + runs[k].lo, len);  // apart: the threads copy it
+            else memmove(base + dest, base + runs[k].lo, len);
             for (int i = 0; i < n; i++) {
                 unsigned char *p = *data[i];
                 if (p && p >= base + runs[k].lo && p < base + runs[k].hi) *data[i] = p - shift;

@@ -103,7 +103,7 @@ static ct_status attention_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gra
     grad_in[1] = ct_tensor_sig(&k);
     grad_in[2] = ct_tensor_sig(&v);
     if (!grad_out[0].data) return CT_OK;  // no gradient flows
-    for (int i = 0; i < 3; i++) CT_TRY(ct_ctx_zeros(c, &grad_in[i], err));
+    for (int i = 0; i < 3; i++) CT_TRY(ct_ctx_alloc(c, &grad_in[i], err));  // the kernel writes all of them
     int64_t B = q.shape[0], T = q.shape[1], D = q.shape[2];
     float rate = active_rate(l, c);
     int n_slots = ct_attention_n_slots();

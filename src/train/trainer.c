@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/bulk.h"
 #include "train/train_internal.h"
 
 // One local device: its own arena, run context, gradient slab and shard of
@@ -282,7 +283,7 @@ static void replica_forward(std_trainer *t, int d, const ct_tensor *batch, ct_ke
     replica *r = &t->replicas[d];
     const ct_net *net = &t->b.net;
     for (int i = 0; i < net->n_in; i++) r->shard[i] = ct_tensor_split_rows(&batch[i], t->b.n_local, d);
-    memset(r->grads, 0, net->n_weights * sizeof(float));
+    ct_bulk_zero(r->grads, net->n_weights * sizeof(float));
     ct_tape_truncate(&r->ctx, 0);
     r->ctx.loss_weight = -1;  // "not said"
     if (t->b.chunked.rows) {

@@ -67,9 +67,9 @@ int64_t ct_attention_scratch_floats(int64_t tile, bool backward);
 void ct_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                           float *scratch, int n_slots, ct_key key, float dropout, int64_t B, int64_t T,
                           int64_t C, int64_t NH, int64_t tile);
-// dout (B, T, C) -> dq, dk, dv (B, T, C) +=, from the inputs forward saw and
-// the out and lse it gave; the same tile. scratch: n_slots *
-// ct_attention_scratch_floats(tile, true).
+// dout (B, T, C) -> dq, dk, dv (B, T, C), written (every element set, not
+// added to), from the inputs forward saw and the out and lse it gave; the
+// same tile. scratch: n_slots * ct_attention_scratch_floats(tile, true).
 void ct_attention_backward(float *dq, float *dk, float *dv, float *scratch, int n_slots, const float *dout,
                            const float *out, const float *lse, const float *q, const float *k, const float *v,
                            ct_key key, float dropout, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t tile);
