@@ -17,4 +17,16 @@
 #define CT_CLONES
 #endif
 
+// CT_CLONES_EXACT: CT_CLONES without contracting a * b + c into one fused
+// multiply-add, which the AVX-512 clone could do and the others cannot: so
+// every clone gives the same bits (a plain loop's, where a test says
+// bitwise). GCC takes the optimize attribute; clang rejects it, and a file
+// that uses this macro starts with `#pragma clang fp contract(off)` under
+// __clang__ instead.
+#if defined(__clang__)
+#define CT_CLONES_EXACT CT_CLONES
+#else
+#define CT_CLONES_EXACT CT_CLONES __attribute__((optimize("fp-contract=off")))
+#endif
+
 #endif

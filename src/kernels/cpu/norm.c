@@ -12,17 +12,13 @@
 #define CT_NORM_COL_BLOCK 64
 
 // The row kernels are compiled for the widest vectors this CPU has (the
-// sums are in double: 2 lanes at x86-64's baseline, 8 with AVX-512), and
-// without contracting a * b + c into one fused multiply-add, which the
-// AVX-512 clone could do and the others cannot: so every clone gives the
-// same bits, the _ref loops' where the tests say bitwise. GCC takes the
-// optimize attribute, clang the pragma (each ignores or rejects the other's).
+// sums are in double: 2 lanes at x86-64's baseline, 8 with AVX-512), every
+// clone with the same bits, the _ref loops' where the tests say bitwise
+// (CT_CLONES_EXACT; clang's half is the pragma).
 #if defined(__clang__)
 #pragma clang fp contract(off)
-#define ROW_KERNEL CT_CLONES
-#else
-#define ROW_KERNEL CT_CLONES __attribute__((optimize("fp-contract=off")))
 #endif
+#define ROW_KERNEL CT_CLONES_EXACT
 
 // Forward reads each row once from memory: mean and variance come from one
 // pass of shifted sums in double, S1 = sum d, S2 = sum d^2 with d = x - x[0]

@@ -8,6 +8,10 @@
 #include "kernels/cpu/vmath.h"
 #include "core/clones.h"
 
+#if defined(__clang__)
+#pragma clang fp contract(off)  // CT_CLONES_EXACT's half for clang (core/clones.h)
+#endif
+
 // Up to this many weights an update runs on one thread. Measured with
 // Adam over config A's 69 weights (3.3M floats, 2 threads): a threshold of
 // 65536, which left the 256 x 256 matrices on one core, took 2.07-2.21 ms
@@ -22,21 +26,30 @@ void ct_sgd_update(float *w, const float *g, int64_t n, float lr) {
 // Elementwise updates vectorize only under `simd` (the arrays might
 // overlap, and -O2's cost model gives up on that), and those with sqrtf only
 // without errno (CT_SIMD_SQRT in vmath.h); vector division and square root
-// are correctly rounded, so the fast loop is bitwise the _ref one. Threads
-// take chunks of CT_VCHUNK.
+// are correctly rounded, so the fast loop is bitwise the _ref one at every
+// vector width (CT_CLONES_EXACT). Adam's three divisions and a square root
+// an element made it bound by the divider at the baseline's 4 lanes: config
+// A's update took about 3.5 ms a step at two threads, against about 1 ms for
+// a loop of the same memory traffic. Threads take chunks of CT_VCHUNK.
+CT_CLONES_EXACT
+static void adam_chunk(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                       float eps, float weight_decay_rate, float bias1, float bias2) {
+    CT_SIMD_SQRT
+    for (int64_t i = 0; i < n; i++) {
+        m[i] = (1.0f - b1) * g[i] + b1 * m[i];
+        v[i] = (1.0f - b2) * g[i] * g[i] + b2 * v[i];
+        float mhat = m[i] / bias1;
+        float vhat = v[i] / bias2;
+        w[i] = (1.0f - weight_decay_rate) * w[i] - lr * (mhat / (sqrtf(vhat) + eps));
+    }
+}
+
 void ct_adam_update(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                     float eps, float weight_decay_rate, float bias1, float bias2) {
 #pragma omp parallel for schedule(static) if (n > CT_OPTIM_PARALLEL_MIN)
     for (int64_t c = 0; c < n; c += CT_VCHUNK) {
-        int64_t end = n - c < CT_VCHUNK ? n : c + CT_VCHUNK;
-        CT_SIMD_SQRT
-        for (int64_t i = c; i < end; i++) {
-            m[i] = (1.0f - b1) * g[i] + b1 * m[i];
-            v[i] = (1.0f - b2) * g[i] * g[i] + b2 * v[i];
-            float mhat = m[i] / bias1;
-            float vhat = v[i] / bias2;
-            w[i] = (1.0f - weight_decay_rate) * w[i] - lr * (mhat / (sqrtf(vhat) + eps));
-        }
+        int64_t len = n - c < CT_VCHUNK ? n - c : CT_VCHUNK;
+        adam_chunk(w + c, g + c, m + c, v + c, len, lr, b1, b2, eps, weight_decay_rate, bias1, bias2);
     }
 }
 
@@ -188,7 +201,9 @@ static inline void adafactor_step(float *w, float *m, float y, float denom, floa
 }
 
 // One row of C elements of a factored update; y = g * row_factor * (vc + eps1)^-0.5.
-static inline void adafactor_factored_row(float *w, float *m, const float *g, const float *vc, int64_t C,
+// Two divisions and a square root an element: at every vector width, as Adam's.
+CT_CLONES_EXACT
+static void adafactor_factored_row(float *w, float *m, const float *g, const float *vc, int64_t C,
                                           float row_factor, float eps1, float denom, float scale, float beta1,
                                           float wd) {
     if (m) {
