@@ -592,7 +592,7 @@ static void test_matmul(void) {
 // ct_sgemm against C = alpha op(A) op(B) + beta C in double, for all four
 // transposes, strided operands (leading dimensions past the width, as the
 // attention kernels pass a head's columns of a (T, C) row) and shapes that
-// ct_sgemm cuts into pieces by rows (M >= N) and by columns (M < N), with
+// ct_sgemm cuts into pieces by rows (M > N) and by columns (M <= N), with
 // a last piece shorter than the others. test_matmul compares ct_matmul_*
 // with their _ref versions, and test_gemm_thread_count one thread count
 // with another, but all of them call ct_sgemm: a wrong offset of a piece
