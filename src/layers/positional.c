@@ -114,16 +114,15 @@ static ct_status positional_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in,
 static ct_status positional_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in,
                                      ct_key key, ct_error *err) {
     if (!ct_tape_pop_input_sig(c, grad_out, grad_in)) return CT_OK;
-    if (!((const positional_hp *)l->hp)->learned) {
-        grad_in[0] = grad_out[0];  // x + constant: the gradient passes through
-        return CT_OK;
-    }
-    CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
+    // x + table: x's gradient is the output's, passed through (not a copy:
+    // zeroing one and adding the output's to it took two passes a step).
+    grad_in[0] = grad_out[0];
+    if (!((const positional_hp *)l->hp)->learned) return CT_OK;
     const int64_t *shape = grad_in[0].shape;  // the input's (B, T, D)
     const int64_t T = shape[1], D = shape[2];
     float *dpe = ct_weight_grad(c, l, 0);
     if (!dropping(l, c)) {
-        ct_positional_backward(grad_in[0].data, dpe, grad_out[0].data, shape[0], T * D);
+        ct_positional_backward(dpe, grad_out[0].data, shape[0], T * D);
         return CT_OK;
     }
     // The dropped table: its gradient takes the same channel scales.
@@ -132,7 +131,7 @@ static ct_status positional_backward(ct_layer *l, ct_ctx *c, const ct_tensor *gr
     CT_TRY(ct_ctx_zeros(c, &work, err));
     float *dtable = work.data, *scale = dtable + T * D;
     channel_scales(l, key, scale, D);
-    ct_positional_backward(grad_in[0].data, dtable, grad_out[0].data, shape[0], T * D);
+    ct_positional_backward(dtable, grad_out[0].data, shape[0], T * D);
     for (int64_t i = 0; i < T * D; i++) dpe[i] += dtable[i] * scale[i % D];
     ct_arena_reset_to(c->arena, mark);
     return CT_OK;

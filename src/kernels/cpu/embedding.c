@@ -36,18 +36,12 @@ void ct_positional_forward(float *out, const float *inp, const float *pe, int64_
         for (int64_t i = 0; i < TC; i++) out[b * TC + i] = inp[b * TC + i] + pe[i];
 }
 
-void ct_positional_backward(float *dinp, float *dpe, const float *dout, int64_t B, int64_t TC) {
-    if (dinp) {
+void ct_positional_backward(float *dpe, const float *dout, int64_t B, int64_t TC) {
+    // Each element of pe sums over the batch in order b = 0..B-1.
 #pragma omp parallel for schedule(static) if (B * TC > CT_EMB_PARALLEL_MIN)
-        for (int64_t k = 0; k < B * TC; k++) dinp[k] += dout[k];
-    }
-    if (dpe) {
-        // Each element of pe sums over the batch in order b = 0..B-1.
-#pragma omp parallel for schedule(static) if (B * TC > CT_EMB_PARALLEL_MIN)
-        for (int64_t i = 0; i < TC; i++) {
-            float s = dpe[i];
-            for (int64_t b = 0; b < B; b++) s += dout[b * TC + i];
-            dpe[i] = s;
-        }
+    for (int64_t i = 0; i < TC; i++) {
+        float s = dpe[i];
+        for (int64_t b = 0; b < B; b++) s += dout[b * TC + i];
+        dpe[i] = s;
     }
 }

@@ -17,8 +17,8 @@ void ct_embedding_backward(float *dweight, const float *dout, const int32_t *ids
 void ct_positional_sinusoids(float *pe, int64_t T, int64_t C);
 // inp (B, TC), pe (TC) -> out (B, TC), out[b] = inp[b] + pe
 void ct_positional_forward(float *out, const float *inp, const float *pe, int64_t B, int64_t TC);
-// dout (B, TC) -> dinp (B, TC) += dout, dpe (TC) += sum over b of dout[b]
-// (b in order); either output may be NULL.
-void ct_positional_backward(float *dinp, float *dpe, const float *dout, int64_t B, int64_t TC);
+// dout (B, TC) -> dpe (TC) += sum over b of dout[b] (b in order): the
+// table's gradient (the input's is dout itself, which the layer passes on).
+void ct_positional_backward(float *dpe, const float *dout, int64_t B, int64_t TC);
 
 #endif
