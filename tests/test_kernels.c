@@ -487,6 +487,32 @@ static void test_cross_entropy_edges(void) {
 // the position encoding's input, ShiftRight, Mean; the layers happen to
 // zero it first) add to what the buffer holds, against plain loops, on
 // sizes with a tail past the kernels' chunks (dropout's 256) and above
+// Embedding backward adds each row's gradient to its id's row of the table,
+// rows in order where ids repeat: against the plain loop, bitwise, at 1 and
+// 2 threads, on a table wide enough that the threads take blocks of columns
+// (300 rows of 257, 13 ids, the table starting from nonzero values).
+static void test_embedding_backward(void) {
+    const int64_t N = 300, C = 257, V = 13;
+    float *g = alloc_f(N * C), *dw0 = alloc_f(V * C), *want = alloc_f(V * C);
+    int32_t ids[300];
+    for (int64_t n = 0; n < N; n++) ids[n] = (int32_t)((n * 7) % V);
+    fill(g, N * C, -1.0f, 1.0f);
+    fill(dw0, V * C, -1.0f, 1.0f);
+    memcpy(want, dw0, (size_t)(V * C) * sizeof(float));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) want[ids[n] * C + c] += g[n * C + c];
+    int saved = omp_get_max_threads();
+    for (int t = 1; t <= 2; t++) {
+        omp_set_num_threads(t);
+        float *dw = dup_f(dw0, V * C);
+        ct_embedding_backward(dw, g, ids, N, C);
+        CHECK_MSG(same_bits(dw, want, V * C), "embedding backward, %d thread(s): not the plain loop's bits", t);
+        free(dw);
+    }
+    omp_set_num_threads(saved);
+    free(g), free(dw0), free(want);
+}
+
 // their thresholds for threads.
 static void test_backward_adds(void) {
     static const int64_t sizes[] = {1, 7, 257, 70001};
@@ -1154,6 +1180,7 @@ int main(void) {
     test_cross_entropy();
     test_cross_entropy_edges();
     test_backward_adds();
+    test_embedding_backward();
     test_adam();
     test_sum_squares();
     test_lanes_sum();
