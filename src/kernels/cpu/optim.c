@@ -204,8 +204,7 @@ static inline void adafactor_step(float *w, float *m, float y, float denom, floa
 // Two divisions and a square root an element: at every vector width, as Adam's.
 CT_CLONES_EXACT
 static void adafactor_factored_row(float *w, float *m, const float *g, const float *vc, int64_t C,
-                                          float row_factor, float eps1, float denom, float scale, float beta1,
-                                          float wd) {
+                                   float row_factor, float eps1, float denom, float scale, float beta1, float wd) {
     if (m) {
         CT_SIMD_SQRT
         for (int64_t c = 0; c < C; c++)
