@@ -19,12 +19,15 @@ static void part(size_t len, int k, int n, size_t *lo, size_t *hi) {
     if (*hi > len) *hi = len;
 }
 
-// How many parts: the threads of a region started here (1 inside another
-// region: nested regions are not active, so the caller's thread does it all).
+// How many parts: the threads of a region started here, but none under
+// half the threshold (many cores would each get a sliver), and 1 inside
+// another region (nested regions are not active, so the caller's thread
+// does it all).
 static int parts_for(size_t n) {
     if (n < CT_BULK_PARALLEL_MIN || omp_in_parallel()) return 1;
-    int t = omp_get_max_threads();
-    return t < 1 ? 1 : t;
+    size_t t = (size_t)omp_get_max_threads(), by_size = n / (CT_BULK_PARALLEL_MIN / 2);
+    if (t > by_size) t = by_size;
+    return t < 1 ? 1 : (int)t;
 }
 
 void ct_bulk_zero(void *p, size_t n) {
