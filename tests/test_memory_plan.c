@@ -556,7 +556,7 @@ static void test_eval_peak(void) {
     CHECK_MSG(v16[2] <= v2[2] * 1.25, "eval_loss peak grows with depth: %.0f bytes at 2 layers, %.0f at 16", v2[2],
               v16[2]);
     CHECK(isfinite(v2[1]) && isfinite(v16[1]));
-    omp_set_num_threads(saved);
+    ct_blas_use_threads(saved);
 }
 
 int main(void) {
