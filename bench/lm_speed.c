@@ -3,8 +3,9 @@
 // fixed batch of random bytes and prints one JSON line: tokens/s over the
 // timed steps, model FLOPs per token, peak RSS, the BLAS kernel and the
 // thread count it ran with. With --sgemm it instead measures the sgemm rate
-// of the model's dense shapes through ctrax's own GEMM call (ct_sgemm), the
-// "peak" the bench's MFU divides by, and after it the cores' vector FMA
+// of the model's dense shapes through ctrax's own GEMM calls (ct_sgemm, and
+// ct_matmul_weight_grad for the weight gradients), the "peak" the bench's
+// MFU divides by, and after it the cores' vector FMA
 // peak with the same threads. bench/lm_speed.sh runs both, alternating
 // with PyTorch (bench/torch_lm_speed.py), and prints the table.
 //
@@ -219,7 +220,8 @@ typedef struct dense_shape {
 } dense_shape;
 
 // Measures each Dense shape's three products (forward out = inp W; backward
-// dinp += dout W^T and dW += inp^T dout, as ct_matmul_backward) round robin
+// dinp += dout W^T and dW += inp^T dout, as ct_matmul_backward: the
+// weight gradient through ct_matmul_weight_grad's cut) round robin
 // until `seconds` have passed, then combines them as the model's step
 // would: rate = sum of FLOPs / sum of times, each shape weighted by its
 // count; by wall clock and by process CPU time. Prints one JSON line.
@@ -236,7 +238,13 @@ static int run_sgemm(const args *a) {
     float *x = malloc((size_t)(m * big) * sizeof *x), *y = malloc((size_t)(m * big) * sizeof *y);
     float *z = calloc((size_t)(m * big), sizeof *z);
     float *w = malloc((size_t)(big * big) * sizeof *w), *g = calloc((size_t)(big * big), sizeof *g);
-    if (!x || !y || !z || !w || !g) {
+    int64_t scratch_floats = 1;
+    for (int s = 0; s < N_SHAPES; s++) {
+        int64_t n = ct_matmul_weight_grad_scratch_floats(m, shapes[s].c, shapes[s].oc);
+        if (n > scratch_floats) scratch_floats = n;
+    }
+    float *scratch = malloc((size_t)scratch_floats * sizeof *scratch);
+    if (!x || !y || !z || !w || !g || !scratch) {
         fprintf(stderr, "lm_speed --sgemm: out of memory for M %lld, K/N %lld\n", (long long)m, (long long)big);
         return 1;
     }
@@ -253,7 +261,7 @@ static int run_sgemm(const args *a) {
                 double t0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
                 if (k == 0) ct_sgemm(false, false, m, oc, c, 1.0f, x, c, w, oc, 0.0f, y, oc);
                 else if (k == 1) ct_sgemm(false, true, m, c, oc, 1.0f, y, oc, w, oc, 1.0f, z, c);
-                else ct_sgemm(true, false, c, oc, m, 1.0f, x, c, y, oc, 1.0f, g, oc);
+                else ct_matmul_weight_grad(g, NULL, scratch, x, y, m, c, oc);
                 double dt = bench_clock_s(CLOCK_MONOTONIC) - t0, dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
                 if (round == 0) continue;  // warm-up: thread start, page faults
                 secs[s][k] += dt;
@@ -292,6 +300,7 @@ static int run_sgemm(const args *a) {
     free(z);
     free(w);
     free(g);
+    free(scratch);
     return 0;
 }
 

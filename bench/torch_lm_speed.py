@@ -247,7 +247,7 @@ def table(path):
                 if r.get("fma_gflops", -1) > 0:
                     fma.setdefault(r["threads"], []).append(r["fma_gflops"] * 1e9)
         for n in sorted(peak):
-            print(f"  sgemm (model's dense shapes, ct_sgemm), {n} thread{'s' if n > 1 else ''}: "
+            print(f"  sgemm (model's dense shapes, ctrax's products), {n} thread{'s' if n > 1 else ''}: "
                   f"{spread([p / 1e9 for p in peak[n]])} GFLOP/s over {len(peak[n])} runs"
                   + (f"; per CPU-s {spread([p / 1e9 for p in peak_cpu[n]])}" if n in peak_cpu else "")
                   # The MFU below divides by the step-weighted rate above, not

@@ -32,6 +32,7 @@
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "kernels/cpu/activation.h"
@@ -577,7 +578,10 @@ static void test_adam(void) {
 // ct_matmul_forward/backward against the plain bias loops; (N, C, OC) with
 // odd widths, with and without a bias.
 static void test_matmul(void) {
-    static const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 255}, {64, 256, 257}, {130, 64, 1000}};
+    // The last two cut their rows into parts on two or more cores
+    // (ct_matmul_weight_grad_parts), the bias sums too.
+    static const int64_t shapes[][3] = {{1, 1, 1},       {3, 5, 7},      {17, 33, 255}, {64, 256, 257},
+                                        {130, 64, 1000}, {2048, 64, 100}, {1001, 200, 300}};
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
         int64_t N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
         float *x = alloc_f(N * C), *w = alloc_f(C * OC), *b = alloc_f(OC), *g = alloc_f(N * OC);
@@ -599,14 +603,15 @@ static void test_matmul(void) {
             fill(db, OC, -1.0f, 1.0f);
             float *dxr = dup_f(dx, N * C), *dwr = dup_f(dw, C * OC), *dbr = dup_f(db, OC);
             for (int64_t i = 0; i < N * C; i++) dx[i] = dxr[i] = NAN;  // written, not added to: none may show
-            ct_matmul_backward(dx, dw, with_bias ? db : NULL, g, x, w, N, C, OC);
-            ct_matmul_backward_ref(dxr, dwr, with_bias ? dbr : NULL, g, x, w, N, C, OC);
+            float *ws = alloc_f(ct_matmul_weight_grad_scratch_floats(N, C, OC) + 1);
+            ct_matmul_backward(dx, dw, with_bias ? db : NULL, ws, g, x, w, N, C, OC);
+            ct_matmul_backward_ref(dxr, dwr, with_bias ? dbr : NULL, ws, g, x, w, N, C, OC);
             CHECK_MSG(!any_nan(dx, N * C), "matmul backward (%lld, %lld, %lld): dinp kept its old values",
                       (long long)N, (long long)C, (long long)OC);
             CHECK_MSG(same_bits(dx, dxr, N * C) && same_bits(dw, dwr, C * OC) && same_bits(db, dbr, OC),
                       "matmul backward (%lld, %lld, %lld) bias %d", (long long)N, (long long)C, (long long)OC,
                       with_bias);
-            free(y), free(yr), free(dx), free(dw), free(db), free(dxr), free(dwr), free(dbr);
+            free(y), free(yr), free(dx), free(dw), free(db), free(dxr), free(dwr), free(dbr), free(ws);
         }
         free(x), free(w), free(b), free(g);
     }
@@ -672,6 +677,56 @@ static void test_sgemm_reference(void) {
             free(A), free(B), free(C), free(C0);
         }
     }
+}
+
+// ct_matmul_weight_grad, dW (C, OC) += inp (N, C)^T dout (N, OC), against
+// double, and the same bits at 1 to 4 threads. On two or more cores the
+// first three shapes cut N into parts (the last one shorter: 1001 = 501 +
+// 500), whose sums meet in the scratch; the last keeps ct_sgemm's cut (N
+// under twice the longer side). dW starts non-zero: the parts add to it.
+// Bound as test_sgemm_reference's, dW's old value counted in the magnitude.
+static void test_weight_grad(void) {
+    static const int64_t shapes[][3] = {{2048, 64, 100}, {1001, 200, 300}, {3000, 300, 130}, {300, 256, 200}};
+    int threads_before = omp_get_max_threads();
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK_MSG(ct_matmul_weight_grad_parts(2048, 64, 100) == (cores >= 2 ? 2 : 1) &&
+                  ct_matmul_weight_grad_parts(300, 256, 200) == 1,
+              "weight gradient parts: %d and %d on %ld cores", ct_matmul_weight_grad_parts(2048, 64, 100),
+              ct_matmul_weight_grad_parts(300, 256, 200), cores);
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        int64_t N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+        float *x = alloc_f(N * C), *g = alloc_f(N * OC), *dw0 = alloc_f(C * OC), *dw[2] = {alloc_f(C * OC), alloc_f(C * OC)};
+        float *scratch = alloc_f(ct_matmul_weight_grad_scratch_floats(N, C, OC) + 1);
+        fill(x, N * C, -1.0f, 1.0f);
+        fill(g, N * OC, -1.0f, 1.0f);
+        fill(dw0, C * OC, -1.0f, 1.0f);
+        int differs_at = 0;
+        for (int t = 1; t <= 4; t++) {
+            float *out = dw[t > 1];
+            memcpy(out, dw0, (size_t)(C * OC) * sizeof(float));
+            omp_set_num_threads(t);
+            ct_matmul_weight_grad(out, NULL, scratch, x, g, N, C, OC);
+            if (t > 1 && !same_bits(dw[0], dw[1], C * OC) && !differs_at) differs_at = t;
+        }
+        double worst = 0.0;
+        for (int64_t i = 0; i < C; i++)
+            for (int64_t j = 0; j < OC; j++) {
+                double want = dw0[i * OC + j], mag = fabs(want);
+                for (int64_t n = 0; n < N; n++) {
+                    double term = (double)x[n * C + i] * g[n * OC + j];
+                    want += term, mag += fabs(term);
+                }
+                double e = fabs(dw[0][i * OC + j] - want) / (mag > 1e-30 ? mag : 1e-30);
+                if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+            }
+        CHECK_MSG(!differs_at && worst <= (double)(N + 2) * FLT_EPSILON,
+                  "weight gradient (N %lld, C %lld, OC %lld, %d parts): error %g (bound %g), %d threads differ "
+                  "from 1 (0: none)",
+                  (long long)N, (long long)C, (long long)OC, ct_matmul_weight_grad_parts(N, C, OC), worst,
+                  (double)(N + 2) * FLT_EPSILON, differs_at);
+        free(x), free(g), free(dw0), free(dw[0]), free(dw[1]), free(scratch);
+    }
+    omp_set_num_threads(threads_before);
 }
 
 // SM3's preconditioned gradient is 0 where the accumulator is 0 (optim.c's
@@ -1192,5 +1247,6 @@ int main(void) {
     test_shared_key_backward();
     test_thread_count();
     test_gemm_thread_count();
+    test_weight_grad();
     return check_summary("test_kernels");
 }

@@ -69,8 +69,12 @@ static ct_status dense_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_ou
     CT_TRY(ct_ctx_alloc(c, &grad_in[0], err));  // written by the product, not added to
     int64_t d_in = x.shape[x.ndim - 1];
     int64_t n = ct_tensor_numel(&x) / (d_in ? d_in : 1);
+    ct_arena_mark mark = ct_arena_get_mark(c->arena);
+    ct_tensor scratch = ct_tensor_1d(CT_DTYPE_F32, ct_matmul_weight_grad_scratch_floats(n, d_in, hp->n_units), NULL);
+    CT_TRY(ct_ctx_alloc(c, &scratch, err));
     ct_matmul_backward(grad_in[0].data, ct_weight_grad(c, l, 0), hp->use_bias ? ct_weight_grad(c, l, 1) : NULL,
-                       grad_out[0].data, x.data, ct_weight(c, l, 0), n, d_in, hp->n_units);
+                       scratch.data, grad_out[0].data, x.data, ct_weight(c, l, 0), n, d_in, hp->n_units);
+    ct_arena_reset_to(c->arena, mark);
     return CT_OK;
 }
 

@@ -364,10 +364,12 @@ static ct_status gru_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_ten
 }
 
 // From dh (rows, n), the gradient of h', adds into gx (rows, D), gh (rows,
-// n) and the weight gradients. tmp: (rows, n + 2 n + 2 (D + n)) scratch.
+// n) and the weight gradients. tmp: (rows, n + 2 n + 2 (D + n)) scratch;
+// wtmp: gru_weight_grad_scratch_floats.
 static void gru_cell_backward(float *gx, float *gh, float *gw1, float *gb1, float *gw2, float *gb2, const float *dh,
                               const float *xh, const float *ur, const float *xrh, const float *cand,
-                              const float *w1, const float *w2, float *tmp, int64_t rows, int64_t D, int64_t n) {
+                              const float *w1, const float *w2, float *tmp, float *wtmp, int64_t rows, int64_t D,
+                              int64_t n) {
     float *dcand = tmp, *dy = dcand + rows * n, *dxrh = dy + rows * 2 * n, *dxh = dxrh + rows * (D + n);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t k = 0; k < n; k++) {
@@ -376,7 +378,7 @@ static void gru_cell_backward(float *gx, float *gh, float *gw1, float *gb1, floa
             dy[r * 2 * n + k] = g * (h - cd) * u * (1.0f - u);     // through u's sigmoid
             gh[r * n + k] += g * u;
         }
-    ct_matmul_backward(dxrh, gw2, gb2, dcand, xrh, w2, rows, D + n, n);
+    ct_matmul_backward(dxrh, gw2, gb2, wtmp, dcand, xrh, w2, rows, D + n, n);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t k = 0; k < n; k++) {
             float rr = ur[r * 2 * n + n + k], h = xh[r * (D + n) + D + k], g = dxrh[r * (D + n) + D + k];
@@ -386,7 +388,7 @@ static void gru_cell_backward(float *gx, float *gh, float *gw1, float *gb1, floa
     // dxrh's h columns are spent above; its x columns go to gx.
     for (int64_t r = 0; r < rows; r++)
         for (int64_t k = 0; k < D; k++) gx[r * D + k] += dxrh[r * (D + n) + k];
-    ct_matmul_backward(dxh, gw1, gb1, dy, xh, w1, rows, D + n, 2 * n);
+    ct_matmul_backward(dxh, gw1, gb1, wtmp, dy, xh, w1, rows, D + n, 2 * n);
     split_cols_add(gx, gh, n, dxh, D, n, rows);
 }
 
@@ -400,6 +402,13 @@ static bool cell_grad_h(const ct_tensor *grad_out, float *dh, int64_t rows, int6
         for (int64_t k = 0; k < n; k++)
             dh[r * n + k] = (g0 ? g0[r * n + k] : 0.0f) + (g1 ? g1[r * state_w + state_w - n + k] : 0.0f);
     return true;
+}
+
+// The weight gradients' scratch of the GRU cell's two products.
+static int64_t gru_weight_grad_scratch_floats(int64_t rows, int64_t D, int64_t n) {
+    int64_t a = ct_matmul_weight_grad_scratch_floats(rows, D + n, n);
+    int64_t b = ct_matmul_weight_grad_scratch_floats(rows, D + n, 2 * n);
+    return a > b ? a : b;
 }
 
 static ct_status gru_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out, ct_tensor *grad_in, ct_key key,
@@ -416,10 +425,12 @@ static ct_status gru_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out,
     if (!cell_grad_h(grad_out, dh.data, rows, n, n)) return CT_OK;  // no gradient flows
     CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
     CT_TRY(ct_ctx_zeros(c, &grad_in[1], err));
+    ct_tensor wtmp = ct_tensor_1d(CT_DTYPE_F32, gru_weight_grad_scratch_floats(rows, D, n), NULL);
     CT_TRY(ct_ctx_alloc(c, &tmp, err));
+    CT_TRY(ct_ctx_alloc(c, &wtmp, err));
     gru_cell_backward(grad_in[0].data, grad_in[1].data, ct_weight_grad(c, l, 0), ct_weight_grad(c, l, 1),
                       ct_weight_grad(c, l, 2), ct_weight_grad(c, l, 3), dh.data, xh.data, ur.data, xrh.data,
-                      cand.data, ct_weight(c, l, 0), ct_weight(c, l, 2), tmp.data, rows, D, n);
+                      cand.data, ct_weight(c, l, 0), ct_weight(c, l, 2), tmp.data, wtmp.data, rows, D, n);
     return CT_OK;
 }
 
@@ -494,11 +505,11 @@ static ct_status lstm_forward(ct_layer *l, ct_ctx *c, const ct_tensor *in, ct_te
 
 // From dh (rows, n) (h' from both outputs) and dcn (rows, 2 n, the state
 // output's gradient, c' columns used; NULL: zero) adds into gx (rows, D),
-// gs (rows, 2 n) and the weight gradients. dy (rows, 4 n) and dxh (rows,
-// D + n) are scratch.
+// gs (rows, 2 n) and the weight gradients. dy (rows, 4 n), dxh (rows,
+// D + n) and wtmp (ct_matmul_weight_grad_scratch_floats) are scratch.
 static void lstm_cell_backward(float *gx, float *gs, float *gw, float *gb, const float *dh, const float *dcn,
                                const float *xh, const float *g, const float *s, const float *sn, const float *w,
-                               float *dy, float *dxh, int64_t rows, int64_t D, int64_t n) {
+                               float *dy, float *dxh, float *wtmp, int64_t rows, int64_t D, int64_t n) {
     for (int64_t r = 0; r < rows; r++) {
         const float *gr = g + r * 4 * n;
         float *dyr = dy + r * 4 * n;
@@ -514,7 +525,7 @@ static void lstm_cell_backward(float *gx, float *gs, float *gw, float *gb, const
             gs[r * 2 * n + k] += dc * sf;
         }
     }
-    ct_matmul_backward(dxh, gw, gb, dy, xh, w, rows, D + n, 4 * n);
+    ct_matmul_backward(dxh, gw, gb, wtmp, dy, xh, w, rows, D + n, 4 * n);
     split_cols_add(gx, gs + n, 2 * n, dxh, D, n, rows);
 }
 
@@ -530,13 +541,15 @@ static ct_status lstm_backward(ct_layer *l, ct_ctx *c, const ct_tensor *grad_out
     CT_TRY(ct_ctx_alloc(c, &dh, err));
     if (!cell_grad_h(grad_out, dh.data, rows, n, 2 * n)) return CT_OK;  // no gradient flows
     ct_tensor dy = g, dxh = xh;
+    ct_tensor wtmp = ct_tensor_1d(CT_DTYPE_F32, ct_matmul_weight_grad_scratch_floats(rows, D + n, 4 * n), NULL);
     CT_TRY(ct_ctx_alloc(c, &dy, err));
     CT_TRY(ct_ctx_alloc(c, &dxh, err));
+    CT_TRY(ct_ctx_alloc(c, &wtmp, err));
     CT_TRY(ct_ctx_zeros(c, &grad_in[0], err));
     CT_TRY(ct_ctx_zeros(c, &grad_in[1], err));
     lstm_cell_backward(grad_in[0].data, grad_in[1].data, ct_weight_grad(c, l, 0), ct_weight_grad(c, l, 1), dh.data,
                        grad_out[1].data, xh.data, g.data, s.data, sn.data, ct_weight(c, l, 0), dy.data, dxh.data,
-                       rows, D, n);
+                       wtmp.data, rows, D, n);
     return CT_OK;
 }
 

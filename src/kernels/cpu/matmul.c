@@ -31,10 +31,14 @@ static void sgemm_parts_init(void) {
     g_sgemm_parts = cores < 1 ? 1 : cores > CT_SGEMM_MAX_PARTS ? CT_SGEMM_MAX_PARTS : (int)cores;
 }
 
-int ct_sgemm_blocks(int64_t M, int64_t N, int64_t K) {
+static int sgemm_parts(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, sgemm_parts_init);
-    int64_t blocks = g_sgemm_parts;
+    return g_sgemm_parts;
+}
+
+int ct_sgemm_blocks(int64_t M, int64_t N, int64_t K) {
+    int64_t blocks = sgemm_parts();
     int64_t by_side = (M >= N ? M : N) / CT_SGEMM_BLOCK_MIN;
     int64_t by_flops = (int64_t)(2.0 * (double)M * (double)N * (double)K / CT_SGEMM_BLOCK_FLOPS);
     if (blocks > by_side) blocks = by_side;
@@ -130,14 +134,96 @@ static void bias_grad(float *dbias, const float *dout, int64_t N, int64_t OC) {
         bias_grad_cols(dbias, dout, N, OC, b * COLS, b * COLS + COLS < OC ? b * COLS + COLS : OC);
 }
 
+int ct_matmul_weight_grad_parts(int64_t N, int64_t C, int64_t OC) {
+    const int64_t side = C > OC ? C : OC;
+    if (N < 2 * side) return 1;
+    int64_t parts = sgemm_parts(), by_len = N / side;
+    int64_t by_flops = (int64_t)(2.0 * (double)N * (double)C * (double)OC / CT_SGEMM_BLOCK_FLOPS);
+    if (parts > by_len) parts = by_len;
+    if (parts > by_flops) parts = by_flops;
+    while (parts > 1 && (parts - 1) * ((N + parts - 1) / parts) >= N) parts--;  // every part has rows
+    return parts < 1 ? 1 : (int)parts;
+}
+
+int64_t ct_matmul_weight_grad_scratch_floats(int64_t N, int64_t C, int64_t OC) {
+    return (int64_t)(ct_matmul_weight_grad_parts(N, C, OC) - 1) * (C + 1) * OC;
+}
+
+// Part p of the rows, [p per, (p + 1) per): dweight += inp_p^T dout_p and
+// dbias += its rows of dout in order (part 0), or the same written into the
+// scratch (the others: (C, OC) at (p - 1) C OC, (OC) after all of those).
+// One single-threaded OpenBLAS call and one pass over the rows it just read.
+static void weight_grad_part(int p, int parts, int64_t per, float *dweight, float *dbias, float *scratch,
+                             const float *inp, const float *dout, int64_t N, int64_t C, int64_t OC) {
+    const int64_t n0 = p * per, len = N - n0 < per ? N - n0 : per;
+    float *dw = p == 0 ? dweight : scratch + (p - 1) * C * OC;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)C, (blasint)OC, (blasint)len, 1.0f,
+                inp + n0 * C, (blasint)C, dout + n0 * OC, (blasint)OC, p == 0 ? 1.0f : 0.0f, dw, (blasint)OC);
+    if (!dbias) return;
+    float *db = p == 0 ? dbias : scratch + (parts - 1) * C * OC + (p - 1) * OC;
+    if (p > 0) memset(db, 0, (size_t)OC * sizeof(float));
+    bias_grad_cols(db, dout + n0 * OC, len, OC, 0, OC);
+}
+
+// Row r of dst (rows of OC) += the same row of each further part's sum, in
+// part order; part p - 1's rows start at parts_at + (p - 1) part_floats.
+CT_CLONES
+static void add_parts_row(float *dst, const float *parts_at, int64_t part_floats, int parts, int64_t OC, int64_t r) {
+    float *row = dst + r * OC;
+    for (int p = 1; p < parts; p++) {
+        const float *part = parts_at + (p - 1) * part_floats + r * OC;
+#pragma omp simd
+        for (int64_t o = 0; o < OC; o++) row[o] += part[o];
+    }
+}
+
+// The weight gradient sums over the N rows (tokens), usually far more than
+// either side of dweight. ct_sgemm would cut dweight's longer side, and
+// each piece would pack all of inp (or dout) again; cutting the rows gives
+// each thread its own rows of both, at the cost of a (C, OC) scratch per
+// further part and one pass adding them. Measured, two threads, N 2048,
+// operands cold: (C, OC) (256, 256) 0.99 -> 0.87 ms, (256, 1024) 3.56-3.67
+// -> 3.36-3.41, (1024, 256) 3.33-3.37 -> 3.20-3.30, (512, 512) 3.14 ->
+// 3.07; (2048, 512), N no more than twice the longer side, 11.39 -> 11.59:
+// such shapes keep ct_sgemm's cut. Each part's bias sum follows its product
+// over the same rows, not a pass of its own over all of dout (Transformer
+// A's step, 8 alternating pairs: 0.988 of the step time). The parts follow
+// the shape and the machine's cores, never the thread count, so the bits
+// do not either.
+void ct_matmul_weight_grad(float *dweight, float *dbias, float *scratch, const float *inp, const float *dout,
+                           int64_t N, int64_t C, int64_t OC) {
+    const int parts = ct_matmul_weight_grad_parts(N, C, OC);
+    if (parts == 1) {
+        ct_sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
+        if (dbias) bias_grad(dbias, dout, N, OC);
+        return;
+    }
+    const int64_t per = (N + parts - 1) / parts;
+    const int icv = omp_get_max_threads(), threads = icv < parts ? icv : parts;
+    if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+        {
+#pragma omp for schedule(static)
+            for (int p = 0; p < parts; p++) weight_grad_part(p, parts, per, dweight, dbias, scratch, inp, dout, N, C, OC);
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < C; r++) add_parts_row(dweight, scratch, C * OC, parts, OC, r);
+        }
+    } else {
+        if (icv > 1) omp_set_num_threads(1);  // else OpenBLAS would start its own threads
+        for (int p = 0; p < parts; p++) weight_grad_part(p, parts, per, dweight, dbias, scratch, inp, dout, N, C, OC);
+        if (icv > 1) omp_set_num_threads(icv);
+        for (int64_t r = 0; r < C; r++) add_parts_row(dweight, scratch, C * OC, parts, OC, r);
+    }
+    if (dbias) add_parts_row(dbias, scratch + (parts - 1) * C * OC, OC, parts, OC, 0);
+}
+
 // dinp is written (beta 0), not added to: the input gradient is the
 // caller's own buffer, so zeroing it first was a wasted pass (a memset, 1%
 // of a TransformerLM step).
-void ct_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                        const float *weight, int64_t N, int64_t C, int64_t OC) {
+void ct_matmul_backward(float *dinp, float *dweight, float *dbias, float *scratch, const float *dout,
+                        const float *inp, const float *weight, int64_t N, int64_t C, int64_t OC) {
     if (dinp) ct_sgemm(false, true, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
-    ct_sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
-    if (dbias) bias_grad(dbias, dout, N, OC);
+    ct_matmul_weight_grad(dweight, dbias, scratch, inp, dout, N, C, OC);
 }
 
 void ct_matmul_forward_ref(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
@@ -151,13 +237,24 @@ void ct_matmul_forward_ref(float *out, const float *inp, const float *weight, co
     ct_sgemm(false, false, N, OC, C, 1.0f, inp, C, weight, OC, beta, out, OC);
 }
 
-void ct_matmul_backward_ref(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                            const float *weight, int64_t N, int64_t C, int64_t OC) {
+void ct_matmul_backward_ref(float *dinp, float *dweight, float *dbias, float *scratch, const float *dout,
+                            const float *inp, const float *weight, int64_t N, int64_t C, int64_t OC) {
     if (dinp) ct_sgemm(false, true, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
-    ct_sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
-    if (dbias)
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t o = 0; o < OC; o++) dbias[o] += dout[n * OC + o];
+    ct_matmul_weight_grad(dweight, NULL, scratch, inp, dout, N, C, OC);
+    if (!dbias) return;
+    // Row order within each of ct_matmul_weight_grad's parts (part 0 onto
+    // dbias, the others from 0), then the parts' sums in order.
+    const int parts = ct_matmul_weight_grad_parts(N, C, OC);
+    const int64_t per = (N + parts - 1) / parts;
+    for (int64_t o = 0; o < OC; o++) {
+        float total = dbias[o];
+        for (int p = 0; p < parts; p++) {
+            float sum = p == 0 ? total : 0.0f;
+            for (int64_t n = p * per; n < N && n < (p + 1) * per; n++) sum += dout[n * OC + o];
+            total = p == 0 ? sum : total + sum;
+        }
+        dbias[o] = total;
+    }
 }
 
 const char *ct_blas_config(void) { return openblas_get_config(); }

@@ -11,15 +11,26 @@
 void ct_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
                        int64_t C, int64_t OC);
 // dout (N, OC) -> dinp (N, C) = dout W^T (written; skipped if dinp is NULL),
-// dweight (C, OC) += inp^T dout, dbias (OC) += sum over N of dout (if not NULL)
-void ct_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                        const float *weight, int64_t N, int64_t C, int64_t OC);
+// dweight (C, OC) += inp^T dout, dbias (OC) += sum over N of dout (if not
+// NULL). scratch: ct_matmul_weight_grad_scratch_floats(N, C, OC) floats
+// (NULL where that is 0).
+void ct_matmul_backward(float *dinp, float *dweight, float *dbias, float *scratch, const float *dout,
+                        const float *inp, const float *weight, int64_t N, int64_t C, int64_t OC);
+// dweight (C, OC) += inp (N, C)^T dout (N, OC) and dbias (OC) += the sum of
+// dout's rows (if not NULL), the N rows cut into ct_matmul_weight_grad_parts
+// parts (one thread's product and bias sum each) whose sums meet in scratch:
+// (parts - 1) (C + 1) OC floats. The parts follow the shape and the
+// machine's cores, never the thread count.
+void ct_matmul_weight_grad(float *dweight, float *dbias, float *scratch, const float *inp, const float *dout,
+                           int64_t N, int64_t C, int64_t OC);
+int ct_matmul_weight_grad_parts(int64_t N, int64_t C, int64_t OC);
+int64_t ct_matmul_weight_grad_scratch_floats(int64_t N, int64_t C, int64_t OC);
 // The plain loops of the two ct_matmul_ above (bias copy and bias gradient),
 // for tests/test_kernels.c; bitwise the same results.
 void ct_matmul_forward_ref(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
                            int64_t C, int64_t OC);
-void ct_matmul_backward_ref(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                            const float *weight, int64_t N, int64_t C, int64_t OC);
+void ct_matmul_backward_ref(float *dinp, float *dweight, float *dbias, float *scratch, const float *dout,
+                            const float *inp, const float *weight, int64_t N, int64_t C, int64_t OC);
 
 // C (M, N) = alpha * op(A) op(B) + beta * C, row-major; op transposes if the
 // flag is set. Every kernel's one way into BLAS. The same bits at any thread
