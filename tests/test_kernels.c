@@ -695,7 +695,8 @@ static void test_weight_grad(void) {
               ct_matmul_weight_grad_parts(300, 256, 200), cores);
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
         int64_t N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
-        float *x = alloc_f(N * C), *g = alloc_f(N * OC), *dw0 = alloc_f(C * OC), *dw[2] = {alloc_f(C * OC), alloc_f(C * OC)};
+        float *x = alloc_f(N * C), *g = alloc_f(N * OC), *dw0 = alloc_f(C * OC);
+        float *dw[2] = {alloc_f(C * OC), alloc_f(C * OC)};
         float *scratch = alloc_f(ct_matmul_weight_grad_scratch_floats(N, C, OC) + 1);
         fill(x, N * C, -1.0f, 1.0f);
         fill(g, N * OC, -1.0f, 1.0f);

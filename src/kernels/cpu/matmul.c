@@ -204,7 +204,8 @@ void ct_matmul_weight_grad(float *dweight, float *dbias, float *scratch, const f
 #pragma omp parallel num_threads(threads)
         {
 #pragma omp for schedule(static)
-            for (int p = 0; p < parts; p++) weight_grad_part(p, parts, per, dweight, dbias, scratch, inp, dout, N, C, OC);
+            for (int p = 0; p < parts; p++)
+                weight_grad_part(p, parts, per, dweight, dbias, scratch, inp, dout, N, C, OC);
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < C; r++) add_parts_row(dweight, scratch, C * OC, parts, OC, r);
         }
