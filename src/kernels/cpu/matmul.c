@@ -113,7 +113,8 @@ void ct_matmul_forward(float *out, const float *inp, const float *weight, const 
 
 // dbias (OC) += sum over the N rows of dout (N, OC), row after row: each
 // column's sum is in row order whatever the vector width or the thread
-// count, so the bits are the scalar loop's (ct_matmul_backward_ref). The
+// count, so the bits are the scalar loop's (ct_matmul_backward_ref; where
+// ct_matmul_weight_grad cuts the rows into parts, each part's rows). The
 // threads take blocks of columns (a serial loop was 1% of a two-thread
 // step, the other core idle). `simd` because GCC's -O2 cost model leaves a
 // loop whose arrays may overlap scalar (it was 3% of a step).
